@@ -1,0 +1,30 @@
+# Fresh machine: `make demo` and `make test` install everything they need into .venv.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEMO_STORE ?= demo-models
+TARGET ?= synth-target
+DRAFT ?= synth-draft
+BENCH_ARGS ?=
+
+.PHONY: install demo test bench lint clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "installing ollama-spec and llama-cpp-python (the first build of llama-cpp-python takes ~5 minutes)"
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+demo: install
+	$(BIN)/ollama-spec demo-store $(DEMO_STORE)
+	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec list
+	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec pair $(TARGET) $(DRAFT)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) $(DEMO_STORE) .pytest_cache

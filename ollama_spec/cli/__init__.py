@@ -1,0 +1,11 @@
+"""The `ollama-spec` command line. `main` is the console-script entry point."""
+
+from . import inspect  # noqa: F401  (each module registers its commands on `cli`)
+from .main import cli
+
+
+def main() -> None:
+    cli(prog_name="ollama-spec")
+
+
+__all__ = ["cli", "main"]

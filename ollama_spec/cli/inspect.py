@@ -1,0 +1,180 @@
+"""Commands that read the store: list, show, pair, demo-store."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..compat import check_compatibility, llama3_metadata_fixes
+from ..errors import IncompatibleDraft, OllamaSpecError
+from ..gguf_info import format_bytes, read_model_info
+from ..store import StoredModel, blob_path, verify_blob
+from .main import cli
+from .options import echo_json, json_option, models_dir_option, open_store
+
+
+@cli.command("list")
+@models_dir_option
+@json_option
+def list_models(models_dir: str | None, as_json: bool) -> None:
+    """List every model in the Ollama store, with its GGUF facts.
+
+    \b
+    Examples:
+      ollama-spec list
+      OLLAMA_MODELS=/data/ollama ollama-spec list --json
+    """
+    store = open_store(models_dir)
+    rows = []
+    for model in store.models():
+        rows.append(_list_row(model))
+    if as_json:
+        echo_json({"store": str(store.path), "store_source": store.root.source, "models": rows})
+        return
+    click.echo(f"store: {store.path} (from {store.root.source})", err=True)
+    if not rows:
+        click.echo("no models in this store; pull one with 'ollama pull llama3.2:1b'", err=True)
+        return
+    header = ("NAME", "SIZE", "ARCH", "PARAMS", "QUANT")
+    table = [header] + [
+        (r["name"], format_bytes(r["size"]) if r["size"] is not None else "?", r.get("architecture") or "-",
+         r.get("parameters") or "-", r.get("file_type") or r.get("error", "-"))
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header) - 1)]
+    for row in table:
+        click.echo("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) + "  " + str(row[-1]))
+
+
+def _list_row(model) -> dict:
+    if isinstance(model, OllamaSpecError):
+        return {"name": "?", "size": None, "error": str(model)}
+    row = {"name": model.name, "size": model.size}
+    try:
+        info = read_model_info(model.gguf_path, read_vocab=False)
+    except OllamaSpecError as exc:
+        row["error"] = str(exc).split(": ", 1)[-1]
+        return row
+    row |= {"architecture": info.architecture, "parameters": info.parameter_label,
+            "parameter_count": info.parameter_count, "file_type": info.file_type}
+    return row
+
+
+@cli.command()
+@click.argument("model")
+@models_dir_option
+@json_option
+@click.option("--verify", is_flag=True, help="Also check every blob's sha256 (reads the whole model).")
+def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> None:
+    """Show a model's blob, manifest layers and GGUF header.
+
+    Reads only the GGUF header: instant even for a 40 GB model (unless --verify).
+
+    \b
+    Examples:
+      ollama-spec show llama3.1:70b
+      ollama-spec show hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M --json
+      ollama-spec show llama3.2:1b --verify
+    """
+    stored = open_store(models_dir).resolve(model)
+    info = read_model_info(stored.gguf_path)
+    if verify:
+        _verify_layers(stored)
+    fixes = llama3_metadata_fixes(info)
+    if as_json:
+        echo_json({
+            "name": stored.name,
+            "manifest": str(stored.manifest_path),
+            "blob": str(info.path),
+            "layers": [{"type": l.kind, "digest": l.digest, "size": l.size} for l in stored.layers],
+            "gguf": info.summary(),
+            "load_fixes": [f.description for f in fixes],
+            "verified": verify,
+        })
+        return
+    click.echo(f"{stored.name}")
+    click.echo(f"  manifest      {stored.manifest_path}")
+    click.echo(f"  blob          {info.path}")
+    click.echo("  layers")
+    for layer in stored.layers:
+        click.echo(f"    {layer.kind:<10} {format_bytes(layer.size):>10}  {layer.digest}")
+    s = info.summary()
+    click.echo("  gguf")
+    for key in ("architecture", "name", "parameters", "file_type", "context_length", "block_count",
+                "embedding_length", "feed_forward_length", "head_count", "head_count_kv", "head_dim",
+                "vocab_type", "pre_tokenizer", "vocab_size", "bos_token_id", "eos_token_id",
+                "eot_token_id", "add_bos_token", "add_eos_token", "has_chat_template", "tensor_count"):
+        click.echo(f"    {key:<20} {s[key]}")
+    click.echo(f"    {'tensor_bytes':<20} {format_bytes(info.tensor_bytes)}")
+    for fix in fixes:
+        click.echo(f"  load fix: {fix.description}")
+    if verify:
+        click.echo("  sha256 verified for every layer")
+
+
+def _verify_layers(stored: StoredModel) -> None:
+    total = sum(layer.size for layer in stored.layers)
+    with click.progressbar(length=total, label="verifying sha256", file=sys.stderr) as bar:
+        for layer in stored.layers:
+            verify_blob(blob_path(stored.root, layer.digest), layer, progress=bar.update)
+
+
+@cli.command()
+@click.argument("target")
+@click.argument("draft")
+@models_dir_option
+@json_option
+def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None:
+    """Check that DRAFT can speculate for TARGET (same vocabulary rules as llama.cpp).
+
+    Exits 0 when the pair is usable, 1 with the reason when it is not.
+
+    \b
+    Examples:
+      ollama-spec pair llama3.1:70b llama3.2:1b
+      ollama-spec pair qwen2.5:32b qwen2.5:0.5b --json
+    """
+    store = open_store(models_dir)
+    target_info = read_model_info(store.resolve(target).gguf_path)
+    draft_info = read_model_info(store.resolve(draft).gguf_path)
+    verdict = check_compatibility(target_info, draft_info)
+    fixes = [f"{name}: {fix.description}" for name, info in ((target, target_info), (draft, draft_info))
+             for fix in llama3_metadata_fixes(info)]
+    if as_json:
+        echo_json({"target": target, "draft": draft, "compatible": verdict.ok,
+                   "problems": list(verdict.problems), "load_fixes": fixes})
+        if not verdict.ok:
+            raise SystemExit(1)
+        return
+    if not verdict.ok:
+        raise IncompatibleDraft(f"{draft} cannot draft for {target}: " + "; ".join(verdict.problems))
+    click.echo(f"{draft} can draft for {target}: same {target_info.vocab_type} vocabulary "
+               f"({target_info.vocab_size} vs {draft_info.vocab_size} tokens), same BOS/EOS")
+    ratio = target_info.tensor_bytes / max(draft_info.tensor_bytes, 1)
+    click.echo(f"draft weights are {ratio:.1f}x smaller than the target's")
+    for fix in fixes:
+        click.echo(f"load fix: {fix}")
+
+
+@cli.command("demo-store")
+@click.argument("directory", type=click.Path(file_okay=False), default=None, required=False)
+@click.option("--tiny-only", is_flag=True, help="Only the tiny test pair (skip the 0.6B benchmark pair).")
+def demo_store(directory: str | None, tiny_only: bool) -> None:
+    """Build the synthetic demo models into an Ollama-layout store at DIRECTORY.
+
+    Models: tiny-target, tiny-draft, tiny-alien (incompatible vocabulary) and, unless
+    --tiny-only, synth-target (0.6B parameters, F16) with synth-draft. Deterministic; models
+    that already exist are kept.
+
+    \b
+    Examples:
+      ollama-spec demo-store ./demo-models
+      OLLAMA_MODELS=./demo-models ollama-spec list
+    """
+    from ..synthetic import build_demo_store
+
+    root = Path(directory or "demo-models")
+    names = build_demo_store(root, include_bench=not tiny_only, progress=lambda msg: click.echo(msg, err=True))
+    click.echo(f"demo store ready at {root}: {', '.join(names)}")

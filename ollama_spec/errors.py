@@ -1,0 +1,57 @@
+"""Typed errors raised by the core; the CLI turns each into a one-line message."""
+
+
+class OllamaSpecError(Exception):
+    """Base class: anything a user can fix by changing input, flags or environment."""
+
+
+class InvalidModelName(OllamaSpecError):
+    pass
+
+
+class StoreNotFound(OllamaSpecError):
+    pass
+
+
+class StoreUnreadable(OllamaSpecError):
+    pass
+
+
+class ModelNotFound(OllamaSpecError):
+    pass
+
+
+class InvalidManifest(OllamaSpecError):
+    pass
+
+
+class BlobError(OllamaSpecError):
+    """A blob is missing, has the wrong size, or fails its sha256 check."""
+
+
+class NotGGUF(OllamaSpecError):
+    pass
+
+
+class CorruptGGUF(OllamaSpecError):
+    pass
+
+
+class IncompatibleDraft(OllamaSpecError):
+    pass
+
+
+class InsufficientMemory(OllamaSpecError):
+    pass
+
+
+class InvalidSetting(OllamaSpecError):
+    pass
+
+
+class ModelLoadError(OllamaSpecError):
+    pass
+
+
+class ContextFull(OllamaSpecError):
+    pass

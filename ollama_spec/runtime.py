@@ -1,0 +1,222 @@
+"""The narrow seam to llama-cpp-python: load, evaluate a batch, read chosen logits, truncate KV.
+
+Nothing else in ollama-spec touches llama.cpp. We use the low-level bindings rather than
+`llama_cpp.Llama` because `Llama` keeps an n_batch x n_vocab score buffer (n_ctx x n_vocab with
+a draft model) and can only ask for logits at the last position or at every position; the
+speculative loop needs exactly the K+1 verify rows and nothing more.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp._internals import LlamaContext, LlamaModel
+
+from .errors import ContextFull, ModelLoadError
+
+_LOG_LINES: deque[str] = deque(maxlen=2000)
+_VERBOSE = False
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace")
+    _LOG_LINES.append(line)
+    if _VERBOSE:
+        print(line, end="", file=os.sys.stderr, flush=True)
+
+
+llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show llama.cpp's own log on stderr (it is always recorded for `recent_log`)."""
+    global _VERBOSE
+    _VERBOSE = verbose
+
+
+def recent_log() -> list[str]:
+    """llama.cpp's recent log lines (allocation sizes, warnings), oldest first."""
+    return list(_LOG_LINES)
+
+
+def clear_log() -> None:
+    _LOG_LINES.clear()
+
+
+def gpu_offload_supported() -> bool:
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1  # -1: every layer on the GPU when there is one
+    n_threads: int | None = None
+    n_batch: int = 512
+    kv_overrides: tuple[tuple[str, str | int | float | bool], ...] = ()
+
+
+class LoadedModel:
+    """One GGUF in llama.cpp with one sequence: the caller tracks positions, we keep the cache."""
+
+    def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings()):
+        self.path = Path(path)
+        self.settings = settings
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
+        self._overrides = _kv_override_array(settings.kv_overrides)
+        if self._overrides is not None:
+            model_params.kv_overrides = self._overrides
+        try:
+            self._model = LlamaModel(path_model=str(self.path), params=model_params, verbose=_VERBOSE)
+        except ValueError as exc:
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error() or exc}") from None
+        threads = settings.n_threads or max(os.cpu_count() or 1, 1)
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = settings.n_ctx
+        ctx_params.n_batch = settings.n_batch
+        ctx_params.n_ubatch = settings.n_batch
+        ctx_params.n_seq_max = 1
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        ctx_params.no_perf = True
+        try:
+            self._ctx = LlamaContext(model=self._model, params=ctx_params, verbose=_VERBOSE)
+        except ValueError:
+            self._model.close()
+            raise ModelLoadError(
+                f"llama.cpp could not create a {settings.n_ctx}-token context for {self.path}: "
+                f"{_last_error() or 'out of memory?'}"
+            ) from None
+        self.vocab = self._model.vocab
+        self.n_vocab = self._model.n_vocab()
+        self.n_ctx = self._ctx.n_ctx()
+        self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, 1)
+        self.n_past = 0  # tokens currently in the KV cache
+
+    # --- text <-> tokens -------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
+        return self._model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+
+    def token_bytes(self, token: int) -> bytes:
+        return self._model.token_to_piece(token, special=False)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._model.detokenize(list(tokens), special=False).decode("utf-8", errors="replace")
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> str:
+        return self._model.token_get_text(token)
+
+    @property
+    def add_bos(self) -> bool:
+        return self._model.add_bos_token()
+
+    @property
+    def bos_token(self) -> int:
+        return self._model.token_bos()
+
+    @property
+    def eos_token(self) -> int:
+        return self._model.token_eos()
+
+    # --- evaluation ------------------------------------------------------------------------
+    def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray:
+        """Append `tokens` to the cache; return logits rows: `last` (1 x V) or `all` (n x V).
+
+        Long inputs are split into n_batch chunks with logits only where asked for.
+        """
+        if not tokens:
+            raise ValueError("eval needs at least one token")
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise ContextFull(
+                f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt"
+            )
+        rows = []
+        step = self.settings.n_batch
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start : start + step]
+            is_last_chunk = start + step >= len(tokens)
+            want = [logits == "all" or (is_last_chunk and i == len(chunk) - 1) for i in range(len(chunk))]
+            self._decode(chunk, want)
+            if any(want):
+                rows.append(self._read_logits(sum(want)))
+        return np.concatenate(rows) if len(rows) > 1 else rows[0]
+
+    def truncate(self, n_tokens: int) -> None:
+        """Forget cache entries from position `n_tokens` on (speculation rollback)."""
+        if n_tokens < self.n_past:
+            llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, n_tokens, -1)
+            self.n_past = n_tokens
+
+    def reset(self) -> None:
+        llama_cpp.llama_memory_clear(self._ctx.memory, True)
+        self.n_past = 0
+
+    def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for i, (token, want) in enumerate(zip(tokens, want_logits)):
+            batch.token[i] = token
+            batch.pos[i] = self.n_past + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = want
+        code = llama_cpp.llama_decode(self._ctx.ctx, batch)
+        if code != 0:
+            raise ContextFull(f"llama_decode failed with code {code} (context full or out of memory)")
+        self.n_past += len(tokens)
+
+    def _read_logits(self, n_rows: int) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        self._ctx.close()
+        self._model.close()
+
+    def __enter__(self) -> "LoadedModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _last_error() -> str | None:
+    errors = [line.strip() for line in _LOG_LINES if "error" in line.lower() or "failed" in line.lower()]
+    return errors[-1] if errors else None
+
+
+def _kv_override_array(overrides):
+    """llama.cpp's kv_overrides array (sentinel-terminated), as llama_cpp.Llama builds it."""
+    if not overrides:
+        return None
+    array = (llama_cpp.llama_model_kv_override * (len(overrides) + 1))()
+    for item, (key, value) in zip(array, overrides):
+        item.key = key.encode("utf-8")
+        if isinstance(value, bool):
+            item.tag, item.value.val_bool = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            item.tag, item.value.val_i64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        elif isinstance(value, float):
+            item.tag, item.value.val_f64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+        else:
+            raw = str(value).encode("utf-8")[:127].ljust(128, b"\0")
+            item.tag = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR
+            address = ctypes.addressof(item.value) + llama_cpp.llama_model_kv_override_value.val_str.offset
+            ctypes.memmove(address, raw, 128)
+    array[-1].key = b"\0"
+    return array

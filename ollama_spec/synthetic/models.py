@@ -1,0 +1,148 @@
+"""Deterministic llama-architecture GGUF files: a target and a draft that agree with it.
+
+The draft is the target's embeddings, output matrix and first layer(s). The target's other
+layers add small residual updates (`residual_scale`), so the draft predicts the target's next
+token most of the time; a larger scale lowers agreement. The output matrix is scaled so that
+logits spread by several units (`logit_std`): greedy choices then do not flip between batch
+sizes, and temperature-1 sampling still has a real distribution to sample from.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter, LlamaFileType
+
+from .tokenizer import BOS, EOS, EOT, Vocabulary
+
+LLAMA3_CHAT_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+FILE_TYPES = {"F32": LlamaFileType.ALL_F32, "F16": LlamaFileType.MOSTLY_F16}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    n_ff: int
+    context_length: int = 8192
+    rope_theta: float = 500000.0
+    rms_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclass(frozen=True)
+class WeightRecipe:
+    seed: int
+    dtype: str = "F32"  # "F32" or "F16" (F16 makes a CPU target memory-bound, like a GPU)
+    residual_scale: float = 0.1  # size of the target-only layers' updates
+    logit_std: float = 4.0
+    # (after_token, eot_token): the model tends to end its turn right after `after_token`,
+    # so tests and demos see natural end-of-turn tokens.
+    eot_after: tuple[int, int] | None = None
+    quiet_tokens: tuple[int, ...] = ()  # rows damped so raw bytes rarely win
+
+
+def _output_matrix(embeddings: np.ndarray, raw: np.ndarray, recipe: WeightRecipe) -> np.ndarray:
+    out = raw.astype(np.float32)
+    if recipe.quiet_tokens:
+        out[list(recipe.quiet_tokens)] *= 0.3
+    if recipe.eot_after:
+        after, eot = recipe.eot_after
+        direction = embeddings[after].astype(np.float32)
+        out[eot] = direction * (recipe.logit_std / np.linalg.norm(direction))
+    return out.astype(raw.dtype)
+
+
+def make_weights(arch: Architecture, vocab_size: int, recipe: WeightRecipe, draft_layers: int) -> dict[str, np.ndarray]:
+    """All target tensors (numpy shapes are [out, in]); the draft takes a subset by name."""
+    dtype = np.float16 if recipe.dtype == "F16" else np.float32
+    d, kv = arch.n_embd, arch.n_kv_head * arch.head_dim
+
+    def normal(name: str, shape: tuple[int, int], std: float) -> np.ndarray:
+        rng = np.random.default_rng([recipe.seed, zlib.crc32(name.encode())])
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(dtype)
+
+    ones = np.ones(d, dtype=np.float32)  # norm weights stay F32, as llama.cpp expects
+    embeddings = normal("token_embd", (vocab_size, d), 1.0)
+    output = normal("output", (vocab_size, d), recipe.logit_std / np.sqrt(d))
+    tensors = {
+        "token_embd.weight": embeddings,
+        "output_norm.weight": ones,
+        "output.weight": _output_matrix(embeddings, output, recipe),
+    }
+    for i in range(arch.n_layer):
+        # Layers the draft shares write to the residual stream at full strength; the rest nudge it.
+        out_scale = 1.0 if i < draft_layers else recipe.residual_scale
+        p = f"blk.{i}."
+        tensors |= {
+            p + "attn_norm.weight": ones,
+            p + "attn_q.weight": normal(p + "q", (d, d), 1 / np.sqrt(d)),
+            p + "attn_k.weight": normal(p + "k", (kv, d), 1 / np.sqrt(d)),
+            p + "attn_v.weight": normal(p + "v", (kv, d), 1 / np.sqrt(d)),
+            p + "attn_output.weight": normal(p + "o", (d, d), out_scale / np.sqrt(d)),
+            p + "ffn_norm.weight": ones,
+            p + "ffn_gate.weight": normal(p + "gate", (arch.n_ff, d), 1 / np.sqrt(d)),
+            p + "ffn_up.weight": normal(p + "up", (arch.n_ff, d), 1 / np.sqrt(d)),
+            p + "ffn_down.weight": normal(p + "down", (d, arch.n_ff), out_scale / np.sqrt(arch.n_ff)),
+        }
+    return tensors
+
+
+def write_gguf(
+    path: Path,
+    *,
+    name: str,
+    arch: Architecture,
+    n_layer: int,
+    vocab: Vocabulary,
+    weights: dict[str, np.ndarray],
+    dtype: str,
+    chat_template: str | None = LLAMA3_CHAT_TEMPLATE,
+) -> None:
+    """Write a llama GGUF using the first `n_layer` blocks of `weights`."""
+    writer = GGUFWriter(path, arch="llama")
+    writer.add_name(name)
+    writer.add_file_type(FILE_TYPES[dtype])
+    writer.add_context_length(arch.context_length)
+    writer.add_embedding_length(arch.n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(arch.n_ff)
+    writer.add_head_count(arch.n_head)
+    writer.add_head_count_kv(arch.n_kv_head)
+    writer.add_rope_dimension_count(arch.head_dim)
+    writer.add_rope_freq_base(arch.rope_theta)
+    writer.add_layer_norm_rms_eps(arch.rms_eps)
+    writer.add_vocab_size(vocab.size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("llama-bpe")
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_token_merges(list(vocab.merges))
+    writer.add_bos_token_id(vocab.id_of(BOS))
+    writer.add_eos_token_id(vocab.id_of(EOS))
+    writer.add_eot_token_id(vocab.id_of(EOT))
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    if chat_template:
+        writer.add_chat_template(chat_template)
+    for tensor_name, array in weights.items():
+        if not tensor_name.startswith("blk.") or int(tensor_name.split(".")[1]) < n_layer:
+            writer.add_tensor(tensor_name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

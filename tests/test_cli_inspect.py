@@ -1,0 +1,74 @@
+import json
+
+from ollama_spec import __version__
+
+
+def test_version_and_help(invoke):
+    assert invoke("--version").output.strip() == f"ollama-spec, version {__version__}"
+    for command in ([], ["list"], ["show"], ["pair"], ["demo-store"]):
+        result = invoke(*command, "-h")
+        assert result.exit_code == 0 and "Examples:" in result.output
+
+
+def test_list_table(invoke, tiny_store):
+    result = invoke("list", "--models-dir", tiny_store)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "SIZE", "ARCH", "PARAMS", "QUANT"]
+    assert lines[3].split()[0] == "tiny-target:latest"
+    assert lines[3].split()[-3:] == ["llama", "213.6K", "F32"]
+    assert f"store: {tiny_store} (from --models-dir)" in result.stderr
+
+
+def test_list_json_uses_env(invoke, tiny_store, monkeypatch):
+    monkeypatch.setenv("OLLAMA_MODELS", str(tiny_store))
+    data = json.loads(invoke("list", "--json").stdout)
+    assert data["store_source"] == "OLLAMA_MODELS"
+    assert [m["name"] for m in data["models"]] == ["tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"]
+    assert data["models"][2]["parameter_count"] == 213568
+
+
+def test_show(invoke, tiny_store):
+    result = invoke("show", "tiny-target", "--models-dir", tiny_store)
+    assert result.exit_code == 0
+    assert "blob          " + str(tiny_store / "blobs") in result.output
+    assert "    vocab_size           512" in result.output
+    data = json.loads(invoke("show", "tiny-target", "--json", "--models-dir", tiny_store).stdout)
+    assert data["gguf"]["eot_token_id"] == 511
+    assert [l["type"] for l in data["layers"]] == ["model", "template", "license", "params"]
+
+
+def test_pair_ok_and_incompatible(invoke, tiny_store):
+    ok = invoke("pair", "tiny-target", "tiny-draft", "--models-dir", tiny_store)
+    assert ok.exit_code == 0 and ok.output.startswith("tiny-draft can draft for tiny-target")
+    bad = invoke("pair", "tiny-target", "tiny-alien", "--models-dir", tiny_store)
+    assert bad.exit_code == 1
+    assert bad.output.strip().splitlines() == [
+        "Error: tiny-alien cannot draft for tiny-target: BOS differs: add_bos True / id 507 in target, "
+        "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"
+    ]
+    data = json.loads(invoke("pair", "tiny-target", "tiny-alien", "--json", "--models-dir", tiny_store).stdout)
+    assert data["compatible"] is False
+
+
+def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path):
+    cases = {
+        ("show", "../etc/passwd"): "Error: invalid model name '../etc/passwd': host '..' has characters Ollama does not allow",
+        ("show", "nothere"): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); pull it with 'ollama pull nothere'",
+        ("pair", "tiny-target", "x:"): "Error: invalid model name 'x:': the tag is empty",
+    }
+    for args, message in cases.items():
+        result = invoke(*args, "--models-dir", tiny_store)
+        assert result.exit_code == 1, result.output
+        assert result.output.strip().splitlines() == [message]
+    missing = invoke("list", "--models-dir", tmp_path / "none")
+    assert missing.exit_code == 1
+    assert missing.output.strip() == f"Error: the model store {tmp_path / 'none'} (from --models-dir) does not exist or is not a directory"
+
+
+def test_demo_store_builds_tiny_pair(invoke, tmp_path):
+    result = invoke("demo-store", tmp_path / "demo", "--tiny-only")
+    assert result.exit_code == 0
+    assert "tiny-target, tiny-draft, tiny-alien" in result.stdout
+    assert not [p for p in (tmp_path / "demo" / "blobs").iterdir() if not p.name.startswith("sha256-")]
+    assert not [p for p in (tmp_path / "demo").iterdir() if p.name.startswith(".staging")]

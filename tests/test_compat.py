@@ -1,0 +1,61 @@
+from dataclasses import replace
+
+from ollama_spec.compat import check_compatibility, llama3_metadata_fixes
+from ollama_spec.gguf_info import read_model_info
+from ollama_spec.store import Store, find_store_root
+
+
+def infos(tiny_store, *names):
+    store = Store(find_store_root(tiny_store))
+    return [read_model_info(store.resolve(n).gguf_path) for n in names]
+
+
+def test_synthetic_pair_is_compatible(tiny_store):
+    target, draft = infos(tiny_store, "tiny-target", "tiny-draft")
+    assert check_compatibility(target, draft).ok
+
+
+def test_alien_vocab_is_reported_with_sizes(tiny_store):
+    target, alien = infos(tiny_store, "tiny-target", "tiny-alien")
+    problems = check_compatibility(target, alien).problems
+    assert "vocab sizes 512 vs 1024 differ by more than 128" in problems
+
+
+def test_token_text_difference_names_the_token(tiny_store):
+    target, draft = infos(tiny_store, "tiny-target", "tiny-draft")
+    tokens = list(draft.tokens)
+    tokens[300] = "Ġbar"
+    problems = check_compatibility(target, replace(draft, tokens=tuple(tokens))).problems
+    assert problems == (f"token 300 is {target.tokens[300]!r} in target, 'Ġbar' in draft",)
+
+
+def test_differences_below_token_5_are_ignored(tiny_store):
+    target, draft = infos(tiny_store, "tiny-target", "tiny-draft")
+    tokens = list(draft.tokens)
+    tokens[4] = "x"
+    assert check_compatibility(target, replace(draft, tokens=tuple(tokens))).ok
+
+
+def test_vocab_type_and_bos_differences(tiny_store):
+    target, draft = infos(tiny_store, "tiny-target", "tiny-draft")
+    problems = check_compatibility(target, replace(draft, vocab_type="llama", bos_id=1)).problems
+    assert problems[0] == "vocabulary types differ: 'gpt2' in target, 'llama' in draft"
+    assert problems[1].startswith("BOS differs: add_bos True / id 507 in target")
+
+
+def test_small_vocab_size_difference_is_allowed(tiny_store):
+    target, draft = infos(tiny_store, "tiny-target", "tiny-draft")
+    assert check_compatibility(target, replace(draft, vocab_size=512 + 128)).ok
+
+
+def test_llama3_gap_is_detected_and_corrected(tiny_store):
+    (target,) = infos(tiny_store, "tiny-target")
+    assert llama3_metadata_fixes(target) == ()  # eot_id is set and pre is llama-bpe
+    broken = replace(target, pre_tokenizer=None, eot_id=None)
+    fixes = llama3_metadata_fixes(broken)
+    assert [f.kv_overrides for f in fixes] == [
+        (("tokenizer.ggml.pre", "llama-bpe"),),
+        (("tokenizer.ggml.eot_token_id", 511),),
+    ]
+    assert fixes[1].extra_stop_ids == (511,)
+    assert "<|eot_id|>" in fixes[1].description

@@ -1,0 +1,173 @@
+import json
+import os
+import shutil
+
+import pytest
+
+from ollama_spec.errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreNotFound, StoreUnreadable
+from ollama_spec.store import SERVICE_STORE, Store, blob_path, find_store_root, verify_blob
+
+
+@pytest.fixture
+def store_copy(tiny_store, tmp_path):
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    return root
+
+
+def manifest_of(root, model):
+    return root / "manifests" / "registry.ollama.ai" / "library" / model / "latest"
+
+
+def test_root_precedence(tmp_path, monkeypatch, isolated_user_paths):
+    flag, env, home = tmp_path / "flag", tmp_path / "env", isolated_user_paths / ".ollama" / "models"
+    for d in (flag, env, home):
+        d.mkdir(parents=True)
+    monkeypatch.setenv("OLLAMA_MODELS", str(env))
+    assert find_store_root(flag).source == "--models-dir"
+    assert find_store_root(None).path == env and find_store_root(None).source == "OLLAMA_MODELS"
+    monkeypatch.delenv("OLLAMA_MODELS")
+    assert find_store_root(None).path == home
+
+
+def test_missing_explicit_root_is_an_error(tmp_path):
+    with pytest.raises(StoreNotFound, match=r"the model store .*nowhere \(from OLLAMA_MODELS\) does not exist"):
+        find_store_root(None, {"OLLAMA_MODELS": str(tmp_path / "nowhere")})
+
+
+@pytest.mark.skipif(SERVICE_STORE.exists(), reason="this machine has an Ollama service store")
+def test_no_store_anywhere_says_what_to_do():
+    with pytest.raises(StoreNotFound, match="no Ollama model store found .*'ollama pull'"):
+        find_store_root(None, {})
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
+def test_unreadable_root_mentions_group_ollama(tmp_path):
+    root = tmp_path / "locked"
+    root.mkdir()
+    root.chmod(0)
+    try:
+        with pytest.raises(StoreUnreadable, match="add yourself to group ollama"):
+            find_store_root(root)
+    finally:
+        root.chmod(0o755)
+
+
+def test_resolve_is_case_insensitive(tiny_store):
+    store = Store(find_store_root(tiny_store))
+    model = store.resolve("Tiny-Target:LATEST")
+    assert model.gguf_path.name.startswith("sha256-")
+    assert [layer.kind for layer in model.layers] == ["model", "template", "license", "params"]
+    assert model.params()["stop"] == ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    assert "<|start_header_id|>" in model.text_layer("template")
+
+
+def test_unknown_model_suggests_close_names(tiny_store):
+    with pytest.raises(ModelNotFound, match="model 'tiny-targt' not found .*did you mean tiny-target:latest"):
+        Store(find_store_root(tiny_store)).resolve("tiny-targt")
+
+
+def test_unknown_model_suggests_pull(tiny_store):
+    with pytest.raises(ModelNotFound, match="pull it with 'ollama pull llama3.1:70b'"):
+        Store(find_store_root(tiny_store)).resolve("llama3.1:70b")
+
+
+def test_list_models(tiny_store):
+    names = [m.name for m in Store(find_store_root(tiny_store)).models()]
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"]
+
+
+@pytest.mark.parametrize("digest", ["sha256:../../etc/passwd", "md5:abc", "sha256:" + "A" * 64, "sha256:" + "a" * 63])
+def test_bad_digests_never_become_paths(tmp_path, digest):
+    with pytest.raises(InvalidManifest, match="invalid layer digest"):
+        blob_path(tmp_path, digest)
+
+
+def test_manifest_with_bad_digest_is_refused(store_copy):
+    path = manifest_of(store_copy, "tiny-draft")
+    doc = json.loads(path.read_text())
+    doc["layers"][0]["digest"] = "sha256:../../../escape"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidManifest, match="invalid layer digest 'sha256:../../../escape'"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+def test_missing_blob(store_copy):
+    store = Store(find_store_root(store_copy))
+    model = store.resolve("tiny-draft")
+    blob_path(store_copy, model.layers[0].digest).unlink()
+    with pytest.raises(BlobError, match="is missing"):
+        model.gguf_path
+
+
+def test_size_mismatch(store_copy):
+    store = Store(find_store_root(store_copy))
+    model = store.resolve("tiny-draft")
+    with open(blob_path(store_copy, model.layers[0].digest), "ab") as f:
+        f.write(b"x")
+    with pytest.raises(BlobError, match="manifest says"):
+        model.gguf_path
+
+
+def test_verify_catches_corruption(store_copy):
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    layer = model.layers[0]
+    path = blob_path(store_copy, layer.digest)
+    verify_blob(path, layer)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(BlobError, match="does not match its digest"):
+        verify_blob(path, layer)
+
+
+def _rewrite_layers(store_copy, model, mutate, config=None):
+    path = manifest_of(store_copy, model)
+    doc = json.loads(path.read_text())
+    doc["layers"] = mutate(doc["layers"])
+    if config is not None:
+        from ollama_spec.synthetic.layout import add_blob
+
+        digest, size = add_blob(store_copy, json.dumps(config).encode())
+        doc["config"] = {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": digest, "size": size}
+    path.write_text(json.dumps(doc))
+
+
+def test_safetensors_model_is_not_gguf(store_copy):
+    def to_tensors(layers):
+        return [dict(l, mediaType="application/vnd.ollama.image.tensor") if l["mediaType"].endswith(".model") else l for l in layers]
+
+    _rewrite_layers(store_copy, "tiny-draft", to_tensors)
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    with pytest.raises(NotGGUF, match="tiny-draft:latest is not a GGUF model: it is stored as safetensors"):
+        model.gguf_path
+
+
+def test_cloud_model_is_not_gguf(store_copy):
+    _rewrite_layers(store_copy, "tiny-draft", lambda layers: layers[1:],
+                    config={"remote_host": "https://ollama.com:443", "remote_model": "gpt-oss:120b"})
+    with pytest.raises(NotGGUF, match="it is an Ollama cloud model"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft").gguf_path
+
+
+def test_non_gguf_model_blob(store_copy):
+    from ollama_spec.synthetic.layout import add_blob
+
+    digest, size = add_blob(store_copy, b"PK\x03\x04 not a gguf")
+    _rewrite_layers(store_copy, "tiny-draft", lambda layers: [dict(layers[0], digest=digest, size=size)] + layers[1:])
+    with pytest.raises(NotGGUF, match="its model blob .* is not GGUF"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft").gguf_path
+
+
+def test_invalid_manifest_json(store_copy):
+    manifest_of(store_copy, "tiny-draft").write_text("{not json")
+    with pytest.raises(InvalidManifest, match="is not valid JSON"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+def test_store_is_never_written(tiny_store, invoke):
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tiny_store.rglob("*")}
+    for args in (["list"], ["show", "tiny-target", "--verify"], ["pair", "tiny-target", "tiny-draft"]):
+        assert invoke(*args, "--models-dir", tiny_store).exit_code == 0
+    after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tiny_store.rglob("*")}
+    assert before == after
