@@ -231,7 +231,7 @@ class Store:
 
     def _not_found_message(self, name: str, ref: ModelRef) -> str:
         known = [m.name for m in self.models() if isinstance(m, StoredModel)]
-        close = difflib.get_close_matches(ref.display, known, n=3, cutoff=0.5)
+        close = difflib.get_close_matches(ref.display, known, n=3, cutoff=0.75)
         hint = f"; did you mean {', '.join(close)}?" if close else f"; pull it with 'ollama pull {name}'"
         return f"model '{name}' not found in {self.path} (from {self.root.source}){hint}"
 
