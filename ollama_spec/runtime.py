@@ -99,15 +99,29 @@ class LoadedModel:
         self.vocab = self._model.vocab
         self.n_vocab = self._model.n_vocab()
         self.n_ctx = self._ctx.n_ctx()
-        self._batch = llama_cpp.llama_batch_init(settings.n_batch, 0, 1)
+        # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
+        self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.n_past = 0  # tokens currently in the KV cache
+        self._pieces: dict[int, bytes] = {}
 
     # --- text <-> tokens -------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
         return self._model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
 
     def token_bytes(self, token: int) -> bytes:
-        return self._model.token_to_piece(token, special=False)
+        """The token's text as raw bytes (a piece may hold part of a UTF-8 character)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            size = 64
+            while True:
+                buf = ctypes.create_string_buffer(size)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, size, 0, False)
+                if n >= 0:
+                    break
+                size = -n
+            piece = self._pieces[token] = buf.raw[:n]
+        return piece
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._model.detokenize(list(tokens), special=False).decode("utf-8", errors="replace")
@@ -143,7 +157,7 @@ class LoadedModel:
                 f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt"
             )
         rows = []
-        step = self.settings.n_batch
+        step = self.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
             is_last_chunk = start + step >= len(tokens)

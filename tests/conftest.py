@@ -42,3 +42,34 @@ def invoke(runner):
         return runner.invoke(cli, [str(a) for a in args], **kwargs)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny_store):
+    """Resolved tiny target and draft (headers read, nothing loaded)."""
+    from ollama_spec.resolve import resolve_model
+
+    return resolve_model("tiny-target", str(tiny_store)), resolve_model("tiny-draft", str(tiny_store))
+
+
+def engine_settings(**kwargs):
+    from ollama_spec.engine import EngineSettings
+
+    # One thread: llama.cpp's spinning worker threads crawl when the 2 cores are shared.
+    return EngineSettings(**({"n_ctx": 2048, "n_threads": 1, "memory_check": False} | kwargs))
+
+
+@pytest.fixture(scope="session")
+def baseline_engine(tiny_models):
+    from ollama_spec.engine import Engine
+
+    with Engine(tiny_models[0], None, engine_settings()) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def spec_engine(tiny_models):
+    from ollama_spec.engine import Engine
+
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        yield engine

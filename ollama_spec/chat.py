@@ -1,0 +1,30 @@
+"""Prompt building: the GGUF's Jinja chat template, rendered as llama-cpp-python renders it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import InvalidSetting
+
+
+def render_chat(template: str, messages: list[dict[str, str]], *, bos_token: str, eos_token: str) -> str:
+    """Render `messages` with a Hugging Face style chat template, ending with the assistant cue."""
+
+    def raise_exception(message: str) -> None:
+        raise InvalidSetting(f"the model's chat template refused the conversation: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader())
+    try:
+        return env.from_string(template).render(
+            messages=messages,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            add_generation_prompt=True,
+            raise_exception=raise_exception,
+            strftime_now=lambda fmt: datetime.now().strftime(fmt),
+        )
+    except jinja2.TemplateError as exc:
+        raise InvalidSetting(f"the model's chat template cannot be rendered ({exc}); use --raw") from None

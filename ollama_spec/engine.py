@@ -1,0 +1,196 @@
+"""Load a target (and optional draft) and turn requests into streamed text plus statistics."""
+
+from __future__ import annotations
+
+import codecs
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from .chat import render_chat
+from .compat import check_compatibility, llama3_metadata_fixes
+from .errors import IncompatibleDraft, InvalidSetting
+from .resolve import ResolvedModel
+from .runtime import LoadedModel, LoadSettings
+from .sampling import SamplingSettings
+from .speculative import SpeculationSettings, SpeculationStats, generate_tokens
+
+DEFAULT_CTX = 4096
+DEFAULT_MAX_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    n_ctx: int = DEFAULT_CTX
+    target_gpu_layers: int = -1
+    draft_gpu_layers: int = -1
+    n_threads: int | None = None
+    kv_type: str = "f16"
+    memory_check: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 1:
+            raise InvalidSetting(f"--ctx must be a positive number of tokens, got {self.n_ctx}")
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt: str
+    system: str | None = None
+    raw: bool = False  # True: no chat template, the prompt is the text to continue
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # benchmarks: always generate max_tokens
+    sampling: SamplingSettings = SamplingSettings()
+    speculation: SpeculationSettings = SpeculationSettings()
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise InvalidSetting(f"--max-tokens must be at least 1, got {self.max_tokens}")
+
+
+@dataclass
+class Result:
+    """Filled in while a Generation is consumed; complete once iteration ends."""
+
+    prompt_tokens: int = 0
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str = ""  # "stop" (end of turn or stop string), "length" or "context"
+    prompt_seconds: float = 0.0
+    first_token_seconds: float = 0.0
+    total_seconds: float = 0.0
+    speculation: SpeculationStats = field(default_factory=SpeculationStats)
+
+    @property
+    def tokens_per_second(self) -> float:
+        decode = self.total_seconds - self.first_token_seconds
+        return (len(self.tokens) - 1) / decode if len(self.tokens) > 1 and decode > 0 else 0.0
+
+
+class Engine:
+    """A loaded target and optional draft. Incompatible drafts are refused before any load."""
+
+    def __init__(self, target: ResolvedModel, draft: ResolvedModel | None = None,
+                 settings: EngineSettings = EngineSettings()):
+        self.target_model, self.draft_model, self.settings = target, draft, settings
+        if draft is not None:
+            verdict = check_compatibility(target.info, draft.info)
+            if not verdict.ok:
+                raise IncompatibleDraft(f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.problems))
+        if settings.memory_check:
+            from .memory import ensure_fits, plan_memory
+
+            ensure_fits(plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type))
+        fixes = llama3_metadata_fixes(target.info)
+        self.extra_stop_ids = {i for fix in fixes for i in fix.extra_stop_ids}
+        self.target = self._load(target, settings.target_gpu_layers, fixes)
+        self.draft = None
+        if draft is not None:
+            try:
+                self.draft = self._load(draft, settings.draft_gpu_layers, llama3_metadata_fixes(draft.info))
+            except BaseException:
+                self.target.close()
+                raise
+
+    def _load(self, model: ResolvedModel, gpu_layers: int, fixes) -> LoadedModel:
+        overrides = tuple(kv for fix in fixes for kv in fix.kv_overrides)
+        return LoadedModel(model.path, LoadSettings(n_ctx=self.settings.n_ctx, n_gpu_layers=gpu_layers,
+                                                    n_threads=self.settings.n_threads, kv_overrides=overrides))
+
+    def close(self) -> None:
+        for model in (self.draft, self.target):
+            if model is not None:
+                model.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def prompt_tokens(self, request: Request) -> list[int]:
+        """The request as target tokens: chat-templated unless raw or the model has no template."""
+        info = self.target_model.info
+        system = request.system if request.system is not None else self.target_model.system
+        if request.raw or not info.chat_template:
+            text = f"{system}\n\n{request.prompt}" if system and not request.raw else request.prompt
+            return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": request.prompt}]
+        bos = info.token_text(info.bos_id) or ""
+        text = render_chat(info.chat_template, messages, bos_token=bos, eos_token=info.token_text(info.eos_id) or "")
+        add_bos = self.target.add_bos and not (bos and text.startswith(bos))
+        return self.target.tokenize(text, add_bos=add_bos, special=True)
+
+    def is_end_of_turn(self, token: int) -> bool:
+        return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
+
+    def generate(self, request: Request) -> "Generation":
+        return Generation(self, request)
+
+
+class Generation:
+    """Iterate for text pieces as they are accepted; `result` holds tokens, reason and stats."""
+
+    def __init__(self, engine: Engine, request: Request):
+        self.engine, self.request = engine, request
+        self.result = Result()
+
+    def __iter__(self) -> Iterator[str]:
+        engine, request, result = self.engine, self.request, self.result
+        start = time.perf_counter()
+        prompt = engine.prompt_tokens(request)
+        result.prompt_tokens = len(prompt)
+        if len(prompt) >= engine.target.n_ctx:
+            raise InvalidSetting(
+                f"the prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}; raise --ctx or shorten it"
+            )
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        held = ""  # text that might be the start of a stop string
+        tokens = generate_tokens(engine.target, engine.draft, prompt, request.sampling, request.speculation,
+                                 result.speculation)
+        result.finish_reason = "context"
+        try:
+            for token in tokens:
+                if not result.tokens:
+                    result.first_token_seconds = time.perf_counter() - start
+                if not request.ignore_eos and engine.is_end_of_turn(token.id):
+                    result.finish_reason = "stop"
+                    break
+                result.tokens.append(token.id)
+                held += decoder.decode(engine.target.token_bytes(token.id))
+                cut = _find_stop(held, request.stop)
+                if cut is not None:
+                    held, result.finish_reason = held[:cut], "stop"
+                    break
+                safe = len(held) - _stop_prefix_length(held, request.stop)
+                if safe:
+                    result.text += held[:safe]
+                    yield held[:safe]
+                    held = held[safe:]
+                if len(result.tokens) >= request.max_tokens:
+                    result.finish_reason = "length"
+                    break
+            held += decoder.decode(b"", final=True)
+            if held:  # what was held back for a stop string that never came
+                result.text += held
+                yield held
+        finally:
+            tokens.close()
+            result.total_seconds = time.perf_counter() - start
+
+
+def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    hits = [text.find(s) for s in stops if s and s in text]
+    return min(hits) if hits else None
+
+
+def _stop_prefix_length(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that begins some stop string."""
+    best = 0
+    for stop in stops:
+        for n in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:n]):
+                best = n
+                break
+    return best

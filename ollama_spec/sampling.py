@@ -1,0 +1,76 @@
+"""Sampling settings and the pure helpers that turn logits into the distribution we sample from.
+
+Draft and target go through the same `logits_to_probs`, so rejection sampling compares the
+distributions that are actually sampled (DESIGN.md). Order as in llama.cpp's default chain:
+top-k, top-p and min-p cut on the untempered softmax, then temperature reshapes what is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import InvalidSetting
+
+# Ollama's defaults, so a model behaves here as it does under `ollama run`.
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.9
+DEFAULT_MIN_P = 0.0
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = DEFAULT_TEMPERATURE
+    top_k: int = DEFAULT_TOP_K  # 0: off
+    top_p: float = DEFAULT_TOP_P  # 1.0: off
+    min_p: float = DEFAULT_MIN_P  # 0.0: off
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise InvalidSetting(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise InvalidSetting(f"top-k must be >= 0 (0 turns it off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise InvalidSetting(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise InvalidSetting(f"min-p must be in [0, 1], got {self.min_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def logits_to_probs(logits: np.ndarray, settings: SamplingSettings) -> np.ndarray:
+    """One row of logits -> the probability vector that sampling uses (zeros where cut)."""
+    logits = logits.astype(np.float64)
+    keep = np.ones(logits.shape, dtype=bool)
+    if 0 < settings.top_k < logits.size:
+        kth = np.partition(logits, -settings.top_k)[-settings.top_k]
+        keep &= logits >= kth
+    if settings.top_p < 1 or settings.min_p > 0:
+        probs = _softmax(np.where(keep, logits, -np.inf))
+        if settings.top_p < 1:
+            order = np.argsort(-probs, kind="stable")
+            cumulative = np.cumsum(probs[order])
+            # keep the smallest prefix whose mass reaches top_p (always at least one token)
+            cut = int(np.searchsorted(cumulative, settings.top_p)) + 1
+            top = np.zeros_like(keep)
+            top[order[:cut]] = True
+            keep &= top
+        if settings.min_p > 0:
+            keep &= probs >= settings.min_p * probs.max()
+    return _softmax(np.where(keep, logits / settings.temperature, -np.inf))
+
+
+def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one token id from a probability vector."""
+    cumulative = np.cumsum(probs)
+    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), probs.size - 1))
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - np.max(x))
+    return e / e.sum()

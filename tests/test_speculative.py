@@ -1,0 +1,200 @@
+"""The draft-verify loop on real llama.cpp inference with the synthetic tiny pair."""
+
+import numpy as np
+import psutil
+import pytest
+from scipy.stats import chisquare
+
+from ollama_spec.engine import Engine, Request
+from ollama_spec.sampling import SamplingSettings, logits_to_probs
+from ollama_spec.speculative import SpeculationSettings, SpeculationStats, generate_tokens
+from tests.conftest import engine_settings
+
+GREEDY = SamplingSettings(temperature=0)
+PROMPTS = ["The quick brown fox", "Write a function that returns the sum", "What is the capital of France?",
+           "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi."]
+
+
+def run(engine, prompt, **kwargs):
+    generation = engine.generate(Request(prompt, **({"max_tokens": 48, "sampling": GREEDY} | kwargs)))
+    text = "".join(generation)
+    assert text == generation.result.text
+    return generation.result
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_output_is_token_identical_to_target_alone(baseline_engine, spec_engine, prompt):
+    expected = run(baseline_engine, prompt).tokens
+    assert len(expected) > 10
+    for k in range(1, 9):
+        result = run(spec_engine, prompt, speculation=SpeculationSettings(k))
+        assert result.tokens == expected, f"K={k} diverged"
+        assert result.speculation.drafted > 0
+
+
+def test_raw_prompts_too(baseline_engine, spec_engine):
+    expected = run(baseline_engine, "Once upon a time", raw=True, max_tokens=64).tokens
+    for k in (1, 4, 8):
+        assert run(spec_engine, "Once upon a time", raw=True, max_tokens=64, speculation=SpeculationSettings(k)).tokens == expected
+
+
+@pytest.fixture(scope="module")
+def self_drafting_engine(tiny_models):
+    with Engine(tiny_models[0], tiny_models[0], engine_settings()) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SamplingSettings(temperature=1.0, seed=5)])
+def test_draft_equal_to_target_accepts_every_token(self_drafting_engine, sampling):
+    result = run(self_drafting_engine, PROMPTS[0], max_tokens=60, sampling=sampling, ignore_eos=True)
+    stats = result.speculation
+    assert stats.drafted >= 50
+    assert stats.accepted == stats.drafted
+
+
+def test_stats_add_up(spec_engine):
+    stats = run(spec_engine, PROMPTS[1], max_tokens=100, ignore_eos=True, speculation=SpeculationSettings(4)).speculation
+    assert stats.generated >= 100
+    assert stats.generated == stats.accepted + stats.steps
+    assert sum(stats.drafted_by_position) == stats.drafted and sum(stats.accepted_by_position) == stats.accepted
+    assert stats.drafted_by_position[0] == stats.steps  # every step drafts at least one token
+    assert 0 < stats.acceptance_rate < 1
+
+
+def first_two_tokens(target, draft, prompt, sampling, seed, k=2):
+    tokens = generate_tokens(target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})),
+                             SpeculationSettings(k))
+    pair = (next(tokens).id, next(tokens).id)
+    tokens.close()
+    return pair
+
+
+def test_rejection_sampling_preserves_the_target_distribution(spec_engine):
+    """Chi-square test of the first two tokens against the exact target distribution.
+
+    top-k 4 keeps 16 possible (t1, t2) pairs; 3,000 seeded runs; significance 0.001 (a correct
+    implementation fails one seed in a thousand, and the seeds are fixed).
+    """
+    target, draft = spec_engine.target, spec_engine.draft
+    sampling = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    prompt = target.tokenize("Once upon a time", add_bos=True, special=False)
+    exact = {}
+    target.truncate(0)
+    first = logits_to_probs(target.eval(prompt)[-1], sampling)
+    for t1 in np.flatnonzero(first):
+        target.truncate(len(prompt))
+        second = logits_to_probs(target.eval([int(t1)])[-1], sampling)
+        for t2 in np.flatnonzero(second):
+            exact[(int(t1), int(t2))] = first[t1] * second[t2]
+    n = 3000
+    counts = dict.fromkeys(exact, 0)
+    for seed in range(n):
+        counts[first_two_tokens(target, draft, prompt, sampling, seed)] += 1
+    observed = np.array([counts[key] for key in exact])
+    expected = np.array([exact[key] for key in exact]) * n
+    assert chisquare(observed, expected).pvalue > 0.001
+
+
+def test_rejection_sampling_accepts_more_than_sample_and_compare(spec_engine):
+    """Same real draft/target distributions, two lossless rules: Σmin(p,q) vs Σp·q per position."""
+    from ollama_spec.verify import verify_rejection, verify_sample_and_compare
+
+    target, draft = spec_engine.target, spec_engine.draft
+    sampling = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0)
+    rng = np.random.default_rng(0)
+    seq = target.tokenize(PROMPTS[3], add_bos=True, special=False)
+    target.truncate(0)
+    draft.truncate(0)
+    p_rows = target.eval(seq, logits="all")[-1:]
+    q_rows = draft.eval(seq, logits="all")[-1:]
+    rejection = compare = 0
+    trials = 0
+    for _ in range(40):  # walk 40 positions of the target's own text
+        p, q = logits_to_probs(p_rows[-1], sampling), logits_to_probs(q_rows[-1], sampling)
+        for _ in range(50):
+            x = int(rng.choice(len(q), p=q))
+            rejection += verify_rejection([x], q[None], np.stack([p, p]), rng)[0]
+            compare += verify_sample_and_compare([x], np.stack([p, p]), rng)[0]
+            trials += 1
+        token = int(rng.choice(len(p), p=p))
+        p_rows, q_rows = target.eval([token]), draft.eval([token])
+    assert rejection / trials > compare / trials + 0.05
+
+
+def test_long_generation_keeps_memory_bounded(tiny_models, monkeypatch):
+    """2,100 tokens with a draft: no error, logits copied only for the verify rows."""
+    from ollama_spec import runtime
+
+    rows_read = []
+    real_read = runtime.LoadedModel._read_logits
+    monkeypatch.setattr(runtime.LoadedModel, "_read_logits",
+                        lambda self, n: rows_read.append(n) or real_read(self, n))
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=4096)) as engine:
+        process = psutil.Process()
+        run(engine, PROMPTS[0], max_tokens=50, ignore_eos=True)  # warm up allocations
+        before = process.memory_info().rss
+        result = run(engine, PROMPTS[0], max_tokens=2100, ignore_eos=True, speculation=SpeculationSettings(5))
+        growth = process.memory_info().rss - before
+    assert len(result.tokens) == 2100 and result.finish_reason == "length"
+    assert max(rows_read) <= 6  # never more than K + 1 rows of logits
+    assert growth < 32 << 20
+
+
+def test_stop_string_ends_generation_and_is_not_printed(baseline_engine, spec_engine):
+    full = run(baseline_engine, PROMPTS[0], max_tokens=40).text
+    stop = full[12:16]
+    for engine in (baseline_engine, spec_engine):
+        result = run(engine, PROMPTS[0], max_tokens=40, stop=(stop,))
+        assert result.finish_reason == "stop"
+        assert result.text == full[: full.index(stop)]
+
+
+def test_end_of_turn_token_ends_generation(baseline_engine, spec_engine):
+    # The synthetic models end their turn after a period; this prompt's answer has one.
+    base = run(baseline_engine, PROMPTS[0], max_tokens=200)
+    assert base.finish_reason == "stop" and len(base.tokens) < 200
+    info = baseline_engine.target_model.info
+    ignored = run(baseline_engine, PROMPTS[0], max_tokens=len(base.tokens) + 1, ignore_eos=True)
+    assert ignored.tokens[len(base.tokens)] in (info.eos_id, info.eot_id)  # the next token ended the turn
+    assert run(spec_engine, PROMPTS[0], max_tokens=200).tokens == base.tokens
+
+
+def test_max_tokens(spec_engine):
+    result = run(spec_engine, PROMPTS[1], max_tokens=7, ignore_eos=True, speculation=SpeculationSettings(5))
+    assert len(result.tokens) == 7 and result.finish_reason == "length"
+
+
+def test_context_full_stops_cleanly(tiny_models):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=64)) as engine:
+        result = run(engine, PROMPTS[0], max_tokens=500, ignore_eos=True)
+        n_ctx = engine.target.n_ctx  # llama.cpp rounds the context up to its padding
+        with Engine(tiny_models[0], None, engine_settings(n_ctx=64)) as baseline:
+            expected = run(baseline, PROMPTS[0], max_tokens=500, ignore_eos=True)
+    assert result.finish_reason == "context" and expected.finish_reason == "context"
+    assert result.tokens == expected.tokens
+    assert result.prompt_tokens + len(result.tokens) == n_ctx + 1  # the last one is predicted from a full cache
+
+
+def test_prompt_longer_than_context_is_refused(tiny_models):
+    from ollama_spec.errors import InvalidSetting
+
+    with Engine(tiny_models[0], None, engine_settings(n_ctx=16)) as engine:
+        assert engine.target.n_ctx == 256  # llama.cpp's smallest padded context
+        with pytest.raises(InvalidSetting, match=r"the prompt is \d+ tokens but the context holds 256; raise --ctx"):
+            run(engine, PROMPTS[3] * 20)
+
+
+def test_adaptive_drafting_stops_early_and_stays_exact(baseline_engine, tiny_models):
+    expected = run(baseline_engine, PROMPTS[1], max_tokens=60).tokens
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        result = run(engine, PROMPTS[1], max_tokens=60, speculation=SpeculationSettings(8, draft_p_min=0.9))
+    assert result.tokens == expected
+    assert result.speculation.drafted < 8 * result.speculation.steps
+
+
+def test_stats_object_is_optional(spec_engine):
+    target, draft = spec_engine.target, spec_engine.draft
+    prompt = target.tokenize("Hi", add_bos=True, special=False)
+    tokens = generate_tokens(target, draft, prompt, GREEDY, SpeculationSettings(3), SpeculationStats())
+    assert len([next(tokens) for _ in range(10)]) == 10
+    tokens.close()
