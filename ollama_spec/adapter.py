@@ -1,0 +1,70 @@
+"""`OllamaDraftModel`: an Ollama-resolved draft for llama-cpp-python's own `draft_model` hook.
+
+    from llama_cpp import Llama
+    from ollama_spec.adapter import OllamaDraftModel, ollama_model_path
+
+    llm = Llama(model_path=ollama_model_path("llama3.1:8b"), n_ctx=4096, n_gpu_layers=-1,
+                draft_model=OllamaDraftModel("llama3.2:1b", num_pred_tokens=5), logits_all=True)
+
+Caveats of that path (llama-cpp-python 0.3.36), which ollama-spec's own engine avoids:
+- it compares the target's *sampled* token with the draft's, so at temperature > 0 it accepts
+  less than rejection sampling does (the output is still the target's distribution);
+- it keeps logits for every position: n_ctx x n_vocab x 4 bytes (3.9 GiB at 8k context with a
+  128k vocabulary). Pass `logits_all=True` yourself: without it generation fails after about
+  n_batch (512) tokens with "could not broadcast input array".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from llama_cpp.llama_speculative import LlamaDraftModel
+
+from .compat import llama3_metadata_fixes
+from .resolve import resolve_model
+from .runtime import LoadedModel, LoadSettings
+
+
+def ollama_model_path(name: str, models_dir: str | None = None) -> str:
+    """The GGUF blob of an Ollama model, for `Llama(model_path=...)`."""
+    return str(resolve_model(name, models_dir).path)
+
+
+class OllamaDraftModel(LlamaDraftModel):
+    """Greedy drafts from an Ollama model; keeps its KV cache across calls (prefix reuse)."""
+
+    def __init__(self, name: str, *, num_pred_tokens: int = 5, models_dir: str | None = None,
+                 n_ctx: int = 4096, n_gpu_layers: int = -1, n_threads: int | None = None):
+        resolved = resolve_model(name, models_dir)
+        overrides = tuple(kv for fix in llama3_metadata_fixes(resolved.info) for kv in fix.kv_overrides)
+        self.name = resolved.name
+        self.num_pred_tokens = num_pred_tokens
+        self.model = LoadedModel(Path(resolved.path), LoadSettings(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
+                                                                   n_threads=n_threads, kv_overrides=overrides))
+        self._cached: list[int] = []  # tokens whose keys/values are in the draft's cache
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
+        ids = [int(t) for t in input_ids]
+        common = 0
+        for cached, new in zip(self._cached, ids[:-1]):  # always re-read the last token for its logits
+            if cached != new:
+                break
+            common += 1
+        self.model.truncate(common)
+        room = self.model.n_ctx - len(ids)
+        if room <= 0 or not ids:
+            return np.array([], dtype=np.intc)
+        logits = self.model.eval(ids[common:])[-1]
+        drafted: list[int] = []
+        for _ in range(min(self.num_pred_tokens, room)):
+            token = int(logits.argmax())
+            drafted.append(token)
+            if len(drafted) < min(self.num_pred_tokens, room):
+                logits = self.model.eval([token])[-1]
+        self.model.truncate(len(ids))
+        self._cached = ids
+        return np.array(drafted, dtype=np.intc)
+
+    def close(self) -> None:
+        self.model.close()

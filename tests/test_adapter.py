@@ -1,0 +1,41 @@
+"""OllamaDraftModel inside llama-cpp-python's own speculative path."""
+
+from llama_cpp import Llama
+
+from ollama_spec.adapter import OllamaDraftModel, ollama_model_path
+
+
+def test_adapter_drafts_and_keeps_the_target_output(tiny_store):
+    target_path = ollama_model_path("tiny-target", str(tiny_store))
+    kwargs = {"n_ctx": 1024, "n_threads": 1, "verbose": False, "seed": 1}
+    plain = Llama(model_path=target_path, **kwargs)
+    expected = plain("The quick brown fox", max_tokens=40, temperature=0)["choices"][0]["text"]
+    draft = OllamaDraftModel("tiny-draft", models_dir=str(tiny_store), num_pred_tokens=4, n_threads=1)
+    calls = []
+    real_call = draft.__call__
+
+    class Spy(OllamaDraftModel):
+        def __call__(self, input_ids, /, **kw):
+            out = real_call(input_ids, **kw)
+            calls.append(len(out))
+            return out
+
+    draft.__class__ = Spy
+    with_draft = Llama(model_path=target_path, draft_model=draft, logits_all=True, **kwargs)
+    text = with_draft("The quick brown fox", max_tokens=40, temperature=0)["choices"][0]["text"]
+    assert text == expected
+    assert calls and max(calls) == 4
+    draft.close()
+
+
+def test_draft_proposals_match_the_draft_models_greedy_choice(tiny_store):
+    draft = OllamaDraftModel("tiny-draft", models_dir=str(tiny_store), num_pred_tokens=3, n_threads=1)
+    prompt = draft.model.tokenize("Once upon a time", add_bos=True, special=False)
+    import numpy as np
+
+    first = draft(np.array(prompt, dtype=np.intc))
+    again = draft(np.array(prompt, dtype=np.intc))  # cache reuse must not change the answer
+    extended = draft(np.array(prompt + [int(first[0])], dtype=np.intc))
+    assert list(first) == list(again) and len(first) == 3
+    assert list(extended[:2]) == list(first[1:])
+    draft.close()
