@@ -23,6 +23,12 @@ demo: install
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec list
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec pair $(TARGET) $(DRAFT)
 
+# Benchmark: the synthetic 0.6B F16 pair by default; `make bench TARGET=llama3.1:70b DRAFT=llama3.2:1b`
+# for real models in your Ollama store.
+bench: install
+	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
+	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec bench $(TARGET) --draft $(DRAFT) --out bench-results $(BENCH_ARGS)
+
 test: install
 	$(BIN)/python -m pytest -q
 

@@ -38,6 +38,7 @@ def add_blob(root: Path, source: Path | bytes) -> tuple[str, int]:
         fd, staged = tempfile.mkstemp(dir=root, prefix=".staging-")
         with os.fdopen(fd, "wb") as f:
             f.write(source)
+        os.chmod(staged, 0o644)  # mkstemp makes 0600; Ollama's blobs are world-readable
         source = Path(staged)
     else:
         with open(source, "rb") as f:
