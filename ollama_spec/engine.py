@@ -125,15 +125,16 @@ class Engine:
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
 
-    def generate(self, request: Request) -> "Generation":
-        return Generation(self, request)
+    def generate(self, request: Request, *, use_draft: bool = True) -> "Generation":
+        """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""
+        return Generation(self, request, self.draft if use_draft else None)
 
 
 class Generation:
     """Iterate for text pieces as they are accepted; `result` holds tokens, reason and stats."""
 
-    def __init__(self, engine: Engine, request: Request):
-        self.engine, self.request = engine, request
+    def __init__(self, engine: Engine, request: Request, draft: LoadedModel | None):
+        self.engine, self.request, self.draft = engine, request, draft
         self.result = Result()
 
     def __iter__(self) -> Iterator[str]:
@@ -147,7 +148,7 @@ class Generation:
             )
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         held = ""  # text that might be the start of a stop string
-        tokens = generate_tokens(engine.target, engine.draft, prompt, request.sampling, request.speculation,
+        tokens = generate_tokens(engine.target, self.draft, prompt, request.sampling, request.speculation,
                                  result.speculation)
         result.finish_reason = "context"
         try:

@@ -42,12 +42,14 @@ from .options import models_dir_option
               help="KV cache type assumed by the memory check.")
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
+@click.option("--compare", is_flag=True,
+              help="Run the target alone first, then with the draft; print both speeds and the speed-up.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text + statistics) at the end.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def generate(target, prompt, draft, k, draft_p_min, temperature, top_k, top_p, min_p, seed, max_tokens, ctx, stop,
-             system, raw, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, stats, as_json, verbose,
-             models_dir) -> None:
+             system, raw, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, stats, compare, as_json,
+             verbose, models_dir) -> None:
     """Generate text with TARGET, drafted by --draft; PROMPT or standard input.
 
     The output is exactly what TARGET alone writes (greedy: token for token; sampling: the
@@ -58,6 +60,7 @@ def generate(target, prompt, draft, k, draft_p_min, temperature, top_k, top_p, m
       ollama-spec generate llama3.1:70b --draft llama3.2:1b "Why is the sky blue?"
       echo "def fib(n):" | ollama-spec generate qwen2.5-coder:32b -d qwen2.5-coder:0.5b --raw -t 0
       ollama-spec generate llama3.1:8b -d llama3.2:1b -k 8 --stats "Explain KV caches."
+      ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
     """
     set_verbose(verbose)
     if prompt is None:
@@ -85,7 +88,10 @@ def generate(target, prompt, draft, k, draft_p_min, temperature, top_k, top_p, m
         n_ctx=int(_first(ctx, params.get("num_ctx"), DEFAULT_CTX)), target_gpu_layers=n_gpu_layers,
         draft_gpu_layers=draft_n_gpu_layers, n_threads=threads, kv_type=kv_type, memory_check=not no_check,
     )
+    if compare and draft_model is None:
+        raise click.UsageError("--compare needs --draft")
     with Engine(target_model, draft_model, settings) as engine:
+        baseline = _run_baseline(engine, request, as_json) if compare else None
         generation = engine.generate(request)
         for piece in generation:
             if not as_json:
@@ -94,13 +100,50 @@ def generate(target, prompt, draft, k, draft_p_min, temperature, top_k, top_p, m
         result = generation.result
         n_ctx = engine.target.n_ctx
     if as_json:
-        click.echo(json.dumps(result_json(target_model.name, draft_model.name if draft_model else None, result), indent=2))
+        data = result_json(target_model.name, draft_model.name if draft_model else None, result)
+        if baseline is not None:
+            data["baseline"] = result_json(target_model.name, None, baseline)
+            data["speedup"] = round(result.tokens_per_second / max(baseline.tokens_per_second, 1e-9), 3)
+        click.echo(json.dumps(data, indent=2))
         return
     click.echo()
+    sys.stdout.flush()
+    if baseline is not None:
+        click.echo(format_comparison(baseline, result, greedy=request.sampling.greedy), err=True)
     if result.finish_reason == "context":
         click.echo(f"stopped: the context ({n_ctx} tokens) is full; raise --ctx for longer output", err=True)
     if stats:
         click.echo(format_stats(result, speculative=draft_model is not None), err=True)
+
+
+def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
+    if not quiet:
+        click.echo("--- target alone ---", err=True)
+    generation = engine.generate(request, use_draft=False)
+    for piece in generation:
+        if not quiet:
+            click.echo(piece, nl=False)
+            sys.stdout.flush()
+    if not quiet:
+        click.echo()
+        sys.stdout.flush()
+        click.echo("--- target + draft ---", err=True)
+    return generation.result
+
+
+def format_comparison(baseline: Result, result: Result, *, greedy: bool) -> str:
+    speedup = result.tokens_per_second / max(baseline.tokens_per_second, 1e-9)
+    spec = result.speculation
+    lines = [
+        f"target alone:   {baseline.tokens_per_second:7.1f} tok/s ({len(baseline.tokens)} tokens)",
+        f"target + draft: {result.tokens_per_second:7.1f} tok/s ({len(result.tokens)} tokens)",
+        f"speed-up {speedup:.2f}x, {spec.acceptance_rate:.0%} of drafted tokens accepted, "
+        f"{spec.mean_accepted_per_step:.2f} tokens per target pass",
+    ]
+    if greedy:
+        same = baseline.tokens == result.tokens
+        lines.append("outputs are token-identical" if same else "WARNING: outputs differ (numerical near-tie?)")
+    return "\n".join(lines)
 
 
 def _first(*values):

@@ -1,0 +1,78 @@
+import json
+
+import pytest
+
+BASE = ("--threads", "1", "--no-check", "-t", "0")
+
+
+def gen(invoke, store, *args, **kwargs):
+    return invoke("generate", *args, *BASE, "--models-dir", store, **kwargs)
+
+
+def test_generate_streams_the_same_text_with_and_without_draft(invoke, tiny_store):
+    alone = gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-n", "30")
+    drafted = gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-n", "30", "--draft", "tiny-draft", "-k", "3")
+    assert alone.exit_code == 0 and drafted.exit_code == 0
+    assert alone.stdout == drafted.stdout and len(alone.stdout.strip()) > 10
+
+
+def test_prompt_from_stdin_and_json(invoke, tiny_store):
+    result = gen(invoke, tiny_store, "tiny-target", "-d", "tiny-draft", "--json", "-n", "20", input="Once upon a time")
+    data = json.loads(result.stdout)
+    assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
+    assert data["generated_tokens"] == 20 and data["finish_reason"] == "length"
+    assert data["drafted"] >= data["accepted"] > 0
+    assert len(data["acceptance_by_position"]) == 5
+
+
+def test_stats_and_compare_go_to_stderr(invoke, tiny_store):
+    result = gen(invoke, tiny_store, "tiny-target", "Hi", "-d", "tiny-draft", "--compare", "--stats", "-n", "24")
+    assert result.exit_code == 0
+    assert "target alone:" in result.stderr and "speed-up" in result.stderr
+    assert "outputs are token-identical" in result.stderr
+    assert "tokens per target pass" in result.stderr
+
+
+def test_gguf_paths_work_without_a_store(invoke, tiny_store, tiny_models):
+    target, draft = (str(m.path) + ".gguf" for m in tiny_models)
+    import shutil
+
+    for model in tiny_models:
+        shutil.copy(model.path, str(model.path) + ".gguf")
+    result = invoke("generate", target, "Hi", "-d", draft, *BASE, "-n", "5")
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (("nope", "hi"), "Error: model 'nope' not found in {store} (from --models-dir); pull it with 'ollama pull nope'"),
+    (("tiny-target", "hi", "-d", "tiny-alien"),
+     "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
+     "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"),
+    (("tiny-target", "hi", "-d", "tiny-draft", "-k", "0"), "Error: -k/--num-speculative-tokens must be at least 1, got 0"),
+    (("tiny-target", "hi", "--temperature", "-1"), "Error: temperature must be >= 0, got -1.0"),
+    (("tiny-target", "hi", "--top-p", "0"), "Error: top-p must be in (0, 1], got 0.0"),
+    (("tiny-target", "hi", "--top-p", "1.01"), "Error: top-p must be in (0, 1], got 1.01"),
+    (("tiny-target", "hi", "--ctx", "0"), "Error: --ctx must be a positive number of tokens, got 0"),
+    (("tiny-target", "hi", "--max-tokens", "0"), "Error: --max-tokens must be at least 1, got 0"),
+    (("tiny-target", "word " * 400, "--ctx", "256"),
+     "Error: the prompt is 1214 tokens but the context holds 256; raise --ctx or shorten it"),
+])
+def test_errors_are_one_line(invoke, tiny_store, args, message):
+    result = invoke("generate", *args, "--threads", "1", "--no-check", "--models-dir", tiny_store)
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == message.format(store=tiny_store)
+    assert "Traceback" not in result.output
+
+
+def test_incompatible_draft_is_refused_before_loading(invoke, tiny_store, monkeypatch):
+    from ollama_spec import engine
+
+    loads = []
+    monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a))
+    result = invoke("generate", "tiny-target", "hi", "-d", "tiny-alien", "--no-check", "--models-dir", tiny_store)
+    assert result.exit_code == 1 and loads == []
+
+
+def test_compare_needs_a_draft(invoke, tiny_store):
+    result = gen(invoke, tiny_store, "tiny-target", "hi", "--compare")
+    assert result.exit_code == 2 and "--compare needs --draft" in result.output
