@@ -102,12 +102,16 @@ def _add_filler_merges(tokens: list[str], merges: list[str], size: int) -> None:
     starts = [t for t in tokens[256:] if t.startswith("Ġ")]
     suffixes = [t for t in tokens[256:] if not t.startswith("Ġ") and len(t) > 1]
     seen = set(tokens)
+    misses = 0
     while len(tokens) < size:
         left, right = rng.choice(starts), rng.choice(suffixes)
         if left + right not in seen:
             seen.add(left + right)
             tokens.append(left + right)
             merges.append(f"{left} {right}")
+            misses = 0
+        elif (misses := misses + 1) > 1000:  # pairs used up: longer words make new ones
+            starts = [t for t in tokens[256:] if t.startswith("Ġ")]
 
 
 @lru_cache(maxsize=8)
