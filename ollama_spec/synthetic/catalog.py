@@ -46,7 +46,7 @@ PAIRS: dict[str, PairSpec] = {
         target_name="synth-target", draft_name="synth-draft",
         arch=Architecture(n_embd=2048, n_layer=13, n_head=16, n_kv_head=4, n_ff=5632, context_length=8192),
         draft_layers=1, vocab_size=2048, n_merges=600,
-        recipe=_recipe(7, 2048, 600, dtype="F16", residual_scale=0.1),
+        recipe=_recipe(7, 2048, 600, dtype="F16", residual_scale=0.025),
         description="0.6B F16 target + 1-layer draft: memory-bound on a CPU, like a GPU",
     ),
 }
