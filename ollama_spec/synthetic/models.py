@@ -112,8 +112,13 @@ def write_gguf(
     weights: dict[str, np.ndarray],
     dtype: str,
     chat_template: str | None = LLAMA3_CHAT_TEMPLATE,
+    llama3_metadata_gap: bool = False,
 ) -> None:
-    """Write a llama GGUF using the first `n_layer` blocks of `weights`."""
+    """Write a llama GGUF using the first `n_layer` blocks of `weights`.
+
+    `llama3_metadata_gap` reproduces some published Llama 3 GGUFs: no `tokenizer.ggml.pre`, no
+    EOT id, and EOS pointing at `<|end_of_text|>`.
+    """
     writer = GGUFWriter(path, arch="llama")
     writer.add_name(name)
     writer.add_file_type(FILE_TYPES[dtype])
@@ -128,13 +133,15 @@ def write_gguf(
     writer.add_layer_norm_rms_eps(arch.rms_eps)
     writer.add_vocab_size(vocab.size)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("llama-bpe")
+    if not llama3_metadata_gap:
+        writer.add_tokenizer_pre("llama-bpe")
     writer.add_token_list(list(vocab.tokens))
     writer.add_token_types(list(vocab.token_types))
     writer.add_token_merges(list(vocab.merges))
     writer.add_bos_token_id(vocab.id_of(BOS))
     writer.add_eos_token_id(vocab.id_of(EOS))
-    writer.add_eot_token_id(vocab.id_of(EOT))
+    if not llama3_metadata_gap:
+        writer.add_eot_token_id(vocab.id_of(EOT))
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     if chat_template:

@@ -1,0 +1,70 @@
+"""Engine behaviour around the loop: prompt building, metadata fixes, draft cache reuse."""
+
+from ollama_spec.engine import Engine, Request
+from ollama_spec.gguf_info import read_model_info
+from ollama_spec.resolve import ResolvedModel
+from ollama_spec.sampling import SamplingSettings
+from ollama_spec.speculative import SpeculationSettings
+from ollama_spec.synthetic.catalog import PAIRS
+from ollama_spec.synthetic.models import make_weights, write_gguf
+from ollama_spec.synthetic.tokenizer import build_vocabulary
+from tests.conftest import engine_settings
+
+GREEDY = SamplingSettings(temperature=0)
+
+
+def test_chat_template_is_applied_unless_raw(baseline_engine):
+    chat = baseline_engine.prompt_tokens(Request("Hello", system="Be brief."))
+    raw = baseline_engine.prompt_tokens(Request("Hello", raw=True))
+    target = baseline_engine.target
+    text = target.detokenize(chat)
+    assert chat[0] == target.bos_token and chat.count(target.bos_token) == 1
+    assert "Be brief." in text and "Hello" in text
+    assert chat.index(target.tokenize("<|start_header_id|>", add_bos=False, special=True)[0]) == 1
+    assert raw == target.tokenize("Hello", add_bos=True, special=False)
+
+
+def test_draft_never_rereads_the_prompt(tiny_models, monkeypatch):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        evaluated = []
+        real_eval = engine.draft.eval
+        monkeypatch.setattr(engine.draft, "eval", lambda tokens, **kw: evaluated.append(len(tokens)) or real_eval(tokens, **kw))
+        generation = engine.generate(Request("Once upon a time", max_tokens=200, ignore_eos=True, sampling=GREEDY,
+                                             speculation=SpeculationSettings(4)))
+        "".join(generation)
+        prompt = generation.result.prompt_tokens
+    assert evaluated[0] == prompt  # the prompt once, at the first step
+    assert max(evaluated[1:]) <= 2  # afterwards: the new tokens only
+
+
+def _gap_model(tmp_path):
+    spec = PAIRS["tiny"]
+    vocab = build_vocabulary(spec.vocab_size, spec.n_merges)
+    weights = make_weights(spec.arch, vocab.size, spec.recipe, spec.draft_layers)
+    path = tmp_path / "gap.gguf"
+    write_gguf(path, name="gap", arch=spec.arch, n_layer=spec.arch.n_layer, vocab=vocab, weights=weights,
+               dtype="F32", llama3_metadata_gap=True)
+    return ResolvedModel(name="gap", path=path, info=read_model_info(path))
+
+
+def test_llama3_metadata_gap_is_corrected_at_load(tmp_path, tiny_models, baseline_engine):
+    gap = _gap_model(tmp_path)
+    assert gap.info.pre_tokenizer is None and gap.info.eot_id is None
+    with Engine(gap, None, engine_settings()) as engine:
+        assert engine.extra_stop_ids == {511}  # <|eot_id|>
+        text = "In 2024, 123456 numbers... and  spaces\n\nnew lines"
+        # with the llama-bpe override the gap model splits text exactly like the complete model
+        assert engine.target.tokenize(text, add_bos=True, special=False) == \
+            baseline_engine.target.tokenize(text, add_bos=True, special=False)
+        assert engine.is_end_of_turn(511) and engine.is_end_of_turn(508)
+
+
+def test_system_layer_is_the_default_system_prompt(tiny_models, baseline_engine):
+    from dataclasses import replace
+
+    with_system = replace(tiny_models[0], system="You are terse.")
+    engine = Engine.__new__(Engine)
+    engine.target_model, engine.target = with_system, baseline_engine.target
+    text = engine.target.detokenize(engine.prompt_tokens(Request("Hi")))
+    assert "You are terse." in text
+    assert "You are terse." not in engine.target.detokenize(engine.prompt_tokens(Request("Hi", system="")))
