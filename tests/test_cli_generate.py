@@ -33,12 +33,12 @@ def test_stats_and_compare_go_to_stderr(invoke, tiny_store):
     assert "tokens per target pass" in result.stderr
 
 
-def test_gguf_paths_work_without_a_store(invoke, tiny_store, tiny_models):
-    target, draft = (str(m.path) + ".gguf" for m in tiny_models)
+def test_gguf_paths_work_without_a_store(invoke, tiny_models, tmp_path):
     import shutil
 
-    for model in tiny_models:
-        shutil.copy(model.path, str(model.path) + ".gguf")
+    target, draft = tmp_path / "target.gguf", tmp_path / "draft.gguf"
+    shutil.copy(tiny_models[0].path, target)
+    shutil.copy(tiny_models[1].path, draft)
     result = invoke("generate", target, "Hi", "-d", draft, *BASE, "-n", "5")
     assert result.exit_code == 0, result.output
 
