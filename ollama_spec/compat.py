@@ -74,16 +74,20 @@ def llama3_metadata_fixes(info: ModelInfo) -> tuple[MetadataFix, ...]:
         return ()
     fixes = []
     if info.vocab_type == "gpt2" and info.pre_tokenizer in (None, "", "default"):
-        fixes.append(MetadataFix(
-            "tokenizer.ggml.pre is missing: using the Llama 3 pre-tokenizer 'llama-bpe'",
-            kv_overrides=(("tokenizer.ggml.pre", "llama-bpe"),),
-        ))
+        fixes.append(
+            MetadataFix(
+                "tokenizer.ggml.pre is missing: using the Llama 3 pre-tokenizer 'llama-bpe'",
+                kv_overrides=(("tokenizer.ggml.pre", "llama-bpe"),),
+            )
+        )
     if info.token_text(info.eos_id) == LLAMA3_EOS and LLAMA3_EOT in info.tokens:
         eot = info.tokens.index(LLAMA3_EOT)
         if info.eot_id != eot:
-            fixes.append(MetadataFix(
-                f"EOS is {LLAMA3_EOS} but chat turns end with {LLAMA3_EOT}: also stopping on token {eot}",
-                kv_overrides=(("tokenizer.ggml.eot_token_id", eot),),
-                extra_stop_ids=(eot,),
-            ))
+            fixes.append(
+                MetadataFix(
+                    f"EOS is {LLAMA3_EOS} but chat turns end with {LLAMA3_EOT}: also stopping on token {eot}",
+                    kv_overrides=(("tokenizer.ggml.eot_token_id", eot),),
+                    extra_stop_ids=(eot,),
+                )
+            )
     return tuple(fixes)

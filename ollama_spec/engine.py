@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import codecs
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .chat import render_chat
 from .compat import check_compatibility, llama3_metadata_fixes
@@ -71,8 +71,9 @@ class Result:
 class Engine:
     """A loaded target and optional draft. Incompatible drafts are refused before any load."""
 
-    def __init__(self, target: ResolvedModel, draft: ResolvedModel | None = None,
-                 settings: EngineSettings = EngineSettings()):
+    def __init__(
+        self, target: ResolvedModel, draft: ResolvedModel | None = None, settings: EngineSettings = EngineSettings()
+    ):
         self.target_model, self.draft_model, self.settings = target, draft, settings
         if draft is not None:
             verdict = check_compatibility(target.info, draft.info)
@@ -95,15 +96,22 @@ class Engine:
 
     def _load(self, model: ResolvedModel, gpu_layers: int, fixes) -> LoadedModel:
         overrides = tuple(kv for fix in fixes for kv in fix.kv_overrides)
-        return LoadedModel(model.path, LoadSettings(n_ctx=self.settings.n_ctx, n_gpu_layers=gpu_layers,
-                                                    n_threads=self.settings.n_threads, kv_overrides=overrides))
+        return LoadedModel(
+            model.path,
+            LoadSettings(
+                n_ctx=self.settings.n_ctx,
+                n_gpu_layers=gpu_layers,
+                n_threads=self.settings.n_threads,
+                kv_overrides=overrides,
+            ),
+        )
 
     def close(self) -> None:
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -116,7 +124,9 @@ class Engine:
         if request.raw or not info.chat_template:
             text = f"{system}\n\n{request.prompt}" if system and not request.raw else request.prompt
             return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": request.prompt}]
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": request.prompt}
+        ]
         bos = info.token_text(info.bos_id) or ""
         text = render_chat(info.chat_template, messages, bos_token=bos, eos_token=info.token_text(info.eos_id) or "")
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
@@ -125,7 +135,7 @@ class Engine:
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
 
-    def generate(self, request: Request, *, use_draft: bool = True) -> "Generation":
+    def generate(self, request: Request, *, use_draft: bool = True) -> Generation:
         """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""
         return Generation(self, request, self.draft if use_draft else None)
 
@@ -148,8 +158,9 @@ class Generation:
             )
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         held = ""  # text that might be the start of a stop string
-        tokens = generate_tokens(engine.target, self.draft, prompt, request.sampling, request.speculation,
-                                 result.speculation)
+        tokens = generate_tokens(
+            engine.target, self.draft, prompt, request.sampling, request.speculation, result.speculation
+        )
         result.finish_reason = "context"
         try:
             for token in tokens:

@@ -22,10 +22,17 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 TOKENS_KEY = "tokenizer.ggml.tokens"
 _SCALAR_FORMATS = {
-    GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H",
-    GGUFValueType.INT16: "h", GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i",
-    GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?", GGUFValueType.UINT64: "Q",
-    GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d",
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
 }
 _READ_CHUNK = 1 << 20
 
@@ -132,7 +139,7 @@ def format_count(count: int) -> str:
     return str(count)
 
 
-def format_bytes(n: int | float) -> str:
+def format_bytes(n: float) -> str:
     for limit, suffix in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
         if abs(n) >= limit:
             return f"{n / limit:.1f} {suffix}"

@@ -68,9 +68,7 @@ def parse_model_name(name: str) -> ModelRef:
 
     parts = name.split("/")
     if len(parts) > 3:
-        raise InvalidModelName(
-            f"invalid model name '{original}': expected [host/][namespace/]model[:tag]"
-        )
+        raise InvalidModelName(f"invalid model name '{original}': expected [host/][namespace/]model[:tag]")
     host, namespace = DEFAULT_HOST, DEFAULT_NAMESPACE
     if len(parts) == 3:
         host, namespace, model = parts
@@ -92,6 +90,4 @@ def _check_part(original: str, kind: str, part: str) -> None:
             f"invalid model name '{original}': the {kind} is longer than {MAX_PART_LENGTH} characters"
         )
     if ".." in part or not _PART_PATTERNS[kind].fullmatch(part):
-        raise InvalidModelName(
-            f"invalid model name '{original}': {kind} '{part}' has characters Ollama does not allow"
-        )
+        raise InvalidModelName(f"invalid model name '{original}': {kind} '{part}' has characters Ollama does not allow")

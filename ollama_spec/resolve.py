@@ -28,6 +28,9 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
     stored = store.resolve(name)
     path = stored.gguf_path
     return ResolvedModel(
-        name=stored.name, path=path, info=read_model_info(path), params=stored.params(),
+        name=stored.name,
+        path=path,
+        info=read_model_info(path),
+        params=stored.params(),
         system=stored.text_layer("system"),
     )

@@ -11,9 +11,9 @@ from __future__ import annotations
 import ctypes
 import os
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import llama_cpp
 import numpy as np
@@ -153,9 +153,7 @@ class LoadedModel:
         if not tokens:
             raise ValueError("eval needs at least one token")
         if self.n_past + len(tokens) > self.n_ctx:
-            raise ContextFull(
-                f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt"
-            )
+            raise ContextFull(f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt")
         rows = []
         step = self.n_batch
         for start in range(0, len(tokens), step):
@@ -202,7 +200,7 @@ class LoadedModel:
         self._ctx.close()
         self._model.close()
 
-    def __enter__(self) -> "LoadedModel":
+    def __enter__(self) -> LoadedModel:
         return self
 
     def __exit__(self, *exc) -> None:

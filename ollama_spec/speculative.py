@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -127,8 +128,14 @@ def generate_tokens(
         yield Token(next_token, from_draft=False)
 
 
-def _draft(draft: Model, seq: list[int], k: int, sampling: SamplingSettings, speculation: SpeculationSettings,
-           rng: np.random.Generator) -> tuple[list[int], list[np.ndarray]]:
+def _draft(
+    draft: Model,
+    seq: list[int],
+    k: int,
+    sampling: SamplingSettings,
+    speculation: SpeculationSettings,
+    rng: np.random.Generator,
+) -> tuple[list[int], list[np.ndarray]]:
     """Propose up to k tokens with the draft; return them with the distributions they came from."""
     logits = draft.eval(seq[draft.n_past :])[-1]  # catch up on what the draft has not seen
     tokens: list[int] = []

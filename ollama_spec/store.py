@@ -11,9 +11,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from .errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreNotFound, StoreUnreadable
 from .gguf_info import GGUF_MAGIC
@@ -21,8 +22,16 @@ from .names import ModelRef, parse_model_name
 
 MEDIA_TYPE_PREFIX = "application/vnd.ollama.image."
 LAYER_KINDS = (
-    "model", "projector", "adapter", "template", "system", "params",
-    "messages", "license", "draft", "tensor",
+    "model",
+    "projector",
+    "adapter",
+    "template",
+    "system",
+    "params",
+    "messages",
+    "license",
+    "draft",
+    "tensor",
 )
 HOME_STORE = Path("~/.ollama/models")
 SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
@@ -239,7 +248,9 @@ class Store:
         try:
             doc = json.loads(manifest_path.read_text(encoding="utf-8"))
         except PermissionError:
-            raise StoreUnreadable(f"manifest {manifest_path} is not readable by you; add yourself to group ollama") from None
+            raise StoreUnreadable(
+                f"manifest {manifest_path} is not readable by you; add yourself to group ollama"
+            ) from None
         except (OSError, ValueError) as exc:
             raise InvalidManifest(f"manifest {manifest_path} is not valid JSON ({exc})") from None
         if not isinstance(doc, dict) or doc.get("schemaVersion") != 2 or not isinstance(doc.get("layers"), list):

@@ -6,7 +6,7 @@ temperature 0 they give the same tokens: rejection sampling with one-hot p and q
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -11,7 +11,9 @@ def gen(invoke, store, *args, **kwargs):
 
 def test_generate_streams_the_same_text_with_and_without_draft(invoke, tiny_store):
     alone = gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-n", "30")
-    drafted = gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-n", "30", "--draft", "tiny-draft", "-k", "3")
+    drafted = gen(
+        invoke, tiny_store, "tiny-target", "The quick brown fox", "-n", "30", "--draft", "tiny-draft", "-k", "3"
+    )
     assert alone.exit_code == 0 and drafted.exit_code == 0
     assert alone.stdout == drafted.stdout and len(alone.stdout.strip()) > 10
 
@@ -43,20 +45,33 @@ def test_gguf_paths_work_without_a_store(invoke, tiny_models, tmp_path):
     assert result.exit_code == 0, result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (("nope", "hi"), "Error: model 'nope' not found in {store} (from --models-dir); pull it with 'ollama pull nope'"),
-    (("tiny-target", "hi", "-d", "tiny-alien"),
-     "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
-     "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"),
-    (("tiny-target", "hi", "-d", "tiny-draft", "-k", "0"), "Error: -k/--num-speculative-tokens must be at least 1, got 0"),
-    (("tiny-target", "hi", "--temperature", "-1"), "Error: temperature must be >= 0, got -1.0"),
-    (("tiny-target", "hi", "--top-p", "0"), "Error: top-p must be in (0, 1], got 0.0"),
-    (("tiny-target", "hi", "--top-p", "1.01"), "Error: top-p must be in (0, 1], got 1.01"),
-    (("tiny-target", "hi", "--ctx", "0"), "Error: --ctx must be a positive number of tokens, got 0"),
-    (("tiny-target", "hi", "--max-tokens", "0"), "Error: --max-tokens must be at least 1, got 0"),
-    (("tiny-target", "word " * 400, "--ctx", "256"),
-     "Error: the prompt is 1214 tokens but the context holds 256; raise --ctx or shorten it"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("nope", "hi"),
+            "Error: model 'nope' not found in {store} (from --models-dir); pull it with 'ollama pull nope'",
+        ),
+        (
+            ("tiny-target", "hi", "-d", "tiny-alien"),
+            "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
+            "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128",
+        ),
+        (
+            ("tiny-target", "hi", "-d", "tiny-draft", "-k", "0"),
+            "Error: -k/--num-speculative-tokens must be at least 1, got 0",
+        ),
+        (("tiny-target", "hi", "--temperature", "-1"), "Error: temperature must be >= 0, got -1.0"),
+        (("tiny-target", "hi", "--top-p", "0"), "Error: top-p must be in (0, 1], got 0.0"),
+        (("tiny-target", "hi", "--top-p", "1.01"), "Error: top-p must be in (0, 1], got 1.01"),
+        (("tiny-target", "hi", "--ctx", "0"), "Error: --ctx must be a positive number of tokens, got 0"),
+        (("tiny-target", "hi", "--max-tokens", "0"), "Error: --max-tokens must be at least 1, got 0"),
+        (
+            ("tiny-target", "word " * 400, "--ctx", "256"),
+            "Error: the prompt is 1214 tokens but the context holds 256; raise --ctx or shorten it",
+        ),
+    ],
+)
 def test_errors_are_one_line(invoke, tiny_store, args, message):
     result = invoke("generate", *args, "--threads", "1", "--no-check", "--models-dir", tiny_store)
     assert result.exit_code == 1, result.output

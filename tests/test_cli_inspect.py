@@ -53,8 +53,14 @@ def test_pair_ok_and_incompatible(invoke, tiny_store):
 
 def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path):
     cases = {
-        ("show", "../etc/passwd"): "Error: invalid model name '../etc/passwd': host '..' has characters Ollama does not allow",
-        ("show", "nothere"): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); pull it with 'ollama pull nothere'",
+        (
+            "show",
+            "../etc/passwd",
+        ): "Error: invalid model name '../etc/passwd': host '..' has characters Ollama does not allow",
+        (
+            "show",
+            "nothere",
+        ): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); pull it with 'ollama pull nothere'",
         ("pair", "tiny-target", "x:"): "Error: invalid model name 'x:': the tag is empty",
     }
     for args, message in cases.items():
@@ -63,7 +69,10 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path):
         assert result.output.strip().splitlines() == [message]
     missing = invoke("list", "--models-dir", tmp_path / "none")
     assert missing.exit_code == 1
-    assert missing.output.strip() == f"Error: the model store {tmp_path / 'none'} (from --models-dir) does not exist or is not a directory"
+    assert (
+        missing.output.strip()
+        == f"Error: the model store {tmp_path / 'none'} (from --models-dir) does not exist or is not a directory"
+    )
 
 
 def test_demo_store_builds_tiny_pair(invoke, tmp_path):

@@ -28,9 +28,14 @@ def test_draft_never_rereads_the_prompt(tiny_models, monkeypatch):
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         evaluated = []
         real_eval = engine.draft.eval
-        monkeypatch.setattr(engine.draft, "eval", lambda tokens, **kw: evaluated.append(len(tokens)) or real_eval(tokens, **kw))
-        generation = engine.generate(Request("Once upon a time", max_tokens=200, ignore_eos=True, sampling=GREEDY,
-                                             speculation=SpeculationSettings(4)))
+        monkeypatch.setattr(
+            engine.draft, "eval", lambda tokens, **kw: evaluated.append(len(tokens)) or real_eval(tokens, **kw)
+        )
+        generation = engine.generate(
+            Request(
+                "Once upon a time", max_tokens=200, ignore_eos=True, sampling=GREEDY, speculation=SpeculationSettings(4)
+            )
+        )
         "".join(generation)
         prompt = generation.result.prompt_tokens
     assert evaluated[0] == prompt  # the prompt once, at the first step
@@ -42,8 +47,16 @@ def _gap_model(tmp_path):
     vocab = build_vocabulary(spec.vocab_size, spec.n_merges)
     weights = make_weights(spec.arch, vocab.size, spec.recipe, spec.draft_layers)
     path = tmp_path / "gap.gguf"
-    write_gguf(path, name="gap", arch=spec.arch, n_layer=spec.arch.n_layer, vocab=vocab, weights=weights,
-               dtype="F32", llama3_metadata_gap=True)
+    write_gguf(
+        path,
+        name="gap",
+        arch=spec.arch,
+        n_layer=spec.arch.n_layer,
+        vocab=vocab,
+        weights=weights,
+        dtype="F32",
+        llama3_metadata_gap=True,
+    )
     return ResolvedModel(name="gap", path=path, info=read_model_info(path))
 
 
@@ -54,8 +67,9 @@ def test_llama3_metadata_gap_is_corrected_at_load(tmp_path, tiny_models, baselin
         assert engine.extra_stop_ids == {511}  # <|eot_id|>
         text = "In 2024, 123456 numbers... and  spaces\n\nnew lines"
         # with the llama-bpe override the gap model splits text exactly like the complete model
-        assert engine.target.tokenize(text, add_bos=True, special=False) == \
-            baseline_engine.target.tokenize(text, add_bos=True, special=False)
+        assert engine.target.tokenize(text, add_bos=True, special=False) == baseline_engine.target.tokenize(
+            text, add_bos=True, special=False
+        )
         assert engine.is_end_of_turn(511) and engine.is_end_of_turn(508)
 
 

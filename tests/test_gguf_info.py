@@ -107,6 +107,8 @@ def test_missing_file_is_a_clear_error(tmp_path):
         read_model_info(tmp_path / "nope.gguf")
 
 
-@pytest.mark.parametrize("count, label", [(70_553_706_496, "70.6B"), (1_235_814_400, "1.2B"), (494_032_768, "494.0M"), (999, "999")])
+@pytest.mark.parametrize(
+    "count, label", [(70_553_706_496, "70.6B"), (1_235_814_400, "1.2B"), (494_032_768, "494.0M"), (999, "999")]
+)
 def test_format_count(count, label):
     assert format_count(count) == label

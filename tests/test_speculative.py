@@ -11,8 +11,12 @@ from ollama_spec.speculative import SpeculationSettings, SpeculationStats, gener
 from tests.conftest import engine_settings
 
 GREEDY = SamplingSettings(temperature=0)
-PROMPTS = ["The quick brown fox", "Write a function that returns the sum", "What is the capital of France?",
-           "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi."]
+PROMPTS = [
+    "The quick brown fox",
+    "Write a function that returns the sum",
+    "What is the capital of France?",
+    "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi.",
+]
 
 
 def run(engine, prompt, **kwargs):
@@ -35,7 +39,10 @@ def test_greedy_output_is_token_identical_to_target_alone(baseline_engine, spec_
 def test_raw_prompts_too(baseline_engine, spec_engine):
     expected = run(baseline_engine, "Once upon a time", raw=True, max_tokens=64).tokens
     for k in (1, 4, 8):
-        assert run(spec_engine, "Once upon a time", raw=True, max_tokens=64, speculation=SpeculationSettings(k)).tokens == expected
+        assert (
+            run(spec_engine, "Once upon a time", raw=True, max_tokens=64, speculation=SpeculationSettings(k)).tokens
+            == expected
+        )
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +60,9 @@ def test_draft_equal_to_target_accepts_every_token(self_drafting_engine, samplin
 
 
 def test_stats_add_up(spec_engine):
-    stats = run(spec_engine, PROMPTS[1], max_tokens=100, ignore_eos=True, speculation=SpeculationSettings(4)).speculation
+    stats = run(
+        spec_engine, PROMPTS[1], max_tokens=100, ignore_eos=True, speculation=SpeculationSettings(4)
+    ).speculation
     assert stats.generated >= 100
     assert stats.generated == stats.accepted + stats.steps
     assert sum(stats.drafted_by_position) == stats.drafted and sum(stats.accepted_by_position) == stats.accepted
@@ -62,8 +71,9 @@ def test_stats_add_up(spec_engine):
 
 
 def first_two_tokens(target, draft, prompt, sampling, seed, k=2):
-    tokens = generate_tokens(target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})),
-                             SpeculationSettings(k))
+    tokens = generate_tokens(
+        target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})), SpeculationSettings(k)
+    )
     pair = (next(tokens).id, next(tokens).id)
     tokens.close()
     return pair
@@ -127,8 +137,7 @@ def test_long_generation_keeps_memory_bounded(tiny_models, monkeypatch):
 
     rows_read = []
     real_read = runtime.LoadedModel._read_logits
-    monkeypatch.setattr(runtime.LoadedModel, "_read_logits",
-                        lambda self, n: rows_read.append(n) or real_read(self, n))
+    monkeypatch.setattr(runtime.LoadedModel, "_read_logits", lambda self, n: rows_read.append(n) or real_read(self, n))
     with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=4096)) as engine:
         process = psutil.Process()
         run(engine, PROMPTS[0], max_tokens=50, ignore_eos=True)  # warm up allocations

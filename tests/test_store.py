@@ -135,7 +135,10 @@ def _rewrite_layers(store_copy, model, mutate, config=None):
 
 def test_safetensors_model_is_not_gguf(store_copy):
     def to_tensors(layers):
-        return [dict(l, mediaType="application/vnd.ollama.image.tensor") if l["mediaType"].endswith(".model") else l for l in layers]
+        return [
+            dict(l, mediaType="application/vnd.ollama.image.tensor") if l["mediaType"].endswith(".model") else l
+            for l in layers
+        ]
 
     _rewrite_layers(store_copy, "tiny-draft", to_tensors)
     model = Store(find_store_root(store_copy)).resolve("tiny-draft")
@@ -144,8 +147,12 @@ def test_safetensors_model_is_not_gguf(store_copy):
 
 
 def test_cloud_model_is_not_gguf(store_copy):
-    _rewrite_layers(store_copy, "tiny-draft", lambda layers: layers[1:],
-                    config={"remote_host": "https://ollama.com:443", "remote_model": "gpt-oss:120b"})
+    _rewrite_layers(
+        store_copy,
+        "tiny-draft",
+        lambda layers: layers[1:],
+        config={"remote_host": "https://ollama.com:443", "remote_model": "gpt-oss:120b"},
+    )
     with pytest.raises(NotGGUF, match="it is an Ollama cloud model"):
         Store(find_store_root(store_copy)).resolve("tiny-draft").gguf_path
 

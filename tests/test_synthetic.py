@@ -50,4 +50,6 @@ def test_rebuilding_gives_identical_blobs(tiny_store, tmp_path):
     from ollama_spec.synthetic import build_pair_store
 
     build_pair_store(tmp_path, "tiny")
-    assert sorted(p.name for p in (tmp_path / "blobs").iterdir()) == sorted(p.name for p in (tiny_store / "blobs").iterdir())
+    assert sorted(p.name for p in (tmp_path / "blobs").iterdir()) == sorted(
+        p.name for p in (tiny_store / "blobs").iterdir()
+    )

@@ -85,22 +85,32 @@ def test_rejection_accepts_more_often_than_sample_and_compare():
 
 def test_logits_to_probs_transforms():
     logits = np.log(np.array([0.5, 0.25, 0.15, 0.1]))
-    assert logits_to_probs(logits, SamplingSettings(temperature=1, top_k=0, top_p=1.0)) == pytest.approx([0.5, 0.25, 0.15, 0.1])
-    assert logits_to_probs(logits, SamplingSettings(temperature=1, top_k=2, top_p=1.0)) == pytest.approx([2 / 3, 1 / 3, 0, 0])
-    assert logits_to_probs(logits, SamplingSettings(temperature=1, top_k=0, top_p=0.7)) == pytest.approx([2 / 3, 1 / 3, 0, 0])
+    assert logits_to_probs(logits, SamplingSettings(temperature=1, top_k=0, top_p=1.0)) == pytest.approx(
+        [0.5, 0.25, 0.15, 0.1]
+    )
+    assert logits_to_probs(logits, SamplingSettings(temperature=1, top_k=2, top_p=1.0)) == pytest.approx(
+        [2 / 3, 1 / 3, 0, 0]
+    )
+    assert logits_to_probs(logits, SamplingSettings(temperature=1, top_k=0, top_p=0.7)) == pytest.approx(
+        [2 / 3, 1 / 3, 0, 0]
+    )
     assert logits_to_probs(logits, SamplingSettings(temperature=1, top_k=0, top_p=1.0, min_p=0.3)) == pytest.approx(
-        [0.5 / 0.9, 0.25 / 0.9, 0.15 / 0.9, 0])
+        [0.5 / 0.9, 0.25 / 0.9, 0.15 / 0.9, 0]
+    )
     hot = logits_to_probs(logits, SamplingSettings(temperature=2, top_k=0, top_p=1.0))
     assert hot[0] < 0.5 and hot.sum() == pytest.approx(1)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"temperature": -0.1}, "temperature must be >= 0, got -0.1"),
-    ({"top_p": 0.0}, "top-p must be in (0, 1], got 0.0"),
-    ({"top_p": 1.5}, "top-p must be in (0, 1], got 1.5"),
-    ({"top_k": -1}, "top-k must be >= 0 (0 turns it off), got -1"),
-    ({"min_p": 2.0}, "min-p must be in [0, 1], got 2.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": -0.1}, "temperature must be >= 0, got -0.1"),
+        ({"top_p": 0.0}, "top-p must be in (0, 1], got 0.0"),
+        ({"top_p": 1.5}, "top-p must be in (0, 1], got 1.5"),
+        ({"top_k": -1}, "top-k must be >= 0 (0 turns it off), got -1"),
+        ({"min_p": 2.0}, "min-p must be in [0, 1], got 2.0"),
+    ],
+)
 def test_invalid_sampling_settings(kwargs, message):
     from ollama_spec.errors import InvalidSetting
 

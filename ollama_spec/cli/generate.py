@@ -21,35 +21,85 @@ from .options import models_dir_option
 @click.argument("target")
 @click.argument("prompt", required=False)
 @click.option("--draft", "-d", help="Draft model (small, same vocabulary). Without it: the target alone.")
-@click.option("-k", "--num-speculative-tokens", "k", type=int, default=DEFAULT_NUM_SPECULATIVE_TOKENS,
-              show_default=True, help="Tokens the draft proposes per step.")
-@click.option("--draft-p-min", type=float, default=0.0, show_default=True,
-              help="Stop drafting early when the draft's probability for its token falls below this.")
-@click.option("--temperature", "-t", type=float, help=f"0 = greedy (default: the model's params, else {DEFAULT_TEMPERATURE}).")
+@click.option(
+    "-k",
+    "--num-speculative-tokens",
+    "k",
+    type=int,
+    default=DEFAULT_NUM_SPECULATIVE_TOKENS,
+    show_default=True,
+    help="Tokens the draft proposes per step.",
+)
+@click.option(
+    "--draft-p-min",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Stop drafting early when the draft's probability for its token falls below this.",
+)
+@click.option(
+    "--temperature", "-t", type=float, help=f"0 = greedy (default: the model's params, else {DEFAULT_TEMPERATURE})."
+)
 @click.option("--top-k", type=int, help=f"0 = off (default: the model's params, else {DEFAULT_TOP_K}).")
 @click.option("--top-p", type=float, help=f"1 = off (default: the model's params, else {DEFAULT_TOP_P}).")
 @click.option("--min-p", type=float, help=f"0 = off (default: the model's params, else {DEFAULT_MIN_P}).")
 @click.option("--seed", type=int, help="Random seed for sampling (default: random).")
-@click.option("--max-tokens", "-n", type=int, help=f"Most tokens to generate (default: num_predict, else {DEFAULT_MAX_TOKENS}).")
+@click.option(
+    "--max-tokens", "-n", type=int, help=f"Most tokens to generate (default: num_predict, else {DEFAULT_MAX_TOKENS})."
+)
 @click.option("--ctx", type=int, help=f"Context length in tokens (default: the model's num_ctx, else {DEFAULT_CTX}).")
 @click.option("--stop", multiple=True, help="Stop string (repeatable; adds to the model's own).")
 @click.option("--system", help="System prompt (default: the model's system layer).")
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
 @click.option("--n-gpu-layers", type=int, default=-1, show_default=True, help="Target layers on the GPU (-1: all).")
-@click.option("--draft-n-gpu-layers", type=int, default=-1, show_default=True, help="Draft layers on the GPU (-1: all).")
+@click.option(
+    "--draft-n-gpu-layers", type=int, default=-1, show_default=True, help="Draft layers on the GPU (-1: all)."
+)
 @click.option("--threads", type=int, help="CPU threads (default: all cores).")
-@click.option("--kv-type", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16", show_default=True,
-              help="KV cache type assumed by the memory check.")
+@click.option(
+    "--kv-type",
+    type=click.Choice(["f16", "q8_0", "q4_0"]),
+    default="f16",
+    show_default=True,
+    help="KV cache type assumed by the memory check.",
+)
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
-@click.option("--compare", is_flag=True,
-              help="Run the target alone first, then with the draft; print both speeds and the speed-up.")
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="Run the target alone first, then with the draft; print both speeds and the speed-up.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text + statistics) at the end.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
-def generate(target, prompt, draft, k, draft_p_min, temperature, top_k, top_p, min_p, seed, max_tokens, ctx, stop,
-             system, raw, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, stats, compare, as_json,
-             verbose, models_dir) -> None:
+def generate(
+    target,
+    prompt,
+    draft,
+    k,
+    draft_p_min,
+    temperature,
+    top_k,
+    top_p,
+    min_p,
+    seed,
+    max_tokens,
+    ctx,
+    stop,
+    system,
+    raw,
+    n_gpu_layers,
+    draft_n_gpu_layers,
+    threads,
+    kv_type,
+    no_check,
+    stats,
+    compare,
+    as_json,
+    verbose,
+    models_dir,
+) -> None:
     """Generate text with TARGET, drafted by --draft; PROMPT or standard input.
 
     The output is exactly what TARGET alone writes (greedy: token for token; sampling: the
@@ -67,7 +117,11 @@ def generate(target, prompt, draft, k, draft_p_min, temperature, top_k, top_p, m
         if sys.stdin.isatty():
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
         prompt = sys.stdin.read()
-    store = None if target.lower().endswith(".gguf") and (draft or "").lower().endswith(".gguf") else Store(find_store_root(models_dir))
+    store = (
+        None
+        if target.lower().endswith(".gguf") and (draft or "").lower().endswith(".gguf")
+        else Store(find_store_root(models_dir))
+    )
     target_model = resolve_model(target, store=store)
     draft_model = resolve_model(draft, store=store) if draft else None
     params = target_model.params
@@ -79,14 +133,21 @@ def generate(target, prompt, draft, k, draft_p_min, temperature, top_k, top_p, m
         seed=_first(seed, params.get("seed")),
     )
     request = Request(
-        prompt=prompt, system=system, raw=raw,
+        prompt=prompt,
+        system=system,
+        raw=raw,
         max_tokens=int(_first(max_tokens, _positive(params.get("num_predict")), DEFAULT_MAX_TOKENS)),
         stop=tuple(stop) + tuple(s for s in params.get("stop", []) if isinstance(s, str)),
-        sampling=sampling, speculation=SpeculationSettings(k, draft_p_min),
+        sampling=sampling,
+        speculation=SpeculationSettings(k, draft_p_min),
     )
     settings = EngineSettings(
-        n_ctx=int(_first(ctx, params.get("num_ctx"), DEFAULT_CTX)), target_gpu_layers=n_gpu_layers,
-        draft_gpu_layers=draft_n_gpu_layers, n_threads=threads, kv_type=kv_type, memory_check=not no_check,
+        n_ctx=int(_first(ctx, params.get("num_ctx"), DEFAULT_CTX)),
+        target_gpu_layers=n_gpu_layers,
+        draft_gpu_layers=draft_n_gpu_layers,
+        n_threads=threads,
+        kv_type=kv_type,
+        memory_check=not no_check,
     )
     if compare and draft_model is None:
         raise click.UsageError("--compare needs --draft")
@@ -157,26 +218,40 @@ def _positive(value):
 def result_json(target: str, draft: str | None, result: Result) -> dict:
     spec = result.speculation
     return {
-        "target": target, "draft": draft, "text": result.text, "finish_reason": result.finish_reason,
-        "prompt_tokens": result.prompt_tokens, "generated_tokens": len(result.tokens),
+        "target": target,
+        "draft": draft,
+        "text": result.text,
+        "finish_reason": result.finish_reason,
+        "prompt_tokens": result.prompt_tokens,
+        "generated_tokens": len(result.tokens),
         "tokens_per_second": round(result.tokens_per_second, 3),
-        "time_to_first_token_s": round(result.first_token_seconds, 4), "total_s": round(result.total_seconds, 4),
-        "steps": spec.steps, "drafted": spec.drafted, "accepted": spec.accepted,
+        "time_to_first_token_s": round(result.first_token_seconds, 4),
+        "total_s": round(result.total_seconds, 4),
+        "steps": spec.steps,
+        "drafted": spec.drafted,
+        "accepted": spec.accepted,
         "acceptance_rate": round(spec.acceptance_rate, 4),
         "mean_tokens_per_step": round(spec.mean_accepted_per_step, 3),
-        "acceptance_by_position": [round(a / d, 4) for a, d in zip(spec.accepted_by_position, spec.drafted_by_position)],
-        "draft_s": round(spec.draft_seconds, 4), "verify_s": round(spec.verify_seconds, 4),
+        "acceptance_by_position": [
+            round(a / d, 4) for a, d in zip(spec.accepted_by_position, spec.drafted_by_position)
+        ],
+        "draft_s": round(spec.draft_seconds, 4),
+        "verify_s": round(spec.verify_seconds, 4),
     }
 
 
 def format_stats(result: Result, *, speculative: bool) -> str:
     spec = result.speculation
-    lines = [f"{len(result.tokens)} tokens in {result.total_seconds:.2f} s: {result.tokens_per_second:.1f} tok/s "
-             f"(prompt {result.prompt_tokens} tokens, first token after {result.first_token_seconds:.2f} s; "
-             f"finished: {result.finish_reason})"]
+    lines = [
+        f"{len(result.tokens)} tokens in {result.total_seconds:.2f} s: {result.tokens_per_second:.1f} tok/s "
+        f"(prompt {result.prompt_tokens} tokens, first token after {result.first_token_seconds:.2f} s; "
+        f"finished: {result.finish_reason})"
+    ]
     if speculative:
         by_position = " ".join(f"{a / d:.0%}" for a, d in zip(spec.accepted_by_position, spec.drafted_by_position))
-        lines.append(f"drafted {spec.drafted}, accepted {spec.accepted} ({spec.acceptance_rate:.0%}); "
-                     f"{spec.mean_accepted_per_step:.2f} tokens per target pass; by position: {by_position}")
+        lines.append(
+            f"drafted {spec.drafted}, accepted {spec.accepted} ({spec.acceptance_rate:.0%}); "
+            f"{spec.mean_accepted_per_step:.2f} tokens per target pass; by position: {by_position}"
+        )
         lines.append(f"time: draft {spec.draft_seconds:.2f} s, verify {spec.verify_seconds:.2f} s")
     return "\n".join(lines)

@@ -39,8 +39,13 @@ def list_models(models_dir: str | None, as_json: bool) -> None:
         return
     header = ("NAME", "SIZE", "ARCH", "PARAMS", "QUANT")
     table = [header] + [
-        (r["name"], format_bytes(r["size"]) if r["size"] is not None else "?", r.get("architecture") or "-",
-         r.get("parameters") or "-", r.get("file_type") or r.get("error", "-"))
+        (
+            r["name"],
+            format_bytes(r["size"]) if r["size"] is not None else "?",
+            r.get("architecture") or "-",
+            r.get("parameters") or "-",
+            r.get("file_type") or r.get("error", "-"),
+        )
         for r in rows
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header) - 1)]
@@ -57,8 +62,12 @@ def _list_row(model) -> dict:
     except OllamaSpecError as exc:
         row["error"] = str(exc).split(": ", 1)[-1]
         return row
-    row |= {"architecture": info.architecture, "parameters": info.parameter_label,
-            "parameter_count": info.parameter_count, "file_type": info.file_type}
+    row |= {
+        "architecture": info.architecture,
+        "parameters": info.parameter_label,
+        "parameter_count": info.parameter_count,
+        "file_type": info.file_type,
+    }
     return row
 
 
@@ -84,15 +93,17 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
         _verify_layers(stored)
     fixes = llama3_metadata_fixes(info)
     if as_json:
-        echo_json({
-            "name": stored.name,
-            "manifest": str(stored.manifest_path),
-            "blob": str(info.path),
-            "layers": [{"type": l.kind, "digest": l.digest, "size": l.size} for l in stored.layers],
-            "gguf": info.summary(),
-            "load_fixes": [f.description for f in fixes],
-            "verified": verify,
-        })
+        echo_json(
+            {
+                "name": stored.name,
+                "manifest": str(stored.manifest_path),
+                "blob": str(info.path),
+                "layers": [{"type": l.kind, "digest": l.digest, "size": l.size} for l in stored.layers],
+                "gguf": info.summary(),
+                "load_fixes": [f.description for f in fixes],
+                "verified": verify,
+            }
+        )
         return
     click.echo(f"{stored.name}")
     click.echo(f"  manifest      {stored.manifest_path}")
@@ -102,10 +113,29 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
         click.echo(f"    {layer.kind:<10} {format_bytes(layer.size):>10}  {layer.digest}")
     s = info.summary()
     click.echo("  gguf")
-    for key in ("architecture", "name", "parameters", "file_type", "context_length", "block_count",
-                "embedding_length", "feed_forward_length", "head_count", "head_count_kv", "head_dim",
-                "vocab_type", "pre_tokenizer", "vocab_size", "bos_token_id", "eos_token_id",
-                "eot_token_id", "add_bos_token", "add_eos_token", "has_chat_template", "tensor_count"):
+    for key in (
+        "architecture",
+        "name",
+        "parameters",
+        "file_type",
+        "context_length",
+        "block_count",
+        "embedding_length",
+        "feed_forward_length",
+        "head_count",
+        "head_count_kv",
+        "head_dim",
+        "vocab_type",
+        "pre_tokenizer",
+        "vocab_size",
+        "bos_token_id",
+        "eos_token_id",
+        "eot_token_id",
+        "add_bos_token",
+        "add_eos_token",
+        "has_chat_template",
+        "tensor_count",
+    ):
         click.echo(f"    {key:<20} {s[key]}")
     click.echo(f"    {'tensor_bytes':<20} {format_bytes(info.tensor_bytes)}")
     for fix in fixes:
@@ -140,18 +170,30 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
     target_info = read_model_info(store.resolve(target).gguf_path)
     draft_info = read_model_info(store.resolve(draft).gguf_path)
     verdict = check_compatibility(target_info, draft_info)
-    fixes = [f"{name}: {fix.description}" for name, info in ((target, target_info), (draft, draft_info))
-             for fix in llama3_metadata_fixes(info)]
+    fixes = [
+        f"{name}: {fix.description}"
+        for name, info in ((target, target_info), (draft, draft_info))
+        for fix in llama3_metadata_fixes(info)
+    ]
     if as_json:
-        echo_json({"target": target, "draft": draft, "compatible": verdict.ok,
-                   "problems": list(verdict.problems), "load_fixes": fixes})
+        echo_json(
+            {
+                "target": target,
+                "draft": draft,
+                "compatible": verdict.ok,
+                "problems": list(verdict.problems),
+                "load_fixes": fixes,
+            }
+        )
         if not verdict.ok:
             raise SystemExit(1)
         return
     if not verdict.ok:
         raise IncompatibleDraft(f"{draft} cannot draft for {target}: " + "; ".join(verdict.problems))
-    click.echo(f"{draft} can draft for {target}: same {target_info.vocab_type} vocabulary "
-               f"({target_info.vocab_size} vs {draft_info.vocab_size} tokens), same BOS/EOS")
+    click.echo(
+        f"{draft} can draft for {target}: same {target_info.vocab_type} vocabulary "
+        f"({target_info.vocab_size} vs {draft_info.vocab_size} tokens), same BOS/EOS"
+    )
     ratio = target_info.tensor_bytes / max(draft_info.tensor_bytes, 1)
     click.echo(f"draft weights are {ratio:.1f}x smaller than the target's")
     for fix in fixes:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ..names import parse_model_name
 from .layout import write_model
@@ -36,16 +36,22 @@ def _recipe(seed: int, vocab_size: int, n_merges: int, **kwargs) -> WeightRecipe
 
 PAIRS: dict[str, PairSpec] = {
     "tiny": PairSpec(
-        target_name="tiny-target", draft_name="tiny-draft",
+        target_name="tiny-target",
+        draft_name="tiny-draft",
         arch=Architecture(n_embd=64, n_layer=4, n_head=4, n_kv_head=2, n_ff=128, context_length=8192),
-        draft_layers=1, vocab_size=512, n_merges=200,
+        draft_layers=1,
+        vocab_size=512,
+        n_merges=200,
         recipe=_recipe(1, 512, 200, residual_scale=0.12),
         description="tiny F32 pair for tests (builds in well under a second)",
     ),
     "bench": PairSpec(
-        target_name="synth-target", draft_name="synth-draft",
+        target_name="synth-target",
+        draft_name="synth-draft",
         arch=Architecture(n_embd=2048, n_layer=13, n_head=16, n_kv_head=4, n_ff=5632, context_length=8192),
-        draft_layers=1, vocab_size=2048, n_merges=600,
+        draft_layers=1,
+        vocab_size=2048,
+        n_merges=600,
         recipe=_recipe(7, 2048, 600, dtype="F16", residual_scale=0.025),
         description="0.6B F16 target + 1-layer draft: memory-bound on a CPU, like a GPU",
     ),
@@ -55,8 +61,9 @@ ALIEN_NAME = "tiny-alien"
 ALIEN_VOCAB = (1024, 200)
 
 
-def build_pair_store(root: Path, pair: str = "tiny", *, progress: Callable[[str], None] = lambda msg: None,
-                     skip_existing: bool = True) -> list[str]:
+def build_pair_store(
+    root: Path, pair: str = "tiny", *, progress: Callable[[str], None] = lambda msg: None, skip_existing: bool = True
+) -> list[str]:
     """Build one pair (and for `tiny` also the incompatible draft) into `root`; return names."""
     spec = PAIRS[pair]
     root.mkdir(parents=True, exist_ok=True)
@@ -71,21 +78,25 @@ def build_pair_store(root: Path, pair: str = "tiny", *, progress: Callable[[str]
         progress(f"writing {name} ({n_layer} layers)")
         with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as tmp:
             path = Path(tmp) / "model.gguf"
-            write_gguf(path, name=name, arch=spec.arch, n_layer=n_layer, vocab=vocab, weights=weights,
-                       dtype=spec.recipe.dtype)
+            write_gguf(
+                path, name=name, arch=spec.arch, n_layer=n_layer, vocab=vocab, weights=weights, dtype=spec.recipe.dtype
+            )
             write_model(root, name, path)
     if pair == "tiny":
         alien_vocab = build_vocabulary(*ALIEN_VOCAB)
         alien_weights = make_weights(spec.arch, alien_vocab.size, _recipe(3, *ALIEN_VOCAB), 1)
         with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as tmp:
             path = Path(tmp) / "model.gguf"
-            write_gguf(path, name=ALIEN_NAME, arch=spec.arch, n_layer=1, vocab=alien_vocab,
-                       weights=alien_weights, dtype="F32")
+            write_gguf(
+                path, name=ALIEN_NAME, arch=spec.arch, n_layer=1, vocab=alien_vocab, weights=alien_weights, dtype="F32"
+            )
             write_model(root, ALIEN_NAME, path)
     return names
 
 
-def build_demo_store(root: Path, *, include_bench: bool = True, progress: Callable[[str], None] = lambda m: None) -> list[str]:
+def build_demo_store(
+    root: Path, *, include_bench: bool = True, progress: Callable[[str], None] = lambda m: None
+) -> list[str]:
     names = build_pair_store(root, "tiny", progress=progress)
     if include_bench:
         names += build_pair_store(root, "bench", progress=progress)

@@ -53,8 +53,15 @@ def add_blob(root: Path, source: Path | bytes) -> tuple[str, int]:
     return f"sha256:{digest.hexdigest()}", size
 
 
-def write_model(root: Path, name: str, gguf_file: Path, *, params: dict | None = None,
-                template: str | None = LLAMA3_GO_TEMPLATE, system: str | None = None) -> Path:
+def write_model(
+    root: Path,
+    name: str,
+    gguf_file: Path,
+    *,
+    params: dict | None = None,
+    template: str | None = LLAMA3_GO_TEMPLATE,
+    system: str | None = None,
+) -> Path:
     """Add a GGUF (moved into blobs/) plus template/params/license layers; return the manifest."""
     ref = parse_model_name(name)
     layers = [_layer("model", *add_blob(root, gguf_file))]
@@ -63,9 +70,16 @@ def write_model(root: Path, name: str, gguf_file: Path, *, params: dict | None =
     for kind, text in extras:
         if text is not None:
             layers.append(_layer(kind, *add_blob(root, text.encode("utf-8"))))
-    config = {"model_format": "gguf", "model_family": "llama", "model_families": ["llama"],
-              "model_type": "synthetic", "file_type": "synthetic", "architecture": "amd64", "os": "linux",
-              "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]}}
+    config = {
+        "model_format": "gguf",
+        "model_family": "llama",
+        "model_families": ["llama"],
+        "model_type": "synthetic",
+        "file_type": "synthetic",
+        "architecture": "amd64",
+        "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]},
+    }
     config_digest, config_size = add_blob(root, json.dumps(config).encode("utf-8"))
     manifest = {
         "schemaVersion": 2,

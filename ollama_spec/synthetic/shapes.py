@@ -22,9 +22,16 @@ QUANT_FILE_TYPES = {
 }
 
 
-def write_shape_only_gguf(path: Path, *, name: str, arch: Architecture, vocab_size: int,
-                          weight_type: GGMLQuantizationType = GGMLQuantizationType.Q4_K,
-                          tied_embeddings: bool = False, n_merges: int = 0) -> int:
+def write_shape_only_gguf(
+    path: Path,
+    *,
+    name: str,
+    arch: Architecture,
+    vocab_size: int,
+    weight_type: GGMLQuantizationType = GGMLQuantizationType.Q4_K,
+    tied_embeddings: bool = False,
+    n_merges: int = 0,
+) -> int:
     """Write the header for a llama model of these shapes and extend the file sparsely; return its size."""
     writer = GGUFWriter(path, arch="llama")
     writer.add_name(name)
@@ -54,14 +61,21 @@ def write_shape_only_gguf(path: Path, *, name: str, arch: Architecture, vocab_si
     d, kv, ff = arch.n_embd, arch.n_kv_head * arch.head_dim, arch.n_ff
     shapes = {"token_embd.weight": ((vocab_size, d), weight_type), "output_norm.weight": ((d,), None)}
     if not tied_embeddings:
-        shapes["output.weight"] = ((vocab_size, d), GGMLQuantizationType.Q6_K if weight_type == GGMLQuantizationType.Q4_K else weight_type)
+        shapes["output.weight"] = (
+            (vocab_size, d),
+            GGMLQuantizationType.Q6_K if weight_type == GGMLQuantizationType.Q4_K else weight_type,
+        )
     for i in range(arch.n_layer):
         p = f"blk.{i}."
         shapes |= {
-            p + "attn_norm.weight": ((d,), None), p + "ffn_norm.weight": ((d,), None),
-            p + "attn_q.weight": ((d, d), weight_type), p + "attn_k.weight": ((kv, d), weight_type),
-            p + "attn_v.weight": ((kv, d), weight_type), p + "attn_output.weight": ((d, d), weight_type),
-            p + "ffn_gate.weight": ((ff, d), weight_type), p + "ffn_up.weight": ((ff, d), weight_type),
+            p + "attn_norm.weight": ((d,), None),
+            p + "ffn_norm.weight": ((d,), None),
+            p + "attn_q.weight": ((d, d), weight_type),
+            p + "attn_k.weight": ((kv, d), weight_type),
+            p + "attn_v.weight": ((kv, d), weight_type),
+            p + "attn_output.weight": ((d, d), weight_type),
+            p + "ffn_gate.weight": ((ff, d), weight_type),
+            p + "ffn_up.weight": ((ff, d), weight_type),
             p + "ffn_down.weight": ((d, ff), weight_type),
         }
     data_bytes = 0

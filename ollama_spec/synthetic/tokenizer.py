@@ -11,7 +11,11 @@ from functools import lru_cache
 # Normal and control token types, as in gguf.TokenType.
 NORMAL, CONTROL = 1, 3
 BOS, EOS, START_HEADER, END_HEADER, EOT = (
-    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
 )
 SPECIAL_TOKENS = (BOS, EOS, START_HEADER, END_HEADER, EOT)
 
@@ -51,7 +55,9 @@ _WORDS = re.compile(r"'(?:s|t|re|ve|m|ll|d)| ?[A-Za-z]+| ?[0-9]{1,3}| ?[^\sA-Za-
 @lru_cache(maxsize=1)
 def byte_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map, used by every byte-level BPE."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     extra = 0
     for b in range(256):
@@ -118,9 +124,7 @@ def _add_filler_merges(tokens: list[str], merges: list[str], size: int) -> None:
 def _learn_merges(n_merges: int) -> tuple[str, ...]:
     """Plain BPE training: repeatedly merge the most frequent adjacent pair (ties by text)."""
     mapping = byte_to_unicode()
-    words = Counter(
-        tuple(mapping[b] for b in word.encode("utf-8")) for word in _WORDS.findall(CORPUS)
-    )
+    words = Counter(tuple(mapping[b] for b in word.encode("utf-8")) for word in _WORDS.findall(CORPUS))
     merges: list[str] = []
     while len(merges) < n_merges:
         pairs: Counter = Counter()
