@@ -1,0 +1,87 @@
+"""`check`: will the target and draft fit in memory, and what to change if not."""
+
+from __future__ import annotations
+
+import click
+
+from ..engine import DEFAULT_CTX
+from ..gguf_info import ModelInfo, format_bytes
+from ..memory import KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
+from ..resolve import resolve_model
+from .main import cli
+from .options import echo_json, json_option, models_dir_option
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--draft", "-d", help="Draft model (name or .gguf path) that will run next to TARGET.")
+@click.option("--ctx", type=int, help=f"Context length in tokens (default: TARGET's num_ctx, else {DEFAULT_CTX}).")
+@click.option("--kv-type", type=click.Choice(list(KV_TYPES)), default="f16", show_default=True,
+              help="KV cache element type.")
+@json_option
+@models_dir_option
+def check(target: str, draft: str | None, ctx: int | None, kv_type: str, as_json: bool, models_dir: str | None) -> None:
+    """Check that TARGET (and --draft) fit in GPU memory before loading anything.
+
+    Reads only GGUF headers: weights, KV cache and compute buffers per model, the free memory of
+    each GPU (NVIDIA, Apple) or of the CPU RAM, and a verdict: fits with full offload, fits only
+    with some target layers on the GPU (the draft stays fully on it), or does not fit, with what
+    to change. Exits 0 when it fits, 1 when it does not.
+
+    \b
+    Examples:
+      ollama-spec check llama3.1:70b --draft llama3.2:1b
+      ollama-spec check llama3.1:70b -d llama3.2:1b --ctx 32768 --kv-type q8_0
+      ollama-spec check qwen2.5:32b -d qwen2.5:0.5b --json
+    """
+    target_model = resolve_model(target, models_dir)
+    draft_model = resolve_model(draft, models_dir) if draft else None
+    n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
+    plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type)
+    for warning in plan.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        data = plan.to_json()
+        data["target"]["model"] = target_model.name
+        if draft_model:
+            data["draft"]["model"] = draft_model.name
+        echo_json(data)
+    else:
+        models = [(m.name, m.info) for m in (target_model, draft_model) if m is not None]
+        click.echo("\n".join(render_plan(plan, models)))
+    if not plan.fits:
+        raise SystemExit(1)
+
+
+def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[str]:
+    """The human-readable report: per model, totals, devices, verdict, suggestions."""
+    lines = []
+    for role, (name, info), needs in zip(("target", "draft"), models, (plan.target, plan.draft)):
+        layers = f"{needs.n_layer} layer{'s' if needs.n_layer != 1 else ''}"
+        lines.append(f"{role:<7} {name}  ({info.parameter_label} {info.file_type}, {layers}, "
+                     f"trained context {info.context_length or '?'})")
+        lines += _model_lines(plan, needs)
+    if plan.draft is not None:
+        both = plan.target.gpu_total + plan.draft.gpu_total
+        lines.append(f"both on the GPU {format_bytes(both):>12}" if plan.gpus else
+                     f"both in RAM {format_bytes(plan.target.cpu_total + plan.draft.cpu_total):>16}")
+    lines.append("devices")
+    for device in plan.devices:
+        kept = f", {format_bytes(device.reserve)} kept for the driver" if device.reserve else ""
+        lines.append(f"  {device.name:<28} {format_bytes(device.free):>10} free of {format_bytes(device.total)}{kept}")
+    lines.append(f"verdict: {plan.summary}")
+    lines += [f"  try: {suggestion}" for suggestion in plan.suggestions]
+    return lines
+
+
+def _model_lines(plan: MemoryPlan, needs: ModelNeeds) -> list[str]:
+    if not plan.gpus:
+        return [f"  weights  {format_bytes(needs.file_weights):>12}",
+                f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type})",
+                f"  compute  {format_bytes(needs.compute):>12}",
+                f"  total    {format_bytes(needs.cpu_total):>12}  in RAM"]
+    embeddings = f"(+ {format_bytes(needs.host_weights)} token embeddings, kept in RAM)"
+    return [f"  weights  {format_bytes(needs.weights):>12}  {embeddings}",
+            f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type})",
+            f"  compute  {format_bytes(needs.compute):>12}",
+            f"  total    {format_bytes(needs.gpu_total):>12}  on the GPU with full offload"]

@@ -1,0 +1,102 @@
+import json
+
+import pytest
+
+from ollama_spec import memory
+from ollama_spec.devices import MIB, Device, nvidia_gpu, system_ram
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Plan for the devices a test sets, never for the machine the tests run on."""
+    devices: list[Device] = [nvidia_gpu(8), system_ram(32)]
+    monkeypatch.setattr(memory, "discover_devices", lambda: (list(devices), []))
+    return devices
+
+
+def test_help_has_examples(invoke):
+    result = invoke("check", "-h")
+    assert result.exit_code == 0 and "Examples:" in result.output and "--kv-type [f16|q8_0|q4_0]" in result.output
+
+
+def test_pair_fits_on_a_gpu(invoke, tiny_store, machine):
+    result = invoke("check", "tiny-target", "--draft", "tiny-draft", "--ctx", "2048", "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "target  tiny-target:latest  (213.6K F32, 4 layers, trained context 8192)"
+    assert lines[1] == "  weights     706.2 KiB  (+ 128.0 KiB token embeddings, kept in RAM)"
+    assert lines[2] == "  KV cache      1.0 MiB  (2048 tokens, f16)"
+    assert lines[5].startswith("draft   tiny-draft:latest  (102.6K F32, 1 layer, ")
+    assert lines[-1] == "verdict: fits with full offload: 8.7 MiB of 7.6 GiB usable GPU memory"
+    assert result.stderr == ""
+
+
+def test_json(invoke, tiny_store, machine):
+    result = invoke("check", "tiny-target", "-d", "tiny-draft", "--json", "--models-dir", tiny_store)
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "full_offload" and data["gpu_layers"] == -1 and data["n_ctx"] == 4096
+    assert (data["target"]["model"], data["draft"]["model"]) == ("tiny-target:latest", "tiny-draft:latest")
+    assert data["target"]["kv_cache"] == 4 * 4096 * 32 * 2 * 2
+    assert [d["kind"] for d in data["devices"]] == ["cuda", "cpu"]
+
+
+def test_does_not_fit_exits_1_with_the_verdict(invoke, tiny_store, machine):
+    machine[:] = [Device("small GPU", "cuda", 4 * MIB, 4 * MIB), Device("CPU RAM", "cpu", 4 * MIB, 4 * MIB)]
+    result = invoke("check", "tiny-target", "-d", "tiny-draft", "--ctx", "8192", "--models-dir", tiny_store)
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-2:] == [
+        ("verdict: does not fit: target and draft need 24.5 MiB of GPU memory with full offload, 4.0 MiB usable, "
+         "and no layer split fits in 4.0 MiB of RAM"),
+        "  try: --ctx 256 fits with full offload",
+    ]
+    as_json = invoke("check", "tiny-target", "--ctx", "8192", "--json", "--models-dir", tiny_store)
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)["fits"] is False
+
+
+def test_no_gpu_plans_for_ram_and_says_why(invoke, tiny_store, monkeypatch):
+    note = "no GPU found: planning for CPU RAM"
+    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(16)], [note]))
+    result = invoke("check", "tiny-target", "--models-dir", tiny_store)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[-1] == "verdict: fits in CPU RAM: 8.1 MiB of 16.0 GiB available (no GPU used)"
+    assert result.stderr == f"warning: {note}\n"
+
+
+def test_layer_split_for_a_70b_shape(invoke, tmp_path, machine):
+    from ollama_spec.synthetic.models import Architecture
+    from ollama_spec.synthetic.shapes import write_shape_only_gguf
+
+    arch = Architecture(n_embd=8192, n_layer=80, n_head=64, n_kv_head=8, n_ff=28672, context_length=131072)
+    write_shape_only_gguf(tmp_path / "big.gguf", name="big", arch=arch, vocab_size=128256)
+    machine[:] = [nvidia_gpu(24), system_ram(64)]
+    result = invoke("check", tmp_path / "big.gguf", "--ctx", "8192")
+    assert result.exit_code == 0
+    assert "verdict: fits only with 47 of 81 target layers on the GPU (n_gpu_layers=47)" in result.stdout
+
+
+def test_context_beyond_training_warns_and_continues(invoke, tiny_store, machine):
+    result = invoke("check", "tiny-target", "--ctx", "16384", "--models-dir", tiny_store)
+    assert result.exit_code == 0 and "verdict: fits with full offload" in result.stdout
+    assert result.stderr == ("warning: --ctx 16384 is larger than tiny-target's trained context (8192 tokens); "
+                             "output quality may drop past it\n")
+
+
+def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path, machine):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"junk" * 8)
+    cases = {
+        ("tiny-target", "--ctx", "0"): "Error: --ctx must be a positive number of tokens, got 0",
+        ("tiny-target", "--ctx", "-5"): "Error: --ctx must be a positive number of tokens, got -5",
+        ("tiny-target", "--kv-type", "q8_0"): "Error: --kv-type q8_0 needs attention heads whose size is a multiple "
+                                              "of 32, but tiny-target has 16; use --kv-type f16",
+        ("nothere",): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); "
+                      "pull it with 'ollama pull nothere'",
+        ("tiny-target", "-d", "nothere"): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); "
+                                          "pull it with 'ollama pull nothere'",
+        (str(junk),): f"Error: {junk} is not a GGUF file (it starts with b'junk')",
+    }
+    for args, message in cases.items():
+        result = invoke("check", *args, "--models-dir", tiny_store)
+        assert (result.exit_code, result.output.strip()) == (1, message), args
+    bad_type = invoke("check", "tiny-target", "--kv-type", "q5_1", "--models-dir", tiny_store)
+    assert bad_type.exit_code == 2 and "Invalid value for '--kv-type': 'q5_1' is not one of" in bad_type.output
