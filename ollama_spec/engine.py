@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from .chat import render_chat
 from .compat import check_compatibility, llama3_metadata_fixes
 from .errors import IncompatibleDraft, InvalidSetting
+from .memory import ensure_fits, plan_memory
 from .resolve import ResolvedModel
 from .runtime import LoadedModel, LoadSettings
 from .sampling import SamplingSettings
@@ -22,7 +23,7 @@ DEFAULT_MAX_TOKENS = 512
 @dataclass(frozen=True)
 class EngineSettings:
     n_ctx: int = DEFAULT_CTX
-    target_gpu_layers: int = -1
+    target_gpu_layers: int | None = None  # None: all, or what the memory plan says fits
     draft_gpu_layers: int = -1
     n_threads: int | None = None
     kv_type: str = "f16"
@@ -79,13 +80,15 @@ class Engine:
             verdict = check_compatibility(target.info, draft.info)
             if not verdict.ok:
                 raise IncompatibleDraft(f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.problems))
+        target_gpu_layers = settings.target_gpu_layers
         if settings.memory_check:
-            from .memory import ensure_fits, plan_memory
-
-            ensure_fits(plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type))
+            plan = plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type)
+            ensure_fits(plan)
+            if target_gpu_layers is None and plan.gpu_layers is not None:
+                target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
         fixes = llama3_metadata_fixes(target.info)
         self.extra_stop_ids = {i for fix in fixes for i in fix.extra_stop_ids}
-        self.target = self._load(target, settings.target_gpu_layers, fixes)
+        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers, fixes)
         self.draft = None
         if draft is not None:
             try:
@@ -103,6 +106,7 @@ class Engine:
                 n_gpu_layers=gpu_layers,
                 n_threads=self.settings.n_threads,
                 kv_overrides=overrides,
+                kv_type=self.settings.kv_type,
             ),
         )
 

@@ -55,6 +55,9 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+
+
 @dataclass(frozen=True)
 class LoadSettings:
     n_ctx: int = 4096
@@ -62,6 +65,7 @@ class LoadSettings:
     n_threads: int | None = None
     n_batch: int = 512
     kv_overrides: tuple[tuple[str, str | int | float | bool], ...] = ()
+    kv_type: str = "f16"  # KV cache element type: f16, q8_0 or q4_0 (quantized needs flash attention)
 
 
 class LoadedModel:
@@ -88,6 +92,9 @@ class LoadedModel:
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         ctx_params.no_perf = True
+        ctx_params.type_k = ctx_params.type_v = KV_TYPES[settings.kv_type]
+        if settings.kv_type != "f16":
+            ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         try:
             self._ctx = LlamaContext(model=self._model, params=ctx_params, verbose=_VERBOSE)
         except ValueError:

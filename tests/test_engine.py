@@ -1,5 +1,7 @@
 """Engine behaviour around the loop: prompt building, metadata fixes, draft cache reuse."""
 
+import pytest
+
 from ollama_spec.engine import Engine, Request
 from ollama_spec.gguf_info import read_model_info
 from ollama_spec.resolve import ResolvedModel
@@ -82,3 +84,25 @@ def test_system_layer_is_the_default_system_prompt(tiny_models, baseline_engine)
     text = engine.target.detokenize(engine.prompt_tokens(Request("Hi")))
     assert "You are terse." in text
     assert "You are terse." not in engine.target.detokenize(engine.prompt_tokens(Request("Hi", system="")))
+
+
+def test_quantized_kv_cache_is_allocated_as_asked(tmp_path):
+    """--kv-type reaches llama.cpp: the logged KV buffer shrinks to q8_0's 34 bytes per 32 values."""
+    import re
+
+    from ollama_spec import runtime
+    from ollama_spec.synthetic.models import Architecture, WeightRecipe
+
+    arch = Architecture(n_embd=128, n_layer=2, n_head=4, n_kv_head=2, n_ff=256)
+    vocab = build_vocabulary(512, 200)
+    path = tmp_path / "kv.gguf"
+    write_gguf(path, name="kv", arch=arch, n_layer=2, vocab=vocab, weights=make_weights(arch, 512, WeightRecipe(seed=2), 1),
+               dtype="F32")
+    sizes = {}
+    for kv_type in ("f16", "q8_0"):
+        runtime.clear_log()
+        with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=1024, n_threads=1, kv_type=kv_type)) as model:
+            model.eval(model.tokenize("hello world", add_bos=True, special=False))
+        line = next(line for line in runtime.recent_log() if "KV buffer size" in line)
+        sizes[kv_type] = float(re.search(r"= +([\d.]+) MiB", line).group(1))
+    assert sizes["q8_0"] / sizes["f16"] == pytest.approx(34 / 64, rel=0.03)  # the log rounds to 0.01 MiB

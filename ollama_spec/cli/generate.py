@@ -51,7 +51,8 @@ from .options import models_dir_option
 @click.option("--stop", multiple=True, help="Stop string (repeatable; adds to the model's own).")
 @click.option("--system", help="System prompt (default: the model's system layer).")
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
-@click.option("--n-gpu-layers", type=int, default=-1, show_default=True, help="Target layers on the GPU (-1: all).")
+@click.option("--n-gpu-layers", type=int, default=None,
+              help="Target layers on the GPU (-1: all; default: all, or as many as the memory check finds room for).")
 @click.option(
     "--draft-n-gpu-layers", type=int, default=-1, show_default=True, help="Draft layers on the GPU (-1: all)."
 )
@@ -61,7 +62,7 @@ from .options import models_dir_option
     type=click.Choice(["f16", "q8_0", "q4_0"]),
     default="f16",
     show_default=True,
-    help="KV cache type assumed by the memory check.",
+    help="KV cache element type (q8_0 halves the cache; quantized caches use flash attention).",
 )
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
