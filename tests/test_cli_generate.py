@@ -91,3 +91,20 @@ def test_incompatible_draft_is_refused_before_loading(invoke, tiny_store, monkey
 def test_compare_needs_a_draft(invoke, tiny_store):
     result = gen(invoke, tiny_store, "tiny-target", "hi", "--compare")
     assert result.exit_code == 2 and "--compare needs --draft" in result.output
+
+
+def test_memory_check_refuses_what_cannot_fit_before_loading(invoke, tiny_store, monkeypatch):
+    from ollama_spec import engine, memory
+    from ollama_spec.devices import system_ram
+
+    loads = []
+    real_load = engine.Engine._load
+    monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(0.001, free_gib=0.0001)], []))
+    result = invoke("generate", "tiny-target", "hi", "-d", "tiny-draft", "--models-dir", tiny_store)
+    assert result.exit_code == 1 and loads == []
+    assert result.output.startswith("Error: ") and "fit" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    forced = invoke("generate", "tiny-target", "hi", "-d", "tiny-draft", "--force", "--threads", "1", "-n", "3",
+                    "--models-dir", tiny_store)
+    assert forced.exit_code == 0 and loads
