@@ -66,5 +66,10 @@ class OllamaDraftModel(LlamaDraftModel):
         self._cached = ids
         return np.array(drafted, dtype=np.intc)
 
+    def reset(self) -> None:
+        """Forget the cached prefix: the next call starts cold, as for a new conversation."""
+        self.model.truncate(0)
+        self._cached = []
+
     def close(self) -> None:
         self.model.close()

@@ -1,0 +1,125 @@
+"""Reference rows through llama-cpp-python's own `Llama`: its draft_model path and prompt lookup.
+
+Both use `Llama.generate`, which compares the target's sampled token with each drafted token
+and keeps logits for every position (`logits_all=True`, which its draft_model path needs).
+Each row loads its own `Llama` after the engine is closed, so the target is never in memory
+twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from llama_cpp import Llama
+from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
+
+from ..adapter import OllamaDraftModel
+from ..compat import llama3_metadata_fixes
+from ..errors import ModelLoadError
+from ..resolve import ResolvedModel
+from .prompts import Prompt
+from .runner import Progress, sampling_for
+from .samples import LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
+from .settings import WARMUP_TOKENS, BenchSettings
+
+
+class CountingDraft(LlamaDraftModel):
+    """Wraps a draft_model: counts proposals and calls, and times them."""
+
+    def __init__(self, inner: LlamaDraftModel):
+        self.inner = inner
+        self.calls = 0
+        self.drafted = 0
+        self.seconds = 0.0
+
+    def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
+        start = time.perf_counter()
+        out = self.inner(input_ids, **kwargs)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        self.drafted += len(out)
+        return out
+
+    def reset(self) -> None:
+        self.calls, self.drafted, self.seconds = 0, 0, 0.0
+        if isinstance(self.inner, OllamaDraftModel):
+            self.inner.reset()  # a cold draft cache, as the engine starts each generation
+
+
+def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str | None, k: int,
+                       prompts: Sequence[Prompt], prompt_tokens: dict[str, list[int]], settings: BenchSettings,
+                       progress: Progress = lambda label: None) -> list[Row]:
+    """llama-cpp-python's draft_model path (OllamaDraftModel, K drafts) and prompt lookup (K tokens)."""
+    threads = settings.n_threads or max(os.cpu_count() or 1, 1)  # the engine's default too
+    rows = []
+    draft = OllamaDraftModel(draft_name, num_pred_tokens=k, models_dir=models_dir, n_ctx=settings.context,
+                             n_threads=threads)
+    try:
+        rows.append(_run_row(Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), target,
+                             CountingDraft(draft), prompts, prompt_tokens, settings, threads, progress))
+    finally:
+        draft.close()
+    lookup = CountingDraft(LlamaPromptLookupDecoding(num_pred_tokens=k))
+    rows.append(_run_row(Row(f"prompt lookup K={k}", PROMPT_LOOKUP, k), target, lookup, prompts, prompt_tokens,
+                         settings, threads, progress))
+    return rows
+
+
+def _run_row(row: Row, target: ResolvedModel, draft: CountingDraft, prompts: Sequence[Prompt],
+             prompt_tokens: dict[str, list[int]], settings: BenchSettings, threads: int, progress: Progress) -> Row:
+    overrides = {key: value for fix in llama3_metadata_fixes(target.info) for key, value in fix.kv_overrides}
+    try:
+        llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
+                    n_threads_batch=threads, seed=settings.seed, draft_model=draft, logits_all=True,
+                    kv_overrides=overrides or None, verbose=False)
+    except ValueError as exc:
+        raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None
+    try:
+        with PeakMemory() as memory:
+            if settings.warmup:
+                _generate(llm, draft, prompt_tokens[prompts[0].name], min(WARMUP_TOKENS, settings.max_tokens),
+                          settings, prompts[0].name, -1)
+                progress(f"warm-up {row.label}")
+            memory.take()
+            for run in range(settings.runs):
+                for prompt in prompts:
+                    row.samples.append(_generate(llm, draft, prompt_tokens[prompt.name], settings.max_tokens,
+                                                 settings, prompt.name, run))
+                    row.peak_rss = max(row.peak_rss, memory.take())
+                    progress(f"{row.label} · {prompt.name}")
+    finally:
+        llm.close()
+    return row
+
+
+def _generate(llm: Llama, draft: CountingDraft, prompt: list[int], max_tokens: int, settings: BenchSettings,
+              name: str, run: int) -> Sample:
+    sampling = sampling_for(settings)
+    llm.reset()  # no prompt reuse from the last run: the engine re-reads the prompt too
+    draft.reset()
+    tokens: list[int] = []
+    start = time.perf_counter()
+    first = 0.0
+    # Llama.generate never stops at end of generation itself: like ignore_eos, it runs to max_tokens.
+    stream = llm.generate(prompt, temp=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+                          min_p=sampling.min_p, repeat_penalty=1.0, reset=True)
+    try:
+        for token in stream:
+            if not tokens:
+                first = time.perf_counter() - start
+            tokens.append(int(token))
+            if len(tokens) >= max_tokens:
+                break
+    finally:
+        stream.close()
+    total = time.perf_counter() - start
+    # One target pass for the prompt, then one per draft call; each pass emits its accepted
+    # drafts plus the target's own token.
+    steps = draft.calls + 1
+    # Drafting starts after the first token here, so the target's share is the rest of decoding.
+    return Sample(name, run, tokens, first, total, steps=steps, drafted=draft.drafted,
+                  accepted=max(len(tokens) - steps, 0), draft_s=draft.seconds,
+                  verify_s=max(total - first - draft.seconds, 0.0))

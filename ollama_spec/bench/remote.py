@@ -1,0 +1,155 @@
+"""`--url`: time any OpenAI-compatible server (ollama-spec serve, llama-server, vLLM) over streaming
+chat completions, the way people time `chat.completions.create(stream=True)`."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from ..errors import InvalidSetting, OllamaSpecError
+from .prompts import Prompt
+from .runner import Progress
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class ServerError(OllamaSpecError):
+    """The server is unreachable, refused the request, or does not stream OpenAI-style."""
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    url: str
+    model: str
+    max_tokens: int = 256
+    runs: int = 3
+    temperature: float = 0.0
+    seed: int = 0
+    warmup: bool = True
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise InvalidSetting(f"--url must start with http:// or https://, got '{self.url}'")
+
+    @property
+    def endpoint(self) -> str:
+        return self.url.rstrip("/") + "/chat/completions"
+
+
+@dataclass
+class RemoteSample:
+    prompt: str
+    run: int
+    tokens: int
+    first_token_s: float
+    total_s: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        decode = self.total_s - self.first_token_s
+        return (self.tokens - 1) / decode if self.tokens > 1 and decode > 0 else 0.0
+
+
+@dataclass
+class RemoteResult:
+    settings: RemoteSettings
+    samples: list[RemoteSample] = field(default_factory=list)
+
+    def by_prompt(self) -> dict[str, list[RemoteSample]]:
+        grouped: dict[str, list[RemoteSample]] = {}
+        for sample in self.samples:
+            grouped.setdefault(sample.prompt, []).append(sample)
+        return grouped
+
+    @property
+    def tokens_per_second(self) -> float:
+        return statistics.median(s.tokens_per_second for s in self.samples)
+
+    @property
+    def ttft_s(self) -> float:
+        return statistics.median(s.first_token_s for s in self.samples)
+
+
+def run_remote(settings: RemoteSettings, prompts: Sequence[Prompt], progress: Progress = lambda label: None) -> RemoteResult:
+    """Stream every prompt `runs` times (after one unrecorded warm-up request)."""
+    result = RemoteResult(settings)
+    with httpx.Client(timeout=httpx.Timeout(settings.timeout_s, connect=10.0)) as client:
+        if settings.warmup:
+            stream_chat(client, settings, prompts[0], min(16, settings.max_tokens))
+            progress("warm-up")
+        for run in range(settings.runs):
+            for prompt in prompts:
+                tokens, first, total = stream_chat(client, settings, prompt, settings.max_tokens)
+                result.samples.append(RemoteSample(prompt.name, run, tokens, first, total))
+                progress(prompt.name)
+    return result
+
+
+def planned_remote_units(settings: RemoteSettings, n_prompts: int) -> int:
+    return (1 if settings.warmup else 0) + settings.runs * n_prompts
+
+
+def stream_chat(client: httpx.Client, settings: RemoteSettings, prompt: Prompt, max_tokens: int) -> tuple[int, float, float]:
+    """One streamed chat completion: (tokens, seconds to the first token, seconds in all)."""
+    messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
+        {"role": "user", "content": prompt.prompt}]
+    body = {"model": settings.model, "messages": messages, "max_tokens": max_tokens, "stream": True,
+            "temperature": settings.temperature, "seed": settings.seed,
+            "stream_options": {"include_usage": True}}
+    pieces, usage_tokens, first = 0, None, 0.0
+    start = time.perf_counter()
+    try:
+        with client.stream("POST", settings.endpoint, json=body) as response:
+            if response.status_code >= 400:
+                detail = " ".join(response.read().decode("utf-8", "replace").split())[:200]
+                raise ServerError(f"{settings.endpoint} answered HTTP {response.status_code}: {detail or response.reason_phrase}")
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue  # SSE comments, event names, keep-alives
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = _parse_chunk(data, settings.endpoint)
+                if chunk.get("usage"):
+                    usage_tokens = chunk["usage"].get("completion_tokens", usage_tokens)
+                for choice in chunk.get("choices") or []:
+                    if (choice.get("delta") or {}).get("content"):
+                        if pieces == 0:
+                            first = time.perf_counter() - start
+                        pieces += 1
+    except httpx.ConnectError as exc:
+        raise ServerError(f"cannot reach the server at {settings.url} ({_reason(exc)}); start it or fix --url") from None
+    except httpx.TimeoutException:
+        raise ServerError(f"no answer from {settings.url} within {settings.timeout_s:.0f} s") from None
+    except httpx.HTTPError as exc:
+        raise ServerError(f"talking to {settings.url} failed: {_reason(exc)}") from None
+    total = time.perf_counter() - start
+    if pieces == 0:
+        raise ServerError(f"{settings.endpoint} streamed no text for prompt '{prompt.name}'")
+    # Servers that report usage give the true token count; otherwise each content chunk is one token.
+    return usage_tokens or pieces, first, total
+
+
+def _parse_chunk(data: str, endpoint: str) -> dict:
+    try:
+        chunk = json.loads(data)
+    except json.JSONDecodeError:
+        raise ServerError(f"{endpoint} does not stream OpenAI-style chunks (got {data[:60]!r})") from None
+    if not isinstance(chunk, dict):
+        raise ServerError(f"{endpoint} does not stream OpenAI-style chunks (got {data[:60]!r})")
+    if "error" in chunk:
+        raise ServerError(f"{endpoint} reported an error: {chunk['error']}")
+    return chunk
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    if "refused" in text.lower():
+        return "connection refused"
+    return text.splitlines()[0]

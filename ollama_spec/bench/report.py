@@ -1,0 +1,256 @@
+"""Benchmark results as a terminal table, results.json, results.md and a PNG plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..gguf_info import format_bytes
+from .model import efficiency, predicted_speedup_from_step_length
+from .prompts import Prompt
+from .remote import RemoteResult
+from .runner import Costs
+from .samples import BASELINE, SPECULATIVE, Row
+from .settings import BenchSettings
+
+COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "tok/step", "draft/verify", "TTFT", "peak RSS",
+           "predicted", "efficiency", "greedy = target")
+
+
+@dataclass
+class BenchReport:
+    target: str
+    draft: str
+    settings: BenchSettings
+    prompts: tuple[Prompt, ...]
+    rows: list[Row]
+    costs: Costs
+    mismatches: list[str] = field(default_factory=list)
+    load_average: tuple[float, float] | None = None  # 1-minute load at start and end: others' work skews timings
+
+    @property
+    def baseline(self) -> Row:
+        return next(r for r in self.rows if r.kind == BASELINE)
+
+    def speedup(self, row: Row) -> float:
+        base = self.baseline.tokens_per_second
+        return row.tokens_per_second / base if base else 0.0
+
+    def efficiency(self, row: Row) -> float | None:
+        return efficiency(self.speedup(row), row.predicted_speedup) if row.predicted_speedup else None
+
+    @property
+    def best(self) -> Row:
+        return best_speculative(self.rows)
+
+
+def best_speculative(rows: list[Row]) -> Row:
+    """The speculative row with the highest median tok/s."""
+    return max((r for r in rows if r.kind == SPECULATIVE), key=lambda r: r.tokens_per_second)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def table_cells(report: BenchReport) -> list[tuple[str, ...]]:
+    cells = []
+    for row in report.rows:
+        rates = row.run_rates()
+        split = "-" if row.draft_share is None else f"{row.draft_share:.0%}/{row.verify_share:.0%}"
+        eff = report.efficiency(row)
+        identical = "-" if not report.settings.greedy or row.kind == BASELINE else ("no" if row.mismatches else "yes")
+        cells.append((
+            row.label, f"{row.tokens_per_second:.1f} ({min(rates):.1f}–{max(rates):.1f})",
+            f"{report.speedup(row):.2f}x", _pct(row.acceptance_rate),
+            "-" if row.tokens_per_step is None else f"{row.tokens_per_step:.2f}", split,
+            f"{row.ttft_s * 1000:.0f} ms", format_bytes(row.peak_rss),
+            "-" if row.predicted_speedup is None else f"{row.predicted_speedup:.2f}x",
+            "-" if eff is None else f"{eff:.2f}", identical,
+        ))
+    return cells
+
+
+def format_table(header: tuple[str, ...], cells: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(line[i])) for line in (header, *cells)) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in (header, *cells)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_markdown_table(header: tuple[str, ...], cells: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(line) + " |" for line in cells]
+    return "\n".join(lines)
+
+
+def summary_lines(report: BenchReport) -> list[str]:
+    s, costs, best = report.settings, report.costs, report.best
+    verify = ", ".join(f"K={k}: {v:.2f}" for k, v in ((k, costs.verify_ratio(k)) for k in sorted(costs.verify_s)))
+    return [
+        (f"target {report.target}, draft {report.draft}; {len(report.prompts)} prompts x {s.runs} runs x "
+         f"{s.max_tokens} tokens, temperature {s.temperature:g}, seed {s.seed}, threads {s.n_threads or os.cpu_count()}"),
+        (f"step costs: target {costs.target_step_s * 1000:.1f} ms, draft {costs.draft_step_s * 1000:.2f} ms "
+         f"(c = {costs.draft_ratio:.3f}); verify batch of K+1 / target step: {verify}"),
+        f"best K = {best.k}: {best.tokens_per_second:.1f} tok/s, {report.speedup(best):.2f}x the target alone",
+    ] + ([(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
+           f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")]
+         if report.load_average and max(report.load_average) > 0.5 else [])
+
+
+def format_report(report: BenchReport) -> str:
+    lines = [format_table(COLUMNS, table_cells(report)), "", *summary_lines(report)]
+    return "\n".join(lines)
+
+
+def report_json(report: BenchReport) -> dict:
+    rows = []
+    for row in report.rows:
+        rates = row.run_rates()
+        rows.append({
+            "label": row.label, "kind": row.kind, "k": row.k,
+            "tokens_per_second": round(row.tokens_per_second, 3),
+            "tokens_per_second_min": round(min(rates), 3), "tokens_per_second_max": round(max(rates), 3),
+            "tokens_per_second_by_run": [round(r, 3) for r in rates],
+            "speedup": round(report.speedup(row), 4),
+            "acceptance_rate": _round(row.acceptance_rate), "tokens_per_step": _round(row.tokens_per_step),
+            "drafted": row.drafted, "accepted": row.accepted, "steps": row.steps,
+            "draft_share": _round(row.draft_share), "verify_share": _round(row.verify_share),
+            "time_to_first_token_s": round(row.ttft_s, 4), "peak_rss_bytes": row.peak_rss,
+            "predicted_speedup": _round(row.predicted_speedup), "efficiency": _round(report.efficiency(row)),
+            **_step_length_prediction(report, row),
+            "identical_to_target_alone": (not row.mismatches) if report.settings.greedy and row.kind != BASELINE else None,
+            "prompts": {p.name: _prompt_stats(row, p.name) for p in report.prompts},
+        })
+    costs = report.costs
+    return {
+        "target": report.target, "draft": report.draft, "settings": asdict(report.settings),
+        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
+                    "load_average_start_end": report.load_average},
+        "prompts": [asdict(p) for p in report.prompts],
+        "costs": {"target_step_s": costs.target_step_s, "draft_step_s": costs.draft_step_s,
+                  "draft_ratio": costs.draft_ratio, "verify_s": {str(k): v for k, v in costs.verify_s.items()},
+                  "verify_ratio": {str(k): costs.verify_ratio(k) for k in costs.verify_s}},
+        "best_k": report.best.k, "rows": rows, "mismatches": report.mismatches,
+    }
+
+
+def _step_length_prediction(report: BenchReport, row: Row) -> dict:
+    if row.predicted_speedup is None or row.tokens_per_step is None:
+        return {}
+    costs = report.costs
+    predicted = predicted_speedup_from_step_length(row.tokens_per_step, row.k, costs.draft_ratio, costs.verify_ratio(row.k))
+    return {"predicted_speedup_from_tokens_per_step": round(predicted, 4),
+            "efficiency_vs_tokens_per_step": round(efficiency(report.speedup(row), predicted), 4)}
+
+
+def _prompt_stats(row: Row, prompt: str) -> dict:
+    chosen = [s for s in row.samples if s.prompt == prompt]
+    decode = sum(s.decode_s for s in chosen)
+    drafted = sum(s.drafted for s in chosen)
+    return {"tokens_per_second": round(sum(len(s.tokens) - 1 for s in chosen) / decode, 3) if decode else 0.0,
+            "acceptance_rate": round(sum(s.accepted for s in chosen) / drafted, 4) if drafted else None,
+            "time_to_first_token_s": round(statistics.median(s.first_token_s for s in chosen), 4) if chosen else None}
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def report_markdown(report: BenchReport) -> str:
+    lines = [f"# ollama-spec bench: {report.target} + {report.draft}", ""]
+    lines += [f"- {line}" for line in summary_lines(report)]
+    lines += ["", format_markdown_table(COLUMNS, table_cells(report)), "",
+              ("tok/s: generated tokens after the first / decode time, median over runs (min–max); "
+               "tok/step: tokens per target pass; draft/verify: shares of generation time; "
+               "predicted: Leviathan et al. with the measured acceptance and step costs; "
+               "efficiency: measured / predicted speed-up."), "", "![tokens/s and acceptance vs K](bench.png)", ""]
+    if report.mismatches:
+        lines += ["## Greedy outputs that differ from the target alone", ""] + [f"- {m}" for m in report.mismatches]
+    return "\n".join(lines)
+
+
+def plot(report: BenchReport, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    spec = sorted((r for r in report.rows if r.kind == SPECULATIVE), key=lambda r: r.k)
+    ks = [r.k for r in spec]
+    base = report.baseline.tokens_per_second
+    fig, (speed, accept) = plt.subplots(1, 2, figsize=(11, 4.2))
+    rates = [r.tokens_per_second for r in spec]
+    low = [r.tokens_per_second - min(r.run_rates()) for r in spec]
+    high = [max(r.run_rates()) - r.tokens_per_second for r in spec]
+    speed.errorbar(ks, rates, yerr=[low, high], marker="o", capsize=3, label="speculative (median, min–max)")
+    predicted = [(k, base * r.predicted_speedup) for k, r in zip(ks, spec) if r.predicted_speedup]
+    if predicted:
+        speed.plot(*zip(*predicted), linestyle="--", marker="x", label="predicted (Leviathan, measured costs)")
+    speed.axhline(base, color="grey", linestyle=":", label=f"target alone ({base:.1f} tok/s)")
+    for row, marker in zip((r for r in report.rows if r.kind not in (BASELINE, SPECULATIVE)), ("s", "^", "D")):
+        speed.plot([row.k], [row.tokens_per_second], marker=marker, linestyle="none", label=row.label)
+    speed.set(xlabel="K (draft tokens per step)", ylabel="tokens/s", title="Generation speed")
+    speed.set_ylim(bottom=0)
+    speed.legend(fontsize=8)
+    accept.plot(ks, [r.acceptance_rate or 0 for r in spec], marker="o", label="acceptance rate")
+    accept.plot(ks, [(r.tokens_per_step or 0) / (r.k + 1) for r in spec], marker="x", linestyle="--",
+                label="tokens per step / (K+1)")
+    accept.set(xlabel="K (draft tokens per step)", ylabel="fraction", title="Acceptance", ylim=(0, 1.05))
+    accept.legend(fontsize=8)
+    for axis in (speed, accept):
+        axis.set_xticks(ks)
+        axis.grid(alpha=0.3)
+    fig.suptitle(f"{report.target} drafted by {report.draft}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_outputs(report: BenchReport, out: Path) -> list[Path]:
+    """results.json, results.md and bench.png in `out` (created if needed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "results.json", out / "results.md", out / "bench.png"]
+    paths[0].write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
+    paths[1].write_text(report_markdown(report), encoding="utf-8")
+    plot(report, paths[2])
+    return paths
+
+
+# --- --url mode -----------------------------------------------------------------------------
+
+REMOTE_COLUMNS = ("prompt", "tok/s (min–max)", "TTFT (min–max)", "tokens")
+
+
+def remote_cells(result: RemoteResult) -> list[tuple[str, ...]]:
+    cells = []
+    for name, samples in result.by_prompt().items():
+        rates = [s.tokens_per_second for s in samples]
+        ttfts = [s.first_token_s * 1000 for s in samples]
+        cells.append((name, f"{statistics.median(rates):.1f} ({min(rates):.1f}–{max(rates):.1f})",
+                      f"{statistics.median(ttfts):.0f} ms ({min(ttfts):.0f}–{max(ttfts):.0f})",
+                      f"{statistics.median(s.tokens for s in samples):.0f}"))
+    return cells
+
+
+def format_remote(result: RemoteResult) -> str:
+    s = result.settings
+    return "\n".join([format_table(REMOTE_COLUMNS, remote_cells(result)), "",
+                      (f"{s.model} at {s.url}: median {result.tokens_per_second:.1f} tok/s, "
+                       f"time to first token {result.ttft_s * 1000:.0f} ms ({s.runs} runs, {s.max_tokens} max tokens)")])
+
+
+def write_remote_outputs(result: RemoteResult, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"url": result.settings.url, "model": result.settings.model, "settings": asdict(result.settings),
+            "tokens_per_second": round(result.tokens_per_second, 3), "time_to_first_token_s": round(result.ttft_s, 4),
+            "samples": [asdict(s) | {"tokens_per_second": round(s.tokens_per_second, 3)} for s in result.samples]}
+    paths = [out / "results.json", out / "results.md"]
+    paths[0].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    paths[1].write_text(f"# ollama-spec bench --url {result.settings.url}\n\n"
+                        + format_markdown_table(REMOTE_COLUMNS, remote_cells(result)) + "\n", encoding="utf-8")
+    return paths

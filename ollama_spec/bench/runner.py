@@ -1,0 +1,143 @@
+"""Target alone and speculative rows, measured through the engine in this process.
+
+One Engine holds target and draft; the target-alone row uses the same loaded target with the
+draft switched off (`use_draft=False`), so every row runs on the same weights, cache and threads, and the runs of
+all rows are interleaved (drift on a shared machine hits each row alike).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..engine import Engine, EngineSettings, Request
+from ..resolve import ResolvedModel
+from ..sampling import SamplingSettings
+from ..speculative import SpeculationSettings
+from .model import predicted_speedup
+from .prompts import Prompt
+from .samples import BASELINE, SPECULATIVE, PeakMemory, Row, Sample
+from .settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Costs:
+    """Measured step costs, in seconds, at the middle of a generation's context."""
+
+    target_step_s: float
+    draft_step_s: float
+    verify_s: dict[int, float] = field(default_factory=dict)  # K -> one target batch of K+1 tokens
+
+    @property
+    def draft_ratio(self) -> float:
+        return self.draft_step_s / self.target_step_s
+
+    def verify_ratio(self, k: int) -> float:
+        return self.verify_s[k] / self.target_step_s
+
+
+@dataclass
+class EngineRun:
+    rows: list[Row]
+    costs: Costs
+    prompt_tokens: dict[str, list[int]]  # the exact tokens every row was given, by prompt name
+
+
+def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool = True) -> int:
+    """How many progress units `run_engine_rows` and `run_reference_rows` report, for the bar."""
+    configs = 1 + len(settings.ks)
+    units = (configs if settings.warmup else 0) + 1 + settings.runs * n_prompts * configs
+    if with_reference:
+        units += 2 * ((1 if settings.warmup else 0) + settings.runs * n_prompts)
+    return units
+
+
+def sampling_for(settings: BenchSettings) -> SamplingSettings:
+    return SamplingSettings(temperature=settings.temperature, seed=settings.seed)
+
+
+def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequence[Prompt], settings: BenchSettings,
+                    progress: Progress = lambda label: None) -> EngineRun:
+    """Warm up, calibrate step costs, then time target alone and each K over runs x prompts."""
+    engine_settings = EngineSettings(n_ctx=settings.context, n_threads=settings.n_threads,
+                                     memory_check=settings.memory_check)
+    with Engine(target, draft, engine_settings) as engine, PeakMemory() as memory:
+        rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
+        requests = {p.name: _request(p, settings, settings.max_tokens) for p in prompts}
+        prompt_tokens = {name: engine.prompt_tokens(r) for name, r in requests.items()}
+
+        if settings.warmup:
+            for row in rows:
+                _generate(engine, _request(prompts[0], settings, min(WARMUP_TOKENS, settings.max_tokens), row.k), row)
+                progress(f"warm-up {row.label}")
+        costs = measure_costs(engine, prompt_tokens[prompts[0].name], settings)
+        progress("calibrating step costs")
+        memory.take()
+        for run in range(settings.runs):
+            # Every row runs each prompt back to back, in alternating order, so that a busy
+            # moment on a shared machine hits the rows alike instead of one row's whole run.
+            for i, prompt in enumerate(prompts):
+                for row in rows if (run * len(prompts) + i) % 2 == 0 else rows[::-1]:
+                    request = _request(prompt, settings, settings.max_tokens, row.k)
+                    row.samples.append(_sample(_generate(engine, request, row), prompt.name, run))
+                    row.peak_rss = max(row.peak_rss, memory.take())
+                    progress(f"{row.label} · {prompt.name}")
+    for row in rows:
+        if row.kind == SPECULATIVE and row.acceptance_rate is not None:
+            row.predicted_speedup = predicted_speedup(row.acceptance_rate, row.k, costs.draft_ratio,
+                                                      costs.verify_ratio(row.k))
+    return EngineRun(rows, costs, prompt_tokens)
+
+
+def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) -> Costs:
+    """Median time of one target step, one draft step and one verify batch of K+1 for each K.
+
+    Timed at the context position halfway through a generation, where the average step is.
+    """
+    target, draft = engine.target, engine.draft
+    room = target.n_ctx - max(settings.ks) - 2
+    position = min(len(prompt) + settings.max_tokens // 2, room)
+    context = (prompt * (position // max(len(prompt), 1) + 1))[:position]
+    token = context[-1]
+    for model in (target, draft):
+        model.truncate(0)
+        model.eval(context)
+    steps = {"target": lambda: target.eval([token], logits="all"), "draft": lambda: draft.eval([token])}
+    for k in settings.ks:
+        steps[k] = lambda batch=[token] * (k + 1): target.eval(batch, logits="all")
+    times: dict = {name: [] for name in steps}
+    # Round-robin over the measurements, so that a busy moment skews none of the ratios alone.
+    for _ in range(CALIBRATION_REPEATS):
+        for name, step in steps.items():
+            model = draft if name == "draft" else target
+            start = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - start)
+            model.truncate(position)
+    median = {name: statistics.median(values) for name, values in times.items()}
+    costs = Costs(target_step_s=median["target"], draft_step_s=median["draft"],
+                  verify_s={k: median[k] for k in settings.ks})
+    return costs
+
+
+def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, k: int | None = None) -> Request:
+    return Request(prompt.prompt, system=prompt.system, max_tokens=max_tokens, ignore_eos=True,
+                   sampling=sampling_for(settings), speculation=SpeculationSettings(k or 1))
+
+
+def _generate(engine: Engine, request: Request, row: Row):
+    generation = engine.generate(request, use_draft=row.kind != BASELINE)
+    for _ in generation:
+        pass
+    return generation.result
+
+
+def _sample(result, prompt: str, run: int) -> Sample:
+    spec = result.speculation
+    return Sample(prompt, run, list(result.tokens), result.first_token_seconds, result.total_seconds,
+                  steps=spec.steps, drafted=spec.drafted, accepted=spec.accepted,
+                  draft_s=spec.draft_seconds, verify_s=spec.verify_seconds)

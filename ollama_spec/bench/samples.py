@@ -1,0 +1,141 @@
+"""Timed generations, the rows they make up, and the statistics a row reports."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from dataclasses import dataclass, field
+
+import psutil
+
+BASELINE = "baseline"
+SPECULATIVE = "speculative"
+LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
+PROMPT_LOOKUP = "prompt lookup"
+
+
+@dataclass
+class Sample:
+    """One generation of one prompt."""
+
+    prompt: str
+    run: int
+    tokens: list[int]
+    first_token_s: float
+    total_s: float
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+    @property
+    def decode_s(self) -> float:
+        # tok/s leaves out the first token, which waits for the prompt (TTFT is reported apart)
+        return self.total_s - self.first_token_s
+
+
+@dataclass
+class Row:
+    label: str
+    kind: str
+    k: int | None = None
+    samples: list[Sample] = field(default_factory=list)
+    peak_rss: int = 0
+    predicted_speedup: float | None = None
+    mismatches: list[str] = field(default_factory=list)
+
+    def run_rates(self) -> list[float]:
+        """tok/s of each run over all its prompts: generated tokens after the first / decode time."""
+        rates = []
+        for run in sorted({s.run for s in self.samples}):
+            chosen = [s for s in self.samples if s.run == run]
+            decode = sum(s.decode_s for s in chosen)
+            rates.append(sum(len(s.tokens) - 1 for s in chosen) / decode if decode > 0 else 0.0)
+        return rates
+
+    @property
+    def tokens_per_second(self) -> float:
+        return statistics.median(self.run_rates()) if self.samples else 0.0
+
+    @property
+    def ttft_s(self) -> float:
+        return statistics.median(s.first_token_s for s in self.samples) if self.samples else 0.0
+
+    @property
+    def drafted(self) -> int:
+        return sum(s.drafted for s in self.samples)
+
+    @property
+    def accepted(self) -> int:
+        return sum(s.accepted for s in self.samples)
+
+    @property
+    def steps(self) -> int:
+        return sum(s.steps for s in self.samples)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Accepted drafts plus the target's own token, per target pass."""
+        return (self.accepted + self.steps) / self.steps if self.steps and self.kind != BASELINE else None
+
+    @property
+    def draft_share(self) -> float | None:
+        """Fractions of generation time spent drafting and verifying."""
+        total = sum(s.total_s for s in self.samples)
+        return sum(s.draft_s for s in self.samples) / total if total and self.kind != BASELINE else None
+
+    @property
+    def verify_share(self) -> float | None:
+        total = sum(s.total_s for s in self.samples)
+        return sum(s.verify_s for s in self.samples) / total if total and self.kind != BASELINE else None
+
+
+class PeakMemory:
+    """Samples this process's resident memory in a thread; `take()` gives the peak since the last take."""
+
+    def __init__(self, interval_s: float = 0.02):
+        self._process = psutil.Process()
+        self._interval = interval_s
+        self._peak = self._process.memory_info().rss
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._note()
+
+    def _note(self) -> None:
+        rss = self._process.memory_info().rss
+        with self._lock:
+            self._peak = max(self._peak, rss)
+
+    def take(self) -> int:
+        self._note()  # a run shorter than the interval still counts
+        with self._lock:
+            peak, self._peak = self._peak, self._process.memory_info().rss
+        return peak
+
+
+def compare_tokens(row: Row, expected: dict[str, list[int]]) -> None:
+    """Greedy runs: record every sample whose tokens differ from the target alone's."""
+    for sample in row.samples:
+        want = expected.get(sample.prompt)
+        if want is None or sample.tokens == want:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(sample.tokens, want)) if a != b), min(len(sample.tokens), len(want)))
+        row.mismatches.append(f"{row.label}: prompt '{sample.prompt}' run {sample.run + 1} differs from the "
+                              f"target alone at token {at} of {len(want)}")

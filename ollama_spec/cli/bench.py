@@ -1,0 +1,140 @@
+"""`ollama-spec bench`: target alone vs speculative decoding at each K, or any server with --url."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ..bench.prompts import BUILTIN_PROMPTS, load_prompts
+from ..bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
+from ..errors import InvalidSetting
+from ..resolve import resolve_model
+from ..runtime import set_verbose
+from ..store import Store, find_store_root
+from .main import cli
+from .options import models_dir_option
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--draft", "-d", help="Draft model (required unless --url).")
+@click.option("-k", "ks", default="1,2,3,4,5,6,8", show_default=True,
+              help="Comma-separated draft lengths to measure.")
+@click.option("--max-tokens", "-n", type=int, default=DEFAULT_BENCH_TOKENS, show_default=True,
+              help="Tokens generated per prompt (end of turn is ignored, so every run is this long).")
+@click.option("--runs", type=int, default=DEFAULT_RUNS, show_default=True, help="Timed runs over all prompts.")
+@click.option("--temperature", "-t", type=float, default=0.0, show_default=True,
+              help="0 = greedy, and every output is checked against the target alone.")
+@click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Sampling seed.")
+@click.option("--prompts", "prompts_file", help="Prompts file: JSON lines {\"prompt\", \"system\", \"name\"} "
+              "or plain lines (default: a built-in set of code, factual, explanation, translation, creative).")
+@click.option("--out", type=click.Path(file_okay=False), help="Write results.json, results.md and bench.png here.")
+@click.option("--url", help="Benchmark an OpenAI-compatible server instead, e.g. http://localhost:8080/v1 "
+              "(TARGET is the model name sent).")
+@click.option("--threads", type=int, help="CPU threads (default: all cores).")
+@click.option("--ctx", type=int, help="Context length (default: max(4096, max-tokens + 1024)).")
+@click.option("--warmup/--no-warmup", default=True, show_default=True,
+              help="One short unrecorded generation per row before timing.")
+@click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
+@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+@models_dir_option
+def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, warmup,
+          no_check, verbose, models_dir) -> None:
+    """Measure how much faster speculative decoding makes TARGET, and at which K.
+
+    In one process: TARGET alone (the baseline), speculative decoding at each K, and as
+    references llama-cpp-python's own draft_model path at the best K and draftless prompt
+    lookup. Per row: median tok/s (min–max over runs), speed-up, acceptance, tokens per target
+    pass, draft/verify time split, time to first token, peak memory, and for speculative rows
+    the speed-up predicted from the measured acceptance and step costs. Greedy runs must give
+    the target's exact tokens; any difference is reported and the exit status is 1.
+
+    With --url, times streaming chat completions from any OpenAI-compatible server instead.
+
+    \b
+    Examples:
+      ollama-spec bench llama3.1:8b --draft llama3.2:1b
+      ollama-spec bench llama3.1:70b -d llama3.2:1b -k 2,4,6 --max-tokens 128 --out bench-results
+      ollama-spec bench llama3.1:8b --url http://localhost:8080/v1 --runs 5
+    """
+    set_verbose(verbose)
+    prompts = load_prompts(prompts_file) if prompts_file else BUILTIN_PROMPTS
+    if url:
+        _bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out)
+        return
+    if not draft:
+        raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
+    settings = BenchSettings(ks=parse_k_list(ks), max_tokens=max_tokens, runs=runs, temperature=temperature,
+                             seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx, memory_check=not no_check)
+    store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
+    target_model = resolve_model(target, store=store)
+    draft_model = resolve_model(draft, store=store)
+    report = _measure(target_model, draft_model, draft, models_dir, prompts, settings)
+
+    from ..bench.report import format_report, write_outputs
+
+    click.echo(format_report(report))
+    if out:
+        paths = write_outputs(report, Path(out))
+        click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
+    if report.mismatches:
+        click.secho(f"\nWARNING: {len(report.mismatches)} greedy outputs differ from the target alone:", fg="red",
+                    bold=True, err=True)
+        for line in report.mismatches:
+            click.secho(f"  {line}", fg="red", err=True)
+        raise click.ClickException("speculative output differs from the target alone (see above)")
+
+
+def _measure(target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings):
+    from ..bench.reference import run_reference_rows
+    from ..bench.report import BenchReport, best_speculative
+    from ..bench.runner import planned_units, run_engine_rows
+    from ..bench.samples import compare_tokens
+
+    load_start = _load_average()
+    with click.progressbar(length=planned_units(settings, len(prompts)), label="benchmarking", file=sys.stderr,
+                           show_pos=True, hidden=not sys.stderr.isatty(), item_show_func=lambda label: label) as bar:
+        def advance(label: str) -> None:
+            bar.update(1, label)
+
+        engine_run = run_engine_rows(target_model, draft_model, prompts, settings, advance)
+        best = best_speculative(engine_run.rows)
+        rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
+                                                    engine_run.prompt_tokens, settings, advance)
+    report = BenchReport(target_model.name, draft_model.name, settings, tuple(prompts), rows, engine_run.costs,
+                         load_average=(load_start, _load_average()) if load_start is not None else None)
+    if settings.greedy:
+        baseline = report.baseline
+        expected = {}
+        for sample in baseline.samples:  # greedy: every run of the target alone must agree too
+            if expected.setdefault(sample.prompt, sample.tokens) != sample.tokens:
+                baseline.mismatches.append(f"target alone: prompt '{sample.prompt}' is not deterministic across runs")
+        for row in rows:
+            if row is not baseline:
+                compare_tokens(row, expected)
+        report.mismatches = [m for row in rows for m in row.mismatches]
+    return report
+
+
+def _load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # not on Windows
+
+
+def _bench_remote(model, url, prompts, max_tokens, runs, temperature, seed, warmup, out) -> None:
+    from ..bench.remote import RemoteSettings, planned_remote_units, run_remote
+    from ..bench.report import format_remote, write_remote_outputs
+
+    settings = RemoteSettings(url=url, model=model, max_tokens=max_tokens, runs=runs, temperature=temperature,
+                              seed=seed, warmup=warmup)
+    if max_tokens < 2 or runs < 1:
+        raise InvalidSetting("--max-tokens must be at least 2 and --runs at least 1")
+    with click.progressbar(length=planned_remote_units(settings, len(prompts)), label=f"benchmarking {url}",
+                           file=sys.stderr, show_pos=True, hidden=not sys.stderr.isatty(), item_show_func=lambda label: label) as bar:
+        result = run_remote(settings, prompts, lambda label: bar.update(1, label))
+    click.echo(format_remote(result))
+    if out:
+        paths = write_remote_outputs(result, Path(out))
+        click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)

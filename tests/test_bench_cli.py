@@ -1,0 +1,107 @@
+"""`ollama-spec bench` end to end on the tiny synthetic pair, and its one-line errors."""
+
+import json
+
+import pytest
+
+ARGS = ("--no-check", "--threads", "1", "--max-tokens", "12", "--runs", "1", "-k", "1,3")
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text('{"name": "fox", "prompt": "The quick brown fox"}\n'
+                    '{"name": "arch", "prompt": "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi.", '
+                    '"system": "Anda pakar arsitektur perangkat lunak."}\n', encoding="utf-8")
+    return path
+
+
+def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts_file, tmp_path):
+    out = tmp_path / "results"
+    result = invoke("bench", "tiny-target", "--draft", "tiny-draft", "--models-dir", tiny_store, *ARGS,
+                    "--prompts", prompts_file, "--out", out)
+    assert result.exit_code == 0, result.output
+    for label in ("target alone", "speculative K=1", "speculative K=3", "llama-cpp-python draft_model K=",
+                  "prompt lookup K=", "best K = "):
+        assert label in result.output
+
+    data = json.loads((out / "results.json").read_text())
+    rows = {row["label"]: row for row in data["rows"]}
+    assert [r["kind"] for r in data["rows"]] == ["baseline", "speculative", "speculative",
+                                                 "llama-cpp-python draft_model", "prompt lookup"]
+    assert rows["target alone"]["speedup"] == 1.0
+    for row in data["rows"]:
+        assert row["tokens_per_second"] > 0 and row["peak_rss_bytes"] > 0
+        assert set(row["prompts"]) == {"fox", "arch"}
+        if row["kind"] != "baseline":
+            assert row["identical_to_target_alone"] is True  # greedy: token for token
+    spec = rows["speculative K=3"]
+    assert 0 < spec["acceptance_rate"] <= 1 and 1 <= spec["tokens_per_step"] <= 4
+    assert spec["predicted_speedup"] > 0 and spec["efficiency"] > 0
+    assert spec["predicted_speedup_from_tokens_per_step"] > 0 and spec["efficiency_vs_tokens_per_step"] > 0
+    assert spec["draft_share"] + spec["verify_share"] <= 1
+    best = data["best_k"]
+    assert rows[f"llama-cpp-python draft_model K={best}"]["drafted"] > 0
+    assert set(data["costs"]["verify_ratio"]) == {"1", "3"} and data["costs"]["draft_ratio"] > 0
+    assert data["mismatches"] == []
+    assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| target alone |" in (out / "results.md").read_text()
+
+
+def test_sampling_runs_skip_the_identity_check(invoke, tiny_store, prompts_file):
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS,
+                    "--prompts", prompts_file, "--temperature", "0.8", "--no-warmup", "-k", "2")
+    assert result.exit_code == 0, result.output
+    assert "speculative K=2" in result.output and "speculative K=1 " not in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (("-k", "0,x"), "Error: -k must be a comma-separated list of positive integers like 1,2,4; got '0,x'"),
+    (("--prompts", "missing.txt"), "Error: prompts file missing.txt does not exist"),
+    (("--runs", "0"), "Error: --runs must be at least 1, got 0"),
+])
+def test_bad_input_is_one_line(invoke, tiny_store, args, message):
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check", *args)
+    assert result.exit_code == 1
+    assert result.output.strip() == message
+
+
+def test_unknown_model_is_one_line(invoke, tiny_store):
+    result = invoke("bench", "nope", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check")
+    assert result.exit_code == 1
+    assert result.output.strip() == (f"Error: model 'nope' not found in {tiny_store} (from --models-dir); "
+                                     "pull it with 'ollama pull nope'")
+
+
+def test_draft_is_required_without_url(invoke, tiny_store):
+    result = invoke("bench", "tiny-target", "--models-dir", tiny_store)
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: bench needs --draft DRAFT (or --url to time a server)"
+
+
+def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file, monkeypatch):
+    from ollama_spec.bench import runner
+
+    real_sample = runner._sample
+
+    def corrupted(result, prompt, run):
+        sample = real_sample(result, prompt, run)
+        if result.speculation.drafted and prompt == "fox":  # speculative rows only
+            sample.tokens[5] += 1
+        return sample
+
+    monkeypatch.setattr(runner, "_sample", corrupted)
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS,
+                    "--prompts", prompts_file, "--no-warmup")
+    assert result.exit_code == 1
+    assert "WARNING: 2 greedy outputs differ from the target alone:" in result.output
+    assert "speculative K=3: prompt 'fox' run 1 differs from the target alone at token 5 of 12" in result.output
+    assert result.output.rstrip().endswith("Error: speculative output differs from the target alone (see above)")
+
+
+def test_compare_tokens_finds_the_first_difference():
+    from ollama_spec.bench.samples import SPECULATIVE, Row, Sample, compare_tokens
+
+    row = Row("speculative K=2", SPECULATIVE, 2, [Sample("a", 0, [1, 2, 3], 0, 1), Sample("b", 0, [1, 2], 0, 1)])
+    compare_tokens(row, {"a": [1, 2, 3], "b": [1, 2, 4]})
+    assert row.mismatches == ["speculative K=2: prompt 'b' run 1 differs from the target alone at token 2 of 3"]

@@ -1,0 +1,113 @@
+"""`bench --url` against a real streaming HTTP server on 127.0.0.1 (no mocked transport)."""
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.remote import RemoteSettings, ServerError, run_remote
+
+PIECES = ["Hello", ",", " world", "!", " More", " text"]
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    requests: ClassVar[list[dict]] = []
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/v1/chat/completions":
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": "no such route"}')
+            return
+        ChatHandler.requests.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        pieces = PIECES[: body["max_tokens"]]
+        self.wfile.write(b": keep-alive comment\n\n")
+        for piece in pieces:
+            chunk = {"choices": [{"index": 0, "delta": {"content": piece}}]}
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+        if body.get("stream_options", {}).get("include_usage") and body["model"] != "no-usage":
+            usage = {"choices": [], "usage": {"completion_tokens": len(pieces) * 2}}
+            self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), ChatHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_streams_every_prompt_and_reports_medians(invoke, server, tmp_path):
+    ChatHandler.requests.clear()
+    out = tmp_path / "remote"
+    result = invoke("bench", "my-model", "--url", server, "--runs", "2", "--max-tokens", "4", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert len(ChatHandler.requests) == 1 + 2 * 5  # warm-up, then 2 runs of the 5 built-in prompts
+    sent = ChatHandler.requests[-1]
+    assert sent["stream"] is True and sent["model"] == "my-model" and sent["max_tokens"] == 4
+    assert sent["temperature"] == 0
+    explanation = next(r for r in ChatHandler.requests if "microservices" in r["messages"][-1]["content"])
+    assert explanation["messages"][0] == {"role": "system", "content": "Anda pakar arsitektur perangkat lunak."}
+    for name in ("code", "factual", "explanation", "translation", "creative"):
+        assert name in result.output
+    assert f"my-model at {server}: median" in result.output
+    data = json.loads((out / "results.json").read_text())
+    assert len(data["samples"]) == 10
+    assert all(s["tokens"] == 8 for s in data["samples"])  # the server's usage count wins over chunks
+    assert data["tokens_per_second"] > 0 and data["time_to_first_token_s"] > 0
+    assert (out / "results.md").exists()
+
+
+def test_without_usage_each_chunk_is_a_token(server):
+    settings = RemoteSettings(url=server, model="no-usage", max_tokens=5, runs=1, warmup=False)
+    result = run_remote(settings, [Prompt("p", "Hi")])
+    assert [s.tokens for s in result.samples] == [5]
+    assert result.samples[0].first_token_s <= result.samples[0].total_s
+
+
+def test_unreachable_server_is_one_line(invoke):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    result = invoke("bench", "m", "--url", url)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: cannot reach the server at {url} (connection refused); start it or fix --url"
+
+
+def test_http_errors_are_one_line(invoke, server):
+    url = server.removesuffix("/v1") + "/wrong"
+    result = invoke("bench", "m", "--url", url)
+    assert result.exit_code == 1
+    assert result.output.strip() == f'Error: {url}/chat/completions answered HTTP 404: {{"error": "no such route"}}'
+
+
+def test_url_must_be_http(invoke):
+    result = invoke("bench", "m", "--url", "localhost:8080")
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: --url must start with http:// or https://, got 'localhost:8080'"
+
+
+def test_server_errors_are_typed():
+    with pytest.raises(ServerError, match="cannot reach"):
+        run_remote(RemoteSettings(url=f"http://127.0.0.1:{free_port()}", model="m", warmup=False), [Prompt("p", "x")])
