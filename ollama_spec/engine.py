@@ -7,6 +7,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .chat import render_chat
 from .compat import check_compatibility, llama3_metadata_fixes
 from .errors import IncompatibleDraft, InvalidSetting
@@ -18,6 +20,9 @@ from .speculative import SpeculationSettings, SpeculationStats, generate_tokens
 
 DEFAULT_CTX = 4096
 DEFAULT_MAX_TOKENS = 512
+# Greedy outputs that part where the target's two best logits are closer than this are
+# floating-point near-ties: a batch of K+1 and a single token round differently.
+NEAR_TIE_LOGITS = 0.02
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,23 @@ class Engine:
 
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
+
+    def greedy_margins(self, prompt: list[int], tokens: list[int], chunk: int = 64) -> list[float]:
+        """The target's top-1 minus top-2 logit at each position of `tokens` after `prompt`.
+
+        Tells a floating-point near-tie (batched and single-token evaluation may round a
+        0.001-logit gap either way) from a real divergence when greedy outputs differ.
+        """
+        target = self.target
+        target.truncate(0)
+        if len(prompt) > 1:
+            target.eval(prompt[:-1])
+        inputs = [prompt[-1], *tokens[:-1]]
+        margins: list[float] = []
+        for start in range(0, len(inputs), chunk):  # chunks bound the logits held at once
+            top2 = np.sort(target.eval(inputs[start : start + chunk], logits="all"), axis=1)[:, -2:]
+            margins += (top2[:, 1] - top2[:, 0]).tolist()
+        return margins
 
     def generate(self, request: Request, *, use_draft: bool = True) -> Generation:
         """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""

@@ -105,3 +105,14 @@ def test_compare_tokens_finds_the_first_difference():
     row = Row("speculative K=2", SPECULATIVE, 2, [Sample("a", 0, [1, 2, 3], 0, 1), Sample("b", 0, [1, 2], 0, 1)])
     compare_tokens(row, {"a": [1, 2, 3], "b": [1, 2, 4]})
     assert row.mismatches == ["speculative K=2: prompt 'b' run 1 differs from the target alone at token 2 of 3"]
+
+
+def test_differences_at_a_near_tie_are_told_apart_from_real_ones():
+    from ollama_spec.bench.samples import SPECULATIVE, Row, Sample, compare_tokens
+
+    row = Row("speculative K=2", SPECULATIVE, 2, [Sample("a", 0, [1, 2, 9], 0, 1), Sample("b", 0, [1, 7, 4], 0, 1)])
+    compare_tokens(row, {"a": [1, 2, 3], "b": [1, 2, 4]}, {"a": [5.0, 4.0, 0.004], "b": [5.0, 0.5, 2.0]})
+    assert row.near_ties == ["speculative K=2: prompt 'a' run 1 differs from the target alone at token 2 of 3, "
+                             "where the target's two best logits are 0.0040 apart (near-tie)"]
+    assert row.mismatches == ["speculative K=2: prompt 'b' run 1 differs from the target alone at token 1 of 3 "
+                              "(logit margin 0.500)"]

@@ -108,3 +108,17 @@ def test_memory_check_refuses_what_cannot_fit_before_loading(invoke, tiny_store,
     forced = invoke("generate", "tiny-target", "hi", "-d", "tiny-draft", "--force", "--threads", "1", "-n", "3",
                     "--models-dir", tiny_store)
     assert forced.exit_code == 0 and loads
+
+
+def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
+    from ollama_spec.cli.generate import format_comparison
+    from ollama_spec.engine import Result
+
+    base = Result(tokens=[1, 2, 3, 4], total_seconds=1.0, first_token_seconds=0.1)
+    other = Result(tokens=[1, 2, 9, 9], total_seconds=0.5, first_token_seconds=0.1)
+    tie = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.005, 1.0])
+    assert tie.splitlines()[-1].startswith("outputs part at token 2, where the target's two best logits are 0.0050 apart")
+    real = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.5, 1.0])
+    assert real.splitlines()[-1] == "WARNING: outputs differ from token 2 on"
+    same = format_comparison(base, base, greedy=True)
+    assert same.splitlines()[-1] == "outputs are token-identical"

@@ -106,3 +106,19 @@ def test_quantized_kv_cache_is_allocated_as_asked(tmp_path):
         line = next(line for line in runtime.recent_log() if "KV buffer size" in line)
         sizes[kv_type] = float(re.search(r"= +([\d.]+) MiB", line).group(1))
     assert sizes["q8_0"] / sizes["f16"] == pytest.approx(34 / 64, rel=0.03)  # the log rounds to 0.01 MiB
+
+
+def test_greedy_margins_match_the_target_alone(baseline_engine):
+    import numpy as np
+
+    request = Request("The quick brown fox", max_tokens=20, sampling=GREEDY, ignore_eos=True)
+    generation = baseline_engine.generate(request)
+    "".join(generation)
+    prompt = baseline_engine.prompt_tokens(request)
+    margins = baseline_engine.greedy_margins(prompt, generation.result.tokens, chunk=7)
+    target = baseline_engine.target
+    target.truncate(0)
+    logits = target.eval(prompt)[-1]
+    top2 = np.sort(logits)[-2:]
+    assert len(margins) == 20 and all(m >= 0 for m in margins)
+    assert margins[0] == pytest.approx(top2[1] - top2[0], abs=1e-3)

@@ -30,6 +30,7 @@ class BenchReport:
     rows: list[Row]
     costs: Costs
     mismatches: list[str] = field(default_factory=list)
+    near_ties: list[str] = field(default_factory=list)
     load_average: tuple[float, float] | None = None  # 1-minute load at start and end: others' work skews timings
 
     @property
@@ -63,7 +64,7 @@ def table_cells(report: BenchReport) -> list[tuple[str, ...]]:
         rates = row.run_rates()
         split = "-" if row.draft_share is None else f"{row.draft_share:.0%}/{row.verify_share:.0%}"
         eff = report.efficiency(row)
-        identical = "-" if not report.settings.greedy or row.kind == BASELINE else ("no" if row.mismatches else "yes")
+        identical = "-" if not report.settings.greedy or row.kind == BASELINE else ("no" if row.mismatches else "near-tie" if row.near_ties else "yes")
         cells.append((
             row.label, f"{row.tokens_per_second:.1f} ({min(rates):.1f}–{max(rates):.1f})",
             f"{report.speedup(row):.2f}x", _pct(row.acceptance_rate),
@@ -135,7 +136,7 @@ def report_json(report: BenchReport) -> dict:
         "costs": {"target_step_s": costs.target_step_s, "draft_step_s": costs.draft_step_s,
                   "draft_ratio": costs.draft_ratio, "verify_s": {str(k): v for k, v in costs.verify_s.items()},
                   "verify_ratio": {str(k): costs.verify_ratio(k) for k in costs.verify_s}},
-        "best_k": report.best.k, "rows": rows, "mismatches": report.mismatches,
+        "best_k": report.best.k, "rows": rows, "mismatches": report.mismatches, "near_ties": report.near_ties,
     }
 
 
@@ -171,6 +172,8 @@ def report_markdown(report: BenchReport) -> str:
                "efficiency: measured / predicted speed-up."), "", "![tokens/s and acceptance vs K](bench.png)", ""]
     if report.mismatches:
         lines += ["## Greedy outputs that differ from the target alone", ""] + [f"- {m}" for m in report.mismatches]
+    if report.near_ties:
+        lines += ["", "## Greedy outputs that part at a floating-point near-tie", ""] + [f"- {m}" for m in report.near_ties]
     return "\n".join(lines)
 
 

@@ -45,6 +45,7 @@ class EngineRun:
     rows: list[Row]
     costs: Costs
     prompt_tokens: dict[str, list[int]]  # the exact tokens every row was given, by prompt name
+    margins: dict[str, list[float]] = field(default_factory=dict)  # greedy: target's top-1 - top-2 logits
 
 
 def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool = True) -> int:
@@ -86,11 +87,16 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
                     row.samples.append(_sample(_generate(engine, request, row), prompt.name, run))
                     row.peak_rss = max(row.peak_rss, memory.take())
                     progress(f"{row.label} · {prompt.name}")
+        margins = {}
+        if settings.greedy:  # where the target alone nearly hesitated, rounding may tip the choice
+            for sample in rows[0].samples:
+                if sample.run == 0:
+                    margins[sample.prompt] = engine.greedy_margins(prompt_tokens[sample.prompt], sample.tokens)
     for row in rows:
         if row.kind == SPECULATIVE and row.acceptance_rate is not None:
             row.predicted_speedup = predicted_speedup(row.acceptance_rate, row.k, costs.draft_ratio,
                                                       costs.verify_ratio(row.k))
-    return EngineRun(rows, costs, prompt_tokens)
+    return EngineRun(rows, costs, prompt_tokens, margins)
 
 
 def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) -> Costs:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from ..engine import NEAR_TIE_LOGITS
+
 BASELINE = "baseline"
 SPECULATIVE = "speculative"
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
@@ -44,6 +46,7 @@ class Row:
     peak_rss: int = 0
     predicted_speedup: float | None = None
     mismatches: list[str] = field(default_factory=list)
+    near_ties: list[str] = field(default_factory=list)  # differences explained by rounding, see NEAR_TIE_LOGITS
 
     def run_rates(self) -> list[float]:
         """tok/s of each run over all its prompts: generated tokens after the first / decode time."""
@@ -130,12 +133,21 @@ class PeakMemory:
         return peak
 
 
-def compare_tokens(row: Row, expected: dict[str, list[int]]) -> None:
-    """Greedy runs: record every sample whose tokens differ from the target alone's."""
+def compare_tokens(row: Row, expected: dict[str, list[int]], margins: dict[str, list[float]] | None = None) -> None:
+    """Greedy runs: record every sample whose tokens differ from the target alone's.
+
+    With the target's top-1 minus top-2 logit margins, a difference at a near-tie is recorded
+    apart: rounding between batch sizes, not a verification error.
+    """
     for sample in row.samples:
         want = expected.get(sample.prompt)
         if want is None or sample.tokens == want:
             continue
         at = next((i for i, (a, b) in enumerate(zip(sample.tokens, want)) if a != b), min(len(sample.tokens), len(want)))
-        row.mismatches.append(f"{row.label}: prompt '{sample.prompt}' run {sample.run + 1} differs from the "
-                              f"target alone at token {at} of {len(want)}")
+        message = (f"{row.label}: prompt '{sample.prompt}' run {sample.run + 1} differs from the "
+                   f"target alone at token {at} of {len(want)}")
+        margin = (margins or {}).get(sample.prompt, [])[at:at + 1]
+        if margin and margin[0] < NEAR_TIE_LOGITS:
+            row.near_ties.append(f"{message}, where the target's two best logits are {margin[0]:.4f} apart (near-tie)")
+        else:
+            row.mismatches.append(message + (f" (logit margin {margin[0]:.3f})" if margin else ""))

@@ -10,6 +10,7 @@ import click
 
 from ..bench.prompts import BUILTIN_PROMPTS, load_prompts
 from ..bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
+from ..engine import NEAR_TIE_LOGITS
 from ..errors import InvalidSetting
 from ..resolve import resolve_model
 from ..runtime import set_verbose
@@ -80,6 +81,12 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
     if out:
         paths = write_outputs(report, Path(out))
         click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
+    if report.near_ties:
+        click.secho(f"\nnote: {len(report.near_ties)} greedy outputs part from the target alone at a floating-point "
+                    f"near-tie (the target's two best logits within {NEAR_TIE_LOGITS}; a batch of K+1 and a single "
+                    "token round differently there):", fg="yellow", err=True)
+        for line in report.near_ties:
+            click.secho(f"  {line}", fg="yellow", err=True)
     if report.mismatches:
         click.secho(f"\nWARNING: {len(report.mismatches)} greedy outputs differ from the target alone:", fg="red",
                     bold=True, err=True)
@@ -114,8 +121,9 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
                 baseline.mismatches.append(f"target alone: prompt '{sample.prompt}' is not deterministic across runs")
         for row in rows:
             if row is not baseline:
-                compare_tokens(row, expected)
+                compare_tokens(row, expected, engine_run.margins)
         report.mismatches = [m for row in rows for m in row.mismatches]
+        report.near_ties = [m for row in rows for m in row.near_ties]
     return report
 
 
