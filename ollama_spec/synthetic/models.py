@@ -102,6 +102,23 @@ def make_weights(arch: Architecture, vocab_size: int, recipe: WeightRecipe, draf
     return tensors
 
 
+def new_llama_writer(path: Path, name: str, arch: Architecture, n_layer: int, file_type: int) -> GGUFWriter:
+    """A GGUFWriter with the llama hyper-parameters written; tokenizer and tensors are the caller's."""
+    writer = GGUFWriter(path, arch="llama")
+    writer.add_name(name)
+    writer.add_file_type(file_type)
+    writer.add_context_length(arch.context_length)
+    writer.add_embedding_length(arch.n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(arch.n_ff)
+    writer.add_head_count(arch.n_head)
+    writer.add_head_count_kv(arch.n_kv_head)
+    writer.add_rope_dimension_count(arch.head_dim)
+    writer.add_rope_freq_base(arch.rope_theta)
+    writer.add_layer_norm_rms_eps(arch.rms_eps)
+    return writer
+
+
 def write_gguf(
     path: Path,
     *,
@@ -119,18 +136,7 @@ def write_gguf(
     `llama3_metadata_gap` reproduces some published Llama 3 GGUFs: no `tokenizer.ggml.pre`, no
     EOT id, and EOS pointing at `<|end_of_text|>`.
     """
-    writer = GGUFWriter(path, arch="llama")
-    writer.add_name(name)
-    writer.add_file_type(FILE_TYPES[dtype])
-    writer.add_context_length(arch.context_length)
-    writer.add_embedding_length(arch.n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(arch.n_ff)
-    writer.add_head_count(arch.n_head)
-    writer.add_head_count_kv(arch.n_kv_head)
-    writer.add_rope_dimension_count(arch.head_dim)
-    writer.add_rope_freq_base(arch.rope_theta)
-    writer.add_layer_norm_rms_eps(arch.rms_eps)
+    writer = new_llama_writer(path, name, arch, n_layer, FILE_TYPES[dtype])
     writer.add_vocab_size(vocab.size)
     writer.add_tokenizer_model("gpt2")
     if not llama3_metadata_gap:

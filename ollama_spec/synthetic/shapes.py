@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, LlamaFileType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
-from .models import LLAMA3_CHAT_TEMPLATE, Architecture
+from .models import LLAMA3_CHAT_TEMPLATE, Architecture, new_llama_writer
 from .tokenizer import SPECIAL_TOKENS
 
 QUANT_FILE_TYPES = {
@@ -33,18 +33,7 @@ def write_shape_only_gguf(
     n_merges: int = 0,
 ) -> int:
     """Write the header for a llama model of these shapes and extend the file sparsely; return its size."""
-    writer = GGUFWriter(path, arch="llama")
-    writer.add_name(name)
-    writer.add_file_type(QUANT_FILE_TYPES[weight_type])
-    writer.add_context_length(arch.context_length)
-    writer.add_embedding_length(arch.n_embd)
-    writer.add_block_count(arch.n_layer)
-    writer.add_feed_forward_length(arch.n_ff)
-    writer.add_head_count(arch.n_head)
-    writer.add_head_count_kv(arch.n_kv_head)
-    writer.add_rope_dimension_count(arch.head_dim)
-    writer.add_rope_freq_base(arch.rope_theta)
-    writer.add_layer_norm_rms_eps(arch.rms_eps)
+    writer = new_llama_writer(path, name, arch, arch.n_layer, QUANT_FILE_TYPES[weight_type])
     writer.add_vocab_size(vocab_size)
     tokens = [f"tok{i}" for i in range(vocab_size - len(SPECIAL_TOKENS))] + list(SPECIAL_TOKENS)
     writer.add_tokenizer_model("gpt2")
