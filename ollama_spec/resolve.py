@@ -19,10 +19,16 @@ class ResolvedModel:
     system: str | None = None  # Ollama's system layer
 
 
+def gguf_file(name: str) -> Path | None:
+    """`name` as a path to an existing .gguf file, or None when it is a model name."""
+    candidate = Path(name).expanduser()
+    return candidate if name.lower().endswith(".gguf") and candidate.is_file() else None
+
+
 def resolve_model(name: str, models_dir: str | None = None, store: Store | None = None) -> ResolvedModel:
     """Resolve an Ollama model name; a path to an existing .gguf file is used as it is."""
-    candidate = Path(name).expanduser()
-    if name.lower().endswith(".gguf") and candidate.is_file():
+    candidate = gguf_file(name)
+    if candidate is not None:
         return ResolvedModel(name=candidate.name, path=candidate, info=read_model_info(candidate))
     store = store or Store(find_store_root(models_dir))
     stored = store.resolve(name)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
+import sys
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,20 +19,24 @@ from pathlib import Path
 
 import llama_cpp
 import numpy as np
+import psutil
 from llama_cpp._internals import LlamaContext, LlamaModel
 
 from .errors import ContextFull, ModelLoadError
 
 _LOG_LINES: deque[str] = deque(maxlen=2000)
 _VERBOSE = False
+_LOGGED = 0  # lines ever logged, so a load can find the lines it caused
 
 
 @llama_cpp.llama_log_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    global _LOGGED
     line = text.decode("utf-8", errors="replace")
     _LOG_LINES.append(line)
+    _LOGGED += 1
     if _VERBOSE:
-        print(line, end="", file=os.sys.stderr, flush=True)
+        print(line, end="", file=sys.stderr, flush=True)
 
 
 llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
@@ -74,6 +80,7 @@ class LoadedModel:
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings()):
         self.path = Path(path)
         self.settings = settings
+        mark = _LOGGED
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
         self._overrides = _kv_override_array(settings.kv_overrides)
@@ -82,8 +89,9 @@ class LoadedModel:
         try:
             self._model = LlamaModel(path_model=str(self.path), params=model_params, verbose=_VERBOSE)
         except ValueError as exc:
-            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error() or exc}") from None
-        threads = settings.n_threads or max(os.cpu_count() or 1, 1)
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error(mark) or exc}") from None
+        # Physical cores, as llama.cpp's own default: hyper-threads only contend for the same units.
+        threads = settings.n_threads or psutil.cpu_count(logical=False) or os.cpu_count() or 1
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = settings.n_ctx
         ctx_params.n_batch = settings.n_batch
@@ -101,7 +109,7 @@ class LoadedModel:
             self._model.close()
             raise ModelLoadError(
                 f"llama.cpp could not create a {settings.n_ctx}-token context for {self.path}: "
-                f"{_last_error() or 'out of memory?'}"
+                f"{_last_error(mark) or 'out of memory?'}"
             ) from None
         self.vocab = self._model.vocab
         self.n_vocab = self._model.n_vocab()
@@ -214,9 +222,13 @@ class LoadedModel:
         self.close()
 
 
-def _last_error() -> str | None:
-    errors = [line.strip() for line in _LOG_LINES if "error" in line.lower() or "failed" in line.lower()]
-    return errors[-1] if errors else None
+def _last_error(mark: int) -> str | None:
+    """The most telling error llama.cpp logged since `mark` ("unknown model architecture: ...")."""
+    recent = list(_LOG_LINES)[max(len(_LOG_LINES) - (_LOGGED - mark), 0) :]
+    errors = [line.strip() for line in recent if "error" in line.lower() or "failed" in line.lower()]
+    specific = [line for line in errors if "error loading model" in line]
+    line = (specific or errors or [None])[-1]
+    return re.sub(r"^\w+: ", "", line) if line else None  # drop llama.cpp's function-name prefix
 
 
 def _kv_override_array(overrides):

@@ -147,6 +147,10 @@ def _checked_root(path: Path, source: str) -> StoreRoot:
     try:
         if not path.is_dir():
             raise StoreNotFound(f"the model store {path} (from {source}) does not exist or is not a directory")
+        if not (path / "manifests").exists() and (path / "models" / "manifests").is_dir():
+            raise StoreNotFound(
+                f"{path} (from {source}) is the folder above the model store; use {path / 'models'}"
+            )
         os.listdir(path)
         manifests = path / "manifests"
         if manifests.exists():
@@ -160,11 +164,17 @@ def _checked_root(path: Path, source: str) -> StoreRoot:
 
 
 def blob_path(root: Path, digest: str) -> Path:
-    """`sha256:<64 hex>` -> `<root>/blobs/sha256-<hex>`; anything else is refused, never joined."""
+    """`sha256:<64 hex>` -> `<root>/blobs/sha256-<hex>`; anything else is refused, never joined.
+
+    Stores written by old Ollama versions that were never migrated name blobs `sha256:<hex>`;
+    that name is used when only it exists.
+    """
     match = _DIGEST.fullmatch(digest) if isinstance(digest, str) else None
     if not match:
         raise InvalidManifest(f"invalid layer digest {digest!r}: expected sha256:<64 hex digits>")
-    return root / "blobs" / f"sha256-{match.group(1)}"
+    path = root / "blobs" / f"sha256-{match.group(1)}"
+    legacy = root / "blobs" / f"sha256:{match.group(1)}"
+    return legacy if not path.exists() and legacy.exists() else path
 
 
 def check_blob(path: Path, layer: Layer) -> None:

@@ -122,3 +122,21 @@ def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
     assert real.splitlines()[-1] == "WARNING: outputs differ from token 2 on"
     same = format_comparison(base, base, greedy=True)
     assert same.splitlines()[-1] == "outputs are token-identical"
+
+
+def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "odd.gguf"
+    writer = gguf.GGUFWriter(path, arch="notanarch")
+    writer.add_tensor("x", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    result = invoke("generate", path, "hi", "--no-check")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"Error: llama.cpp could not load {path}: error loading model: unknown model architecture: 'notanarch'"
+    )

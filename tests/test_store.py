@@ -178,3 +178,44 @@ def test_store_is_never_written(tiny_store, invoke):
         assert invoke(*args, "--models-dir", tiny_store).exit_code == 0
     after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tiny_store.rglob("*")}
     assert before == after
+
+
+def test_legacy_colon_blob_names_are_found(store_copy):
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    dashed = blob_path(store_copy, model.layers[0].digest)
+    colon = dashed.with_name(dashed.name.replace("sha256-", "sha256:"))
+    dashed.rename(colon)
+    assert model.gguf_path == colon
+
+
+def test_parent_of_the_store_gets_a_hint(tiny_store, tmp_path):
+    shutil.copytree(tiny_store, tmp_path / "dot-ollama" / "models")
+    with pytest.raises(StoreNotFound, match=r"is the folder above the model store; use .*dot-ollama/models"):
+        find_store_root(tmp_path / "dot-ollama")
+
+
+def test_unreadable_store_says_group_ollama_even_as_root(tmp_path, monkeypatch):
+    import ollama_spec.store as store_module
+
+    root = tmp_path / "service"
+    root.mkdir()
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(store_module.os, "listdir", denied)
+    with pytest.raises(StoreUnreadable) as err:
+        find_store_root(root)
+    assert str(err.value) == (
+        f"the model store {root} (from --models-dir) exists but is not readable by you; "
+        "add yourself to group ollama (sudo usermod -aG ollama $USER, then log in again)"
+    )
+
+
+def test_list_shows_a_broken_model_without_failing(store_copy, invoke):
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    blob_path(store_copy, model.layers[0].digest).unlink()
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    line = next(l for l in result.stdout.splitlines() if l.startswith("tiny-draft"))
+    assert "is missing" in line

@@ -12,7 +12,6 @@ from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, SpeculationSettings
-from ..store import Store, find_store_root
 from .main import cli
 from .options import models_dir_option
 
@@ -118,13 +117,8 @@ def generate(
         if sys.stdin.isatty():
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
         prompt = sys.stdin.read()
-    store = (
-        None
-        if target.lower().endswith(".gguf") and (draft or "").lower().endswith(".gguf")
-        else Store(find_store_root(models_dir))
-    )
-    target_model = resolve_model(target, store=store)
-    draft_model = resolve_model(draft, store=store) if draft else None
+    target_model = resolve_model(target, models_dir)
+    draft_model = resolve_model(draft, models_dir) if draft else None
     params = target_model.params
     sampling = SamplingSettings(
         temperature=_first(temperature, params.get("temperature"), DEFAULT_TEMPERATURE),

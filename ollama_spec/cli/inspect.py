@@ -10,6 +10,7 @@ import click
 from ..compat import check_compatibility, llama3_metadata_fixes
 from ..errors import IncompatibleDraft, OllamaSpecError
 from ..gguf_info import format_bytes, read_model_info
+from ..resolve import gguf_file
 from ..store import StoredModel, blob_path, verify_blob
 from .main import cli
 from .options import echo_json, json_option, models_dir_option, open_store
@@ -87,6 +88,10 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
       ollama-spec show hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M --json
       ollama-spec show llama3.2:1b --verify
     """
+    path = gguf_file(model)
+    if path is not None:  # a loose .gguf file: no manifest, just the header
+        _show_file(read_model_info(path), as_json)
+        return
     stored = open_store(models_dir).resolve(model)
     info = read_model_info(stored.gguf_path)
     if verify:
@@ -111,6 +116,27 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
     click.echo("  layers")
     for layer in stored.layers:
         click.echo(f"    {layer.kind:<10} {format_bytes(layer.size):>10}  {layer.digest}")
+    _echo_gguf(info)
+    for fix in fixes:
+        click.echo(f"  load fix: {fix.description}")
+    if verify:
+        click.echo("  sha256 verified for every layer")
+
+
+def _show_file(info, as_json: bool) -> None:
+    fixes = llama3_metadata_fixes(info)
+    if as_json:
+        echo_json({"name": info.path.name, "blob": str(info.path), "layers": [], "gguf": info.summary(),
+                   "load_fixes": [f.description for f in fixes], "verified": False})
+        return
+    click.echo(f"{info.path.name}")
+    click.echo(f"  file          {info.path}")
+    _echo_gguf(info)
+    for fix in fixes:
+        click.echo(f"  load fix: {fix.description}")
+
+
+def _echo_gguf(info) -> None:
     s = info.summary()
     click.echo("  gguf")
     for key in (
@@ -138,10 +164,6 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
     ):
         click.echo(f"    {key:<20} {s[key]}")
     click.echo(f"    {'tensor_bytes':<20} {format_bytes(info.tensor_bytes)}")
-    for fix in fixes:
-        click.echo(f"  load fix: {fix.description}")
-    if verify:
-        click.echo("  sha256 verified for every layer")
 
 
 def _verify_layers(stored: StoredModel) -> None:
