@@ -5,7 +5,7 @@ from ollama_spec import __version__
 
 def test_version_and_help(invoke):
     assert invoke("--version").output.strip() == f"ollama-spec, version {__version__}"
-    for command in ([], ["list"], ["show"], ["pair"], ["demo-store"]):
+    for command in ([], ["list"], ["show"], ["pair"], ["demo-store"], ["generate"], ["check"], ["bench"]):
         result = invoke(*command, "-h")
         assert result.exit_code == 0 and "Examples:" in result.output
 
