@@ -46,23 +46,24 @@ class SamplingSettings:
 def logits_to_probs(logits: np.ndarray, settings: SamplingSettings) -> np.ndarray:
     """One row of logits -> the probability vector that sampling uses (zeros where cut)."""
     logits = logits.astype(np.float64)
-    keep = np.ones(logits.shape, dtype=bool)
+    # Work on the top-k candidates only: sorting 40 values, not a 128k vocabulary, per row.
     if 0 < settings.top_k < logits.size:
-        kth = np.partition(logits, -settings.top_k)[-settings.top_k]
-        keep &= logits >= kth
+        ids = np.argpartition(logits, -settings.top_k)[-settings.top_k :]
+    else:
+        ids = np.arange(logits.size)
     if settings.top_p < 1 or settings.min_p > 0:
-        probs = _softmax(np.where(keep, logits, -np.inf))
+        probs = _softmax(logits[ids])
         if settings.top_p < 1:
             order = np.argsort(-probs, kind="stable")
-            cumulative = np.cumsum(probs[order])
             # keep the smallest prefix whose mass reaches top_p (always at least one token)
-            cut = int(np.searchsorted(cumulative, settings.top_p)) + 1
-            top = np.zeros_like(keep)
-            top[order[:cut]] = True
-            keep &= top
+            cut = int(np.searchsorted(np.cumsum(probs[order]), settings.top_p)) + 1
+            ids, probs = ids[order[:cut]], probs[order[:cut]]
         if settings.min_p > 0:
-            keep &= probs >= settings.min_p * probs.max()
-    return _softmax(np.where(keep, logits / settings.temperature, -np.inf))
+            keep = probs >= settings.min_p * probs.max()
+            ids = ids[keep]
+    out = np.zeros(logits.size)
+    out[ids] = _softmax(logits[ids] / settings.temperature)
+    return out
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
