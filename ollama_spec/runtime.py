@@ -57,6 +57,11 @@ def clear_log() -> None:
     _LOG_LINES.clear()
 
 
+def default_threads() -> int:
+    """Physical cores, as llama.cpp's own default: hyper-threads only contend for the same units."""
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
 def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
@@ -90,8 +95,7 @@ class LoadedModel:
             self._model = LlamaModel(path_model=str(self.path), params=model_params, verbose=_VERBOSE)
         except ValueError as exc:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error(mark) or exc}") from None
-        # Physical cores, as llama.cpp's own default: hyper-threads only contend for the same units.
-        threads = settings.n_threads or psutil.cpu_count(logical=False) or os.cpu_count() or 1
+        threads = settings.n_threads or default_threads()
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = settings.n_ctx
         ctx_params.n_batch = settings.n_batch

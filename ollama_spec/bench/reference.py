@@ -8,7 +8,6 @@ twice.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 
@@ -20,6 +19,7 @@ from ..adapter import OllamaDraftModel
 from ..compat import llama3_metadata_fixes
 from ..errors import ModelLoadError
 from ..resolve import ResolvedModel
+from ..runtime import default_threads
 from .prompts import Prompt
 from .runner import Progress, sampling_for
 from .samples import LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
@@ -53,7 +53,7 @@ def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str |
                        prompts: Sequence[Prompt], prompt_tokens: dict[str, list[int]], settings: BenchSettings,
                        progress: Progress = lambda label: None) -> list[Row]:
     """llama-cpp-python's draft_model path (OllamaDraftModel, K drafts) and prompt lookup (K tokens)."""
-    threads = settings.n_threads or max(os.cpu_count() or 1, 1)  # the engine's default too
+    threads = settings.n_threads or default_threads()  # the engine's default too
     rows = []
     draft = OllamaDraftModel(draft_name, num_pred_tokens=k, models_dir=models_dir, n_ctx=settings.context,
                              n_threads=threads)
