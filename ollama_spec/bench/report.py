@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..gguf_info import format_bytes
+from ..runtime import default_threads
 from .model import efficiency, predicted_speedup_from_step_length
 from .prompts import Prompt
 from .remote import RemoteResult
@@ -94,7 +95,7 @@ def summary_lines(report: BenchReport) -> list[str]:
     verify = ", ".join(f"K={k}: {v:.2f}" for k, v in ((k, costs.verify_ratio(k)) for k in sorted(costs.verify_s)))
     return [
         (f"target {report.target}, draft {report.draft}; {len(report.prompts)} prompts x {s.runs} runs x "
-         f"{s.max_tokens} tokens, temperature {s.temperature:g}, seed {s.seed}, threads {s.n_threads or os.cpu_count()}"),
+         f"{s.max_tokens} tokens, temperature {s.temperature:g}, seed {s.seed}, threads {s.n_threads or default_threads()}"),
         (f"step costs: target {costs.target_step_s * 1000:.1f} ms, draft {costs.draft_step_s * 1000:.2f} ms "
          f"(c = {costs.draft_ratio:.3f}); verify batch of K+1 / target step: {verify}"),
         f"best K = {best.k}: {best.tokens_per_second:.1f} tok/s, {report.speedup(best):.2f}x the target alone",
