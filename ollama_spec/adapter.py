@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from .compat import llama3_metadata_fixes
+from .compat import load_kv_overrides
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings
 
@@ -37,7 +37,7 @@ class OllamaDraftModel(LlamaDraftModel):
     def __init__(self, name: str, *, num_pred_tokens: int = 5, models_dir: str | None = None,
                  n_ctx: int = 4096, n_gpu_layers: int = -1, n_threads: int | None = None):
         resolved = resolve_model(name, models_dir)
-        overrides = tuple(kv for fix in llama3_metadata_fixes(resolved.info) for kv in fix.kv_overrides)
+        overrides = load_kv_overrides(resolved.info)
         self.name = resolved.name
         self.num_pred_tokens = num_pred_tokens
         self.model = LoadedModel(Path(resolved.path), LoadSettings(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,

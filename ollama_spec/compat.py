@@ -64,6 +64,11 @@ class MetadataFix:
     extra_stop_ids: tuple[int, ...] = ()
 
 
+def load_kv_overrides(info: ModelInfo) -> tuple[tuple[str, str | int], ...]:
+    """The llama.cpp kv_overrides that every loader of this model applies (see llama3_metadata_fixes)."""
+    return tuple(kv for fix in llama3_metadata_fixes(info) for kv in fix.kv_overrides)
+
+
 def llama3_metadata_fixes(info: ModelInfo) -> tuple[MetadataFix, ...]:
     """Fixes for Llama 3 GGUFs that lack `tokenizer.ggml.pre` or end turns with `<|end_of_text|>`.
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .chat import render_chat
-from .compat import check_compatibility, llama3_metadata_fixes
+from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
 from .errors import IncompatibleDraft, InvalidSetting
 from .memory import ensure_fits, plan_memory
 from .resolve import ResolvedModel
@@ -91,26 +91,24 @@ class Engine:
             ensure_fits(plan)
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
-        fixes = llama3_metadata_fixes(target.info)
-        self.extra_stop_ids = {i for fix in fixes for i in fix.extra_stop_ids}
-        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers, fixes)
+        self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
+        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers)
         self.draft = None
         if draft is not None:
             try:
-                self.draft = self._load(draft, settings.draft_gpu_layers, llama3_metadata_fixes(draft.info))
+                self.draft = self._load(draft, settings.draft_gpu_layers)
             except BaseException:
                 self.target.close()
                 raise
 
-    def _load(self, model: ResolvedModel, gpu_layers: int, fixes) -> LoadedModel:
-        overrides = tuple(kv for fix in fixes for kv in fix.kv_overrides)
+    def _load(self, model: ResolvedModel, gpu_layers: int) -> LoadedModel:
         return LoadedModel(
             model.path,
             LoadSettings(
                 n_ctx=self.settings.n_ctx,
                 n_gpu_layers=gpu_layers,
                 n_threads=self.settings.n_threads,
-                kv_overrides=overrides,
+                kv_overrides=load_kv_overrides(model.info),
                 kv_type=self.settings.kv_type,
             ),
         )

@@ -16,7 +16,7 @@ from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
 from ..adapter import OllamaDraftModel
-from ..compat import llama3_metadata_fixes
+from ..compat import load_kv_overrides
 from ..errors import ModelLoadError
 from ..resolve import ResolvedModel
 from ..runtime import default_threads
@@ -70,7 +70,7 @@ def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str |
 
 def _run_row(row: Row, target: ResolvedModel, draft: CountingDraft, prompts: Sequence[Prompt],
              prompt_tokens: dict[str, list[int]], settings: BenchSettings, threads: int, progress: Progress) -> Row:
-    overrides = {key: value for fix in llama3_metadata_fixes(target.info) for key, value in fix.kv_overrides}
+    overrides = dict(load_kv_overrides(target.info))
     try:
         llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
                     n_threads_batch=threads, seed=settings.seed, draft_model=draft, logits_all=True,

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, EngineSettings, Request, Result
+from ..engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, EngineSettings, Generation, Request, Result
 from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
@@ -148,12 +148,7 @@ def generate(
         raise click.UsageError("--compare needs --draft")
     with Engine(target_model, draft_model, settings) as engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
-        generation = engine.generate(request)
-        for piece in generation:
-            if not as_json:
-                click.echo(piece, nl=False)
-                sys.stdout.flush()
-        result = generation.result
+        result = _stream(engine.generate(request), quiet=as_json)
         margins = []
         if baseline is not None and request.sampling.greedy and baseline.tokens != result.tokens:
             margins = engine.greedy_margins(engine.prompt_tokens(request), baseline.tokens)
@@ -175,19 +170,24 @@ def generate(
         click.echo(format_stats(result, speculative=draft_model is not None), err=True)
 
 
-def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
-    if not quiet:
-        click.echo("--- target alone ---", err=True)
-    generation = engine.generate(request, use_draft=False)
+def _stream(generation: Generation, *, quiet: bool) -> Result:
+    """Print the text as it is accepted (unless quiet); return the finished result."""
     for piece in generation:
         if not quiet:
             click.echo(piece, nl=False)
             sys.stdout.flush()
+    return generation.result
+
+
+def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
+    if not quiet:
+        click.echo("--- target alone ---", err=True)
+    result = _stream(engine.generate(request, use_draft=False), quiet=quiet)
     if not quiet:
         click.echo()
         sys.stdout.flush()
         click.echo("--- target + draft ---", err=True)
-    return generation.result
+    return result
 
 
 def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins: list[float] = ()) -> str:
