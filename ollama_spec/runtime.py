@@ -148,9 +148,6 @@ class LoadedModel:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 
-    def token_text(self, token: int) -> str:
-        return self._model.token_get_text(token)
-
     @property
     def add_bos(self) -> bool:
         return self._model.add_bos_token()
@@ -189,10 +186,6 @@ class LoadedModel:
         if n_tokens < self.n_past:
             llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, n_tokens, -1)
             self.n_past = n_tokens
-
-    def reset(self) -> None:
-        llama_cpp.llama_memory_clear(self._ctx.memory, True)
-        self.n_past = 0
 
     def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
         batch = self._batch

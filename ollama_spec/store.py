@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreNotFound, StoreUnreadable
-from .gguf_info import GGUF_MAGIC
+from .gguf_info import is_gguf
 from .names import ModelRef, parse_model_name
 
 MEDIA_TYPE_PREFIX = "application/vnd.ollama.image."
@@ -86,9 +86,8 @@ class StoredModel:
             raise NotGGUF(f"{self.name} is not a GGUF model: {self._why_no_model_layer()}")
         path = blob_path(self.root, layer.digest)
         check_blob(path, layer)
-        with open(path, "rb") as f:
-            if f.read(4) != GGUF_MAGIC:
-                raise NotGGUF(f"{self.name} is not a GGUF model: its model blob {path} is not GGUF")
+        if not is_gguf(path):
+            raise NotGGUF(f"{self.name} is not a GGUF model: its model blob {path} is not GGUF")
         return path
 
     def _why_no_model_layer(self) -> str:
