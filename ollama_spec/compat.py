@@ -2,13 +2,15 @@
 
 The rules are llama.cpp's `common_speculative_are_compatible` (common/speculative.cpp): same
 vocabulary type, same add-BOS/add-EOS flags and ids, vocab sizes within 128 of each other, and
-identical token text from id 5 up to the smaller vocabulary. We report every difference found.
+identical token text from id 5 up to the smaller vocabulary. We report every difference found,
+and one more limit of our own loop: recurrent and hybrid models cannot roll their cache back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .architectures import cannot_roll_back, is_recurrent
 from .gguf_info import ModelInfo
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
@@ -28,7 +30,12 @@ class Compatibility:
 
 
 def check_compatibility(target: ModelInfo, draft: ModelInfo) -> Compatibility:
-    problems = []
+    problems = [
+        f"the {role} is a {'recurrent' if is_recurrent(info.architecture) else 'hybrid'} model "
+        f"({info.architecture}) whose cache cannot drop rejected draft tokens; run it without a draft"
+        for role, info in (("target", target), ("draft", draft))
+        if cannot_roll_back(info.architecture)
+    ]
     if target.vocab_type != draft.vocab_type:
         problems.append(f"vocabulary types differ: '{target.vocab_type}' in target, '{draft.vocab_type}' in draft")
     if bool(target.add_bos) != bool(draft.add_bos) or (target.add_bos and target.bos_id != draft.bos_id):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import codecs
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from .resolve import ResolvedModel
 from .runtime import LoadedModel, LoadSettings
 from .sampling import SamplingSettings
 from .speculative import SpeculationSettings, SpeculationStats, generate_tokens
+from .text_stream import TextStream
 
 DEFAULT_CTX = 4096
 DEFAULT_MAX_TOKENS = 512
@@ -180,8 +180,7 @@ class Generation:
             raise InvalidSetting(
                 f"the prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}; raise --ctx or shorten it"
             )
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        held = ""  # text that might be the start of a stop string
+        stream = TextStream(request.stop)
         tokens = generate_tokens(
             engine.target, self.draft, prompt, request.sampling, request.speculation, result.speculation
         )
@@ -194,39 +193,21 @@ class Generation:
                     result.finish_reason = "stop"
                     break
                 result.tokens.append(token.id)
-                held += decoder.decode(engine.target.token_bytes(token.id))
-                cut = _find_stop(held, request.stop)
-                if cut is not None:
-                    held, result.finish_reason = held[:cut], "stop"
+                piece, special = engine.target.token_piece(token.id)
+                text = stream.push(piece, special=special)
+                if text:
+                    result.text += text
+                    yield text
+                if stream.stopped:
+                    result.finish_reason = "stop"
                     break
-                safe = len(held) - _stop_prefix_length(held, request.stop)
-                if safe:
-                    result.text += held[:safe]
-                    yield held[:safe]
-                    held = held[safe:]
                 if len(result.tokens) >= request.max_tokens:
                     result.finish_reason = "length"
                     break
-            held += decoder.decode(b"", final=True)
-            if held:  # what was held back for a stop string that never came
-                result.text += held
-                yield held
+            text = stream.finish()
+            if text:
+                result.text += text
+                yield text
         finally:
             tokens.close()
             result.total_seconds = time.perf_counter() - start
-
-
-def _find_stop(text: str, stops: tuple[str, ...]) -> int | None:
-    hits = [text.find(s) for s in stops if s and s in text]
-    return min(hits) if hits else None
-
-
-def _stop_prefix_length(text: str, stops: tuple[str, ...]) -> int:
-    """Length of the longest suffix of `text` that begins some stop string."""
-    best = 0
-    for stop in stops:
-        for n in range(min(len(stop) - 1, len(text)), best, -1):
-            if text.endswith(stop[:n]):
-                best = n
-                break
-    return best

@@ -55,3 +55,7 @@ class ModelLoadError(OllamaSpecError):
 
 class ContextFull(OllamaSpecError):
     pass
+
+
+class InferenceError(OllamaSpecError):
+    """llama.cpp refused to evaluate a batch or to cut a cache back."""

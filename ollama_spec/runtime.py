@@ -22,7 +22,7 @@ import numpy as np
 import psutil
 from llama_cpp._internals import LlamaContext, LlamaModel
 
-from .errors import ContextFull, ModelLoadError
+from .errors import ContextFull, InferenceError, ModelLoadError
 
 _LOG_LINES: deque[str] = deque(maxlen=2000)
 _VERBOSE = False
@@ -122,25 +122,36 @@ class LoadedModel:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.n_past = 0  # tokens currently in the KV cache
-        self._pieces: dict[int, bytes] = {}
+        self._pieces: dict[tuple[int, bool], bytes] = {}
 
     # --- text <-> tokens -------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
         return self._model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
 
-    def token_bytes(self, token: int) -> bytes:
-        """The token's text as raw bytes (a piece may hold part of a UTF-8 character)."""
-        piece = self._pieces.get(token)
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The token's text as raw bytes (a piece may hold part of a UTF-8 character).
+
+        Control tokens (`<|eot_id|>`, `<|im_start|>`) render as nothing unless `special`.
+        """
+        piece = self._pieces.get((token, special))
         if piece is None:
             size = 64
             while True:
                 buf = ctypes.create_string_buffer(size)
-                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, size, 0, False)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, size, 0, special)
                 if n >= 0:
                     break
                 size = -n
-            piece = self._pieces[token] = buf.raw[:n]
+            piece = self._pieces[(token, special)] = buf.raw[:n]
         return piece
+
+    def token_piece(self, token: int) -> tuple[bytes, bool]:
+        """The token's bytes and whether they are a special token's text (`<|eot_id|>`)."""
+        piece = self.token_bytes(token)
+        if piece:
+            return piece, False
+        special = self.token_bytes(token, special=True)
+        return special, bool(special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._model.detokenize(list(tokens), special=False).decode("utf-8", errors="replace")
@@ -182,10 +193,21 @@ class LoadedModel:
         return np.concatenate(rows) if len(rows) > 1 else rows[0]
 
     def truncate(self, n_tokens: int) -> None:
-        """Forget cache entries from position `n_tokens` on (speculation rollback)."""
-        if n_tokens < self.n_past:
-            llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, n_tokens, -1)
-            self.n_past = n_tokens
+        """Forget cache entries from position `n_tokens` on (speculation rollback).
+
+        A recurrent or hybrid model's cache can only be emptied, not cut; llama.cpp says so by
+        returning false, and going on would evaluate on top of tokens that were meant to be gone.
+        """
+        if n_tokens >= self.n_past:
+            return
+        if n_tokens == 0:
+            llama_cpp.llama_memory_clear(self._ctx.memory, True)
+        elif not llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, n_tokens, -1):
+            raise InferenceError(
+                f"llama.cpp cannot cut the cache of {self.path.name} back to {n_tokens} tokens "
+                "(a recurrent or hybrid model): it cannot be used for speculative decoding"
+            )
+        self.n_past = n_tokens
 
     def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
         batch = self._batch
@@ -197,8 +219,10 @@ class LoadedModel:
             batch.seq_id[i][0] = 0
             batch.logits[i] = want
         code = llama_cpp.llama_decode(self._ctx.ctx, batch)
+        if code == 1:
+            raise ContextFull(f"llama.cpp found no room in the KV cache of {self.path.name} (context full)")
         if code != 0:
-            raise ContextFull(f"llama_decode failed with code {code} (context full or out of memory)")
+            raise InferenceError(f"llama.cpp could not evaluate a batch of {len(tokens)} tokens (llama_decode: {code})")
         self.n_past += len(tokens)
 
     def _read_logits(self, n_rows: int) -> np.ndarray:

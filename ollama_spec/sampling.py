@@ -26,9 +26,12 @@ class SamplingSettings:
     top_k: int = DEFAULT_TOP_K  # 0: off
     top_p: float = DEFAULT_TOP_P  # 1.0: off
     min_p: float = DEFAULT_MIN_P  # 0.0: off
-    seed: int | None = None
+    seed: int | None = None  # None or negative: a random seed
 
     def __post_init__(self) -> None:
+        if self.seed is not None and self.seed < 0:
+            # Ollama's params layers and clients send -1 for "random": do the same for any negative seed.
+            object.__setattr__(self, "seed", None)
         if not self.temperature >= 0:
             raise InvalidSetting(f"temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:

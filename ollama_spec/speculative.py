@@ -14,6 +14,9 @@ from .sampling import SamplingSettings, logits_to_probs, sample
 from .verify import verify_greedy, verify_rejection
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
+# What the draft reads in place of a target token it does not have (a padded id): any id works,
+# since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
+DRAFT_STAND_IN = 0
 
 
 class Model(Protocol):
@@ -21,6 +24,7 @@ class Model(Protocol):
 
     n_past: int
     n_ctx: int
+    n_vocab: int
 
     def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray: ...
     def truncate(self, n_tokens: int) -> None: ...
@@ -29,8 +33,8 @@ class Model(Protocol):
 @dataclass(frozen=True)
 class SpeculationSettings:
     num_speculative_tokens: int = DEFAULT_NUM_SPECULATIVE_TOKENS
-    # Stop drafting early when the draft's own probability for its token falls below this
-    # (llama.cpp's --draft-p-min); 0 always drafts K tokens.
+    # Stop drafting early when the draft's most likely next token has less probability than
+    # this (llama.cpp's --draft-p-min); 0 always drafts K tokens.
     draft_p_min: float = 0.0
 
     def __post_init__(self) -> None:
@@ -105,7 +109,7 @@ def generate_tokens(
             return  # context full: the caller reports it
         k = min(speculation.num_speculative_tokens, room) if draft is not None else 0
         start = time.perf_counter()
-        drafted, draft_probs = _draft(draft, seq, k, sampling, speculation, rng) if k > 0 else ([], [])
+        drafted, draft_probs = _draft(draft, target, seq, k, sampling, speculation, rng) if k > 0 else ([], [])
         middle = time.perf_counter()
         logits = target.eval([seq[-1], *drafted], logits="all")
         if sampling.greedy:
@@ -130,33 +134,41 @@ def generate_tokens(
 
 def _draft(
     draft: Model,
+    target: Model,
     seq: list[int],
     k: int,
     sampling: SamplingSettings,
     speculation: SpeculationSettings,
     rng: np.random.Generator,
 ) -> tuple[list[int], list[np.ndarray]]:
-    """Propose up to k tokens with the draft; return them with the distributions they came from."""
-    logits = draft.eval(seq[draft.n_past :])[-1]  # catch up on what the draft has not seen
+    """Propose up to k tokens with the draft; return them with the distributions they came from.
+
+    llama.cpp pairs vocabularies up to 128 tokens apart (Qwen2.5 7B+ pads past 0.5B): the draft
+    proposes only ids both models have, so q lives on the shared ids (the verifier gives the
+    target's extra ids q = 0), and the target's ids the draft lacks are fed to it as a stand-in.
+    """
+    shared = min(draft.n_vocab, target.n_vocab)
+    catch_up = [token if token < draft.n_vocab else DRAFT_STAND_IN for token in seq[draft.n_past :]]
+    logits = draft.eval(catch_up)[-1][:shared]
     tokens: list[int] = []
     probs: list[np.ndarray] = []
     while True:
-        if sampling.greedy:
+        q = None if sampling.greedy else logits_to_probs(logits, sampling)
+        # Decide from the distribution alone, before sampling: a rule that looked at the sampled
+        # token would keep tokens from q cut to its confident part while acceptance divides by q.
+        if tokens and speculation.draft_p_min > 0:
+            confidence = _max_prob(logits) if q is None else float(q.max())
+            if confidence < speculation.draft_p_min:
+                break
+        if q is None:
             token = int(logits.argmax())
-            confidence = _max_prob(logits) if speculation.draft_p_min > 0 else 1.0
         else:
-            q = logits_to_probs(logits, sampling)
             token = sample(q, rng)
             probs.append(q)
-            confidence = q[token]
-        if tokens and confidence < speculation.draft_p_min:
-            if probs:
-                probs.pop()
-            break
         tokens.append(token)
         if len(tokens) == k:
             break
-        logits = draft.eval([token])[-1]
+        logits = draft.eval([token])[-1][:shared]
     return tokens, probs
 
 

@@ -31,8 +31,11 @@ def verify_rejection(
     """Leviathan et al.'s rule: the output is distributed exactly as sampling the target alone.
 
     Row i of draft_probs (q) and target_probs (p) is the distribution at draft position i;
-    target_probs has one extra row for the bonus token when every draft is accepted.
+    target_probs has one extra row for the bonus token when every draft is accepted. q may be
+    narrower than p (a draft vocabulary without the target's padding): ids past its end have q = 0.
     """
+    if len(draft_tokens) and draft_probs.shape[1] < target_probs.shape[1]:
+        draft_probs = np.pad(draft_probs, ((0, 0), (0, target_probs.shape[1] - draft_probs.shape[1])))
     for i, token in enumerate(draft_tokens):
         p, q = target_probs[i, token], draft_probs[i, token]
         # q <= p: always accept; q > p: accept with probability p / q.

@@ -19,7 +19,7 @@ def test_generate_streams_the_same_text_with_and_without_draft(invoke, tiny_stor
 
 
 def test_prompt_from_stdin_and_json(invoke, tiny_store):
-    result = gen(invoke, tiny_store, "tiny-target", "-d", "tiny-draft", "--json", "-n", "20", input="Once upon a time")
+    result = gen(invoke, tiny_store, "tiny-target", "-d", "tiny-draft", "--json", "-n", "20", "-t", "0", input="The quick brown fox")
     data = json.loads(result.stdout)
     assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
     assert data["generated_tokens"] == 20 and data["finish_reason"] == "length"

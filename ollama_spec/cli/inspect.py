@@ -10,7 +10,7 @@ import click
 from ..compat import check_compatibility, llama3_metadata_fixes
 from ..errors import IncompatibleDraft, OllamaSpecError
 from ..gguf_info import format_bytes, read_model_info
-from ..resolve import gguf_file
+from ..resolve import gguf_file, resolve_model
 from ..store import StoredModel, blob_path, verify_blob
 from .main import cli
 from .options import echo_json, json_option, models_dir_option, open_store
@@ -188,9 +188,8 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
       ollama-spec pair llama3.1:70b llama3.2:1b
       ollama-spec pair qwen2.5:32b qwen2.5:0.5b --json
     """
-    store = open_store(models_dir)
-    target_info = read_model_info(store.resolve(target).gguf_path)
-    draft_info = read_model_info(store.resolve(draft).gguf_path)
+    target_info = resolve_model(target, models_dir).info
+    draft_info = resolve_model(draft, models_dir).info
     verdict = check_compatibility(target_info, draft_info)
     fixes = [
         f"{name}: {fix.description}"
