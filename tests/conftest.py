@@ -73,3 +73,17 @@ def spec_engine(tiny_models):
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         yield engine
+
+
+@pytest.fixture(scope="session")
+def padded_engine(tiny_store, tmp_path_factory):
+    """tiny-padded (64 padding tokens past its draft's vocabulary) drafted for by tiny-draft."""
+    from ollama_spec.engine import Engine
+    from ollama_spec.resolve import resolve_model
+    from ollama_spec.synthetic.catalog import build_padded_target
+
+    root = tmp_path_factory.mktemp("padded-store")
+    build_pair_store(root, "tiny")
+    name = build_padded_target(root)
+    with Engine(resolve_model(name, str(root)), resolve_model("tiny-draft", str(root)), engine_settings()) as engine:
+        yield engine

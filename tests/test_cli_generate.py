@@ -88,6 +88,27 @@ def test_incompatible_draft_is_refused_before_loading(invoke, tiny_store, monkey
     assert result.exit_code == 1 and loads == []
 
 
+def test_recurrent_target_is_refused_before_loading(invoke, tiny_store, tmp_path, monkeypatch):
+    from ollama_spec import engine
+    from tests.test_compat import write_header_only
+
+    loads = []
+    monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a))
+    mamba = write_header_only(tmp_path / "mamba.gguf", "mamba", tiny_store)
+    result = invoke("generate", mamba, "hi", "-d", "tiny-draft", "--models-dir", tiny_store)
+    assert result.exit_code == 1 and loads == []
+    assert result.output.strip() == (
+        "Error: tiny-draft:latest cannot draft for mamba.gguf: the target is a recurrent model (mamba) whose cache "
+        "cannot drop rejected draft tokens; run it without a draft"
+    )
+
+
+@pytest.mark.parametrize("seed", ["-1", "-7"])
+def test_a_negative_seed_means_random_as_in_ollama(invoke, tiny_store, seed):
+    result = gen(invoke, tiny_store, "tiny-target", "hi", "-d", "tiny-draft", "-t", "1", "--seed", seed, "-n", "8")
+    assert result.exit_code == 0, result.output
+
+
 def test_compare_needs_a_draft(invoke, tiny_store):
     result = gen(invoke, tiny_store, "tiny-target", "hi", "--compare")
     assert result.exit_code == 2 and "--compare needs --draft" in result.output

@@ -75,6 +75,15 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path):
     )
 
 
+def test_pair_takes_gguf_paths(invoke, tiny_models, tmp_path):
+    target, draft = tiny_models
+    (tmp_path / "target.gguf").symlink_to(target.path)
+    (tmp_path / "draft.gguf").symlink_to(draft.path)
+    result = invoke("pair", tmp_path / "target.gguf", tmp_path / "draft.gguf")
+    assert result.exit_code == 0, result.output
+    assert "target.gguf" in result.output
+
+
 def test_demo_store_builds_tiny_pair(invoke, tmp_path):
     result = invoke("demo-store", tmp_path / "demo", "--tiny-only")
     assert result.exit_code == 0

@@ -59,3 +59,35 @@ def test_llama3_gap_is_detected_and_corrected(tiny_store):
     ]
     assert fixes[1].extra_stop_ids == (511,)
     assert "<|eot_id|>" in fixes[1].description
+
+
+def write_header_only(path, arch, tiny_store):
+    """A GGUF with `arch` and the tiny models' vocabulary, and no tensors (never loaded)."""
+    import gguf
+
+    (tiny,) = infos(tiny_store, "tiny-target")
+    writer = gguf.GGUFWriter(path, arch=arch)
+    writer.add_block_count(2)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("llama-bpe")
+    writer.add_token_list(list(tiny.tokens))
+    writer.add_bos_token_id(tiny.bos_id)
+    writer.add_eos_token_id(tiny.eos_id)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return path
+
+
+def test_recurrent_and_hybrid_models_cannot_take_part(tiny_store, tmp_path):
+    target, draft = infos(tiny_store, "tiny-target", "tiny-draft")
+    mamba = read_model_info(write_header_only(tmp_path / "mamba.gguf", "mamba", tiny_store))
+    hybrid = read_model_info(write_header_only(tmp_path / "jamba.gguf", "jamba", tiny_store))
+    assert check_compatibility(mamba, draft).problems == (
+        "the target is a recurrent model (mamba) whose cache cannot drop rejected draft tokens; run it without a draft",
+    )
+    assert check_compatibility(target, hybrid).problems == (
+        "the draft is a hybrid model (jamba) whose cache cannot drop rejected draft tokens; run it without a draft",
+    )

@@ -1,5 +1,7 @@
 """Engine behaviour around the loop: prompt building, metadata fixes, draft cache reuse."""
 
+from dataclasses import replace
+
 import pytest
 
 from ollama_spec.engine import Engine, Request
@@ -122,3 +124,20 @@ def test_greedy_margins_match_the_target_alone(baseline_engine):
     top2 = np.sort(logits)[-2:]
     assert len(margins) == 20 and all(m >= 0 for m in margins)
     assert margins[0] == pytest.approx(top2[1] - top2[0], abs=1e-3)
+
+
+def test_stop_strings_match_special_tokens_which_are_never_shown(baseline_engine, spec_engine):
+    """Greedy, "Once upon a time" makes the tiny target write `<|end_header_id|>` as its 12th token:
+    Ollama's Llama 3 params stop there; without that stop the token's text stays out of the answer."""
+    end_header = baseline_engine.target.tokenize("<|end_header_id|>", add_bos=False, special=True)[0]
+    free = Request("Once upon a time", max_tokens=40, ignore_eos=True, sampling=GREEDY)
+    generation = baseline_engine.generate(free)
+    text = "".join(generation)
+    assert end_header in generation.result.tokens and "<|" not in text
+    position = generation.result.tokens.index(end_header)
+    for engine in (baseline_engine, spec_engine):
+        stopped = engine.generate(replace(free, stop=("<|end_header_id|>",)))
+        assert "".join(stopped) == stopped.result.text
+        assert stopped.result.finish_reason == "stop"
+        assert stopped.result.tokens == generation.result.tokens[: position + 1]
+        assert text.startswith(stopped.result.text) and stopped.result.text

@@ -117,3 +117,25 @@ def test_invalid_sampling_settings(kwargs, message):
     with pytest.raises(InvalidSetting) as err:
         SamplingSettings(**kwargs)
     assert str(err.value) == message
+
+
+def test_draft_distribution_narrower_than_the_target_has_zero_mass_on_the_extra_ids():
+    """A draft vocabulary without the target's padding: ids past q's end are q = 0, so the
+    residual max(0, p - q) keeps all of p there and the output is still distributed as p."""
+    rng = np.random.default_rng(4)
+    q = np.array([0.7, 0.3])
+    p = np.array([0.2, 0.3, 0.5])  # the third id exists only in the target
+    n = 20000
+    outputs = []
+    for _ in range(n):
+        drafted = sample(q, rng)
+        accepted, token = verify_rejection([drafted], q[None], np.stack([p, p]), rng)
+        outputs.append(drafted if accepted else token)
+    observed = np.bincount(outputs, minlength=3)
+    assert chisquare(observed, p * n).pvalue > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("seed", [-1, -12345])
+def test_a_negative_seed_means_random(seed):
+    assert SamplingSettings(seed=seed).seed is None
+    assert SamplingSettings(seed=7).seed == 7
