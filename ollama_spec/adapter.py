@@ -24,6 +24,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 from .compat import load_kv_overrides
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings
+from .speculative import as_draft_tokens
 
 
 def ollama_model_path(name: str, models_dir: str | None = None) -> str:
@@ -45,7 +46,7 @@ class OllamaDraftModel(LlamaDraftModel):
         self._cached: list[int] = []  # tokens whose keys/values are in the draft's cache
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
-        ids = [int(t) for t in input_ids]
+        ids = as_draft_tokens([int(t) for t in input_ids], self.model.n_vocab)
         common = 0
         for cached, new in zip(self._cached, ids[:-1]):  # always re-read the last token for its logits
             if cached != new:

@@ -148,8 +148,7 @@ def _draft(
     target's extra ids q = 0), and the target's ids the draft lacks are fed to it as a stand-in.
     """
     shared = min(draft.n_vocab, target.n_vocab)
-    catch_up = [token if token < draft.n_vocab else DRAFT_STAND_IN for token in seq[draft.n_past :]]
-    logits = draft.eval(catch_up)[-1][:shared]
+    logits = draft.eval(as_draft_tokens(seq[draft.n_past :], draft.n_vocab))[-1][:shared]
     tokens: list[int] = []
     probs: list[np.ndarray] = []
     while True:
@@ -170,6 +169,11 @@ def _draft(
             break
         logits = draft.eval([token])[-1][:shared]
     return tokens, probs
+
+
+def as_draft_tokens(tokens: Sequence[int], n_vocab: int) -> list[int]:
+    """Target tokens as the draft may read them: an id past its vocabulary becomes the stand-in."""
+    return [token if token < n_vocab else DRAFT_STAND_IN for token in tokens]
 
 
 def _max_prob(logits: np.ndarray) -> float:
