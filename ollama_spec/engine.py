@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from .chat import render_chat
 from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
 from .errors import IncompatibleDraft, InvalidSetting
+from .k_policy import PRIOR_ALPHA, AutoK, FixedK, KPolicy, StepCosts
 from .memory import ensure_fits, plan_memory
 from .resolve import ResolvedModel
 from .runtime import LoadedModel, LoadSettings
@@ -23,6 +25,8 @@ DEFAULT_MAX_TOKENS = 512
 # Greedy outputs that part where the target's two best logits are closer than this are
 # floating-point near-ties: a batch of K+1 and a single token round differently.
 NEAR_TIE_LOGITS = 0.02
+# What the target reads while its step costs are timed: ordinary text (only its length matters).
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly over the hills. "
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class Engine:
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
         self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers)
         self.draft = None
+        self._cost_cache = StepCostCache()
+        self._auto_policies: list[AutoK] = []
         if draft is not None:
             try:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
@@ -113,7 +119,41 @@ class Engine:
             ),
         )
 
+    def k_policy(self, speculation: SpeculationSettings) -> KPolicy | None:
+        """Fixed K, or for "auto" a policy seeded with this pair's measured step costs."""
+        if self.draft is None:
+            return None
+        if not speculation.auto:
+            return FixedK(speculation.num_speculative_tokens)
+        costs, alpha = self.step_costs(speculation.max_speculative_tokens)
+        policy = AutoK(costs, alpha if alpha is not None else PRIOR_ALPHA)
+        self._auto_policies.append(policy)
+        return policy
+
+    def step_costs(self, k_max: int) -> tuple[StepCosts, float | None]:
+        """Draft step and verify batch costs up to k_max + 1 tokens: cached, else measured now."""
+        key = self._cost_key()
+        cached = self._cost_cache.get(key)
+        if cached is None or cached[0].k_max < k_max:
+            filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
+            context = calibration_context(self.target.n_ctx, k_max, filler)
+            cached = measure_step_costs(self.target, self.draft, k_max, context), None
+            self._cost_cache.put(key, cached[0])
+        costs, alpha = cached
+        return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1]), alpha
+
+    def _cost_key(self) -> str:
+        return cost_key(self.target.path, self.draft.path, threads=self.target.n_threads,
+                        target_gpu_layers=self.target.settings.n_gpu_layers,
+                        draft_gpu_layers=self.draft.settings.n_gpu_layers, kv_type=self.settings.kv_type)
+
     def close(self) -> None:
+        if self._auto_policies:  # the next run on this pair starts from the α this one ended with
+            alpha = self._auto_policies[-1].estimator.alpha
+            cached = self._cost_cache.get(self._cost_key())
+            if cached is not None:
+                self._cost_cache.put(self._cost_key(), cached[0], alpha)
+            self._auto_policies.clear()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()
@@ -181,8 +221,9 @@ class Generation:
                 f"the prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}; raise --ctx or shorten it"
             )
         stream = TextStream(request.stop)
+        policy = engine.k_policy(request.speculation) if self.draft is not None else None
         tokens = generate_tokens(
-            engine.target, self.draft, prompt, request.sampling, request.speculation, result.speculation
+            engine.target, self.draft, prompt, request.sampling, request.speculation, result.speculation, policy
         )
         result.finish_reason = "context"
         try:

@@ -118,6 +118,7 @@ class LoadedModel:
         self.vocab = self._model.vocab
         self.n_vocab = self._model.n_vocab()
         self.n_ctx = self._ctx.n_ctx()
+        self.n_threads = threads
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)

@@ -10,10 +10,12 @@ from typing import Protocol
 import numpy as np
 
 from .errors import InvalidSetting
+from .k_policy import FixedK, KPolicy, estimate_alpha
 from .sampling import SamplingSettings, logits_to_probs, sample
 from .verify import verify_greedy, verify_rejection
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
+DEFAULT_MAX_SPECULATIVE_TOKENS = 8
 # What the draft reads in place of a target token it does not have (a padded id): any id works,
 # since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
 DRAFT_STAND_IN = 0
@@ -32,16 +34,26 @@ class Model(Protocol):
 
 @dataclass(frozen=True)
 class SpeculationSettings:
-    num_speculative_tokens: int = DEFAULT_NUM_SPECULATIVE_TOKENS
+    # None: "auto", the K that the measured costs and the live acceptance say is fastest, each step.
+    num_speculative_tokens: int | None = DEFAULT_NUM_SPECULATIVE_TOKENS
     # Stop drafting early when the draft's most likely next token has less probability than
     # this (llama.cpp's --draft-p-min); 0 always drafts K tokens.
     draft_p_min: float = 0.0
+    max_speculative_tokens: int = DEFAULT_MAX_SPECULATIVE_TOKENS  # auto's upper bound
 
     def __post_init__(self) -> None:
-        if self.num_speculative_tokens < 1:
-            raise InvalidSetting(f"-k/--num-speculative-tokens must be at least 1, got {self.num_speculative_tokens}")
+        if self.num_speculative_tokens is not None and self.num_speculative_tokens < 1:
+            raise InvalidSetting(
+                f"-k/--num-speculative-tokens must be at least 1 or 'auto', got {self.num_speculative_tokens}"
+            )
+        if self.max_speculative_tokens < 1:
+            raise InvalidSetting(f"the largest K for auto must be at least 1, got {self.max_speculative_tokens}")
         if not 0 <= self.draft_p_min < 1:
             raise InvalidSetting(f"--draft-p-min must be in [0, 1), got {self.draft_p_min}")
+
+    @property
+    def auto(self) -> bool:
+        return self.num_speculative_tokens is None
 
 
 @dataclass
@@ -52,22 +64,32 @@ class SpeculationStats:
     generated: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
+    rejections: int = 0  # steps that ended on a rejected draft (the drafts after it were never tried)
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
+    k_chosen: dict[int, int] = field(default_factory=dict)  # K -> steps that drafted up to K
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
+    def alpha(self) -> float | None:
+        """The probability that a tried draft token is accepted (Leviathan et al.'s α)."""
+        return estimate_alpha(self.accepted, self.rejections)
+
+    @property
     def mean_accepted_per_step(self) -> float:
         """Tokens emitted per target pass: accepted drafts plus the target's own token."""
         return self.generated / self.steps if self.steps else 0.0
 
-    def record(self, n_drafted: int, n_accepted: int) -> None:
+    def record(self, n_drafted: int, n_accepted: int, k: int | None = None) -> None:
         self.steps += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
+        self.rejections += n_accepted < n_drafted
+        if k is not None:
+            self.k_chosen[k] = self.k_chosen.get(k, 0) + 1
         for position in range(n_drafted):
             if position == len(self.drafted_by_position):
                 self.drafted_by_position.append(0)
@@ -89,13 +111,17 @@ def generate_tokens(
     sampling: SamplingSettings,
     speculation: SpeculationSettings,
     stats: SpeculationStats | None = None,
+    policy: KPolicy | None = None,
 ) -> Iterator[Token]:
     """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
 
     Without a draft this is plain decoding with the target, the baseline. Invariant at the top
     of each step: both caches hold `seq[:-1]`, or less for the draft, which catches up first.
+    `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is fixed.
     """
     stats = stats if stats is not None else SpeculationStats()
+    if policy is None:
+        policy = FixedK(speculation.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
     rng = np.random.default_rng(sampling.seed)
     seq = list(prompt)
     for model in (target, draft):
@@ -107,7 +133,8 @@ def generate_tokens(
         room = target.n_ctx - len(seq)  # the verify batch caches seq[-1] and k drafts
         if room < 0:
             return  # context full: the caller reports it
-        k = min(speculation.num_speculative_tokens, room) if draft is not None else 0
+        chosen = policy.next_k() if draft is not None else 0
+        k = min(chosen, room)
         start = time.perf_counter()
         drafted, draft_probs = _draft(draft, target, seq, k, sampling, speculation, rng) if k > 0 else ([], [])
         middle = time.perf_counter()
@@ -117,9 +144,11 @@ def generate_tokens(
         else:
             target_probs = np.stack([logits_to_probs(row, sampling) for row in logits])
             n_accepted, next_token = verify_rejection(drafted, np.array(draft_probs), target_probs, rng)
+        end = time.perf_counter()
         stats.draft_seconds += middle - start
-        stats.verify_seconds += time.perf_counter() - middle
-        stats.record(len(drafted), n_accepted)
+        stats.verify_seconds += end - middle
+        stats.record(len(drafted), n_accepted, chosen if draft is not None else None)
+        policy.observe(len(drafted), n_accepted, middle - start, end - middle)
 
         # Roll back both caches to the accepted prefix: seq[:-1] stays the cached part.
         seq += [*drafted[:n_accepted], next_token]

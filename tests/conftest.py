@@ -18,6 +18,7 @@ def isolated_user_paths(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     return home
 
 

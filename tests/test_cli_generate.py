@@ -19,12 +19,24 @@ def test_generate_streams_the_same_text_with_and_without_draft(invoke, tiny_stor
 
 
 def test_prompt_from_stdin_and_json(invoke, tiny_store):
-    result = gen(invoke, tiny_store, "tiny-target", "-d", "tiny-draft", "--json", "-n", "20", "-t", "0", input="The quick brown fox")
+    result = gen(invoke, tiny_store, "tiny-target", "-d", "tiny-draft", "--json", "-n", "20", "-t", "0", "-k", "5",
+        input="The quick brown fox")
     data = json.loads(result.stdout)
     assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
     assert data["generated_tokens"] == 20 and data["finish_reason"] == "length"
     assert data["drafted"] >= data["accepted"] > 0
     assert len(data["acceptance_by_position"]) == 5
+
+
+def test_k_defaults_to_auto_and_reports_the_ks_it_chose(invoke, tiny_store):
+    result = gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-d", "tiny-draft", "--json", "-n", "20",
+                 "-t", "0")
+    data = json.loads(result.stdout)
+    assert sum(data["k_chosen"].values()) == data["steps"]
+    assert all(0 <= int(k) <= 8 for k in data["k_chosen"])
+    fixed = json.loads(gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-d", "tiny-draft", "--json",
+                           "-n", "20", "-t", "0", "-k", "3").stdout)
+    assert set(fixed["k_chosen"]) == {"3"} and fixed["text"] == data["text"]
 
 
 def test_stats_and_compare_go_to_stderr(invoke, tiny_store):
@@ -59,7 +71,7 @@ def test_gguf_paths_work_without_a_store(invoke, tiny_models, tmp_path):
         ),
         (
             ("tiny-target", "hi", "-d", "tiny-draft", "-k", "0"),
-            "Error: -k/--num-speculative-tokens must be at least 1, got 0",
+            "Error: -k/--num-speculative-tokens must be at least 1 or 'auto', got 0",
         ),
         (("tiny-target", "hi", "--temperature", "-1"), "Error: temperature must be >= 0, got -1.0"),
         (("tiny-target", "hi", "--top-p", "0"), "Error: top-p must be in (0, 1], got 0.0"),

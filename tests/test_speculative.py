@@ -296,3 +296,22 @@ def test_a_cache_that_cannot_be_cut_raises(spec_engine, monkeypatch):
     monkeypatch.setattr(runtime.llama_cpp, "llama_memory_seq_rm", lambda *args: False)
     with pytest.raises(InferenceError, match="cannot cut the cache"):
         run(spec_engine, PROMPTS[0], max_tokens=40, ignore_eos=True)
+
+
+def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(tiny_models, baseline_engine, monkeypatch):
+    from ollama_spec import engine as engine_module
+
+    calibrations = []
+    real = engine_module.measure_step_costs
+    monkeypatch.setattr(engine_module, "measure_step_costs", lambda *a, **k: calibrations.append(1) or real(*a, **k))
+    expected = run(baseline_engine, PROMPTS[1], max_tokens=60).tokens
+    auto = SpeculationSettings(None)
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        result = run(engine, PROMPTS[1], max_tokens=60, speculation=auto)
+        run(engine, PROMPTS[0], max_tokens=20, speculation=auto)
+    assert result.tokens == expected
+    stats = result.speculation
+    assert sum(stats.k_chosen.values()) == stats.steps and max(stats.k_chosen) <= auto.max_speculative_tokens
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:  # measured costs are cached on disk
+        run(engine, PROMPTS[1], max_tokens=20, speculation=auto)
+    assert calibrations == [1]

@@ -11,9 +11,9 @@ from ..engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, E
 from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
-from ..speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, SpeculationSettings
+from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .main import cli
-from .options import models_dir_option
+from .options import DraftLength, models_dir_option
 
 
 @cli.command()
@@ -24,10 +24,11 @@ from .options import models_dir_option
     "-k",
     "--num-speculative-tokens",
     "k",
-    type=int,
-    default=DEFAULT_NUM_SPECULATIVE_TOKENS,
+    type=DraftLength(),
+    default="auto",
     show_default=True,
-    help="Tokens the draft proposes per step.",
+    help="Tokens the draft proposes per step, or auto: the K that this machine's measured step costs and "
+    f"the live acceptance rate say is fastest, each step (up to {DEFAULT_MAX_SPECULATIVE_TOKENS}).",
 )
 @click.option(
     "--draft-p-min",
@@ -109,7 +110,7 @@ def generate(
     Examples:
       ollama-spec generate llama3.1:70b --draft llama3.2:1b "Why is the sky blue?"
       echo "def fib(n):" | ollama-spec generate qwen2.5-coder:32b -d qwen2.5-coder:0.5b --raw -t 0
-      ollama-spec generate llama3.1:8b -d llama3.2:1b -k 8 --stats "Explain KV caches."
+      ollama-spec generate llama3.1:8b -d llama3.2:1b -k 8 --stats "Explain KV caches."   # fixed K
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
     """
     set_verbose(verbose)
@@ -240,6 +241,8 @@ def result_json(target: str, draft: str | None, result: Result) -> dict:
         "acceptance_by_position": [
             round(a / d, 4) for a, d in zip(spec.accepted_by_position, spec.drafted_by_position)
         ],
+        "alpha": None if spec.alpha is None else round(spec.alpha, 4),
+        "k_chosen": {str(k): n for k, n in sorted(spec.k_chosen.items())},
         "draft_s": round(spec.draft_seconds, 4),
         "verify_s": round(spec.verify_seconds, 4),
     }
@@ -258,5 +261,7 @@ def format_stats(result: Result, *, speculative: bool) -> str:
             f"drafted {spec.drafted}, accepted {spec.accepted} ({spec.acceptance_rate:.0%}); "
             f"{spec.mean_accepted_per_step:.2f} tokens per target pass; by position: {by_position}"
         )
+        chosen = ", ".join(f"K={k} ×{n}" for k, n in sorted(spec.k_chosen.items()))
+        lines.append(f"K per step: {chosen}; α (accepted / tried) {spec.alpha or 0:.2f}")
         lines.append(f"time: draft {spec.draft_seconds:.2f} s, verify {spec.verify_seconds:.2f} s")
     return "\n".join(lines)

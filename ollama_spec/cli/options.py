@@ -25,3 +25,19 @@ def open_store(models_dir: str | None) -> Store:
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
+
+
+class DraftLength(click.ParamType):
+    """`-k`: a positive number of draft tokens, or `auto` (None: chosen each step from measured costs)."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "auto":
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"expected a number of draft tokens or 'auto', got {value!r}", param, ctx)

@@ -1,0 +1,106 @@
+"""Measure what a draft step and target batches of 1..K+1 tokens cost on this machine, once per pair.
+
+`-k auto` needs the verify cost of every batch size it might choose, and those depend on the
+device, the backend and the thread count far more than on anything in the model files. They
+take a second or two to measure on the loaded pair, and are cached per pair and machine setup
+(`$XDG_CACHE_HOME/ollama-spec/step-costs.json`) so later runs start drafting at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import llama_cpp
+
+from .k_policy import StepCosts
+from .speculative import Model
+
+CALIBRATION_REPEATS = 5
+CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a typical mid-answer position
+
+
+def measure_step_costs(
+    target: Model, draft: Model, k_max: int, context: Sequence[int], repeats: int = CALIBRATION_REPEATS
+) -> StepCosts:
+    """Median seconds of one draft step and of target batches of 1..k_max+1 tokens after `context`.
+
+    The measurements go round-robin, so a busy moment on a shared machine skews none of them alone.
+    Both caches are left holding `context`.
+    """
+    context = list(context)
+    token = context[-1]
+    for model in (target, draft):
+        model.truncate(0)
+        model.eval(context)
+    steps = [(draft, lambda: draft.eval([token]))]
+    steps += [(target, lambda n=n: target.eval([token] * n, logits="all")) for n in range(1, k_max + 2)]
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(repeats):
+        for (model, step), samples in zip(steps, times):
+            start = time.perf_counter()
+            step()
+            samples.append(time.perf_counter() - start)
+            model.truncate(len(context))
+    medians = [statistics.median(samples) for samples in times]
+    return StepCosts(draft_step_s=medians[0], verify_s=tuple(medians[1:]))
+
+
+def calibration_context(n_ctx: int, k_max: int, filler: Sequence[int]) -> list[int]:
+    """`filler` repeated to CALIBRATION_DEPTH tokens (less in a small context)."""
+    depth = max(1, min(CALIBRATION_DEPTH, n_ctx - k_max - 2))
+    return (list(filler) * (depth // max(len(filler), 1) + 1))[:depth]
+
+
+class StepCostCache:
+    """Step costs and the last α seen, per pair and machine setup, in one small JSON file."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path or cache_dir() / "step-costs.json"
+
+    def get(self, key: str) -> tuple[StepCosts, float | None] | None:
+        entry = self._read().get(key)
+        try:
+            return StepCosts(entry["draft_step_s"], tuple(entry["verify_s"])), entry.get("alpha")
+        except (TypeError, KeyError, ValueError):
+            return None  # absent, or written by another version: measure again
+
+    def put(self, key: str, costs: StepCosts, alpha: float | None = None) -> None:
+        entries = self._read()
+        entries[key] = {"draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s), "alpha": alpha}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            staged = self.path.with_suffix(f".{os.getpid()}.tmp")
+            staged.write_text(json.dumps(entries, indent=1))
+            staged.replace(self.path)  # atomic: a concurrent reader sees the old file or the new one
+        except OSError:
+            pass  # a read-only home only costs a calibration next time
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+def cost_key(target: Path, draft: Path, **setup) -> str:
+    """Which pair, on which llama.cpp build and setup (threads, layers on the GPU, KV type...)."""
+    def describe(path: Path) -> str:
+        try:
+            return f"{path.name}:{path.stat().st_size}"
+        except OSError:
+            return path.name
+
+    parts = [describe(target), describe(draft), f"llama_cpp={llama_cpp.__version__}"]
+    parts += [f"{name}={value}" for name, value in sorted(setup.items())]
+    return " ".join(parts)
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME/ollama-spec, else ~/.cache/ollama-spec."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ollama-spec"

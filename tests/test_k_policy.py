@@ -1,0 +1,83 @@
+"""Choosing K: the cost model on hand-made cost curves, and α estimated from simulated steps."""
+
+import numpy as np
+import pytest
+
+from ollama_spec.k_policy import (
+    PROBE_EVERY,
+    AlphaEstimator,
+    AutoK,
+    StepCosts,
+    best_k,
+    estimate_alpha,
+    expected_tokens_per_step,
+)
+
+# A GPU: a batch of up to 9 tokens costs what one does; the draft step is 1/20 of a target step.
+GPU = StepCosts(draft_step_s=0.001, verify_s=(0.020,) * 9)
+# A CPU: every token in the batch costs ~40 % of a step more (like the 2-core runs in the issue).
+CPU = StepCosts(draft_step_s=0.004, verify_s=tuple(0.030 * (1 + 0.4 * n) for n in range(9)))
+# A draft as slow as the target: drafting never pays.
+SLOW_DRAFT = StepCosts(draft_step_s=0.030, verify_s=(0.030,) * 9)
+
+
+def test_expected_tokens_worked_by_hand():
+    assert expected_tokens_per_step(0.5, 1) == 1.5  # 1 + 0.5
+    assert expected_tokens_per_step(0.5, 3) == 1.875  # 1 + 0.5 + 0.25 + 0.125
+    assert expected_tokens_per_step(1.0, 4) == 5
+    assert expected_tokens_per_step(0.0, 8) == 1
+
+
+def test_best_k_on_hand_made_cost_curves():
+    # GPU, α = 0.8: E/(K·1 + 20) ms rises until K=8: E(8) = 4.33 over 28 ms beats E(7) = 4.16 over 27.
+    assert best_k(0.8, GPU) == 8
+    # CPU, α = 0.8 (tokens per ms): alone 1/30 = 0.0333; K=1: 1.8/(4 + 42) = 0.0391;
+    # K=2: 2.44/(8 + 54) = 0.0394; K=3: 2.952/(12 + 66) = 0.0378.
+    assert best_k(0.8, CPU) == 2
+    # Barely-matched pair on the CPU: K=1 gives 1.2/46 = 0.0261 < 1/30 = 0.0333 alone.
+    assert best_k(0.2, CPU) == 0
+    assert best_k(0.95, SLOW_DRAFT) == 0
+
+
+def test_alpha_is_estimated_from_tried_tokens_not_drafted():
+    # 3 steps of K=4: [accept all], [2 accepted then a rejection], [rejection at once]
+    assert estimate_alpha(accepted=6, rejections=2) == 0.75  # 6 of 8 tried; 6 of 12 drafted is 0.5
+    assert estimate_alpha(0, 0) is None
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.85])
+def test_alpha_estimator_recovers_a_known_alpha(alpha):
+    rng = np.random.default_rng(7)
+    estimator, exact = AlphaEstimator(prior=0.5), AlphaEstimator(prior=0.5, weight=0.0, decay=1.0)
+    estimates = []
+    for _ in range(3000):
+        k = int(rng.integers(1, 9))
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        estimator.observe(k, accepted)
+        exact.observe(k, accepted)
+        estimates.append(estimator.alpha)
+    assert abs(exact.alpha - alpha) < 0.02
+    assert abs(np.mean(estimates[500:]) - alpha) < 0.02  # the decayed estimate tracks it without bias
+
+
+def test_auto_k_follows_alpha_and_probes_while_drafting_does_not_pay():
+    policy = AutoK(CPU, prior_alpha=0.8)
+    assert policy.next_k() == 2
+    for _ in range(60):  # the draft keeps missing: K goes to 0
+        policy.observe(policy.next_k() or 1, 0, 0.004, 0.040)
+    assert policy.estimator.alpha < 0.1
+    ks = [policy.next_k() for _ in range(PROBE_EVERY)]
+    assert ks[:-1] == [0] * (PROBE_EVERY - 1) and ks[-1] == 1  # one probe to notice if α comes back
+    for _ in range(60):
+        policy.observe(policy.next_k() or 1, 1, 0.004, 0.042)  # now every tried draft is accepted
+    assert policy.next_k() >= 2
+
+
+def test_auto_k_learns_step_costs_from_what_it_sees():
+    policy = AutoK(GPU, prior_alpha=0.8)
+    for _ in range(40):  # verify batches of 9 turn out to cost 5 target steps here
+        policy.observe(8, 8, 0.008, 0.100)
+    assert policy.costs.verify_s[8] == pytest.approx(0.100, rel=0.01)
+    assert policy.next_k() < 8
