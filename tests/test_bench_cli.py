@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-ARGS = ("--no-check", "--threads", "1", "--max-tokens", "12", "--runs", "1", "-k", "1,3")
+ARGS = ("--no-check", "--threads", "1", "--max-tokens", "12", "--runs", "1", "-k", "auto,1,3")
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +22,16 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
                     "--prompts", prompts_file, "--out", out)
     assert result.exit_code == 0, result.output
     for label in ("target alone", "speculative K=1", "speculative K=3", "llama-cpp-python draft_model K=",
-                  "prompt lookup K=", "best K = "):
+                  "prompt lookup K=", "best K = ", "speculative K=auto", "K=auto per prompt: fox "):
         assert label in result.output
 
     data = json.loads((out / "results.json").read_text())
     rows = {row["label"]: row for row in data["rows"]}
     assert [r["kind"] for r in data["rows"]] == ["baseline", "speculative", "speculative",
+                                                 "speculative, K chosen each step",
                                                  "llama-cpp-python draft_model", "prompt lookup"]
+    auto = rows["speculative K=auto"]
+    assert sum(auto["k_chosen"].values()) == auto["steps"] and auto["predicted_speedup"] is None
     assert rows["target alone"]["speedup"] == 1.0
     for row in data["rows"]:
         assert row["tokens_per_second"] > 0 and row["peak_rss_bytes"] > 0
@@ -42,7 +45,8 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
     assert spec["draft_share"] + spec["verify_share"] <= 1
     best = data["best_k"]
     assert rows[f"llama-cpp-python draft_model K={best}"]["drafted"] > 0
-    assert set(data["costs"]["verify_ratio"]) == {"1", "3"} and data["costs"]["draft_ratio"] > 0
+    assert set(data["costs"]["verify_ratio"]) == {"1", "2", "3"} and data["costs"]["draft_ratio"] > 0
+    assert spec["alpha"] >= spec["acceptance_rate"]  # α counts tried drafts only
     assert data["mismatches"] == []
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| target alone |" in (out / "results.md").read_text()
@@ -56,7 +60,7 @@ def test_sampling_runs_skip_the_identity_check(invoke, tiny_store, prompts_file)
 
 
 @pytest.mark.parametrize("args, message", [
-    (("-k", "0,x"), "Error: -k must be a comma-separated list of positive integers like 1,2,4; got '0,x'"),
+    (("-k", "0,x"), "Error: -k must be a comma-separated list of positive integers and 'auto', like auto,1,2,4; got '0,x'"),
     (("--prompts", "missing.txt"), "Error: prompts file missing.txt does not exist"),
     (("--runs", "0"), "Error: --runs must be at least 1, got 0"),
 ])
@@ -91,7 +95,7 @@ def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file
         return sample
 
     monkeypatch.setattr(runner, "_sample", corrupted)
-    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS,
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "-k", "1,3",
                     "--prompts", prompts_file, "--no-warmup")
     assert result.exit_code == 1
     assert "WARNING: 2 greedy outputs differ from the target alone:" in result.output

@@ -48,8 +48,9 @@ def test_impossible_inputs_are_refused(bad):
 
 
 def test_k_list():
-    assert parse_k_list("4, 1,2,4") == (1, 2, 4)
-    for bad in ("0,x", "", "1,,2", "-1", "2.5"):
+    assert parse_k_list("4, 1,2,4") == ((1, 2, 4), False)
+    assert parse_k_list("auto,3,1") == ((1, 3), True) and parse_k_list("AUTO") == ((), True)
+    for bad in ("0,x", "", "1,,2", "-1", "2.5", "auto,0"):
         with pytest.raises(InvalidSetting, match="comma-separated list of positive integers"):
             parse_k_list(bad)
 

@@ -1,11 +1,14 @@
 """Leviathan et al. (2023)'s model of speculative decoding, with measured costs.
 
-With acceptance rate a (each drafted token accepted independently with probability a), a step
-that drafts K tokens emits (1 - a^(K+1)) / (1 - a) tokens on average. It costs K draft steps
+With α the probability that a tried draft token is accepted (each independently), a step
+that drafts K tokens emits (1 - α^(K+1)) / (1 - α) tokens on average. It costs K draft steps
 plus one verify batch of K+1 tokens; the target alone pays one target step per token. In units
 of a target step, c = draft step / target step and v_K = verify(K+1) / target step, so
 
-    predicted speed-up = (1 - a^(K+1)) / ((1 - a) * (K*c + v_K)).
+    predicted speed-up = (1 - α^(K+1)) / ((1 - α) * (K*c + v_K)).
+
+α is accepted / tried (k_policy.estimate_alpha), not accepted / drafted: the drafts after a
+rejection are never tried, so the acceptance rate understates α more as K grows.
 
 The paper assumes v_K = 1 (a batch costs one step, true when memory-bound); on a CPU it does not,
 so v_K is measured.
@@ -13,14 +16,9 @@ so v_K is measured.
 
 from __future__ import annotations
 
+from ..k_policy import expected_tokens_per_step
 
-def expected_tokens_per_step(acceptance: float, k: int) -> float:
-    """Mean tokens emitted per target pass: accepted drafts plus the target's own token."""
-    if not 0 <= acceptance <= 1:
-        raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
-    if acceptance == 1:
-        return float(k + 1)  # the limit of the geometric sum
-    return (1 - acceptance ** (k + 1)) / (1 - acceptance)
+__all__ = ["efficiency", "expected_tokens_per_step", "predicted_speedup", "predicted_speedup_from_step_length"]
 
 
 def predicted_speedup(acceptance: float, k: int, draft_cost: float, verify_cost: float) -> float:

@@ -15,10 +15,10 @@ from .model import efficiency, predicted_speedup_from_step_length
 from .prompts import Prompt
 from .remote import RemoteResult
 from .runner import Costs
-from .samples import BASELINE, SPECULATIVE, Row
+from .samples import AUTO, BASELINE, SPECULATIVE, Row
 from .settings import BenchSettings
 
-COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "tok/step", "draft/verify", "TTFT", "peak RSS",
+COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
            "predicted", "efficiency", "greedy = target")
 
 
@@ -68,7 +68,7 @@ def table_cells(report: BenchReport) -> list[tuple[str, ...]]:
         identical = "-" if not report.settings.greedy or row.kind == BASELINE else ("no" if row.mismatches else "near-tie" if row.near_ties else "yes")
         cells.append((
             row.label, f"{row.tokens_per_second:.1f} ({min(rates):.1f}–{max(rates):.1f})",
-            f"{report.speedup(row):.2f}x", _pct(row.acceptance_rate),
+            f"{report.speedup(row):.2f}x", _pct(row.acceptance_rate), "-" if row.alpha is None else f"{row.alpha:.2f}",
             "-" if row.tokens_per_step is None else f"{row.tokens_per_step:.2f}", split,
             f"{row.ttft_s * 1000:.0f} ms", format_bytes(row.peak_rss),
             "-" if row.predicted_speedup is None else f"{row.predicted_speedup:.2f}x",
@@ -99,9 +99,28 @@ def summary_lines(report: BenchReport) -> list[str]:
         (f"step costs: target {costs.target_step_s * 1000:.1f} ms, draft {costs.draft_step_s * 1000:.2f} ms "
          f"(c = {costs.draft_ratio:.3f}); verify batch of K+1 / target step: {verify}"),
         f"best K = {best.k}: {best.tokens_per_second:.1f} tok/s, {report.speedup(best):.2f}x the target alone",
-    ] + ([(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
+    ] + _auto_lines(report) + ([(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
            f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")]
          if report.load_average and max(report.load_average) > 0.5 else [])
+
+
+def _auto_lines(report: BenchReport) -> list[str]:
+    """How K=auto compares with the best fixed K, over all prompts and on each one."""
+    auto = next((r for r in report.rows if r.kind == AUTO), None)
+    fixed = [r for r in report.rows if r.kind == SPECULATIVE]
+    if auto is None or not fixed:
+        return []
+    best = report.best
+    chosen = ", ".join(f"K={k} ×{n}" for k, n in sorted(auto.k_chosen.items()))
+    per_prompt = []
+    for p in report.prompts:
+        rate = _prompt_stats(auto, p.name)["tokens_per_second"]
+        top = max(fixed, key=lambda r: _prompt_stats(r, p.name)["tokens_per_second"])
+        top_rate = _prompt_stats(top, p.name)["tokens_per_second"]
+        per_prompt.append(f"{p.name} {rate / top_rate:.0%} of K={top.k}" if top_rate else p.name)
+    return [f"K=auto: {auto.tokens_per_second:.1f} tok/s, {auto.tokens_per_second / best.tokens_per_second:.0%} of "
+            f"the best fixed K (K={best.k}); steps by K: {chosen}",
+            "K=auto per prompt: " + "; ".join(per_prompt)]
 
 
 def format_report(report: BenchReport) -> str:
@@ -119,7 +138,8 @@ def report_json(report: BenchReport) -> dict:
             "tokens_per_second_min": round(min(rates), 3), "tokens_per_second_max": round(max(rates), 3),
             "tokens_per_second_by_run": [round(r, 3) for r in rates],
             "speedup": round(report.speedup(row), 4),
-            "acceptance_rate": _round(row.acceptance_rate), "tokens_per_step": _round(row.tokens_per_step),
+            "acceptance_rate": _round(row.acceptance_rate), "alpha": _round(row.alpha),
+            "tokens_per_step": _round(row.tokens_per_step), "k_chosen": {str(k): n for k, n in row.k_chosen.items()},
             "drafted": row.drafted, "accepted": row.accepted, "steps": row.steps,
             "draft_share": _round(row.draft_share), "verify_share": _round(row.verify_share),
             "time_to_first_token_s": round(row.ttft_s, 4), "peak_rss_bytes": row.peak_rss,
@@ -169,7 +189,8 @@ def report_markdown(report: BenchReport) -> str:
     lines += ["", format_markdown_table(COLUMNS, table_cells(report)), "",
               ("tok/s: generated tokens after the first / decode time, median over runs (min–max); "
                "tok/step: tokens per target pass; draft/verify: shares of generation time; "
-               "predicted: Leviathan et al. with the measured acceptance and step costs; "
+               "α: accepted / tried drafts (the drafts after a rejection are never tried); "
+               "predicted: Leviathan et al. with the measured α and step costs; "
                "efficiency: measured / predicted speed-up."), "", "![tokens/s and acceptance vs K](bench.png)", ""]
     if report.mismatches:
         lines += ["## Greedy outputs that differ from the target alone", ""] + [f"- {m}" for m in report.mismatches]

@@ -7,18 +7,17 @@ all rows are interleaved (drift on a shared machine hits each row alike).
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..engine import Engine, EngineSettings, Request
 from ..resolve import ResolvedModel
 from ..sampling import SamplingSettings
-from ..speculative import SpeculationSettings
+from ..calibration import measure_step_costs
+from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .model import predicted_speedup
 from .prompts import Prompt
-from .samples import BASELINE, SPECULATIVE, PeakMemory, Row, Sample
+from .samples import AUTO, BASELINE, SPECULATIVE, PeakMemory, Row, Sample
 from .settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 
 Progress = Callable[[str], None]
@@ -50,7 +49,7 @@ class EngineRun:
 
 def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool = True) -> int:
     """How many progress units `run_engine_rows` and `run_reference_rows` report, for the bar."""
-    configs = 1 + len(settings.ks)
+    configs = 1 + len(settings.ks) + settings.auto
     units = (configs if settings.warmup else 0) + 1 + settings.runs * n_prompts * configs
     if with_reference:
         units += 2 * ((1 if settings.warmup else 0) + settings.runs * n_prompts)
@@ -68,6 +67,8 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
                                      memory_check=settings.memory_check)
     with Engine(target, draft, engine_settings) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
+        if settings.auto:
+            rows.append(Row("speculative K=auto", AUTO))
         requests = {p.name: _request(p, settings, settings.max_tokens) for p in prompts}
         prompt_tokens = {name: engine.prompt_tokens(r) for name, r in requests.items()}
 
@@ -93,9 +94,8 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
                 if sample.run == 0:
                     margins[sample.prompt] = engine.greedy_margins(prompt_tokens[sample.prompt], sample.tokens)
     for row in rows:
-        if row.kind == SPECULATIVE and row.acceptance_rate is not None:
-            row.predicted_speedup = predicted_speedup(row.acceptance_rate, row.k, costs.draft_ratio,
-                                                      costs.verify_ratio(row.k))
+        if row.kind == SPECULATIVE and row.alpha is not None:
+            row.predicted_speedup = predicted_speedup(row.alpha, row.k, costs.draft_ratio, costs.verify_ratio(row.k))
     return EngineRun(rows, costs, prompt_tokens, margins)
 
 
@@ -104,35 +104,18 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
 
     Timed at the context position halfway through a generation, where the average step is.
     """
-    target, draft = engine.target, engine.draft
-    room = target.n_ctx - max(settings.ks) - 2
+    k_max = max(settings.ks, default=DEFAULT_MAX_SPECULATIVE_TOKENS)
+    room = engine.target.n_ctx - k_max - 2
     position = min(len(prompt) + settings.max_tokens // 2, room)
     context = (prompt * (position // max(len(prompt), 1) + 1))[:position]
-    token = context[-1]
-    for model in (target, draft):
-        model.truncate(0)
-        model.eval(context)
-    steps = {"target": lambda: target.eval([token], logits="all"), "draft": lambda: draft.eval([token])}
-    for k in settings.ks:
-        steps[k] = lambda batch=[token] * (k + 1): target.eval(batch, logits="all")
-    times: dict = {name: [] for name in steps}
-    # Round-robin over the measurements, so that a busy moment skews none of the ratios alone.
-    for _ in range(CALIBRATION_REPEATS):
-        for name, step in steps.items():
-            model = draft if name == "draft" else target
-            start = time.perf_counter()
-            step()
-            times[name].append(time.perf_counter() - start)
-            model.truncate(position)
-    median = {name: statistics.median(values) for name, values in times.items()}
-    costs = Costs(target_step_s=median["target"], draft_step_s=median["draft"],
-                  verify_s={k: median[k] for k in settings.ks})
-    return costs
+    measured = measure_step_costs(engine.target, engine.draft, k_max, context, repeats=CALIBRATION_REPEATS)
+    return Costs(target_step_s=measured.verify_s[0], draft_step_s=measured.draft_step_s,
+                 verify_s={k: measured.verify_s[k] for k in range(1, k_max + 1)})
 
 
 def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, k: int | None = None) -> Request:
     return Request(prompt.prompt, system=prompt.system, max_tokens=max_tokens, ignore_eos=True,
-                   sampling=sampling_for(settings), speculation=SpeculationSettings(k or 1))
+                   sampling=sampling_for(settings), speculation=SpeculationSettings(k))
 
 
 def _generate(engine: Engine, request: Request, row: Row):
@@ -145,5 +128,6 @@ def _generate(engine: Engine, request: Request, row: Row):
 def _sample(result, prompt: str, run: int) -> Sample:
     spec = result.speculation
     return Sample(prompt, run, list(result.tokens), result.first_token_seconds, result.total_seconds,
-                  steps=spec.steps, drafted=spec.drafted, accepted=spec.accepted,
+                  steps=spec.steps, drafted=spec.drafted, accepted=spec.accepted, rejections=spec.rejections,
+                  k_chosen=dict(spec.k_chosen),
                   draft_s=spec.draft_seconds, verify_s=spec.verify_seconds)

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 import psutil
 
 from ..engine import NEAR_TIE_LOGITS
+from ..k_policy import estimate_alpha
 
 BASELINE = "baseline"
 SPECULATIVE = "speculative"
+AUTO = "speculative, K chosen each step"
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
 PROMPT_LOOKUP = "prompt lookup"
 
@@ -28,6 +30,8 @@ class Sample:
     steps: int = 0
     drafted: int = 0
     accepted: int = 0
+    rejections: int = 0
+    k_chosen: dict[int, int] = field(default_factory=dict)
     draft_s: float = 0.0
     verify_s: float = 0.0
 
@@ -80,6 +84,20 @@ class Row:
     @property
     def acceptance_rate(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def k_chosen(self) -> dict[int, int]:
+        """Steps per K, over every sample (K=auto chooses anew each step)."""
+        counts: dict[int, int] = {}
+        for sample in self.samples:
+            for k, n in sample.k_chosen.items():
+                counts[k] = counts.get(k, 0) + n
+        return counts
+
+    @property
+    def alpha(self) -> float | None:
+        """The probability that a tried draft is accepted: what the cost model's α means."""
+        return estimate_alpha(self.accepted, sum(s.rejections for s in self.samples))
 
     @property
     def tokens_per_step(self) -> float | None:

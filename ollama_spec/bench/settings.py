@@ -17,6 +17,7 @@ CALIBRATION_REPEATS = 7
 @dataclass(frozen=True)
 class BenchSettings:
     ks: tuple[int, ...] = DEFAULT_KS
+    auto: bool = True  # also a row with K chosen each step (-k auto)
     max_tokens: int = DEFAULT_BENCH_TOKENS
     runs: int = DEFAULT_RUNS
     temperature: float = 0.0
@@ -27,7 +28,7 @@ class BenchSettings:
     memory_check: bool = True
 
     def __post_init__(self) -> None:
-        if not self.ks or any(k < 1 for k in self.ks):
+        if (not self.ks and not self.auto) or any(k < 1 for k in self.ks):
             raise InvalidSetting(f"-k needs positive numbers of draft tokens, got {self.ks}")
         if self.max_tokens < 2:
             raise InvalidSetting(f"--max-tokens must be at least 2 (tok/s is timed after the first), got {self.max_tokens}")
@@ -48,9 +49,11 @@ class BenchSettings:
         return self.n_ctx or max(4096, self.max_tokens + 1024)
 
 
-def parse_k_list(text: str) -> tuple[int, ...]:
-    """"1,2,4" -> (1, 2, 4): sorted, without repeats; anything else is an InvalidSetting."""
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise InvalidSetting(f"-k must be a comma-separated list of positive integers like 1,2,4; got '{text}'")
-    return tuple(sorted({int(p) for p in parts}))
+def parse_k_list(text: str) -> tuple[tuple[int, ...], bool]:
+    """"auto,1,2,4" -> ((1, 2, 4), True): sorted, without repeats; anything else is an InvalidSetting."""
+    parts = [p.strip().lower() for p in text.split(",")]
+    numbers = [p for p in parts if p != "auto"]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in numbers):
+        raise InvalidSetting(f"-k must be a comma-separated list of positive integers and 'auto', like auto,1,2,4; "
+                             f"got '{text}'")
+    return tuple(sorted({int(p) for p in numbers})), "auto" in parts

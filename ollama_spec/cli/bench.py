@@ -22,8 +22,8 @@ from .options import models_dir_option
 @cli.command()
 @click.argument("target")
 @click.option("--draft", "-d", help="Draft model (required unless --url).")
-@click.option("-k", "ks", default="1,2,3,4,5,6,8", show_default=True,
-              help="Comma-separated draft lengths to measure.")
+@click.option("-k", "ks", default="auto,1,2,3,4,5,6,8", show_default=True,
+              help="Comma-separated draft lengths to measure; auto adds a row where K is chosen each step.")
 @click.option("--max-tokens", "-n", type=int, default=DEFAULT_BENCH_TOKENS, show_default=True,
               help="Tokens generated per prompt (end of turn is ignored, so every run is this long).")
 @click.option("--runs", type=int, default=DEFAULT_RUNS, show_default=True, help="Timed runs over all prompts.")
@@ -68,7 +68,8 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
         return
     if not draft:
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    settings = BenchSettings(ks=parse_k_list(ks), max_tokens=max_tokens, runs=runs, temperature=temperature,
+    fixed_ks, auto = parse_k_list(ks)
+    settings = BenchSettings(ks=fixed_ks, auto=auto, max_tokens=max_tokens, runs=runs, temperature=temperature,
                              seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx, memory_check=not no_check)
     store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
     target_model = resolve_model(target, store=store)
