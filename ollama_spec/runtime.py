@@ -12,6 +12,7 @@ import ctypes
 import os
 import re
 import sys
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,6 +124,7 @@ class LoadedModel:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.n_past = 0  # tokens currently in the KV cache
+        self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
 
     # --- text <-> tokens -------------------------------------------------------------------
@@ -182,6 +184,7 @@ class LoadedModel:
             raise ValueError("eval needs at least one token")
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextFull(f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt")
+        started = time.perf_counter()
         rows = []
         step = self.n_batch
         for start in range(0, len(tokens), step):
@@ -191,7 +194,9 @@ class LoadedModel:
             self._decode(chunk, want)
             if any(want):
                 rows.append(self._read_logits(sum(want)))
-        return np.concatenate(rows) if len(rows) > 1 else rows[0]
+        result = np.concatenate(rows) if len(rows) > 1 else rows[0]
+        self.busy_seconds += time.perf_counter() - started
+        return result
 
     def truncate(self, n_tokens: int) -> None:
         """Forget cache entries from position `n_tokens` on (speculation rollback).

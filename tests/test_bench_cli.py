@@ -88,8 +88,8 @@ def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file
 
     real_sample = runner._sample
 
-    def corrupted(result, prompt, run):
-        sample = real_sample(result, prompt, run)
+    def corrupted(result, llama_s, prompt, run):
+        sample = real_sample(result, llama_s, prompt, run)
         if result.speculation.drafted and prompt == "fox":  # speculative rows only
             sample.tokens[5] += 1
         return sample

@@ -99,7 +99,8 @@ def summary_lines(report: BenchReport) -> list[str]:
         (f"step costs: target {costs.target_step_s * 1000:.1f} ms, draft {costs.draft_step_s * 1000:.2f} ms "
          f"(c = {costs.draft_ratio:.3f}); verify batch of K+1 / target step: {verify}"),
         f"best K = {best.k}: {best.tokens_per_second:.1f} tok/s, {report.speedup(best):.2f}x the target alone",
-    ] + _auto_lines(report) + ([(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
+    ] + ([f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}"]
+         if (overhead := best.overhead_per_step_s) is not None else []) + _auto_lines(report) + ([(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
            f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")]
          if report.load_average and max(report.load_average) > 0.5 else [])
 
@@ -143,6 +144,7 @@ def report_json(report: BenchReport) -> dict:
             "drafted": row.drafted, "accepted": row.accepted, "steps": row.steps,
             "draft_share": _round(row.draft_share), "verify_share": _round(row.verify_share),
             "time_to_first_token_s": round(row.ttft_s, 4), "peak_rss_bytes": row.peak_rss,
+            "overhead_per_step_s": _round(row.overhead_per_step_s, 6),
             "predicted_speedup": _round(row.predicted_speedup), "efficiency": _round(report.efficiency(row)),
             **_step_length_prediction(report, row),
             "identical_to_target_alone": (not row.mismatches) if report.settings.greedy and row.kind != BASELINE else None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..engine import Engine, EngineSettings, Request
+from ..engine import Engine, EngineSettings, Request, Result
 from ..resolve import ResolvedModel
 from ..sampling import SamplingSettings
 from ..calibration import measure_step_costs
@@ -85,7 +85,7 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
             for i, prompt in enumerate(prompts):
                 for row in rows if (run * len(prompts) + i) % 2 == 0 else rows[::-1]:
                     request = _request(prompt, settings, settings.max_tokens, row.k)
-                    row.samples.append(_sample(_generate(engine, request, row), prompt.name, run))
+                    row.samples.append(_sample(*_generate(engine, request, row), prompt.name, run))
                     row.peak_rss = max(row.peak_rss, memory.take())
                     progress(f"{row.label} · {prompt.name}")
         margins = {}
@@ -118,16 +118,20 @@ def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, k: int | 
                    sampling=sampling_for(settings), speculation=SpeculationSettings(k))
 
 
-def _generate(engine: Engine, request: Request, row: Row):
+def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float]:
+    """Run one generation; return its result and the seconds both models spent inside llama.cpp."""
+    models = [m for m in (engine.target, engine.draft) if m is not None]
+    busy = sum(m.busy_seconds for m in models)
     generation = engine.generate(request, use_draft=row.kind != BASELINE)
     for _ in generation:
         pass
-    return generation.result
+    return generation.result, sum(m.busy_seconds for m in models) - busy
 
 
-def _sample(result, prompt: str, run: int) -> Sample:
+def _sample(result: Result, llama_s: float, prompt: str, run: int) -> Sample:
     spec = result.speculation
     return Sample(prompt, run, list(result.tokens), result.first_token_seconds, result.total_seconds,
                   steps=spec.steps, drafted=spec.drafted, accepted=spec.accepted, rejections=spec.rejections,
                   k_chosen=dict(spec.k_chosen),
-                  draft_s=spec.draft_seconds, verify_s=spec.verify_seconds)
+                  draft_s=spec.draft_seconds, verify_s=spec.verify_seconds,
+                  llama_s=llama_s)

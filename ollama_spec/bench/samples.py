@@ -34,6 +34,7 @@ class Sample:
     k_chosen: dict[int, int] = field(default_factory=dict)
     draft_s: float = 0.0
     verify_s: float = 0.0
+    llama_s: float = 0.0  # inside llama.cpp (decode and logits copies), both models
 
     @property
     def decode_s(self) -> float:
@@ -103,6 +104,13 @@ class Row:
     def tokens_per_step(self) -> float | None:
         """Accepted drafts plus the target's own token, per target pass."""
         return (self.accepted + self.steps) / self.steps if self.steps and self.kind != BASELINE else None
+
+    @property
+    def overhead_per_step_s(self) -> float | None:
+        """Time per target pass spent outside llama.cpp: the loop's own cost."""
+        steps = sum(s.steps for s in self.samples) if self.kind != BASELINE else sum(len(s.tokens) for s in self.samples)
+        outside = sum(s.total_s - s.llama_s for s in self.samples)
+        return outside / steps if steps and any(s.llama_s for s in self.samples) else None
 
     @property
     def draft_share(self) -> float | None:
