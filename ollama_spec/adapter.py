@@ -24,7 +24,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 from .compat import load_kv_overrides
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings
-from .speculative import as_draft_tokens
+from .proposers import as_draft_tokens
 
 
 def ollama_model_path(name: str, models_dir: str | None = None) -> str:

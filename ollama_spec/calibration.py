@@ -18,26 +18,27 @@ from pathlib import Path
 import llama_cpp
 
 from .k_policy import StepCosts
-from .speculative import Model
+from .proposers import Model
 
 CALIBRATION_REPEATS = 5
 CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a typical mid-answer position
 
 
 def measure_step_costs(
-    target: Model, draft: Model, k_max: int, context: Sequence[int], repeats: int = CALIBRATION_REPEATS
+    target: Model, draft: Model | None, k_max: int, context: Sequence[int], repeats: int = CALIBRATION_REPEATS
 ) -> StepCosts:
     """Median seconds of one draft step and of target batches of 1..k_max+1 tokens after `context`.
 
     The measurements go round-robin, so a busy moment on a shared machine skews none of them alone.
-    Both caches are left holding `context`.
+    Both caches are left holding `context`. Without a draft model (n-gram lookup) drafting is free.
     """
     context = list(context)
     token = context[-1]
-    for model in (target, draft):
+    models = [m for m in (target, draft) if m is not None]
+    for model in models:
         model.truncate(0)
         model.eval(context)
-    steps = [(draft, lambda: draft.eval([token]))]
+    steps = [(draft, lambda: draft.eval([token]))] if draft is not None else []
     steps += [(target, lambda n=n: target.eval([token] * n, logits="all")) for n in range(1, k_max + 2)]
     times: list[list[float]] = [[] for _ in steps]
     for _ in range(repeats):
@@ -47,6 +48,8 @@ def measure_step_costs(
             samples.append(time.perf_counter() - start)
             model.truncate(len(context))
     medians = [statistics.median(samples) for samples in times]
+    if draft is None:
+        medians.insert(0, 0.0)
     return StepCosts(draft_step_s=medians[0], verify_s=tuple(medians[1:]))
 
 
@@ -88,7 +91,7 @@ class StepCostCache:
         return data if isinstance(data, dict) else {}
 
 
-def cost_key(target: Path, draft: Path, **setup) -> str:
+def cost_key(target: Path, draft: Path | None, **setup) -> str:
     """Which pair, on which llama.cpp build and setup (threads, layers on the GPU, KV type...)."""
     def describe(path: Path) -> str:
         try:
@@ -96,7 +99,7 @@ def cost_key(target: Path, draft: Path, **setup) -> str:
         except OSError:
             return path.name
 
-    parts = [describe(target), describe(draft), f"llama_cpp={llama_cpp.__version__}"]
+    parts = [describe(target), describe(draft) if draft else "ngram", f"llama_cpp={llama_cpp.__version__}"]
     parts += [f"{name}={value}" for name, value in sorted(setup.items())]
     return " ".join(parts)
 

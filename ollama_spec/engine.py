@@ -13,6 +13,7 @@ from .chat import render_chat
 from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
 from .errors import IncompatibleDraft, InvalidSetting
 from .k_policy import PRIOR_ALPHA, AutoK, FixedK, KPolicy, StepCosts
+from .proposers import DraftModelProposer, NgramProposer, Proposer
 from .memory import ensure_fits, plan_memory
 from .resolve import ResolvedModel
 from .runtime import LoadedModel, LoadSettings
@@ -99,7 +100,7 @@ class Engine:
         self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers)
         self.draft = None
         self._cost_cache = StepCostCache()
-        self._auto_policies: list[AutoK] = []
+        self._auto_policies: dict[str, AutoK] = {}  # by cost key: the last auto policy of each kind
         if draft is not None:
             try:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
@@ -119,41 +120,48 @@ class Engine:
             ),
         )
 
-    def k_policy(self, speculation: SpeculationSettings) -> KPolicy | None:
-        """Fixed K, or for "auto" a policy seeded with this pair's measured step costs."""
+    def proposer(self, speculation: SpeculationSettings) -> Proposer | None:
+        """Who proposes tokens for this request: n-gram lookup, the draft model, or nobody."""
+        if speculation.proposer == "ngram":
+            return NgramProposer(speculation.ngram_size)
         if self.draft is None:
             return None
+        return DraftModelProposer(self.draft, self.target.n_vocab, speculation.draft_p_min)
+
+    def k_policy(self, speculation: SpeculationSettings) -> KPolicy:
+        """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
         if not speculation.auto:
             return FixedK(speculation.num_speculative_tokens)
-        costs, alpha = self.step_costs(speculation.max_speculative_tokens)
-        policy = AutoK(costs, alpha if alpha is not None else PRIOR_ALPHA)
-        self._auto_policies.append(policy)
+        draft = None if speculation.proposer == "ngram" else self.draft
+        key = self._cost_key(draft)
+        costs, alpha = self.step_costs(draft, speculation.max_speculative_tokens)
+        policy = self._auto_policies[key] = AutoK(costs, alpha if alpha is not None else PRIOR_ALPHA)
         return policy
 
-    def step_costs(self, k_max: int) -> tuple[StepCosts, float | None]:
+    def step_costs(self, draft: LoadedModel | None, k_max: int) -> tuple[StepCosts, float | None]:
         """Draft step and verify batch costs up to k_max + 1 tokens: cached, else measured now."""
-        key = self._cost_key()
+        key = self._cost_key(draft)
         cached = self._cost_cache.get(key)
         if cached is None or cached[0].k_max < k_max:
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
-            cached = measure_step_costs(self.target, self.draft, k_max, context), None
+            cached = measure_step_costs(self.target, draft, k_max, context), None
             self._cost_cache.put(key, cached[0])
         costs, alpha = cached
         return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1]), alpha
 
-    def _cost_key(self) -> str:
-        return cost_key(self.target.path, self.draft.path, threads=self.target.n_threads,
+    def _cost_key(self, draft: LoadedModel | None) -> str:
+        return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
                         target_gpu_layers=self.target.settings.n_gpu_layers,
-                        draft_gpu_layers=self.draft.settings.n_gpu_layers, kv_type=self.settings.kv_type)
+                        draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type)
 
     def close(self) -> None:
-        if self._auto_policies:  # the next run on this pair starts from the α this one ended with
-            alpha = self._auto_policies[-1].estimator.alpha
-            cached = self._cost_cache.get(self._cost_key())
+        # The next run on this pair starts from the α this one ended with.
+        for key, policy in self._auto_policies.items():
+            cached = self._cost_cache.get(key)
             if cached is not None:
-                self._cost_cache.put(self._cost_key(), cached[0], alpha)
-            self._auto_policies.clear()
+                self._cost_cache.put(key, cached[0], policy.estimator.alpha)
+        self._auto_policies.clear()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()
@@ -201,14 +209,14 @@ class Engine:
 
     def generate(self, request: Request, *, use_draft: bool = True) -> Generation:
         """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""
-        return Generation(self, request, self.draft if use_draft else None)
+        return Generation(self, request, use_draft)
 
 
 class Generation:
     """Iterate for text pieces as they are accepted; `result` holds tokens, reason and stats."""
 
-    def __init__(self, engine: Engine, request: Request, draft: LoadedModel | None):
-        self.engine, self.request, self.draft = engine, request, draft
+    def __init__(self, engine: Engine, request: Request, use_draft: bool = True):
+        self.engine, self.request, self.use_draft = engine, request, use_draft
         self.result = Result()
 
     def __iter__(self) -> Iterator[str]:
@@ -221,9 +229,10 @@ class Generation:
                 f"the prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}; raise --ctx or shorten it"
             )
         stream = TextStream(request.stop)
-        policy = engine.k_policy(request.speculation) if self.draft is not None else None
+        proposer = engine.proposer(request.speculation) if self.use_draft else None
+        policy = engine.k_policy(request.speculation) if proposer is not None else None
         tokens = generate_tokens(
-            engine.target, self.draft, prompt, request.sampling, request.speculation, result.speculation, policy
+            engine.target, proposer, prompt, request.sampling, request.speculation, result.speculation, policy
         )
         result.finish_reason = "context"
         try:

@@ -5,32 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from .errors import InvalidSetting
 from .k_policy import FixedK, KPolicy, estimate_alpha
-from .sampling import SamplingSettings, logits_to_probs, sample
+from .proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer
+from .sampling import SamplingSettings, logits_to_probs
 from .verify import verify_greedy, verify_rejection
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
 DEFAULT_MAX_SPECULATIVE_TOKENS = 8
-# What the draft reads in place of a target token it does not have (a padded id): any id works,
-# since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
-DRAFT_STAND_IN = 0
-
-
-class Model(Protocol):
-    """What the loop needs from a loaded model (runtime.LoadedModel provides it)."""
-
-    n_past: int
-    n_ctx: int
-    n_vocab: int
-
-    def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray: ...
-    def truncate(self, n_tokens: int) -> None: ...
-
+PROPOSERS = ("draft", "ngram")
 
 @dataclass(frozen=True)
 class SpeculationSettings:
@@ -40,12 +26,19 @@ class SpeculationSettings:
     # this (llama.cpp's --draft-p-min); 0 always drafts K tokens.
     draft_p_min: float = 0.0
     max_speculative_tokens: int = DEFAULT_MAX_SPECULATIVE_TOKENS  # auto's upper bound
+    # "draft": the draft model proposes; "ngram": prompt lookup proposes (no draft model needed).
+    proposer: str = "draft"
+    ngram_size: int = DEFAULT_NGRAM_SIZE
 
     def __post_init__(self) -> None:
         if self.num_speculative_tokens is not None and self.num_speculative_tokens < 1:
             raise InvalidSetting(
                 f"-k/--num-speculative-tokens must be at least 1 or 'auto', got {self.num_speculative_tokens}"
             )
+        if self.proposer not in PROPOSERS:
+            raise InvalidSetting(f"unknown proposer '{self.proposer}': choose {' or '.join(PROPOSERS)}")
+        if self.ngram_size < 1:
+            raise InvalidSetting(f"--ngram-size must be at least 1, got {self.ngram_size}")
         if self.max_speculative_tokens < 1:
             raise InvalidSetting(f"the largest K for auto must be at least 1, got {self.max_speculative_tokens}")
         if not 0 <= self.draft_p_min < 1:
@@ -106,7 +99,7 @@ class Token:
 
 def generate_tokens(
     target: Model,
-    draft: Model | None,
+    draft: Model | Proposer | None,
     prompt: Sequence[int],
     sampling: SamplingSettings,
     speculation: SpeculationSettings,
@@ -115,96 +108,50 @@ def generate_tokens(
 ) -> Iterator[Token]:
     """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
 
-    Without a draft this is plain decoding with the target, the baseline. Invariant at the top
-    of each step: both caches hold `seq[:-1]`, or less for the draft, which catches up first.
-    `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is fixed.
+    `draft` is a draft model or any proposer (n-gram lookup); without one this is plain decoding
+    with the target, the baseline. Invariant at the top of each step: the target's cache holds
+    `seq[:-1]`. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default
+    K is fixed.
     """
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
         policy = FixedK(speculation.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
+    proposer = draft if draft is None or hasattr(draft, "propose") else (
+        DraftModelProposer(draft, target.n_vocab, speculation.draft_p_min))
     rng = np.random.default_rng(sampling.seed)
     seq = list(prompt)
-    for model in (target, draft):
-        if model is not None:
-            model.truncate(0)
+    target.truncate(0)
+    if proposer is not None:
+        proposer.reset()
     if len(seq) > 1:
         target.eval(seq[:-1])
     while True:
         room = target.n_ctx - len(seq)  # the verify batch caches seq[-1] and k drafts
         if room < 0:
             return  # context full: the caller reports it
-        chosen = policy.next_k() if draft is not None else 0
+        chosen = policy.next_k() if proposer is not None else 0
         k = min(chosen, room)
         start = time.perf_counter()
-        drafted, draft_probs = _draft(draft, target, seq, k, sampling, speculation, rng) if k > 0 else ([], [])
+        drafted, draft_probs = proposer.propose(seq, k, sampling, rng) if k > 0 else ([], None)
         middle = time.perf_counter()
         logits = target.eval([seq[-1], *drafted], logits="all")
         if sampling.greedy:
             n_accepted, next_token = verify_greedy(drafted, logits)
         else:
             target_probs = np.stack([logits_to_probs(row, sampling) for row in logits])
-            n_accepted, next_token = verify_rejection(drafted, np.array(draft_probs), target_probs, rng)
+            n_accepted, next_token = verify_rejection(drafted, draft_probs, target_probs, rng)
         end = time.perf_counter()
         stats.draft_seconds += middle - start
         stats.verify_seconds += end - middle
-        stats.record(len(drafted), n_accepted, chosen if draft is not None else None)
+        stats.record(len(drafted), n_accepted, chosen if proposer is not None else None)
         policy.observe(len(drafted), n_accepted, middle - start, end - middle)
 
-        # Roll back both caches to the accepted prefix: seq[:-1] stays the cached part.
+        # Roll back to the accepted prefix: seq[:-1] stays the cached part.
         seq += [*drafted[:n_accepted], next_token]
         target.truncate(len(seq) - 1)
-        if draft is not None:
-            draft.truncate(min(draft.n_past, len(seq) - 1))
+        if proposer is not None:
+            proposer.accepted(seq)
         stats.generated += n_accepted + 1
         for token in drafted[:n_accepted]:
             yield Token(token, from_draft=True)
         yield Token(next_token, from_draft=False)
-
-
-def _draft(
-    draft: Model,
-    target: Model,
-    seq: list[int],
-    k: int,
-    sampling: SamplingSettings,
-    speculation: SpeculationSettings,
-    rng: np.random.Generator,
-) -> tuple[list[int], list[np.ndarray]]:
-    """Propose up to k tokens with the draft; return them with the distributions they came from.
-
-    llama.cpp pairs vocabularies up to 128 tokens apart (Qwen2.5 7B+ pads past 0.5B): the draft
-    proposes only ids both models have, so q lives on the shared ids (the verifier gives the
-    target's extra ids q = 0), and the target's ids the draft lacks are fed to it as a stand-in.
-    """
-    shared = min(draft.n_vocab, target.n_vocab)
-    logits = draft.eval(as_draft_tokens(seq[draft.n_past :], draft.n_vocab))[-1][:shared]
-    tokens: list[int] = []
-    probs: list[np.ndarray] = []
-    while True:
-        q = None if sampling.greedy else logits_to_probs(logits, sampling)
-        # Decide from the distribution alone, before sampling: a rule that looked at the sampled
-        # token would keep tokens from q cut to its confident part while acceptance divides by q.
-        if tokens and speculation.draft_p_min > 0:
-            confidence = _max_prob(logits) if q is None else float(q.max())
-            if confidence < speculation.draft_p_min:
-                break
-        if q is None:
-            token = int(logits.argmax())
-        else:
-            token = sample(q, rng)
-            probs.append(q)
-        tokens.append(token)
-        if len(tokens) == k:
-            break
-        logits = draft.eval([token])[-1][:shared]
-    return tokens, probs
-
-
-def as_draft_tokens(tokens: Sequence[int], n_vocab: int) -> list[int]:
-    """Target tokens as the draft may read them: an id past its vocabulary becomes the stand-in."""
-    return [token if token < n_vocab else DRAFT_STAND_IN for token in tokens]
-
-
-def _max_prob(logits: np.ndarray) -> float:
-    e = np.exp(logits - logits.max())
-    return float(1.0 / e.sum())

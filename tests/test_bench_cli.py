@@ -22,13 +22,13 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
                     "--prompts", prompts_file, "--out", out)
     assert result.exit_code == 0, result.output
     for label in ("target alone", "speculative K=1", "speculative K=3", "llama-cpp-python draft_model K=",
-                  "prompt lookup K=", "best K = ", "speculative K=auto", "K=auto per prompt: fox "):
+                  "prompt lookup K=", "best K = ", "speculative K=auto", "K=auto per prompt: fox ", "n-gram lookup: ours "):
         assert label in result.output
 
     data = json.loads((out / "results.json").read_text())
     rows = {row["label"]: row for row in data["rows"]}
     assert [r["kind"] for r in data["rows"]] == ["baseline", "speculative", "speculative",
-                                                 "speculative, K chosen each step",
+                                                 "speculative, K chosen each step", "n-gram lookup",
                                                  "llama-cpp-python draft_model", "prompt lookup"]
     auto = rows["speculative K=auto"]
     assert sum(auto["k_chosen"].values()) == auto["steps"] and auto["predicted_speedup"] is None
@@ -95,7 +95,7 @@ def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file
         return sample
 
     monkeypatch.setattr(runner, "_sample", corrupted)
-    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "-k", "1,3",
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "-k", "1,3", "--no-ngram",
                     "--prompts", prompts_file, "--no-warmup")
     assert result.exit_code == 1
     assert "WARNING: 2 greedy outputs differ from the target alone:" in result.output

@@ -173,3 +173,13 @@ def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):
     assert result.output.strip() == (
         f"Error: llama.cpp could not load {path}: error loading model: unknown model architecture: 'notanarch'"
     )
+
+
+def test_draft_ngram_needs_no_draft_model(invoke, tiny_store):
+    text = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick"
+    alone = gen(invoke, tiny_store, "tiny-target", text, "--raw", "-t", "0", "-n", "30", "--json")
+    lookup = gen(invoke, tiny_store, "tiny-target", text, "--raw", "-t", "0", "-n", "30", "--json", "-d", "ngram")
+    assert lookup.exit_code == 0, lookup.output
+    alone, lookup = json.loads(alone.stdout), json.loads(lookup.stdout)
+    assert lookup["draft"] == "ngram" and lookup["drafted"] > 0
+    assert lookup["text"] == alone["text"]

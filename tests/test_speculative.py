@@ -315,3 +315,23 @@ def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(tiny_m
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:  # measured costs are cached on disk
         run(engine, PROMPTS[1], max_tokens=20, speculation=auto)
     assert calibrations == [1]
+
+
+REPETITIVE = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick"
+
+
+def test_ngram_lookup_is_exact_and_drafts_from_the_prompt(baseline_engine):
+    expected = run(baseline_engine, REPETITIVE, raw=True, max_tokens=40, ignore_eos=True).tokens
+    for k in (None, 2, 6):
+        result = run(baseline_engine, REPETITIVE, raw=True, max_tokens=40, ignore_eos=True,
+                     speculation=SpeculationSettings(k, proposer="ngram"))
+        assert result.tokens == expected
+        assert result.speculation.drafted > 0
+
+
+def test_ngram_lookup_keeps_the_target_distribution(baseline_engine):
+    from ollama_spec.proposers import NgramProposer
+
+    sampling = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    assert_first_two_tokens_follow_the_target(baseline_engine.target, NgramProposer(), sampling,
+                                              SpeculationSettings(3), prompt=REPETITIVE)

@@ -139,3 +139,17 @@ def test_draft_distribution_narrower_than_the_target_has_zero_mass_on_the_extra_
 def test_a_negative_seed_means_random(seed):
     assert SamplingSettings(seed=seed).seed is None
     assert SamplingSettings(seed=7).seed == 7
+
+
+def test_one_hot_proposals_keep_the_target_distribution():
+    """n-gram lookup proposes with certainty (draft_probs None): accept x with probability p(x),
+    else sample from p without x."""
+    rng = np.random.default_rng(5)
+    p = np.array([0.1, 0.6, 0.3])
+    n = 20000
+    outputs = []
+    for i in range(n):
+        proposed = i % 3  # whatever is proposed, the output must follow p
+        accepted, token = verify_rejection([proposed], None, np.stack([p, p]), rng)
+        outputs.append(proposed if accepted else token)
+    assert chisquare(np.bincount(outputs, minlength=3), p * n).pvalue > SIGNIFICANCE

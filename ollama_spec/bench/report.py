@@ -15,7 +15,7 @@ from .model import efficiency, predicted_speedup_from_step_length
 from .prompts import Prompt
 from .remote import RemoteResult
 from .runner import Costs
-from .samples import AUTO, BASELINE, SPECULATIVE, Row
+from .samples import AUTO, BASELINE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row
 from .settings import BenchSettings
 
 COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
@@ -93,16 +93,21 @@ def format_markdown_table(header: tuple[str, ...], cells: list[tuple[str, ...]])
 def summary_lines(report: BenchReport) -> list[str]:
     s, costs, best = report.settings, report.costs, report.best
     verify = ", ".join(f"K={k}: {v:.2f}" for k, v in ((k, costs.verify_ratio(k)) for k in sorted(costs.verify_s)))
-    return [
+    lines = [
         (f"target {report.target}, draft {report.draft}; {len(report.prompts)} prompts x {s.runs} runs x "
          f"{s.max_tokens} tokens, temperature {s.temperature:g}, seed {s.seed}, threads {s.n_threads or default_threads()}"),
         (f"step costs: target {costs.target_step_s * 1000:.1f} ms, draft {costs.draft_step_s * 1000:.2f} ms "
          f"(c = {costs.draft_ratio:.3f}); verify batch of K+1 / target step: {verify}"),
         f"best K = {best.k}: {best.tokens_per_second:.1f} tok/s, {report.speedup(best):.2f}x the target alone",
-    ] + ([f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}"]
-         if (overhead := best.overhead_per_step_s) is not None else []) + _auto_lines(report) + ([(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
-           f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")]
-         if report.load_average and max(report.load_average) > 0.5 else [])
+    ]
+    overhead = best.overhead_per_step_s
+    if overhead is not None:
+        lines.append(f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}")
+    lines += _auto_lines(report) + _ngram_lines(report)
+    if report.load_average and max(report.load_average) > 0.5:
+        lines.append(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
+                     f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")
+    return lines
 
 
 def _auto_lines(report: BenchReport) -> list[str]:
@@ -122,6 +127,15 @@ def _auto_lines(report: BenchReport) -> list[str]:
     return [f"K=auto: {auto.tokens_per_second:.1f} tok/s, {auto.tokens_per_second / best.tokens_per_second:.0%} of "
             f"the best fixed K (K={best.k}); steps by K: {chosen}",
             "K=auto per prompt: " + "; ".join(per_prompt)]
+
+
+def _ngram_lines(report: BenchReport) -> list[str]:
+    ours = next((r for r in report.rows if r.kind == NGRAM), None)
+    theirs = next((r for r in report.rows if r.kind == PROMPT_LOOKUP), None)
+    if ours is None or theirs is None or not theirs.tokens_per_second:
+        return []
+    return [f"n-gram lookup: ours {ours.tokens_per_second:.1f} tok/s, llama-cpp-python's {theirs.label} "
+            f"{theirs.tokens_per_second:.1f} tok/s ({ours.tokens_per_second / theirs.tokens_per_second:.2f}x)"]
 
 
 def format_report(report: BenchReport) -> str:

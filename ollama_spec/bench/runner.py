@@ -17,7 +17,7 @@ from ..calibration import measure_step_costs
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .model import predicted_speedup
 from .prompts import Prompt
-from .samples import AUTO, BASELINE, SPECULATIVE, PeakMemory, Row, Sample
+from .samples import AUTO, BASELINE, NGRAM, SPECULATIVE, PeakMemory, Row, Sample
 from .settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 
 Progress = Callable[[str], None]
@@ -49,7 +49,7 @@ class EngineRun:
 
 def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool = True) -> int:
     """How many progress units `run_engine_rows` and `run_reference_rows` report, for the bar."""
-    configs = 1 + len(settings.ks) + settings.auto
+    configs = 1 + len(settings.ks) + settings.auto + settings.ngram
     units = (configs if settings.warmup else 0) + 1 + settings.runs * n_prompts * configs
     if with_reference:
         units += 2 * ((1 if settings.warmup else 0) + settings.runs * n_prompts)
@@ -69,12 +69,14 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
         if settings.auto:
             rows.append(Row("speculative K=auto", AUTO))
+        if settings.ngram:
+            rows.append(Row("n-gram lookup K=auto", NGRAM))
         requests = {p.name: _request(p, settings, settings.max_tokens) for p in prompts}
         prompt_tokens = {name: engine.prompt_tokens(r) for name, r in requests.items()}
 
         if settings.warmup:
             for row in rows:
-                _generate(engine, _request(prompts[0], settings, min(WARMUP_TOKENS, settings.max_tokens), row.k), row)
+                _generate(engine, _request(prompts[0], settings, min(WARMUP_TOKENS, settings.max_tokens), row), row)
                 progress(f"warm-up {row.label}")
         costs = measure_costs(engine, prompt_tokens[prompts[0].name], settings)
         progress("calibrating step costs")
@@ -84,7 +86,7 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
             # moment on a shared machine hits the rows alike instead of one row's whole run.
             for i, prompt in enumerate(prompts):
                 for row in rows if (run * len(prompts) + i) % 2 == 0 else rows[::-1]:
-                    request = _request(prompt, settings, settings.max_tokens, row.k)
+                    request = _request(prompt, settings, settings.max_tokens, row)
                     row.samples.append(_sample(*_generate(engine, request, row), prompt.name, run))
                     row.peak_rss = max(row.peak_rss, memory.take())
                     progress(f"{row.label} · {prompt.name}")
@@ -113,9 +115,10 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
                  verify_s={k: measured.verify_s[k] for k in range(1, k_max + 1)})
 
 
-def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, k: int | None = None) -> Request:
+def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row | None = None) -> Request:
+    speculation = SpeculationSettings(row.k if row else None, proposer="ngram" if row and row.kind == NGRAM else "draft")
     return Request(prompt.prompt, system=prompt.system, max_tokens=max_tokens, ignore_eos=True,
-                   sampling=sampling_for(settings), speculation=SpeculationSettings(k))
+                   sampling=sampling_for(settings), speculation=speculation)
 
 
 def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float]:

@@ -14,6 +14,7 @@ from ..k_policy import estimate_alpha
 BASELINE = "baseline"
 SPECULATIVE = "speculative"
 AUTO = "speculative, K chosen each step"
+NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
 PROMPT_LOOKUP = "prompt lookup"
 

@@ -18,6 +18,7 @@ CALIBRATION_REPEATS = 7
 class BenchSettings:
     ks: tuple[int, ...] = DEFAULT_KS
     auto: bool = True  # also a row with K chosen each step (-k auto)
+    ngram: bool = True  # also a row of draftless n-gram lookup through the same loop
     max_tokens: int = DEFAULT_BENCH_TOKENS
     runs: int = DEFAULT_RUNS
     temperature: float = 0.0
@@ -28,8 +29,9 @@ class BenchSettings:
     memory_check: bool = True
 
     def __post_init__(self) -> None:
-        if (not self.ks and not self.auto) or any(k < 1 for k in self.ks):
-            raise InvalidSetting(f"-k needs positive numbers of draft tokens, got {self.ks}")
+        if not self.ks or any(k < 1 for k in self.ks):
+            raise InvalidSetting(f"-k needs positive numbers of draft tokens beside auto (the reference rows run at "
+                                 f"the best fixed K), got {self.ks}")
         if self.max_tokens < 2:
             raise InvalidSetting(f"--max-tokens must be at least 2 (tok/s is timed after the first), got {self.max_tokens}")
         if self.runs < 1:

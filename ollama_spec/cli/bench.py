@@ -37,12 +37,14 @@ from .options import models_dir_option
               "(TARGET is the model name sent).")
 @click.option("--threads", type=int, help="CPU threads (default: all cores).")
 @click.option("--ctx", type=int, help="Context length (default: max(4096, max-tokens + 1024)).")
+@click.option("--ngram/--no-ngram", default=True, show_default=True,
+              help="Also time draftless n-gram lookup (K=auto) through the same loop.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True,
               help="One short unrecorded generation per row before timing.")
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
-def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, warmup,
+def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, ngram, warmup,
           no_check, verbose, models_dir) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
@@ -69,7 +71,7 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
     if not draft:
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     fixed_ks, auto = parse_k_list(ks)
-    settings = BenchSettings(ks=fixed_ks, auto=auto, max_tokens=max_tokens, runs=runs, temperature=temperature,
+    settings = BenchSettings(ks=fixed_ks, auto=auto, ngram=ngram, max_tokens=max_tokens, runs=runs, temperature=temperature,
                              seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx, memory_check=not no_check)
     store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
     target_model = resolve_model(target, store=store)

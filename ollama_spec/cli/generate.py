@@ -11,15 +11,21 @@ from ..engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, E
 from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
+from ..proposers import DEFAULT_NGRAM_SIZE
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .main import cli
 from .options import DraftLength, models_dir_option
+
+NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft model
 
 
 @cli.command()
 @click.argument("target")
 @click.argument("prompt", required=False)
-@click.option("--draft", "-d", help="Draft model (small, same vocabulary). Without it: the target alone.")
+@click.option("--draft", "-d", help="Draft model (small, same vocabulary), or 'ngram' for draftless prompt lookup. "
+              "Without it: the target alone.")
+@click.option("--ngram-size", type=int, default=DEFAULT_NGRAM_SIZE, show_default=True,
+              help="With --draft ngram: the longest n-gram looked up in the text so far.")
 @click.option(
     "-k",
     "--num-speculative-tokens",
@@ -78,6 +84,7 @@ def generate(
     target,
     prompt,
     draft,
+    ngram_size,
     k,
     draft_p_min,
     temperature,
@@ -112,6 +119,7 @@ def generate(
       echo "def fib(n):" | ollama-spec generate qwen2.5-coder:32b -d qwen2.5-coder:0.5b --raw -t 0
       ollama-spec generate llama3.1:8b -d llama3.2:1b -k 8 --stats "Explain KV caches."   # fixed K
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
+      ollama-spec generate qwen2.5-coder:32b -d ngram "Rename x to count in: $(cat f.py)"   # no draft model
     """
     set_verbose(verbose)
     if prompt is None:
@@ -119,7 +127,8 @@ def generate(
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
         prompt = sys.stdin.read()
     target_model = resolve_model(target, models_dir)
-    draft_model = resolve_model(draft, models_dir) if draft else None
+    ngram = draft is not None and draft.lower() == NGRAM
+    draft_model = resolve_model(draft, models_dir) if draft and not ngram else None
     params = target_model.params
     sampling = SamplingSettings(
         temperature=_first(temperature, params.get("temperature"), DEFAULT_TEMPERATURE),
@@ -135,7 +144,7 @@ def generate(
         max_tokens=int(_first(max_tokens, _positive(params.get("num_predict")), DEFAULT_MAX_TOKENS)),
         stop=tuple(stop) + tuple(s for s in params.get("stop", []) if isinstance(s, str)),
         sampling=sampling,
-        speculation=SpeculationSettings(k, draft_p_min),
+        speculation=SpeculationSettings(k, draft_p_min, proposer=NGRAM if ngram else "draft", ngram_size=ngram_size),
     )
     settings = EngineSettings(
         n_ctx=int(_first(ctx, params.get("num_ctx"), DEFAULT_CTX)),
@@ -145,7 +154,7 @@ def generate(
         kv_type=kv_type,
         memory_check=not no_check,
     )
-    if compare and draft_model is None:
+    if compare and draft is None:
         raise click.UsageError("--compare needs --draft")
     with Engine(target_model, draft_model, settings) as engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
@@ -155,7 +164,7 @@ def generate(
             margins = engine.greedy_margins(engine.prompt_tokens(request), baseline.tokens)
         n_ctx = engine.target.n_ctx
     if as_json:
-        data = result_json(target_model.name, draft_model.name if draft_model else None, result)
+        data = result_json(target_model.name, draft_model.name if draft_model else (NGRAM if ngram else None), result)
         if baseline is not None:
             data["baseline"] = result_json(target_model.name, None, baseline)
             data["speedup"] = round(result.tokens_per_second / max(baseline.tokens_per_second, 1e-9), 3)
@@ -168,7 +177,7 @@ def generate(
     if result.finish_reason == "context":
         click.echo(f"stopped: the context ({n_ctx} tokens) is full; raise --ctx for longer output", err=True)
     if stats:
-        click.echo(format_stats(result, speculative=draft_model is not None), err=True)
+        click.echo(format_stats(result, speculative=draft is not None), err=True)
 
 
 def _stream(generation: Generation, *, quiet: bool) -> Result:

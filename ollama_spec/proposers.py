@@ -1,0 +1,122 @@
+"""Two ways to propose tokens for the target to verify: a small draft model, or n-gram lookup.
+
+Both answer `propose(seq, k)` with up to k tokens and the distributions they were drawn from
+(None: proposed with certainty, a one-hot q), and hear `accepted(seq)` after each verification,
+so the loop, the verifier and the statistics are the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from .sampling import SamplingSettings, logits_to_probs, sample
+
+# What the draft reads in place of a target token it does not have (a padded id): any id works,
+# since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
+DRAFT_STAND_IN = 0
+DEFAULT_NGRAM_SIZE = 3
+
+
+class Model(Protocol):
+    """What the loop needs from a loaded model (runtime.LoadedModel provides it)."""
+
+    n_past: int
+    n_ctx: int
+    n_vocab: int
+
+    def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray: ...
+    def truncate(self, n_tokens: int) -> None: ...
+
+
+class Proposer(Protocol):
+    def reset(self) -> None:
+        """A new sequence starts."""
+
+    def propose(
+        self, seq: list[int], k: int, sampling: SamplingSettings, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray | None]:
+        """Up to k tokens to follow `seq`, and q: one row per token, or None for one-hot proposals."""
+
+    def accepted(self, seq: list[int]) -> None:
+        """`seq` is what the target accepted; forget anything proposed past it."""
+
+
+class DraftModelProposer:
+    """A small model with the target's vocabulary drafts, token by token, from its own cache.
+
+    llama.cpp pairs vocabularies up to 128 tokens apart (Qwen2.5 7B+ pads past 0.5B): the draft
+    proposes only ids both models have, so q lives on the shared ids (the verifier gives the
+    target's extra ids q = 0), and the target's ids the draft lacks are fed to it as a stand-in.
+    """
+
+    def __init__(self, draft: Model, target_vocab: int, draft_p_min: float = 0.0):
+        self.draft, self.draft_p_min = draft, draft_p_min
+        self.shared_vocab = min(draft.n_vocab, target_vocab)
+
+    def reset(self) -> None:
+        self.draft.truncate(0)
+
+    def propose(self, seq, k, sampling, rng):
+        draft = self.draft
+        logits = draft.eval(as_draft_tokens(seq[draft.n_past :], draft.n_vocab))[-1][: self.shared_vocab]
+        tokens: list[int] = []
+        probs: list[np.ndarray] = []
+        while True:
+            q = None if sampling.greedy else logits_to_probs(logits, sampling)
+            # Decide from the distribution alone, before sampling: a rule that looked at the sampled
+            # token would keep tokens from q cut to its confident part while acceptance divides by q.
+            if tokens and self.draft_p_min > 0:
+                confidence = _max_prob(logits) if q is None else float(q.max())
+                if confidence < self.draft_p_min:
+                    break
+            if q is None:
+                token = int(logits.argmax())
+            else:
+                token = sample(q, rng)
+                probs.append(q)
+            tokens.append(token)
+            if len(tokens) == k:
+                break
+            logits = draft.eval([token])[-1][: self.shared_vocab]
+        return tokens, np.array(probs) if probs else None
+
+    def accepted(self, seq):
+        self.draft.truncate(min(self.draft.n_past, len(seq) - 1))
+
+
+class NgramProposer:
+    """Prompt lookup: find the latest earlier occurrence of the text's last n tokens (n = size..1)
+    and propose what followed it. Free to run, and strong wherever the answer repeats its input
+    (code edits, summaries, quoting); proposals are certain, so q is one-hot."""
+
+    def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE):
+        self.ngram_size = ngram_size
+
+    def reset(self) -> None:
+        pass
+
+    def propose(self, seq, k, sampling, rng):
+        ids = np.asarray(seq)
+        for n in range(min(self.ngram_size, len(ids) - 1), 0, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
+            hits = np.flatnonzero((windows == ids[-n:]).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n  # the latest match: the most local context
+                return [int(t) for t in ids[start : start + k]], None
+        return [], None
+
+    def accepted(self, seq):
+        pass
+
+
+def as_draft_tokens(tokens: Sequence[int], n_vocab: int) -> list[int]:
+    """Target tokens as the draft may read them: an id past its vocabulary becomes the stand-in."""
+    return [token if token < n_vocab else DRAFT_STAND_IN for token in tokens]
+
+
+def _max_prob(logits: np.ndarray) -> float:
+    e = np.exp(logits - logits.max())
+    return float(1.0 / e.sum())
