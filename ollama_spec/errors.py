@@ -55,3 +55,15 @@ class ModelLoadError(OllamaSpecError):
 
 class ContextFull(OllamaSpecError):
     pass
+
+
+class PullError(OllamaSpecError):
+    """A pull failed: registry, daemon or Hugging Face unreachable or answering with an error."""
+
+
+class StoreNotWritable(OllamaSpecError):
+    pass
+
+
+class InsufficientDisk(OllamaSpecError):
+    pass
