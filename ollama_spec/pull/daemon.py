@@ -34,7 +34,7 @@ def pull_through_daemon(name: str, host: str, insecure: bool, report: Callable[[
             report(PullEvent(name, part.status or "", part.digest or None, part.total, part.completed))
     except ollama.ResponseError as exc:
         raise PullError(f"the Ollama daemon at {host} says: {exc.error}") from None
-    except ConnectionError:
+    except (ConnectionError, httpx.ConnectError):
         raise PullError(
             f"cannot reach the Ollama daemon at {host}; start it with 'ollama serve', set OLLAMA_HOST, "
             "or pull without it (--via registry)"

@@ -59,12 +59,8 @@ def writable_store_root(models_dir: str | None = None, environ: Mapping[str, str
     if not candidate.path.exists():
         with _writing(candidate):
             candidate.path.mkdir(parents=True, exist_ok=True)
-    return find_store_root(candidate.path, environ={}) if candidate.source == "--models-dir" else _same(candidate)
-
-
-def _same(root: StoreRoot) -> StoreRoot:
-    checked = find_store_root(root.path)
-    return StoreRoot(checked.path, root.source)
+    checked = find_store_root(candidate.path)  # the read path's checks: a folder, not the one above the store
+    return StoreRoot(checked.path, candidate.source)
 
 
 @contextmanager
