@@ -23,6 +23,7 @@ _RANGE = re.compile(r"bytes=(\d+)-$")
 class Behaviour:
     drop_after: int | None = None  # close the connection once the blob reaches this offset...
     drops: int = 0  # ...this many times (then serve normally); -1: always
+    drop_digest: str | None = None  # ...for this blob only
     corrupt: set[str] = field(default_factory=set)  # digests served with one byte flipped
     delay: float = 0.0  # seconds per 16 KiB piece (the slow server)
     ignore_range: bool = False
@@ -139,7 +140,7 @@ class TestServer:
         with self._lock:
             self.inflight += 1
             self.max_inflight = max(self.max_inflight, self.inflight)
-            drop = b.drop_after is not None and b.drops != 0
+            drop = b.drop_after is not None and b.drops != 0 and digest == b.drop_digest
             if drop and b.drops > 0:
                 b.drops -= 1
         try:

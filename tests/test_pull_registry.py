@@ -132,6 +132,7 @@ def test_dropped_connection_is_resumed_with_range(invoke, registry, store, tiny_
     digest = model_digest(tiny_store, "tiny-target")
     size = len(registry.blob(digest))
     registry.behaviour.drop_after, registry.behaviour.drops = size // 2, 1
+    registry.behaviour.drop_digest = digest
     result = pull(invoke, store, name(registry, "tiny-target"))
     assert result.exit_code == 0, result.output
     assert registry.blob_gets(digest) == [None, f"bytes={size // 2}-"]
@@ -145,6 +146,7 @@ def test_pull_that_keeps_failing_keeps_the_partial_and_the_next_pull_resumes(
     digest = model_digest(tiny_store, "tiny-target")
     size = len(registry.blob(digest))
     registry.behaviour.drop_after, registry.behaviour.drops = size // 2, -1
+    registry.behaviour.drop_digest = digest
     before = snapshot(store)
     failed = pull(invoke, store, name(registry, "tiny-target"))
     assert failed.exit_code == 1
