@@ -110,7 +110,13 @@ def fetch_blob(
     if writer.has_blob(blob):
         progress(BlobProgress(blob, blob.size, "already present"))
         return None
-    with writer.blob_lock(blob, waiting=lambda: progress(BlobProgress(blob, 0, "waiting for another pull"))):
+
+    def stop() -> None:
+        if cancel.is_set():
+            raise Cancelled()
+
+    waiting = lambda: progress(BlobProgress(blob, 0, "waiting for another pull"))
+    with writer.blob_lock(blob, waiting=waiting, stop=stop):
         if writer.has_blob(blob):
             progress(BlobProgress(blob, blob.size, "already present"))
             return None

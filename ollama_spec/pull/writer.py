@@ -154,8 +154,12 @@ class StoreWriter:
         return path
 
     @contextmanager
-    def blob_lock(self, blob: Blob, waiting=lambda: None, poll: float = 0.2):
-        """Hold the per-blob lock while downloading it; `waiting()` is called once if another pull holds it."""
+    def blob_lock(self, blob: Blob, waiting=lambda: None, stop=lambda: False, poll: float = 0.2):
+        """Hold the per-blob lock while downloading it.
+
+        If another pull holds it, `waiting()` is called once and `stop()` between tries: it raises
+        to give up, so that Ctrl-C does not wait for the other pull to finish.
+        """
         lock = FileLock(str(self.lock_dir() / f"sha256-{blob.hex}.lock"), mode=0o666)
         told = False
         while True:
@@ -163,6 +167,7 @@ class StoreWriter:
                 lock.acquire(timeout=poll)
                 break
             except Timeout:
+                stop()
                 if not told:
                     waiting()
                     told = True
