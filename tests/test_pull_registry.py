@@ -195,6 +195,7 @@ def test_corrupt_partial_from_before_fails_the_digest_check_and_is_deleted(invok
         ("corrupt", "does not match its digest"),
         ("bad-digest", "invalid layer digest 'sha256:xyz'"),
         ("bigger", "but the manifest says"),
+        ("missing-blob", "answered 404: there is no blob sha256:0000"),
         ("loop", "too many redirects"),
         ("disk-full", "not enough disk space"),
         ("not-writable", "not writable by you"),
@@ -215,6 +216,9 @@ def test_failures_leave_the_store_exactly_as_it_was(invoke, registry, store, tin
         registry.behaviour.corrupt = {model_digest(tiny_store, model)}
     elif setup == "bad-digest":
         doc["layers"][1]["digest"] = "sha256:xyz"
+        registry.behaviour.manifests[f"library/{model}/latest"] = json.dumps(doc).encode()
+    elif setup == "missing-blob":
+        doc["layers"][1]["digest"] = "sha256:" + "0" * 64
         registry.behaviour.manifests[f"library/{model}/latest"] = json.dumps(doc).encode()
     elif setup == "bigger":
         doc["layers"][0]["size"] += 10
@@ -238,7 +242,8 @@ def test_failures_leave_the_store_exactly_as_it_was(invoke, registry, store, tin
     assert result.output.splitlines()[-1].startswith("Error: ") and "Traceback" not in result.output
     after = snapshot(store)
     assert without_partials(after) == before  # blobs/ and manifests/ untouched
-    if setup == "corrupt":  # the bad download is gone; finished good ones wait in the partial folder
+    if setup in ("corrupt", "missing-blob", "bigger"):
+        # Other blobs of the model may have finished meanwhile: they wait in the partial folder.
         assert f"sha256-{model_digest(tiny_store, model)[7:]}.partial" not in leftovers(store)
     else:
         assert after == before

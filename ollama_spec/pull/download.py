@@ -115,7 +115,9 @@ def fetch_blob(
         if cancel.is_set():
             raise Cancelled()
 
-    waiting = lambda: progress(BlobProgress(blob, 0, "waiting for another pull"))
+    def waiting() -> None:
+        progress(BlobProgress(blob, 0, "waiting for another pull"))
+
     with writer.blob_lock(blob, waiting=waiting, stop=stop):
         if writer.has_blob(blob):
             progress(BlobProgress(blob, blob.size, "already present"))
@@ -174,7 +176,7 @@ def _receive(client, url, blob, part, writer, progress, cancel) -> None:
             part.restart()
             raise _Restart()
         if status == 404:
-            raise PullError(f"{url} answered 404: the registry has no blob {blob.digest}")
+            raise PullError(f"{url} answered 404: there is no blob {blob.digest} to download")
         if status >= 400:
             raise PullError(f"{url} answered HTTP {status} for blob {blob.digest}")
         if part.offset and (status != 206 or not _range_starts_at(response, part.offset)):
