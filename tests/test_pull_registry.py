@@ -243,8 +243,10 @@ def test_failures_leave_the_store_exactly_as_it_was(invoke, registry, store, tin
     after = snapshot(store)
     assert without_partials(after) == before  # blobs/ and manifests/ untouched
     if setup in ("corrupt", "missing-blob", "bigger"):
-        # Other blobs of the model may have finished meanwhile: they wait in the partial folder.
-        assert f"sha256-{model_digest(tiny_store, model)[7:]}.partial" not in leftovers(store)
+        # Other blobs of the model may have started or finished meanwhile: they wait in the partial
+        # folder for the next pull. The model blob's is gone when the fault was in that blob.
+        if setup != "missing-blob":
+            assert f"sha256-{model_digest(tiny_store, model)[7:]}.partial" not in leftovers(store)
     else:
         assert after == before
 
