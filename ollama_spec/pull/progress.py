@@ -96,7 +96,7 @@ class BarReporter:
         if bar is None:
             bar = tqdm(
                 total=event.total,
-                desc=f"{event.status} {event.digest.removeprefix('sha256:')[:12]}",
+                desc=event.status,  # "pulling <12 hex>", as Ollama says it
                 unit="B",
                 unit_scale=True,
                 unit_divisor=1024,
