@@ -1,0 +1,240 @@
+"""The only code that writes to Ollama's store: verified blobs in, then the manifest, last.
+
+Partial downloads, locks and staged manifests live in `<root>/.ollama-spec-partial/`, never in
+`blobs/`: Ollama deletes files with odd names there when it starts. Every file reaches its final
+name with one atomic rename on the same filesystem, so a reader (or Ollama) sees either nothing or
+the whole, verified file.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from ..errors import InsufficientDisk, StoreNotWritable
+from ..gguf_info import format_bytes
+from ..names import ModelRef
+from ..store import HOME_STORE, SERVICE_STORE, StoreRoot, blob_path, find_store_root
+
+PARTIAL_DIR = ".ollama-spec-partial"
+# Headroom kept free beyond the blobs themselves (manifests, filesystem metadata, other writers).
+DISK_MARGIN = 64 << 20
+
+
+@dataclass(frozen=True)
+class Blob:
+    """One blob a manifest needs: `sha256:<hex>` and its size in bytes."""
+
+    digest: str
+    size: int
+
+    @property
+    def hex(self) -> str:
+        return self.digest.removeprefix("sha256:")
+
+
+def writable_store_root(models_dir: str | None = None, environ: Mapping[str, str] | None = None) -> StoreRoot:
+    """Where pulled models go: --models-dir, $OLLAMA_MODELS, an existing store, else ~/.ollama/models.
+
+    Unlike the read path, a missing store is created (as `ollama pull` does).
+    """
+    environ = os.environ if environ is None else environ
+    if models_dir:
+        candidate = StoreRoot(Path(models_dir).expanduser(), "--models-dir")
+    elif environ.get("OLLAMA_MODELS"):
+        candidate = StoreRoot(Path(environ["OLLAMA_MODELS"]).expanduser(), "OLLAMA_MODELS")
+    elif HOME_STORE.expanduser().exists() or not SERVICE_STORE.exists():
+        candidate = StoreRoot(HOME_STORE.expanduser(), "~/.ollama/models")
+    else:
+        return find_store_root(environ={})
+    if not candidate.path.exists():
+        with _writing(candidate):
+            candidate.path.mkdir(parents=True, exist_ok=True)
+    checked = find_store_root(candidate.path)  # the read path's checks: a folder, not the one above the store
+    return StoreRoot(checked.path, candidate.source)
+
+
+@contextmanager
+def _writing(root: StoreRoot, what: str = "the model store"):
+    """Turn permission and disk-full errors into the one-line errors the CLI prints."""
+    try:
+        yield
+    except PermissionError:
+        raise StoreNotWritable(_not_writable(root, what)) from None
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise StoreNotWritable(_not_writable(root, what)) from None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise InsufficientDisk(
+                f"the disk holding {root.path} is full; free some space and run the same pull again "
+                "(finished blobs and partial downloads are kept)"
+            ) from None
+        raise
+
+
+def _not_writable(root: StoreRoot, what: str) -> str:
+    return (
+        f"{what} {root.path} (from {root.source}) is not writable by you; pull through the Ollama daemon, "
+        "or add yourself to group ollama with write access (sudo usermod -aG ollama $USER, then log in again), "
+        "or pull into a store of your own: OLLAMA_MODELS=~/ollama-models ollama-spec pull ..."
+    )
+
+
+class StoreWriter:
+    """Blobs and manifests into one store root, verified and atomic."""
+
+    def __init__(self, root: StoreRoot):
+        self.root = root
+
+    @property
+    def path(self) -> Path:
+        return self.root.path
+
+    @property
+    def partial_dir(self) -> Path:
+        return self.path / PARTIAL_DIR
+
+    def writing(self, what: str = "the model store"):
+        return _writing(self.root, what)
+
+    def prepare(self) -> None:
+        """Create blobs/ and the partial folder; fail early if the store is not writable."""
+        with self.writing():
+            (self.path / "blobs").mkdir(parents=True, exist_ok=True)
+            self.partial_dir.mkdir(exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=self.partial_dir, prefix="probe-")
+            os.close(fd)
+            os.unlink(probe)
+
+    def blob_path(self, blob: Blob) -> Path:
+        return blob_path(self.path, blob.digest)
+
+    def has_blob(self, blob: Blob) -> bool:
+        """True when `blobs/sha256-<hex>` exists with the expected size.
+
+        Blobs only ever reach that name after their sha256 was checked (by Ollama or by us), so
+        the name is the digest; re-hashing 40 GB on every pull would cost minutes.
+        """
+        try:
+            return self.blob_path(blob).stat().st_size == blob.size
+        except FileNotFoundError:
+            return False
+
+    def partial_path(self, blob: Blob) -> Path:
+        return self.partial_dir / f"sha256-{blob.hex}.partial"
+
+    def partial_size(self, blob: Blob) -> int:
+        try:
+            return self.partial_path(blob).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def lock_dir(self) -> Path:
+        """Per-store lock folder in the system temp dir.
+
+        Locks stay out of the store, and are never deleted: removing a lock file another process
+        holds would let a third one lock a fresh file of the same name.
+        """
+        key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / "ollama-spec-locks" / key
+        if not path.is_dir():
+            path.mkdir(parents=True, exist_ok=True)
+            with suppress(PermissionError):
+                os.chmod(path, 0o1777)  # other users pulling into the same shared store
+                os.chmod(path.parent, 0o1777)
+        return path
+
+    @contextmanager
+    def blob_lock(self, blob: Blob, waiting=lambda: None, stop=lambda: False, poll: float = 0.2):
+        """Hold the per-blob lock while downloading it.
+
+        If another pull holds it, `waiting()` is called once and `stop()` between tries: it raises
+        to give up, so that Ctrl-C does not wait for the other pull to finish.
+        """
+        lock = FileLock(str(self.lock_dir() / f"sha256-{blob.hex}.lock"), mode=0o666)
+        told = False
+        while True:
+            try:
+                lock.acquire(timeout=poll)
+                break
+            except Timeout:
+                stop()
+                if not told:
+                    waiting()
+                    told = True
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def check_free_space(self, blobs: Iterable[Blob]) -> int:
+        """Raise InsufficientDisk unless the missing blobs fit; return the bytes still to download."""
+        needed = sum(max(0, b.size - self.partial_size(b)) for b in set(blobs) if not self.has_blob(b))
+        free = free_bytes(self.path)
+        if needed and needed + DISK_MARGIN > free:
+            raise InsufficientDisk(
+                f"not enough disk space in {self.path}: the download needs {format_bytes(needed)} "
+                f"(plus {format_bytes(DISK_MARGIN)} to spare) and {format_bytes(free)} is free"
+            )
+        return needed
+
+    def commit_blob(self, blob: Blob, verified_file: Path) -> Path:
+        """Move a file whose sha256 was checked into `blobs/` under its final name (atomic).
+
+        Under the blob's lock: another pull of a model sharing this blob may have moved it first.
+        """
+        target = self.blob_path(blob)
+        with self.blob_lock(blob), self.writing():
+            if self.has_blob(blob):
+                verified_file.unlink(missing_ok=True)
+                return target
+            os.chmod(verified_file, 0o644)
+            os.replace(verified_file, target)
+        return target
+
+    def add_bytes(self, data: bytes) -> Blob:
+        """A small layer (template, params, config) into `blobs/`, staged and renamed like any blob."""
+        blob = Blob(f"sha256:{hashlib.sha256(data).hexdigest()}", len(data))
+        if not self.has_blob(blob):
+            self.commit_blob(blob, self._staged(data, "layer-"))
+        return blob
+
+    def _staged(self, data: bytes, prefix: str) -> Path:
+        with self.writing():
+            fd, staged = tempfile.mkstemp(dir=self.partial_dir, prefix=prefix)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except BaseException:
+                Path(staged).unlink(missing_ok=True)
+                raise
+        return Path(staged)
+
+    def write_manifest(self, ref: ModelRef, data: bytes) -> Path:
+        """Write the manifest last, atomically: staged in the partial folder, renamed into place."""
+        path = self.path / "manifests" / Path(*ref.manifest_parts)
+        staged = self._staged(data, "manifest-")
+        try:
+            with self.writing():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                os.chmod(staged, 0o644)
+                os.replace(staged, path)
+        finally:
+            staged.unlink(missing_ok=True)
+        return path
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem holding `path` (a seam for tests)."""
+    return shutil.disk_usage(path).free
