@@ -10,10 +10,10 @@ def gen(invoke, store, *args, **kwargs):
 
 
 def test_generate_streams_the_same_text_with_and_without_draft(invoke, tiny_store):
-    alone = gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-n", "30")
-    drafted = gen(
-        invoke, tiny_store, "tiny-target", "The quick brown fox", "-n", "30", "--draft", "tiny-draft", "-k", "3"
-    )
+    # No near-tie in this answer's first 190 tokens (smallest top-two logit gap 0.04), so any CPU agrees.
+    prompt = "Write a function that returns the sum"
+    alone = gen(invoke, tiny_store, "tiny-target", prompt, "-n", "30")
+    drafted = gen(invoke, tiny_store, "tiny-target", prompt, "-n", "30", "--draft", "tiny-draft", "-k", "3")
     assert alone.exit_code == 0 and drafted.exit_code == 0
     assert alone.stdout == drafted.stdout and len(alone.stdout.strip()) > 10
 
