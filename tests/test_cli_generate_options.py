@@ -99,7 +99,8 @@ def test_the_same_seed_writes_the_same_text_and_other_seeds_differ(invoke, store
     assert drafted[0] == drafted[1] and len(set(drafted[1:])) == 3
     # a seed in the params layer is used when --seed is not given
     seeded = [generate(invoke, store, "seeded", "-n", "16")["text"] for _ in range(2)]
-    assert seeded[0] == seeded[1] == generate(invoke, store, "tiny-target", "-n", "16", "-t", "1", "--seed", "42")["text"]
+    same_settings = generate(invoke, store, "tiny-target", "-n", "16", "-t", "1", "--seed", "42")["text"]
+    assert seeded[0] == seeded[1] == same_settings
     assert texts(invoke, store, "seeded", seeds=(7,)) != seeded[:1]
 
 
