@@ -60,21 +60,21 @@ def calibration_context(n_ctx: int, k_max: int, filler: Sequence[int]) -> list[i
 
 
 class StepCostCache:
-    """Step costs and the last α seen, per pair and machine setup, in one small JSON file."""
+    """Step costs per pair and machine setup, in one small JSON file."""
 
     def __init__(self, path: Path | None = None):
         self.path = path or cache_dir() / "step-costs.json"
 
-    def get(self, key: str) -> tuple[StepCosts, float | None] | None:
+    def get(self, key: str) -> StepCosts | None:
         entry = self._read().get(key)
         try:
-            return StepCosts(entry["draft_step_s"], tuple(entry["verify_s"])), entry.get("alpha")
+            return StepCosts(entry["draft_step_s"], tuple(entry["verify_s"]))
         except (TypeError, KeyError, ValueError):
             return None  # absent, or written by another version: measure again
 
-    def put(self, key: str, costs: StepCosts, alpha: float | None = None) -> None:
+    def put(self, key: str, costs: StepCosts) -> None:
         entries = self._read()
-        entries[key] = {"draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s), "alpha": alpha}
+        entries[key] = {"draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             staged = self.path.with_suffix(f".{os.getpid()}.tmp")

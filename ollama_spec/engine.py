@@ -12,7 +12,7 @@ from .calibration import StepCostCache, calibration_context, cost_key, measure_s
 from .chat import render_chat
 from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
 from .errors import IncompatibleDraft, InvalidSetting
-from .k_policy import PRIOR_ALPHA, AutoK, FixedK, KPolicy, StepCosts
+from .k_policy import AutoK, FixedK, KPolicy, StepCosts
 from .proposers import DraftModelProposer, NgramProposer, Proposer
 from .memory import ensure_fits, plan_memory
 from .resolve import ResolvedModel
@@ -100,7 +100,6 @@ class Engine:
         self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers)
         self.draft = None
         self._cost_cache = StepCostCache()
-        self._auto_policies: dict[str, AutoK] = {}  # by cost key: the last auto policy of each kind
         if draft is not None:
             try:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
@@ -128,27 +127,25 @@ class Engine:
             return None
         return DraftModelProposer(self.draft, self.target.n_vocab, speculation.draft_p_min)
 
-    def k_policy(self, speculation: SpeculationSettings) -> KPolicy:
+    def k_policy(self, speculation: SpeculationSettings, sampling: SamplingSettings) -> KPolicy:
         """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
         if not speculation.auto:
             return FixedK(speculation.num_speculative_tokens)
-        draft = None if speculation.proposer == "ngram" else self.draft
-        key = self._cost_key(draft)
-        costs, alpha = self.step_costs(draft, speculation.max_speculative_tokens)
-        policy = self._auto_policies[key] = AutoK(costs, alpha if alpha is not None else PRIOR_ALPHA)
-        return policy
+        costs = self.step_costs(None if speculation.proposer == "ngram" else self.draft,
+                                speculation.max_speculative_tokens)
+        # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
+        return AutoK(costs, learn_costs=sampling.greedy or sampling.seed is None)
 
-    def step_costs(self, draft: LoadedModel | None, k_max: int) -> tuple[StepCosts, float | None]:
+    def step_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
         """Draft step and verify batch costs up to k_max + 1 tokens: cached, else measured now."""
         key = self._cost_key(draft)
-        cached = self._cost_cache.get(key)
-        if cached is None or cached[0].k_max < k_max:
+        costs = self._cost_cache.get(key)
+        if costs is None or costs.k_max < k_max:
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
-            cached = measure_step_costs(self.target, draft, k_max, context), None
-            self._cost_cache.put(key, cached[0])
-        costs, alpha = cached
-        return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1]), alpha
+            costs = measure_step_costs(self.target, draft, k_max, context)
+            self._cost_cache.put(key, costs)
+        return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
 
     def _cost_key(self, draft: LoadedModel | None) -> str:
         return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
@@ -156,12 +153,6 @@ class Engine:
                         draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type)
 
     def close(self) -> None:
-        # The next run on this pair starts from the α this one ended with.
-        for key, policy in self._auto_policies.items():
-            cached = self._cost_cache.get(key)
-            if cached is not None:
-                self._cost_cache.put(key, cached[0], policy.estimator.alpha)
-        self._auto_policies.clear()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()
@@ -230,7 +221,7 @@ class Generation:
             )
         stream = TextStream(request.stop)
         proposer = engine.proposer(request.speculation) if self.use_draft else None
-        policy = engine.k_policy(request.speculation) if proposer is not None else None
+        policy = engine.k_policy(request.speculation, request.sampling) if proposer is not None else None
         tokens = generate_tokens(
             engine.target, proposer, prompt, request.sampling, request.speculation, result.speculation, policy
         )

@@ -101,10 +101,16 @@ class AlphaEstimator:
 
 
 class AutoK:
-    """Picks K before each step from a live α and step costs seeded by calibration."""
+    """Picks K before each step from a live α and step costs seeded by calibration.
 
-    def __init__(self, costs: StepCosts, prior_alpha: float = PRIOR_ALPHA):
+    With `learn_costs` the step times it sees refine the costs too. That makes K depend on the
+    clock, and a sampled text on K (the random draws fall differently), so a run with a fixed seed
+    keeps the calibrated costs: the same seed then writes the same text.
+    """
+
+    def __init__(self, costs: StepCosts, prior_alpha: float = PRIOR_ALPHA, *, learn_costs: bool = True):
         self.costs = costs
+        self.learn_costs = learn_costs
         self.estimator = AlphaEstimator(prior_alpha)
         self._steps_without_draft = 0
 
@@ -120,6 +126,9 @@ class AutoK:
         self.estimator.observe(drafted, accepted)
         if drafted:
             self._steps_without_draft = 0
+        if not self.learn_costs:
+            return
+        if drafted:
             draft_step = _blend(self.costs.draft_step_s, draft_s / drafted)
         else:
             draft_step = self.costs.draft_step_s

@@ -9,7 +9,8 @@ def test_adapter_drafts_and_keeps_the_target_output(tiny_store):
     target_path = ollama_model_path("tiny-target", str(tiny_store))
     kwargs = {"n_ctx": 1024, "n_threads": 1, "verbose": False, "seed": 1}
     plain = Llama(model_path=target_path, **kwargs)
-    expected = plain("The quick brown fox", max_tokens=40, temperature=0)["choices"][0]["text"]
+    # Raw "Hello" is continued with no near-tie (top-two logit gap < 0.02) for 150 tokens: any CPU agrees.
+    expected = plain("Hello", max_tokens=40, temperature=0)["choices"][0]["text"]
     draft = OllamaDraftModel("tiny-draft", models_dir=str(tiny_store), num_pred_tokens=4, n_threads=1)
     calls = []
     real_call = draft.__call__
@@ -22,7 +23,7 @@ def test_adapter_drafts_and_keeps_the_target_output(tiny_store):
 
     draft.__class__ = Spy
     with_draft = Llama(model_path=target_path, draft_model=draft, logits_all=True, **kwargs)
-    text = with_draft("The quick brown fox", max_tokens=40, temperature=0)["choices"][0]["text"]
+    text = with_draft("Hello", max_tokens=40, temperature=0)["choices"][0]["text"]
     assert text == expected
     assert calls and max(calls) == 4
     draft.close()

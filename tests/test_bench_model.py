@@ -13,22 +13,26 @@ from ollama_spec.bench.settings import BenchSettings, parse_k_list
 from ollama_spec.errors import InvalidSetting
 
 
-def test_expected_tokens_is_the_geometric_sum():
-    a, k = 0.7, 4
-    assert expected_tokens_per_step(a, k) == pytest.approx(sum(a**i for i in range(k + 1)))
+def test_expected_tokens_worked_by_hand():
+    # a = 0.7, K = 4: 1 + 0.7 + 0.49 + 0.343 + 0.2401
+    assert expected_tokens_per_step(0.7, 4) == pytest.approx(2.7731)
+    # a = 0.5, K = 1: the draft's token is kept half the time, the target's own always: 1.5
+    assert expected_tokens_per_step(0.5, 1) == pytest.approx(1.5)
     assert expected_tokens_per_step(0.0, 5) == 1.0
     assert expected_tokens_per_step(1.0, 5) == 6.0  # the limit, no division by zero
 
 
-def test_predicted_speedup_matches_the_paper_when_a_batch_costs_one_step():
-    # Leviathan et al., eq. 1: (1 - a^(k+1)) / ((1 - a)(k c + 1))
-    a, k, c = 0.8, 5, 0.05
-    assert predicted_speedup(a, k, c, 1.0) == pytest.approx((1 - a**6) / ((1 - a) * (k * c + 1)))
+def test_predicted_speedup_worked_by_hand_when_a_batch_costs_one_step():
+    # a = 0.8, K = 5: 1 + .8 + .64 + .512 + .4096 + .32768 = 3.68928 tokens per step,
+    # for 5 draft steps at c = 0.05 and one batch at 1.0: 1.25 target steps -> 2.951424x
+    assert predicted_speedup(0.8, 5, 0.05, 1.0) == pytest.approx(2.951424)
 
 
-def test_a_costlier_verify_batch_lowers_the_prediction_in_proportion():
-    a, k, c = 0.8, 4, 0.1
-    assert predicted_speedup(a, k, c, 1.5) == pytest.approx(predicted_speedup(a, k, c, 1.0) * (k * c + 1) / (k * c + 1.5))
+def test_a_costlier_verify_batch_worked_by_hand():
+    # a = 0.8, K = 4: 3.3616 tokens per step; 4 x 0.1 + 1.5 = 1.9 target steps -> 1.76926x
+    # (with a one-step batch it would be 3.3616 / 1.4 = 2.40114x)
+    assert predicted_speedup(0.8, 4, 0.1, 1.5) == pytest.approx(1.7692632, rel=1e-6)
+    assert predicted_speedup(0.8, 4, 0.1, 1.0) == pytest.approx(2.4011429, rel=1e-6)
 
 
 def test_nothing_accepted_free_drafts_and_unit_verify_is_no_speedup():
@@ -91,7 +95,11 @@ def test_bad_prompt_files(tmp_path, text, message):
         load_prompts(path)
 
 
-def test_step_length_variant_equals_the_iid_model_when_fed_its_own_estimate():
-    a, k, c, v = 0.75, 6, 0.08, 2.4
-    assert predicted_speedup_from_step_length(expected_tokens_per_step(a, k), k, c, v) == pytest.approx(
-        predicted_speedup(a, k, c, v))
+def test_step_length_variant_uses_the_measured_tokens_per_step():
+    # A run with 60 % of tried drafts accepted at K = 5, but in bursts: 3.0 tokens per step measured,
+    # where independent acceptances predict 1 + .6 + .36 + .216 + .1296 + .07776 = 2.38336.
+    # Cost per step: 5 x 0.1 + 1.5 = 2.0 target steps.
+    assert predicted_speedup_from_step_length(3.0, 5, 0.1, 1.5) == pytest.approx(1.5)
+    assert predicted_speedup(0.6, 5, 0.1, 1.5) == pytest.approx(1.19168)
+    with pytest.raises(ValueError):
+        predicted_speedup_from_step_length(3.0, 5, 0.1, 0.0)

@@ -81,3 +81,11 @@ def test_auto_k_learns_step_costs_from_what_it_sees():
         policy.observe(8, 8, 0.008, 0.100)
     assert policy.costs.verify_s[8] == pytest.approx(0.100, rel=0.01)
     assert policy.next_k() < 8
+
+
+def test_auto_k_can_keep_its_calibrated_costs():
+    """Seeded sampling: K must not follow the clock, or the same seed writes different text."""
+    policy = AutoK(GPU, prior_alpha=0.8, learn_costs=False)
+    for _ in range(40):
+        policy.observe(8, 8, 0.008, 0.100)
+    assert policy.costs == GPU and policy.next_k() == 8

@@ -1,11 +1,12 @@
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 from ollama_spec.errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreNotFound, StoreUnreadable
-from ollama_spec.store import SERVICE_STORE, Store, blob_path, find_store_root, verify_blob
+from ollama_spec.store import SERVICE_STORE, Store, StoreRoot, blob_path, find_store_root, verify_blob
 
 
 @pytest.fixture
@@ -35,10 +36,56 @@ def test_missing_explicit_root_is_an_error(tmp_path):
         find_store_root(None, {"OLLAMA_MODELS": str(tmp_path / "nowhere")})
 
 
-@pytest.mark.skipif(SERVICE_STORE.exists(), reason="this machine has an Ollama service store")
-def test_no_store_anywhere_says_what_to_do():
-    with pytest.raises(StoreNotFound, match="no Ollama model store found .*'ollama pull'"):
+def test_no_store_anywhere_says_what_to_do(tmp_path, monkeypatch):
+    import ollama_spec.store as store_module
+
+    monkeypatch.setattr(store_module, "SERVICE_STORE", tmp_path / "no-service-store")
+    with pytest.raises(StoreNotFound, match=r"no Ollama model store found .*no-service-store\); pull a model with"):
         find_store_root(None, {})
+
+
+@pytest.fixture
+def service_store(tiny_store, tmp_path, monkeypatch):
+    """The Linux service install's store, /usr/share/ollama/.ollama/models, moved into tmp."""
+    import ollama_spec.store as store_module
+
+    root = tmp_path / "usr-share-ollama" / ".ollama" / "models"
+    shutil.copytree(tiny_store, root)
+    monkeypatch.setattr(store_module, "SERVICE_STORE", root)
+    return root
+
+
+def test_the_linux_service_store_is_found_last(service_store, isolated_user_paths, invoke):
+    assert SERVICE_STORE == Path("/usr/share/ollama/.ollama/models")  # Ollama's install script
+    assert find_store_root(None, {}) == StoreRoot(service_store, "the Ollama service store")
+    listed = invoke("list")
+    assert listed.exit_code == 0, listed.output
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == [
+        "tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"]
+    generated = invoke("generate", "tiny-target", "hi", "--no-check", "--threads", "1", "-n", "2", "--json")
+    assert generated.exit_code == 0, generated.output
+    home = isolated_user_paths / ".ollama" / "models"
+    home.mkdir(parents=True)
+    assert find_store_root(None, {}).path == home  # a user's own store comes first
+
+
+def test_an_unreadable_service_store_says_group_ollama(service_store, monkeypatch):
+    import ollama_spec.store as store_module
+
+    real_listdir = store_module.os.listdir
+
+    def denied(path):
+        if Path(path) == service_store:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_listdir(path)
+
+    monkeypatch.setattr(store_module.os, "listdir", denied)
+    with pytest.raises(StoreUnreadable) as err:
+        find_store_root(None, {})
+    assert str(err.value) == (
+        f"the model store {service_store} (from the Ollama service store) exists but is not readable by you; "
+        "add yourself to group ollama (sudo usermod -aG ollama $USER, then log in again)"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
@@ -172,12 +219,55 @@ def test_invalid_manifest_json(store_copy):
         Store(find_store_root(store_copy)).resolve("tiny-draft")
 
 
-def test_store_is_never_written(tiny_store, invoke):
-    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tiny_store.rglob("*")}
-    for args in (["list"], ["show", "tiny-target", "--verify"], ["pair", "tiny-target", "tiny-draft"]):
-        assert invoke(*args, "--models-dir", tiny_store).exit_code == 0
-    after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in tiny_store.rglob("*")}
+def test_store_is_never_written(tiny_store, invoke, tmp_path):
+    """Every command that reads the store leaves each file and folder as it was (no new ones either)."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The quick brown fox\n", encoding="utf-8")
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in [tiny_store, *tiny_store.rglob("*")]}
+    for args in (
+        ["list"],
+        ["show", "tiny-target", "--verify"],
+        ["pair", "tiny-target", "tiny-draft"],
+        ["check", "tiny-target", "-d", "tiny-draft"],
+        ["generate", "tiny-target", "-d", "tiny-draft", "hi", "--threads", "1", "-n", "8", "--compare", "--stats"],
+        ["bench", "tiny-target", "-d", "tiny-draft", "--threads", "1", "-n", "8", "--runs", "1", "-k", "2",
+         "--no-warmup", "--prompts", prompts, "--out", tmp_path / "results"],
+    ):
+        result = invoke(*args, "--models-dir", tiny_store)
+        assert result.exit_code == 0, (args, result.output)
+    after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in [tiny_store, *tiny_store.rglob("*")]}
     assert before == after
+    assert (tmp_path / "results" / "results.json").is_file()  # bench wrote where it was told
+
+
+def add_manifest(root, *parts):
+    """A copy of tiny-draft's manifest at manifests/<parts>, the path written out by hand."""
+    path = root.joinpath("manifests", *parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(manifest_of(root, "tiny-draft"), path)
+
+
+def test_models_under_other_namespaces_and_hosts_resolve(store_copy, invoke):
+    add_manifest(store_copy, "registry.ollama.ai", "someone", "tiny", "latest")
+    add_manifest(store_copy, "hf.co", "someone", "Tiny-GGUF", "Q4_K_M")
+    add_manifest(store_copy, "localhost:11434", "team", "tiny", "v1")
+    store = Store(find_store_root(store_copy))
+    draft_blob = store.resolve("tiny-draft").gguf_path
+    for name in ("someone/tiny", "someone/tiny:latest", "registry.ollama.ai/someone/tiny",
+                 "hf.co/someone/Tiny-GGUF:Q4_K_M", "HF.CO/someone/tiny-gguf:q4_k_m",
+                 "https://hf.co/someone/Tiny-GGUF:Q4_K_M",
+                 "localhost:11434/team/tiny:v1", "http://localhost:11434/team/tiny:v1"):
+        assert store.resolve(name).gguf_path == draft_blob, name
+    for name in ("hf.co/someone/Tiny-GGUF", "localhost:11434/team/tiny", "tiny", "someone/tiny:v1", "other/tiny"):
+        with pytest.raises(ModelNotFound):
+            store.resolve(name)
+    listed = invoke("list", "--models-dir", store_copy)
+    names = {line.split()[0] for line in listed.stdout.splitlines()[1:]}
+    assert {"someone/tiny:latest", "hf.co/someone/Tiny-GGUF:Q4_K_M", "localhost:11434/team/tiny:v1"} <= names
+    result = invoke("generate", "hf.co/someone/Tiny-GGUF:Q4_K_M", "hi", "--no-check", "--threads", "1", "-n", "2",
+                    "--json", "--models-dir", store_copy)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["target"] == "hf.co/someone/Tiny-GGUF:Q4_K_M"
 
 
 def test_legacy_colon_blob_names_are_found(store_copy):
