@@ -10,14 +10,22 @@ from click.testing import CliRunner
 from ollama_spec.synthetic import build_pair_store
 
 
+@pytest.fixture(scope="session")
+def user_cache(tmp_path_factory) -> Path:
+    """One cache directory per session: the repack canary runs at most once."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_user_paths(tmp_path, monkeypatch):
-    """No test may see the real ~/.ollama or OLLAMA_MODELS."""
+def isolated_user_paths(tmp_path, monkeypatch, user_cache):
+    """No test may see the real ~/.ollama, OLLAMA_MODELS or the user's cache."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache))
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    monkeypatch.delenv("OLLAMA_SPEC_REPACK", raising=False)
     return home
 
 

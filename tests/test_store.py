@@ -74,7 +74,8 @@ def test_unknown_model_suggests_pull(tiny_store):
 
 def test_list_models(tiny_store):
     names = [m.name for m in Store(find_store_root(tiny_store)).models()]
-    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"]
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
+                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
 
 
 @pytest.mark.parametrize("digest", ["sha256:../../etc/passwd", "md5:abc", "sha256:" + "A" * 64, "sha256:" + "a" * 63])

@@ -13,7 +13,7 @@ from ..runtime import set_verbose
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, SpeculationSettings
 from .main import cli
-from .options import models_dir_option
+from .options import decide_repack_for_cli, models_dir_option, repack_option
 
 
 @cli.command()
@@ -64,6 +64,7 @@ from .options import models_dir_option
     help="KV cache element type (q8_0 halves the cache; quantized caches use flash attention).",
 )
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
+@repack_option
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
     "--compare",
@@ -94,6 +95,7 @@ def generate(
     threads,
     kv_type,
     no_check,
+    repack,
     stats,
     compare,
     as_json,
@@ -143,6 +145,7 @@ def generate(
         n_threads=threads,
         kv_type=kv_type,
         memory_check=not no_check,
+        repack=decide_repack_for_cli(repack).enabled,
     )
     if compare and draft_model is None:
         raise click.UsageError("--compare needs --draft")
