@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from .compat import load_kv_overrides
 from .canary import decide_repack
+from .compat import load_kv_overrides
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings
 

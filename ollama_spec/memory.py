@@ -63,22 +63,28 @@ class ModelNeeds:
         return self.file_weights + self.repacked + self.kv + self.compute + self.output_buffer
 
     def split(self, n_gpu_layers: int, n_gpus: int) -> tuple[int, int]:
-        """(GPU bytes, RAM bytes) with llama.cpp's n_gpu_layers: the output layer, then the last layers."""
+        """(GPU bytes, RAM bytes) with llama.cpp's n_gpu_layers (placement: gpu_weights)."""
         if n_gpu_layers > self.n_layer:
             gpu = self.gpu_total + self.compute * (n_gpus - 1)  # each GPU reserves its own compute buffer
             return gpu, self.host_weights + self.host_compute + self.output_buffer
         n_gpu_layers = max(n_gpu_layers, 0)
-        on_gpu = range(self.n_layer - max(n_gpu_layers - 1, 0), self.n_layer)
-        gpu_layers = sum(self.layer_weights[i] for i in on_gpu) + self.kv // self.n_layer * len(on_gpu)
-        output = self.output_weights if n_gpu_layers else 0
-        repacked = self.cpu_repacked(n_gpu_layers)
+        gpu_kv = self.kv // self.n_layer * max(n_gpu_layers - 1, 0)
+        gpu_weights = self.gpu_weights(n_gpu_layers)
         # Layers on the CPU need a CPU compute buffer, and for big batches llama.cpp copies their
         # weights to the GPU one matrix at a time (op offload): room for the largest one.
-        gpu = gpu_layers + output + self.compute * n_gpus + self.largest_layer_tensor
-        cpu_layers = sum(self.layer_weights) + self.kv - gpu_layers
-        host = (self.host_weights + cpu_layers + self.output_weights - output + repacked + self.compute
-                + self.output_buffer)
+        gpu = gpu_weights + gpu_kv + self.compute * n_gpus + self.largest_layer_tensor
+        host = (self.host_weights + sum(self.layer_weights) + self.output_weights - gpu_weights + self.kv - gpu_kv
+                + self.cpu_repacked(n_gpu_layers) + self.compute + self.output_buffer)
         return gpu, host
+
+    def gpu_weights(self, n_gpu_layers: int) -> int:
+        """Weights on the GPU with this n_gpu_layers, placed as llama.cpp's load_tensors does: layer
+        il (0..n_layer, n_layer being the output layer) goes to the GPU when il >= n_layer + 1 -
+        n_gpu_layers. So 1 offloads the output layer alone, and each more adds the last repeating layer
+        still on the CPU; token_embd never moves."""
+        n_gpu_layers = min(max(n_gpu_layers, 0), self.n_layer + 1)
+        repeating = self.layer_weights[self.n_layer - max(n_gpu_layers - 1, 0):]
+        return sum(repeating) + (self.output_weights if n_gpu_layers else 0)
 
     def cpu_repacked(self, n_gpu_layers: int) -> int:
         """The repacked copy of what stays on the CPU with this n_gpu_layers (see split)."""

@@ -2,6 +2,7 @@
 
 from . import check, doctor, generate, inspect  # noqa: F401  (each module registers its commands on `cli`)
 from . import bench  # noqa: F401  (registers `bench`)
+from . import doctor  # noqa: F401  (registers `doctor`)
 from .main import cli
 
 

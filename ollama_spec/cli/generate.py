@@ -7,7 +7,16 @@ import sys
 
 import click
 
-from ..engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, EngineSettings, Generation, Request, Result
+from ..engine import (
+    DEFAULT_CTX,
+    DEFAULT_MAX_TOKENS,
+    NEAR_TIE_LOGITS,
+    Engine,
+    EngineSettings,
+    Generation,
+    Request,
+    Result,
+)
 from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
