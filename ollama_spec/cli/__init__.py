@@ -1,6 +1,6 @@
 """The `ollama-spec` command line. `main` is the console-script entry point."""
 
-from . import check, doctor, generate, inspect  # noqa: F401  (each module registers its commands on `cli`)
+from . import check, generate, inspect  # noqa: F401  (each module registers its commands on `cli`)
 from . import bench  # noqa: F401  (registers `bench`)
 from . import doctor  # noqa: F401  (registers `doctor`)
 from .main import cli
