@@ -3,7 +3,9 @@
 Sizes come from GGUF headers only, with llama.cpp's own rules:
 - weights: under full offload every tensor goes to the GPU except `token_embd`, which llama.cpp
   always keeps on the CPU; a model with tied embeddings gets a GPU copy of it as its output matrix.
-- KV cache: layers x context x (K + V width) x element size; the context is padded to 256 cells.
+  Where weights stay on the CPU, llama.cpp may also keep a repacked copy of them (repack.py).
+- caches: kv_cache.py (a per-token KV cache for attention layers, a fixed recurrent state for
+  Mamba/RWKV layers); the context is padded to 256 cells.
 - compute buffer: what ggml's allocator reserves for the worst-case ubatch of T = min(ctx, 512)
   tokens with flash attention (llama.cpp's `auto` picks it on CUDA, Metal and CPU). Its peak is
   either inside a layer (the f16 attention mask, 3 ff-wide and 4 embedding-wide activations) or
@@ -19,12 +21,20 @@ from dataclasses import dataclass, replace
 from .devices import Device, discover_devices
 from .errors import CorruptGGUF, InsufficientMemory, InvalidSetting
 from .gguf_info import ModelInfo, format_bytes
+from .kv_cache import (
+    CTX_PAD,
+    KV_TYPES,
+    check_cache_shape,
+    kv_cache_bytes,
+    kv_type_problem,
+    layer_kv_widths,
+    padded,
+    recurrent_layers,
+    recurrent_state_bytes,
+)
 from .repack import cpu_features, repacked_bytes
 
-# bytes per block, values per block (ggml's f16, q8_0 and q4_0)
-KV_TYPES = {"f16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}
 N_UBATCH = 512  # llama.cpp's default n_ubatch, and runtime.LoadSettings' n_batch
-CTX_PAD = 256
 OUTPUT_ROWS = 16  # logits rows the speculative loop reads per step (K + 1), kept in RAM
 FULL_OFFLOAD, PARTIAL_OFFLOAD, CPU_ONLY, DOES_NOT_FIT = "full_offload", "partial_offload", "cpu_only", "does_not_fit"
 
@@ -38,7 +48,7 @@ class ModelNeeds:
     weights: int  # on the GPU under full offload
     host_weights: int  # token embeddings: in RAM even under full offload
     file_weights: int  # every tensor, as a CPU-only load maps them
-    kv: int
+    kv: int  # the KV cache of the attention layers plus the recurrent state (`recurrent`) of the others
     compute: int
     host_compute: int  # llama.cpp's host-side compute buffer when the model is on a GPU
     output_buffer: int
@@ -48,6 +58,7 @@ class ModelNeeds:
     # llama.cpp's repacked second copy (AMX, CPU_REPACK) of the matrices kept on the CPU
     layer_repacked: tuple[int, ...] = ()
     output_repacked: int = 0
+    recurrent: int = 0
 
     @property
     def repacked(self) -> int:
@@ -169,13 +180,6 @@ class MemoryPlan:
         }
 
 
-def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> int:
-    """K and V caches for `n_ctx` tokens (padded to 256 cells, as llama.cpp does)."""
-    block_bytes, block_values = KV_TYPES[kv_type]
-    n_layer, k_width, v_width = _kv_shape(info)
-    return n_layer * _padded(n_ctx) * (k_width + v_width) * block_bytes // block_values
-
-
 def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
                 repack_features: frozenset[str] = frozenset()) -> ModelNeeds:
     """Weights, KV cache and compute buffers of one model at one context size.
@@ -183,8 +187,11 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
     `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
     empty when they are off or the CPU layers' weights cannot go there.
     """
-    n_layer, *_ = _kv_shape(info)
-    d, ff, vocab = info.embedding_length, info.feed_forward_length, info.vocab_size
+    check_cache_shape(info)
+    n_layer = info.block_count
+    d, vocab = info.embedding_length, info.vocab_size
+    attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
+    ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
     if not d or not ff or not vocab:
         raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
     layers, repacked = [0] * n_layer, [0] * n_layer
@@ -205,11 +212,17 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
             output_repacked += repacked_bytes(tensor, repack_features)
     if tied:
         output += host  # llama.cpp duplicates token_embd as the GPU output matrix
-    ctx, tokens = _padded(n_ctx), min(_padded(n_ctx), N_UBATCH)
-    compute = tokens * 4 * max(3 * ff + 4 * d + ctx // 2, vocab + 2 * d)
+    ctx, tokens = padded(n_ctx), min(padded(n_ctx), N_UBATCH)
+    # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
+    # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
+    inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
+    widths = [3 * ff + 4 * d + ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
+              vocab + (3 if recurrent else 2) * d]
+    compute = tokens * 4 * max(widths)
     return ModelNeeds(
         name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
-        file_weights=info.tensor_bytes, kv=kv_cache_bytes(info, n_ctx, kv_type), compute=compute,
+        file_weights=info.tensor_bytes, kv=kv_cache_bytes(info, n_ctx, kv_type) + recurrent_state_bytes(info),
+        recurrent=recurrent_state_bytes(info), compute=compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
         layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,
         layer_repacked=tuple(repacked), output_repacked=output_repacked,
@@ -328,15 +341,7 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
 def _smaller_kv_types(kv_type: str, models: list[ModelInfo]) -> list[str]:
     size = KV_TYPES[kv_type][0] / KV_TYPES[kv_type][1]
     return [name for name, (b, v) in KV_TYPES.items()
-            if b / v < size and all(_kv_type_problem(m, name) is None for m in models)]
-
-
-def _kv_type_problem(info: ModelInfo, kv_type: str) -> str | None:
-    block = KV_TYPES[kv_type][1]
-    if block > 1 and (info.head_dim or 0) % block:
-        return (f"--kv-type {kv_type} needs attention heads whose size is a multiple of {block}, but "
-                f"{info.name or info.path.name} has {info.head_dim}; use --kv-type f16")
-    return None
+            if b / v < size and all(kv_type_problem(m, name) is None for m in models)]
 
 
 def _check_settings(models: list[ModelInfo], n_ctx: int, kv_type: str) -> None:
@@ -345,19 +350,6 @@ def _check_settings(models: list[ModelInfo], n_ctx: int, kv_type: str) -> None:
     if kv_type not in KV_TYPES:
         raise InvalidSetting(f"unknown KV cache type {kv_type!r}: use one of {', '.join(KV_TYPES)}")
     for info in models:
-        _kv_shape(info)
-        if problem := _kv_type_problem(info, kv_type):
+        check_cache_shape(info)
+        if problem := kv_type_problem(info, kv_type):
             raise InvalidSetting(problem)
-
-
-def _kv_shape(info: ModelInfo) -> tuple[int, int, int]:
-    """(layers, K width, V width) of the KV cache."""
-    if not info.block_count or not info.head_count_kv or not info.head_dim:
-        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the layer count or attention head sizes "
-                          "needed to size the KV cache")
-    v_dim = info.metadata.get(f"{info.architecture}.attention.value_length") or info.head_dim
-    return info.block_count, info.head_dim * info.head_count_kv, int(v_dim) * info.head_count_kv
-
-
-def _padded(n_ctx: int) -> int:
-    return -(-n_ctx // CTX_PAD) * CTX_PAD

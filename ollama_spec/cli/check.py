@@ -82,16 +82,23 @@ def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[s
     return lines
 
 
+def _cache_line(plan: MemoryPlan, needs: ModelNeeds) -> str:
+    if needs.recurrent and needs.recurrent == needs.kv:  # Mamba, RWKV: no per-token cache at all
+        return f"  state    {format_bytes(needs.kv):>12}  (recurrent, the same at any context)"
+    state = f"; {format_bytes(needs.recurrent)} of it recurrent state" if needs.recurrent else ""
+    return f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type}{state})"
+
+
 def _model_lines(plan: MemoryPlan, needs: ModelNeeds) -> list[str]:
     if not plan.gpus:
         repacked = [f"  repacked {format_bytes(needs.repacked):>12}  (llama.cpp's copy for this CPU's kernels; --no-repack skips it)"]
         return [f"  weights  {format_bytes(needs.file_weights):>12}",
                 *(repacked if needs.repacked else []),
-                f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type})",
+                _cache_line(plan, needs),
                 f"  compute  {format_bytes(needs.compute):>12}",
                 f"  total    {format_bytes(needs.cpu_total):>12}  in RAM"]
     embeddings = f"(+ {format_bytes(needs.host_weights)} token embeddings, kept in RAM)"
     return [f"  weights  {format_bytes(needs.weights):>12}  {embeddings}",
-            f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type})",
+            _cache_line(plan, needs),
             f"  compute  {format_bytes(needs.compute):>12}",
             f"  total    {format_bytes(needs.gpu_total):>12}  on the GPU with full offload"]

@@ -122,6 +122,21 @@ def new_llama_writer(path: Path, name: str, arch: Architecture, n_layer: int, fi
     return writer
 
 
+def add_vocabulary(writer: GGUFWriter, vocab: Vocabulary, *, llama3_metadata_gap: bool = False) -> None:
+    """The byte-level BPE vocabulary and its special token ids (see write_gguf for the gap)."""
+    writer.add_vocab_size(vocab.size)
+    writer.add_tokenizer_model("gpt2")
+    if not llama3_metadata_gap:
+        writer.add_tokenizer_pre("llama-bpe")
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_token_merges(list(vocab.merges))
+    writer.add_bos_token_id(vocab.id_of(BOS))
+    writer.add_eos_token_id(vocab.id_of(EOS))
+    if not llama3_metadata_gap:
+        writer.add_eot_token_id(vocab.id_of(EOT))
+
+
 def write_gguf(
     path: Path,
     *,
@@ -140,17 +155,7 @@ def write_gguf(
     EOT id, and EOS pointing at `<|end_of_text|>`.
     """
     writer = new_llama_writer(path, name, arch, n_layer, FILE_TYPES[dtype])
-    writer.add_vocab_size(vocab.size)
-    writer.add_tokenizer_model("gpt2")
-    if not llama3_metadata_gap:
-        writer.add_tokenizer_pre("llama-bpe")
-    writer.add_token_list(list(vocab.tokens))
-    writer.add_token_types(list(vocab.token_types))
-    writer.add_token_merges(list(vocab.merges))
-    writer.add_bos_token_id(vocab.id_of(BOS))
-    writer.add_eos_token_id(vocab.id_of(EOS))
-    if not llama3_metadata_gap:
-        writer.add_eot_token_id(vocab.id_of(EOT))
+    add_vocabulary(writer, vocab, llama3_metadata_gap=llama3_metadata_gap)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     if chat_template:
