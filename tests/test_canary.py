@@ -110,3 +110,44 @@ def test_the_real_canary_decides_and_the_decision_loads(tiny_store):
         with LoadedModel(path, LoadSettings(n_ctx=256, n_threads=1, use_extra_bufts=decision.enabled)) as model:
             logits = model.eval([model.bos_token, 300, 301])
             assert logits.shape == (1, 512) and abs(logits).sum() > 0
+
+
+def test_a_failed_canary_is_said_once_and_check_plans_without_the_copy(invoke, tiny_store, monkeypatch):
+    from ollama_spec import memory
+    from ollama_spec.devices import system_ram
+
+    crash = FakeRunner(returncode=-11, stdout="")
+    monkeypatch.setattr(canary, "_run", crash)
+    monkeypatch.setattr(canary, "cpu_features", lambda: REPACKING_CPU)
+    monkeypatch.setattr(memory, "cpu_features", lambda: REPACKING_CPU)
+    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(8)], []))
+    first = invoke("check", "tiny-target:q4_0", "--models-dir", tiny_store)
+    assert first.exit_code == 0 and "repacked" not in first.stdout
+    assert first.stderr == (
+        "note: llama.cpp's repacked CPU weights failed a test run on this machine (the test run died with SIGSEGV); "
+        f"loading without them (use_extra_bufts=false). Force with --repack or {ENV_VAR}=1.\n"
+    )
+    second = invoke("check", "tiny-target:q4_0", "--models-dir", tiny_store)
+    assert second.stderr == "" and len(crash.calls) == 1
+    forced = invoke("check", "tiny-target:q4_0", "--repack", "--models-dir", tiny_store)
+    assert "  repacked " in forced.stdout
+
+
+@pytest.mark.parametrize("repack", [True, False])
+def test_the_engine_loads_with_the_decision(repack, tiny_models, tiny_store):
+    """use_extra_bufts reaches llama.cpp: its extra buffers appear exactly when repacking is on and the CPU repacks Q4_0."""
+    from tests.conftest import engine_settings
+
+    from ollama_spec import runtime
+    from ollama_spec.engine import Engine
+    from ollama_spec.memory import model_needs
+    from ollama_spec.repack import cpu_features
+    from ollama_spec.resolve import resolve_model
+
+    target = resolve_model("tiny-target:q4_0", str(tiny_store))
+    runtime.clear_log()
+    with Engine(target, None, engine_settings(repack=repack)) as engine:
+        assert engine.repack.enabled is repack
+    extra = [line for line in runtime.recent_log() if "model buffer size" in line and "CPU_Mapped" not in line]
+    expected = repack and model_needs(target.info, 2048, repack_features=cpu_features()).repacked > 0
+    assert bool(extra) == expected, extra
