@@ -20,6 +20,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,14 @@ def decide_repack(force: bool | None = None, *, runner: Runner | None = None,
 
 def run_canary(runner: Runner, timeout: float = TIMEOUT_S) -> CanaryResult:
     """Load the canary models in a subprocess through `runner`; pass only on a clean run that says so."""
-    paths = canary_models()
+    try:
+        return _run_canary(canary_models(cache_dir() / "canary"), runner, timeout)
+    except OSError:  # a read-only cache: write the models for this run only
+        with tempfile.TemporaryDirectory(prefix="ollama-spec-canary-") as folder:
+            return _run_canary(canary_models(Path(folder)), runner, timeout)
+
+
+def _run_canary(paths: list[Path], runner: Runner, timeout: float) -> CanaryResult:
     command = [sys.executable, "-m", "ollama_spec.canary", *map(str, paths)]
     try:
         done = runner(command, timeout)
@@ -123,14 +131,13 @@ def cache_dir() -> Path:
     return Path(base) / "ollama-spec"
 
 
-def canary_models() -> list[Path]:
-    """The tiny pair's target as Q4_0 and Q8_0 GGUFs, written once into the cache directory."""
+def canary_models(folder: Path) -> list[Path]:
+    """The tiny pair's target as Q4_0 and Q8_0 GGUFs, written once into `folder`."""
     from .synthetic.catalog import PAIRS
     from .synthetic.models import make_weights, write_gguf
     from .synthetic.tokenizer import build_vocabulary
 
     spec = PAIRS["tiny"]
-    folder = cache_dir() / "canary"
     paths = [folder / f"tiny-{dtype.lower()}.gguf" for dtype in CANARY_TYPES]
     if all(p.exists() for p in paths):
         return paths

@@ -144,6 +144,8 @@ def test_the_engine_loads_with_the_decision(repack, tiny_models, tiny_store):
     from ollama_spec.repack import cpu_features
     from ollama_spec.resolve import resolve_model
 
+    if repack and not decide_repack().enabled:
+        pytest.skip("the canary found llama.cpp's repacked path unsafe on this machine")
     target = resolve_model("tiny-target:q4_0", str(tiny_store))
     runtime.clear_log()
     with Engine(target, None, engine_settings(repack=repack)) as engine:
@@ -151,3 +153,13 @@ def test_the_engine_loads_with_the_decision(repack, tiny_models, tiny_store):
     extra = [line for line in runtime.recent_log() if "model buffer size" in line and "CPU_Mapped" not in line]
     expected = repack and model_needs(target.info, 2048, repack_features=cpu_features()).repacked > 0
     assert bool(extra) == expected, extra
+
+
+def test_an_unwritable_cache_still_gets_a_verdict(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder would be")  # unwritable even for root
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    runner = FakeRunner()
+    assert decide_repack(runner=runner, features=REPACKING_CPU).enabled and len(runner.calls) == 1
+    assert "ollama-spec-canary-" in runner.calls[0][-1]  # the models were written for this run only
+    assert decide_repack(runner=runner, features=REPACKING_CPU).source == "canary"  # nothing cached: asked again

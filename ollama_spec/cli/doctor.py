@@ -28,8 +28,11 @@ def doctor(as_json: bool) -> None:
       ollama-spec doctor
       ollama-spec doctor --json
     """
-    from .. import runtime  # loads llama.cpp: doctor is the one command that must
-
+    try:
+        from .. import runtime  # loads llama.cpp: doctor is the one command that must
+    except (ImportError, OSError, RuntimeError) as exc:
+        raise click.ClickException(f"llama-cpp-python cannot be loaded ({exc}); reinstall it: "
+                                   "pip install --force-reinstall llama-cpp-python") from None
     try:
         llama_version = version("llama-cpp-python")
     except PackageNotFoundError:
