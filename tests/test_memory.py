@@ -106,6 +106,29 @@ def test_one_gpu_layer_is_the_output_layer(llama_pair):
     assert needs.gpu_weights(81) == needs.weights
 
 
+_ASSIGNED = re.compile(r"layer +(\d+) assigned to device (\S+),")
+
+
+def _assigned_devices(path: Path, n_gpu_layers: int) -> dict[int, str]:
+    """llama.cpp's own per-layer placement, from its (debug) load log."""
+    runtime.clear_log()
+    with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=256, n_threads=1, n_gpu_layers=n_gpu_layers)):
+        pass
+    return {int(m.group(1)): m.group(2) for line in runtime.recent_log() if (m := _ASSIGNED.search(line))}
+
+
+def test_llama_cpp_logs_a_device_for_every_layer_and_the_output(tiny_store):
+    assigned = _assigned_devices(_tiny_path(tiny_store, "tiny-target"), 0)
+    assert assigned == dict.fromkeys(range(5), "CPU")  # 4 layers and the output layer (index 4)
+
+
+@pytest.mark.skipif(not runtime.gpu_offload_supported(), reason="a CPU-only llama.cpp puts every layer on the CPU")
+@pytest.mark.parametrize("n_gpu_layers", [1, 2, 4, 5])
+def test_placement_rule_is_what_llama_cpp_does(n_gpu_layers, tiny_store):
+    assigned = _assigned_devices(_tiny_path(tiny_store, "tiny-target"), n_gpu_layers)
+    assert {il for il, device in assigned.items() if device != "CPU"} == placement.gpu_layer_indices(4, n_gpu_layers)
+
+
 def _expected_gpu_layers(target, draft, n_ctx, usable: int) -> int:
     """The largest n_gpu_layers whose GPU share fits, from the placement rule: weights of the placed
     layers, KV of the repeating ones, the compute buffer and room for one offloaded matrix."""
