@@ -219,10 +219,11 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
     widths = [3 * ff + 4 * d + ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
               vocab + (3 if recurrent else 2) * d]
     compute = tokens * 4 * max(widths)
+    state = recurrent_state_bytes(info)
     return ModelNeeds(
         name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
-        file_weights=info.tensor_bytes, kv=kv_cache_bytes(info, n_ctx, kv_type) + recurrent_state_bytes(info),
-        recurrent=recurrent_state_bytes(info), compute=compute,
+        file_weights=info.tensor_bytes, kv=kv_cache_bytes(info, n_ctx, kv_type) + state, recurrent=state,
+        compute=compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
         layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,
         layer_repacked=tuple(repacked), output_repacked=output_repacked,
@@ -254,7 +255,8 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
     features = (cpu_features() if features is None else features) if repack else frozenset()
     plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features)
     plan = replace(plan, repack=repack)
-    suggestions = () if plan.verdict in (FULL_OFFLOAD, CPU_ONLY) else _suggestions(plan, target_info, draft_info, features)
+    done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)
+    suggestions = () if done else _suggestions(plan, target_info, draft_info, features)
     return replace(plan, suggestions=suggestions, warnings=tuple(warnings + notes))
 
 

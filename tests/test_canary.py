@@ -135,14 +135,14 @@ def test_a_failed_canary_is_said_once_and_check_plans_without_the_copy(invoke, t
 
 @pytest.mark.parametrize("repack", [True, False])
 def test_the_engine_loads_with_the_decision(repack, tiny_models, tiny_store):
-    """use_extra_bufts reaches llama.cpp: its extra buffers appear exactly when repacking is on and the CPU repacks Q4_0."""
-    from tests.conftest import engine_settings
-
+    """use_extra_bufts reaches llama.cpp: its extra buffers appear exactly when repacking is on and the CPU
+    repacks Q4_0."""
     from ollama_spec import runtime
     from ollama_spec.engine import Engine
     from ollama_spec.memory import model_needs
     from ollama_spec.repack import cpu_features
     from ollama_spec.resolve import resolve_model
+    from tests.conftest import engine_settings
 
     if repack and not decide_repack().enabled:
         pytest.skip("the canary found llama.cpp's repacked path unsafe on this machine")

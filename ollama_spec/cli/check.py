@@ -91,7 +91,8 @@ def _cache_line(plan: MemoryPlan, needs: ModelNeeds) -> str:
 
 def _model_lines(plan: MemoryPlan, needs: ModelNeeds) -> list[str]:
     if not plan.gpus:
-        repacked = [f"  repacked {format_bytes(needs.repacked):>12}  (llama.cpp's copy for this CPU's kernels; --no-repack skips it)"]
+        why = "(llama.cpp's copy for this CPU's kernels; --no-repack skips it)"
+        repacked = [f"  repacked {format_bytes(needs.repacked):>12}  {why}"]
         return [f"  weights  {format_bytes(needs.file_weights):>12}",
                 *(repacked if needs.repacked else []),
                 _cache_line(plan, needs),

@@ -82,7 +82,8 @@ def build_pair_store(
     vocab = build_vocabulary(spec.vocab_size, spec.n_merges)
     progress(f"generating weights for {spec.target_name} ({spec.description})")
     weights = make_weights(spec.arch, vocab.size, spec.recipe, spec.draft_layers)
-    models = [(spec.target_name, spec.arch.n_layer, spec.recipe.dtype), (spec.draft_name, spec.draft_layers, spec.recipe.dtype)]
+    dtype = spec.recipe.dtype
+    models = [(spec.target_name, spec.arch.n_layer, dtype), (spec.draft_name, spec.draft_layers, dtype)]
     models += [(f"{name}:{q.lower()}", n_layer, q) for q in spec.quantized for name, n_layer, _ in models[:2]]
     for name, n_layer, dtype in models:
         progress(f"writing {name} ({n_layer} layers, {dtype})")
