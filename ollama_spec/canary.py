@@ -153,7 +153,9 @@ def canary_models(folder: Path) -> list[Path]:
 
 
 def _run(command: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **{ENV_VAR: "1"})
+    package_root = str(Path(__file__).resolve().parent.parent)  # importable even when not installed
+    path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, **{ENV_VAR: "1", "PYTHONPATH": path})
     return subprocess.run(list(command), capture_output=True, text=True, timeout=timeout, env=env, check=False)
 
 
