@@ -140,3 +140,26 @@ def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):
     assert result.output.strip() == (
         f"Error: llama.cpp could not load {path}: error loading model: unknown model architecture: 'notanarch'"
     )
+
+
+def test_generate_loads_the_target_with_the_plans_layer_split(invoke, tiny_store, tiny_models, monkeypatch):
+    """With the check on, a pair that fits only partly loads the target with the plan's n_gpu_layers."""
+    from ollama_spec import engine, memory
+    from ollama_spec.devices import MIB, Device, system_ram
+
+    target, draft = (memory.model_needs(m.info, 2048) for m in tiny_models)
+    room = target.split(3, 1)[0] + draft.gpu_total  # 3 of the 5 target layers, and the whole draft
+    devices = [Device("GPU", "cuda", 64 * MIB, room), system_ram(8)]
+    monkeypatch.setattr(memory, "discover_devices", lambda: (devices, []))
+    loads = []
+    real_load = engine.Engine._load
+
+    def load(self, model, layers):
+        loads.append(layers)
+        return real_load(self, model, layers)
+
+    monkeypatch.setattr(engine.Engine, "_load", load)
+    result = invoke("generate", "tiny-target", "hi", "-d", "tiny-draft", "--ctx", "2048", "--threads", "1", "-n", "2",
+                    "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    assert loads == [3, -1]  # the target split as planned, the draft whole
