@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
+from .canary import decide_repack
 from .compat import load_kv_overrides
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings
@@ -36,13 +37,15 @@ class OllamaDraftModel(LlamaDraftModel):
     """Greedy drafts from an Ollama model; keeps its KV cache across calls (prefix reuse)."""
 
     def __init__(self, name: str, *, num_pred_tokens: int = 5, models_dir: str | None = None,
-                 n_ctx: int = 4096, n_gpu_layers: int = -1, n_threads: int | None = None):
+                 n_ctx: int = 4096, n_gpu_layers: int = -1, n_threads: int | None = None,
+                 repack: bool | None = None):
         resolved = resolve_model(name, models_dir)
         overrides = load_kv_overrides(resolved.info)
         self.name = resolved.name
         self.num_pred_tokens = num_pred_tokens
-        self.model = LoadedModel(Path(resolved.path), LoadSettings(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers,
-                                                                   n_threads=n_threads, kv_overrides=overrides))
+        settings = LoadSettings(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, kv_overrides=overrides,
+                                use_extra_bufts=decide_repack(repack).enabled)
+        self.model = LoadedModel(Path(resolved.path), settings)
         self._cached: list[int] = []  # tokens whose keys/values are in the draft's cache
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:

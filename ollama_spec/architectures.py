@@ -1,47 +1,31 @@
-"""Architecture families whose cache works differently from a per-token KV cache.
+"""Which GGUF architectures keep a recurrent state instead of (or beside) a per-token KV cache.
 
-The names are llama.cpp's (`llm_arch_is_recurrent` / `llm_arch_is_hybrid` in src/llama-arch.cpp,
-as `general.architecture` spells them). A recurrent model keeps one running state per sequence
-instead of one KV entry per token, so its cache cannot drop a suffix: speculative decoding, which
-drops the rejected drafts every step, cannot use it as target or draft. Hybrid models mix
-attention layers with recurrent ones and have the same limit.
+Copied from llama.cpp's `llm_arch_is_recurrent` / `llm_arch_is_hybrid` (src/llama-arch.cpp, as
+vendored by llama-cpp-python 0.3.36), by the `general.architecture` names its LLM_ARCH_NAMES
+table gives them. A recurrent cache cannot drop a suffix, so these models cannot roll back
+rejected drafts; their memory is sized differently (a fixed state per sequence).
 """
 
 from __future__ import annotations
 
-RECURRENT_ARCHITECTURES = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
-HYBRID_ARCHITECTURES = frozenset(
-    {
-        "jamba",
-        "falcon-h1",
-        "plamo2",
-        "granitehybrid",
-        "lfm2",
-        "lfm2moe",
-        "nemotron_h",
-        "nemotron_h_moe",
-        "qwen3next",
-        "kimi-linear",
-        "bailingmoe3",
-        "kimi-k3",
-        "glm5-next",
-        "qwen35",
-        "qwen35moe",
-        "qwen4exp",
-        "deepseek4",
-        "minimax-01",
-    }
-)
+RECURRENT_ARCHS = frozenset({"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"})
+HYBRID_ARCHS = frozenset({
+    "jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h", "nemotron_h_moe",
+    "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next", "qwen35", "qwen35moe", "qwen4exp",
+    "deepseek4", "minimax-01",
+})
 
 
-def is_recurrent(architecture: str) -> bool:
-    return architecture in RECURRENT_ARCHITECTURES
+def is_recurrent(arch: str | None) -> bool:
+    """Every layer keeps a recurrent state (Mamba, RWKV): no per-token KV cache at all."""
+    return arch in RECURRENT_ARCHS
 
 
-def is_hybrid(architecture: str) -> bool:
-    return architecture in HYBRID_ARCHITECTURES
+def is_hybrid(arch: str | None) -> bool:
+    """Some layers attend (per-token KV cache), the others keep a recurrent state (Jamba, LFM2, ...)."""
+    return arch in HYBRID_ARCHS
 
 
-def cannot_roll_back(architecture: str) -> bool:
-    """True when the model's cache cannot forget its last tokens (recurrent or hybrid)."""
-    return is_recurrent(architecture) or is_hybrid(architecture)
+def has_recurrent_state(arch: str | None) -> bool:
+    """Recurrent or hybrid: the cache cannot be cut back to an earlier position."""
+    return is_recurrent(arch) or is_hybrid(arch)

@@ -19,6 +19,7 @@ import llama_cpp
 
 from .k_policy import StepCosts
 from .proposers import Model
+from .user_cache import cache_dir
 
 CALIBRATION_REPEATS = 5
 CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a typical mid-answer position
@@ -103,7 +104,3 @@ def cost_key(target: Path, draft: Path | None, **setup) -> str:
     parts += [f"{name}={value}" for name, value in sorted(setup.items())]
     return " ".join(parts)
 
-
-def cache_dir() -> Path:
-    """$XDG_CACHE_HOME/ollama-spec, else ~/.cache/ollama-spec."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ollama-spec"

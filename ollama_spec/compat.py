@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .architectures import cannot_roll_back, is_recurrent
+from .architectures import has_recurrent_state, is_recurrent
 from .gguf_info import ModelInfo
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
@@ -34,7 +34,7 @@ def check_compatibility(target: ModelInfo, draft: ModelInfo) -> Compatibility:
         f"the {role} is a {'recurrent' if is_recurrent(info.architecture) else 'hybrid'} model "
         f"({info.architecture}) whose cache cannot drop rejected draft tokens; run it without a draft"
         for role, info in (("target", target), ("draft", draft))
-        if cannot_roll_back(info.architecture)
+        if has_recurrent_state(info.architecture)
     ]
     if target.vocab_type != draft.vocab_type:
         problems.append(f"vocabulary types differ: '{target.vocab_type}' in target, '{draft.vocab_type}' in draft")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
+from .canary import decide_repack
 from .chat import render_chat
 from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
 from .errors import IncompatibleDraft, InvalidSetting
@@ -38,6 +39,7 @@ class EngineSettings:
     n_threads: int | None = None
     kv_type: str = "f16"
     memory_check: bool = True
+    repack: bool | None = None  # llama.cpp's repacked CPU weights; None: canary.decide_repack chooses
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -91,8 +93,10 @@ class Engine:
             if not verdict.ok:
                 raise IncompatibleDraft(f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.problems))
         target_gpu_layers = settings.target_gpu_layers
+        self.repack = decide_repack(settings.repack)
         if settings.memory_check:
-            plan = plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type)
+            plan = plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type,
+                               repack=self.repack.enabled)
             ensure_fits(plan)
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
@@ -116,6 +120,7 @@ class Engine:
                 n_threads=self.settings.n_threads,
                 kv_overrides=load_kv_overrides(model.info),
                 kv_type=self.settings.kv_type,
+                use_extra_bufts=self.repack.enabled,
             ),
         )
 

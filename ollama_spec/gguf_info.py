@@ -35,6 +35,7 @@ _SCALAR_FORMATS = {
     GGUFValueType.FLOAT64: "d",
 }
 _READ_CHUNK = 1 << 20
+_MAX_NUMBER_ARRAY = 65536  # per-layer metadata arrays are kept (as tuples); longer ones are only counted
 
 
 @dataclass(frozen=True)
@@ -199,17 +200,21 @@ class _HeaderParser:
         start, self.pos = self.pos, self.pos + length
         return self.buf[start : self.pos].decode("utf-8", errors="replace") if decode else None
 
-    def _value(self, vtype: int, keep: bool) -> Any:
+    def _value(self, vtype: int, keep: bool, keep_numbers: bool = False) -> Any:
         if vtype == GGUFValueType.STRING:
             return self._string(keep)
         if vtype == GGUFValueType.ARRAY:
             item_type, count = self._unpack("I"), self._unpack("Q")
             if count > self.file_size:
                 raise CorruptGGUF(f"{self.path} has an array longer than the file itself")
-            if item_type in _SCALAR_FORMATS and item_type != GGUFValueType.BOOL:
+            if item_type in _SCALAR_FORMATS and (item_type != GGUFValueType.BOOL or keep_numbers):
                 fmt = _SCALAR_FORMATS[GGUFValueType(item_type)]
                 size = struct.calcsize(fmt) * count
                 self._need(size)
+                if keep_numbers and count <= _MAX_NUMBER_ARRAY:  # per-layer values (head_count_kv, ...)
+                    values = struct.unpack_from(f"{self.endian}{count}{fmt}", self.buf, self.pos)
+                    self.pos += size
+                    return tuple(values)
                 self.pos += size  # numeric arrays (token types, scores) are not needed
                 return count
             items = [self._value(item_type, keep) for _ in range(count)]
@@ -242,7 +247,7 @@ class _HeaderParser:
             vtype = self._unpack("I")
             # Of all arrays only the token texts are kept (draft compatibility needs them).
             keep = vtype != GGUFValueType.ARRAY or (key == TOKENS_KEY and self.read_vocab)
-            value = self._value(vtype, keep)
+            value = self._value(vtype, keep, keep_numbers=not key.startswith("tokenizer."))
             if isinstance(value, list):
                 tokens, value = tuple(value), len(value)
             metadata[key] = value
@@ -304,6 +309,8 @@ def _model_info(path, file_size, version, metadata, tokens, tensors, data_offset
 
     def arch_int(key: str) -> int | None:
         value = metadata.get(f"{arch}.{key}")
+        if isinstance(value, tuple) and value:  # a per-layer array: its largest value stands for the model
+            value = max(value)
         return int(value) if isinstance(value, (int, float)) else None
 
     def opt_int(key: str) -> int | None:

@@ -3,7 +3,9 @@
 Sizes come from GGUF headers only, with llama.cpp's own rules:
 - weights: under full offload every tensor goes to the GPU except `token_embd`, which llama.cpp
   always keeps on the CPU; a model with tied embeddings gets a GPU copy of it as its output matrix.
-- KV cache: layers x context x (K + V width) x element size; the context is padded to 256 cells.
+  Where weights stay on the CPU, llama.cpp may also keep a repacked copy of them (repack.py).
+- caches: kv_cache.py (a per-token KV cache for attention layers, a fixed recurrent state for
+  Mamba/RWKV layers); the context is padded to 256 cells.
 - compute buffer: what ggml's allocator reserves for the worst-case ubatch of T = min(ctx, 512)
   tokens with flash attention (llama.cpp's `auto` picks it on CUDA, Metal and CPU). Its peak is
   either inside a layer (the f16 attention mask, 3 ff-wide and 4 embedding-wide activations) or
@@ -19,11 +21,20 @@ from dataclasses import dataclass, replace
 from .devices import Device, discover_devices
 from .errors import CorruptGGUF, InsufficientMemory, InvalidSetting
 from .gguf_info import ModelInfo, format_bytes
+from .kv_cache import (
+    CTX_PAD,
+    KV_TYPES,
+    check_cache_shape,
+    kv_cache_bytes,
+    kv_type_problem,
+    layer_kv_widths,
+    padded,
+    recurrent_layers,
+    recurrent_state_bytes,
+)
+from .repack import cpu_features, repacked_bytes
 
-# bytes per block, values per block (ggml's f16, q8_0 and q4_0)
-KV_TYPES = {"f16": (2, 1), "q8_0": (34, 32), "q4_0": (18, 32)}
 N_UBATCH = 512  # llama.cpp's default n_ubatch, and runtime.LoadSettings' n_batch
-CTX_PAD = 256
 OUTPUT_ROWS = 16  # logits rows the speculative loop reads per step (K + 1), kept in RAM
 FULL_OFFLOAD, PARTIAL_OFFLOAD, CPU_ONLY, DOES_NOT_FIT = "full_offload", "partial_offload", "cpu_only", "does_not_fit"
 
@@ -37,13 +48,22 @@ class ModelNeeds:
     weights: int  # on the GPU under full offload
     host_weights: int  # token embeddings: in RAM even under full offload
     file_weights: int  # every tensor, as a CPU-only load maps them
-    kv: int
+    kv: int  # the KV cache of the attention layers plus the recurrent state (`recurrent`) of the others
     compute: int
     host_compute: int  # llama.cpp's host-side compute buffer when the model is on a GPU
     output_buffer: int
     layer_weights: tuple[int, ...]
     output_weights: int
     largest_layer_tensor: int
+    # llama.cpp's repacked second copy (AMX, CPU_REPACK) of the matrices kept on the CPU
+    layer_repacked: tuple[int, ...] = ()
+    output_repacked: int = 0
+    recurrent: int = 0
+
+    @property
+    def repacked(self) -> int:
+        """The repacked copy of every layer and the output, when the whole model is on the CPU."""
+        return sum(self.layer_repacked) + self.output_repacked
 
     @property
     def gpu_total(self) -> int:
@@ -51,28 +71,44 @@ class ModelNeeds:
 
     @property
     def cpu_total(self) -> int:
-        return self.file_weights + self.kv + self.compute + self.output_buffer
+        return self.file_weights + self.repacked + self.kv + self.compute + self.output_buffer
 
     def split(self, n_gpu_layers: int, n_gpus: int) -> tuple[int, int]:
-        """(GPU bytes, RAM bytes) with llama.cpp's n_gpu_layers: the output layer, then the last layers."""
+        """(GPU bytes, RAM bytes) with llama.cpp's n_gpu_layers (placement: gpu_weights)."""
         if n_gpu_layers > self.n_layer:
             gpu = self.gpu_total + self.compute * (n_gpus - 1)  # each GPU reserves its own compute buffer
             return gpu, self.host_weights + self.host_compute + self.output_buffer
         n_gpu_layers = max(n_gpu_layers, 0)
-        on_gpu = range(self.n_layer - max(n_gpu_layers - 1, 0), self.n_layer)
-        gpu_layers = sum(self.layer_weights[i] for i in on_gpu) + self.kv // self.n_layer * len(on_gpu)
-        output = self.output_weights if n_gpu_layers else 0
+        gpu_kv = self.kv // self.n_layer * max(n_gpu_layers - 1, 0)
+        gpu_weights = self.gpu_weights(n_gpu_layers)
         # Layers on the CPU need a CPU compute buffer, and for big batches llama.cpp copies their
         # weights to the GPU one matrix at a time (op offload): room for the largest one.
-        gpu = gpu_layers + output + self.compute * n_gpus + self.largest_layer_tensor
-        cpu_layers = sum(self.layer_weights) + self.kv - gpu_layers
-        host = self.host_weights + cpu_layers + self.output_weights - output + self.compute + self.output_buffer
+        gpu = gpu_weights + gpu_kv + self.compute * n_gpus + self.largest_layer_tensor
+        host = (self.host_weights + sum(self.layer_weights) + self.output_weights - gpu_weights + self.kv - gpu_kv
+                + self.cpu_repacked(n_gpu_layers) + self.compute + self.output_buffer)
         return gpu, host
+
+    def gpu_weights(self, n_gpu_layers: int) -> int:
+        """Weights on the GPU with this n_gpu_layers, placed as llama.cpp's load_tensors does: layer
+        il (0..n_layer, n_layer being the output layer) goes to the GPU when il >= n_layer + 1 -
+        n_gpu_layers. So 1 offloads the output layer alone, and each more adds the last repeating layer
+        still on the CPU; token_embd never moves."""
+        n_gpu_layers = min(max(n_gpu_layers, 0), self.n_layer + 1)
+        repeating = self.layer_weights[self.n_layer - max(n_gpu_layers - 1, 0):]
+        return sum(repeating) + (self.output_weights if n_gpu_layers else 0)
+
+    def cpu_repacked(self, n_gpu_layers: int) -> int:
+        """The repacked copy of what stays on the CPU with this n_gpu_layers (see split)."""
+        if n_gpu_layers > self.n_layer:
+            return 0
+        n_cpu_layers = self.n_layer - max(n_gpu_layers - 1, 0)
+        return sum(self.layer_repacked[:n_cpu_layers]) + (0 if n_gpu_layers > 0 else self.output_repacked)
 
     def to_json(self) -> dict:
         return {"name": self.name, "layers": self.n_layer, "weights": self.weights,
                 "host_weights": self.host_weights, "file_weights": self.file_weights, "kv_cache": self.kv,
-                "compute": self.compute, "gpu_total": self.gpu_total, "cpu_total": self.cpu_total}
+                "compute": self.compute, "repacked": self.repacked, "gpu_total": self.gpu_total,
+                "cpu_total": self.cpu_total}
 
 
 @dataclass(frozen=True)
@@ -90,6 +126,8 @@ class MemoryPlan:
     host_bytes: int
     suggestions: tuple[str, ...]
     warnings: tuple[str, ...]
+    repack: bool = True  # llama.cpp's extra CPU buffers are on (use_extra_bufts)
+    host_repacked: int = 0  # of host_bytes: the repacked copy of weights kept on the CPU
 
     @property
     def fits(self) -> bool:
@@ -138,48 +176,69 @@ class MemoryPlan:
             "target": self.target.to_json(), "draft": self.draft.to_json() if self.draft else None,
             "devices": [d.to_json() for d in self.devices],
             "suggestions": list(self.suggestions), "warnings": list(self.warnings),
+            "repack": self.repack, "host_repacked": self.host_repacked,
         }
 
 
-def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> int:
-    """K and V caches for `n_ctx` tokens (padded to 256 cells, as llama.cpp does)."""
-    block_bytes, block_values = KV_TYPES[kv_type]
-    n_layer, k_width, v_width = _kv_shape(info)
-    return n_layer * _padded(n_ctx) * (k_width + v_width) * block_bytes // block_values
+def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
+                repack_features: frozenset[str] = frozenset()) -> ModelNeeds:
+    """Weights, KV cache and compute buffers of one model at one context size.
 
-
-def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> ModelNeeds:
-    """Weights, KV cache and compute buffers of one model at one context size."""
-    n_layer, *_ = _kv_shape(info)
-    d, ff, vocab = info.embedding_length, info.feed_forward_length, info.vocab_size
+    `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
+    empty when they are off or the CPU layers' weights cannot go there.
+    """
+    check_cache_shape(info)
+    n_layer = info.block_count
+    d, vocab = info.embedding_length, info.vocab_size
+    attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
+    ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
     if not d or not ff or not vocab:
         raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
-    layers = [0] * n_layer
-    largest = host = output = 0
+    layers, repacked = [0] * n_layer, [0] * n_layer
+    largest = host = output = output_repacked = 0
+    tied = not any(t.name == "output.weight" for t in info.tensors)
     for tensor in info.tensors:
         parts = tensor.name.split(".")
         if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < n_layer:
             layers[int(parts[1])] += tensor.n_bytes
+            repacked[int(parts[1])] += repacked_bytes(tensor, repack_features)
             largest = max(largest, tensor.n_bytes)
         elif tensor.name == "token_embd.weight":
             host += tensor.n_bytes
+            # tied embeddings: llama.cpp loads token_embd again as the output matrix (and may repack that)
+            output_repacked += repacked_bytes(tensor, repack_features, as_output=True) if tied else 0
         else:
             output += tensor.n_bytes
-    if not any(t.name == "output.weight" for t in info.tensors):
-        output += host  # tied embeddings: llama.cpp duplicates token_embd as the GPU output matrix
-    ctx, tokens = _padded(n_ctx), min(_padded(n_ctx), N_UBATCH)
-    compute = tokens * 4 * max(3 * ff + 4 * d + ctx // 2, vocab + 2 * d)
+            output_repacked += repacked_bytes(tensor, repack_features)
+    if tied:
+        output += host  # llama.cpp duplicates token_embd as the GPU output matrix
+    ctx, tokens = padded(n_ctx), min(padded(n_ctx), N_UBATCH)
+    # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
+    # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
+    inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
+    widths = [3 * ff + 4 * d + ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
+              vocab + (3 if recurrent else 2) * d]
+    compute = tokens * 4 * max(widths)
+    state = recurrent_state_bytes(info)
     return ModelNeeds(
         name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
-        file_weights=info.tensor_bytes, kv=kv_cache_bytes(info, n_ctx, kv_type), compute=compute,
+        file_weights=info.tensor_bytes, kv=kv_cache_bytes(info, n_ctx, kv_type) + state, recurrent=state,
+        compute=compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
         layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,
+        layer_repacked=tuple(repacked), output_repacked=output_repacked,
     )
 
 
 def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str = "f16",
-                devices: Sequence[Device] | None = None) -> MemoryPlan:
-    """Plan where the target (and draft) go; `devices` defaults to this machine's (GPUs, then RAM)."""
+                devices: Sequence[Device] | None = None, *, repack: bool = True,
+                features: frozenset[str] | None = None) -> MemoryPlan:
+    """Plan where the target (and draft) go; `devices` defaults to this machine's (GPUs, then RAM).
+
+    `repack`: whether the models load with llama.cpp's extra CPU buffers (canary.decide_repack);
+    then the repacked copy of CPU weights is counted, by what llama.cpp reports of this machine's
+    CPU (`features`, repack.cpu_features()) unless other features are given.
+    """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
     notes: list[str] = []
@@ -193,8 +252,11 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
         "output quality may drop past it"
         for m in models if m.context_length and n_ctx > m.context_length
     ]
-    plan = _plan(target_info, draft_info, n_ctx, kv_type, devices)
-    suggestions = () if plan.verdict in (FULL_OFFLOAD, CPU_ONLY) else _suggestions(plan, target_info, draft_info)
+    features = (cpu_features() if features is None else features) if repack else frozenset()
+    plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features)
+    plan = replace(plan, repack=repack)
+    done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)
+    suggestions = () if done else _suggestions(plan, target_info, draft_info, features)
     return replace(plan, suggestions=suggestions, warnings=tuple(warnings + notes))
 
 
@@ -207,15 +269,23 @@ def ensure_fits(plan: MemoryPlan) -> None:
 
 
 def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str,
-          devices: tuple[Device, ...]) -> MemoryPlan:
-    target = model_needs(target_info, n_ctx, kv_type)
-    draft = model_needs(draft_info, n_ctx, kv_type) if draft_info is not None else None
+          devices: tuple[Device, ...], features: frozenset[str]) -> MemoryPlan:
     gpus = [d for d in devices if d.is_gpu]
+    # Beside a CUDA GPU, llama.cpp picks its pinned host buffer type for CPU weights before the
+    # extra buffers, then the mapped file (llama-model.cpp make_cpu_buft_list, llama-model-loader
+    # "avoid using a host buffer when using mmap"): nothing is repacked. Metal has no host buffer type.
+    if any(d.kind == "cuda" for d in gpus):
+        features = frozenset()
+    target = model_needs(target_info, n_ctx, kv_type, features)
+    draft = model_needs(draft_info, n_ctx, kv_type, features) if draft_info is not None else None
     host = next((d for d in devices if d.kind == "cpu"), None)
     host_free = host.usable if host else None  # no RAM given: only the GPU is checked
 
     def plan(verdict: str, gpu_layers: int | None, gpu_bytes: int, host_bytes: int) -> MemoryPlan:
-        return MemoryPlan(n_ctx, kv_type, target, draft, devices, verdict, gpu_layers, gpu_bytes, host_bytes, (), ())
+        repacked = target.repacked + (draft.repacked if draft else 0) if gpu_layers is None else (
+            target.cpu_repacked(gpu_layers if gpu_layers >= 0 else target.n_layer + 1))
+        return MemoryPlan(n_ctx, kv_type, target, draft, devices, verdict, gpu_layers, gpu_bytes, host_bytes, (), (),
+                          host_repacked=repacked)
 
     if not gpus:
         need = target.cpu_total + (draft.cpu_total if draft else 0)
@@ -234,13 +304,14 @@ def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_t
     return plan(DOES_NOT_FIT, None, full_gpu, draft_host + target.split(0, len(gpus))[1])
 
 
-def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo | None) -> tuple[str, ...]:
+def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo | None,
+                 features: frozenset[str]) -> tuple[str, ...]:
     goal = CPU_ONLY if not plan.gpus else FULL_OFFLOAD
     where = "in RAM" if goal == CPU_ONLY else "with full offload"
     suggestions = []
 
     def verdict(n_ctx: int, kv_type: str) -> MemoryPlan:
-        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices)
+        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features)
 
     low, high = 0, plan.n_ctx // CTX_PAD  # the largest multiple of 256 that reaches the goal
     while low < high:
@@ -256,6 +327,11 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
         elif other.verdict == PARTIAL_OFFLOAD and (plan.gpu_layers is None or other.gpu_layers > plan.gpu_layers):
             suggestions.append(f"--kv-type {kv_type} puts {other.gpu_layers} of {plan.target_layer_count} "
                                f"target layers on the GPU (KV caches {kv})")
+    if plan.host_repacked and plan.verdict == DOES_NOT_FIT:
+        without = _plan(target_info, draft_info, plan.n_ctx, plan.kv_type, plan.devices, frozenset())
+        if without.fits:
+            suggestions.append(f"--no-repack fits: it skips llama.cpp's repacked copy of the CPU weights "
+                               f"({format_bytes(plan.host_repacked)})")
     if plan.verdict == PARTIAL_OFFLOAD:
         suggestions.append(f"keep --ctx {plan.n_ctx} with n_gpu_layers={plan.gpu_layers} "
                            "(the other target layers run on the CPU, several times slower)")
@@ -267,15 +343,7 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
 def _smaller_kv_types(kv_type: str, models: list[ModelInfo]) -> list[str]:
     size = KV_TYPES[kv_type][0] / KV_TYPES[kv_type][1]
     return [name for name, (b, v) in KV_TYPES.items()
-            if b / v < size and all(_kv_type_problem(m, name) is None for m in models)]
-
-
-def _kv_type_problem(info: ModelInfo, kv_type: str) -> str | None:
-    block = KV_TYPES[kv_type][1]
-    if block > 1 and (info.head_dim or 0) % block:
-        return (f"--kv-type {kv_type} needs attention heads whose size is a multiple of {block}, but "
-                f"{info.name or info.path.name} has {info.head_dim}; use --kv-type f16")
-    return None
+            if b / v < size and all(kv_type_problem(m, name) is None for m in models)]
 
 
 def _check_settings(models: list[ModelInfo], n_ctx: int, kv_type: str) -> None:
@@ -284,19 +352,6 @@ def _check_settings(models: list[ModelInfo], n_ctx: int, kv_type: str) -> None:
     if kv_type not in KV_TYPES:
         raise InvalidSetting(f"unknown KV cache type {kv_type!r}: use one of {', '.join(KV_TYPES)}")
     for info in models:
-        _kv_shape(info)
-        if problem := _kv_type_problem(info, kv_type):
+        check_cache_shape(info)
+        if problem := kv_type_problem(info, kv_type):
             raise InvalidSetting(problem)
-
-
-def _kv_shape(info: ModelInfo) -> tuple[int, int, int]:
-    """(layers, K width, V width) of the KV cache."""
-    if not info.block_count or not info.head_count_kv or not info.head_dim:
-        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the layer count or attention head sizes "
-                          "needed to size the KV cache")
-    v_dim = info.metadata.get(f"{info.architecture}.attention.value_length") or info.head_dim
-    return info.block_count, info.head_dim * info.head_count_kv, int(v_dim) * info.head_count_kv
-
-
-def _padded(n_ctx: int) -> int:
-    return -(-n_ctx // CTX_PAD) * CTX_PAD

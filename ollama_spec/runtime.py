@@ -14,7 +14,8 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,24 @@ def gpu_offload_supported() -> bool:
     return bool(llama_cpp.llama_supports_gpu_offload())
 
 
+@contextmanager
+def extra_bufts_default(enabled: bool) -> Iterator[None]:
+    """Make `llama_cpp.Llama` (which has no such argument) load with use_extra_bufts = `enabled`."""
+    bindings = llama_cpp.llama_cpp  # the module llama.py calls it through, on each load
+    original = bindings.llama_model_default_params
+
+    def params():
+        p = original()
+        p.use_extra_bufts = enabled
+        return p
+
+    bindings.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = original
+
+
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 
 
@@ -78,6 +97,9 @@ class LoadSettings:
     n_batch: int = 512
     kv_overrides: tuple[tuple[str, str | int | float | bool], ...] = ()
     kv_type: str = "f16"  # KV cache element type: f16, q8_0 or q4_0 (quantized needs flash attention)
+    # llama.cpp's extra CPU buffers (AMX, CPU_REPACK): a repacked second copy of CPU weights,
+    # faster for some batch sizes, fatal on some machines (see canary.py).
+    use_extra_bufts: bool = True
 
 
 class LoadedModel:
@@ -89,6 +111,7 @@ class LoadedModel:
         mark = _LOGGED
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
+        model_params.use_extra_bufts = settings.use_extra_bufts
         self._overrides = _kv_override_array(settings.kv_overrides)
         if self._overrides is not None:
             model_params.kv_overrides = self._overrides

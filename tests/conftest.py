@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,16 +11,39 @@ from click.testing import CliRunner
 from ollama_spec.synthetic import build_pair_store
 
 
+@pytest.fixture(scope="session")
+def user_cache(tmp_path_factory) -> Path:
+    """One cache directory per session: the repack canary runs at most once."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_user_paths(tmp_path, monkeypatch):
-    """No test may see the real ~/.ollama or OLLAMA_MODELS."""
+def isolated_user_paths(tmp_path, monkeypatch, user_cache):
+    """No test may see the real ~/.ollama, OLLAMA_MODELS or the user's cache."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache))
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("OLLAMA_SPEC_REPACK", raising=False)
     return home
+
+
+@pytest.fixture(scope="session")
+def sparse_dir(tmp_path_factory) -> Path:
+    """A folder whose files keep holes: header-only 40 GB models take kilobytes. Skips where they wouldn't."""
+    root = tmp_path_factory.mktemp("sparse")
+    probe = root / "probe"
+    with open(probe, "wb") as f:
+        f.write(b"GGUF")
+        f.truncate(256 << 20)
+    allocated = getattr(os.stat(probe), "st_blocks", None)
+    probe.unlink()
+    if allocated is None or allocated * 512 >= 64 << 20:
+        pytest.skip("this filesystem writes out sparse files in full; header-only 40 GB model tests skipped")
+    return root
 
 
 @pytest.fixture(scope="session")

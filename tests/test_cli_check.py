@@ -3,14 +3,17 @@ import json
 import pytest
 
 from ollama_spec import memory
-from ollama_spec.devices import MIB, Device, nvidia_gpu, system_ram
+from ollama_spec.devices import CUDA_RESERVE, GIB, MIB, Device, nvidia_gpu, system_ram
+from ollama_spec.gguf_info import format_bytes
 
 
 @pytest.fixture
 def machine(monkeypatch):
-    """Plan for the devices a test sets, never for the machine the tests run on."""
+    """Plan for the devices and CPU a test sets, never for the machine the tests run on."""
     devices: list[Device] = [nvidia_gpu(8), system_ram(32)]
     monkeypatch.setattr(memory, "discover_devices", lambda: (list(devices), []))
+    monkeypatch.setattr(memory, "cpu_features", lambda: frozenset())
+    monkeypatch.setenv("OLLAMA_SPEC_REPACK", "1")  # no canary run: these tests are about the plan
     return devices
 
 
@@ -53,7 +56,7 @@ def test_does_not_fit_exits_1_with_the_verdict(invoke, tiny_store, machine):
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["fits"] is False
 
 
-def test_no_gpu_plans_for_ram_and_says_why(invoke, tiny_store, monkeypatch):
+def test_no_gpu_plans_for_ram_and_says_why(invoke, tiny_store, monkeypatch, machine):
     note = "no GPU found: planning for CPU RAM"
     monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(16)], [note]))
     result = invoke("check", "tiny-target", "--models-dir", tiny_store)
@@ -62,16 +65,39 @@ def test_no_gpu_plans_for_ram_and_says_why(invoke, tiny_store, monkeypatch):
     assert result.stderr == f"warning: {note}\n"
 
 
-def test_layer_split_for_a_70b_shape(invoke, tmp_path, machine):
+def test_layer_split_for_a_70b_shape(invoke, sparse_dir, machine):
+    from ollama_spec.gguf_info import read_model_info
     from ollama_spec.synthetic.models import Architecture
     from ollama_spec.synthetic.shapes import write_shape_only_gguf
 
+    from .test_memory import _expected_gpu_layers
+
     arch = Architecture(n_embd=8192, n_layer=80, n_head=64, n_kv_head=8, n_ff=28672, context_length=131072)
-    write_shape_only_gguf(tmp_path / "big.gguf", name="big", arch=arch, vocab_size=128256)
+    path = sparse_dir / "check-70b.gguf"
+    write_shape_only_gguf(path, name="big", arch=arch, vocab_size=128256)
     machine[:] = [nvidia_gpu(24), system_ram(64)]
-    result = invoke("check", tmp_path / "big.gguf", "--ctx", "8192")
+    result = invoke("check", path, "--ctx", "8192")
     assert result.exit_code == 0
-    assert "verdict: fits only with 47 of 81 target layers on the GPU (n_gpu_layers=47)" in result.stdout
+    layers = _expected_gpu_layers(read_model_info(path, read_vocab=False), None, 8192, 24 * GIB - CUDA_RESERVE)
+    assert f"verdict: fits only with {layers} of 81 target layers on the GPU (n_gpu_layers={layers})" in result.stdout
+
+
+def test_repacked_copy_is_counted_and_said(invoke, tiny_store, machine, monkeypatch):
+    machine[:] = [system_ram(16)]
+    monkeypatch.setattr(memory, "cpu_features", lambda: frozenset({"AVX2", "REPACK"}))
+    q4 = invoke("check", "tiny-target:q4_0", "--ctx", "512", "--models-dir", tiny_store)
+    assert q4.exit_code == 0
+    # every layer matrix and the output matrix: 213,568 - 512 x 64 embeddings - 9 x 64 norms values, Q4_0
+    repacked = (213_568 - 512 * 64 - 9 * 64) // 32 * 18
+    assert f"  repacked {format_bytes(repacked):>12}  (llama.cpp's copy for this CPU's kernels; --no-repack skips it)" \
+        in q4.stdout.splitlines()
+    without = invoke("check", "tiny-target:q4_0", "--ctx", "512", "--no-repack", "--json", "--models-dir", tiny_store)
+    data = json.loads(without.stdout)
+    assert data["host_repacked"] == 0 and data["repack"] is False
+    assert data["repack_decision"] == {"enabled": False, "source": "--repack/--no-repack",
+                                       "detail": "forced on the command line"}
+    q8 = invoke("check", "tiny-target:q8_0", "--ctx", "512", "--models-dir", tiny_store)
+    assert "repacked" not in q8.stdout  # AVX2 has no Q8_0 kernel
 
 
 def test_context_beyond_training_warns_and_continues(invoke, tiny_store, machine):

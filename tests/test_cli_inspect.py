@@ -5,7 +5,7 @@ from ollama_spec import __version__
 
 def test_version_and_help(invoke):
     assert invoke("--version").output.strip() == f"ollama-spec, version {__version__}"
-    for command in ([], ["list"], ["show"], ["pair"], ["demo-store"], ["generate"], ["check"], ["bench"]):
+    for command in ([], ["list"], ["show"], ["pair"], ["demo-store"], ["generate"], ["check"], ["bench"], ["doctor"]):
         result = invoke(*command, "-h")
         assert result.exit_code == 0 and "Examples:" in result.output
 
@@ -15,8 +15,9 @@ def test_list_table(invoke, tiny_store):
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["NAME", "SIZE", "ARCH", "PARAMS", "QUANT"]
-    assert lines[3].split()[0] == "tiny-target:latest"
-    assert lines[3].split()[-3:] == ["llama", "213.6K", "F32"]
+    rows = {line.split()[0]: line.split()[-3:] for line in lines[1:]}
+    assert rows["tiny-target:latest"] == ["llama", "213.6K", "F32"]
+    assert rows["tiny-target:q8_0"] == ["llama", "213.6K", "Q8_0"] and rows["tiny-draft:q4_0"][-1] == "Q4_0"
     assert f"store: {tiny_store} (from --models-dir)" in result.stderr
 
 
@@ -24,8 +25,10 @@ def test_list_json_uses_env(invoke, tiny_store, monkeypatch):
     monkeypatch.setenv("OLLAMA_MODELS", str(tiny_store))
     data = json.loads(invoke("list", "--json").stdout)
     assert data["store_source"] == "OLLAMA_MODELS"
-    assert [m["name"] for m in data["models"]] == ["tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"]
-    assert data["models"][2]["parameter_count"] == 213568
+    assert [m["name"] for m in data["models"]] == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0",
+                                                   "tiny-draft:q8_0", "tiny-target:latest", "tiny-target:q4_0",
+                                                   "tiny-target:q8_0"]
+    assert data["models"][4]["parameter_count"] == 213568
 
 
 def test_show(invoke, tiny_store):
@@ -87,6 +90,7 @@ def test_pair_takes_gguf_paths(invoke, tiny_models, tmp_path):
 def test_demo_store_builds_tiny_pair(invoke, tmp_path):
     result = invoke("demo-store", tmp_path / "demo", "--tiny-only")
     assert result.exit_code == 0
-    assert "tiny-target, tiny-draft, tiny-alien" in result.stdout
+    assert ("tiny-target, tiny-draft, tiny-target:q8_0, tiny-draft:q8_0, tiny-target:q4_0, tiny-draft:q4_0, "
+            "tiny-alien") in result.stdout
     assert not [p for p in (tmp_path / "demo" / "blobs").iterdir() if not p.name.startswith("sha256-")]
     assert not [p for p in (tmp_path / "demo").iterdir() if p.name.startswith(".staging")]

@@ -29,8 +29,8 @@ def test_reads_the_synthetic_target_header(tiny_store):
     assert info.tensor_bytes == 213_568 * 4  # F32
 
 
-def test_header_only_read_of_a_sparse_40_gb_model(tmp_path, monkeypatch):
-    path = tmp_path / "llama70b.gguf"
+def test_header_only_read_of_a_sparse_40_gb_model(sparse_dir, monkeypatch):
+    path = sparse_dir / "llama70b.gguf"
     size = write_shape_only_gguf(path, name="llama3.1-70b", arch=LLAMA_70B, vocab_size=128256, n_merges=280147)
     assert size > 35 << 30  # the file claims ~37 GiB of Q4_K_M weights ...
     header_size = path.stat().st_blocks * 512  # ... but only the header occupies disk

@@ -60,8 +60,8 @@ def test_the_linux_service_store_is_found_last(service_store, isolated_user_path
     assert find_store_root(None, {}) == StoreRoot(service_store, "the Ollama service store")
     listed = invoke("list")
     assert listed.exit_code == 0, listed.output
-    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == [
-        "tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"]
+    names = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert names == sorted(names) and {"tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"} <= set(names)
     generated = invoke("generate", "tiny-target", "hi", "--no-check", "--threads", "1", "-n", "2", "--json")
     assert generated.exit_code == 0, generated.output
     home = isolated_user_paths / ".ollama" / "models"
@@ -121,7 +121,8 @@ def test_unknown_model_suggests_pull(tiny_store):
 
 def test_list_models(tiny_store):
     names = [m.name for m in Store(find_store_root(tiny_store)).models()]
-    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"]
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
+                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
 
 
 @pytest.mark.parametrize("digest", ["sha256:../../etc/passwd", "md5:abc", "sha256:" + "A" * 64, "sha256:" + "a" * 63])

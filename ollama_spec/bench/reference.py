@@ -16,10 +16,11 @@ from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
 from ..adapter import OllamaDraftModel
+from ..canary import decide_repack
 from ..compat import load_kv_overrides
 from ..errors import ModelLoadError
 from ..resolve import ResolvedModel
-from ..runtime import default_threads
+from ..runtime import default_threads, extra_bufts_default
 from .prompts import Prompt
 from .runner import Progress, sampling_for
 from .samples import LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
@@ -56,7 +57,7 @@ def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str |
     threads = settings.n_threads or default_threads()  # the engine's default too
     rows = []
     draft = OllamaDraftModel(draft_name, num_pred_tokens=k, models_dir=models_dir, n_ctx=settings.context,
-                             n_threads=threads)
+                             n_threads=threads, repack=settings.repack)
     try:
         rows.append(_run_row(Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), target,
                              CountingDraft(draft), prompts, prompt_tokens, settings, threads, progress))
@@ -72,9 +73,10 @@ def _run_row(row: Row, target: ResolvedModel, draft: CountingDraft, prompts: Seq
              prompt_tokens: dict[str, list[int]], settings: BenchSettings, threads: int, progress: Progress) -> Row:
     overrides = dict(load_kv_overrides(target.info))
     try:
-        llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
-                    n_threads_batch=threads, seed=settings.seed, draft_model=draft, logits_all=True,
-                    kv_overrides=overrides or None, verbose=False)
+        with extra_bufts_default(decide_repack(settings.repack).enabled):
+            llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
+                        n_threads_batch=threads, seed=settings.seed, draft_model=draft, logits_all=True,
+                        kv_overrides=overrides or None, verbose=False)
     except ValueError as exc:
         raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None
     try:

@@ -64,7 +64,7 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
                     progress: Progress = lambda label: None) -> EngineRun:
     """Warm up, calibrate step costs, then time target alone and each K over runs x prompts."""
     engine_settings = EngineSettings(n_ctx=settings.context, n_threads=settings.n_threads,
-                                     memory_check=settings.memory_check)
+                                     memory_check=settings.memory_check, repack=settings.repack)
     with Engine(target, draft, engine_settings) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
         if settings.auto:

@@ -27,6 +27,7 @@ class BenchSettings:
     n_threads: int | None = None
     n_ctx: int | None = None  # None: room for the prompt and max_tokens
     memory_check: bool = True
+    repack: bool | None = None  # llama.cpp's repacked CPU weights (None: canary.decide_repack)
 
     def __post_init__(self) -> None:
         if not self.ks or any(k < 1 for k in self.ks):

@@ -3,6 +3,7 @@
 from . import check, generate, inspect  # noqa: F401  (each module registers its commands on `cli`)
 from . import bench  # noqa: F401  (registers `bench`)
 from . import pull  # noqa: F401  (registers `pull`)
+from . import doctor  # noqa: F401  (registers `doctor`)
 from .main import cli
 
 

@@ -16,7 +16,7 @@ from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..store import Store, find_store_root
 from .main import cli
-from .options import models_dir_option
+from .options import decide_repack_for_cli, models_dir_option, repack_option
 
 
 @cli.command()
@@ -42,10 +42,11 @@ from .options import models_dir_option
 @click.option("--warmup/--no-warmup", default=True, show_default=True,
               help="One short unrecorded generation per row before timing.")
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
+@repack_option
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, ngram, warmup,
-          no_check, verbose, models_dir) -> None:
+          no_check, repack, verbose, models_dir) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -71,8 +72,9 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
     if not draft:
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     fixed_ks, auto = parse_k_list(ks)
-    settings = BenchSettings(ks=fixed_ks, auto=auto, ngram=ngram, max_tokens=max_tokens, runs=runs, temperature=temperature,
-                             seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx, memory_check=not no_check)
+    settings = BenchSettings(ks=fixed_ks, auto=auto, ngram=ngram, max_tokens=max_tokens, runs=runs,
+                             temperature=temperature, seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx,
+                             memory_check=not no_check, repack=decide_repack_for_cli(repack).enabled)
     store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
     target_model = resolve_model(target, store=store)
     draft_model = resolve_model(draft, store=store)

@@ -9,7 +9,7 @@ from ..gguf_info import ModelInfo, format_bytes
 from ..memory import KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
 from ..resolve import resolve_model
 from .main import cli
-from .options import echo_json, json_option, models_dir_option
+from .options import decide_repack_for_cli, echo_json, json_option, models_dir_option, repack_option
 
 
 @cli.command()
@@ -18,9 +18,11 @@ from .options import echo_json, json_option, models_dir_option
 @click.option("--ctx", type=int, help=f"Context length in tokens (default: TARGET's num_ctx, else {DEFAULT_CTX}).")
 @click.option("--kv-type", type=click.Choice(list(KV_TYPES)), default="f16", show_default=True,
               help="KV cache element type.")
+@repack_option
 @json_option
 @models_dir_option
-def check(target: str, draft: str | None, ctx: int | None, kv_type: str, as_json: bool, models_dir: str | None) -> None:
+def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack: bool | None, as_json: bool,
+          models_dir: str | None) -> None:
     """Check that TARGET (and --draft) fit in GPU memory before loading anything.
 
     Reads only GGUF headers: weights, KV cache and compute buffers per model, the free memory of
@@ -37,11 +39,14 @@ def check(target: str, draft: str | None, ctx: int | None, kv_type: str, as_json
     target_model = resolve_model(target, models_dir)
     draft_model = resolve_model(draft, models_dir) if draft else None
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
-    plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type)
+    decision = decide_repack_for_cli(repack)
+    plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type,
+                       repack=decision.enabled)
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
         data = plan.to_json()
+        data["repack_decision"] = decision.to_json()
         data["target"]["model"] = target_model.name
         if draft_model:
             data["draft"]["model"] = draft_model.name
@@ -69,19 +74,32 @@ def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[s
     for device in plan.devices:
         kept = f", {format_bytes(device.reserve)} kept for the driver" if device.reserve else ""
         lines.append(f"  {device.name:<28} {format_bytes(device.free):>10} free of {format_bytes(device.total)}{kept}")
+    if plan.host_repacked and plan.gpus:  # CPU-only plans show it per model
+        lines.append(f"repacked: {format_bytes(plan.host_repacked)} in RAM counted for llama.cpp's repacked copy of "
+                     "the CPU weights (this CPU has kernels for their types; --no-repack skips it)")
     lines.append(f"verdict: {plan.summary}")
     lines += [f"  try: {suggestion}" for suggestion in plan.suggestions]
     return lines
 
 
+def _cache_line(plan: MemoryPlan, needs: ModelNeeds) -> str:
+    if needs.recurrent and needs.recurrent == needs.kv:  # Mamba, RWKV: no per-token cache at all
+        return f"  state    {format_bytes(needs.kv):>12}  (recurrent, the same at any context)"
+    state = f"; {format_bytes(needs.recurrent)} of it recurrent state" if needs.recurrent else ""
+    return f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type}{state})"
+
+
 def _model_lines(plan: MemoryPlan, needs: ModelNeeds) -> list[str]:
     if not plan.gpus:
+        why = "(llama.cpp's copy for this CPU's kernels; --no-repack skips it)"
+        repacked = [f"  repacked {format_bytes(needs.repacked):>12}  {why}"]
         return [f"  weights  {format_bytes(needs.file_weights):>12}",
-                f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type})",
+                *(repacked if needs.repacked else []),
+                _cache_line(plan, needs),
                 f"  compute  {format_bytes(needs.compute):>12}",
                 f"  total    {format_bytes(needs.cpu_total):>12}  in RAM"]
     embeddings = f"(+ {format_bytes(needs.host_weights)} token embeddings, kept in RAM)"
     return [f"  weights  {format_bytes(needs.weights):>12}  {embeddings}",
-            f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type})",
+            _cache_line(plan, needs),
             f"  compute  {format_bytes(needs.compute):>12}",
             f"  total    {format_bytes(needs.gpu_total):>12}  on the GPU with full offload"]

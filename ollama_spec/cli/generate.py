@@ -7,14 +7,23 @@ import sys
 
 import click
 
-from ..engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, EngineSettings, Generation, Request, Result
+from ..engine import (
+    DEFAULT_CTX,
+    DEFAULT_MAX_TOKENS,
+    NEAR_TIE_LOGITS,
+    Engine,
+    EngineSettings,
+    Generation,
+    Request,
+    Result,
+)
 from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..proposers import DEFAULT_NGRAM_SIZE
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .main import cli
-from .options import DraftLength, models_dir_option
+from .options import DraftLength, decide_repack_for_cli, models_dir_option, repack_option
 
 NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft model
 
@@ -71,6 +80,7 @@ NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft mod
     help="KV cache element type (q8_0 halves the cache; quantized caches use flash attention).",
 )
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
+@repack_option
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
     "--compare",
@@ -102,6 +112,7 @@ def generate(
     threads,
     kv_type,
     no_check,
+    repack,
     stats,
     compare,
     as_json,
@@ -153,6 +164,7 @@ def generate(
         n_threads=threads,
         kv_type=kv_type,
         memory_check=not no_check,
+        repack=decide_repack_for_cli(repack).enabled,
     )
     if compare and draft is None:
         raise click.UsageError("--compare needs --draft")

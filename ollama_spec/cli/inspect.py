@@ -227,7 +227,8 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
 def demo_store(directory: str | None, tiny_only: bool) -> None:
     """Build the synthetic demo models into an Ollama-layout store at DIRECTORY.
 
-    Models: tiny-target, tiny-draft, tiny-alien (incompatible vocabulary) and, unless
+    Models: tiny-target, tiny-draft, their Q8_0 and Q4_0 versions (tiny-target:q8_0, ...),
+    tiny-alien (incompatible vocabulary) and, unless
     --tiny-only, synth-target (0.6B parameters, F16) with synth-draft. Deterministic; models
     that already exist are kept.
 

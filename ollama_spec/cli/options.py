@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..canary import RepackDecision, decide_repack
 from ..store import Store, find_store_root
 
 models_dir_option = click.option(
@@ -17,6 +18,20 @@ models_dir_option = click.option(
     "then /usr/share/ollama/.ollama/models).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+repack_option = click.option(
+    "--repack/--no-repack",
+    default=None,
+    help="Use llama.cpp's repacked copy of CPU weights (AMX, AVX2, Arm kernels) or not "
+    "(default: $OLLAMA_SPEC_REPACK, else on where a one-time test run on this machine passed).",
+)
+
+
+def decide_repack_for_cli(force: bool | None) -> RepackDecision:
+    """The repack decision; says on stderr, once, when a fresh canary run turned repacking off."""
+    decision = decide_repack(force)
+    if decision.note:
+        click.echo(f"note: {decision.note}", err=True)
+    return decision
 
 
 def open_store(models_dir: str | None) -> Store:

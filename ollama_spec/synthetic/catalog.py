@@ -25,6 +25,14 @@ class PairSpec:
     n_merges: int
     recipe: WeightRecipe
     description: str
+    # Also written as `name:q8_0`-style tags with these weight types (the same weights, quantized).
+    quantized: tuple[str, ...] = ()
+
+    def names(self) -> list[str]:
+        """Target and draft, then each quantized target and draft."""
+        return [self.target_name, self.draft_name] + [
+            f"{name}:{q.lower()}" for q in self.quantized for name in (self.target_name, self.draft_name)
+        ]
 
 
 def _recipe(seed: int, vocab_size: int, n_merges: int, **kwargs) -> WeightRecipe:
@@ -44,6 +52,7 @@ PAIRS: dict[str, PairSpec] = {
         n_merges=200,
         recipe=_recipe(1, 512, 200, residual_scale=0.12),
         description="tiny F32 pair for tests (builds in well under a second)",
+        quantized=("Q8_0", "Q4_0"),  # llama.cpp repacks these on some CPUs (AMX, AVX2, Arm)
     ),
     "bench": PairSpec(
         target_name="synth-target",
@@ -67,20 +76,20 @@ def build_pair_store(
     """Build one pair (and for `tiny` also the incompatible draft) into `root`; return names."""
     spec = PAIRS[pair]
     root.mkdir(parents=True, exist_ok=True)
-    names = [spec.target_name, spec.draft_name] + ([ALIEN_NAME] if pair == "tiny" else [])
+    names = spec.names() + ([ALIEN_NAME] if pair == "tiny" else [])
     if skip_existing and all(_manifest(root, name).exists() for name in names):
         return names
     vocab = build_vocabulary(spec.vocab_size, spec.n_merges)
     progress(f"generating weights for {spec.target_name} ({spec.description})")
     weights = make_weights(spec.arch, vocab.size, spec.recipe, spec.draft_layers)
-    models = [(spec.target_name, spec.arch.n_layer), (spec.draft_name, spec.draft_layers)]
-    for name, n_layer in models:
-        progress(f"writing {name} ({n_layer} layers)")
+    dtype = spec.recipe.dtype
+    models = [(spec.target_name, spec.arch.n_layer, dtype), (spec.draft_name, spec.draft_layers, dtype)]
+    models += [(f"{name}:{q.lower()}", n_layer, q) for q in spec.quantized for name, n_layer, _ in models[:2]]
+    for name, n_layer, dtype in models:
+        progress(f"writing {name} ({n_layer} layers, {dtype})")
         with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as tmp:
             path = Path(tmp) / "model.gguf"
-            write_gguf(
-                path, name=name, arch=spec.arch, n_layer=n_layer, vocab=vocab, weights=weights, dtype=spec.recipe.dtype
-            )
+            write_gguf(path, name=name, arch=spec.arch, n_layer=n_layer, vocab=vocab, weights=weights, dtype=dtype)
             write_model(root, name, path)
     if pair == "tiny":
         alien_vocab = build_vocabulary(*ALIEN_VOCAB)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter, LlamaFileType
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
 
 from .tokenizer import BOS, EOS, EOT, Vocabulary
 
@@ -25,7 +25,10 @@ LLAMA3_CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
-FILE_TYPES = {"F32": LlamaFileType.ALL_F32, "F16": LlamaFileType.MOSTLY_F16}
+FILE_TYPES = {"F32": LlamaFileType.ALL_F32, "F16": LlamaFileType.MOSTLY_F16,
+              "Q8_0": LlamaFileType.MOSTLY_Q8_0, "Q4_0": LlamaFileType.MOSTLY_Q4_0}
+# Quantized files: every matrix through the gguf package's own quantizer; norms stay F32.
+QUANTIZED = {"Q8_0": GGMLQuantizationType.Q8_0, "Q4_0": GGMLQuantizationType.Q4_0}
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Architecture:
 @dataclass(frozen=True)
 class WeightRecipe:
     seed: int
-    dtype: str = "F32"  # "F32" or "F16" (F16 makes a CPU target memory-bound, like a GPU)
+    dtype: str = "F32"  # "F32" or "F16" (F16 makes a CPU target memory-bound, like a GPU); see write_gguf
     residual_scale: float = 0.1  # size of the target-only layers' updates
     logit_std: float = 4.0
     # (after_token, eot_token): the model tends to end its turn right after `after_token`,
@@ -119,6 +122,21 @@ def new_llama_writer(path: Path, name: str, arch: Architecture, n_layer: int, fi
     return writer
 
 
+def add_vocabulary(writer: GGUFWriter, vocab: Vocabulary, *, llama3_metadata_gap: bool = False) -> None:
+    """The byte-level BPE vocabulary and its special token ids (see write_gguf for the gap)."""
+    writer.add_vocab_size(vocab.size)
+    writer.add_tokenizer_model("gpt2")
+    if not llama3_metadata_gap:
+        writer.add_tokenizer_pre("llama-bpe")
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_token_merges(list(vocab.merges))
+    writer.add_bos_token_id(vocab.id_of(BOS))
+    writer.add_eos_token_id(vocab.id_of(EOS))
+    if not llama3_metadata_gap:
+        writer.add_eot_token_id(vocab.id_of(EOT))
+
+
 def write_gguf(
     path: Path,
     *,
@@ -131,30 +149,24 @@ def write_gguf(
     chat_template: str | None = LLAMA3_CHAT_TEMPLATE,
     llama3_metadata_gap: bool = False,
 ) -> None:
-    """Write a llama GGUF using the first `n_layer` blocks of `weights`.
+    """Write a llama GGUF using the first `n_layer` blocks of `weights`, stored as `dtype` (FILE_TYPES).
 
     `llama3_metadata_gap` reproduces some published Llama 3 GGUFs: no `tokenizer.ggml.pre`, no
     EOT id, and EOS pointing at `<|end_of_text|>`.
     """
     writer = new_llama_writer(path, name, arch, n_layer, FILE_TYPES[dtype])
-    writer.add_vocab_size(vocab.size)
-    writer.add_tokenizer_model("gpt2")
-    if not llama3_metadata_gap:
-        writer.add_tokenizer_pre("llama-bpe")
-    writer.add_token_list(list(vocab.tokens))
-    writer.add_token_types(list(vocab.token_types))
-    writer.add_token_merges(list(vocab.merges))
-    writer.add_bos_token_id(vocab.id_of(BOS))
-    writer.add_eos_token_id(vocab.id_of(EOS))
-    if not llama3_metadata_gap:
-        writer.add_eot_token_id(vocab.id_of(EOT))
+    add_vocabulary(writer, vocab, llama3_metadata_gap=llama3_metadata_gap)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     if chat_template:
         writer.add_chat_template(chat_template)
     for tensor_name, array in weights.items():
         if not tensor_name.startswith("blk.") or int(tensor_name.split(".")[1]) < n_layer:
-            writer.add_tensor(tensor_name, array)
+            if dtype in QUANTIZED and array.ndim == 2:
+                qtype = QUANTIZED[dtype]
+                writer.add_tensor(tensor_name, quants.quantize(array.astype(np.float32), qtype), raw_dtype=qtype)
+            else:
+                writer.add_tensor(tensor_name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
