@@ -18,5 +18,5 @@ if [ ! -d "$src/llama_cpp_python-$version/vendor/llama.cpp" ]; then
 fi
 cmake -S "$src/llama_cpp_python-$version/vendor/llama.cpp" -B "$out" -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF ${CMAKE_ARGS:-} >/dev/null
-cmake --build "$out" --target llama-speculative-simple llama-cli -j "$(nproc)" >/dev/null
+cmake --build "$out" --target llama-speculative-simple -j "$(nproc)" >/dev/null
 echo "built $out/bin/llama-speculative-simple (llama.cpp from llama-cpp-python $version)"

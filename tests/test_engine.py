@@ -141,3 +141,21 @@ def test_stop_strings_match_special_tokens_which_are_never_shown(baseline_engine
         assert stopped.result.finish_reason == "stop"
         assert stopped.result.tokens == generation.result.tokens[: position + 1]
         assert text.startswith(stopped.result.text) and stopped.result.text
+
+
+def test_a_recurrent_model_runs_alone_and_is_refused_as_a_pair(tmp_path, tiny_models):
+    """Mamba's cache can only be emptied: alone it generates (twice, so the reset works), with a draft it is refused."""
+    from ollama_spec.errors import IncompatibleDraft
+    from ollama_spec.resolve import resolve_model
+    from ollama_spec.synthetic.recurrent import write_mamba_gguf
+
+    path = tmp_path / "mamba.gguf"
+    write_mamba_gguf(path)
+    mamba = resolve_model(str(path))
+    with Engine(mamba, None, engine_settings()) as engine:
+        first = engine.generate(Request("Hello there", raw=True, max_tokens=8, ignore_eos=True, sampling=GREEDY))
+        second = engine.generate(Request("Hello there", raw=True, max_tokens=8, ignore_eos=True, sampling=GREEDY))
+        assert "".join(first) == "".join(second)
+        assert len(first.result.tokens) == 8
+    with pytest.raises(IncompatibleDraft, match="recurrent model"):
+        Engine(mamba, tiny_models[1], engine_settings())
