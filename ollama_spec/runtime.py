@@ -121,7 +121,7 @@ class LoadedModel:
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
-        self.n_past = 0  # tokens currently in the KV cache
+        self.cached: list[int] = []  # the token ids in the KV cache, in order: a next request may reuse them
         self._pieces: dict[int, bytes] = {}
 
     # --- text <-> tokens -------------------------------------------------------------------
@@ -161,6 +161,11 @@ class LoadedModel:
         return self._model.token_eos()
 
     # --- evaluation ------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Tokens currently in the KV cache."""
+        return len(self.cached)
+
     def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray:
         """Append `tokens` to the cache; return logits rows: `last` (1 x V) or `all` (n x V).
 
@@ -185,7 +190,7 @@ class LoadedModel:
         """Forget cache entries from position `n_tokens` on (speculation rollback)."""
         if n_tokens < self.n_past:
             llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, n_tokens, -1)
-            self.n_past = n_tokens
+            del self.cached[n_tokens:]
 
     def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
         batch = self._batch
@@ -199,7 +204,7 @@ class LoadedModel:
         code = llama_cpp.llama_decode(self._ctx.ctx, batch)
         if code != 0:
             raise ContextFull(f"llama_decode failed with code {code} (context full or out of memory)")
-        self.n_past += len(tokens)
+        self.cached.extend(tokens)
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)

@@ -21,6 +21,7 @@ class Model(Protocol):
 
     n_past: int
     n_ctx: int
+    cached: Sequence[int]  # the token ids in its KV cache
 
     def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray: ...
     def truncate(self, n_tokens: int) -> None: ...
@@ -46,6 +47,7 @@ class SpeculationStats:
     drafted: int = 0
     accepted: int = 0
     generated: int = 0
+    prompt_cached: int = 0  # prompt tokens the target already held from an earlier request
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     accepted_by_position: list[int] = field(default_factory=list)
@@ -90,15 +92,16 @@ def generate_tokens(
 
     Without a draft this is plain decoding with the target, the baseline. Invariant at the top
     of each step: both caches hold `seq[:-1]`, or less for the draft, which catches up first.
+    Whatever the caches already hold of the prompt (an earlier turn of the same chat) is kept.
     """
     stats = stats if stats is not None else SpeculationStats()
     rng = np.random.default_rng(sampling.seed)
     seq = list(prompt)
-    for model in (target, draft):
-        if model is not None:
-            model.truncate(0)
-    if len(seq) > 1:
-        target.eval(seq[:-1])
+    stats.prompt_cached = _keep_common_prefix(target, seq)
+    if draft is not None:
+        _keep_common_prefix(draft, seq)
+    if len(seq) - 1 > target.n_past:
+        target.eval(seq[target.n_past : -1])
     while True:
         room = target.n_ctx - len(seq)  # the verify batch caches seq[-1] and k drafts
         if room < 0:
@@ -126,6 +129,16 @@ def generate_tokens(
         for token in drafted[:n_accepted]:
             yield Token(token, from_draft=True)
         yield Token(next_token, from_draft=False)
+
+
+def _keep_common_prefix(model: Model, seq: list[int]) -> int:
+    """Cut the model's cache back to what it shares with `seq[:-1]`; return how many tokens that keeps."""
+    cached, limit = model.cached, min(model.n_past, len(seq) - 1)
+    n = 0
+    while n < limit and cached[n] == seq[n]:
+        n += 1
+    model.truncate(n)
+    return n
 
 
 def _draft(

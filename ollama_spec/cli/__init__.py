@@ -2,6 +2,7 @@
 
 from . import check, generate, inspect  # noqa: F401  (each module registers its commands on `cli`)
 from . import bench  # noqa: F401  (registers `bench`)
+from . import serve  # noqa: F401  (registers `serve`)
 from .main import cli
 
 

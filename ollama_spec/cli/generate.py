@@ -7,63 +7,38 @@ import sys
 
 import click
 
-from ..engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, EngineSettings, Generation, Request, Result
+from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result
 from ..resolve import resolve_model
 from ..runtime import set_verbose
-from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
-from ..speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, SpeculationSettings
+from ..speculative import SpeculationSettings
 from .main import cli
-from .options import models_dir_option
+from .options import (
+    ctx_option,
+    engine_settings,
+    first_set,
+    loading_options,
+    model_max_tokens,
+    model_stops,
+    models_dir_option,
+    sampling_options,
+    sampling_settings,
+    speculation_options,
+)
 
 
 @cli.command()
 @click.argument("target")
 @click.argument("prompt", required=False)
-@click.option("--draft", "-d", help="Draft model (small, same vocabulary). Without it: the target alone.")
-@click.option(
-    "-k",
-    "--num-speculative-tokens",
-    "k",
-    type=int,
-    default=DEFAULT_NUM_SPECULATIVE_TOKENS,
-    show_default=True,
-    help="Tokens the draft proposes per step.",
-)
-@click.option(
-    "--draft-p-min",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Stop drafting early when the draft's probability for its token falls below this.",
-)
-@click.option(
-    "--temperature", "-t", type=float, help=f"0 = greedy (default: the model's params, else {DEFAULT_TEMPERATURE})."
-)
-@click.option("--top-k", type=int, help=f"0 = off (default: the model's params, else {DEFAULT_TOP_K}).")
-@click.option("--top-p", type=float, help=f"1 = off (default: the model's params, else {DEFAULT_TOP_P}).")
-@click.option("--min-p", type=float, help=f"0 = off (default: the model's params, else {DEFAULT_MIN_P}).")
-@click.option("--seed", type=int, help="Random seed for sampling (default: random).")
+@speculation_options
+@sampling_options
 @click.option(
     "--max-tokens", "-n", type=int, help=f"Most tokens to generate (default: num_predict, else {DEFAULT_MAX_TOKENS})."
 )
-@click.option("--ctx", type=int, help=f"Context length in tokens (default: the model's num_ctx, else {DEFAULT_CTX}).")
+@ctx_option
 @click.option("--stop", multiple=True, help="Stop string (repeatable; adds to the model's own).")
 @click.option("--system", help="System prompt (default: the model's system layer).")
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
-@click.option("--n-gpu-layers", type=int, default=None,
-              help="Target layers on the GPU (-1: all; default: all, or as many as the memory check finds room for).")
-@click.option(
-    "--draft-n-gpu-layers", type=int, default=-1, show_default=True, help="Draft layers on the GPU (-1: all)."
-)
-@click.option("--threads", type=int, help="CPU threads (default: all cores).")
-@click.option(
-    "--kv-type",
-    type=click.Choice(["f16", "q8_0", "q4_0"]),
-    default="f16",
-    show_default=True,
-    help="KV cache element type (q8_0 halves the cache; quantized caches use flash attention).",
-)
-@click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
+@loading_options
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
     "--compare",
@@ -120,29 +95,23 @@ def generate(
     target_model = resolve_model(target, models_dir)
     draft_model = resolve_model(draft, models_dir) if draft else None
     params = target_model.params
-    sampling = SamplingSettings(
-        temperature=_first(temperature, params.get("temperature"), DEFAULT_TEMPERATURE),
-        top_k=int(_first(top_k, params.get("top_k"), DEFAULT_TOP_K)),
-        top_p=_first(top_p, params.get("top_p"), DEFAULT_TOP_P),
-        min_p=_first(min_p, params.get("min_p"), DEFAULT_MIN_P),
-        seed=_first(seed, params.get("seed")),
-    )
     request = Request(
         prompt=prompt,
         system=system,
         raw=raw,
-        max_tokens=int(_first(max_tokens, _positive(params.get("num_predict")), DEFAULT_MAX_TOKENS)),
-        stop=tuple(stop) + tuple(s for s in params.get("stop", []) if isinstance(s, str)),
-        sampling=sampling,
+        max_tokens=int(first_set(max_tokens, model_max_tokens(params), DEFAULT_MAX_TOKENS)),
+        stop=tuple(stop) + model_stops(params),
+        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=SpeculationSettings(k, draft_p_min),
     )
-    settings = EngineSettings(
-        n_ctx=int(_first(ctx, params.get("num_ctx"), DEFAULT_CTX)),
-        target_gpu_layers=n_gpu_layers,
-        draft_gpu_layers=draft_n_gpu_layers,
-        n_threads=threads,
+    settings = engine_settings(
+        params,
+        ctx=ctx,
+        n_gpu_layers=n_gpu_layers,
+        draft_n_gpu_layers=draft_n_gpu_layers,
+        threads=threads,
         kv_type=kv_type,
-        memory_check=not no_check,
+        no_check=no_check,
     )
     if compare and draft_model is None:
         raise click.UsageError("--compare needs --draft")
@@ -210,14 +179,6 @@ def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins
         else:
             lines.append(f"WARNING: outputs differ from token {at} on")
     return "\n".join(lines)
-
-
-def _first(*values):
-    return next((v for v in values if v is not None), None)
-
-
-def _positive(value):
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def result_json(target: str, draft: str | None, result: Result) -> dict:
