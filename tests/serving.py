@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 import httpx
 
+from ollama_spec.sampling import SamplingSettings
 from ollama_spec.server import ServerSettings, ServerState
 from ollama_spec.server.run import bind, build_server
-from ollama_spec.sampling import SamplingSettings
 
 
 @contextmanager

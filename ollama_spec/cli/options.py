@@ -111,7 +111,9 @@ def sampling_settings(params: dict, *, temperature, top_k, top_p, min_p, seed) -
     )
 
 
-def engine_settings(params: dict, *, ctx, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check) -> EngineSettings:
+def engine_settings(
+    params: dict, *, ctx, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check
+) -> EngineSettings:
     """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX."""
     return EngineSettings(
         n_ctx=int(first_set(ctx, params.get("num_ctx"), DEFAULT_CTX)),

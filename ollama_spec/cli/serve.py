@@ -62,7 +62,8 @@ def serve(target, draft, k, draft_p_min, temperature, top_k, top_p, min_p, seed,
       ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
     """
-    from ..server import ServerState, serve as run_server
+    from ..server import ServerState
+    from ..server import serve as run_server
     from ..server.run import bind
 
     set_verbose(verbose)

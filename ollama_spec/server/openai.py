@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Literal
 
 from fastapi import APIRouter
@@ -100,16 +100,12 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     job = state.submit(request, "/v1/chat/completions")
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
     if body.stream:
-        return _sse(_chat_chunks(state, job, meta, _include_usage(body)))
+        opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        return _sse(_chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, _include_usage(body),
+                            opening))
     result = await run_to_end(job, http_request)
-    return {
-        **meta,
-        "object": "chat.completion",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text}, "logprobs": None,
-                     "finish_reason": FINISH_REASONS[result.finish_reason]}],
-        "usage": _usage(result),
-        "speculation": state.summary(result),
-    }
+    message = {"message": {"role": "assistant", "content": result.text}, "logprobs": None}
+    return _answer(state, meta | {"object": "chat.completion"}, message, result)
 
 
 @router.post("/completions")
@@ -122,18 +118,26 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         prompt = prompt[0]
     request = state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, **body.sampling())
     job = state.submit(request, "/v1/completions")
-    meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
+    meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
+            "object": "text_completion"}
     if body.stream:
-        return _sse(_completion_chunks(state, job, meta, _include_usage(body)))
+        return _sse(_chunks(state, job, meta, _text, _include_usage(body)))
     result = await run_to_end(job, http_request)
-    return {
-        **meta,
-        "object": "text_completion",
-        "choices": [{"index": 0, "text": result.text, "logprobs": None,
-                     "finish_reason": FINISH_REASONS[result.finish_reason]}],
-        "usage": _usage(result),
-        "speculation": state.summary(result),
-    }
+    return _answer(state, meta, _text(result.text), result)
+
+
+def _delta(text: str) -> dict:
+    return {"delta": {"content": text} if text else {}}
+
+
+def _text(text: str) -> dict:
+    return {"text": text, "logprobs": None}
+
+
+def _answer(state: ServerState, meta: dict, choice: dict, result: Result) -> dict:
+    finish = FINISH_REASONS[result.finish_reason]
+    return meta | {"choices": [{"index": 0, **choice, "finish_reason": finish}], "usage": _usage(result),
+                   "speculation": state.summary(result)}
 
 
 def _max_tokens(newer: int | None, newer_name: str, older: int | None) -> tuple[int | None, str]:
@@ -153,32 +157,21 @@ def _usage(result: Result) -> dict:
     }
 
 
-async def _chat_chunks(state: ServerState, job: Job, meta: dict, include_usage: bool) -> AsyncIterator[dict]:
-    chunk = {**meta, "object": "chat.completion.chunk"}
-    yield chunk | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[str], dict], include_usage: bool,
+                  opening: dict | None = None) -> AsyncIterator[dict]:
+    """The streamed chunks: text pieces, the finish reason with the speculation field, then usage if asked."""
+    if opening:
+        yield meta | {"choices": [opening]}
     async for event in _events(job):
         if isinstance(event, Piece):
-            yield chunk | {"choices": [{"index": 0, "delta": {"content": event.text}, "finish_reason": None}]}
+            yield meta | {"choices": [{"index": 0, **choice(event.text), "finish_reason": None}]}
         else:
             result = event.result
-            yield chunk | {"choices": [{"index": 0, "delta": {}, "finish_reason": FINISH_REASONS[result.finish_reason]}],
-                           "speculation": state.summary(result)}
+            final = _answer(state, meta, choice(""), result)
+            del final["usage"]  # usage comes in a chunk of its own, when asked for
+            yield final
             if include_usage:
-                yield chunk | {"choices": [], "usage": _usage(result)}
-
-
-async def _completion_chunks(state: ServerState, job: Job, meta: dict, include_usage: bool) -> AsyncIterator[dict]:
-    chunk = {**meta, "object": "text_completion"}
-    async for event in _events(job):
-        if isinstance(event, Piece):
-            yield chunk | {"choices": [{"index": 0, "text": event.text, "logprobs": None, "finish_reason": None}]}
-        else:
-            result = event.result
-            yield chunk | {"choices": [{"index": 0, "text": "", "logprobs": None,
-                                        "finish_reason": FINISH_REASONS[result.finish_reason]}],
-                           "speculation": state.summary(result)}
-            if include_usage:
-                yield chunk | {"choices": [], "usage": _usage(result)}
+                yield meta | {"choices": [], "usage": _usage(result)}
 
 
 async def _events(job: Job) -> AsyncIterator[Piece | Finished]:
@@ -198,7 +191,8 @@ def _sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
             async for chunk in chunks:
                 yield f"data: {json.dumps(chunk)}\n\n"
         except ApiError as exc:  # the status line is sent: report it in the stream, as OpenAI does
-            yield f"data: {json.dumps({'error': {'message': exc.message, 'type': 'server_error', 'code': exc.status}})}\n\n"
+            error = {"message": exc.message, "type": "server_error", "code": exc.status}
+            yield f"data: {json.dumps({'error': error})}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(lines(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
