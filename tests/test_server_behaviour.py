@@ -130,9 +130,13 @@ def test_api_key_guards_every_route_but_health(engine):
         assert client.generate(model="m", prompt="hi", options={"num_predict": 2}).eval_count == 2
 
 
-def test_metrics_count_requests_and_tokens(server):
+def test_metrics_and_the_log_line_count_requests_and_tokens(server, caplog):
     url = server[0]
-    answer = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "Hi", "max_tokens": 12}, timeout=60)
+    with caplog.at_level("INFO", logger="ollama_spec.server"):
+        answer = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "Hi", "max_tokens": 12}, timeout=60)
+    line = caplog.records[-1].getMessage()
+    assert line.startswith("/v1/completions: ") and "12 generated" in line and "finish length" in line
+    assert re.search(r"drafted \d+, accepted \d+ \(\d+%\), [\d.]+ tokens per target pass", line)
     spec = answer.json()["speculation"]
     text = httpx.get(url + "/metrics").text
     values = dict(re.findall(r"^(ollama_spec_\w+(?:\{[^}]*\})?) (\S+)$", text, re.MULTILINE))

@@ -16,7 +16,7 @@ from ..errors import InvalidSetting, OllamaSpecError
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings
 from .metrics import Metrics
-from .worker import Failed, Finished, Job, QueueFull, Worker
+from .worker import Cancelled, Failed, Finished, Job, QueueFull, Worker
 
 log = logging.getLogger("ollama_spec.server")
 
@@ -188,6 +188,8 @@ async def run_to_end(job: Job, http_request: HTTPRequest) -> Result:
 
 def failure(error: Exception) -> ApiError:
     """A generation's error as an HTTP error: the client's fault (400) or ours (500)."""
+    if isinstance(error, Cancelled):
+        return ApiError(503, str(error))
     if isinstance(error, OllamaSpecError):
         return ApiError(400, str(error))
     return ApiError(500, f"generation failed: {type(error).__name__}: {error}")

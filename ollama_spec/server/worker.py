@@ -25,6 +25,10 @@ class QueueFull(OllamaSpecError):
     """More requests are waiting than --max-queue allows."""
 
 
+class Cancelled(OllamaSpecError):
+    """The job was cancelled before it started (its client left, or the server is stopping)."""
+
+
 @dataclass(frozen=True)
 class Piece:
     text: str
@@ -115,7 +119,7 @@ class Worker:
     def _run(self, job: Job) -> None:
         try:
             if job.cancelled:
-                job.put(Failed(OllamaSpecError("cancelled before it started")))
+                job.put(Failed(Cancelled("the server is shutting down")))
                 return
             generation = self.engine.generate(job.request)
             pieces = iter(generation)
