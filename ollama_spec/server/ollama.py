@@ -98,8 +98,8 @@ async def ps(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
     target = state.engine.target_model
     entry = _model_entry(target, state.model_name)
-    return {"models": [entry | {"size_vram": 0, "expires_at": "2099-01-01T00:00:00Z",
-                                "context_length": state.engine.target.n_ctx}]}
+    # loaded until the server stops: a far expiry, as Ollama shows for keep_alive -1
+    return {"models": [entry | {"expires_at": "2099-01-01T00:00:00Z", "context_length": state.engine.target.n_ctx}]}
 
 
 @router.api_route("/api/show", methods=["GET", "POST"])
