@@ -152,6 +152,12 @@ class Engine:
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)
 
+    def clear_cache(self) -> None:
+        """Forget what the KV caches hold: the next request evaluates its whole prompt (fair timing)."""
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.truncate(0)
+
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
 

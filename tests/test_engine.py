@@ -147,8 +147,7 @@ def test_a_prompt_that_extends_the_cache_evaluates_only_the_new_tokens(tiny_mode
         assert cached >= first.prompt_tokens
         assert evaluated["target"][0] == second.prompt_tokens - 1 - cached  # only what follows the cached part
         assert evaluated["draft"][0] <= second.prompt_tokens - cached
-        engine.target.truncate(0)
-        engine.draft.truncate(0)
+        engine.clear_cache()
         fresh_text, fresh = run(second_prompt)
         assert evaluated["target"][0] == second.prompt_tokens - 1 and fresh.speculation.prompt_cached == 0
         assert fresh_text == second_text and fresh.tokens == second.tokens

@@ -56,8 +56,7 @@ def test_next_turn_evaluates_only_the_new_tokens(server, engine, monkeypatch):
     assert evaluated[0] == second.usage.prompt_tokens - 1 - cached
     assert evaluated[0] < second.usage.prompt_tokens - first.usage.prompt_tokens
 
-    engine.target.truncate(0)  # the same turn on an empty cache reads the whole prompt
-    engine.draft.truncate(0)
+    engine.clear_cache()  # the same turn on an empty cache reads the whole prompt
     evaluated.clear()
     again = client.chat.completions.create(model="m", messages=turn, max_tokens=30, temperature=0)
     assert evaluated[0] == again.usage.prompt_tokens - 1 and again.usage.prompt_tokens_details.cached_tokens == 0

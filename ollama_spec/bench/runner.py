@@ -136,6 +136,7 @@ def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, k: int | 
 
 
 def _generate(engine: Engine, request: Request, row: Row):
+    engine.clear_cache()  # every row reads its prompt: rows share one engine and the same prompts
     generation = engine.generate(request, use_draft=row.kind != BASELINE)
     for _ in generation:
         pass

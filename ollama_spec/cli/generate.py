@@ -152,6 +152,7 @@ def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
     if not quiet:
         click.echo("--- target alone ---", err=True)
     result = _stream(engine.generate(request, use_draft=False), quiet=quiet)
+    engine.clear_cache()  # the drafted run reads the prompt too, so that both are timed alike
     if not quiet:
         click.echo()
         sys.stdout.flush()
