@@ -7,7 +7,7 @@ TARGET ?= synth-target
 DRAFT ?= synth-draft
 BENCH_ARGS ?=
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench serve lint clean
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,13 @@ demo: install
 bench: install
 	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
 	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec bench $(TARGET) --draft $(DRAFT) --out bench-results $(BENCH_ARGS)
+
+# The OpenAI- and Ollama-compatible server on the demo pair: http://127.0.0.1:$(PORT) (Ctrl-C stops it).
+PORT ?= 8000
+SERVE_ARGS ?=
+serve: install
+	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
+	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec serve $(TARGET) --draft $(DRAFT) --port $(PORT) $(SERVE_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q

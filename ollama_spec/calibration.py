@@ -31,7 +31,7 @@ def measure_step_costs(
     """Median seconds of one draft step and of target batches of 1..k_max+1 tokens after `context`.
 
     The measurements go round-robin, so a busy moment on a shared machine skews none of them alone.
-    Both caches are left holding `context`. Without a draft model (n-gram lookup) drafting is free.
+    Both caches are emptied afterwards. Without a draft model (n-gram lookup) drafting is free.
     """
     context = list(context)
     token = context[-1]
@@ -48,6 +48,8 @@ def measure_step_costs(
             step()
             samples.append(time.perf_counter() - start)
             model.truncate(len(context))
+    for model in models:
+        model.truncate(0)  # the next request must not find the filler in the cache
     medians = [statistics.median(samples) for samples in times]
     if draft is None:
         medians.insert(0, 0.0)

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .errors import InvalidSetting
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise InvalidSetting(f"unknown message role '{self.role}'; use one of {', '.join(ROLES)}")
 
 
 def render_chat(template: str, messages: list[dict[str, str]], *, bos_token: str, eos_token: str) -> str:

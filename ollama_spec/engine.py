@@ -10,7 +10,7 @@ import numpy as np
 
 from .calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from .canary import decide_repack
-from .chat import render_chat
+from .chat import ChatMessage, render_chat
 from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
 from .errors import IncompatibleDraft, InvalidSetting
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
@@ -48,9 +48,10 @@ class EngineSettings:
 
 @dataclass(frozen=True)
 class Request:
-    prompt: str
-    system: str | None = None
+    prompt: str = ""
+    system: str | None = None  # None: the model's system layer
     raw: bool = False  # True: no chat template, the prompt is the text to continue
+    messages: tuple[ChatMessage, ...] = ()  # a conversation, instead of one prompt
     max_tokens: int = DEFAULT_MAX_TOKENS
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks: always generate max_tokens
@@ -60,6 +61,14 @@ class Request:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise InvalidSetting(f"--max-tokens must be at least 1, got {self.max_tokens}")
+
+    def conversation(self, default_system: str | None) -> list[ChatMessage]:
+        """The messages to render: the conversation (or the prompt), after a system message if any."""
+        system = self.system if self.system is not None else default_system
+        messages = list(self.messages) or [ChatMessage("user", self.prompt)]
+        if system and not any(m.role == "system" for m in messages):
+            messages.insert(0, ChatMessage("system", system))
+        return messages
 
 
 @dataclass
@@ -171,17 +180,27 @@ class Engine:
     def prompt_tokens(self, request: Request) -> list[int]:
         """The request as target tokens: chat-templated unless raw or the model has no template."""
         info = self.target_model.info
-        system = request.system if request.system is not None else self.target_model.system
+        if request.raw and not request.messages:
+            return self.target.tokenize(request.prompt, add_bos=self.target.add_bos, special=False)
+        messages = request.conversation(self.target_model.system)
         if request.raw or not info.chat_template:
-            text = f"{system}\n\n{request.prompt}" if system and not request.raw else request.prompt
+            text = "\n\n".join(m.content for m in messages if m.content)
             return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
-        messages = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": request.prompt}
-        ]
         bos = info.token_text(info.bos_id) or ""
-        text = render_chat(info.chat_template, messages, bos_token=bos, eos_token=info.token_text(info.eos_id) or "")
+        text = render_chat(
+            info.chat_template,
+            [{"role": m.role, "content": m.content} for m in messages],
+            bos_token=bos,
+            eos_token=info.token_text(info.eos_id) or "",
+        )
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)
+
+    def clear_cache(self) -> None:
+        """Forget what the KV caches hold: the next request evaluates its whole prompt (fair timing)."""
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.truncate(0)
 
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids

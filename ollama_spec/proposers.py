@@ -12,6 +12,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .errors import InferenceError
 from .sampling import SamplingSettings, logits_to_probs, sample
 
 # What the draft reads in place of a target token it does not have (a padded id): any id works,
@@ -26,14 +27,15 @@ class Model(Protocol):
     n_past: int
     n_ctx: int
     n_vocab: int
+    cached: Sequence[int]  # the token ids in its KV cache
 
     def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray: ...
     def truncate(self, n_tokens: int) -> None: ...
 
 
 class Proposer(Protocol):
-    def reset(self) -> None:
-        """A new sequence starts."""
+    def reset(self, seq: list[int]) -> None:
+        """A new sequence starts with `seq` (what is cached of it may be kept)."""
 
     def propose(
         self, seq: list[int], k: int, sampling: SamplingSettings, rng: np.random.Generator
@@ -56,8 +58,8 @@ class DraftModelProposer:
         self.draft, self.draft_p_min = draft, draft_p_min
         self.shared_vocab = min(draft.n_vocab, target_vocab)
 
-    def reset(self) -> None:
-        self.draft.truncate(0)
+    def reset(self, seq: list[int]) -> None:
+        keep_common_prefix(self.draft, as_draft_tokens(seq, self.draft.n_vocab))
 
     def propose(self, seq, k, sampling, rng):
         draft = self.draft
@@ -95,7 +97,7 @@ class NgramProposer:
     def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE):
         self.ngram_size = ngram_size
 
-    def reset(self) -> None:
+    def reset(self, seq: list[int]) -> None:
         pass
 
     def propose(self, seq, k, sampling, rng):
@@ -110,6 +112,23 @@ class NgramProposer:
 
     def accepted(self, seq):
         pass
+
+
+def keep_common_prefix(model: Model, seq: Sequence[int]) -> int:
+    """Cut the model's cache back to what it shares with `seq[:-1]`; return how many tokens that keeps.
+
+    A recurrent model's cache cannot be cut, only emptied (or kept whole when all of it is shared).
+    """
+    cached, limit = model.cached, min(model.n_past, len(seq) - 1)
+    n = 0
+    while n < limit and cached[n] == seq[n]:
+        n += 1
+    try:
+        model.truncate(n)
+    except InferenceError:
+        model.truncate(0)
+        return 0
+    return n
 
 
 def as_draft_tokens(tokens: Sequence[int], n_vocab: int) -> list[int]:

@@ -146,7 +146,7 @@ class LoadedModel:
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
-        self.n_past = 0  # tokens currently in the KV cache
+        self.cached: list[int] = []  # the token ids in the KV cache, in order: a next request may reuse them
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
 
@@ -198,6 +198,11 @@ class LoadedModel:
         return self._model.token_eos()
 
     # --- evaluation ------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Tokens currently in the KV cache."""
+        return len(self.cached)
+
     def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray:
         """Append `tokens` to the cache; return logits rows: `last` (1 x V) or `all` (n x V).
 
@@ -236,7 +241,7 @@ class LoadedModel:
                 f"llama.cpp cannot cut the cache of {self.path.name} back to {n_tokens} tokens "
                 "(a recurrent or hybrid model): it cannot be used for speculative decoding"
             )
-        self.n_past = n_tokens
+        del self.cached[n_tokens:]
 
     def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
         batch = self._batch
@@ -252,7 +257,7 @@ class LoadedModel:
             raise ContextFull(f"llama.cpp found no room in the KV cache of {self.path.name} (context full)")
         if code != 0:
             raise InferenceError(f"llama.cpp could not evaluate a batch of {len(tokens)} tokens (llama_decode: {code})")
-        self.n_past += len(tokens)
+        self.cached.extend(tokens)
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)

@@ -10,7 +10,7 @@ import numpy as np
 
 from .errors import InvalidSetting
 from .k_policy import FixedK, KPolicy, estimate_alpha
-from .proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer
+from .proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
 from .sampling import SamplingSettings, logits_to_probs
 from .verify import verify_greedy, verify_rejection
 
@@ -55,6 +55,7 @@ class SpeculationStats:
     drafted: int = 0
     accepted: int = 0
     generated: int = 0
+    prompt_cached: int = 0  # prompt tokens the target already held from an earlier request
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     rejections: int = 0  # steps that ended on a rejected draft (the drafts after it were never tried)
@@ -110,8 +111,9 @@ def generate_tokens(
 
     `draft` is a draft model or any proposer (n-gram lookup); without one this is plain decoding
     with the target, the baseline. Invariant at the top of each step: the target's cache holds
-    `seq[:-1]`. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default
-    K is fixed.
+    `seq[:-1]`. Whatever the caches already hold of the prompt (an earlier turn of the same chat)
+    is kept. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is
+    fixed.
     """
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
@@ -120,11 +122,11 @@ def generate_tokens(
         DraftModelProposer(draft, target.n_vocab, speculation.draft_p_min))
     rng = np.random.default_rng(sampling.seed)
     seq = list(prompt)
-    target.truncate(0)
+    stats.prompt_cached = keep_common_prefix(target, seq)
     if proposer is not None:
-        proposer.reset()
-    if len(seq) > 1:
-        target.eval(seq[:-1])
+        proposer.reset(seq)
+    if len(seq) - 1 > target.n_past:
+        target.eval(seq[target.n_past : -1])
     while True:
         room = target.n_ctx - len(seq)  # the verify batch caches seq[-1] and k drafts
         if room < 0:

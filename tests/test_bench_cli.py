@@ -120,3 +120,22 @@ def test_differences_at_a_near_tie_are_told_apart_from_real_ones():
                              "where the target's two best logits are 0.0040 apart (near-tie)"]
     assert row.mismatches == ["speculative K=2: prompt 'b' run 1 differs from the target alone at token 1 of 3 "
                               "(logit margin 0.500)"]
+
+
+def test_every_row_reads_its_whole_prompt(invoke, tiny_store, prompts_file, monkeypatch):
+    """KV caches persist between requests (for the server); the bench must not let rows share a prompt."""
+    from ollama_spec.engine import Generation
+
+    cached = []
+    real_iter = Generation.__iter__
+
+    def recording(self):
+        result = yield from real_iter(self)
+        cached.append(self.result.speculation.prompt_cached)
+        return result
+
+    monkeypatch.setattr(Generation, "__iter__", recording)
+    result = invoke("bench", "tiny-target", "--draft", "tiny-draft", "--models-dir", tiny_store, *ARGS,
+                    "--prompts", prompts_file)
+    assert result.exit_code == 0, result.output
+    assert len(cached) > 6 and set(cached) == {0}

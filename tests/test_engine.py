@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 
 from ollama_spec.engine import Engine, Request
+from ollama_spec.errors import InvalidSetting
 from ollama_spec.gguf_info import read_model_info
 from ollama_spec.resolve import ResolvedModel
 from ollama_spec.sampling import SamplingSettings
@@ -159,3 +160,44 @@ def test_a_recurrent_model_runs_alone_and_is_refused_as_a_pair(tmp_path, tiny_mo
         assert len(first.result.tokens) == 8
     with pytest.raises(IncompatibleDraft, match="recurrent model"):
         Engine(mamba, tiny_models[1], engine_settings())
+
+
+def test_a_prompt_that_extends_the_cache_evaluates_only_the_new_tokens(tiny_models, monkeypatch):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        evaluated = {"target": [], "draft": []}
+        for name in evaluated:
+            model = getattr(engine, name)
+            real_eval = model.eval
+            monkeypatch.setattr(model, "eval", lambda tokens, real_eval=real_eval, calls=evaluated[name], **kw:
+                                calls.append(len(tokens)) or real_eval(tokens, **kw))
+
+        def run(prompt):
+            for calls in evaluated.values():
+                calls.clear()
+            generation = engine.generate(Request(prompt, raw=True, max_tokens=20, sampling=GREEDY))
+            return "".join(generation), generation.result
+
+        first_text, first = run("Once upon a time")
+        second_prompt = "Once upon a time" + first_text + " and then"
+        second_text, second = run(second_prompt)
+        cached = second.speculation.prompt_cached
+        assert cached >= first.prompt_tokens
+        assert evaluated["target"][0] == second.prompt_tokens - 1 - cached  # only what follows the cached part
+        assert evaluated["draft"][0] <= second.prompt_tokens - cached
+        engine.clear_cache()
+        fresh_text, fresh = run(second_prompt)
+        assert evaluated["target"][0] == second.prompt_tokens - 1 and fresh.speculation.prompt_cached == 0
+        assert fresh_text == second_text and fresh.tokens == second.tokens
+
+
+def test_a_conversation_renders_every_message(baseline_engine):
+    from ollama_spec.chat import ChatMessage
+
+    messages = (ChatMessage("user", "Hi there"), ChatMessage("assistant", "Hello!"), ChatMessage("user", "Bye"))
+    text = baseline_engine.target.detokenize(baseline_engine.prompt_tokens(Request(messages=messages, system="Be kind.")))
+    assert [text.index(s) for s in ("Be kind.", "Hi there", "Hello!", "Bye")] == sorted(
+        text.index(s) for s in ("Be kind.", "Hi there", "Hello!", "Bye"))
+    one = baseline_engine.prompt_tokens(Request("Hi there", system="Be kind."))
+    assert baseline_engine.prompt_tokens(Request(messages=(ChatMessage("user", "Hi there"),), system="Be kind.")) == one
+    with pytest.raises(InvalidSetting, match="unknown message role 'wizard'"):
+        ChatMessage("wizard", "hi")

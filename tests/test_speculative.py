@@ -293,14 +293,18 @@ class FixedDistributionModel:
     def __init__(self, probs):
         self.logits = np.log(np.asarray(probs, dtype=np.float32))
         self.n_vocab = len(probs)
-        self.n_past = 0
+        self.cached = []
+
+    @property
+    def n_past(self):
+        return len(self.cached)
 
     def eval(self, tokens, *, logits="last"):
-        self.n_past += len(tokens)
+        self.cached += tokens
         return np.tile(self.logits, (len(tokens) if logits == "all" else 1, 1))
 
     def truncate(self, n_tokens):
-        self.n_past = min(self.n_past, n_tokens)
+        del self.cached[n_tokens:]
 
 
 def test_draft_p_min_decides_before_sampling():

@@ -123,6 +123,7 @@ def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row 
 
 def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float]:
     """Run one generation; return its result and the seconds both models spent inside llama.cpp."""
+    engine.clear_cache()  # every row reads its prompt: rows share one engine and the same prompts
     models = [m for m in (engine.target, engine.draft) if m is not None]
     busy = sum(m.busy_seconds for m in models)
     generation = engine.generate(request, use_draft=row.kind != BASELINE)

@@ -4,6 +4,7 @@ from . import check, generate, inspect  # noqa: F401  (each module registers its
 from . import bench  # noqa: F401  (registers `bench`)
 from . import pull  # noqa: F401  (registers `pull`)
 from . import doctor  # noqa: F401  (registers `doctor`)
+from . import serve  # noqa: F401  (registers `serve`)
 from .main import cli
 
 

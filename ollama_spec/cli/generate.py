@@ -7,80 +7,41 @@ import sys
 
 import click
 
-from ..engine import (
-    DEFAULT_CTX,
-    DEFAULT_MAX_TOKENS,
-    NEAR_TIE_LOGITS,
-    Engine,
-    EngineSettings,
-    Generation,
-    Request,
-    Result,
-)
+from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result
 from ..resolve import resolve_model
 from ..runtime import set_verbose
-from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
-from ..proposers import DEFAULT_NGRAM_SIZE
-from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .main import cli
-from .options import DraftLength, decide_repack_for_cli, models_dir_option, repack_option
-
-NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft model
+from .options import (
+    NGRAM,
+    ctx_option,
+    engine_settings,
+    first_set,
+    is_ngram,
+    loading_options,
+    model_max_tokens,
+    model_stops,
+    models_dir_option,
+    resolve_draft,
+    sampling_options,
+    sampling_settings,
+    speculation_options,
+    speculation_settings,
+)
 
 
 @cli.command()
 @click.argument("target")
 @click.argument("prompt", required=False)
-@click.option("--draft", "-d", help="Draft model (small, same vocabulary), or 'ngram' for draftless prompt lookup. "
-              "Without it: the target alone.")
-@click.option("--ngram-size", type=int, default=DEFAULT_NGRAM_SIZE, show_default=True,
-              help="With --draft ngram: the longest n-gram looked up in the text so far.")
-@click.option(
-    "-k",
-    "--num-speculative-tokens",
-    "k",
-    type=DraftLength(),
-    default="auto",
-    show_default=True,
-    help="Tokens the draft proposes per step, or auto: the K that this machine's measured step costs and "
-    f"the live acceptance rate say is fastest, each step (up to {DEFAULT_MAX_SPECULATIVE_TOKENS}).",
-)
-@click.option(
-    "--draft-p-min",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Stop drafting early when the draft's probability for its token falls below this.",
-)
-@click.option(
-    "--temperature", "-t", type=float, help=f"0 = greedy (default: the model's params, else {DEFAULT_TEMPERATURE})."
-)
-@click.option("--top-k", type=int, help=f"0 = off (default: the model's params, else {DEFAULT_TOP_K}).")
-@click.option("--top-p", type=float, help=f"1 = off (default: the model's params, else {DEFAULT_TOP_P}).")
-@click.option("--min-p", type=float, help=f"0 = off (default: the model's params, else {DEFAULT_MIN_P}).")
-@click.option("--seed", type=int, help="Random seed for sampling (default: random).")
+@speculation_options
+@sampling_options
 @click.option(
     "--max-tokens", "-n", type=int, help=f"Most tokens to generate (default: num_predict, else {DEFAULT_MAX_TOKENS})."
 )
-@click.option("--ctx", type=int, help=f"Context length in tokens (default: the model's num_ctx, else {DEFAULT_CTX}).")
+@ctx_option
 @click.option("--stop", multiple=True, help="Stop string (repeatable; adds to the model's own).")
 @click.option("--system", help="System prompt (default: the model's system layer).")
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
-@click.option("--n-gpu-layers", type=int, default=None,
-              help="Target layers on the GPU (-1: all; default: all, or as many as the memory check finds room for).")
-@click.option(
-    "--draft-n-gpu-layers", type=int, default=-1, show_default=True, help="Draft layers on the GPU (-1: all)."
-)
-@click.option("--threads", type=int, help="CPU threads (default: all cores).")
-@click.option(
-    "--kv-type",
-    type=click.Choice(["f16", "q8_0", "q4_0"]),
-    default="f16",
-    show_default=True,
-    help="KV cache element type (q8_0 halves the cache; quantized caches use flash attention).",
-)
-@click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
-@repack_option
+@loading_options
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
     "--compare",
@@ -138,33 +99,26 @@ def generate(
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
         prompt = sys.stdin.read()
     target_model = resolve_model(target, models_dir)
-    ngram = draft is not None and draft.lower() == NGRAM
-    draft_model = resolve_model(draft, models_dir) if draft and not ngram else None
+    draft_model = resolve_draft(draft, models_dir)
     params = target_model.params
-    sampling = SamplingSettings(
-        temperature=_first(temperature, params.get("temperature"), DEFAULT_TEMPERATURE),
-        top_k=int(_first(top_k, params.get("top_k"), DEFAULT_TOP_K)),
-        top_p=_first(top_p, params.get("top_p"), DEFAULT_TOP_P),
-        min_p=_first(min_p, params.get("min_p"), DEFAULT_MIN_P),
-        seed=_first(seed, params.get("seed")),
-    )
     request = Request(
         prompt=prompt,
         system=system,
         raw=raw,
-        max_tokens=int(_first(max_tokens, _positive(params.get("num_predict")), DEFAULT_MAX_TOKENS)),
-        stop=tuple(stop) + tuple(s for s in params.get("stop", []) if isinstance(s, str)),
-        sampling=sampling,
-        speculation=SpeculationSettings(k, draft_p_min, proposer=NGRAM if ngram else "draft", ngram_size=ngram_size),
+        max_tokens=int(first_set(max_tokens, model_max_tokens(params), DEFAULT_MAX_TOKENS)),
+        stop=tuple(stop) + model_stops(params),
+        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+        speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
     )
-    settings = EngineSettings(
-        n_ctx=int(_first(ctx, params.get("num_ctx"), DEFAULT_CTX)),
-        target_gpu_layers=n_gpu_layers,
-        draft_gpu_layers=draft_n_gpu_layers,
-        n_threads=threads,
+    settings = engine_settings(
+        params,
+        ctx=ctx,
+        n_gpu_layers=n_gpu_layers,
+        draft_n_gpu_layers=draft_n_gpu_layers,
+        threads=threads,
         kv_type=kv_type,
-        memory_check=not no_check,
-        repack=decide_repack_for_cli(repack).enabled,
+        no_check=no_check,
+        repack=repack,
     )
     if compare and draft is None:
         raise click.UsageError("--compare needs --draft")
@@ -176,7 +130,7 @@ def generate(
             margins = engine.greedy_margins(engine.prompt_tokens(request), baseline.tokens)
         n_ctx = engine.target.n_ctx
     if as_json:
-        data = result_json(target_model.name, draft_model.name if draft_model else (NGRAM if ngram else None), result)
+        data = result_json(target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result)
         if baseline is not None:
             data["baseline"] = result_json(target_model.name, None, baseline)
             data["speedup"] = round(result.tokens_per_second / max(baseline.tokens_per_second, 1e-9), 3)
@@ -205,6 +159,7 @@ def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
     if not quiet:
         click.echo("--- target alone ---", err=True)
     result = _stream(engine.generate(request, use_draft=False), quiet=quiet)
+    engine.clear_cache()  # the drafted run reads the prompt too, so that both are timed alike
     if not quiet:
         click.echo()
         sys.stdout.flush()
@@ -232,14 +187,6 @@ def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins
         else:
             lines.append(f"WARNING: outputs differ from token {at} on")
     return "\n".join(lines)
-
-
-def _first(*values):
-    return next((v for v in values if v is not None), None)
-
-
-def _positive(value):
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def result_json(target: str, draft: str | None, result: Result) -> dict:

@@ -1,4 +1,4 @@
-"""Options shared by several commands."""
+"""Options shared by several commands, and their mapping onto the core's settings."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ from typing import Any
 import click
 
 from ..canary import RepackDecision, decide_repack
+from ..engine import DEFAULT_CTX, EngineSettings
+from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
+from ..proposers import DEFAULT_NGRAM_SIZE
+from ..resolve import ResolvedModel, resolve_model
+from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ..store import Store, find_store_root
 
 models_dir_option = click.option(
@@ -18,6 +23,8 @@ models_dir_option = click.option(
     "then /usr/share/ollama/.ollama/models).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft model
+
 repack_option = click.option(
     "--repack/--no-repack",
     default=None,
@@ -56,3 +63,144 @@ class DraftLength(click.ParamType):
             return int(value)
         except ValueError:
             self.fail(f"expected a number of draft tokens or 'auto', got {value!r}", param, ctx)
+
+
+# --- what `generate` and `serve` share: speculation, sampling and loading -------------------------
+# Declared once here; `engine_settings` and `sampling_settings` map them onto the core's settings,
+# with the model's Ollama params and then Ollama's own defaults filling what a flag leaves unset.
+
+
+def _stack(*decorators):
+    def apply(function):
+        for decorator in reversed(decorators):
+            function = decorator(function)
+        return function
+
+    return apply
+
+
+speculation_options = _stack(
+    click.option(
+        "--draft",
+        "-d",
+        help=f"Draft model (small, same vocabulary), or '{NGRAM}' for draftless prompt lookup. "
+        "Without it: the target alone.",
+    ),
+    click.option(
+        "-k",
+        "--num-speculative-tokens",
+        "k",
+        type=DraftLength(),
+        default="auto",
+        show_default=True,
+        help="Tokens the draft proposes per step, or auto: the K that this machine's measured step costs and "
+        f"the live acceptance rate say is fastest, each step (up to {DEFAULT_MAX_SPECULATIVE_TOKENS}).",
+    ),
+    click.option(
+        "--draft-p-min",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Stop drafting early when the draft's most likely next token is less likely than this.",
+    ),
+    click.option(
+        "--ngram-size",
+        type=int,
+        default=DEFAULT_NGRAM_SIZE,
+        show_default=True,
+        help=f"With --draft {NGRAM}: the longest n-gram looked up in the text so far.",
+    ),
+)
+
+
+def resolve_draft(draft: str | None, models_dir: str | None) -> ResolvedModel | None:
+    """The draft model to load: none without --draft or for n-gram lookup."""
+    return resolve_model(draft, models_dir) if draft and not is_ngram(draft) else None
+
+
+def is_ngram(draft: str | None) -> bool:
+    return draft is not None and draft.lower() == NGRAM
+
+
+def speculation_settings(draft: str | None, *, k, draft_p_min, ngram_size) -> SpeculationSettings:
+    """The speculation flags: K (None: auto), adaptive drafting, and which proposer."""
+    return SpeculationSettings(k, draft_p_min, proposer=NGRAM if is_ngram(draft) else "draft", ngram_size=ngram_size)
+
+
+sampling_options = _stack(
+    click.option(
+        "--temperature", "-t", type=float, help=f"0 = greedy (default: the model's params, else {DEFAULT_TEMPERATURE})."
+    ),
+    click.option("--top-k", type=int, help=f"0 = off (default: the model's params, else {DEFAULT_TOP_K})."),
+    click.option("--top-p", type=float, help=f"1 = off (default: the model's params, else {DEFAULT_TOP_P})."),
+    click.option("--min-p", type=float, help=f"0 = off (default: the model's params, else {DEFAULT_MIN_P})."),
+    click.option("--seed", type=int, help="Random seed for sampling (default: random)."),
+)
+
+ctx_option = click.option(
+    "--ctx", type=int, help=f"Context length in tokens (default: the model's num_ctx, else {DEFAULT_CTX})."
+)
+
+loading_options = _stack(
+    click.option(
+        "--n-gpu-layers",
+        type=int,
+        default=None,
+        help="Target layers on the GPU (-1: all; default: all, or as many as the memory check finds room for).",
+    ),
+    click.option(
+        "--draft-n-gpu-layers", type=int, default=-1, show_default=True, help="Draft layers on the GPU (-1: all)."
+    ),
+    click.option("--threads", type=int, help="CPU threads (default: all cores)."),
+    click.option(
+        "--kv-type",
+        type=click.Choice(["f16", "q8_0", "q4_0"]),
+        default="f16",
+        show_default=True,
+        help="KV cache element type (q8_0 halves the cache; quantized caches use flash attention).",
+    ),
+    click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading."),
+    repack_option,
+)
+
+
+def sampling_settings(params: dict, *, temperature, top_k, top_p, min_p, seed) -> SamplingSettings:
+    """The sampling flags, else the model's Ollama params, else Ollama's defaults."""
+    return SamplingSettings(
+        temperature=first_set(temperature, params.get("temperature"), DEFAULT_TEMPERATURE),
+        top_k=int(first_set(top_k, params.get("top_k"), DEFAULT_TOP_K)),
+        top_p=first_set(top_p, params.get("top_p"), DEFAULT_TOP_P),
+        min_p=first_set(min_p, params.get("min_p"), DEFAULT_MIN_P),
+        seed=first_set(seed, params.get("seed")),
+    )
+
+
+def engine_settings(
+    params: dict, *, ctx, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack
+) -> EngineSettings:
+    """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX."""
+    return EngineSettings(
+        n_ctx=int(first_set(ctx, params.get("num_ctx"), DEFAULT_CTX)),
+        target_gpu_layers=n_gpu_layers,
+        draft_gpu_layers=draft_n_gpu_layers,
+        n_threads=threads,
+        kv_type=kv_type,
+        memory_check=not no_check,
+        repack=decide_repack_for_cli(repack).enabled,
+    )
+
+
+def model_stops(params: dict) -> tuple[str, ...]:
+    """The stop strings in the model's Ollama params."""
+    return tuple(s for s in params.get("stop", []) if isinstance(s, str))
+
+
+def model_max_tokens(params: dict) -> int | None:
+    """The model's num_predict when it is a limit (Ollama's -1 and -2 mean none)."""
+    value = params.get("num_predict")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def first_set(*values):
+    """The first value that is not None."""
+    return next((v for v in values if v is not None), None)

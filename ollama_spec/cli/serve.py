@@ -1,0 +1,96 @@
+"""`ollama-spec serve`: the pair behind OpenAI- and Ollama-compatible HTTP APIs."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from ..engine import Engine
+from ..resolve import resolve_model
+from ..runtime import set_verbose
+from ..server.common import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerSettings
+from .main import cli
+from .options import (
+    ctx_option,
+    engine_settings,
+    loading_options,
+    model_max_tokens,
+    model_stops,
+    models_dir_option,
+    resolve_draft,
+    sampling_options,
+    sampling_settings,
+    speculation_options,
+    speculation_settings,
+)
+
+
+@cli.command()
+@click.argument("target")
+@speculation_options
+@sampling_options
+@ctx_option
+@loading_options
+@click.option("--host", default=DEFAULT_HOST, show_default=True,
+              help="Address to listen on (0.0.0.0 exposes the server to the network: use --api-key).")
+@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Port (0: any free port).")
+@click.option("--api-key", envvar="OLLAMA_SPEC_API_KEY",
+              help="Require 'Authorization: Bearer KEY' on every route but /health [env: OLLAMA_SPEC_API_KEY].")
+@click.option("--served-model-name", "aliases", multiple=True,
+              help="Another name to list in /v1/models and report in responses (repeatable; the first is reported).")
+@click.option("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, show_default=True,
+              help="Requests that may wait behind the running one; more get HTTP 503.")
+@click.option("--max-body", type=int, default=DEFAULT_MAX_BODY_BYTES, show_default=True,
+              help="Largest request body in bytes; larger ones get HTTP 413.")
+@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+@models_dir_option
+def serve(target, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, ctx, n_gpu_layers,
+          draft_n_gpu_layers, threads, kv_type, no_check, repack, host, port, api_key, aliases, max_queue, max_body,
+          verbose, models_dir) -> None:
+    """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
+
+    Loads the pair once (after the memory check) and answers /v1/chat/completions,
+    /v1/completions, /v1/models, /api/chat, /api/generate, /api/tags, /api/show; any model name
+    a client sends is answered by this pair. Requests run one at a time in arrival order, and
+    a request that starts with what the KV caches hold (a chat's next turn) evaluates only the
+    new tokens. Sampling flags set the defaults; each request may override them.
+    GET /health, GET /metrics (Prometheus).
+
+    \b
+    Examples:
+      ollama-spec serve llama3.1:70b --draft llama3.2:1b
+      ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
+      ollama-spec serve qwen2.5-coder:32b -d ngram   # draftless prompt lookup
+      OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
+    """
+    from ..server import ServerState
+    from ..server import serve as run_server
+    from ..server.run import bind
+
+    set_verbose(verbose)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    target_model = resolve_model(target, models_dir)
+    draft_model = resolve_draft(draft, models_dir)
+    params = target_model.params
+    settings = ServerSettings(
+        host=host,
+        port=port,
+        api_key=api_key or None,
+        aliases=tuple(aliases),
+        max_queue=max_queue,
+        max_body_bytes=max_body,
+        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+        speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
+        stop=model_stops(params),
+        max_tokens=model_max_tokens(params),
+    )
+    sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
+    try:
+        engine_config = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers,
+                                        draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, kv_type=kv_type,
+                                        no_check=no_check, repack=repack)
+        with Engine(target_model, draft_model, engine_config) as engine:
+            run_server(ServerState(engine, settings), sock)
+    finally:
+        sock.close()

@@ -1,0 +1,11 @@
+"""`ollama-spec serve`: OpenAI- and Ollama-compatible HTTP APIs over one loaded Engine.
+
+A thin face: the routes turn requests into engine Requests, a worker thread runs them one at a
+time, and the answers carry the speculation statistics. No speculative logic lives here.
+"""
+
+from .app import create_app
+from .common import ServerSettings, ServerState
+from .run import serve
+
+__all__ = ["ServerSettings", "ServerState", "create_app", "serve"]

@@ -1,0 +1,203 @@
+"""What both APIs share: server settings, request building and checking, the statistics they report."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from starlette.requests import Request as HTTPRequest
+
+from ..chat import ChatMessage
+from ..engine import Engine, Request, Result
+from ..errors import InvalidSetting, OllamaSpecError
+from ..sampling import SamplingSettings
+from ..speculative import SpeculationSettings
+from .metrics import Metrics
+from .worker import Cancelled, Failed, Finished, Job, QueueFull, Worker
+
+log = logging.getLogger("ollama_spec.server")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_MAX_QUEUE = 64
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    api_key: str | None = None
+    aliases: tuple[str, ...] = ()  # --served-model-name: more names /v1/models lists
+    max_queue: int = DEFAULT_MAX_QUEUE
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Per-request defaults: the command's flags, else the model's Ollama params, else Ollama's.
+    sampling: SamplingSettings = SamplingSettings()
+    speculation: SpeculationSettings = SpeculationSettings()
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = None  # None: up to the end of the context
+
+    def __post_init__(self) -> None:
+        if self.max_queue < 0:
+            raise InvalidSetting(f"--max-queue must be >= 0, got {self.max_queue}")
+        if not 0 <= self.port <= 65535:
+            raise InvalidSetting(f"--port must be in 0..65535, got {self.port}")
+
+
+class ApiError(Exception):
+    """An HTTP error answered in the format of the API that was called."""
+
+    def __init__(self, status: int, message: str, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
+@dataclass
+class ServerState:
+    """The loaded pair and everything the routes share."""
+
+    engine: Engine
+    settings: ServerSettings
+    worker: Worker = field(init=False)
+    metrics: Metrics = field(init=False)
+    started: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(lambda: self.worker.waiting)
+        self.worker = Worker(self.engine, self.settings.max_queue, self._finished)
+
+    @property
+    def model_name(self) -> str:
+        """The name responses report: the first --served-model-name, else the target's Ollama name."""
+        return self.settings.aliases[0] if self.settings.aliases else self.engine.target_model.name
+
+    @property
+    def model_names(self) -> list[str]:
+        return list(dict.fromkeys([self.engine.target_model.name, *self.settings.aliases]))
+
+    def build_request(
+        self,
+        *,
+        prompt: str = "",
+        messages: Sequence[ChatMessage] = (),
+        system: str | None = None,
+        raw: bool = False,
+        max_tokens: int | None = None,
+        max_tokens_name: str = "max_tokens",
+        stop: Sequence[str] = (),
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        min_p: float | None = None,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+        n_ctx: int | None = None,
+    ) -> Request:
+        """A checked engine Request: the prompt fits the context and so does max_tokens."""
+        given = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p, "seed": seed}
+        try:
+            sampling = replace(self.settings.sampling, **{k: v for k, v in given.items() if v is not None})
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc)) from None
+        request = Request(
+            prompt=prompt,
+            messages=tuple(messages),
+            system=system,
+            raw=raw,
+            stop=tuple(stop) + self.settings.stop,
+            ignore_eos=ignore_eos,
+            sampling=sampling,
+            speculation=self.settings.speculation,
+        )
+        context = min(n_ctx or self.engine.target.n_ctx, self.engine.target.n_ctx)
+        try:
+            n_prompt = len(self.engine.prompt_tokens(request))
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc)) from None
+        room = context - n_prompt
+        if room < 1:
+            raise ApiError(400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it")
+        if max_tokens is not None and max_tokens < 1:
+            raise ApiError(400, f"{max_tokens_name} must be at least 1, got {max_tokens}", max_tokens_name)
+        if max_tokens is not None and max_tokens > room:
+            raise ApiError(
+                400,
+                f"{max_tokens_name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
+                f"{context} tokens, which leaves {room}",
+                max_tokens_name,
+            )
+        limit = max_tokens or min(self.settings.max_tokens or room, room)
+        return replace(request, max_tokens=limit)
+
+    def summary(self, result: Result) -> dict:
+        """The `speculation` extension field every response carries."""
+        spec = result.speculation
+        return {
+            "draft": self.engine.draft_model.name if self.engine.draft_model else None,
+            "num_speculative_tokens": self.settings.speculation.num_speculative_tokens if self.engine.draft else 0,
+            "drafted_tokens": spec.drafted,
+            "accepted_tokens": spec.accepted,
+            "acceptance_rate": round(spec.acceptance_rate, 4),
+            "tokens_per_target_pass": round(spec.mean_accepted_per_step, 3),
+            "tokens_per_second": round(result.tokens_per_second, 2),
+            "prompt_tokens": result.prompt_tokens,
+            "prompt_cached_tokens": spec.prompt_cached,
+            "time_to_first_token_s": round(result.first_token_seconds, 4),
+            "total_s": round(result.total_seconds, 4),
+        }
+
+    def _finished(self, job: Job, result: Result) -> None:
+        """Count the request and log one line: what the speculation did for it."""
+        spec = result.speculation
+        self.metrics.record(result)
+        self.metrics.requests.labels(job.label, result.finish_reason).inc()
+        log.info(
+            "%s: %d prompt tokens (%d cached), %d generated in %.2f s, %.1f tok/s, finish %s; "
+            "drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass",
+            job.label, result.prompt_tokens, spec.prompt_cached, len(result.tokens), result.total_seconds,
+            result.tokens_per_second, result.finish_reason, spec.drafted, spec.accepted, 100 * spec.acceptance_rate,
+            spec.mean_accepted_per_step,
+        )
+
+    def submit(self, request: Request, route: str) -> Job:
+        """Queue the request; 503 when the queue is full."""
+        try:
+            return self.worker.submit(request, route)
+        except QueueFull as exc:
+            self.metrics.rejected.inc()
+            raise ApiError(503, str(exc)) from None
+
+
+async def run_to_end(job: Job, http_request: HTTPRequest) -> Result:
+    """Wait for a whole (non-streamed) generation; a client that hangs up cancels it."""
+    watcher = asyncio.create_task(_cancel_on_disconnect(job, http_request))
+    try:
+        async for event in job.events():
+            if isinstance(event, Finished):
+                return event.result
+            if isinstance(event, Failed):
+                raise failure(event.error)
+    finally:
+        watcher.cancel()
+        job.cancel()  # a no-op once finished; stops the generation if we are being cancelled
+    raise AssertionError("events end with Finished or Failed")
+
+
+def failure(error: Exception) -> ApiError:
+    """A generation's error as an HTTP error: the client's fault (400) or ours (500)."""
+    if isinstance(error, Cancelled):
+        return ApiError(503, str(error))
+    if isinstance(error, OllamaSpecError):
+        return ApiError(400, str(error))
+    return ApiError(500, f"generation failed: {type(error).__name__}: {error}")
+
+
+async def _cancel_on_disconnect(job: Job, http_request: HTTPRequest) -> None:
+    while True:
+        message = await http_request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancel()
+            return

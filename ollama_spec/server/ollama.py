@@ -1,0 +1,244 @@
+"""Ollama-compatible routes: /api/chat, /api/generate (NDJSON streaming by default), /api/tags,
+/api/show, /api/ps, /api/version and the "Ollama is running" probe. Field names follow Ollama's
+api/types.go, so Ollama's own clients and front-ends parse the answers."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import __version__
+from ..chat import ROLES, ChatMessage
+from ..engine import Result
+from ..resolve import ResolvedModel
+from .common import ApiError, ServerState, failure, run_to_end
+from .worker import Failed, Job, Piece
+
+router = APIRouter()
+
+# The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
+OLLAMA_API_VERSION = "0.12.0"
+DONE_REASONS = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+
+
+class Options(BaseModel):
+    """The options Ollama's runner takes that apply here; others (num_gpu, mirostat, ...) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    temperature: float | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, gt=0, le=1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    num_predict: int | None = None  # -1: until the context is full; -2: fill the context
+    num_ctx: int | None = Field(None, ge=1)
+    stop: list[str] | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal[ROLES]
+    content: str = ""
+    images: list[str] | None = None
+
+
+class InferenceRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # format, keep_alive, think, tools: accepted, not used
+
+    model: str
+    stream: bool = True
+    options: Options | None = None
+
+
+class ChatRequest(InferenceRequest):
+    messages: list[Message] | None = None
+
+
+class GenerateRequest(InferenceRequest):
+    prompt: str = ""
+    system: str | None = None
+    raw: bool = False
+    images: list[str] | None = None
+
+
+class ShowRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    name: str | None = None  # older clients
+
+
+@router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
+async def probe() -> str:
+    return "Ollama is running"
+
+
+@router.api_route("/api/version", methods=["GET", "HEAD"])
+async def version() -> dict:
+    return {"version": OLLAMA_API_VERSION, "ollama_spec": __version__}
+
+
+@router.api_route("/api/tags", methods=["GET", "HEAD"])
+async def tags(http_request: HTTPRequest) -> dict:
+    state: ServerState = http_request.app.state.server
+    return {"models": [_model_entry(state.engine.target_model, name) for name in state.model_names]}
+
+
+@router.get("/api/ps")
+async def ps(http_request: HTTPRequest) -> dict:
+    state: ServerState = http_request.app.state.server
+    target = state.engine.target_model
+    entry = _model_entry(target, state.model_name)
+    # loaded until the server stops: a far expiry, as Ollama shows for keep_alive -1
+    return {"models": [entry | {"expires_at": "2099-01-01T00:00:00Z", "context_length": state.engine.target.n_ctx}]}
+
+
+@router.api_route("/api/show", methods=["GET", "POST"])
+async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> dict:
+    state: ServerState = http_request.app.state.server
+    model = state.engine.target_model
+    info = model.info
+    params = "\n".join(f"{key} {_param_text(value)}" for key, values in model.params.items()
+                       for value in (values if isinstance(values, list) else [values]))
+    return {
+        "modelfile": f"FROM {model.path}\n",
+        "parameters": params,
+        "template": info.chat_template or "",
+        "system": model.system or "",
+        "details": _details(model),
+        "model_info": {"general.architecture": info.architecture, "general.parameter_count": info.parameter_count,
+                       f"{info.architecture}.context_length": info.context_length,
+                       f"{info.architecture}.block_count": info.block_count,
+                       f"{info.architecture}.embedding_length": info.embedding_length},
+        "capabilities": ["completion"],
+        "modified_at": _mtime(model),
+        "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
+                        "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
+    }
+
+
+@router.post("/api/chat")
+async def chat(body: ChatRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    if not body.messages:  # Ollama's way to load a model: nothing to generate
+        return _final(body.model, {"message": {"role": "assistant", "content": ""}}, "load")
+    if any(m.images for m in body.messages):
+        raise ApiError(400, "images are not supported: the loaded models read text only")
+    request = state.build_request(messages=[ChatMessage(m.role, m.content) for m in body.messages],
+                                  **_options(body.options))
+    job = state.submit(request, "/api/chat")
+
+    def piece(text: str) -> dict:
+        return {"message": {"role": "assistant", "content": text}}
+
+    if body.stream:
+        return _ndjson(_chunks(state, body.model, job, piece))
+    result = await run_to_end(job, http_request)
+    return _finished(state, body.model, piece(result.text), result)
+
+
+@router.post("/api/generate")
+async def generate(body: GenerateRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    if not body.prompt:  # Ollama's way to load a model: nothing to generate
+        return _final(body.model, {"response": ""}, "load")
+    if body.images:
+        raise ApiError(400, "images are not supported: the loaded models read text only")
+    request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, **_options(body.options))
+    job = state.submit(request, "/api/generate")
+
+    def piece(text: str) -> dict:
+        return {"response": text}
+
+    if body.stream:
+        return _ndjson(_chunks(state, body.model, job, piece))
+    result = await run_to_end(job, http_request)
+    return _finished(state, body.model, piece(result.text), result)
+
+
+def _options(options: Options | None) -> dict[str, Any]:
+    options = options or Options()
+    predict = options.num_predict
+    if predict is not None and (predict == 0 or predict < -2):
+        raise ApiError(400, f"num_predict must be positive, or -1 (until the context is full), got {predict}")
+    return {
+        "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p, "min_p": options.min_p,
+        "seed": options.seed, "stop": options.stop or [], "n_ctx": options.num_ctx,
+        "max_tokens": predict if predict and predict > 0 else None, "max_tokens_name": "num_predict",
+    }
+
+
+async def _chunks(state: ServerState, model: str, job: Job, piece) -> AsyncIterator[dict]:
+    try:
+        async for event in job.events():
+            if isinstance(event, Piece):
+                yield {"model": model, "created_at": _now()} | piece(event.text) | {"done": False}
+            elif isinstance(event, Failed):
+                yield {"error": failure(event.error).message}  # Ollama reports mid-stream errors this way
+            else:
+                yield _finished(state, model, piece(""), event.result)
+    finally:
+        job.cancel()  # a no-op once finished; stops the generation when the client has gone
+
+
+def _finished(state: ServerState, model: str, fields: dict, result: Result) -> dict:
+    """Ollama's final object: done, done_reason and its counts and durations (nanoseconds)."""
+    ns = 1_000_000_000
+    return _final(model, fields, DONE_REASONS[result.finish_reason]) | {
+        "total_duration": int(result.total_seconds * ns),
+        "load_duration": 0,  # loaded once, when the server started
+        "prompt_eval_count": result.prompt_tokens,
+        "prompt_eval_duration": int(result.first_token_seconds * ns),
+        "eval_count": len(result.tokens),
+        "eval_duration": int((result.total_seconds - result.first_token_seconds) * ns),
+        "speculation": state.summary(result),
+    }
+
+
+def _final(model: str, fields: dict, reason: str) -> dict:
+    return {"model": model, "created_at": _now()} | fields | {"done": True, "done_reason": reason}
+
+
+def _ndjson(chunks: AsyncIterator[dict]) -> StreamingResponse:
+    async def lines() -> AsyncIterator[str]:
+        async for chunk in chunks:
+            yield json.dumps(chunk) + "\n"
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+def _model_entry(model: ResolvedModel, name: str) -> dict:
+    digest = model.path.name.replace("sha256-", "") if model.path.name.startswith("sha256-") else ""
+    return {"name": name, "model": name, "modified_at": _mtime(model), "size": model.info.file_size,
+            "digest": digest, "details": _details(model)}
+
+
+def _details(model: ResolvedModel) -> dict:
+    info = model.info
+    return {"parent_model": "", "format": "gguf", "family": info.architecture, "families": [info.architecture],
+            "parameter_size": info.parameter_label, "quantization_level": info.file_type}
+
+
+def _param_text(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) and re.search(r"\s", value) else str(value)
+
+
+def _mtime(model: ResolvedModel) -> str:
+    return _iso(datetime.fromtimestamp(model.path.stat().st_mtime, timezone.utc))
+
+
+def _now() -> str:
+    return _iso(datetime.now(timezone.utc))
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")

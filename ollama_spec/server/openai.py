@@ -1,0 +1,198 @@
+"""OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions (SSE when streaming)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Literal
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..chat import ChatMessage
+from ..engine import Result
+from .common import ApiError, ServerState, failure, run_to_end
+from .worker import Failed, Finished, Job, Piece
+
+router = APIRouter(prefix="/v1")
+
+# Our finish reasons in OpenAI's words: a full context is a length limit too.
+FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    # developer is OpenAI's newer name for system
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def to_chat(self) -> ChatMessage:
+        content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
+        return ChatMessage("system" if self.role == "developer" else self.role, content)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class CommonParams(BaseModel):
+    """Fields both completion routes take; unknown fields are ignored, as other servers do."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: Literal[1] = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    # Extensions that vLLM also accepts.
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    ignore_eos: bool = False
+
+    @property
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def sampling(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
+                "seed": self.seed, "stop": self.stops, "ignore_eos": self.ignore_eos}
+
+
+class ChatCompletionRequest(CommonParams):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+
+
+class CompletionRequest(CommonParams):
+    prompt: str | list[str]
+
+
+@router.get("/models")
+async def list_models(http_request: HTTPRequest) -> dict:
+    state: ServerState = http_request.app.state.server
+    created = int(state.started)
+    return {
+        "object": "list",
+        "data": [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"}
+                 for name in state.model_names],
+    }
+
+
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    limit, name = _max_tokens(body.max_completion_tokens, "max_completion_tokens", body.max_tokens)
+    request = state.build_request(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
+                                  max_tokens_name=name, **body.sampling())
+    job = state.submit(request, "/v1/chat/completions")
+    meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
+    if body.stream:
+        opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        return _sse(_chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, _include_usage(body),
+                            opening))
+    result = await run_to_end(job, http_request)
+    message = {"message": {"role": "assistant", "content": result.text}, "logprobs": None}
+    return _answer(state, meta | {"object": "chat.completion"}, message, result)
+
+
+@router.post("/completions")
+async def completions(body: CompletionRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    prompt = body.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise ApiError(400, "prompt must be one string (batches of prompts are not supported)", "prompt")
+        prompt = prompt[0]
+    request = state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, **body.sampling())
+    job = state.submit(request, "/v1/completions")
+    meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
+            "object": "text_completion"}
+    if body.stream:
+        return _sse(_chunks(state, job, meta, _text, _include_usage(body)))
+    result = await run_to_end(job, http_request)
+    return _answer(state, meta, _text(result.text), result)
+
+
+def _delta(text: str) -> dict:
+    return {"delta": {"content": text} if text else {}}
+
+
+def _text(text: str) -> dict:
+    return {"text": text, "logprobs": None}
+
+
+def _answer(state: ServerState, meta: dict, choice: dict, result: Result) -> dict:
+    finish = FINISH_REASONS[result.finish_reason]
+    return meta | {"choices": [{"index": 0, **choice, "finish_reason": finish}], "usage": _usage(result),
+                   "speculation": state.summary(result)}
+
+
+def _max_tokens(newer: int | None, newer_name: str, older: int | None) -> tuple[int | None, str]:
+    return (newer, newer_name) if newer is not None else (older, "max_tokens")
+
+
+def _include_usage(body: CommonParams) -> bool:
+    return bool(body.stream_options and body.stream_options.include_usage)
+
+
+def _usage(result: Result) -> dict:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": len(result.tokens),
+        "total_tokens": result.prompt_tokens + len(result.tokens),
+        "prompt_tokens_details": {"cached_tokens": result.speculation.prompt_cached},
+    }
+
+
+async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[str], dict], include_usage: bool,
+                  opening: dict | None = None) -> AsyncIterator[dict]:
+    """The streamed chunks: text pieces, the finish reason with the speculation field, then usage if asked."""
+    if opening:
+        yield meta | {"choices": [opening]}
+    async for event in _events(job):
+        if isinstance(event, Piece):
+            yield meta | {"choices": [{"index": 0, **choice(event.text), "finish_reason": None}]}
+        else:
+            result = event.result
+            final = _answer(state, meta, choice(""), result)
+            del final["usage"]  # usage comes in a chunk of its own, when asked for
+            yield final
+            if include_usage:
+                yield meta | {"choices": [], "usage": _usage(result)}
+
+
+async def _events(job: Job) -> AsyncIterator[Piece | Finished]:
+    """The job's pieces and its Finished event; a failure mid-stream is raised as an ApiError."""
+    try:
+        async for event in job.events():
+            if isinstance(event, Failed):
+                raise failure(event.error)
+            yield event
+    finally:
+        job.cancel()  # a no-op once finished; stops the generation when the client has gone
+
+
+def _sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
+    async def lines() -> AsyncIterator[str]:
+        try:
+            async for chunk in chunks:
+                yield f"data: {json.dumps(chunk)}\n\n"
+        except ApiError as exc:  # the status line is sent: report it in the stream, as OpenAI does
+            error = {"message": exc.message, "type": "server_error", "code": exc.status}
+            yield f"data: {json.dumps({'error': error})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(lines(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,142 @@
+"""One engine, one request at a time: a bounded FIFO of generations run on one thread.
+
+The HTTP handlers live on the asyncio loop; llama.cpp calls block, so every generation runs on
+the worker thread and hands its text pieces back through an asyncio queue. Never two requests
+in one KV cache at once, and the next request starts only when the previous one has finished
+(or its client went away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..engine import Engine, Request, Result
+from ..errors import OllamaSpecError
+
+log = logging.getLogger("ollama_spec.server")
+
+
+class QueueFull(OllamaSpecError):
+    """More requests are waiting than --max-queue allows."""
+
+
+class Cancelled(OllamaSpecError):
+    """The job was cancelled before it started (its client left, or the server is stopping)."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    result: Result
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: Exception
+
+
+Event = Piece | Finished | Failed
+
+
+class Job:
+    """One submitted request: its events arrive in order on the loop that submitted it."""
+
+    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop, label: str = ""):
+        self.request, self.label = request, label  # label: the route, for the log and the metrics
+        self._loop = loop
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop generating at the next token (or skip the job if it has not started)."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def put(self, event: Event) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            self.cancel()
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Pieces of text, then one Finished or Failed."""
+        while True:
+            event = await self._events.get()
+            yield event
+            if not isinstance(event, Piece):
+                return
+
+
+class Worker:
+    """Runs jobs in arrival order on one thread; at most `max_queue` wait behind the running one."""
+
+    def __init__(self, engine: Engine, max_queue: int, on_finished: Callable[[Job, Result], None] = lambda j, r: None):
+        self.engine, self.max_queue, self.on_finished = engine, max_queue, on_finished
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ollama-spec-engine")
+        self._lock = threading.Lock()
+        self._jobs: list[Job] = []  # running first, then waiting
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return max(len(self._jobs) - 1, 0)
+
+    def submit(self, request: Request, label: str = "") -> Job:
+        """Queue a generation; QueueFull when max_queue requests are already waiting."""
+        job = Job(request, asyncio.get_running_loop(), label)
+        with self._lock:
+            if len(self._jobs) > self.max_queue:
+                raise QueueFull(
+                    f"the server is busy: {len(self._jobs) - 1} requests are already waiting "
+                    f"(--max-queue {self.max_queue}); retry later"
+                )
+            self._jobs.append(job)
+        self._executor.submit(self._run, job)
+        return job
+
+    def cancel_all(self) -> None:
+        """Stop the running generation and skip the waiting ones (shutdown)."""
+        with self._lock:
+            for job in self._jobs:
+                job.cancel()
+
+    def close(self) -> None:
+        self.cancel_all()
+        self._executor.shutdown(wait=True)
+
+    def _run(self, job: Job) -> None:
+        try:
+            if job.cancelled:
+                job.put(Failed(Cancelled("the server is shutting down")))
+                return
+            generation = self.engine.generate(job.request)
+            pieces = iter(generation)
+            try:
+                for piece in pieces:
+                    if job.cancelled:
+                        generation.result.finish_reason = "cancelled"
+                        break
+                    job.put(Piece(piece))
+            finally:
+                pieces.close()
+            self.on_finished(job, generation.result)
+            job.put(Finished(generation.result))
+        except Exception as exc:  # the request fails; the server keeps serving
+            if not isinstance(exc, OllamaSpecError):
+                log.exception("generation failed")
+            job.put(Failed(exc))
+        finally:
+            with self._lock:
+                self._jobs.remove(job)

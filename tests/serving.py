@@ -1,0 +1,45 @@
+"""Start the real server (uvicorn on 127.0.0.1, an ephemeral port) in a thread of the test process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx
+
+from ollama_spec.sampling import SamplingSettings
+from ollama_spec.server import ServerSettings, ServerState
+from ollama_spec.server.run import bind, build_server
+
+
+@contextmanager
+def running_server(engine, **settings):
+    """Yield (base URL, ServerState) of a live server over `engine`; stop it afterwards."""
+    settings = {"sampling": SamplingSettings(temperature=0)} | settings
+    state = ServerState(engine, ServerSettings(**settings))
+    sock = bind("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = build_server(state, log_level="warning")
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield url, state
+    finally:
+        server.should_exit = True
+        state.worker.cancel_all()
+        thread.join(30)
+        state.worker.close()
+        sock.close()
+
+
+def get(url: str, **kwargs) -> httpx.Response:
+    return httpx.get(url, timeout=60, **kwargs)
+
+
+def post(url: str, **kwargs) -> httpx.Response:
+    return httpx.post(url, timeout=60, **kwargs)

@@ -1,0 +1,99 @@
+"""The Ollama-compatible API, driven by the official `ollama` client against the real server."""
+
+import json
+
+import httpx
+import ollama
+import pytest
+
+from ollama_spec.engine import Engine
+from tests.conftest import engine_settings
+from tests.serving import running_server
+
+MESSAGES = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Why is the sky blue?"}]
+GREEDY = {"temperature": 0, "num_predict": 40}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        with running_server(engine) as (url, state):
+            yield url, state
+
+
+@pytest.fixture
+def client(server):
+    return ollama.Client(host=server[0])
+
+
+def test_chat_as_the_docs_show(client):
+    response = client.chat(model="llama3.2", messages=MESSAGES, options=GREEDY)
+    assert response.message.role == "assistant" and len(response.message.content) > 10
+    assert response.done and response.done_reason == "length" and response.model == "llama3.2"
+    assert response.eval_count == 40 and response.prompt_eval_count > 10
+    assert response.total_duration >= response.eval_duration > 0
+    assert response.prompt_eval_duration > 0 and response.load_duration == 0
+
+
+def test_final_object_carries_the_speculation_extension(server):
+    body = {"model": "x", "messages": MESSAGES, "options": GREEDY, "stream": False}
+    answer = httpx.post(server[0] + "/api/chat", json=body, timeout=60).json()
+    spec = answer["speculation"]  # the ollama client drops fields it does not know; raw JSON has it
+    assert spec["drafted_tokens"] >= spec["accepted_tokens"] > 0
+    assert spec["prompt_tokens"] == answer["prompt_eval_count"]
+
+
+def test_streamed_chat_is_the_same_text_and_ends_with_the_counts(client):
+    whole = client.chat(model="llama3.2", messages=MESSAGES, options=GREEDY)
+    parts = list(client.chat(model="llama3.2", messages=MESSAGES, options=GREEDY, stream=True))
+    assert "".join(p.message.content for p in parts) == whole.message.content
+    assert [p.done for p in parts] == [False] * (len(parts) - 1) + [True]
+    assert parts[-1].eval_count == 40 and parts[-1].done_reason == "length"
+
+
+def test_generate_streamed_and_not(client):
+    whole = client.generate(model="llama3.2", prompt="Once upon a time", options=GREEDY)
+    parts = list(client.generate(model="llama3.2", prompt="Once upon a time", options=GREEDY, stream=True))
+    assert whole.response and "".join(p.response for p in parts) == whole.response
+    assert whole.done and whole.eval_count == parts[-1].eval_count == 40
+    raw = client.generate(model="llama3.2", prompt="Once upon a time", raw=True, options=GREEDY)
+    assert raw.response != whole.response and raw.prompt_eval_count < whole.prompt_eval_count
+
+
+def test_streaming_is_the_default_and_is_ndjson(server):
+    body = {"model": "x", "prompt": "Hi", "options": {"num_predict": 5, "temperature": 0}}
+    response = httpx.post(server[0] + "/api/generate", json=body, timeout=60)
+    assert response.headers["content-type"] == "application/x-ndjson"
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    assert len(lines) > 1 and lines[-1]["done"] and not lines[0]["done"]
+
+
+def test_options_stop_seed_and_num_ctx(client):
+    text = client.generate(model="m", prompt="Tell a story", options=GREEDY).response
+    stop = text[8:11]
+    cut = client.generate(model="m", prompt="Tell a story", options=GREEDY | {"stop": [stop]})
+    assert cut.response == text[: text.index(stop)] and cut.done_reason == "stop"
+    sampled = {"temperature": 1.0, "top_k": 20, "top_p": 0.9, "seed": 3, "num_predict": 20}
+    assert client.generate(model="m", prompt="Hi", options=sampled).response == \
+        client.generate(model="m", prompt="Hi", options=sampled).response
+    with pytest.raises(ollama.ResponseError) as error:  # the prompt does not fit a 16-token context
+        client.generate(model="m", prompt="Tell a story about the sea and the sky", options={"num_ctx": 16})
+    assert error.value.status_code == 400 and "context holds 16" in error.value.error
+
+
+def test_empty_chat_loads_the_model_as_ollama_does(client):
+    response = client.chat(model="llama3.2", messages=[])
+    assert response.done and response.done_reason == "load" and response.message.content == ""
+
+
+def test_tags_show_version_and_probe(client, server):
+    models = client.list().models
+    assert [m.model for m in models] == ["tiny-target:latest"]
+    assert models[0].details.family == "llama" and models[0].details.format == "gguf" and models[0].size > 0
+    shown = client.show("tiny-target")
+    assert shown.details.parameter_size == "213.6K" and "start_header_id" in shown.template
+    assert shown.modelinfo["general.architecture"] == "llama"
+    assert httpx.get(server[0] + "/api/version").json()["version"]
+    assert httpx.get(server[0] + "/").text == "Ollama is running"
+    assert httpx.head(server[0] + "/").status_code == 200
+    assert httpx.get(server[0] + "/api/ps").json()["models"][0]["context_length"] == 2048

@@ -1,0 +1,112 @@
+"""The OpenAI-compatible API, driven by the official `openai` client against the real server."""
+
+import pytest
+from openai import OpenAI
+
+from ollama_spec.engine import Engine
+from tests.conftest import engine_settings
+from tests.serving import running_server
+
+SYSTEM = {"role": "system", "content": "You are a concise assistant."}
+USER = {"role": "user", "content": "Explain the difference between a process and a thread."}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        with running_server(engine, aliases=("gpt-4o-mini",)) as (url, state):
+            yield url, state
+
+
+@pytest.fixture
+def client(server):
+    return OpenAI(base_url=server[0] + "/v1", api_key="anything")
+
+
+def test_chat_completion_as_the_docs_show(client):
+    response = client.chat.completions.create(model="gpt-4o", messages=[SYSTEM, USER], max_tokens=400, temperature=0)
+    content = response.choices[0].message.content
+    assert response.object == "chat.completion" and response.model == "gpt-4o-mini"
+    assert response.choices[0].message.role == "assistant" and len(content) > 20
+    assert response.choices[0].finish_reason in ("stop", "length")
+    usage = response.usage
+    assert 0 < usage.completion_tokens <= 400 and usage.prompt_tokens > 10
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    spec = response.model_extra["speculation"]
+    assert spec["draft"] == "tiny-draft:latest" and spec["num_speculative_tokens"] == 5
+    assert spec["drafted_tokens"] >= spec["accepted_tokens"] > 0
+    assert spec["acceptance_rate"] == pytest.approx(spec["accepted_tokens"] / spec["drafted_tokens"], abs=1e-3)
+
+
+def test_streamed_chat_equals_the_whole_answer_and_ends_with_usage(client):
+    whole = client.chat.completions.create(model="llama3", messages=[USER], max_tokens=60, temperature=0)
+    stream = client.chat.completions.create(model="llama3", messages=[USER], max_tokens=60, temperature=0,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishing = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finishing) == 1 and finishing[0].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert finishing[0].model_extra["speculation"]["drafted_tokens"] > 0
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+
+
+def test_streaming_without_usage_sends_none_and_ends_with_done(server):
+    import httpx
+
+    body = {"model": "m", "messages": [USER], "max_tokens": 8, "stream": True, "temperature": 0}
+    lines = httpx.post(server[0] + "/v1/chat/completions", json=body, timeout=60).text.strip().split("\n\n")
+    assert lines[-1] == "data: [DONE]" and all(line.startswith("data: ") for line in lines)
+    assert '"usage"' not in "".join(lines)
+
+
+def test_max_tokens_and_max_completion_tokens_bound_the_answer(client):
+    short = client.chat.completions.create(model="m", messages=[USER], max_tokens=5, temperature=0)
+    newer = client.chat.completions.create(model="m", messages=[USER], max_completion_tokens=5, temperature=0)
+    assert short.usage.completion_tokens == newer.usage.completion_tokens == 5
+    assert short.choices[0].finish_reason == "length"
+    assert short.choices[0].message.content == newer.choices[0].message.content
+
+
+def test_stop_strings_end_the_answer(client):
+    full = client.chat.completions.create(model="m", messages=[USER], max_tokens=40, temperature=0)
+    text = full.choices[0].message.content
+    stop = text[10:13]
+    cut = client.chat.completions.create(model="m", messages=[USER], max_tokens=40, temperature=0, stop=[stop, "zzzz"])
+    assert cut.choices[0].message.content == text[: text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+    single = client.chat.completions.create(model="m", messages=[USER], max_tokens=40, temperature=0, stop=stop)
+    assert single.choices[0].message.content == cut.choices[0].message.content
+
+
+def test_seeded_sampling_repeats_and_top_p_is_accepted(client):
+    def sample(seed):
+        return client.chat.completions.create(model="m", messages=[USER], max_tokens=30, temperature=1.0,
+                                              top_p=0.95, seed=seed).choices[0].message.content
+
+    assert sample(7) == sample(7)
+    assert len({sample(7), sample(8), sample(9)}) > 1
+
+
+def test_completions_continue_raw_text(client):
+    response = client.completions.create(model="davinci", prompt="Once upon a time", max_tokens=20, temperature=0)
+    assert response.object == "text_completion" and response.usage.completion_tokens == 20
+    assert response.choices[0].finish_reason == "length"
+    stream = client.completions.create(model="davinci", prompt="Once upon a time", max_tokens=20, temperature=0,
+                                       stream=True)
+    assert "".join(c.choices[0].text for c in stream if c.choices) == response.choices[0].text
+
+
+def test_models_lists_the_target_and_the_aliases(client):
+    assert [m.id for m in client.models.list()] == ["tiny-target:latest", "gpt-4o-mini"]
+
+
+def test_served_text_equals_generate(client, invoke, tiny_store):
+    prompt = "Write a haiku about the sea."
+    cli = invoke("generate", "tiny-target", prompt, "-d", "tiny-draft", "-t", "0", "-n", "48", "--threads", "1",
+                 "--no-check", "--ctx", "2048", "--models-dir", tiny_store)
+    assert cli.exit_code == 0, cli.output
+    served = client.chat.completions.create(model="tiny-target", messages=[{"role": "user", "content": prompt}],
+                                            max_tokens=48, temperature=0)
+    assert served.choices[0].message.content == cli.stdout.rstrip("\n")
+    assert len(cli.stdout.strip()) > 10
