@@ -55,3 +55,7 @@ class ModelLoadError(OllamaSpecError):
 
 class ContextFull(OllamaSpecError):
     pass
+
+
+class UnusableModel(OllamaSpecError):
+    """A model that cannot serve as a target or a draft (no architecture, vocabulary or layers)."""

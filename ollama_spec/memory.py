@@ -144,8 +144,8 @@ class MemoryPlan:
 def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> int:
     """K and V caches for `n_ctx` tokens (padded to 256 cells, as llama.cpp does)."""
     block_bytes, block_values = KV_TYPES[kv_type]
-    n_layer, k_width, v_width = _kv_shape(info)
-    return n_layer * _padded(n_ctx) * (k_width + v_width) * block_bytes // block_values
+    _, k_width, v_width = _kv_shape(info)
+    return _padded(n_ctx) * (k_width + v_width) * block_bytes // block_values
 
 
 def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> ModelNeeds:
@@ -290,12 +290,11 @@ def _check_settings(models: list[ModelInfo], n_ctx: int, kv_type: str) -> None:
 
 
 def _kv_shape(info: ModelInfo) -> tuple[int, int, int]:
-    """(layers, K width, V width) of the KV cache."""
+    """(layers, K width, V width) of the KV cache, the widths summed over layers (they may differ)."""
     if not info.block_count or not info.head_count_kv or not info.head_dim:
         raise CorruptGGUF(f"{info.path}: its GGUF header lacks the layer count or attention head sizes "
                           "needed to size the KV cache")
-    v_dim = info.metadata.get(f"{info.architecture}.attention.value_length") or info.head_dim
-    return info.block_count, info.head_dim * info.head_count_kv, int(v_dim) * info.head_count_kv
+    return info.block_count, info.head_dim * info.kv_head_total, info.head_dim_v * info.kv_head_total
 
 
 def _padded(n_ctx: int) -> int:

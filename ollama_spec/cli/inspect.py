@@ -9,9 +9,11 @@ import click
 
 from ..compat import check_compatibility, llama3_metadata_fixes
 from ..errors import IncompatibleDraft, OllamaSpecError
+from ..gguf_header import shown
 from ..gguf_info import format_bytes, read_model_info
-from ..resolve import gguf_file
-from ..store import StoredModel, blob_path, verify_blob
+from ..resolve import gguf_file, resolve_model
+from ..store import BrokenModel, StoredModel, blob_path, verify_blob
+from ..usable import require_usable
 from .main import cli
 from .options import echo_json, json_option, models_dir_option, open_store
 
@@ -54,14 +56,15 @@ def list_models(models_dir: str | None, as_json: bool) -> None:
         click.echo("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) + "  " + str(row[-1]))
 
 
-def _list_row(model) -> dict:
-    if isinstance(model, OllamaSpecError):
-        return {"name": "?", "size": None, "error": str(model)}
-    row = {"name": model.name, "size": model.size}
+def _list_row(model: StoredModel | BrokenModel) -> dict:
+    name = model.name if model.name.isprintable() else shown(model.name)
+    if isinstance(model, BrokenModel):
+        return {"name": name, "size": None, "error": _problem(model.name, model.error)}
+    row = {"name": name, "size": model.size}
     try:
-        info = read_model_info(model.gguf_path, read_vocab=False)
+        info = model.model_info(read_vocab=False)
     except OllamaSpecError as exc:
-        row["error"] = str(exc).split(": ", 1)[-1]
+        row["error"] = _problem(model.name, exc)
         return row
     row |= {
         "architecture": info.architecture,
@@ -70,6 +73,11 @@ def _list_row(model) -> dict:
         "file_type": info.file_type,
     }
     return row
+
+
+def _problem(name: str, error: OllamaSpecError) -> str:
+    """The error without the model's name in front: the row already shows it."""
+    return str(error).removeprefix(f"{name}: ")
 
 
 @cli.command()
@@ -93,7 +101,7 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
         _show_file(read_model_info(path), as_json)
         return
     stored = open_store(models_dir).resolve(model)
-    info = read_model_info(stored.gguf_path)
+    info = stored.model_info()
     if verify:
         _verify_layers(stored)
     fixes = llama3_metadata_fixes(info)
@@ -188,9 +196,11 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
       ollama-spec pair llama3.1:70b llama3.2:1b
       ollama-spec pair qwen2.5:32b qwen2.5:0.5b --json
     """
-    store = open_store(models_dir)
-    target_info = read_model_info(store.resolve(target).gguf_path)
-    draft_info = read_model_info(store.resolve(draft).gguf_path)
+    store = None if gguf_file(target) and gguf_file(draft) else open_store(models_dir)
+    target_info = resolve_model(target, store=store).info
+    draft_info = resolve_model(draft, store=store).info
+    require_usable(target, target_info, "target")
+    require_usable(draft, draft_info, "draft")
     verdict = check_compatibility(target_info, draft_info)
     fixes = [
         f"{name}: {fix.description}"

@@ -1,0 +1,43 @@
+"""Can a model serve as a target or a draft at all? Checked from its header, before any load.
+
+A GGUF can be a valid file and still hold nothing to run: no architecture, an architecture this
+llama.cpp does not know, no vocabulary (an embedding-only or adapter file), no layers. `pair`,
+`check` and the engine refuse such a model up front, saying what it lacks, instead of failing
+later on a memory-sizing or load message that does not say why.
+"""
+
+from __future__ import annotations
+
+from .errors import UnusableModel
+from .gguf_header import MAX_LAYERS, shown
+from .gguf_info import ModelInfo
+
+
+def usability_problems(info: ModelInfo) -> tuple[str, ...]:
+    """What this model lacks to run (empty when nothing)."""
+    from .runtime import knows_architecture  # imports llama.cpp
+
+    problems = []
+    arch = info.metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        problems.append("no architecture (general.architecture)")
+    elif not knows_architecture(arch):
+        problems.append(f"architecture {shown(arch)}, which this llama.cpp does not know")
+    if not info.has_vocabulary:
+        problems.append("no vocabulary (tokenizer.ggml.tokens)")
+    if not info.block_count:
+        layers = info.metadata.get(f"{info.architecture}.block_count")
+        if isinstance(layers, int) and not isinstance(layers, bool) and layers > MAX_LAYERS:
+            problems.append(f"{layers} layers, more than llama.cpp's {MAX_LAYERS}")
+        else:
+            problems.append("no layers (block_count)")
+    if not info.tensors:
+        problems.append("no tensors")
+    return tuple(problems)
+
+
+def require_usable(name: str, info: ModelInfo, role: str) -> None:
+    """Raise UnusableModel naming `name` and everything it lacks to run as `role` (target, draft)."""
+    problems = usability_problems(info)
+    if problems:
+        raise UnusableModel(f"{name} cannot be the {role}: it has " + ", ".join(problems))

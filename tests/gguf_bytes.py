@@ -1,0 +1,74 @@
+"""Hand-made GGUF headers for tests: byte by byte, so they can be as wrong as a test needs."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFValueType, GGUFWriter
+
+from ollama_spec.synthetic.models import Architecture
+from ollama_spec.synthetic.shapes import write_shape_only_gguf
+
+SMALL = Architecture(n_embd=64, n_layer=2, n_head=4, n_kv_head=2, n_ff=128, context_length=256)
+
+
+def string(text: str | bytes) -> bytes:
+    data = text.encode() if isinstance(text, str) else text
+    return struct.pack("<Q", len(data)) + data
+
+
+def kv(key: str, vtype: int, payload: bytes) -> bytes:
+    return string(key) + struct.pack("<I", vtype) + payload
+
+
+def u32(key: str, value: int) -> bytes:
+    return kv(key, GGUFValueType.UINT32, struct.pack("<I", value))
+
+
+def text(key: str, value: str) -> bytes:
+    return kv(key, GGUFValueType.STRING, string(value))
+
+
+def array(key: str, item_type: int, count: int, items: bytes = b"") -> bytes:
+    return kv(key, GGUFValueType.ARRAY, struct.pack("<IQ", item_type, count) + items)
+
+
+def header(*kvs: bytes, tensors: bytes = b"", n_tensors: int = 0, version: int = 3, n_kv: int | None = None) -> bytes:
+    count = len(kvs) if n_kv is None else n_kv
+    return b"GGUF" + struct.pack("<IQQ", version, n_tensors, count) + b"".join(kvs) + tensors
+
+
+def tensor_info(name: str, shape: tuple[int, ...], type_id: int = 0, offset: int = 0) -> bytes:
+    return string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
+        "<IQ", type_id, offset
+    )
+
+
+def small_model_header(path: Path) -> bytes:
+    """A real, small, header-only llama GGUF (the synthetic family's writer); returns its header bytes."""
+    size = write_shape_only_gguf(path, name="small", arch=SMALL, vocab_size=300, n_merges=20)
+    data = path.read_bytes()
+    assert len(data) == size
+    return data.rstrip(b"\0")
+
+
+def write_model(path: Path, metadata: dict, arch: str = "llama") -> Path:
+    """A small GGUF with one tensor and the given keys (values: int, str, bool, list of int or str)."""
+    writer = GGUFWriter(path, arch=arch)
+    for key, value in metadata.items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_array(key, value)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
