@@ -207,7 +207,7 @@ def _checked_root(path: Path, source: str) -> StoreRoot:
     return StoreRoot(path=path, source=source)
 
 
-def blob_path(root: Path, digest: Any, model: str | None = None) -> Path:
+def blob_path(root: Path, digest: Any) -> Path:
     """`sha256:<64 hex>` -> `<root>/blobs/sha256-<hex>`; anything else is refused, never joined.
 
     Stores written by old Ollama versions that were never migrated name blobs `sha256:<hex>`;
@@ -215,8 +215,7 @@ def blob_path(root: Path, digest: Any, model: str | None = None) -> Path:
     """
     match = _DIGEST.fullmatch(digest) if isinstance(digest, str) else None
     if not match:
-        prefix = f"{model}: " if model else ""
-        raise InvalidManifest(f"{prefix}invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
+        raise InvalidManifest(f"invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
     path = root / "blobs" / f"sha256-{match.group(1)}"
     legacy = root / "blobs" / f"sha256:{match.group(1)}"
     return legacy if not path.exists() and legacy.exists() else path
@@ -346,7 +345,8 @@ class Store:
                 raise invalid(f"has a layer {number} without a media type")
             if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 63:
                 raise invalid(f"has a layer {number} whose size {shown(size)} is not a byte count")
-            blob_path(self.path, digest, ref.display)  # refuse bad digests up front
+            if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # never becomes a path
+                raise invalid(f"has an invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
             layers.append(Layer(media_type, digest, size))
         return StoredModel(ref, manifest_path, self.path, self._config(doc.get("config")), tuple(layers))
 

@@ -72,3 +72,57 @@ def write_model(path: Path, metadata: dict, arch: str = "llama") -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_deci_model(path: Path, kv_heads=(4, 0, 1, 2), ffs=(128, 256, 0, 64), n_head=4, head_dim=16) -> Path:
+    """A runnable DeciLM-architecture GGUF whose layers differ: per-layer KV heads (0: no attention)
+    and feed-forward sizes stored as arrays, as Nemotron-51B's are."""
+    from gguf import LlamaFileType
+
+    from ollama_spec.synthetic.tokenizer import build_vocabulary
+
+    d, vocab = n_head * head_dim, build_vocabulary(300, 20)
+    writer = GGUFWriter(path, arch="deci")
+    writer.add_file_type(LlamaFileType.ALL_F32)
+    writer.add_context_length(512)
+    writer.add_embedding_length(d)
+    writer.add_block_count(len(kv_heads))
+    writer.add_feed_forward_length(list(ffs))
+    writer.add_head_count([n_head if h else 0 for h in kv_heads])
+    writer.add_head_count_kv(list(kv_heads))
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("llama-bpe")
+    writer.add_token_list(list(vocab.tokens))
+    writer.add_token_types(list(vocab.token_types))
+    writer.add_token_merges(list(vocab.merges))
+    rng = np.random.default_rng(0)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    ones = np.ones(d, np.float32)
+    writer.add_tensor("token_embd.weight", weight(vocab.size, d))
+    writer.add_tensor("output_norm.weight", ones)
+    writer.add_tensor("output.weight", weight(vocab.size, d))
+    for i, (n_kv, ff) in enumerate(zip(kv_heads, ffs)):
+        p = f"blk.{i}."
+        if n_kv:
+            writer.add_tensor(p + "attn_norm.weight", ones)
+            writer.add_tensor(p + "attn_q.weight", weight(n_head * head_dim, d))
+            writer.add_tensor(p + "attn_k.weight", weight(n_kv * head_dim, d))
+            writer.add_tensor(p + "attn_v.weight", weight(n_kv * head_dim, d))
+            writer.add_tensor(p + "attn_output.weight", weight(d, n_head * head_dim))
+        if ff:
+            writer.add_tensor(p + "ffn_norm.weight", ones)
+            writer.add_tensor(p + "ffn_gate.weight", weight(ff, d))
+            writer.add_tensor(p + "ffn_up.weight", weight(ff, d))
+            writer.add_tensor(p + "ffn_down.weight", weight(d, ff))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
