@@ -306,7 +306,10 @@ class Store:
                 continue
             if not current.is_dir():
                 return None
-            folded = [entry for entry in current.iterdir() if entry.name.lower() == part.lower()]
+            try:
+                folded = [entry for entry in current.iterdir() if entry.name.lower() == part.lower()]
+            except PermissionError:
+                raise StoreUnreadable(f"{current} is not readable by you; add yourself to group ollama") from None
             if not folded:
                 return None
             current = folded[0]

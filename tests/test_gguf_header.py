@@ -14,7 +14,7 @@ import tracemalloc
 
 import pytest
 from gguf import GGUFValueType
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ollama_spec.errors import CorruptGGUF, NotGGUF
@@ -23,8 +23,6 @@ from ollama_spec.gguf_info import ModelInfo, read_model_info
 
 from .gguf_bytes import array, header, kv, small_model_header, string, tensor_info, text, u32
 
-FUZZ = settings(max_examples=150, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def parse(path, data: bytes, size: int | None = None) -> ModelInfo | Exception:
@@ -45,20 +43,17 @@ def real_header(tmp_path_factory):
     return small_model_header(tmp_path_factory.mktemp("small") / "small.gguf")
 
 
-@FUZZ
 @given(data=st.binary(max_size=512))
 def test_random_bytes(tmp_path, data):
     parse(tmp_path / "x.gguf", data)
 
 
-@FUZZ
 @given(body=st.binary(max_size=512), version=st.sampled_from([2, 3]), counts=st.tuples(
     st.integers(0, 2**64 - 1) | st.integers(0, 8), st.integers(0, 2**64 - 1) | st.integers(0, 8)))
 def test_random_bodies_after_a_valid_preamble(tmp_path, body, version, counts):
     parse(tmp_path / "x.gguf", b"GGUF" + struct.pack("<IQQ", version, *counts) + body, size=1 << 20)
 
 
-@FUZZ
 @given(st.data())
 def test_mutated_real_headers(tmp_path, real_header, data):
     mutated = bytearray(real_header)

@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from ..compat import check_compatibility, llama3_metadata_fixes
-from ..errors import IncompatibleDraft, OllamaSpecError
-from ..gguf_header import shown
+from ..errors import IncompatibleDraft, OllamaSpecError, one_line
 from ..gguf_info import format_bytes, read_model_info
 from ..resolve import gguf_file, resolve_model
 from ..store import BrokenModel, StoredModel, blob_path, verify_blob
@@ -57,7 +56,7 @@ def list_models(models_dir: str | None, as_json: bool) -> None:
 
 
 def _list_row(model: StoredModel | BrokenModel) -> dict:
-    name = model.name if model.name.isprintable() else shown(model.name)
+    name = one_line(model.name)
     if isinstance(model, BrokenModel):
         return {"name": name, "size": None, "error": _problem(model.name, model.error)}
     row = {"name": name, "size": model.size}
@@ -77,7 +76,7 @@ def _list_row(model: StoredModel | BrokenModel) -> dict:
 
 def _problem(name: str, error: OllamaSpecError) -> str:
     """The error without the model's name in front: the row already shows it."""
-    return str(error).removeprefix(f"{name}: ")
+    return one_line(str(error).removeprefix(f"{name}: "))
 
 
 @cli.command()
@@ -171,6 +170,8 @@ def _echo_gguf(info) -> None:
         "tensor_count",
     ):
         click.echo(f"    {key:<20} {s[key]}")
+        if s.get(f"{key}_per_layer"):  # layers differ (DeciLM, LFM2, hybrids)
+            click.echo(f"    {'  per layer':<20} {s[f'{key}_per_layer']}")
     click.echo(f"    {'tensor_bytes':<20} {format_bytes(info.tensor_bytes)}")
 
 
