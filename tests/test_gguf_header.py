@@ -24,7 +24,6 @@ from ollama_spec.gguf_info import ModelInfo, read_model_info
 from .gguf_bytes import array, header, kv, small_model_header, string, tensor_info, text, u32
 
 
-
 def parse(path, data: bytes, size: int | None = None) -> ModelInfo | Exception:
     """Write `data` (extended sparsely to `size`) and read it; the parser's only allowed outcomes."""
     with open(path, "wb") as f:
