@@ -6,6 +6,7 @@ of crafted files, each with the one-line message it must give, in bounded time a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import struct
@@ -182,3 +183,25 @@ def test_unreadable_and_special_files(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(CorruptGGUF, match="not a regular file"):
         read_model_info(fifo)  # never blocks waiting for a writer
+
+
+def test_a_store_of_crafted_files_still_lists_and_shows_cleanly(tiny_store, tmp_path, invoke):
+    import shutil
+
+    from ollama_spec.synthetic.layout import write_model
+
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    names = []
+    for number, (data, _) in enumerate(CRAFTED.values()):
+        blob = tmp_path / f"crafted-{number}.gguf"
+        blob.write_bytes(data + b"\0" * 4096)
+        names.append(f"crafted-{number}:latest")
+        write_model(root, names[-1], blob)
+    listed = invoke("list", "--models-dir", root, "--json")
+    assert listed.exit_code == 0
+    rows = {row["name"]: row for row in json.loads(listed.stdout)["models"]}
+    assert all("error" in rows[name] for name in names) and "error" not in rows["tiny-target:latest"]
+    for name in names:
+        shown = invoke("show", name, "--models-dir", root)
+        assert shown.exit_code == 1 and shown.output.startswith(f"Error: {name}") and shown.output.count("\n") == 1
