@@ -117,6 +117,7 @@ class ModelInfo:
             "head_count": self.head_count,
             "head_count_kv": self.head_count_kv,
             "head_dim": self.head_dim,
+            "head_count_per_layer": _varying(self.head_count_layers),
             "head_count_kv_per_layer": _varying(self.head_count_kv_layers),
             "feed_forward_length_per_layer": _varying(self.feed_forward_layers),
             "vocab_type": self.vocab_type,

@@ -128,6 +128,7 @@ def test_per_layer_arrays_are_read_per_layer_and_size_the_kv_cache_as_llama_cpp_
     assert info.head_count_kv_layers == (4, 0, 1, 2) and info.feed_forward_layers == (128, 256, 0, 64)
     assert (info.block_count, info.head_count_kv, info.feed_forward_length, info.head_dim) == (4, 4, 256, 16)
     assert info.summary()["head_count_kv_per_layer"] == [4, 0, 1, 2]
+    assert info.summary()["head_count_per_layer"] == [4, 0, 4, 4]
     # 7 KV heads over all layers x 16 x (K + V) x f16, not 4 layers x 4 heads
     assert kv_cache_bytes(info, 1024) == 1024 * 7 * 16 * 2 * 2
     runtime.clear_log()
