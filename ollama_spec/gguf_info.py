@@ -78,10 +78,6 @@ class ModelInfo:
     n_tokens: int = 0  # entries in tokenizer.ggml.tokens (read or not)
 
     @property
-    def has_vocabulary(self) -> bool:
-        return self.n_tokens > 0 and self.vocab_type not in (None, "none", "no_vocab")
-
-    @property
     def kv_head_total(self) -> int:
         """KV heads summed over all layers (layers without attention count 0)."""
         return sum(self.head_count_kv_layers or ())

@@ -68,12 +68,13 @@ def gpu_offload_supported() -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def knows_architecture(name: str) -> bool:
-    """Can this llama.cpp load models of architecture `name`?
+def llama_cpp_knows(name: str) -> bool:
+    """Does this llama.cpp know `name` as an architecture, tokenizer or pre-tokenizer?
 
-    llama.cpp has no call that lists its architectures; their names are the C strings of its
-    LLM_ARCH_NAMES table, compiled into libllama, so we look for the name there. A name that
-    happens to occur for another reason only defers the refusal to llama.cpp's own load error.
+    llama.cpp has no call that lists them; their names are C strings compiled into libllama
+    (its LLM_ARCH_NAMES table, the literals its vocabulary loader compares with), so we look
+    for the name there. A name that happens to occur for another reason only defers the
+    refusal to llama.cpp's own load error.
     """
     try:
         library = Path(llama_cpp.llama_cpp._lib._name).read_bytes()

@@ -1,7 +1,8 @@
 """Can a model serve as a target or a draft at all? Checked from its header, before any load.
 
-A GGUF can be a valid file and still hold nothing to run: no architecture, an architecture this
-llama.cpp does not know, no vocabulary (an embedding-only or adapter file), no layers. `pair`,
+A GGUF can be a valid file and still hold nothing to run: no architecture, an architecture or
+tokenizer this llama.cpp does not know, no vocabulary (an embedding-only or adapter file), no
+layers. `pair`,
 `check` and the engine refuse such a model up front, saying what it lacks, instead of failing
 later on a memory-sizing or load message that does not say why.
 """
@@ -15,16 +16,22 @@ from .gguf_info import ModelInfo
 
 def usability_problems(info: ModelInfo) -> tuple[str, ...]:
     """What this model lacks to run (empty when nothing)."""
-    from .runtime import knows_architecture  # imports llama.cpp
+    from .runtime import llama_cpp_knows  # imports llama.cpp
 
     problems = []
     arch = info.metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         problems.append("no architecture (general.architecture)")
-    elif not knows_architecture(arch):
+    elif not llama_cpp_knows(arch):
         problems.append(f"architecture {shown(arch)}, which this llama.cpp does not know")
-    if not info.has_vocabulary:
+    if not info.n_tokens or info.vocab_type in ("none", "no_vocab"):
         problems.append("no vocabulary (tokenizer.ggml.tokens)")
+    elif info.vocab_type is None:
+        problems.append("no tokenizer model (tokenizer.ggml.model)")
+    elif not llama_cpp_knows(info.vocab_type):
+        problems.append(f"tokenizer {shown(info.vocab_type)}, which this llama.cpp does not know")
+    elif info.pre_tokenizer and not llama_cpp_knows(info.pre_tokenizer):
+        problems.append(f"pre-tokenizer {shown(info.pre_tokenizer)}, which this llama.cpp does not know")
     if not info.block_count:
         layers = info.metadata.get(f"{info.architecture}.block_count")
         if isinstance(layers, int) and not isinstance(layers, bool) and layers > MAX_LAYERS:

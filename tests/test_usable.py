@@ -37,6 +37,18 @@ def test_problems_name_everything_missing(tmp_path):
     assert "600 layers, more than llama.cpp's 512" in usability_problems(deep)
 
 
+@pytest.mark.parametrize("keys, problem", [
+    ({}, "no tokenizer model (tokenizer.ggml.model)"),
+    ({"tokenizer.ggml.model": "none"}, "no vocabulary (tokenizer.ggml.tokens)"),
+    ({"tokenizer.ggml.model": "notatok"}, "tokenizer 'notatok', which this llama.cpp does not know"),
+    ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "notapre"},
+     "pre-tokenizer 'notapre', which this llama.cpp does not know"),
+])
+def test_tokenizers_llama_cpp_cannot_load(tmp_path, keys, problem):
+    metadata = {"llama.block_count": 1, "tokenizer.ggml.tokens": ["a", "b"]} | keys
+    assert usability_problems(read_model_info(write_model(tmp_path / "m.gguf", metadata))) == (problem,)
+
+
 def test_runnable_models_pass(tiny_models):
     for model in tiny_models:
         require_usable(model.name, model.info, "target")
