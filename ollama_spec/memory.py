@@ -144,8 +144,8 @@ class MemoryPlan:
 def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> int:
     """K and V caches for `n_ctx` tokens (padded to 256 cells, as llama.cpp does)."""
     block_bytes, block_values = KV_TYPES[kv_type]
-    _, k_width, v_width = _kv_shape(info)
-    return _padded(n_ctx) * (k_width + v_width) * block_bytes // block_values
+    _kv_shape(info)  # the layers may differ: sum their KV heads
+    return _padded(n_ctx) * info.kv_head_total * (info.head_dim + info.head_dim_v) * block_bytes // block_values
 
 
 def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> ModelNeeds:
@@ -290,11 +290,11 @@ def _check_settings(models: list[ModelInfo], n_ctx: int, kv_type: str) -> None:
 
 
 def _kv_shape(info: ModelInfo) -> tuple[int, int, int]:
-    """(layers, K width, V width) of the KV cache, the widths summed over layers (they may differ)."""
+    """(layers, K width, V width) of the KV cache."""
     if not info.block_count or not info.head_count_kv or not info.head_dim:
         raise CorruptGGUF(f"{info.path}: its GGUF header lacks the layer count or attention head sizes "
                           "needed to size the KV cache")
-    return info.block_count, info.head_dim * info.kv_head_total, info.head_dim_v * info.kv_head_total
+    return info.block_count, info.head_dim * info.head_count_kv, info.head_dim_v * info.head_count_kv
 
 
 def _padded(n_ctx: int) -> int:
