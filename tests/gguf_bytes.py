@@ -12,6 +12,7 @@ from ollama_spec.synthetic.models import Architecture
 from ollama_spec.synthetic.shapes import write_shape_only_gguf
 
 SMALL = Architecture(n_embd=64, n_layer=2, n_head=4, n_kv_head=2, n_ff=128, context_length=256)
+TINY = Architecture(n_embd=32, n_layer=1, n_head=2, n_kv_head=1, n_ff=64, context_length=256)
 
 
 def string(text: str | bytes) -> bytes:
@@ -46,9 +47,9 @@ def tensor_info(name: str, shape: tuple[int, ...], type_id: int = 0, offset: int
     )
 
 
-def small_model_header(path: Path) -> bytes:
+def small_model_header(path: Path, arch: Architecture = SMALL, vocab_size: int = 300) -> bytes:
     """A real, small, header-only llama GGUF (the synthetic family's writer); returns its header bytes."""
-    size = write_shape_only_gguf(path, name="small", arch=SMALL, vocab_size=300, n_merges=20)
+    size = write_shape_only_gguf(path, name="small", arch=arch, vocab_size=vocab_size, n_merges=20)
     data = path.read_bytes()
     assert len(data) == size
     return data.rstrip(b"\0")

@@ -6,6 +6,7 @@ of crafted files, each with the one-line message it must give, in bounded time a
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -19,10 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ollama_spec.errors import CorruptGGUF, NotGGUF
-from ollama_spec.gguf_header import MAX_ARRAY_STRINGS, MAX_HEADER_BYTES
+from ollama_spec.gguf_header import MAX_ARRAY_STRINGS, MAX_HEADER_BYTES, read_header
 from ollama_spec.gguf_info import ModelInfo, read_model_info
 
-from .gguf_bytes import array, header, kv, small_model_header, string, tensor_info, text, u32
+from .gguf_bytes import TINY, array, header, kv, small_model_header, string, tensor_info, text, u32
 
 
 def parse(path, data: bytes, size: int | None = None) -> ModelInfo | Exception:
@@ -77,10 +78,14 @@ def test_mutated_real_headers(tmp_path, real_header, data):
 def test_truncation_at_every_offset(tmp_path, real_header):
     complete = parse(tmp_path / "x.gguf", real_header, size=64 << 20)
     assert isinstance(complete, ModelInfo) and complete.vocab_size == 300
-    step = max(1, len(real_header) // 500)  # ~500 cuts, every one in the preamble
-    for cut in [*range(64), *range(64, len(real_header), step)]:
-        outcome = parse(tmp_path / "x.gguf", real_header[:cut])
-        assert isinstance(outcome, (CorruptGGUF, NotGGUF)), cut
+    path = tmp_path / "cut.gguf"
+    tiny = small_model_header(tmp_path / "tiny.gguf", TINY, vocab_size=16)  # every kind of field, 2 KB
+    for cut in range(len(tiny)):  # the walker over an in-memory file: every offset
+        with pytest.raises((CorruptGGUF, NotGGUF)) as err:
+            read_header(io.BytesIO(tiny[:cut]), path, cut)
+        assert str(err.value).startswith(f"{path} ") and "\n" not in str(err.value), cut
+    for cut in range(0, len(real_header), 97):  # and some through the file system
+        assert isinstance(parse(path, real_header[:cut]), (CorruptGGUF, NotGGUF)), cut
 
 
 VALID_START = (u32("general.alignment", 32),)
