@@ -39,5 +39,8 @@ def render_chat(template: str, messages: list[dict[str, str]], *, bos_token: str
             raise_exception=raise_exception,
             strftime_now=lambda fmt: datetime.now().strftime(fmt),
         )
-    except jinja2.TemplateError as exc:
-        raise InvalidSetting(f"the model's chat template cannot be rendered ({exc}); use --raw") from None
+    except InvalidSetting:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the template is code from the GGUF: any failure is the model's
+        detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise InvalidSetting(f"the model's chat template cannot be rendered ({detail}); use --raw") from None

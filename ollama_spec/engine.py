@@ -21,6 +21,7 @@ from .runtime import LoadedModel, LoadSettings
 from .sampling import SamplingSettings
 from .speculative import SpeculationSettings, SpeculationStats, generate_tokens
 from .text_stream import TextStream
+from .usable import require_usable
 
 DEFAULT_CTX = 4096
 DEFAULT_MAX_TOKENS = 512
@@ -97,7 +98,9 @@ class Engine:
         self, target: ResolvedModel, draft: ResolvedModel | None = None, settings: EngineSettings = EngineSettings()
     ):
         self.target_model, self.draft_model, self.settings = target, draft, settings
+        require_usable(target.name, target.info, "target")
         if draft is not None:
+            require_usable(draft.name, draft.info, "draft")
             verdict = check_compatibility(target.info, draft.info)
             if not verdict.ok:
                 raise IncompatibleDraft(f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.problems))

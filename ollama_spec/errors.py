@@ -1,6 +1,14 @@
 """Typed errors raised by the core; the CLI turns each into a one-line message."""
 
 
+def one_line(text: str) -> str:
+    """`text` with line breaks and unprintable characters escaped as repr() writes them.
+
+    Messages quote paths and names from the store, which may hold any character.
+    """
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class OllamaSpecError(Exception):
     """Base class: anything a user can fix by changing input, flags or environment."""
 
@@ -70,3 +78,7 @@ class StoreNotWritable(OllamaSpecError):
 
 class InsufficientDisk(OllamaSpecError):
     pass
+
+
+class UnusableModel(OllamaSpecError):
+    """A model that cannot serve as a target or a draft (no architecture, vocabulary or layers)."""

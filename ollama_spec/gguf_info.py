@@ -1,41 +1,25 @@
-"""Header-only GGUF inspection.
+"""What the header of a GGUF file says about the model in it, read as llama.cpp reads it.
 
-The `gguf` package's GGUFReader memory-maps the whole file and builds a view of every tensor,
-and decodes string arrays one numpy view at a time (seconds for Llama 3's 128k tokens + 280k
-merges). We only need the header, so we walk it with `struct`, using the package's constants
-for value types and quantization block sizes. Tensor data is never touched: a 40 GB blob is
-inspected from its first few megabytes.
+The bytes are walked by gguf_header (total: any file gives a header or a clean error); here the
+metadata becomes facts: architecture, shapes (per layer where the file stores arrays), the
+vocabulary with llama.cpp's defaults for what the header leaves out, tensor sizes.
 """
 
 from __future__ import annotations
 
-import struct
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, LlamaFileType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
-from .errors import CorruptGGUF, NotGGUF
+from .errors import CorruptGGUF
+from .gguf_header import GGUF_MAGIC, MAX_LAYERS, TOKENS_KEY, GGUFHeader, RawTensor, SkippedArray, read_header
+from .vocab_defaults import forces_add_bos, vocab_defaults
 
-GGUF_MAGIC = b"GGUF"
-DEFAULT_ALIGNMENT = 32
-TOKENS_KEY = "tokenizer.ggml.tokens"
-_SCALAR_FORMATS = {
-    GGUFValueType.UINT8: "B",
-    GGUFValueType.INT8: "b",
-    GGUFValueType.UINT16: "H",
-    GGUFValueType.INT16: "h",
-    GGUFValueType.UINT32: "I",
-    GGUFValueType.INT32: "i",
-    GGUFValueType.FLOAT32: "f",
-    GGUFValueType.BOOL: "?",
-    GGUFValueType.UINT64: "Q",
-    GGUFValueType.INT64: "q",
-    GGUFValueType.FLOAT64: "d",
-}
-_READ_CHUNK = 1 << 20
-_MAX_NUMBER_ARRAY = 65536  # per-layer metadata arrays are kept (as tuples); longer ones are only counted
+__all__ = ["GGUF_MAGIC", "TOKENS_KEY", "ModelInfo", "TensorInfo", "format_bytes", "format_count", "is_gguf",
+           "read_model_info"]
 
 
 @dataclass(frozen=True)
@@ -72,20 +56,31 @@ class ModelInfo:
     head_count: int | None
     head_count_kv: int | None
     head_dim: int | None
+    head_dim_v: int | None  # attention.value_length, else head_dim
+    # one value per layer (None when the header lacks it); the scalars above are the largest
+    head_count_layers: tuple[int, ...] | None
+    head_count_kv_layers: tuple[int, ...] | None
+    feed_forward_layers: tuple[int, ...] | None
     vocab_type: str | None
     pre_tokenizer: str | None
     vocab_size: int
     bos_id: int | None
     eos_id: int | None
     eot_id: int | None
-    add_bos: bool | None
-    add_eos: bool | None
+    add_bos: bool  # as llama.cpp will use them: the header's, else its default for the tokenizer
+    add_eos: bool
     chat_template: str | None
     tensor_bytes: int
     data_offset: int
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     tokens: tuple[str, ...] | None = field(repr=False)
     metadata: dict[str, Any] = field(repr=False, compare=False)
+    n_tokens: int = 0  # entries in tokenizer.ggml.tokens (read or not)
+
+    @property
+    def kv_head_total(self) -> int:
+        """KV heads summed over all layers (layers without attention count 0)."""
+        return sum(self.head_count_kv_layers or ())
 
     @property
     def has_chat_template(self) -> bool:
@@ -118,6 +113,9 @@ class ModelInfo:
             "head_count": self.head_count,
             "head_count_kv": self.head_count_kv,
             "head_dim": self.head_dim,
+            "head_count_per_layer": _varying(self.head_count_layers),
+            "head_count_kv_per_layer": _varying(self.head_count_kv_layers),
+            "feed_forward_length_per_layer": _varying(self.feed_forward_layers),
             "vocab_type": self.vocab_type,
             "pre_tokenizer": self.pre_tokenizer,
             "vocab_size": self.vocab_size,
@@ -130,6 +128,10 @@ class ModelInfo:
             "tensor_count": len(self.tensors),
             "tensor_bytes": self.tensor_bytes,
         }
+
+
+def _varying(values: tuple[int, ...] | None) -> list[int] | None:
+    return list(values) if values and len(set(values)) > 1 else None
 
 
 def format_count(count: int) -> str:
@@ -153,149 +155,49 @@ def is_gguf(path: Path) -> bool:
 
 
 def read_model_info(path: str | Path, *, read_vocab: bool = True) -> ModelInfo:
-    """Parse the header of `path`; raise NotGGUF / CorruptGGUF naming the file."""
+    """Parse the header of `path`; raise NotGGUF / CorruptGGUF naming the file, whatever it holds."""
     path = Path(path)
     try:
+        file_size = path.stat().st_size
+        if not path.is_file():  # a FIFO or device would block or never end
+            raise CorruptGGUF(f"cannot read {path}: not a regular file")
         with open(path, "rb") as f:
-            file_size = path.stat().st_size
-            return _HeaderParser(f, path, file_size, read_vocab).parse()
-    except (NotGGUF, CorruptGGUF):
-        raise
+            header = read_header(f, path, file_size, read_vocab=read_vocab)
     except OSError as exc:
         raise CorruptGGUF(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except (struct.error, UnicodeDecodeError, ValueError) as exc:
-        raise CorruptGGUF(f"{path} is not a valid GGUF file ({exc})") from exc
+    tensors = _tensor_infos(header.tensors, file_size - header.data_offset)
+    if tensors and header.data_offset + max(t.offset + t.n_bytes for t in tensors) > file_size:
+        raise CorruptGGUF(
+            f"{path} is truncated: its tensors need {format_bytes(header.data_offset + sum(t.n_bytes for t in tensors))}"
+            f" but the file has {format_bytes(file_size)}"
+        )
+    return _model_info(path, file_size, header, tensors)
 
 
-class _HeaderParser:
-    """A forward-only reader over the file that fetches more bytes only when it needs them."""
-
-    def __init__(self, f: BinaryIO, path: Path, file_size: int, read_vocab: bool):
-        self.f, self.path, self.file_size, self.read_vocab = f, path, file_size, read_vocab
-        self.buf = b""
-        self.pos = 0
-        self.endian = "<"
-
-    def _need(self, n: int) -> None:
-        if self.pos + n <= len(self.buf):
-            return
-        more = self.f.read(max(n + self.pos - len(self.buf), _READ_CHUNK, len(self.buf)))
-        if self.pos + n > len(self.buf) + len(more):
-            raise CorruptGGUF(f"{self.path} is truncated inside its GGUF header")
-        self.buf = self.buf[self.pos :] + more
-        self.pos = 0
-
-    def _unpack(self, fmt: str) -> Any:
-        size = struct.calcsize(fmt)
-        self._need(size)
-        (value,) = struct.unpack_from(self.endian + fmt, self.buf, self.pos)
-        self.pos += size
-        return value
-
-    def _string(self, decode: bool = True) -> str | None:
-        length = self._unpack("Q")
-        if length > self.file_size:
-            raise CorruptGGUF(f"{self.path} has a string longer than the file itself")
-        self._need(length)
-        start, self.pos = self.pos, self.pos + length
-        return self.buf[start : self.pos].decode("utf-8", errors="replace") if decode else None
-
-    def _value(self, vtype: int, keep: bool, keep_numbers: bool = False) -> Any:
-        if vtype == GGUFValueType.STRING:
-            return self._string(keep)
-        if vtype == GGUFValueType.ARRAY:
-            item_type, count = self._unpack("I"), self._unpack("Q")
-            if count > self.file_size:
-                raise CorruptGGUF(f"{self.path} has an array longer than the file itself")
-            if item_type in _SCALAR_FORMATS and (item_type != GGUFValueType.BOOL or keep_numbers):
-                fmt = _SCALAR_FORMATS[GGUFValueType(item_type)]
-                size = struct.calcsize(fmt) * count
-                self._need(size)
-                if keep_numbers and count <= _MAX_NUMBER_ARRAY:  # per-layer values (head_count_kv, ...)
-                    values = struct.unpack_from(f"{self.endian}{count}{fmt}", self.buf, self.pos)
-                    self.pos += size
-                    return tuple(values)
-                self.pos += size  # numeric arrays (token types, scores) are not needed
-                return count
-            items = [self._value(item_type, keep) for _ in range(count)]
-            return items if keep else count
-        try:
-            fmt = _SCALAR_FORMATS[GGUFValueType(vtype)]
-        except (ValueError, KeyError):
-            raise CorruptGGUF(f"{self.path} has an unknown GGUF value type {vtype}") from None
-        return self._unpack(fmt)
-
-    def parse(self) -> ModelInfo:
-        self._need(4)
-        if self.buf[:4] != GGUF_MAGIC:
-            raise NotGGUF(f"{self.path} is not a GGUF file (it starts with {self.buf[:4]!r})")
-        self.pos = 4
-        version = self._unpack("I")
-        if version > 0xFFFF:  # a big-endian file reads as a huge little-endian number
-            self.endian, self.pos = ">", 4
-            version = self._unpack("I")
-        if version < 2:
-            raise CorruptGGUF(f"{self.path} is GGUF version {version}; only versions 2 and 3 are supported")
-        n_tensors, n_kv = self._unpack("Q"), self._unpack("Q")
-        if n_tensors > self.file_size or n_kv > self.file_size:
-            raise CorruptGGUF(f"{self.path} has an impossible tensor or key count")
-
-        metadata: dict[str, Any] = {}
-        tokens = None
-        for _ in range(n_kv):
-            key = self._string()
-            vtype = self._unpack("I")
-            # Of all arrays only the token texts are kept (draft compatibility needs them).
-            keep = vtype != GGUFValueType.ARRAY or (key == TOKENS_KEY and self.read_vocab)
-            value = self._value(vtype, keep, keep_numbers=not key.startswith("tokenizer."))
-            if isinstance(value, list):
-                tokens, value = tuple(value), len(value)
-            metadata[key] = value
-
-        raw_tensors = []
-        for _ in range(n_tensors):
-            name = self._string()
-            n_dims = self._unpack("I")
-            if n_dims > 8:
-                raise CorruptGGUF(f"{self.path}: tensor {name} has {n_dims} dimensions")
-            shape = tuple(self._unpack("Q") for _ in range(n_dims))
-            raw_tensors.append((name, shape, self._unpack("I"), self._unpack("Q")))
-        alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
-        data_offset = -(-(self.f.tell() - len(self.buf) + self.pos) // alignment) * alignment
-        tensors = _tensor_infos(raw_tensors, self.file_size - data_offset)
-        tensor_bytes = sum(t.n_bytes for t in tensors)
-        if tensors and data_offset + max(t.offset + t.n_bytes for t in tensors) > self.file_size:
-            raise CorruptGGUF(
-                f"{self.path} is truncated: its tensors need {format_bytes(data_offset + tensor_bytes)}"
-                f" but the file has {format_bytes(self.file_size)}"
-            )
-        return _model_info(self.path, self.file_size, version, metadata, tokens, tensors, data_offset)
-
-
-def _tensor_infos(raw: list[tuple[str, tuple[int, ...], int, int]], data_size: int) -> tuple[TensorInfo, ...]:
+def _tensor_infos(raw: tuple[RawTensor, ...], data_size: int) -> tuple[TensorInfo, ...]:
     # Types newer than the installed gguf package get their size from the next tensor's offset.
-    ends = sorted({offset for *_, offset in raw} | {data_size})
+    ends = sorted({t.offset for t in raw} | {data_size})
     infos = []
-    for name, shape, type_id, offset in raw:
+    for t in raw:
         n_elements = 1
-        for dim in shape:
+        for dim in t.shape:
             n_elements *= dim
         try:
-            qtype = GGMLQuantizationType(type_id)
+            qtype = GGMLQuantizationType(t.type_id)
             block, type_size = GGML_QUANT_SIZES[qtype]
             n_bytes, type_name = n_elements * type_size // block, qtype.name
         except (ValueError, KeyError):
-            n_bytes = next(end for end in ends if end > offset) - offset
-            type_name = f"type{type_id}"
-        infos.append(TensorInfo(name, shape, type_name, n_bytes, offset))
+            n_bytes = next((end for end in ends if end > t.offset), t.offset) - t.offset
+            type_name = f"type{t.type_id}"
+        infos.append(TensorInfo(t.name, t.shape, type_name, n_bytes, t.offset))
     return tuple(infos)
 
 
 def _file_type_name(metadata: dict[str, Any], tensors: tuple[TensorInfo, ...]) -> str:
-    file_type = metadata.get("general.file_type")
+    file_type = _count(metadata.get("general.file_type"))
     if file_type is not None:
         try:
-            return LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+            return LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             return f"type{file_type}"
     weights = [t for t in tensors if len(t.shape) >= 2]
@@ -304,55 +206,102 @@ def _file_type_name(metadata: dict[str, Any], tensors: tuple[TensorInfo, ...]) -
     return max(weights, key=lambda t: t.n_bytes).type_name
 
 
-def _model_info(path, file_size, version, metadata, tokens, tensors, data_offset) -> ModelInfo:
-    arch = str(metadata.get("general.architecture", "unknown"))
+def _model_info(path: Path, file_size: int, header: GGUFHeader, tensors: tuple[TensorInfo, ...]) -> ModelInfo:
+    metadata, tokens = header.metadata, header.tokens
+    arch = _text(metadata, "general.architecture") or "unknown"
 
-    def arch_int(key: str) -> int | None:
+    def arch_count(key: str) -> int | None:
+        return _count(metadata.get(f"{arch}.{key}"))
+
+    block_count = arch_count("block_count")
+    n_layer = block_count if block_count and block_count <= MAX_LAYERS else None
+
+    def per_layer(key: str, default: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
         value = metadata.get(f"{arch}.{key}")
-        if isinstance(value, tuple) and value:  # a per-layer array: its largest value stands for the model
-            value = max(value)
-        return int(value) if isinstance(value, (int, float)) else None
+        if value is None:
+            return default
+        if n_layer is None:
+            return None
+        if isinstance(value, tuple):  # llama.cpp requires one value per layer
+            return value if len(value) == n_layer and all(v >= 0 for v in value) else None
+        count = _count(value)
+        return (count,) * n_layer if count is not None else None
 
-    def opt_int(key: str) -> int | None:
-        value = metadata.get(key)
-        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-    def opt_bool(key: str) -> bool | None:
-        value = metadata.get(key)
-        return bool(value) if value is not None else None
-
-    embd, heads = arch_int("embedding_length"), arch_int("attention.head_count")
-    head_dim = arch_int("attention.key_length") or (embd // heads if embd and heads else None)
-    vocab_size = metadata.get(TOKENS_KEY) if isinstance(metadata.get(TOKENS_KEY), int) else 0
-    vocab_size = arch_int("vocab_size") or vocab_size
-    template = metadata.get("tokenizer.chat_template")
+    heads = per_layer("attention.head_count")
+    kv_heads = per_layer("attention.head_count_kv", heads)
+    ff = per_layer("feed_forward_length")
+    embd = arch_count("embedding_length")
+    # llama.cpp: head size = embedding / the first layer's head count, unless key_length says otherwise
+    head_dim = arch_count("attention.key_length") or (embd // heads[0] if embd and heads and heads[0] else None)
+    n_tokens = len(tokens) if tokens is not None else _array_length(metadata.get(TOKENS_KEY))
+    vocab_type, pre = _text(metadata, "tokenizer.ggml.model"), _text(metadata, "tokenizer.ggml.pre")
+    defaults = vocab_defaults(vocab_type, pre)
+    add_bos = _flag(metadata, "tokenizer.ggml.add_bos_token", defaults.add_bos) or forces_add_bos(vocab_type, pre)
     return ModelInfo(
         path=path,
         file_size=file_size,
-        version=version,
+        version=header.version,
         architecture=arch,
-        name=metadata.get("general.name"),
+        name=_text(metadata, "general.name"),
         file_type=_file_type_name(metadata, tensors),
         parameter_count=sum(t.n_elements for t in tensors),
-        context_length=arch_int("context_length"),
-        block_count=arch_int("block_count"),
+        context_length=arch_count("context_length"),
+        block_count=n_layer,
         embedding_length=embd,
-        feed_forward_length=arch_int("feed_forward_length"),
-        head_count=heads,
-        head_count_kv=arch_int("attention.head_count_kv") or heads,
+        feed_forward_length=max(ff) if ff else None,
+        head_count=max(heads) if heads else None,
+        head_count_kv=max(kv_heads) if kv_heads else None,
         head_dim=head_dim,
-        vocab_type=metadata.get("tokenizer.ggml.model"),
-        pre_tokenizer=metadata.get("tokenizer.ggml.pre"),
-        vocab_size=len(tokens) if tokens is not None else vocab_size,
-        bos_id=opt_int("tokenizer.ggml.bos_token_id"),
-        eos_id=opt_int("tokenizer.ggml.eos_token_id"),
-        eot_id=opt_int("tokenizer.ggml.eot_token_id"),
-        add_bos=opt_bool("tokenizer.ggml.add_bos_token"),
-        add_eos=opt_bool("tokenizer.ggml.add_eos_token"),
-        chat_template=template if isinstance(template, str) else None,
+        head_dim_v=arch_count("attention.value_length") or head_dim,
+        head_count_layers=heads,
+        head_count_kv_layers=kv_heads,
+        feed_forward_layers=ff,
+        vocab_type=vocab_type,
+        pre_tokenizer=pre,
+        vocab_size=n_tokens or arch_count("vocab_size") or 0,
+        bos_id=_special_id(metadata, "tokenizer.ggml.bos_token_id", defaults.bos_id, n_tokens),
+        eos_id=_special_id(metadata, "tokenizer.ggml.eos_token_id", defaults.eos_id, n_tokens),
+        eot_id=_special_id(metadata, "tokenizer.ggml.eot_token_id", None, n_tokens),
+        add_bos=add_bos,
+        add_eos=_flag(metadata, "tokenizer.ggml.add_eos_token", defaults.add_eos),
+        chat_template=_text(metadata, "tokenizer.chat_template"),
         tensor_bytes=sum(t.n_bytes for t in tensors),
-        data_offset=data_offset,
+        data_offset=header.data_offset,
         tensors=tensors,
         tokens=tokens,
         metadata=metadata,
+        n_tokens=n_tokens,
     )
+
+
+def _text(metadata: dict[str, Any], key: str) -> str | None:
+    value = metadata.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative whole number from a header value of any numeric type; None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            return None
+        value = int(value)
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _array_length(value: Any) -> int:
+    return value.count if isinstance(value, SkippedArray) else 0
+
+
+def _flag(metadata: dict[str, Any], key: str, default: bool) -> bool:
+    value = metadata.get(key)
+    return value if isinstance(value, bool) else default
+
+
+def _special_id(metadata: dict[str, Any], key: str, default: int | None, n_tokens: int) -> int | None:
+    """llama.cpp's rule: an id past the vocabulary is ignored, and so is a default past it."""
+    value = _count(metadata.get(key))
+    if value is not None and value < n_tokens:
+        return value
+    return default if default is not None and default < n_tokens else None

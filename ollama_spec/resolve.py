@@ -32,11 +32,11 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
         return ResolvedModel(name=candidate.name, path=candidate, info=read_model_info(candidate))
     store = store or Store(find_store_root(models_dir))
     stored = store.resolve(name)
-    path = stored.gguf_path
+    info = stored.model_info()
     return ResolvedModel(
         name=stored.name,
-        path=path,
-        info=read_model_info(path),
+        path=info.path,
+        info=info,
         params=stored.params(),
         system=stored.text_layer("system"),
     )

@@ -9,6 +9,7 @@ speculative loop needs exactly the K+1 verify rows and nothing more.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import sys
@@ -84,6 +85,22 @@ def extra_bufts_default(enabled: bool) -> Iterator[None]:
         yield
     finally:
         bindings.llama_model_default_params = original
+
+
+@functools.lru_cache(maxsize=64)
+def llama_cpp_knows(name: str) -> bool:
+    """Does this llama.cpp know `name` as an architecture, tokenizer or pre-tokenizer?
+
+    llama.cpp has no call that lists them; their names are C strings compiled into libllama
+    (its LLM_ARCH_NAMES table, the literals its vocabulary loader compares with), so we look
+    for the name there. A name that happens to occur for another reason only defers the
+    refusal to llama.cpp's own load error.
+    """
+    try:
+        library = Path(llama_cpp.llama_cpp._lib._name).read_bytes()
+    except (AttributeError, OSError):
+        return True  # cannot tell: let llama.cpp decide at load
+    return bool(name) and "\0" not in name and name.encode("utf-8", "replace") + b"\0" in library
 
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}

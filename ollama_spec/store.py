@@ -11,13 +11,24 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreNotFound, StoreUnreadable
-from .gguf_info import is_gguf
+from .errors import (
+    BlobError,
+    CorruptGGUF,
+    InvalidManifest,
+    ModelNotFound,
+    NotGGUF,
+    OllamaSpecError,
+    StoreNotFound,
+    StoreUnreadable,
+)
+from .gguf_header import shown
+from .gguf_info import ModelInfo, format_bytes, is_gguf, read_model_info
 from .names import ModelRef, parse_model_name
 
 MEDIA_TYPE_PREFIX = "application/vnd.ollama.image."
@@ -37,6 +48,15 @@ HOME_STORE = Path("~/.ollama/models")
 SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 _HASH_CHUNK = 8 << 20
+# Ollama's manifests and config blobs are a few KB; its text layers (template, system, license,
+# params) tens of KB. Anything far larger is not one, and is never read whole.
+MAX_MANIFEST_BYTES = 1 << 20
+MAX_TEXT_LAYER_BYTES = 16 << 20
+# Ollama's params layer decodes into api.Options: each key has one JSON type.
+_NUMBER_PARAMS = ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
+                  "frequency_penalty", "tfs_z", "mirostat_tau", "mirostat_eta")
+_INTEGER_PARAMS = ("top_k", "seed", "num_predict", "num_ctx", "num_batch", "num_keep", "repeat_last_n",
+                   "mirostat", "num_gpu", "num_thread")
 
 
 @dataclass(frozen=True)
@@ -86,9 +106,23 @@ class StoredModel:
             raise NotGGUF(f"{self.name} is not a GGUF model: {self._why_no_model_layer()}")
         path = blob_path(self.root, layer.digest)
         check_blob(path, layer)
-        if not is_gguf(path):
+        try:
+            gguf = is_gguf(path)
+        except PermissionError:
+            raise StoreUnreadable(f"blob {path} is not readable by you; add yourself to group ollama") from None
+        except OSError as exc:
+            raise BlobError(f"blob {path} cannot be read ({exc.strerror or exc})") from None
+        if not gguf:
             raise NotGGUF(f"{self.name} is not a GGUF model: its model blob {path} is not GGUF")
         return path
+
+    def model_info(self, *, read_vocab: bool = True) -> ModelInfo:
+        """The model blob's GGUF header; errors name the model first."""
+        path = self.gguf_path
+        try:
+            return read_model_info(path, read_vocab=read_vocab)
+        except (CorruptGGUF, NotGGUF) as exc:
+            raise type(exc)(f"{self.name}: {exc}") from None
 
     def _why_no_model_layer(self) -> str:
         if self.config.get("remote_host") or self.config.get("remote_model"):
@@ -102,9 +136,15 @@ class StoredModel:
         layer = self.layer(kind)
         if layer is None:
             return None
+        if layer.size > MAX_TEXT_LAYER_BYTES:
+            raise InvalidManifest(f"{self.name}: its {shown(kind)} layer is {format_bytes(layer.size)}, "
+                                  f"far more than a {kind} holds")
         path = blob_path(self.root, layer.digest)
         check_blob(path, layer)
-        return path.read_text(encoding="utf-8", errors="replace")
+        try:
+            return path.read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise BlobError(f"blob {path} cannot be read ({exc.strerror or exc})") from None
 
     def params(self) -> dict[str, Any]:
         """Ollama's `params` layer (stop, temperature, num_ctx, ...) as a dict; {} if none."""
@@ -113,9 +153,14 @@ class StoredModel:
             return {}
         try:
             params = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidManifest(f"{self.name}: its params layer is not valid JSON ({exc})") from exc
-        return params if isinstance(params, dict) else {}
+        except (ValueError, RecursionError) as exc:
+            raise InvalidManifest(f"{self.name}: its params layer is not valid JSON ({_brief(exc)})") from None
+        if not isinstance(params, dict):
+            raise InvalidManifest(f"{self.name}: its params layer is not a JSON object")
+        for key, value in params.items():
+            if problem := _param_problem(key, value):
+                raise InvalidManifest(f"{self.name}: its params layer has {key} {shown(value)}: {problem}")
+        return params
 
 
 def find_store_root(models_dir: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> StoreRoot:
@@ -162,7 +207,7 @@ def _checked_root(path: Path, source: str) -> StoreRoot:
     return StoreRoot(path=path, source=source)
 
 
-def blob_path(root: Path, digest: str) -> Path:
+def blob_path(root: Path, digest: Any) -> Path:
     """`sha256:<64 hex>` -> `<root>/blobs/sha256-<hex>`; anything else is refused, never joined.
 
     Stores written by old Ollama versions that were never migrated name blobs `sha256:<hex>`;
@@ -170,19 +215,39 @@ def blob_path(root: Path, digest: str) -> Path:
     """
     match = _DIGEST.fullmatch(digest) if isinstance(digest, str) else None
     if not match:
-        raise InvalidManifest(f"invalid layer digest {digest!r}: expected sha256:<64 hex digits>")
+        raise InvalidManifest(f"invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
     path = root / "blobs" / f"sha256-{match.group(1)}"
     legacy = root / "blobs" / f"sha256:{match.group(1)}"
     return legacy if not path.exists() and legacy.exists() else path
 
 
+def _param_problem(key: str, value: Any) -> str | None:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 2**63
+    if key in _NUMBER_PARAMS and not number:
+        return "expected a number"
+    if key in _INTEGER_PARAMS and not (number and (isinstance(value, int) or value.is_integer())):
+        return "expected a whole number"
+    if key == "stop" and not (isinstance(value, list) and all(isinstance(s, str) for s in value)):
+        return "expected a list of strings"
+    return None
+
+
+def _brief(exc: Exception) -> str:
+    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+
+
 def check_blob(path: Path, layer: Layer) -> None:
     try:
-        size = path.stat().st_size
+        info = path.stat()
     except FileNotFoundError:
         raise BlobError(f"blob {path} is missing (the store is incomplete; pull the model again)") from None
     except PermissionError:
         raise StoreUnreadable(f"blob {path} is not readable by you; add yourself to group ollama") from None
+    except OSError as exc:
+        raise BlobError(f"blob {path} cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise BlobError(f"blob {path} is not a regular file")
+    size = info.st_size
     if size != layer.size:
         raise BlobError(f"blob {path} has {size} bytes but the manifest says {layer.size} (incomplete download?)")
 
@@ -218,8 +283,8 @@ class Store:
             raise ModelNotFound(self._not_found_message(name, ref))
         return self._load(ref, manifest)
 
-    def models(self) -> Iterator[StoredModel | InvalidManifest]:
-        """Every manifest in the store; unreadable ones come back as the error they raise."""
+    def models(self) -> Iterator[StoredModel | BrokenModel]:
+        """Every manifest in the store; one that cannot be read comes back as a BrokenModel."""
         manifests = self.path / "manifests"
         if not manifests.is_dir():
             return
@@ -229,8 +294,8 @@ class Store:
             ref = ModelRef(*path.relative_to(manifests).parts)
             try:
                 yield self._load(ref, path)
-            except InvalidManifest as exc:
-                yield exc
+            except OllamaSpecError as exc:
+                yield BrokenModel(ref, path, exc)
 
     def _find_manifest(self, ref: ModelRef) -> Path | None:
         current = self.path / "manifests"
@@ -241,7 +306,10 @@ class Store:
                 continue
             if not current.is_dir():
                 return None
-            folded = [entry for entry in current.iterdir() if entry.name.lower() == part.lower()]
+            try:
+                folded = [entry for entry in current.iterdir() if entry.name.lower() == part.lower()]
+            except PermissionError:
+                raise StoreUnreadable(f"{current} is not readable by you; add yourself to group ollama") from None
             if not folded:
                 return None
             current = folded[0]
@@ -254,23 +322,35 @@ class Store:
         return f"model '{name}' not found in {self.path} (from {self.root.source}){hint}"
 
     def _load(self, ref: ModelRef, manifest_path: Path) -> StoredModel:
+        def invalid(what: str) -> InvalidManifest:
+            return InvalidManifest(f"{ref.display}: its manifest {manifest_path} {what}")
+
         try:
-            doc = json.loads(manifest_path.read_text(encoding="utf-8"))
+            doc = json.loads(_read_small(manifest_path))
         except PermissionError:
             raise StoreUnreadable(
-                f"manifest {manifest_path} is not readable by you; add yourself to group ollama"
+                f"{ref.display}: its manifest {manifest_path} is not readable by you; add yourself to group ollama"
             ) from None
-        except (OSError, ValueError) as exc:
-            raise InvalidManifest(f"manifest {manifest_path} is not valid JSON ({exc})") from None
+        except _TooLarge:
+            raise invalid(f"is larger than {format_bytes(MAX_MANIFEST_BYTES)}; a manifest is a few KB") from None
+        except OSError as exc:
+            raise invalid(f"cannot be read ({exc.strerror or exc})") from None
+        except (ValueError, RecursionError) as exc:
+            raise invalid(f"is not valid JSON ({_brief(exc)})") from None
         if not isinstance(doc, dict) or doc.get("schemaVersion") != 2 or not isinstance(doc.get("layers"), list):
-            raise InvalidManifest(f"manifest {manifest_path} is not a schema 2 manifest with layers")
+            raise invalid("is not a schema 2 manifest with layers")
         layers = []
-        for raw in doc["layers"]:
-            if not isinstance(raw, dict) or not isinstance(raw.get("size"), int):
-                raise InvalidManifest(f"manifest {manifest_path} has a malformed layer: {raw!r}")
-            layer = Layer(str(raw.get("mediaType", "")), str(raw.get("digest", "")), raw["size"])
-            blob_path(self.path, layer.digest)  # refuse bad digests up front
-            layers.append(layer)
+        for number, raw in enumerate(doc["layers"], 1):
+            if not isinstance(raw, dict):
+                raise invalid(f"has a layer {number} that is not an object")
+            media_type, digest, size = raw.get("mediaType"), raw.get("digest"), raw.get("size")
+            if not isinstance(media_type, str):
+                raise invalid(f"has a layer {number} without a media type")
+            if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 63:
+                raise invalid(f"has a layer {number} whose size {shown(size)} is not a byte count")
+            if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # never becomes a path
+                raise invalid(f"has an invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
+            layers.append(Layer(media_type, digest, size))
         return StoredModel(ref, manifest_path, self.path, self._config(doc.get("config")), tuple(layers))
 
     def _config(self, raw: Any) -> Mapping[str, Any]:
@@ -278,7 +358,33 @@ class Store:
         if not isinstance(raw, dict) or "digest" not in raw:
             return {}
         try:
-            config = json.loads(blob_path(self.path, str(raw["digest"])).read_text(encoding="utf-8"))
-        except (OSError, ValueError, InvalidManifest):
+            config = json.loads(_read_small(blob_path(self.path, raw["digest"])))
+        except (OSError, ValueError, RecursionError, InvalidManifest, _TooLarge):
             return {}
         return config if isinstance(config, dict) else {}
+
+
+@dataclass(frozen=True)
+class BrokenModel:
+    """A manifest that could not be read: its name (from its path) and why."""
+
+    ref: ModelRef
+    manifest_path: Path
+    error: OllamaSpecError
+
+    @property
+    def name(self) -> str:
+        return self.ref.display
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _read_small(path: Path, limit: int = MAX_MANIFEST_BYTES) -> bytes:
+    """The whole file if it holds at most `limit` bytes (read no further: it may be a device)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise _TooLarge
+    return data

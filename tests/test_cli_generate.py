@@ -102,11 +102,11 @@ def test_incompatible_draft_is_refused_before_loading(invoke, tiny_store, monkey
 
 def test_recurrent_target_is_refused_before_loading(invoke, tiny_store, tmp_path, monkeypatch):
     from ollama_spec import engine
-    from tests.test_compat import write_header_only
+    from ollama_spec.synthetic.recurrent import write_mamba_gguf
 
     loads = []
     monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a))
-    mamba = write_header_only(tmp_path / "mamba.gguf", "mamba", tiny_store)
+    mamba = write_mamba_gguf(tmp_path / "mamba.gguf")
     result = invoke("generate", mamba, "hi", "-d", "tiny-draft", "--models-dir", tiny_store)
     assert result.exit_code == 1 and loads == []
     assert result.output.strip() == (
@@ -162,7 +162,11 @@ def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):
     import numpy as np
 
     path = tmp_path / "odd.gguf"
-    writer = gguf.GGUFWriter(path, arch="notanarch")
+    writer = gguf.GGUFWriter(path, arch="llama")  # all a header needs to pass our checks, no shapes
+    writer.add_block_count(1)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(["a", "b", "ab"])
+    writer.add_token_merges(["a b"])
     writer.add_tensor("x", np.zeros((4, 4), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -171,7 +175,8 @@ def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):
     result = invoke("generate", path, "hi", "--no-check")
     assert result.exit_code == 1
     assert result.output.strip() == (
-        f"Error: llama.cpp could not load {path}: error loading model: unknown model architecture: 'notanarch'"
+        f"Error: llama.cpp could not load {path}: error loading model: error loading model hyperparameters: "
+        "key not found in model: llama.context_length"
     )
 
 

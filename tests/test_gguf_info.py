@@ -1,6 +1,8 @@
 import builtins
+import json
 import struct
 
+import numpy as np
 import pytest
 
 from ollama_spec import gguf_info
@@ -97,10 +99,11 @@ def test_garbage_counts_are_rejected(tmp_path):
         read_model_info(path)
 
 
-def test_unsupported_version(tmp_path):
-    path = tmp_path / "v1.gguf"
-    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 1, 0, 0))
-    with pytest.raises(CorruptGGUF, match="GGUF version 1"):
+@pytest.mark.parametrize("version", [0, 1, 4, 0xFFFF])
+def test_unsupported_version(tmp_path, version):
+    path = tmp_path / "v.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", version, 0, 0))
+    with pytest.raises(CorruptGGUF, match=f"{path} is GGUF version {version}; only versions 2 and 3 are supported"):
         read_model_info(path)
 
 
@@ -114,3 +117,72 @@ def test_missing_file_is_a_clear_error(tmp_path):
 )
 def test_format_count(count, label):
     assert format_count(count) == label
+
+
+def test_per_layer_arrays_are_read_per_layer_and_size_the_kv_cache_as_llama_cpp_does(tmp_path):
+    from ollama_spec import runtime
+    from ollama_spec.memory import kv_cache_bytes
+
+    from .gguf_bytes import write_deci_model
+
+    path = write_deci_model(tmp_path / "deci.gguf", kv_heads=(4, 0, 1, 2), ffs=(128, 256, 0, 64))
+    info = read_model_info(path)
+    assert info.head_count_kv_layers == (4, 0, 1, 2) and info.feed_forward_layers == (128, 256, 0, 64)
+    assert (info.block_count, info.head_count_kv, info.feed_forward_length, info.head_dim) == (4, 4, 256, 16)
+    assert info.summary()["head_count_kv_per_layer"] == [4, 0, 1, 2]
+    assert info.summary()["head_count_per_layer"] == [4, 0, 4, 4]
+    # 7 KV heads over all layers x 16 x (K + V) x f16, not 4 layers x 4 heads
+    assert kv_cache_bytes(info, 1024) == 1024 * 7 * 16 * 2 * 2
+    runtime.clear_log()
+    with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=1024, n_threads=1)) as model:
+        assert model.eval([1, 2, 3]).shape == (1, 300)
+    logged = [line for line in runtime.recent_log() if "KV buffer size" in line]
+    assert logged and f"{kv_cache_bytes(info, 1024) / (1 << 20):.2f} MiB" in logged[0]
+
+
+def test_scalar_head_counts_apply_to_every_layer(tiny_models):
+    info = tiny_models[0].info
+    assert info.head_count_kv_layers == (2,) * 4 and info.head_count_layers == (4,) * 4
+    assert info.kv_head_total == 8 and info.summary()["head_count_kv_per_layer"] is None
+
+
+def test_per_layer_array_of_the_wrong_length_is_no_value(tmp_path):
+    from .gguf_bytes import write_model
+
+    path = write_model(tmp_path / "m.gguf", {"llama.block_count": 3, "llama.attention.head_count": [4, 4],
+                                             "llama.feed_forward_length": [8, 8, 8]})
+    info = read_model_info(path)  # llama.cpp refuses "wrong array length"; so does the memory plan
+    assert info.head_count_layers is None and info.head_count is None and info.head_count_kv is None
+    assert info.feed_forward_layers == (8, 8, 8)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("general.architecture", 7), ("general.name", 1.5), ("general.file_type", float("inf")),
+    ("llama.block_count", float("nan")), ("llama.block_count", -1), ("llama.block_count", 10**6),
+    ("llama.embedding_length", "wide"), ("llama.attention.head_count", [-4, 4]),
+    ("tokenizer.ggml.model", 3), ("tokenizer.ggml.add_bos_token", "yes"), ("tokenizer.ggml.bos_token_id", 10**9),
+    ("tokenizer.chat_template", [1, 2]), ("general.alignment", 64),
+])
+def test_metadata_of_the_wrong_type_or_range_reads_as_absent(tmp_path, key, value):
+    from gguf import GGUFValueType, GGUFWriter
+
+    path = tmp_path / "m.gguf"
+    writer = GGUFWriter(path, arch="llama") if key != "general.architecture" else GGUFWriter(path, arch="x")
+    if key == "general.architecture":
+        writer.kv_data[0].pop(key)
+    vtype = {int: GGUFValueType.INT64, float: GGUFValueType.FLOAT64, str: GGUFValueType.STRING,
+             list: GGUFValueType.ARRAY}[type(value)]
+    writer.add_key_value(key, value, vtype, sub_type=GGUFValueType.INT32 if vtype == GGUFValueType.ARRAY else None)
+    writer.add_block_count(2) if key != "llama.block_count" else None
+    writer.add_token_list(["a", "b"])
+    writer.add_tensor("t", np.zeros(8, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    info = read_model_info(path)
+    facts = info.summary()
+    json.dumps(facts)  # everything shown is plain data
+    assert info.architecture == ("unknown" if key == "general.architecture" else "llama") and info.name is None
+    assert facts["block_count"] in (2, None) and facts["embedding_length"] is None
+    assert isinstance(info.add_bos, bool) and info.bos_id in (None, 11) and info.chat_template is None

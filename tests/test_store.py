@@ -1,12 +1,25 @@
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ollama_spec.errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreNotFound, StoreUnreadable
-from ollama_spec.store import SERVICE_STORE, Store, StoreRoot, blob_path, find_store_root, verify_blob
+from ollama_spec.store import (
+    MAX_MANIFEST_BYTES,
+    SERVICE_STORE,
+    BrokenModel,
+    Store,
+    StoredModel,
+    StoreRoot,
+    blob_path,
+    find_store_root,
+    verify_blob,
+)
 
 
 @pytest.fixture
@@ -310,3 +323,154 @@ def test_list_shows_a_broken_model_without_failing(store_copy, invoke):
     assert result.exit_code == 0
     line = next(l for l in result.stdout.splitlines() if l.startswith("tiny-draft"))
     assert "is missing" in line
+
+
+# --- any bytes in a manifest end in a clean answer or a clean error ----------------------------
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+LAYER_VALUES = {
+    "mediaType": st.sampled_from(["application/vnd.ollama.image.model", "application/vnd.ollama.image.params"]) | JSON,
+    "digest": st.just("sha256:" + "a" * 64) | JSON,
+    "size": st.integers(-10, 2**70) | JSON,
+}
+
+
+def _outcome(store: Store, name: str) -> str:
+    try:
+        model = store.resolve(name)
+        model.params(), model.text_layer("template")
+        model.model_info(read_vocab=False)
+    except (InvalidManifest, BlobError, NotGGUF, ModelNotFound, StoreUnreadable) as exc:
+        message = str(exc)
+        assert "\n" not in message and len(message) < 500, message
+        return type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - the property: nothing else ever escapes
+        from ollama_spec.errors import CorruptGGUF
+
+        assert isinstance(exc, CorruptGGUF), repr(exc)
+        return "CorruptGGUF"
+    return "ok"
+
+
+@given(content=st.binary(max_size=300) | JSON.map(lambda doc: json.dumps(doc).encode()))
+def test_any_manifest_content(store_copy, content):
+    manifest_of(store_copy, "tiny-draft").write_bytes(content)
+    store = Store(find_store_root(store_copy))
+    _outcome(store, "tiny-draft")
+    listed = {m.name: m for m in store.models()}
+    assert isinstance(listed["tiny-draft:latest"], (StoredModel, BrokenModel))
+    assert isinstance(listed["tiny-target:latest"], StoredModel)
+
+
+@given(st.data())
+def test_any_layer_list(tiny_store, store_copy, data):
+    doc = json.loads(manifest_of(tiny_store, "tiny-draft").read_text())
+    path = manifest_of(store_copy, "tiny-draft")
+    layers = doc["layers"]
+    for _ in range(data.draw(st.integers(1, 3))):
+        layer = layers[data.draw(st.integers(0, len(layers) - 1))]
+        field = data.draw(st.sampled_from(sorted(LAYER_VALUES)))
+        layer[field] = data.draw(LAYER_VALUES[field])
+    doc["config"] = data.draw(st.just(doc["config"]) | JSON)
+    path.write_text(json.dumps(doc))
+    _outcome(Store(find_store_root(store_copy)), "tiny-draft")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is not valid JSON"),
+    (b"\xff\xfe", "is not valid JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, r"is not valid JSON \(nested too deeply\)"),
+    (b"[]", "is not a schema 2 manifest with layers"),
+    (b'{"schemaVersion": 2, "layers": [1]}', "has a layer 1 that is not an object"),
+    (b'{"schemaVersion": 2, "layers": [{"digest": "sha256:x", "size": 1}]}', "has a layer 1 without a media type"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": -5}]}', "has a layer 1 whose size -5 is not a byte"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1.5}]}', "has a layer 1 whose size 1.5 is not a byte count"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": true}]}', "has a layer 1 whose size True is not a byte count"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1e999}]}', "has a layer 1 whose size inf is not a byte count"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1, "digest": 7}]}', "has an invalid layer digest 7: expected"),
+])
+def test_crafted_manifests(store_copy, content, message):
+    manifest_of(store_copy, "tiny-draft").write_bytes(content)
+    with pytest.raises(InvalidManifest, match=f"^tiny-draft:latest: its manifest .*latest {message}"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+def test_huge_manifest_is_not_read_whole(store_copy):
+    path = manifest_of(store_copy, "tiny-draft")
+    with open(path, "wb") as f:
+        f.truncate(4 << 30)  # sparse: 4 GiB of zeros
+    with pytest.raises(InvalidManifest, match=f"is larger than {MAX_MANIFEST_BYTES >> 20}.0 MiB; a manifest is a few KB"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+@pytest.mark.parametrize("params, message", [
+    ("[1, 2]", "is not a JSON object"),
+    ('{"stop": "abc"}', "has stop 'abc': expected a list of strings"),
+    ('{"num_ctx": "4096"}', "has num_ctx '4096': expected a whole number"),
+    ('{"num_ctx": 1.5}', "has num_ctx 1.5: expected a whole number"),
+    ('{"temperature": NaN}', "has temperature nan: expected a number"),
+    ('{"seed": true}', "has seed True: expected a whole number"),
+    ("{" * 50_000, "is not valid JSON"),
+])
+def test_params_layer_of_the_wrong_shape(store_copy, params, message):
+    from ollama_spec.synthetic.layout import add_blob
+
+    digest, size = add_blob(store_copy, params.encode())
+    _rewrite_layers(store_copy, "tiny-draft",
+                    lambda layers: [dict(l, digest=digest, size=size) if l["mediaType"].endswith("params") else l
+                                    for l in layers])
+    with pytest.raises(InvalidManifest, match=f"^tiny-draft:latest: its params layer {re.escape(message)}"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft").params()
+
+
+def test_list_names_broken_manifests_and_keeps_the_healthy_ones(store_copy, invoke):
+    manifest_of(store_copy, "tiny-draft").write_text('{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": -5}]}')
+    manifest_of(store_copy, "tiny-alien").write_bytes(b"\x00" * 10)
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert set(rows) == {"tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest", "tiny-draft:q4_0",
+                         "tiny-draft:q8_0", "tiny-target:q4_0", "tiny-target:q8_0"}
+    assert "?" in rows["tiny-draft:latest"] and "whose size -5 is not a byte count" in rows["tiny-draft:latest"]
+    assert "-5 B" not in result.stdout and "is not valid JSON" in rows["tiny-alien:latest"]
+    assert "F32" in rows["tiny-target:latest"]
+    data = json.loads(invoke("list", "--models-dir", store_copy, "--json").stdout)
+    broken = next(m for m in data["models"] if m["name"] == "tiny-draft:latest")
+    assert broken["size"] is None and broken["error"].startswith("its manifest ")
+
+
+def test_list_survives_a_corrupt_gguf_and_an_unreadable_blob(store_copy, invoke, tmp_path):
+    from gguf import GGUFValueType
+
+    from ollama_spec.synthetic.layout import add_blob
+
+    from .gguf_bytes import array, header
+
+    nested = header(array("deep", GGUFValueType.ARRAY, 1, b"\x09\0\0\0\1\0\0\0\0\0\0\0" * 50_000))
+    digest, size = add_blob(store_copy, nested)
+    _rewrite_layers(store_copy, "tiny-draft", lambda layers: [dict(layers[0], digest=digest, size=size)] + layers[1:])
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    line = next(l for l in result.stdout.splitlines() if l.startswith("tiny-draft"))
+    assert "has an array of arrays under key 'deep'" in line
+    shown = invoke("show", "tiny-draft", "--models-dir", store_copy)
+    assert shown.exit_code == 1 and shown.output.startswith("Error: tiny-draft:latest: ")
+    assert "has an array of arrays" in shown.output and shown.output.count("\n") == 1
+
+
+def test_list_escapes_odd_names_and_skips_what_is_not_a_file(store_copy, invoke):
+    library = manifest_of(store_copy, "tiny-target").parent.parent
+    for odd in ("new\nline", os.fsdecode(b"bad\xff")):
+        (library / odd).mkdir()
+        (library / odd / "latest").write_text("{")
+    os.mkfifo(library / "tiny-target" / "fifo")  # reading it would block
+    (library / "tiny-target" / "loop").symlink_to("loop")
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert names == ["bad\\udcff:latest", "new\\nline:latest", "tiny-alien:latest", "tiny-draft:latest",
+                     "tiny-draft:q4_0", "tiny-draft:q8_0", "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    assert len(result.stdout.splitlines()) == 10

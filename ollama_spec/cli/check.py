@@ -8,6 +8,7 @@ from ..engine import DEFAULT_CTX
 from ..gguf_info import ModelInfo, format_bytes
 from ..memory import KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
 from ..resolve import resolve_model
+from ..usable import require_usable
 from .main import cli
 from .options import decide_repack_for_cli, echo_json, json_option, models_dir_option, repack_option
 
@@ -38,6 +39,9 @@ def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack:
     """
     target_model = resolve_model(target, models_dir)
     draft_model = resolve_model(draft, models_dir) if draft else None
+    for role, model in (("target", target_model), ("draft", draft_model)):
+        if model is not None:
+            require_usable(model.name, model.info, role)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
     decision = decide_repack_for_cli(repack)
     plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type,

@@ -8,10 +8,11 @@ from pathlib import Path
 import click
 
 from ..compat import check_compatibility, llama3_metadata_fixes
-from ..errors import IncompatibleDraft, OllamaSpecError
+from ..errors import IncompatibleDraft, OllamaSpecError, one_line
 from ..gguf_info import format_bytes, read_model_info
 from ..resolve import gguf_file, resolve_model
-from ..store import StoredModel, blob_path, verify_blob
+from ..store import BrokenModel, StoredModel, blob_path, verify_blob
+from ..usable import require_usable
 from .main import cli
 from .options import echo_json, json_option, models_dir_option, open_store
 
@@ -54,14 +55,15 @@ def list_models(models_dir: str | None, as_json: bool) -> None:
         click.echo("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) + "  " + str(row[-1]))
 
 
-def _list_row(model) -> dict:
-    if isinstance(model, OllamaSpecError):
-        return {"name": "?", "size": None, "error": str(model)}
-    row = {"name": model.name, "size": model.size}
+def _list_row(model: StoredModel | BrokenModel) -> dict:
+    name = one_line(model.name)
+    if isinstance(model, BrokenModel):
+        return {"name": name, "size": None, "error": _problem(model.name, model.error)}
+    row = {"name": name, "size": model.size}
     try:
-        info = read_model_info(model.gguf_path, read_vocab=False)
+        info = model.model_info(read_vocab=False)
     except OllamaSpecError as exc:
-        row["error"] = str(exc).split(": ", 1)[-1]
+        row["error"] = _problem(model.name, exc)
         return row
     row |= {
         "architecture": info.architecture,
@@ -70,6 +72,11 @@ def _list_row(model) -> dict:
         "file_type": info.file_type,
     }
     return row
+
+
+def _problem(name: str, error: OllamaSpecError) -> str:
+    """The error without the model's name in front: the row already shows it."""
+    return one_line(str(error).removeprefix(f"{name}: "))
 
 
 @cli.command()
@@ -93,7 +100,7 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
         _show_file(read_model_info(path), as_json)
         return
     stored = open_store(models_dir).resolve(model)
-    info = read_model_info(stored.gguf_path)
+    info = stored.model_info()
     if verify:
         _verify_layers(stored)
     fixes = llama3_metadata_fixes(info)
@@ -163,6 +170,8 @@ def _echo_gguf(info) -> None:
         "tensor_count",
     ):
         click.echo(f"    {key:<20} {s[key]}")
+        if s.get(f"{key}_per_layer"):  # layers differ (DeciLM, LFM2, hybrids)
+            click.echo(f"    {'  per layer':<20} {s[f'{key}_per_layer']}")
     click.echo(f"    {'tensor_bytes':<20} {format_bytes(info.tensor_bytes)}")
 
 
@@ -190,6 +199,8 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
     """
     target_info = resolve_model(target, models_dir).info
     draft_info = resolve_model(draft, models_dir).info
+    require_usable(target, target_info, "target")
+    require_usable(draft, draft_info, "draft")
     verdict = check_compatibility(target_info, draft_info)
     fixes = [
         f"{name}: {fix.description}"

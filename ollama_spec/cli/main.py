@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from ..errors import OllamaSpecError
+from ..errors import OllamaSpecError, one_line
 
 
 class SpecGroup(click.Group):
@@ -15,7 +15,7 @@ class SpecGroup(click.Group):
         try:
             return super().invoke(ctx)
         except OllamaSpecError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(one_line(str(exc))) from None
         except KeyboardInterrupt:
             click.echo("Interrupted.", err=True)
             ctx.exit(130)

@@ -1,0 +1,50 @@
+"""Can a model serve as a target or a draft at all? Checked from its header, before any load.
+
+A GGUF can be a valid file and still hold nothing to run: no architecture, an architecture or
+tokenizer this llama.cpp does not know, no vocabulary (an embedding-only or adapter file), no
+layers. `pair`,
+`check` and the engine refuse such a model up front, saying what it lacks, instead of failing
+later on a memory-sizing or load message that does not say why.
+"""
+
+from __future__ import annotations
+
+from .errors import UnusableModel
+from .gguf_header import MAX_LAYERS, shown
+from .gguf_info import ModelInfo
+
+
+def usability_problems(info: ModelInfo) -> tuple[str, ...]:
+    """What this model lacks to run (empty when nothing)."""
+    from .runtime import llama_cpp_knows  # imports llama.cpp
+
+    problems = []
+    arch = info.metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        problems.append("no architecture (general.architecture)")
+    elif not llama_cpp_knows(arch):
+        problems.append(f"architecture {shown(arch)}, which this llama.cpp does not know")
+    if not info.n_tokens or info.vocab_type in ("none", "no_vocab"):
+        problems.append("no vocabulary (tokenizer.ggml.tokens)")
+    elif info.vocab_type is None:
+        problems.append("no tokenizer model (tokenizer.ggml.model)")
+    elif not llama_cpp_knows(info.vocab_type):
+        problems.append(f"tokenizer {shown(info.vocab_type)}, which this llama.cpp does not know")
+    elif info.pre_tokenizer and not llama_cpp_knows(info.pre_tokenizer):
+        problems.append(f"pre-tokenizer {shown(info.pre_tokenizer)}, which this llama.cpp does not know")
+    if not info.block_count:
+        layers = info.metadata.get(f"{info.architecture}.block_count")
+        if isinstance(layers, int) and not isinstance(layers, bool) and layers > MAX_LAYERS:
+            problems.append(f"{layers} layers, more than llama.cpp's {MAX_LAYERS}")
+        else:
+            problems.append("no layers (block_count)")
+    if not info.tensors:
+        problems.append("no tensors")
+    return tuple(problems)
+
+
+def require_usable(name: str, info: ModelInfo, role: str) -> None:
+    """Raise UnusableModel naming `name` and everything it lacks to run as `role` (target, draft)."""
+    problems = usability_problems(info)
+    if problems:
+        raise UnusableModel(f"{name} cannot be the {role}: it has " + ", ".join(problems))

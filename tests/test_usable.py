@@ -1,0 +1,92 @@
+"""Models that cannot be a target or a draft are refused by pair, check and generate before any load."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ollama_spec.errors import UnusableModel
+from ollama_spec.gguf_info import read_model_info
+from ollama_spec.synthetic.layout import write_model as store_model
+from ollama_spec.usable import require_usable, usability_problems
+
+from .gguf_bytes import header, write_model
+
+
+@pytest.fixture
+def store(tiny_store, tmp_path):
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    for name in ("embed-a", "embed-b"):  # architecture and layers, but no vocabulary at all
+        store_model(root, name, write_model(tmp_path / f"{name}.gguf", {"llama.block_count": 2}))
+    return root
+
+
+def test_problems_name_everything_missing(tmp_path):
+    bare = tmp_path / "bare.gguf"
+    bare.write_bytes(header())
+    assert usability_problems(read_model_info(bare)) == (
+        "no architecture (general.architecture)", "no vocabulary (tokenizer.ggml.tokens)", "no layers (block_count)",
+        "no tensors")
+    odd = read_model_info(write_model(tmp_path / "odd.gguf", {"notanarch.block_count": 1,
+                                                              "tokenizer.ggml.model": "gpt2",
+                                                              "tokenizer.ggml.tokens": ["a"]}, arch="notanarch"))
+    assert usability_problems(odd) == ("architecture 'notanarch', which this llama.cpp does not know",)
+    deep = read_model_info(write_model(tmp_path / "deep.gguf", {"llama.block_count": 600}))
+    assert "600 layers, more than llama.cpp's 512" in usability_problems(deep)
+
+
+@pytest.mark.parametrize("keys, problem", [
+    ({}, "no tokenizer model (tokenizer.ggml.model)"),
+    ({"tokenizer.ggml.model": "none"}, "no vocabulary (tokenizer.ggml.tokens)"),
+    ({"tokenizer.ggml.model": "notatok"}, "tokenizer 'notatok', which this llama.cpp does not know"),
+    ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "notapre"},
+     "pre-tokenizer 'notapre', which this llama.cpp does not know"),
+])
+def test_tokenizers_llama_cpp_cannot_load(tmp_path, keys, problem):
+    metadata = {"llama.block_count": 1, "tokenizer.ggml.tokens": ["a", "b"]} | keys
+    assert usability_problems(read_model_info(write_model(tmp_path / "m.gguf", metadata))) == (problem,)
+
+
+def test_runnable_models_pass(tiny_models):
+    for model in tiny_models:
+        require_usable(model.name, model.info, "target")
+
+
+def test_pair_refuses_two_models_without_vocabulary(invoke, store):
+    result = invoke("pair", "embed-a", "embed-b", "--models-dir", store)
+    assert result.exit_code == 1
+    assert result.output == "Error: embed-a cannot be the target: it has no vocabulary (tokenizer.ggml.tokens)\n"
+    result = invoke("pair", "tiny-target", "embed-b", "--models-dir", store)
+    assert result.output == "Error: embed-b cannot be the draft: it has no vocabulary (tokenizer.ggml.tokens)\n"
+
+
+def test_check_refuses_before_sizing(invoke, store):
+    result = invoke("check", "tiny-target", "--draft", "embed-a:latest", "--models-dir", store)
+    assert result.exit_code == 1
+    assert result.output == ("Error: embed-a:latest cannot be the draft: it has no vocabulary "
+                             "(tokenizer.ggml.tokens)\n")
+
+
+def test_generate_fails_early_and_says_why(invoke, store, monkeypatch):
+    from ollama_spec import runtime
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("nothing may load")
+
+    monkeypatch.setattr(runtime.LoadedModel, "__init__", no_load)
+    for args in (["embed-a", "hi"], ["embed-a", "hi", "--no-check"], ["tiny-target", "-d", "embed-b", "hi"]):
+        result = invoke("generate", *args, "--models-dir", store)
+        assert result.exit_code == 1, result.output
+        assert "cannot be the" in result.output and "no vocabulary (tokenizer.ggml.tokens)" in result.output
+
+
+def test_unknown_architecture_is_refused_before_load(invoke, tmp_path):
+    path = write_model(tmp_path / "odd.gguf", {"notanarch.block_count": 1, "tokenizer.ggml.model": "gpt2",
+                                               "tokenizer.ggml.tokens": ["a"]}, arch="notanarch")
+    result = invoke("generate", path, "hi", "--no-check")
+    assert result.output == ("Error: odd.gguf cannot be the target: it has architecture 'notanarch', "
+                             "which this llama.cpp does not know\n")
+    with pytest.raises(UnusableModel):
+        require_usable("odd", read_model_info(path), "draft")
