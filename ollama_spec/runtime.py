@@ -196,8 +196,8 @@ class LoadedModel:
         special = self.token_bytes(token, special=True)
         return special, bool(special)
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._model.detokenize(list(tokens), special=False).decode("utf-8", errors="replace")
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return self._model.detokenize(list(tokens), special=special).decode("utf-8", errors="replace")
 
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))

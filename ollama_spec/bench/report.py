@@ -15,7 +15,7 @@ from .model import efficiency, predicted_speedup_from_step_length
 from .prompts import Prompt
 from .remote import RemoteResult
 from .runner import Costs
-from .samples import AUTO, BASELINE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row
+from .samples import AUTO, BASELINE, LLAMA_CPP_DRAFT, NATIVE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row
 from .settings import BenchSettings
 
 COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
@@ -103,7 +103,7 @@ def summary_lines(report: BenchReport) -> list[str]:
     overhead = best.overhead_per_step_s
     if overhead is not None:
         lines.append(f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}")
-    lines += _auto_lines(report) + _ngram_lines(report)
+    lines += _auto_lines(report) + _reference_lines(report) + _ngram_lines(report)
     if report.load_average and max(report.load_average) > 0.5:
         lines.append(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
                      f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")
@@ -127,6 +127,18 @@ def _auto_lines(report: BenchReport) -> list[str]:
     return [f"K=auto: {auto.tokens_per_second:.1f} tok/s, {auto.tokens_per_second / best.tokens_per_second:.0%} of "
             f"the best fixed K (K={best.k}); steps by K: {chosen}",
             "K=auto per prompt: " + "; ".join(per_prompt)]
+
+
+def _reference_lines(report: BenchReport) -> list[str]:
+    """The best K against the other implementations of the same loop at the same K."""
+    best = report.best
+    lines = []
+    for kind in (LLAMA_CPP_DRAFT, NATIVE):
+        other = next((r for r in report.rows if r.kind == kind), None)
+        if other is not None and other.tokens_per_second:
+            lines.append(f"ours at K={best.k} vs {other.label}: {best.tokens_per_second:.1f} vs "
+                         f"{other.tokens_per_second:.1f} tok/s ({best.tokens_per_second / other.tokens_per_second:.2f}x)")
+    return lines
 
 
 def _ngram_lines(report: BenchReport) -> list[str]:

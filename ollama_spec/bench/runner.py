@@ -45,6 +45,7 @@ class EngineRun:
     costs: Costs
     prompt_tokens: dict[str, list[int]]  # the exact tokens every row was given, by prompt name
     margins: dict[str, list[float]] = field(default_factory=dict)  # greedy: target's top-1 - top-2 logits
+    prompt_texts: dict[str, str] = field(default_factory=dict)  # the same prompts as text, special tokens written out
 
 
 def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool = True) -> int:
@@ -73,6 +74,9 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
             rows.append(Row("n-gram lookup K=auto", NGRAM))
         requests = {p.name: _request(p, settings, settings.max_tokens) for p in prompts}
         prompt_tokens = {name: engine.prompt_tokens(r) for name, r in requests.items()}
+        bos = engine.target.bos_token
+        prompt_texts = {name: engine.target.detokenize([t for t in tokens if t != bos], special=True)
+                        for name, tokens in prompt_tokens.items()}
 
         if settings.warmup:
             for row in rows:
@@ -98,7 +102,7 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
     for row in rows:
         if row.kind == SPECULATIVE and row.alpha is not None:
             row.predicted_speedup = predicted_speedup(row.alpha, row.k, costs.draft_ratio, costs.verify_ratio(row.k))
-    return EngineRun(rows, costs, prompt_tokens, margins)
+    return EngineRun(rows, costs, prompt_tokens, margins, prompt_texts)
 
 
 def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) -> Costs:

@@ -17,6 +17,7 @@ AUTO = "speculative, K chosen each step"
 NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
 PROMPT_LOOKUP = "prompt lookup"
+NATIVE = "llama.cpp speculative-simple"  # llama.cpp's own C++ loop, timed only
 
 
 @dataclass

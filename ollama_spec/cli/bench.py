@@ -37,6 +37,9 @@ from .options import decide_repack_for_cli, models_dir_option, repack_option
               "(TARGET is the model name sent).")
 @click.option("--threads", type=int, help="CPU threads (default: all cores).")
 @click.option("--ctx", type=int, help="Context length (default: max(4096, max-tokens + 1024)).")
+@click.option("--native", "native", type=click.Path(dir_okay=False), default=None,
+              help="Also time llama.cpp's own llama-speculative-simple at the best K (build it with "
+              "scripts/build-native-speculative.sh; greedy only).")
 @click.option("--ngram/--no-ngram", default=True, show_default=True,
               help="Also time draftless n-gram lookup (K=auto) through the same loop.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True,
@@ -45,8 +48,8 @@ from .options import decide_repack_for_cli, models_dir_option, repack_option
 @repack_option
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
-def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, ngram, warmup,
-          no_check, repack, verbose, models_dir) -> None:
+def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, native, ngram,
+          warmup, no_check, repack, verbose, models_dir) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -78,7 +81,7 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
     store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
     target_model = resolve_model(target, store=store)
     draft_model = resolve_model(draft, store=store)
-    report = _measure(target_model, draft_model, draft, models_dir, prompts, settings)
+    report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
 
     from ..bench.report import format_report, write_outputs
 
@@ -100,14 +103,16 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
         raise click.ClickException("speculative output differs from the target alone (see above)")
 
 
-def _measure(target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings):
+def _measure(target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings,
+             native: str | None = None):
     from ..bench.reference import run_reference_rows
     from ..bench.report import BenchReport, best_speculative
     from ..bench.runner import planned_units, run_engine_rows
-    from ..bench.samples import compare_tokens
+    from ..bench.samples import NATIVE, compare_tokens
 
     load_start = _load_average()
-    with click.progressbar(length=planned_units(settings, len(prompts)), label="benchmarking", file=sys.stderr,
+    units = planned_units(settings, len(prompts)) + (settings.runs * len(prompts) if native else 0)
+    with click.progressbar(length=units, label="benchmarking", file=sys.stderr,
                            show_pos=True, hidden=not sys.stderr.isatty(), item_show_func=lambda label: label) as bar:
         def advance(label: str) -> None:
             bar.update(1, label)
@@ -116,6 +121,11 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
         best = best_speculative(engine_run.rows)
         rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
                                                     engine_run.prompt_tokens, settings, advance)
+        if native:
+            from ..bench.native import run_native_row
+
+            rows.append(run_native_row(Path(native), target_model, draft_model, best.k, prompts,
+                                       engine_run.prompt_texts, settings, advance))
     report = BenchReport(target_model.name, draft_model.name, settings, tuple(prompts), rows, engine_run.costs,
                          load_average=(load_start, _load_average()) if load_start is not None else None)
     if settings.greedy:
@@ -125,7 +135,7 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
             if expected.setdefault(sample.prompt, sample.tokens) != sample.tokens:
                 baseline.mismatches.append(f"target alone: prompt '{sample.prompt}' is not deterministic across runs")
         for row in rows:
-            if row is not baseline:
+            if row is not baseline and row.kind != NATIVE:  # the native row gives counts, not tokens
                 compare_tokens(row, expected, engine_run.margins)
         report.mismatches = [m for row in rows for m in row.mismatches]
         report.near_ties = [m for row in rows for m in row.near_ties]

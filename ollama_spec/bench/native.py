@@ -1,0 +1,66 @@
+"""A reference row from llama.cpp's own speculative loop, `llama-speculative-simple`.
+
+Built from the same vendored llama.cpp as llama-cpp-python (scripts/build-native-speculative.sh),
+run on the same GGUF blobs, prompts, K, threads and context, greedy: what our Python loop costs
+over llama.cpp's C++ one. For comparison only; `bench --native PATH` adds it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import InvalidSetting
+from ..resolve import ResolvedModel
+from ..runtime import default_threads
+from .prompts import Prompt
+from .runner import Progress
+from .samples import NATIVE, Row, Sample
+from .settings import BenchSettings
+
+NATIVE_TIMEOUT_S = 600
+_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+_ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+_COUNT = {name: re.compile(rf"{name}\s*=\s*(\d+)") for name in ("n_drafted", "n_accept")}
+
+
+def run_native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, prompts: Sequence[Prompt],
+                   prompt_texts: dict[str, str], settings: BenchSettings,
+                   progress: Progress = lambda label: None) -> Row:
+    """Time each prompt with `llama-speculative-simple` at draft length k; tok/s as llama.cpp reports it."""
+    if not binary.is_file():
+        raise InvalidSetting(f"--native {binary} does not exist: build it with scripts/build-native-speculative.sh")
+    if not settings.greedy:
+        raise InvalidSetting("--native compares greedy runs only (llama-speculative-simple samples differently)")
+    row = Row(f"llama.cpp speculative-simple K={k}", NATIVE, k)
+    for run in range(settings.runs):
+        for prompt in prompts:
+            row.samples.append(_run(binary, target, draft, k, prompt.name, prompt_texts[prompt.name], settings, run))
+            progress(f"{row.label} · {prompt.name}")
+    return row
+
+
+def _run(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, name: str, text: str,
+         settings: BenchSettings, run: int) -> Sample:
+    threads = str(settings.n_threads or default_threads())
+    command = [str(binary), "-m", str(target.path), "-md", str(draft.path), "--spec-type", "draft-simple",
+               "--spec-draft-n-max", str(k), "-p", text, "-n", str(settings.max_tokens), "--ignore-eos",
+               "--temp", "0", "--seed", str(settings.seed), "-c", str(settings.context), "-t", threads,
+               "-ngl", "99", "--spec-draft-ngl", "99"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=NATIVE_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise InvalidSetting(f"{binary.name} took over {NATIVE_TIMEOUT_S} s on prompt '{name}'") from None
+    log = done.stdout + done.stderr
+    decoded, encoded = _DECODED.search(log), _ENCODED.search(log)
+    if done.returncode != 0 or not decoded:
+        last = (log.strip().splitlines() or ["no output"])[-1]
+        raise InvalidSetting(f"{binary.name} failed on prompt '{name}' (exit {done.returncode}): {last}")
+    n, decode_s = int(decoded.group(1)), float(decoded.group(2))
+    encode_s = float(encoded.group(2)) if encoded else 0.0
+    counts = {key: int(m.group(1)) if (m := pattern.search(log)) else 0 for key, pattern in _COUNT.items()}
+    # Only counts and times come back, not token ids: the row is timed, never compared token by token.
+    return Sample(name, run, [-1] * (n + 1), encode_s, encode_s + decode_s, drafted=counts["n_drafted"],
+                  accepted=counts["n_accept"])
