@@ -23,9 +23,9 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .canary import decide_repack
 from .compat import load_kv_overrides
+from .proposers import as_draft_tokens
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings
-from .proposers import as_draft_tokens
 
 
 def ollama_model_path(name: str, models_dir: str | None = None) -> str:

@@ -14,10 +14,10 @@ from .chat import ChatMessage, render_chat
 from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
 from .errors import IncompatibleDraft, InvalidSetting
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
-from .proposers import DraftModelProposer, NgramProposer, Proposer
 from .memory import ensure_fits, plan_memory
+from .proposers import DraftModelProposer, NgramProposer, Proposer
 from .resolve import ResolvedModel
-from .runtime import LoadedModel, LoadSettings
+from .runtime import LoadedModel, LoadSettings, choose_flash_attention
 from .sampling import SamplingSettings
 from .speculative import SpeculationSettings, SpeculationStats, generate_tokens
 from .text_stream import TextStream
@@ -41,6 +41,7 @@ class EngineSettings:
     kv_type: str = "f16"
     memory_check: bool = True
     repack: bool | None = None  # llama.cpp's repacked CPU weights; None: canary.decide_repack chooses
+    flash_attention: str = "auto"  # "on", "off", or "auto": off on a CPU, llama.cpp's choice on a GPU
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -106,9 +107,12 @@ class Engine:
                 raise IncompatibleDraft(f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.problems))
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
+        self.flash_attention = choose_flash_attention(settings.flash_attention, settings.kv_type,
+                                                      -1 if settings.target_gpu_layers is None else settings.target_gpu_layers)
         if settings.memory_check:
             plan = plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type,
-                               repack=self.repack.enabled)
+                               repack=self.repack.enabled,
+                               flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on")
             ensure_fits(plan)
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
@@ -133,6 +137,7 @@ class Engine:
                 kv_overrides=load_kv_overrides(model.info),
                 kv_type=self.settings.kv_type,
                 use_extra_bufts=self.repack.enabled,
+                flash_attention=self.flash_attention,
             ),
         )
 
@@ -167,7 +172,8 @@ class Engine:
     def _cost_key(self, draft: LoadedModel | None) -> str:
         return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
                         target_gpu_layers=self.target.settings.n_gpu_layers,
-                        draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type)
+                        draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type,
+                        flash_attention=self.flash_attention)
 
     def close(self) -> None:
         for model in (self.draft, self.target):

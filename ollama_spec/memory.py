@@ -128,6 +128,7 @@ class MemoryPlan:
     warnings: tuple[str, ...]
     repack: bool = True  # llama.cpp's extra CPU buffers are on (use_extra_bufts)
     host_repacked: int = 0  # of host_bytes: the repacked copy of weights kept on the CPU
+    flash_attention: bool = True  # planned with llama.cpp's flash attention (its default, auto, picks it)
 
     @property
     def fits(self) -> bool:
@@ -181,7 +182,7 @@ class MemoryPlan:
 
 
 def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
-                repack_features: frozenset[str] = frozenset()) -> ModelNeeds:
+                repack_features: frozenset[str] = frozenset(), *, flash_attention: bool = True) -> ModelNeeds:
     """Weights, KV cache and compute buffers of one model at one context size.
 
     `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
@@ -218,6 +219,10 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
     inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
     widths = [3 * ff + 4 * d + ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
               vocab + (3 if recurrent else 2) * d]
+    if attention and not flash_attention:
+        # Without flash attention the f32 scores of every head and an f32 mask are materialised
+        # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
+        widths.append(((info.head_count or 0) + 1) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8)
     compute = tokens * 4 * max(widths)
     state = recurrent_state_bytes(info)
     return ModelNeeds(
@@ -232,12 +237,13 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
 
 def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str = "f16",
                 devices: Sequence[Device] | None = None, *, repack: bool = True,
-                features: frozenset[str] | None = None) -> MemoryPlan:
+                features: frozenset[str] | None = None, flash_attention: bool | None = None) -> MemoryPlan:
     """Plan where the target (and draft) go; `devices` defaults to this machine's (GPUs, then RAM).
 
     `repack`: whether the models load with llama.cpp's extra CPU buffers (canary.decide_repack);
     then the repacked copy of CPU weights is counted, by what llama.cpp reports of this machine's
-    CPU (`features`, repack.cpu_features()) unless other features are given.
+    CPU (`features`, repack.cpu_features()) unless other features are given. `flash_attention`
+    None plans what "auto" does: on with a GPU, off where only the CPU runs the models.
     """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
@@ -253,8 +259,10 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
         for m in models if m.context_length and n_ctx > m.context_length
     ]
     features = (cpu_features() if features is None else features) if repack else frozenset()
-    plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features)
-    plan = replace(plan, repack=repack)
+    if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
+        flash_attention = kv_type != "f16" or any(d.is_gpu for d in devices)
+    plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features, flash_attention)
+    plan = replace(plan, repack=repack, flash_attention=flash_attention)
     done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)
     suggestions = () if done else _suggestions(plan, target_info, draft_info, features)
     return replace(plan, suggestions=suggestions, warnings=tuple(warnings + notes))
@@ -269,15 +277,16 @@ def ensure_fits(plan: MemoryPlan) -> None:
 
 
 def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str,
-          devices: tuple[Device, ...], features: frozenset[str]) -> MemoryPlan:
+          devices: tuple[Device, ...], features: frozenset[str], flash_attention: bool = True) -> MemoryPlan:
     gpus = [d for d in devices if d.is_gpu]
     # Beside a CUDA GPU, llama.cpp picks its pinned host buffer type for CPU weights before the
     # extra buffers, then the mapped file (llama-model.cpp make_cpu_buft_list, llama-model-loader
     # "avoid using a host buffer when using mmap"): nothing is repacked. Metal has no host buffer type.
     if any(d.kind == "cuda" for d in gpus):
         features = frozenset()
-    target = model_needs(target_info, n_ctx, kv_type, features)
-    draft = model_needs(draft_info, n_ctx, kv_type, features) if draft_info is not None else None
+    target = model_needs(target_info, n_ctx, kv_type, features, flash_attention=flash_attention)
+    draft = (model_needs(draft_info, n_ctx, kv_type, features, flash_attention=flash_attention)
+             if draft_info is not None else None)
     host = next((d for d in devices if d.kind == "cpu"), None)
     host_free = host.usable if host else None  # no RAM given: only the GPU is checked
 
@@ -311,7 +320,7 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
     suggestions = []
 
     def verdict(n_ctx: int, kv_type: str) -> MemoryPlan:
-        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features)
+        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features, plan.flash_attention)
 
     low, high = 0, plan.n_ctx // CTX_PAD  # the largest multiple of 256 that reaches the goal
     while low < high:
@@ -328,7 +337,8 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
             suggestions.append(f"--kv-type {kv_type} puts {other.gpu_layers} of {plan.target_layer_count} "
                                f"target layers on the GPU (KV caches {kv})")
     if plan.host_repacked and plan.verdict == DOES_NOT_FIT:
-        without = _plan(target_info, draft_info, plan.n_ctx, plan.kv_type, plan.devices, frozenset())
+        without = _plan(target_info, draft_info, plan.n_ctx, plan.kv_type, plan.devices, frozenset(),
+                        plan.flash_attention)
         if without.fits:
             suggestions.append(f"--no-repack fits: it skips llama.cpp's repacked copy of the CPU weights "
                                f"({format_bytes(plan.host_repacked)})")

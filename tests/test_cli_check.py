@@ -61,7 +61,7 @@ def test_no_gpu_plans_for_ram_and_says_why(invoke, tiny_store, monkeypatch, mach
     monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(16)], [note]))
     result = invoke("check", "tiny-target", "--models-dir", tiny_store)
     assert result.exit_code == 0
-    assert result.stdout.splitlines()[-1] == "verdict: fits in CPU RAM: 8.1 MiB of 16.0 GiB available (no GPU used)"
+    assert result.stdout.splitlines()[-1] == "verdict: fits in CPU RAM: 43.6 MiB of 16.0 GiB available (no GPU used)"
     assert result.stderr == f"warning: {note}\n"
 
 

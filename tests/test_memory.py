@@ -208,13 +208,18 @@ def test_largest_context_suggestion_is_the_edge(llama_pair):
 def test_two_gpus_add_up_and_cpu_only_plans_use_ram(llama_pair):
     target, draft = llama_pair
     assert plan(target, draft, 8192, devices=[nvidia_gpu(24), nvidia_gpu(24)]).verdict == FULL_OFFLOAD
-    cpu = plan(target, draft, 8192, devices=[system_ram(64)])
+    cpu = plan(target, draft, 8192, devices=[system_ram(64)], flash_attention=True)
     assert cpu.verdict == CPU_ONLY and cpu.gpu_layers is None
     # the whole files (mapped), KV caches, compute buffers, 16 rows of logits each
     files = target.tensor_bytes + draft.tensor_bytes
     # compute: the target's 512 x 4 x (128256 + 2 x 8192), the draft's 512 x 4 x (128256 + 2 x 2048)
     assert cpu.host_bytes == files + 2_684_354_560 + 268_435_456 + 296_222_720 + 271_056_896 + 2 * 16 * 128256 * 4
-    small = plan(target, draft, 8192, devices=[system_ram(32)])
+    # A CPU-only plan runs without flash attention by default (runtime.choose_flash_attention): every
+    # head's f32 scores. Target: 512 x 4 x ((64 + 1) x 8192 + 5 x 8192 + 2 x 8 x 128 + 8) = 1,178,615,808;
+    # draft: 512 x 4 x ((32 + 1) x 8192 + 5 x 2048 + 2 x 8 x 64 + 8) = 576,733,184.
+    assert plan(target, draft, 8192, devices=[system_ram(64)]).host_bytes == (
+        files + 2_684_354_560 + 268_435_456 + 1_178_615_808 + 576_733_184 + 2 * 16 * 128256 * 4)
+    small = plan(target, draft, 8192, devices=[system_ram(32)], flash_attention=True)
     assert small.verdict == DOES_NOT_FIT
     assert small.summary == "does not fit: needs 41.7 GiB of RAM, 32.0 GiB available"
 
@@ -366,11 +371,12 @@ _CELLS = re.compile(r"llama_kv_cache: size = .*\( *(\d+) cells")
 MAPPED_BUFFERS = ("CPU_Mapped", "CPU")
 
 
-def _llama_cpp_buffers(path: Path, n_ctx: int, *, repack: bool = False) -> dict[str, float]:
+def _llama_cpp_buffers(path: Path, n_ctx: int, *, repack: bool = False, flash_attention: str = "auto") -> dict[str, float]:
     """MiB llama.cpp logs: the mapped/CPU weights ("model"), its extra repacked buffers ("extra"),
     KV cache and compute buffers, and the KV cells it chose for n_ctx."""
     runtime.clear_log()
-    with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=n_ctx, n_threads=1, use_extra_bufts=repack)):
+    settings = runtime.LoadSettings(n_ctx=n_ctx, n_threads=1, use_extra_bufts=repack, flash_attention=flash_attention)
+    with runtime.LoadedModel(path, settings):
         pass
     sizes = {"model": 0.0, "extra": 0.0, "KV": 0.0, "compute": 0.0, "cells": 0}
     for line in runtime.recent_log():
@@ -428,6 +434,17 @@ def test_estimates_match_what_llama_cpp_allocates(model, n_ctx, mid_models, tiny
     for kind, tolerance in (("model", MODEL_KV_TOLERANCE), ("KV", MODEL_KV_TOLERANCE), ("compute", compute_tolerance)):
         assert logged[kind] > 0, f"llama.cpp logged no {kind} buffer"
         assert estimate[kind] == pytest.approx(logged[kind], rel=tolerance, abs=0.006), kind
+
+
+@pytest.mark.parametrize("model,n_ctx", [("tiny-target", 4096), ("ffn", 2048), ("ffn", 8192), ("logits", 4096)])
+def test_compute_without_flash_attention_matches_llama_cpp(model, n_ctx, mid_models, tiny_store):
+    """Flash attention off (what a CPU gets by default): every head's f32 scores are materialised."""
+    path = mid_models.get(model) or _tiny_path(tiny_store, model)
+    info = read_model_info(path)
+    estimate = model_needs(info, n_ctx, flash_attention=False).compute / MIB
+    logged = _llama_cpp_buffers(path, n_ctx, flash_attention="off")["compute"]
+    assert logged > model_needs(info, n_ctx).compute / MIB  # it does cost more than with flash attention
+    assert logged <= estimate <= logged * 1.03  # never under; at most 3 % over
 
 
 @pytest.mark.parametrize("n_ctx", [100, 257, 1000])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import InvalidSetting
 from ..resolve import ResolvedModel
-from ..runtime import default_threads
+from ..runtime import choose_flash_attention, default_threads
 from .prompts import Prompt
 from .runner import Progress
 from .samples import NATIVE, Row, Sample
@@ -48,7 +48,8 @@ def _run(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, name
     command = [str(binary), "-m", str(target.path), "-md", str(draft.path), "--spec-type", "draft-simple",
                "--spec-draft-n-max", str(k), "-p", text, "-n", str(settings.max_tokens), "--ignore-eos",
                "--temp", "0", "--seed", str(settings.seed), "-c", str(settings.context), "-t", threads,
-               "-ngl", "99", "--spec-draft-ngl", "99"]
+               "-ngl", "99", "--spec-draft-ngl", "99",
+               "--flash-attn", {"off": "off", "on": "on"}.get(choose_flash_attention(settings.flash_attention), "auto")]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=NATIVE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:

@@ -20,7 +20,7 @@ from ..canary import decide_repack
 from ..compat import load_kv_overrides
 from ..errors import ModelLoadError
 from ..resolve import ResolvedModel
-from ..runtime import default_threads, extra_bufts_default
+from ..runtime import choose_flash_attention, default_threads, extra_bufts_default
 from .prompts import Prompt
 from .runner import Progress, sampling_for
 from .samples import LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
@@ -76,7 +76,8 @@ def _run_row(row: Row, target: ResolvedModel, draft: CountingDraft, prompts: Seq
         with extra_bufts_default(decide_repack(settings.repack).enabled):
             llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
                         n_threads_batch=threads, seed=settings.seed, draft_model=draft, logits_all=True,
-                        kv_overrides=overrides or None, verbose=False)
+                        kv_overrides=overrides or None, verbose=False,
+                        flash_attn=choose_flash_attention(settings.flash_attention) != "off")
     except ValueError as exc:
         raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None
     try:

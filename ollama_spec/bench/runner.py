@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..calibration import measure_step_costs
 from ..engine import Engine, EngineSettings, Request, Result
 from ..resolve import ResolvedModel
 from ..sampling import SamplingSettings
-from ..calibration import measure_step_costs
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .model import predicted_speedup
 from .prompts import Prompt
@@ -65,6 +65,7 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
                     progress: Progress = lambda label: None) -> EngineRun:
     """Warm up, calibrate step costs, then time target alone and each K over runs x prompts."""
     engine_settings = EngineSettings(n_ctx=settings.context, n_threads=settings.n_threads,
+                                     flash_attention=settings.flash_attention,
                                      memory_check=settings.memory_check, repack=settings.repack)
     with Engine(target, draft, engine_settings) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]

@@ -28,6 +28,7 @@ class BenchSettings:
     n_ctx: int | None = None  # None: room for the prompt and max_tokens
     memory_check: bool = True
     repack: bool | None = None  # llama.cpp's repacked CPU weights (None: canary.decide_repack)
+    flash_attention: str = "auto"  # runtime.choose_flash_attention; the reference rows get the same
 
     def __post_init__(self) -> None:
         if not self.ks or any(k < 1 for k in self.ks):

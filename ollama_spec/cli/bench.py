@@ -16,7 +16,7 @@ from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..store import Store, find_store_root
 from .main import cli
-from .options import decide_repack_for_cli, models_dir_option, repack_option
+from .options import decide_repack_for_cli, flash_attn_option, models_dir_option, repack_option
 
 
 @cli.command()
@@ -46,10 +46,11 @@ from .options import decide_repack_for_cli, models_dir_option, repack_option
               help="One short unrecorded generation per row before timing.")
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
 @repack_option
+@flash_attn_option
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, native, ngram,
-          warmup, no_check, repack, verbose, models_dir) -> None:
+          warmup, no_check, repack, flash_attn, verbose, models_dir) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -77,7 +78,8 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
     fixed_ks, auto = parse_k_list(ks)
     settings = BenchSettings(ks=fixed_ks, auto=auto, ngram=ngram, max_tokens=max_tokens, runs=runs,
                              temperature=temperature, seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx,
-                             memory_check=not no_check, repack=decide_repack_for_cli(repack).enabled)
+                             memory_check=not no_check, repack=decide_repack_for_cli(repack).enabled,
+                             flash_attention=flash_attn)
     store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
     target_model = resolve_model(target, store=store)
     draft_model = resolve_model(draft, store=store)

@@ -10,7 +10,7 @@ from ..memory import KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
 from ..resolve import resolve_model
 from ..usable import require_usable
 from .main import cli
-from .options import decide_repack_for_cli, echo_json, json_option, models_dir_option, repack_option
+from .options import decide_repack_for_cli, echo_json, flash_attn_option, json_option, models_dir_option, repack_option
 
 
 @cli.command()
@@ -20,9 +20,11 @@ from .options import decide_repack_for_cli, echo_json, json_option, models_dir_o
 @click.option("--kv-type", type=click.Choice(list(KV_TYPES)), default="f16", show_default=True,
               help="KV cache element type.")
 @repack_option
+@flash_attn_option
 @json_option
 @models_dir_option
-def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack: bool | None, as_json: bool,
+def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack: bool | None, flash_attn: str,
+          as_json: bool,
           models_dir: str | None) -> None:
     """Check that TARGET (and --draft) fit in GPU memory before loading anything.
 
@@ -45,7 +47,7 @@ def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack:
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
     decision = decide_repack_for_cli(repack)
     plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type,
-                       repack=decision.enabled)
+                       repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on")
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:

@@ -74,6 +74,7 @@ def generate(
     kv_type,
     no_check,
     repack,
+    flash_attn,
     stats,
     compare,
     as_json,
@@ -119,6 +120,7 @@ def generate(
         kv_type=kv_type,
         no_check=no_check,
         repack=repack,
+        flash_attn=flash_attn,
     )
     if compare and draft is None:
         raise click.UsageError("--compare needs --draft")

@@ -9,9 +9,9 @@ import click
 
 from ..canary import RepackDecision, decide_repack
 from ..engine import DEFAULT_CTX, EngineSettings
-from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..proposers import DEFAULT_NGRAM_SIZE
 from ..resolve import ResolvedModel, resolve_model
+from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ..store import Store, find_store_root
 
@@ -30,6 +30,17 @@ repack_option = click.option(
     default=None,
     help="Use llama.cpp's repacked copy of CPU weights (AMX, AVX2, Arm kernels) or not "
     "(default: $OLLAMA_SPEC_REPACK, else on where a one-time test run on this machine passed).",
+)
+
+
+flash_attn_option = click.option(
+    "--flash-attn",
+    "flash_attn",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="llama.cpp's flash attention. auto: off where the model runs on the CPU (small verify batches are "
+    "faster without it deep into a context; it needs more compute memory), llama.cpp's choice on a GPU.",
 )
 
 
@@ -161,6 +172,7 @@ loading_options = _stack(
     ),
     click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading."),
     repack_option,
+    flash_attn_option,
 )
 
 
@@ -176,7 +188,7 @@ def sampling_settings(params: dict, *, temperature, top_k, top_p, min_p, seed) -
 
 
 def engine_settings(
-    params: dict, *, ctx, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack
+    params: dict, *, ctx, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn="auto"
 ) -> EngineSettings:
     """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX."""
     return EngineSettings(
@@ -187,6 +199,7 @@ def engine_settings(
         kv_type=kv_type,
         memory_check=not no_check,
         repack=decide_repack_for_cli(repack).enabled,
+        flash_attention=flash_attn,
     )
 
 

@@ -46,7 +46,7 @@ from .options import (
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def serve(target, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, ctx, n_gpu_layers,
-          draft_n_gpu_layers, threads, kv_type, no_check, repack, host, port, api_key, aliases, max_queue, max_body,
+          draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, host, port, api_key, aliases, max_queue, max_body,
           verbose, models_dir) -> None:
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
 
@@ -89,7 +89,7 @@ def serve(target, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, 
     try:
         engine_config = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers,
                                         draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, kv_type=kv_type,
-                                        no_check=no_check, repack=repack)
+                                        no_check=no_check, repack=repack, flash_attn=flash_attn)
         with Engine(target_model, draft_model, engine_config) as engine:
             run_server(ServerState(engine, settings), sock)
     finally:
