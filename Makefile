@@ -6,15 +6,20 @@ DEMO_STORE ?= demo-models
 TARGET ?= synth-target
 DRAFT ?= synth-draft
 BENCH_ARGS ?=
+# cpu, cuda, metal, rocm, or auto: what this machine has (scripts/install-backend.sh)
+BACKEND ?= auto
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench gpu-bench gpu-bundle lint clean
 
+# The backend check runs every time: a build made for the wrong backend is replaced.
 install: $(VENV)/.installed
+	@scripts/install-backend.sh $(BIN)/python $(BACKEND)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing ollama-spec and llama-cpp-python (the first build of llama-cpp-python takes ~5 minutes)"
+	scripts/install-backend.sh $(BIN)/python $(BACKEND)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
