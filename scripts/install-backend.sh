@@ -24,10 +24,11 @@ stamp=$venv/.llama-backend
 spec=$(grep -o '"llama-cpp-python[^"]*"' "$root/pyproject.toml" | tr -d '"')
 
 say() { echo "install-backend: $*" >&2; }
+any_exists() { local f; for f in "$@"; do [ -e "$f" ] && return 0; done; return 1; }
 
 find_nvcc() {
     local dir
-    for dir in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    for dir in "${CUDA_HOME:-}" "${CUDA_PATH:-}" ${CUDA_DEFAULT_ROOT-/usr/local/cuda}; do
         if [ -n "$dir" ] && [ -x "$dir/bin/nvcc" ]; then echo "$dir/bin/nvcc"; return; fi
     done
     command -v nvcc || true
@@ -76,20 +77,25 @@ cuda_args() {
     nvcc=$(find_nvcc)
     home=$(cd "$(dirname "$nvcc")/.." && pwd)
     args="-DGGML_CUDA=on -DCMAKE_CUDA_COMPILER=$nvcc"
-    if ! ls "$home"/include/cublas_v2.h "$home"/targets/*/include/cublas_v2.h >/dev/null 2>&1; then
+    if ! any_exists "$home"/include/cublas_v2.h "$home"/targets/*/include/cublas_v2.h; then
         major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
         say "this CUDA toolkit has no cuBLAS: taking it from PyPI (nvidia-cublas for CUDA $major)"
-        if [ -n "${DRY_RUN:-}" ]; then echo "$args -DCUDA_cublas_LIBRARY=<from nvidia-cublas>"; return; fi
-        if [ "$major" -ge 13 ]; then "$python" -m pip install -q "nvidia-cublas>=13,<14"
-        else "$python" -m pip install -q "nvidia-cublas-cu$major"; fi
-        site=$("$python" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))')
-        inc=$(dirname "$(find "$site/nvidia" -name cublas_v2.h | head -1)")
-        lib=$(dirname "$(find "$site/nvidia" -name 'libcublas.so*' | head -1)")
-        args="$args -DCMAKE_CUDA_FLAGS=-I$inc -DCMAKE_CXX_FLAGS=-I$inc -DCUDA_cublas_LIBRARY=$(ls "$lib"/libcublas.so* | head -1)"
-        args="$args -DCUDA_cublasLt_LIBRARY=$(ls "$lib"/libcublasLt.so* | head -1) -DCMAKE_INSTALL_RPATH=$lib"
+        if [ -n "${DRY_RUN:-}" ]; then
+            inc="<nvidia-cublas>/include" cublas="<nvidia-cublas>/lib/libcublas.so" cublaslt="<nvidia-cublas>/lib/libcublasLt.so"
+        else
+            if [ "$major" -ge 13 ]; then "$python" -m pip install -q "nvidia-cublas>=13,<14"
+            else "$python" -m pip install -q "nvidia-cublas-cu$major"; fi
+            site=$("$python" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))')
+            inc=$(dirname "$(find "$site/nvidia" -name cublas_v2.h | head -1)")
+            cublas=$(find "$site/nvidia" -name 'libcublas.so*' | head -1)
+            cublaslt=$(find "$site/nvidia" -name 'libcublasLt.so*' | head -1)
+        fi
+        # libggml-cuda finds the libraries at run time through its RPATH
+        args="$args -DCMAKE_CUDA_FLAGS=-I$inc -DCMAKE_CXX_FLAGS=-I$inc -DCUDA_cublas_LIBRARY=$cublas"
+        args="$args -DCUDA_cublasLt_LIBRARY=$cublaslt -DCMAKE_INSTALL_RPATH=$(dirname "$cublas")"
     fi
-    if ! ls "$home"/lib64/libcuda.so "$home"/lib64/stubs/libcuda.so "$home"/targets/*/lib/stubs/libcuda.so \
-            /usr/lib/x86_64-linux-gnu/libcuda.so* >/dev/null 2>&1; then
+    if ! any_exists "$home"/lib64/libcuda.so "$home"/lib64/stubs/libcuda.so "$home"/targets/*/lib/stubs/libcuda.so \
+            /usr/lib/x86_64-linux-gnu/libcuda.so*; then
         args="$args -DGGML_CUDA_NO_VMM=ON"
     fi
     echo "$args"

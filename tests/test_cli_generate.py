@@ -140,3 +140,14 @@ def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):
     assert result.output.strip() == (
         f"Error: llama.cpp could not load {path}: error loading model: unknown model architecture: 'notanarch'"
     )
+
+
+def test_a_gpu_the_build_cannot_use_is_said_once(invoke, tiny_store, monkeypatch):
+    from ollama_spec import devices
+
+    monkeypatch.setattr(devices, "present_gpus", lambda: [devices.nvidia_gpu(24, "GPU 0: RTX 4090")])
+    monkeypatch.setattr(devices, "_gpu_offload_supported", lambda: False)
+    result = invoke("generate", "tiny-target", "-d", "tiny-draft", "-n", "4", "-t", "0", "--models-dir", tiny_store,
+                    "Hi")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("llama-cpp-python was built without GPU support, so the NVIDIA GPU") == 1

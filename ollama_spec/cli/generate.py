@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..devices import unused_gpu_warning
 from ..engine import (
     DEFAULT_CTX,
     DEFAULT_MAX_TOKENS,
@@ -158,6 +159,8 @@ def generate(
     )
     if compare and draft_model is None:
         raise click.UsageError("--compare needs --draft")
+    if (warning := unused_gpu_warning()) is not None:
+        click.echo(f"warning: {warning}", err=True)
     with Engine(target_model, draft_model, settings) as engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
         result = _stream(engine.generate(request), quiet=as_json)
