@@ -37,6 +37,15 @@ bench: install
 	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
 	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec bench $(TARGET) --draft $(DRAFT) --out bench-results $(BENCH_ARGS)
 
+# GPU benchmark (README): make the bundle here, run gpu-bench on the GPU machine; `make gpu-bench
+# GPU_BENCH_FLAGS="--cpu --tiny"` runs the same steps on any machine.
+GPU_BENCH_FLAGS ?=
+gpu-bundle: install
+	scripts/make-gpu-bundle.sh
+
+gpu-bench:
+	scripts/gpu-bench.sh $(GPU_BENCH_FLAGS)
+
 test: install
 	$(BIN)/python -m pytest -q
 

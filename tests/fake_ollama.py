@@ -21,7 +21,7 @@ def fake_daemon(models: list[dict], status: int = 200):
     """Serve /api/ps on a free loopback port; yields the base URL (for OLLAMA_HOST)."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's naming)
+        def do_GET(self):
             body = json.dumps({"models": models} if status == 200 else {"error": "boom"}).encode()
             self.send_response(status if self.path == "/api/ps" else 404)
             self.send_header("Content-Type", "application/json")
