@@ -21,6 +21,7 @@ from ollama_spec.runtime import LoadedModel, LoadSettings, clear_log, recent_log
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 BUFFER = re.compile(r"(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")
 MIB = 1 << 20
+GPU_BUFFERS = ("CUDA", "Metal", "MTL", "ROCm")  # llama.cpp's buffer names on GPUs (CUDA_Host is pinned RAM)
 
 
 def gpu_used() -> int | None:
@@ -55,7 +56,7 @@ def main() -> int:
         buffers: dict[str, float] = {}
         for device, _kind, mib in BUFFER.findall(log):
             buffers[device] = buffers.get(device, 0.0) + float(mib)
-        gpu_mib = sum(v for k, v in buffers.items() if k.startswith(("CUDA", "Metal", "MTL", "ROCm")) and "Host" not in k)
+        gpu_mib = sum(v for k, v in buffers.items() if k.startswith(GPU_BUFFERS) and "Host" not in k)
         estimate = needs.gpu_total if plan.gpus else needs.cpu_total
         print(f"{role:<7} {model.name}: offloaded {done}/{total} layers to GPU; llama.cpp's buffers: "
               + ", ".join(f"{k} {v:.0f} MiB" for k, v in buffers.items()))

@@ -80,7 +80,8 @@ def _facts_lines(facts: Facts) -> list[str]:
     lines = []
     record = _build_record()
     if record:
-        lines.append(f"build             {record.get('backend')} by make install (CMAKE_ARGS={record.get('cmake_args') or '-'})")
+        flags = record.get("cmake_args") or "-"
+        lines.append(f"build             {record.get('backend')} by make install (CMAKE_ARGS={flags})")
     if facts.backends is None:
         lines.append("backends          unknown (this llama-cpp-python does not export ggml's backend registry)")
     else:
