@@ -57,11 +57,13 @@ def main() -> int:
         for device, _kind, mib in BUFFER.findall(log):
             buffers[device] = buffers.get(device, 0.0) + float(mib)
         gpu_mib = sum(v for k, v in buffers.items() if k.startswith(GPU_BUFFERS) and "Host" not in k)
-        estimate = needs.gpu_total if plan.gpus else needs.cpu_total
+        # check plans the GPU part under full offload, or everything in RAM without a GPU
+        estimate, used, where = ((needs.gpu_total, gpu_mib, "on the GPU") if plan.gpus
+                                 else (needs.cpu_total, sum(buffers.values()), "in RAM"))
         print(f"{role:<7} {model.name}: offloaded {done}/{total} layers to GPU; llama.cpp's buffers: "
               + ", ".join(f"{k} {v:.0f} MiB" for k, v in buffers.items()))
-        print(f"        on the GPU {gpu_mib:.0f} MiB, check's estimate {estimate / MIB:.0f} MiB"
-              + (f" ({(estimate / MIB - gpu_mib) / gpu_mib:+.1%})" if gpu_mib else ""))
+        print(f"        {where}: llama.cpp {used:.0f} MiB, check's estimate {estimate / MIB:.0f} MiB"
+              + (f" ({(estimate / MIB - used) / used:+.1%})" if used else ""))
         ok &= args.cpu or done == total
     after = gpu_used()
     if before is not None and after is not None:

@@ -21,7 +21,7 @@ def test_the_gpu_bench_script_runs_every_step_on_the_cpu(tmp_path):
     assert steps[:4] == [f"synthetic pair (tiny) in {tmp_path / 'work' / 'store-tiny'}", "check against this machine",
                          "full offload, from llama.cpp's load log", "bench -k 2 -n 8 --runs 1 --no-warmup --threads 1"]
     out = result.stdout
-    assert "target  nested-target:q4_k_m: offloaded 0/5 layers to GPU" in out
+    assert "target  nested-target:q4_k_m: offloaded 0/5 layers to GPU" in out and "in RAM: llama.cpp " in out
     lines = out.splitlines()
     table = next(i for i, line in enumerate(lines) if line.startswith("row "))
     assert table > next(i for i, line in enumerate(lines) if "offloaded" in line)  # the table comes last

@@ -61,7 +61,7 @@ NESTED: dict[str, NestedSpec] = {
         "synth-8b:q4_k_m", "synth-1b:q8_0",
         Architecture(n_embd=4096, n_layer=32, n_head=32, n_kv_head=8, n_ff=14336, context_length=LLAMA31_CTX),
         Architecture(n_embd=2048, n_layer=16, n_head=32, n_kv_head=8, n_ff=8192, context_length=LLAMA31_CTX),
-        vocab_size=128256, n_merges=600, seed=31, residual_scale=0.1,
+        vocab_size=128256, n_merges=600, seed=31, residual_scale=0.07,
         description="Llama-3.1-8B-shaped Q4_K_M target, Llama-3.2-1B-shaped Q8_0 draft (untied output)",
     ),
     "tiny": NestedSpec(
