@@ -6,15 +6,20 @@ DEMO_STORE ?= demo-models
 TARGET ?= synth-target
 DRAFT ?= synth-draft
 BENCH_ARGS ?=
+# cpu, cuda, metal, rocm, or auto: what this machine has (scripts/install-backend.sh)
+BACKEND ?= auto
 
-.PHONY: install demo test bench serve lint clean
+.PHONY: install demo test bench serve gpu-bench gpu-bundle lint clean
 
+# The backend check runs every time: a build made for the wrong backend is replaced.
 install: $(VENV)/.installed
+	@scripts/install-backend.sh $(BIN)/python $(BACKEND)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing ollama-spec and llama-cpp-python (the first build of llama-cpp-python takes ~5 minutes)"
+	scripts/install-backend.sh $(BIN)/python $(BACKEND)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
@@ -38,6 +43,15 @@ SERVE_ARGS ?=
 serve: install
 	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
 	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec serve $(TARGET) --draft $(DRAFT) --port $(PORT) $(SERVE_ARGS)
+
+# GPU benchmark (README): make the bundle here, run gpu-bench on the GPU machine; `make gpu-bench
+# GPU_BENCH_FLAGS="--cpu --tiny"` runs the same steps on any machine.
+GPU_BENCH_FLAGS ?=
+gpu-bundle: install
+	scripts/make-gpu-bundle.sh
+
+gpu-bench:
+	scripts/gpu-bench.sh $(GPU_BENCH_FLAGS)
 
 test: install
 	$(BIN)/python -m pytest -q

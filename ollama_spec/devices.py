@@ -66,10 +66,7 @@ def discover_devices() -> tuple[list[Device], list[str]]:
     gpus = _nvidia_gpus(notes) + _apple_gpu()
     offload = _gpu_offload_supported()
     if gpus and not offload:
-        kinds = "NVIDIA GPU" if gpus[0].kind == "cuda" else "Apple GPU"
-        hint = CUDA_BUILD_HINT if gpus[0].kind == "cuda" else METAL_BUILD_HINT
-        notes.append(f"llama-cpp-python was built without GPU support, so the {kinds} found here is not used "
-                     f"and the plan is for CPU RAM; rebuild it with: {hint}")
+        notes.append(unused_gpu_note(gpus))
         gpus = []
     elif not gpus:
         why = ("llama-cpp-python has GPU offload but no NVIDIA or Apple GPU was found (other GPUs' memory "
@@ -78,6 +75,25 @@ def discover_devices() -> tuple[list[Device], list[str]]:
     memory = psutil.virtual_memory()
     ram = Device("CPU RAM", "cpu", int(memory.total), int(memory.available))
     return gpus + [ram], notes
+
+
+def present_gpus() -> list[Device]:
+    """The NVIDIA and Apple GPUs of this machine, whether or not llama-cpp-python can use them."""
+    return _nvidia_gpus([]) + _apple_gpu()
+
+
+def unused_gpu_note(gpus: list[Device]) -> str:
+    """What to say when this machine has `gpus` but llama-cpp-python was built without GPU support."""
+    kinds = "NVIDIA GPU" if gpus[0].kind == "cuda" else "Apple GPU"
+    hint = CUDA_BUILD_HINT if gpus[0].kind == "cuda" else METAL_BUILD_HINT
+    return (f"llama-cpp-python was built without GPU support, so the {kinds} found here is not used "
+            f"and the plan is for CPU RAM; rebuild it with: {hint}")
+
+
+def unused_gpu_warning() -> str | None:
+    """unused_gpu_note for this machine, or None when there is no GPU or the build can use it."""
+    gpus = present_gpus()
+    return unused_gpu_note(gpus) if gpus and not _gpu_offload_supported() else None
 
 
 def _gpu_offload_supported() -> bool:

@@ -48,24 +48,26 @@ class SamplingSettings:
 
 def logits_to_probs(logits: np.ndarray, settings: SamplingSettings) -> np.ndarray:
     """One row of logits -> the probability vector that sampling uses (zeros where cut)."""
-    logits = logits.astype(np.float64)
-    # Work on the top-k candidates only: sorting 40 values, not a 128k vocabulary, per row.
+    # Work on the top-k candidates only: sorting 40 values, not a 128k vocabulary, per row, and
+    # only they are widened to float64 (the partition runs on llama.cpp's float32 row as it is).
     if 0 < settings.top_k < logits.size:
         ids = np.argpartition(logits, -settings.top_k)[-settings.top_k :]
     else:
         ids = np.arange(logits.size)
+    values = logits[ids].astype(np.float64)
     if settings.top_p < 1 or settings.min_p > 0:
-        probs = _softmax(logits[ids])
+        probs = _softmax(values)
+        keep = np.arange(ids.size)
         if settings.top_p < 1:
             order = np.argsort(-probs, kind="stable")
             # keep the smallest prefix whose mass reaches top_p (always at least one token)
             cut = int(np.searchsorted(np.cumsum(probs[order]), settings.top_p)) + 1
-            ids, probs = ids[order[:cut]], probs[order[:cut]]
+            keep = order[:cut]
         if settings.min_p > 0:
-            keep = probs >= settings.min_p * probs.max()
-            ids = ids[keep]
+            keep = keep[probs[keep] >= settings.min_p * probs[keep].max()]
+        ids, values = ids[keep], values[keep]
     out = np.zeros(logits.size)
-    out[ids] = _softmax(logits[ids] / settings.temperature)
+    out[ids] = _softmax(values / settings.temperature)
     return out
 
 

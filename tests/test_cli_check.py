@@ -126,3 +126,27 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path, mac
         assert (result.exit_code, result.output.strip()) == (1, message), args
     bad_type = invoke("check", "tiny-target", "--kv-type", "q5_1", "--models-dir", tiny_store)
     assert bad_type.exit_code == 2 and "Invalid value for '--kv-type': 'q5_1' is not one of" in bad_type.output
+
+
+def test_a_short_gpu_lists_what_ollama_holds_and_how_to_free_it(invoke, tiny_store, machine, monkeypatch):
+    from .fake_ollama import fake_daemon, ps_entry
+
+    machine[:] = [Device("GPU 0", "cuda", 8 * GIB, 2 * MIB), system_ram(32)]
+    with fake_daemon([ps_entry("llama3.1:8b", 6, 5.5)]) as url:
+        monkeypatch.setenv("OLLAMA_HOST", url)
+        result = invoke("check", "tiny-target", "-d", "tiny-draft", "--ctx", "2048", "--models-dir", tiny_store)
+        as_json = json.loads(invoke("check", "tiny-target", "--json", "--models-dir", tiny_store).stdout)
+    assert result.exit_code == 1, result.output  # it does not fit while Ollama holds the GPU
+    assert result.stdout.splitlines()[-3:] == [
+        f"Ollama at {url} holds 5.5 GiB of GPU memory: llama3.1:8b (5.5 GiB)",
+        "free it with: ollama stop llama3.1:8b",
+        "or let Ollama unload models right after each request: OLLAMA_KEEP_ALIVE=0 (or keep_alive: 0 in the request)",
+    ]
+    assert as_json["ollama_daemon"]["models"][0]["name"] == "llama3.1:8b"
+
+
+def test_the_daemon_is_not_asked_when_the_pair_fits(invoke, tiny_store, machine, monkeypatch):
+    from ollama_spec.cli import check as check_module
+
+    monkeypatch.setattr(check_module, "daemon_status", lambda: pytest.fail("asked the daemon"))
+    assert invoke("check", "tiny-target", "--models-dir", tiny_store).exit_code == 0

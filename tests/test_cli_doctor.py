@@ -29,3 +29,32 @@ def test_doctor_json_runs_the_canary_once(invoke, monkeypatch):
     again = json.loads(invoke("doctor", "--json").stdout)
     assert again["repack"]["source"] in ("cached canary", "not built in")
     assert again["repack"]["enabled"] == data["repack"]["enabled"]
+
+
+def test_doctor_lists_backends_store_daemon_and_problems_with_fixes(invoke, monkeypatch, tiny_store):
+    from ollama_spec import diagnosis
+
+    from .fake_ollama import fake_daemon, ps_entry
+
+    gpu = nvidia_gpu(24, "GPU 0: RTX 4090", free_gib=3)
+    monkeypatch.setattr(doctor_module, "discover_devices", lambda: ([system_ram(64)], []))
+    monkeypatch.setattr(diagnosis, "present_gpus", lambda: [gpu])
+    monkeypatch.setenv("OLLAMA_SPEC_REPACK", "0")
+    monkeypatch.setenv("OLLAMA_MODELS", str(tiny_store))
+    with fake_daemon([ps_entry("llama3.1:8b", 6, 5.5)]) as url:
+        monkeypatch.setenv("OLLAMA_HOST", url)
+        result = invoke("doctor")
+        data = json.loads(invoke("doctor", "--json").stdout)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "\nbackends          CPU" in out and "\nllama.cpp sees\n  CPU " in out
+    assert f"\nOllama store      {tiny_store}\n" in out
+    assert f"\nOllama daemon     {url}: answers; holds llama3.1:8b (5.5 GiB on the GPU, 6.0 GiB in all)\n" in out
+    assert out.endswith("problems\n"
+                        "  - llama-cpp-python is a CPU-only build, so GPU 0: RTX 4090 is not used\n"
+                        f"    fix: {diagnosis.rebuild_command('cuda')}\n"
+                        "  - GPU 0: RTX 4090 has 3.0 GiB free of 24.0 GiB; Ollama holds llama3.1:8b (5.5 GiB)\n"
+                        "    fix: ollama stop llama3.1:8b\n")
+    assert [p["fix"] for p in data["problems"]] == [diagnosis.rebuild_command("cuda"), "ollama stop llama3.1:8b"]
+    assert data["backends"]["backends"] == ["CPU"] and data["ollama_daemon"]["reachable"] is True
+    assert data["store"] == str(tiny_store) and data["gpus_present"][0]["name"] == "GPU 0: RTX 4090"

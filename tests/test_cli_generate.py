@@ -248,3 +248,14 @@ def test_a_gpu_layer_flag_or_no_check_overrides_the_plan(invoke, tiny_store, tin
     monkeypatch.setattr(memory, "discover_devices", lambda: (roomy, []))
     assert invoke("generate", *args).exit_code == 0
     assert loads[-1][1].n_gpu_layers == -1  # full offload
+
+
+def test_a_gpu_the_build_cannot_use_is_said_once(invoke, tiny_store, monkeypatch):
+    from ollama_spec import devices
+
+    monkeypatch.setattr(devices, "present_gpus", lambda: [devices.nvidia_gpu(24, "GPU 0: RTX 4090")])
+    monkeypatch.setattr(devices, "_gpu_offload_supported", lambda: False)
+    result = invoke("generate", "tiny-target", "-d", "tiny-draft", "-n", "4", "-t", "0", "--models-dir", tiny_store,
+                    "Hi")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("llama-cpp-python was built without GPU support, so the NVIDIA GPU") == 1

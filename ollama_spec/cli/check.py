@@ -6,7 +6,8 @@ import click
 
 from ..engine import DEFAULT_CTX
 from ..gguf_info import ModelInfo, format_bytes
-from ..memory import KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
+from ..memory import FULL_OFFLOAD, KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
+from ..ollama_daemon import daemon_status, freeing_advice
 from ..resolve import resolve_model
 from ..usable import require_usable
 from .main import cli
@@ -50,8 +51,12 @@ def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack:
                        repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on")
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
+    # A GPU short of memory is often Ollama's own doing: it keeps models loaded after use.
+    daemon = daemon_status() if plan.gpus and plan.verdict != FULL_OFFLOAD else None
     if as_json:
         data = plan.to_json()
+        if daemon is not None:
+            data["ollama_daemon"] = daemon.to_json()
         data["repack_decision"] = decision.to_json()
         data["target"]["model"] = target_model.name
         if draft_model:
@@ -59,7 +64,7 @@ def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack:
         echo_json(data)
     else:
         models = [(m.name, m.info) for m in (target_model, draft_model) if m is not None]
-        click.echo("\n".join(render_plan(plan, models)))
+        click.echo("\n".join(render_plan(plan, models) + (freeing_advice(daemon) if daemon else [])))
     if not plan.fits:
         raise SystemExit(1)
 

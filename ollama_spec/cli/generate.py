@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..devices import unused_gpu_warning
 from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result
 from ..resolve import resolve_model
 from ..runtime import set_verbose
@@ -124,6 +125,8 @@ def generate(
     )
     if compare and draft is None:
         raise click.UsageError("--compare needs --draft")
+    if (warning := unused_gpu_warning()) is not None:
+        click.echo(f"warning: {warning}", err=True)
     with Engine(target_model, draft_model, settings) as engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
         result = _stream(engine.generate(request), quiet=as_json)

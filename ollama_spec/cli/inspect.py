@@ -235,7 +235,10 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
 @cli.command("demo-store")
 @click.argument("directory", type=click.Path(file_okay=False), default=None, required=False)
 @click.option("--tiny-only", is_flag=True, help="Only the tiny test pair (skip the 0.6B benchmark pair).")
-def demo_store(directory: str | None, tiny_only: bool) -> None:
+@click.option("--nested", type=click.Choice(["8b-1b", "tiny"]), default=None,
+              help="Instead: a pair with real shapes and quantizations (8b-1b: Llama-3.1-8B-shaped Q4_K_M target, "
+              "Llama-3.2-1B-shaped Q8_0 draft, 6.5 GB; tiny: the same at toy size), for GPU benchmarks.")
+def demo_store(directory: str | None, tiny_only: bool, nested: str | None) -> None:
     """Build the synthetic demo models into an Ollama-layout store at DIRECTORY.
 
     Models: tiny-target, tiny-draft, their Q8_0 and Q4_0 versions (tiny-target:q8_0, ...),
@@ -247,9 +250,16 @@ def demo_store(directory: str | None, tiny_only: bool) -> None:
     Examples:
       ollama-spec demo-store ./demo-models
       OLLAMA_MODELS=./demo-models ollama-spec list
+      ollama-spec demo-store ./gpu-models --nested 8b-1b
     """
     from ..synthetic import build_demo_store
 
     root = Path(directory or "demo-models")
+    if nested:
+        from ..synthetic.nested import build_nested_store
+
+        names = build_nested_store(root, nested, progress=lambda msg: click.echo(msg, err=True))
+        click.echo(f"demo store ready at {root}: {', '.join(names)}")
+        return
     names = build_demo_store(root, include_bench=not tiny_only, progress=lambda msg: click.echo(msg, err=True))
     click.echo(f"demo store ready at {root}: {', '.join(names)}")

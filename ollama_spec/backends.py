@@ -1,0 +1,85 @@
+"""What the installed llama.cpp was built with and sees: ggml's backend registry, read through ctypes.
+
+llama-cpp-python 0.3.36 binds `llama_supports_gpu_offload` but not ggml's registry
+(`ggml_backend_reg_*`, `ggml_backend_dev_*`); libggml exports them, and llama_cpp has already
+loaded that library, so opening it again returns the same handle and registry.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}  # enum ggml_backend_dev_type
+HOST_BACKENDS = ("CPU", "BLAS", "RPC")  # registered backends that are not a GPU
+
+
+@dataclass(frozen=True)
+class BackendDevice:
+    """One device llama.cpp can place tensors on; sizes in bytes as the backend reports them."""
+
+    name: str
+    description: str
+    type: str  # "cpu", "gpu", "igpu", "accel"
+    free: int
+    total: int
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "description": self.description, "type": self.type, "free": self.free,
+                "total": self.total}
+
+
+@dataclass(frozen=True)
+class BackendReport:
+    backends: tuple[str, ...]  # registered backends, e.g. ("CUDA", "CPU")
+    devices: tuple[BackendDevice, ...]
+
+    @property
+    def gpu_backends(self) -> tuple[str, ...]:
+        return tuple(b for b in self.backends if b not in HOST_BACKENDS)
+
+    def to_json(self) -> dict:
+        return {"backends": list(self.backends), "devices": [d.to_json() for d in self.devices]}
+
+
+def read_backends() -> BackendReport:
+    """The backends compiled into llama-cpp-python's llama.cpp and the devices they see."""
+    lib = _ggml()
+    backends = tuple(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
+                     for i in range(lib.ggml_backend_reg_count()))
+    devices = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        devices.append(BackendDevice(lib.ggml_backend_dev_name(dev).decode(),
+                                     (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                                     DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
+                                     free.value, total.value))
+    return BackendReport(backends, tuple(devices))
+
+
+def _ggml() -> ctypes.CDLL:
+    import llama_cpp  # loads libllama and with it libggml
+
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    name = {"darwin": "libggml.dylib", "win32": "ggml.dll"}.get(sys.platform, "libggml.so")
+    lib = ctypes.CDLL(str(lib_dir / name))
+    handle, text, size_p = ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_size_t)
+    signatures = {
+        "ggml_backend_reg_count": ([], ctypes.c_size_t),
+        "ggml_backend_reg_get": ([ctypes.c_size_t], handle),
+        "ggml_backend_reg_name": ([handle], text),
+        "ggml_backend_dev_count": ([], ctypes.c_size_t),
+        "ggml_backend_dev_get": ([ctypes.c_size_t], handle),
+        "ggml_backend_dev_name": ([handle], text),
+        "ggml_backend_dev_description": ([handle], text),
+        "ggml_backend_dev_type": ([handle], ctypes.c_int),
+        "ggml_backend_dev_memory": ([handle, size_p, size_p], None),
+    }
+    for fn, (args, result) in signatures.items():
+        getattr(lib, fn).argtypes = args
+        getattr(lib, fn).restype = result
+    return lib

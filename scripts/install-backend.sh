@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Install llama-cpp-python into a venv, built for the backend this machine has.
+#
+#   scripts/install-backend.sh VENV_PYTHON [cpu|cuda|metal|rocm|auto]    (or BACKEND=... in the environment)
+#
+# auto: Apple Silicon -> metal; an NVIDIA GPU with the CUDA toolkit (nvcc on PATH, in $CUDA_HOME,
+# $CUDA_PATH or /usr/local/cuda) -> cuda; an AMD GPU with ROCm (hipcc) -> rocm; else cpu. A GPU
+# without its toolkit gets the CPU build and a line saying what to install.
+#
+# The CPU build comes from pip's wheel cache (fast; what CI uses). GPU builds compile from source
+# with --no-cache-dir: the cache is keyed by the sdist alone, so it would hand back the CPU wheel
+# for a CUDA request (and a CUDA wheel must not land in it for later CPU installs).
+# What is installed is read from the package's own libraries (libggml-cuda, -metal, -hip), so a
+# build made for the wrong backend is rebuilt; the choice is recorded in VENV/.llama-backend.
+# $CMAKE_ARGS, if set, is added to the flags of a GPU build. DRY_RUN=1 prints the plan and changes nothing.
+set -euo pipefail
+
+python=${1:?usage: install-backend.sh VENV_PYTHON [cpu|cuda|metal|rocm|auto]}
+wanted=${2:-${BACKEND:-auto}}
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=$(cd "$(dirname "$python")/.." && pwd)
+stamp=$venv/.llama-backend
+# The one pin, from pyproject.toml.
+spec=$(grep -o '"llama-cpp-python[^"]*"' "$root/pyproject.toml" | tr -d '"')
+
+say() { echo "install-backend: $*" >&2; }
+any_exists() { local f; for f in "$@"; do [ -e "$f" ] && return 0; done; return 1; }
+
+find_nvcc() {
+    local dir
+    for dir in "${CUDA_HOME:-}" "${CUDA_PATH:-}" ${CUDA_DEFAULT_ROOT-/usr/local/cuda}; do
+        if [ -n "$dir" ] && [ -x "$dir/bin/nvcc" ]; then echo "$dir/bin/nvcc"; return; fi
+    done
+    command -v nvcc || true
+}
+
+find_hipcc() { command -v hipcc || { [ -x /opt/rocm/bin/hipcc ] && echo /opt/rocm/bin/hipcc; } || true; }
+
+has_nvidia_gpu() { [ -e /proc/driver/nvidia/version ] || command -v nvidia-smi >/dev/null 2>&1; }
+has_amd_gpu() { [ -e /dev/kfd ] || command -v rocm-smi >/dev/null 2>&1; }
+
+detect() {
+    if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then echo metal; return; fi
+    if has_nvidia_gpu; then
+        if [ -n "$(find_nvcc)" ]; then echo cuda; return; fi
+        say "an NVIDIA GPU is here but not the CUDA toolkit (nvcc): installing the CPU build."
+        say "  for GPU offload install the toolkit (https://developer.nvidia.com/cuda-downloads, or"
+        say "  'sudo apt install nvidia-cuda-toolkit'), then run 'make install' again (or set CUDA_HOME)."
+    elif has_amd_gpu; then
+        if [ -n "$(find_hipcc)" ]; then echo rocm; return; fi
+        say "an AMD GPU is here but not ROCm's hipcc: installing the CPU build."
+        say "  for GPU offload install ROCm (https://rocm.docs.amd.com), then run 'make install' again."
+    fi
+    echo cpu
+}
+
+# The backend the installed llama-cpp-python was built with ("none" when it is not installed).
+installed_backend() {
+    local lib
+    lib=$("$python" - <<'EOF' 2>/dev/null || true
+import importlib.util, pathlib
+spec = importlib.util.find_spec("llama_cpp")
+print(pathlib.Path(spec.origin).parent / "lib" if spec else "")
+EOF
+)
+    if [ -z "$lib" ] || [ ! -d "$lib" ]; then echo none; return; fi
+    if ls "$lib" | grep -q '^libggml-cuda'; then echo cuda
+    elif ls "$lib" | grep -q '^libggml-metal'; then echo metal
+    elif ls "$lib" | grep -q '^libggml-hip'; then echo rocm
+    else echo cpu; fi
+}
+
+# CUDA toolkits without cuBLAS (some container images): take headers and libraries from NVIDIA's
+# PyPI package, and skip linking libcuda (-DGGML_CUDA_NO_VMM=ON) where the driver stub is missing.
+cuda_args() {
+    local nvcc home major site inc lib
+    nvcc=$(find_nvcc)
+    home=$(cd "$(dirname "$nvcc")/.." && pwd)
+    args="-DGGML_CUDA=on -DCMAKE_CUDA_COMPILER=$nvcc"
+    if ! any_exists "$home"/include/cublas_v2.h "$home"/targets/*/include/cublas_v2.h; then
+        major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+        say "this CUDA toolkit has no cuBLAS: taking it from PyPI (nvidia-cublas for CUDA $major)"
+        if [ -n "${DRY_RUN:-}" ]; then
+            inc="<nvidia-cublas>/include" cublas="<nvidia-cublas>/lib/libcublas.so" cublaslt="<nvidia-cublas>/lib/libcublasLt.so"
+        else
+            if [ "$major" -ge 13 ]; then "$python" -m pip install -q "nvidia-cublas>=13,<14"
+            else "$python" -m pip install -q "nvidia-cublas-cu$major"; fi
+            site=$("$python" -c 'import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))')
+            inc=$(dirname "$(find "$site/nvidia" -name cublas_v2.h | head -1)")
+            cublas=$(find "$site/nvidia" -name 'libcublas.so*' | head -1)
+            cublaslt=$(find "$site/nvidia" -name 'libcublasLt.so*' | head -1)
+        fi
+        # libggml-cuda finds the libraries at run time through its RPATH
+        args="$args -DCMAKE_CUDA_FLAGS=-I$inc -DCMAKE_CXX_FLAGS=-I$inc -DCUDA_cublas_LIBRARY=$cublas"
+        args="$args -DCUDA_cublasLt_LIBRARY=$cublaslt -DCMAKE_INSTALL_RPATH=$(dirname "$cublas")"
+    fi
+    if ! any_exists "$home"/lib64/libcuda.so "$home"/lib64/stubs/libcuda.so "$home"/targets/*/lib/stubs/libcuda.so \
+            /usr/lib/x86_64-linux-gnu/libcuda.so*; then
+        args="$args -DGGML_CUDA_NO_VMM=ON"
+    fi
+    echo "$args"
+}
+
+[ "$wanted" = auto ] && wanted=$(detect)
+case $wanted in
+    cpu) args="" ;;  # the cached wheel: CMAKE_ARGS is for GPU builds
+    cuda) [ -n "$(find_nvcc)" ] || { say "BACKEND=cuda but no nvcc found (set CUDA_HOME)"; exit 1; }; args=$(cuda_args) ;;
+    metal) args="-DGGML_METAL=on" ;;
+    rocm) [ -n "$(find_hipcc)" ] || { say "BACKEND=rocm but no hipcc found"; exit 1; }
+          # llama.cpp's build docs: HIP's clang and ROCm's root come from hipconfig
+          export HIPCXX="$(hipconfig -l)/clang" HIP_PATH="$(hipconfig -R)"; args="-DGGML_HIP=on" ;;
+    *) say "unknown BACKEND '$wanted' (cpu, cuda, metal, rocm or auto)"; exit 2 ;;
+esac
+[ "$wanted" = cpu ] || args="$args${CMAKE_ARGS:+ $CMAKE_ARGS}"
+
+have=$(installed_backend)
+if [ -n "${DRY_RUN:-}" ]; then echo "installed: $have; wanted: $wanted; CMAKE_ARGS: $args"; exit 0; fi
+recorded=$(sed -n 's/^cmake_args=//p' "$stamp" 2>/dev/null || true)
+record() {
+    local version
+    version=$("$python" -c 'from importlib.metadata import version; print(version("llama-cpp-python"))')
+    printf 'backend=%s\nversion=%s\ncmake_args=%s\n' "$(installed_backend)" "$version" "$args" > "$stamp"
+    echo "$version"
+}
+if [ "$have" = "$wanted" ] && { [ "$wanted" = cpu ] || [ "$recorded" = "$args" ]; }; then
+    [ -f "$stamp" ] || record >/dev/null
+    exit 0  # already right: every `make test` passes here in well under a second
+fi
+if [ "$have" = none ]; then
+    deps="$spec"  # a fresh venv: llama-cpp-python's own dependencies too
+else
+    deps="--force-reinstall --no-deps $spec"
+    say "replacing the $have build of llama-cpp-python with a $wanted build"
+fi
+if [ "$wanted" = cpu ]; then
+    "$python" -m pip install -q $deps
+else
+    say "building llama-cpp-python for $wanted (CMAKE_ARGS=$args); this compiles llama.cpp: 5-30 minutes"
+    CMAKE_ARGS="$args" "$python" -m pip install -q --no-cache-dir $deps
+fi
+version=$(record)
+now=$(installed_backend)
+if [ "$now" != "$wanted" ]; then
+    say "asked for $wanted but the installed llama-cpp-python $version is a $now build; see the pip output above"
+    exit 1
+fi
+say "llama-cpp-python $version, $now backend"
