@@ -11,8 +11,8 @@ import numpy as np
 from .calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from .canary import decide_repack
 from .chat import ChatMessage, render_chat
-from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
-from .errors import IncompatibleDraft, InvalidSetting
+from .compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
+from .errors import InvalidSetting
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
 from .proposers import DraftModelProposer, NgramProposer, Proposer
 from .memory import ensure_fits, plan_memory
@@ -101,9 +101,7 @@ class Engine:
         require_usable(target.name, target.info, "target")
         if draft is not None:
             require_usable(draft.name, draft.info, "draft")
-            verdict = check_compatibility(target.info, draft.info)
-            if not verdict.ok:
-                raise IncompatibleDraft(f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.problems))
+            require_compatible(target.name, target.info, draft.name, draft.info)
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
         if settings.memory_check:

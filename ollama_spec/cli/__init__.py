@@ -5,6 +5,7 @@ from . import bench  # noqa: F401  (registers `bench`)
 from . import pull  # noqa: F401  (registers `pull`)
 from . import doctor  # noqa: F401  (registers `doctor`)
 from . import serve  # noqa: F401  (registers `serve`)
+from . import drafts  # noqa: F401  (registers `drafts`)
 from .main import cli
 
 
