@@ -53,6 +53,7 @@ class Request:
     system: str | None = None  # None: the model's system layer
     raw: bool = False  # True: no chat template, the prompt is the text to continue
     messages: tuple[ChatMessage, ...] = ()  # a conversation, instead of one prompt
+    tokens: tuple[int, ...] = ()  # the prompt already as target tokens (a chat's exact history): used as it is
     max_tokens: int = DEFAULT_MAX_TOKENS
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks: always generate max_tokens
@@ -181,21 +182,30 @@ class Engine:
     def prompt_tokens(self, request: Request) -> list[int]:
         """The request as target tokens: chat-templated unless raw or the model has no template."""
         info = self.target_model.info
+        if request.tokens:
+            return list(request.tokens)
         if request.raw and not request.messages:
             return self.target.tokenize(request.prompt, add_bos=self.target.add_bos, special=False)
         messages = request.conversation(self.target_model.system)
-        if request.raw or not info.chat_template:
+        text = None if request.raw else self.chat_text(messages)
+        if text is None:
             text = "\n\n".join(m.content for m in messages if m.content)
             return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
         bos = info.token_text(info.bos_id) or ""
-        text = render_chat(
-            info.chat_template,
-            [{"role": m.role, "content": m.content} for m in messages],
-            bos_token=bos,
-            eos_token=info.token_text(info.eos_id) or "",
-        )
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)
+
+    def chat_text(self, messages: list[ChatMessage]) -> str | None:
+        """`messages` through the model's chat template, ending with the assistant's cue; None without one."""
+        info = self.target_model.info
+        if not info.chat_template:
+            return None
+        return render_chat(
+            info.chat_template,
+            [{"role": m.role, "content": m.content} for m in messages],
+            bos_token=info.token_text(info.bos_id) or "",
+            eos_token=info.token_text(info.eos_id) or "",
+        )
 
     def clear_cache(self) -> None:
         """Forget what the KV caches hold: the next request evaluates its whole prompt (fair timing)."""

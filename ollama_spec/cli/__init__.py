@@ -6,6 +6,7 @@ from . import pull  # noqa: F401  (registers `pull`)
 from . import doctor  # noqa: F401  (registers `doctor`)
 from . import serve  # noqa: F401  (registers `serve`)
 from . import drafts  # noqa: F401  (registers `drafts`)
+from . import chat  # noqa: F401  (registers `chat`)
 from .main import cli
 
 

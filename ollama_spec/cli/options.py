@@ -10,12 +10,12 @@ import click
 
 from ..canary import RepackDecision, decide_repack
 from ..drafts import best_draft, find_drafts
+from ..engine import DEFAULT_CTX, EngineSettings
 from ..errors import ModelNotFound
 from ..modelfile import Modelfile, load_modelfile
-from ..engine import DEFAULT_CTX, EngineSettings
-from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..proposers import DEFAULT_NGRAM_SIZE
 from ..resolve import ResolvedModel, resolve_model
+from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ..store import Store, find_store_root
 
