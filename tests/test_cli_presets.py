@@ -95,3 +95,12 @@ def test_draft_auto_says_which(invoke, tiny_store):
 def test_draft_auto_without_candidates_is_one_line(invoke, tiny_store):
     result = invoke("generate", "tiny-alien", "Hi", "-d", "auto", *BASE, "--models-dir", tiny_store)
     assert result.exit_code == 1 and "--draft auto: no model in" in result.stderr and "--draft ngram" in result.stderr
+
+
+def test_preset_messages_open_the_conversation(invoke, tiny_store, tiny_preset):
+    plain = json.loads(invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir",
+                              tiny_store).stdout)
+    tiny_preset.write_text(tiny_preset.read_text() + "MESSAGE user What is 2+2?\nMESSAGE assistant Four.\n")
+    opened = json.loads(invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir",
+                               tiny_store).stdout)
+    assert opened["prompt_tokens"] > plain["prompt_tokens"] + 8

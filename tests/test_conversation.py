@@ -95,3 +95,18 @@ def test_an_interrupted_answer_is_kept_and_the_next_turn_works(engine):
     assert 0 < len(partial.tokens) < 30 and conversation.messages[-1].role == "assistant"
     _, second = say(conversation, "Go on")
     assert second.tokens and second.speculation.prompt_cached > 0
+
+
+def test_a_template_that_rewrites_history_falls_back_to_rendering_it_all(tiny_models):
+    import dataclasses
+
+    # Renders only the latest user turn, as templates that drop earlier reasoning rewrite history.
+    template = "{{ bos_token }}{{ messages[-1]['content'] }}<|eot_id|>"
+    target = dataclasses.replace(tiny_models[0], info=dataclasses.replace(tiny_models[0].info, chat_template=template))
+    with Engine(target, tiny_models[1], engine_settings()) as engine:
+        conversation = Conversation(engine, defaults())
+        say(conversation, "Hello there")
+        assert conversation._extended(conversation._conversation() + [ChatMessage("user", "Next")]) is None
+        _, second = say(conversation, "Next")
+        assert second.tokens and second.prompt_tokens == len(engine.prompt_tokens(defaults(
+            messages=(ChatMessage("user", "Next"),))))
