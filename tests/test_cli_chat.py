@@ -39,11 +39,13 @@ def test_a_full_context_says_so_and_offers_reset(invoke, tiny_store):
     assert re.search(r"the context is full \(\d+ tokens\): /reset to start over", result.stderr)
 
 
-def _read_until(fd, marker: bytes, timeout: float = 60) -> bytes:
+def _read_until(fd, marker: bytes, timeout: float = 60, *, required: bool = True) -> bytes:
     seen = b""
     deadline = time.monotonic() + timeout
     while marker not in seen:
         left = deadline - time.monotonic()
+        if left <= 0 and not required:
+            break
         assert left > 0, f"no {marker!r} in {seen[-400:]!r}"
         ready, _, _ = select.select([fd], [], [], left)
         if ready:
@@ -64,6 +66,8 @@ def test_a_terminal_session_with_ctrl_c_and_ctrl_d(tiny_store, tmp_path):
          str(tiny_store)],
         stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True, start_new_session=True,
         env={**os.environ, "TERM": "dumb"},
+        # A run started in the background inherits an ignored SIGINT, and Python then keeps ignoring it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(terminal)
     try:
@@ -71,9 +75,16 @@ def test_a_terminal_session_with_ctrl_c_and_ctrl_d(tiny_store, tmp_path):
         os.write(controller, b"Hello there\n")
         assert len(_read_until(controller, b">>> ").strip()) > len(b"Hello there")
         os.write(controller, b"half a line")
-        _read_until(controller, b"half a line")  # readline has the line: the signal lands in input()
-        os.killpg(child.pid, signal.SIGINT)  # Ctrl-C at the prompt: a new prompt, not an exit
-        assert b"^C" in _read_until(controller, b">>> ")
+        _read_until(controller, b"half a line")
+        # Ctrl-C at the prompt: a new prompt, not an exit. A signal that lands while readline is between
+        # reading a key and waiting for the next is only seen at the next key, so it is sent until seen.
+        for _ in range(5):
+            time.sleep(0.3)
+            os.killpg(child.pid, signal.SIGINT)
+            seen = _read_until(controller, b">>> ", 5, required=False)
+            if b"^C" in seen:
+                break
+        assert b"^C" in seen and child.poll() is None
         os.write(controller, b"/stats\n")
         assert b"kept in the cache" in _read_until(controller, b">>> ")
         os.write(controller, b"\x04")  # Ctrl-D quits

@@ -83,8 +83,8 @@ def test_drafts_lists_compatible_models_smallest_first(invoke, tiny_store):
 
 
 def test_draft_auto_says_which(invoke, tiny_store):
-    chosen = [d["model"] for d in json.loads(invoke("drafts", "tiny-target", "--json", "--models-dir",
-                                                    tiny_store).stdout)["drafts"] if d["auto"]][0]
+    listed = json.loads(invoke("drafts", "tiny-target", "--json", "--models-dir", tiny_store).stdout)["drafts"]
+    chosen = next(d["model"] for d in listed if d["auto"])
     result = invoke("generate", "tiny-target", "Hi", "-d", "auto", "-t", "0", "-n", "4", "--json", *BASE,
                     "--models-dir", tiny_store)
     assert result.exit_code == 0, result.output
