@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .architectures import has_recurrent_state, is_recurrent
+from .errors import IncompatibleDraft
 from .gguf_info import ModelInfo
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
@@ -60,6 +61,13 @@ def check_compatibility(target: ModelInfo, draft: ModelInfo) -> Compatibility:
                 )
                 break
     return Compatibility(tuple(problems))
+
+
+def require_compatible(target_name: str, target: ModelInfo, draft_name: str, draft: ModelInfo) -> None:
+    """Raise IncompatibleDraft, listing every problem, unless `draft` can draft for `target`."""
+    verdict = check_compatibility(target, draft)
+    if not verdict.ok:
+        raise IncompatibleDraft(f"{draft_name} cannot draft for {target_name}: " + "; ".join(verdict.problems))
 
 
 @dataclass(frozen=True)

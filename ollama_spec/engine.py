@@ -11,8 +11,8 @@ import numpy as np
 from .calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from .canary import decide_repack
 from .chat import ChatMessage, render_chat
-from .compat import check_compatibility, llama3_metadata_fixes, load_kv_overrides
-from .errors import IncompatibleDraft, InvalidSetting
+from .compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
+from .errors import InvalidSetting
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
 from .memory import ensure_fits, plan_memory
 from .proposers import DraftModelProposer, NgramProposer, Proposer
@@ -54,6 +54,7 @@ class Request:
     system: str | None = None  # None: the model's system layer
     raw: bool = False  # True: no chat template, the prompt is the text to continue
     messages: tuple[ChatMessage, ...] = ()  # a conversation, instead of one prompt
+    tokens: tuple[int, ...] = ()  # the prompt already as target tokens (a chat's exact history): used as it is
     max_tokens: int = DEFAULT_MAX_TOKENS
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks: always generate max_tokens
@@ -102,9 +103,7 @@ class Engine:
         require_usable(target.name, target.info, "target")
         if draft is not None:
             require_usable(draft.name, draft.info, "draft")
-            verdict = check_compatibility(target.info, draft.info)
-            if not verdict.ok:
-                raise IncompatibleDraft(f"{draft.name} cannot draft for {target.name}: " + "; ".join(verdict.problems))
+            require_compatible(target.name, target.info, draft.name, draft.info)
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
         self.flash_attention = choose_flash_attention(settings.flash_attention, settings.kv_type,
@@ -189,21 +188,30 @@ class Engine:
     def prompt_tokens(self, request: Request) -> list[int]:
         """The request as target tokens: chat-templated unless raw or the model has no template."""
         info = self.target_model.info
+        if request.tokens:
+            return list(request.tokens)
         if request.raw and not request.messages:
             return self.target.tokenize(request.prompt, add_bos=self.target.add_bos, special=False)
         messages = request.conversation(self.target_model.system)
-        if request.raw or not info.chat_template:
+        text = None if request.raw else self.chat_text(messages)
+        if text is None:
             text = "\n\n".join(m.content for m in messages if m.content)
             return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
         bos = info.token_text(info.bos_id) or ""
-        text = render_chat(
-            info.chat_template,
-            [{"role": m.role, "content": m.content} for m in messages],
-            bos_token=bos,
-            eos_token=info.token_text(info.eos_id) or "",
-        )
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)
+
+    def chat_text(self, messages: list[ChatMessage]) -> str | None:
+        """`messages` through the model's chat template, ending with the assistant's cue; None without one."""
+        info = self.target_model.info
+        if not info.chat_template:
+            return None
+        return render_chat(
+            info.chat_template,
+            [{"role": m.role, "content": m.content} for m in messages],
+            bos_token=info.token_text(info.bos_id) or "",
+            eos_token=info.token_text(info.eos_id) or "",
+        )
 
     def clear_cache(self) -> None:
         """Forget what the KV caches hold: the next request evaluates its whole prompt (fair timing)."""

@@ -2,8 +2,10 @@
 
 from . import (  # noqa: F401  (each module registers its commands on `cli`)
     bench,
+    chat,
     check,
     doctor,
+    drafts,
     generate,
     inspect,
     pull,

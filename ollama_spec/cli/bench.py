@@ -16,12 +16,23 @@ from ..resolve import resolve_model
 from ..runtime import set_verbose
 from ..store import Store, find_store_root
 from .main import cli
-from .options import decide_repack_for_cli, flash_attn_option, models_dir_option, repack_option
+from .options import (
+    AUTO,
+    apply_preset,
+    decide_repack_for_cli,
+    flash_attn_option,
+    models_dir_option,
+    preset_option,
+    repack_option,
+    resolve_draft,
+)
 
 
 @cli.command()
 @click.argument("target")
-@click.option("--draft", "-d", help="Draft model (required unless --url).")
+@preset_option
+@click.option("--draft", "-d", help=f"Draft model (required unless --url), or '{AUTO}': the store's best-sized "
+              "compatible one.")
 @click.option("-k", "ks", default="auto,1,2,3,4,5,6,8", show_default=True,
               help="Comma-separated draft lengths to measure; auto adds a row where K is chosen each step.")
 @click.option("--max-tokens", "-n", type=int, default=DEFAULT_BENCH_TOKENS, show_default=True,
@@ -49,8 +60,8 @@ from .options import decide_repack_for_cli, flash_attn_option, models_dir_option
 @flash_attn_option
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
-def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, native, ngram,
-          warmup, no_check, repack, flash_attn, verbose, models_dir) -> None:
+def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, native,
+          ngram, warmup, no_check, repack, flash_attn, verbose, models_dir) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -67,6 +78,7 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
       ollama-spec bench llama3.1:8b --draft llama3.2:1b
       ollama-spec bench llama3.1:70b -d llama3.2:1b -k 2,4,6 --max-tokens 128 --out bench-results
       ollama-spec bench llama3.1:8b --url http://localhost:8080/v1 --runs 5
+      ollama-spec bench -f llama3.1-70b --max-tokens 128   # the preset's target and draft
     """
     set_verbose(verbose)
     prompts = load_prompts(prompts_file) if prompts_file else BUILTIN_PROMPTS
@@ -81,8 +93,11 @@ def bench(target, draft, ks, max_tokens, runs, temperature, seed, prompts_file, 
                              memory_check=not no_check, repack=decide_repack_for_cli(repack).enabled,
                              flash_attention=flash_attn)
     store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
-    target_model = resolve_model(target, store=store)
-    draft_model = resolve_model(draft, store=store)
+    target_model = apply_preset(resolve_model(target, store=store), preset)
+    draft_model = resolve_draft(draft, models_dir, target_model)
+    if draft_model is None:
+        raise InvalidSetting("bench needs a draft model; the n-gram lookup row is always measured (--ngram)")
+    draft = draft_model.name if draft.lower() == AUTO else draft
     report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
 
     from ..bench.report import format_report, write_outputs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..compat import require_compatible
 from ..engine import DEFAULT_CTX
 from ..gguf_info import ModelInfo, format_bytes
 from ..memory import FULL_OFFLOAD, KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
@@ -11,12 +12,26 @@ from ..ollama_daemon import daemon_status, freeing_advice
 from ..resolve import resolve_model
 from ..usable import require_usable
 from .main import cli
-from .options import decide_repack_for_cli, echo_json, flash_attn_option, json_option, models_dir_option, repack_option
+from .options import (
+    NGRAM,
+    apply_preset,
+    decide_repack_for_cli,
+    echo_json,
+    flash_attn_option,
+    is_ngram,
+    json_option,
+    models_dir_option,
+    preset_option,
+    repack_option,
+    resolve_draft,
+)
 
 
 @cli.command()
 @click.argument("target")
-@click.option("--draft", "-d", help="Draft model (name or .gguf path) that will run next to TARGET.")
+@preset_option
+@click.option("--draft", "-d", help="Draft model (name or .gguf path) that will run next to TARGET; 'auto' picks "
+              f"the store's best-sized compatible one; '{NGRAM}' needs no draft model.")
 @click.option("--ctx", type=int, help=f"Context length in tokens (default: TARGET's num_ctx, else {DEFAULT_CTX}).")
 @click.option("--kv-type", type=click.Choice(list(KV_TYPES)), default="f16", show_default=True,
               help="KV cache element type.")
@@ -24,7 +39,7 @@ from .options import decide_repack_for_cli, echo_json, flash_attn_option, json_o
 @flash_attn_option
 @json_option
 @models_dir_option
-def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack: bool | None, flash_attn: str,
+def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str, repack: bool | None, flash_attn: str,
           as_json: bool,
           models_dir: str | None) -> None:
     """Check that TARGET (and --draft) fit in GPU memory before loading anything.
@@ -32,20 +47,26 @@ def check(target: str, draft: str | None, ctx: int | None, kv_type: str, repack:
     Reads only GGUF headers: weights, KV cache and compute buffers per model, the free memory of
     each GPU (NVIDIA, Apple) or of the CPU RAM, and a verdict: fits with full offload, fits only
     with some target layers on the GPU (the draft stays fully on it), or does not fit, with what
-    to change. Exits 0 when it fits, 1 when it does not.
+    to change. Exits 0 when it fits, 1 when it does not; a draft that cannot draft for TARGET
+    (llama.cpp's vocabulary rules) is an error.
 
     \b
     Examples:
       ollama-spec check llama3.1:70b --draft llama3.2:1b
       ollama-spec check llama3.1:70b -d llama3.2:1b --ctx 32768 --kv-type q8_0
       ollama-spec check qwen2.5:32b -d qwen2.5:0.5b --json
+      ollama-spec check -f llama3.1-70b
     """
-    target_model = resolve_model(target, models_dir)
-    draft_model = resolve_model(draft, models_dir) if draft else None
+    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    draft_model = resolve_draft(draft, models_dir, target_model)
     for role, model in (("target", target_model), ("draft", draft_model)):
         if model is not None:
             require_usable(model.name, model.info, role)
+    if draft_model is not None:
+        require_compatible(target_model.name, target_model.info, draft_model.name, draft_model.info)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
+    if is_ngram(draft):
+        click.echo(f"note: --draft {NGRAM} loads no draft model: the plan is for the target alone", err=True)
     decision = decide_repack_for_cli(repack)
     plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type,
                        repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on")

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..chat import ChatMessage
 from ..devices import unused_gpu_warning
 from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result
 from ..resolve import resolve_model
@@ -14,14 +15,17 @@ from ..runtime import set_verbose
 from .main import cli
 from .options import (
     NGRAM,
+    apply_preset,
     ctx_option,
     engine_settings,
     first_set,
+    given,
     is_ngram,
     loading_options,
     model_max_tokens,
     model_stops,
     models_dir_option,
+    preset_option,
     resolve_draft,
     sampling_options,
     sampling_settings,
@@ -33,6 +37,7 @@ from .options import (
 @cli.command()
 @click.argument("target")
 @click.argument("prompt", required=False)
+@preset_option
 @speculation_options
 @sampling_options
 @click.option(
@@ -55,6 +60,7 @@ from .options import (
 def generate(
     target,
     prompt,
+    preset,
     draft,
     ngram_size,
     k,
@@ -94,17 +100,24 @@ def generate(
       ollama-spec generate llama3.1:8b -d llama3.2:1b -k 8 --stats "Explain KV caches."   # fixed K
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
       ollama-spec generate qwen2.5-coder:32b -d ngram "Rename x to count in: $(cat f.py)"   # no draft model
+      ollama-spec generate -f llama3.1-70b "Why is the sky blue?"   # a shipped preset (modelfiles/)
+
+    With -f, a single argument is the PROMPT (TARGET comes from the file's FROM line).
     """
     set_verbose(verbose)
+    if preset is not None and prompt is None and given("target"):
+        target, prompt = preset.model, target
     if prompt is None:
         if sys.stdin.isatty():
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
         prompt = sys.stdin.read()
-    target_model = resolve_model(target, models_dir)
-    draft_model = resolve_draft(draft, models_dir)
+    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    draft_model = resolve_draft(draft, models_dir, target_model)
     params = target_model.params
+    history = preset.messages if preset is not None and not raw else ()
     request = Request(
         prompt=prompt,
+        messages=(*history, ChatMessage("user", prompt)) if history else (),
         system=system,
         raw=raw,
         max_tokens=int(first_set(max_tokens, model_max_tokens(params), DEFAULT_MAX_TOKENS)),

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import click
 
 from ..canary import RepackDecision, decide_repack
+from ..drafts import best_draft, find_drafts
 from ..engine import DEFAULT_CTX, EngineSettings
+from ..errors import ModelNotFound
+from ..modelfile import Modelfile, load_modelfile
 from ..proposers import DEFAULT_NGRAM_SIZE
 from ..resolve import ResolvedModel, resolve_model
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
@@ -24,6 +28,7 @@ models_dir_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft model
+AUTO = "auto"  # --draft auto: the store's best-sized compatible model (drafts.best_draft)
 
 repack_option = click.option(
     "--repack/--no-repack",
@@ -90,12 +95,60 @@ def _stack(*decorators):
     return apply
 
 
+# --- -f: a Modelfile preset -----------------------------------------------------------------------
+# The file's FROM, DRAFT and speculation parameters become the defaults of the matching options
+# (click's default_map), so any flag given still wins; its Ollama parameters and SYSTEM are laid
+# over the target's own by `apply_preset`, where the sampling flags then win in the usual way.
+
+
+def _load_preset(ctx: click.Context, param: click.Parameter, value: str | None) -> Modelfile | None:
+    if value is None:
+        return None
+    preset = load_modelfile(value)
+    defaults = {"target": preset.model, "draft": preset.draft, "k": preset.parameters.get("num_speculative_tokens"),
+                "draft_p_min": preset.parameters.get("draft_p_min"), "ngram_size": preset.parameters.get("ngram_size")}
+    ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in defaults.items() if v is not None}}
+    return preset
+
+
+preset_option = click.option(
+    "-f",
+    "--file",
+    "preset",
+    callback=_load_preset,
+    is_eager=True,
+    metavar="MODELFILE",
+    help="A Modelfile or a shipped preset's name (e.g. llama3.1-70b): its FROM, DRAFT, PARAMETER and SYSTEM "
+    "lines are the defaults, and flags override them.",
+)
+
+
+def given(name: str) -> bool:
+    """Whether the current command's parameter `name` was given on the command line."""
+    return click.get_current_context().get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+
+def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedModel:
+    """The target with the preset's parameters over its own, and the preset's SYSTEM and (Jinja) TEMPLATE."""
+    if preset is None:
+        return model
+    info = model.info
+    if preset.template is not None:
+        if "{%" in preset.template or "messages" in preset.template:  # a Hugging Face (Jinja) chat template
+            info = dataclasses.replace(info, chat_template=preset.template)
+        else:
+            click.echo(f"note: {preset.path}: TEMPLATE is an Ollama Go template; the model's own chat template "
+                       "is used instead", err=True)
+    return dataclasses.replace(model, info=info, params={**model.params, **preset.parameters},
+                               system=preset.system if preset.system is not None else model.system)
+
+
 speculation_options = _stack(
     click.option(
         "--draft",
         "-d",
-        help=f"Draft model (small, same vocabulary), or '{NGRAM}' for draftless prompt lookup. "
-        "Without it: the target alone.",
+        help=f"Draft model (small, same vocabulary), '{AUTO}' for the store's best-sized compatible one, or "
+        f"'{NGRAM}' for draftless prompt lookup. Without it: the target alone.",
     ),
     click.option(
         "-k",
@@ -124,9 +177,20 @@ speculation_options = _stack(
 )
 
 
-def resolve_draft(draft: str | None, models_dir: str | None) -> ResolvedModel | None:
-    """The draft model to load: none without --draft or for n-gram lookup."""
-    return resolve_model(draft, models_dir) if draft and not is_ngram(draft) else None
+def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedModel) -> ResolvedModel | None:
+    """The draft model to load: none without --draft or for n-gram lookup; `auto` picks one and says which."""
+    if not draft or is_ngram(draft):
+        return None
+    if draft.lower() == AUTO:
+        store = open_store(models_dir)
+        choice = best_draft(find_drafts(store, target.info))
+        if choice is None:
+            raise ModelNotFound(f"--draft auto: no model in {store.path} can draft for {target.name} "
+                                f"(see `ollama-spec drafts {target.name}`); try --draft {NGRAM}")
+        note = f"; {choice.note}" if choice.note else ""
+        click.echo(f"draft: {choice.name} (auto: 1:{choice.ratio:.0f} of the target's size{note})", err=True)
+        return resolve_model(choice.name, store=store)
+    return resolve_model(draft, models_dir)
 
 
 def is_ngram(draft: str | None) -> bool:

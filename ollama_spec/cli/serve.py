@@ -12,12 +12,14 @@ from ..runtime import set_verbose
 from ..server.common import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerSettings
 from .main import cli
 from .options import (
+    apply_preset,
     ctx_option,
     engine_settings,
     loading_options,
     model_max_tokens,
     model_stops,
     models_dir_option,
+    preset_option,
     resolve_draft,
     sampling_options,
     sampling_settings,
@@ -28,6 +30,7 @@ from .options import (
 
 @cli.command()
 @click.argument("target")
+@preset_option
 @speculation_options
 @sampling_options
 @ctx_option
@@ -45,7 +48,7 @@ from .options import (
               help="Largest request body in bytes; larger ones get HTTP 413.")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
-def serve(target, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, ctx, n_gpu_layers,
+def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, ctx, n_gpu_layers,
           draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, host, port, api_key, aliases, max_queue, max_body,
           verbose, models_dir) -> None:
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
@@ -62,6 +65,7 @@ def serve(target, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, 
       ollama-spec serve llama3.1:70b --draft llama3.2:1b
       ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
       ollama-spec serve qwen2.5-coder:32b -d ngram   # draftless prompt lookup
+      ollama-spec serve -f llama3.3-70b   # a shipped preset: target, draft and parameters
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
     """
     from ..server import ServerState
@@ -70,8 +74,8 @@ def serve(target, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, 
 
     set_verbose(verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
-    target_model = resolve_model(target, models_dir)
-    draft_model = resolve_draft(draft, models_dir)
+    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    draft_model = resolve_draft(draft, models_dir, target_model)
     params = target_model.params
     settings = ServerSettings(
         host=host,

@@ -1,0 +1,194 @@
+"""`ollama-spec chat`: an interactive conversation with the pair, kept in both KV caches between turns."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..conversation import Conversation
+from ..engine import DEFAULT_MAX_TOKENS, Engine, Request
+from ..resolve import resolve_model
+from ..runtime import set_verbose
+from ..user_cache import cache_dir
+from .generate import format_stats
+from .main import cli
+from .options import (
+    apply_preset,
+    ctx_option,
+    engine_settings,
+    first_set,
+    loading_options,
+    model_max_tokens,
+    model_stops,
+    models_dir_option,
+    preset_option,
+    resolve_draft,
+    sampling_options,
+    sampling_settings,
+    speculation_options,
+    speculation_settings,
+)
+
+PROMPT = ">>> "
+HELP = """commands:
+  /stats         speed and acceptance of the last answer, and the prompt tokens it evaluated
+  /reset         start the conversation over (the system prompt stays)
+  /system TEXT   set the system prompt (/system alone clears it)
+  /exit, /bye    quit (or Ctrl-D); Ctrl-C stops an answer"""
+HISTORY_LINES = 1000
+
+
+@cli.command()
+@click.argument("target")
+@preset_option
+@speculation_options
+@sampling_options
+@click.option("--max-tokens", "-n", type=int,
+              help=f"Most tokens per answer (default: num_predict, else {DEFAULT_MAX_TOKENS}).")
+@ctx_option
+@click.option("--system", help="System prompt (default: the preset's SYSTEM, else the model's system layer).")
+@loading_options
+@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+@models_dir_option
+def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, max_tokens, ctx,
+         system, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, verbose,
+         models_dir) -> None:
+    """Chat with TARGET, drafted by --draft, in the model's chat template.
+
+    Answers stream as they are accepted. The conversation stays in both models' KV caches, and
+    each turn evaluates only its new tokens. Type /help for the commands. With standard input
+    piped, each line is one turn (or one command).
+
+    \b
+    Examples:
+      ollama-spec chat llama3.1:70b --draft llama3.2:1b
+      ollama-spec chat -f llama3.3-70b
+      printf 'Hi!\\nWhat did I just say?\\n/stats\\n' | ollama-spec chat llama3.1:8b -d llama3.2:1b -t 0
+    """
+    set_verbose(verbose)
+    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    draft_model = resolve_draft(draft, models_dir, target_model)
+    params = target_model.params
+    defaults = Request(
+        system="",  # the conversation carries its own system message
+        max_tokens=int(first_set(max_tokens, model_max_tokens(params), DEFAULT_MAX_TOKENS)),
+        stop=model_stops(params),
+        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+        speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
+    )
+    settings = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers,
+                               threads=threads, kv_type=kv_type, no_check=no_check, repack=repack,
+                               flash_attn=flash_attn)
+    interactive = sys.stdin.isatty()
+    with Engine(target_model, draft_model, settings) as engine:
+        conversation = Conversation(engine, defaults, first_set(system, target_model.system),
+                                    preset.messages if preset is not None else ())
+        if interactive:
+            click.echo(f"{target_model.name}" + (f" drafted by {draft}" if draft else "") +
+                       f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.", err=True)
+        for line in _lines(interactive):
+            if not _turn(conversation, line.strip(), interactive, speculative=draft is not None):
+                break
+
+
+def _lines(interactive: bool):
+    """The user's lines: read with readline's editing and history on a terminal, else standard input's."""
+    if not interactive:
+        yield from sys.stdin
+        return
+    history = _start_history()
+    try:
+        while True:
+            try:
+                yield input(PROMPT)
+            except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line, as in a shell
+                click.echo("^C", err=True)
+            except EOFError:  # Ctrl-D
+                click.echo(err=True)
+                return
+    finally:
+        history()
+
+
+def _start_history():
+    """Load readline's history; return the function that saves it. Without readline: plain input()."""
+    try:
+        import readline
+    except ImportError:  # Windows: no line editing beyond the console's own
+        return lambda: None
+    path = cache_dir() / "chat_history"
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass
+    readline.set_history_length(HISTORY_LINES)
+
+    def save() -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(path)
+        except OSError:
+            pass
+
+    return save
+
+
+def _turn(conversation: Conversation, line: str, interactive: bool, *, speculative: bool) -> bool:
+    """Run one line: a command or a user turn. False to quit."""
+    if not line:
+        return True
+    command, _, argument = line.partition(" ")
+    if command in ("/exit", "/bye", "/quit"):
+        return False
+    if command in ("/help", "/?"):
+        click.echo(HELP, err=True)
+    elif command == "/reset":
+        conversation.reset()
+        click.echo("conversation reset", err=True)
+    elif command == "/system":
+        conversation.set_system(argument.strip())
+        click.echo("system prompt " + ("set" if argument.strip() else "cleared"), err=True)
+    elif command == "/stats":
+        click.echo(_stats(conversation, speculative), err=True)
+    elif line.startswith("/") and " " not in command[1:] and command[1:].isalpha():
+        click.echo(f"unknown command {command}; /help lists them", err=True)
+    else:
+        _answer(conversation, line, interactive)
+    return True
+
+
+def _answer(conversation: Conversation, text: str, interactive: bool) -> None:
+    n_ctx = conversation.engine.target.n_ctx
+    if conversation.prompt_length(text) >= n_ctx:
+        click.echo(f"the context is full ({n_ctx} tokens): /reset to start over, or restart with a larger --ctx",
+                   err=True)
+        return
+    generation = conversation.ask(text)
+    pieces = iter(generation)
+    stopped = False
+    try:
+        for piece in pieces:
+            click.echo(piece, nl=False)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        if not interactive:
+            raise
+        stopped = True
+        pieces.close()  # ends the loop cleanly: the caches keep what was accepted
+        click.echo("\n(stopped)", err=True, nl=False)
+    finally:
+        result = conversation.finish(generation)
+    click.echo()
+    sys.stdout.flush()
+    if result.finish_reason == "context" and not stopped:
+        click.echo(f"the context is full ({n_ctx} tokens): /reset to start over", err=True)
+
+
+def _stats(conversation: Conversation, speculative: bool) -> str:
+    result = conversation.last
+    if result is None:
+        return "no answer yet"
+    evaluated = result.prompt_tokens - result.speculation.prompt_cached
+    return (format_stats(result, speculative=speculative) +
+            f"\nprompt: {evaluated} new tokens evaluated, {result.speculation.prompt_cached} kept in the cache")

@@ -1,0 +1,52 @@
+"""`ollama-spec drafts`: the store's models that can draft for a target, and which one `auto` picks."""
+
+from __future__ import annotations
+
+import click
+
+from ..drafts import USEFUL_RATIO, best_draft, find_drafts
+from ..gguf_info import format_bytes
+from ..resolve import resolve_model
+from .main import cli
+from .options import echo_json, json_option, models_dir_option, open_store
+
+
+@cli.command()
+@click.argument("target")
+@json_option
+@models_dir_option
+def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
+    """List the models in the store that can draft for TARGET, smallest first.
+
+    A draft must share TARGET's vocabulary (llama.cpp's rules). Each row gives the size ratio
+    (target file : draft file); about 1:20 to 1:50 is the useful range, and a draft over a tenth
+    of the target's size rarely pays. `--draft auto` on generate, chat, bench, check and serve
+    takes the row marked "auto".
+
+    \b
+    Examples:
+      ollama-spec drafts llama3.1:70b
+      ollama-spec drafts qwen2.5-coder:32b --json
+    """
+    store = open_store(models_dir)
+    target_model = resolve_model(target, store=store)
+    candidates = find_drafts(store, target_model.info)
+    best = best_draft(candidates)
+    if as_json:
+        echo_json({"target": target_model.name, "size": target_model.info.file_size, "drafts": [
+            {"model": c.name, "size": c.info.file_size, "parameters": c.info.parameter_label,
+             "ratio": round(c.ratio, 2), "note": c.note, "auto": c is best} for c in candidates]})
+        return
+    if not candidates:
+        click.echo(f"no model in {store.path} can draft for {target_model.name}; pull a small model of the same "
+                   "family (e.g. llama3.2:1b for Llama 3, qwen2.5:0.5b for Qwen2.5), or use --draft ngram", err=True)
+        return
+    low, high = USEFUL_RATIO
+    click.echo(f"drafts for {target_model.name} ({format_bytes(target_model.info.file_size)}); "
+               f"useful range about 1:{low:.0f} to 1:{high:.0f}")
+    width = max(len(c.name) for c in candidates)
+    for c in candidates:
+        mark = "auto" if c is best else "    "
+        note = f"  {c.note}" if c.note else ""
+        click.echo(f"{mark} {c.name:<{width}}  {c.info.parameter_label:>6}  {format_bytes(c.info.file_size):>10}  "
+                   f"1:{c.ratio:<5.1f}{note}")

@@ -1,0 +1,96 @@
+"""`ollama-spec chat`: a script of turns on standard input, and a real terminal (a pseudo-terminal)."""
+
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+ARGS = ("tiny-target", "-d", "tiny-draft", "-t", "0", "-n", "20", "-k", "3", "--threads", "1", "--no-check")
+
+
+def test_piped_stdin_is_a_script_of_turns(invoke, tiny_store):
+    script = "Hello there\nWhat did I say?\n/stats\n/bogus\n/reset\n/system Be terse.\nAgain\n/exit\nnever read\n"
+    result = invoke("chat", *ARGS, "--models-dir", tiny_store, input=script)
+    assert result.exit_code == 0, result.output
+    answers = result.stdout.splitlines()
+    assert len(answers) == 3 and all(a.strip() for a in answers)
+    stats = result.stderr
+    assert "tokens per target pass" in stats and "kept in the cache" in stats
+    evaluated, kept = [int(w) for w in stats.split("prompt: ")[1].split() if w.isdigit()][:2]
+    assert kept > evaluated > 0  # the second turn read only its new tokens
+    assert "unknown command /bogus; /help lists them" in stats and "conversation reset" in stats
+    assert "system prompt set" in stats
+
+
+def test_same_answers_as_generate_for_the_first_turn(invoke, tiny_store):
+    chat = invoke("chat", *ARGS, "--models-dir", tiny_store, input="Hello there\n")
+    once = invoke("generate", *ARGS, "Hello there", "--models-dir", tiny_store)
+    assert chat.stdout == once.stdout + "\n" or chat.stdout == once.stdout
+
+
+def test_a_full_context_says_so_and_offers_reset(invoke, tiny_store):
+    long_turn = "word " * 200
+    result = invoke("chat", *ARGS, "--ctx", "64", "--models-dir", tiny_store, input=f"{long_turn}\n/reset\nHi\n")
+    assert result.exit_code == 0, result.output
+    assert re.search(r"the context is full \(\d+ tokens\): /reset to start over", result.stderr)
+
+
+def _read_until(fd, marker: bytes, timeout: float = 60, *, required: bool = True) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0 and not required:
+            break
+        assert left > 0, f"no {marker!r} in {seen[-400:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+def test_a_terminal_session_with_ctrl_c_and_ctrl_d(tiny_store, tmp_path):
+    controller, terminal = pty.openpty()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from ollama_spec.cli import main; main()", "chat", *ARGS, "--models-dir",
+         str(tiny_store)],
+        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True, start_new_session=True,
+        env={**os.environ, "TERM": "dumb"},
+        # A run started in the background inherits an ignored SIGINT, and Python then keeps ignoring it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    os.close(terminal)
+    try:
+        assert b"/help for commands" in _read_until(controller, b">>> ")
+        os.write(controller, b"Hello there\n")
+        assert len(_read_until(controller, b">>> ").strip()) > len(b"Hello there")
+        os.write(controller, b"half a line")
+        _read_until(controller, b"half a line")
+        # Ctrl-C at the prompt: a new prompt, not an exit. A signal that lands while readline is between
+        # reading a key and waiting for the next is only seen at the next key, so it is sent until seen.
+        for _ in range(5):
+            time.sleep(0.3)
+            os.killpg(child.pid, signal.SIGINT)
+            seen = _read_until(controller, b">>> ", 5, required=False)
+            if b"^C" in seen:
+                break
+        assert b"^C" in seen and child.poll() is None
+        os.write(controller, b"/stats\n")
+        assert b"kept in the cache" in _read_until(controller, b">>> ")
+        os.write(controller, b"\x04")  # Ctrl-D quits
+        assert child.wait(timeout=30) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        os.close(controller)

@@ -1,0 +1,106 @@
+"""-f presets on generate/check/bench/serve, `drafts`, --draft auto, and check's compatibility verdict."""
+
+import json
+
+import pytest
+
+BASE = ("--threads", "1", "--no-check")
+
+
+@pytest.fixture
+def tiny_preset(tmp_path):
+    path = tmp_path / "tiny.Modelfile"
+    path.write_text('FROM tiny-target\nDRAFT tiny-draft\nPARAMETER temperature 0\nPARAMETER num_predict 12\n'
+                    'PARAMETER num_speculative_tokens 3\nPARAMETER num_ctx 1024\nSYSTEM """Be brief."""\n')
+    return path
+
+
+def test_the_shipped_demo_preset_runs_with_the_pair_overridden(invoke, tiny_store):
+    result = invoke("generate", "-f", "demo", "tiny-target", "Hello", "--draft", "tiny-draft", "--json", *BASE,
+                    "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    # demo.Modelfile: temperature 0, num_predict 128, K auto; the tiny pair may stop early at its end of turn.
+    assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
+    assert 0 < data["generated_tokens"] <= 128 and data["k_chosen"]
+
+
+def test_a_preset_gives_target_draft_and_parameters(invoke, tiny_store, tiny_preset):
+    result = invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
+    assert data["generated_tokens"] <= 12 and set(data["k_chosen"]) == {"3"}
+    same = invoke("generate", "tiny-target", "Hello", "-d", "tiny-draft", "-t", "0", "-n", "12", "--system",
+                  "Be brief.", "-k", "3", "--json", *BASE, "--models-dir", tiny_store)
+    assert json.loads(same.stdout)["text"] == data["text"]
+
+
+def test_flags_override_the_preset(invoke, tiny_store, tiny_preset):
+    result = invoke("generate", "-f", tiny_preset, "Hello", "-n", "5", "-k", "2", "--draft", "ngram", "--json",
+                    *BASE, "--models-dir", tiny_store)
+    data = json.loads(result.stdout)
+    assert data["draft"] == "ngram" and data["generated_tokens"] <= 5
+
+
+def test_a_bad_preset_is_one_line_with_file_and_line(invoke, tiny_store, tmp_path):
+    path = tmp_path / "bad.Modelfile"
+    path.write_text("FROM tiny-target\nPARAMETER top_k many\n")
+    result = invoke("generate", "-f", path, "Hello", "--models-dir", tiny_store)
+    assert result.exit_code == 1
+    assert result.output == f"Error: {path}, line 2: PARAMETER top_k must be an integer, got 'many'\n"
+
+
+def test_check_and_serve_accept_the_preset(invoke, tiny_store, tiny_preset, monkeypatch):
+    monkeypatch.setenv("OLLAMA_SPEC_REPACK", "0")
+    result = invoke("check", "-f", tiny_preset, "--json", "--models-dir", tiny_store)
+    data = json.loads(result.stdout)
+    assert data["target"]["model"] == "tiny-target:latest" and data["draft"]["model"] == "tiny-draft:latest"
+    assert data["n_ctx"] == 1024
+    assert "-f, --file MODELFILE" in invoke("serve", "-h").output
+    assert "-f, --file MODELFILE" in invoke("bench", "-h").output
+
+
+def test_check_refuses_an_incompatible_draft(invoke, tiny_store, monkeypatch):
+    monkeypatch.setenv("OLLAMA_SPEC_REPACK", "0")
+    result = invoke("check", "tiny-target", "--draft", "tiny-alien", "--models-dir", tiny_store)
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.startswith("Error: tiny-alien:latest cannot draft for tiny-target:latest: ")
+
+
+def test_drafts_lists_compatible_models_smallest_first(invoke, tiny_store):
+    result = invoke("drafts", "tiny-target", "--json", "--models-dir", tiny_store)
+    data = json.loads(result.stdout)
+    names = [d["model"] for d in data["drafts"]]
+    assert "tiny-alien:latest" not in names and "tiny-target:latest" not in names
+    assert "tiny-draft:latest" in names
+    sizes = [d["size"] for d in data["drafts"]]
+    assert sizes == sorted(sizes) and all(d["ratio"] > 1 for d in data["drafts"])
+    assert [d["auto"] for d in data["drafts"]].count(True) == 1
+    assert all(d["note"] for d in data["drafts"])  # the tiny pair is far from the useful 1:20-1:50 range
+    text = invoke("drafts", "tiny-target", "--models-dir", tiny_store).stdout
+    assert "useful range about 1:20 to 1:50" in text and "over a tenth of the target's size" in text
+
+
+def test_draft_auto_says_which(invoke, tiny_store):
+    listed = json.loads(invoke("drafts", "tiny-target", "--json", "--models-dir", tiny_store).stdout)["drafts"]
+    chosen = next(d["model"] for d in listed if d["auto"])
+    result = invoke("generate", "tiny-target", "Hi", "-d", "auto", "-t", "0", "-n", "4", "--json", *BASE,
+                    "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"draft: {chosen} (auto: 1:")
+    assert json.loads(result.stdout)["draft"] == chosen
+
+
+def test_draft_auto_without_candidates_is_one_line(invoke, tiny_store):
+    result = invoke("generate", "tiny-alien", "Hi", "-d", "auto", *BASE, "--models-dir", tiny_store)
+    assert result.exit_code == 1 and "--draft auto: no model in" in result.stderr and "--draft ngram" in result.stderr
+
+
+def test_preset_messages_open_the_conversation(invoke, tiny_store, tiny_preset):
+    plain = json.loads(invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir",
+                              tiny_store).stdout)
+    tiny_preset.write_text(tiny_preset.read_text() + "MESSAGE user What is 2+2?\nMESSAGE assistant Four.\n")
+    opened = json.loads(invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir",
+                               tiny_store).stdout)
+    assert opened["prompt_tokens"] > plain["prompt_tokens"] + 8

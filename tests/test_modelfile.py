@@ -1,0 +1,104 @@
+from pathlib import Path
+
+import pytest
+
+from ollama_spec.chat import ChatMessage
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.modelfile import PRESETS_DIR, find_modelfile, load_modelfile, parse_modelfile, shipped_presets
+
+PATH = Path("/presets/x.Modelfile")
+
+EXPECTED_PAIRS = {
+    "llama3.1-70b": ("llama3.1:70b", "llama3.2:1b"),
+    "llama3.3-70b": ("llama3.3:70b", "llama3.2:1b"),
+    "llama3.1-8b": ("llama3.1:8b", "llama3.2:1b"),
+    "qwen2.5-32b": ("qwen2.5:32b", "qwen2.5:0.5b"),
+    "qwen2.5-coder-32b": ("qwen2.5-coder:32b", "qwen2.5-coder:0.5b"),
+    "demo": ("synth-target", "synth-draft"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PAIRS))
+def test_every_shipped_preset_parses(name):
+    preset = load_modelfile(name)
+    assert (preset.model, preset.draft) == EXPECTED_PAIRS[name]
+    assert preset.parameters["num_speculative_tokens"] == "auto" and preset.parameters["num_ctx"] >= 4096
+    assert preset.parameters["stop"] and preset.system
+
+
+def test_the_shipped_list_is_complete_and_the_checkout_links_to_it():
+    assert shipped_presets() == sorted(EXPECTED_PAIRS)
+    checkout = Path(__file__).parent.parent / "modelfiles"
+    assert checkout.resolve() == PRESETS_DIR.resolve()
+
+
+def test_a_path_or_a_name_finds_the_file(tmp_path):
+    assert find_modelfile("demo") == PRESETS_DIR / "demo.Modelfile"
+    own = tmp_path / "mine"
+    own.write_text("FROM a\n")
+    assert find_modelfile(str(own)) == own
+    with pytest.raises(InvalidSetting, match="no Modelfile 'nope': give a path, or one of the shipped presets: demo"):
+        find_modelfile("nope")
+
+
+def test_ollama_syntax():
+    text = '''# a comment
+from llama3.1:8b
+Draft  llama3.2:1b
+PARAMETER temperature 0.25
+parameter stop "<|eot_id|>"
+PARAMETER stop <|start_header_id|>
+PARAMETER num_speculative_tokens 6
+SYSTEM """You are
+a pirate."""
+TEMPLATE "{{ .Prompt }}"
+LICENSE """MIT"""
+MESSAGE user Is it blue?
+MESSAGE assistant "Yes."
+REQUIRES 0.5.0
+'''
+    preset = parse_modelfile(text, PATH)
+    assert preset.model == "llama3.1:8b" and preset.draft == "llama3.2:1b"
+    assert preset.parameters == {"temperature": 0.25, "stop": ["<|eot_id|>", "<|start_header_id|>"],
+                                 "num_speculative_tokens": 6}
+    assert preset.system == "You are\na pirate." and preset.template == "{{ .Prompt }}"
+    assert preset.license == ("MIT",)
+    assert preset.messages == (ChatMessage("user", "Is it blue?"), ChatMessage("assistant", "Yes."))
+
+
+def test_a_gguf_path_is_relative_to_the_modelfile():
+    preset = parse_modelfile("FROM ./big.gguf\nDRAFT /abs/small.gguf\n", PATH)
+    assert preset.model == "/presets/big.gguf" and preset.draft == "/abs/small.gguf"
+
+
+@pytest.mark.parametrize("text, line, message", [
+    ("FROM a\nFRUM b\n", 2, "unknown directive 'FRUM'; use one of FROM, DRAFT"),
+    ("FROM a\n\nPARAMETER top_k 0.5\n", 3, "PARAMETER top_k must be an integer, got '0.5'"),
+    ("FROM a\nPARAMETER temperature hot\n", 2, "PARAMETER temperature must be a number, got 'hot'"),
+    ("FROM a\nPARAMETER num_speculative_tokens 0\n", 2, "must be a positive integer or 'auto', got '0'"),
+    ("FROM a\nPARAMETER warp_speed 9\n", 2, "unknown PARAMETER 'warp_speed'"),
+    ("FROM a\nPARAMETER\n", 2, "expected a directive and its value, got 'PARAMETER'"),
+    ("FROM a\nPARAMETER top_k\n", 2, "PARAMETER needs a name and a value"),
+    ("FROM a\nMESSAGE robot hi\n", 2, "MESSAGE role must be one of system, user, assistant, got 'robot'"),
+    ('FROM a\nSYSTEM """never\nclosed\n', 2, 'unterminated """ string'),
+    ('FROM a\nSYSTEM "x" y\n', 2, "unexpected text after the closing \": 'y'"),
+    ("FROM a\nADAPTER ./lora.gguf\n", 2, "ADAPTER is not supported by ollama-spec"),
+    ("FROM a\n= b\n", 2, "expected a directive and its value, got '= b'"),
+    ("FROM \n", 1, "FROM needs a model name"),
+])
+def test_errors_name_the_file_and_line(text, line, message):
+    with pytest.raises(InvalidSetting) as caught:
+        parse_modelfile(text, PATH)
+    assert str(caught.value).startswith(f"{PATH}, line {line}: ") and message in str(caught.value)
+
+
+def test_no_from_is_an_error():
+    with pytest.raises(InvalidSetting, match="no FROM line"):
+        parse_modelfile("DRAFT b\n", PATH)
+
+
+def test_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "bad.Modelfile"
+    path.write_bytes(b"FROM a\nSYSTEM \xff\n")
+    with pytest.raises(InvalidSetting, match=r"bad.Modelfile, line 2: not UTF-8 text"):
+        load_modelfile(str(path))
