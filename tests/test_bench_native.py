@@ -46,3 +46,14 @@ def test_native_row_errors_are_one_line(tmp_path, tiny_models):
     with pytest.raises(InvalidSetting, match="failed on prompt 'p' .exit 0.: E failed to initialize"):
         run_native_row(fake_binary(tmp_path, "E failed to initialize"), target, draft, 3, [Prompt("p", "hi")],
                        {"p": "hi"}, settings)
+
+
+def test_a_missing_native_binary_is_refused_before_any_timing(invoke, tiny_store, monkeypatch):
+    from ollama_spec.bench import runner
+
+    monkeypatch.setattr(runner, "run_engine_rows", lambda *a, **k: pytest.fail("timed before checking --native"))
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check",
+                    "--native", "/nonexistent/llama-speculative-simple")
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: --native /nonexistent/llama-speculative-simple does not exist: "
+                                     "build it with scripts/build-native-speculative.sh")

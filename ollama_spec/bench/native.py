@@ -30,16 +30,21 @@ def run_native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k:
                    prompt_texts: dict[str, str], settings: BenchSettings,
                    progress: Progress = lambda label: None) -> Row:
     """Time each prompt with `llama-speculative-simple` at draft length k; tok/s as llama.cpp reports it."""
-    if not binary.is_file():
-        raise InvalidSetting(f"--native {binary} does not exist: build it with scripts/build-native-speculative.sh")
-    if not settings.greedy:
-        raise InvalidSetting("--native compares greedy runs only (llama-speculative-simple samples differently)")
+    check_native(binary, settings)
     row = Row(f"llama.cpp speculative-simple K={k}", NATIVE, k)
     for run in range(settings.runs):
         for prompt in prompts:
             row.samples.append(_run(binary, target, draft, k, prompt.name, prompt_texts[prompt.name], settings, run))
             progress(f"{row.label} · {prompt.name}")
     return row
+
+
+def check_native(binary: Path, settings: BenchSettings) -> None:
+    """Refuse --native before anything is timed: a missing binary or a sampled run."""
+    if not binary.is_file():
+        raise InvalidSetting(f"--native {binary} does not exist: build it with scripts/build-native-speculative.sh")
+    if not settings.greedy:
+        raise InvalidSetting("--native compares greedy runs only (llama-speculative-simple samples differently)")
 
 
 def _run(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, name: str, text: str,

@@ -98,6 +98,10 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
     if draft_model is None:
         raise InvalidSetting("bench needs a draft model; the n-gram lookup row is always measured (--ngram)")
     draft = draft_model.name if draft.lower() == AUTO else draft
+    if native:
+        from ..bench.native import check_native
+
+        check_native(Path(native), settings)  # before minutes of timing, not after
     report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
 
     from ..bench.report import format_report, write_outputs
