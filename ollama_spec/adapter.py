@@ -23,7 +23,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .canary import decide_repack
 from .compat import load_kv_overrides
-from .proposers import as_draft_tokens
+from .proposers import as_draft_tokens, keep_common_prefix
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings
 
@@ -46,16 +46,10 @@ class OllamaDraftModel(LlamaDraftModel):
         settings = LoadSettings(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, kv_overrides=overrides,
                                 use_extra_bufts=decide_repack(repack).enabled)
         self.model = LoadedModel(Path(resolved.path), settings)
-        self._cached: list[int] = []  # tokens whose keys/values are in the draft's cache
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:
         ids = as_draft_tokens([int(t) for t in input_ids], self.model.n_vocab)
-        common = 0
-        for cached, new in zip(self._cached, ids[:-1]):  # always re-read the last token for its logits
-            if cached != new:
-                break
-            common += 1
-        self.model.truncate(common)
+        common = keep_common_prefix(self.model, ids)  # the last token is always re-read for its logits
         room = self.model.n_ctx - len(ids)
         if room <= 0 or not ids:
             return np.array([], dtype=np.intc)
@@ -66,14 +60,12 @@ class OllamaDraftModel(LlamaDraftModel):
             drafted.append(token)
             if len(drafted) < min(self.num_pred_tokens, room):
                 logits = self.model.eval([token])[-1]
-        self.model.truncate(len(ids))
-        self._cached = ids
+        self.model.truncate(len(ids))  # the cache now holds exactly `ids`
         return np.array(drafted, dtype=np.intc)
 
     def reset(self) -> None:
         """Forget the cached prefix: the next call starts cold, as for a new conversation."""
         self.model.truncate(0)
-        self._cached = []
 
     def close(self) -> None:
         self.model.close()
