@@ -8,6 +8,7 @@ loaded that library, so opening it again returns the same handle and registry.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,16 @@ class BackendDevice:
     type: str  # "cpu", "gpu", "igpu", "accel"
     free: int
     total: int
+    backend: str = ""  # the registered backend it belongs to: "CUDA", "CPU", "RPC", ...
+
+    @property
+    def is_remote(self) -> bool:
+        """A device on another machine, reached through llama.cpp's RPC backend."""
+        return self.backend == "RPC"
 
     def to_json(self) -> dict:
         return {"name": self.name, "description": self.description, "type": self.type, "free": self.free,
-                "total": self.total}
+                "total": self.total, "backend": self.backend}
 
 
 @dataclass(frozen=True)
@@ -46,22 +53,45 @@ class BackendReport:
 
 def read_backends() -> BackendReport:
     """The backends compiled into llama-cpp-python's llama.cpp and the devices they see."""
-    lib = _ggml()
-    backends = tuple(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
-                     for i in range(lib.ggml_backend_reg_count()))
-    devices = []
+    lib = ggml()
+    # Each RPC server is registered as a backend of its own, "RPC[host:port]"; they are listed once, as RPC.
+    names = dict.fromkeys(_backend_name(lib, lib.ggml_backend_reg_get(i)) for i in range(lib.ggml_backend_reg_count()))
+    # GPUs first, then the CPU, then the rest (RPC, BLAS), whatever order they registered in
+    backends = tuple(sorted(names, key=lambda name: (name in HOST_BACKENDS, name != "CPU")))
+    devices = tuple(describe_device(lib, lib.ggml_backend_dev_get(i)) for i in range(lib.ggml_backend_dev_count()))
+    return BackendReport(backends, devices)
+
+
+def has_local_gpu() -> bool:
+    """Whether llama.cpp sees a GPU of this machine (llama_supports_gpu_offload says yes for any build
+    with the RPC backend, GPU or not)."""
+    lib = ggml()
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        devices.append(BackendDevice(lib.ggml_backend_dev_name(dev).decode(),
-                                     (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
-                                     DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
-                                     free.value, total.value))
-    return BackendReport(backends, tuple(devices))
+        if DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev)) in ("gpu", "igpu") and \
+                _backend_name(lib, lib.ggml_backend_dev_backend_reg(dev)) != "RPC":
+            return True
+    return False
 
 
-def _ggml() -> ctypes.CDLL:
+def describe_device(lib: ctypes.CDLL, dev: int) -> BackendDevice:
+    """One device handle's name, kind and memory (for an RPC device, asked of its server)."""
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    return BackendDevice(lib.ggml_backend_dev_name(dev).decode(),
+                         (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                         DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
+                         free.value, total.value, _backend_name(lib, lib.ggml_backend_dev_backend_reg(dev)))
+
+
+def _backend_name(lib: ctypes.CDLL, reg: int) -> str:
+    name = lib.ggml_backend_reg_name(reg).decode()
+    return "RPC" if name.startswith("RPC[") else name
+
+
+@functools.cache
+def ggml() -> ctypes.CDLL:
+    """libggml with the registry calls typed (the same library and registry llama_cpp uses)."""
     import llama_cpp  # loads libllama and with it libggml
 
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
@@ -78,6 +108,13 @@ def _ggml() -> ctypes.CDLL:
         "ggml_backend_dev_description": ([handle], text),
         "ggml_backend_dev_type": ([handle], ctypes.c_int),
         "ggml_backend_dev_memory": ([handle, size_p, size_p], None),
+        "ggml_backend_dev_backend_reg": ([handle], handle),
+        "ggml_backend_dev_by_name": ([text], handle),
+        "ggml_backend_reg_by_name": ([text], handle),
+        "ggml_backend_reg_get_proc_address": ([handle, text], handle),
+        "ggml_backend_register": ([handle], None),
+        "ggml_backend_reg_dev_count": ([handle], ctypes.c_size_t),
+        "ggml_backend_reg_dev_get": ([handle, ctypes.c_size_t], handle),
     }
     for fn, (args, result) in signatures.items():
         getattr(lib, fn).argtypes = args

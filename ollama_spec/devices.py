@@ -21,7 +21,9 @@ CUDA_RESERVE = 457 * MIB
 METAL_RESERVE = 512 * MIB
 CUDA_BUILD_HINT = 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
 METAL_BUILD_HINT = 'CMAKE_ARGS="-DGGML_METAL=on" pip install --force-reinstall --no-cache-dir llama-cpp-python'
-GPU_KINDS = ("cuda", "metal")
+# "rpc": a device of an RPC server on another machine (whatever it is there, llama.cpp offloads
+# layers to it as to a GPU)
+GPU_KINDS = ("cuda", "metal", "rpc")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,10 @@ class Device:
         return self.kind in GPU_KINDS
 
     @property
+    def is_remote(self) -> bool:
+        return self.kind == "rpc"
+
+    @property
     def usable(self) -> int:
         return max(self.free - self.reserve, 0)
 
@@ -52,6 +58,11 @@ def nvidia_gpu(total_gib: float, name: str | None = None, free_gib: float | None
     total = int(total_gib * GIB)
     free = total if free_gib is None else int(free_gib * GIB)
     return Device(name or f"{total_gib:g} GiB GPU", "cuda", total, free, CUDA_RESERVE)
+
+
+def rpc_device(name: str, endpoint: str, total: int, free: int) -> Device:
+    """A device of the RPC server at `endpoint`, with the memory it reports."""
+    return Device(f"{name} at {endpoint}", "rpc", total, free)
 
 
 def system_ram(total_gib: float, free_gib: float | None = None) -> Device:

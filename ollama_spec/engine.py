@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -15,8 +15,10 @@ from .compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
 from .errors import InvalidSetting
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
 from .memory import ensure_fits, plan_memory
+from .placement import Placement
 from .proposers import DraftModelProposer, NgramProposer, Proposer
 from .resolve import ResolvedModel
+from .rpc import remote_devices
 from .runtime import LoadedModel, LoadSettings, choose_flash_attention
 from .sampling import SamplingSettings
 from .speculative import SpeculationSettings, SpeculationStats, generate_tokens
@@ -42,6 +44,7 @@ class EngineSettings:
     memory_check: bool = True
     repack: bool | None = None  # llama.cpp's repacked CPU weights; None: canary.decide_repack chooses
     flash_attention: str = "auto"  # "on", "off", or "auto": off on a CPU, llama.cpp's choice on a GPU
+    placement: Placement = Placement()  # the target's RPC servers and GPU split; the draft stays local
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -108,15 +111,20 @@ class Engine:
         self.repack = decide_repack(settings.repack)
         self.flash_attention = choose_flash_attention(settings.flash_attention, settings.kv_type,
                                                       -1 if settings.target_gpu_layers is None else settings.target_gpu_layers)
+        self.placement = settings.placement
         if settings.memory_check:
             plan = plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type,
                                repack=self.repack.enabled,
-                               flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on")
+                               flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
+                               tensor_split=self.placement.tensor_split,
+                               remote=remote_devices(self.placement.rpc_servers))
             ensure_fits(plan)
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
+            if plan.tensor_split and not self.placement.tensor_split:  # the draft-aware split, not llama.cpp's
+                self.placement = replace(self.placement, tensor_split=plan.tensor_split)
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
-        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers)
+        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers, self.placement)
         self.draft = None
         self._cost_cache = StepCostCache()
         if draft is not None:
@@ -126,7 +134,7 @@ class Engine:
                 self.target.close()
                 raise
 
-    def _load(self, model: ResolvedModel, gpu_layers: int) -> LoadedModel:
+    def _load(self, model: ResolvedModel, gpu_layers: int, placement: Placement = Placement()) -> LoadedModel:
         return LoadedModel(
             model.path,
             LoadSettings(
@@ -137,6 +145,7 @@ class Engine:
                 kv_type=self.settings.kv_type,
                 use_extra_bufts=self.repack.enabled,
                 flash_attention=self.flash_attention,
+                placement=placement,
             ),
         )
 
@@ -169,10 +178,12 @@ class Engine:
         return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
 
     def _cost_key(self, draft: LoadedModel | None) -> str:
+        # a target spread over RPC servers or GPUs has other step costs than one on this machine's default
+        placement = {} if self.placement.is_default else {"placement": self.placement}
         return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
                         target_gpu_layers=self.target.settings.n_gpu_layers,
                         draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type,
-                        flash_attention=self.flash_attention)
+                        flash_attention=self.flash_attention, **placement)
 
     def close(self) -> None:
         for model in (self.draft, self.target):

@@ -82,3 +82,7 @@ class InsufficientDisk(OllamaSpecError):
 
 class UnusableModel(OllamaSpecError):
     """A model that cannot serve as a target or a draft (no architecture, vocabulary or layers)."""
+
+
+class RpcUnavailable(OllamaSpecError):
+    """An RPC server cannot be reached or used, or this build has no RPC backend."""

@@ -129,6 +129,9 @@ class MemoryPlan:
     repack: bool = True  # llama.cpp's extra CPU buffers are on (use_extra_bufts)
     host_repacked: int = 0  # of host_bytes: the repacked copy of weights kept on the CPU
     flash_attention: bool = True  # planned with llama.cpp's flash attention (its default, auto, picks it)
+    # with several GPUs or RPC servers: each one's bytes (as `gpus` orders them) and share of the target
+    device_bytes: tuple[int, ...] = ()
+    tensor_split: tuple[float, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -144,6 +147,21 @@ class MemoryPlan:
         return tuple(d for d in self.devices if d.is_gpu)
 
     @property
+    def local_gpus(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.gpus if not d.is_remote)
+
+    @property
+    def remote_devices(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.gpus if d.is_remote)
+
+    @property
+    def offload_word(self) -> str:
+        """What the offload devices are called in messages."""
+        if not self.remote_devices:
+            return "GPU"
+        return "GPUs and RPC servers" if self.local_gpus else "RPC servers"
+
+    @property
     def host(self) -> Device | None:
         return next((d for d in self.devices if d.kind == "cpu"), None)
 
@@ -154,11 +172,12 @@ class MemoryPlan:
         ram_free = format_bytes(self.host.usable) if self.host else "unknown"
         need = format_bytes(self.gpu_bytes)
         if self.verdict == FULL_OFFLOAD:
-            return f"fits with full offload: {need} of {gpu_free} usable GPU memory"
+            return f"fits with full offload: {need} of {gpu_free} usable {self.offload_word} memory"
         if self.verdict == PARTIAL_OFFLOAD:
-            draft = "; the draft stays fully on the GPU" if self.draft else ""
-            return (f"fits only with {self.gpu_layers} of {self.target_layer_count} target layers on the GPU "
-                    f"(n_gpu_layers={self.gpu_layers}): {need} on the GPU, {format_bytes(self.host_bytes)} in RAM"
+            draft = "; the draft stays fully on the GPU" if self.draft and self.local_gpus else ""
+            return (f"fits only with {self.gpu_layers} of {self.target_layer_count} target layers on the "
+                    f"{self.offload_word} (n_gpu_layers={self.gpu_layers}): {need} on the {self.offload_word}, "
+                    f"{format_bytes(self.host_bytes)} in RAM"
                     f"{draft}")
         if self.verdict == CPU_ONLY:
             return f"fits in CPU RAM: {format_bytes(self.host_bytes)} of {ram_free} available (no GPU used)"
@@ -166,7 +185,7 @@ class MemoryPlan:
             return f"does not fit: needs {format_bytes(self.host_bytes)} of RAM, {ram_free} available"
         pair = "target and draft need" if self.draft else "the target needs"
         ram = f" and no layer split fits in {ram_free} of RAM" if self.host else " and no layer split fits"
-        return f"does not fit: {pair} {need} of GPU memory with full offload, {gpu_free} usable,{ram}"
+        return f"does not fit: {pair} {need} of {self.offload_word} memory with full offload, {gpu_free} usable,{ram}"
 
     def to_json(self) -> dict:
         """A JSON-ready dict (bytes as integers)."""
@@ -178,6 +197,7 @@ class MemoryPlan:
             "devices": [d.to_json() for d in self.devices],
             "suggestions": list(self.suggestions), "warnings": list(self.warnings),
             "repack": self.repack, "host_repacked": self.host_repacked,
+            "tensor_split": list(self.tensor_split), "device_bytes": list(self.device_bytes),
         }
 
 
@@ -237,20 +257,24 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
 
 def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str = "f16",
                 devices: Sequence[Device] | None = None, *, repack: bool = True,
-                features: frozenset[str] | None = None, flash_attention: bool | None = None) -> MemoryPlan:
+                features: frozenset[str] | None = None, flash_attention: bool | None = None,
+                tensor_split: tuple[float, ...] = (), remote: Sequence[Device] = ()) -> MemoryPlan:
     """Plan where the target (and draft) go; `devices` defaults to this machine's (GPUs, then RAM).
 
     `repack`: whether the models load with llama.cpp's extra CPU buffers (canary.decide_repack);
     then the repacked copy of CPU weights is counted, by what llama.cpp reports of this machine's
     CPU (`features`, repack.cpu_features()) unless other features are given. `flash_attention`
     None plans what "auto" does: on with a GPU, off where only the CPU runs the models.
+    `tensor_split`: each offload device's share of the target (--tensor-split); () splits by the
+    memory left once the draft is on this machine's GPUs, and the plan says that split.
+    `remote`: RPC servers' devices (devices.rpc_device), before this machine's.
     """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
     notes: list[str] = []
     if devices is None:
         devices, notes = discover_devices()
-    devices = tuple(devices)
+    devices = (*remote, *devices)  # llama.cpp's order: RPC servers' devices first
     if not devices:
         raise InvalidSetting("no devices to plan for: give at least one GPU or the CPU RAM")
     warnings = [
@@ -261,10 +285,10 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
     features = (cpu_features() if features is None else features) if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
         flash_attention = kv_type != "f16" or any(d.is_gpu for d in devices)
-    plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features, flash_attention)
+    plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features, flash_attention, tensor_split)
     plan = replace(plan, repack=repack, flash_attention=flash_attention)
     done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)
-    suggestions = () if done else _suggestions(plan, target_info, draft_info, features)
+    suggestions = () if done else _suggestions(plan, target_info, draft_info, features, tensor_split)
     return replace(plan, suggestions=suggestions, warnings=tuple(warnings + notes))
 
 
@@ -277,7 +301,8 @@ def ensure_fits(plan: MemoryPlan) -> None:
 
 
 def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str,
-          devices: tuple[Device, ...], features: frozenset[str], flash_attention: bool = True) -> MemoryPlan:
+          devices: tuple[Device, ...], features: frozenset[str], flash_attention: bool = True,
+          tensor_split: tuple[float, ...] = ()) -> MemoryPlan:
     gpus = [d for d in devices if d.is_gpu]
     # Beside a CUDA GPU, llama.cpp picks its pinned host buffer type for CPU weights before the
     # extra buffers, then the mapped file (llama-model.cpp make_cpu_buft_list, llama-model-loader
@@ -299,28 +324,64 @@ def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_t
     if not gpus:
         need = target.cpu_total + (draft.cpu_total if draft else 0)
         return plan(CPU_ONLY if host_free is None or need <= host_free else DOES_NOT_FIT, None, 0, need)
-    budget = sum(d.usable for d in gpus)
-    # The draft runs K times per step, so it gets the GPU first; the target gets what is left.
-    draft_gpu = draft.gpu_total + draft.compute * (len(gpus) - 1) if draft else 0
-    draft_host = draft.host_weights + draft.host_compute + draft.output_buffer if draft else 0
+    # The draft runs K times per step, so it gets this machine's GPUs first (never an RPC server's:
+    # each step would cross the network K times); the target gets what is left, on every device.
+    local = [d for d in gpus if not d.is_remote]
+    on_gpu = draft is not None and bool(local)
+    draft_gpu = draft.gpu_total + draft.compute * (len(local) - 1) if on_gpu else 0
+    draft_host = (draft.host_weights + draft.host_compute + draft.output_buffer if on_gpu else draft.cpu_total
+                  ) if draft else 0
+    draft_per_device = [_share(draft_gpu, d, local) if not d.is_remote else 0 for d in gpus]
+    split = tensor_split or _free_memory_split(gpus, draft_per_device)
     full_gpu = draft_gpu + target.gpu_total + target.compute * (len(gpus) - 1)
     for n_gpu_layers in range(target.n_layer + 1, -1, -1):
         gpu, host_bytes = target.split(n_gpu_layers, len(gpus))
-        if draft_gpu + gpu <= budget and (host_free is None or draft_host + host_bytes <= host_free):
-            if n_gpu_layers > target.n_layer:
-                return plan(FULL_OFFLOAD, -1, draft_gpu + gpu, draft_host + host_bytes)
-            return plan(PARTIAL_OFFLOAD, n_gpu_layers, draft_gpu + gpu, draft_host + host_bytes)
-    return plan(DOES_NOT_FIT, None, full_gpu, draft_host + target.split(0, len(gpus))[1])
+        per_device = _per_device(gpu - target.compute * len(gpus), target.compute, split, draft_per_device)
+        if all(need <= d.usable for need, d in zip(per_device, gpus)) and (
+                host_free is None or draft_host + host_bytes <= host_free):
+            verdict = FULL_OFFLOAD if n_gpu_layers > target.n_layer else PARTIAL_OFFLOAD
+            return replace(plan(verdict, -1 if verdict == FULL_OFFLOAD else n_gpu_layers, draft_gpu + gpu,
+                                draft_host + host_bytes), device_bytes=tuple(per_device),
+                           tensor_split=split if len(gpus) > 1 else ())
+    per_device = _per_device(full_gpu - draft_gpu - target.compute * len(gpus), target.compute, split, draft_per_device)
+    return replace(plan(DOES_NOT_FIT, None, full_gpu, draft_host + target.split(0, len(gpus))[1]),
+                   device_bytes=tuple(per_device), tensor_split=split if len(gpus) > 1 else ())
+
+
+def _share(total: int, device: Device, devices: list[Device]) -> int:
+    """`device`'s part of `total` spread over `devices` by their usable memory."""
+    usable = sum(d.usable for d in devices)
+    return total // len(devices) if not usable else total * device.usable // usable
+
+
+def _free_memory_split(gpus: list[Device], draft_per_device: list[int]) -> tuple[float, ...]:
+    """Each device's share of the target: llama.cpp splits by free memory; we split by what is free
+    once the draft is in, so that the GPU holding the draft is not given the same share as the others."""
+    room = [max(d.usable - draft, 0) for d, draft in zip(gpus, draft_per_device)]
+    total = sum(room)
+    return tuple(r / total for r in room) if total else tuple(1 / len(gpus) for _ in gpus)
+
+
+def _per_device(target_bytes: int, compute: int, split: tuple[float, ...], draft_per_device: list[int]) -> list[int]:
+    """Bytes on each device: its share of the target's weights and cache, its compute buffer, its part
+    of the draft. Shares past the given entries are 0, as in llama.cpp."""
+    shares = [*split, *[0.0] * (len(draft_per_device) - len(split))][:len(draft_per_device)]
+    total = sum(shares) or 1.0
+    return [int(target_bytes * share / total) + compute + draft for share, draft in zip(shares, draft_per_device)]
 
 
 def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo | None,
-                 features: frozenset[str]) -> tuple[str, ...]:
+                 features: frozenset[str], tensor_split: tuple[float, ...] = ()) -> tuple[str, ...]:
     goal = CPU_ONLY if not plan.gpus else FULL_OFFLOAD
     where = "in RAM" if goal == CPU_ONLY else "with full offload"
     suggestions = []
 
-    def verdict(n_ctx: int, kv_type: str) -> MemoryPlan:
-        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features, plan.flash_attention)
+    def verdict(n_ctx: int, kv_type: str, split: tuple[float, ...] = tensor_split) -> MemoryPlan:
+        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features, plan.flash_attention, split)
+
+    if tensor_split and (other := verdict(plan.n_ctx, plan.kv_type, ())).verdict == goal:
+        shares = ",".join(f"{share:.2f}" for share in other.tensor_split)
+        suggestions.append(f"--tensor-split {shares} (by free memory, the draft counted) fits {where}")
 
     low, high = 0, plan.n_ctx // CTX_PAD  # the largest multiple of 256 that reaches the goal
     while low < high:
@@ -338,7 +399,7 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
                                f"target layers on the GPU (KV caches {kv})")
     if plan.host_repacked and plan.verdict == DOES_NOT_FIT:
         without = _plan(target_info, draft_info, plan.n_ctx, plan.kv_type, plan.devices, frozenset(),
-                        plan.flash_attention)
+                        plan.flash_attention, tensor_split)
         if without.fits:
             suggestions.append(f"--no-repack fits: it skips llama.cpp's repacked copy of the CPU weights "
                                f"({format_bytes(plan.host_repacked)})")

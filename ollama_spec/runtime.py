@@ -25,7 +25,10 @@ import numpy as np
 import psutil
 from llama_cpp._internals import LlamaContext, LlamaModel
 
+from . import rpc
+from .backends import has_local_gpu
 from .errors import ContextFull, InferenceError, InvalidSetting, ModelLoadError
+from .placement import Placement
 
 _LOG_LINES: deque[str] = deque(maxlen=2000)
 _VERBOSE = False
@@ -66,7 +69,9 @@ def default_threads() -> int:
 
 
 def gpu_offload_supported() -> bool:
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    """Can this build put layers on a GPU of this machine? (Not llama_supports_gpu_offload: with the
+    RPC backend built in, it says yes on every machine.)"""
+    return has_local_gpu()
 
 
 @contextmanager
@@ -134,6 +139,11 @@ class LoadSettings:
     # "auto" lets llama.cpp choose (it picks flash attention wherever the backend has it);
     # "off" can be faster for small verify batches deep into a context on a CPU.
     flash_attention: str = "auto"
+    placement: Placement = Placement()  # RPC servers and GPU split; the default is this machine's GPUs
+
+
+SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+               "row": llama_cpp.LLAMA_SPLIT_MODE_ROW}
 
 
 class LoadedModel:
@@ -146,6 +156,7 @@ class LoadedModel:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
         model_params.use_extra_bufts = settings.use_extra_bufts
+        self._placement_arrays = _apply_placement(model_params, settings.placement)
         self._overrides = _kv_override_array(settings.kv_overrides)
         if self._overrides is not None:
             model_params.kv_overrides = self._overrides
@@ -312,6 +323,31 @@ class LoadedModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _apply_placement(model_params, placement: Placement) -> tuple:
+    """Set the model's devices, split mode and tensor split; the ctypes arrays they point into, to keep alive.
+
+    With no RPC server registered in this process, llama.cpp's default device list is this
+    machine's GPUs and is left alone. Once any is, the list is given explicitly: the servers this
+    model names (first, as llama.cpp orders them), then the local GPUs; so a draft, which names
+    none, stays on this machine.
+    """
+    model_params.split_mode = SPLIT_MODES[placement.split_mode]
+    model_params.main_gpu = placement.main_gpu
+    arrays: list = []
+    if placement.tensor_split:
+        split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*placement.tensor_split)
+        model_params.tensor_split = split
+        arrays.append(split)
+    servers = rpc.parse_endpoints(",".join(placement.rpc_servers)) if placement.rpc_servers else ()
+    rpc.connect(servers)
+    if rpc.any_registered():
+        handles = [*rpc.device_handles(servers), *rpc.local_offload_devices(), None]
+        devices = (ctypes.c_void_p * len(handles))(*handles)
+        model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
+        arrays.append(devices)
+    return tuple(arrays)
 
 
 def _last_error(mark: int) -> str | None:

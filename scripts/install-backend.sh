@@ -7,12 +7,14 @@
 # $CUDA_PATH or /usr/local/cuda) -> cuda; an AMD GPU with ROCm (hipcc) -> rocm; else cpu. A GPU
 # without its toolkit gets the CPU build and a line saying what to install.
 #
-# The CPU build comes from pip's wheel cache (fast; what CI uses). GPU builds compile from source
-# with --no-cache-dir: the cache is keyed by the sdist alone, so it would hand back the CPU wheel
-# for a CUDA request (and a CUDA wheel must not land in it for later CPU installs).
-# What is installed is read from the package's own libraries (libggml-cuda, -metal, -hip), so a
-# build made for the wrong backend is rebuilt; the choice is recorded in VENV/.llama-backend.
-# $CMAKE_ARGS, if set, is added to the flags of a GPU build. DRY_RUN=1 prints the plan and changes nothing.
+# Every build has llama.cpp's RPC backend (-DGGML_RPC=ON: `ollama-spec rpc-server`, `--rpc`).
+# Builds compile llama.cpp from source once per (backend, flags, Python) and are kept as wheels in
+# our own cache, $OLLAMA_SPEC_WHEELS (default ~/.cache/ollama-spec/wheels), in a folder named by
+# the flags: pip's cache is keyed by the sdist alone, so it would hand back a CPU wheel for a CUDA
+# request, or a wheel without RPC. Later installs (CI, a new venv) take the cached wheel: seconds.
+# What is installed is read from the package's own libraries (libggml-cuda, -metal, -hip, -rpc), so
+# a build made for the wrong backend is rebuilt; the choice is recorded in VENV/.llama-backend.
+# $CMAKE_ARGS, if set, is added to the flags. DRY_RUN=1 prints the plan and changes nothing.
 set -euo pipefail
 
 python=${1:?usage: install-backend.sh VENV_PYTHON [cpu|cuda|metal|rocm|auto]}
@@ -70,6 +72,15 @@ EOF
     else echo cpu; fi
 }
 
+# Whether the installed build has llama.cpp's RPC backend.
+has_rpc() {
+    "$python" - <<'EOF' 2>/dev/null
+import importlib.util, pathlib, sys
+spec = importlib.util.find_spec("llama_cpp")
+sys.exit(0 if spec and any((pathlib.Path(spec.origin).parent / "lib").glob("libggml-rpc*")) else 1)
+EOF
+}
+
 # CUDA toolkits without cuBLAS (some container images): take headers and libraries from NVIDIA's
 # PyPI package, and skip linking libcuda (-DGGML_CUDA_NO_VMM=ON) where the driver stub is missing.
 cuda_args() {
@@ -103,7 +114,7 @@ cuda_args() {
 
 [ "$wanted" = auto ] && wanted=$(detect)
 case $wanted in
-    cpu) args="" ;;  # the cached wheel: CMAKE_ARGS is for GPU builds
+    cpu) args="" ;;
     cuda) [ -n "$(find_nvcc)" ] || { say "BACKEND=cuda but no nvcc found (set CUDA_HOME)"; exit 1; }; args=$(cuda_args) ;;
     metal) args="-DGGML_METAL=on" ;;
     rocm) [ -n "$(find_hipcc)" ] || { say "BACKEND=rocm but no hipcc found"; exit 1; }
@@ -111,7 +122,7 @@ case $wanted in
           export HIPCXX="$(hipconfig -l)/clang" HIP_PATH="$(hipconfig -R)"; args="-DGGML_HIP=on" ;;
     *) say "unknown BACKEND '$wanted' (cpu, cuda, metal, rocm or auto)"; exit 2 ;;
 esac
-[ "$wanted" = cpu ] || args="$args${CMAKE_ARGS:+ $CMAKE_ARGS}"
+args="-DGGML_RPC=ON${args:+ $args}${CMAKE_ARGS:+ $CMAKE_ARGS}"
 
 have=$(installed_backend)
 if [ -n "${DRY_RUN:-}" ]; then echo "installed: $have; wanted: $wanted; CMAKE_ARGS: $args"; exit 0; fi
@@ -122,26 +133,36 @@ record() {
     printf 'backend=%s\nversion=%s\ncmake_args=%s\n' "$(installed_backend)" "$version" "$args" > "$stamp"
     echo "$version"
 }
-if [ "$have" = "$wanted" ] && { [ "$wanted" = cpu ] || [ "$recorded" = "$args" ]; }; then
-    [ -f "$stamp" ] || record >/dev/null
+if [ "$have" = "$wanted" ] && [ "$recorded" = "$args" ] && has_rpc; then
     exit 0  # already right: every `make test` passes here in well under a second
 fi
-if [ "$have" = none ]; then
-    deps="$spec"  # a fresh venv: llama-cpp-python's own dependencies too
-else
-    deps="--force-reinstall --no-deps $spec"
-    say "replacing the $have build of llama-cpp-python with a $wanted build"
+
+# The wheel for these flags and this Python (its ctypes bindings are py3, its libraries are not
+# for every platform): from our cache, else built into it.
+pytag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+key=$(printf '%s %s %s %s' "$spec" "$wanted" "$args" "$pytag" | sha256sum | cut -c1-12)
+cache=${OLLAMA_SPEC_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/ollama-spec/wheels}/$wanted-$key
+wheel=$(ls "$cache"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
+if [ -z "$wheel" ]; then
+    say "building llama-cpp-python for $wanted (CMAKE_ARGS=$args); this compiles llama.cpp: 5-30 minutes, once"
+    mkdir -p "$cache"
+    building=$(mktemp -d "$cache/.build.XXXXXX")
+    trap 'rm -rf "$building"' EXIT
+    CMAKE_ARGS="$args" "$python" -m pip wheel -q --no-deps --no-cache-dir -w "$building" "$spec"
+    mv "$building"/llama_cpp_python-*.whl "$cache"/  # only a finished wheel enters the cache
+    printf '%s\n' "$args" > "$cache/cmake-args"
+    wheel=$(ls "$cache"/llama_cpp_python-*.whl | head -1)
 fi
-if [ "$wanted" = cpu ]; then
-    "$python" -m pip install -q $deps
+if [ "$have" = none ]; then
+    "$python" -m pip install -q "$wheel"  # a fresh venv: llama-cpp-python's own dependencies too
 else
-    say "building llama-cpp-python for $wanted (CMAKE_ARGS=$args); this compiles llama.cpp: 5-30 minutes"
-    CMAKE_ARGS="$args" "$python" -m pip install -q --no-cache-dir $deps
+    say "replacing the $have build of llama-cpp-python (flags: ${recorded:-none recorded}) with a $wanted build ($args)"
+    "$python" -m pip install -q --force-reinstall --no-deps "$wheel"
 fi
 version=$(record)
 now=$(installed_backend)
-if [ "$now" != "$wanted" ]; then
-    say "asked for $wanted but the installed llama-cpp-python $version is a $now build; see the pip output above"
+if [ "$now" != "$wanted" ] || ! has_rpc; then
+    say "asked for $wanted with RPC but the installed llama-cpp-python $version is a $now build$(has_rpc || echo ' without RPC'); see the pip output above, or remove $cache"
     exit 1
 fi
-say "llama-cpp-python $version, $now backend"
+say "llama-cpp-python $version, $now backend, with RPC"

@@ -42,7 +42,7 @@ def toolkit(root: Path, *, cublas: bool, libcuda: bool) -> Path:
 @pytest.mark.skipif(os.path.exists("/proc/driver/nvidia/version"), reason="this machine has an NVIDIA driver")
 def test_no_gpu_means_the_cpu_build(tmp_path):
     result = plan(tmp_path)
-    assert result.returncode == 0 and "wanted: cpu; CMAKE_ARGS: \n" in result.stdout
+    assert result.returncode == 0 and "wanted: cpu; CMAKE_ARGS: -DGGML_RPC=ON\n" in result.stdout
 
 
 def test_an_nvidia_gpu_without_the_toolkit_says_what_to_install_and_builds_for_the_cpu(tmp_path):
@@ -55,7 +55,13 @@ def test_an_nvidia_gpu_without_the_toolkit_says_what_to_install_and_builds_for_t
 def test_a_full_toolkit_gets_the_plain_cuda_flags(tmp_path):
     home = toolkit(tmp_path / "cuda", cublas=True, libcuda=True)
     result = plan(tmp_path, gpu=True, cuda_home=home)
-    assert result.stdout.endswith(f"wanted: cuda; CMAKE_ARGS: -DGGML_CUDA=on -DCMAKE_CUDA_COMPILER={home}/bin/nvcc\n")
+    assert result.stdout.endswith(
+        f"wanted: cuda; CMAKE_ARGS: -DGGML_RPC=ON -DGGML_CUDA=on -DCMAKE_CUDA_COMPILER={home}/bin/nvcc\n")
+
+
+def test_every_backend_builds_with_rpc_and_the_users_flags(tmp_path):
+    result = plan(tmp_path, "cpu", CMAKE_ARGS="-DGGML_NATIVE=OFF")
+    assert result.stdout.endswith("wanted: cpu; CMAKE_ARGS: -DGGML_RPC=ON -DGGML_NATIVE=OFF\n")
 
 
 def test_a_toolkit_without_cublas_or_libcuda_takes_cublas_from_pypi_and_skips_vmm(tmp_path):

@@ -66,7 +66,8 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
     """Warm up, calibrate step costs, then time target alone and each K over runs x prompts."""
     engine_settings = EngineSettings(n_ctx=settings.context, n_threads=settings.n_threads,
                                      flash_attention=settings.flash_attention,
-                                     memory_check=settings.memory_check, repack=settings.repack)
+                                     memory_check=settings.memory_check, repack=settings.repack,
+                                     placement=settings.placement)
     with Engine(target, draft, engine_settings) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
         if settings.auto:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InvalidSetting
+from ..placement import Placement
 
 DEFAULT_KS = (1, 2, 3, 4, 5, 6, 8)
 DEFAULT_BENCH_TOKENS = 256
@@ -29,6 +30,7 @@ class BenchSettings:
     memory_check: bool = True
     repack: bool | None = None  # llama.cpp's repacked CPU weights (None: canary.decide_repack)
     flash_attention: str = "auto"  # runtime.choose_flash_attention; the reference rows get the same
+    placement: Placement = Placement()  # the target's RPC servers and GPU split (--rpc ...)
 
     def __post_init__(self) -> None:
         if not self.ks or any(k < 1 for k in self.ks):

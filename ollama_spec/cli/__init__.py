@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (each module registers its commands on `cli`)
     generate,
     inspect,
     pull,
+    rpc_server,
     serve,
 )
 from .main import cli

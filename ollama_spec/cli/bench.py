@@ -21,7 +21,9 @@ from .options import (
     apply_preset,
     decide_repack_for_cli,
     flash_attn_option,
+    current_placement,
     models_dir_option,
+    placement_options,
     preset_option,
     repack_option,
     resolve_draft,
@@ -58,6 +60,7 @@ from .options import (
 @click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
 @repack_option
 @flash_attn_option
+@placement_options
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, native,
@@ -91,7 +94,7 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
     settings = BenchSettings(ks=fixed_ks, auto=auto, ngram=ngram, max_tokens=max_tokens, runs=runs,
                              temperature=temperature, seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx,
                              memory_check=not no_check, repack=decide_repack_for_cli(repack).enabled,
-                             flash_attention=flash_attn)
+                             flash_attention=flash_attn, placement=current_placement())
     store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
     target_model = apply_preset(resolve_model(target, store=store), preset)
     draft_model = resolve_draft(draft, models_dir, target_model)

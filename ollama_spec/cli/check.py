@@ -10,17 +10,20 @@ from ..gguf_info import ModelInfo, format_bytes
 from ..memory import FULL_OFFLOAD, KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
 from ..ollama_daemon import daemon_status, freeing_advice
 from ..resolve import resolve_model
+from ..rpc import remote_devices
 from ..usable import require_usable
 from .main import cli
 from .options import (
     NGRAM,
     apply_preset,
+    current_placement,
     decide_repack_for_cli,
     echo_json,
     flash_attn_option,
     is_ngram,
     json_option,
     models_dir_option,
+    placement_options,
     preset_option,
     repack_option,
     resolve_draft,
@@ -37,6 +40,7 @@ from .options import (
               help="KV cache element type.")
 @repack_option
 @flash_attn_option
+@placement_options
 @json_option
 @models_dir_option
 def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str, repack: bool | None, flash_attn: str,
@@ -56,6 +60,7 @@ def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str,
       ollama-spec check llama3.1:70b -d llama3.2:1b --ctx 32768 --kv-type q8_0
       ollama-spec check qwen2.5:32b -d qwen2.5:0.5b --json
       ollama-spec check -f llama3.1-70b
+      ollama-spec check llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # with a second machine's GPU
     """
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     draft_model = resolve_draft(draft, models_dir, target_model)
@@ -68,8 +73,10 @@ def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str,
     if is_ngram(draft):
         click.echo(f"note: --draft {NGRAM} loads no draft model: the plan is for the target alone", err=True)
     decision = decide_repack_for_cli(repack)
+    placement = current_placement()
     plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type,
-                       repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on")
+                       repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on",
+                       tensor_split=placement.tensor_split, remote=remote_devices(placement.rpc_servers))
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     # A GPU short of memory is often Ollama's own doing: it keeps models loaded after use.
@@ -97,15 +104,25 @@ def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[s
         layers = f"{needs.n_layer} layer{'s' if needs.n_layer != 1 else ''}"
         lines.append(f"{role:<7} {name}  ({info.parameter_label} {info.file_type}, {layers}, "
                      f"trained context {info.context_length or '?'})")
-        lines += _model_lines(plan, needs)
-    if plan.draft is not None:
+        # the draft never goes to an RPC server: without a GPU here it runs in this machine's RAM
+        lines += _model_lines(plan, needs, offloaded=bool(plan.local_gpus if role == "draft" else plan.gpus))
+    if plan.draft is not None and plan.remote_devices:
+        where = "on this machine's GPUs" if plan.local_gpus else "in this machine's RAM"
+        lines.append(f"the target's layers go to the RPC servers{' and the GPUs' if plan.local_gpus else ''}; "
+                     f"the draft stays {where}")
+    elif plan.draft is not None:
         both = plan.target.gpu_total + plan.draft.gpu_total
         lines.append(f"both on the GPU {format_bytes(both):>12}" if plan.gpus else
                      f"both in RAM {format_bytes(plan.target.cpu_total + plan.draft.cpu_total):>16}")
     lines.append("devices")
+    # several offload devices: each one's share of the target and the bytes planned on it
+    shares = dict(zip(plan.gpus, zip(plan.tensor_split, plan.device_bytes))) if plan.tensor_split else {}
     for device in plan.devices:
         kept = f", {format_bytes(device.reserve)} kept for the driver" if device.reserve else ""
-        lines.append(f"  {device.name:<28} {format_bytes(device.free):>10} free of {format_bytes(device.total)}{kept}")
+        planned = (f"; {shares[device][0]:.0%} of the target, {format_bytes(shares[device][1])} planned"
+                   if device in shares else "")
+        lines.append(f"  {device.name:<28} {format_bytes(device.free):>10} free of {format_bytes(device.total)}{kept}"
+                     f"{planned}")
     if plan.host_repacked and plan.gpus:  # CPU-only plans show it per model
         lines.append(f"repacked: {format_bytes(plan.host_repacked)} in RAM counted for llama.cpp's repacked copy of "
                      "the CPU weights (this CPU has kernels for their types; --no-repack skips it)")
@@ -121,8 +138,8 @@ def _cache_line(plan: MemoryPlan, needs: ModelNeeds) -> str:
     return f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type}{state})"
 
 
-def _model_lines(plan: MemoryPlan, needs: ModelNeeds) -> list[str]:
-    if not plan.gpus:
+def _model_lines(plan: MemoryPlan, needs: ModelNeeds, offloaded: bool) -> list[str]:
+    if not offloaded:
         why = "(llama.cpp's copy for this CPU's kernels; --no-repack skips it)"
         repacked = [f"  repacked {format_bytes(needs.repacked):>12}  {why}"]
         return [f"  weights  {format_bytes(needs.file_weights):>12}",
@@ -134,4 +151,4 @@ def _model_lines(plan: MemoryPlan, needs: ModelNeeds) -> list[str]:
     return [f"  weights  {format_bytes(needs.weights):>12}  {embeddings}",
             _cache_line(plan, needs),
             f"  compute  {format_bytes(needs.compute):>12}",
-            f"  total    {format_bytes(needs.gpu_total):>12}  on the GPU with full offload"]
+            f"  total    {format_bytes(needs.gpu_total):>12}  on the {plan.offload_word} with full offload"]

@@ -13,8 +13,10 @@ from ..drafts import best_draft, find_drafts
 from ..engine import DEFAULT_CTX, EngineSettings
 from ..errors import ModelNotFound
 from ..modelfile import Modelfile, load_modelfile
+from ..placement import SPLIT_MODES, Placement, parse_tensor_split
 from ..proposers import DEFAULT_NGRAM_SIZE
 from ..resolve import ResolvedModel, resolve_model
+from ..rpc import parse_endpoints
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ..store import Store, find_store_root
@@ -216,6 +218,58 @@ ctx_option = click.option(
     "--ctx", type=int, help=f"Context length in tokens (default: the model's num_ctx, else {DEFAULT_CTX})."
 )
 
+# --- the target past this machine's default devices: RPC servers, several GPUs ---------------------
+# Not passed to each command's function: collected in the click context and read by
+# `engine_settings` and `check`, so every command that loads a model takes them alike.
+
+
+def _collect_placement(ctx: click.Context, param: click.Parameter, value):
+    ctx.meta.setdefault("placement", {})[param.name] = value
+    return value
+
+
+def current_placement() -> Placement:
+    """The --rpc, --tensor-split, --split-mode and --main-gpu of the command being run."""
+    flags = click.get_current_context().meta.get("placement", {})
+    servers = tuple(str(e) for e in parse_endpoints(flags["rpc"])) if flags.get("rpc") else ()
+    return Placement(rpc_servers=servers, tensor_split=parse_tensor_split(flags.get("tensor_split")),
+                     split_mode=flags.get("split_mode") or "layer", main_gpu=flags.get("main_gpu") or 0)
+
+
+placement_options = _stack(
+    click.option(
+        "--rpc",
+        envvar="OLLAMA_SPEC_RPC",
+        callback=_collect_placement,
+        expose_value=False,
+        metavar="HOST:PORT[,...]",
+        help="llama.cpp RPC servers (`ollama-spec rpc-server` on each machine) that take target layers beside this "
+        "machine's GPUs; the draft stays here. Trusted networks only: the protocol has no authentication.",
+    ),
+    click.option(
+        "--tensor-split",
+        callback=_collect_placement,
+        expose_value=False,
+        metavar="SHARES",
+        help="Each device's share of the target, RPC servers first, then local GPUs (e.g. 3,1). Default: by free "
+        "memory once the draft is placed.",
+    ),
+    click.option(
+        "--split-mode",
+        type=click.Choice(SPLIT_MODES),
+        callback=_collect_placement,
+        expose_value=False,
+        help="How the target is split over several devices: layer (default), row (each matrix), none (--main-gpu only).",
+    ),
+    click.option(
+        "--main-gpu",
+        type=int,
+        callback=_collect_placement,
+        expose_value=False,
+        help="With --split-mode none: the device that holds the whole target (index in the order above).",
+    ),
+)
+
 loading_options = _stack(
     click.option(
         "--n-gpu-layers",
@@ -237,6 +291,7 @@ loading_options = _stack(
     click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading."),
     repack_option,
     flash_attn_option,
+    placement_options,
 )
 
 
@@ -264,6 +319,7 @@ def engine_settings(
         memory_check=not no_check,
         repack=decide_repack_for_cli(repack).enabled,
         flash_attention=flash_attn,
+        placement=current_placement(),
     )
 
 

@@ -1,0 +1,186 @@
+"""llama.cpp's RPC backend: other machines' devices for the target's layers, and serving this one's.
+
+An RPC server (`ollama-spec rpc-server`, or llama.cpp's own `rpc-server`) exposes its machine's
+devices over TCP. Registering it adds them to ggml's device list, where llama.cpp places the
+target's layers on them as on local GPUs: RPC devices first, then local GPUs, in proportion to
+their free memory or to --tensor-split. The draft is loaded on the local devices only: it runs
+K times per step and each network round-trip would eat what it saves.
+
+llama.cpp aborts the whole process, with no timeout, when a server cannot be reached or speaks
+another protocol version. So every endpoint is first probed from here, with a bounded connect
+and the protocol's own HELLO, and a bad one becomes a one-line error.
+
+The protocol has no authentication and no encryption: anyone who reaches the port can run
+code-sized buffers through it. Servers bind loopback unless told otherwise; expose one only on
+a trusted network.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+import struct
+from dataclasses import dataclass
+
+from .backends import BackendDevice, describe_device, ggml
+from .devices import Device, rpc_device
+from .errors import InvalidSetting, RpcUnavailable
+
+DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
+CONNECT_TIMEOUT = 5.0  # seconds for the connect and for the HELLO answer
+# ggml-rpc.h and transport.h of the llama.cpp that llama-cpp-python (pinned) carries.
+PROTOCOL_MAJOR, PROTOCOL_MINOR = 7, 0
+HELLO = 14  # RPC_CMD_HELLO, fixed across versions so that any two can tell each other apart
+CONN_CAPS_SIZE = 24
+SECURITY_NOTE = ("the RPC protocol has no authentication: anyone who can reach the port can use this "
+                 "machine's devices; run it only on a trusted network")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_endpoints(text: str) -> tuple[Endpoint, ...]:
+    """`host:port[,host:port...]` as llama.cpp's --rpc takes it (host names or IPv4 addresses)."""
+    endpoints = []
+    for item in (part.strip() for part in text.split(",")):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or ":" in host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidSetting(f"--rpc: {item!r} is not host:port (e.g. 192.168.1.20:{DEFAULT_PORT}); "
+                                 "separate several servers with commas")
+        endpoints.append(Endpoint(host, int(port)))
+    if len(set(endpoints)) != len(endpoints):
+        raise InvalidSetting(f"--rpc: a server is named twice in {text!r}")
+    return tuple(endpoints)
+
+
+def probe(endpoint: Endpoint, timeout: float = CONNECT_TIMEOUT) -> tuple[int, int, int]:
+    """Connect and say HELLO as llama.cpp does; the server's protocol version, or RpcUnavailable."""
+    start = f"start one there with `ollama-spec rpc-server --host 0.0.0.0 --port {endpoint.port}`"
+    try:
+        sock = socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    except socket.gaierror:
+        raise RpcUnavailable(f"RPC server {endpoint}: unknown host {endpoint.host!r}") from None
+    except TimeoutError:
+        raise RpcUnavailable(f"RPC server {endpoint}: no connection within {timeout:g} s (a firewall, or the "
+                             f"wrong address?); {start}") from None
+    except OSError as exc:
+        raise RpcUnavailable(f"cannot reach the RPC server at {endpoint} ({exc.strerror or exc}); {start}") from None
+    not_rpc = (f"{endpoint} does not answer as a llama.cpp RPC server of protocol {PROTOCOL_MAJOR}.x "
+               "(another program on that port, or a much older rpc-server?)")
+    with sock:
+        try:
+            # request: | command (1 byte) | size (8 bytes) | connection capabilities (none) |
+            sock.sendall(struct.pack("<BQ", HELLO, CONN_CAPS_SIZE) + bytes(CONN_CAPS_SIZE))
+            answer = _receive(sock, 8 + 4 + CONN_CAPS_SIZE)
+        except OSError:  # a timeout too: the program there waits for something else
+            raise RpcUnavailable(not_rpc) from None
+    size, major, minor, patch = struct.unpack_from("<QBBB", answer)
+    if size != 4 + CONN_CAPS_SIZE:
+        raise RpcUnavailable(not_rpc)
+    if major != PROTOCOL_MAJOR or minor > PROTOCOL_MINOR:
+        raise RpcUnavailable(f"the RPC server at {endpoint} speaks protocol {major}.{minor}.{patch} and this "
+                             f"build speaks {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: run the same llama.cpp version on "
+                             "both sides (the same ollama-spec install, or a matching llama.cpp rpc-server)")
+    return major, minor, patch
+
+
+def _receive(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            return data.ljust(n, b"\0")  # closed early: the size check above says so
+        data += chunk
+    return data
+
+
+_registered: dict[Endpoint, tuple[int, ...]] = {}  # endpoint -> its device handles, for this process
+
+
+def connect(endpoints: tuple[Endpoint, ...]) -> tuple[BackendDevice, ...]:
+    """Probe and register each server (once per process); their devices, with memory as they report it."""
+    lib = ggml()
+    for endpoint in endpoints:
+        if endpoint in _registered:
+            continue
+        probe(endpoint)
+        add_server = _proc(lib, "ggml_backend_rpc_add_server", ctypes.c_void_p, ctypes.c_char_p)
+        reg = add_server(str(endpoint).encode())
+        if not reg:
+            raise RpcUnavailable(f"the RPC server at {endpoint} offers no devices")
+        lib.ggml_backend_register(reg)
+        _registered[endpoint] = tuple(lib.ggml_backend_reg_dev_get(reg, i) for i in range(lib.ggml_backend_reg_dev_count(reg)))
+    return tuple(describe_device(lib, dev) for dev in device_handles(endpoints))
+
+
+def device_handles(endpoints: tuple[Endpoint, ...]) -> tuple[int, ...]:
+    """The registered devices of these servers, in order."""
+    return tuple(dev for endpoint in endpoints for dev in _registered[endpoint])
+
+
+def remote_devices(servers: tuple[str, ...]) -> tuple[Device, ...]:
+    """These servers' devices (connecting to them) as the memory plan sees them."""
+    if not servers:
+        return ()
+    return tuple(rpc_device(d.name, d.description, d.total, d.free)
+                 for d in connect(parse_endpoints(",".join(servers))))
+
+
+def any_registered() -> bool:
+    return bool(_registered)
+
+
+def local_offload_devices() -> tuple[int, ...]:
+    """This machine's GPUs as llama.cpp picks them by default (discrete ones, else integrated), without
+    the RPC servers': where the draft goes once servers are registered."""
+    lib = ggml()
+    handles = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
+    devices = [(dev, describe_device(lib, dev)) for dev in handles]
+    gpus = [dev for dev, d in devices if d.type == "gpu" and not d.is_remote]
+    return tuple(gpus or [dev for dev, d in devices if d.type == "igpu"])
+
+
+def serve(endpoint: Endpoint, device_names: tuple[str, ...], threads: int, cache_dir: str | None) -> None:
+    """Run llama.cpp's RPC server on this process's devices until the process is stopped."""
+    lib = ggml()
+    devices = [_device(lib, name) for name in device_names] if device_names else default_server_devices()
+    start = _proc(lib, "ggml_backend_rpc_start_server", None, ctypes.c_char_p, ctypes.c_char_p,
+                  ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))
+    array = (ctypes.c_void_p * len(devices))(*devices)
+    start(str(endpoint).encode(), cache_dir.encode() if cache_dir else None, threads, len(devices), array)
+    # llama.cpp returns only when it could not listen (it has printed why)
+    raise RpcUnavailable(f"the RPC server could not listen on {endpoint} (in use, or not an address of this machine?)")
+
+
+def default_server_devices() -> list[int]:
+    """rpc-server's default: every GPU of this machine, else the CPU."""
+    lib = ggml()
+    handles = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
+    gpus = [dev for dev in handles if describe_device(lib, dev).type in ("gpu", "igpu")]
+    return gpus or [dev for dev in handles if describe_device(lib, dev).type == "cpu"][:1]
+
+
+def _device(lib: ctypes.CDLL, name: str) -> int:
+    dev = lib.ggml_backend_dev_by_name(name.encode())
+    if not dev:
+        names = ", ".join(describe_device(lib, lib.ggml_backend_dev_get(i)).name
+                          for i in range(lib.ggml_backend_dev_count()))
+        raise InvalidSetting(f"--device {name}: no such device here (devices: {names})")
+    return dev
+
+
+def _proc(lib: ctypes.CDLL, name: str, result, *args):
+    """A function of the RPC backend, found through ggml's registry as llama.cpp's own tools do."""
+    reg = lib.ggml_backend_reg_by_name(b"RPC")
+    address = lib.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg else None
+    if not address:
+        raise RpcUnavailable("this llama-cpp-python was built without llama.cpp's RPC backend: rebuild it with "
+                             "`make install` (in the ollama-spec checkout), or "
+                             "CMAKE_ARGS=\"-DGGML_RPC=ON\" pip install --force-reinstall --no-cache-dir llama-cpp-python")
+    return ctypes.CFUNCTYPE(result, *args)(address)
