@@ -284,7 +284,7 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
     ]
     features = (cpu_features() if features is None else features) if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
-        flash_attention = kv_type != "f16" or any(d.is_gpu for d in devices)
+        flash_attention = kv_type != "f16" or any(d.is_gpu and not d.is_remote for d in devices)
     plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features, flash_attention, tensor_split)
     plan = replace(plan, repack=repack, flash_attention=flash_attention)
     done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)

@@ -56,5 +56,5 @@ def test_doctor_lists_backends_store_daemon_and_problems_with_fixes(invoke, monk
                         "  - GPU 0: RTX 4090 has 3.0 GiB free of 24.0 GiB; Ollama holds llama3.1:8b (5.5 GiB)\n"
                         "    fix: ollama stop llama3.1:8b\n")
     assert [p["fix"] for p in data["problems"]] == [diagnosis.rebuild_command("cuda"), "ollama stop llama3.1:8b"]
-    assert data["backends"]["backends"] == ["CPU"] and data["ollama_daemon"]["reachable"] is True
+    assert data["backends"]["backends"] == ["CPU", "RPC"] and data["ollama_daemon"]["reachable"] is True
     assert data["store"] == str(tiny_store) and data["gpus_present"][0]["name"] == "GPU 0: RTX 4090"

@@ -1,0 +1,81 @@
+"""The memory plan across several devices: RPC servers' devices, two GPUs, --tensor-split."""
+
+from __future__ import annotations
+
+import pytest
+
+from ollama_spec.devices import GIB, nvidia_gpu, rpc_device, system_ram
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.memory import DOES_NOT_FIT, FULL_OFFLOAD, PARTIAL_OFFLOAD, plan_memory
+from ollama_spec.placement import Placement, parse_tensor_split
+
+from .test_memory import llama_pair  # noqa: F401  (the header-only 70B + 1B fixture)
+
+
+def remote(gib: float, endpoint: str = "192.168.1.20:50052"):
+    return rpc_device("RPC0", endpoint, int(gib * GIB), int(gib * GIB))
+
+
+def plan(target, draft, devices, **kwargs):
+    return plan_memory(target, draft, 8192, "f16", devices=devices, features=frozenset(), **kwargs)
+
+
+def test_two_24_gib_machines_hold_the_70b_that_one_cannot(llama_pair):
+    target, draft = llama_pair
+    one = plan(target, draft, [nvidia_gpu(24), system_ram(64)])
+    assert one.verdict == PARTIAL_OFFLOAD
+    two = plan(target, draft, [nvidia_gpu(24), system_ram(64)], remote=[remote(24)])
+    assert two.verdict == FULL_OFFLOAD
+    assert [d.kind for d in two.gpus] == ["rpc", "cuda"]  # llama.cpp's order: RPC servers first
+    # the draft is on the local GPU, so the local GPU gets the smaller share of the target
+    rpc_bytes, local_bytes = two.device_bytes
+    assert two.tensor_split[0] > two.tensor_split[1]
+    assert all(need <= d.usable for need, d in zip(two.device_bytes, two.gpus))
+    assert abs((rpc_bytes + local_bytes) - two.gpu_bytes) < 16 << 20  # the per-device split adds up
+
+
+def test_without_a_local_gpu_the_draft_is_counted_in_ram_not_on_the_server(llama_pair):
+    target, draft = llama_pair
+    with_draft = plan(target, draft, [system_ram(64)], remote=[remote(48)])
+    alone = plan(target, None, [system_ram(64)], remote=[remote(48)])
+    assert with_draft.verdict == FULL_OFFLOAD
+    assert with_draft.device_bytes == alone.device_bytes  # nothing of the draft on the server
+    assert with_draft.host_bytes - alone.host_bytes == with_draft.draft.cpu_total
+    assert "RPC servers" in with_draft.summary
+
+
+def test_a_tensor_split_that_overfills_one_device_is_refused_with_the_split_that_fits(llama_pair):
+    target, draft = llama_pair
+    devices = [nvidia_gpu(24), nvidia_gpu(24), system_ram(8)]
+    even = plan(target, draft, devices)
+    assert even.verdict == FULL_OFFLOAD
+    lopsided = plan(target, draft, devices, tensor_split=(9, 1))
+    assert lopsided.verdict in (PARTIAL_OFFLOAD, DOES_NOT_FIT)
+    assert any(s.startswith("--tensor-split ") and "fits with full offload" in s for s in lopsided.suggestions)
+
+
+def test_one_device_plans_as_before(llama_pair):
+    target, draft = llama_pair
+    single = plan(target, draft, [nvidia_gpu(80), system_ram(64)])
+    assert single.verdict == FULL_OFFLOAD and single.tensor_split == ()
+    assert single.device_bytes == (single.gpu_bytes,)
+
+
+@pytest.mark.parametrize("text, shares", [("3,1", (3.0, 1.0)), ("0.75,0.25", (0.75, 0.25)), ("1", (1.0,)),
+                                          (None, ())])
+def test_tensor_split_parsing(text, shares):
+    assert parse_tensor_split(text) == shares
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"tensor_split": (0.0, 0.0)}, "positive sum"),
+    ({"tensor_split": (-1.0, 2.0)}, "positive sum"),
+    ({"tensor_split": (1.0,) * 17}, "at most 16"),
+    ({"split_mode": "tensor"}, "--split-mode must be one of none, layer, row"),
+    ({"main_gpu": -1}, "--main-gpu must be a device index"),
+])
+def test_bad_placements_are_refused(kwargs, message):
+    with pytest.raises(InvalidSetting, match=message):
+        Placement(**kwargs)
+    with pytest.raises(InvalidSetting, match="not a list of numbers"):
+        parse_tensor_split("3:1,x")
