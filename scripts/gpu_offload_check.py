@@ -16,7 +16,7 @@ import sys
 from ollama_spec.gguf_info import format_bytes
 from ollama_spec.memory import plan_memory
 from ollama_spec.resolve import resolve_model
-from ollama_spec.runtime import LoadedModel, LoadSettings, clear_log, recent_log
+from ollama_spec.runtime import LoadedModel, LoadSettings, clear_log, gpu_offload_supported, recent_log
 
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 BUFFER = re.compile(r"(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")
@@ -52,7 +52,10 @@ def main() -> int:
         loaded.append(LoadedModel(model.path, LoadSettings(n_ctx=args.ctx, n_gpu_layers=-1)))
         log = "".join(recent_log())
         offload = OFFLOADED.search(log)
-        done, total = (int(offload.group(1)), int(offload.group(2))) if offload else (0, needs.n_layer + 1)
+        # llama.cpp logs "offloaded N/N" whenever its build could offload, which a build with the RPC
+        # backend always can: without a GPU here, nothing was.
+        done, total = ((int(offload.group(1)), int(offload.group(2))) if offload and gpu_offload_supported()
+                       else (0, needs.n_layer + 1))
         buffers: dict[str, float] = {}
         for device, _kind, mib in BUFFER.findall(log):
             buffers[device] = buffers.get(device, 0.0) + float(mib)

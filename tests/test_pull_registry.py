@@ -304,7 +304,7 @@ def test_two_pulls_of_the_same_model_at_once(registry, store, tiny_store):
 
 def test_ctrl_c_keeps_the_partial_and_the_next_pull_resumes(invoke, registry, store, tiny_store):
     digest = model_digest(tiny_store, "tiny-target")
-    registry.behaviour.delay = 0.05
+    registry.behaviour.delay = 0.2  # ~10 s for the blob: room for Ctrl-C on a loaded machine
     partial = store / PARTIAL / f"sha256-{digest[7:]}.partial"
     env = os.environ | {"PYTHONPATH": str(Path(__file__).parents[1])}
     proc = subprocess.Popen(

@@ -169,3 +169,15 @@ def test_rpc_server_refuses_a_busy_port_and_an_unknown_device(invoke):
                                           "with --port")
     result = invoke("rpc-server", "--port", free_port(), "--device", "CUDA7")
     assert result.exit_code == 1 and "--device CUDA7: no such device here (devices: CPU" in result.output
+
+
+def test_bench_rpc_times_the_target_without_the_hop_and_checks_every_row(env, tmp_path):
+    with rpc_server(tmp_path, env) as endpoint:
+        result = ollama_spec("bench", "tiny-target", "-d", "tiny-draft", "-k", "2", "--runs", "1", "--max-tokens", "8",
+                             "--no-warmup", "--no-ngram", "--threads", "1", "--rpc", endpoint, "--out", tmp_path / "b",
+                             env=env)
+    assert result.returncode == 0, result.stderr
+    rows = {row["label"]: row for row in json.loads((tmp_path / "b" / "results.json").read_text())["rows"]}
+    assert set(rows) == {"target alone", "speculative K=2", "target alone, no RPC"}  # no reference rows
+    assert all(row["identical_to_target_alone"] in (True, None) for row in rows.values())
+    assert f"RPC ({endpoint}): the target alone " in result.stdout and "on this machine only" in result.stdout

@@ -15,7 +15,7 @@ from .model import efficiency, predicted_speedup_from_step_length
 from .prompts import Prompt
 from .remote import RemoteResult
 from .runner import Costs
-from .samples import AUTO, BASELINE, LLAMA_CPP_DRAFT, NATIVE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row
+from .samples import AUTO, BASELINE, LLAMA_CPP_DRAFT, LOCAL_BASELINE, NATIVE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row
 from .settings import BenchSettings
 
 COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
@@ -103,7 +103,7 @@ def summary_lines(report: BenchReport) -> list[str]:
     overhead = best.overhead_per_step_s
     if overhead is not None:
         lines.append(f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}")
-    lines += _auto_lines(report) + _reference_lines(report) + _ngram_lines(report)
+    lines += _auto_lines(report) + _reference_lines(report) + _ngram_lines(report) + _rpc_lines(report)
     if report.load_average and max(report.load_average) > 0.5:
         lines.append(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
                      f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")
@@ -148,6 +148,19 @@ def _ngram_lines(report: BenchReport) -> list[str]:
         return []
     return [f"n-gram lookup: ours {ours.tokens_per_second:.1f} tok/s, llama-cpp-python's {theirs.label} "
             f"{theirs.tokens_per_second:.1f} tok/s ({ours.tokens_per_second / theirs.tokens_per_second:.2f}x)"]
+
+
+def _rpc_lines(report: BenchReport) -> list[str]:
+    """With --rpc: what the network hop costs the target alone, and what the draft wins back."""
+    local = next((r for r in report.rows if r.kind == LOCAL_BASELINE), None)
+    if local is None or not local.tokens_per_second or not report.baseline.tokens_per_second:
+        return []
+    remote, best = report.baseline.tokens_per_second, report.best.tokens_per_second
+    hop_ms = (1 / remote - 1 / local.tokens_per_second) * 1000
+    servers = ", ".join(report.settings.placement.rpc_servers)
+    return [f"RPC ({servers}): the target alone {remote:.1f} tok/s over the servers vs {local.tokens_per_second:.1f} on "
+            f"this machine only ({hop_ms:+.2f} ms per token); speculative K={report.best.k} over the servers "
+            f"{best:.1f} tok/s ({best / local.tokens_per_second:.2f}x the target on this machine)"]
 
 
 def format_report(report: BenchReport) -> str:

@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 
 from ..calibration import measure_step_costs
 from ..engine import Engine, EngineSettings, Request, Result
+from ..placement import Placement
 from ..resolve import ResolvedModel
 from ..sampling import SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .model import predicted_speedup
 from .prompts import Prompt
-from .samples import AUTO, BASELINE, NGRAM, SPECULATIVE, PeakMemory, Row, Sample
+from .samples import AUTO, BASELINE, LOCAL_BASELINE, NGRAM, SPECULATIVE, PeakMemory, Row, Sample
 from .settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 
 Progress = Callable[[str], None]
@@ -64,11 +65,7 @@ def sampling_for(settings: BenchSettings) -> SamplingSettings:
 def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequence[Prompt], settings: BenchSettings,
                     progress: Progress = lambda label: None) -> EngineRun:
     """Warm up, calibrate step costs, then time target alone and each K over runs x prompts."""
-    engine_settings = EngineSettings(n_ctx=settings.context, n_threads=settings.n_threads,
-                                     flash_attention=settings.flash_attention,
-                                     memory_check=settings.memory_check, repack=settings.repack,
-                                     placement=settings.placement)
-    with Engine(target, draft, engine_settings) as engine, PeakMemory() as memory:
+    with Engine(target, draft, _engine_settings(settings)) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
         if settings.auto:
             rows.append(Row("speculative K=auto", AUTO))
@@ -107,6 +104,35 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
     return EngineRun(rows, costs, prompt_tokens, margins, prompt_texts)
 
 
+def run_local_baseline(target: ResolvedModel, prompts: Sequence[Prompt], settings: BenchSettings,
+                       progress: Progress = lambda label: None) -> Row:
+    """The target alone on this machine only: beside rows whose target is spread over RPC servers,
+    what the network hop costs (its own engine, so after the others, not interleaved with them)."""
+    row = Row("target alone, no RPC", LOCAL_BASELINE)
+    with Engine(target, None, _engine_settings(settings, Placement())) as engine, PeakMemory() as memory:
+        if settings.warmup:
+            _generate(engine, _request(prompts[0], settings, min(WARMUP_TOKENS, settings.max_tokens), row), row)
+            progress(f"warm-up {row.label}")
+        memory.take()
+        for run in range(settings.runs):
+            for prompt in prompts:
+                row.samples.append(_sample(*_generate(engine, _request(prompt, settings, settings.max_tokens, row), row),
+                                           prompt.name, run))
+                row.peak_rss = max(row.peak_rss, memory.take())
+                progress(f"{row.label} · {prompt.name}")
+    return row
+
+
+def local_baseline_units(settings: BenchSettings, n_prompts: int) -> int:
+    return (1 if settings.warmup else 0) + settings.runs * n_prompts
+
+
+def _engine_settings(settings: BenchSettings, placement: Placement | None = None) -> EngineSettings:
+    return EngineSettings(n_ctx=settings.context, n_threads=settings.n_threads, flash_attention=settings.flash_attention,
+                          memory_check=settings.memory_check, repack=settings.repack,
+                          placement=settings.placement if placement is None else placement)
+
+
 def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) -> Costs:
     """Median time of one target step, one draft step and one verify batch of K+1 for each K.
 
@@ -132,7 +158,7 @@ def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float
     engine.clear_cache()  # every row reads its prompt: rows share one engine and the same prompts
     models = [m for m in (engine.target, engine.draft) if m is not None]
     busy = sum(m.busy_seconds for m in models)
-    generation = engine.generate(request, use_draft=row.kind != BASELINE)
+    generation = engine.generate(request, use_draft=row.kind not in (BASELINE, LOCAL_BASELINE))
     for _ in generation:
         pass
     return generation.result, sum(m.busy_seconds for m in models) - busy

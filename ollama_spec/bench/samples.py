@@ -12,6 +12,7 @@ from ..engine import NEAR_TIE_LOGITS
 from ..k_policy import estimate_alpha
 
 BASELINE = "baseline"
+LOCAL_BASELINE = "baseline without RPC"  # beside --rpc rows: the target on this machine only
 SPECULATIVE = "speculative"
 AUTO = "speculative, K chosen each step"
 NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
@@ -54,6 +55,11 @@ class Row:
     predicted_speedup: float | None = None
     mismatches: list[str] = field(default_factory=list)
     near_ties: list[str] = field(default_factory=list)  # differences explained by rounding, see NEAR_TIE_LOGITS
+
+    @property
+    def is_baseline(self) -> bool:
+        """The target alone (no drafting), on its own or, beside --rpc rows, on this machine only."""
+        return self.kind in (BASELINE, LOCAL_BASELINE)
 
     def run_rates(self) -> list[float]:
         """tok/s of each run over all its prompts: generated tokens after the first / decode time."""
@@ -105,12 +111,12 @@ class Row:
     @property
     def tokens_per_step(self) -> float | None:
         """Accepted drafts plus the target's own token, per target pass."""
-        return (self.accepted + self.steps) / self.steps if self.steps and self.kind != BASELINE else None
+        return (self.accepted + self.steps) / self.steps if self.steps and not self.is_baseline else None
 
     @property
     def overhead_per_step_s(self) -> float | None:
         """Time per target pass spent outside llama.cpp: the loop's own cost."""
-        steps = sum(s.steps for s in self.samples) if self.kind != BASELINE else sum(len(s.tokens) for s in self.samples)
+        steps = sum(s.steps for s in self.samples) if not self.is_baseline else sum(len(s.tokens) for s in self.samples)
         outside = sum(s.total_s - s.llama_s for s in self.samples)
         return outside / steps if steps and any(s.llama_s for s in self.samples) else None
 
@@ -118,12 +124,12 @@ class Row:
     def draft_share(self) -> float | None:
         """Fractions of generation time spent drafting and verifying."""
         total = sum(s.total_s for s in self.samples)
-        return sum(s.draft_s for s in self.samples) / total if total and self.kind != BASELINE else None
+        return sum(s.draft_s for s in self.samples) / total if total and not self.is_baseline else None
 
     @property
     def verify_share(self) -> float | None:
         total = sum(s.total_s for s in self.samples)
-        return sum(s.verify_s for s in self.samples) / total if total and self.kind != BASELINE else None
+        return sum(s.verify_s for s in self.samples) / total if total and not self.is_baseline else None
 
 
 class PeakMemory:

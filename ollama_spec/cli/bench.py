@@ -82,6 +82,7 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
       ollama-spec bench llama3.1:70b -d llama3.2:1b -k 2,4,6 --max-tokens 128 --out bench-results
       ollama-spec bench llama3.1:8b --url http://localhost:8080/v1 --runs 5
       ollama-spec bench -f llama3.1-70b --max-tokens 128   # the preset's target and draft
+      ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
     """
     set_verbose(verbose)
     prompts = load_prompts(prompts_file) if prompts_file else BUILTIN_PROMPTS
@@ -101,6 +102,8 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
     if draft_model is None:
         raise InvalidSetting("bench needs a draft model; the n-gram lookup row is always measured (--ngram)")
     draft = draft_model.name if draft.lower() == AUTO else draft
+    if native and settings.placement.rpc_servers:
+        raise InvalidSetting("--native times llama.cpp's own binary on this machine: run it without --rpc")
     if native:
         from ..bench.native import check_native
 
@@ -131,11 +134,15 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
              native: str | None = None):
     from ..bench.reference import run_reference_rows
     from ..bench.report import BenchReport, best_speculative
-    from ..bench.runner import planned_units, run_engine_rows
+    from ..bench.runner import local_baseline_units, planned_units, run_engine_rows, run_local_baseline
     from ..bench.samples import NATIVE, compare_tokens
 
     load_start = _load_average()
-    units = planned_units(settings, len(prompts)) + (settings.runs * len(prompts) if native else 0)
+    # With --rpc the references are replaced by the target alone on this machine: llama-cpp-python's
+    # own path cannot keep its draft off the RPC servers, and the row that matters is the hop's cost.
+    rpc = bool(settings.placement.rpc_servers)
+    units = (planned_units(settings, len(prompts), with_reference=not rpc)
+             + (settings.runs * len(prompts) if native else 0) + (local_baseline_units(settings, len(prompts)) if rpc else 0))
     with click.progressbar(length=units, label="benchmarking", file=sys.stderr,
                            show_pos=True, hidden=not sys.stderr.isatty(), item_show_func=lambda label: label) as bar:
         def advance(label: str) -> None:
@@ -143,8 +150,11 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
 
         engine_run = run_engine_rows(target_model, draft_model, prompts, settings, advance)
         best = best_speculative(engine_run.rows)
-        rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
-                                                    engine_run.prompt_tokens, settings, advance)
+        if rpc:
+            rows = engine_run.rows + [run_local_baseline(target_model, prompts, settings, advance)]
+        else:
+            rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
+                                                        engine_run.prompt_tokens, settings, advance)
         if native:
             from ..bench.native import run_native_row
 
