@@ -117,7 +117,7 @@ class Engine:
                                repack=self.repack.enabled,
                                flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
                                tensor_split=self.placement.tensor_split,
-                               remote=remote_devices(self.placement.rpc_servers))
+                               remote=remote_devices(self.placement.rpc_servers), main_device=self.placement.main_device)
             ensure_fits(plan)
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits

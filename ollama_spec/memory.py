@@ -258,7 +258,8 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
 def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str = "f16",
                 devices: Sequence[Device] | None = None, *, repack: bool = True,
                 features: frozenset[str] | None = None, flash_attention: bool | None = None,
-                tensor_split: tuple[float, ...] = (), remote: Sequence[Device] = ()) -> MemoryPlan:
+                tensor_split: tuple[float, ...] = (), remote: Sequence[Device] = (),
+                main_device: int | None = None) -> MemoryPlan:
     """Plan where the target (and draft) go; `devices` defaults to this machine's (GPUs, then RAM).
 
     `repack`: whether the models load with llama.cpp's extra CPU buffers (canary.decide_repack);
@@ -267,7 +268,8 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
     None plans what "auto" does: on with a GPU, off where only the CPU runs the models.
     `tensor_split`: each offload device's share of the target (--tensor-split); () splits by the
     memory left once the draft is on this machine's GPUs, and the plan says that split.
-    `remote`: RPC servers' devices (devices.rpc_device), before this machine's.
+    `remote`: RPC servers' devices (devices.rpc_device), before this machine's. `main_device`: with
+    --split-mode none, the index of the one offload device that holds the target.
     """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
@@ -275,6 +277,12 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
     if devices is None:
         devices, notes = discover_devices()
     devices = (*remote, *devices)  # llama.cpp's order: RPC servers' devices first
+    if main_device is not None:  # --split-mode none: the target on that one device
+        offload = [d for d in devices if d.is_gpu]
+        if offload and not 0 <= main_device < len(offload):
+            raise InvalidSetting(f"--main-gpu {main_device}: there are {len(offload)} devices to offload to "
+                                 f"({', '.join(d.name for d in offload)}), numbered from 0")
+        devices = tuple(d for d in devices if not d.is_gpu or d is offload[main_device])
     if not devices:
         raise InvalidSetting("no devices to plan for: give at least one GPU or the CPU RAM")
     warnings = [

@@ -37,6 +37,11 @@ class Placement:
                 raise InvalidSetting("--tensor-split needs shares of 0 or more with a positive sum, e.g. 3,1")
 
     @property
+    def main_device(self) -> int | None:
+        """The one offload device the memory plan counts with --split-mode none, else None (all)."""
+        return self.main_gpu if self.split_mode == "none" else None
+
+    @property
     def is_default(self) -> bool:
         return self == Placement()
 

@@ -79,3 +79,15 @@ def test_bad_placements_are_refused(kwargs, message):
         Placement(**kwargs)
     with pytest.raises(InvalidSetting, match="not a list of numbers"):
         parse_tensor_split("3:1,x")
+
+
+def test_split_mode_none_plans_the_target_on_the_main_device_alone(llama_pair):
+    target, draft = llama_pair
+    devices = [nvidia_gpu(24, "GPU 0"), nvidia_gpu(48, "GPU 1"), system_ram(64)]
+    on_first = plan(target, draft, devices, main_device=0)
+    on_second = plan(target, draft, devices, main_device=1)
+    assert [d.name for d in on_first.gpus] == ["GPU 0"] and on_first.verdict == PARTIAL_OFFLOAD
+    assert [d.name for d in on_second.gpus] == ["GPU 1"] and on_second.verdict == FULL_OFFLOAD
+    with pytest.raises(InvalidSetting, match=r"--main-gpu 2: there are 2 devices to offload to \(GPU 0, GPU 1\)"):
+        plan(target, draft, devices, main_device=2)
+    assert Placement(split_mode="none", main_gpu=1).main_device == 1 and Placement(main_gpu=1).main_device is None

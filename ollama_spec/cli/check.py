@@ -76,7 +76,8 @@ def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str,
     placement = current_placement()
     plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type,
                        repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on",
-                       tensor_split=placement.tensor_split, remote=remote_devices(placement.rpc_servers))
+                       tensor_split=placement.tensor_split, remote=remote_devices(placement.rpc_servers),
+                       main_device=placement.main_device)
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     # A GPU short of memory is often Ollama's own doing: it keeps models loaded after use.
