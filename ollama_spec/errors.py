@@ -82,3 +82,11 @@ class InsufficientDisk(OllamaSpecError):
 
 class UnusableModel(OllamaSpecError):
     """A model that cannot serve as a target or a draft (no architecture, vocabulary or layers)."""
+
+
+class NoHfRepo(OllamaSpecError):
+    """No Hugging Face repository of original weights is known for an Ollama name (`ollama-spec vllm`)."""
+
+
+class VllmUnavailable(OllamaSpecError):
+    """vLLM is not installed, or too old for speculative decoding with a draft model."""

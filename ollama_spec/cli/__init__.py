@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (each module registers its commands on `cli`)
     inspect,
     pull,
     serve,
+    vllm,
 )
 from .main import cli
 
