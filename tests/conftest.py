@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,14 @@ def padded_engine(tiny_store, tmp_path_factory):
     name = build_padded_target(root)
     with Engine(resolve_model(name, str(root)), resolve_model("tiny-draft", str(root)), engine_settings()) as engine:
         yield engine
+
+
+@pytest.fixture
+def no_vllm(monkeypatch, tmp_path):
+    """A PATH without vLLM, a Python without vllm beside it, and no importable vllm module."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python-without-vllm" / "python"))
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)
+    return empty

@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (each module registers its commands on `cli`)
     pull,
     rpc_server,
     serve,
+    vllm,
 )
 from .main import cli
 
