@@ -86,6 +86,8 @@ class UnusableModel(OllamaSpecError):
 
 class RpcUnavailable(OllamaSpecError):
     """An RPC server cannot be reached or used, or this build has no RPC backend."""
+
+
 class NoHfRepo(OllamaSpecError):
     """No Hugging Face repository of original weights is known for an Ollama name (`ollama-spec vllm`)."""
 

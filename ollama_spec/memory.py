@@ -162,6 +162,10 @@ class MemoryPlan:
         return "GPUs and RPC servers" if self.local_gpus else "RPC servers"
 
     @property
+    def offload_memory(self) -> str:
+        return "GPU memory" if not self.remote_devices else f"memory on the {self.offload_word}"
+
+    @property
     def host(self) -> Device | None:
         return next((d for d in self.devices if d.kind == "cpu"), None)
 
@@ -172,7 +176,7 @@ class MemoryPlan:
         ram_free = format_bytes(self.host.usable) if self.host else "unknown"
         need = format_bytes(self.gpu_bytes)
         if self.verdict == FULL_OFFLOAD:
-            return f"fits with full offload: {need} of {gpu_free} usable {self.offload_word} memory"
+            return f"fits with full offload: {need} of {gpu_free} usable {self.offload_memory}"
         if self.verdict == PARTIAL_OFFLOAD:
             draft = "; the draft stays fully on the GPU" if self.draft and self.local_gpus else ""
             return (f"fits only with {self.gpu_layers} of {self.target_layer_count} target layers on the "
@@ -185,7 +189,7 @@ class MemoryPlan:
             return f"does not fit: needs {format_bytes(self.host_bytes)} of RAM, {ram_free} available"
         pair = "target and draft need" if self.draft else "the target needs"
         ram = f" and no layer split fits in {ram_free} of RAM" if self.host else " and no layer split fits"
-        return f"does not fit: {pair} {need} of {self.offload_word} memory with full offload, {gpu_free} usable,{ram}"
+        return f"does not fit: {pair} {need} of {self.offload_memory} with full offload, {gpu_free} usable,{ram}"
 
     def to_json(self) -> dict:
         """A JSON-ready dict (bytes as integers)."""

@@ -91,3 +91,17 @@ def test_split_mode_none_plans_the_target_on_the_main_device_alone(llama_pair):
     with pytest.raises(InvalidSetting, match=r"--main-gpu 2: there are 2 devices to offload to \(GPU 0, GPU 1\)"):
         plan(target, draft, devices, main_device=2)
     assert Placement(split_mode="none", main_gpu=1).main_device == 1 and Placement(main_gpu=1).main_device is None
+
+
+def test_readme_rpc_plan_is_what_check_prints(llama_pair):
+    from pathlib import Path
+
+    from ollama_spec.cli.check import render_plan
+    from ollama_spec.devices import CUDA_RESERVE
+
+    target, draft = llama_pair
+    server = rpc_device("RPC0", "192.168.1.20:50052", 24 * GIB, 24 * GIB - CUDA_RESERVE)
+    rpc_plan = plan(target, draft, [nvidia_gpu(24, "GPU 0: RTX 4090"), system_ram(64)], remote=[server])
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for line in render_plan(rpc_plan, [("llama3.1:70b", target), ("llama3.2:1b", draft)])[-6:]:
+        assert line in readme, f"README's RPC plan is out of date: {line!r}"

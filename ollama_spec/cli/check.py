@@ -106,7 +106,8 @@ def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[s
         lines.append(f"{role:<7} {name}  ({info.parameter_label} {info.file_type}, {layers}, "
                      f"trained context {info.context_length or '?'})")
         # the draft never goes to an RPC server: without a GPU here it runs in this machine's RAM
-        lines += _model_lines(plan, needs, offloaded=bool(plan.local_gpus if role == "draft" else plan.gpus))
+        where = ("GPU" if plan.local_gpus else None) if role == "draft" else (plan.offload_word if plan.gpus else None)
+        lines += _model_lines(plan, needs, where)
     if plan.draft is not None and plan.remote_devices:
         where = "on this machine's GPUs" if plan.local_gpus else "in this machine's RAM"
         lines.append(f"the target's layers go to the RPC servers{' and the GPUs' if plan.local_gpus else ''}; "
@@ -139,8 +140,9 @@ def _cache_line(plan: MemoryPlan, needs: ModelNeeds) -> str:
     return f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type}{state})"
 
 
-def _model_lines(plan: MemoryPlan, needs: ModelNeeds, offloaded: bool) -> list[str]:
-    if not offloaded:
+def _model_lines(plan: MemoryPlan, needs: ModelNeeds, where: str | None) -> list[str]:
+    """One model's needs; `where` it is offloaded to ("GPU", "RPC servers"), None: all in RAM."""
+    if where is None:
         why = "(llama.cpp's copy for this CPU's kernels; --no-repack skips it)"
         repacked = [f"  repacked {format_bytes(needs.repacked):>12}  {why}"]
         return [f"  weights  {format_bytes(needs.file_weights):>12}",
@@ -152,4 +154,4 @@ def _model_lines(plan: MemoryPlan, needs: ModelNeeds, offloaded: bool) -> list[s
     return [f"  weights  {format_bytes(needs.weights):>12}  {embeddings}",
             _cache_line(plan, needs),
             f"  compute  {format_bytes(needs.compute):>12}",
-            f"  total    {format_bytes(needs.gpu_total):>12}  on the {plan.offload_word} with full offload"]
+            f"  total    {format_bytes(needs.gpu_total):>12}  on the {where} with full offload"]
