@@ -139,11 +139,15 @@ def any_registered() -> bool:
 def local_offload_devices() -> tuple[int, ...]:
     """This machine's GPUs as llama.cpp picks them by default (discrete ones, else integrated), without
     the RPC servers': where the draft goes once servers are registered."""
+    devices = _devices()
+    gpus = [dev for dev, d in devices if d.type == "gpu" and not d.is_remote]
+    return tuple(gpus or [dev for dev, d in devices if d.type == "igpu" and not d.is_remote])
+
+
+def _devices() -> list[tuple[int, BackendDevice]]:
     lib = ggml()
     handles = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
-    devices = [(dev, describe_device(lib, dev)) for dev in handles]
-    gpus = [dev for dev, d in devices if d.type == "gpu" and not d.is_remote]
-    return tuple(gpus or [dev for dev, d in devices if d.type == "igpu"])
+    return [(dev, describe_device(lib, dev)) for dev in handles]
 
 
 def serve(endpoint: Endpoint, device_names: tuple[str, ...], threads: int, cache_dir: str | None) -> None:
@@ -160,17 +164,15 @@ def serve(endpoint: Endpoint, device_names: tuple[str, ...], threads: int, cache
 
 def default_server_devices() -> list[int]:
     """rpc-server's default: every GPU of this machine, else the CPU."""
-    lib = ggml()
-    handles = [lib.ggml_backend_dev_get(i) for i in range(lib.ggml_backend_dev_count())]
-    gpus = [dev for dev in handles if describe_device(lib, dev).type in ("gpu", "igpu")]
-    return gpus or [dev for dev in handles if describe_device(lib, dev).type == "cpu"][:1]
+    devices = _devices()
+    gpus = [dev for dev, d in devices if d.type in ("gpu", "igpu")]
+    return gpus or [dev for dev, d in devices if d.type == "cpu"][:1]
 
 
 def _device(lib: ctypes.CDLL, name: str) -> int:
     dev = lib.ggml_backend_dev_by_name(name.encode())
     if not dev:
-        names = ", ".join(describe_device(lib, lib.ggml_backend_dev_get(i)).name
-                          for i in range(lib.ggml_backend_dev_count()))
+        names = ", ".join(d.name for _, d in _devices())
         raise InvalidSetting(f"--device {name}: no such device here (devices: {names})")
     return dev
 
