@@ -16,12 +16,12 @@ from .errors import InvalidSetting
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
 from .memory import ensure_fits, plan_memory
 from .placement import Placement
-from .proposers import DraftModelProposer, NgramProposer, Proposer
+from .proposers import DraftModelProposer, NgramProposer, Proposer, keep_common_prefix
 from .resolve import ResolvedModel
 from .rpc import remote_devices
 from .runtime import LoadedModel, LoadSettings, choose_flash_attention
 from .sampling import SamplingSettings
-from .speculative import SpeculationSettings, SpeculationStats, generate_tokens
+from .speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings, SpeculationStats, generate_tokens
 from .text_stream import TextStream
 from .usable import require_usable
 
@@ -249,6 +249,33 @@ class Engine:
             top2 = np.sort(target.eval(inputs[start : start + chunk], logits="all"), axis=1)[:, -2:]
             margins += (top2[:, 1] - top2[:, 0]).tolist()
         return margins
+
+    def chosen_in_a_batch(self, prompt: list[int], tokens: list[int], at: int, token: int,
+                          max_batch: int = DEFAULT_MAX_SPECULATIVE_TOKENS + 1) -> int | None:
+        """The size of a batch in which the target itself picks `token` for `tokens[at]`, or None.
+
+        llama.cpp's kernels for one token and for a batch round differently (tiled matrix products,
+        quantized blocks), by up to tenths of a logit after many layers. When a greedy speculative
+        output parts from the target alone's, this tells that rounding, which the verify batch
+        makes, from a verification error: it evaluates the position in every batch of 2..max_batch
+        tokens and every place in it, as verify batches hold it.
+        """
+        target, seq = self.target, [*prompt, *tokens]
+        position = len(prompt) - 1 + at  # the input whose logits choose tokens[at]
+        keep_common_prefix(target, seq)
+        for size in range(2, max_batch + 1):
+            for row in range(size):
+                start = position - row
+                if start < 0 or start + size > len(seq):
+                    continue
+                target.truncate(min(target.n_past, start))
+                if target.n_past < start:
+                    target.eval(seq[target.n_past : start])
+                chosen = int(np.argmax(target.eval(seq[start : start + size], logits="all")[row]))
+                target.truncate(start)
+                if chosen == token:
+                    return size
+        return None
 
     def generate(self, request: Request, *, use_draft: bool = True) -> Generation:
         """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""

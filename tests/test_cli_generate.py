@@ -153,6 +153,9 @@ def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
     assert tie.splitlines()[-1].startswith("outputs part at token 2, where the target's two best logits are 0.0050 apart")
     real = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.5, 1.0])
     assert real.splitlines()[-1] == "WARNING: outputs differ from token 2 on"
+    rounded = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.5, 1.0], batch_size=3)
+    assert rounded.splitlines()[-1].startswith("outputs part at token 2, where the target itself picks the "
+                                               "speculative token in a batch of 3 (logit margin 0.500)")
     same = format_comparison(base, base, greedy=True)
     assert same.splitlines()[-1] == "outputs are token-identical"
 

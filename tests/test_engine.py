@@ -127,6 +127,24 @@ def test_greedy_margins_match_the_target_alone(baseline_engine):
     assert margins[0] == pytest.approx(top2[1] - top2[0], abs=1e-3)
 
 
+def test_chosen_in_a_batch_finds_the_targets_own_choice_and_nothing_else(baseline_engine):
+    import numpy as np
+
+    request = Request("The quick brown fox", max_tokens=12, sampling=GREEDY, ignore_eos=True)
+    generation = baseline_engine.generate(request)
+    "".join(generation)
+    prompt, tokens = baseline_engine.prompt_tokens(request), generation.result.tokens
+    at = 6
+    # the target's own token is its choice in a batch too (margins here are far above rounding)
+    assert baseline_engine.chosen_in_a_batch(prompt, tokens, at, tokens[at], max_batch=4) == 2
+    # a token it ranks low is its choice in no batch shape: a verification error would look like this
+    target = baseline_engine.target
+    target.truncate(0)
+    logits = target.eval([*prompt, *tokens[:at]])[-1]
+    worst = int(np.argmin(logits))
+    assert baseline_engine.chosen_in_a_batch(prompt, tokens, at, worst, max_batch=4) is None
+
+
 def test_stop_strings_match_special_tokens_which_are_never_shown(baseline_engine, spec_engine):
     """Greedy, "Once upon a time" makes the tiny target write `<|end_header_id|>` as its 12th token:
     Ollama's Llama 3 params stop there; without that stop the token's text stays out of the answer."""

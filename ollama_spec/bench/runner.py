@@ -133,6 +133,31 @@ def _engine_settings(settings: BenchSettings, placement: Placement | None = None
                           placement=settings.placement if placement is None else placement)
 
 
+class BatchChoice:
+    """Engine.chosen_in_a_batch for bench's greedy comparison: the target alone, loaded again only if a
+    difference needs it (the rows' engines are gone by then), each difference tested once."""
+
+    def __init__(self, target: ResolvedModel, settings: BenchSettings, prompt_tokens: dict[str, list[int]],
+                 expected: dict[str, list[int]]):
+        self.target, self.settings, self.prompt_tokens, self.expected = target, settings, prompt_tokens, expected
+        self._engine: Engine | None = None
+        self._seen: dict[tuple[str, int, int], int | None] = {}
+
+    def __call__(self, prompt: str, at: int, token: int) -> int | None:
+        key = (prompt, at, token)
+        if key not in self._seen:
+            if self._engine is None:
+                self._engine = Engine(self.target, None, _engine_settings(self.settings))
+            largest = max((*self.settings.ks, DEFAULT_MAX_SPECULATIVE_TOKENS if self.settings.auto else 0)) + 1
+            self._seen[key] = self._engine.chosen_in_a_batch(self.prompt_tokens[prompt], self.expected[prompt], at,
+                                                             token, max_batch=largest)
+        return self._seen[key]
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+
+
 def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) -> Costs:
     """Median time of one target step, one draft step and one verify batch of K+1 for each K.
 

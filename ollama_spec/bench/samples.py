@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import statistics
 import threading
 from dataclasses import dataclass, field
@@ -167,11 +169,13 @@ class PeakMemory:
         return peak
 
 
-def compare_tokens(row: Row, expected: dict[str, list[int]], margins: dict[str, list[float]] | None = None) -> None:
+def compare_tokens(row: Row, expected: dict[str, list[int]], margins: dict[str, list[float]] | None = None,
+                   batch_choice: Callable[[str, int, int], int | None] | None = None) -> None:
     """Greedy runs: record every sample whose tokens differ from the target alone's.
 
-    With the target's top-1 minus top-2 logit margins, a difference at a near-tie is recorded
-    apart: rounding between batch sizes, not a verification error.
+    A difference that rounding explains is recorded apart, as not a verification error: at a
+    near-tie of the target's top-1 minus top-2 logits, or where `batch_choice(prompt, at, token)`
+    finds a batch size in which the target itself picks the token (Engine.chosen_in_a_batch).
     """
     for sample in row.samples:
         want = expected.get(sample.prompt)
@@ -183,5 +187,10 @@ def compare_tokens(row: Row, expected: dict[str, list[int]], margins: dict[str, 
         margin = (margins or {}).get(sample.prompt, [])[at:at + 1]
         if margin and margin[0] < NEAR_TIE_LOGITS:
             row.near_ties.append(f"{message}, where the target's two best logits are {margin[0]:.4f} apart (near-tie)")
+            continue
+        size = batch_choice(sample.prompt, at, sample.tokens[at]) if batch_choice and at < len(sample.tokens) else None
+        if size is not None:
+            row.near_ties.append(f"{message}, where the target itself picks the same token in a batch of {size} "
+                                 f"(batch rounding{f'; logit margin {margin[0]:.3f}' if margin else ''})")
         else:
             row.mismatches.append(message + (f" (logit margin {margin[0]:.3f})" if margin else ""))

@@ -117,9 +117,10 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
         paths = write_outputs(report, Path(out))
         click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
     if report.near_ties:
-        click.secho(f"\nnote: {len(report.near_ties)} greedy outputs part from the target alone at a floating-point "
-                    f"near-tie (the target's two best logits within {NEAR_TIE_LOGITS}; a batch of K+1 and a single "
-                    "token round differently there):", fg="yellow", err=True)
+        click.secho(f"\nnote: {len(report.near_ties)} greedy outputs part from the target alone where rounding decides "
+                    f"(the target's two best logits within {NEAR_TIE_LOGITS}, or the target itself picks the other "
+                    "token when the position is in a batch: llama.cpp rounds a batch of K+1 and a single token "
+                    "differently):", fg="yellow", err=True)
         for line in report.near_ties:
             click.secho(f"  {line}", fg="yellow", err=True)
     if report.mismatches:
@@ -134,7 +135,7 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
              native: str | None = None):
     from ..bench.reference import run_reference_rows
     from ..bench.report import BenchReport, best_speculative
-    from ..bench.runner import local_baseline_units, planned_units, run_engine_rows, run_local_baseline
+    from ..bench.runner import BatchChoice, local_baseline_units, planned_units, run_engine_rows, run_local_baseline
     from ..bench.samples import NATIVE, compare_tokens
 
     load_start = _load_average()
@@ -168,9 +169,13 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
         for sample in baseline.samples:  # greedy: every run of the target alone must agree too
             if expected.setdefault(sample.prompt, sample.tokens) != sample.tokens:
                 baseline.mismatches.append(f"target alone: prompt '{sample.prompt}' is not deterministic across runs")
-        for row in rows:
-            if row is not baseline and row.kind != NATIVE:  # the native row gives counts, not tokens
-                compare_tokens(row, expected, engine_run.margins)
+        batch_choice = BatchChoice(target_model, settings, engine_run.prompt_tokens, expected)
+        try:
+            for row in rows:
+                if row is not baseline and row.kind != NATIVE:  # the native row gives counts, not tokens
+                    compare_tokens(row, expected, engine_run.margins, batch_choice)
+        finally:
+            batch_choice.close()
         report.mismatches = [m for row in rows for m in row.mismatches]
         report.near_ties = [m for row in rows for m in row.near_ties]
     return report

@@ -143,9 +143,13 @@ def generate(
     with Engine(target_model, draft_model, settings) as engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
         result = _stream(engine.generate(request), quiet=as_json)
-        margins = []
+        margins, batch_size = [], None
         if baseline is not None and request.sampling.greedy and baseline.tokens != result.tokens:
-            margins = engine.greedy_margins(engine.prompt_tokens(request), baseline.tokens)
+            prompt = engine.prompt_tokens(request)
+            margins = engine.greedy_margins(prompt, baseline.tokens)
+            at = next((i for i, (a, b) in enumerate(zip(baseline.tokens, result.tokens)) if a != b), None)
+            if at is not None and margins[at] >= NEAR_TIE_LOGITS:
+                batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, result.tokens[at])
         n_ctx = engine.target.n_ctx
     if as_json:
         data = result_json(target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result)
@@ -157,7 +161,8 @@ def generate(
     click.echo()
     sys.stdout.flush()
     if baseline is not None:
-        click.echo(format_comparison(baseline, result, greedy=request.sampling.greedy, margins=margins), err=True)
+        click.echo(format_comparison(baseline, result, greedy=request.sampling.greedy, margins=margins,
+                                     batch_size=batch_size), err=True)
     if result.finish_reason == "context":
         click.echo(f"stopped: the context ({n_ctx} tokens) is full; raise --ctx for longer output", err=True)
     if stats:
@@ -185,7 +190,11 @@ def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
     return result
 
 
-def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins: list[float] = ()) -> str:
+def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins: list[float] = (),
+                      batch_size: int | None = None) -> str:
+    """Both speeds, the speed-up, and for greedy runs whether the outputs agree; where they part, whether
+    rounding explains it (a near-tie, or `batch_size`: a batch in which the target itself picks the
+    speculative token, see Engine.chosen_in_a_batch)."""
     speedup = result.tokens_per_second / max(baseline.tokens_per_second, 1e-9)
     spec = result.speculation
     lines = [
@@ -202,6 +211,10 @@ def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins
         if margin is not None and margin < NEAR_TIE_LOGITS:
             lines.append(f"outputs part at token {at}, where the target's two best logits are {margin:.4f} apart: "
                          "a floating-point near-tie between batch sizes, not a verification error")
+        elif batch_size is not None:
+            lines.append(f"outputs part at token {at}, where the target itself picks the speculative token in a "
+                         f"batch of {batch_size} (logit margin {margin:.3f}): llama.cpp rounds a batch differently "
+                         "from a single token, not a verification error")
         else:
             lines.append(f"WARNING: outputs differ from token {at} on")
     return "\n".join(lines)
