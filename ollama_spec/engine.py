@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -30,6 +30,15 @@ DEFAULT_MAX_TOKENS = 512
 # Greedy outputs that part where the target's two best logits are closer than this are
 # floating-point near-ties: a batch of K+1 and a single token round differently.
 NEAR_TIE_LOGITS = 0.02
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """Where two token lists first differ (the shorter one's length when one extends the other); None when equal."""
+    if list(a) == list(b):
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 # What the target reads while its step costs are timed: ordinary text (only its length matters).
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly over the hills. "
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..engine import NEAR_TIE_LOGITS
+from ..engine import NEAR_TIE_LOGITS, first_difference
 from ..k_policy import estimate_alpha
 
 BASELINE = "baseline"
@@ -181,7 +181,7 @@ def compare_tokens(row: Row, expected: dict[str, list[int]], margins: dict[str, 
         want = expected.get(sample.prompt)
         if want is None or sample.tokens == want:
             continue
-        at = next((i for i, (a, b) in enumerate(zip(sample.tokens, want)) if a != b), min(len(sample.tokens), len(want)))
+        at = first_difference(sample.tokens, want)
         message = (f"{row.label}: prompt '{sample.prompt}' run {sample.run + 1} differs from the "
                    f"target alone at token {at} of {len(want)}")
         margin = (margins or {}).get(sample.prompt, [])[at:at + 1]

@@ -9,7 +9,7 @@ import click
 
 from ..chat import ChatMessage
 from ..devices import unused_gpu_warning
-from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result
+from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result, first_difference
 from ..resolve import resolve_model
 from ..runtime import set_verbose
 from .main import cli
@@ -147,8 +147,8 @@ def generate(
         if baseline is not None and request.sampling.greedy and baseline.tokens != result.tokens:
             prompt = engine.prompt_tokens(request)
             margins = engine.greedy_margins(prompt, baseline.tokens)
-            at = next((i for i, (a, b) in enumerate(zip(baseline.tokens, result.tokens)) if a != b), None)
-            if at is not None and margins[at] >= NEAR_TIE_LOGITS:
+            at = first_difference(baseline.tokens, result.tokens)
+            if at < min(len(margins), len(result.tokens)) and margins[at] >= NEAR_TIE_LOGITS:
                 batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, result.tokens[at])
         n_ctx = engine.target.n_ctx
     if as_json:
@@ -206,7 +206,7 @@ def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins
     if greedy and baseline.tokens == result.tokens:
         lines.append("outputs are token-identical")
     elif greedy:
-        at = next((i for i, (a, b) in enumerate(zip(baseline.tokens, result.tokens)) if a != b), None)
+        at = first_difference(baseline.tokens, result.tokens)
         margin = margins[at] if at is not None and at < len(margins) else None
         if margin is not None and margin < NEAR_TIE_LOGITS:
             lines.append(f"outputs part at token {at}, where the target's two best logits are {margin:.4f} apart: "
