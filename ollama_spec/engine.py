@@ -136,6 +136,7 @@ class Engine:
         self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers, self.placement)
         self.draft = None
         self._cost_cache = StepCostCache()
+        self._learned_costs: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
         if draft is not None:
             try:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
@@ -170,21 +171,31 @@ class Engine:
         """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
         if not speculation.auto:
             return FixedK(speculation.num_speculative_tokens)
-        costs = self.step_costs(None if speculation.proposer == "ngram" else self.draft,
-                                speculation.max_speculative_tokens)
+        costs = self.step_costs(self._cost_draft(speculation), speculation.max_speculative_tokens)
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
         return AutoK(costs, learn_costs=sampling.greedy or sampling.seed is None)
 
+    def keep_learned_costs(self, speculation: SpeculationSettings, policy: KPolicy | None) -> None:
+        """After a request: the costs an AutoK refined seed the next request's, and the cache on close."""
+        if isinstance(policy, AutoK) and policy.learn_costs:
+            key = self._cost_key(self._cost_draft(speculation))
+            self._learned_costs[key] = _overlay(self._learned_costs.get(key) or self._cost_cache.get(key), policy.costs)
+
     def step_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
-        """Draft step and verify batch costs up to k_max + 1 tokens: cached, else measured now."""
+        """Draft step and verify batch costs up to k_max + 1 tokens: as learned by earlier requests, else
+        cached, else measured now."""
         key = self._cost_key(draft)
-        costs = self._cost_cache.get(key)
+        costs = self._learned_costs.get(key) or self._cost_cache.get(key)
         if costs is None or costs.k_max < k_max:
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
             costs = measure_step_costs(self.target, draft, k_max, context)
             self._cost_cache.put(key, costs)
+            self._learned_costs.pop(key, None)
         return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
+
+    def _cost_draft(self, speculation: SpeculationSettings) -> LoadedModel | None:
+        return None if speculation.proposer == "ngram" else self.draft
 
     def _cost_key(self, draft: LoadedModel | None) -> str:
         # a target spread over RPC servers or GPUs has other step costs than one on this machine's default
@@ -195,6 +206,9 @@ class Engine:
                         flash_attention=self.flash_attention, **placement)
 
     def close(self) -> None:
+        for key, costs in self._learned_costs.items():  # what this session measured, for the next one
+            self._cost_cache.put(key, _overlay(self._cost_cache.get(key), costs))
+        self._learned_costs.clear()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()
@@ -291,6 +305,13 @@ class Engine:
         return Generation(self, request, use_draft)
 
 
+def _overlay(base: StepCosts | None, learned: StepCosts) -> StepCosts:
+    """`learned` over `base`: a policy learns the costs up to its own K_max; longer batches keep theirs."""
+    if base is None or base.k_max <= learned.k_max:
+        return learned
+    return StepCosts(learned.draft_step_s, learned.verify_s + base.verify_s[learned.k_max + 1:])
+
+
 class Generation:
     """Iterate for text pieces as they are accepted; `result` holds tokens, reason and stats."""
 
@@ -339,4 +360,5 @@ class Generation:
                 yield text
         finally:
             tokens.close()
+            engine.keep_learned_costs(request.speculation, policy)
             result.total_seconds = time.perf_counter() - start

@@ -22,6 +22,10 @@ PRIOR_WEIGHT = 4.0  # as many tried tokens as the prior counts for
 ALPHA_DECAY = 0.95  # per step: α follows the last ~20 steps (easy and hard stretches differ)
 COST_DECAY = 0.8  # per observation: step times follow the context depth and the machine's load
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
+# While learning costs: every so many drafting steps try a neighbouring K (one more, then one fewer),
+# so that its cost is measured again too. Otherwise a calibration that made K+1 look dear (a busy
+# moment, a stale cache) would never be corrected: only the costs of the Ks tried are updated.
+EXPLORE_EVERY = 8
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -113,6 +117,7 @@ class AutoK:
         self.learn_costs = learn_costs
         self.estimator = AlphaEstimator(prior_alpha)
         self._steps_without_draft = 0
+        self._drafting_steps = 0
 
     def next_k(self) -> int:
         k = best_k(self.estimator.alpha, self.costs)
@@ -120,6 +125,12 @@ class AutoK:
             self._steps_without_draft += 1
             if self._steps_without_draft >= PROBE_EVERY:
                 return 1
+            return 0
+        self._drafting_steps += 1
+        if self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0:
+            neighbour = k + 1 if (self._drafting_steps // EXPLORE_EVERY) % 2 else k - 1
+            if 1 <= neighbour <= self.costs.k_max:
+                return neighbour
         return k
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:

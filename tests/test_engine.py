@@ -219,3 +219,22 @@ def test_a_conversation_renders_every_message(baseline_engine):
     assert baseline_engine.prompt_tokens(Request(messages=(ChatMessage("user", "Hi there"),), system="Be kind.")) == one
     with pytest.raises(InvalidSetting, match="unknown message role 'wizard'"):
         ChatMessage("wizard", "hi")
+
+
+def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, tmp_path):
+    from ollama_spec.calibration import StepCostCache
+    from ollama_spec.k_policy import StepCosts
+
+    request = Request("The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True,
+                      speculation=SpeculationSettings(None))  # -k auto
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine._cost_cache = cache = StepCostCache(tmp_path / "costs.json")
+        key = engine._cost_key(engine.draft)
+        # a calibration from a moment when verify batches were absurdly dear: learning must move off it
+        cache.put(key, StepCosts(0.0001, tuple(1.0 + n for n in range(9))))
+        "".join(engine.generate(request))
+        first = engine.step_costs(engine.draft, 8)
+        assert first.verify_s[0] < 0.5  # learned from this request's real steps, not the cached 1 s
+        policy = engine.k_policy(request.speculation, GREEDY)
+        assert policy.costs == first  # the next request starts from what the last one learned
+    assert cache.get(key) == first  # and so does the next process

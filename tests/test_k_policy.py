@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from ollama_spec.k_policy import (
+    EXPLORE_EVERY,
     PROBE_EVERY,
     AlphaEstimator,
     AutoK,
@@ -89,3 +90,24 @@ def test_auto_k_can_keep_its_calibrated_costs():
     for _ in range(40):
         policy.observe(8, 8, 0.008, 0.100)
     assert policy.costs == GPU and policy.next_k() == 8
+
+
+def test_auto_k_tries_neighbours_and_climbs_to_a_k_its_calibration_made_look_dear():
+    """Only the costs of the Ks tried are updated: without tries of K+1, a stale curve stays stale."""
+    stale = StepCosts(0.004, tuple(0.040 * (1 + 0.5 * n) for n in range(9)))  # each token in a batch dear
+    true_verify = [0.040 * (1 + 0.05 * n) for n in range(9)]  # the GPU it really runs on: batches cheap
+    rng = np.random.default_rng(0)
+    policy = AutoK(stale, prior_alpha=0.8)
+    start = best_k(0.8, stale)
+    ks = []
+    for _ in range(1200):
+        k = policy.next_k()
+        ks.append(k)
+        accepted = 0
+        while accepted < k and rng.random() < 0.8:
+            accepted += 1
+        policy.observe(k, accepted, 0.004 * k, true_verify[k])
+    assert start <= 2 and ks[EXPLORE_EVERY - 1] == start + 1  # the first try is one more
+    assert best_k(policy.estimator.alpha, policy.costs) >= start + 4  # it climbed towards the real best
+    frozen = AutoK(stale, prior_alpha=0.8, learn_costs=False)
+    assert {frozen.next_k() for _ in range(3 * EXPLORE_EVERY)} == {start}  # seeded sampling: no tries
