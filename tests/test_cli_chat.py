@@ -94,3 +94,33 @@ def test_a_terminal_session_with_ctrl_c_and_ctrl_d(tiny_store, tmp_path):
             child.kill()
             child.wait()
         os.close(controller)
+
+
+def test_ctrl_c_mid_answer_stops_it_and_the_next_turn_goes_on(tiny_models, monkeypatch, capsys):
+    """The interrupt lands where a real one does, inside llama.cpp's evaluation of a verify batch."""
+    from ollama_spec.cli.chat import _answer
+    from ollama_spec.conversation import Conversation
+    from ollama_spec.engine import Engine, Request
+    from ollama_spec.sampling import SamplingSettings
+
+    from .conftest import engine_settings
+
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        conversation = Conversation(engine, Request(max_tokens=200, sampling=SamplingSettings(temperature=0)))
+        real_eval, calls = engine.target.eval, []
+
+        def eval_then_ctrl_c(tokens, *args, **kwargs):
+            calls.append(len(tokens))
+            if len(calls) == 4:  # the prompt, then a few steps of the answer
+                raise KeyboardInterrupt
+            return real_eval(tokens, *args, **kwargs)
+
+        monkeypatch.setattr(engine.target, "eval", eval_then_ctrl_c)
+        _answer(conversation, "Tell me a long story", interactive=True)
+        stopped = conversation.last
+        assert "(stopped)" in capsys.readouterr().err
+        assert 0 < len(stopped.tokens) < 200 and len(conversation.messages) == 2  # the partial answer is kept
+        monkeypatch.setattr(engine.target, "eval", real_eval)
+        _answer(conversation, "And then?", interactive=True)  # the chat goes on from a consistent cache
+        assert len(conversation.messages) == 4 and conversation.last.tokens
+        assert conversation.last.speculation.prompt_cached > 0  # the first turn was not read again
