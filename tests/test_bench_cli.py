@@ -29,7 +29,8 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
     rows = {row["label"]: row for row in data["rows"]}
     assert [r["kind"] for r in data["rows"]] == ["baseline", "speculative", "speculative",
                                                  "speculative, K chosen each step", "n-gram lookup",
-                                                 "llama-cpp-python draft_model", "prompt lookup"]
+                                                 "llama-cpp-python target alone", "llama-cpp-python draft_model",
+                                                 "prompt lookup"]
     auto = rows["speculative K=auto"]
     assert sum(auto["k_chosen"].values()) == auto["steps"] and auto["predicted_speedup"] is None
     assert rows["target alone"]["speedup"] == 1.0
@@ -38,6 +39,7 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
         assert set(row["prompts"]) == {"fox", "arch"}
         if row["kind"] != "baseline":
             assert row["identical_to_target_alone"] is True  # greedy: token for token
+    assert "over each one's own target alone, timed beside it: " in result.output  # drift between the phases
     spec = rows["speculative K=3"]
     assert 0 < spec["acceptance_rate"] <= 1 and 1 <= spec["tokens_per_step"] <= 4
     assert spec["predicted_speedup"] > 0 and spec["efficiency"] > 0

@@ -1,9 +1,12 @@
-"""Reference rows through llama-cpp-python's own `Llama`: its draft_model path and prompt lookup.
+"""Reference rows through llama-cpp-python's own `Llama`: its target alone, its draft_model path and
+prompt lookup.
 
-Both use `Llama.generate`, which compares the target's sampled token with each drafted token
-and keeps logits for every position (`logits_all=True`, which its draft_model path needs).
-Each row loads its own `Llama` after the engine is closed, so the target is never in memory
-twice.
+All use `Llama.generate`, which compares the target's sampled token with each drafted token and
+keeps logits for every position (`logits_all=True`, which its draft_model path needs). One `Llama`
+serves the three rows (its draft_model swapped between generations), loaded after the engine is
+closed, so the target is never in memory twice. The rows' runs are interleaved as the engine's
+are, and their own target-alone row gives the speed-ups that compare with ours across the two
+phases: a shared machine's speed drifts between them by more than the differences measured.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..resolve import ResolvedModel
 from ..runtime import choose_flash_attention, default_threads, extra_bufts_default
 from .prompts import Prompt
 from .runner import Progress, sampling_for
-from .samples import LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
+from .samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
 from .settings import WARMUP_TOKENS, BenchSettings
 
 
@@ -53,56 +56,62 @@ class CountingDraft(LlamaDraftModel):
 def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str | None, k: int,
                        prompts: Sequence[Prompt], prompt_tokens: dict[str, list[int]], settings: BenchSettings,
                        progress: Progress = lambda label: None) -> list[Row]:
-    """llama-cpp-python's draft_model path (OllamaDraftModel, K drafts) and prompt lookup (K tokens)."""
+    """llama-cpp-python's target alone, its draft_model path (OllamaDraftModel, K drafts) and prompt lookup
+    (K tokens), interleaved."""
     threads = settings.n_threads or default_threads()  # the engine's default too
-    rows = []
     draft = OllamaDraftModel(draft_name, num_pred_tokens=k, models_dir=models_dir, n_ctx=settings.context,
                              n_threads=threads, repack=settings.repack)
+    rows = [(Row("llama-cpp-python target alone", LLAMA_CPP_BASELINE), None),
+            (Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), CountingDraft(draft)),
+            (Row(f"prompt lookup K={k}", PROMPT_LOOKUP, k), CountingDraft(LlamaPromptLookupDecoding(num_pred_tokens=k)))]
     try:
-        rows.append(_run_row(Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), target,
-                             CountingDraft(draft), prompts, prompt_tokens, settings, threads, progress))
+        llm = _load(target, settings, threads)
+        try:
+            _run_rows(llm, rows, prompts, prompt_tokens, settings, progress)
+        finally:
+            llm.close()
     finally:
         draft.close()
-    lookup = CountingDraft(LlamaPromptLookupDecoding(num_pred_tokens=k))
-    rows.append(_run_row(Row(f"prompt lookup K={k}", PROMPT_LOOKUP, k), target, lookup, prompts, prompt_tokens,
-                         settings, threads, progress))
-    return rows
+    return [row for row, _ in rows]
 
 
-def _run_row(row: Row, target: ResolvedModel, draft: CountingDraft, prompts: Sequence[Prompt],
-             prompt_tokens: dict[str, list[int]], settings: BenchSettings, threads: int, progress: Progress) -> Row:
+def _load(target: ResolvedModel, settings: BenchSettings, threads: int) -> Llama:
     overrides = dict(load_kv_overrides(target.info))
     try:
         with extra_bufts_default(decide_repack(settings.repack).enabled):
-            llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
-                        n_threads_batch=threads, seed=settings.seed, draft_model=draft, logits_all=True,
-                        kv_overrides=overrides or None, verbose=False,
-                        flash_attn=choose_flash_attention(settings.flash_attention) != "off")
+            return Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
+                         n_threads_batch=threads, seed=settings.seed, logits_all=True,
+                         kv_overrides=overrides or None, verbose=False,
+                         flash_attn=choose_flash_attention(settings.flash_attention) != "off")
     except ValueError as exc:
         raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None
-    try:
-        with PeakMemory() as memory:
-            if settings.warmup:
+
+
+def _run_rows(llm: Llama, rows: list[tuple[Row, CountingDraft | None]], prompts: Sequence[Prompt],
+              prompt_tokens: dict[str, list[int]], settings: BenchSettings, progress: Progress) -> None:
+    with PeakMemory() as memory:
+        if settings.warmup:
+            for row, draft in rows:
                 _generate(llm, draft, prompt_tokens[prompts[0].name], min(WARMUP_TOKENS, settings.max_tokens),
                           settings, prompts[0].name, -1)
                 progress(f"warm-up {row.label}")
-            memory.take()
-            for run in range(settings.runs):
-                for prompt in prompts:
+        memory.take()
+        for run in range(settings.runs):
+            for i, prompt in enumerate(prompts):
+                for row, draft in rows if (run * len(prompts) + i) % 2 == 0 else rows[::-1]:
                     row.samples.append(_generate(llm, draft, prompt_tokens[prompt.name], settings.max_tokens,
                                                  settings, prompt.name, run))
                     row.peak_rss = max(row.peak_rss, memory.take())
                     progress(f"{row.label} · {prompt.name}")
-    finally:
-        llm.close()
-    return row
 
 
-def _generate(llm: Llama, draft: CountingDraft, prompt: list[int], max_tokens: int, settings: BenchSettings,
+def _generate(llm: Llama, draft: CountingDraft | None, prompt: list[int], max_tokens: int, settings: BenchSettings,
               name: str, run: int) -> Sample:
     sampling = sampling_for(settings)
     llm.reset()  # no prompt reuse from the last run: the engine re-reads the prompt too
-    draft.reset()
+    llm.draft_model = draft  # read by Llama.generate at each step: None decodes one token at a time
+    if draft is not None:
+        draft.reset()
     tokens: list[int] = []
     start = time.perf_counter()
     first = 0.0
@@ -119,6 +128,8 @@ def _generate(llm: Llama, draft: CountingDraft, prompt: list[int], max_tokens: i
     finally:
         stream.close()
     total = time.perf_counter() - start
+    if draft is None:
+        return Sample(name, run, tokens, first, total, steps=len(tokens))
     # One target pass for the prompt, then one per draft call; each pass emits its accepted
     # drafts plus the target's own token.
     steps = draft.calls + 1

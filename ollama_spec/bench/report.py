@@ -15,7 +15,8 @@ from .model import efficiency, predicted_speedup_from_step_length
 from .prompts import Prompt
 from .remote import RemoteResult
 from .runner import Costs
-from .samples import AUTO, BASELINE, LLAMA_CPP_DRAFT, LOCAL_BASELINE, NATIVE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row
+from .samples import (AUTO, BASELINE, LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, LOCAL_BASELINE, NATIVE, NGRAM, PROMPT_LOOKUP,
+                      SPECULATIVE, Row)
 from .settings import BenchSettings
 
 COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
@@ -137,8 +138,20 @@ def _reference_lines(report: BenchReport) -> list[str]:
         other = next((r for r in report.rows if r.kind == kind), None)
         if other is not None and other.tokens_per_second:
             lines.append(f"ours at K={best.k} vs {other.label}: {best.tokens_per_second:.1f} vs "
-                         f"{other.tokens_per_second:.1f} tok/s ({best.tokens_per_second / other.tokens_per_second:.2f}x)")
+                         f"{other.tokens_per_second:.1f} tok/s ({best.tokens_per_second / other.tokens_per_second:.2f}x)"
+                         + _beside_baselines(report, best, other))
     return lines
+
+
+def _beside_baselines(report: BenchReport, ours: Row, theirs: Row) -> str:
+    """The comparison of speed-ups, each over the target alone measured beside it: the reference rows
+    run after ours, and a shared machine's speed drifts between the two phases."""
+    base = next((r for r in report.rows if r.kind == LLAMA_CPP_BASELINE), None)
+    if theirs.kind not in (LLAMA_CPP_DRAFT, PROMPT_LOOKUP) or base is None or not base.tokens_per_second:
+        return ""
+    mine, other = report.speedup(ours), theirs.tokens_per_second / base.tokens_per_second
+    return (f"; over each one's own target alone, timed beside it: {mine:.2f}x vs {other:.2f}x "
+            f"({mine / other:.2f}x)")
 
 
 def _ngram_lines(report: BenchReport) -> list[str]:
@@ -147,7 +160,8 @@ def _ngram_lines(report: BenchReport) -> list[str]:
     if ours is None or theirs is None or not theirs.tokens_per_second:
         return []
     return [f"n-gram lookup: ours {ours.tokens_per_second:.1f} tok/s, llama-cpp-python's {theirs.label} "
-            f"{theirs.tokens_per_second:.1f} tok/s ({ours.tokens_per_second / theirs.tokens_per_second:.2f}x)"]
+            f"{theirs.tokens_per_second:.1f} tok/s ({ours.tokens_per_second / theirs.tokens_per_second:.2f}x)"
+            + _beside_baselines(report, ours, theirs)]
 
 
 def _rpc_lines(report: BenchReport) -> list[str]:
@@ -258,7 +272,7 @@ def plot(report: BenchReport, path: Path) -> None:
     if predicted:
         speed.plot(*zip(*predicted), linestyle="--", marker="x", label="predicted (Leviathan, measured costs)")
     speed.axhline(base, color="grey", linestyle=":", label=f"target alone ({base:.1f} tok/s)")
-    for row, marker in zip((r for r in report.rows if r.kind not in (BASELINE, SPECULATIVE)), ("s", "^", "D")):
+    for row, marker in zip((r for r in report.rows if r.kind != SPECULATIVE and not r.is_baseline), ("s", "^", "D")):
         speed.plot([row.k], [row.tokens_per_second], marker=marker, linestyle="none", label=row.label)
     speed.set(xlabel="K (draft tokens per step)", ylabel="tokens/s", title="Generation speed")
     speed.set_ylim(bottom=0)

@@ -53,8 +53,8 @@ def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool 
     """How many progress units `run_engine_rows` and `run_reference_rows` report, for the bar."""
     configs = 1 + len(settings.ks) + settings.auto + settings.ngram
     units = (configs if settings.warmup else 0) + 1 + settings.runs * n_prompts * configs
-    if with_reference:
-        units += 2 * ((1 if settings.warmup else 0) + settings.runs * n_prompts)
+    if with_reference:  # llama-cpp-python's target alone, draft_model and prompt lookup
+        units += 3 * ((1 if settings.warmup else 0) + settings.runs * n_prompts)
     return units
 
 

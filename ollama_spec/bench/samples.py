@@ -15,6 +15,7 @@ from ..k_policy import estimate_alpha
 
 BASELINE = "baseline"
 LOCAL_BASELINE = "baseline without RPC"  # beside --rpc rows: the target on this machine only
+LLAMA_CPP_BASELINE = "llama-cpp-python target alone"  # the reference rows' own baseline
 SPECULATIVE = "speculative"
 AUTO = "speculative, K chosen each step"
 NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
@@ -61,7 +62,7 @@ class Row:
     @property
     def is_baseline(self) -> bool:
         """The target alone (no drafting), on its own or, beside --rpc rows, on this machine only."""
-        return self.kind in (BASELINE, LOCAL_BASELINE)
+        return self.kind in (BASELINE, LOCAL_BASELINE, LLAMA_CPP_BASELINE)
 
     def run_rates(self) -> list[float]:
         """tok/s of each run over all its prompts: generated tokens after the first / decode time."""
