@@ -198,8 +198,10 @@ class Engine:
         return None if speculation.proposer == "ngram" else self.draft
 
     def _cost_key(self, draft: LoadedModel | None) -> str:
-        # a target spread over RPC servers or GPUs has other step costs than one on this machine's default
-        placement = {} if self.placement.is_default else {"placement": self.placement}
+        # a target spread over RPC servers or GPUs has other step costs than one on this machine's default;
+        # keyed by what was asked, not by the split the memory plan derived from this moment's free memory
+        asked = self.settings.placement
+        placement = {} if asked.is_default else {"placement": asked}
         return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
                         target_gpu_layers=self.target.settings.n_gpu_layers,
                         draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type,
