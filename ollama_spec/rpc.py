@@ -10,9 +10,13 @@ llama.cpp aborts the whole process, with no timeout, when a server cannot be rea
 another protocol version. So every endpoint is first probed from here, with a bounded connect
 and the protocol's own HELLO, and a bad one becomes a one-line error.
 
-The protocol has no authentication and no encryption: anyone who reaches the port can run
-code-sized buffers through it. Servers bind loopback unless told otherwise; expose one only on
-a trusted network.
+The protocol has no authentication and no encryption: anyone who reaches the port can allocate
+memory on the server's devices and run computations there. Servers bind loopback unless told
+otherwise; expose one only on a trusted network.
+
+The protocol version is that of the llama.cpp inside the pinned llama-cpp-python; a build with
+another version would be told apart by the probe as "another protocol", so both sides must run
+the same ollama-spec install (or a matching llama.cpp rpc-server).
 """
 
 from __future__ import annotations
