@@ -101,7 +101,9 @@ def test_a_client_that_disconnects_stops_its_generation(engine, monkeypatch):
     # slow each target pass down, so that 1,900 tokens would take several seconds
     monkeypatch.setattr(engine.target, "eval", lambda tokens, **kw: time.sleep(0.01) or real_eval(tokens, **kw))
     with running_server(engine) as (url, state):
-        body = {"model": "m", "messages": [QUESTION], "max_tokens": 1900, "ignore_eos": True, "stream": True}
+        # greedy: a sampled answer could meet one of the model's stop strings before the client leaves
+        body = {"model": "m", "messages": [QUESTION], "max_tokens": 1900, "ignore_eos": True, "stream": True,
+                "temperature": 0}
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
             for i, _ in enumerate(response.iter_lines()):
                 if i > 5:
@@ -194,13 +196,17 @@ def test_a_signal_ends_streams_and_exits_0(tiny_store, sig):
                 break
         assert url, "the server did not say where it listens"
         threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
-        body = {"model": "m", "prompt": "Once", "max_tokens": 16000, "ignore_eos": True, "stream": True}
+        # Greedy: a sampled answer sometimes hit one of the model's stop strings (<|eot_id|>) within
+        # 20 tokens, which ignore_eos does not lift, so the stream ended before the signal was sent.
+        body = {"model": "m", "prompt": "Once", "max_tokens": 16000, "ignore_eos": True, "stream": True,
+                "temperature": 0}
         lines = []
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as response:
             for line in filter(None, response.iter_lines()):
                 lines.append(line)
                 if len(lines) == 20:
                     process.send_signal(sig)
+        assert len(lines) > 20, f"the stream ended before the signal: {lines[-2:]}"
         assert process.wait(30) == 0
         assert lines[-1] == "data: [DONE]"
         last = json.loads([line for line in lines if line.startswith("data: {")][-1][6:])

@@ -107,10 +107,12 @@ class Worker:
         return job
 
     def cancel_all(self) -> None:
-        """Stop the running generation and skip the waiting ones (shutdown)."""
-        with self._lock:
-            for job in self._jobs:
-                job.cancel()
+        """Stop the running generation and skip the waiting ones (shutdown).
+
+        Called from the signal handler, on the main thread, which may be holding the lock (in
+        `submit`): so no lock here. Copying the list is atomic, and a job only sets an event."""
+        for job in list(self._jobs):
+            job.cancel()
 
     def close(self) -> None:
         self.cancel_all()
