@@ -65,13 +65,19 @@ def read_backends() -> BackendReport:
 def has_local_gpu() -> bool:
     """Whether llama.cpp sees a GPU of this machine (llama_supports_gpu_offload says yes for any build
     with the RPC backend, GPU or not)."""
+    return bool(local_gpus())
+
+
+def local_gpus() -> list[int]:
+    """Handles of this machine's GPUs as llama.cpp picks them by default: the discrete ones, else the
+    integrated ones; never an RPC server's. Reads no memory (an RPC device's would cross the network)."""
     lib = ggml()
+    kinds = []
     for i in range(lib.ggml_backend_dev_count()):
         dev = lib.ggml_backend_dev_get(i)
-        if DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev)) in ("gpu", "igpu") and \
-                _backend_name(lib, lib.ggml_backend_dev_backend_reg(dev)) != "RPC":
-            return True
-    return False
+        if _backend_name(lib, lib.ggml_backend_dev_backend_reg(dev)) != "RPC":
+            kinds.append((dev, DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev))))
+    return [dev for dev, kind in kinds if kind == "gpu"] or [dev for dev, kind in kinds if kind == "igpu"]
 
 
 def describe_device(lib: ctypes.CDLL, dev: int) -> BackendDevice:

@@ -107,8 +107,8 @@ def _receive(sock: socket.socket, n: int) -> bytes:
 _registered: dict[Endpoint, tuple[int, ...]] = {}  # endpoint -> its device handles, for this process
 
 
-def connect(endpoints: tuple[Endpoint, ...]) -> tuple[BackendDevice, ...]:
-    """Probe and register each server (once per process); their devices, with memory as they report it."""
+def register(endpoints: tuple[Endpoint, ...]) -> None:
+    """Probe each server and add its devices to ggml's registry (once per process)."""
     lib = ggml()
     for endpoint in endpoints:
         if endpoint in _registered:
@@ -120,6 +120,12 @@ def connect(endpoints: tuple[Endpoint, ...]) -> tuple[BackendDevice, ...]:
             raise RpcUnavailable(f"the RPC server at {endpoint} offers no devices")
         lib.ggml_backend_register(reg)
         _registered[endpoint] = tuple(lib.ggml_backend_reg_dev_get(reg, i) for i in range(lib.ggml_backend_reg_dev_count(reg)))
+
+
+def connect(endpoints: tuple[Endpoint, ...]) -> tuple[BackendDevice, ...]:
+    """Register the servers; their devices, with memory as they report it."""
+    register(endpoints)
+    lib = ggml()
     return tuple(describe_device(lib, dev) for dev in device_handles(endpoints))
 
 
@@ -138,14 +144,6 @@ def remote_devices(servers: tuple[str, ...]) -> tuple[Device, ...]:
 
 def any_registered() -> bool:
     return bool(_registered)
-
-
-def local_offload_devices() -> tuple[int, ...]:
-    """This machine's GPUs as llama.cpp picks them by default (discrete ones, else integrated), without
-    the RPC servers': where the draft goes once servers are registered."""
-    devices = _devices()
-    gpus = [dev for dev, d in devices if d.type == "gpu" and not d.is_remote]
-    return tuple(gpus or [dev for dev, d in devices if d.type == "igpu" and not d.is_remote])
 
 
 def _devices() -> list[tuple[int, BackendDevice]]:

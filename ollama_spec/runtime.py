@@ -26,7 +26,7 @@ import psutil
 from llama_cpp._internals import LlamaContext, LlamaModel
 
 from . import rpc
-from .backends import has_local_gpu
+from .backends import has_local_gpu, local_gpus
 from .errors import ContextFull, InferenceError, InvalidSetting, ModelLoadError
 from .placement import Placement
 
@@ -341,9 +341,9 @@ def _apply_placement(model_params, placement: Placement) -> tuple:
         model_params.tensor_split = split
         arrays.append(split)
     servers = rpc.parse_endpoints(",".join(placement.rpc_servers)) if placement.rpc_servers else ()
-    rpc.connect(servers)
+    rpc.register(servers)
     if rpc.any_registered():
-        handles = [*rpc.device_handles(servers), *rpc.local_offload_devices(), None]
+        handles = [*rpc.device_handles(servers), *local_gpus(), None]
         devices = (ctypes.c_void_p * len(handles))(*handles)
         model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
         arrays.append(devices)
