@@ -25,7 +25,7 @@ from ..errors import ModelLoadError
 from ..resolve import ResolvedModel
 from ..runtime import choose_flash_attention, default_threads, extra_bufts_default
 from .prompts import Prompt
-from .runner import Progress, sampling_for
+from .runner import Progress, interleaved, sampling_for
 from .samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
 from .settings import WARMUP_TOKENS, BenchSettings
 
@@ -96,13 +96,11 @@ def _run_rows(llm: Llama, rows: list[tuple[Row, CountingDraft | None]], prompts:
                           settings, prompts[0].name, -1)
                 progress(f"warm-up {row.label}")
         memory.take()
-        for run in range(settings.runs):
-            for i, prompt in enumerate(prompts):
-                for row, draft in rows if (run * len(prompts) + i) % 2 == 0 else rows[::-1]:
-                    row.samples.append(_generate(llm, draft, prompt_tokens[prompt.name], settings.max_tokens,
-                                                 settings, prompt.name, run))
-                    row.peak_rss = max(row.peak_rss, memory.take())
-                    progress(f"{row.label} · {prompt.name}")
+        for run, prompt, (row, draft) in interleaved(rows, prompts, settings.runs):
+            row.samples.append(_generate(llm, draft, prompt_tokens[prompt.name], settings.max_tokens,
+                                         settings, prompt.name, run))
+            row.peak_rss = max(row.peak_rss, memory.take())
+            progress(f"{row.label} · {prompt.name}")
 
 
 def _generate(llm: Llama, draft: CountingDraft | None, prompt: list[int], max_tokens: int, settings: BenchSettings,

@@ -77,22 +77,10 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
         prompt_texts = {name: engine.target.detokenize([t for t in tokens if t != bos], special=True)
                         for name, tokens in prompt_tokens.items()}
 
-        if settings.warmup:
-            for row in rows:
-                _generate(engine, _request(prompts[0], settings, min(WARMUP_TOKENS, settings.max_tokens), row), row)
-                progress(f"warm-up {row.label}")
+        _warm_up(engine, rows, prompts, settings, progress)
         costs = measure_costs(engine, prompt_tokens[prompts[0].name], settings)
         progress("calibrating step costs")
-        memory.take()
-        for run in range(settings.runs):
-            # Every row runs each prompt back to back, in alternating order, so that a busy
-            # moment on a shared machine hits the rows alike instead of one row's whole run.
-            for i, prompt in enumerate(prompts):
-                for row in rows if (run * len(prompts) + i) % 2 == 0 else rows[::-1]:
-                    request = _request(prompt, settings, settings.max_tokens, row)
-                    row.samples.append(_sample(*_generate(engine, request, row), prompt.name, run))
-                    row.peak_rss = max(row.peak_rss, memory.take())
-                    progress(f"{row.label} · {prompt.name}")
+        _time_rows(engine, rows, prompts, settings, memory, progress)
         margins = {}
         if settings.greedy:  # where the target alone nearly hesitated, rounding may tip the choice
             for sample in rows[0].samples:
@@ -110,17 +98,36 @@ def run_local_baseline(target: ResolvedModel, prompts: Sequence[Prompt], setting
     what the network hop costs (its own engine, so after the others, not interleaved with them)."""
     row = Row("target alone, no RPC", LOCAL_BASELINE)
     with Engine(target, None, _engine_settings(settings, Placement())) as engine, PeakMemory() as memory:
-        if settings.warmup:
+        _warm_up(engine, [row], prompts, settings, progress)
+        _time_rows(engine, [row], prompts, settings, memory, progress)
+    return row
+
+
+def interleaved(rows: Sequence, prompts: Sequence[Prompt], runs: int):
+    """(run, prompt, row) in timing order: every row runs each prompt back to back, in alternating
+    order, so that a busy moment on a shared machine hits the rows alike instead of one row's whole run."""
+    for run in range(runs):
+        for i, prompt in enumerate(prompts):
+            for row in rows if (run * len(prompts) + i) % 2 == 0 else rows[::-1]:
+                yield run, prompt, row
+
+
+def _warm_up(engine: Engine, rows: list[Row], prompts: Sequence[Prompt], settings: BenchSettings,
+             progress: Progress) -> None:
+    if settings.warmup:
+        for row in rows:
             _generate(engine, _request(prompts[0], settings, min(WARMUP_TOKENS, settings.max_tokens), row), row)
             progress(f"warm-up {row.label}")
-        memory.take()
-        for run in range(settings.runs):
-            for prompt in prompts:
-                row.samples.append(_sample(*_generate(engine, _request(prompt, settings, settings.max_tokens, row), row),
-                                           prompt.name, run))
-                row.peak_rss = max(row.peak_rss, memory.take())
-                progress(f"{row.label} · {prompt.name}")
-    return row
+
+
+def _time_rows(engine: Engine, rows: list[Row], prompts: Sequence[Prompt], settings: BenchSettings,
+               memory: PeakMemory, progress: Progress) -> None:
+    memory.take()
+    for run, prompt, row in interleaved(rows, prompts, settings.runs):
+        request = _request(prompt, settings, settings.max_tokens, row)
+        row.samples.append(_sample(*_generate(engine, request, row), prompt.name, run))
+        row.peak_rss = max(row.peak_rss, memory.take())
+        progress(f"{row.label} · {prompt.name}")
 
 
 def local_baseline_units(settings: BenchSettings, n_prompts: int) -> int:
