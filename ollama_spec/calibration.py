@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import llama_cpp
+import numpy as np
 
-from .k_policy import StepCosts
+from .k_policy import MARGIN_EDGES, StepCosts
 from .proposers import Model
 from .user_cache import cache_dir
 
@@ -25,10 +26,25 @@ CALIBRATION_REPEATS = 5
 CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a typical mid-answer position
 
 
+# Every batch size up to this one is timed; past it every few sizes, and the sizes between are
+# interpolated (verify costs grow smoothly there): K up to 16 costs 11 timings, not 17.
+DENSE_UP_TO = 9
+SPARSE_STEP = 4
+
+
+def batch_sizes_to_time(largest: int) -> list[int]:
+    """The verify batch sizes timed for batches of 1..largest tokens (always including largest)."""
+    sizes = list(range(1, min(largest, DENSE_UP_TO) + 1))
+    sizes += range(DENSE_UP_TO + SPARSE_STEP, largest, SPARSE_STEP)
+    return sorted({*sizes, largest})
+
+
 def measure_step_costs(
-    target: Model, draft: Model | None, k_max: int, context: Sequence[int], repeats: int = CALIBRATION_REPEATS
+    target: Model, draft: Model | None, k_max: int, context: Sequence[int], repeats: int = CALIBRATION_REPEATS,
+    *, every_size: bool = False,
 ) -> StepCosts:
-    """Median seconds of one draft step and of target batches of 1..k_max+1 tokens after `context`.
+    """Median seconds of one draft step and of target batches of 1..k_max+1 tokens after `context`
+    (`every_size`: all timed, as a benchmark reports them; else some interpolated).
 
     The measurements go round-robin, so a busy moment on a shared machine skews none of them alone.
     Both caches are emptied afterwards. Without a draft model (n-gram lookup) drafting is free.
@@ -39,8 +55,9 @@ def measure_step_costs(
     for model in models:
         model.truncate(0)
         model.eval(context)
+    sizes = list(range(1, k_max + 2)) if every_size else batch_sizes_to_time(k_max + 1)
     steps = [(draft, lambda: draft.eval([token]))] if draft is not None else []
-    steps += [(target, lambda n=n: target.eval([token] * n, logits="all")) for n in range(1, k_max + 2)]
+    steps += [(target, lambda n=n: target.eval([token] * n, logits="all")) for n in sizes]
     times: list[list[float]] = [[] for _ in steps]
     for _ in range(repeats):
         for (model, step), samples in zip(steps, times):
@@ -53,7 +70,8 @@ def measure_step_costs(
     medians = [statistics.median(samples) for samples in times]
     if draft is None:
         medians.insert(0, 0.0)
-    return StepCosts(draft_step_s=medians[0], verify_s=tuple(medians[1:]))
+    verify = np.interp(np.arange(1, k_max + 2), sizes, medians[1:])
+    return StepCosts(draft_step_s=medians[0], verify_s=tuple(float(v) for v in verify))
 
 
 def calibration_context(n_ctx: int, k_max: int, filler: Sequence[int]) -> list[int]:
@@ -76,8 +94,24 @@ class StepCostCache:
             return None  # absent, or written by another version: measure again
 
     def put(self, key: str, costs: StepCosts) -> None:
+        self._update(key, {"draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s)})
+
+    def get_acceptance(self, key: str) -> tuple[float, ...] | None:
+        """The pair's acceptance by margin band, as a last run learned it (k_policy.MARGIN_EDGES)."""
+        entry = self._read().get(key)
+        try:
+            bands = tuple(float(a) for a in entry["acceptance_by_margin"])
+        except (TypeError, KeyError, ValueError):
+            return None
+        return bands if len(bands) == len(MARGIN_EDGES) + 1 and all(0 <= a <= 1 for a in bands) else None
+
+    def put_acceptance(self, key: str, bands: Sequence[float]) -> None:
+        self._update(key, {"acceptance_by_margin": [round(a, 4) for a in bands]})
+
+    def _update(self, key: str, fields: dict) -> None:
         entries = self._read()
-        entries[key] = {"draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s)}
+        entry = entries.get(key)
+        entries[key] = (entry if isinstance(entry, dict) else {}) | fields
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             staged = self.path.with_suffix(f".{os.getpid()}.tmp")

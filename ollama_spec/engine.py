@@ -137,6 +137,7 @@ class Engine:
         self.draft = None
         self._cost_cache = StepCostCache()
         self._learned_costs: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
+        self._last_policies: dict[str, AutoK] = {}  # by cost key: what the last request learned of α and margins
         if draft is not None:
             try:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
@@ -173,12 +174,22 @@ class Engine:
             return FixedK(speculation.num_speculative_tokens)
         costs = self.step_costs(self._cost_draft(speculation), speculation.max_speculative_tokens)
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
-        return AutoK(costs, learn_costs=sampling.greedy or sampling.seed is None)
+        # A draft model reports its margin for each token, so it can stop token by token.
+        learn = sampling.greedy or sampling.seed is None
+        policy = AutoK(costs, learn_costs=learn, confidence_stops=speculation.proposer == "draft")
+        key = self._cost_key(self._cost_draft(speculation))
+        earlier, learned = self._last_policies.get(key), self._cost_cache.get_acceptance(key)
+        if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
+            policy.carry_over(earlier)
+        elif learn and learned is not None and policy.confidence_stops:
+            policy.seed_acceptance(learned)
+        return policy
 
     def keep_learned_costs(self, speculation: SpeculationSettings, policy: KPolicy | None) -> None:
         """After a request: the costs an AutoK refined seed the next request's, and the cache on close."""
         if isinstance(policy, AutoK) and policy.learn_costs:
             key = self._cost_key(self._cost_draft(speculation))
+            self._last_policies[key] = policy
             self._learned_costs[key] = _overlay(self._learned_costs.get(key) or self._cost_cache.get(key), policy.costs)
 
     def step_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
@@ -210,7 +221,11 @@ class Engine:
     def close(self) -> None:
         for key, costs in self._learned_costs.items():  # what this session measured, for the next one
             self._cost_cache.put(key, _overlay(self._cost_cache.get(key), costs))
+        for key, policy in self._last_policies.items():
+            if policy.confidence_stops:
+                self._cost_cache.put_acceptance(key, policy.by_margin.bands)
         self._learned_costs.clear()
+        self._last_policies.clear()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()

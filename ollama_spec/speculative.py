@@ -15,7 +15,7 @@ from .sampling import SamplingSettings, logits_to_probs
 from .verify import verify_greedy, verify_rejection
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
-DEFAULT_MAX_SPECULATIVE_TOKENS = 8
+DEFAULT_MAX_SPECULATIVE_TOKENS = 16
 PROPOSERS = ("draft", "ngram")
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class SpeculationStats:
     rejections: int = 0  # steps that ended on a rejected draft (the drafts after it were never tried)
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
-    k_chosen: dict[int, int] = field(default_factory=dict)  # K -> steps that drafted up to K
+    k_chosen: dict[int, int] = field(default_factory=dict)  # K -> steps that drafted K tokens
 
     @property
     def acceptance_rate(self) -> float:
@@ -134,7 +134,7 @@ def generate_tokens(
         chosen = policy.next_k() if proposer is not None else 0
         k = min(chosen, room)
         start = time.perf_counter()
-        drafted, draft_probs = proposer.propose(seq, k, sampling, rng) if k > 0 else ([], None)
+        drafted, draft_probs = proposer.propose(seq, k, sampling, rng, policy.keep_drafting) if k > 0 else ([], None)
         middle = time.perf_counter()
         logits = target.eval([seq[-1], *drafted], logits="all")
         if sampling.greedy:
@@ -145,7 +145,7 @@ def generate_tokens(
         end = time.perf_counter()
         stats.draft_seconds += middle - start
         stats.verify_seconds += end - middle
-        stats.record(len(drafted), n_accepted, chosen if proposer is not None else None)
+        stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None)
         policy.observe(len(drafted), n_accepted, middle - start, end - middle)
 
         # Roll back to the accepted prefix: seq[:-1] stays the cached part.

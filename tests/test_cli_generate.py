@@ -2,6 +2,8 @@ import json
 
 import pytest
 
+from ollama_spec.speculative import DEFAULT_MAX_SPECULATIVE_TOKENS
+
 BASE = ("--threads", "1", "--no-check", "-t", "0")
 
 
@@ -33,7 +35,7 @@ def test_k_defaults_to_auto_and_reports_the_ks_it_chose(invoke, tiny_store):
                  "-t", "0")
     data = json.loads(result.stdout)
     assert sum(data["k_chosen"].values()) == data["steps"]
-    assert all(0 <= int(k) <= 8 for k in data["k_chosen"])
+    assert all(0 <= int(k) <= DEFAULT_MAX_SPECULATIVE_TOKENS for k in data["k_chosen"])
     fixed = json.loads(gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-d", "tiny-draft", "--json",
                            "-n", "20", "-t", "0", "-k", "3").stdout)
     assert set(fixed["k_chosen"]) == {"3"} and fixed["text"] == data["text"]

@@ -3,11 +3,15 @@
 import numpy as np
 import pytest
 
+from ollama_spec.calibration import batch_sizes_to_time
 from ollama_spec.k_policy import (
     EXPLORE_EVERY,
+    MARGIN_EDGES,
     PROBE_EVERY,
+    AcceptanceByMargin,
     AlphaEstimator,
     AutoK,
+    FixedK,
     StepCosts,
     best_k,
     estimate_alpha,
@@ -111,3 +115,109 @@ def test_auto_k_tries_neighbours_and_climbs_to_a_k_its_calibration_made_look_dea
     assert best_k(policy.estimator.alpha, policy.costs) >= start + 4  # it climbed towards the real best
     frozen = AutoK(stale, prior_alpha=0.8, learn_costs=False)
     assert {frozen.next_k() for _ in range(3 * EXPLORE_EVERY)} == {start}  # seeded sampling: no tries
+
+
+def test_acceptance_by_margin_recovers_each_bands_alpha():
+    rng = np.random.default_rng(3)
+    truth = [0.3, 0.5, 0.7, 0.85, 0.95, 0.99]  # one α per band, rising with the margin
+    centres = [0.01, 0.03, 0.07, 0.15, 0.3, 0.7]
+    assert [AcceptanceByMargin.band(m) for m in centres] == list(range(len(MARGIN_EDGES) + 1))
+    estimator = AcceptanceByMargin(decay=1.0)
+    for _ in range(4000):
+        margins = [float(rng.choice(centres)) for _ in range(6)]
+        accepted = 0
+        while accepted < len(margins) and rng.random() < truth[AcceptanceByMargin.band(margins[accepted])]:
+            accepted += 1
+        estimator.observe(margins, accepted)  # the tokens after the first rejection teach nothing
+    assert [estimator.alpha(m) for m in centres] == pytest.approx(truth, abs=0.03)
+
+
+def test_keep_drafting_stops_at_a_hesitant_token_on_a_cpu_and_not_on_a_gpu():
+    policy = AutoK(CPU, prior_alpha=0.8, confidence_stops=True)
+    assert policy.next_k() == CPU.k_max  # K is only the most it may draft
+    assert policy.keep_drafting(0, 0.9) and policy.keep_drafting(1, 0.9)  # sure tokens pay their way
+    assert not policy.keep_drafting(2, 0.001)  # a coin toss does not pay for 40 % of a target step
+    gpu = AutoK(GPU, prior_alpha=0.8, confidence_stops=True)
+    gpu.next_k()
+    assert all(gpu.keep_drafting(n, 0.001) for n in range(8))  # in a batch that costs nothing more it does
+    fixed = AutoK(CPU, prior_alpha=0.8)  # without confidence stops: K drafts, whatever the margins
+    assert fixed.next_k() == 2 and fixed.keep_drafting(1, 0.001)
+    assert FixedK(3).keep_drafting is None  # nothing to ask: the proposer need not work margins out
+
+
+def replay(policy, matches, margins, costs):
+    """Modelled seconds to emit a text whose draft token at each position matches (or not) the target's."""
+    position, seconds = 0, 0.0
+    while position < len(matches):
+        k, n = policy.next_k(), 0
+        while n < k and position + n < len(matches):
+            if policy.keep_drafting is not None and not policy.keep_drafting(n, margins[position + n]):
+                break
+            n += 1
+        accepted = 0
+        while accepted < n and matches[position + accepted]:
+            accepted += 1
+        seconds += costs.step_s(n)
+        policy.observe(n, accepted, n * costs.draft_step_s, costs.verify_s[n])
+        position += accepted + 1
+    return seconds
+
+
+def test_confidence_stops_beat_every_fixed_k_where_margins_tell_misses_from_hits():
+    """A draft that misses only where it hesitates (margin < 0.02, one token in eight): stopping
+    there beats the best fixed K, which either stops short of sure runs or pays for the misses."""
+    rng = np.random.default_rng(5)
+    hesitant = rng.random(2000) < 0.125
+    margins = np.where(hesitant, 0.01, 0.5)
+    matches = ~hesitant | (rng.random(2000) < 0.3)
+    cpu = StepCosts(0.003, tuple(0.030 * (1 + 0.1 * n) for n in range(17)))
+    fixed = min(replay(FixedK(k), matches, margins, cpu) for k in range(1, 17))
+    stops = replay(AutoK(cpu, confidence_stops=True, learn_costs=False), matches, margins, cpu)
+    assert stops < 0.93 * fixed  # 0.88 of it here; drafting to K=16 every step would take 1.17
+
+
+def test_a_probe_drafts_its_token_whatever_the_margin():
+    policy = AutoK(SLOW_DRAFT, prior_alpha=0.9, confidence_stops=True)
+    ks = [policy.next_k() for _ in range(PROBE_EVERY)]
+    assert ks[-1] == 1 and policy.keep_drafting(0, 0.0)
+
+
+def test_a_policy_carries_what_an_earlier_one_learned():
+    earlier = AutoK(CPU, confidence_stops=True)
+    for _ in range(100):
+        earlier.next_k()
+        assert earlier.keep_drafting(0, 0.5)
+        earlier.observe(1, 1, 0.004, 0.042)
+    later = AutoK(CPU, confidence_stops=True)
+    later.carry_over(earlier)
+    assert later.by_margin.alpha(0.5) == earlier.by_margin.alpha(0.5) > 0.95
+    assert later.estimator.alpha == earlier.estimator.alpha and later.rate == earlier.rate
+    later.observe(0, 0, 0.0, 0.03)
+    assert later.rate != earlier.rate  # a copy, not shared
+
+
+def test_calibration_times_every_small_batch_and_some_large_ones():
+    assert batch_sizes_to_time(9) == list(range(1, 10))
+    assert batch_sizes_to_time(17) == [*range(1, 10), 13, 17]
+    assert batch_sizes_to_time(4) == [1, 2, 3, 4]
+
+
+def test_confidence_stops_climb_past_a_batch_size_the_calibration_made_look_dear():
+    """A busy moment while batches of 7 were timed: without tries past the stop, 6 drafts forever."""
+    true_verify = [0.030 * (1 + 0.05 * n) for n in range(17)]
+    stale = StepCosts(0.002, tuple(v * (10 if n == 6 else 1) for n, v in enumerate(true_verify)))
+    policy = AutoK(stale, prior_alpha=0.95, confidence_stops=True)
+    drafted = []
+    for _ in range(300):
+        k, n = policy.next_k(), 0
+        while n < k and policy.keep_drafting(n, 0.5):
+            n += 1
+        drafted.append(n)
+        policy.observe(n, n, 0.002 * n, true_verify[n])
+    assert max(drafted[:7]) <= 5  # the dear batch stops it at first
+    assert np.mean(drafted[-50:]) > 8  # measured again, it is cheap: long drafts through sure text
+    frozen = AutoK(stale, prior_alpha=0.95, confidence_stops=True, learn_costs=False)
+    k, n = frozen.next_k(), 0
+    while n < k and frozen.keep_drafting(n, 0.5):
+        n += 1
+    assert n == 5  # seeded sampling: no tries, the text must not depend on the clock

@@ -105,14 +105,16 @@ def test_stats_add_up(spec_engine):
     assert 0 < stats.acceptance_rate < 1
 
 
-def first_two_tokens(target, draft, prompt, sampling, seed, speculation):
-    tokens = generate_tokens(target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})), speculation)
+def first_two_tokens(target, draft, prompt, sampling, seed, speculation, policy=None):
+    tokens = generate_tokens(target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})), speculation,
+                             policy=policy)
     pair = (next(tokens).id, next(tokens).id)
     tokens.close()
     return pair
 
 
-def assert_first_two_tokens_follow_the_target(target, draft, sampling, speculation, prompt="Once upon a time"):
+def assert_first_two_tokens_follow_the_target(target, draft, sampling, speculation, prompt="Once upon a time",
+                                              policy=lambda: None):
     """Chi-square test of the first two tokens against the exact target distribution.
 
     3,000 seeded runs; cells expected fewer than 5 times are pooled; significance 0.001 (a
@@ -130,7 +132,7 @@ def assert_first_two_tokens_follow_the_target(target, draft, sampling, speculati
     n = 3000
     counts = dict.fromkeys(exact, 0)
     for seed in range(n):
-        counts[first_two_tokens(target, draft, prompt, sampling, seed, speculation)] += 1
+        counts[first_two_tokens(target, draft, prompt, sampling, seed, speculation, policy())] += 1
     expected = np.array(list(exact.values())) * n
     observed = np.array([counts[key] for key in exact])
     rare = expected < 5
@@ -154,6 +156,34 @@ def test_draft_p_min_keeps_the_target_distribution(spec_engine):
     assert_first_two_tokens_follow_the_target(
         spec_engine.target, spec_engine.draft, sampling, SpeculationSettings(2, draft_p_min=0.5)
     )
+
+
+class MarginRule:
+    """Drafts a second token only where the draft's margin for it is wide: a stop that depends on
+    the prefix drawn so far, as AutoK's confidence stops do."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def next_k(self):
+        return 2
+
+    def keep_drafting(self, drafted, margin):
+        keep = drafted == 0 or margin > 0.15
+        if drafted:
+            self.log.append(keep)
+        return keep
+
+    def observe(self, *args):
+        pass
+
+
+def test_stopping_by_margin_keeps_the_target_distribution(spec_engine):
+    sampling = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    log = []
+    assert_first_two_tokens_follow_the_target(spec_engine.target, spec_engine.draft, sampling, SpeculationSettings(None),
+                                              policy=lambda: MarginRule(log))
+    assert 0.1 < np.mean(log) < 0.9  # both ways, often
 
 
 def test_rejection_sampling_accepts_more_than_sample_and_compare(spec_engine):

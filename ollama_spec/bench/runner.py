@@ -174,7 +174,8 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
     room = engine.target.n_ctx - k_max - 2
     position = min(len(prompt) + settings.max_tokens // 2, room)
     context = (prompt * (position // max(len(prompt), 1) + 1))[:position]
-    measured = measure_step_costs(engine.target, engine.draft, k_max, context, repeats=CALIBRATION_REPEATS)
+    measured = measure_step_costs(engine.target, engine.draft, k_max, context, repeats=CALIBRATION_REPEATS,
+                                  every_size=True)
     return Costs(target_step_s=measured.verify_s[0], draft_step_s=measured.draft_step_s,
                  verify_s={k: measured.verify_s[k] for k in range(1, k_max + 1)})
 

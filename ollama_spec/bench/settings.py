@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..errors import InvalidSetting
 from ..placement import Placement
 
-DEFAULT_KS = (1, 2, 3, 4, 5, 6, 8)
+DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_BENCH_TOKENS = 256
 DEFAULT_RUNS = 3
 DEFAULT_SEED = 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ..bench.prompts import BUILTIN_PROMPTS, load_prompts
-from ..bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
+from ..bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_KS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
 from ..engine import NEAR_TIE_LOGITS
 from ..errors import InvalidSetting
 from ..resolve import resolve_model
@@ -35,7 +35,7 @@ from .options import (
 @preset_option
 @click.option("--draft", "-d", help=f"Draft model (required unless --url), or '{AUTO}': the store's best-sized "
               "compatible one.")
-@click.option("-k", "ks", default="auto,1,2,3,4,5,6,8", show_default=True,
+@click.option("-k", "ks", default="auto," + ",".join(map(str, DEFAULT_KS)), show_default=True,
               help="Comma-separated draft lengths to measure; auto adds a row where K is chosen each step.")
 @click.option("--max-tokens", "-n", type=int, default=DEFAULT_BENCH_TOKENS, show_default=True,
               help="Tokens generated per prompt (end of turn is ignored, so every run is this long).")
