@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import bisect
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
+
+import numpy as np
 
 # α before anything is seen: a well-matched pair accepts 60-85 % of tried drafts.
 PRIOR_ALPHA = 0.7
 PRIOR_WEIGHT = 4.0  # as many tried tokens as the prior counts for
 ALPHA_DECAY = 0.95  # per step: α follows the last ~20 steps (easy and hard stretches differ)
 COST_DECAY = 0.8  # per observation: step times follow the context depth and the machine's load
+LINE_DECAY = 0.97  # per drafting step: the verify line follows the last ~30 steps
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
 # While learning costs: every so many drafting steps try a neighbouring K (one more, then one fewer;
 # with confidence stops, one token past the stop), so that its cost is measured again too. Otherwise
@@ -169,6 +172,35 @@ class AcceptanceByMargin:
             self.tried[band] = self.decay * self.tried[band] + 1
 
 
+class VerifyLine:
+    """The seconds of a verify batch with k ≥ 1 drafted tokens as a line, a + b·k (b ≥ 0), fitted by
+    least squares to the steps seen, each weighing LINE_DECAY of the next, with the calibration's
+    sizes as the first points.
+
+    Not one running cost per size: each is learned from single steps that a shared CPU times ±10 %,
+    so one size soon looks a few percent dearer than the next and reads as a cliff to stop before
+    (seen on the bench pair: a third of all steps stopping at K=3). A line has no cliffs, and every
+    step refines it, whatever its K. The real curve's bumps (a batch of 8 can cost more than one of
+    9) are lost: a few percent, against a policy that wanders."""
+
+    def __init__(self, verify_s: Sequence[float]):
+        self.k_max = len(verify_s) - 1
+        self._sums = np.zeros(5)  # Σw, Σw·k, Σw·k², Σw·t, Σw·k·t
+        for k, seconds in enumerate(verify_s[1:], 1):
+            self.add(k, seconds, decay=1.0)
+
+    def add(self, k: int, seconds: float, decay: float = LINE_DECAY) -> None:
+        self._sums = decay * self._sums + np.array([1.0, k, k * k, seconds, k * seconds])
+
+    def verify_s(self) -> tuple[float, ...]:
+        """The line at 1..k_max drafted tokens."""
+        w, wk, wkk, wt, wkt = self._sums
+        spread = w * wkk - wk * wk
+        slope = max(0.0, (w * wkt - wk * wt) / spread) if spread > 1e-12 * w * w else 0.0
+        intercept = (wt - slope * wk) / w
+        return tuple(max(float(intercept + slope * k), 1e-9) for k in range(1, self.k_max + 1))
+
+
 class AutoK:
     """Picks K before each step from a live α and step costs seeded by calibration.
 
@@ -181,7 +213,9 @@ class AutoK:
 
     def __init__(self, costs: StepCosts, prior_alpha: float = PRIOR_ALPHA, *, learn_costs: bool = True,
                  confidence_stops: bool = False):
-        self.costs = costs
+        self._line = VerifyLine(costs.verify_s)
+        # what it decides by: the draft step and the target alone as calibrated, the batches as a line
+        self.costs = replace(costs, verify_s=(costs.verify_s[0], *self._line.verify_s()))
         self.learn_costs = learn_costs
         self.confidence_stops = confidence_stops
         self.estimator = AlphaEstimator(prior_alpha)
@@ -190,20 +224,24 @@ class AutoK:
         self._drafting_steps = 0
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
-        k = max(1, best_k(prior_alpha, costs))
+        k = max(1, best_k(prior_alpha, self.costs))
         self._rate_tokens = PRIOR_WEIGHT * expected_tokens_per_step(prior_alpha, k)
         self._rate_seconds = PRIOR_WEIGHT * costs.step_s(k)
+        self._draft_steps = 0  # this step's: the first, which reads the last accepted token, and each one asked for
         self._margins: list[float] = []  # this step's drafted tokens' margins
         self._survival = 1.0  # the chance that every token drafted so far this step is accepted
         self._stopping = False  # this step drafts token by token, by margin
-        self._explore: bool | str = False  # True: this step goes one token past the stop ("done" once it has)
+        # "armed": this step goes one token past the stop ("take": the next token is taken whatever its
+        # margin; "done": it has); "": it stops where the margins say
+        self._explore = ""
 
     @property
     def rate(self) -> float:
         return self._rate_tokens / self._rate_seconds
 
     def next_k(self) -> int:
-        self._margins, self._survival, self._stopping = [], 1.0, False
+        self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
+        self._draft_steps = 1
         k = best_k(self.estimator.alpha, self.costs)
         if k == 0:
             self._steps_without_draft += 1
@@ -214,7 +252,7 @@ class AutoK:
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
         if self.confidence_stops:
             self._stopping = True  # a probe (above) drafts its one token whatever its margin
-            self._explore = explore  # this step drafts one token past where the margins say stop
+            self._explore = "armed" if explore else ""  # this step drafts one token past where the margins say stop
             return self.costs.k_max
         if explore:
             neighbour = k + 1 if (self._drafting_steps // EXPLORE_EVERY) % 2 else k - 1
@@ -223,34 +261,48 @@ class AutoK:
         return k
 
     def keep_drafting(self, drafted: int, margin: float | None) -> bool:
-        """Draft one more token, after `drafted` this step, whose margin is `margin`?
+        """After `drafted` tokens this step: take the next one, whose margin is `margin`? Or, with
+        margin None, run the draft step that shows the next token and its margin?
 
         Yes when that token and some run of tokens after it (at the average α) add expected tokens
         faster than the steps' rate, counting their places in the verify batch and the draft steps
-        past this one (whose logits are already paid for).
+        still to run (a token whose margin is known has had its own).
         """
-        if margin is None:
+        if not self._stopping:
+            if margin is None:
+                self._draft_steps += 1
+            else:
+                self._margins.append(margin)
             return True
         if self._explore == "done":
             return False
-        if not self._stopping:
+        if self._explore == "take":  # the token an exploring draft step was run for
+            self._explore = "done"
+            worth = True
+        elif margin is None:
+            worth = self._pays(drafted, self._survival, draft_steps=1)
+        else:
+            worth = self._pays(drafted, self._survival * self.by_margin.alpha(margin), draft_steps=0)
+        if not worth and self._explore == "armed":  # one token past the stop, and no further: that batch is timed
+            self._explore, worth = ("take" if margin is None else "done"), True
+        if worth and margin is None:
+            self._draft_steps += 1
+        elif worth:
             self._margins.append(margin)
-            return True
-        costs, alpha = self.costs, self.estimator.alpha
-        gain = self._survival * self.by_margin.alpha(margin)
-        expected, worth = 0.0, False
-        for more in range(1, costs.k_max - drafted + 1):
-            expected += gain * alpha ** (more - 1)
-            seconds = (more - 1) * costs.draft_step_s + costs.added_verify_s(drafted + 1, more)
-            if seconds <= 0 or expected / seconds >= self.rate:
-                worth = True
-                break
-        if not worth and self._explore is True:  # one token past the stop, and no further: that batch is timed
-            self._explore, worth = "done", True
-        if worth:
-            self._margins.append(margin)
-            self._survival = gain
+            self._survival *= self.by_margin.alpha(margin)
         return worth
+
+    def _pays(self, drafted: int, first_gain: float, draft_steps: int) -> bool:
+        """Does some run of tokens after `drafted`, the first accepted with probability `first_gain`
+        and each next one with α given the last, add tokens at least as fast as the steps' rate?"""
+        costs, alpha = self.costs, self.estimator.alpha
+        expected = 0.0
+        for more in range(1, costs.k_max - drafted + 1):
+            expected += first_gain * alpha ** (more - 1)
+            seconds = (more - 1 + draft_steps) * costs.draft_step_s + costs.added_verify_s(drafted + 1, more)
+            if seconds <= 0 or expected / seconds >= self.rate:
+                return True
+        return False
 
     def seed_acceptance(self, bands: tuple[float, ...]) -> None:
         """Start each margin band from the acceptance a previous run of this pair learned (the cache),
@@ -276,14 +328,14 @@ class AutoK:
             self._steps_without_draft = 0
         if not self.learn_costs:
             return
+        draft_step = self.costs.draft_step_s
         if drafted:
-            draft_step = _blend(self.costs.draft_step_s, draft_s / drafted)
+            draft_step = _blend(draft_step, draft_s / max(self._draft_steps, drafted))
+            self._line.add(drafted, verify_s)
+            verify = (self.costs.verify_s[0], *self._line.verify_s())
         else:
-            draft_step = self.costs.draft_step_s
-        verify = list(self.costs.verify_s)
-        if drafted < len(verify):
-            verify[drafted] = _blend(verify[drafted], verify_s)
-        self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=tuple(verify))
+            verify = (_blend(self.costs.verify_s[0], verify_s), *self.costs.verify_s[1:])
+        self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=verify)
 
 
 def _blend(old: float, new: float) -> float:

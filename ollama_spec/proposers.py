@@ -41,7 +41,8 @@ class Model(Protocol):
 
 
 # Asked before each drafted token: (tokens drafted so far this step, the draft's margin p1 − p2 for
-# the next one, None when it has none) -> draft it? The K policy's keep_drafting.
+# the next one) -> take it?, and before each draft step past the first, with margin None -> run it?
+# The K policy's keep_drafting.
 KeepDrafting = Callable[[int, "float | None"], bool]
 
 
@@ -97,7 +98,7 @@ class DraftModelProposer:
                 token = sample(q, rng)
                 probs.append(q)
             tokens.append(token)
-            if len(tokens) == k:
+            if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
                 break
             logits = draft.eval([token])[-1][: self.shared_vocab]
         return tokens, np.array(probs) if probs else None

@@ -84,7 +84,7 @@ def test_auto_k_learns_step_costs_from_what_it_sees():
     policy = AutoK(GPU, prior_alpha=0.8)
     for _ in range(40):  # verify batches of 9 turn out to cost 5 target steps here
         policy.observe(8, 8, 0.008, 0.100)
-    assert policy.costs.verify_s[8] == pytest.approx(0.100, rel=0.01)
+    assert policy.costs.verify_s[8] == pytest.approx(0.100, rel=0.05)
     assert policy.next_k() < 8
 
 
@@ -93,7 +93,7 @@ def test_auto_k_can_keep_its_calibrated_costs():
     policy = AutoK(GPU, prior_alpha=0.8, learn_costs=False)
     for _ in range(40):
         policy.observe(8, 8, 0.008, 0.100)
-    assert policy.costs == GPU and policy.next_k() == 8
+    assert policy.costs.verify_s == pytest.approx(GPU.verify_s) and policy.next_k() == 8
 
 
 def test_auto_k_tries_neighbours_and_climbs_to_a_k_its_calibration_made_look_dear():
@@ -112,7 +112,7 @@ def test_auto_k_tries_neighbours_and_climbs_to_a_k_its_calibration_made_look_dea
             accepted += 1
         policy.observe(k, accepted, 0.004 * k, true_verify[k])
     assert start <= 2 and ks[EXPLORE_EVERY - 1] == start + 1  # the first try is one more
-    assert best_k(policy.estimator.alpha, policy.costs) >= start + 4  # it climbed towards the real best
+    assert best_k(0.8, policy.costs) >= start + 4  # its costs climbed towards the real ones
     frozen = AutoK(stale, prior_alpha=0.8, learn_costs=False)
     assert {frozen.next_k() for _ in range(3 * EXPLORE_EVERY)} == {start}  # seeded sampling: no tries
 
@@ -140,25 +140,37 @@ def test_keep_drafting_stops_at_a_hesitant_token_on_a_cpu_and_not_on_a_gpu():
     gpu = AutoK(GPU, prior_alpha=0.8, confidence_stops=True)
     gpu.next_k()
     assert all(gpu.keep_drafting(n, 0.001) for n in range(8))  # in a batch that costs nothing more it does
+    gpu.next_k()
+    gpu._survival = 0.01  # but a draft step (1/20 of a target step) for a token that will not count does not pay
+    assert not gpu.keep_drafting(3, None)
     fixed = AutoK(CPU, prior_alpha=0.8)  # without confidence stops: K drafts, whatever the margins
     assert fixed.next_k() == 2 and fixed.keep_drafting(1, 0.001)
     assert FixedK(3).keep_drafting is None  # nothing to ask: the proposer need not work margins out
+
+
+def draft(policy, k, margins):
+    """How many tokens a draft model drafts this step, asked as DraftModelProposer asks, and how many
+    draft steps it ran (the first always runs: it reads the last accepted token)."""
+    ask = policy.keep_drafting or (lambda drafted, margin: True)
+    n, steps = 0, 1
+    while n < min(k, len(margins)) and ask(n, margins[n]):
+        n += 1
+        if n == k or n == len(margins) or not ask(n, None):
+            break
+        steps += 1
+    return n, steps
 
 
 def replay(policy, matches, margins, costs):
     """Modelled seconds to emit a text whose draft token at each position matches (or not) the target's."""
     position, seconds = 0, 0.0
     while position < len(matches):
-        k, n = policy.next_k(), 0
-        while n < k and position + n < len(matches):
-            if policy.keep_drafting is not None and not policy.keep_drafting(n, margins[position + n]):
-                break
-            n += 1
+        n, steps = draft(policy, policy.next_k(), margins[position:])
         accepted = 0
         while accepted < n and matches[position + accepted]:
             accepted += 1
-        seconds += costs.step_s(n)
-        policy.observe(n, accepted, n * costs.draft_step_s, costs.verify_s[n])
+        seconds += steps * costs.draft_step_s + costs.verify_s[n]
+        policy.observe(n, accepted, steps * costs.draft_step_s, costs.verify_s[n])
         position += accepted + 1
     return seconds
 
@@ -202,22 +214,28 @@ def test_calibration_times_every_small_batch_and_some_large_ones():
     assert batch_sizes_to_time(4) == [1, 2, 3, 4]
 
 
-def test_confidence_stops_climb_past_a_batch_size_the_calibration_made_look_dear():
-    """A busy moment while batches of 7 were timed: without tries past the stop, 6 drafts forever."""
+def test_confidence_stops_learn_that_batches_are_cheaper_than_calibrated():
+    """A busy machine while the batches were timed: each drafted token looked a whole step dear."""
     true_verify = [0.030 * (1 + 0.05 * n) for n in range(17)]
-    stale = StepCosts(0.002, tuple(v * (10 if n == 6 else 1) for n, v in enumerate(true_verify)))
+    stale = StepCosts(0.002, tuple(0.030 * (1 + 1.0 * n) for n in range(17)))
     policy = AutoK(stale, prior_alpha=0.95, confidence_stops=True)
     drafted = []
     for _ in range(300):
-        k, n = policy.next_k(), 0
-        while n < k and policy.keep_drafting(n, 0.5):
-            n += 1
+        n, steps = draft(policy, policy.next_k(), [0.5] * 16)
         drafted.append(n)
-        policy.observe(n, n, 0.002 * n, true_verify[n])
-    assert max(drafted[:7]) <= 5  # the dear batch stops it at first
-    assert np.mean(drafted[-50:]) > 8  # measured again, it is cheap: long drafts through sure text
+        policy.observe(n, n, 0.002 * steps, true_verify[n])
+    assert max(drafted[:3]) <= 4  # the dear batches stop it early at first
+    assert np.mean(drafted[-50:]) > 12  # measured, they are cheap: long drafts through sure text
+    assert policy.costs.verify_s[16] == pytest.approx(true_verify[16], rel=0.05)
     frozen = AutoK(stale, prior_alpha=0.95, confidence_stops=True, learn_costs=False)
-    k, n = frozen.next_k(), 0
-    while n < k and frozen.keep_drafting(n, 0.5):
-        n += 1
-    assert n == 5  # seeded sampling: no tries, the text must not depend on the clock
+    first = draft(frozen, frozen.next_k(), [0.5] * 16)[0]
+    frozen.observe(first, first, 0.002, true_verify[first])
+    assert first <= 4 and frozen.costs == AutoK(stale, learn_costs=False).costs  # seeded sampling: no clock
+
+
+def test_one_noisy_batch_size_is_no_cliff():
+    """Batches of 7 timed 20 % dear (one noisy size): the policy must not stop at 6 for it."""
+    smooth = [0.030 * (1 + 0.1 * n) for n in range(17)]
+    noisy = StepCosts(0.003, tuple(v * (1.2 if n == 6 else 1) for n, v in enumerate(smooth)))
+    policy = AutoK(noisy, prior_alpha=0.95, confidence_stops=True)
+    assert draft(policy, policy.next_k(), [0.9] * 16)[0] > 7

@@ -169,6 +169,8 @@ class MarginRule:
         return 2
 
     def keep_drafting(self, drafted, margin):
+        if margin is None:  # asked before the draft step that shows the next token
+            return True
         keep = drafted == 0 or margin > 0.15
         if drafted:
             self.log.append(keep)

@@ -261,6 +261,6 @@ def format_stats(result: Result, *, speculative: bool) -> str:
             f"{spec.mean_accepted_per_step:.2f} tokens per target pass; by position: {by_position}"
         )
         chosen = ", ".join(f"K={k} ×{n}" for k, n in sorted(spec.k_chosen.items()))
-        lines.append(f"K per step: {chosen}; α (accepted / tried) {spec.alpha or 0:.2f}")
+        lines.append(f"tokens drafted per step: {chosen}; α (accepted / tried) {spec.alpha or 0:.2f}")
         lines.append(f"time: draft {spec.draft_seconds:.2f} s, verify {spec.verify_seconds:.2f} s")
     return "\n".join(lines)

@@ -159,8 +159,9 @@ speculation_options = _stack(
         type=DraftLength(),
         default="auto",
         show_default=True,
-        help="Tokens the draft proposes per step, or auto: the K that this machine's measured step costs and "
-        f"the live acceptance rate say is fastest, each step (up to {DEFAULT_MAX_SPECULATIVE_TOKENS}).",
+        help="Tokens the draft proposes per step, or auto: token by token, up to "
+        f"{DEFAULT_MAX_SPECULATIVE_TOKENS}, while the draft's confidence and this machine's measured step costs "
+        "say the next token pays for itself.",
     ),
     click.option(
         "--draft-p-min",
