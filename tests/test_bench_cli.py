@@ -30,7 +30,9 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
     assert [r["kind"] for r in data["rows"]] == ["baseline", "speculative", "speculative",
                                                  "speculative, K chosen each step", "n-gram lookup",
                                                  "llama-cpp-python target alone", "llama-cpp-python draft_model",
-                                                 "prompt lookup"]
+                                                 "prompt lookup", "target alone, beside the references",
+                                                 "speculative, beside the references",
+                                                 "speculative K=auto, beside the references"]
     auto = rows["speculative K=auto"]
     assert sum(auto["k_chosen"].values()) == auto["steps"] and auto["predicted_speedup"] is None
     assert rows["target alone"]["speedup"] == 1.0
@@ -39,7 +41,9 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
         assert set(row["prompts"]) == {"fox", "arch"}
         if row["kind"] != "baseline":
             assert row["identical_to_target_alone"] is True  # greedy: token for token
-    assert "over each one's own target alone, timed beside it: " in result.output  # drift between the phases
+    # ours ran again beside the references, interleaved with them: no drift between phases in the comparison
+    assert f"ours at K={data['best_k']} vs llama-cpp-python draft_model K={data['best_k']}, timed beside them" in result.output
+    assert "ours at K=auto (the default) vs llama-cpp-python draft_model" in result.output
     spec = rows["speculative K=3"]
     assert 0 < spec["acceptance_rate"] <= 1 and 1 <= spec["tokens_per_step"] <= 4
     assert spec["predicted_speedup"] > 0 and spec["efficiency"] > 0
@@ -52,6 +56,18 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
     assert data["mismatches"] == []
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| target alone |" in (out / "results.md").read_text()
+
+
+def test_without_room_for_a_second_copy_the_phases_compare_over_their_own_baselines(invoke, tiny_store, prompts_file,
+                                                                                  monkeypatch):
+    from ollama_spec.bench import runner
+
+    monkeypatch.setattr(runner, "can_time_beside", lambda target, draft: False)
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "--no-ngram",
+                    "--prompts", prompts_file, "--no-warmup", "-k", "auto,2")
+    assert result.exit_code == 0, result.output
+    assert "beside the references" not in result.output
+    assert "over each one's own target alone, timed beside it: " in result.output  # drift between the phases
 
 
 def test_sampling_runs_skip_the_identity_check(invoke, tiny_store, prompts_file):
@@ -100,7 +116,8 @@ def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file
     result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "-k", "1,3", "--no-ngram",
                     "--prompts", prompts_file, "--no-warmup")
     assert result.exit_code == 1
-    assert "WARNING: 2 greedy outputs differ from the target alone:" in result.output
+    assert "WARNING: 3 greedy outputs differ from the target alone:" in result.output  # K=1, K=3, K=best beside
+    assert "(beside the references): prompt 'fox' run 1 differs" in result.output
     assert "speculative K=3: prompt 'fox' run 1 differs from the target alone at token 5 of 12" in result.output
     assert result.output.rstrip().endswith("Error: speculative output differs from the target alone (see above)")
 

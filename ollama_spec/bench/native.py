@@ -16,7 +16,7 @@ from ..errors import InvalidSetting
 from ..resolve import ResolvedModel
 from ..runtime import choose_flash_attention, default_threads
 from .prompts import Prompt
-from .runner import Progress
+from .runner import Progress, RowTimer
 from .samples import NATIVE, Row, Sample
 from .settings import BenchSettings
 
@@ -30,13 +30,23 @@ def run_native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k:
                    prompt_texts: dict[str, str], settings: BenchSettings,
                    progress: Progress = lambda label: None) -> Row:
     """Time each prompt with `llama-speculative-simple` at draft length k; tok/s as llama.cpp reports it."""
-    check_native(binary, settings)
-    row = Row(f"llama.cpp speculative-simple K={k}", NATIVE, k)
+    row, timer = native_row(binary, target, draft, k, prompt_texts, settings)
     for run in range(settings.runs):
         for prompt in prompts:
-            row.samples.append(_run(binary, target, draft, k, prompt.name, prompt_texts[prompt.name], settings, run))
+            row.samples.append(timer(prompt, settings.max_tokens, run))
             progress(f"{row.label} · {prompt.name}")
     return row
+
+
+def native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, prompt_texts: dict[str, str],
+               settings: BenchSettings) -> tuple[Row, RowTimer]:
+    """The native row and what times it on one prompt, for a phase that interleaves it with others."""
+    check_native(binary, settings)
+
+    def run(prompt: Prompt, max_tokens: int, run: int) -> Sample:
+        return _run(binary, target, draft, k, prompt.name, prompt_texts[prompt.name], settings, run, max_tokens)
+
+    return Row(f"llama.cpp speculative-simple K={k}", NATIVE, k), run
 
 
 def check_native(binary: Path, settings: BenchSettings) -> None:
@@ -48,10 +58,10 @@ def check_native(binary: Path, settings: BenchSettings) -> None:
 
 
 def _run(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, name: str, text: str,
-         settings: BenchSettings, run: int) -> Sample:
+         settings: BenchSettings, run: int, max_tokens: int) -> Sample:
     threads = str(settings.n_threads or default_threads())
     command = [str(binary), "-m", str(target.path), "-md", str(draft.path), "--spec-type", "draft-simple",
-               "--spec-draft-n-max", str(k), "-p", text, "-n", str(settings.max_tokens), "--ignore-eos",
+               "--spec-draft-n-max", str(k), "-p", text, "-n", str(max_tokens), "--ignore-eos",
                "--temp", "0", "--seed", str(settings.seed), "-c", str(settings.context), "-t", threads,
                "-ngl", "99", "--spec-draft-ngl", "99",
                "--flash-attn", {"off": "off", "on": "on"}.get(choose_flash_attention(settings.flash_attention), "auto")]

@@ -25,7 +25,7 @@ from ..errors import ModelLoadError
 from ..resolve import ResolvedModel
 from ..runtime import choose_flash_attention, default_threads, extra_bufts_default
 from .prompts import Prompt
-from .runner import Progress, interleaved, sampling_for
+from .runner import Progress, RowTimer, interleaved, sampling_for
 from .samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
 from .settings import WARMUP_TOKENS, BenchSettings
 
@@ -55,9 +55,10 @@ class CountingDraft(LlamaDraftModel):
 
 def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str | None, k: int,
                        prompts: Sequence[Prompt], prompt_tokens: dict[str, list[int]], settings: BenchSettings,
-                       progress: Progress = lambda label: None) -> list[Row]:
+                       progress: Progress = lambda label: None,
+                       beside: Sequence[tuple[Row, RowTimer]] = ()) -> list[Row]:
     """llama-cpp-python's target alone, its draft_model path (OllamaDraftModel, K drafts) and prompt lookup
-    (K tokens), interleaved."""
+    (K tokens), and the `beside` rows (ours again, llama.cpp's own loop), all interleaved."""
     threads = settings.n_threads or default_threads()  # the engine's default too
     draft = OllamaDraftModel(draft_name, num_pred_tokens=k, models_dir=models_dir, n_ctx=settings.context,
                              n_threads=threads, repack=settings.repack)
@@ -67,12 +68,20 @@ def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str |
     try:
         llm = _load(target, settings, threads)
         try:
-            _run_rows(llm, rows, prompts, prompt_tokens, settings, progress)
+            timers = [(row, _timer(llm, drafter, prompt_tokens, settings)) for row, drafter in rows]
+            _run_rows([*timers, *beside], prompts, settings, progress)
         finally:
             llm.close()
     finally:
         draft.close()
-    return [row for row, _ in rows]
+    return [row for row, _ in rows] + [row for row, _ in beside]
+
+
+def _timer(llm: Llama, draft: CountingDraft | None, prompt_tokens: dict[str, list[int]],
+           settings: BenchSettings) -> RowTimer:
+    def run(prompt: Prompt, max_tokens: int, run: int) -> Sample:
+        return _generate(llm, draft, prompt_tokens[prompt.name], max_tokens, settings, prompt.name, run)
+    return run
 
 
 def _load(target: ResolvedModel, settings: BenchSettings, threads: int) -> Llama:
@@ -87,18 +96,16 @@ def _load(target: ResolvedModel, settings: BenchSettings, threads: int) -> Llama
         raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None
 
 
-def _run_rows(llm: Llama, rows: list[tuple[Row, CountingDraft | None]], prompts: Sequence[Prompt],
-              prompt_tokens: dict[str, list[int]], settings: BenchSettings, progress: Progress) -> None:
+def _run_rows(rows: list[tuple[Row, RowTimer]], prompts: Sequence[Prompt], settings: BenchSettings,
+              progress: Progress) -> None:
     with PeakMemory() as memory:
         if settings.warmup:
-            for row, draft in rows:
-                _generate(llm, draft, prompt_tokens[prompts[0].name], min(WARMUP_TOKENS, settings.max_tokens),
-                          settings, prompts[0].name, -1)
+            for row, timer in rows:
+                timer(prompts[0], min(WARMUP_TOKENS, settings.max_tokens), -1)
                 progress(f"warm-up {row.label}")
         memory.take()
-        for run, prompt, (row, draft) in interleaved(rows, prompts, settings.runs):
-            row.samples.append(_generate(llm, draft, prompt_tokens[prompt.name], settings.max_tokens,
-                                         settings, prompt.name, run))
+        for run, prompt, (row, timer) in interleaved(rows, prompts, settings.runs):
+            row.samples.append(timer(prompt, settings.max_tokens, run))
             row.peak_rss = max(row.peak_rss, memory.take())
             progress(f"{row.label} · {prompt.name}")
 

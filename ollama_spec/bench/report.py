@@ -15,8 +15,8 @@ from .model import efficiency, predicted_speedup_from_step_length
 from .prompts import Prompt
 from .remote import RemoteResult
 from .runner import Costs
-from .samples import (AUTO, BASELINE, LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, LOCAL_BASELINE, NATIVE, NGRAM, PROMPT_LOOKUP,
-                      SPECULATIVE, Row)
+from .samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LLAMA_CPP_BASELINE,
+                      LLAMA_CPP_DRAFT, LOCAL_BASELINE, NATIVE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row)
 from .settings import BenchSettings
 
 COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
@@ -132,16 +132,22 @@ def _auto_lines(report: BenchReport) -> list[str]:
 
 def _reference_lines(report: BenchReport) -> list[str]:
     """The best K against the other implementations of the same loop at the same K, and what a user
-    gets by default (K=auto, up to K_max with confidence stops) against them at that best K."""
+    gets by default (K=auto) against them. Ours timed again in the references' phase, interleaved
+    with them, where that ran; else ours from the first phase, with speed-ups over each phase's own
+    target alone beside."""
+    beside = {r.kind: r for r in report.rows if r.kind in (BESIDE_BASELINE, BESIDE_SPECULATIVE, BESIDE_AUTO)}
     auto = next((r for r in report.rows if r.kind == AUTO and r.tokens_per_second), None)
+    ours = ([(beside.get(BESIDE_SPECULATIVE), f"K={report.best.k}"), (beside.get(BESIDE_AUTO), "K=auto (the default)")]
+            if beside else [(report.best, f"K={report.best.k}"), (auto, "K=auto (the default)")])
+    where = ", timed beside them (one phase, interleaved)" if beside else ""
     lines = []
-    for ours, name in ((report.best, f"K={report.best.k}"), (auto, "K=auto (the default)")):
+    for mine, name in ours:
         for kind in (LLAMA_CPP_DRAFT, NATIVE):
             other = next((r for r in report.rows if r.kind == kind), None)
-            if ours is not None and other is not None and other.tokens_per_second:
-                lines.append(f"ours at {name} vs {other.label}: {ours.tokens_per_second:.1f} vs "
-                             f"{other.tokens_per_second:.1f} tok/s ({ours.tokens_per_second / other.tokens_per_second:.2f}x)"
-                             + _beside_baselines(report, ours, other))
+            if mine is not None and mine.tokens_per_second and other is not None and other.tokens_per_second:
+                lines.append(f"ours at {name} vs {other.label}{where}: {mine.tokens_per_second:.1f} vs "
+                             f"{other.tokens_per_second:.1f} tok/s ({mine.tokens_per_second / other.tokens_per_second:.2f}x)"
+                             + ("" if beside else _beside_baselines(report, mine, other)))
     return lines
 
 

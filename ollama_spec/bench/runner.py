@@ -7,21 +7,29 @@ all rows are interleaved (drift on a shared machine hits each row alike).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+import psutil
 
 from ..calibration import measure_step_costs
 from ..engine import Engine, EngineSettings, Request, Result
 from ..placement import Placement
 from ..resolve import ResolvedModel
+from ..runtime import gpu_offload_supported
 from ..sampling import SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .model import predicted_speedup
 from .prompts import Prompt
-from .samples import AUTO, BASELINE, LOCAL_BASELINE, NGRAM, SPECULATIVE, PeakMemory, Row, Sample
+from .samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LOCAL_BASELINE, NGRAM,
+                      SPECULATIVE, PeakMemory, Row, Sample)
 from .settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 
 Progress = Callable[[str], None]
+# Times one row on one prompt: (prompt, max_tokens, run) -> the sample. What the reference phase
+# interleaves with its own rows.
+RowTimer = Callable[[Prompt, int, int], Sample]
 
 
 @dataclass
@@ -49,12 +57,13 @@ class EngineRun:
     prompt_texts: dict[str, str] = field(default_factory=dict)  # the same prompts as text, special tokens written out
 
 
-def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool = True) -> int:
-    """How many progress units `run_engine_rows` and `run_reference_rows` report, for the bar."""
+def planned_units(settings: BenchSettings, n_prompts: int, with_reference: bool = True, beside: int = 0) -> int:
+    """How many progress units `run_engine_rows` and `run_reference_rows` report, for the bar
+    (`beside`: rows timed with the references, besides their own)."""
     configs = 1 + len(settings.ks) + settings.auto + settings.ngram
     units = (configs if settings.warmup else 0) + 1 + settings.runs * n_prompts * configs
     if with_reference:  # llama-cpp-python's target alone, draft_model and prompt lookup
-        units += 3 * ((1 if settings.warmup else 0) + settings.runs * n_prompts)
+        units += (3 + beside) * ((1 if settings.warmup else 0) + settings.runs * n_prompts)
     return units
 
 
@@ -101,6 +110,43 @@ def run_local_baseline(target: ResolvedModel, prompts: Sequence[Prompt], setting
         _warm_up(engine, [row], prompts, settings, progress)
         _time_rows(engine, [row], prompts, settings, memory, progress)
     return row
+
+
+def can_time_beside(target: ResolvedModel, draft: ResolvedModel) -> bool:
+    """Can ours be loaded again while the references run? Not on a GPU (a second copy of the target
+    there is the user's VRAM); on a CPU when this machine's free memory holds both copies whole."""
+    if gpu_offload_supported():
+        return False
+    try:
+        size = target.path.stat().st_size + draft.path.stat().st_size
+    except OSError:
+        return False
+    return psutil.virtual_memory().available > 2 * size + (1 << 30)
+
+
+@contextmanager
+def beside_engine(target: ResolvedModel, draft: ResolvedModel, settings: BenchSettings) -> Iterator[Engine]:
+    with Engine(target, draft, _engine_settings(settings)) as engine:
+        yield engine
+
+
+def beside_rows(engine: Engine, best_k: int, settings: BenchSettings) -> list[tuple[Row, RowTimer]]:
+    """Our target alone, best K and K=auto on `engine`, to be timed interleaved with the reference rows.
+
+    The two phases run minutes apart, and a shared machine's speed drifts by 5-12 % between them
+    (seen on a 2-core VM, either way), more than the differences compared; so where two copies of
+    the target fit, ours runs again in their phase, in the same interleaved order."""
+    rows = [Row("ours: target alone (beside the references)", BESIDE_BASELINE),
+            Row(f"ours: K={best_k} (beside the references)", BESIDE_SPECULATIVE, best_k)]
+    if settings.auto:
+        rows.append(Row("ours: K=auto (beside the references)", BESIDE_AUTO))
+
+    def timer(row: Row) -> RowTimer:
+        def run(prompt: Prompt, max_tokens: int, run: int) -> Sample:
+            return _sample(*_generate(engine, _request(prompt, settings, max_tokens, row), row), prompt.name, run)
+        return run
+
+    return [(row, timer(row)) for row in rows]
 
 
 def interleaved(rows: Sequence, prompts: Sequence[Prompt], runs: int):
@@ -191,7 +237,7 @@ def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float
     engine.clear_cache()  # every row reads its prompt: rows share one engine and the same prompts
     models = [m for m in (engine.target, engine.draft) if m is not None]
     busy = sum(m.busy_seconds for m in models)
-    generation = engine.generate(request, use_draft=row.kind not in (BASELINE, LOCAL_BASELINE))
+    generation = engine.generate(request, use_draft=row.kind not in (BASELINE, LOCAL_BASELINE, BESIDE_BASELINE))
     for _ in generation:
         pass
     return generation.result, sum(m.busy_seconds for m in models) - busy

@@ -22,6 +22,10 @@ NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
 PROMPT_LOOKUP = "prompt lookup"
 NATIVE = "llama.cpp speculative-simple"  # llama.cpp's own C++ loop, timed only
+# Ours again, timed interleaved with the reference rows in their phase (see bench.runner.beside_rows)
+BESIDE_BASELINE = "target alone, beside the references"
+BESIDE_SPECULATIVE = "speculative, beside the references"
+BESIDE_AUTO = "speculative K=auto, beside the references"
 
 
 @dataclass
@@ -62,7 +66,7 @@ class Row:
     @property
     def is_baseline(self) -> bool:
         """The target alone (no drafting), on its own or, beside --rpc rows, on this machine only."""
-        return self.kind in (BASELINE, LOCAL_BASELINE, LLAMA_CPP_BASELINE)
+        return self.kind in (BASELINE, LOCAL_BASELINE, LLAMA_CPP_BASELINE, BESIDE_BASELINE)
 
     def run_rates(self) -> list[float]:
         """tok/s of each run over all its prompts: generated tokens after the first / decode time."""

@@ -133,17 +133,24 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
 
 def _measure(target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings,
              native: str | None = None):
+    from ..bench.native import native_row, run_native_row
     from ..bench.reference import run_reference_rows
     from ..bench.report import BenchReport, best_speculative
-    from ..bench.runner import BatchChoice, local_baseline_units, planned_units, run_engine_rows, run_local_baseline
+    from ..bench.runner import (BatchChoice, beside_engine, beside_rows, can_time_beside, local_baseline_units,
+                                planned_units, run_engine_rows, run_local_baseline)
     from ..bench.samples import NATIVE, compare_tokens
 
     load_start = _load_average()
     # With --rpc the references are replaced by the target alone on this machine: llama-cpp-python's
     # own path cannot keep its draft off the RPC servers, and the row that matters is the hop's cost.
     rpc = bool(settings.placement.rpc_servers)
-    units = (planned_units(settings, len(prompts), with_reference=not rpc)
-             + (settings.runs * len(prompts) if native else 0) + (local_baseline_units(settings, len(prompts)) if rpc else 0))
+    # Where a second copy of the pair fits, ours (and the native loop) run again in the references'
+    # phase, interleaved with them: the comparisons then do not span the drift between phases.
+    beside = not rpc and can_time_beside(target_model, draft_model)
+    n_beside = (2 + settings.auto + bool(native)) if beside else 0
+    units = (planned_units(settings, len(prompts), with_reference=not rpc, beside=n_beside)
+             + (settings.runs * len(prompts) if native and not beside else 0)
+             + (local_baseline_units(settings, len(prompts)) if rpc else 0))
     with click.progressbar(length=units, label="benchmarking", file=sys.stderr,
                            show_pos=True, hidden=not sys.stderr.isatty(), item_show_func=lambda label: label) as bar:
         def advance(label: str) -> None:
@@ -153,12 +160,18 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
         best = best_speculative(engine_run.rows)
         if rpc:
             rows = engine_run.rows + [run_local_baseline(target_model, prompts, settings, advance)]
+        elif beside:
+            with beside_engine(target_model, draft_model, settings) as engine:
+                extra = beside_rows(engine, best.k, settings)
+                if native:
+                    extra.append(native_row(Path(native), target_model, draft_model, best.k, engine_run.prompt_texts,
+                                            settings))
+                rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
+                                                            engine_run.prompt_tokens, settings, advance, beside=extra)
         else:
             rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
                                                         engine_run.prompt_tokens, settings, advance)
-        if native:
-            from ..bench.native import run_native_row
-
+        if native and not beside:
             rows.append(run_native_row(Path(native), target_model, draft_model, best.k, prompts,
                                        engine_run.prompt_texts, settings, advance))
     report = BenchReport(target_model.name, draft_model.name, settings, tuple(prompts), rows, engine_run.costs,
