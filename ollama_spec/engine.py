@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -109,9 +109,11 @@ class Engine:
     """A loaded target and optional draft. Incompatible drafts are refused before any load."""
 
     def __init__(
-        self, target: ResolvedModel, draft: ResolvedModel | None = None, settings: EngineSettings = EngineSettings()
+        self, target: ResolvedModel, draft: ResolvedModel | None = None, settings: EngineSettings = EngineSettings(),
+        notice: Callable[[str], None] = lambda text: None,
     ):
         self.target_model, self.draft_model, self.settings = target, draft, settings
+        self.notice = notice  # what a user should hear about while it happens (a calibration's pause)
         require_usable(target.name, target.info, "target")
         if draft is not None:
             require_usable(draft.name, draft.info, "draft")
@@ -198,6 +200,8 @@ class Engine:
         key = self._cost_key(draft)
         costs = self._learned_costs.get(key) or self._cost_cache.get(key)
         if costs is None or costs.k_max < k_max:
+            self.notice("timing this machine's draft and verify steps for -k auto (once per pair and setup, then "
+                        "cached)")
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
             costs = measure_step_costs(self.target, draft, k_max, context)

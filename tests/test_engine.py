@@ -261,3 +261,14 @@ def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models,
         assert engine.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(learned, abs=1e-4)
         seeded = SamplingSettings(temperature=0.8, seed=1)  # its text must not depend on an earlier run
         assert engine.k_policy(request.speculation, seeded).by_margin.bands == pytest.approx(MARGIN_PRIOR)
+
+
+def test_a_calibration_is_announced_while_it_happens(tiny_models, tmp_path):
+    from ollama_spec.calibration import StepCostCache
+
+    notes = []
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(), notice=notes.append) as engine:
+        engine._cost_cache = StepCostCache(tmp_path / "costs.json")
+        engine.k_policy(SpeculationSettings(None), GREEDY)
+        engine.k_policy(SpeculationSettings(None), GREEDY)  # measured once: no second note
+    assert len(notes) == 1 and "-k auto" in notes[0]

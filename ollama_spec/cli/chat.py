@@ -22,6 +22,7 @@ from .options import (
     model_max_tokens,
     model_stops,
     models_dir_option,
+    notice,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -81,7 +82,7 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
                                threads=threads, kv_type=kv_type, no_check=no_check, repack=repack,
                                flash_attn=flash_attn)
     interactive = sys.stdin.isatty()
-    with Engine(target_model, draft_model, settings) as engine:
+    with Engine(target_model, draft_model, settings, notice=notice) as engine:
         conversation = Conversation(engine, defaults, first_set(system, target_model.system),
                                     preset.messages if preset is not None else ())
         if interactive:

@@ -25,6 +25,7 @@ from .options import (
     model_max_tokens,
     model_stops,
     models_dir_option,
+    notice,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -140,7 +141,7 @@ def generate(
         raise click.UsageError("--compare needs --draft")
     if (warning := unused_gpu_warning()) is not None:
         click.echo(f"warning: {warning}", err=True)
-    with Engine(target_model, draft_model, settings) as engine:
+    with Engine(target_model, draft_model, settings, notice=notice) as engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
         result = _stream(engine.generate(request), quiet=as_json)
         margins, batch_size = [], None

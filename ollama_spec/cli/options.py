@@ -51,6 +51,11 @@ flash_attn_option = click.option(
 )
 
 
+def notice(text: str) -> None:
+    """A note on stderr about something that takes a moment (the engine's `notice`)."""
+    click.echo(f"note: {text}", err=True)
+
+
 def decide_repack_for_cli(force: bool | None) -> RepackDecision:
     """The repack decision; says on stderr, once, when a fresh canary run turned repacking off."""
     decision = decide_repack(force)

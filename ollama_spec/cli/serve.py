@@ -19,6 +19,7 @@ from .options import (
     model_max_tokens,
     model_stops,
     models_dir_option,
+    notice,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -94,7 +95,7 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
         engine_config = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers,
                                         draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, kv_type=kv_type,
                                         no_check=no_check, repack=repack, flash_attn=flash_attn)
-        with Engine(target_model, draft_model, engine_config) as engine:
+        with Engine(target_model, draft_model, engine_config, notice=notice) as engine:
             run_server(ServerState(engine, settings), sock)
     finally:
         sock.close()
