@@ -27,8 +27,9 @@ CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a t
 
 
 # Every batch size up to this one is timed; past it every few sizes, and the sizes between are
-# interpolated (verify costs grow smoothly there): K up to 16 costs 11 timings, not 17.
-DENSE_UP_TO = 9
+# interpolated: K up to 16 costs 14 timings, not 17. Small batches are timed each, for the bumps
+# of llama.cpp's kernels there (on a 2-core CPU a batch of 9 costs less than one of 8).
+DENSE_UP_TO = 12
 SPARSE_STEP = 4
 
 
@@ -87,14 +88,30 @@ class StepCostCache:
         self.path = path or cache_dir() / "step-costs.json"
 
     def get(self, key: str) -> StepCosts | None:
-        entry = self._read().get(key)
-        try:
-            return StepCosts(entry["draft_step_s"], tuple(entry["verify_s"]))
-        except (TypeError, KeyError, ValueError):
-            return None  # absent, or written by another version: measure again
+        """The costs as calibrated."""
+        return self._costs(key, "")
 
     def put(self, key: str, costs: StepCosts) -> None:
-        self._update(key, {"draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s)})
+        """A new calibration: the costs runs learned from an older one go with it."""
+        entries = self._read()
+        entry = entries.get(key) if isinstance(entries.get(key), dict) else {}
+        entries[key] = {name: value for name, value in entry.items() if not name.startswith("learned_")} | {
+            "draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s)}
+        self._write(entries)
+
+    def get_learned(self, key: str) -> StepCosts | None:
+        """The costs as the last run refined them from its steps (AutoK's line)."""
+        return self._costs(key, "learned_")
+
+    def put_learned(self, key: str, costs: StepCosts) -> None:
+        self._update(key, {"learned_draft_step_s": costs.draft_step_s, "learned_verify_s": list(costs.verify_s)})
+
+    def _costs(self, key: str, prefix: str) -> StepCosts | None:
+        entry = self._read().get(key)
+        try:
+            return StepCosts(entry[f"{prefix}draft_step_s"], tuple(entry[f"{prefix}verify_s"]))
+        except (TypeError, KeyError, ValueError):
+            return None  # absent, or written by another version: measure again
 
     def get_acceptance(self, key: str) -> tuple[float, ...] | None:
         """The pair's acceptance by margin band, as a last run learned it (k_policy.MARGIN_EDGES)."""
@@ -112,6 +129,9 @@ class StepCostCache:
         entries = self._read()
         entry = entries.get(key)
         entries[key] = (entry if isinstance(entry, dict) else {}) | fields
+        self._write(entries)
+
+    def _write(self, entries: dict) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             staged = self.path.with_suffix(f".{os.getpid()}.tmp")

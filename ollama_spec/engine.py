@@ -174,11 +174,13 @@ class Engine:
         """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
         if not speculation.auto:
             return FixedK(speculation.num_speculative_tokens)
-        costs = self.step_costs(self._cost_draft(speculation), speculation.max_speculative_tokens)
+        draft, k_max = self._cost_draft(speculation), speculation.max_speculative_tokens
+        costs, calibrated = self.step_costs(draft, k_max), self.calibrated_costs(draft, k_max)
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
-        policy = AutoK(costs, learn_costs=learn, confidence_stops=speculation.proposer == "draft")
+        policy = AutoK(costs if learn else calibrated, learn_costs=learn, confidence_stops=speculation.proposer == "draft",
+                       calibrated=calibrated)
         key = self._cost_key(self._cost_draft(speculation))
         earlier, learned = self._last_policies.get(key), self._cost_cache.get_acceptance(key)
         if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
@@ -192,13 +194,25 @@ class Engine:
         if isinstance(policy, AutoK) and policy.learn_costs:
             key = self._cost_key(self._cost_draft(speculation))
             self._last_policies[key] = policy
-            self._learned_costs[key] = _overlay(self._learned_costs.get(key) or self._cost_cache.get(key), policy.costs)
+            base = self._learned_costs.get(key) or self._cost_cache.get_learned(key) or self._cost_cache.get(key)
+            self._learned_costs[key] = _overlay(base, policy.costs)
 
     def step_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
-        """Draft step and verify batch costs up to k_max + 1 tokens: as learned by earlier requests, else
-        cached, else measured now."""
+        """Draft step and verify batch costs up to k_max + 1 tokens: as learned by earlier requests (this
+        process's, else the last one's), else as calibrated."""
         key = self._cost_key(draft)
-        costs = self._learned_costs.get(key) or self._cost_cache.get(key)
+        calibrated = self.calibrated_costs(draft, k_max)
+        learned = self._learned_costs.get(key) or self._cost_cache.get_learned(key)
+        costs = learned if learned is not None and learned.k_max >= k_max else calibrated
+        return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
+
+    def calibrated_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
+        """The costs as timed on this machine, batch size by batch size (cached, else measured now).
+
+        Kept apart from what requests learn, which is a line: the calibration keeps the bumps of
+        llama.cpp's kernels that AutoK takes free tokens from."""
+        key = self._cost_key(draft)
+        costs = self._cost_cache.get(key)
         if costs is None or costs.k_max < k_max:
             self.notice("timing this machine's draft and verify steps for -k auto (once per pair and setup, then "
                         "cached)")
@@ -224,7 +238,7 @@ class Engine:
 
     def close(self) -> None:
         for key, costs in self._learned_costs.items():  # what this session measured, for the next one
-            self._cost_cache.put(key, _overlay(self._cost_cache.get(key), costs))
+            self._cost_cache.put_learned(key, _overlay(self._cost_cache.get_learned(key), costs))
         for key, policy in self._last_policies.items():
             if policy.confidence_stops:
                 self._cost_cache.put_acceptance(key, policy.by_margin.bands)

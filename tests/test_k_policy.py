@@ -209,8 +209,8 @@ def test_a_policy_carries_what_an_earlier_one_learned():
 
 
 def test_calibration_times_every_small_batch_and_some_large_ones():
-    assert batch_sizes_to_time(9) == list(range(1, 10))
-    assert batch_sizes_to_time(17) == [*range(1, 10), 13, 17]
+    assert batch_sizes_to_time(12) == list(range(1, 13))
+    assert batch_sizes_to_time(17) == [*range(1, 13), 16, 17]
     assert batch_sizes_to_time(4) == [1, 2, 3, 4]
 
 
@@ -239,3 +239,15 @@ def test_one_noisy_batch_size_is_no_cliff():
     noisy = StepCosts(0.003, tuple(v * (1.2 if n == 6 else 1) for n, v in enumerate(smooth)))
     policy = AutoK(noisy, prior_alpha=0.95, confidence_stops=True)
     assert draft(policy, policy.next_k(), [0.9] * 16)[0] > 7
+
+
+def test_a_token_that_makes_the_verify_batch_no_dearer_is_taken():
+    """As calibrated, a batch of 9 costs less than one of 8 (llama.cpp's kernels): stop at 8, not 7."""
+    verify = [0.030 * (1 + 0.1 * n) for n in range(17)]
+    bumpy = list(verify)
+    bumpy[7] = bumpy[8] + 0.001
+    for curve, expected in ((verify, False), (bumpy, True)):
+        policy = AutoK(StepCosts(0.003, tuple(curve)), prior_alpha=0.9, confidence_stops=True)
+        policy.next_k()
+        policy._survival = 0.05  # after some hesitant tokens: another hesitant one would not pay
+        assert policy.keep_drafting(7, 0.001) is expected
