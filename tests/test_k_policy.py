@@ -203,9 +203,11 @@ def test_a_policy_carries_what_an_earlier_one_learned():
     later = AutoK(CPU, confidence_stops=True)
     later.carry_over(earlier)
     assert later.by_margin.alpha(0.5) == earlier.by_margin.alpha(0.5) > 0.95
-    assert later.estimator.alpha == earlier.estimator.alpha and later.rate == earlier.rate
-    later.observe(0, 0, 0.0, 0.03)
-    assert later.rate != earlier.rate  # a copy, not shared
+    assert later.estimator.alpha == AutoK(CPU).estimator.alpha and later.rate == AutoK(CPU).rate  # the text's own
+    later.next_k()
+    later.keep_drafting(0, 0.5)
+    later.observe(1, 0, 0.004, 0.04)
+    assert later.by_margin.alpha(0.5) < earlier.by_margin.alpha(0.5)  # a copy, not shared
 
 
 def test_calibration_times_every_small_batch_and_some_large_ones():
