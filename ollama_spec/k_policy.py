@@ -16,9 +16,9 @@ coin toss: on the bench pair a margin under 0.02 is accepted 55 % of the time, o
 So the draft keeps going while the next token, at the acceptance its margin has earned so far,
 still pays for its draft step and its place in the verify batch at the rate the steps achieve
 (`keep_drafting`), up to K_max: long drafts through easy text, short ones where the draft hesitates.
-Replayed on the bench pair's greedy texts in modelled time: 6 % more tokens per second than the
-best fixed K. Timed by `bench` (2-core CPU, 3 runs): 101-105 % of the best fixed K over the five
-prompts, 97-105 % on each, where the i.i.d. choice of one K per step gave 96-98 % (86-107 %).
+Replayed on the bench pair's greedy texts in modelled time: 8 % more tokens per second than the
+best fixed K. Timed by `bench` (2-core CPU, 3 runs): 103 % of the best fixed K over the five
+prompts, 100-106 % on each, where the i.i.d. choice of one K per step gave 96-98 % (86-107 %).
 """
 
 from __future__ import annotations
