@@ -175,13 +175,13 @@ class Engine:
         if not speculation.auto:
             return FixedK(speculation.num_speculative_tokens)
         draft, k_max = self._cost_draft(speculation), speculation.max_speculative_tokens
-        costs, calibrated = self.step_costs(draft, k_max), self.calibrated_costs(draft, k_max)
+        key, calibrated = self._cost_key(draft), self.calibrated_costs(draft, k_max)
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
-        policy = AutoK(costs if learn else calibrated, learn_costs=learn, confidence_stops=speculation.proposer == "draft",
+        costs = self._learned_or(calibrated, key) if learn else calibrated
+        policy = AutoK(costs, learn_costs=learn, confidence_stops=speculation.proposer == "draft",
                        calibrated=calibrated)
-        key = self._cost_key(self._cost_draft(speculation))
         earlier, learned = self._last_policies.get(key), self._cost_cache.get_acceptance(key)
         if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
             policy.carry_over(earlier)
@@ -200,11 +200,14 @@ class Engine:
     def step_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
         """Draft step and verify batch costs up to k_max + 1 tokens: as learned by earlier requests (this
         process's, else the last one's), else as calibrated."""
-        key = self._cost_key(draft)
-        calibrated = self.calibrated_costs(draft, k_max)
+        return self._learned_or(self.calibrated_costs(draft, k_max), self._cost_key(draft))
+
+    def _learned_or(self, calibrated: StepCosts, key: str) -> StepCosts:
+        """What requests learned (this process's, else the last one's) up to calibrated's K_max, else calibrated."""
         learned = self._learned_costs.get(key) or self._cost_cache.get_learned(key)
-        costs = learned if learned is not None and learned.k_max >= k_max else calibrated
-        return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
+        if learned is None or learned.k_max < calibrated.k_max:
+            return calibrated
+        return StepCosts(learned.draft_step_s, learned.verify_s[: calibrated.k_max + 1])
 
     def calibrated_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
         """The costs as timed on this machine, batch size by batch size (cached, else measured now).

@@ -49,8 +49,8 @@ MARGIN_EDGES = (0.02, 0.05, 0.1, 0.2, 0.4)
 # What each band starts from: any draft is surer of the tokens it leads by more (real pairs accept
 # less than the synthetic one at every margin; a few dozen drafts correct either).
 MARGIN_PRIOR = (0.5, 0.65, 0.75, 0.85, 0.92, 0.97)
-MARGIN_DECAY = 0.98
-SEEDED_WEIGHT = 16.0  # a band's acceptance from an earlier run counts for this many tried drafts  # per tried draft in a band: it follows the last ~50 of them
+MARGIN_DECAY = 0.98  # per tried draft in a band: it follows the last ~50 of them
+SEEDED_WEIGHT = 16.0  # a band's acceptance from an earlier run counts for this many tried drafts
 RATE_DECAY = 0.9  # per step: the rate a next token must beat follows the last ~10 steps
 
 
@@ -95,7 +95,8 @@ class StepCosts:
         return k * self.draft_step_s + self.verify_s[k]
 
     def added_verify_s(self, n: int, more: int) -> float:
-        """What `more` tokens add to a verify batch of n; never negative (a bigger batch costing less is noise)."""
+        """What `more` tokens add to a verify batch of n; never negative (a dip in the curve is no saving
+        to count on: the tokens before it still cost their rise)."""
         return max(0.0, max(self.verify_s[: n + more]) - max(self.verify_s[:n]))
 
 
@@ -182,7 +183,7 @@ class VerifyLine:
     so one size soon looks a few percent dearer than the next and reads as a cliff to stop before
     (seen on the bench pair: a third of all steps stopping at K=3). A line has no cliffs, and every
     step refines it, whatever its K. The real curve's bumps (a batch of 8 can cost more than one of
-    9) are lost: a few percent, against a policy that wanders."""
+    9) are not in the line; AutoK reads them from the calibration (`_free_next`)."""
 
     def __init__(self, verify_s: Sequence[float]):
         self.k_max = len(verify_s) - 1

@@ -7,8 +7,7 @@ all rows are interleaved (drift on a shared machine hits each row alike).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import psutil
@@ -124,10 +123,9 @@ def can_time_beside(target: ResolvedModel, draft: ResolvedModel) -> bool:
     return psutil.virtual_memory().available > 2 * size + (1 << 30)
 
 
-@contextmanager
-def beside_engine(target: ResolvedModel, draft: ResolvedModel, settings: BenchSettings) -> Iterator[Engine]:
-    with Engine(target, draft, _engine_settings(settings)) as engine:
-        yield engine
+def beside_engine(target: ResolvedModel, draft: ResolvedModel, settings: BenchSettings) -> Engine:
+    """Ours loaded again, as the rows' engine was (close it, or use it in a `with`)."""
+    return Engine(target, draft, _engine_settings(settings))
 
 
 def beside_rows(engine: Engine, best_k: int, settings: BenchSettings) -> list[tuple[Row, RowTimer]]:
@@ -142,9 +140,7 @@ def beside_rows(engine: Engine, best_k: int, settings: BenchSettings) -> list[tu
         rows.append(Row("ours: K=auto (beside the references)", BESIDE_AUTO))
 
     def timer(row: Row) -> RowTimer:
-        def run(prompt: Prompt, max_tokens: int, run: int) -> Sample:
-            return _sample(*_generate(engine, _request(prompt, settings, max_tokens, row), row), prompt.name, run)
-        return run
+        return lambda prompt, max_tokens, run: _timed(engine, row, prompt, settings, max_tokens, run)
 
     return [(row, timer(row)) for row in rows]
 
@@ -170,8 +166,7 @@ def _time_rows(engine: Engine, rows: list[Row], prompts: Sequence[Prompt], setti
                memory: PeakMemory, progress: Progress) -> None:
     memory.take()
     for run, prompt, row in interleaved(rows, prompts, settings.runs):
-        request = _request(prompt, settings, settings.max_tokens, row)
-        row.samples.append(_sample(*_generate(engine, request, row), prompt.name, run))
+        row.samples.append(_timed(engine, row, prompt, settings, settings.max_tokens, run))
         row.peak_rss = max(row.peak_rss, memory.take())
         progress(f"{row.label} · {prompt.name}")
 
@@ -241,6 +236,10 @@ def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float
     for _ in generation:
         pass
     return generation.result, sum(m.busy_seconds for m in models) - busy
+
+
+def _timed(engine: Engine, row: Row, prompt: Prompt, settings: BenchSettings, max_tokens: int, run: int) -> Sample:
+    return _sample(*_generate(engine, _request(prompt, settings, max_tokens, row), row), prompt.name, run)
 
 
 def _sample(result: Result, llama_s: float, prompt: str, run: int) -> Sample:
