@@ -12,7 +12,9 @@ from .calibration import StepCostCache, calibration_context, cost_key, measure_s
 from .canary import decide_repack
 from .chat import ChatMessage, render_chat
 from .compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
+from .embedding import Embedder
 from .errors import InvalidSetting
+from .grammar import Grammar
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
 from .memory import ensure_fits, plan_memory
 from .placement import Placement
@@ -72,6 +74,7 @@ class Request:
     ignore_eos: bool = False  # benchmarks: always generate max_tokens
     sampling: SamplingSettings = SamplingSettings()
     speculation: SpeculationSettings = SpeculationSettings()
+    grammar: str | None = None  # GBNF the output must match (structured output: see grammar.py)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -140,6 +143,7 @@ class Engine:
         self._cost_cache = StepCostCache()
         self._learned_costs: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
         self._last_policies: dict[str, AutoK] = {}  # by cost key: what the last request learned of α and margins
+        self._embedder: Embedder | None = None  # made on the first embedding request
         if draft is not None:
             try:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
@@ -247,6 +251,9 @@ class Engine:
                 self._cost_cache.put_acceptance(key, policy.by_margin.bands)
         self._learned_costs.clear()
         self._last_policies.clear()
+        if self._embedder is not None:
+            self._embedder.close()
+            self._embedder = None
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()
@@ -338,6 +345,29 @@ class Engine:
                     return size
         return None
 
+    def embed(self, text: str | Sequence[int], *, truncate: bool = True) -> tuple[np.ndarray, int]:
+        """The target's embedding of `text` (or of token ids), not normalized, and the tokens it read.
+
+        Too long a text is cut to its first tokens when `truncate`, else refused."""
+        if self._embedder is None:
+            self._embedder = Embedder(self.target)
+        if isinstance(text, str):
+            tokens = self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
+        else:
+            tokens = list(text)
+            if any(not 0 <= token < self.target.n_vocab for token in tokens):
+                raise InvalidSetting(f"token ids must be in 0..{self.target.n_vocab - 1}")
+        if len(tokens) > self._embedder.max_tokens:
+            if not truncate:
+                raise InvalidSetting(f"the input is {len(tokens)} tokens, more than the {self._embedder.max_tokens} "
+                                     "an embedding reads; shorten it or allow truncation")
+            tokens = tokens[: self._embedder.max_tokens]
+        return self._embedder.embed(tokens), len(tokens)
+
+    def grammar(self, gbnf: str) -> Grammar:
+        """A grammar over the target's vocabulary; InvalidSetting when llama.cpp cannot parse it."""
+        return Grammar.for_model(self.target, gbnf)
+
     def generate(self, request: Request, *, use_draft: bool = True) -> Generation:
         """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""
         return Generation(self, request, use_draft)
@@ -369,8 +399,9 @@ class Generation:
         stream = TextStream(request.stop)
         proposer = engine.proposer(request.speculation) if self.use_draft else None
         policy = engine.k_policy(request.speculation, request.sampling) if proposer is not None else None
+        grammar = engine.grammar(request.grammar) if request.grammar else None
         tokens = generate_tokens(
-            engine.target, proposer, prompt, request.sampling, request.speculation, result.speculation, policy
+            engine.target, proposer, prompt, request.sampling, request.speculation, result.speculation, policy, grammar
         )
         result.finish_reason = "context"
         try:
@@ -398,5 +429,7 @@ class Generation:
                 yield text
         finally:
             tokens.close()
+            if grammar is not None:
+                grammar.close()
             engine.keep_learned_costs(request.speculation, policy)
             result.total_seconds = time.perf_counter() - start

@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from .errors import InferenceError
+from .grammar import Grammar
 from .sampling import SamplingSettings, logits_to_probs, sample
 
 # What the draft reads in place of a target token it does not have (a padded id): any id works,
@@ -52,11 +53,12 @@ class Proposer(Protocol):
 
     def propose(
         self, seq: list[int], k: int, sampling: SamplingSettings, rng: np.random.Generator,
-        keep_drafting: KeepDrafting | None = None,
+        keep_drafting: KeepDrafting | None = None, grammar: Grammar | None = None,
     ) -> tuple[list[int], np.ndarray | None]:
         """Up to k tokens to follow `seq`, and q: one row per token, or None for one-hot proposals.
 
-        A proposer that knows its confidence in each token asks `keep_drafting` before drafting it."""
+        A proposer that knows its confidence in each token asks `keep_drafting` before drafting it.
+        Under a `grammar` (structured output), one that can drafts only tokens it allows."""
 
     def accepted(self, seq: list[int]) -> None:
         """`seq` is what the target accepted; forget anything proposed past it."""
@@ -77,12 +79,24 @@ class DraftModelProposer:
     def reset(self, seq: list[int]) -> None:
         keep_common_prefix(self.draft, as_draft_tokens(seq, self.draft.n_vocab))
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None):
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None):
+        state = grammar.copy() if grammar is not None else None  # drafted tokens advance a copy only
+        try:
+            return self._propose(seq, k, sampling, rng, keep_drafting, state)
+        finally:
+            if state is not None:
+                state.close()
+
+    def _propose(self, seq, k, sampling, rng, keep_drafting, grammar):
         draft = self.draft
         logits = draft.eval(as_draft_tokens(seq[draft.n_past :], draft.n_vocab))[-1][: self.shared_vocab]
         tokens: list[int] = []
         probs: list[np.ndarray] = []
         while True:
+            if grammar is not None and not sampling.greedy:
+                logits = grammar.mask(logits)
+                if not np.isfinite(logits.max()):
+                    break
             q = None if sampling.greedy else logits_to_probs(logits, sampling)
             # Decide from the distribution alone, before sampling: a rule that looked at the sampled
             # token would keep tokens from q cut to its confident part while acceptance divides by q.
@@ -93,11 +107,15 @@ class DraftModelProposer:
                 if keep_drafting is not None and not keep_drafting(len(tokens), margin):
                     break
             if q is None:
-                token = int(logits.argmax())
+                token = int(logits.argmax()) if grammar is None else grammar.best(logits)
+                if token is None:
+                    break
             else:
                 token = sample(q, rng)
                 probs.append(q)
             tokens.append(token)
+            if grammar is not None:
+                grammar.accept(token)
             if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
                 break
             logits = draft.eval([token])[-1][: self.shared_vocab]
@@ -122,7 +140,7 @@ class NgramProposer:
     def reset(self, seq: list[int]) -> None:
         pass
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None):
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None):
         ids = np.asarray(seq)
         for n in range(min(self.ngram_size, len(ids) - 1), self.min_size - 1, -1):
             windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)

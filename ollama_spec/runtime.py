@@ -187,6 +187,7 @@ class LoadedModel:
                 f"llama.cpp could not create a {settings.n_ctx}-token context for {self.path}: "
                 f"{_last_error(mark) or 'out of memory?'}"
             ) from None
+        self.llama_model = self._model  # for a second context on the same weights (embedding.py)
         self.vocab = self._model.vocab
         self.n_vocab = self._model.n_vocab()
         self.n_ctx = self._ctx.n_ctx()
@@ -348,6 +349,16 @@ def _apply_placement(model_params, placement: Placement) -> tuple:
         model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
         arrays.append(devices)
     return tuple(arrays)
+
+
+def new_grammar_sampler(vocab, gbnf: str):
+    """llama.cpp's grammar sampler for `gbnf` over `vocab`; InvalidSetting with llama.cpp's reason when
+    it cannot parse the grammar."""
+    mark = _LOGGED
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+    if not sampler:
+        raise InvalidSetting(f"the output grammar is not valid GBNF: {_last_error(mark) or 'llama.cpp refused it'}")
+    return sampler
 
 
 def _last_error(mark: int) -> str | None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InvalidSetting
+from .errors import InferenceError, InvalidSetting
+from .grammar import Grammar, masked_rows
 from .k_policy import FixedK, KPolicy, estimate_alpha
 from .proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
 from .sampling import SamplingSettings, logits_to_probs
@@ -106,6 +107,7 @@ def generate_tokens(
     speculation: SpeculationSettings,
     stats: SpeculationStats | None = None,
     policy: KPolicy | None = None,
+    grammar: Grammar | None = None,
 ) -> Iterator[Token]:
     """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
 
@@ -113,7 +115,8 @@ def generate_tokens(
     with the target, the baseline. Invariant at the top of each step: the target's cache holds
     `seq[:-1]`. Whatever the caches already hold of the prompt (an earlier turn of the same chat)
     is kept. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is
-    fixed.
+    fixed. A `grammar` (structured output) masks the target's rows before verification and
+    advances with every emitted token.
     """
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
@@ -134,9 +137,12 @@ def generate_tokens(
         chosen = policy.next_k() if proposer is not None else 0
         k = min(chosen, room)
         start = time.perf_counter()
-        drafted, draft_probs = proposer.propose(seq, k, sampling, rng, policy.keep_drafting) if k > 0 else ([], None)
+        drafted, draft_probs = (proposer.propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0
+                                else ([], None))
         middle = time.perf_counter()
         logits = target.eval([seq[-1], *drafted], logits="all")
+        if grammar is not None:
+            logits = masked_rows(grammar, drafted, logits, greedy=sampling.greedy)
         if sampling.greedy:
             n_accepted, next_token = verify_greedy(drafted, logits)
         else:
@@ -148,6 +154,9 @@ def generate_tokens(
         stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None)
         policy.observe(len(drafted), n_accepted, middle - start, end - middle)
 
+        if grammar is not None:
+            _advance(grammar, [*drafted[:n_accepted], next_token])
+
         # Roll back to the accepted prefix: seq[:-1] stays the cached part.
         seq += [*drafted[:n_accepted], next_token]
         target.truncate(len(seq) - 1)
@@ -157,3 +166,12 @@ def generate_tokens(
         for token in drafted[:n_accepted]:
             yield Token(token, from_draft=True)
         yield Token(next_token, from_draft=False)
+
+
+def _advance(grammar: Grammar, tokens: Sequence[int]) -> None:
+    """Move the grammar past the emitted tokens; verification chose them among the allowed ones, so
+    a forbidden one means the grammar allowed nothing at all there."""
+    for token in tokens:
+        if not grammar.allows(token):
+            raise InferenceError("the output grammar allows no token at this point: it cannot be completed")
+        grammar.accept(token)

@@ -46,7 +46,7 @@ OPENAI_CASES = [
     ("a batch of prompts", "/v1/completions", {"model": "m", "prompt": ["a", "b"]}, 400, "prompt must be one string"),
     ("body too large", "/v1/chat/completions", chat(messages=[{"role": "user", "content": "x" * MAX_BODY}]), 413,
      f"larger than {MAX_BODY} bytes"),
-    ("unknown route", "/v1/embeddings", chat(), 404, "Not Found"),
+    ("unknown route", "/v1/nothing", chat(), 404, "Not Found"),
 ]
 
 

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
-from . import ollama, openai
+from . import embeddings, ollama, openai
 from .common import ApiError, ServerState
 from .metrics import CONTENT_TYPE
 
@@ -30,6 +30,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.state.server = state
     app.include_router(openai.router)
     app.include_router(ollama.router)
+    app.include_router(embeddings.router)
 
     @app.get("/health")
     async def health() -> dict:
@@ -57,6 +58,7 @@ def create_app(state: ServerState) -> FastAPI:
     if state.settings.api_key:
         app.add_middleware(BearerAuth, api_key=state.settings.api_key)
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
+    app.add_middleware(JsonBodies)
     return app
 
 
@@ -110,6 +112,20 @@ class BodyLimit:
             return message
 
         await self.app(scope, counted, send)
+
+
+class JsonBodies:
+    """Read every request body as JSON, whatever its Content-Type says, as Ollama does: Ollama's own
+    examples post with `curl -d '{...}'`, which labels the body as a form."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "DELETE"):
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+        await self.app(scope, receive, send)
 
 
 class BearerAuth:

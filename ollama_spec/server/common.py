@@ -13,6 +13,7 @@ from starlette.requests import Request as HTTPRequest
 from ..chat import ChatMessage
 from ..engine import Engine, Request, Result
 from ..errors import InvalidSetting, OllamaSpecError
+from ..grammar import grammar_for_json
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings
 from .metrics import Metrics
@@ -95,8 +96,11 @@ class ServerState:
         seed: int | None = None,
         ignore_eos: bool = False,
         n_ctx: int | None = None,
+        grammar: str | None = None,
+        context: Sequence[int] = (),
     ) -> Request:
-        """A checked engine Request: the prompt fits the context and so does max_tokens."""
+        """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp
+        can parse the output grammar."""
         given = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p, "seed": seed}
         try:
             sampling = replace(self.settings.sampling, **{k: v for k, v in given.items() if v is not None})
@@ -111,7 +115,15 @@ class ServerState:
             ignore_eos=ignore_eos,
             sampling=sampling,
             speculation=self.settings.speculation,
+            grammar=grammar,
         )
+        if context:  # Ollama's /api/generate `context`: an earlier exchange's tokens, then this prompt
+            request = replace(request, tokens=tuple(self._after_context(context, request)))
+        if grammar is not None:
+            try:
+                self.engine.grammar(grammar).close()
+            except InvalidSetting as exc:
+                raise ApiError(400, str(exc)) from None
         context = min(n_ctx or self.engine.target.n_ctx, self.engine.target.n_ctx)
         try:
             n_prompt = len(self.engine.prompt_tokens(request))
@@ -131,6 +143,19 @@ class ServerState:
             )
         limit = max_tokens or min(self.settings.max_tokens or room, room)
         return replace(request, max_tokens=limit)
+
+    def _after_context(self, context: Sequence[int], request: Request) -> list[int]:
+        target = self.engine.target
+        if any(not 0 <= token < target.n_vocab for token in context):
+            raise ApiError(400, f"context holds token ids outside this model's vocabulary (0..{target.n_vocab - 1})",
+                           "context")
+        try:
+            prompt = self.engine.prompt_tokens(request)
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc)) from None
+        if prompt and target.add_bos and prompt[0] == target.bos_token:
+            prompt = prompt[1:]  # one BOS, at the start of the context
+        return [*context, *prompt]
 
     def summary(self, result: Result) -> dict:
         """The `speculation` extension field every response carries."""
@@ -169,6 +194,14 @@ class ServerState:
         except QueueFull as exc:
             self.metrics.rejected.inc()
             raise ApiError(503, str(exc)) from None
+
+
+def json_grammar(schema: object = None, param: str = "format") -> str:
+    """The grammar for a JSON object (schema None) or for JSON matching `schema`; 400 when it cannot be built."""
+    try:
+        return grammar_for_json(schema)
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc), param) from None
 
 
 async def run_to_end(job: Job, http_request: HTTPRequest) -> Result:

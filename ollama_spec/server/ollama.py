@@ -19,7 +19,7 @@ from .. import __version__
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
 from ..resolve import ResolvedModel
-from .common import ApiError, ServerState, failure, run_to_end
+from .common import ApiError, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Job, Piece
 
 router = APIRouter()
@@ -53,11 +53,21 @@ class Message(BaseModel):
 
 
 class InferenceRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # format, keep_alive, think, tools: accepted, not used
+    model_config = ConfigDict(extra="ignore")  # keep_alive, think, tools: accepted, not used
 
     model: str
     stream: bool = True
     options: Options | None = None
+    format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
+
+    def grammar(self) -> str | None:
+        if self.format is None or self.format == "":
+            return None
+        if self.format == "json":
+            return json_grammar()
+        if isinstance(self.format, dict):
+            return json_grammar(self.format)
+        raise ApiError(400, f"invalid format '{self.format}': use \"json\" or a JSON schema")
 
 
 class ChatRequest(InferenceRequest):
@@ -69,6 +79,7 @@ class GenerateRequest(InferenceRequest):
     system: str | None = None
     raw: bool = False
     images: list[str] | None = None
+    context: list[int] | None = None  # deprecated by Ollama, still sent by older clients
 
 
 class ShowRequest(BaseModel):
@@ -134,7 +145,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     request = state.build_request(messages=[ChatMessage(m.role, m.content) for m in body.messages],
-                                  **_options(body.options))
+                                  grammar=body.grammar(), **_options(body.options))
     job = state.submit(request, "/api/chat")
 
     def piece(text: str) -> dict:
@@ -153,16 +164,21 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return _final(body.model, {"response": ""}, "load")
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, **_options(body.options))
+    request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, grammar=body.grammar(),
+                                  context=body.context or (), **_options(body.options))
     job = state.submit(request, "/api/generate")
+    prompt = state.engine.prompt_tokens(request)
 
     def piece(text: str) -> dict:
         return {"response": text}
 
+    def ending(result: Result) -> dict:  # the tokens a next request may send back as its context
+        return {"context": [*prompt, *result.tokens]}
+
     if body.stream:
-        return _ndjson(_chunks(state, body.model, job, piece))
+        return _ndjson(_chunks(state, body.model, job, piece, ending))
     result = await run_to_end(job, http_request)
-    return _finished(state, body.model, piece(result.text), result)
+    return _finished(state, body.model, piece(result.text) | ending(result), result)
 
 
 def _options(options: Options | None) -> dict[str, Any]:
@@ -177,7 +193,7 @@ def _options(options: Options | None) -> dict[str, Any]:
     }
 
 
-async def _chunks(state: ServerState, model: str, job: Job, piece) -> AsyncIterator[dict]:
+async def _chunks(state: ServerState, model: str, job: Job, piece, ending=lambda result: {}) -> AsyncIterator[dict]:
     try:
         async for event in job.events():
             if isinstance(event, Piece):
@@ -185,7 +201,7 @@ async def _chunks(state: ServerState, model: str, job: Job, piece) -> AsyncItera
             elif isinstance(event, Failed):
                 yield {"error": failure(event.error).message}  # Ollama reports mid-stream errors this way
             else:
-                yield _finished(state, model, piece(""), event.result)
+                yield _finished(state, model, piece("") | ending(event.result), event.result)
     finally:
         job.cancel()  # a no-op once finished; stops the generation when the client has gone
 

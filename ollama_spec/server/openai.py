@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import ChatMessage
 from ..engine import Result
-from .common import ApiError, ServerState, failure, run_to_end
+from .common import ApiError, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
@@ -37,6 +37,17 @@ class Message(BaseModel):
     def to_chat(self) -> ChatMessage:
         content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
         return ChatMessage("system" if self.role == "developer" else self.role, content)
+
+
+class JsonSchema(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # name, description, strict: the schema is always kept to
+
+    schema_: dict | None = Field(None, alias="schema")
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchema | None = None
 
 
 class StreamOptions(BaseModel):
@@ -61,6 +72,18 @@ class CommonParams(BaseModel):
     top_k: int | None = Field(None, ge=0)
     min_p: float | None = Field(None, ge=0, le=1)
     ignore_eos: bool = False
+    response_format: ResponseFormat | None = None
+    grammar: str | None = None  # a GBNF grammar, as llama.cpp's server and llama-cpp-python's take
+
+    def output_grammar(self) -> str | None:
+        """The grammar the output must match: response_format's JSON (object or schema), or `grammar`."""
+        form = self.response_format
+        if form is not None and form.type != "text":
+            if self.grammar is not None:
+                raise ApiError(400, "give response_format or grammar, not both", "grammar")
+            schema = form.json_schema.schema_ if form.type == "json_schema" and form.json_schema else None
+            return json_grammar(schema, "response_format")
+        return self.grammar
 
     @property
     def stops(self) -> list[str]:
@@ -68,7 +91,7 @@ class CommonParams(BaseModel):
 
     def sampling(self) -> dict:
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-                "seed": self.seed, "stop": self.stops, "ignore_eos": self.ignore_eos}
+                "seed": self.seed, "stop": self.stops, "ignore_eos": self.ignore_eos, "grammar": self.output_grammar()}
 
 
 class ChatCompletionRequest(CommonParams):
@@ -89,6 +112,13 @@ async def list_models(http_request: HTTPRequest) -> dict:
         "data": [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"}
                  for name in state.model_names],
     }
+
+
+@router.get("/models/{model:path}")
+async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
+    """One model's card: any name is answered by the loaded pair (as the completion routes do)."""
+    state: ServerState = http_request.app.state.server
+    return {"id": model, "object": "model", "created": int(state.started), "owned_by": "ollama-spec"}
 
 
 @router.post("/chat/completions")

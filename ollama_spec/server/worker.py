@@ -14,11 +14,13 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..engine import Engine, Request, Result
 from ..errors import OllamaSpecError
 
 log = logging.getLogger("ollama_spec.server")
+T = TypeVar("T")
 
 
 class QueueFull(OllamaSpecError):
@@ -105,6 +107,11 @@ class Worker:
             self._jobs.append(job)
         self._executor.submit(self._run, job)
         return job
+
+    async def call(self, work: Callable[[], T]) -> T:
+        """Run `work` (an embedding) on the engine's thread, after the generations queued before it:
+        llama.cpp is called from one thread at a time."""
+        return await asyncio.wrap_future(self._executor.submit(work))
 
     def cancel_all(self) -> None:
         """Stop the running generation and skip the waiting ones (shutdown).
