@@ -37,6 +37,17 @@ def running_server(engine, **settings):
         sock.close()
 
 
+@contextmanager
+def serving_tiny_pair(tiny_models, **settings):
+    """The tiny target drafted by the tiny draft, served: yields (base URL, ServerState)."""
+    from ollama_spec.engine import Engine
+    from tests.conftest import engine_settings
+
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        with running_server(engine, **settings) as served:
+            yield served
+
+
 def get(url: str, **kwargs) -> httpx.Response:
     return httpx.get(url, timeout=60, **kwargs)
 

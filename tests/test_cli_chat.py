@@ -124,3 +124,14 @@ def test_ctrl_c_mid_answer_stops_it_and_the_next_turn_goes_on(tiny_models, monke
         _answer(conversation, "And then?", interactive=True)  # the chat goes on from a consistent cache
         assert len(conversation.messages) == 4 and conversation.last.tokens
         assert conversation.last.speculation.prompt_cached > 0  # the first turn was not read again
+
+
+def test_format_keeps_every_answer_to_the_schema(invoke, tiny_store):
+    import json
+
+    schema = {"type": "object", "required": ["yes"], "properties": {"yes": {"type": "boolean"}}}
+    result = invoke("chat", *ARGS, "-n", "40", "--format", json.dumps(schema),
+                    "--models-dir", tiny_store, input="Hello there\nAnd again?\n")
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert len(answers) == 2 and all(set(a) == {"yes"} for a in answers)

@@ -264,3 +264,29 @@ def test_a_gpu_the_build_cannot_use_is_said_once(invoke, tiny_store, monkeypatch
                     "Hi")
     assert result.exit_code == 0, result.output
     assert result.stderr.count("llama-cpp-python was built without GPU support, so the NVIDIA GPU") == 1
+
+
+SCHEMA = {"type": "object", "required": ["ok", "size"],
+          "properties": {"ok": {"type": "boolean"}, "size": {"enum": ["small", "large"]}}}
+
+
+def test_format_keeps_the_output_to_json(invoke, tiny_store, tmp_path):
+    schema_file = tmp_path / "answer.schema.json"
+    schema_file.write_text(json.dumps(SCHEMA))
+    for given in (json.dumps(SCHEMA), str(schema_file)):
+        result = gen(invoke, tiny_store, "tiny-target", "hello", "-d", "tiny-draft", "-t", "0", "--format", given)
+        assert result.exit_code == 0, result.output
+        assert set(json.loads(result.stdout)) == {"ok", "size"}
+    free = gen(invoke, tiny_store, "tiny-target", "hello", "-t", "0", "-n", "20", "--format", "json")
+    assert free.exit_code == 0 and free.stdout.lstrip().startswith("{")
+
+
+@pytest.mark.parametrize("given, message", [
+    ("missing.json", "cannot read 'missing.json': No such file or directory"),
+    ('{"type": ', "the schema is not valid JSON"),
+    ("[1, 2]", "a JSON schema must be an object"),
+])
+def test_bad_formats_are_one_line_errors(invoke, tiny_store, given, message):
+    result = gen(invoke, tiny_store, "tiny-target", "hello", "--format", given)
+    assert result.exit_code == 1 and message in result.output
+    assert "Traceback" not in result.output

@@ -97,3 +97,34 @@ def test_tags_show_version_and_probe(client, server):
     assert httpx.get(server[0] + "/").text == "Ollama is running"
     assert httpx.head(server[0] + "/").status_code == 200
     assert httpx.get(server[0] + "/api/ps").json()["models"][0]["context_length"] == 2048
+
+
+def test_pull_succeeds_for_any_name_and_management_routes_say_why_not(client, server):
+    assert client.pull("llama3.2").status == "success"  # every name is answered by the loaded pair
+    assert [p.status for p in client.pull("llama3.2", stream=True)] == ["success"]
+    with pytest.raises(ollama.ResponseError) as error:
+        client.delete("llama3.2")
+    assert error.value.status_code == 501 and "ollama-spec serve" in error.value.error
+    assert httpx.post(server[0] + "/api/nothing", json={}, timeout=60).status_code == 404
+
+
+def test_bodies_are_json_whatever_the_content_type_says(server):
+    """Ollama's own examples post with `curl -d '{...}'`, which labels the body as a form."""
+    body = json.dumps({"model": "m", "prompt": "Hi", "stream": False, "options": {"num_predict": 3}})
+    response = httpx.post(server[0] + "/api/generate", content=body, timeout=60,
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert response.status_code == 200 and response.json()["eval_count"] == 3
+
+
+def test_generate_context_carries_an_exchange_into_the_next(client, server):
+    first = client.generate(model="m", prompt="My name is Bob.", options=GREEDY | {"num_predict": 8})
+    assert len(first.context) == first.prompt_eval_count + first.eval_count
+    second = client.generate(model="m", prompt="What is my name?", context=first.context, options=GREEDY)
+    alone = client.generate(model="m", prompt="What is my name?", options=GREEDY)
+    # the context's tokens come first (once: the new prompt's BOS is dropped)
+    assert second.prompt_eval_count == len(first.context) + alone.prompt_eval_count - 1
+    assert second.context[: len(first.context)] == first.context
+    streamed = list(client.generate(model="m", prompt="Hi", stream=True, options=GREEDY | {"num_predict": 4}))
+    assert len(streamed[-1].context) == streamed[-1].prompt_eval_count + 4
+    bad = httpx.post(server[0] + "/api/generate", json={"model": "m", "prompt": "x", "context": [-1]}, timeout=60)
+    assert bad.status_code == 400 and "outside this model's vocabulary" in bad.json()["error"]

@@ -110,3 +110,8 @@ def test_served_text_equals_generate(client, invoke, tiny_store):
                                             max_tokens=48, temperature=0)
     assert served.choices[0].message.content == cli.stdout.rstrip("\n")
     assert len(cli.stdout.strip()) > 10
+
+
+def test_retrieve_a_model(client):
+    model = client.models.retrieve("gpt-4o")
+    assert model.id == "gpt-4o" and model.object == "model" and model.owned_by == "ollama-spec"

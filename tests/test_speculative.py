@@ -4,12 +4,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from scipy.stats import chisquare
 
 from ollama_spec.engine import NEAR_TIE_LOGITS, Engine, Request
 from ollama_spec.sampling import SamplingSettings, logits_to_probs
 from ollama_spec.speculative import SpeculationSettings, SpeculationStats, generate_tokens
 from tests.conftest import engine_settings
+from tests.distribution import assert_counts_follow
 from tests.greedy import assert_greedy_identical
 
 GREEDY = SamplingSettings(temperature=0)
@@ -133,13 +133,7 @@ def assert_first_two_tokens_follow_the_target(target, draft, sampling, speculati
     counts = dict.fromkeys(exact, 0)
     for seed in range(n):
         counts[first_two_tokens(target, draft, prompt, sampling, seed, speculation, policy())] += 1
-    expected = np.array(list(exact.values())) * n
-    observed = np.array([counts[key] for key in exact])
-    rare = expected < 5
-    if rare.any():
-        expected = np.append(expected[~rare], expected[rare].sum())
-        observed = np.append(observed[~rare], observed[rare].sum())
-    assert chisquare(observed, expected).pvalue > 0.001
+    assert_counts_follow(exact, counts)
     return exact
 
 

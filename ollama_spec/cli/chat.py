@@ -18,11 +18,13 @@ from .options import (
     ctx_option,
     engine_settings,
     first_set,
+    format_option,
     loading_options,
     model_max_tokens,
     model_stops,
     models_dir_option,
     notice,
+    output_grammar,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -49,11 +51,12 @@ HISTORY_LINES = 1000
               help=f"Most tokens per answer (default: num_predict, else {DEFAULT_MAX_TOKENS}).")
 @ctx_option
 @click.option("--system", help="System prompt (default: the preset's SYSTEM, else the model's system layer).")
+@format_option
 @loading_options
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, max_tokens, ctx,
-         system, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, verbose,
+         system, output_format, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, verbose,
          models_dir) -> None:
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
@@ -77,6 +80,7 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
         stop=model_stops(params),
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
+        grammar=output_grammar(output_format),
     )
     settings = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers,
                                threads=threads, kv_type=kv_type, no_check=no_check, repack=repack,

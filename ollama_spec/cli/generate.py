@@ -19,6 +19,7 @@ from .options import (
     ctx_option,
     engine_settings,
     first_set,
+    format_option,
     given,
     is_ngram,
     loading_options,
@@ -26,6 +27,7 @@ from .options import (
     model_stops,
     models_dir_option,
     notice,
+    output_grammar,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -48,6 +50,7 @@ from .options import (
 @click.option("--stop", multiple=True, help="Stop string (repeatable; adds to the model's own).")
 @click.option("--system", help="System prompt (default: the model's system layer).")
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
+@format_option
 @loading_options
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
@@ -76,6 +79,7 @@ def generate(
     stop,
     system,
     raw,
+    output_format,
     n_gpu_layers,
     draft_n_gpu_layers,
     threads,
@@ -102,6 +106,7 @@ def generate(
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
       ollama-spec generate qwen2.5-coder:32b -d ngram "Rename x to count in: $(cat f.py)"   # no draft model
       ollama-spec generate -f llama3.1-70b "Why is the sky blue?"   # a shipped preset (modelfiles/)
+      ollama-spec generate llama3.1:8b -d llama3.2:1b --format person.schema.json "Invent a person."
 
     With -f, a single argument is the PROMPT (TARGET comes from the file's FROM line).
     """
@@ -125,6 +130,7 @@ def generate(
         stop=tuple(stop) + model_stops(params),
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
+        grammar=output_grammar(output_format),
     )
     settings = engine_settings(
         params,

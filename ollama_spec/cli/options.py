@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -11,7 +12,8 @@ import click
 from ..canary import RepackDecision, decide_repack
 from ..drafts import best_draft, find_drafts
 from ..engine import DEFAULT_CTX, EngineSettings
-from ..errors import ModelNotFound
+from ..errors import InvalidSetting, ModelNotFound
+from ..grammar import grammar_for_json
 from ..modelfile import Modelfile, load_modelfile
 from ..placement import SPLIT_MODES, Placement, parse_tensor_split
 from ..proposers import DEFAULT_NGRAM_SIZE
@@ -299,6 +301,33 @@ loading_options = _stack(
     flash_attn_option,
     placement_options,
 )
+
+
+format_option = click.option(
+    "--format", "output_format", metavar="json|SCHEMA",
+    help="Keep the output to JSON: 'json' for a JSON object, or a JSON schema it must match (inline, or a "
+         "file holding it), as Ollama's --format; a llama.cpp grammar masks what the target may write.",
+)
+
+
+def output_grammar(output_format: str | None) -> str | None:
+    """--format as the GBNF grammar the output must match (None: free text)."""
+    if output_format is None:
+        return None
+    if output_format == "json":
+        return grammar_for_json()
+    text = output_format
+    if not output_format.lstrip().startswith(("{", "[")):
+        try:
+            text = Path(output_format).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidSetting(f"--format takes 'json', a JSON schema or a file holding one; cannot read "
+                                 f"'{output_format}': {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidSetting(f"--format: the schema is not valid JSON: {exc}") from None
+    return grammar_for_json(schema)
 
 
 def sampling_settings(params: dict, *, temperature, top_k, top_p, min_p, seed) -> SamplingSettings:

@@ -55,8 +55,9 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
 
     Loads the pair once (after the memory check) and answers /v1/chat/completions,
-    /v1/completions, /v1/models, /api/chat, /api/generate, /api/tags, /api/show; any model name
-    a client sends is answered by this pair. Requests run one at a time in arrival order, and
+    /v1/completions, /v1/responses, /v1/embeddings, /v1/models, /api/chat, /api/generate,
+    /api/embed, /api/tags, /api/show, /api/ps; any model name a client sends is answered by this
+    pair. JSON output (Ollama's format, OpenAI's response_format) is kept to by a grammar. Requests run one at a time in arrival order, and
     a request that starts with what the KV caches hold (a chat's next turn) evaluates only the
     new tokens. Sampling flags set the defaults; each request may override them.
     GET /health, GET /metrics (Prometheus).

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
-from . import embeddings, ollama, openai
+from . import embeddings, ollama, openai, responses
 from .common import ApiError, ServerState
 from .metrics import CONTENT_TYPE
 
@@ -29,8 +29,9 @@ def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="ollama-spec", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
     app.include_router(openai.router)
-    app.include_router(ollama.router)
     app.include_router(embeddings.router)
+    app.include_router(responses.router)
+    app.include_router(ollama.router)  # last: its catch-all answers Ollama's model-management routes
 
     @app.get("/health")
     async def health() -> dict:

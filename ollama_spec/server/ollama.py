@@ -26,6 +26,7 @@ router = APIRouter()
 
 # The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
 OLLAMA_API_VERSION = "0.12.0"
+MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes that change its store
 DONE_REASONS = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
 
 
@@ -137,6 +138,25 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
     }
 
 
+class PullRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # insecure
+    model: str | None = None
+    name: str | None = None  # older clients
+    stream: bool = True
+
+
+@router.post("/api/pull")
+async def pull(body: PullRequest):
+    """Every name is answered by the loaded pair, so every name is already here: front-ends that pull
+    before they chat go on to chat. (`ollama-spec pull` puts models into the store.)"""
+    done = {"status": "success"}
+    if body.stream:
+        async def lines() -> AsyncIterator[dict]:
+            yield done
+        return _ndjson(lines())
+    return done
+
+
 @router.post("/api/chat")
 async def chat(body: ChatRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
@@ -179,6 +199,15 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return _ndjson(_chunks(state, body.model, job, piece, ending))
     result = await run_to_end(job, http_request)
     return _finished(state, body.model, piece(result.text) | ending(result), result)
+
+
+@router.api_route("/api/{action:path}", methods=["POST", "DELETE", "HEAD"], include_in_schema=False)
+async def unsupported(action: str):
+    """Last of the routes, so that it answers only what no other route does. Model management (create, copy, delete, push, blobs) is Ollama's: this server serves one pair."""
+    if action.split("/")[0] not in MANAGEMENT:
+        raise ApiError(404, "Not Found")
+    raise ApiError(501, f"/api/{action.split('/')[0]} is not supported by ollama-spec serve, which serves one "
+                        "loaded pair; manage models with Ollama itself (ollama create, cp, rm, push)")
 
 
 def _options(options: Options | None) -> dict[str, Any]:

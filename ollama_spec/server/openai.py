@@ -192,7 +192,7 @@ async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[st
     """The streamed chunks: text pieces, the finish reason with the speculation field, then usage if asked."""
     if opening:
         yield meta | {"choices": [opening]}
-    async for event in _events(job):
+    async for event in job_events(job):
         if isinstance(event, Piece):
             yield meta | {"choices": [{"index": 0, **choice(event.text), "finish_reason": None}]}
         else:
@@ -204,7 +204,7 @@ async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[st
                 yield meta | {"choices": [], "usage": _usage(result)}
 
 
-async def _events(job: Job) -> AsyncIterator[Piece | Finished]:
+async def job_events(job: Job) -> AsyncIterator[Piece | Finished]:
     """The job's pieces and its Finished event; a failure mid-stream is raised as an ApiError."""
     try:
         async for event in job.events():

@@ -1,0 +1,181 @@
+"""OpenAI's Responses API: POST /v1/responses (and its event stream), the call OpenAI's own docs now
+lead with (`client.responses.create(model=..., input=...)`, then `response.output_text`).
+
+Stateless, as a local server is: `input` carries the conversation; `previous_response_id` and
+stored responses are not kept.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..chat import ChatMessage
+from ..engine import Result
+from .common import ApiError, ServerState, json_grammar, run_to_end
+from .openai import job_events
+from .worker import Piece
+
+router = APIRouter(prefix="/v1")
+
+
+class InputPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: str
+    text: str | None = None
+
+
+class InputItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: str = "message"
+    role: Literal["system", "developer", "user", "assistant"] | None = None
+    content: str | list[InputPart] | None = None
+
+    def to_chat(self) -> ChatMessage:
+        if self.type != "message" or self.role is None:
+            raise ApiError(400, f"input items of type '{self.type}' are not supported: send messages", "input")
+        parts = self.content if isinstance(self.content, list) else []
+        if any(p.type not in ("input_text", "output_text", "text") for p in parts):
+            kinds = sorted({p.type for p in parts} - {"input_text", "output_text", "text"})
+            raise ApiError(400, f"content of type {', '.join(kinds)} is not supported: the loaded models read text only",
+                           "input")
+        text = self.content if isinstance(self.content, str) else "".join(p.text or "" for p in parts)
+        return ChatMessage("system" if self.role == "developer" else self.role, text)
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # name, strict, description
+
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    schema_: dict | None = Field(None, alias="schema")
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # store, metadata, tools, reasoning, user, ...
+
+    model: str
+    input: str | list[InputItem]
+    instructions: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None  # an extension, as on the completion routes
+    stream: bool = False
+    text: TextConfig | None = None
+    previous_response_id: str | None = None
+
+    def messages(self) -> list[ChatMessage]:
+        if self.previous_response_id:
+            raise ApiError(400, "previous_response_id is not supported: this server keeps no responses; send the "
+                                "conversation in input", "previous_response_id")
+        items = [ChatMessage("user", self.input)] if isinstance(self.input, str) else [
+            item.to_chat() for item in self.input]
+        if not items:
+            raise ApiError(400, "input is empty", "input")
+        return ([ChatMessage("system", self.instructions)] if self.instructions else []) + items
+
+    def grammar(self) -> str | None:
+        form = self.text.format if self.text else None
+        if form is None or form.type == "text":
+            return None
+        return json_grammar(form.schema_ if form.type == "json_schema" else None, "text.format")
+
+
+@router.post("/responses")
+async def responses(body: ResponsesRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    request = state.build_request(messages=body.messages(), max_tokens=body.max_output_tokens,
+                                  max_tokens_name="max_output_tokens", temperature=body.temperature,
+                                  top_p=body.top_p, seed=body.seed, grammar=body.grammar())
+    job = state.submit(request, "/v1/responses")
+    ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
+    opening = _response(state, body, ids, "in_progress")
+    if body.stream:
+        return _event_stream(_events(state, body, ids, job, opening))
+    result = await run_to_end(job, http_request)
+    return _response(state, body, ids, _status(result), result)
+
+
+def _status(result: Result) -> str:
+    return "completed" if result.finish_reason in ("stop", "cancelled") else "incomplete"
+
+
+def _message(ids: dict, text: str, status: str) -> dict:
+    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status != "in_progress" else []
+    return {"id": ids["message"], "type": "message", "role": "assistant", "status": status, "content": content}
+
+
+def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str, result: Result | None = None) -> dict:
+    response = {
+        "id": ids["response"], "object": "response", "created_at": int(time.time()), "status": status,
+        "model": state.model_name, "output": [], "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
+        "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
+        "temperature": body.temperature, "top_p": body.top_p, "previous_response_id": None,
+        "text": {"format": {"type": body.text.format.type if body.text and body.text.format else "text"}},
+        "error": None, "incomplete_details": None, "usage": None, "metadata": {},
+    }
+    if result is not None:
+        response["output"] = [_message(ids, result.text, "completed" if status == "completed" else "incomplete")]
+        if status == "incomplete":
+            response["incomplete_details"] = {"reason": "max_output_tokens"}
+        response["usage"] = {
+            "input_tokens": result.prompt_tokens, "output_tokens": len(result.tokens),
+            "total_tokens": result.prompt_tokens + len(result.tokens),
+            "input_tokens_details": {"cached_tokens": result.speculation.prompt_cached},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
+        response["speculation"] = state.summary(result)
+    return response
+
+
+async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job,
+                  opening: dict) -> AsyncIterator[dict]:
+    """The Responses event sequence for one text message, as OpenAI streams it."""
+    where = {"item_id": ids["message"], "output_index": 0, "content_index": 0}
+    yield {"type": "response.created", "response": opening}
+    yield {"type": "response.in_progress", "response": opening}
+    yield {"type": "response.output_item.added", "output_index": 0, "item": _message(ids, "", "in_progress")}
+    yield {"type": "response.content_part.added", **where,
+           "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}
+    async for event in job_events(job):
+        if isinstance(event, Piece):
+            yield {"type": "response.output_text.delta", **where, "delta": event.text, "logprobs": []}
+            continue
+        result = event.result
+        final = _response(state, body, ids, _status(result), result)
+        item = final["output"][0]
+        yield {"type": "response.output_text.done", **where, "text": result.text, "logprobs": []}
+        yield {"type": "response.content_part.done", **where, "part": item["content"][0]}
+        yield {"type": "response.output_item.done", "output_index": 0, "item": item}
+        yield {"type": f"response.{final['status']}", "response": final}
+
+
+def _event_stream(events: AsyncIterator[dict]) -> StreamingResponse:
+    async def lines() -> AsyncIterator[str]:
+        number = 0
+        try:
+            async for event in events:
+                yield f"event: {event['type']}\ndata: {json.dumps(event | {'sequence_number': number})}\n\n"
+                number += 1
+        except ApiError as exc:  # the status line is sent: report it in the stream, as OpenAI does
+            error = {"type": "error", "code": str(exc.status), "message": exc.message, "param": exc.param,
+                     "sequence_number": number}
+            yield f"event: error\ndata: {json.dumps(error)}\n\n"
+
+    return StreamingResponse(lines(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
