@@ -75,6 +75,7 @@ class Request:
     sampling: SamplingSettings = SamplingSettings()
     speculation: SpeculationSettings = SpeculationSettings()
     grammar: str | None = None  # GBNF the output must match (structured output: see grammar.py)
+    tools: tuple[dict, ...] = ()  # tools offered to the model (OpenAI's shape), rendered by its chat template
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -272,7 +273,7 @@ class Engine:
         if request.raw and not request.messages:
             return self.target.tokenize(request.prompt, add_bos=self.target.add_bos, special=False)
         messages = request.conversation(self.target_model.system)
-        text = None if request.raw else self.chat_text(messages)
+        text = None if request.raw else self.chat_text(messages, request.tools)
         if text is None:
             text = "\n\n".join(m.content for m in messages if m.content)
             return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
@@ -280,16 +281,18 @@ class Engine:
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)
 
-    def chat_text(self, messages: list[ChatMessage]) -> str | None:
-        """`messages` through the model's chat template, ending with the assistant's cue; None without one."""
+    def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = ()) -> str | None:
+        """`messages` (and the `tools` offered) through the model's chat template, ending with the
+        assistant's cue; None without a template."""
         info = self.target_model.info
         if not info.chat_template:
             return None
         return render_chat(
             info.chat_template,
-            [{"role": m.role, "content": m.content} for m in messages],
+            [m.for_template() for m in messages],
             bos_token=info.token_text(info.bos_id) or "",
             eos_token=info.token_text(info.eos_id) or "",
+            tools=list(tools) or None,
         )
 
     def clear_cache(self) -> None:

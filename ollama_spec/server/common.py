@@ -14,6 +14,7 @@ from ..chat import ChatMessage
 from ..engine import Engine, Request, Result
 from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
+from ..tools import ToolCall, could_be_tool_call, parse_tool_calls, template_takes_tools, tool_names
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings
 from .metrics import Metrics
@@ -98,6 +99,7 @@ class ServerState:
         n_ctx: int | None = None,
         grammar: str | None = None,
         context: Sequence[int] = (),
+        tools: Sequence[dict] = (),
     ) -> Request:
         """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp
         can parse the output grammar."""
@@ -116,7 +118,10 @@ class ServerState:
             sampling=sampling,
             speculation=self.settings.speculation,
             grammar=grammar,
+            tools=tuple(tools),
         )
+        if tools:
+            self._check_tools(tools)
         if context:  # Ollama's /api/generate `context`: an earlier exchange's tokens, then this prompt
             request = replace(request, tokens=tuple(self._after_context(context, request)))
         if grammar is not None:
@@ -143,6 +148,15 @@ class ServerState:
             )
         limit = max_tokens or min(self.settings.max_tokens or room, room)
         return replace(request, max_tokens=limit)
+
+    def _check_tools(self, tools: Sequence[dict]) -> None:
+        try:
+            tool_names(list(tools))
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc), "tools") from None
+        if not template_takes_tools(self.engine.target_model.info.chat_template):
+            raise ApiError(400, f"{self.engine.target_model.name} does not support tools: its chat template has no "
+                                "place for them", "tools")
 
     def _after_context(self, context: Sequence[int], request: Request) -> list[int]:
         target = self.engine.target
@@ -194,6 +208,34 @@ class ServerState:
         except QueueFull as exc:
             self.metrics.rejected.inc()
             raise ApiError(503, str(exc)) from None
+
+
+class HeldForToolCalls:
+    """A streamed answer, held back while it may still turn out to be a tool call (when tools were
+    offered): what `push` returns goes out now, and `finish` gives the calls and the held text."""
+
+    def __init__(self, tools: Sequence[dict]):
+        self.names = tool_names(list(tools)) if tools else []
+        self.holding = bool(self.names)
+        self.held = self.whole = ""
+
+    def push(self, text: str) -> str:
+        self.whole += text
+        if not self.holding:
+            return text
+        self.held += text
+        if could_be_tool_call(self.held):
+            return ""
+        self.holding, text, self.held = False, self.held, ""
+        return text
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """(text still to send, the calls): calls in the held text, or in <tool_call> blocks already sent."""
+        if not self.names:
+            return self.held, []
+        if self.held:
+            return parse_tool_calls(self.held, self.names)
+        return "", parse_tool_calls(self.whole, self.names)[1]
 
 
 def json_grammar(schema: object = None, param: str = "format") -> str:

@@ -19,7 +19,8 @@ from .. import __version__
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
 from ..resolve import ResolvedModel
-from .common import ApiError, ServerState, failure, json_grammar, run_to_end
+from ..tools import ToolCall
+from .common import ApiError, HeldForToolCalls, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Job, Piece
 
 router = APIRouter()
@@ -45,12 +46,28 @@ class Options(BaseModel):
     stop: list[str] | None = None
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # index
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # id
+    function: FunctionCall
+
+
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore")  # tool_name, thinking
 
     role: Literal[ROLES]
     content: str = ""
     images: list[str] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+
+    def to_chat(self) -> ChatMessage:
+        calls = tuple(ToolCall(c.function.name, c.function.arguments) for c in self.tool_calls or [])
+        return ChatMessage(self.role, self.content, calls)
 
 
 class InferenceRequest(BaseModel):
@@ -73,6 +90,7 @@ class InferenceRequest(BaseModel):
 
 class ChatRequest(InferenceRequest):
     messages: list[Message] | None = None
+    tools: list[dict] | None = None
 
 
 class GenerateRequest(InferenceRequest):
@@ -164,17 +182,25 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         return _final(body.model, {"message": {"role": "assistant", "content": ""}}, "load")
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = state.build_request(messages=[ChatMessage(m.role, m.content) for m in body.messages],
-                                  grammar=body.grammar(), **_options(body.options))
+    tools = body.tools or []
+    request = state.build_request(messages=[m.to_chat() for m in body.messages], grammar=body.grammar(),
+                                  tools=tools, **_options(body.options))
     job = state.submit(request, "/api/chat")
 
-    def piece(text: str) -> dict:
-        return {"message": {"role": "assistant", "content": text}}
+    def piece(text: str, calls: list[ToolCall] = ()) -> dict:
+        message = {"role": "assistant", "content": text}
+        if calls:
+            message["tool_calls"] = [{"function": {"index": i, "name": c.name, "arguments": c.arguments}}
+                                     for i, c in enumerate(calls)]
+        return {"message": message}
 
     if body.stream:
-        return _ndjson(_chunks(state, body.model, job, piece))
+        return _ndjson(_chunks(state, body.model, job, piece, held=HeldForToolCalls(tools)))
     result = await run_to_end(job, http_request)
-    return _finished(state, body.model, piece(result.text), result)
+    held = HeldForToolCalls(tools)
+    held.push(result.text)
+    text, calls = held.finish()
+    return _finished(state, body.model, piece(text if calls else result.text, calls), result)
 
 
 @router.post("/api/generate")
@@ -222,14 +248,24 @@ def _options(options: Options | None) -> dict[str, Any]:
     }
 
 
-async def _chunks(state: ServerState, model: str, job: Job, piece, ending=lambda result: {}) -> AsyncIterator[dict]:
+async def _chunks(state: ServerState, model: str, job: Job, piece, ending=lambda result: {},
+                  held: HeldForToolCalls | None = None) -> AsyncIterator[dict]:
+    """The NDJSON objects: text pieces (tool calls, when the answer was one, as Ollama sends them: in
+    a piece of their own), then the final object with the counts."""
+    held = held or HeldForToolCalls(())
     try:
         async for event in job.events():
             if isinstance(event, Piece):
-                yield {"model": model, "created_at": _now()} | piece(event.text) | {"done": False}
+                text = held.push(event.text)
+                if text:
+                    yield {"model": model, "created_at": _now()} | piece(text) | {"done": False}
             elif isinstance(event, Failed):
                 yield {"error": failure(event.error).message}  # Ollama reports mid-stream errors this way
             else:
+                text, calls = held.finish()
+                if text or calls:
+                    yield {"model": model, "created_at": _now()} | (piece(text, calls) if calls else piece(text)) | {
+                        "done": False}
                 yield _finished(state, model, piece("") | ending(event.result), event.result)
     finally:
         job.cancel()  # a no-op once finished; stops the generation when the client has gone

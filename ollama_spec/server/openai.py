@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import ChatMessage
 from ..engine import Result
-from .common import ApiError, ServerState, failure, json_grammar, run_to_end
+from ..errors import InvalidSetting
+from ..tools import ToolCall, forced_call_grammar
+from .common import ApiError, HeldForToolCalls, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
@@ -29,14 +31,43 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str | dict = "{}"  # a JSON text, as OpenAI sends it
+
+
+class ToolCallIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str | None = None
+    function: FunctionCall
+
+
 class Message(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # name
+
     # developer is OpenAI's newer name for system
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool's answer to one of them
 
     def to_chat(self) -> ChatMessage:
         content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        return ChatMessage("system" if self.role == "developer" else self.role, content)
+        calls = tuple(ToolCall(c.function.name, _arguments(c.function.arguments)) for c in self.tool_calls or [])
+        return ChatMessage("system" if self.role == "developer" else self.role, content, calls, self.tool_call_id)
+
+
+def _arguments(arguments: str | dict) -> dict:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise ApiError(400, f"a tool call's arguments must be a JSON object, got {arguments[:80]!r}", "messages")
+    return value
 
 
 class JsonSchema(BaseModel):
@@ -97,6 +128,27 @@ class CommonParams(BaseModel):
 class ChatCompletionRequest(CommonParams):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    tools: list[dict] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict | None = None
+
+    def offered_tools(self) -> tuple[list[dict], str | None]:
+        """The tools to show the model, and the grammar that forces a call (tool_choice required or named)."""
+        tools = self.tools or []
+        choice = self.tool_choice
+        if not tools or choice == "none":
+            return [], None
+        if choice in (None, "auto"):
+            return tools, None
+        only = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+        if isinstance(choice, dict) and not isinstance(only, str):
+            raise ApiError(400, 'tool_choice must be "none", "auto", "required" or {"type": "function", '
+                                '"function": {"name": ...}}', "tool_choice")
+        if self.output_grammar() is not None:
+            raise ApiError(400, "a forced tool call and response_format or grammar cannot be combined", "tool_choice")
+        try:
+            return tools, forced_call_grammar(tools, only)
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc), "tool_choice") from None
 
 
 class CompletionRequest(CommonParams):
@@ -125,17 +177,26 @@ async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     limit, name = _max_tokens(body.max_completion_tokens, "max_completion_tokens", body.max_tokens)
+    tools, forced = body.offered_tools()
+    sampling = body.sampling() | ({"grammar": forced} if forced else {})
     request = state.build_request(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
-                                  max_tokens_name=name, **body.sampling())
+                                  max_tokens_name=name, tools=tools, **sampling)
     job = state.submit(request, "/v1/chat/completions")
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
     if body.stream:
         opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
         return _sse(_chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, _include_usage(body),
-                            opening))
+                            opening, HeldForToolCalls(tools)))
     result = await run_to_end(job, http_request)
-    message = {"message": {"role": "assistant", "content": result.text}, "logprobs": None}
-    return _answer(state, meta | {"object": "chat.completion"}, message, result)
+    held = HeldForToolCalls(tools)
+    held.push(result.text)
+    text, calls = held.finish()
+    if not calls:
+        message = {"message": {"role": "assistant", "content": result.text}, "logprobs": None}
+        return _answer(state, meta | {"object": "chat.completion"}, message, result)
+    message = {"message": {"role": "assistant", "content": text or None, "tool_calls": _tool_calls(calls)},
+               "logprobs": None}
+    return _answer(state, meta | {"object": "chat.completion"}, message, result, "tool_calls")
 
 
 @router.post("/completions")
@@ -164,8 +225,13 @@ def _text(text: str) -> dict:
     return {"text": text, "logprobs": None}
 
 
-def _answer(state: ServerState, meta: dict, choice: dict, result: Result) -> dict:
-    finish = FINISH_REASONS[result.finish_reason]
+def _tool_calls(calls: list[ToolCall], streamed: bool = False) -> list[dict]:
+    return [{**({"index": i} if streamed else {}), "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for i, call in enumerate(calls)]
+
+
+def _answer(state: ServerState, meta: dict, choice: dict, result: Result, finish: str | None = None) -> dict:
+    finish = finish or FINISH_REASONS[result.finish_reason]
     return meta | {"choices": [{"index": 0, **choice, "finish_reason": finish}], "usage": _usage(result),
                    "speculation": state.summary(result)}
 
@@ -188,16 +254,26 @@ def _usage(result: Result) -> dict:
 
 
 async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[str], dict], include_usage: bool,
-                  opening: dict | None = None) -> AsyncIterator[dict]:
-    """The streamed chunks: text pieces, the finish reason with the speculation field, then usage if asked."""
+                  opening: dict | None = None, held: HeldForToolCalls | None = None) -> AsyncIterator[dict]:
+    """The streamed chunks: text pieces (tool calls, when the answer was one), the finish reason with the
+    speculation field, then usage if asked."""
+    held = held or HeldForToolCalls(())
     if opening:
         yield meta | {"choices": [opening]}
     async for event in job_events(job):
         if isinstance(event, Piece):
-            yield meta | {"choices": [{"index": 0, **choice(event.text), "finish_reason": None}]}
+            text = held.push(event.text)
+            if text:
+                yield meta | {"choices": [{"index": 0, **choice(text), "finish_reason": None}]}
         else:
             result = event.result
-            final = _answer(state, meta, choice(""), result)
+            text, calls = held.finish()
+            if text:
+                yield meta | {"choices": [{"index": 0, **choice(text), "finish_reason": None}]}
+            if calls:
+                delta = {"delta": {"tool_calls": _tool_calls(calls, streamed=True)}}
+                yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}
+            final = _answer(state, meta, choice(""), result, "tool_calls" if calls else None)
             del final["usage"]  # usage comes in a chunk of its own, when asked for
             yield final
             if include_usage:

@@ -1,0 +1,117 @@
+"""Tool (function) calling: the tools a client offers go into the model's chat template, and the
+calls the model writes are read back out of its text.
+
+Models write calls in the formats their templates teach: a bare JSON object (Llama 3.1-3.3 after
+its hidden <|python_tag|>, Mistral after its hidden [TOOL_CALLS], as a list), or one JSON object
+per <tool_call>...</tool_call> block (Hermes, Qwen 2.5 and 3). A call counts only when it names
+an offered tool, as Ollama's parser does; anything else stays text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidSetting
+from .grammar import grammar_for_json
+
+BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+OPENING = "<tool_call>"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+def tool_names(tools: list[dict]) -> list[str]:
+    """The function names of OpenAI-shaped tools ({"type": "function", "function": {"name": ...}})."""
+    names = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise InvalidSetting('each tool must be {"type": "function", "function": {"name": ..., "parameters": ...}}')
+        names.append(function["name"])
+    return names
+
+
+def template_takes_tools(template: str | None) -> bool:
+    """Does the chat template render a `tools` list? (Ollama refuses tools for a model whose does not.)"""
+    return bool(template) and re.search(r"\btools\b", template) is not None
+
+
+def parse_tool_calls(text: str, names: list[str]) -> tuple[str, list[ToolCall]]:
+    """The text's tool calls to the tools named `names`, and the text left around them.
+
+    No calls (text unchanged) when the text is not a call, or names a tool that was not offered."""
+    if OPENING in text:
+        calls = [_call(_loads(body)) for body in BLOCK.findall(text)]
+        rest = BLOCK.sub("", text).strip()
+    else:
+        values = _json_values(text.strip())
+        if values is None:
+            return text, []
+        calls = [_call(v) for value in values for v in (value if isinstance(value, list) else [value])]
+        rest = ""
+    if not calls or any(call is None or call.name not in names for call in calls):
+        return text, []
+    return rest, calls
+
+
+def could_be_tool_call(text: str) -> bool:
+    """Might `text`, the start of an answer, still turn out to be a tool call? (Streams hold it back.)"""
+    start = text.lstrip()
+    return not start or start[0] in "{[" or OPENING.startswith(start[: len(OPENING)])
+
+
+def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
+    """GBNF for one call, {"name": ..., "arguments": {...}}, to any offered tool or to `only`
+    (OpenAI's tool_choice "required", or a named function)."""
+    names = tool_names(tools)
+    if only is not None and only not in names:
+        raise InvalidSetting(f"tool_choice names '{only}', which is not among the tools offered")
+    choices = []
+    for tool, name in zip(tools, names):
+        if only is None or name == only:
+            parameters = tool["function"].get("parameters") or {"type": "object"}
+            choices.append({"type": "object", "required": ["name", "arguments"],
+                            "properties": {"name": {"const": name}, "arguments": parameters}})
+    return grammar_for_json(choices[0] if len(choices) == 1 else {"anyOf": choices})
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def _json_values(text: str) -> list[Any] | None:
+    """One or more JSON values making up the whole text (separated by ';' or whitespace), else None."""
+    if not text or text[0] not in "{[":
+        return None
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return None
+        values.append(value)
+        while at < len(text) and text[at] in " \t\r\n;":
+            at += 1
+    return values
+
+
+def _call(value: Any) -> ToolCall | None:
+    """{"name", "arguments" | "parameters"}, or OpenAI's {"function": {...}}, as a call; else None."""
+    if isinstance(value, dict) and isinstance(value.get("function"), dict):
+        value = value["function"]
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if isinstance(arguments, str):  # some models write the arguments as a JSON string, as OpenAI sends them
+        arguments = _loads(arguments)
+    return ToolCall(value["name"], arguments) if isinstance(arguments, dict) else None

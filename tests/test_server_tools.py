@@ -1,0 +1,162 @@
+"""Tool calling over both APIs with the official clients: the tools go into the chat template, a
+forced call (tool_choice) is kept to by a grammar, and calls come back as each API shapes them."""
+
+import dataclasses
+import json
+
+import httpx
+import ollama
+import pytest
+from openai import BadRequestError, OpenAI
+
+from ollama_spec.engine import Engine
+from tests.conftest import engine_settings
+from tests.serving import running_server, serving_tiny_pair
+
+# A Hermes/Qwen-style template: the tools in a system turn, earlier calls as <tool_call> blocks.
+TOOLS_TEMPLATE = (
+    "{{- bos_token }}{%- if tools %}<|start_header_id|>system<|end_header_id|>\n\nTools:\n"
+    "{%- for t in tools %}{{ t | tojson }}\n{%- endfor %}<|eot_id|>{%- endif %}"
+    "{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{%- if m.tool_calls %}{%- for c in m.tool_calls %}<tool_call>{{ {'name': c.function.name, "
+    "'arguments': c.function.arguments} | tojson }}</tool_call>{%- endfor %}"
+    "{%- else %}{{ m.content }}{%- endif %}<|eot_id|>{%- endfor %}"
+    "{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{%- endif %}"
+)
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "required": ["city"],
+                   "properties": {"city": {"enum": ["Paris", "Oslo"]}, "unit": {"enum": ["C", "F"]}}}}}
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Add two numbers",
+    "parameters": {"type": "object", "required": ["a", "b"],
+                   "properties": {"a": {"type": "integer", "maximum": 99, "minimum": 0},
+                                  "b": {"type": "integer", "maximum": 99, "minimum": 0}}}}}
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_models):
+    target = tiny_models[0]
+    target = dataclasses.replace(target, info=dataclasses.replace(target.info, chat_template=TOOLS_TEMPLATE))
+    with Engine(target, tiny_models[1], engine_settings()) as engine:
+        with running_server(engine) as served:
+            yield served
+
+
+@pytest.fixture
+def client(server):
+    return OpenAI(base_url=server[0] + "/v1", api_key="anything")
+
+
+def test_the_tools_reach_the_chat_template(server):
+    from ollama_spec.engine import Request
+
+    engine = server[1].engine
+    request = Request(messages=(), prompt="Hi", tools=(WEATHER,))
+    prompt = engine.target.detokenize(engine.prompt_tokens(request), special=True)
+    assert '"name": "get_weather"' in prompt and "The weather in a city" in prompt
+
+
+def test_a_required_call_as_the_openai_docs_show(client):
+    response = client.chat.completions.create(model="gpt-4o", messages=USER, tools=[WEATHER, ADD],
+                                              tool_choice="required", temperature=0)
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name in ("get_weather", "add")
+    arguments = json.loads(call.function.arguments)
+    if call.function.name == "get_weather":
+        assert arguments["city"] in ("Paris", "Oslo")
+    else:
+        assert set(arguments) >= {"a", "b"}
+
+
+def test_a_named_call_streamed_and_the_answer_sent_back(client):
+    stream = client.chat.completions.create(model="m", messages=USER, tools=[WEATHER, ADD], stream=True,
+                                            tool_choice={"type": "function", "function": {"name": "add"}})
+    chunks = list(stream)
+    calls = [c for chunk in chunks if chunk.choices for c in chunk.choices[0].delta.tool_calls or []]
+    assert len(calls) == 1 and calls[0].function.name == "add" and calls[0].index == 0
+    assert not "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    arguments = json.loads(calls[0].function.arguments)
+    history = USER + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": calls[0].id, "type": "function", "function": {"name": "add", "arguments": json.dumps(arguments)}}]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": str(arguments["a"] + arguments["b"])},
+    ]
+    answer = client.chat.completions.create(model="m", messages=history, tools=[WEATHER, ADD], max_tokens=10,
+                                            temperature=0)
+    assert answer.choices[0].finish_reason in ("length", "stop", "tool_calls")
+
+
+def test_tool_choice_none_and_auto_text_answers(client):
+    plain = client.chat.completions.create(model="m", messages=USER, max_tokens=12, temperature=0)
+    none = client.chat.completions.create(model="m", messages=USER, tools=[WEATHER], tool_choice="none",
+                                          max_tokens=12, temperature=0)
+    assert none.choices[0].message.content == plain.choices[0].message.content  # tools not shown at all
+    auto = client.chat.completions.create(model="m", messages=USER, tools=[WEATHER], max_tokens=12, temperature=0)
+    message = auto.choices[0].message
+    assert message.tool_calls or message.content  # the tiny model may write anything: a call or text
+
+
+def test_ollama_tools_as_the_docs_show(server):
+    client = ollama.Client(host=server[0])
+
+    def add(a: int, b: int) -> int:
+        """Add two numbers
+
+        Args:
+          a: The first number
+          b: The second number
+        """
+        return a + b
+
+    response = client.chat(model="llama3.1", messages=[{"role": "user", "content": "What is 2 plus 3?"}],
+                           tools=[add, WEATHER], options={"temperature": 0, "num_predict": 40})
+    assert response.message.role == "assistant"
+    assert response.message.tool_calls is None or response.message.tool_calls[0].function.name in ("add",
+                                                                                                    "get_weather")
+    follow_up = client.chat(model="llama3.1", tools=[add], options={"num_predict": 5}, messages=[
+        {"role": "user", "content": "What is 2 plus 3?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+        {"role": "tool", "content": "5", "tool_name": "add"}])
+    assert follow_up.done
+
+
+def test_ollama_reads_calls_the_model_writes(server, monkeypatch):
+    """The model's own text is parsed: here a grammar (format) makes the tiny model write a call."""
+    call_schema = {"type": "object", "required": ["name", "arguments"], "properties": {
+        "name": {"const": "add"}, "arguments": ADD["function"]["parameters"]}}
+    body = {"model": "m", "messages": USER, "tools": [ADD], "format": call_schema, "stream": False,
+            "options": {"temperature": 0}}
+    answer = httpx.post(server[0] + "/api/chat", json=body, timeout=60).json()
+    calls = answer["message"]["tool_calls"]
+    assert calls[0]["function"]["name"] == "add" and set(calls[0]["function"]["arguments"]) >= {"a", "b"}
+    assert answer["message"]["content"] == ""
+    streamed = [json.loads(line) for line in httpx.post(server[0] + "/api/chat", json=body | {"stream": True},
+                                                        timeout=60).text.splitlines()]
+    assert [s for s in streamed if s["message"].get("tool_calls")][0]["message"]["tool_calls"] == calls
+    assert all(not s["message"]["content"] for s in streamed)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"tool_choice": {"type": "function", "function": {"name": "fly"}}}, "not among the tools offered"),
+    ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "cannot be combined"),
+    ({"tools": [{"type": "function"}]}, "each tool must be"),
+    ({"messages": [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "add", "arguments": "not json"}}]}]},
+     "arguments must be a JSON object"),
+])
+def test_bad_tool_requests(client, fields, message):
+    with pytest.raises(BadRequestError, match=message):
+        client.chat.completions.create(**({"model": "m", "messages": USER, "tools": [ADD], "max_tokens": 4} | fields))
+
+
+def test_a_model_whose_template_has_no_tools_refuses_them(tiny_models):
+    with serving_tiny_pair(tiny_models) as (url, _):
+        client = OpenAI(base_url=url + "/v1", api_key="x")
+        with pytest.raises(BadRequestError, match="does not support tools"):
+            client.chat.completions.create(model="m", messages=USER, tools=[ADD], max_tokens=4)
