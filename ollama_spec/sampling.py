@@ -80,3 +80,17 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - np.max(x))
     return e / e.sum()
+
+
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """`token`'s log-probability under the model's distribution (the softmax of its logits, before any
+    sampling setting), and the `top` most likely tokens with theirs, best first."""
+    finite = logits[np.isfinite(logits)]  # a grammar's mask leaves -inf where a token is forbidden
+    peak = float(finite.max())
+    log_total = peak + float(np.log(np.exp(finite.astype(np.float64) - peak).sum()))
+    best: tuple[tuple[int, float], ...] = ()
+    if top > 0:
+        ids = np.argpartition(logits, -top)[-top:] if top < logits.size else np.arange(logits.size)
+        ids = ids[np.argsort(-logits[ids], kind="stable")]
+        best = tuple((int(i), float(logits[i]) - log_total) for i in ids if np.isfinite(logits[i]))
+    return float(logits[token]) - log_total, best

@@ -12,7 +12,7 @@ from .errors import InferenceError, InvalidSetting
 from .grammar import Grammar, masked_rows
 from .k_policy import FixedK, KPolicy, estimate_alpha
 from .proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
-from .sampling import SamplingSettings, logits_to_probs
+from .sampling import SamplingSettings, logits_to_probs, token_logprobs
 from .verify import verify_greedy, verify_rejection
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
@@ -97,6 +97,8 @@ class SpeculationStats:
 class Token:
     id: int
     from_draft: bool
+    logprob: float | None = None  # under the target's distribution, when asked for
+    top: tuple[tuple[int, float], ...] = ()  # the target's most likely tokens there, with theirs
 
 
 def generate_tokens(
@@ -108,6 +110,7 @@ def generate_tokens(
     stats: SpeculationStats | None = None,
     policy: KPolicy | None = None,
     grammar: Grammar | None = None,
+    logprobs: int | None = None,
 ) -> Iterator[Token]:
     """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
 
@@ -116,7 +119,8 @@ def generate_tokens(
     `seq[:-1]`. Whatever the caches already hold of the prompt (an earlier turn of the same chat)
     is kept. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is
     fixed. A `grammar` (structured output) masks the target's rows before verification and
-    advances with every emitted token.
+    advances with every emitted token. With `logprobs` (how many alternatives), each token carries
+    its log-probability under the target, from the verify row that chose it.
     """
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
@@ -163,9 +167,15 @@ def generate_tokens(
         if proposer is not None:
             proposer.accepted(seq)
         stats.generated += n_accepted + 1
-        for token in drafted[:n_accepted]:
-            yield Token(token, from_draft=True)
-        yield Token(next_token, from_draft=False)
+        for row, token in enumerate([*drafted[:n_accepted], next_token]):
+            yield _token(token, row < n_accepted, logits[row], logprobs)
+
+
+def _token(token: int, from_draft: bool, row: np.ndarray, logprobs: int | None) -> Token:
+    if logprobs is None:
+        return Token(token, from_draft)
+    logprob, top = token_logprobs(row, token, logprobs)
+    return Token(token, from_draft, logprob, top)
 
 
 def _advance(grammar: Grammar, tokens: Sequence[int]) -> None:

@@ -160,3 +160,9 @@ def test_a_model_whose_template_has_no_tools_refuses_them(tiny_models):
         client = OpenAI(base_url=url + "/v1", api_key="x")
         with pytest.raises(BadRequestError, match="does not support tools"):
             client.chat.completions.create(model="m", messages=USER, tools=[ADD], max_tokens=4)
+
+
+def test_show_lists_tools_among_the_capabilities_only_where_the_template_takes_them(server, tiny_models):
+    assert "tools" in ollama.Client(host=server[0]).show("m").capabilities
+    with serving_tiny_pair(tiny_models) as (url, _):
+        assert ollama.Client(host=url).show("m").capabilities == ["completion", "embedding"]

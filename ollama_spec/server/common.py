@@ -16,7 +16,7 @@ from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
 from ..tools import ToolCall, could_be_tool_call, parse_tool_calls, template_takes_tools, tool_names
 from ..sampling import SamplingSettings
-from ..speculative import SpeculationSettings
+from ..speculative import SpeculationSettings, Token
 from .metrics import Metrics
 from .worker import Cancelled, Failed, Finished, Job, QueueFull, Worker
 
@@ -100,6 +100,7 @@ class ServerState:
         grammar: str | None = None,
         context: Sequence[int] = (),
         tools: Sequence[dict] = (),
+        logprobs: int | None = None,
     ) -> Request:
         """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp
         can parse the output grammar."""
@@ -119,6 +120,7 @@ class ServerState:
             speculation=self.settings.speculation,
             grammar=grammar,
             tools=tuple(tools),
+            logprobs=logprobs,
         )
         if tools:
             self._check_tools(tools)
@@ -170,6 +172,15 @@ class ServerState:
         if prompt and target.add_bos and prompt[0] == target.bos_token:
             prompt = prompt[1:]  # one BOS, at the start of the context
         return [*context, *prompt]
+
+    def scored(self, tokens: Sequence[Token]) -> list[dict]:
+        """Tokens with their log-probabilities, as both APIs list them: token text, logprob, bytes, top."""
+        return [self._scored(t.id, t.logprob) | {"top_logprobs": [self._scored(i, lp) for i, lp in t.top]}
+                for t in tokens]
+
+    def _scored(self, token: int, logprob: float) -> dict:
+        piece, _ = self.engine.target.token_piece(token)
+        return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
 
     def summary(self, result: Result) -> dict:
         """The `speculation` extension field every response carries."""

@@ -19,7 +19,7 @@ from .. import __version__
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
 from ..resolve import ResolvedModel
-from ..tools import ToolCall
+from ..tools import ToolCall, template_takes_tools
 from .common import ApiError, HeldForToolCalls, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Job, Piece
 
@@ -71,12 +71,18 @@ class Message(BaseModel):
 
 
 class InferenceRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # keep_alive, think, tools: accepted, not used
+    model_config = ConfigDict(extra="ignore")  # keep_alive, think: accepted, not used
 
     model: str
     stream: bool = True
     options: Options | None = None
     format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @property
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def grammar(self) -> str | None:
         if self.format is None or self.format == "":
@@ -149,7 +155,8 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
                        f"{info.architecture}.context_length": info.context_length,
                        f"{info.architecture}.block_count": info.block_count,
                        f"{info.architecture}.embedding_length": info.embedding_length},
-        "capabilities": ["completion"],
+        # what Ollama's clients check before they offer tools or embed
+        "capabilities": ["completion", *(["tools"] if template_takes_tools(info.chat_template) else []), "embedding"],
         "modified_at": _mtime(model),
         "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
                         "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
@@ -184,7 +191,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     tools = body.tools or []
     request = state.build_request(messages=[m.to_chat() for m in body.messages], grammar=body.grammar(),
-                                  tools=tools, **_options(body.options))
+                                  tools=tools, logprobs=body.logprob_count, **_options(body.options))
     job = state.submit(request, "/api/chat")
 
     def piece(text: str, calls: list[ToolCall] = ()) -> dict:
@@ -195,12 +202,13 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         return {"message": message}
 
     if body.stream:
-        return _ndjson(_chunks(state, body.model, job, piece, held=HeldForToolCalls(tools)))
+        return _ndjson(_chunks(state, body.model, job, piece, held=HeldForToolCalls(tools), logprobs=body.logprobs))
     result = await run_to_end(job, http_request)
     held = HeldForToolCalls(tools)
     held.push(result.text)
     text, calls = held.finish()
-    return _finished(state, body.model, piece(text if calls else result.text, calls), result)
+    return _finished(state, body.model, piece(text if calls else result.text, calls) | _logprobs(state, body, result),
+                     result)
 
 
 @router.post("/api/generate")
@@ -211,7 +219,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
     request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, grammar=body.grammar(),
-                                  context=body.context or (), **_options(body.options))
+                                  context=body.context or (), logprobs=body.logprob_count, **_options(body.options))
     job = state.submit(request, "/api/generate")
     prompt = state.engine.prompt_tokens(request)
 
@@ -222,9 +230,13 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return {"context": [*prompt, *result.tokens]}
 
     if body.stream:
-        return _ndjson(_chunks(state, body.model, job, piece, ending))
+        return _ndjson(_chunks(state, body.model, job, piece, ending, logprobs=body.logprobs))
     result = await run_to_end(job, http_request)
-    return _finished(state, body.model, piece(result.text) | ending(result), result)
+    return _finished(state, body.model, piece(result.text) | ending(result) | _logprobs(state, body, result), result)
+
+
+def _logprobs(state: ServerState, body: InferenceRequest, result: Result) -> dict:
+    return {"logprobs": state.scored(result.scored)} if body.logprobs else {}
 
 
 @router.api_route("/api/{action:path}", methods=["POST", "DELETE", "HEAD"], include_in_schema=False)
@@ -249,23 +261,27 @@ def _options(options: Options | None) -> dict[str, Any]:
 
 
 async def _chunks(state: ServerState, model: str, job: Job, piece, ending=lambda result: {},
-                  held: HeldForToolCalls | None = None) -> AsyncIterator[dict]:
-    """The NDJSON objects: text pieces (tool calls, when the answer was one, as Ollama sends them: in
-    a piece of their own), then the final object with the counts."""
+                  held: HeldForToolCalls | None = None, logprobs: bool = False) -> AsyncIterator[dict]:
+    """The NDJSON objects: text pieces (with their tokens' logprobs when asked; tool calls, when the
+    answer was one, as Ollama sends them: in a piece of their own), then the final object with the counts."""
     held = held or HeldForToolCalls(())
+
+    def chunk(fields: dict, scored: tuple) -> dict:
+        extra = {"logprobs": state.scored(scored)} if logprobs and scored else {}
+        return {"model": model, "created_at": _now()} | fields | extra | {"done": False}
+
     try:
         async for event in job.events():
             if isinstance(event, Piece):
                 text = held.push(event.text)
                 if text:
-                    yield {"model": model, "created_at": _now()} | piece(text) | {"done": False}
+                    yield chunk(piece(text), event.scored)
             elif isinstance(event, Failed):
                 yield {"error": failure(event.error).message}  # Ollama reports mid-stream errors this way
             else:
                 text, calls = held.finish()
-                if text or calls:
-                    yield {"model": model, "created_at": _now()} | (piece(text, calls) if calls else piece(text)) | {
-                        "done": False}
+                if text or calls or (logprobs and event.scored):
+                    yield chunk(piece(text, calls) if calls else piece(text), event.scored)
                 yield _finished(state, model, piece("") | ending(event.result), event.result)
     finally:
         job.cancel()  # a no-op once finished; stops the generation when the client has gone

@@ -105,6 +105,7 @@ class CommonParams(BaseModel):
     ignore_eos: bool = False
     response_format: ResponseFormat | None = None
     grammar: str | None = None  # a GBNF grammar, as llama.cpp's server and llama-cpp-python's take
+    top_logprobs: int | None = Field(None, ge=0, le=20)
 
     def output_grammar(self) -> str | None:
         """The grammar the output must match: response_format's JSON (object or schema), or `grammar`."""
@@ -128,6 +129,7 @@ class CommonParams(BaseModel):
 class ChatCompletionRequest(CommonParams):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    logprobs: bool = False
     tools: list[dict] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
 
@@ -153,6 +155,7 @@ class ChatCompletionRequest(CommonParams):
 
 class CompletionRequest(CommonParams):
     prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=5)  # the older API: this many alternatives per token
 
 
 @router.get("/models")
@@ -179,23 +182,26 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     limit, name = _max_tokens(body.max_completion_tokens, "max_completion_tokens", body.max_tokens)
     tools, forced = body.offered_tools()
     sampling = body.sampling() | ({"grammar": forced} if forced else {})
+    top = (body.top_logprobs or 0) if body.logprobs else None
     request = state.build_request(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
-                                  max_tokens_name=name, tools=tools, **sampling)
+                                  max_tokens_name=name, tools=tools, logprobs=top, **sampling)
+    scores = None if top is None else lambda tokens: {"content": state.scored(tokens), "refusal": None}
     job = state.submit(request, "/v1/chat/completions")
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
     if body.stream:
         opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
         return _sse(_chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, _include_usage(body),
-                            opening, HeldForToolCalls(tools)))
+                            opening, HeldForToolCalls(tools), scores))
     result = await run_to_end(job, http_request)
     held = HeldForToolCalls(tools)
     held.push(result.text)
     text, calls = held.finish()
+    logprobs = scores(result.scored) if scores else None
     if not calls:
-        message = {"message": {"role": "assistant", "content": result.text}, "logprobs": None}
+        message = {"message": {"role": "assistant", "content": result.text}, "logprobs": logprobs}
         return _answer(state, meta | {"object": "chat.completion"}, message, result)
     message = {"message": {"role": "assistant", "content": text or None, "tool_calls": _tool_calls(calls)},
-               "logprobs": None}
+               "logprobs": logprobs}
     return _answer(state, meta | {"object": "chat.completion"}, message, result, "tool_calls")
 
 
@@ -207,14 +213,16 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         if len(prompt) != 1:
             raise ApiError(400, "prompt must be one string (batches of prompts are not supported)", "prompt")
         prompt = prompt[0]
-    request = state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, **body.sampling())
+    request = state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, logprobs=body.logprobs,
+                                  **body.sampling())
     job = state.submit(request, "/v1/completions")
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
             "object": "text_completion"}
+    scores = None if body.logprobs is None else lambda tokens: _legacy_logprobs(state.scored(tokens))
     if body.stream:
-        return _sse(_chunks(state, job, meta, _text, _include_usage(body)))
+        return _sse(_chunks(state, job, meta, _text, _include_usage(body), scores=scores))
     result = await run_to_end(job, http_request)
-    return _answer(state, meta, _text(result.text), result)
+    return _answer(state, meta, _text(result.text) | {"logprobs": scores(result.scored) if scores else None}, result)
 
 
 def _delta(text: str) -> dict:
@@ -223,6 +231,17 @@ def _delta(text: str) -> dict:
 
 def _text(text: str) -> dict:
     return {"text": text, "logprobs": None}
+
+
+def _legacy_logprobs(scored: list[dict]) -> dict:
+    """The completions API's older shape: parallel lists, and each token's alternatives as a dict."""
+    offsets, at = [], 0
+    for entry in scored:
+        offsets.append(at)
+        at += len(entry["token"])
+    return {"tokens": [e["token"] for e in scored], "token_logprobs": [e["logprob"] for e in scored],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in scored],
+            "text_offset": offsets}
 
 
 def _tool_calls(calls: list[ToolCall], streamed: bool = False) -> list[dict]:
@@ -254,22 +273,28 @@ def _usage(result: Result) -> dict:
 
 
 async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[str], dict], include_usage: bool,
-                  opening: dict | None = None, held: HeldForToolCalls | None = None) -> AsyncIterator[dict]:
-    """The streamed chunks: text pieces (tool calls, when the answer was one), the finish reason with the
-    speculation field, then usage if asked."""
+                  opening: dict | None = None, held: HeldForToolCalls | None = None,
+                  scores: Callable[[tuple], dict] | None = None) -> AsyncIterator[dict]:
+    """The streamed chunks: text pieces (with their tokens' logprobs when asked; tool calls, when the
+    answer was one), the finish reason with the speculation field, then usage if asked."""
     held = held or HeldForToolCalls(())
+
+    def piece(text: str, scored: tuple) -> dict:
+        extra = {"logprobs": scores(scored)} if scores and scored else {}
+        return meta | {"choices": [{"index": 0, **choice(text), **extra, "finish_reason": None}]}
+
     if opening:
         yield meta | {"choices": [opening]}
     async for event in job_events(job):
         if isinstance(event, Piece):
             text = held.push(event.text)
             if text:
-                yield meta | {"choices": [{"index": 0, **choice(text), "finish_reason": None}]}
+                yield piece(text, event.scored)
         else:
             result = event.result
             text, calls = held.finish()
-            if text:
-                yield meta | {"choices": [{"index": 0, **choice(text), "finish_reason": None}]}
+            if text or event.scored:
+                yield piece(text, event.scored)
             if calls:
                 delta = {"delta": {"tool_calls": _tool_calls(calls, streamed=True)}}
                 yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}

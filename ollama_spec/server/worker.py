@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..engine import Engine, Request, Result
+from ..speculative import Token
 from ..errors import OllamaSpecError
 
 log = logging.getLogger("ollama_spec.server")
@@ -34,11 +35,13 @@ class Cancelled(OllamaSpecError):
 @dataclass(frozen=True)
 class Piece:
     text: str
+    scored: tuple[Token, ...] = ()  # with logprobs asked for: the tokens since the last piece
 
 
 @dataclass(frozen=True)
 class Finished:
     result: Result
+    scored: tuple[Token, ...] = ()  # with logprobs: the tokens no piece carried (text held back, then dropped)
 
 
 @dataclass(frozen=True)
@@ -131,17 +134,20 @@ class Worker:
                 job.put(Failed(Cancelled("the server is shutting down")))
                 return
             generation = self.engine.generate(job.request)
+            scored = generation.result.scored
+            sent = 0
             pieces = iter(generation)
             try:
                 for piece in pieces:
                     if job.cancelled:
                         generation.result.finish_reason = "cancelled"
                         break
-                    job.put(Piece(piece))
+                    job.put(Piece(piece, tuple(scored[sent:])))
+                    sent = len(scored)
             finally:
                 pieces.close()
             self.on_finished(job, generation.result)
-            job.put(Finished(generation.result))
+            job.put(Finished(generation.result, tuple(scored[sent:])))
         except Exception as exc:  # the request fails; the server keeps serving
             if not isinstance(exc, OllamaSpecError):
                 log.exception("generation failed")
