@@ -40,9 +40,10 @@ class ChatMessage:
 
 
 def render_chat(template: str, messages: list[dict[str, Any]], *, bos_token: str, eos_token: str,
-                tools: list[dict] | None = None) -> str:
+                tools: list[dict] | None = None, think: bool | None = None) -> str:
     """Render `messages` (and the `tools` offered, if any) with a Hugging Face style chat template,
-    ending with the assistant cue."""
+    ending with the assistant cue. `think` True or False is told to templates that read
+    `enable_thinking` (Qwen3); None leaves their default."""
 
     def raise_exception(message: str) -> None:
         raise InvalidSetting(f"the model's chat template refused the conversation: {message}")
@@ -57,6 +58,7 @@ def render_chat(template: str, messages: list[dict[str, Any]], *, bos_token: str
             add_generation_prompt=True,
             raise_exception=raise_exception,
             strftime_now=lambda fmt: datetime.now().strftime(fmt),
+            **({} if think is None else {"enable_thinking": think}),
         )
     except InvalidSetting:
         raise

@@ -224,7 +224,7 @@ class Engine:
         if request.raw and not request.messages:
             return self.target.tokenize(request.prompt, add_bos=self.target.add_bos, special=False)
         messages = request.conversation(self.target_model.system)
-        text = None if request.raw else self.chat_text(messages, request.tools)
+        text = None if request.raw else self.chat_text(messages, request.tools, request.think)
         if text is None:
             text = "\n\n".join(m.content for m in messages if m.content)
             return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
@@ -232,7 +232,7 @@ class Engine:
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)
 
-    def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = ()) -> str | None:
+    def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = (), think: bool | None = None) -> str | None:
         """`messages` (and the `tools` offered) through the model's chat template, ending with the
         assistant's cue; None without a template."""
         info = self.target_model.info
@@ -244,6 +244,7 @@ class Engine:
             bos_token=info.token_text(info.bos_id) or "",
             eos_token=info.token_text(info.eos_id) or "",
             tools=list(tools) or None,
+            think=think,
         )
 
     def clear_cache(self) -> None:

@@ -35,6 +35,7 @@ class Request:
     grammar: str | None = None  # GBNF the output must match (structured output: see grammar.py)
     tools: tuple[dict, ...] = ()  # tools offered to the model (OpenAI's shape), rendered by its chat template
     logprobs: int | None = None  # report each token's log-probability and this many alternatives (None: off)
+    think: bool | None = None  # a thinking model: think (True), answer at once (False), or its default (None)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

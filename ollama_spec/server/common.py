@@ -14,6 +14,7 @@ from ..chat import ChatMessage
 from ..engine import Engine, Request, Result
 from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
+from ..thinking import ThinkingSplit, opened_by_prompt, template_thinks
 from ..tools import ToolCall, could_be_tool_call, parse_tool_calls, template_takes_tools, tool_names
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings, Token
@@ -101,6 +102,7 @@ class ServerState:
         context: Sequence[int] = (),
         tools: Sequence[dict] = (),
         logprobs: int | None = None,
+        think: bool | None = None,
     ) -> Request:
         """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp
         can parse the output grammar."""
@@ -121,7 +123,10 @@ class ServerState:
             grammar=grammar,
             tools=tuple(tools),
             logprobs=logprobs,
+            think=think,
         )
+        if think and not template_thinks(self.engine.target_model.info.chat_template):
+            raise ApiError(400, f"{self.engine.target_model.name} does not support thinking", "think")
         if tools:
             self._check_tools(tools)
         if context:  # Ollama's /api/generate `context`: an earlier exchange's tokens, then this prompt
@@ -150,6 +155,20 @@ class ServerState:
             )
         limit = max_tokens or min(self.settings.max_tokens or room, room)
         return replace(request, max_tokens=limit)
+
+    def think_if_able(self, think: bool | None) -> bool | None:
+        """`think` for a thinking model, else None (OpenAI clients send reasoning_effort to any model)."""
+        return think if template_thinks(self.engine.target_model.info.chat_template) else None
+
+    def answer_parts(self, request: Request) -> AnswerParts:
+        """How this request's answer is split for the client: a thinking model's thinking apart (unless
+        it was told not to think), tool calls held back when tools were offered."""
+        thinking = None
+        if not request.raw and request.think is not False and template_thinks(
+                self.engine.target_model.info.chat_template):
+            end = self.engine.target.detokenize(self.engine.prompt_tokens(request)[-8:], special=True)
+            thinking = ThinkingSplit(thinking=opened_by_prompt(end))
+        return AnswerParts(request.tools, thinking)
 
     def _check_tools(self, tools: Sequence[dict]) -> None:
         try:
@@ -247,6 +266,33 @@ class HeldForToolCalls:
         if self.held:
             return parse_tool_calls(self.held, self.names)
         return "", parse_tool_calls(self.whole, self.names)[1]
+
+
+class AnswerParts:
+    """A streamed answer as the APIs return it: thinking, content, and tool calls read from the content."""
+
+    def __init__(self, tools: Sequence[dict] = (), thinking: ThinkingSplit | None = None):
+        self.calls, self.thinking = HeldForToolCalls(tools), thinking
+
+    def push(self, text: str) -> tuple[str, str]:
+        """(thinking, content) to send now."""
+        thought, text = self.thinking.push(text) if self.thinking else ("", text)
+        return thought, self.calls.push(text) if text else ""
+
+    def finish(self) -> tuple[str, str, list[ToolCall]]:
+        """(thinking, content) still to send, and the tool calls."""
+        thought, text = self.thinking.finish() if self.thinking else ("", "")
+        sent = self.calls.push(text) if text else ""
+        rest, calls = self.calls.finish()
+        return thought, sent + rest, calls
+
+    def whole(self, text: str) -> tuple[str, str, list[ToolCall]]:
+        """A whole answer: its thinking, its content (around the calls) and its tool calls."""
+        thought, content = self.push(text)
+        more_thought, rest, calls = self.finish()
+        if calls and content:  # the calls came after text: keep the text around them
+            content = parse_tool_calls(content, self.calls.names)[0]
+        return thought + more_thought, content + rest, calls
 
 
 def json_grammar(schema: object = None, param: str = "format") -> str:

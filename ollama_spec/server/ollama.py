@@ -20,7 +20,7 @@ from ..chat import ROLES, ChatMessage
 from ..engine import Result
 from ..resolve import ResolvedModel
 from ..tools import ToolCall, template_takes_tools
-from .common import ApiError, HeldForToolCalls, ServerState, failure, json_grammar, run_to_end
+from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Job, Piece
 
 router = APIRouter()
@@ -71,7 +71,7 @@ class Message(BaseModel):
 
 
 class InferenceRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # keep_alive, think: accepted, not used
+    model_config = ConfigDict(extra="ignore")  # keep_alive: accepted, not used
 
     model: str
     stream: bool = True
@@ -79,6 +79,11 @@ class InferenceRequest(BaseModel):
     format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    think: bool | Literal["low", "medium", "high"] | None = None  # levels (gpt-oss) think as true does
+
+    @property
+    def thinks(self) -> bool | None:
+        return None if self.think is None else self.think is not False
 
     @property
     def logprob_count(self) -> int | None:
@@ -191,24 +196,22 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     tools = body.tools or []
     request = state.build_request(messages=[m.to_chat() for m in body.messages], grammar=body.grammar(),
-                                  tools=tools, logprobs=body.logprob_count, **_options(body.options))
+                                  tools=tools, logprobs=body.logprob_count, think=body.thinks, **_options(body.options))
     job = state.submit(request, "/api/chat")
 
-    def piece(text: str, calls: list[ToolCall] = ()) -> dict:
-        message = {"role": "assistant", "content": text}
+    def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
+        message = {"role": "assistant", "content": text} | ({"thinking": thought} if thought else {})
         if calls:
             message["tool_calls"] = [{"function": {"index": i, "name": c.name, "arguments": c.arguments}}
                                      for i, c in enumerate(calls)]
         return {"message": message}
 
     if body.stream:
-        return _ndjson(_chunks(state, body.model, job, piece, held=HeldForToolCalls(tools), logprobs=body.logprobs))
+        return _ndjson(_chunks(state, body.model, job, piece, parts=state.answer_parts(request),
+                               logprobs=body.logprobs))
     result = await run_to_end(job, http_request)
-    held = HeldForToolCalls(tools)
-    held.push(result.text)
-    text, calls = held.finish()
-    return _finished(state, body.model, piece(text if calls else result.text, calls) | _logprobs(state, body, result),
-                     result)
+    thought, text, calls = state.answer_parts(request).whole(result.text)
+    return _finished(state, body.model, piece(text, thought, calls) | _logprobs(state, body, result), result)
 
 
 @router.post("/api/generate")
@@ -219,20 +222,23 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
     request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, grammar=body.grammar(),
-                                  context=body.context or (), logprobs=body.logprob_count, **_options(body.options))
+                                  context=body.context or (), logprobs=body.logprob_count, think=body.thinks,
+                                  **_options(body.options))
     job = state.submit(request, "/api/generate")
     prompt = state.engine.prompt_tokens(request)
 
-    def piece(text: str) -> dict:
-        return {"response": text}
+    def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
+        return {"response": text} | ({"thinking": thought} if thought else {})
 
     def ending(result: Result) -> dict:  # the tokens a next request may send back as its context
         return {"context": [*prompt, *result.tokens]}
 
     if body.stream:
-        return _ndjson(_chunks(state, body.model, job, piece, ending, logprobs=body.logprobs))
+        return _ndjson(_chunks(state, body.model, job, piece, ending, parts=state.answer_parts(request),
+                               logprobs=body.logprobs))
     result = await run_to_end(job, http_request)
-    return _finished(state, body.model, piece(result.text) | ending(result) | _logprobs(state, body, result), result)
+    thought, text, _ = state.answer_parts(request).whole(result.text)
+    return _finished(state, body.model, piece(text, thought) | ending(result) | _logprobs(state, body, result), result)
 
 
 def _logprobs(state: ServerState, body: InferenceRequest, result: Result) -> dict:
@@ -261,10 +267,11 @@ def _options(options: Options | None) -> dict[str, Any]:
 
 
 async def _chunks(state: ServerState, model: str, job: Job, piece, ending=lambda result: {},
-                  held: HeldForToolCalls | None = None, logprobs: bool = False) -> AsyncIterator[dict]:
-    """The NDJSON objects: text pieces (with their tokens' logprobs when asked; tool calls, when the
-    answer was one, as Ollama sends them: in a piece of their own), then the final object with the counts."""
-    held = held or HeldForToolCalls(())
+                  parts: AnswerParts | None = None, logprobs: bool = False) -> AsyncIterator[dict]:
+    """The NDJSON objects: text pieces (with their tokens' logprobs when asked; a thinking model's
+    thinking apart; tool calls, when the answer was one, as Ollama sends them: in a piece of their
+    own), then the final object with the counts."""
+    parts = parts or AnswerParts()
 
     def chunk(fields: dict, scored: tuple) -> dict:
         extra = {"logprobs": state.scored(scored)} if logprobs and scored else {}
@@ -273,15 +280,15 @@ async def _chunks(state: ServerState, model: str, job: Job, piece, ending=lambda
     try:
         async for event in job.events():
             if isinstance(event, Piece):
-                text = held.push(event.text)
-                if text:
-                    yield chunk(piece(text), event.scored)
+                thought, text = parts.push(event.text)
+                if thought or text:
+                    yield chunk(piece(text, thought), event.scored)
             elif isinstance(event, Failed):
                 yield {"error": failure(event.error).message}  # Ollama reports mid-stream errors this way
             else:
-                text, calls = held.finish()
-                if text or calls or (logprobs and event.scored):
-                    yield chunk(piece(text, calls) if calls else piece(text), event.scored)
+                thought, text, calls = parts.finish()
+                if thought or text or calls or (logprobs and event.scored):
+                    yield chunk(piece(text, thought, calls), event.scored)
                 yield _finished(state, model, piece("") | ending(event.result), event.result)
     finally:
         job.cancel()  # a no-op once finished; stops the generation when the client has gone

@@ -17,7 +17,7 @@ from ..chat import ChatMessage
 from ..engine import Result
 from ..errors import InvalidSetting
 from ..tools import ToolCall, forced_call_grammar
-from .common import ApiError, HeldForToolCalls, ServerState, failure, json_grammar, run_to_end
+from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
@@ -132,6 +132,10 @@ class ChatCompletionRequest(CommonParams):
     logprobs: bool = False
     tools: list[dict] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
+    reasoning_effort: str | None = None  # a thinking model: "none" answers at once; any other level thinks
+
+    def think(self) -> bool | None:
+        return None if self.reasoning_effort is None else self.reasoning_effort != "none"
 
     def offered_tools(self) -> tuple[list[dict], str | None]:
         """The tools to show the model, and the grammar that forces a call (tool_choice required or named)."""
@@ -184,25 +188,22 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     sampling = body.sampling() | ({"grammar": forced} if forced else {})
     top = (body.top_logprobs or 0) if body.logprobs else None
     request = state.build_request(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
-                                  max_tokens_name=name, tools=tools, logprobs=top, **sampling)
+                                  max_tokens_name=name, tools=tools, logprobs=top, think=state.think_if_able(body.think()),
+                                  **sampling)
     scores = None if top is None else lambda tokens: {"content": state.scored(tokens), "refusal": None}
     job = state.submit(request, "/v1/chat/completions")
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
     if body.stream:
         opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
         return _sse(_chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, _include_usage(body),
-                            opening, HeldForToolCalls(tools), scores))
+                            opening, state.answer_parts(request), scores))
     result = await run_to_end(job, http_request)
-    held = HeldForToolCalls(tools)
-    held.push(result.text)
-    text, calls = held.finish()
-    logprobs = scores(result.scored) if scores else None
-    if not calls:
-        message = {"message": {"role": "assistant", "content": result.text}, "logprobs": logprobs}
-        return _answer(state, meta | {"object": "chat.completion"}, message, result)
-    message = {"message": {"role": "assistant", "content": text or None, "tool_calls": _tool_calls(calls)},
-               "logprobs": logprobs}
-    return _answer(state, meta | {"object": "chat.completion"}, message, result, "tool_calls")
+    thought, text, calls = state.answer_parts(request).whole(result.text)
+    message = {"role": "assistant", "content": text or None if calls else text} | _reasoning(thought)
+    if calls:
+        message["tool_calls"] = _tool_calls(calls)
+    choice = {"message": message, "logprobs": scores(result.scored) if scores else None}
+    return _answer(state, meta | {"object": "chat.completion"}, choice, result, "tool_calls" if calls else None)
 
 
 @router.post("/completions")
@@ -244,6 +245,11 @@ def _legacy_logprobs(scored: list[dict]) -> dict:
             "text_offset": offsets}
 
 
+def _reasoning(thought: str) -> dict:
+    """A thinking model's thinking, under the names clients read it by (Ollama's and DeepSeek's)."""
+    return {"reasoning": thought, "reasoning_content": thought} if thought else {}
+
+
 def _tool_calls(calls: list[ToolCall], streamed: bool = False) -> list[dict]:
     return [{**({"index": i} if streamed else {}), "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for i, call in enumerate(calls)]
@@ -273,28 +279,32 @@ def _usage(result: Result) -> dict:
 
 
 async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[str], dict], include_usage: bool,
-                  opening: dict | None = None, held: HeldForToolCalls | None = None,
+                  opening: dict | None = None, parts: AnswerParts | None = None,
                   scores: Callable[[tuple], dict] | None = None) -> AsyncIterator[dict]:
-    """The streamed chunks: text pieces (with their tokens' logprobs when asked; tool calls, when the
-    answer was one), the finish reason with the speculation field, then usage if asked."""
-    held = held or HeldForToolCalls(())
+    """The streamed chunks: text pieces (with their tokens' logprobs when asked; a thinking model's
+    thinking as `reasoning`; tool calls, when the answer was one), the finish reason with the
+    speculation field, then usage if asked."""
+    parts = parts or AnswerParts()
 
-    def piece(text: str, scored: tuple) -> dict:
+    def piece(thought: str, text: str, scored: tuple) -> dict:
+        body = choice(text)
+        if thought:
+            body["delta"] = body.get("delta", {}) | _reasoning(thought)
         extra = {"logprobs": scores(scored)} if scores and scored else {}
-        return meta | {"choices": [{"index": 0, **choice(text), **extra, "finish_reason": None}]}
+        return meta | {"choices": [{"index": 0, **body, **extra, "finish_reason": None}]}
 
     if opening:
         yield meta | {"choices": [opening]}
     async for event in job_events(job):
         if isinstance(event, Piece):
-            text = held.push(event.text)
-            if text:
-                yield piece(text, event.scored)
+            thought, text = parts.push(event.text)
+            if thought or text:
+                yield piece(thought, text, event.scored)
         else:
             result = event.result
-            text, calls = held.finish()
-            if text or event.scored:
-                yield piece(text, event.scored)
+            thought, text, calls = parts.finish()
+            if thought or text or event.scored:
+                yield piece(thought, text, event.scored)
             if calls:
                 delta = {"delta": {"tool_calls": _tool_calls(calls, streamed=True)}}
                 yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}

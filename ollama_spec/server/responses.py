@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import ChatMessage
 from ..engine import Result
-from .common import ApiError, ServerState, json_grammar, run_to_end
+from .common import AnswerParts, ApiError, ServerState, json_grammar, run_to_end
 from .openai import job_events
 from .worker import Piece
 
@@ -107,9 +107,10 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(state, body, ids, "in_progress")
     if body.stream:
-        return _event_stream(_events(state, body, ids, job, opening))
+        return _event_stream(_events(state, body, ids, job, opening, state.answer_parts(request)))
     result = await run_to_end(job, http_request)
-    return _response(state, body, ids, _status(result), result)
+    thought, text, _ = state.answer_parts(request).whole(result.text)
+    return _response(state, body, ids, _status(result), result, text, thought)
 
 
 def _status(result: Result) -> str:
@@ -121,7 +122,9 @@ def _message(ids: dict, text: str, status: str) -> dict:
     return {"id": ids["message"], "type": "message", "role": "assistant", "status": status, "content": content}
 
 
-def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str, result: Result | None = None) -> dict:
+def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str, result: Result | None = None,
+              text: str = "", thought: str = "") -> dict:
+    """The response object; with a result, its message (`text`) and a thinking model's `thought`."""
     response = {
         "id": ids["response"], "object": "response", "created_at": int(time.time()), "status": status,
         "model": state.model_name, "output": [], "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
@@ -131,7 +134,10 @@ def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str
         "error": None, "incomplete_details": None, "usage": None, "metadata": {},
     }
     if result is not None:
-        response["output"] = [_message(ids, result.text, "completed" if status == "completed" else "incomplete")]
+        response["output"] = [_message(ids, text, "completed" if status == "completed" else "incomplete")]
+        if thought:  # after the message, whose place the stream fixed first
+            response["output"].append({"id": f"rs_{ids['message'][4:]}", "type": "reasoning", "summary": [],
+                                       "content": [{"type": "reasoning_text", "text": thought}]})
         if status == "incomplete":
             response["incomplete_details"] = {"reason": "max_output_tokens"}
         response["usage"] = {
@@ -144,9 +150,11 @@ def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str
     return response
 
 
-async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job,
-                  opening: dict) -> AsyncIterator[dict]:
-    """The Responses event sequence for one text message, as OpenAI streams it."""
+async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job, opening: dict,
+                  parts: AnswerParts) -> AsyncIterator[dict]:
+    """The Responses event sequence for one text message, as OpenAI streams it (a thinking model's
+    thinking comes whole, as a reasoning item of the final response)."""
+    sent, thought = "", ""
     where = {"item_id": ids["message"], "output_index": 0, "content_index": 0}
     yield {"type": "response.created", "response": opening}
     yield {"type": "response.in_progress", "response": opening}
@@ -154,13 +162,17 @@ async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job,
     yield {"type": "response.content_part.added", **where,
            "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}
     async for event in job_events(job):
+        more, text = parts.push(event.text) if isinstance(event, Piece) else parts.finish()[:2]
+        thought += more
+        if text:
+            sent += text
+            yield {"type": "response.output_text.delta", **where, "delta": text, "logprobs": []}
         if isinstance(event, Piece):
-            yield {"type": "response.output_text.delta", **where, "delta": event.text, "logprobs": []}
             continue
         result = event.result
-        final = _response(state, body, ids, _status(result), result)
+        final = _response(state, body, ids, _status(result), result, sent, thought)
         item = final["output"][0]
-        yield {"type": "response.output_text.done", **where, "text": result.text, "logprobs": []}
+        yield {"type": "response.output_text.done", **where, "text": sent, "logprobs": []}
         yield {"type": "response.content_part.done", **where, "part": item["content"][0]}
         yield {"type": "response.output_item.done", "output_index": 0, "item": item}
         yield {"type": f"response.{final['status']}", "response": final}
