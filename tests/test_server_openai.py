@@ -115,3 +115,23 @@ def test_served_text_equals_generate(client, invoke, tiny_store):
 def test_retrieve_a_model(client):
     model = client.models.retrieve("gpt-4o")
     assert model.id == "gpt-4o" and model.object == "model" and model.owned_by == "ollama-spec"
+
+
+def test_several_choices_and_a_batch_of_prompts(client):
+    response = client.chat.completions.create(model="m", messages=[USER], max_tokens=6, n=3, seed=7, temperature=1)
+    assert [c.index for c in response.choices] == [0, 1, 2]
+    assert len({c.message.content for c in response.choices}) > 1  # seeds 7, 8, 9: different samples
+    again = client.chat.completions.create(model="m", messages=[USER], max_tokens=6, seed=8, temperature=1)
+    assert again.choices[0].message.content == response.choices[1].message.content
+    assert response.usage.prompt_tokens == again.usage.prompt_tokens  # one prompt, counted once
+    greedy = client.chat.completions.create(model="m", messages=[USER], max_tokens=6, n=2, temperature=0)
+    assert greedy.choices[0].message.content == greedy.choices[1].message.content
+    assert greedy.usage.completion_tokens == 12
+    batch = client.completions.create(model="m", prompt=["Once upon a time", "The capital of"], max_tokens=5,
+                                      temperature=0, n=2)
+    assert [c.index for c in batch.choices] == [0, 1, 2, 3]
+    alone = client.completions.create(model="m", prompt="The capital of", max_tokens=5, temperature=0)
+    assert batch.choices[2].text == batch.choices[3].text == alone.choices[0].text
+    first = client.completions.create(model="m", prompt="Once upon a time", max_tokens=5, temperature=0)
+    assert batch.usage.prompt_tokens == first.usage.prompt_tokens + alone.usage.prompt_tokens
+    assert batch.usage.completion_tokens == 2 * (first.usage.completion_tokens + alone.usage.completion_tokens)

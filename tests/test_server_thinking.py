@@ -100,3 +100,7 @@ def test_responses_keep_the_thinking_out_of_the_output_text(servers):
                                           stream=True))
     assert not [e for e in events if e.type == "response.output_text.delta"]
     assert events[-1].response.output[-1].content[0].text == response.output[-1].content[0].text
+
+
+def test_show_lists_thinking_among_the_capabilities(servers):
+    assert "thinking" in ollama.Client(host=servers["qwen"][0]).show("qwen3").capabilities

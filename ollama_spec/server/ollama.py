@@ -19,6 +19,7 @@ from .. import __version__
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
 from ..resolve import ResolvedModel
+from ..thinking import template_thinks
 from ..tools import ToolCall, template_takes_tools
 from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Job, Piece
@@ -161,7 +162,8 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
                        f"{info.architecture}.block_count": info.block_count,
                        f"{info.architecture}.embedding_length": info.embedding_length},
         # what Ollama's clients check before they offer tools or embed
-        "capabilities": ["completion", *(["tools"] if template_takes_tools(info.chat_template) else []), "embedding"],
+        "capabilities": ["completion", *(["tools"] if template_takes_tools(info.chat_template) else []),
+                         *(["thinking"] if template_thinks(info.chat_template) else []), "embedding"],
         "modified_at": _mtime(model),
         "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
                         "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},

@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Literal
 
 from fastapi import APIRouter
@@ -14,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import ChatMessage
-from ..engine import Result
+from ..engine import Request, Result
 from ..errors import InvalidSetting
 from ..tools import ToolCall, forced_call_grammar
 from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
@@ -22,6 +23,7 @@ from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
 
+MAX_CHOICES = 16  # n (times the prompts of a batch) bounds the generations one request queues
 # Our finish reasons in OpenAI's words: a full context is a length limit too.
 FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
 
@@ -96,7 +98,7 @@ class CommonParams(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1)
     stop: str | list[str] | None = None
     seed: int | None = None
-    n: Literal[1] = 1
+    n: int = Field(1, ge=1, le=MAX_CHOICES)  # choices are generated one after another
     stream: bool = False
     stream_options: StreamOptions | None = None
     # Extensions that vLLM also accepts.
@@ -191,39 +193,47 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
                                   max_tokens_name=name, tools=tools, logprobs=top, think=state.think_if_able(body.think()),
                                   **sampling)
     scores = None if top is None else lambda tokens: {"content": state.scored(tokens), "refusal": None}
-    job = state.submit(request, "/v1/chat/completions")
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
     if body.stream:
+        _one_stream(body.n)
         opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        job = state.submit(request, "/v1/chat/completions")
         return _sse(_chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, _include_usage(body),
                             opening, state.answer_parts(request), scores))
-    result = await run_to_end(job, http_request)
-    thought, text, calls = state.answer_parts(request).whole(result.text)
-    message = {"role": "assistant", "content": text or None if calls else text} | _reasoning(thought)
-    if calls:
-        message["tool_calls"] = _tool_calls(calls)
-    choice = {"message": message, "logprobs": scores(result.scored) if scores else None}
-    return _answer(state, meta | {"object": "chat.completion"}, choice, result, "tool_calls" if calls else None)
+
+    def choice(result: Result) -> tuple[dict, str | None]:
+        thought, text, calls = state.answer_parts(request).whole(result.text)
+        message = {"role": "assistant", "content": text or None if calls else text} | _reasoning(thought)
+        if calls:
+            message["tool_calls"] = _tool_calls(calls)
+        return {"message": message, "logprobs": scores(result.scored) if scores else None}, \
+            "tool_calls" if calls else None
+
+    results = await _run_all(state, http_request, _copies(request, body.n), "/v1/chat/completions")
+    return _answers(state, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)
 
 
 @router.post("/completions")
 async def completions(body: CompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    prompt = body.prompt
-    if isinstance(prompt, list):
-        if len(prompt) != 1:
-            raise ApiError(400, "prompt must be one string (batches of prompts are not supported)", "prompt")
-        prompt = prompt[0]
-    request = state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, logprobs=body.logprobs,
-                                  **body.sampling())
-    job = state.submit(request, "/v1/completions")
+    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
+    if not prompts:
+        raise ApiError(400, "prompt is empty: give a text or a list of texts", "prompt")
+    if len(prompts) * body.n > MAX_CHOICES:
+        raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
+    requests = [state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, logprobs=body.logprobs,
+                                    **body.sampling()) for prompt in prompts]
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
             "object": "text_completion"}
     scores = None if body.logprobs is None else lambda tokens: _legacy_logprobs(state.scored(tokens))
     if body.stream:
+        _one_stream(len(requests) * body.n)
+        job = state.submit(requests[0], "/v1/completions")
         return _sse(_chunks(state, job, meta, _text, _include_usage(body), scores=scores))
-    result = await run_to_end(job, http_request)
-    return _answer(state, meta, _text(result.text) | {"logprobs": scores(result.scored) if scores else None}, result)
+    copies = [copy for request in requests for copy in _copies(request, body.n)]  # prompt by prompt, as OpenAI orders
+    results = await _run_all(state, http_request, copies, "/v1/completions")
+    choices = [(_text(r.text) | {"logprobs": scores(r.scored) if scores else None}, None) for r in results]
+    return _answers(state, meta, choices, results, body.n)
 
 
 def _delta(text: str) -> dict:
@@ -255,10 +265,33 @@ def _tool_calls(calls: list[ToolCall], streamed: bool = False) -> list[dict]:
              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for i, call in enumerate(calls)]
 
 
-def _answer(state: ServerState, meta: dict, choice: dict, result: Result, finish: str | None = None) -> dict:
-    finish = finish or FINISH_REASONS[result.finish_reason]
-    return meta | {"choices": [{"index": 0, **choice, "finish_reason": finish}], "usage": _usage(result),
-                   "speculation": state.summary(result)}
+def _one_stream(choices: int) -> None:
+    if choices > 1:
+        raise ApiError(400, "streaming gives one choice: ask for n = 1 and one prompt, or do not stream", "n")
+
+
+def _copies(request: Request, n: int) -> list[Request]:
+    """n requests for n choices; a seeded one gets seed, seed + 1, ... so that the choices differ."""
+    seed = request.sampling.seed
+    return [request if seed is None or i == 0 else replace(request, sampling=replace(request.sampling, seed=seed + i))
+            for i in range(n)]
+
+
+async def _run_all(state: ServerState, http_request: HTTPRequest, requests: list[Request], route: str) -> list[Result]:
+    """Each request run to its end, one after another (a client that leaves cancels the one running)."""
+    return [await run_to_end(state.submit(request, route), http_request) for request in requests]
+
+
+def _answers(state: ServerState, meta: dict, choices: list[tuple[dict, str | None]], results: list[Result],
+             n: int = 1) -> dict:
+    """Several choices in one answer (n per prompt): usage counts each prompt once and every completion."""
+    usage = _usage(results[0])
+    usage["prompt_tokens"] = sum(r.prompt_tokens for r in results[::n])
+    usage["completion_tokens"] = sum(len(r.tokens) for r in results)
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return meta | {"choices": [{"index": i, **choice, "finish_reason": finish or FINISH_REASONS[r.finish_reason]}
+                               for i, ((choice, finish), r) in enumerate(zip(choices, results))],
+                   "usage": usage, "speculation": state.summary(results[0])}
 
 
 def _max_tokens(newer: int | None, newer_name: str, older: int | None) -> tuple[int | None, str]:
@@ -308,7 +341,7 @@ async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[st
             if calls:
                 delta = {"delta": {"tool_calls": _tool_calls(calls, streamed=True)}}
                 yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}
-            final = _answer(state, meta, choice(""), result, "tool_calls" if calls else None)
+            final = _answers(state, meta, [(choice(""), "tool_calls" if calls else None)], [result])
             del final["usage"]  # usage comes in a chunk of its own, when asked for
             yield final
             if include_usage:
