@@ -9,7 +9,7 @@ import numpy as np
 
 from .calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from .canary import decide_repack
-from .chat import ChatMessage, render_chat
+from .chat import ChatMessage, TemplateRefused, name_tool_answers, render_chat, system_folded
 from .compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
 from .embedding import Embedder
 from .errors import InvalidSetting
@@ -238,14 +238,19 @@ class Engine:
         info = self.target_model.info
         if not info.chat_template:
             return None
-        return render_chat(
-            info.chat_template,
-            [m.for_template() for m in messages],
-            bos_token=info.token_text(info.bos_id) or "",
-            eos_token=info.token_text(info.eos_id) or "",
-            tools=list(tools) or None,
-            think=think,
-        )
+
+        def render(conversation: list[ChatMessage]) -> str:
+            return render_chat(info.chat_template, [m.for_template() for m in name_tool_answers(conversation)],
+                               bos_token=info.token_text(info.bos_id) or "",
+                               eos_token=info.token_text(info.eos_id) or "", tools=list(tools) or None, think=think)
+
+        try:
+            return render(messages)
+        except TemplateRefused:
+            folded = system_folded(messages)
+            if folded is None:
+                raise
+            return render(folded)
 
     def clear_cache(self) -> None:
         """Forget what the KV caches hold: the next request evaluates its whole prompt (fair timing)."""

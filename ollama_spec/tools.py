@@ -25,6 +25,7 @@ OPENING = "<tool_call>"
 class ToolCall:
     name: str
     arguments: dict[str, Any]
+    id: str | None = None  # the client's id for it (OpenAI's), which its answer refers to
 
 
 def tool_names(tools: list[dict]) -> list[str]:

@@ -59,16 +59,17 @@ class ToolCallIn(BaseModel):
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # tool_name, thinking
+    model_config = ConfigDict(extra="ignore")  # thinking
 
     role: Literal[ROLES]
     content: str = ""
     images: list[str] | None = None
     tool_calls: list[ToolCallIn] | None = None
+    tool_name: str | None = None  # a tool's answer: which tool answered
 
     def to_chat(self) -> ChatMessage:
         calls = tuple(ToolCall(c.function.name, c.function.arguments) for c in self.tool_calls or [])
-        return ChatMessage(self.role, self.content, calls)
+        return ChatMessage(self.role, self.content, calls, tool_name=self.tool_name)
 
 
 class InferenceRequest(BaseModel):

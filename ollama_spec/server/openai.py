@@ -46,18 +46,20 @@ class ToolCallIn(BaseModel):
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # name
+    model_config = ConfigDict(extra="ignore")
 
     # developer is OpenAI's newer name for system
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     tool_calls: list[ToolCallIn] | None = None  # an assistant's earlier calls
     tool_call_id: str | None = None  # a tool's answer to one of them
+    name: str | None = None
 
     def to_chat(self) -> ChatMessage:
         content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        calls = tuple(ToolCall(c.function.name, _arguments(c.function.arguments)) for c in self.tool_calls or [])
-        return ChatMessage("system" if self.role == "developer" else self.role, content, calls, self.tool_call_id)
+        calls = tuple(ToolCall(c.function.name, _arguments(c.function.arguments), c.id) for c in self.tool_calls or [])
+        return ChatMessage("system" if self.role == "developer" else self.role, content, calls, self.tool_call_id,
+                           self.name)
 
 
 def _arguments(arguments: str | dict) -> dict:
