@@ -58,7 +58,7 @@ class Conversation:
         turn, tokens = self._pending
         result = generation.result
         self.messages = turn[len(self._system_messages()):] + [ChatMessage("assistant", result.text)]
-        self._prompt, self._prompt_text = tokens, self.engine.chat_text(turn)
+        self._prompt, self._prompt_text = tokens, self.engine.chat_text(turn, think=self.defaults.think)
         spelled = b"".join(self.engine.target.token_piece(t)[0] for t in result.tokens).decode("utf-8", "replace")
         self._answer = list(result.tokens) if spelled == result.text else None
         self.last = result
@@ -75,7 +75,8 @@ class Conversation:
         if self._answer is None or self._prompt_text is None:
             return None
         # turn: ..., the last user turn, the last answer, the new user turn. The mark takes the answer's place.
-        text = self.engine.chat_text(turn[:-2] + [ChatMessage("assistant", _ANSWER_MARK), turn[-1]])
+        text = self.engine.chat_text(turn[:-2] + [ChatMessage("assistant", _ANSWER_MARK), turn[-1]],
+                                     think=self.defaults.think)
         before, found, after = (text or "").partition(_ANSWER_MARK)
         if not found or before != self._prompt_text:
             return None

@@ -290,3 +290,12 @@ def test_bad_formats_are_one_line_errors(invoke, tiny_store, given, message):
     result = gen(invoke, tiny_store, "tiny-target", "hello", "--format", given)
     assert result.exit_code == 1 and message in result.output
     assert "Traceback" not in result.output
+
+
+def test_think_flags(invoke, tiny_store):
+    """The tiny model does not think: the flags are accepted and change nothing (its template reads no
+    enable_thinking). What --no-think tells a thinking template: tests/test_server_thinking.py."""
+    plain = gen(invoke, tiny_store, "tiny-target", "hello", "-n", "8")
+    for flag in ("--think", "--no-think"):
+        result = gen(invoke, tiny_store, "tiny-target", "hello", "-n", "8", flag)
+        assert result.exit_code == 0 and result.stdout == plain.stdout

@@ -25,6 +25,7 @@ from .options import (
     models_dir_option,
     notice,
     output_grammar,
+    think_option,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -52,12 +53,13 @@ HISTORY_LINES = 1000
 @ctx_option
 @click.option("--system", help="System prompt (default: the preset's SYSTEM, else the model's system layer).")
 @format_option
+@think_option
 @loading_options
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, max_tokens, ctx,
-         system, output_format, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, verbose,
-         models_dir) -> None:
+         system, output_format, think, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack,
+         flash_attn, verbose, models_dir) -> None:
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
     Answers stream as they are accepted. The conversation stays in both models' KV caches, and
@@ -81,6 +83,7 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
         grammar=output_grammar(output_format),
+        think=think,
     )
     settings = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers,
                                threads=threads, kv_type=kv_type, no_check=no_check, repack=repack,

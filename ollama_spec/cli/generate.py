@@ -28,6 +28,7 @@ from .options import (
     models_dir_option,
     notice,
     output_grammar,
+    think_option,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -51,6 +52,7 @@ from .options import (
 @click.option("--system", help="System prompt (default: the model's system layer).")
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
 @format_option
+@think_option
 @loading_options
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
@@ -80,6 +82,7 @@ def generate(
     system,
     raw,
     output_format,
+    think,
     n_gpu_layers,
     draft_n_gpu_layers,
     threads,
@@ -131,6 +134,7 @@ def generate(
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
         grammar=output_grammar(output_format),
+        think=think,
     )
     settings = engine_settings(
         params,

@@ -310,6 +310,13 @@ format_option = click.option(
 )
 
 
+think_option = click.option(
+    "--think/--no-think", default=None,
+    help="A thinking model (Qwen3, DeepSeek-R1): think before answering, or answer at once (its chat template "
+         "is told, as Ollama's --think=false does). Default: the model's own.",
+)
+
+
 def output_grammar(output_format: str | None) -> str | None:
     """--format as the GBNF grammar the output must match (None: free text)."""
     if output_format is None:
