@@ -221,6 +221,8 @@ class Engine:
         info = self.target_model.info
         if request.tokens:
             return list(request.tokens)
+        if request.suffix is not None:
+            return self._infill_tokens(request.prompt, request.suffix)
         if request.raw and not request.messages:
             return self.target.tokenize(request.prompt, add_bos=self.target.add_bos, special=False)
         messages = request.conversation(self.target_model.system)
@@ -231,6 +233,19 @@ class Engine:
         bos = info.token_text(info.bos_id) or ""
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)
+
+    def _infill_tokens(self, prefix: str, suffix: str) -> list[int]:
+        """Fill in the middle as llama.cpp's server lays it out: BOS, the prefix marker and the text
+        before the gap, the suffix marker and the text after it, then the middle marker."""
+        markers = self.target.fill_in_the_middle_tokens()
+        if markers is None:
+            raise InvalidSetting(f"{self.target_model.name} has no fill-in-the-middle tokens: it cannot complete "
+                                 "between a prompt and a suffix (code models such as qwen2.5-coder can)")
+        pre, suf, mid = markers
+        tokens = [self.target.bos_token] if self.target.add_bos else []
+        tokenize = self.target.tokenize
+        return [*tokens, pre, *tokenize(prefix, add_bos=False, special=False), suf,
+                *tokenize(suffix, add_bos=False, special=False), mid]
 
     def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = (), think: bool | None = None) -> str | None:
         """`messages` (and the `tools` offered) through the model's chat template, ending with the

@@ -36,6 +36,7 @@ class Request:
     tools: tuple[dict, ...] = ()  # tools offered to the model (OpenAI's shape), rendered by its chat template
     logprobs: int | None = None  # report each token's log-probability and this many alternatives (None: off)
     think: bool | None = None  # a thinking model: think (True), answer at once (False), or its default (None)
+    suffix: str | None = None  # fill in the middle: the text after the gap, `prompt` being the text before it
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

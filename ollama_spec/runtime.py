@@ -231,6 +231,13 @@ class LoadedModel:
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         return self._model.detokenize(list(tokens), special=special).decode("utf-8", errors="replace")
 
+    def fill_in_the_middle_tokens(self) -> tuple[int, int, int] | None:
+        """The vocabulary's prefix, suffix and middle markers (code models: Qwen2.5-Coder, CodeLlama,
+        StarCoder2), or None when it has none."""
+        ids = (llama_cpp.llama_vocab_fim_pre(self.vocab), llama_cpp.llama_vocab_fim_suf(self.vocab),
+               llama_cpp.llama_vocab_fim_mid(self.vocab))
+        return None if min(ids) < 0 else ids
+
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
 

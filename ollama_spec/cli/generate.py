@@ -53,6 +53,8 @@ from .options import (
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
 @format_option
 @think_option
+@click.option("--suffix", help="Fill in the middle: the text after the gap, PROMPT being the text before it (code "
+                               "models with fill-in-the-middle tokens, e.g. qwen2.5-coder).")
 @loading_options
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
@@ -83,6 +85,7 @@ def generate(
     raw,
     output_format,
     think,
+    suffix,
     n_gpu_layers,
     draft_n_gpu_layers,
     threads,
@@ -135,6 +138,7 @@ def generate(
         speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
         grammar=output_grammar(output_format),
         think=think,
+        suffix=suffix,
     )
     settings = engine_settings(
         params,

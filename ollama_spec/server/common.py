@@ -103,6 +103,7 @@ class ServerState:
         tools: Sequence[dict] = (),
         logprobs: int | None = None,
         think: bool | None = None,
+        suffix: str | None = None,
     ) -> Request:
         """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp
         can parse the output grammar."""
@@ -124,6 +125,7 @@ class ServerState:
             tools=tuple(tools),
             logprobs=logprobs,
             think=think,
+            suffix=suffix,
         )
         if think and not template_thinks(self.engine.target_model.info.chat_template):
             raise ApiError(400, f"{self.engine.target_model.name} does not support thinking", "think")

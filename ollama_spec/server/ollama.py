@@ -112,6 +112,7 @@ class GenerateRequest(InferenceRequest):
     raw: bool = False
     images: list[str] | None = None
     context: list[int] | None = None  # deprecated by Ollama, still sent by older clients
+    suffix: str | None = None  # fill in the middle (code completion): the text after the gap
 
 
 class ShowRequest(BaseModel):
@@ -164,7 +165,8 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
                        f"{info.architecture}.embedding_length": info.embedding_length},
         # what Ollama's clients check before they offer tools or embed
         "capabilities": ["completion", *(["tools"] if template_takes_tools(info.chat_template) else []),
-                         *(["thinking"] if template_thinks(info.chat_template) else []), "embedding"],
+                         *(["thinking"] if template_thinks(info.chat_template) else []),
+                         *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []), "embedding"],
         "modified_at": _mtime(model),
         "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
                         "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
@@ -226,7 +228,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, grammar=body.grammar(),
                                   context=body.context or (), logprobs=body.logprob_count, think=body.thinks,
-                                  **_options(body.options))
+                                  suffix=body.suffix or None, **_options(body.options))
     job = state.submit(request, "/api/generate")
     prompt = state.engine.prompt_tokens(request)
 

@@ -164,6 +164,7 @@ class ChatCompletionRequest(CommonParams):
 class CompletionRequest(CommonParams):
     prompt: str | list[str]
     logprobs: int | None = Field(None, ge=0, le=5)  # the older API: this many alternatives per token
+    suffix: str | None = None  # fill in the middle (code completion): the text after the gap
 
 
 @router.get("/models")
@@ -224,7 +225,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     if len(prompts) * body.n > MAX_CHOICES:
         raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
     requests = [state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, logprobs=body.logprobs,
-                                    **body.sampling()) for prompt in prompts]
+                                    suffix=body.suffix or None, **body.sampling()) for prompt in prompts]
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
             "object": "text_completion"}
     scores = None if body.logprobs is None else lambda tokens: _legacy_logprobs(state.scored(tokens))

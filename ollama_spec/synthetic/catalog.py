@@ -10,7 +10,7 @@ from pathlib import Path
 from ..names import parse_model_name
 from .layout import write_model
 from .models import Architecture, WeightRecipe, make_weights, write_gguf
-from .tokenizer import EOT, Vocabulary, build_vocabulary
+from .tokenizer import CONTROL, EOT, Vocabulary, build_vocabulary
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,25 @@ def build_padded_target(root: Path, extra: int = PADDING_TOKENS) -> str:
                    dtype=spec.recipe.dtype)
         write_model(root, PADDED_NAME, path)
     return PADDED_NAME
+
+
+CODER_NAME = "tiny-coder"
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+
+
+def build_coder_target(root: Path) -> str:
+    """Write the tiny target with a code model's fill-in-the-middle markers (three control tokens
+    past its vocabulary, named in the GGUF as Qwen2.5-Coder's are) into `root`; return its name."""
+    spec = PAIRS["tiny"]
+    vocab = build_vocabulary(spec.vocab_size, spec.n_merges)
+    coder = Vocabulary(vocab.tokens + FIM_TOKENS, vocab.token_types + (CONTROL,) * len(FIM_TOKENS), vocab.merges)
+    weights = make_weights(spec.arch, coder.size, spec.recipe, spec.draft_layers)
+    with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as tmp:
+        path = Path(tmp) / "model.gguf"
+        write_gguf(path, name=CODER_NAME, arch=spec.arch, n_layer=spec.arch.n_layer, vocab=coder, weights=weights,
+                   dtype=spec.recipe.dtype, fim_ids=(vocab.size, vocab.size + 1, vocab.size + 2))
+        write_model(root, CODER_NAME, path)
+    return CODER_NAME
 
 
 def build_demo_store(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, quants
+from gguf import GGMLQuantizationType, GGUFWriter, Keys, LlamaFileType, quants
 
 from .tokenizer import BOS, EOS, EOT, Vocabulary
 
@@ -148,6 +148,7 @@ def write_gguf(
     dtype: str,
     chat_template: str | None = LLAMA3_CHAT_TEMPLATE,
     llama3_metadata_gap: bool = False,
+    fim_ids: tuple[int, int, int] | None = None,
 ) -> None:
     """Write a llama GGUF using the first `n_layer` blocks of `weights`, stored as `dtype` (FILE_TYPES).
 
@@ -160,6 +161,10 @@ def write_gguf(
     writer.add_add_eos_token(False)
     if chat_template:
         writer.add_chat_template(chat_template)
+    if fim_ids is not None:  # a code model's fill-in-the-middle markers: prefix, suffix, middle
+        for key, token in zip((Keys.Tokenizer.FIM_PRE_ID, Keys.Tokenizer.FIM_SUF_ID,
+                               Keys.Tokenizer.FIM_MID_ID), fim_ids):
+            writer.add_uint32(key, token)
     for tensor_name, array in weights.items():
         if not tensor_name.startswith("blk.") or int(tensor_name.split(".")[1]) < n_layer:
             if dtype in QUANTIZED and array.ndim == 2:
