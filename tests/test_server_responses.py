@@ -71,7 +71,8 @@ def test_stream_helper_and_parse_with_a_text_format(client):
     ({"previous_response_id": "resp_1"}, "previous_response_id is not supported"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},
      "input_image is not supported"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "1"}]}, "not supported"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input items of type 'item_reference' are not supported"),
+    ({"tools": [{"type": "web_search"}]}, "only function tools are supported"),
     ({"max_output_tokens": 0}, "max_output_tokens must be at least 1"),
 ])
 def test_what_is_refused(client, fields, message):

@@ -166,3 +166,29 @@ def test_show_lists_tools_among_the_capabilities_only_where_the_template_takes_t
     assert "tools" in ollama.Client(host=server[0]).show("m").capabilities
     with serving_tiny_pair(tiny_models) as (url, _):
         assert ollama.Client(host=url).show("m").capabilities == ["completion", "embedding"]
+
+
+FLAT_WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+                "parameters": WEATHER["function"]["parameters"]}
+
+
+def test_responses_function_calling_as_the_openai_docs_show(client):
+    """Calls come back as function_call items; their outputs go back in as input items."""
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    response = client.responses.create(model="gpt-5", input=question, tools=[FLAT_WEATHER], tool_choice="required",
+                                       temperature=0)
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert response.status == "completed" and len(calls) == 1 and response.output_text == ""
+    assert calls[0].name == "get_weather" and json.loads(calls[0].arguments)["city"] in ("Paris", "Oslo")
+    follow_up = question + [calls[0].model_dump(exclude={"status", "id"}),
+                            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "22 C"}]
+    answer = client.responses.create(model="gpt-5", input=follow_up, tools=[FLAT_WEATHER], max_output_tokens=8,
+                                     temperature=0)
+    assert answer.usage.input_tokens > response.usage.input_tokens
+    events = list(client.responses.create(model="gpt-5", input=question, tools=[FLAT_WEATHER], stream=True,
+                                          tool_choice={"type": "function", "name": "get_weather"}, temperature=0))
+    types = [e.type for e in events]
+    assert "response.output_text.delta" not in types and types[-1] == "response.completed"
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and json.loads(done[0].arguments) == json.loads(calls[0].arguments)
+    assert events[-1].response.output[0].type == "function_call"

@@ -57,12 +57,12 @@ class Message(BaseModel):
 
     def to_chat(self) -> ChatMessage:
         content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        calls = tuple(ToolCall(c.function.name, _arguments(c.function.arguments), c.id) for c in self.tool_calls or [])
+        calls = tuple(ToolCall(c.function.name, tool_arguments(c.function.arguments), c.id) for c in self.tool_calls or [])
         return ChatMessage("system" if self.role == "developer" else self.role, content, calls, self.tool_call_id,
                            self.name)
 
 
-def _arguments(arguments: str | dict) -> dict:
+def tool_arguments(arguments: str | dict) -> dict:
     if isinstance(arguments, dict):
         return arguments
     try:

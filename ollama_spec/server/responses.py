@@ -1,5 +1,6 @@
 """OpenAI's Responses API: POST /v1/responses (and its event stream), the call OpenAI's own docs now
-lead with (`client.responses.create(model=..., input=...)`, then `response.output_text`).
+lead with (`client.responses.create(model=..., input=...)`, then `response.output_text`), with
+function tools (calls come back as `function_call` items; their outputs go back in as input items).
 
 Stateless, as a local server is: `input` carries the conversation; `previous_response_id` and
 stored responses are not kept.
@@ -11,6 +12,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Literal
 
 from fastapi import APIRouter
@@ -20,8 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import ChatMessage
 from ..engine import Result
+from ..errors import InvalidSetting
+from ..tools import ToolCall, forced_call_grammar
 from .common import AnswerParts, ApiError, ServerState, json_grammar, run_to_end
-from .openai import job_events
+from .openai import job_events, tool_arguments
 from .worker import Piece
 
 router = APIRouter(prefix="/v1")
@@ -40,6 +44,11 @@ class InputItem(BaseModel):
     type: str = "message"
     role: Literal["system", "developer", "user", "assistant"] | None = None
     content: str | list[InputPart] | None = None
+    # a function_call (an earlier answer) or its function_call_output
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
     def to_chat(self) -> ChatMessage:
         if self.type != "message" or self.role is None:
@@ -67,7 +76,7 @@ class TextConfig(BaseModel):
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # store, metadata, tools, reasoning, user, ...
+    model_config = ConfigDict(extra="ignore")  # store, metadata, reasoning, user, ...
 
     model: str
     input: str | list[InputItem]
@@ -79,16 +88,52 @@ class ResponsesRequest(BaseModel):
     stream: bool = False
     text: TextConfig | None = None
     previous_response_id: str | None = None
+    tools: list[dict] | None = None  # {"type": "function", "name", "description", "parameters"}
+    tool_choice: Literal["none", "auto", "required"] | dict | None = None
 
     def messages(self) -> list[ChatMessage]:
         if self.previous_response_id:
             raise ApiError(400, "previous_response_id is not supported: this server keeps no responses; send the "
                                 "conversation in input", "previous_response_id")
-        items = [ChatMessage("user", self.input)] if isinstance(self.input, str) else [
-            item.to_chat() for item in self.input]
+        if isinstance(self.input, str):
+            items = [ChatMessage("user", self.input)]
+        else:
+            items = []
+            for item in self.input:
+                if item.type == "function_call":  # calls of one answer share its assistant message
+                    call = ToolCall(item.name or "", tool_arguments(item.arguments or "{}"), item.call_id)
+                    if items and items[-1].role == "assistant" and items[-1].tool_calls:
+                        items[-1] = replace(items[-1], tool_calls=(*items[-1].tool_calls, call))
+                    else:
+                        items.append(ChatMessage("assistant", "", (call,)))
+                elif item.type == "function_call_output":
+                    items.append(ChatMessage("tool", item.output or "", tool_call_id=item.call_id))
+                else:
+                    items.append(item.to_chat())
         if not items:
             raise ApiError(400, "input is empty", "input")
         return ([ChatMessage("system", self.instructions)] if self.instructions else []) + items
+
+    def offered_tools(self) -> tuple[list[dict], str | None]:
+        """The function tools in the chat completions shape the template reads, and the grammar that
+        forces a call (tool_choice required, or a named function)."""
+        tools = self.tools or []
+        if any(tool.get("type") != "function" for tool in tools):
+            raise ApiError(400, "only function tools are supported (no built-in tools such as web search)", "tools")
+        shaped = [{"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters")
+                                                    if k in tool}} for tool in tools]
+        choice = self.tool_choice
+        if not shaped or choice == "none":
+            return [], None
+        if choice in (None, "auto"):
+            return shaped, None
+        if self.grammar() is not None:
+            raise ApiError(400, "a forced tool call and text.format cannot be combined", "tool_choice")
+        only = choice.get("name") if isinstance(choice, dict) else None
+        try:
+            return shaped, forced_call_grammar(shaped, only)
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc), "tool_choice") from None
 
     def grammar(self) -> str | None:
         form = self.text.format if self.text else None
@@ -100,21 +145,28 @@ class ResponsesRequest(BaseModel):
 @router.post("/responses")
 async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
+    tools, forced = body.offered_tools()
     request = state.build_request(messages=body.messages(), max_tokens=body.max_output_tokens,
                                   max_tokens_name="max_output_tokens", temperature=body.temperature,
-                                  top_p=body.top_p, seed=body.seed, grammar=body.grammar())
+                                  top_p=body.top_p, seed=body.seed, grammar=forced or body.grammar(), tools=tools)
     job = state.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(state, body, ids, "in_progress")
     if body.stream:
         return _event_stream(_events(state, body, ids, job, opening, state.answer_parts(request)))
     result = await run_to_end(job, http_request)
-    thought, text, _ = state.answer_parts(request).whole(result.text)
-    return _response(state, body, ids, _status(result), result, text, thought)
+    thought, text, calls = state.answer_parts(request).whole(result.text)
+    return _response(state, body, ids, _status(result, calls), result, text, thought, _function_calls(calls),
+                     with_message=bool(text or not calls))
 
 
-def _status(result: Result) -> str:
-    return "completed" if result.finish_reason in ("stop", "cancelled") else "incomplete"
+def _status(result: Result, calls: list[ToolCall]) -> str:
+    return "completed" if calls or result.finish_reason in ("stop", "cancelled") else "incomplete"
+
+
+def _function_calls(calls: list[ToolCall]) -> list[dict]:
+    return [{"id": f"fc_{uuid.uuid4().hex}", "type": "function_call", "call_id": f"call_{uuid.uuid4().hex[:24]}",
+             "name": call.name, "arguments": json.dumps(call.arguments), "status": "completed"} for call in calls]
 
 
 def _message(ids: dict, text: str, status: str) -> dict:
@@ -123,18 +175,21 @@ def _message(ids: dict, text: str, status: str) -> dict:
 
 
 def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str, result: Result | None = None,
-              text: str = "", thought: str = "") -> dict:
-    """The response object; with a result, its message (`text`) and a thinking model's `thought`."""
+              text: str = "", thought: str = "", calls: list[dict] = (), *, with_message: bool = True) -> dict:
+    """The response object; with a result: its message (`text`, unless the answer was only calls), its
+    function_call items, and a thinking model's `thought`."""
     response = {
         "id": ids["response"], "object": "response", "created_at": int(time.time()), "status": status,
-        "model": state.model_name, "output": [], "parallel_tool_calls": False, "tool_choice": "none", "tools": [],
+        "model": state.model_name, "output": [], "parallel_tool_calls": False,
+        "tool_choice": body.tool_choice or ("auto" if body.tools else "none"), "tools": body.tools or [],
         "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
         "temperature": body.temperature, "top_p": body.top_p, "previous_response_id": None,
         "text": {"format": {"type": body.text.format.type if body.text and body.text.format else "text"}},
         "error": None, "incomplete_details": None, "usage": None, "metadata": {},
     }
     if result is not None:
-        response["output"] = [_message(ids, text, "completed" if status == "completed" else "incomplete")]
+        message = [_message(ids, text, "completed" if status == "completed" else "incomplete")] if with_message else []
+        response["output"] = message + list(calls)
         if thought:  # after the message, whose place the stream fixed first
             response["output"].append({"id": f"rs_{ids['message'][4:]}", "type": "reasoning", "summary": [],
                                        "content": [{"type": "reasoning_text", "text": thought}]})
@@ -152,29 +207,44 @@ def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str
 
 async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job, opening: dict,
                   parts: AnswerParts) -> AsyncIterator[dict]:
-    """The Responses event sequence for one text message, as OpenAI streams it (a thinking model's
-    thinking comes whole, as a reasoning item of the final response)."""
-    sent, thought = "", ""
+    """The Responses event sequence, as OpenAI streams it: a text message opened with its first text,
+    then each function call, then the final response (a thinking model's thinking comes whole, as a
+    reasoning item of the final response)."""
+    sent, thought, opened, calls = "", "", False, []
     where = {"item_id": ids["message"], "output_index": 0, "content_index": 0}
     yield {"type": "response.created", "response": opening}
     yield {"type": "response.in_progress", "response": opening}
-    yield {"type": "response.output_item.added", "output_index": 0, "item": _message(ids, "", "in_progress")}
-    yield {"type": "response.content_part.added", **where,
-           "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}
     async for event in job_events(job):
-        more, text = parts.push(event.text) if isinstance(event, Piece) else parts.finish()[:2]
+        if isinstance(event, Piece):
+            more, text = parts.push(event.text)
+        else:
+            more, text, calls = parts.finish()
         thought += more
+        if not opened and (text or (not isinstance(event, Piece) and not calls)):
+            opened = True
+            yield {"type": "response.output_item.added", "output_index": 0, "item": _message(ids, "", "in_progress")}
+            yield {"type": "response.content_part.added", **where,
+                   "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}
         if text:
             sent += text
             yield {"type": "response.output_text.delta", **where, "delta": text, "logprobs": []}
         if isinstance(event, Piece):
             continue
         result = event.result
-        final = _response(state, body, ids, _status(result), result, sent, thought)
-        item = final["output"][0]
-        yield {"type": "response.output_text.done", **where, "text": sent, "logprobs": []}
-        yield {"type": "response.content_part.done", **where, "part": item["content"][0]}
-        yield {"type": "response.output_item.done", "output_index": 0, "item": item}
+        items = _function_calls(calls)
+        final = _response(state, body, ids, _status(result, calls), result, sent, thought, items, with_message=opened)
+        if opened:
+            message = final["output"][0]
+            yield {"type": "response.output_text.done", **where, "text": sent, "logprobs": []}
+            yield {"type": "response.content_part.done", **where, "part": message["content"][0]}
+            yield {"type": "response.output_item.done", "output_index": 0, "item": message}
+        for index, item in enumerate(items, start=int(opened)):
+            yield {"type": "response.output_item.added", "output_index": index,
+                   "item": item | {"arguments": "", "status": "in_progress"}}
+            at = {"item_id": item["id"], "output_index": index}
+            yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
+            yield {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
+            yield {"type": "response.output_item.done", "output_index": index, "item": item}
         yield {"type": f"response.{final['status']}", "response": final}
 
 
