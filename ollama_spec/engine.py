@@ -24,6 +24,7 @@ from .rpc import remote_devices
 from .runtime import LoadedModel, LoadSettings, choose_flash_attention
 from .sampling import SamplingSettings
 from .speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from .tools import template_takes_tools, tools_in_messages
 from .usable import require_usable
 
 DEFAULT_CTX = 4096
@@ -259,6 +260,8 @@ class Engine:
                                bos_token=info.token_text(info.bos_id) or "",
                                eos_token=info.token_text(info.eos_id) or "", tools=list(tools) or None, think=think)
 
+        if tools and not template_takes_tools(info.chat_template):
+            messages, tools = tools_in_messages(messages, list(tools)), ()
         try:
             return render(messages)
         except TemplateRefused:

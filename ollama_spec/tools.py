@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .chat import ChatMessage, name_tool_answers
 from .errors import InvalidSetting
 from .grammar import grammar_for_json
 
@@ -40,8 +41,36 @@ def tool_names(tools: list[dict]) -> list[str]:
 
 
 def template_takes_tools(template: str | None) -> bool:
-    """Does the chat template render a `tools` list? (Ollama refuses tools for a model whose does not.)"""
+    """Does the chat template render a `tools` list? (Where it does not, tools_in_messages describes them.)"""
     return bool(template) and re.search(r"\btools\b", template) is not None
+
+
+# For a template with no place for tools: the tools described in the system message, in the bare
+# JSON form the parser reads back (llama.cpp's server has such a generic form too).
+TOOLS_IN_SYSTEM = (
+    "You can call these tools:\n{tools}\n\nTo call a tool, answer with nothing but a JSON object: "
+    '{{"name": "<tool name>", "arguments": {{<its arguments>}}}}. Otherwise, answer as usual.'
+)
+
+
+def tools_in_messages(messages: list[ChatMessage], tools: list[dict]) -> list[ChatMessage]:
+    """The conversation for a template that cannot render tools: the tools described in the system
+    message, earlier calls written as the JSON the model is asked for, and each tool's answer as a
+    user turn (such templates know no tool role)."""
+    described = TOOLS_IN_SYSTEM.format(tools="\n".join(json.dumps(tool["function"]) for tool in tools))
+    system = "\n\n".join(m.content for m in messages if m.role == "system" and m.content)
+    turns = [ChatMessage("system", f"{system}\n\n{described}" if system else described)]
+    for message in name_tool_answers(messages):
+        if message.role == "system":
+            continue
+        if message.tool_calls:
+            calls = "\n".join(json.dumps({"name": c.name, "arguments": c.arguments}) for c in message.tool_calls)
+            message = ChatMessage("assistant", f"{message.content}\n{calls}".strip())
+        elif message.role == "tool":
+            name = f" {message.tool_name}" if message.tool_name else ""
+            message = ChatMessage("user", f"The tool{name} answered: {message.content}")
+        turns.append(message)
+    return turns
 
 
 def parse_tool_calls(text: str, names: list[str]) -> tuple[str, list[ToolCall]]:

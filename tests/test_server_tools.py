@@ -9,7 +9,9 @@ import ollama
 import pytest
 from openai import BadRequestError, OpenAI
 
-from ollama_spec.engine import Engine
+from ollama_spec.chat import ChatMessage
+from ollama_spec.engine import Engine, Request
+from ollama_spec.tools import ToolCall
 from tests.conftest import engine_settings
 from tests.serving import running_server, serving_tiny_pair
 
@@ -50,8 +52,6 @@ def client(server):
 
 
 def test_the_tools_reach_the_chat_template(server):
-    from ollama_spec.engine import Request
-
     engine = server[1].engine
     request = Request(messages=(), prompt="Hi", tools=(WEATHER,))
     prompt = engine.target.detokenize(engine.prompt_tokens(request), special=True)
@@ -155,17 +155,27 @@ def test_bad_tool_requests(client, fields, message):
         client.chat.completions.create(**({"model": "m", "messages": USER, "tools": [ADD], "max_tokens": 4} | fields))
 
 
-def test_a_model_whose_template_has_no_tools_refuses_them(tiny_models):
-    with serving_tiny_pair(tiny_models) as (url, _):
+def test_a_template_without_tools_gets_them_in_the_system_message(tiny_models):
+    """SmolLM2's and other templates have no place for tools: they are described in the system
+    message, earlier calls written as the JSON asked for, answers as user turns."""
+    with serving_tiny_pair(tiny_models) as (url, state):
         client = OpenAI(base_url=url + "/v1", api_key="x")
-        with pytest.raises(BadRequestError, match="does not support tools"):
-            client.chat.completions.create(model="m", messages=USER, tools=[ADD], max_tokens=4)
+        response = client.chat.completions.create(model="m", messages=USER, tools=[ADD], tool_choice="required",
+                                                   temperature=0)
+        call = response.choices[0].message.tool_calls[0]
+        assert call.function.name == "add" and response.choices[0].finish_reason == "tool_calls"
+        history = (ChatMessage("user", "2 + 3?"), ChatMessage("assistant", "", (ToolCall("add", {"a": 2, "b": 3}),)),
+                   ChatMessage("tool", "5"))
+        engine = state.engine
+        prompt = engine.target.detokenize(engine.prompt_tokens(Request(messages=history, tools=(ADD,))), special=True)
+        assert "You can call these tools" in prompt and '"name": "add"' in prompt
+        assert '{"name": "add", "arguments": {"a": 2, "b": 3}}' in prompt and "The tool add answered: 5" in prompt
 
 
-def test_show_lists_tools_among_the_capabilities_only_where_the_template_takes_them(server, tiny_models):
+def test_show_lists_tools_among_the_capabilities(server, tiny_models):
     assert "tools" in ollama.Client(host=server[0]).show("m").capabilities
-    with serving_tiny_pair(tiny_models) as (url, _):
-        assert ollama.Client(host=url).show("m").capabilities == ["completion", "embedding"]
+    with serving_tiny_pair(tiny_models) as (url, _):  # a template without tools: described in the system message
+        assert ollama.Client(host=url).show("m").capabilities == ["completion", "tools", "embedding"]
 
 
 FLAT_WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",

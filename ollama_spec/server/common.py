@@ -15,7 +15,7 @@ from ..engine import Engine, Request, Result
 from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
 from ..thinking import ThinkingSplit, opened_by_prompt, template_thinks
-from ..tools import ToolCall, could_be_tool_call, parse_tool_calls, template_takes_tools, tool_names
+from ..tools import ToolCall, could_be_tool_call, parse_tool_calls, tool_names
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings, Token
 from .metrics import Metrics
@@ -177,9 +177,9 @@ class ServerState:
             tool_names(list(tools))
         except InvalidSetting as exc:
             raise ApiError(400, str(exc), "tools") from None
-        if not template_takes_tools(self.engine.target_model.info.chat_template):
-            raise ApiError(400, f"{self.engine.target_model.name} does not support tools: its chat template has no "
-                                "place for them", "tools")
+        if not self.engine.target_model.info.chat_template:
+            raise ApiError(400, f"{self.engine.target_model.name} does not support tools: it has no chat template",
+                           "tools")
 
     def _after_context(self, context: Sequence[int], request: Request) -> list[int]:
         target = self.engine.target

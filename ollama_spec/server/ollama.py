@@ -20,7 +20,7 @@ from ..chat import ROLES, ChatMessage
 from ..engine import Result
 from ..resolve import ResolvedModel
 from ..thinking import template_thinks
-from ..tools import ToolCall, template_takes_tools
+from ..tools import ToolCall
 from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
 from .worker import Failed, Job, Piece
 
@@ -164,7 +164,7 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
                        f"{info.architecture}.block_count": info.block_count,
                        f"{info.architecture}.embedding_length": info.embedding_length},
         # what Ollama's clients check before they offer tools or embed
-        "capabilities": ["completion", *(["tools"] if template_takes_tools(info.chat_template) else []),
+        "capabilities": ["completion", *(["tools"] if info.chat_template else []),
                          *(["thinking"] if template_thinks(info.chat_template) else []),
                          *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []), "embedding"],
         "modified_at": _mtime(model),
