@@ -50,7 +50,7 @@ class ThinkingSplit:
             elif self.state == "thinking":
                 end = self.held.find(CLOSE)
                 if end < 0:
-                    keep = _partial_suffix(self.held, CLOSE)
+                    keep = partial_suffix(self.held, CLOSE)
                     thinking += self.held[: len(self.held) - keep]
                     self.held = self.held[len(self.held) - keep:]
                     break
@@ -68,8 +68,8 @@ class ThinkingSplit:
         return (held, "") if self.state == "thinking" else ("", held)
 
 
-def _partial_suffix(text: str, tag: str) -> int:
-    """The length of the longest end of `text` that is a beginning of `tag`."""
+def partial_suffix(text: str, tag: str) -> int:
+    """The length of the longest end of `text` that is a beginning of `tag` (a tag still arriving)."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if tag.startswith(text[-n:]):
             return n

@@ -14,8 +14,8 @@ from ..chat import ChatMessage
 from ..engine import Engine, Request, Result
 from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
-from ..thinking import ThinkingSplit, opened_by_prompt, template_thinks
-from ..tools import ToolCall, could_be_tool_call, parse_tool_calls, tool_names
+from ..thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
+from ..tools import OPENING, ToolCall, could_be_tool_call, parse_tool_calls, tool_names
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings, Token
 from .metrics import Metrics
@@ -243,31 +243,35 @@ class ServerState:
 
 
 class HeldForToolCalls:
-    """A streamed answer, held back while it may still turn out to be a tool call (when tools were
-    offered): what `push` returns goes out now, and `finish` gives the calls and the held text."""
+    """A streamed answer, held back where it may be a tool call (when tools were offered): from the
+    start while the whole answer may still be one (a bare JSON call), and from a <tool_call> marker
+    on, after text. What `push` returns goes out now; `finish` gives the calls and the rest."""
 
     def __init__(self, tools: Sequence[dict]):
         self.names = tool_names(list(tools)) if tools else []
-        self.holding = bool(self.names)
-        self.held = self.whole = ""
+        self.at_start = True
+        self.held = ""
 
     def push(self, text: str) -> str:
-        self.whole += text
-        if not self.holding:
+        if not self.names:
             return text
         self.held += text
-        if could_be_tool_call(self.held):
-            return ""
-        self.holding, text, self.held = False, self.held, ""
+        if self.at_start:
+            if could_be_tool_call(self.held):
+                return ""
+            self.at_start = False
+        at = self.held.find(OPENING)
+        if at < 0:
+            at = len(self.held) - partial_suffix(self.held, OPENING)
+        text, self.held = self.held[:at], self.held[at:]
         return text
 
     def finish(self) -> tuple[str, list[ToolCall]]:
-        """(text still to send, the calls): calls in the held text, or in <tool_call> blocks already sent."""
-        if not self.names:
-            return self.held, []
-        if self.held:
-            return parse_tool_calls(self.held, self.names)
-        return "", parse_tool_calls(self.whole, self.names)[1]
+        """(text still to send, the calls in the held text)."""
+        held, self.held = self.held, ""
+        if not self.names or not held:
+            return held, []
+        return parse_tool_calls(held, self.names)
 
 
 class AnswerParts:
@@ -292,8 +296,6 @@ class AnswerParts:
         """A whole answer: its thinking, its content (around the calls) and its tool calls."""
         thought, content = self.push(text)
         more_thought, rest, calls = self.finish()
-        if calls and content:  # the calls came after text: keep the text around them
-            content = parse_tool_calls(content, self.calls.names)[0]
         return thought + more_thought, content + rest, calls
 
 
