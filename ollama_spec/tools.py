@@ -92,9 +92,18 @@ def parse_tool_calls(text: str, names: list[str]) -> tuple[str, list[ToolCall]]:
 
 
 def could_be_tool_call(text: str) -> bool:
-    """Might `text`, the start of an answer, still turn out to be a tool call? (Streams hold it back.)"""
+    """Might `text`, the start of an answer, still turn out to be a tool call? (Streams hold it back.)
+
+    A call opens with `{"` or `[{"` (whitespace allowed between), or with <tool_call>: a Markdown
+    link `[...](...)` or a brace of code is text from its second character on."""
     start = text.lstrip()
-    return not start or start[0] in "{[" or OPENING.startswith(start[: len(OPENING)])
+    if start.startswith("["):
+        start = start[1:].lstrip()
+        if not start:
+            return True
+    if start.startswith("{"):
+        return start[1:].lstrip()[:1] in ("", '"')
+    return OPENING.startswith(start[: len(OPENING)])
 
 
 def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
