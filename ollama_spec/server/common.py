@@ -15,7 +15,7 @@ from ..engine import Engine, Request, Result
 from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
 from ..thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
-from ..tools import OPENING, ToolCall, could_be_tool_call, parse_tool_calls, tool_names
+from ..tools import OPENING, ToolCall, could_be_tool_call, forced_call_grammar, parse_tool_calls, tool_names
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings, Token
 from .metrics import Metrics
@@ -139,10 +139,11 @@ class ServerState:
             except InvalidSetting as exc:
                 raise ApiError(400, str(exc)) from None
         context = min(n_ctx or self.engine.target.n_ctx, self.engine.target.n_ctx)
-        try:
-            n_prompt = len(self.engine.prompt_tokens(request))
+        try:  # tokenized once: the generation, and the routes that read the prompt, take these
+            request = replace(request, tokens=tuple(self.engine.prompt_tokens(request)))
         except InvalidSetting as exc:
             raise ApiError(400, str(exc)) from None
+        n_prompt = len(request.tokens)
         room = context - n_prompt
         if room < 1:
             raise ApiError(400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it")
@@ -297,6 +298,22 @@ class AnswerParts:
         thought, content = self.push(text)
         more_thought, rest, calls = self.finish()
         return thought + more_thought, content + rest, calls
+
+
+def offer_tools(tools: list[dict], choice: str | dict | None, only: str | None,
+                constrained: bool) -> tuple[list[dict], str | None]:
+    """The tools to show the model (chat completions' shape) and, for tool_choice "required" or a named
+    function (`only`), the grammar that forces one call; `constrained`: the request has its own format."""
+    if not tools or choice == "none":
+        return [], None
+    if choice in (None, "auto"):
+        return tools, None
+    if constrained:
+        raise ApiError(400, "a forced tool call and an output format or grammar cannot be combined", "tool_choice")
+    try:
+        return tools, forced_call_grammar(tools, only)
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc), "tool_choice") from None
 
 
 def json_grammar(schema: object = None, param: str = "format") -> str:

@@ -230,7 +230,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
                                   context=body.context or (), logprobs=body.logprob_count, think=body.thinks,
                                   suffix=body.suffix or None, **_options(body.options))
     job = state.submit(request, "/api/generate")
-    prompt = state.engine.prompt_tokens(request)
+    prompt = request.tokens
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
         return {"response": text} | ({"thinking": thought} if thought else {})

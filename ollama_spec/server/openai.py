@@ -16,9 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import ChatMessage
 from ..engine import Request, Result
-from ..errors import InvalidSetting
-from ..tools import ToolCall, forced_call_grammar
-from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
+from ..tools import ToolCall
+from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, offer_tools, run_to_end
 from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
@@ -143,22 +142,12 @@ class ChatCompletionRequest(CommonParams):
 
     def offered_tools(self) -> tuple[list[dict], str | None]:
         """The tools to show the model, and the grammar that forces a call (tool_choice required or named)."""
-        tools = self.tools or []
         choice = self.tool_choice
-        if not tools or choice == "none":
-            return [], None
-        if choice in (None, "auto"):
-            return tools, None
         only = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         if isinstance(choice, dict) and not isinstance(only, str):
             raise ApiError(400, 'tool_choice must be "none", "auto", "required" or {"type": "function", '
                                 '"function": {"name": ...}}', "tool_choice")
-        if self.output_grammar() is not None:
-            raise ApiError(400, "a forced tool call and response_format or grammar cannot be combined", "tool_choice")
-        try:
-            return tools, forced_call_grammar(tools, only)
-        except InvalidSetting as exc:
-            raise ApiError(400, str(exc), "tool_choice") from None
+        return offer_tools(self.tools or [], choice, only, self.output_grammar() is not None)
 
 
 class CompletionRequest(CommonParams):

@@ -22,9 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import ChatMessage
 from ..engine import Result
-from ..errors import InvalidSetting
-from ..tools import ToolCall, forced_call_grammar
-from .common import AnswerParts, ApiError, ServerState, json_grammar, run_to_end
+from ..tools import ToolCall
+from .common import AnswerParts, ApiError, ServerState, json_grammar, offer_tools, run_to_end
 from .openai import job_events, tool_arguments
 from .worker import Piece
 
@@ -123,17 +122,8 @@ class ResponsesRequest(BaseModel):
         shaped = [{"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters")
                                                     if k in tool}} for tool in tools]
         choice = self.tool_choice
-        if not shaped or choice == "none":
-            return [], None
-        if choice in (None, "auto"):
-            return shaped, None
-        if self.grammar() is not None:
-            raise ApiError(400, "a forced tool call and text.format cannot be combined", "tool_choice")
         only = choice.get("name") if isinstance(choice, dict) else None
-        try:
-            return shaped, forced_call_grammar(shaped, only)
-        except InvalidSetting as exc:
-            raise ApiError(400, str(exc), "tool_choice") from None
+        return offer_tools(shaped, choice, only, self.grammar() is not None)
 
     def grammar(self) -> str | None:
         form = self.text.format if self.text else None
