@@ -84,6 +84,11 @@ def test_options_stop_seed_and_num_ctx(client):
 def test_empty_chat_loads_the_model_as_ollama_does(client):
     response = client.chat(model="llama3.2", messages=[])
     assert response.done and response.done_reason == "load" and response.message.content == ""
+    for keep_alive in (0, "0", "0s", "0m"):  # how front-ends ask to unload: answered as Ollama does
+        assert client.chat(model="llama3.2", messages=[], keep_alive=keep_alive).done_reason == "unload"
+        assert client.generate(model="llama3.2", keep_alive=keep_alive).done_reason == "unload"
+    assert client.chat(model="llama3.2", messages=[], keep_alive="5m").done_reason == "load"
+    assert client.chat(model="llama3.2", messages=[], keep_alive=-1).done_reason == "load"
 
 
 def test_tags_show_version_and_probe(client, server):

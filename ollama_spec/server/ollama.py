@@ -73,9 +73,10 @@ class Message(BaseModel):
 
 
 class InferenceRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # keep_alive: accepted, not used
+    model_config = ConfigDict(extra="ignore")
 
     model: str
+    keep_alive: int | float | str | None = None  # the pair stays loaded; 0 with nothing to do asks to unload
     stream: bool = True
     options: Options | None = None
     format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
@@ -86,6 +87,13 @@ class InferenceRequest(BaseModel):
     @property
     def thinks(self) -> bool | None:
         return None if self.think is None else self.think is not False
+
+    @property
+    def load_reason(self) -> str:
+        """A request with nothing to generate: Ollama's way to load a model, or with keep_alive 0 to
+        unload it (answered as Ollama does; the served pair stays loaded)."""
+        unload = str(self.keep_alive).strip().rstrip("smh") in ("0", "0.0") if self.keep_alive is not None else False
+        return "unload" if unload else "load"
 
     @property
     def logprob_count(self) -> int | None:
@@ -196,7 +204,7 @@ async def pull(body: PullRequest):
 async def chat(body: ChatRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     if not body.messages:  # Ollama's way to load a model: nothing to generate
-        return _final(body.model, {"message": {"role": "assistant", "content": ""}}, "load")
+        return _final(body.model, {"message": {"role": "assistant", "content": ""}}, body.load_reason)
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     tools = body.tools or []
@@ -223,7 +231,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
 async def generate(body: GenerateRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     if not body.prompt:  # Ollama's way to load a model: nothing to generate
-        return _final(body.model, {"response": ""}, "load")
+        return _final(body.model, {"response": ""}, body.load_reason)
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
     request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, grammar=body.grammar(),
