@@ -131,6 +131,26 @@ def test_api_key_guards_every_route_but_health(engine):
         assert client.generate(model="m", prompt="hi", options={"num_predict": 2}).eval_count == 2
 
 
+def preflight(url, origin):
+    return httpx.options(url + "/api/chat", headers={"Origin": origin, "Access-Control-Request-Method": "POST",
+                                                    "Access-Control-Request-Headers": "content-type,authorization"})
+
+
+def test_browsers_may_call_from_this_machine_and_from_the_origins_given(engine):
+    """As Ollama: pages on localhost (any port) and apps may call; other pages only with --origins."""
+    with running_server(engine, api_key="sekret", origins=("https://chat.example.org",)) as (url, _):
+        for origin in ("http://localhost:3000", "http://127.0.0.1:8080", "app://obsidian.md", "https://chat.example.org"):
+            answer = preflight(url, origin)  # no API key: browsers send none before the real request
+            assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == origin, origin
+        assert "access-control-allow-origin" not in preflight(url, "https://evil.example.com").headers
+        real = httpx.get(url + "/api/tags", headers={"Origin": "http://localhost:3000",
+                                                     "Authorization": "Bearer sekret"})
+        assert real.status_code == 200 and real.headers["access-control-allow-origin"] == "http://localhost:3000"
+    with running_server(engine, origins=("*",)) as (url, _):
+        assert preflight(url, "https://anywhere.example").headers["access-control-allow-origin"] in (
+            "*", "https://anywhere.example")
+
+
 def test_metrics_and_the_log_line_count_requests_and_tokens(server, caplog):
     url = server[0]
     with caplog.at_level("INFO", logger="ollama_spec.server"):

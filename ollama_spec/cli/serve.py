@@ -47,19 +47,22 @@ from .options import (
               help="Requests that may wait behind the running one; more get HTTP 503.")
 @click.option("--max-body", type=int, default=DEFAULT_MAX_BODY_BYTES, show_default=True,
               help="Largest request body in bytes; larger ones get HTTP 413.")
+@click.option("--origins", envvar="OLLAMA_ORIGINS", default="",
+              help="Web pages (origins, comma-separated, * for any) whose scripts may call the server, beside "
+                   "localhost's and apps', which always may, as with Ollama [env: OLLAMA_ORIGINS].")
 @click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
 @models_dir_option
 def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, ctx, n_gpu_layers,
           draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, host, port, api_key, aliases, max_queue, max_body,
-          verbose, models_dir) -> None:
+          origins, verbose, models_dir) -> None:
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
 
     Loads the pair once (after the memory check) and answers /v1/chat/completions,
     /v1/completions, /v1/responses, /v1/embeddings, /v1/models, /api/chat, /api/generate,
     /api/embed, /api/tags, /api/show, /api/ps; any model name a client sends is answered by this
-    pair. JSON output (Ollama's format, OpenAI's response_format) is kept to by a grammar. Requests run one at a time in arrival order, and
-    a request that starts with what the KV caches hold (a chat's next turn) evaluates only the
-    new tokens. Sampling flags set the defaults; each request may override them.
+    pair. JSON output (Ollama's format, OpenAI's response_format) is kept to by a grammar.
+    Requests run one at a time in arrival order, and a request that starts with what the KV caches
+    hold (a chat's next turn) evaluates only the new tokens. Sampling flags set the defaults; each request may override them.
     GET /health, GET /metrics (Prometheus).
 
     \b
@@ -86,6 +89,7 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
         aliases=tuple(aliases),
         max_queue=max_queue,
         max_body_bytes=max_body,
+        origins=tuple(o.strip() for o in origins.split(",") if o.strip()),
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
         stop=model_stops(params),

@@ -11,6 +11,7 @@ import hmac
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,6 +21,10 @@ from . import embeddings, ollama, openai, responses
 from .common import ApiError, ServerState
 from .metrics import CONTENT_TYPE
 
+# Origins that may call the server from a browser without --origins, as Ollama allows them: pages on
+# this machine (any port) and desktop or editor apps.
+LOCAL_ORIGINS = (r"https?://(localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1\])(:\d+)?"
+                 r"|(app|file|tauri|vscode-webview|vscode-file)://.*")
 OPENAI_ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 503: "server_overloaded"}
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
 
@@ -60,6 +65,9 @@ def create_app(state: ServerState) -> FastAPI:
         app.add_middleware(BearerAuth, api_key=state.settings.api_key)
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
     app.add_middleware(JsonBodies)
+    # outermost: a browser's preflight carries no API key and must be answered before BearerAuth
+    app.add_middleware(CORSMiddleware, allow_origin_regex=LOCAL_ORIGINS, allow_origins=list(state.settings.origins),
+                       allow_methods=["*"], allow_headers=["*"])
     return app
 
 

@@ -37,6 +37,7 @@ class ServerSettings:
     aliases: tuple[str, ...] = ()  # --served-model-name: more names /v1/models lists
     max_queue: int = DEFAULT_MAX_QUEUE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    origins: tuple[str, ...] = ()  # web pages whose scripts may call us, beside localhost's (OLLAMA_ORIGINS)
     # Per-request defaults: the command's flags, else the model's Ollama params, else Ollama's.
     sampling: SamplingSettings = SamplingSettings()
     speculation: SpeculationSettings = SpeculationSettings()
