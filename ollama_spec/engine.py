@@ -248,7 +248,8 @@ class Engine:
         return [*tokens, pre, *tokenize(prefix, add_bos=False, special=False), suf,
                 *tokenize(suffix, add_bos=False, special=False), mid]
 
-    def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = (), think: bool | None = None) -> str | None:
+    def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = (),
+                  think: bool | None = None) -> str | None:
         """`messages` (and the `tools` offered) through the model's chat template, ending with the
         assistant's cue; None without a template."""
         info = self.target_model.info

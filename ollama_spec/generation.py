@@ -85,7 +85,8 @@ class Generation:
         result.prompt_tokens = len(prompt)
         if len(prompt) >= engine.target.n_ctx:
             raise InvalidSetting(
-                f"the prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}; raise --ctx or shorten it"
+                f"the prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}; "
+                "raise --ctx or shorten it"
             )
         stream = TextStream(request.stop)
         proposer = engine.proposer(request.speculation) if self.use_draft else None

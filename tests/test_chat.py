@@ -79,7 +79,8 @@ def test_the_engine_folds_the_system_message_when_the_template_refuses_it(tiny_m
     gemma_like = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}"
                   "{{ raise_exception('System role not supported') }}{% endif %}"
                   "<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}<start_of_turn>model\n")
-    target = dataclasses.replace(tiny_models[0], info=dataclasses.replace(tiny_models[0].info, chat_template=gemma_like))
+    info = dataclasses.replace(tiny_models[0].info, chat_template=gemma_like)
+    target = dataclasses.replace(tiny_models[0], info=info)
     with Engine(target, None, engine_settings()) as engine:
         text = engine.target.detokenize(engine.prompt_tokens(Request("Hi", system="Be brief.")), special=True)
     assert "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>" in text

@@ -139,7 +139,8 @@ def preflight(url, origin):
 def test_browsers_may_call_from_this_machine_and_from_the_origins_given(engine):
     """As Ollama: pages on localhost (any port) and apps may call; other pages only with --origins."""
     with running_server(engine, api_key="sekret", origins=("https://chat.example.org",)) as (url, _):
-        for origin in ("http://localhost:3000", "http://127.0.0.1:8080", "app://obsidian.md", "https://chat.example.org"):
+        allowed = ("http://localhost:3000", "http://127.0.0.1:8080", "app://obsidian.md", "https://chat.example.org")
+        for origin in allowed:
             answer = preflight(url, origin)  # no API key: browsers send none before the real request
             assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == origin, origin
         assert "access-control-allow-origin" not in preflight(url, "https://evil.example.com").headers

@@ -43,8 +43,8 @@ def test_ollama_format_schema_as_the_docs_show(ollama_client):
     answer = json.loads(response.message.content)
     assert set(answer) == {"ok", "colour"} and answer["colour"] in ("red", "green", "blue")
     parsed = Answer.model_validate_json(
-        ollama_client.chat(model="x", messages=USER, format=Answer.model_json_schema(), options={"num_predict": 200,
-                                                                                                "seed": 1}).message.content)
+        ollama_client.chat(model="x", messages=USER, format=Answer.model_json_schema(),
+                           options={"num_predict": 200, "seed": 1}).message.content)
     assert isinstance(parsed.ok, bool)
 
 

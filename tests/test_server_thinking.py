@@ -12,7 +12,8 @@ from ollama_spec.engine import Engine, Request
 from tests.conftest import engine_settings
 from tests.serving import running_server, serving_tiny_pair
 
-HEADER = "{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{%- endfor %}"
+HEADER = ("{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
+          "{%- endfor %}")
 # Qwen3's way: thinking unless enable_thinking is false, which closes an empty block at once.
 QWEN3_STYLE = HEADER + ("{%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
                         "{%- if enable_thinking is defined and enable_thinking is false %}"

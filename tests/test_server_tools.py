@@ -121,7 +121,8 @@ def test_ollama_tools_as_the_docs_show(server):
                                                                                                     "get_weather")
     follow_up = client.chat(model="llama3.1", tools=[add], options={"num_predict": 5}, messages=[
         {"role": "user", "content": "What is 2 plus 3?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]},
         {"role": "tool", "content": "5", "tool_name": "add"}])
     assert follow_up.done
 

@@ -62,7 +62,8 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
     /api/embed, /api/tags, /api/show, /api/ps; any model name a client sends is answered by this
     pair. JSON output (Ollama's format, OpenAI's response_format) is kept to by a grammar.
     Requests run one at a time in arrival order, and a request that starts with what the KV caches
-    hold (a chat's next turn) evaluates only the new tokens. Sampling flags set the defaults; each request may override them.
+    hold (a chat's next turn) evaluates only the new tokens. Sampling flags set the defaults; each
+    request may override them.
     GET /health, GET /metrics (Prometheus).
 
     \b

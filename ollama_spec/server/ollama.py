@@ -260,7 +260,8 @@ def _logprobs(state: ServerState, body: InferenceRequest, result: Result) -> dic
 
 @router.api_route("/api/{action:path}", methods=["POST", "DELETE", "HEAD"], include_in_schema=False)
 async def unsupported(action: str):
-    """Last of the routes, so that it answers only what no other route does. Model management (create, copy, delete, push, blobs) is Ollama's: this server serves one pair."""
+    """Last of the routes, so that it answers only what no other route does. Model management
+    (create, copy, delete, push, blobs) is Ollama's: this server serves one pair."""
     if action.split("/")[0] not in MANAGEMENT:
         raise ApiError(404, "Not Found")
     raise ApiError(501, f"/api/{action.split('/')[0]} is not supported by ollama-spec serve, which serves one "

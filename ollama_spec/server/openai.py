@@ -56,7 +56,8 @@ class Message(BaseModel):
 
     def to_chat(self) -> ChatMessage:
         content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        calls = tuple(ToolCall(c.function.name, tool_arguments(c.function.arguments), c.id) for c in self.tool_calls or [])
+        calls = tuple(ToolCall(c.function.name, tool_arguments(c.function.arguments), c.id)
+                      for c in self.tool_calls or [])
         return ChatMessage("system" if self.role == "developer" else self.role, content, calls, self.tool_call_id,
                            self.name)
 
@@ -182,8 +183,8 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     sampling = body.sampling() | ({"grammar": forced} if forced else {})
     top = (body.top_logprobs or 0) if body.logprobs else None
     request = state.build_request(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
-                                  max_tokens_name=name, tools=tools, logprobs=top, think=state.think_if_able(body.think()),
-                                  **sampling)
+                                  max_tokens_name=name, tools=tools, logprobs=top,
+                                  think=state.think_if_able(body.think()), **sampling)
     scores = None if top is None else lambda tokens: {"content": state.scored(tokens), "refusal": None}
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
     if body.stream:

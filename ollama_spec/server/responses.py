@@ -55,8 +55,8 @@ class InputItem(BaseModel):
         parts = self.content if isinstance(self.content, list) else []
         if any(p.type not in ("input_text", "output_text", "text") for p in parts):
             kinds = sorted({p.type for p in parts} - {"input_text", "output_text", "text"})
-            raise ApiError(400, f"content of type {', '.join(kinds)} is not supported: the loaded models read text only",
-                           "input")
+            raise ApiError(400, f"content of type {', '.join(kinds)} is not supported: the loaded models read "
+                                "text only", "input")
         text = self.content if isinstance(self.content, str) else "".join(p.text or "" for p in parts)
         return ChatMessage("system" if self.role == "developer" else self.role, text)
 
@@ -160,7 +160,8 @@ def _function_calls(calls: list[ToolCall]) -> list[dict]:
 
 
 def _message(ids: dict, text: str, status: str) -> dict:
-    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status != "in_progress" else []
+    content = ([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+               if status != "in_progress" else [])
     return {"id": ids["message"], "type": "message", "role": "assistant", "status": status, "content": content}
 
 
