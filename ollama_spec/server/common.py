@@ -14,10 +14,10 @@ from ..chat import ChatMessage
 from ..engine import Engine, Request, Result
 from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
-from ..thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
-from ..tools import OPENING, ToolCall, could_be_tool_call, forced_call_grammar, parse_tool_calls, tool_names
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings, Token
+from ..thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
+from ..tools import OPENING, ToolCall, could_be_tool_call, forced_call_grammar, parse_tool_calls, tool_names
 from .metrics import Metrics
 from .worker import Cancelled, Failed, Finished, Job, QueueFull, Worker
 

@@ -141,14 +141,15 @@ class ChatCompletionRequest(CommonParams):
     def think(self) -> bool | None:
         return None if self.reasoning_effort is None else self.reasoning_effort != "none"
 
-    def offered_tools(self) -> tuple[list[dict], str | None]:
-        """The tools to show the model, and the grammar that forces a call (tool_choice required or named)."""
+    def offered_tools(self, constrained: bool) -> tuple[list[dict], str | None]:
+        """The tools to show the model, and the grammar that forces a call (tool_choice required or named);
+        `constrained`: the request has its own output grammar."""
         choice = self.tool_choice
         only = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         if isinstance(choice, dict) and not isinstance(only, str):
             raise ApiError(400, 'tool_choice must be "none", "auto", "required" or {"type": "function", '
                                 '"function": {"name": ...}}', "tool_choice")
-        return offer_tools(self.tools or [], choice, only, self.output_grammar() is not None)
+        return offer_tools(self.tools or [], choice, only, constrained)
 
 
 class CompletionRequest(CommonParams):
@@ -179,8 +180,10 @@ async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     limit, name = _max_tokens(body.max_completion_tokens, "max_completion_tokens", body.max_tokens)
-    tools, forced = body.offered_tools()
-    sampling = body.sampling() | ({"grammar": forced} if forced else {})
+    sampling = body.sampling()  # the output grammar built once: offered_tools only asks whether there is one
+    tools, forced = body.offered_tools(sampling["grammar"] is not None)
+    if forced:
+        sampling["grammar"] = forced
     top = (body.top_logprobs or 0) if body.logprobs else None
     request = state.build_request(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
                                   max_tokens_name=name, tools=tools, logprobs=top,

@@ -113,9 +113,9 @@ class ResponsesRequest(BaseModel):
             raise ApiError(400, "input is empty", "input")
         return ([ChatMessage("system", self.instructions)] if self.instructions else []) + items
 
-    def offered_tools(self) -> tuple[list[dict], str | None]:
+    def offered_tools(self, constrained: bool) -> tuple[list[dict], str | None]:
         """The function tools in the chat completions shape the template reads, and the grammar that
-        forces a call (tool_choice required, or a named function)."""
+        forces a call (tool_choice required, or a named function); `constrained`: text.format is set."""
         tools = self.tools or []
         if any(tool.get("type") != "function" for tool in tools):
             raise ApiError(400, "only function tools are supported (no built-in tools such as web search)", "tools")
@@ -123,7 +123,7 @@ class ResponsesRequest(BaseModel):
                                                     if k in tool}} for tool in tools]
         choice = self.tool_choice
         only = choice.get("name") if isinstance(choice, dict) else None
-        return offer_tools(shaped, choice, only, self.grammar() is not None)
+        return offer_tools(shaped, choice, only, constrained)
 
     def grammar(self) -> str | None:
         form = self.text.format if self.text else None
@@ -135,10 +135,11 @@ class ResponsesRequest(BaseModel):
 @router.post("/responses")
 async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    tools, forced = body.offered_tools()
+    own = body.grammar()
+    tools, forced = body.offered_tools(own is not None)
     request = state.build_request(messages=body.messages(), max_tokens=body.max_output_tokens,
                                   max_tokens_name="max_output_tokens", temperature=body.temperature,
-                                  top_p=body.top_p, seed=body.seed, grammar=forced or body.grammar(), tools=tools)
+                                  top_p=body.top_p, seed=body.seed, grammar=forced or own, tools=tools)
     job = state.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(state, body, ids, "in_progress")
