@@ -29,6 +29,7 @@ class Behaviour:
     ignore_range: bool = False
     redirect: str | None = None  # blob requests answered with a 307 to this base URL
     manifests: dict[str, bytes] = field(default_factory=dict)  # "<ns>/<model>/<tag>" -> served instead
+    busy: list[int] = field(default_factory=list)  # the next blob GETs answer these statuses (429, 503), in turn
 
 
 class _Server(ThreadingHTTPServer):
@@ -211,6 +212,10 @@ class Registry(TestServer):
         if not m:
             return self.send_json(handler, 404, {"errors": [{"code": "NAME_UNKNOWN"}]})
         digest = m.group(1)
+        if self.behaviour.busy and method == "GET":
+            status = self.behaviour.busy.pop(0)
+            return self.send_json(handler, status, {"errors": [{"code": "TOOMANYREQUESTS", "message": "slow down"}]},
+                                  {"Retry-After": "0"})
         if self.behaviour.redirect:
             handler.send_response(307)
             handler.send_header("Location", f"{self.behaviour.redirect}/{digest}")

@@ -101,9 +101,59 @@ def test_models_dir_writes_there_rather_than_asking_the_daemon(invoke, daemon, t
     assert server.bodies == []
 
 
-def test_choose_via():
+def test_choose_via(monkeypatch):
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
     ref, hf = parse_model_name("llama3.2:1b"), parse_model_name("hf.co/u/r:Q8_0")
     assert choose_via(ref, PullSettings(), lambda: True) == "ollama"
     assert choose_via(ref, PullSettings(), lambda: False) == "registry"
-    assert choose_via(hf, PullSettings(), lambda: False) == "hf"
+    # hf.co speaks Ollama's registry protocol, template and params included, as `ollama pull` reads it
+    assert choose_via(hf, PullSettings(), lambda: False) == "registry"
     assert choose_via(hf, PullSettings(via="registry"), lambda: True) == "registry"
+    assert choose_via(hf, PullSettings(via="hf"), lambda: True) == "hf"
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # a Hub mirror speaks only the Hub's API
+    assert choose_via(hf, PullSettings(), lambda: False) == "hf"
+
+
+class SpecServer(Daemon):
+    """ollama-spec's own server as OLLAMA_HOST: it names itself in /api/version, and its /api/pull
+    answers success for any name without downloading anything."""
+
+    def handle(self, handler, method):
+        if handler.path == "/api/version":
+            return self.send_json(handler, 200, {"version": "0.12.0", "ollama_spec": "1.0"})
+        return super().handle(handler, method)
+
+
+def test_ollama_spec_server_at_ollama_host_is_not_taken_for_the_daemon(invoke, monkeypatch, tmp_path):
+    server = SpecServer([{"status": "success"}])
+    try:
+        monkeypatch.setenv("OLLAMA_HOST", server.url)
+        port = closed_port()
+        result = invoke("pull", f"127.0.0.1:{port}/library/m:latest", "--insecure")
+        assert result.exit_code == 1, result.output
+        assert "is an ollama-spec server, not the Ollama daemon: pulling straight from the registry" in result.output
+        assert f"cannot reach the registry at http://127.0.0.1:{port}" in result.output
+        assert server.bodies == []  # never asked to "pull"
+        forced = invoke("pull", "llama3.2:1b", "--via", "ollama")
+        assert forced.exit_code == 1
+        assert "is an ollama-spec server, not the Ollama daemon: it cannot pull models" in forced.output
+        assert server.bodies == []
+    finally:
+        server.close()
+
+
+def test_via_ollama_with_models_dir_is_refused(invoke, tmp_path):
+    result = invoke("pull", "llama3.2:1b", "--via", "ollama", "--models-dir", tmp_path)
+    assert result.exit_code != 0
+    assert result.output.splitlines()[-1] == (
+        "Error: --via ollama writes into the daemon's own store, not --models-dir: drop one of the two")
+
+
+def test_a_daemon_storing_outside_ollama_models_is_reported(invoke, daemon, tmp_path, monkeypatch):
+    daemon(PROGRESS)
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "blobs").mkdir()
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path))
+    result = invoke("pull", "llama3.2:1b")
+    assert result.exit_code == 0, result.output
+    assert "stored it outside OLLAMA_MODELS=" in result.output

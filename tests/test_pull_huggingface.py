@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ollama_spec.errors import ModelNotFound, PullError
-from ollama_spec.pull.huggingface import RepoFile, quant_of, select_gguf
+from ollama_spec.pull.huggingface import RepoFile, quant_of, select_gguf, select_projector
 from tests.pull_servers import HubEndpoint, closed_port, snapshot
 
 TEMPLATE = "{{ .Prompt }}"
@@ -35,6 +35,8 @@ def hub(tiny_store, monkeypatch):
                 "params": json.dumps(PARAMS).encode(),
             },
             "user/bare-GGUF": {"model.f16.gguf": draft},
+            "user/vision-GGUF": {"v-Q8_0.gguf": target, "mmproj-v-f32.gguf": draft + b"32",
+                                 "mmproj-v-f16.gguf": draft},
         }
     )
     monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -141,3 +143,28 @@ def test_quant_names():
         select_gguf("u/r", [RepoFile("README.md", 1, None)], "latest")
     with pytest.raises(PullError, match="no sha256"):
         select_gguf("u/r", [RepoFile("m-Q4_K_M.gguf", 10, None)], "latest")
+
+
+
+def test_selection_as_hugging_faces_ollama_integration_reads_tags():
+    def files(*names):
+        return [RepoFile(n, 10, f"{i:064x}") for i, n in enumerate(names)]
+
+    two = files("m-Q8_0.gguf", "m-Q4_1.gguf", "m-Q2_K.gguf", "mmproj-m-f16.gguf")
+    assert select_gguf("u/r", two, "latest").name == "m-Q4_1.gguf"  # no Q4_K_M: a reasonable quant, not an error
+    assert select_gguf("u/r", two, "M-Q8_0.GGUF").name == "m-Q8_0.gguf"  # a file's full name as the tag
+    variants = files("m-Q4_1-imat.gguf", "m-Q4_1.gguf")
+    assert select_gguf("u/r", variants, "Q4_1").name == "m-Q4_1.gguf"  # the plain file over a variant
+    assert select_projector(two).name == "mmproj-m-f16.gguf"
+    assert select_projector(files("m-Q4_1.gguf")) is None
+
+
+def test_a_vision_repo_brings_its_projector(invoke, hub, store):
+    result = invoke("pull", "hf.co/user/vision-GGUF:Q8_0", "--models-dir", store)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((store / "manifests/hf.co/user/vision-GGUF/Q8_0").read_text())
+    kinds = [layer["mediaType"].rsplit(".", 1)[-1] for layer in manifest["layers"]]
+    assert kinds == ["model", "projector"]
+    projector = store / "blobs" / manifest["layers"][1]["digest"].replace(":", "-")
+    assert projector.stat().st_size == manifest["layers"][1]["size"]
+    assert "no Ollama template layer" in result.output  # ollama-spec reads the GGUF's; Ollama would not

@@ -24,9 +24,23 @@ def events():
 
 
 def test_reporter_follows_the_terminal_and_json_flag():
-    assert isinstance(make_reporter(True, Terminal()), JsonReporter)
-    assert isinstance(make_reporter(False, Terminal()), BarReporter)
-    assert isinstance(make_reporter(False, io.StringIO()), LineReporter)
+    assert isinstance(make_reporter(True, Terminal(), Terminal()), JsonReporter)
+    assert isinstance(make_reporter(False, io.StringIO(), Terminal()), BarReporter)  # bars are drawn on stderr
+    assert isinstance(make_reporter(False, io.StringIO(), io.StringIO()), LineReporter)
+    # stderr into a log: lines, never carriage returns and escape codes, even when stdout is a terminal
+    assert isinstance(make_reporter(False, Terminal(), io.StringIO()), LineReporter)
+
+
+class ClosedPipe(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError()
+
+
+def test_a_closed_pipe_silences_progress_without_stopping_the_pull():
+    for reporter in (LineReporter(ClosedPipe()), JsonReporter(ClosedPipe())):
+        for event in events():
+            reporter(event)  # no BrokenPipeError: the pull itself goes on
+        assert reporter.stream.gone
 
 
 def test_json_lines_keep_first_and_last_progress():

@@ -164,6 +164,45 @@ def test_pull_that_keeps_failing_keeps_the_partial_and_the_next_pull_resumes(
     assert invoke("show", name(registry, "tiny-target"), "--verify", "--models-dir", store).exit_code == 0
 
 
+def test_busy_answers_are_retried_and_a_moving_download_never_runs_out_of_tries(
+    invoke, registry, store, tiny_store, monkeypatch
+):
+    monkeypatch.setattr("ollama_spec.pull.download.BACKOFF", 0.01)
+    monkeypatch.setattr("ollama_spec.pull.download.RETRIES", 2)
+    digest = model_digest(tiny_store, "tiny-target")
+    size = len(registry.blob(digest))
+    registry.behaviour.busy = [429, 503]  # a CDN that is busy twice, as Ollama's own retries expect
+    # then a link that drops every 1/8 of the blob: more drops than tries, but each try makes progress
+    registry.behaviour.drop_after, registry.behaviour.drops, registry.behaviour.drop_digest = size // 8, 6, digest
+    result = pull(invoke, store, name(registry, "tiny-target"), "--concurrency", "1")
+    assert result.exit_code == 0, result.output
+    assert invoke("show", name(registry, "tiny-target"), "--verify", "--models-dir", store).exit_code == 0
+
+
+def test_a_server_busy_every_time_gives_up_with_its_words(invoke, registry, store, monkeypatch):
+    monkeypatch.setattr("ollama_spec.pull.download.BACKOFF", 0.01)
+    registry.behaviour.busy = [503] * 100
+    result = pull(invoke, store, name(registry, "tiny-target"))
+    assert result.exit_code == 1
+    last = result.output.splitlines()[-1]
+    assert "after 7 tries in a row (HTTP 503:" in last and "slow down" in last
+
+
+def test_a_name_in_other_case_updates_the_stored_manifest(invoke, registry, store, tiny_store):
+    assert pull(invoke, store, name(registry, "tiny-draft")).exit_code == 0
+    source = tiny_store / "manifests/registry.ollama.ai"
+    (source / "LIBRARY/Tiny-Draft").mkdir(parents=True)
+    (source / "LIBRARY/Tiny-Draft/LATEST").write_bytes((source / "library/tiny-draft/latest").read_bytes())
+    try:
+        assert pull(invoke, store, f"{registry.host}/LIBRARY/Tiny-Draft:LATEST").exit_code == 0
+    finally:
+        (source / "LIBRARY/Tiny-Draft/LATEST").unlink()
+        (source / "LIBRARY/Tiny-Draft").rmdir()
+        (source / "LIBRARY").rmdir()
+    manifests = sorted(str(p.relative_to(store)) for p in (store / "manifests").rglob("*") if p.is_file())
+    assert manifests == [f"manifests/{registry.host}/library/tiny-draft/latest"]
+
+
 def test_server_that_ignores_range_restarts_the_blob(invoke, registry, store, tiny_store, monkeypatch):
     digest = model_digest(tiny_store, "tiny-target")
     partial = store / PARTIAL / f"sha256-{digest[7:]}.partial"
@@ -332,7 +371,7 @@ def test_ctrl_c_keeps_the_partial_and_the_next_pull_resumes(invoke, registry, st
     assert "partial downloads are kept" in output
     kept = partial.stat().st_size
     assert 0 < kept < len(registry.blob(digest))
-    assert not (store / "manifests").exists()
+    assert not any(path.is_file() for path in (store / "manifests").rglob("*"))
 
     registry.behaviour.delay = 0
     registry.requests.clear()

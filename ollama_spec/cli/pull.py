@@ -16,8 +16,9 @@ from .options import json_option
     "--via",
     type=click.Choice(VIAS),
     default=None,
-    help="Force a path: the Ollama daemon, the registry's HTTP API, or Hugging Face "
-    "(default: the daemon if it answers at OLLAMA_HOST, else hf.co names from Hugging Face, else the registry).",
+    help="Force a path: the Ollama daemon, the registry's HTTP API, or the Hugging Face Hub's API "
+    "(default: the daemon if it answers at OLLAMA_HOST, else the registry named in the model; "
+    "hf with HF_ENDPOINT set, or for gated repos read with your Hugging Face token).",
 )
 @click.option("--insecure", is_flag=True, help="Talk plain HTTP to the registry (local or private registries).")
 @click.option(
@@ -49,8 +50,9 @@ def pull(
     Through the Ollama daemon when one answers at OLLAMA_HOST (default http://127.0.0.1:11434);
     otherwise straight from the registry named in the model (registry.ollama.ai by default),
     each blob verified by sha256 before it enters the store and the manifest written last.
-    hf.co/<user>/<repo>:<quant> names come from Hugging Face GGUF repos (default quant Q4_K_M).
-    An interrupted download resumes where it stopped on the next pull.
+    hf.co/<user>/<repo>:<quant> names come from hf.co's Ollama registry, as with 'ollama pull'
+    (default quant Q4_K_M). Busy servers and dropped connections are retried; an interrupted
+    download resumes where it stopped on the next pull.
 
     \b
     Examples:
@@ -67,7 +69,7 @@ def pull(
         click.echo(
             "pull interrupted; finished blobs and partial downloads are kept: run the same pull to resume", err=True
         )
-        raise
+        click.get_current_context().exit(130)
     finally:
         close = getattr(reporter, "close", None)
         if close:

@@ -5,13 +5,15 @@ Only this package writes to the store (through `writer.StoreWriter`); everything
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 
-from ..errors import InvalidSetting
+from ..errors import InvalidSetting, ModelNotFound, OllamaSpecError
 from ..names import ModelRef, parse_model_name
-from .daemon import daemon_answers, pull_through_daemon
-from .huggingface import is_huggingface, pull_from_huggingface
+from ..store import Store, find_store_root
+from .daemon import Daemon, probe_daemon, pull_through_daemon
+from .huggingface import endpoint_overridden, is_huggingface, pull_from_huggingface
 from .progress import PullEvent, make_reporter
 from .registry import pull_from_registry
 from .settings import VIAS, PullSettings
@@ -21,14 +23,18 @@ __all__ = ["VIAS", "PullEvent", "PullSettings", "choose_via", "make_reporter", "
 
 
 def choose_via(ref: ModelRef, settings: PullSettings, daemon_up: Callable[[], bool]) -> str:
-    """--via if given; else the daemon when it answers; else Hugging Face for hf.co names; else the registry."""
+    """--via if given; else the daemon when it answers; else the registry named in the model.
+
+    hf.co names too go to their registry (hf.co speaks Ollama's registry protocol and adds the
+    chat template and parameters Ollama needs, exactly what `ollama pull` stores), except when
+    HF_ENDPOINT names a mirror, which speaks only the Hugging Face Hub's API."""
     if settings.via == "hf" and not is_huggingface(ref):
         raise InvalidSetting(f"--via hf needs a Hugging Face name (hf.co/<user>/<repo>[:quant]), not '{ref.display}'")
     if settings.via:
         return settings.via
     if daemon_up():
         return "ollama"
-    return "hf" if is_huggingface(ref) else "registry"
+    return "hf" if is_huggingface(ref) and endpoint_overridden() else "registry"
 
 
 def pull_models(
@@ -39,20 +45,25 @@ def pull_models(
 ) -> list[tuple[str, str]]:
     """Pull each name in turn; return (name, path taken). Stops at the first failure.
 
-    With --models-dir the daemon is not used unless forced: it writes to its own store.
+    With --models-dir the daemon is not used: it writes to its own store.
     """
     refs = [(name, parse_model_name(name)) for name in names]
     for name, _ in refs:
         if name.strip().lower().startswith("http://") and not settings.insecure:
             raise InvalidSetting(f"'{name}' asks for plain HTTP; add --insecure to allow it")
-    answers: list[bool] = []
+    if settings.via == "ollama" and models_dir is not None:
+        raise InvalidSetting("--via ollama writes into the daemon's own store, not --models-dir: drop one of the two")
+    answers: list[Daemon] = []
 
     def daemon_up() -> bool:
         if models_dir is not None:
             return False
         if not answers:
-            answers.append(daemon_answers(settings.daemon_host))
-        return answers[0]
+            answers.append(probe_daemon(settings.daemon_host))
+            if answers[0] is Daemon.OLLAMA_SPEC:
+                report(PullEvent(refs[0][1].display, f"{settings.daemon_host} is an ollama-spec server, not the Ollama "
+                                 "daemon: pulling straight from the registry"))
+        return answers[0] is Daemon.OLLAMA
 
     writer: StoreWriter | None = None
     taken = []
@@ -60,6 +71,7 @@ def pull_models(
         via = choose_via(ref, settings, daemon_up)
         if via == "ollama":
             pull_through_daemon(name.strip(), settings.daemon_host, settings.insecure, report)
+            _warn_unless_readable(ref, settings.daemon_host, report)
         else:
             if writer is None:
                 writer = StoreWriter(writable_store_root(models_dir))
@@ -68,3 +80,18 @@ def pull_models(
             pull(ref, writer, settings, report, threading.Event())
         taken.append((ref.display, via))
     return taken
+
+
+def _warn_unless_readable(ref: ModelRef, host: str, report: Callable[[PullEvent], None]) -> None:
+    """The daemon writes into its own store; when OLLAMA_MODELS names another one, ollama-spec
+    (which reads OLLAMA_MODELS) will not find what was just pulled: say so now, not at the next command."""
+    if not os.environ.get("OLLAMA_MODELS"):
+        return
+    try:
+        Store(find_store_root()).resolve(ref.display)
+    except ModelNotFound:
+        report(PullEvent(ref.display, f"warning: the Ollama daemon at {host} stored it outside OLLAMA_MODELS="
+                         f"{os.environ['OLLAMA_MODELS']}, where ollama-spec looks: set OLLAMA_MODELS to the daemon's "
+                         "store, or pull with --via registry"))
+    except OllamaSpecError:
+        pass  # a store problem the next command reports in full

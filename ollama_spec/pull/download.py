@@ -15,8 +15,12 @@ import httpx
 from ..errors import BlobError, PullError
 from .writer import Blob, StoreWriter
 
-RETRIES = 4  # reconnects per blob after a dropped connection, each resuming where it stopped
-BACKOFF = 0.5  # seconds, doubled after each failed attempt
+# Tries in a row without progress before a blob's download gives up, as Ollama's per-part
+# maxRetries; a try that received bytes starts the count again, so a link that drops every few GB
+# still finishes a 40 GB blob. Each retry resumes where the last one stopped.
+RETRIES = 6
+BACKOFF = 1.0  # seconds, doubled after each try that made no progress
+MAX_BACKOFF = 30.0  # also the cap on a server's Retry-After
 MAX_REDIRECTS = 10  # as Ollama: a registry redirects once to its blob storage
 
 
@@ -141,25 +145,46 @@ def fetch_blob(
 
 
 def _download(client, url, blob, part, writer, progress, cancel, retries) -> None:
-    delay = BACKOFF
-    for attempt in range(retries + 1):
+    delay, failures = BACKOFF, 0
+    while True:
+        before = part.offset
         try:
             _receive(client, url, blob, part, writer, progress, cancel)
             return
         except _Restart:
             continue
-        except httpx.TransportError as exc:
-            if attempt == retries or isinstance(exc, httpx.UnsupportedProtocol):
+        except (httpx.TransportError, _Busy) as exc:
+            if isinstance(exc, httpx.UnsupportedProtocol):
+                raise
+            if part.offset > before:
+                delay, failures = BACKOFF, 0  # it was moving: only a stall in a row counts
+            failures += 1
+            if failures > retries:
                 if isinstance(exc, httpx.ConnectError) and part.offset == 0:
                     raise
+                why = exc.message if isinstance(exc, _Busy) else _reason(exc)
                 raise PullError(
                     f"the download of {blob.digest} from {_origin(url)} failed at {part.offset} of {blob.size} bytes "
-                    f"after {retries + 1} tries ({_reason(exc)}); the partial download is kept: "
+                    f"after {failures} tries in a row ({why}); the partial download is kept: "
                     "run the same pull again to resume"
                 ) from None
-            time.sleep(delay)
-            delay *= 2
-    raise PullError(f"{url} keeps refusing to continue blob {blob.digest}; run the same pull again")
+            wait = min(exc.retry_after, MAX_BACKOFF) if isinstance(exc, _Busy) and exc.retry_after else delay
+            if cancel.wait(wait):  # Ctrl-C does not wait out a backoff
+                raise Cancelled() from None
+            delay = min(delay * 2, MAX_BACKOFF)
+
+
+class _Busy(Exception):
+    """The server answered 429 or 5xx: worth another try after a pause (Retry-After when it gives one)."""
+
+    def __init__(self, message: str, retry_after: float | None):
+        super().__init__(message)
+        self.message, self.retry_after = message, retry_after
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After", "")
+    return float(value) if value.strip().isdigit() else None
 
 
 class _Restart(Exception):
@@ -177,8 +202,12 @@ def _receive(client, url, blob, part, writer, progress, cancel) -> None:
             raise _Restart()
         if status == 404:
             raise PullError(f"{url} answered 404: there is no blob {blob.digest} to download")
+        if status == 429 or status >= 500:
+            response.read()
+            raise _Busy(f"HTTP {status}{_said(response)}", _retry_after(response))
         if status >= 400:
-            raise PullError(f"{url} answered HTTP {status} for blob {blob.digest}")
+            response.read()
+            raise PullError(f"{url} answered HTTP {status} for blob {blob.digest}{_said(response)}")
         if part.offset and (status != 206 or not _range_starts_at(response, part.offset)):
             part.restart()  # the server sent the whole blob, or another range: take it from the start
             if status == 206:
@@ -204,6 +233,12 @@ def _receive(client, url, blob, part, writer, progress, cancel) -> None:
     if part.offset != blob.size:
         # The server closed a response that looked complete to httpx (no Content-Length).
         raise httpx.RemoteProtocolError(f"the server closed the response after {part.offset} bytes")
+
+
+def _said(response: httpx.Response, limit: int = 200) -> str:
+    """The server's own words about an error, on one line."""
+    text = " ".join(response.text.split())
+    return f": {text[:limit]}" if text else ""
 
 
 def _range_starts_at(response: httpx.Response, offset: int) -> bool:

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
 
 import httpx
 
 from ..names import ModelRef
-from .download import BlobProgress, fetch_blob
+from .download import BlobProgress, Cancelled, fetch_blob
 from .progress import PullEvent
 from .settings import PullSettings
 from .writer import Blob, StoreWriter
+
+CANCEL_GRACE = 2.0  # seconds the downloads get to stop between chunks after Ctrl-C or an error
 
 
 def fetch_all(
@@ -37,25 +40,50 @@ def fetch_all(
         else:
             report(PullEvent(ref.display, f"pulling {short}", event.blob.digest, event.blob.size, event.completed))
 
-    pool = ThreadPoolExecutor(max_workers=max(1, settings.concurrency), thread_name_prefix="pull")
-    futures = [pool.submit(fetch_blob, client, url, blob, writer, progress, cancel) for blob, url in urls.items()]
-    try:
-        pending = set(futures)
-        while pending:
-            # A timeout keeps the main thread responsive to Ctrl-C.
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
-            failed = next((f for f in done if f.exception() is not None), None)
-            if failed is not None:
+    queue = list(urls.items())
+    results: dict[Blob, Path | None] = {}
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not cancel.is_set():
+            with lock:
+                if not queue or failures:
+                    return
+                blob, url = queue.pop(0)
+            try:
+                results[blob] = fetch_blob(client, url, blob, writer, progress, cancel)
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which raises it
+                with lock:
+                    failures.append(exc)
                 cancel.set()
-                wait(futures)
-                raise failed.exception()
+                return
+
+    # Daemon threads: a download stuck in a silent socket read must not hold up Ctrl-C (or the exit
+    # after it) for the read timeout; what it received is on disk, and the next pull resumes it.
+    workers = [threading.Thread(target=work, name=f"pull-{i}", daemon=True)
+               for i in range(min(max(1, settings.concurrency), len(queue)))]
+    for worker in workers:
+        worker.start()
+    try:
+        while any(worker.is_alive() for worker in workers) and not failures:
+            for worker in workers:
+                worker.join(timeout=0.2)  # short joins keep the main thread responsive to Ctrl-C
+        _join(workers, CANCEL_GRACE)  # after a failure, the others stop at their next chunk
     except BaseException:
         cancel.set()
-        wait(futures)
+        _join(workers, CANCEL_GRACE)
         raise
-    finally:
-        pool.shutdown(wait=True)
+    if failures:
+        raise next((f for f in failures if not isinstance(f, Cancelled)), failures[0])
     report(PullEvent(ref.display, "verifying sha256 digest"))
-    for blob, future in zip(urls, futures):
-        if future.result() is not None:
-            writer.commit_blob(blob, future.result())
+    for blob in urls:
+        if results[blob] is not None:
+            writer.commit_blob(blob, results[blob])
+
+
+def _join(workers: list[threading.Thread], seconds: float) -> None:
+    """Give the downloads a moment to notice the cancel and close their files between chunks."""
+    deadline = time.monotonic() + seconds
+    for worker in workers:
+        worker.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -1,9 +1,13 @@
-"""From a Hugging Face GGUF repo: `hf.co/<user>/<repo>:<quant>` recorded in the store like any model.
+"""Through the Hugging Face Hub's API: `hf.co/<user>/<repo>:<quant>` recorded in the store like any model.
 
-huggingface-hub lists the repo (file names, sizes and LFS sha256s at one commit); the GGUF then
-comes through the same resumable, verified blob download as the registry path, and the
-manifest holds the model layer plus the `template`, `system` and `params` files the repo
-provides (the files Ollama's own Hugging Face integration reads).
+`ollama pull hf.co/...` (and ours, by default) talks to hf.co's Ollama registry, which builds the
+manifest itself, chat template included. This path is for what that cannot do: a Hub mirror
+(HF_ENDPOINT) and gated or private repos read with the user's Hugging Face token (`--via hf`).
+huggingface-hub lists the repo (file names, sizes and LFS sha256s at one commit); the GGUF (and a
+vision repo's projector) then comes through the same resumable, verified blob download as the
+registry path, and the manifest holds those plus the `template`, `system` and `params` files the
+repo provides. A repo rarely has an Ollama `template` file: ollama-spec reads the GGUF's own chat
+template, but Ollama without one sends prompts unformatted, so the pull says so.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ from .writer import Blob, StoreWriter
 HF_HOSTS = ("hf.co", "huggingface.co", "www.huggingface.co")
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_QUANT = "Q4_K_M"  # what Ollama picks for hf.co/<user>/<repo> without a tag
+# Without a tag and without Q4_K_M, Hugging Face's Ollama integration picks "one reasonable quant type
+# present inside the repo": the usual 4-bit ones first, then bigger, then smaller.
+REASONABLE_QUANTS = (DEFAULT_QUANT, "Q4_K_S", "IQ4_XS", "IQ4_NL", "Q4_0", "Q4_1", "Q5_K_M", "Q5_K_S", "Q5_0",
+                     "Q5_1", "Q6_K", "Q8_0", "Q3_K_L", "Q3_K_M", "IQ3_M", "Q3_K_S", "BF16", "F16", "Q2_K", "F32")
 EXTRA_LAYERS = ("template", "system", "params")
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
@@ -51,6 +59,11 @@ def is_huggingface(ref: ModelRef) -> bool:
     return ref.host.lower() in HF_HOSTS
 
 
+def endpoint_overridden() -> bool:
+    """HF_ENDPOINT names a mirror: it speaks the Hub's API, not hf.co's Ollama registry protocol."""
+    return bool(os.environ.get("HF_ENDPOINT"))
+
+
 def hf_endpoint() -> str:
     """HF_ENDPOINT read at call time (huggingface-hub reads it once, at import)."""
     return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
@@ -63,18 +76,24 @@ def quant_of(filename: str) -> str | None:
 
 
 def select_gguf(repo_id: str, files: list[RepoFile], tag: str) -> RepoFile:
-    """The GGUF whose quant matches `tag` (case-insensitive; `latest` means Q4_K_M), or a clear error."""
+    """The GGUF that `tag` names, as Hugging Face's Ollama integration reads it: a quant (case-insensitive),
+    or a file's full name; `latest` is Q4_K_M, else the first quant of REASONABLE_QUANTS the repo has.
+    A plain `<model>-<QUANT>.gguf` wins over variants of the same quant (`-imat`, `-UD`)."""
     ggufs = [f for f in files if f.name.lower().endswith(".gguf") and "mmproj" not in f.name.lower()]
     if not ggufs:
         raise ModelNotFound(f"hf.co/{repo_id} has no GGUF files; ollama-spec can pull only GGUF repos")
-    wanted = DEFAULT_QUANT if tag.lower() == "latest" else tag.upper()
-    matches = sorted((f for f in ggufs if quant_of(f.name) == wanted), key=lambda f: (f.name.count("/"), f.name))
-    if not matches and tag.lower() == "latest" and len({_SPLIT.sub("", f.name) for f in ggufs}) == 1:
-        matches = ggufs
+    wanted = tag.upper()
+    matches = [f for f in ggufs if f.name.rsplit("/", 1)[-1].lower() == tag.lower()]
+    if not matches and tag.lower() == "latest":
+        wanted = next((q for q in REASONABLE_QUANTS if any(quant_of(f.name) == q for f in ggufs)), DEFAULT_QUANT)
+        if len({_SPLIT.sub("", f.name) for f in ggufs}) == 1 and not any(quant_of(f.name) == wanted for f in ggufs):
+            matches = ggufs  # one model, its quant not in the name
+    if not matches:
+        matches = [f for f in ggufs if quant_of(f.name) == wanted]
     if not matches:
         quants = sorted({quant_of(f.name) or f.name for f in ggufs})
         raise ModelNotFound(f"hf.co/{repo_id} has no {wanted} GGUF; it has: {', '.join(quants)}")
-    chosen = matches[0]
+    chosen = min(matches, key=lambda f: (f.name.count("/"), not _plain(f.name, wanted), f.name))
     split = _SPLIT.search(chosen.name)
     if split:
         raise PullError(
@@ -82,11 +101,29 @@ def select_gguf(repo_id: str, files: list[RepoFile], tag: str) -> RepoFile:
             "a model as one GGUF blob: merge the parts with llama-gguf-split --merge and import the result with "
             "'ollama create', or pick a quant that comes in one file"
         )
-    if not chosen.sha256 or chosen.size is None:
-        raise PullError(
-            f"hf.co/{repo_id} gives no sha256 for {chosen.name} (not an LFS file), so it cannot be verified"
-        )
+    _require_digest(repo_id, chosen)
     return chosen
+
+
+def select_projector(files: list[RepoFile]) -> RepoFile | None:
+    """A vision repo's projector (`mmproj-*.gguf`), which Ollama keeps as the model's projector layer:
+    F16 when there are several (what Hugging Face's Ollama integration serves), else the first."""
+    projectors = sorted((f for f in files if f.name.lower().endswith(".gguf") and "mmproj" in f.name.lower()),
+                        key=lambda f: (quant_of(f.name) != "F16", f.name))
+    return projectors[0] if projectors else None
+
+
+def _plain(filename: str, quant: str) -> bool:
+    """`Model-Q4_K_M.gguf` (or `.Q4_K_M.gguf`), not a variant such as `Model-Q4_K_M-imat.gguf`."""
+    stem = _SPLIT.sub(".gguf", filename.rsplit("/", 1)[-1]).lower()
+    return stem.endswith((f"-{quant.lower()}.gguf", f".{quant.lower()}.gguf", f"_{quant.lower()}.gguf"))
+
+
+def _require_digest(repo_id: str, file: RepoFile) -> None:
+    if not file.sha256 or file.size is None:
+        raise PullError(
+            f"hf.co/{repo_id} gives no sha256 for {file.name} (not an LFS file), so it cannot be verified"
+        )
 
 
 def pull_from_huggingface(
@@ -103,6 +140,10 @@ def pull_from_huggingface(
     revision, files = _list_repo(repo_id, endpoint)
     gguf = select_gguf(repo_id, files, ref.tag)
     model = Blob(f"sha256:{gguf.sha256}", gguf.size)
+    projector_file = select_projector(files)
+    if projector_file is not None:
+        _require_digest(repo_id, projector_file)
+    projector = Blob(f"sha256:{projector_file.sha256}", projector_file.size) if projector_file else None
     with http_client() as client:
         client.headers.update(build_hf_headers())  # a token, when the user has one (gated repos)
         extras = [
@@ -110,10 +151,13 @@ def pull_from_huggingface(
             for kind in EXTRA_LAYERS
             if any(f.name == kind for f in files)
         ]
-        writer.check_free_space([model])
-        url = hf_hub_url(repo_id, gguf.name, revision=revision, endpoint=endpoint)
-        fetch_all(client, {model: url}, writer, settings, ref, report, cancel)
-    layers = [_layer("model", model)] + [_layer(kind, writer.add_bytes(data)) for kind, data in extras]
+        urls = {model: hf_hub_url(repo_id, gguf.name, revision=revision, endpoint=endpoint)}
+        if projector is not None:
+            urls[projector] = hf_hub_url(repo_id, projector_file.name, revision=revision, endpoint=endpoint)
+        writer.check_free_space(urls)
+        fetch_all(client, urls, writer, settings, ref, report, cancel)
+    layers = [_layer("model", model), *([_layer("projector", projector)] if projector else []),
+              *(_layer(kind, writer.add_bytes(data)) for kind, data in extras)]
     config = writer.add_bytes(json.dumps(_config(writer, model, gguf, layers)).encode())
     manifest = {
         "schemaVersion": 2,
@@ -123,6 +167,9 @@ def pull_from_huggingface(
     }
     report(PullEvent(ref.display, "writing manifest"))
     writer.write_manifest(ref, json.dumps(manifest).encode())
+    if not any(kind == "template" for kind, _ in extras):
+        report(PullEvent(ref.display, "note: the repo has no Ollama template layer: ollama-spec reads the GGUF's "
+                         "chat template, but Ollama would send prompts unformatted"))
     report(PullEvent(ref.display, "success"))
 
 

@@ -7,6 +7,7 @@ so a daemon's progress passes through unchanged.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -33,11 +34,36 @@ class Reporter(Protocol):
     def __call__(self, event: PullEvent) -> None: ...
 
 
+class QuietWhenGone:
+    """A stream that goes quiet once its reader is gone (`pull ... | head -1`): the pull goes on and
+    finishes, only its progress stops. A pull is a side effect; a closed pipe must not cut it short."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> None:
+        if self.gone:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except BrokenPipeError:
+            self.gone = True
+            try:  # the interpreter flushes stdout once more at exit: let that land nowhere, silently
+                os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
+            except (OSError, ValueError, AttributeError):
+                pass
+
+    def flush(self) -> None:
+        pass  # every write flushes
+
+
 class JsonReporter:
     """One JSON object per line; byte counts thinned out, first and last always printed."""
 
     def __init__(self, stream: TextIO | None = None):
-        self.stream = stream or sys.stdout
+        self.stream = QuietWhenGone(stream or sys.stdout)
         self._last: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
@@ -51,14 +77,13 @@ class JsonReporter:
                 self._last[key] = now
             row = {k: v for k, v in asdict(event).items() if v is not None}
             self.stream.write(json.dumps(row) + "\n")
-            self.stream.flush()
 
 
 class LineReporter:
     """For pipes and logs: status changes as lines, no byte-by-byte progress."""
 
     def __init__(self, stream: TextIO | None = None):
-        self.stream = stream or sys.stdout
+        self.stream = QuietWhenGone(stream or sys.stdout)
         self._seen: set[tuple[str, str, str | None]] = set()
         self._lock = threading.Lock()
 
@@ -70,7 +95,6 @@ class LineReporter:
             self._seen.add(key)
             size = f" ({format_bytes(event.total)})" if event.digest and event.total else ""
             self.stream.write(f"{event.model}: {event.status}{size}\n")
-            self.stream.flush()
 
 
 class BarReporter:
@@ -117,11 +141,12 @@ class BarReporter:
             self._bars.clear()
 
 
-def make_reporter(as_json: bool, stdout: TextIO | None = None) -> Reporter:
-    """JSON lines with --json; bars when stdout is a terminal; plain lines otherwise."""
-    stdout = stdout or sys.stdout
+def make_reporter(as_json: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> Reporter:
+    """JSON lines on stdout with --json; bars when stderr, where they are drawn, is a terminal;
+    plain lines on stdout otherwise (a log gets no carriage returns or escape codes)."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     if as_json:
         return JsonReporter(stdout)
-    if stdout.isatty():
-        return BarReporter()
+    if stderr.isatty():
+        return BarReporter(stderr)
     return LineReporter(stdout)

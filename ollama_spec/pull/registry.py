@@ -13,6 +13,7 @@ from ..errors import InvalidManifest, ModelNotFound, PullError
 from ..names import ModelRef
 from ..store import blob_path
 from .download import http_client, http_errors
+from .huggingface import is_huggingface
 from .fetcher import fetch_all
 from .progress import PullEvent
 from .settings import PullSettings
@@ -57,9 +58,11 @@ def _get_manifest(client: httpx.Client, ref: ModelRef, url: str) -> bytes:
             "(no such model or tag: HTTP 404)"
         )
     if response.status_code in (401, 403):
+        hub = " or, for a gated or private Hugging Face repo, with your Hugging Face token (--via hf)" if (
+            is_huggingface(ref)) else ""
         raise PullError(
             f"{url} refuses access (HTTP {response.status_code}); for private models pull through "
-            "the Ollama daemon (ollama-spec pull --via ollama)"
+            f"the Ollama daemon (ollama-spec pull --via ollama){hub}"
         )
     if response.status_code >= 400:
         raise PullError(f"{url} answered HTTP {response.status_code}: {_short(response.text)}")

@@ -107,13 +107,15 @@ class StoreWriter:
         return _writing(self.root, what)
 
     def prepare(self) -> None:
-        """Create blobs/ and the partial folder; fail early if the store is not writable."""
+        """Create blobs/, manifests/ and the partial folder; fail early, before any download, if any
+        of them is not writable (a manifest that cannot be written would leave blobs nobody names)."""
         with self.writing():
-            (self.path / "blobs").mkdir(parents=True, exist_ok=True)
-            self.partial_dir.mkdir(exist_ok=True)
-            fd, probe = tempfile.mkstemp(dir=self.partial_dir, prefix="probe-")
-            os.close(fd)
-            os.unlink(probe)
+            self.partial_dir.mkdir(parents=True, exist_ok=True)
+            for folder in (self.path / "blobs", self.path / "manifests", self.partial_dir):
+                folder.mkdir(exist_ok=True)
+                fd, probe = tempfile.mkstemp(dir=folder, prefix=".ollama-spec-probe-")
+                os.close(fd)
+                os.unlink(probe)
 
     def blob_path(self, blob: Blob) -> Path:
         return blob_path(self.path, blob.digest)
@@ -221,9 +223,20 @@ class StoreWriter:
                 raise
         return Path(staged)
 
+    def manifest_path(self, ref: ModelRef) -> Path:
+        """Where `ref`'s manifest goes: over an existing one whose name differs only in case (as Ollama,
+        whose names are case-insensitive, updates `llama3` when asked for `Llama3`), else as spelled."""
+        path = self.path / "manifests"
+        for part in ref.manifest_parts:
+            exact = path / part
+            if not exact.exists() and path.is_dir():
+                exact = next((entry for entry in sorted(path.iterdir()) if entry.name.lower() == part.lower()), exact)
+            path = exact
+        return path
+
     def write_manifest(self, ref: ModelRef, data: bytes) -> Path:
         """Write the manifest last, atomically: staged in the partial folder, renamed into place."""
-        path = self.path / "manifests" / Path(*ref.manifest_parts)
+        path = self.manifest_path(ref)
         staged = self._staged(data, "manifest-")
         try:
             with self.writing():
