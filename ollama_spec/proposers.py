@@ -14,6 +14,7 @@ import numpy as np
 
 from .errors import InferenceError
 from .grammar import Grammar
+from .penalties import adjusted
 from .sampling import SamplingSettings, logits_to_probs, sample
 
 # What the draft reads in place of a target token it does not have (a padded id): any id works,
@@ -88,11 +89,14 @@ class DraftModelProposer:
                 state.close()
 
     def _propose(self, seq, k, sampling, rng, keep_drafting, grammar):
-        draft = self.draft
+        draft, penalties = self.draft, sampling.penalties
+        tail = list(penalties.window(seq)) if penalties.active else []
         logits = draft.eval(as_draft_tokens(seq[draft.n_past :], draft.n_vocab))[-1][: self.shared_vocab]
         tokens: list[int] = []
         probs: list[np.ndarray] = []
         while True:
+            if penalties.active:  # as the target's rows will be: proposals that follow them get accepted
+                logits = adjusted(logits, [*tail, *tokens], penalties)
             if grammar is not None and not sampling.greedy:
                 logits = grammar.mask(logits)
                 if not np.isfinite(logits.max()):

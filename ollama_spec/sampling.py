@@ -2,7 +2,9 @@
 
 Draft and target go through the same `logits_to_probs`, so rejection sampling compares the
 distributions that are actually sampled (DESIGN.md). Order as in llama.cpp's default chain:
-top-k, top-p and min-p cut on the untempered softmax, then temperature reshapes what is left.
+logit bias and penalties first (penalties.py, applied to rows by the loop: they depend on the text
+before each row), then top-k, top-p and min-p cut on the untempered softmax, then temperature
+reshapes what is left.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InvalidSetting
+from .penalties import Penalties
 
 # Ollama's defaults, so a model behaves here as it does under `ollama run`.
 DEFAULT_TEMPERATURE = 0.8
@@ -27,6 +30,7 @@ class SamplingSettings:
     top_p: float = DEFAULT_TOP_P  # 1.0: off
     min_p: float = DEFAULT_MIN_P  # 0.0: off
     seed: int | None = None  # None or negative: a random seed
+    penalties: Penalties = Penalties()  # logit bias and repetition penalties, applied first (greedy too)
 
     def __post_init__(self) -> None:
         if self.seed is not None and self.seed < 0:

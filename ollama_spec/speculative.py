@@ -11,6 +11,7 @@ import numpy as np
 from .errors import InferenceError, InvalidSetting
 from .grammar import Grammar, masked_rows
 from .k_policy import FixedK, KPolicy, estimate_alpha
+from .penalties import adjusted_rows
 from .proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
 from .sampling import SamplingSettings, logits_to_probs, token_logprobs
 from .verify import verify_greedy, verify_rejection
@@ -145,6 +146,8 @@ def generate_tokens(
                                 else ([], None))
         middle = time.perf_counter()
         logits = target.eval([seq[-1], *drafted], logits="all")
+        if sampling.penalties.active:
+            logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
         if grammar is not None:
             logits = masked_rows(grammar, drafted, logits, greedy=sampling.greedy)
         if sampling.greedy:

@@ -28,6 +28,7 @@ MODELS = {
     "short": {"num_predict": 7, "temperature": 0},
     "small-context": {"num_ctx": 256, "temperature": 0},
     "seeded": {"seed": 42, "temperature": 1},
+    "repetitive": {"temperature": 0, "repeat_penalty": 2.0, "frequency_penalty": 1.0},
 }
 
 
@@ -153,3 +154,20 @@ def test_system_and_raw_shape_the_prompt(invoke, store):
     assert prompt_tokens("terse", "--system", "Be brief.") == count(llama3_chat(PROMPT, "Be brief."))
     assert prompt_tokens("terse", "--system", "") == count(llama3_chat(PROMPT))
     assert prompt_tokens("terse", "--raw") == count(PROMPT, special=False)  # BOS + the text, no template
+
+
+def test_penalties_from_flags_and_the_params_layer_change_the_text_but_not_speculations(invoke, store, greedy_text):
+    flagged = generate(invoke, store, "tiny-target", "-n", "16", "-t", "0", "--repeat-penalty", "2",
+                       "--frequency-penalty", "1")["text"]
+    assert flagged != greedy_text
+    assert generate(invoke, store, "repetitive", "-n", "16")["text"] == flagged  # from the params layer
+    drafted = generate(invoke, store, "repetitive", "-n", "16", "-d", "tiny-draft", "-k", "3")
+    assert drafted["text"] == flagged and drafted["drafted"] > 0
+    assert generate(invoke, store, "repetitive", "-n", "16", "--repeat-penalty", "1", "--frequency-penalty", "0",
+                    "--repeat-last-n", "0")["text"] == greedy_text
+
+
+def test_a_bad_penalty_is_one_line(invoke, store):
+    result = invoke("generate", "tiny-target", PROMPT, *BASE, "--models-dir", store, "--repeat-penalty", "0")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == "Error: repeat_penalty must be > 0 (1 turns it off), got 0.0"

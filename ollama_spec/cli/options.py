@@ -15,6 +15,7 @@ from ..engine import DEFAULT_CTX, EngineSettings
 from ..errors import InvalidSetting, ModelNotFound
 from ..grammar import grammar_for_json
 from ..modelfile import Modelfile, load_modelfile
+from ..penalties import DEFAULT_REPEAT_LAST_N, Penalties
 from ..placement import SPLIT_MODES, Placement, parse_tensor_split
 from ..proposers import DEFAULT_NGRAM_SIZE
 from ..resolve import ResolvedModel, resolve_model
@@ -212,6 +213,17 @@ def speculation_settings(draft: str | None, *, k, draft_p_min, ngram_size) -> Sp
     return SpeculationSettings(k, draft_p_min, proposer=NGRAM if is_ngram(draft) else "draft", ngram_size=ngram_size)
 
 
+def _collect_penalty(ctx: click.Context, param: click.Parameter, value):
+    ctx.meta.setdefault("penalties", {})[param.name] = value
+    return value
+
+
+def _penalty_option(flag: str, kind: type, text: str):
+    # Not passed to each command's function: collected in the click context and read by
+    # `sampling_settings`, so every command that samples takes them alike.
+    return click.option(flag, type=kind, expose_value=False, callback=_collect_penalty, help=text)
+
+
 sampling_options = _stack(
     click.option(
         "--temperature", "-t", type=float, help=f"0 = greedy (default: the model's params, else {DEFAULT_TEMPERATURE})."
@@ -220,6 +232,12 @@ sampling_options = _stack(
     click.option("--top-p", type=float, help=f"1 = off (default: the model's params, else {DEFAULT_TOP_P})."),
     click.option("--min-p", type=float, help=f"0 = off (default: the model's params, else {DEFAULT_MIN_P})."),
     click.option("--seed", type=int, help="Random seed for sampling (default: random)."),
+    _penalty_option("--repeat-penalty", float, "Divide the logits of tokens in the last --repeat-last-n by this "
+                    "(1 = off; default: the model's params, else 1). Greedy too; output stays the target's."),
+    _penalty_option("--repeat-last-n", int, f"The window the penalties look at (-1 = the whole text, 0 = off; "
+                    f"default: the model's params, else {DEFAULT_REPEAT_LAST_N})."),
+    _penalty_option("--presence-penalty", float, "Subtract this from tokens in the window (default: 0)."),
+    _penalty_option("--frequency-penalty", float, "Subtract this per occurrence in the window (default: 0)."),
 )
 
 ctx_option = click.option(
@@ -345,7 +363,17 @@ def sampling_settings(params: dict, *, temperature, top_k, top_p, min_p, seed) -
         top_p=first_set(top_p, params.get("top_p"), DEFAULT_TOP_P),
         min_p=first_set(min_p, params.get("min_p"), DEFAULT_MIN_P),
         seed=first_set(seed, params.get("seed")),
+        penalties=penalty_settings(params),
     )
+
+
+def penalty_settings(params: dict) -> Penalties:
+    """--repeat-penalty and the rest (collected in the click context), else the model's params, else off."""
+    context = click.get_current_context(silent=True)
+    flags = context.meta.get("penalties", {}) if context is not None else {}
+    defaults = Penalties()
+    return Penalties(**{name: first_set(flags.get(name), params.get(name), getattr(defaults, name))
+                        for name in ("repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")})
 
 
 def engine_settings(
