@@ -152,7 +152,7 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
 
 
 def _status(result: Result, calls: list[ToolCall]) -> str:
-    return "completed" if calls or result.finish_reason in ("stop", "cancelled") else "incomplete"
+    return "completed" if calls or result.finish_reason == "stop" else "incomplete"
 
 
 def _function_calls(calls: list[ToolCall]) -> list[dict]:
