@@ -44,7 +44,7 @@ OPENAI_CASES = [
      "but the context holds 2048"),
     ("an image part", "/v1/chat/completions",
      chat(messages=[{"role": "user", "content": [{"type": "text", "text": "What is this?"},
-                                                 {"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}]}]),
+                                                 {"type": "image_url", "image_url": {"url": "data:,aGk="}}]}]),
      400, "images are not supported: the loaded models read text only"),
     ("an audio part", "/v1/chat/completions",
      chat(messages=[{"role": "user", "content": [{"type": "input_audio",

@@ -202,7 +202,7 @@ def test_ps_reports_the_pair_and_what_is_on_a_gpu(server):
 
 
 def test_gpu_bytes_are_the_offloaded_share_of_the_layers(server, monkeypatch):
-    from ollama_spec.server import ollama as routes
+    from ollama_spec.server import ollama_models as routes
 
     engine = server[1].engine
     size, blocks = engine.target_model.info.file_size, engine.target_model.info.block_count

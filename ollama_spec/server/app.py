@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
-from . import embeddings, ollama, openai, responses
+from . import embeddings, ollama, ollama_models, openai, responses
 from .common import ApiError, ServerState, openai_error
 from .metrics import CONTENT_TYPE
 
@@ -35,6 +35,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(openai.router)
     app.include_router(embeddings.router)
     app.include_router(responses.router)
+    app.include_router(ollama_models.router)
     app.include_router(ollama.router)  # last: its catch-all answers Ollama's model-management routes
 
     @app.get("/health")
