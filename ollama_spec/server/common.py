@@ -193,20 +193,32 @@ class ServerState:
         """The conversation without its oldest messages, as few dropped as make the prompt fit, always
         keeping the system messages and the latest message (Ollama's chatPrompt). When even those do
         not fit, the request with only those: the caller's check then refuses it."""
-        messages, shorter = request.messages, request
-        for start in range(1, len(messages)):
+        messages = request.messages
+
+        def from_(start: int) -> Request | None:  # None: the template refuses this start (an assistant turn first)
             kept = [m for m in messages[:start] if m.role == "system"] + list(messages[start:])
             candidate = replace(request, messages=tuple(kept), tokens=())
             try:
-                tokens = self.engine.prompt_tokens(candidate)
-            except InvalidSetting:  # a template that refuses this start (an assistant turn first, say): drop more
-                continue
-            shorter = replace(candidate, tokens=tuple(tokens))
-            if len(tokens) < context:
-                log.info("the conversation is longer than the context: its oldest %d messages were dropped",
-                         len(messages) - len(kept))
-                return shorter
-        return shorter
+                return replace(candidate, tokens=tuple(self.engine.prompt_tokens(candidate)))
+            except InvalidSetting:
+                return None
+
+        # Ollama tries each start in turn; the prompt shrinks as the start moves on, so a bisection
+        # finds the same start with a handful of renderings (a refused start counts as too long).
+        too_long, fits = 0, len(messages) - 1
+        shortest = from_(fits)
+        if shortest is None or len(shortest.tokens) >= context:
+            return shortest or request
+        while fits - too_long > 1:
+            middle = (too_long + fits) // 2
+            candidate = from_(middle)
+            if candidate is not None and len(candidate.tokens) < context:
+                fits, shortest = middle, candidate
+            else:
+                too_long = middle
+        log.info("the conversation is longer than the context: its oldest %d messages were dropped",
+                 len(messages) - len(shortest.messages))
+        return shortest
 
     def think_if_able(self, think: bool | None) -> bool | None:
         """`think` for a thinking model, else None (OpenAI clients send reasoning_effort to any model)."""
