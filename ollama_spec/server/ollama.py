@@ -19,7 +19,8 @@ from ..engine import Result
 from ..errors import InvalidSetting
 from ..tools import ToolCall
 from . import go_template
-from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
+from .answer import AnswerParts
+from .common import ApiError, ServerState, failure, json_grammar, run_to_end
 from .ollama_models import iso
 from .worker import Failed, Job, Piece
 

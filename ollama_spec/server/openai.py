@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..chat import ChatMessage
 from ..engine import Request, Result
 from ..tools import ToolCall
-from .common import (AnswerParts, ApiError, ServerState, failure, json_grammar, offer_tools, openai_error,
-                     run_to_end)
+from .answer import AnswerParts
+from .common import ApiError, ServerState, failure, json_grammar, offer_tools, openai_error, run_to_end
 from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")

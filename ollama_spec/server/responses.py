@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..chat import ChatMessage
 from ..engine import Result
 from ..tools import ToolCall
-from .common import AnswerParts, ApiError, ServerState, json_grammar, offer_tools, run_to_end
+from .answer import AnswerParts
+from .common import ApiError, ServerState, json_grammar, offer_tools, run_to_end
 from .openai import job_events, tool_arguments
 from .worker import Piece
 
