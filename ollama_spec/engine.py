@@ -219,7 +219,6 @@ class Engine:
 
     def prompt_tokens(self, request: Request) -> list[int]:
         """The request as target tokens: chat-templated unless raw or the model has no template."""
-        info = self.target_model.info
         if request.tokens:
             return list(request.tokens)
         if request.suffix is not None:
@@ -231,6 +230,11 @@ class Engine:
         if text is None:
             text = "\n\n".join(m.content for m in messages if m.content)
             return self.target.tokenize(text, add_bos=self.target.add_bos, special=False)
+        return self.templated_tokens(text)
+
+    def templated_tokens(self, text: str) -> list[int]:
+        """Text a template wrote, as target tokens: its special tokens read as such, and one BOS."""
+        info = self.target_model.info
         bos = info.token_text(info.bos_id) or ""
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         return self.target.tokenize(text, add_bos=add_bos, special=True)

@@ -122,6 +122,9 @@ def test_api_key_guards_every_route_but_health(engine):
         assert httpx.get(url + "/health").status_code == 200
         refused = httpx.get(url + "/v1/models")
         assert refused.status_code == 401 and "Authorization: Bearer" in refused.json()["error"]["message"]
+        # as OpenAI's API answers a bad key
+        assert refused.json()["error"] | {"message": ""} == {"message": "", "type": "invalid_request_error",
+                                                             "param": None, "code": "invalid_api_key"}
         wrong = httpx.get(url + "/api/tags", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and isinstance(wrong.json()["error"], str)
         assert httpx.get(url + "/metrics").status_code == 401
@@ -231,7 +234,8 @@ def test_a_signal_ends_streams_and_exits_0(tiny_store, sig):
         assert process.wait(30) == 0
         assert lines[-1] == "data: [DONE]"
         last = json.loads([line for line in lines if line.startswith("data: {")][-1][6:])
-        assert last["choices"][0]["finish_reason"] == "stop" and last["speculation"]["drafted_tokens"] > 0
+        assert "the server is shutting down" in last["error"]["message"]  # not a finish_reason: it was cut short
+        assert not any('"finish_reason": "stop"' in line for line in lines)
     finally:
         process.kill()
         process.wait()
@@ -245,3 +249,30 @@ def test_a_taken_port_is_one_line(invoke, tiny_store):
         result = invoke("serve", "tiny-target", "--port", port, "--no-check", "--models-dir", tiny_store)
     assert result.exit_code == 1
     assert result.output.strip() == f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
+
+
+def test_an_answer_cut_short_by_shutdown_ends_with_an_error_not_a_finish(engine, monkeypatch):
+    """A client must not take a truncated answer for a finished one (the queued ones already got an error)."""
+    real_eval = engine.target.eval
+    monkeypatch.setattr(engine.target, "eval", lambda tokens, **kw: time.sleep(0.01) or real_eval(tokens, **kw))
+    with running_server(engine) as (url, state):
+        openai_body = {"model": "m", "prompt": "Once", "max_tokens": 1900, "ignore_eos": True, "stream": True,
+                       "temperature": 0}
+        ollama_body = {"model": "m", "prompt": "Once", "options": {"num_predict": 1900, "temperature": 0}}
+        threading.Timer(0.5, state.worker.cancel_all).start()
+        whole = httpx.post(url + "/v1/completions", json=openai_body | {"stream": False}, timeout=60)
+        assert whole.status_code == 503 and "shutting down" in whole.json()["error"]["message"]
+        for path, body in [("/v1/completions", openai_body), ("/api/generate", ollama_body)]:
+            lines = []
+            with httpx.stream("POST", url + path, json=body, timeout=60) as response:
+                for line in filter(None, response.iter_lines()):
+                    lines.append(line)
+                    if len(lines) == 5:
+                        state.worker.cancel_all()  # what SIGTERM and Ctrl-C do first
+            if path == "/api/generate":
+                assert "the server is shutting down" in json.loads(lines[-1])["error"]
+                assert not any(json.loads(line).get("done") for line in lines)
+            else:
+                assert lines[-1] == "data: [DONE]" and "shutting down" in json.loads(lines[-2][6:])["error"]["message"]
+                assert json.loads(lines[-2][6:])["error"]["type"] == "server_error"
+                assert not any('"finish_reason": "stop"' in line for line in lines)

@@ -3,7 +3,7 @@ same however the text arrives."""
 
 import pytest
 
-from ollama_spec.server.common import AnswerParts
+from ollama_spec.server.answer import AnswerParts
 from ollama_spec.thinking import ThinkingSplit
 from ollama_spec.tools import ToolCall
 

@@ -42,6 +42,18 @@ OPENAI_CASES = [
      "messages.0.role"),
     ("prompt longer than the context", "/v1/chat/completions", chat(messages=LONG), 400,
      "but the context holds 2048"),
+    ("an image part", "/v1/chat/completions",
+     chat(messages=[{"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                                 {"type": "image_url", "image_url": {"url": "data:,aGk="}}]}]),
+     400, "images are not supported: the loaded models read text only"),
+    ("an audio part", "/v1/chat/completions",
+     chat(messages=[{"role": "user", "content": [{"type": "input_audio",
+                                                 "input_audio": {"data": "aGk=", "format": "wav"}}]}]),
+     400, "audio is not supported: the loaded models read text only"),
+    ("best_of above n", "/v1/completions", {"model": "m", "prompt": "a", "best_of": 3}, 400,
+     "best_of 3 is not supported"),
+    ("echo with logprobs", "/v1/completions", {"model": "m", "prompt": "a", "echo": True, "logprobs": 1}, 400,
+     "echo with logprobs is not supported"),
     ("n above the bound", "/v1/chat/completions", chat(n=17), 400, "n: Input should be less than or equal to 16"),
     ("n above 1 streamed", "/v1/chat/completions", chat(n=2, stream=True), 400, "streaming gives one choice"),
     ("a batch of prompts streamed", "/v1/completions", {"model": "m", "prompt": ["a", "b"], "stream": True}, 400,
@@ -61,20 +73,51 @@ def test_openai_errors(server, name, path, body, status, message):
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert message in error["message"] and error["type"]
+    assert error["code"] is None or isinstance(error["code"], str)  # OpenAI's codes are names, never the status
     _still_serving(server[0])
+
+
+@pytest.mark.parametrize("body", [chat(messages=LONG), chat(max_tokens=5000)], ids=["prompt", "max_tokens"])
+def test_openai_names_a_context_overflow_as_openai_does(server, body):
+    error = _post(server[0] + "/v1/chat/completions", body).json()["error"]
+    assert error["code"] == "context_length_exceeded" and error["type"] == "invalid_request_error"
+
+
+def test_openai_names_the_part_it_cannot_read(server):
+    parts = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]
+    body = chat(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": parts}])
+    error = _post(server[0] + "/v1/chat/completions", body).json()["error"]
+    assert error["param"] == "messages.[1].content.[1]"
+    text_parts = chat(messages=[{"role": "user", "content": [{"type": "text", "text": "Hello"}]}], max_tokens=2)
+    assert _post(server[0] + "/v1/chat/completions", text_parts).status_code == 200
 
 
 OLLAMA_CASES = [
     ("malformed JSON", "/api/chat", b'{"model": "m", "messages": [', 400, "not valid JSON"),
     ("messages not a list", "/api/chat", chat(messages="hi"), 400, "messages"),
     ("options of the wrong type", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": "x"}},
-     400, "options.num_predict"),
+     400, 'option "num_predict" must be of type integer'),
+    ("a number as text", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": "5"}},
+     400, 'option "num_predict" must be of type integer'),  # as Ollama: no coercion of text
+    ("a float option as text", "/api/chat", chat(options={"temperature": "0.5"}), 400,
+     'option "temperature" must be of type float32'),
+    ("stop not a list", "/api/chat", chat(options={"stop": "x"}), 400, 'option "stop" must be of type array'),
+    ("an option out of range", "/api/chat", chat(options={"top_p": 2}), 400, "options.top_p: Input should be"),
+    ("options not an object", "/api/chat", chat(options=[1]), 400, "options"),
     ("num_predict zero", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": 0}}, 400,
      "num_predict must be positive"),
-    ("num_predict beyond the context", "/api/chat", chat(options={"num_predict": 5000}), 400,
-     "num_predict 5000 is beyond the context"),
     ("unknown role", "/api/chat", chat(messages=[{"role": "wizard", "content": "hi"}]), 400, "messages.0.role"),
     ("prompt longer than the context", "/api/chat", chat(messages=LONG), 400, "but the context holds 2048"),
+    ("history longer than the context, not truncated", "/api/chat",
+     chat(messages=[{"role": "user", "content": "word " * 1500}] * 2, truncate=False), 400,
+     "but the context holds 2048"),
+    ("raw with system", "/api/generate", {"model": "m", "prompt": "hi", "raw": True, "system": "Be brief."}, 400,
+     "raw mode does not support template, system, or context"),
+    ("raw with context", "/api/generate", {"model": "m", "prompt": "hi", "raw": True, "context": [1, 2]}, 400,
+     "raw mode does not support template, system, or context"),
+    ("a template beyond the subset", "/api/generate",
+     {"model": "m", "prompt": "hi", "template": "{{ range .Messages }}{{ .Content }}{{ end }}"}, 400,
+     "template overrides are not supported beyond"),
     ("images", "/api/generate", {"model": "m", "prompt": "hi", "images": ["aGk="]}, 400, "images are not supported"),
     ("body too large", "/api/generate", {"model": "m", "prompt": "x" * MAX_BODY}, 413, "larger than"),
 ]

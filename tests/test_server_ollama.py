@@ -1,6 +1,7 @@
 """The Ollama-compatible API, driven by the official `ollama` client against the real server."""
 
 import json
+from dataclasses import replace
 
 import httpx
 import ollama
@@ -133,3 +134,79 @@ def test_generate_context_carries_an_exchange_into_the_next(client, server):
     assert len(streamed[-1].context) == streamed[-1].prompt_eval_count + 4
     bad = httpx.post(server[0] + "/api/generate", json={"model": "m", "prompt": "x", "context": [-1]}, timeout=60)
     assert bad.status_code == 400 and "outside this model's vocabulary" in bad.json()["error"]
+
+
+def test_num_predict_past_the_context_is_a_cap_as_in_ollama(client):
+    """Ollama's boundedNumPredict: front-ends send a fixed num_predict with every request."""
+    capped = client.generate(model="m", prompt="Once upon a time", options={"num_predict": 5000, "temperature": 0,
+                                                                           "num_ctx": 64})
+    assert capped.done_reason == "length" and capped.eval_count == 64 - capped.prompt_eval_count
+    first = client.generate(model="m", prompt="Hi", options={"num_predict": 20, "num_ctx": 64})
+    # a conversation near the end of the window: the next answer gets what room is left
+    near = client.generate(model="m", prompt="More", context=first.context, options={"num_predict": 50, "num_ctx": 64})
+    assert near.done_reason == "length" and near.prompt_eval_count + near.eval_count == 64
+
+
+def test_a_history_longer_than_the_context_loses_its_oldest_messages(client):
+    """As Ollama's chatPrompt: the system messages and the latest message always stay."""
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Turn {i}: " + "words and more " * 60}
+             for i in range(16)]
+    history = [MESSAGES[0], *turns, {"role": "user", "content": "And now?"}]
+    options = {"num_predict": 4, "temperature": 0}
+    answer = client.chat(model="m", messages=history, options=options)
+    assert answer.prompt_eval_count < 2048
+    # the same answer as the history cut by hand after the first message that no longer fits
+    start = next(start for start in range(2, len(history)) if _fits(client, [MESSAGES[0], *history[start:]]))
+    kept = [MESSAGES[0], *history[start:]]
+    alone = client.chat(model="m", messages=kept, options=options)
+    assert (answer.prompt_eval_count, answer.message.content) == (alone.prompt_eval_count, alone.message.content)
+    refused = _chat(client, history, truncate=False)
+    assert refused.status_code == 400 and "context holds 2048" in refused.json()["error"]
+
+
+def _fits(client, messages) -> bool:
+    return _chat(client, messages, truncate=False).status_code == 200
+
+
+def _chat(client, messages, **fields) -> httpx.Response:  # the ollama client does not send truncate
+    body = {"model": "m", "messages": messages, "stream": False, "options": {"num_predict": 1}} | fields
+    return httpx.post(str(client._client.base_url) + "/api/chat", json=body, timeout=60)
+
+
+def test_raw_mode_returns_no_context_and_refuses_a_system(client):
+    raw = client.generate(model="m", prompt="Once upon a time", raw=True, options=GREEDY | {"num_predict": 3})
+    assert not raw.context and raw.eval_count == 3
+    with pytest.raises(ollama.ResponseError) as error:
+        client.generate(model="m", prompt="Once", raw=True, system="Be brief.")
+    assert error.value.error == "raw mode does not support template, system, or context"
+
+
+def test_a_template_override_lays_out_the_prompt(client):
+    options = GREEDY | {"num_predict": 8}
+    plain = client.generate(model="m", prompt="The capital of France is", template="{{ .Prompt }}", options=options)
+    raw = client.generate(model="m", prompt="The capital of France is", raw=True, options=options)
+    assert (plain.prompt_eval_count, plain.response) == (raw.prompt_eval_count, raw.response)
+    assert plain.context[:plain.prompt_eval_count] and plain.done_reason == "length"
+    template = "{{ if .System }}System: {{ .System }}\n{{ end }}User: {{ .Prompt }}\nAssistant:{{ .Response }} END"
+    laid_out = client.generate(model="m", prompt="Hi", system="Be brief.", template=template, options=options)
+    by_hand = client.generate(model="m", prompt="System: Be brief.\nUser: Hi\nAssistant:", raw=True, options=options)
+    assert (laid_out.prompt_eval_count, laid_out.response) == (by_hand.prompt_eval_count, by_hand.response)
+
+
+def test_ps_reports_the_pair_and_what_is_on_a_gpu(server):
+    models = httpx.get(server[0] + "/api/ps").json()["models"]
+    engine = server[1].engine
+    assert models[0]["size"] == engine.target_model.info.file_size + engine.draft_model.info.file_size
+    assert models[0]["size_vram"] == 0  # these tests load on the CPU
+    assert httpx.head(server[0] + "/api/ps").status_code == 200
+
+
+def test_gpu_bytes_are_the_offloaded_share_of_the_layers(server, monkeypatch):
+    from ollama_spec.server import ollama_models as routes
+
+    engine = server[1].engine
+    size, blocks = engine.target_model.info.file_size, engine.target_model.info.block_count
+    monkeypatch.setattr(routes, "gpu_offload_supported", lambda: True)
+    assert routes._on_gpu(engine.target_model, engine.target, False) == size  # -1: every layer
+    monkeypatch.setattr(engine.target, "settings", replace(engine.target.settings, n_gpu_layers=1))
+    assert routes._on_gpu(engine.target_model, engine.target, False) == size // (blocks + 1)

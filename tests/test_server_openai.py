@@ -135,3 +135,33 @@ def test_several_choices_and_a_batch_of_prompts(client):
     first = client.completions.create(model="m", prompt="Once upon a time", max_tokens=5, temperature=0)
     assert batch.usage.prompt_tokens == first.usage.prompt_tokens + alone.usage.prompt_tokens
     assert batch.usage.completion_tokens == 2 * (first.usage.completion_tokens + alone.usage.completion_tokens)
+
+
+def test_completions_default_to_16_tokens_and_echo_the_prompt(client):
+    """OpenAI's reference: max_tokens "Defaults to 16"; echo returns the prompt before the completion."""
+    short = client.completions.create(model="m", prompt="Once upon a time", temperature=0,
+                                      extra_body={"ignore_eos": True})
+    assert short.usage.completion_tokens == 16 and short.choices[0].finish_reason == "length"
+    echoed = client.completions.create(model="m", prompt="Once upon a time", temperature=0, echo=True,
+                                       extra_body={"ignore_eos": True})
+    assert echoed.choices[0].text == "Once upon a time" + short.choices[0].text
+    stream = list(client.completions.create(model="m", prompt="Once upon a time", temperature=0, echo=True,
+                                            stream=True, extra_body={"ignore_eos": True}))
+    assert stream[0].choices[0].text == "Once upon a time"
+    assert "".join(c.choices[0].text for c in stream if c.choices) == echoed.choices[0].text
+    batch = client.completions.create(model="m", prompt=["Once", "The sea"], max_tokens=2, echo=True, best_of=1)
+    assert [c.text[:4] for c in batch.choices] == ["Once", "The "]
+    assert len(client.completions.create(model="m", prompt="a", max_tokens=2, n=2, best_of=2).choices) == 2
+
+
+def test_with_include_usage_every_chunk_has_usage_null_but_the_last(server):
+    import json
+
+    import httpx
+
+    for path, body in [("/v1/chat/completions", {"messages": [USER]}), ("/v1/completions", {"prompt": "Once"})]:
+        body |= {"model": "m", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+        lines = httpx.post(server[0] + path, json=body, timeout=60).text.strip().split("\n\n")
+        chunks = [json.loads(line[6:]) for line in lines[:-1]]
+        assert len(chunks) > 2 and all(c["usage"] is None for c in chunks[:-1]), path
+        assert chunks[-1]["usage"]["completion_tokens"] == 5

@@ -17,15 +17,14 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
-from . import embeddings, ollama, openai, responses
-from .common import ApiError, ServerState
+from . import embeddings, ollama, ollama_models, openai, responses
+from .common import ApiError, ServerState, openai_error
 from .metrics import CONTENT_TYPE
 
 # Origins that may call the server from a browser without --origins, as Ollama allows them: pages on
 # this machine (any port) and desktop or editor apps.
 LOCAL_ORIGINS = (r"https?://(localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1\])(:\d+)?"
                  r"|(app|file|tauri|vscode-webview|vscode-file)://.*")
-OPENAI_ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 503: "server_overloaded"}
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
 
 
@@ -36,6 +35,7 @@ def create_app(state: ServerState) -> FastAPI:
     app.include_router(openai.router)
     app.include_router(embeddings.router)
     app.include_router(responses.router)
+    app.include_router(ollama_models.router)
     app.include_router(ollama.router)  # last: its catch-all answers Ollama's model-management routes
 
     @app.get("/health")
@@ -48,7 +48,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(request: HTTPRequest, exc: ApiError) -> JSONResponse:
-        return error_response(request.url.path, exc.status, exc.message, exc.param)
+        return error_response(request.url.path, exc.status, exc.message, exc.param, exc.code)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: HTTPRequest, exc: RequestValidationError) -> JSONResponse:
@@ -71,11 +71,10 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-def error_response(path: str, status: int, message: str, param: str | None = None) -> JSONResponse:
+def error_response(path: str, status: int, message: str, param: str | None = None,
+                   code: str | None = None) -> JSONResponse:
     if path.startswith("/v1/"):
-        error = {"message": message, "type": OPENAI_ERROR_TYPES.get(status, "invalid_request_error"),
-                 "param": param, "code": status}
-        return JSONResponse({"error": error}, status_code=status)
+        return JSONResponse({"error": openai_error(status, message, param, code)}, status_code=status)
     return JSONResponse({"error": message}, status_code=status)
 
 

@@ -16,8 +16,9 @@ from ..errors import InvalidSetting, OllamaSpecError
 from ..grammar import grammar_for_json
 from ..sampling import SamplingSettings
 from ..speculative import SpeculationSettings, Token
-from ..thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
-from ..tools import OPENING, ToolCall, could_be_tool_call, forced_call_grammar, parse_tool_calls, tool_names
+from ..thinking import ThinkingSplit, opened_by_prompt, template_thinks
+from ..tools import forced_call_grammar, tool_names
+from .answer import AnswerParts
 from .metrics import Metrics
 from .worker import Cancelled, Failed, Finished, Job, QueueFull, Worker
 
@@ -52,11 +53,25 @@ class ServerSettings:
 
 
 class ApiError(Exception):
-    """An HTTP error answered in the format of the API that was called."""
+    """An HTTP error answered in the format of the API that was called; `code` is OpenAI's machine-readable
+    name for it (such as "context_length_exceeded"), None where OpenAI gives none."""
 
-    def __init__(self, status: int, message: str, param: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+TOO_LONG = "context_length_exceeded"  # OpenAI's code for a prompt (plus max_tokens) past the context
+# OpenAI's error types and codes by status, where the error brings none of its own: OpenAI answers a bad key
+# as an invalid request with the code "invalid_api_key"; its codes are strings, or null.
+OPENAI_ERROR_TYPES = {500: "server_error", 503: "server_overloaded"}
+OPENAI_ERROR_CODES = {401: "invalid_api_key"}
+
+
+def openai_error(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error object: `code` a string or null, never the HTTP status (typed clients parse it as text)."""
+    return {"message": message, "type": OPENAI_ERROR_TYPES.get(status, "invalid_request_error"), "param": param,
+            "code": code or OPENAI_ERROR_CODES.get(status)}
 
 
 @dataclass
@@ -105,9 +120,18 @@ class ServerState:
         logprobs: int | None = None,
         think: bool | None = None,
         suffix: str | None = None,
+        tokens: Sequence[int] = (),
+        cap_max_tokens: bool = False,
+        default_max_tokens: int | None = None,
+        truncate: bool = False,
     ) -> Request:
         """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp
-        can parse the output grammar."""
+        can parse the output grammar.
+
+        `tokens`: the prompt already as tokens (a template the request brought). `cap_max_tokens`: a
+        max_tokens past the room left is a cap, as Ollama's num_predict is (else a 400, as OpenAI answers).
+        `default_max_tokens`: the route's own default, below the server's. `truncate`: a conversation
+        longer than the context loses its oldest messages, as Ollama's /api/chat does."""
         given = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p, "seed": seed}
         try:
             sampling = replace(self.settings.sampling, **{k: v for k, v in given.items() if v is not None})
@@ -127,6 +151,7 @@ class ServerState:
             logprobs=logprobs,
             think=think,
             suffix=suffix,
+            tokens=tuple(tokens),
         )
         if think and not template_thinks(self.engine.target_model.info.chat_template):
             raise ApiError(400, f"{self.engine.target_model.name} does not support thinking", "think")
@@ -142,23 +167,59 @@ class ServerState:
         context = min(n_ctx or self.engine.target.n_ctx, self.engine.target.n_ctx)
         try:  # tokenized once: the generation, and the routes that read the prompt, take these
             request = replace(request, tokens=tuple(self.engine.prompt_tokens(request)))
+            if truncate and len(request.tokens) >= context:
+                request = self._dropping_oldest(request, context)
         except InvalidSetting as exc:
             raise ApiError(400, str(exc)) from None
         n_prompt = len(request.tokens)
         room = context - n_prompt
         if room < 1:
-            raise ApiError(400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it")
+            raise ApiError(400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it",
+                           code=TOO_LONG)
         if max_tokens is not None and max_tokens < 1:
             raise ApiError(400, f"{max_tokens_name} must be at least 1, got {max_tokens}", max_tokens_name)
         if max_tokens is not None and max_tokens > room:
-            raise ApiError(
-                400,
-                f"{max_tokens_name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
-                f"{context} tokens, which leaves {room}",
-                max_tokens_name,
-            )
-        limit = max_tokens or min(self.settings.max_tokens or room, room)
+            if not cap_max_tokens:
+                raise ApiError(
+                    400,
+                    f"{max_tokens_name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
+                    f"{context} tokens, which leaves {room}",
+                    max_tokens_name, TOO_LONG,
+                )
+            max_tokens = room  # the generation ends there, with finish reason "length"
+        limit = max_tokens or min(self.settings.max_tokens or default_max_tokens or room, room)
         return replace(request, max_tokens=limit)
+
+    def _dropping_oldest(self, request: Request, context: int) -> Request:
+        """The conversation without its oldest messages, as few dropped as make the prompt fit, always
+        keeping the system messages and the latest message (Ollama's chatPrompt). When even those do
+        not fit, the request with only those: the caller's check then refuses it."""
+        messages = request.messages
+
+        def from_(start: int) -> Request | None:  # None: the template refuses this start (an assistant turn first)
+            kept = [m for m in messages[:start] if m.role == "system"] + list(messages[start:])
+            candidate = replace(request, messages=tuple(kept), tokens=())
+            try:
+                return replace(candidate, tokens=tuple(self.engine.prompt_tokens(candidate)))
+            except InvalidSetting:
+                return None
+
+        # Ollama tries each start in turn; the prompt shrinks as the start moves on, so a bisection
+        # finds the same start with a handful of renderings (a refused start counts as too long).
+        too_long, fits = 0, len(messages) - 1
+        shortest = from_(fits)
+        if shortest is None or len(shortest.tokens) >= context:
+            return shortest or request
+        while fits - too_long > 1:
+            middle = (too_long + fits) // 2
+            candidate = from_(middle)
+            if candidate is not None and len(candidate.tokens) < context:
+                fits, shortest = middle, candidate
+            else:
+                too_long = middle
+        log.info("the conversation is longer than the context: its oldest %d messages were dropped",
+                 len(messages) - len(shortest.messages))
+        return shortest
 
     def think_if_able(self, think: bool | None) -> bool | None:
         """`think` for a thinking model, else None (OpenAI clients send reasoning_effort to any model)."""
@@ -244,63 +305,6 @@ class ServerState:
             raise ApiError(503, str(exc)) from None
 
 
-class HeldForToolCalls:
-    """A streamed answer, held back where it may be a tool call (when tools were offered): from the
-    start while the whole answer may still be one (a bare JSON call), and from a <tool_call> marker
-    on, after text. What `push` returns goes out now; `finish` gives the calls and the rest."""
-
-    def __init__(self, tools: Sequence[dict]):
-        self.names = tool_names(list(tools)) if tools else []
-        self.at_start = True
-        self.held = ""
-
-    def push(self, text: str) -> str:
-        if not self.names:
-            return text
-        self.held += text
-        if self.at_start:
-            if could_be_tool_call(self.held):
-                return ""
-            self.at_start = False
-        at = self.held.find(OPENING)
-        if at < 0:
-            at = len(self.held) - partial_suffix(self.held, OPENING)
-        text, self.held = self.held[:at], self.held[at:]
-        return text
-
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        """(text still to send, the calls in the held text)."""
-        held, self.held = self.held, ""
-        if not self.names or not held:
-            return held, []
-        return parse_tool_calls(held, self.names)
-
-
-class AnswerParts:
-    """A streamed answer as the APIs return it: thinking, content, and tool calls read from the content."""
-
-    def __init__(self, tools: Sequence[dict] = (), thinking: ThinkingSplit | None = None):
-        self.calls, self.thinking = HeldForToolCalls(tools), thinking
-
-    def push(self, text: str) -> tuple[str, str]:
-        """(thinking, content) to send now."""
-        thought, text = self.thinking.push(text) if self.thinking else ("", text)
-        return thought, self.calls.push(text) if text else ""
-
-    def finish(self) -> tuple[str, str, list[ToolCall]]:
-        """(thinking, content) still to send, and the tool calls."""
-        thought, text = self.thinking.finish() if self.thinking else ("", "")
-        sent = self.calls.push(text) if text else ""
-        rest, calls = self.calls.finish()
-        return thought, sent + rest, calls
-
-    def whole(self, text: str) -> tuple[str, str, list[ToolCall]]:
-        """A whole answer: its thinking, its content (around the calls) and its tool calls."""
-        thought, content = self.push(text)
-        more_thought, rest, calls = self.finish()
-        return thought + more_thought, content + rest, calls
-
-
 def offer_tools(tools: list[dict], choice: str | dict | None, only: str | None,
                 constrained: bool) -> tuple[list[dict], str | None]:
     """The tools to show the model (chat completions' shape) and, for tool_choice "required" or a named
@@ -341,7 +345,8 @@ async def run_to_end(job: Job, http_request: HTTPRequest) -> Result:
 
 
 def failure(error: Exception) -> ApiError:
-    """A generation's error as an HTTP error: the client's fault (400) or ours (500)."""
+    """A generation's error as an HTTP error: the client's fault (400), ours (500), or a generation the
+    server stopped (503: it is shutting down)."""
     if isinstance(error, Cancelled):
         return ApiError(503, str(error))
     if isinstance(error, OllamaSpecError):

@@ -1,39 +1,39 @@
-"""Ollama-compatible routes: /api/chat, /api/generate (NDJSON streaming by default), /api/tags,
-/api/show, /api/ps, /api/version and the "Ollama is running" probe. Field names follow Ollama's
-api/types.go, so Ollama's own clients and front-ends parse the answers."""
+"""Ollama-compatible generation: /api/chat and /api/generate (NDJSON streaming by default), and the
+answer to Ollama's model-management routes. Field names follow Ollama's api/types.go, so Ollama's own
+clients and front-ends parse the answers. (/api/tags, /api/show, /api/ps and the rest: ollama_models.py.)"""
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
-from fastapi.responses import PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .. import __version__
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
-from ..resolve import ResolvedModel
-from ..thinking import template_thinks
+from ..errors import InvalidSetting
 from ..tools import ToolCall
-from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, run_to_end
+from . import go_template
+from .answer import AnswerParts
+from .common import ApiError, ServerState, failure, json_grammar, run_to_end
+from .ollama_models import iso
 from .worker import Failed, Job, Piece
 
 router = APIRouter()
 
-# The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
-OLLAMA_API_VERSION = "0.12.0"
 MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes that change its store
-DONE_REASONS = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+# A cancelled generation never reaches a client as finished: it ends with an error (see worker.py).
+DONE_REASONS = {"stop": "stop", "length": "length", "context": "length"}
 
 
 class Options(BaseModel):
-    """The options Ollama's runner takes that apply here; others (num_gpu, mirostat, ...) are ignored."""
+    """The options Ollama's runner takes that apply here; others (num_gpu, mirostat, ...) are ignored.
+    Read with `from_map`, which types them as Ollama does."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -45,6 +45,37 @@ class Options(BaseModel):
     num_predict: int | None = None  # -1: until the context is full; -2: fill the context
     num_ctx: int | None = Field(None, ge=1)
     stop: list[str] | None = None
+
+    @classmethod
+    def from_map(cls, given: dict[str, Any] | None) -> Options:
+        """The options as Ollama's api.Options.FromMap types them: any JSON number where an integer
+        is due (cut to one), no text for a number (pydantic would read "5" as 5), a list of strings for
+        stop; null leaves the default. Then the ranges above."""
+        values = {}
+        for key, value in (given or {}).items():
+            field = cls.model_fields.get(key)
+            if field is None or value is None:
+                continue
+            kind = _option_kind(field.annotation)
+            if kind == "array":
+                if not isinstance(value, list):
+                    raise ApiError(400, f'option "{key}" must be of type array')
+                if not all(isinstance(item, str) for item in value):
+                    raise ApiError(400, f'option "{key}" must be of an array of strings')
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ApiError(400, f'option "{key}" must be of type {kind}')
+            values[key] = int(value) if kind == "integer" else value
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise ApiError(400, f"options.{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
+
+
+def _option_kind(annotation: Any) -> str:
+    """Ollama's name for an option's type, as its errors say it."""
+    kinds = get_args(annotation) or (annotation,)
+    return "integer" if int in kinds else "float32" if float in kinds else "array"
 
 
 class FunctionCall(BaseModel):
@@ -78,7 +109,7 @@ class InferenceRequest(BaseModel):
     model: str
     keep_alive: int | float | str | None = None  # the pair stays loaded; 0 with nothing to do asks to unload
     stream: bool = True
-    options: Options | None = None
+    options: dict[str, Any] | None = None  # Options, typed by Options.from_map as Ollama types them
     format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
@@ -112,92 +143,17 @@ class InferenceRequest(BaseModel):
 class ChatRequest(InferenceRequest):
     messages: list[Message] | None = None
     tools: list[dict] | None = None
+    truncate: bool = True  # a history longer than the context loses its oldest messages (false: a 400)
 
 
 class GenerateRequest(InferenceRequest):
     prompt: str = ""
     system: str | None = None
+    template: str | None = None  # overrides the model's: see go_template.py for what is supported
     raw: bool = False
     images: list[str] | None = None
     context: list[int] | None = None  # deprecated by Ollama, still sent by older clients
     suffix: str | None = None  # fill in the middle (code completion): the text after the gap
-
-
-class ShowRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str | None = None
-    name: str | None = None  # older clients
-
-
-@router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
-async def probe() -> str:
-    return "Ollama is running"
-
-
-@router.api_route("/api/version", methods=["GET", "HEAD"])
-async def version() -> dict:
-    return {"version": OLLAMA_API_VERSION, "ollama_spec": __version__}
-
-
-@router.api_route("/api/tags", methods=["GET", "HEAD"])
-async def tags(http_request: HTTPRequest) -> dict:
-    state: ServerState = http_request.app.state.server
-    return {"models": [_model_entry(state.engine.target_model, name) for name in state.model_names]}
-
-
-@router.get("/api/ps")
-async def ps(http_request: HTTPRequest) -> dict:
-    state: ServerState = http_request.app.state.server
-    target = state.engine.target_model
-    entry = _model_entry(target, state.model_name)
-    # loaded until the server stops: a far expiry, as Ollama shows for keep_alive -1
-    return {"models": [entry | {"expires_at": "2099-01-01T00:00:00Z", "context_length": state.engine.target.n_ctx}]}
-
-
-@router.api_route("/api/show", methods=["GET", "POST"])
-async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> dict:
-    state: ServerState = http_request.app.state.server
-    model = state.engine.target_model
-    info = model.info
-    params = "\n".join(f"{key} {_param_text(value)}" for key, values in model.params.items()
-                       for value in (values if isinstance(values, list) else [values]))
-    return {
-        "modelfile": f"FROM {model.path}\n",
-        "parameters": params,
-        "template": info.chat_template or "",
-        "system": model.system or "",
-        "details": _details(model),
-        "model_info": {"general.architecture": info.architecture, "general.parameter_count": info.parameter_count,
-                       f"{info.architecture}.context_length": info.context_length,
-                       f"{info.architecture}.block_count": info.block_count,
-                       f"{info.architecture}.embedding_length": info.embedding_length},
-        # what Ollama's clients check before they offer tools or embed
-        "capabilities": ["completion", *(["tools"] if info.chat_template else []),
-                         *(["thinking"] if template_thinks(info.chat_template) else []),
-                         *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []), "embedding"],
-        "modified_at": _mtime(model),
-        "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
-                        "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
-    }
-
-
-class PullRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # insecure
-    model: str | None = None
-    name: str | None = None  # older clients
-    stream: bool = True
-
-
-@router.post("/api/pull")
-async def pull(body: PullRequest):
-    """Every name is answered by the loaded pair, so every name is already here: front-ends that pull
-    before they chat go on to chat. (`ollama-spec pull` puts models into the store.)"""
-    done = {"status": "success"}
-    if body.stream:
-        async def lines() -> AsyncIterator[dict]:
-            yield done
-        return _ndjson(lines())
-    return done
 
 
 @router.post("/api/chat")
@@ -209,7 +165,8 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     tools = body.tools or []
     request = state.build_request(messages=[m.to_chat() for m in body.messages], grammar=body.grammar(),
-                                  tools=tools, logprobs=body.logprob_count, think=body.thinks, **_options(body.options))
+                                  tools=tools, logprobs=body.logprob_count, think=body.thinks, truncate=body.truncate,
+                                  **_options(body.options))
     job = state.submit(request, "/api/chat")
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
@@ -230,21 +187,24 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
 @router.post("/api/generate")
 async def generate(body: GenerateRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
+    if body.raw and (body.template or body.system or body.context):
+        raise ApiError(400, "raw mode does not support template, system, or context")  # Ollama's words
     if not body.prompt:  # Ollama's way to load a model: nothing to generate
         return _final(body.model, {"response": ""}, body.load_reason)
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw, grammar=body.grammar(),
-                                  context=body.context or (), logprobs=body.logprob_count, think=body.thinks,
-                                  suffix=body.suffix or None, **_options(body.options))
+    request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw or bool(body.template),
+                                  grammar=body.grammar(), context=body.context or (), logprobs=body.logprob_count,
+                                  think=body.thinks, suffix=body.suffix or None, tokens=_templated(state, body),
+                                  **_options(body.options))
     job = state.submit(request, "/api/generate")
     prompt = request.tokens
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
         return {"response": text} | ({"thinking": thought} if thought else {})
 
-    def ending(result: Result) -> dict:  # the tokens a next request may send back as its context
-        return {"context": [*prompt, *result.tokens]}
+    def ending(result: Result) -> dict:  # the tokens a next request may send back as its context (not raw's)
+        return {} if body.raw else {"context": [*prompt, *result.tokens]}
 
     if body.stream:
         return _ndjson(_chunks(state, body.model, job, piece, ending, parts=state.answer_parts(request),
@@ -252,6 +212,20 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
     result = await run_to_end(job, http_request)
     thought, text, _ = state.answer_parts(request).whole(result.text)
     return _finished(state, body.model, piece(text, thought) | ending(result) | _logprobs(state, body, result), result)
+
+
+def _templated(state: ServerState, body: GenerateRequest) -> list[int]:
+    """The prompt through the request's own template, as tokens; none without one."""
+    if not body.template:
+        return []
+    if body.suffix:
+        raise ApiError(400, "give template or suffix, not both: a suffix is laid out with the model's own tokens")
+    system = body.system if body.system is not None else state.engine.target_model.system
+    try:
+        text = go_template.render(body.template, prompt=body.prompt, system=system or "")
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc), "template") from None
+    return state.engine.templated_tokens(text)
 
 
 def _logprobs(state: ServerState, body: InferenceRequest, result: Result) -> dict:
@@ -268,8 +242,8 @@ async def unsupported(action: str):
                         "loaded pair; manage models with Ollama itself (ollama create, cp, rm, push)")
 
 
-def _options(options: Options | None) -> dict[str, Any]:
-    options = options or Options()
+def _options(given: dict[str, Any] | None) -> dict[str, Any]:
+    options = Options.from_map(given)
     predict = options.num_predict
     if predict is not None and (predict == 0 or predict < -2):
         raise ApiError(400, f"num_predict must be positive, or -1 (until the context is full), got {predict}")
@@ -277,6 +251,7 @@ def _options(options: Options | None) -> dict[str, Any]:
         "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p, "min_p": options.min_p,
         "seed": options.seed, "stop": options.stop or [], "n_ctx": options.num_ctx,
         "max_tokens": predict if predict and predict > 0 else None, "max_tokens_name": "num_predict",
+        "cap_max_tokens": True,  # as Ollama's boundedNumPredict: an upper bound, never a reason to refuse
     }
 
 
@@ -334,29 +309,5 @@ def _ndjson(chunks: AsyncIterator[dict]) -> StreamingResponse:
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
-def _model_entry(model: ResolvedModel, name: str) -> dict:
-    digest = model.path.name.replace("sha256-", "") if model.path.name.startswith("sha256-") else ""
-    return {"name": name, "model": name, "modified_at": _mtime(model), "size": model.info.file_size,
-            "digest": digest, "details": _details(model)}
-
-
-def _details(model: ResolvedModel) -> dict:
-    info = model.info
-    return {"parent_model": "", "format": "gguf", "family": info.architecture, "families": [info.architecture],
-            "parameter_size": info.parameter_label, "quantization_level": info.file_type}
-
-
-def _param_text(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, str) and re.search(r"\s", value) else str(value)
-
-
-def _mtime(model: ResolvedModel) -> str:
-    return _iso(datetime.fromtimestamp(model.path.stat().st_mtime, timezone.utc))
-
-
 def _now() -> str:
-    return _iso(datetime.now(timezone.utc))
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat().replace("+00:00", "Z")
+    return iso(datetime.now(timezone.utc))

@@ -17,19 +17,29 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..chat import ChatMessage
 from ..engine import Request, Result
 from ..tools import ToolCall
-from .common import AnswerParts, ApiError, ServerState, failure, json_grammar, offer_tools, run_to_end
+from .answer import AnswerParts
+from .common import ApiError, ServerState, failure, json_grammar, offer_tools, openai_error, run_to_end
 from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
 
 MAX_CHOICES = 16  # n (times the prompts of a batch) bounds the generations one request queues
-# Our finish reasons in OpenAI's words: a full context is a length limit too.
-FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+COMPLETIONS_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's reference gives it
+# Our finish reasons in OpenAI's words: a full context is a length limit too. A cancelled generation
+# never reaches a client as finished: it ends with an error (see worker.py).
+FINISH_REASONS = {"stop": "stop", "length": "length", "context": "length"}
 
 
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # image_url, input_audio, file: refused by text_only()
+
+    type: str
+    text: str | None = None
+    refusal: str | None = None  # an assistant's earlier refusal, read as its text
+
+
+# What the loaded models cannot read, in the words of the 400 that refuses it.
+NOT_TEXT = {"image_url": "images are", "input_audio": "audio is", "file": "files are"}
 
 
 class FunctionCall(BaseModel):
@@ -49,17 +59,28 @@ class Message(BaseModel):
 
     # developer is OpenAI's newer name for system
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     tool_calls: list[ToolCallIn] | None = None  # an assistant's earlier calls
     tool_call_id: str | None = None  # a tool's answer to one of them
     name: str | None = None
 
     def to_chat(self) -> ChatMessage:
-        content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
+        content = self.content if isinstance(self.content, str) else "".join(p.text or p.refusal or ""
+                                                                             for p in self.content or [])
         calls = tuple(ToolCall(c.function.name, tool_arguments(c.function.arguments), c.id)
                       for c in self.tool_calls or [])
         return ChatMessage("system" if self.role == "developer" else self.role, content, calls, self.tool_call_id,
                            self.name)
+
+
+def text_only(messages: list[Message]) -> None:
+    """A clear 400 for content the loaded models cannot read (images, audio, files), naming the part."""
+    for i, message in enumerate(messages):
+        for j, part in enumerate(message.content if isinstance(message.content, list) else []):
+            if part.type not in ("text", "refusal"):
+                what = NOT_TEXT.get(part.type, f"content parts of type '{part.type}' are")
+                raise ApiError(400, f"{what} not supported: the loaded models read text only",
+                               f"messages.[{i}].content.[{j}]")
 
 
 def tool_arguments(arguments: str | dict) -> dict:
@@ -156,6 +177,17 @@ class CompletionRequest(CommonParams):
     prompt: str | list[str]
     logprobs: int | None = Field(None, ge=0, le=5)  # the older API: this many alternatives per token
     suffix: str | None = None  # fill in the middle (code completion): the text after the gap
+    echo: bool = False  # the prompt, then its completion
+    best_of: int | None = Field(None, ge=1)
+
+    def check(self) -> None:
+        """What this server cannot do, refused by name rather than ignored."""
+        if self.best_of is not None and self.best_of not in (1, self.n):
+            raise ApiError(400, f"best_of {self.best_of} is not supported: this server returns every completion it "
+                                "generates; ask for n completions instead", "best_of")
+        if self.echo and self.logprobs is not None:
+            raise ApiError(400, "echo with logprobs is not supported: the prompt's own tokens are not scored",
+                           "echo")
 
 
 @router.get("/models")
@@ -179,6 +211,7 @@ async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
+    text_only(body.messages)
     limit, name = _max_tokens(body.max_completion_tokens, "max_completion_tokens", body.max_tokens)
     sampling = body.sampling()  # the output grammar built once: offered_tools only asks whether there is one
     tools, forced = body.offered_tools(sampling["grammar"] is not None)
@@ -217,18 +250,23 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         raise ApiError(400, "prompt is empty: give a text or a list of texts", "prompt")
     if len(prompts) * body.n > MAX_CHOICES:
         raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
+    body.check()
     requests = [state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, logprobs=body.logprobs,
-                                    suffix=body.suffix or None, **body.sampling()) for prompt in prompts]
+                                    suffix=body.suffix or None, default_max_tokens=COMPLETIONS_MAX_TOKENS,
+                                    **body.sampling()) for prompt in prompts]
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
             "object": "text_completion"}
     scores = None if body.logprobs is None else lambda tokens: _legacy_logprobs(state.scored(tokens))
     if body.stream:
         _one_stream(len(requests) * body.n)
         job = state.submit(requests[0], "/v1/completions")
-        return _sse(_chunks(state, job, meta, _text, _include_usage(body), scores=scores))
+        opening = {"index": 0, **_text(prompts[0]), "finish_reason": None} if body.echo else None
+        return _sse(_chunks(state, job, meta, _text, _include_usage(body), opening, scores=scores))
     copies = [copy for request in requests for copy in _copies(request, body.n)]  # prompt by prompt, as OpenAI orders
     results = await _run_all(state, http_request, copies, "/v1/completions")
-    choices = [(_text(r.text) | {"logprobs": scores(r.scored) if scores else None}, None) for r in results]
+    echoed = [prompt if body.echo else "" for prompt in prompts for _ in range(body.n)]
+    choices = [(_text(echo + r.text) | {"logprobs": scores(r.scored) if scores else None}, None)
+               for echo, r in zip(echoed, results)]
     return _answers(state, meta, choices, results, body.n)
 
 
@@ -314,6 +352,8 @@ async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[st
     thinking as `reasoning`; tool calls, when the answer was one), the finish reason with the
     speculation field, then usage if asked."""
     parts = parts or AnswerParts()
+    if include_usage:  # as OpenAI: every chunk has the key, null but in the last
+        meta = meta | {"usage": None}
 
     def piece(thought: str, text: str, scored: tuple) -> dict:
         body = choice(text)
@@ -339,7 +379,7 @@ async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[st
                 yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}
             final = _answers(state, meta, [(choice(""), "tool_calls" if calls else None)], [result])
             del final["usage"]  # usage comes in a chunk of its own, when asked for
-            yield final
+            yield final | ({"usage": None} if include_usage else {})
             if include_usage:
                 yield meta | {"choices": [], "usage": _usage(result)}
 
@@ -361,8 +401,8 @@ def _sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
             async for chunk in chunks:
                 yield f"data: {json.dumps(chunk)}\n\n"
         except ApiError as exc:  # the status line is sent: report it in the stream, as OpenAI does
-            error = {"message": exc.message, "type": "server_error", "code": exc.status}
-            yield f"data: {json.dumps({'error': error})}\n\n"
+            error = openai_error(exc.status, exc.message, exc.param, exc.code)
+            yield f"data: {json.dumps({'error': error | ({'type': 'server_error'} if exc.status >= 500 else {})})}\n\n"
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(lines(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

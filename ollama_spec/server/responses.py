@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..chat import ChatMessage
 from ..engine import Result
 from ..tools import ToolCall
-from .common import AnswerParts, ApiError, ServerState, json_grammar, offer_tools, run_to_end
+from .answer import AnswerParts
+from .common import ApiError, ServerState, json_grammar, offer_tools, run_to_end
 from .openai import job_events, tool_arguments
 from .worker import Piece
 
@@ -152,7 +153,7 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
 
 
 def _status(result: Result, calls: list[ToolCall]) -> str:
-    return "completed" if calls or result.finish_reason in ("stop", "cancelled") else "incomplete"
+    return "completed" if calls or result.finish_reason == "stop" else "incomplete"
 
 
 def _function_calls(calls: list[ToolCall]) -> list[dict]:

@@ -29,7 +29,11 @@ class QueueFull(OllamaSpecError):
 
 
 class Cancelled(OllamaSpecError):
-    """The job was cancelled before it started (its client left, or the server is stopping)."""
+    """The job was cancelled (its client left, or the server is stopping) before it started or before
+    its generation ended."""
+
+
+SHUTTING_DOWN = "the server is shutting down"
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,7 @@ class Worker:
     def _run(self, job: Job) -> None:
         try:
             if job.cancelled:
-                job.put(Failed(Cancelled("the server is shutting down")))
+                job.put(Failed(Cancelled(SHUTTING_DOWN)))
                 return
             generation = self.engine.generate(job.request)
             scored = generation.result.scored
@@ -147,6 +151,12 @@ class Worker:
             finally:
                 pieces.close()
             self.on_finished(job, generation.result)
+            if generation.result.finish_reason == "cancelled":
+                # A client that left hears nothing; one still listening (the server is stopping) must
+                # not take a cut-short answer for a finished one, so it gets an error, not a finish.
+                job.put(Failed(Cancelled(f"{SHUTTING_DOWN}: the answer was cut short after "
+                                         f"{len(generation.result.tokens)} tokens")))
+                return
             job.put(Finished(generation.result, tuple(scored[sent:])))
         except Exception as exc:  # the request fails; the server keeps serving
             if not isinstance(exc, OllamaSpecError):

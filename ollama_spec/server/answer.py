@@ -1,0 +1,66 @@
+"""A streamed answer split the way the APIs return it: a thinking model's thinking apart, and tool
+calls held back and read from the text."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..thinking import ThinkingSplit, partial_suffix
+from ..tools import OPENING, ToolCall, could_be_tool_call, parse_tool_calls, tool_names
+
+
+class HeldForToolCalls:
+    """A streamed answer, held back where it may be a tool call (when tools were offered): from the
+    start while the whole answer may still be one (a bare JSON call), and from a <tool_call> marker
+    on, after text. What `push` returns goes out now; `finish` gives the calls and the rest."""
+
+    def __init__(self, tools: Sequence[dict]):
+        self.names = tool_names(list(tools)) if tools else []
+        self.at_start = True
+        self.held = ""
+
+    def push(self, text: str) -> str:
+        if not self.names:
+            return text
+        self.held += text
+        if self.at_start:
+            if could_be_tool_call(self.held):
+                return ""
+            self.at_start = False
+        at = self.held.find(OPENING)
+        if at < 0:
+            at = len(self.held) - partial_suffix(self.held, OPENING)
+        text, self.held = self.held[:at], self.held[at:]
+        return text
+
+    def finish(self) -> tuple[str, list[ToolCall]]:
+        """(text still to send, the calls in the held text)."""
+        held, self.held = self.held, ""
+        if not self.names or not held:
+            return held, []
+        return parse_tool_calls(held, self.names)
+
+
+class AnswerParts:
+    """A streamed answer as the APIs return it: thinking, content, and tool calls read from the content."""
+
+    def __init__(self, tools: Sequence[dict] = (), thinking: ThinkingSplit | None = None):
+        self.calls, self.thinking = HeldForToolCalls(tools), thinking
+
+    def push(self, text: str) -> tuple[str, str]:
+        """(thinking, content) to send now."""
+        thought, text = self.thinking.push(text) if self.thinking else ("", text)
+        return thought, self.calls.push(text) if text else ""
+
+    def finish(self) -> tuple[str, str, list[ToolCall]]:
+        """(thinking, content) still to send, and the tool calls."""
+        thought, text = self.thinking.finish() if self.thinking else ("", "")
+        sent = self.calls.push(text) if text else ""
+        rest, calls = self.calls.finish()
+        return thought, sent + rest, calls
+
+    def whole(self, text: str) -> tuple[str, str, list[ToolCall]]:
+        """A whole answer: its thinking, its content (around the calls) and its tool calls."""
+        thought, content = self.push(text)
+        more_thought, rest, calls = self.finish()
+        return thought + more_thought, content + rest, calls

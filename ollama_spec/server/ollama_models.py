@@ -1,0 +1,141 @@
+"""Ollama's model routes: /api/tags, /api/show, /api/ps, /api/version, /api/pull and the "Ollama is
+running" probe, all answered by the one loaded pair. Field names follow Ollama's api/types.go."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from .. import __version__
+from ..resolve import ResolvedModel
+from ..runtime import LoadedModel, gpu_offload_supported
+from ..thinking import template_thinks
+from .common import ServerState
+
+router = APIRouter()
+
+# The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
+OLLAMA_API_VERSION = "0.12.0"
+
+
+class ShowRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    model: str | None = None
+    name: str | None = None  # older clients
+
+
+@router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
+async def probe() -> str:
+    return "Ollama is running"
+
+
+@router.api_route("/api/version", methods=["GET", "HEAD"])
+async def version() -> dict:
+    return {"version": OLLAMA_API_VERSION, "ollama_spec": __version__}
+
+
+@router.api_route("/api/tags", methods=["GET", "HEAD"])
+async def tags(http_request: HTTPRequest) -> dict:
+    state: ServerState = http_request.app.state.server
+    return {"models": [_model_entry(state.engine.target_model, name) for name in state.model_names]}
+
+
+@router.api_route("/api/ps", methods=["GET", "HEAD"])
+async def ps(http_request: HTTPRequest) -> dict:
+    state: ServerState = http_request.app.state.server
+    engine = state.engine
+    entry = _model_entry(engine.target_model, state.model_name)
+    pair = [(engine.target_model, engine.target, bool(engine.placement.rpc_servers))]
+    if engine.draft_model is not None and engine.draft is not None:
+        pair.append((engine.draft_model, engine.draft, False))
+    # loaded until the server stops: a far expiry, as Ollama shows for keep_alive -1
+    return {"models": [entry | {"size": sum(model.info.file_size for model, _, _ in pair),
+                                "size_vram": sum(_on_gpu(*loaded) for loaded in pair),
+                                "expires_at": "2099-01-01T00:00:00Z", "context_length": engine.target.n_ctx}]}
+
+
+def _on_gpu(model: ResolvedModel, loaded: LoadedModel, remote: bool) -> int:
+    """Bytes of a model's weights on GPUs, this machine's or (`remote`) RPC servers': its offloaded
+    share of the layers (llama.cpp counts the output layer as one more); 0 on a CPU."""
+    if not (gpu_offload_supported() or remote):
+        return 0
+    layers, blocks = loaded.settings.n_gpu_layers, model.info.block_count or 0
+    if layers < 0 or layers > blocks:
+        return model.info.file_size
+    return model.info.file_size * layers // (blocks + 1)
+
+
+@router.api_route("/api/show", methods=["GET", "POST"])
+async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> dict:
+    state: ServerState = http_request.app.state.server
+    model = state.engine.target_model
+    info = model.info
+    params = "\n".join(f"{key} {_param_text(value)}" for key, values in model.params.items()
+                       for value in (values if isinstance(values, list) else [values]))
+    return {
+        "modelfile": f"FROM {model.path}\n",
+        "parameters": params,
+        "template": info.chat_template or "",
+        "system": model.system or "",
+        "details": _details(model),
+        "model_info": {"general.architecture": info.architecture, "general.parameter_count": info.parameter_count,
+                       f"{info.architecture}.context_length": info.context_length,
+                       f"{info.architecture}.block_count": info.block_count,
+                       f"{info.architecture}.embedding_length": info.embedding_length},
+        # what Ollama's clients check before they offer tools or embed
+        "capabilities": ["completion", *(["tools"] if info.chat_template else []),
+                         *(["thinking"] if template_thinks(info.chat_template) else []),
+                         *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []), "embedding"],
+        "modified_at": _mtime(model),
+        "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
+                        "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
+    }
+
+
+class PullRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # insecure
+    model: str | None = None
+    name: str | None = None  # older clients
+    stream: bool = True
+
+
+@router.post("/api/pull")
+async def pull(body: PullRequest):
+    """Every name is answered by the loaded pair, so every name is already here: front-ends that pull
+    before they chat go on to chat. (`ollama-spec pull` puts models into the store.)"""
+    done = {"status": "success"}
+    if body.stream:
+        return StreamingResponse(iter([json.dumps(done) + "\n"]), media_type="application/x-ndjson")
+    return done
+
+
+def _model_entry(model: ResolvedModel, name: str) -> dict:
+    digest = model.path.name.replace("sha256-", "") if model.path.name.startswith("sha256-") else ""
+    return {"name": name, "model": name, "modified_at": _mtime(model), "size": model.info.file_size,
+            "digest": digest, "details": _details(model)}
+
+
+def _details(model: ResolvedModel) -> dict:
+    info = model.info
+    return {"parent_model": "", "format": "gguf", "family": info.architecture, "families": [info.architecture],
+            "parameter_size": info.parameter_label, "quantization_level": info.file_type}
+
+
+def _param_text(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) and re.search(r"\s", value) else str(value)
+
+
+def _mtime(model: ResolvedModel) -> str:
+    return iso(datetime.fromtimestamp(model.path.stat().st_mtime, timezone.utc))
+
+
+def iso(moment: datetime) -> str:
+    """A time as Ollama writes it: RFC 3339, UTC as Z."""
+    return moment.isoformat().replace("+00:00", "Z")
