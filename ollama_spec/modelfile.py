@@ -40,8 +40,9 @@ def _speculative_tokens(text: str) -> int | str:
     return value
 
 
-# PARAMETER name -> (converter, what the error says it expects). The first group is used; the rest
-# are Ollama's own parameters, type-checked as Ollama does and otherwise ignored.
+# PARAMETER name -> (converter, what the error says it expects). The first group is used, and so are
+# the penalties (repeat_penalty, repeat_last_n, presence/frequency_penalty); the rest are Ollama's own
+# parameters, type-checked as Ollama does and otherwise ignored.
 PARAMETERS: dict[str, tuple[Any, str]] = {
     "num_ctx": (int, "an integer"),
     "temperature": (float, "a number"),

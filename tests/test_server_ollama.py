@@ -210,3 +210,19 @@ def test_gpu_bytes_are_the_offloaded_share_of_the_layers(server, monkeypatch):
     assert routes._on_gpu(engine.target_model, engine.target, False) == size  # -1: every layer
     monkeypatch.setattr(engine.target, "settings", replace(engine.target.settings, n_gpu_layers=1))
     assert routes._on_gpu(engine.target_model, engine.target, False) == size // (blocks + 1)
+
+
+def test_penalty_options_change_the_answer_and_keep_it_the_targets(client, server):
+    """Ollama's repeat_penalty and friends (llama.cpp's penalties), applied under speculation: the
+    drafted answer is the target alone's penalized one."""
+    plain = client.generate(model="x", prompt="Once upon a time", options=GREEDY)
+    options = GREEDY | {"repeat_penalty": 2.0, "repeat_last_n": 32, "frequency_penalty": 1.0}
+    penalized = client.generate(model="x", prompt="Once upon a time", options=options)
+    assert penalized.response != plain.response
+    engine = server[1].engine
+    request = server[1].build_request(prompt="Once upon a time", max_tokens=40, temperature=0,
+                                      penalties={"repeat_penalty": 2.0, "repeat_last_n": 32, "frequency_penalty": 1.0})
+    alone = engine.generate(request, use_draft=False)
+    assert "".join(alone) == penalized.response
+    with pytest.raises(ollama.ResponseError, match="repeat_penalty"):
+        client.generate(model="x", prompt="hi", options={"repeat_penalty": 0})

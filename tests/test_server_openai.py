@@ -1,5 +1,6 @@
 """The OpenAI-compatible API, driven by the official `openai` client against the real server."""
 
+import openai
 import pytest
 from openai import OpenAI
 
@@ -165,3 +166,30 @@ def test_with_include_usage_every_chunk_has_usage_null_but_the_last(server):
         chunks = [json.loads(line[6:]) for line in lines[:-1]]
         assert len(chunks) > 2 and all(c["usage"] is None for c in chunks[:-1]), path
         assert chunks[-1]["usage"]["completion_tokens"] == 5
+
+
+
+def test_penalties_and_logit_bias_apply(client, server):
+    """presence/frequency penalties change the answer; logit_bias -100 bans a token, as OpenAI's
+    reference says; bad biases are a 400 naming logit_bias."""
+    def completion(**extra):
+        return client.completions.create(model="m", prompt="Once upon a time", max_tokens=20, temperature=0, **extra)
+
+    plain = completion().choices[0].text
+    assert completion(frequency_penalty=2.0, presence_penalty=1.0).choices[0].text != plain
+    state = server[1]
+    request = state.build_request(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0)
+    generation = state.engine.generate(request, use_draft=False)
+    assert "".join(generation) == plain
+    first = generation.result.tokens[0]
+    request = state.build_request(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0,
+                                  penalties={"logit_bias": ((first, float("-inf")),)})
+    banned = state.engine.generate(request, use_draft=False)
+    expected = "".join(banned)
+    assert first not in banned.result.tokens
+    assert completion(logit_bias={str(first): -100}).choices[0].text == expected
+    for bias, message in (({"x": 1}, "keys are token ids"), ({"1": 101}, "values are in -100..100"),
+                          ({"99999999": 5}, "is not in the model's vocabulary")):
+        with pytest.raises(openai.BadRequestError, match=message) as caught:
+            completion(logit_bias=bias)
+        assert caught.value.body["param"] == "logit_bias"

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass, field, replace
 
 from starlette.requests import Request as HTTPRequest
@@ -97,6 +98,12 @@ class ServerState:
     def model_names(self) -> list[str]:
         return list(dict.fromkeys([self.engine.target_model.name, *self.settings.aliases]))
 
+    def _check_token_ids(self, ids: dict[int, float], param: str) -> None:
+        n_vocab = self.engine.target.n_vocab
+        wrong = next((token for token in ids if not 0 <= token < n_vocab), None)
+        if wrong is not None:
+            raise ApiError(400, f"{param}: token id {wrong} is not in the model's vocabulary (0..{n_vocab - 1})", param)
+
     def build_request(
         self,
         *,
@@ -124,6 +131,7 @@ class ServerState:
         cap_max_tokens: bool = False,
         default_max_tokens: int | None = None,
         truncate: bool = False,
+        penalties: dict[str, Any] | None = None,
     ) -> Request:
         """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp
         can parse the output grammar.
@@ -131,10 +139,14 @@ class ServerState:
         `tokens`: the prompt already as tokens (a template the request brought). `cap_max_tokens`: a
         max_tokens past the room left is a cap, as Ollama's num_predict is (else a 400, as OpenAI answers).
         `default_max_tokens`: the route's own default, below the server's. `truncate`: a conversation
-        longer than the context loses its oldest messages, as Ollama's /api/chat does."""
+        longer than the context loses its oldest messages, as Ollama's /api/chat does. `penalties`:
+        Penalties fields given by the request (logit_bias as (token id, bias) pairs)."""
         given = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p, "seed": seed}
         try:
             sampling = replace(self.settings.sampling, **{k: v for k, v in given.items() if v is not None})
+            if penalties:
+                self._check_token_ids(dict(penalties.get("logit_bias", ())), "logit_bias")
+                sampling = replace(sampling, penalties=replace(sampling.penalties, **penalties))
         except InvalidSetting as exc:
             raise ApiError(400, str(exc)) from None
         request = Request(

@@ -31,6 +31,9 @@ MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes th
 DONE_REASONS = {"stop": "stop", "length": "length", "context": "length"}
 
 
+PENALTIES = ("repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")
+
+
 class Options(BaseModel):
     """The options Ollama's runner takes that apply here; others (num_gpu, mirostat, ...) are ignored.
     Read with `from_map`, which types them as Ollama does."""
@@ -45,6 +48,10 @@ class Options(BaseModel):
     num_predict: int | None = None  # -1: until the context is full; -2: fill the context
     num_ctx: int | None = Field(None, ge=1)
     stop: list[str] | None = None
+    repeat_penalty: float | None = Field(None, gt=0)
+    repeat_last_n: int | None = Field(None, ge=-1)
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
 
     @classmethod
     def from_map(cls, given: dict[str, Any] | None) -> Options:
@@ -252,6 +259,7 @@ def _options(given: dict[str, Any] | None) -> dict[str, Any]:
         "seed": options.seed, "stop": options.stop or [], "n_ctx": options.num_ctx,
         "max_tokens": predict if predict and predict > 0 else None, "max_tokens_name": "num_predict",
         "cap_max_tokens": True,  # as Ollama's boundedNumPredict: an upper bound, never a reason to refuse
+        "penalties": {name: value for name in PENALTIES if (value := getattr(options, name)) is not None},
     }
 
 

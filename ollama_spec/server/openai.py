@@ -131,6 +131,25 @@ class CommonParams(BaseModel):
     response_format: ResponseFormat | None = None
     grammar: str | None = None  # a GBNF grammar, as llama.cpp's server and llama-cpp-python's take
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None  # token id (as text) -> -100..100 added to its logit
+
+    def penalties(self) -> dict:
+        """OpenAI's penalties as llama.cpp's (which llama.cpp's own server maps them to); a bias of -100
+        bans the token, as OpenAI's reference says it should."""
+        given = {name: value for name in ("presence_penalty", "frequency_penalty")
+                 if (value := getattr(self, name)) is not None}
+        if self.logit_bias:
+            bias = []
+            for key, value in self.logit_bias.items():
+                if not key.strip().isdigit():
+                    raise ApiError(400, f"logit_bias: keys are token ids, got '{key}'", "logit_bias")
+                if not -100 <= value <= 100:
+                    raise ApiError(400, f"logit_bias: values are in -100..100, got {value}", "logit_bias")
+                bias.append((int(key), float("-inf") if value == -100 else value))
+            given["logit_bias"] = tuple(bias)
+        return given
 
     def output_grammar(self) -> str | None:
         """The grammar the output must match: response_format's JSON (object or schema), or `grammar`."""
@@ -148,7 +167,8 @@ class CommonParams(BaseModel):
 
     def sampling(self) -> dict:
         return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-                "seed": self.seed, "stop": self.stops, "ignore_eos": self.ignore_eos, "grammar": self.output_grammar()}
+                "seed": self.seed, "stop": self.stops, "ignore_eos": self.ignore_eos, "grammar": self.output_grammar(),
+                "penalties": self.penalties()}
 
 
 class ChatCompletionRequest(CommonParams):
