@@ -24,7 +24,7 @@ from ..chat import ChatMessage
 from ..engine import Result
 from ..tools import ToolCall
 from .answer import AnswerParts
-from .common import ApiError, ServerState, json_grammar, offer_tools, run_to_end
+from .common import ApiError, ServerState, json_grammar, offer_tools, openai_error, run_to_end
 from .openai import job_events, tool_arguments
 from .worker import Piece
 
@@ -249,8 +249,8 @@ def _event_stream(events: AsyncIterator[dict]) -> StreamingResponse:
                 yield f"event: {event['type']}\ndata: {json.dumps(event | {'sequence_number': number})}\n\n"
                 number += 1
         except ApiError as exc:  # the status line is sent: report it in the stream, as OpenAI does
-            error = {"type": "error", "code": str(exc.status), "message": exc.message, "param": exc.param,
-                     "sequence_number": number}
+            error = {"type": "error", "code": openai_error(exc.status, exc.message, exc.param, exc.code)["code"],
+                     "message": exc.message, "param": exc.param, "sequence_number": number}
             yield f"event: error\ndata: {json.dumps(error)}\n\n"
 
     return StreamingResponse(lines(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
