@@ -43,11 +43,12 @@ def test_show(invoke, tiny_store):
 
 def test_pair_ok_and_incompatible(invoke, tiny_store):
     ok = invoke("pair", "tiny-target", "tiny-draft", "--models-dir", tiny_store)
-    assert ok.exit_code == 0 and ok.output.startswith("tiny-draft can draft for tiny-target")
+    # names as stored (Ollama's getExistingName), whatever spelling was typed
+    assert ok.exit_code == 0 and ok.output.startswith("tiny-draft:latest can draft for tiny-target:latest")
     bad = invoke("pair", "tiny-target", "tiny-alien", "--models-dir", tiny_store)
     assert bad.exit_code == 1
     assert bad.output.strip().splitlines() == [
-        "Error: tiny-alien cannot draft for tiny-target: BOS differs: add_bos True / id 507 in target, "
+        "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
         "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"
     ]
     data = json.loads(invoke("pair", "tiny-target", "tiny-alien", "--json", "--models-dir", tiny_store).stdout)
@@ -59,7 +60,7 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path):
         (
             "show",
             "../etc/passwd",
-        ): "Error: invalid model name '../etc/passwd': host '..' has characters Ollama does not allow",
+        ): "Error: no such file: ../etc/passwd",  # a path, never a name
         (
             "show",
             "nothere",

@@ -14,6 +14,7 @@ from ..user_cache import cache_dir
 from .generate import format_stats
 from .main import cli
 from .options import (
+    UNTIL_CONTEXT_FULL,
     apply_preset,
     ctx_option,
     engine_settings,
@@ -83,7 +84,7 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
                                flash_attn=flash_attn)
     defaults = Request(
         system="",  # the conversation carries its own system message
-        max_tokens=int(first_set(max_tokens, model_max_tokens(params, settings.n_ctx), DEFAULT_MAX_TOKENS)),
+        max_tokens=int(first_set(max_tokens, model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)),
         stop=model_stops(params),
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),

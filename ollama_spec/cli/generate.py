@@ -15,6 +15,7 @@ from ..runtime import set_verbose
 from .main import cli
 from .options import (
     NGRAM,
+    UNTIL_CONTEXT_FULL,
     apply_preset,
     ctx_option,
     engine_settings,
@@ -145,7 +146,7 @@ def generate(
         messages=(*history, ChatMessage("user", prompt)) if history else (),
         system=system,
         raw=raw,
-        max_tokens=int(first_set(max_tokens, model_max_tokens(params, settings.n_ctx), DEFAULT_MAX_TOKENS)),
+        max_tokens=int(first_set(max_tokens, model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)),
         stop=tuple(stop) + model_stops(params),
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),

@@ -388,14 +388,16 @@ def model_stops(params: dict) -> tuple[str, ...]:
     return tuple(s for s in params.get("stop", []) if isinstance(s, str))
 
 
-def model_max_tokens(params: dict, n_ctx: int | None = None) -> int | None:
-    """The model's num_predict when it is a limit. Ollama's -1 (until the context is full) and -2 (fill the
-    context) are `n_ctx`, where generation stops on a full context anyway; None without `n_ctx` (the server's
-    "up to the end of the context")."""
+UNTIL_CONTEXT_FULL = 2**31 - 1  # more tokens than any context holds: generation ends on a full context
+
+
+def model_max_tokens(params: dict, unlimited: int | None = None) -> int | None:
+    """The model's num_predict when it is a limit; Ollama's -1 (until the context is full) and -2 (fill the
+    context) give `unlimited` (the CLI: UNTIL_CONTEXT_FULL; the server: None, up to the end of the context)."""
     value = params.get("num_predict")
     if isinstance(value, int) and value > 0:
         return value
-    return n_ctx if value in (-1, -2) else None
+    return unlimited if value in (-1, -2) else None
 
 
 def first_set(*values):
