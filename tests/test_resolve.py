@@ -112,3 +112,12 @@ def test_a_blob_path_is_a_gguf_path(store, invoke):
     assert resolve_model(str(blob)).path == blob
     shown = invoke("show", blob)
     assert shown.exit_code == 0 and shown.output.startswith(blob.name)
+
+
+def test_drafts_says_auto_takes_the_stored_draft(store, invoke):
+    variant(store, "withdraft", extra=[("draft", "tiny-draft")])
+    result = invoke("drafts", "withdraft", "--json", "--models-dir", store)
+    data = json.loads(result.stdout)
+    assert data["stored_draft"] is True and not any(row["auto"] for row in data["drafts"])
+    plain = invoke("drafts", "withdraft", "--models-dir", store)
+    assert plain.stderr == "auto: the draft stored in withdraft:latest's manifest (also used without --draft)\n"
