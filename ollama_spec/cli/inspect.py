@@ -236,11 +236,11 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
     target_model, draft_model = resolve_model(target, models_dir), resolve_model(draft, models_dir)
     target, draft = target_model.name, draft_model.name  # as stored: `TINY-TARGET` reads tiny-target:latest
     target_info, draft_info = target_model.info, draft_model.info
+    require_usable(target, target_info, "target")
+    require_usable(draft, draft_info, "draft")
     if _same_file(target_info.path, draft_info.path):
         click.echo(f"warning: {draft} and {target} are the same model (one blob): a model drafting for itself "
                    "only adds work", err=True)
-    require_usable(target, target_info, "target")
-    require_usable(draft, draft_info, "draft")
     verdict = check_compatibility(target_info, draft_info)
     fixes = [
         f"{name}: {fix.description}"
