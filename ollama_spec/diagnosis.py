@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .backends import BackendReport, read_backends
 from .devices import CUDA_BUILD_HINT, METAL_BUILD_HINT, Device, present_gpus
+from .envconfig import ollama_var
 from .errors import OllamaSpecError, StoreUnreadable
 from .gguf_info import format_bytes
 from .ollama_daemon import DaemonStatus, daemon_status
@@ -38,9 +39,10 @@ class Facts:
     store_error: str | None
     daemon: DaemonStatus
     store_unreadable: bool = False
+    store_setting: str | None = None  # "OLLAMA_MODELS" or "--models-dir" when the store path was given
 
 
-def gather() -> Facts:
+def gather(models_dir: str | None = None) -> Facts:
     """Read the facts from this machine (llama.cpp, NVML, the store, the Ollama daemon)."""
     from . import runtime  # loads llama.cpp
 
@@ -51,13 +53,14 @@ def gather() -> Facts:
     store = store_error = None
     unreadable = False
     try:
-        store = str(find_store_root().path)
+        store = str(find_store_root(models_dir).path)
     except StoreUnreadable as exc:
         store_error, unreadable = str(exc), True
     except OllamaSpecError as exc:
         store_error = str(exc)
+    setting = "--models-dir" if models_dir else ("OLLAMA_MODELS" if ollama_var("OLLAMA_MODELS") else None)
     return Facts(runtime.gpu_offload_supported(), tuple(present_gpus()), backends, store, store_error,
-                 daemon_status(), unreadable)
+                 daemon_status(), unreadable, setting)
 
 
 def rebuild_command(kind: str) -> str:
@@ -85,9 +88,19 @@ def find_problems(facts: Facts) -> list[Problem]:
         if gpu.free < SHORT_FRACTION * gpu.total:
             problems.append(_short_gpu(gpu, facts.daemon))
     if facts.store_error:
-        fix = "sudo usermod -aG ollama $USER" if facts.store_unreadable else "ollama pull llama3.2:1b"
-        problems.append(Problem(facts.store_error, fix))
+        problems.append(Problem(facts.store_error, _store_fix(facts)))
     return problems
+
+
+def _store_fix(facts: Facts) -> str:
+    if facts.store_unreadable:
+        return "sudo usermod -aG ollama $USER"
+    # a pull goes through the daemon, which stores by its own environment: it would not fix this setting
+    if facts.store_setting == "OLLAMA_MODELS":
+        return "unset OLLAMA_MODELS  (or set it to the folder that holds blobs/ and manifests/)"
+    if facts.store_setting:
+        return f"give {facts.store_setting} the folder that holds blobs/ and manifests/"
+    return "ollama pull llama3.2:1b"
 
 
 def _short_gpu(gpu: Device, daemon: DaemonStatus) -> Problem:

@@ -30,14 +30,7 @@ class DraftCandidate:
     @property
     def note(self) -> str | None:
         """Why this size is outside the useful range, or None inside it."""
-        low, high = USEFUL_RATIO
-        if self.ratio < MIN_RATIO:
-            return "over a tenth of the target's size: drafting rarely pays"
-        if self.ratio < low:
-            return f"larger than 1:{low:.0f}: pays only when most drafts are accepted"
-        if self.ratio > high:
-            return f"smaller than 1:{high:.0f}: cheap, but agrees with the target less often"
-        return None
+        return size_note(self.ratio)
 
     @property
     def distance(self) -> float:
@@ -46,12 +39,27 @@ class DraftCandidate:
         return max(0.0, math.log(low / self.ratio), math.log(self.ratio / high))
 
 
+def size_note(ratio: float) -> str | None:
+    """Why a draft `ratio` times smaller than its target (target size / draft size) is outside the useful
+    range, or None inside it."""
+    low, high = USEFUL_RATIO
+    if ratio <= 1:
+        return "speculation is slower than the target alone"
+    if ratio < MIN_RATIO:
+        return "over a tenth of the target's size: drafting rarely pays"
+    if ratio < low:
+        return f"larger than 1:{low:.0f}: pays only when most drafts are accepted"
+    if ratio > high:
+        return f"smaller than 1:{high:.0f}: cheap, but agrees with the target less often"
+    return None
+
+
 def find_drafts(store: Store, target: ModelInfo) -> list[DraftCandidate]:
     """The store's models that can draft for `target` (llama.cpp's rules), smallest first."""
     candidates = []
     for model in store.models():
-        if not isinstance(model, StoredModel):
-            continue  # unreadable manifests are `list`'s business
+        if not isinstance(model, StoredModel) or model.layer("adapter") is not None:
+            continue  # unreadable manifests are `list`'s business; a LoRA model is refused as a draft
         try:
             light = model.model_info(read_vocab=False)
             if light.path == target.path or light.file_size >= target.file_size or not _may_match(target, light):

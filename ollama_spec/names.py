@@ -52,7 +52,7 @@ class ModelRef:
 def parse_model_name(name: str) -> ModelRef:
     """Parse a name the way Ollama does; raise InvalidModelName with the reason."""
     original = name
-    name = name.strip()
+    name = _without_source_suffix(name.strip(), original)
     for scheme in ("https://", "http://"):
         if name.lower().startswith(scheme):
             name = name[len(scheme) :]
@@ -80,6 +80,36 @@ def parse_model_name(name: str) -> ModelRef:
     _check_part(original, "namespace", namespace)
     _check_part(original, "model", model)
     return ModelRef(host=host, namespace=namespace, model=model, tag=tag)
+
+
+def _without_source_suffix(name: str, original: str) -> str:
+    """Ollama's modelref.ParseRef and NormalizePullName: `model:local` and `model:tag:local` are the
+    stored model; `model:cloud` / `model:tag:cloud` the stored cloud stub, kept as `model:cloud` /
+    `model:tag-cloud` (a `-cloud` tag is left as it is)."""
+    base, source = _source_suffix(name)
+    if source is None:
+        return name
+    if _source_suffix(base)[1] is not None:
+        raise InvalidModelName(f"invalid model name '{original}': use either :local or :cloud, not both")
+    if source == "local":
+        return base
+    colon, slash = base.rfind(":"), base.rfind("/")
+    return f"{base}-cloud" if colon > slash else f"{base}:cloud"
+
+
+def _source_suffix(name: str) -> tuple[str, str | None]:
+    colon = name.rfind(":")
+    suffix = name[colon + 1 :].strip().lower() if colon >= 0 else ""
+    return (name[:colon], suffix) if suffix in ("local", "cloud") else (name, None)
+
+
+def is_valid_ref(parts: tuple[str, ...]) -> bool:
+    """Whether host/namespace/model/tag (a manifest's path parts) make a name Ollama accepts."""
+    if len(parts) != 4:
+        return False
+    kinds = ("host", "namespace", "model", "tag")
+    return all(0 < len(p) <= MAX_PART_LENGTH and ".." not in p and _PART_PATTERNS[k].fullmatch(p)
+               for k, p in zip(kinds, parts))
 
 
 def _check_part(original: str, kind: str, part: str) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import httpx
 import ollama
 
+from .envconfig import ollama_var
+
 PROBE_TIMEOUT = 1.0  # seconds: a daemon on this machine answers in milliseconds
 
 
@@ -45,7 +47,8 @@ class DaemonStatus:
 
 def daemon_status(host: str | None = None, timeout: float = PROBE_TIMEOUT) -> DaemonStatus:
     """Ask the daemon at `host` (default: $OLLAMA_HOST as Ollama reads it, else 127.0.0.1:11434) what it holds."""
-    client = ollama.Client(host=host, timeout=timeout)
+    # ollama-python reads OLLAMA_HOST raw; Ollama trims spaces and quotes first
+    client = ollama.Client(host=host or ollama_var("OLLAMA_HOST") or None, timeout=timeout)
     where = str(client._client.base_url).rstrip("/")  # the client's own reading of OLLAMA_HOST
     try:
         response = client.ps()

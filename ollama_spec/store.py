@@ -27,9 +27,10 @@ from .errors import (
     StoreNotFound,
     StoreUnreadable,
 )
+from .envconfig import ollama_var
 from .gguf_header import shown
 from .gguf_info import ModelInfo, format_bytes, is_gguf, read_model_info
-from .names import ModelRef, parse_model_name
+from .names import ModelRef, is_valid_ref, parse_model_name
 
 MEDIA_TYPE_PREFIX = "application/vnd.ollama.image."
 LAYER_KINDS = (
@@ -46,7 +47,9 @@ LAYER_KINDS = (
 )
 HOME_STORE = Path("~/.ollama/models")
 SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+# Ollama's BlobsPath takes `sha256:<hex>` and `sha256-<hex>` alike (the blob's own file name). Upper-case hex
+# matches its regex too, but the blob would then need an upper-case file name: refused here.
+_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
 _HASH_CHUNK = 8 << 20
 # Ollama's manifests and config blobs are a few KB; its text layers (template, system, license,
 # params) tens of KB. Anything far larger is not one, and is never read whole.
@@ -56,7 +59,7 @@ MAX_TEXT_LAYER_BYTES = 16 << 20
 _NUMBER_PARAMS = ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
                   "frequency_penalty", "tfs_z", "mirostat_tau", "mirostat_eta")
 _INTEGER_PARAMS = ("top_k", "seed", "num_predict", "num_ctx", "num_batch", "num_keep", "repeat_last_n",
-                   "mirostat", "num_gpu", "num_thread")
+                   "mirostat", "num_gpu", "num_thread", "draft_num_predict")
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,25 @@ class StoredModel:
     root: Path
     config: Mapping[str, Any]
     layers: tuple[Layer, ...]
+    config_layer: Layer | None = None  # the manifest's config blob (cloud models say so there)
 
     @property
     def name(self) -> str:
         return self.ref.display
 
     def layer(self, kind: str) -> Layer | None:
-        return next((layer for layer in self.layers if layer.kind == kind), None)
+        """The layer of this kind; of several, the last, as Ollama's GetModel assigns them in order."""
+        return next((layer for layer in reversed(self.layers) if layer.kind == kind), None)
+
+    def config_problem(self) -> str | None:
+        """Why Ollama could not open the config blob (missing, wrong size, unreadable), or None."""
+        if self.config_layer is None:
+            return None
+        try:
+            check_blob(blob_path(self.root, self.config_layer.digest), self.config_layer)
+        except OllamaSpecError as exc:
+            return f"config {exc}"
+        return None
 
     @property
     def size(self) -> int:
@@ -168,8 +183,8 @@ def find_store_root(models_dir: str | os.PathLike | None = None, environ: Mappin
     environ = os.environ if environ is None else environ
     if models_dir:
         return _checked_root(Path(models_dir).expanduser(), "--models-dir")
-    if environ.get("OLLAMA_MODELS"):
-        return _checked_root(Path(environ["OLLAMA_MODELS"]).expanduser(), "OLLAMA_MODELS")
+    if ollama_var("OLLAMA_MODELS", environ):
+        return _checked_root(Path(ollama_var("OLLAMA_MODELS", environ)).expanduser(), "OLLAMA_MODELS")
     home = HOME_STORE.expanduser()
     for path, source in ((home, "~/.ollama/models"), (SERVICE_STORE, "the Ollama service store")):
         if _exists(path):
@@ -207,8 +222,14 @@ def _checked_root(path: Path, source: str) -> StoreRoot:
     return StoreRoot(path=path, source=source)
 
 
+def unreadable(path: Path) -> StoreUnreadable:
+    """The error for a folder or file inside the store that this user may not read."""
+    return StoreUnreadable(f"{path} is not readable by you; add yourself to group ollama "
+                           "(sudo usermod -aG ollama $USER, then log in again)")
+
+
 def blob_path(root: Path, digest: Any) -> Path:
-    """`sha256:<64 hex>` -> `<root>/blobs/sha256-<hex>`; anything else is refused, never joined.
+    """`sha256:<64 hex>` (or `sha256-<hex>`) -> `<root>/blobs/sha256-<hex>`; anything else is refused, never joined.
 
     Stores written by old Ollama versions that were never migrated name blobs `sha256:<hex>`;
     that name is used when only it exists.
@@ -218,7 +239,10 @@ def blob_path(root: Path, digest: Any) -> Path:
         raise InvalidManifest(f"invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
     path = root / "blobs" / f"sha256-{match.group(1)}"
     legacy = root / "blobs" / f"sha256:{match.group(1)}"
-    return legacy if not path.exists() and legacy.exists() else path
+    try:
+        return legacy if not path.exists() and legacy.exists() else path
+    except PermissionError:  # Python 3.11's exists() raises it for a folder it may not search
+        raise unreadable(root / "blobs") from None
 
 
 def _param_problem(key: str, value: Any) -> str | None:
@@ -261,7 +285,7 @@ def verify_blob(path: Path, layer: Layer, progress=None) -> None:
             digest.update(chunk)
             if progress:
                 progress(len(chunk))
-    if f"sha256:{digest.hexdigest()}" != layer.digest:
+    if digest.hexdigest() != _DIGEST.fullmatch(layer.digest).group(1):
         raise BlobError(f"blob {path} does not match its digest {layer.digest} (corrupt file; pull the model again)")
 
 
@@ -281,39 +305,53 @@ class Store:
         manifest = self._find_manifest(ref)
         if manifest is None:
             raise ModelNotFound(self._not_found_message(name, ref))
-        return self._load(ref, manifest)
+        # the stored spelling, as Ollama's getExistingName: `TINY-TARGET` is shown as tiny-target:latest
+        return self._load(ModelRef(*manifest.relative_to(self.path / "manifests").parts), manifest)
 
     def models(self) -> Iterator[StoredModel | BrokenModel]:
-        """Every manifest in the store; one that cannot be read comes back as a BrokenModel."""
-        manifests = self.path / "manifests"
-        if not manifests.is_dir():
-            return
-        for path in sorted(manifests.glob("*/*/*/*")):
-            if not path.is_file():
+        """Every manifest in the store; one that cannot be read comes back as a BrokenModel.
+
+        As in Ollama's manifest listing, a path that is not a valid name (`.DS_Store`, `bad name`,
+        `-partial`) is no model; nor is an editor's or a writer's `*.tmp` file. A folder that
+        cannot be read is an error, not an empty store.
+        """
+        for path in sorted(self._manifest_paths()):
+            parts = path.relative_to(self.path / "manifests").parts
+            if not is_valid_ref(parts) or parts[-1].lower().endswith(".tmp"):
                 continue
-            ref = ModelRef(*path.relative_to(manifests).parts)
+            ref = ModelRef(*parts)
             try:
                 yield self._load(ref, path)
             except OllamaSpecError as exc:
                 yield BrokenModel(ref, path, exc)
 
+    def _manifest_paths(self) -> list[Path]:
+        """manifests/*/*/*/* that are files; glob would pass over an unreadable folder in silence."""
+        level = [self.path / "manifests"]
+        if not _is(level[0], Path.is_dir, level[0].parent):
+            return []
+        for depth in range(4):
+            wanted = Path.is_dir if depth < 3 else Path.is_file
+            level = [entry for folder in level for entry in _entries(folder) if _is(entry, wanted, folder)]
+        return level
+
     def _find_manifest(self, ref: ModelRef) -> Path | None:
         current = self.path / "manifests"
-        for part in ref.manifest_parts:
-            exact = current / part
-            if exact.exists():
-                current = exact
-                continue
-            if not current.is_dir():
-                return None
-            try:
+        try:
+            for part in ref.manifest_parts:
+                exact = current / part
+                if exact.exists():
+                    current = exact
+                    continue
+                if not current.is_dir():
+                    return None
                 folded = [entry for entry in current.iterdir() if entry.name.lower() == part.lower()]
-            except PermissionError:
-                raise StoreUnreadable(f"{current} is not readable by you; add yourself to group ollama") from None
-            if not folded:
-                return None
-            current = folded[0]
-        return current if current.is_file() else None
+                if not folded:
+                    return None
+                current = folded[0]
+            return current if current.is_file() else None
+        except PermissionError:  # exists() too raises it (Python 3.11) when `current` may not be searched
+            raise unreadable(current) from None
 
     def _not_found_message(self, name: str, ref: ModelRef) -> str:
         known = [m.name for m in self.models() if isinstance(m, StoredModel)]
@@ -337,10 +375,11 @@ class Store:
             raise invalid(f"cannot be read ({exc.strerror or exc})") from None
         except (ValueError, RecursionError) as exc:
             raise invalid(f"is not valid JSON ({_brief(exc)})") from None
-        if not isinstance(doc, dict) or doc.get("schemaVersion") != 2 or not isinstance(doc.get("layers"), list):
-            raise invalid("is not a schema 2 manifest with layers")
+        # Ollama decodes a manifest without checking schemaVersion, and reads no layers as none.
+        if not isinstance(doc, dict) or not isinstance(doc.get("layers", []), list):
+            raise invalid("is not a manifest with a list of layers")
         layers = []
-        for number, raw in enumerate(doc["layers"], 1):
+        for number, raw in enumerate(doc.get("layers") or [], 1):
             if not isinstance(raw, dict):
                 raise invalid(f"has a layer {number} that is not an object")
             media_type, digest, size = raw.get("mediaType"), raw.get("digest"), raw.get("size")
@@ -348,20 +387,48 @@ class Store:
                 raise invalid(f"has a layer {number} without a media type")
             if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 63:
                 raise invalid(f"has a layer {number} whose size {shown(size)} is not a byte count")
-            if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):  # never becomes a path
+            if not isinstance(digest, str) or not (match := _DIGEST.fullmatch(digest)):  # never becomes a path
                 raise invalid(f"has an invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
-            layers.append(Layer(media_type, digest, size))
-        return StoredModel(ref, manifest_path, self.path, self._config(doc.get("config")), tuple(layers))
+            layers.append(Layer(media_type, f"sha256:{match.group(1)}", size))
+        config_layer = _config_layer(doc.get("config"))
+        return StoredModel(ref, manifest_path, self.path, self._config(config_layer), tuple(layers), config_layer)
 
-    def _config(self, raw: Any) -> Mapping[str, Any]:
-        # The config blob tells cloud models (remote_host) from local ones; it is optional.
-        if not isinstance(raw, dict) or "digest" not in raw:
+    def _config(self, layer: Layer | None) -> Mapping[str, Any]:
+        # The config blob tells cloud models (remote_host) from local ones; a missing one is
+        # reported by `show` (StoredModel.config_problem), not here.
+        if layer is None:
             return {}
         try:
-            config = json.loads(_read_small(blob_path(self.path, raw["digest"])))
-        except (OSError, ValueError, RecursionError, InvalidManifest, _TooLarge):
+            config = json.loads(_read_small(blob_path(self.path, layer.digest)))
+        except (OSError, ValueError, RecursionError, OllamaSpecError, _TooLarge):
             return {}
         return config if isinstance(config, dict) else {}
+
+
+def _config_layer(raw: Any) -> Layer | None:
+    """The manifest's config entry as a Layer, or None when it names no valid blob."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("digest"), str):
+        return None
+    match = _DIGEST.fullmatch(raw["digest"])
+    size = raw.get("size")
+    if not match or not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 63:
+        return None
+    return Layer(str(raw.get("mediaType") or "config"), f"sha256:{match.group(1)}", size)
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except PermissionError:
+        raise unreadable(folder) from None
+
+
+def _is(path: Path, test, folder: Path) -> bool:
+    """`test(path)`; a PermissionError (Python 3.11 raises it) names `folder`, the one that may not be searched."""
+    try:
+        return test(path)
+    except PermissionError:
+        raise unreadable(folder) from None
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,15 @@ from ollama_spec.cli import doctor as doctor_module
 from ollama_spec.devices import nvidia_gpu, system_ram
 
 
-def test_doctor_reports_llama_cpp_devices_and_the_repack_verdict(invoke, monkeypatch):
+def test_doctor_reports_llama_cpp_devices_and_the_repack_verdict(invoke, monkeypatch, tiny_store):
+    from ollama_spec import diagnosis
+
     monkeypatch.setattr(doctor_module, "discover_devices", lambda: ([nvidia_gpu(24), system_ram(64)], []))
+    monkeypatch.setattr(diagnosis, "present_gpus", lambda: [])
     monkeypatch.setenv("OLLAMA_SPEC_REPACK", "0")
-    result = invoke("doctor")
+    result = invoke("doctor", "--models-dir", tiny_store)  # a store, and no GPU to miss: no problem
     assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("problems          none\n")
     lines = result.stdout.splitlines()
     assert lines[0] == f"llama-cpp-python  {version('llama-cpp-python')}"
     assert lines[1].startswith("GPU offload       ")
@@ -44,8 +48,9 @@ def test_doctor_lists_backends_store_daemon_and_problems_with_fixes(invoke, monk
     with fake_daemon([ps_entry("llama3.1:8b", 6, 5.5)]) as url:
         monkeypatch.setenv("OLLAMA_HOST", url)
         result = invoke("doctor")
-        data = json.loads(invoke("doctor", "--json").stdout)
-    assert result.exit_code == 0, result.output
+        as_json = invoke("doctor", "--json")
+        data = json.loads(as_json.stdout)
+    assert result.exit_code == as_json.exit_code == 1, result.output  # problems found: scripts can tell
     out = result.stdout
     assert "\nbackends          CPU" in out and "\nllama.cpp sees\n  CPU " in out
     assert f"\nOllama store      {tiny_store}\n" in out
@@ -58,3 +63,17 @@ def test_doctor_lists_backends_store_daemon_and_problems_with_fixes(invoke, monk
     assert [p["fix"] for p in data["problems"]] == [diagnosis.rebuild_command("cuda"), "ollama stop llama3.1:8b"]
     assert data["backends"]["backends"] == ["CPU", "RPC"] and data["ollama_daemon"]["reachable"] is True
     assert data["store"] == str(tiny_store) and data["gpus_present"][0]["name"] == "GPU 0: RTX 4090"
+
+
+def test_a_bad_ollama_models_is_fixed_by_the_setting_not_a_pull(invoke, monkeypatch, tmp_path):
+    from ollama_spec import diagnosis
+
+    monkeypatch.setattr(doctor_module, "discover_devices", lambda: ([system_ram(64)], []))
+    monkeypatch.setattr(diagnosis, "present_gpus", lambda: [])
+    monkeypatch.setenv("OLLAMA_SPEC_REPACK", "0")
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "nowhere"))
+    result = invoke("doctor")
+    assert result.exit_code == 1
+    assert result.stdout.endswith(
+        f"problems\n  - the model store {tmp_path / 'nowhere'} (from OLLAMA_MODELS) does not exist or is not a "
+        "directory\n    fix: unset OLLAMA_MODELS  (or set it to the folder that holds blobs/ and manifests/)\n")

@@ -299,3 +299,82 @@ def test_think_flags(invoke, tiny_store):
     for flag in ("--think", "--no-think"):
         result = gen(invoke, tiny_store, "tiny-target", "hello", "-n", "8", flag)
         assert result.exit_code == 0 and result.stdout == plain.stdout
+
+
+# --- what a model's manifest says beyond its weights (the store/CLI audit) ------------------------
+@pytest.fixture
+def layered_store(tiny_store, tmp_path):
+    import shutil
+
+    from .stores import variant, without_chat_template
+
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    params = json.dumps({"draft_num_predict": 2, "temperature": 0}).encode()
+    variant(root, "withdraft", keep=lambda layer: not layer["mediaType"].endswith(".params"),
+            extra=[("draft", "tiny-draft"), ("params", params)])
+    without_chat_template(root, "notemplate")
+    history = [{"role": "user", "content": "Ahoy"}, {"role": "assistant", "content": "Arr"}]
+    variant(root, "pirate", extra=[("messages", json.dumps(history).encode())])
+    for name, value in (("endless", {"num_predict": -1, "temperature": 0}), ("zero-ctx", {"num_ctx": 0})):
+        variant(root, name, keep=lambda layer: not layer["mediaType"].endswith(".params"),
+                extra=[("params", json.dumps(value).encode())])
+    return root
+
+
+def test_the_draft_in_a_models_manifest_drafts_with_its_draft_num_predict(invoke, layered_store):
+    result = gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "12")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines() == ["note: drafting with the draft stored in withdraft:latest's manifest"]
+    data = json.loads(result.stdout)
+    assert data["draft"] == "withdraft:latest (its draft layer)" and data["drafted"] > 0
+    assert set(data["k_chosen"]) == {"2"}  # draft_num_predict: -k's default
+    fixed = json.loads(gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "12", "-k", "3").stdout)
+    assert set(fixed["k_chosen"]) == {"3"}
+    auto = gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "4", "-d", "auto")
+    assert json.loads(auto.stdout)["draft"] == "withdraft:latest (its draft layer)"  # auto prefers it too
+    other = json.loads(gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "4", "-d", "tiny-draft:q8_0")
+                       .stdout)
+    assert other["draft"] == "tiny-draft:q8_0"
+
+
+def test_a_go_template_alone_is_warned_about_and_raw_is_not(invoke, layered_store):
+    result = gen(invoke, layered_store, "notemplate", "Hi", "--json", "-n", "2")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == (
+        "warning: notemplate:latest has no chat template in its GGUF, only an Ollama template layer (Go templates "
+        "are not supported): the conversation is sent unformatted; use --raw to continue the text")
+    assert gen(invoke, layered_store, "notemplate", "Hi", "--json", "-n", "2", "--raw").stderr == ""
+    chatted = invoke("chat", "notemplate", "-n", "2", "--threads", "1", "--no-check", "--models-dir", layered_store,
+                     input="Hi\n/bye\n")
+    assert chatted.exit_code == 0 and "warning: notemplate:latest has no chat template in its GGUF" in chatted.stderr
+
+
+def test_the_messages_layer_comes_before_the_prompt(invoke, layered_store):
+    plain = json.loads(gen(invoke, layered_store, "tiny-target", "Hi", "--json", "-n", "1").stdout)["prompt_tokens"]
+    pirate = json.loads(gen(invoke, layered_store, "pirate", "Hi", "--json", "-n", "1").stdout)["prompt_tokens"]
+    raw = json.loads(gen(invoke, layered_store, "pirate", "Hi", "--json", "-n", "1", "--raw").stdout)["prompt_tokens"]
+    assert pirate > plain > raw
+
+
+def test_num_predict_minus_one_runs_until_the_context_is_full(invoke, layered_store):
+    data = json.loads(gen(invoke, layered_store, "endless", "Hi", "--json", "--raw", "--ctx", "600").stdout)
+    assert data["finish_reason"] in ("context", "stop") and data["generated_tokens"] != 512
+    assert data["prompt_tokens"] + data["generated_tokens"] > 512
+
+
+def test_a_bad_num_ctx_in_the_params_names_the_params(invoke, layered_store):
+    result = gen(invoke, layered_store, "zero-ctx", "Hi")
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: the model's params set num_ctx 0, not a positive number of tokens; "
+                                     "give --ctx to override it")
+
+
+def test_the_speed_line_says_what_its_rate_measures():
+    from ollama_spec.cli.generate import format_stats
+    from ollama_spec.engine import Result
+
+    result = Result(tokens=[1] * 9, finish_reason="length", prompt_tokens=5, total_seconds=7.92,
+                    first_token_seconds=7.57)  # 8 tokens after the first in 0.35 s
+    assert format_stats(result, speculative=False) == (
+        "9 tokens in 7.92 s (decode 22.9 tok/s after a 7.57 s first token; prompt 5 tokens; finished: length)")

@@ -1,6 +1,11 @@
 import json
+import shutil
+
+import pytest
 
 from ollama_spec import __version__
+from ollama_spec.resolve import resolve_model
+from ollama_spec.synthetic.layout import add_blob
 
 
 def test_version_and_help(invoke):
@@ -43,11 +48,12 @@ def test_show(invoke, tiny_store):
 
 def test_pair_ok_and_incompatible(invoke, tiny_store):
     ok = invoke("pair", "tiny-target", "tiny-draft", "--models-dir", tiny_store)
-    assert ok.exit_code == 0 and ok.output.startswith("tiny-draft can draft for tiny-target")
+    # names as stored (Ollama's getExistingName), whatever spelling was typed
+    assert ok.exit_code == 0 and ok.output.startswith("tiny-draft:latest can draft for tiny-target:latest")
     bad = invoke("pair", "tiny-target", "tiny-alien", "--models-dir", tiny_store)
     assert bad.exit_code == 1
     assert bad.output.strip().splitlines() == [
-        "Error: tiny-alien cannot draft for tiny-target: BOS differs: add_bos True / id 507 in target, "
+        "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
         "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"
     ]
     data = json.loads(invoke("pair", "tiny-target", "tiny-alien", "--json", "--models-dir", tiny_store).stdout)
@@ -59,7 +65,7 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path):
         (
             "show",
             "../etc/passwd",
-        ): "Error: invalid model name '../etc/passwd': host '..' has characters Ollama does not allow",
+        ): "Error: no such file: ../etc/passwd",  # a path, never a name
         (
             "show",
             "nothere",
@@ -94,3 +100,61 @@ def test_demo_store_builds_tiny_pair(invoke, tmp_path):
             "tiny-alien") in result.stdout
     assert not [p for p in (tmp_path / "demo" / "blobs").iterdir() if not p.name.startswith("sha256-")]
     assert not [p for p in (tmp_path / "demo").iterdir() if p.name.startswith(".staging")]
+
+
+# --- the store/CLI audit ------------------------------------------------------------------------
+@pytest.fixture
+def store(tiny_store, tmp_path):
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    return root
+
+
+def test_show_escapes_control_characters_from_the_file(store, invoke):
+    from .stores import LIBRARY, variant
+
+    blob = resolve_model("tiny-target", str(store)).path
+    data = blob.read_bytes()
+    assert data.count(b"tiny-target") == 1  # general.name
+    evil = b"\x1b]0;PWN\x07\nX"  # sets a terminal's title, then fakes a line of its own
+    digest, size = add_blob(store, data.replace(b"tiny-target", evil.ljust(11, b"Y")))
+    model = json.loads(store.joinpath(*LIBRARY, "tiny-target", "latest").read_text())["layers"][0]
+    variant(store, "evil", keep=lambda layer: layer["digest"] != model["digest"], extra=[("model", (digest, size))])
+    shown = invoke("show", "evil", "--models-dir", store)
+    assert shown.exit_code == 0, shown.output
+    assert "\x1b" not in shown.output and "\x07" not in shown.output
+    assert "    name                 \\x1b]0;PWN\\x07\\nXY\n" in shown.output
+
+
+def test_show_verify_checks_the_config_blob(store, invoke):
+    from ollama_spec.store import Store, blob_path, find_store_root
+
+    config = Store(find_store_root(store)).resolve("tiny-target").config_layer
+    path = blob_path(store, config.digest)
+    data = bytearray(path.read_bytes())
+    data[5] ^= 1
+    path.write_bytes(bytes(data))
+    verified = invoke("show", "tiny-target", "--verify", "--models-dir", store)
+    assert verified.exit_code == 1
+    assert verified.output.strip() == (f"Error: blob {path} does not match its digest {config.digest} (corrupt file; "
+                                       "pull the model again)")
+    path.unlink()
+    shown = invoke("show", "tiny-target", "--models-dir", store)
+    assert shown.exit_code == 0
+    assert f"  note: Ollama cannot load it: config blob {path} is missing" in shown.output
+
+
+def test_pair_says_when_a_draft_is_no_smaller_and_when_it_is_the_target(tiny_store, invoke):
+    larger = invoke("pair", "tiny-draft", "tiny-target", "--models-dir", tiny_store)
+    assert larger.exit_code == 0
+    assert larger.stdout.splitlines()[1] == ("draft weights are 2.1x LARGER than the target's (speculation is slower "
+                                             "than the target alone)")
+    same = invoke("pair", "tiny-target", "TINY-TARGET", "--models-dir", tiny_store)
+    assert same.stderr == ("warning: tiny-target:latest and tiny-target:latest are the same model (one blob): a "
+                           "model drafting for itself only adds work\n")
+    assert same.stdout.splitlines()[1] == ("draft weights are as large as the target's (speculation is slower than "
+                                           "the target alone)")
+    smaller = invoke("pair", "tiny-target", "tiny-draft", "--models-dir", tiny_store)
+    assert smaller.stdout.splitlines()[1] == ("draft weights are 2.1x smaller than the target's (over a tenth of the "
+                                              "target's size: drafting rarely pays)")
+    assert smaller.stderr == ""

@@ -29,3 +29,25 @@ def test_flags_become_the_server_settings(invoke, tiny_store, monkeypatch):
 def test_bad_settings_are_one_line(invoke, tiny_store):
     result = invoke("serve", "tiny-target", "--max-queue", "-1", "--port", "0", "--models-dir", tiny_store)
     assert result.exit_code == 1 and result.output.strip() == "Error: --max-queue must be >= 0, got -1"
+
+
+def test_a_manifests_draft_and_go_template_are_used_and_logged(invoke, tiny_store, tmp_path, monkeypatch, caplog):
+    import json
+    import shutil
+
+    from .stores import variant, without_chat_template
+
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    without_chat_template(root, "bare")
+    params = json.dumps({"draft_num_predict": 4}).encode()
+    variant(root, "bare-drafted", base="bare", keep=lambda layer: not layer["mediaType"].endswith(".params"),
+            extra=[("draft", "tiny-draft"), ("params", params)])
+    seen = {}
+    monkeypatch.setattr(ollama_spec.server, "serve", lambda state, sock: seen.update(state=state))
+    result = invoke("serve", "bare-drafted", "--threads", "1", "--no-check", "--port", "0", "--models-dir", root)
+    assert result.exit_code == 0, result.output
+    assert "note: drafting with the draft stored in bare-drafted:latest's manifest" in result.stderr
+    assert seen["state"].engine.draft_model.name == "bare-drafted:latest (its draft layer)"
+    assert seen["state"].settings.speculation.num_speculative_tokens == 4
+    assert any("bare-drafted:latest has no chat template in its GGUF" in r.getMessage() for r in caplog.records)

@@ -54,3 +54,8 @@ def test_store_problems_have_their_fix():
     assert missing.fix == "ollama pull llama3.2:1b"
     [unreadable] = find_problems(facts(store=None, store_error="not readable", store_unreadable=True))
     assert unreadable.fix == "sudo usermod -aG ollama $USER"
+    # a pull goes through the daemon, which stores by its own environment: the setting is what to fix
+    [misdirected] = find_problems(facts(store=None, store_error="does not exist", store_setting="OLLAMA_MODELS"))
+    assert misdirected.fix == "unset OLLAMA_MODELS  (or set it to the folder that holds blobs/ and manifests/)"
+    [flag] = find_problems(facts(store=None, store_error="does not exist", store_setting="--models-dir"))
+    assert flag.fix == "give --models-dir the folder that holds blobs/ and manifests/"

@@ -1,7 +1,7 @@
 import pytest
 
 from ollama_spec.errors import InvalidModelName
-from ollama_spec.names import ModelRef, parse_model_name
+from ollama_spec.names import ModelRef, is_valid_ref, parse_model_name
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,28 @@ def test_rejects_invalid_names(name, reason):
 def test_display_is_ollamas_short_form(ref, display):
     assert ref.display == display
     assert parse_model_name(display) == ref
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("llama3.2:local", "llama3.2:latest"),  # Ollama's modelref.ParseRef: a source suffix, not a tag
+    ("llama3.2:1b:local", "llama3.2:1b"),
+    ("llama3.2:1b:LOCAL", "llama3.2:1b"),
+    ("gpt-oss:120b:cloud", "gpt-oss:120b-cloud"),  # the stored cloud stub's name (NormalizePullName)
+    ("gpt-oss:cloud", "gpt-oss:cloud"),
+    ("gpt-oss:120b-cloud", "gpt-oss:120b-cloud"),
+    ("localhost:11434/team/tiny:local", "localhost:11434/team/tiny:latest"),
+])
+def test_source_suffixes_as_ollama_reads_them(name, expected):
+    assert parse_model_name(name).display == expected
+
+
+def test_both_source_suffixes_are_refused():
+    with pytest.raises(InvalidModelName, match="use either :local or :cloud, not both"):
+        parse_model_name("llama3.2:local:cloud")
+
+
+def test_valid_refs_are_what_ollama_lists():
+    assert is_valid_ref(("registry.ollama.ai", "library", "llama3.2", "1b"))
+    for parts in (("registry.ollama.ai", "library", "x", ".DS_Store"), ("registry.ollama.ai", "library", "x", "-p"),
+                  ("registry.ollama.ai", "library", "bad name", "latest"), ("h", "ns.dot", "m", "t"), ("h", "m", "t")):
+        assert not is_valid_ref(parts), parts

@@ -37,3 +37,10 @@ def test_an_http_error_is_said_with_its_status():
     with fake_daemon([], status=500) as url:
         status = daemon_status(url)
     assert not status.reachable and status.error.startswith("it answered /api/ps with HTTP 500")
+
+
+def test_a_quoted_ollama_host_is_read_as_ollama_reads_it(monkeypatch):
+    with fake_daemon([]) as url:
+        monkeypatch.setenv("OLLAMA_HOST", f"'{url}' ")
+        status = daemon_status()
+    assert status.reachable and status.host == url

@@ -157,3 +157,9 @@ def test_a_daemon_storing_outside_ollama_models_is_reported(invoke, daemon, tmp_
     result = invoke("pull", "llama3.2:1b")
     assert result.exit_code == 0, result.output
     assert "stored it outside OLLAMA_MODELS=" in result.output
+
+
+def test_ollama_host_is_trimmed_of_spaces_and_quotes_as_ollama_does(monkeypatch):
+    monkeypatch.setenv("OLLAMA_HOST", ' "http://10.0.0.5:11434" ')
+    assert PullSettings().daemon_host == "http://10.0.0.5:11434"
+    assert PullSettings(ollama_host="http://other:1").daemon_host == "http://other:1"

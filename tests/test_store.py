@@ -383,7 +383,8 @@ def test_any_layer_list(tiny_store, store_copy, data):
     (b"", "is not valid JSON"),
     (b"\xff\xfe", "is not valid JSON"),
     (b"[" * 100_000 + b"]" * 100_000, r"is not valid JSON \(nested too deeply\)"),
-    (b"[]", "is not a schema 2 manifest with layers"),
+    (b"[]", "is not a manifest with a list of layers"),
+    (b'{"layers": {"a": 1}}', "is not a manifest with a list of layers"),
     (b'{"schemaVersion": 2, "layers": [1]}', "has a layer 1 that is not an object"),
     (b'{"schemaVersion": 2, "layers": [{"digest": "sha256:x", "size": 1}]}', "has a layer 1 without a media type"),
     (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": -5}]}', "has a layer 1 whose size -5 is not a byte"),
@@ -461,7 +462,7 @@ def test_list_survives_a_corrupt_gguf_and_an_unreadable_blob(store_copy, invoke,
     assert "has an array of arrays" in shown.output and shown.output.count("\n") == 1
 
 
-def test_list_escapes_odd_names_and_skips_what_is_not_a_file(store_copy, invoke):
+def test_list_skips_odd_names_and_what_is_not_a_file(store_copy, invoke):
     library = manifest_of(store_copy, "tiny-target").parent.parent
     for odd in ("new\nline", os.fsdecode(b"bad\xff")):
         (library / odd).mkdir()
@@ -471,6 +472,104 @@ def test_list_escapes_odd_names_and_skips_what_is_not_a_file(store_copy, invoke)
     result = invoke("list", "--models-dir", store_copy)
     assert result.exit_code == 0
     names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
-    assert names == ["bad\\udcff:latest", "new\\nline:latest", "tiny-alien:latest", "tiny-draft:latest",
-                     "tiny-draft:q4_0", "tiny-draft:q8_0", "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
-    assert len(result.stdout.splitlines()) == 10
+    # names Ollama cannot hold are no models, as in its manifest listing
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
+                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    assert len(result.stdout.splitlines()) == 8
+
+
+# --- audit fixes: folders that cannot be read, Ollama's own reading of manifests and names --------
+def _deny(monkeypatch, denied: Path):
+    """Python 3.11's Path.exists / is_dir / iterdir as they fail when `denied` may not be listed or searched
+    (the tests run as root, for whom chmod 000 changes nothing)."""
+    real_stat, real_iterdir = Path.stat, Path.iterdir
+
+    def stat(self, *args, **kwargs):
+        if self.parent == denied:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    def iterdir(self):
+        if self == denied:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+
+
+def test_an_unreadable_manifests_folder_is_one_error_not_an_empty_store(store_copy, monkeypatch, invoke):
+    library = store_copy / "manifests" / "registry.ollama.ai" / "library"
+    _deny(monkeypatch, library)
+    store = Store(find_store_root(store_copy))
+    message = (f"{library} is not readable by you; add yourself to group ollama "
+               "(sudo usermod -aG ollama $USER, then log in again)")
+    with pytest.raises(StoreUnreadable) as err:
+        store.resolve("tiny-target")
+    assert str(err.value) == message
+    with pytest.raises(StoreUnreadable):
+        list(store.models())
+    listed = invoke("list", "--models-dir", store_copy)
+    assert listed.exit_code == 1 and listed.output.strip().splitlines()[-1] == f"Error: {message}"
+    assert "no models" not in listed.output
+
+
+def test_an_unreadable_blobs_folder_is_one_error(store_copy, monkeypatch, invoke):
+    _deny(monkeypatch, store_copy / "blobs")
+    shown = invoke("show", "tiny-target", "--models-dir", store_copy)
+    assert shown.exit_code == 1
+    assert shown.output.strip() == (f"Error: {store_copy / 'blobs'} is not readable by you; add yourself to group "
+                                    "ollama (sudo usermod -aG ollama $USER, then log in again)")
+
+
+def test_the_last_model_layer_wins_as_in_ollama(store_copy):
+    store = Store(find_store_root(store_copy))
+    own_blob = store.resolve("tiny-target").gguf_path
+    alien = json.loads(manifest_of(store_copy, "tiny-alien").read_text())["layers"][0]
+    _rewrite_layers(store_copy, "tiny-target", lambda layers: [alien, *layers])  # two model layers
+    model = store.resolve("tiny-target")
+    assert [layer.kind for layer in model.layers][:2] == ["model", "model"]
+    assert model.gguf_path == own_blob
+
+
+def test_manifests_ollama_reads_are_read(store_copy):
+    """No schemaVersion (Ollama never checks it) and `sha256-<hex>` digests (Ollama's BlobsPath takes them)."""
+    path = manifest_of(store_copy, "tiny-draft")
+    doc = json.loads(path.read_text())
+    del doc["schemaVersion"]
+    doc["layers"][0]["digest"] = doc["layers"][0]["digest"].replace(":", "-")
+    path.write_text(json.dumps(doc))
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    assert model.layers[0].digest.startswith("sha256:")
+    assert model.gguf_path == blob_path(store_copy, doc["layers"][0]["digest"])
+    verify_blob(model.gguf_path, model.layers[0])
+
+
+def test_list_skips_what_ollama_does_not_take_for_a_model(store_copy, invoke):
+    good = manifest_of(store_copy, "tiny-draft")
+    for odd in (".DS_Store", "latest.tmp", "-partial"):
+        shutil.copy(good, good.parent / odd)
+    add_manifest(store_copy, "registry.ollama.ai", "library", "bad name", "latest")
+    names = [m.name for m in Store(find_store_root(store_copy)).models()]
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
+                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    shown = invoke("show", "bad", "--models-dir", store_copy)
+    assert shown.exit_code == 1 and "did you mean" not in shown.output
+
+
+def test_a_missing_config_blob_is_a_config_problem(store_copy):
+    store = Store(find_store_root(store_copy))
+    model = store.resolve("tiny-draft")
+    assert model.config_problem() is None and model.config_layer is not None
+    blob_path(store_copy, model.config_layer.digest).unlink()
+    assert "is missing" in store.resolve("tiny-draft").config_problem()
+
+
+@pytest.mark.parametrize("value", ['"{}"', "'{}'", " {} ", '"{}" '])
+def test_ollama_models_is_trimmed_of_spaces_and_quotes_as_ollama_does(tiny_store, value):
+    root = find_store_root(None, {"OLLAMA_MODELS": value.format(tiny_store)})
+    assert root.path == tiny_store and root.source == "OLLAMA_MODELS"
+
+
+def test_names_resolve_to_their_stored_spelling(tiny_store):
+    assert Store(find_store_root(tiny_store)).resolve("TINY-Target:LATEST").name == "tiny-target:latest"

@@ -57,9 +57,10 @@ def test_runnable_models_pass(tiny_models):
 def test_pair_refuses_two_models_without_vocabulary(invoke, store):
     result = invoke("pair", "embed-a", "embed-b", "--models-dir", store)
     assert result.exit_code == 1
-    assert result.output == "Error: embed-a cannot be the target: it has no vocabulary (tokenizer.ggml.tokens)\n"
+    assert result.output == ("Error: embed-a:latest cannot be the target: it has no vocabulary "
+                             "(tokenizer.ggml.tokens)\n")
     result = invoke("pair", "tiny-target", "embed-b", "--models-dir", store)
-    assert result.output == "Error: embed-b cannot be the draft: it has no vocabulary (tokenizer.ggml.tokens)\n"
+    assert result.output == "Error: embed-b:latest cannot be the draft: it has no vocabulary (tokenizer.ggml.tokens)\n"
 
 
 def test_check_refuses_before_sizing(invoke, store):

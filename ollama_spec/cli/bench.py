@@ -12,7 +12,7 @@ from ..bench.prompts import BUILTIN_PROMPTS, load_prompts
 from ..bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_KS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
 from ..engine import NEAR_TIE_LOGITS
 from ..errors import InvalidSetting
-from ..resolve import resolve_model
+from ..resolve import looks_like_path, resolve_model
 from ..runtime import set_verbose
 from ..store import Store, find_store_root
 from .main import cli
@@ -33,8 +33,8 @@ from .options import (
 @cli.command()
 @click.argument("target")
 @preset_option
-@click.option("--draft", "-d", help=f"Draft model (required unless --url), or '{AUTO}': the store's best-sized "
-              "compatible one.")
+@click.option("--draft", "-d", help=f"Draft model (required unless --url or TARGET's manifest has a draft layer), "
+              f"or '{AUTO}': the store's best-sized compatible one.")
 @click.option("-k", "ks", default="auto," + ",".join(map(str, DEFAULT_KS)), show_default=True,
               help="Comma-separated draft lengths to measure; auto adds a row where K is chosen each step.")
 @click.option("--max-tokens", "-n", type=int, default=DEFAULT_BENCH_TOKENS, show_default=True,
@@ -89,19 +89,22 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
     if url:
         _bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out)
         return
-    if not draft:
-        raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     fixed_ks, auto = parse_k_list(ks)
+    if not draft and looks_like_path(target):
+        raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
+    paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
+    store = None if paths else Store(find_store_root(models_dir))
+    target_model = apply_preset(resolve_model(target, store=store), preset)
+    if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
+        raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     settings = BenchSettings(ks=fixed_ks, auto=auto, ngram=ngram, max_tokens=max_tokens, runs=runs,
                              temperature=temperature, seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx,
                              memory_check=not no_check, repack=decide_repack_for_cli(repack).enabled,
                              flash_attention=flash_attn, placement=current_placement())
-    store = None if target.lower().endswith(".gguf") and draft.lower().endswith(".gguf") else Store(find_store_root(models_dir))
-    target_model = apply_preset(resolve_model(target, store=store), preset)
     draft_model = resolve_draft(draft, models_dir, target_model)
     if draft_model is None:
         raise InvalidSetting("bench needs a draft model; the n-gram lookup row is always measured (--ngram)")
-    draft = draft_model.name if draft.lower() == AUTO else draft
+    draft = draft_model.name if not draft or draft.lower() == AUTO else draft
     if native and settings.placement.rpc_servers:
         raise InvalidSetting("--native times llama.cpp's own binary on this machine: run it without --rpc")
     if native:

@@ -8,12 +8,13 @@ import click
 
 from ..conversation import Conversation
 from ..engine import DEFAULT_MAX_TOKENS, Engine, Request
-from ..resolve import resolve_model
+from ..resolve import resolve_model, template_warning
 from ..runtime import set_verbose
 from ..user_cache import cache_dir
 from .generate import format_stats
 from .main import cli
 from .options import (
+    UNTIL_CONTEXT_FULL,
     apply_preset,
     ctx_option,
     engine_settings,
@@ -74,29 +75,32 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
     """
     set_verbose(verbose)
     target_model = apply_preset(resolve_model(target, models_dir), preset)
+    if warning := template_warning(target_model, "`generate --raw` continues plain text"):
+        click.echo(f"warning: {warning}", err=True)
     draft_model = resolve_draft(draft, models_dir, target_model)
     params = target_model.params
-    defaults = Request(
-        system="",  # the conversation carries its own system message
-        max_tokens=int(first_set(max_tokens, model_max_tokens(params), DEFAULT_MAX_TOKENS)),
-        stop=model_stops(params),
-        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
-        grammar=output_grammar(output_format),
-        think=think,
-    )
     settings = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers,
                                threads=threads, kv_type=kv_type, no_check=no_check, repack=repack,
                                flash_attn=flash_attn)
+    defaults = Request(
+        system="",  # the conversation carries its own system message
+        max_tokens=int(first_set(max_tokens, model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)),
+        stop=model_stops(params),
+        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+        speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
+        grammar=output_grammar(output_format),
+        think=think,
+    )
     interactive = sys.stdin.isatty()
+    speculative = draft_model is not None or draft is not None
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
-        conversation = Conversation(engine, defaults, first_set(system, target_model.system),
-                                    preset.messages if preset is not None else ())
+        conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)
         if interactive:
-            click.echo(f"{target_model.name}" + (f" drafted by {draft}" if draft else "") +
+            drafter = draft_model.name if draft_model is not None else draft
+            click.echo(f"{target_model.name}" + (f" drafted by {drafter}" if drafter else "") +
                        f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.", err=True)
         for line in _lines(interactive):
-            if not _turn(conversation, line.strip(), interactive, speculative=draft is not None):
+            if not _turn(conversation, line.strip(), interactive, speculative=speculative):
                 break
 
 

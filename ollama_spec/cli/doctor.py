@@ -14,17 +14,18 @@ from ..diagnosis import Facts, find_problems, gather
 from ..gguf_info import format_bytes
 from ..repack import cpu_features
 from .main import cli
-from .options import echo_json, json_option
+from .options import echo_json, json_option, models_dir_option
 
 
 @cli.command()
 @json_option
-def doctor(as_json: bool) -> None:
+@models_dir_option
+def doctor(as_json: bool, models_dir: str | None) -> None:
     """Report llama-cpp-python, GPU offload, the devices the memory check sees, and the repack verdict.
 
     Then: the backends compiled into llama.cpp and the devices it sees (free/total memory beside
     nvidia-ml-py's), the Ollama store and daemon (what it holds in GPU memory), and each problem
-    found with the one command that fixes it.
+    found with the one command that fixes it. Exits 1 when it finds a problem, so scripts can tell.
 
     The repack verdict says whether models load with llama.cpp's repacked copy of CPU weights:
     decided once per machine by a test run in a subprocess (see --repack/--no-repack and
@@ -47,12 +48,14 @@ def doctor(as_json: bool) -> None:
     devices, notes = discover_devices()
     repack = decide_repack()
     features = sorted(cpu_features())
-    facts = gather()
+    facts = gather(models_dir)
     problems = find_problems(facts)
     if as_json:
         echo_json({"llama_cpp_python": llama_version, "gpu_offload": runtime.gpu_offload_supported(),
                    "devices": [d.to_json() for d in devices], "notes": notes, "repack": repack.to_json(),
                    "cpu_features": features} | _facts_json(facts) | {"problems": [p.to_json() for p in problems]})
+        if problems:
+            raise SystemExit(1)
         return
     offload = "yes" if runtime.gpu_offload_supported() else "no (a CPU-only build)"
     lines = [f"llama-cpp-python  {llama_version}", f"GPU offload       {offload}", "devices"]
@@ -68,6 +71,8 @@ def doctor(as_json: bool) -> None:
     for problem in problems:
         lines += [f"  - {problem.what}", f"    fix: {problem.fix}"]
     click.echo("\n".join(lines))
+    if problems:
+        raise SystemExit(1)
 
 
 def _build_record() -> dict[str, str]:

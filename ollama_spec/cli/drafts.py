@@ -21,7 +21,7 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     A draft must share TARGET's vocabulary (llama.cpp's rules). Each row gives the size ratio
     (target file : draft file); about 1:20 to 1:50 is the useful range, and a draft over a tenth
     of the target's size rarely pays. `--draft auto` on generate, chat, bench, check and serve
-    takes the row marked "auto".
+    takes the row marked "auto", or, when TARGET's manifest carries a draft layer (Ollama's DRAFT), that draft.
 
     \b
     Examples:
@@ -31,12 +31,16 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     store = open_store(models_dir)
     target_model = resolve_model(target, store=store)
     candidates = find_drafts(store, target_model.info)
-    best = best_draft(candidates)
+    # the draft the target's manifest carries (Ollama's DRAFT) is what auto, and no --draft, take
+    stored = target_model.stored_draft is not None
+    best = None if stored else best_draft(candidates)
     if as_json:
-        echo_json({"target": target_model.name, "size": target_model.info.file_size, "drafts": [
-            {"model": c.name, "size": c.info.file_size, "parameters": c.info.parameter_label,
-             "ratio": round(c.ratio, 2), "note": c.note, "auto": c is best} for c in candidates]})
+        echo_json({"target": target_model.name, "size": target_model.info.file_size, "stored_draft": stored,
+                   "drafts": [{"model": c.name, "size": c.info.file_size, "parameters": c.info.parameter_label,
+                               "ratio": round(c.ratio, 2), "note": c.note, "auto": c is best} for c in candidates]})
         return
+    if stored:
+        click.echo(f"auto: the draft stored in {target_model.name}'s manifest (also used without --draft)", err=True)
     if not candidates:
         click.echo(f"no model in {store.path} can draft for {target_model.name}; pull a small model of the same "
                    "family (e.g. llama3.2:1b for Llama 3, qwen2.5:0.5b for Qwen2.5), or use --draft ngram", err=True)

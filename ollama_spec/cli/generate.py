@@ -10,11 +10,12 @@ import click
 from ..chat import ChatMessage
 from ..devices import unused_gpu_warning
 from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result, first_difference
-from ..resolve import resolve_model
+from ..resolve import resolve_model, template_warning
 from ..runtime import set_verbose
 from .main import cli
 from .options import (
     NGRAM,
+    UNTIL_CONTEXT_FULL,
     apply_preset,
     ctx_option,
     engine_settings,
@@ -124,22 +125,10 @@ def generate(
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
         prompt = sys.stdin.read()
     target_model = apply_preset(resolve_model(target, models_dir), preset)
+    if not raw and suffix is None and (warning := template_warning(target_model, "use --raw to continue the text")):
+        click.echo(f"warning: {warning}", err=True)
     draft_model = resolve_draft(draft, models_dir, target_model)
     params = target_model.params
-    history = preset.messages if preset is not None and not raw else ()
-    request = Request(
-        prompt=prompt,
-        messages=(*history, ChatMessage("user", prompt)) if history else (),
-        system=system,
-        raw=raw,
-        max_tokens=int(first_set(max_tokens, model_max_tokens(params), DEFAULT_MAX_TOKENS)),
-        stop=tuple(stop) + model_stops(params),
-        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
-        grammar=output_grammar(output_format),
-        think=think,
-        suffix=suffix,
-    )
     settings = engine_settings(
         params,
         ctx=ctx,
@@ -151,7 +140,22 @@ def generate(
         repack=repack,
         flash_attn=flash_attn,
     )
-    if compare and draft is None:
+    history = target_model.messages if not raw else ()  # Ollama prepends a model's MESSAGE history
+    request = Request(
+        prompt=prompt,
+        messages=(*history, ChatMessage("user", prompt)) if history else (),
+        system=system,
+        raw=raw,
+        max_tokens=int(first_set(max_tokens, model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)),
+        stop=tuple(stop) + model_stops(params),
+        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
+        speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
+        grammar=output_grammar(output_format),
+        think=think,
+        suffix=suffix,
+    )
+    speculative = draft_model is not None or is_ngram(draft)
+    if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
     if (warning := unused_gpu_warning()) is not None:
         click.echo(f"warning: {warning}", err=True)
@@ -181,7 +185,7 @@ def generate(
     if result.finish_reason == "context":
         click.echo(f"stopped: the context ({n_ctx} tokens) is full; raise --ctx for longer output", err=True)
     if stats:
-        click.echo(format_stats(result, speculative=draft is not None), err=True)
+        click.echo(format_stats(result, speculative=speculative), err=True)
 
 
 def _stream(generation: Generation, *, quiet: bool) -> Result:
@@ -265,8 +269,9 @@ def result_json(target: str, draft: str | None, result: Result) -> dict:
 def format_stats(result: Result, *, speculative: bool) -> str:
     spec = result.speculation
     lines = [
-        f"{len(result.tokens)} tokens in {result.total_seconds:.2f} s: {result.tokens_per_second:.1f} tok/s "
-        f"(prompt {result.prompt_tokens} tokens, first token after {result.first_token_seconds:.2f} s; "
+        # the rate counts the tokens after the first (Ollama's "eval rate"); the first waits on the prompt
+        f"{len(result.tokens)} tokens in {result.total_seconds:.2f} s (decode {result.tokens_per_second:.1f} tok/s "
+        f"after a {result.first_token_seconds:.2f} s first token; prompt {result.prompt_tokens} tokens; "
         f"finished: {result.finish_reason})"
     ]
     if speculative:

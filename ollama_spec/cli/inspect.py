@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..compat import check_compatibility, llama3_metadata_fixes
+from ..drafts import size_note
 from ..errors import IncompatibleDraft, OllamaSpecError, one_line
 from ..gguf_info import format_bytes, read_model_info
 from ..resolve import gguf_file, resolve_model
@@ -104,6 +105,7 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
     if verify:
         _verify_layers(stored)
     fixes = llama3_metadata_fixes(info)
+    notes = _layer_notes(stored)
     if as_json:
         echo_json(
             {
@@ -113,21 +115,48 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
                 "layers": [{"type": l.kind, "digest": l.digest, "size": l.size} for l in stored.layers],
                 "gguf": info.summary(),
                 "load_fixes": [f.description for f in fixes],
+                "notes": notes,
                 "verified": verify,
             }
         )
         return
-    click.echo(f"{stored.name}")
-    click.echo(f"  manifest      {stored.manifest_path}")
-    click.echo(f"  blob          {info.path}")
+    click.echo(one_line(stored.name))
+    click.echo(f"  manifest      {one_line(str(stored.manifest_path))}")
+    click.echo(f"  blob          {one_line(str(info.path))}")
     click.echo("  layers")
     for layer in stored.layers:
-        click.echo(f"    {layer.kind:<10} {format_bytes(layer.size):>10}  {layer.digest}")
+        click.echo(f"    {one_line(layer.kind):<10} {format_bytes(layer.size):>10}  {layer.digest}")
     _echo_gguf(info)
     for fix in fixes:
-        click.echo(f"  load fix: {fix.description}")
+        click.echo(f"  load fix: {one_line(fix.description)}")
+    for note in notes:
+        click.echo(f"  note: {one_line(note)}")
     if verify:
-        click.echo("  sha256 verified for every layer")
+        click.echo("  sha256 verified for every layer and the config")
+
+
+def _layer_notes(stored: StoredModel) -> list[str]:
+    """What ollama-spec does differently from Ollama with this manifest's layers."""
+    notes = []
+    if stored.layer("adapter") is not None:
+        notes.append("a LoRA adapter layer, which ollama-spec does not apply: generate, chat and serve refuse it")
+    if stored.layer("projector") is not None:
+        notes.append("a vision projector layer: images are not read, text works as usual")
+    if stored.layer("draft") is not None:
+        notes.append("a draft layer: used as the draft when no --draft is given")
+    if (stored.layer("template") or stored.layer("prompt")) is not None and not _has_chat_template(stored):
+        notes.append("no chat template in the GGUF, and Ollama's (Go) template layer is not supported: "
+                     "prompts go unformatted")
+    if problem := stored.config_problem():
+        notes.append(f"Ollama cannot load it: {problem}")
+    return notes
+
+
+def _has_chat_template(stored: StoredModel) -> bool:
+    try:
+        return bool(stored.model_info(read_vocab=False).chat_template)
+    except OllamaSpecError:
+        return True  # nothing to add to the error the model's own line gives
 
 
 def _show_file(info, as_json: bool) -> None:
@@ -136,8 +165,8 @@ def _show_file(info, as_json: bool) -> None:
         echo_json({"name": info.path.name, "blob": str(info.path), "layers": [], "gguf": info.summary(),
                    "load_fixes": [f.description for f in fixes], "verified": False})
         return
-    click.echo(f"{info.path.name}")
-    click.echo(f"  file          {info.path}")
+    click.echo(one_line(info.path.name))
+    click.echo(f"  file          {one_line(str(info.path))}")
     _echo_gguf(info)
     for fix in fixes:
         click.echo(f"  load fix: {fix.description}")
@@ -169,16 +198,23 @@ def _echo_gguf(info) -> None:
         "has_chat_template",
         "tensor_count",
     ):
-        click.echo(f"    {key:<20} {s[key]}")
+        # strings from the file may hold terminal escapes or line breaks: shown escaped, as errors are
+        click.echo(f"    {key:<20} {one_line(str(s[key]))}")
         if s.get(f"{key}_per_layer"):  # layers differ (DeciLM, LFM2, hybrids)
-            click.echo(f"    {'  per layer':<20} {s[f'{key}_per_layer']}")
+            click.echo(f"    {'  per layer':<20} {one_line(str(s[f'{key}_per_layer']))}")
     click.echo(f"    {'tensor_bytes':<20} {format_bytes(info.tensor_bytes)}")
 
 
 def _verify_layers(stored: StoredModel) -> None:
-    total = sum(layer.size for layer in stored.layers)
-    with click.progressbar(length=total, label="verifying sha256", file=sys.stderr) as bar:
-        for layer in stored.layers:
+    # the config too: Ollama's pull verifies it, and Ollama cannot load a model without it
+    layers = [*stored.layers, *([stored.config_layer] if stored.config_layer else [])]
+    if not sys.stderr.isatty():  # no progress bar to draw: its label alone would be a stray line
+        for layer in layers:
+            verify_blob(blob_path(stored.root, layer.digest), layer)
+        return
+    with click.progressbar(length=sum(layer.size for layer in layers), label="verifying sha256",
+                           file=sys.stderr) as bar:
+        for layer in layers:
             verify_blob(blob_path(stored.root, layer.digest), layer, progress=bar.update)
 
 
@@ -197,10 +233,14 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
       ollama-spec pair llama3.1:70b llama3.2:1b
       ollama-spec pair qwen2.5:32b qwen2.5:0.5b --json
     """
-    target_info = resolve_model(target, models_dir).info
-    draft_info = resolve_model(draft, models_dir).info
+    target_model, draft_model = resolve_model(target, models_dir), resolve_model(draft, models_dir)
+    target, draft = target_model.name, draft_model.name  # as stored: `TINY-TARGET` reads tiny-target:latest
+    target_info, draft_info = target_model.info, draft_model.info
     require_usable(target, target_info, "target")
     require_usable(draft, draft_info, "draft")
+    if _same_file(target_info.path, draft_info.path):
+        click.echo(f"warning: {draft} and {target} are the same model (one blob): a model drafting for itself "
+                   "only adds work", err=True)
     verdict = check_compatibility(target_info, draft_info)
     fixes = [
         f"{name}: {fix.description}"
@@ -226,10 +266,28 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
         f"{draft} can draft for {target}: same {target_info.vocab_type} vocabulary "
         f"({target_info.vocab_size} vs {draft_info.vocab_size} tokens), same BOS/EOS"
     )
-    ratio = target_info.tensor_bytes / max(draft_info.tensor_bytes, 1)
-    click.echo(f"draft weights are {ratio:.1f}x smaller than the target's")
+    click.echo(_size_line(target_info.tensor_bytes / max(draft_info.tensor_bytes, 1)))
     for fix in fixes:
         click.echo(f"load fix: {fix}")
+
+
+def _size_line(ratio: float) -> str:
+    """The draft's size next to the target's, with `drafts`' verdict on it."""
+    if ratio >= 1.005:
+        size = f"draft weights are {ratio:.1f}x smaller than the target's"
+    elif ratio > 0.995:
+        size = "draft weights are as large as the target's"
+    else:
+        size = f"draft weights are {1 / ratio:.1f}x LARGER than the target's"
+    note = size_note(ratio)
+    return f"{size} ({note})" if note else size
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
 
 
 @cli.command("demo-store")

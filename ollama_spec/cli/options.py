@@ -18,7 +18,7 @@ from ..modelfile import Modelfile, load_modelfile
 from ..penalties import DEFAULT_REPEAT_LAST_N, Penalties
 from ..placement import SPLIT_MODES, Placement, parse_tensor_split
 from ..proposers import DEFAULT_NGRAM_SIZE
-from ..resolve import ResolvedModel, resolve_model
+from ..resolve import ResolvedModel, resolve_model, stored_draft_model
 from ..rpc import parse_endpoints
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
@@ -139,7 +139,7 @@ def given(name: str) -> bool:
 
 
 def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedModel:
-    """The target with the preset's parameters over its own, and the preset's SYSTEM and (Jinja) TEMPLATE."""
+    """The target with the preset's parameters over its own, and the preset's SYSTEM, MESSAGEs and (Jinja) TEMPLATE."""
     if preset is None:
         return model
     info = model.info
@@ -149,8 +149,10 @@ def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedMode
         else:
             click.echo(f"note: {preset.path}: TEMPLATE is an Ollama Go template; the model's own chat template "
                        "is used instead", err=True)
+    # As `ollama create` does: the file's MESSAGE lines replace the model's own history, if it has any.
     return dataclasses.replace(model, info=info, params={**model.params, **preset.parameters},
-                               system=preset.system if preset.system is not None else model.system)
+                               system=preset.system if preset.system is not None else model.system,
+                               messages=preset.messages or model.messages)
 
 
 speculation_options = _stack(
@@ -158,7 +160,8 @@ speculation_options = _stack(
         "--draft",
         "-d",
         help=f"Draft model (small, same vocabulary), '{AUTO}' for the store's best-sized compatible one, or "
-        f"'{NGRAM}' for draftless prompt lookup. Without it: the target alone.",
+        f"'{NGRAM}' for draftless prompt lookup. Without it: the draft the target's manifest carries (Ollama's "
+        "DRAFT layer), else the target alone.",
     ),
     click.option(
         "-k",
@@ -167,9 +170,9 @@ speculation_options = _stack(
         type=DraftLength(),
         default="auto",
         show_default=True,
-        help="Tokens the draft proposes per step, or auto: token by token, up to "
-        f"{DEFAULT_MAX_SPECULATIVE_TOKENS}, while the draft's confidence and this machine's measured step costs "
-        "say the next token pays for itself.",
+        help="Tokens the draft proposes per step (default: the model's draft_num_predict, else auto), or auto: "
+        f"token by token, up to {DEFAULT_MAX_SPECULATIVE_TOKENS}, while the draft's confidence and this machine's "
+        "measured step costs say the next token pays for itself.",
     ),
     click.option(
         "--draft-p-min",
@@ -189,8 +192,14 @@ speculation_options = _stack(
 
 
 def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedModel) -> ResolvedModel | None:
-    """The draft model to load: none without --draft or for n-gram lookup; `auto` picks one and says which."""
-    if not draft or is_ngram(draft):
+    """The draft model to load: none for n-gram lookup; without --draft, the draft the target's manifest
+    carries (Ollama's DRAFT), if any; `auto` prefers that one, else picks one from the store and says which."""
+    if is_ngram(draft):
+        return None
+    if (not draft or draft.lower() == AUTO) and target.stored_draft is not None:
+        click.echo(f"note: drafting with the draft stored in {target.name}'s manifest", err=True)
+        return stored_draft_model(target)
+    if not draft:
         return None
     if draft.lower() == AUTO:
         store = open_store(models_dir)
@@ -208,8 +217,13 @@ def is_ngram(draft: str | None) -> bool:
     return draft is not None and draft.lower() == NGRAM
 
 
-def speculation_settings(draft: str | None, *, k, draft_p_min, ngram_size) -> SpeculationSettings:
-    """The speculation flags: K (None: auto), adaptive drafting, and which proposer."""
+def speculation_settings(draft: str | None, params: dict, *, k, draft_p_min, ngram_size) -> SpeculationSettings:
+    """The speculation flags: K (None: auto; unset: the model's draft_num_predict), adaptive drafting, and which
+    proposer."""
+    source = click.get_current_context().get_parameter_source("k")
+    stored_k = params.get("draft_num_predict")
+    if source is click.core.ParameterSource.DEFAULT and isinstance(stored_k, int) and stored_k > 0:
+        k = stored_k  # Ollama's own speculation length for this model; -k or a preset's value wins
     return SpeculationSettings(k, draft_p_min, proposer=NGRAM if is_ngram(draft) else "draft", ngram_size=ngram_size)
 
 
@@ -380,6 +394,10 @@ def engine_settings(
     params: dict, *, ctx, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn="auto"
 ) -> EngineSettings:
     """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX."""
+    if ctx is None and params.get("num_ctx") is not None and params["num_ctx"] < 1:
+        # from the model's params layer (or a preset), not from a flag: say so, and what overrides it
+        raise InvalidSetting(f"the model's params set num_ctx {params['num_ctx']}, not a positive number of tokens; "
+                             "give --ctx to override it")
     return EngineSettings(
         n_ctx=int(first_set(ctx, params.get("num_ctx"), DEFAULT_CTX)),
         target_gpu_layers=n_gpu_layers,
@@ -398,10 +416,16 @@ def model_stops(params: dict) -> tuple[str, ...]:
     return tuple(s for s in params.get("stop", []) if isinstance(s, str))
 
 
-def model_max_tokens(params: dict) -> int | None:
-    """The model's num_predict when it is a limit (Ollama's -1 and -2 mean none)."""
+UNTIL_CONTEXT_FULL = 2**31 - 1  # more tokens than any context holds: generation ends on a full context
+
+
+def model_max_tokens(params: dict, unlimited: int | None = None) -> int | None:
+    """The model's num_predict when it is a limit; Ollama's -1 (until the context is full) and -2 (fill the
+    context) give `unlimited` (the CLI: UNTIL_CONTEXT_FULL; the server: None, up to the end of the context)."""
     value = params.get("num_predict")
-    return value if isinstance(value, int) and value > 0 else None
+    if isinstance(value, int) and value > 0:
+        return value
+    return unlimited if value in (-1, -2) else None
 
 
 def first_set(*values):

@@ -34,7 +34,8 @@ from .options import json_option
     default=None,
     help="Store to pull into, straight from the registry (default: $OLLAMA_MODELS, then ~/.ollama/models).",
 )
-@click.option("--host", "ollama_host", envvar="OLLAMA_HOST", default=None, help="Ollama daemon [env: OLLAMA_HOST].")
+# OLLAMA_HOST is read by PullSettings, trimmed of spaces and quotes as Ollama does (not raw, as envvar= would)
+@click.option("--host", "ollama_host", default=None, help="Ollama daemon [env: OLLAMA_HOST].")
 @json_option
 def pull(
     models: tuple[str, ...],

@@ -7,7 +7,7 @@ import logging
 import click
 
 from ..engine import Engine
-from ..resolve import resolve_model
+from ..resolve import resolve_model, template_warning
 from ..runtime import set_verbose
 from ..server.common import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerSettings
 from .main import cli
@@ -81,6 +81,8 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
     set_verbose(verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     target_model = apply_preset(resolve_model(target, models_dir), preset)
+    if warning := template_warning(target_model, "clients get the model's plain continuation"):
+        logging.getLogger(__name__).warning(warning)
     draft_model = resolve_draft(draft, models_dir, target_model)
     params = target_model.params
     settings = ServerSettings(
@@ -92,7 +94,7 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
         max_body_bytes=max_body,
         origins=tuple(o.strip() for o in origins.split(",") if o.strip()),
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        speculation=speculation_settings(draft, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
+        speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
         stop=model_stops(params),
         max_tokens=model_max_tokens(params),
     )

@@ -5,10 +5,10 @@ Only this package writes to the store (through `writer.StoreWriter`); everything
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 
+from ..envconfig import ollama_var
 from ..errors import InvalidSetting, ModelNotFound, OllamaSpecError
 from ..names import ModelRef, parse_model_name
 from ..store import Store, find_store_root
@@ -85,13 +85,13 @@ def pull_models(
 def _warn_unless_readable(ref: ModelRef, host: str, report: Callable[[PullEvent], None]) -> None:
     """The daemon writes into its own store; when OLLAMA_MODELS names another one, ollama-spec
     (which reads OLLAMA_MODELS) will not find what was just pulled: say so now, not at the next command."""
-    if not os.environ.get("OLLAMA_MODELS"):
+    if not ollama_var("OLLAMA_MODELS"):
         return
     try:
         Store(find_store_root()).resolve(ref.display)
     except ModelNotFound:
         report(PullEvent(ref.display, f"warning: the Ollama daemon at {host} stored it outside OLLAMA_MODELS="
-                         f"{os.environ['OLLAMA_MODELS']}, where ollama-spec looks: set OLLAMA_MODELS to the daemon's "
+                         f"{ollama_var('OLLAMA_MODELS')}, where ollama-spec looks: set OLLAMA_MODELS to the daemon's "
                          "store, or pull with --via registry"))
     except OllamaSpecError:
         pass  # a store problem the next command reports in full

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+
+from ..envconfig import ollama_var
 
 VIAS = ("ollama", "registry", "hf")
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
@@ -21,4 +22,4 @@ class PullSettings:
 
     @property
     def daemon_host(self) -> str:
-        return self.ollama_host or os.environ.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
+        return self.ollama_host or ollama_var("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST

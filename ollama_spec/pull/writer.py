@@ -20,6 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from ..envconfig import ollama_var
 from ..errors import InsufficientDisk, StoreNotWritable
 from ..gguf_info import format_bytes
 from ..names import ModelRef
@@ -50,8 +51,8 @@ def writable_store_root(models_dir: str | None = None, environ: Mapping[str, str
     environ = os.environ if environ is None else environ
     if models_dir:
         candidate = StoreRoot(Path(models_dir).expanduser(), "--models-dir")
-    elif environ.get("OLLAMA_MODELS"):
-        candidate = StoreRoot(Path(environ["OLLAMA_MODELS"]).expanduser(), "OLLAMA_MODELS")
+    elif ollama_var("OLLAMA_MODELS", environ):
+        candidate = StoreRoot(Path(ollama_var("OLLAMA_MODELS", environ)).expanduser(), "OLLAMA_MODELS")
     elif HOME_STORE.expanduser().exists() or not SERVICE_STORE.exists():
         candidate = StoreRoot(HOME_STORE.expanduser(), "~/.ollama/models")
     else:

@@ -1,0 +1,40 @@
+"""Variants of the tiny store's models for tests: tiny-target's manifest under another name, with layers
+added or taken away, as Ollama's Modelfile directives (ADAPTER, DRAFT, MESSAGE, ...) would write them."""
+
+import json
+
+from ollama_spec.store import MEDIA_TYPE_PREFIX
+from ollama_spec.synthetic.layout import add_blob
+
+LIBRARY = ("manifests", "registry.ollama.ai", "library")
+
+
+def variant(root, name, base="tiny-target", extra=(), keep=lambda layer: True):
+    """`base`'s manifest under `name`, with its layers filtered by `keep` and `extra` added: (kind, content), the
+    content being bytes, a blob's (digest, size), or a model name whose model blob to use."""
+    doc = json.loads(root.joinpath(*LIBRARY, base, "latest").read_text())
+    layers = [layer for layer in doc["layers"] if keep(layer)]
+    for kind, content in extra:
+        if isinstance(content, bytes):
+            digest, size = add_blob(root, content)
+        elif isinstance(content, tuple):  # a blob already added: (digest, size)
+            digest, size = content
+        else:
+            source = json.loads(root.joinpath(*LIBRARY, content, "latest").read_text())["layers"][0]
+            digest, size = source["digest"], source["size"]
+        layers.append({"mediaType": MEDIA_TYPE_PREFIX + kind, "digest": digest, "size": size})
+    path = root.joinpath(*LIBRARY, name, "latest")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc | {"layers": layers}))
+
+
+def without_chat_template(root, name, base="tiny-target"):
+    """`base` under `name` with a GGUF whose tokenizer.chat_template key is renamed (same length: the file stays
+    valid), so only the manifest's Ollama (Go) template layer is left."""
+    doc = json.loads(root.joinpath(*LIBRARY, base, "latest").read_text())
+    model = doc["layers"][0]
+    data = root.joinpath("blobs", model["digest"].replace(":", "-")).read_bytes()
+    assert data.count(b"tokenizer.chat_template") == 1
+    digest, size = add_blob(root, data.replace(b"tokenizer.chat_template", b"tokenizer.chat_templatX"))
+    variant(root, name, base=base, keep=lambda layer: layer["digest"] != model["digest"],
+            extra=[("model", (digest, size))])
