@@ -9,7 +9,7 @@ BENCH_ARGS ?=
 # cpu, cuda, metal, rocm, or auto: what this machine has (scripts/install-backend.sh)
 BACKEND ?= auto
 
-.PHONY: install demo test bench serve gpu-bench gpu-bundle lint clean
+.PHONY: install demo test bench serve gpu-bench gpu-bundle clean
 
 # The backend check runs every time: a build made for the wrong backend is replaced.
 install: $(VENV)/.installed

@@ -100,7 +100,7 @@ def _store_fix(facts: Facts) -> str:
         return "unset OLLAMA_MODELS  (or set it to the folder that holds blobs/ and manifests/)"
     if facts.store_setting:
         return f"give {facts.store_setting} the folder that holds blobs/ and manifests/"
-    return "ollama pull llama3.2:1b"
+    return "ollama-spec pull llama3.2:1b"
 
 
 def _short_gpu(gpu: Device, daemon: DaemonStatus) -> Problem:

@@ -48,9 +48,9 @@ def size_note(ratio: float) -> str | None:
     if ratio < MIN_RATIO:
         return "over a tenth of the target's size: drafting rarely pays"
     if ratio < low:
-        return f"larger than 1:{low:.0f}: pays only when most drafts are accepted"
+        return f"a bigger share of the target than 1:{low:.0f}: pays only when most drafts are accepted"
     if ratio > high:
-        return f"smaller than 1:{high:.0f}: cheap, but agrees with the target less often"
+        return f"a smaller share of the target than 1:{high:.0f}: cheap, but agrees with the target less often"
     return None
 
 

@@ -31,6 +31,16 @@ UNSUPPORTED = {
 MESSAGE_ROLES = ("system", "user", "assistant")
 
 
+def _boolean(value: str) -> bool:
+    """As Go's strconv.ParseBool, which Ollama's FormatParams uses."""
+    lowered = value.strip().lower()
+    if lowered in ("1", "t", "true"):
+        return True
+    if lowered in ("0", "f", "false"):
+        return False
+    raise ValueError
+
+
 def _speculative_tokens(text: str) -> int | str:
     if text.strip().lower() == "auto":
         return "auto"
@@ -58,8 +68,13 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     **{name: (float, "a number") for name in (
         "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty")},
     **{name: (int, "an integer") for name in (
-        "num_keep", "repeat_last_n", "num_batch", "num_gpu", "main_gpu", "num_thread")},
+        "num_keep", "repeat_last_n", "num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")},
+    "use_mmap": (_boolean, "true or false"),
 }
+# Parameters Ollama has dropped: `ollama create` warns and skips them (its parser/parser.go), so
+# Modelfiles written for older Ollamas still load; here too, with a note.
+DEPRECATED_PARAMETERS = ("penalize_newline", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock",
+                         "mirostat", "mirostat_tau", "mirostat_eta")
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,10 @@ class Modelfile:
     template: str | None = None
     license: tuple[str, ...] = ()
     messages: tuple[ChatMessage, ...] = ()
+    deprecated: tuple[str, ...] = ()  # PARAMETERs Ollama no longer takes, skipped (say so)
+
+
+_DEPRECATED = "\0deprecated"  # where _parameter collects them while parsing (no PARAMETER has this name)
 
 
 class _Error(Exception):
@@ -219,10 +238,14 @@ def _build(commands: list[tuple[int, str, str, str]], path: Path) -> Modelfile:
     if "model" not in fields:
         raise InvalidSetting(f"{path}: no FROM line (the target model)")
     fields["license"], fields["messages"] = tuple(fields["license"]), tuple(fields["messages"])
+    fields["deprecated"] = tuple(fields["parameters"].pop(_DEPRECATED, ()))
     return Modelfile(path=path, **fields)
 
 
 def _parameter(parameters: dict[str, Any], key: str, value: str, line: int) -> None:
+    if key in DEPRECATED_PARAMETERS:
+        parameters.setdefault(_DEPRECATED, []).append(key)
+        return
     if key not in PARAMETERS:
         raise _Error(line, f"unknown PARAMETER {key!r}")
     convert, expected = PARAMETERS[key]

@@ -190,7 +190,9 @@ class LoadedModel:
         self.llama_model = self._model  # for a second context on the same weights (embedding.py)
         self.vocab = self._model.vocab
         self.n_vocab = self._model.n_vocab()
-        self.n_ctx = self._ctx.n_ctx()
+        # llama.cpp rounds a context up (to 256 tokens at least): the cache has that room, but the
+        # limit a user asked for with --ctx is the one generation keeps to and reports
+        self.n_ctx = min(settings.n_ctx, self._ctx.n_ctx())
         self.n_threads = threads
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)

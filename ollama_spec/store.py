@@ -191,7 +191,7 @@ def find_store_root(models_dir: str | os.PathLike | None = None, environ: Mappin
             return _checked_root(path, source)
     raise StoreNotFound(
         f"no Ollama model store found (looked in {home} and {SERVICE_STORE}); "
-        "pull a model with 'ollama pull', or point --models-dir / OLLAMA_MODELS at your store"
+        "pull a model with 'ollama-spec pull' (or 'ollama pull'), or point --models-dir / OLLAMA_MODELS at your store"
     )
 
 
@@ -356,7 +356,7 @@ class Store:
     def _not_found_message(self, name: str, ref: ModelRef) -> str:
         known = [m.name for m in self.models() if isinstance(m, StoredModel)]
         close = difflib.get_close_matches(ref.display, known, n=3, cutoff=0.75)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; pull it with 'ollama pull {name}'"
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; pull it with 'ollama-spec pull {name}'"
         return f"model '{name}' not found in {self.path} (from {self.root.source}){hint}"
 
     def _load(self, ref: ModelRef, manifest_path: Path) -> StoredModel:

@@ -92,7 +92,7 @@ def test_unknown_model_is_one_line(invoke, tiny_store):
     result = invoke("bench", "nope", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check")
     assert result.exit_code == 1
     assert result.output.strip() == (f"Error: model 'nope' not found in {tiny_store} (from --models-dir); "
-                                     "pull it with 'ollama pull nope'")
+                                     "pull it with 'ollama-spec pull nope'")
 
 
 def test_draft_is_required_without_url(invoke, tiny_store):

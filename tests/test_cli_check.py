@@ -116,9 +116,9 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path, mac
         ("tiny-target", "--kv-type", "q8_0"): "Error: --kv-type q8_0 needs attention heads whose size is a multiple "
                                               "of 32, but tiny-target has 16; use --kv-type f16",
         ("nothere",): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); "
-                      "pull it with 'ollama pull nothere'",
+                      "pull it with 'ollama-spec pull nothere'",
         ("tiny-target", "-d", "nothere"): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); "
-                                          "pull it with 'ollama pull nothere'",
+                                          "pull it with 'ollama-spec pull nothere'",
         (str(junk),): f"Error: {junk} is not a GGUF file (it starts with b'junk')",
     }
     for args, message in cases.items():

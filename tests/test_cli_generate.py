@@ -64,7 +64,7 @@ def test_gguf_paths_work_without_a_store(invoke, tiny_models, tmp_path):
     [
         (
             ("nope", "hi"),
-            "Error: model 'nope' not found in {store} (from --models-dir); pull it with 'ollama pull nope'",
+            "Error: model 'nope' not found in {store} (from --models-dir); pull it with 'ollama-spec pull nope'",
         ),
         (
             ("tiny-target", "hi", "-d", "tiny-alien"),
@@ -160,6 +160,25 @@ def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
                                                "speculative token in a batch of 3 (logit margin 0.500)")
     same = format_comparison(base, base, greedy=True)
     assert same.splitlines()[-1] == "outputs are token-identical"
+
+
+def test_compare_tells_no_speed_up_from_a_run_too_short_to_time_and_notes_a_busy_machine(invoke, tiny_store,
+                                                                                       monkeypatch):
+    from ollama_spec.cli.generate import format_comparison
+    from ollama_spec.engine import Result
+
+    one = Result(tokens=[1], total_seconds=0.1, first_token_seconds=0.1)
+    base = Result(tokens=[1, 2, 3, 4], total_seconds=1.0, first_token_seconds=0.1)
+    assert "no speed-up to tell (a run wrote under 2 tokens)" in format_comparison(base, one, greedy=False)
+    monkeypatch.setattr("os.getloadavg", lambda: (64.0, 64.0, 64.0))
+    result = gen(invoke, tiny_store, "tiny-target", "Hi", "-d", "tiny-draft", "--compare", "-n", "8")
+    assert result.exit_code == 0 and "note: this machine is busy (load average 64.0" in result.stderr
+
+
+def test_think_on_a_model_that_does_not_think_is_noted(invoke, tiny_store):
+    result = gen(invoke, tiny_store, "tiny-target", "Hi", "--think", "-n", "3")
+    assert result.exit_code == 0
+    assert "note: tiny-target:latest is not a thinking model" in result.stderr
 
 
 def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):

@@ -69,7 +69,7 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path):
         (
             "show",
             "nothere",
-        ): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); pull it with 'ollama pull nothere'",
+        ): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); pull it with 'ollama-spec pull nothere'",
         ("pair", "tiny-target", "x:"): "Error: invalid model name 'x:': the tag is empty",
     }
     for args, message in cases.items():

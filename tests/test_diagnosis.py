@@ -51,7 +51,7 @@ def test_a_short_gpu_names_what_ollama_holds_and_how_to_free_it():
 
 def test_store_problems_have_their_fix():
     [missing] = find_problems(facts(store=None, store_error="no Ollama model store found"))
-    assert missing.fix == "ollama pull llama3.2:1b"
+    assert missing.fix == "ollama-spec pull llama3.2:1b"
     [unreadable] = find_problems(facts(store=None, store_error="not readable", store_unreadable=True))
     assert unreadable.fix == "sudo usermod -aG ollama $USER"
     # a pull goes through the daemon, which stores by its own environment: the setting is what to fix

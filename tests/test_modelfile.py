@@ -66,6 +66,15 @@ REQUIRES 0.5.0
     assert preset.messages == (ChatMessage("user", "Is it blue?"), ChatMessage("assistant", "Yes."))
 
 
+def test_parameters_ollama_dropped_are_skipped_as_ollama_create_skips_them():
+    preset = parse_modelfile("FROM a\nPARAMETER mirostat 1\nPARAMETER mirostat_eta 0.1\nPARAMETER use_mmap false\n"
+                             "PARAMETER draft_num_predict 4\nPARAMETER penalize_newline true\n", PATH)
+    assert preset.deprecated == ("mirostat", "mirostat_eta", "penalize_newline")
+    assert preset.parameters == {"use_mmap": False, "draft_num_predict": 4}
+    with pytest.raises(InvalidSetting, match="PARAMETER use_mmap must be true or false, got 'sometimes'"):
+        parse_modelfile("FROM a\nPARAMETER use_mmap sometimes\n", PATH)
+
+
 def test_a_gguf_path_is_relative_to_the_modelfile():
     preset = parse_modelfile("FROM ./big.gguf\nDRAFT /abs/small.gguf\n", PATH)
     assert preset.model == "/presets/big.gguf" and preset.draft == "/abs/small.gguf"

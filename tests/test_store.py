@@ -128,7 +128,7 @@ def test_unknown_model_suggests_close_names(tiny_store):
 
 
 def test_unknown_model_suggests_pull(tiny_store):
-    with pytest.raises(ModelNotFound, match="pull it with 'ollama pull llama3.1:70b'"):
+    with pytest.raises(ModelNotFound, match="pull it with 'ollama-spec pull llama3.1:70b'"):
         Store(find_store_root(tiny_store)).resolve("llama3.1:70b")
 
 

@@ -329,7 +329,7 @@ def format_remote(result: RemoteResult) -> str:
     s = result.settings
     return "\n".join([format_table(REMOTE_COLUMNS, remote_cells(result)), "",
                       (f"{s.model} at {s.url}: median {result.tokens_per_second:.1f} tok/s, "
-                       f"time to first token {result.ttft_s * 1000:.0f} ms ({s.runs} runs, {s.max_tokens} max tokens)")])
+                       f"time to first token {result.ttft_s * 1000:.0f} ms ({s.runs} run{'s' if s.runs != 1 else ''}, {s.max_tokens} max tokens)")])
 
 
 def write_remote_outputs(result: RemoteResult, out: Path) -> list[Path]:

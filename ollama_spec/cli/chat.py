@@ -27,6 +27,7 @@ from .options import (
     notice,
     output_grammar,
     think_option,
+    think_setting,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -89,7 +90,7 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
         grammar=output_grammar(output_format),
-        think=think,
+        think=think_setting(think, target_model),
     )
     interactive = sys.stdin.isatty()
     speculative = draft_model is not None or draft is not None

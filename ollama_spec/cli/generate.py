@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -30,6 +31,7 @@ from .options import (
     notice,
     output_grammar,
     think_option,
+    think_setting,
     preset_option,
     resolve_draft,
     sampling_options,
@@ -151,12 +153,14 @@ def generate(
         sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
         speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
         grammar=output_grammar(output_format),
-        think=think,
+        think=think_setting(think, target_model),
         suffix=suffix,
     )
     speculative = draft_model is not None or is_ngram(draft)
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
+    if compare and (busy := busy_machine_note()) is not None:
+        click.echo(f"note: {busy}", err=True)
     if (warning := unused_gpu_warning()) is not None:
         click.echo(f"warning: {warning}", err=True)
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
@@ -174,7 +178,7 @@ def generate(
         data = result_json(target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result)
         if baseline is not None:
             data["baseline"] = result_json(target_model.name, None, baseline)
-            data["speedup"] = round(result.tokens_per_second / max(baseline.tokens_per_second, 1e-9), 3)
+            data["speedup"] = speedup(baseline, result)
         click.echo(json.dumps(data, indent=2))
         return
     click.echo()
@@ -209,17 +213,36 @@ def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
     return result
 
 
+def speedup(baseline: Result, result: Result) -> float | None:
+    """The drafted run's decode speed over the target alone's; None when either wrote too little to time."""
+    if baseline.tokens_per_second <= 0 or result.tokens_per_second <= 0:
+        return None
+    return round(result.tokens_per_second / baseline.tokens_per_second, 3)
+
+
+def busy_machine_note() -> str | None:
+    """Other work on the CPUs skews a one-shot comparison: say so (bench interleaves its runs instead)."""
+    if not hasattr(os, "getloadavg"):
+        return None  # not on Windows
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load < 0.5 * cores:
+        return None
+    return (f"this machine is busy (load average {load:.1f} on {cores} cores): one run each is a noisy "
+            "comparison; 'bench' interleaves several")
+
+
 def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins: list[float] = (),
                       batch_size: int | None = None) -> str:
     """Both speeds, the speed-up, and for greedy runs whether the outputs agree; where they part, whether
     rounding explains it (a near-tie, or `batch_size`: a batch in which the target itself picks the
     speculative token, see Engine.chosen_in_a_batch)."""
-    speedup = result.tokens_per_second / max(baseline.tokens_per_second, 1e-9)
+    ratio = speedup(baseline, result)
     spec = result.speculation
+    told = f"speed-up {ratio:.2f}x" if ratio is not None else "no speed-up to tell (a run wrote under 2 tokens)"
     lines = [
         f"target alone:   {baseline.tokens_per_second:7.1f} tok/s ({len(baseline.tokens)} tokens)",
         f"target + draft: {result.tokens_per_second:7.1f} tok/s ({len(result.tokens)} tokens)",
-        f"speed-up {speedup:.2f}x, {spec.acceptance_rate:.0%} of drafted tokens accepted, "
+        f"{told}, {spec.acceptance_rate:.0%} of drafted tokens accepted, "
         f"{spec.mean_accepted_per_step:.2f} tokens per target pass",
     ]
     if greedy and baseline.tokens == result.tokens:

@@ -38,7 +38,7 @@ def list_models(models_dir: str | None, as_json: bool) -> None:
         return
     click.echo(f"store: {store.path} (from {store.root.source})", err=True)
     if not rows:
-        click.echo("no models in this store; pull one with 'ollama pull llama3.2:1b'", err=True)
+        click.echo("no models in this store; pull one with 'ollama-spec pull llama3.2:1b'", err=True)
         return
     header = ("NAME", "SIZE", "ARCH", "PARAMS", "QUANT")
     table = [header] + [

@@ -23,6 +23,7 @@ from ..rpc import parse_endpoints
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ..store import Store, find_store_root
+from ..thinking import template_thinks
 
 models_dir_option = click.option(
     "--models-dir",
@@ -143,6 +144,9 @@ def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedMode
     if preset is None:
         return model
     info = model.info
+    for name in preset.deprecated:
+        click.echo(f"note: {preset.path}: PARAMETER {name} is one Ollama no longer takes; ignored, as "
+                   "'ollama create' does", err=True)
     if preset.template is not None:
         if "{%" in preset.template or "messages" in preset.template:  # a Hugging Face (Jinja) chat template
             info = dataclasses.replace(info, chat_template=preset.template)
@@ -347,6 +351,17 @@ think_option = click.option(
     help="A thinking model (Qwen3, DeepSeek-R1): think before answering, or answer at once (its chat template "
          "is told, as Ollama's --think=false does). Default: the model's own.",
 )
+
+
+def think_setting(think: bool | None, model: ResolvedModel) -> bool | None:
+    """--think/--no-think for a thinking model; for another, a note that it changes nothing (the
+    servers answer such a request with a 400, as Ollama does; a command line goes on)."""
+    if think is not None and not template_thinks(model.info.chat_template):
+        flag = "--think" if think else "--no-think"
+        click.echo(f"note: {model.name} is not a thinking model (its chat template has no <think>): {flag} "
+                   "changes nothing", err=True)
+        return None
+    return think
 
 
 def output_grammar(output_format: str | None) -> str | None:
