@@ -276,3 +276,24 @@ def test_an_answer_cut_short_by_shutdown_ends_with_an_error_not_a_finish(engine,
                 assert lines[-1] == "data: [DONE]" and "shutting down" in json.loads(lines[-2][6:])["error"]["message"]
                 assert json.loads(lines[-2][6:])["error"]["type"] == "server_error"
                 assert not any('"finish_reason": "stop"' in line for line in lines)
+
+
+def test_a_models_message_history_comes_first_as_ollama_puts_it(engine, monkeypatch):
+    """A Modelfile's MESSAGE lines (the manifest's messages layer) open every chat and templated
+    prompt, as Ollama's handlers prepend them; raw prompts and continued contexts go without."""
+    from dataclasses import replace
+
+    from ollama_spec.chat import ChatMessage
+    from ollama_spec.server.common import ServerSettings, ServerState
+
+    history = (ChatMessage("user", "Ahoy"), ChatMessage("assistant", "Arr"))
+    monkeypatch.setattr(engine, "target_model", replace(engine.target_model, messages=history))
+    state = ServerState(engine, ServerSettings())
+    try:
+        chat = state.build_request(messages=[ChatMessage("user", "Hi")])
+        assert chat.messages == (*history, ChatMessage("user", "Hi"))
+        prompt = state.build_request(prompt="Hi")
+        assert prompt.messages == (*history, ChatMessage("user", "Hi"))
+        assert state.build_request(prompt="Hi", raw=True).messages == ()
+    finally:
+        state.worker.close()

@@ -149,6 +149,9 @@ class ServerState:
                 sampling = replace(sampling, penalties=replace(sampling.penalties, **penalties))
         except InvalidSetting as exc:
             raise ApiError(400, str(exc)) from None
+        history = self.engine.target_model.messages  # a Modelfile's MESSAGE lines: Ollama puts them first
+        if history and not raw and not tokens and not context and suffix is None:
+            messages = [*history, *(messages or [ChatMessage("user", prompt)])]
         request = Request(
             prompt=prompt,
             messages=tuple(messages),
