@@ -16,6 +16,7 @@ from .errors import InvalidSetting
 from .generation import DEFAULT_MAX_TOKENS, Generation, Request, Result  # noqa: F401 - callers take them from here
 from .grammar import Grammar
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
+from .penalties import adjusted
 from .memory import ensure_fits, plan_memory
 from .placement import Placement
 from .proposers import DraftModelProposer, NgramProposer, Proposer, keep_common_prefix
@@ -284,8 +285,10 @@ class Engine:
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
 
-    def greedy_margins(self, prompt: list[int], tokens: list[int], chunk: int = 64) -> list[float]:
-        """The target's top-1 minus top-2 logit at each position of `tokens` after `prompt`.
+    def greedy_margins(self, prompt: list[int], tokens: list[int], chunk: int = 64,
+                       request: Request | None = None) -> list[float]:
+        """The target's top-1 minus top-2 logit at each position of `tokens` after `prompt`, as the
+        `request` chose among them (its penalties and output grammar applied).
 
         Tells a floating-point near-tie (batched and single-token evaluation may round a
         0.001-logit gap either way) from a real divergence when greedy outputs differ.
@@ -296,36 +299,45 @@ class Engine:
             target.eval(prompt[:-1])
         inputs = [prompt[-1], *tokens[:-1]]
         margins: list[float] = []
-        for start in range(0, len(inputs), chunk):  # chunks bound the logits held at once
-            top2 = np.sort(target.eval(inputs[start : start + chunk], logits="all"), axis=1)[:, -2:]
-            margins += (top2[:, 1] - top2[:, 0]).tolist()
+        with _RowsAsChosen(self, request, prompt) as chosen:
+            for start in range(0, len(inputs), chunk):  # chunks bound the logits held at once
+                for row, token in zip(target.eval(inputs[start : start + chunk], logits="all"),
+                                      tokens[start : start + chunk]):
+                    top2 = np.sort(chosen.row(row))[-2:]  # under a grammar, one allowed token is no tie: inf
+                    margins.append(float(top2[1] - top2[0]) if np.isfinite(top2).all() else float("inf"))
+                    chosen.advance(token)
         return margins
 
     def chosen_in_a_batch(self, prompt: list[int], tokens: list[int], at: int, token: int,
-                          max_batch: int = DEFAULT_MAX_SPECULATIVE_TOKENS + 1) -> int | None:
+                          max_batch: int = DEFAULT_MAX_SPECULATIVE_TOKENS + 1,
+                          request: Request | None = None) -> int | None:
         """The size of a batch in which the target itself picks `token` for `tokens[at]`, or None.
 
         llama.cpp's kernels for one token and for a batch round differently (tiled matrix products,
         quantized blocks), by up to tenths of a logit after many layers. When a greedy speculative
         output parts from the target alone's, this tells that rounding, which the verify batch
         makes, from a verification error: it evaluates the position in every batch of 2..max_batch
-        tokens and every place in it, as verify batches hold it.
+        tokens and every place in it, as verify batches hold it (the `request`'s penalties and
+        output grammar applied, as the loop applies them).
         """
         target, seq = self.target, [*prompt, *tokens]
         position = len(prompt) - 1 + at  # the input whose logits choose tokens[at]
-        keep_common_prefix(target, seq)
-        for size in range(2, max_batch + 1):
-            for row in range(size):
-                start = position - row
-                if start < 0 or start + size > len(seq):
-                    continue
-                target.truncate(min(target.n_past, start))
-                if target.n_past < start:
-                    target.eval(seq[target.n_past : start])
-                chosen = int(np.argmax(target.eval(seq[start : start + size], logits="all")[row]))
-                target.truncate(start)
-                if chosen == token:
-                    return size
+        with _RowsAsChosen(self, request, prompt) as chosen:
+            for earlier in tokens[:at]:
+                chosen.advance(earlier)
+            keep_common_prefix(target, seq)
+            for size in range(2, max_batch + 1):
+                for row in range(size):
+                    start = position - row
+                    if start < 0 or start + size > len(seq):
+                        continue
+                    target.truncate(min(target.n_past, start))
+                    if target.n_past < start:
+                        target.eval(seq[target.n_past : start])
+                    picked = int(np.argmax(chosen.row(target.eval(seq[start : start + size], logits="all")[row])))
+                    target.truncate(start)
+                    if picked == token:
+                        return size
         return None
 
     def embed(self, text: str | Sequence[int], *, truncate: bool = True) -> tuple[np.ndarray, int]:
@@ -361,3 +373,31 @@ def _overlay(base: StepCosts | None, learned: StepCosts) -> StepCosts:
     if base is None or base.k_max <= learned.k_max:
         return learned
     return StepCosts(learned.draft_step_s, learned.verify_s + base.verify_s[learned.k_max + 1:])
+
+
+class _RowsAsChosen:
+    """A greedy request's rows as its loop chose from them: penalized by the text before each row and
+    masked by its output grammar after it (`advance` moves past each emitted token). Without a
+    request, rows as they are."""
+
+    def __init__(self, engine: Engine, request: Request | None, prompt: list[int]):
+        self.text = list(prompt)
+        self.penalties = request.sampling.penalties if request is not None else None
+        self.grammar = engine.grammar(request.grammar) if request is not None and request.grammar else None
+
+    def row(self, logits: np.ndarray) -> np.ndarray:
+        if self.penalties is not None and self.penalties.active:
+            logits = adjusted(logits, self.penalties.window(self.text), self.penalties)
+        return self.grammar.mask(logits) if self.grammar is not None else logits
+
+    def advance(self, token: int) -> None:
+        self.text.append(token)
+        if self.grammar is not None and self.grammar.allows(token):
+            self.grammar.accept(token)
+
+    def __enter__(self) -> _RowsAsChosen:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.grammar is not None:
+            self.grammar.close()

@@ -148,8 +148,8 @@ def generate_tokens(
         logits = target.eval([seq[-1], *drafted], logits="all")
         if sampling.penalties.active:
             logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
-        if grammar is not None:
-            logits = masked_rows(grammar, drafted, logits, greedy=sampling.greedy)
+        if grammar is not None:  # greedy skips masking rows whose best token is allowed, unless logprobs read them
+            logits = masked_rows(grammar, drafted, logits, greedy=sampling.greedy and logprobs is None)
         if sampling.greedy:
             n_accepted, next_token = verify_greedy(drafted, logits)
         else:

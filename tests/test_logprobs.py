@@ -53,6 +53,23 @@ def test_the_loops_logprobs_are_the_target_alones(baseline_engine, spec_engine):
     assert alone.scored[0].logprob == pytest.approx(first[alone.tokens[0]], abs=1e-4)
 
 
+def test_under_a_grammar_logprobs_are_of_the_masked_distribution_greedy_too(spec_engine):
+    """Greedy leaves a row unmasked when its best token is allowed (the argmax is the same); logprobs
+    must still be read from the masked row, as sampling reads them, with no forbidden alternative."""
+    grammar = 'root ::= [a-z ]+'  # most rows' best token is allowed: greedy would leave them unmasked
+    def scored(temperature):
+        request = Request(PROMPT, max_tokens=8, logprobs=5, grammar=grammar,
+                          sampling=SamplingSettings(temperature=temperature, top_k=1, seed=0))
+        generation = spec_engine.generate(request, use_draft=False)
+        "".join(generation)
+        return generation.result.scored
+
+    greedy, sampled = scored(0.0), scored(1.0)  # top_k 1: the same tokens
+    assert [t.id for t in greedy] == [t.id for t in sampled]
+    assert [t.logprob for t in greedy] == pytest.approx([t.logprob for t in sampled], abs=1e-4)
+    assert [t.top for t in greedy] == [t.top for t in sampled]
+
+
 @pytest.fixture(scope="module")
 def server(tiny_models):
     with serving_tiny_pair(tiny_models) as served:

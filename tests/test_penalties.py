@@ -106,3 +106,27 @@ def test_sampling_with_penalties_keeps_the_target_distribution(spec_engine):
         tokens.close()
         counts[pair] += 1  # a pair the penalized top-k excludes would be a KeyError
     assert_counts_follow(exact, counts)
+
+
+def test_compare_judges_a_difference_on_the_rows_the_request_chose_from(spec_engine):
+    """--compare and bench tell near-ties from errors by the target's top-two gap: under penalties and a
+    grammar that gap must be the penalized, masked rows', not the raw logits'."""
+    request, expected = _generate(spec_engine, STRONG, use_draft=False)
+    prompt = spec_engine.prompt_tokens(request)
+    raw = spec_engine.greedy_margins(prompt, expected.tokens)
+    chosen = spec_engine.greedy_margins(prompt, expected.tokens, request=request)
+    text = list(prompt)
+    target = spec_engine.target
+    for at, token in enumerate(expected.tokens[:10]):
+        target.truncate(0)
+        row = adjusted(target.eval(text)[-1], text, STRONG)
+        top2 = np.sort(row)[-2:]
+        assert chosen[at] == pytest.approx(float(top2[1] - top2[0]), abs=0.02)
+        text.append(token)
+    assert raw != pytest.approx(chosen, abs=0.02)
+    forced = Request("Describe the weather", max_tokens=3, raw=True, grammar='root ::= "a" "b" "c"',
+                     sampling=SamplingSettings(temperature=0))
+    generation = spec_engine.generate(forced, use_draft=False)
+    "".join(generation)
+    margins = spec_engine.greedy_margins(spec_engine.prompt_tokens(forced), generation.result.tokens, request=forced)
+    assert all(m == float("inf") for m in margins)  # one allowed token at each place: never a tie

@@ -169,10 +169,10 @@ def generate(
         margins, batch_size = [], None
         if baseline is not None and request.sampling.greedy and baseline.tokens != result.tokens:
             prompt = engine.prompt_tokens(request)
-            margins = engine.greedy_margins(prompt, baseline.tokens)
+            margins = engine.greedy_margins(prompt, baseline.tokens, request=request)
             at = first_difference(baseline.tokens, result.tokens)
             if at < min(len(margins), len(result.tokens)) and margins[at] >= NEAR_TIE_LOGITS:
-                batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, result.tokens[at])
+                batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, result.tokens[at], request=request)
         n_ctx = engine.target.n_ctx
     if as_json:
         data = result_json(target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result)
