@@ -41,9 +41,9 @@ class TextStream:
         """The text held back for a stop string that never came (nothing after a stop)."""
         if self.stopped:
             return ""
-        tail = self._decoder.decode(b"", final=True)
-        self._held += tail
-        self._visible += [True] * len(tail)
+        # Bytes still pending in the decoder are a character the last token began and no token
+        # finished (an answer cut by its length): dropped, as Ollama's runner drops them, not shown as �.
+        self._decoder.reset()
         return self._take(len(self._held))
 
     def _take(self, n: int, *, then_drop_rest: bool = False) -> str:

@@ -112,13 +112,45 @@ def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
     names = tool_names(tools)
     if only is not None and only not in names:
         raise InvalidSetting(f"tool_choice names '{only}', which is not among the tools offered")
-    choices = []
-    for tool, name in zip(tools, names):
+    choices, defs = [], {}
+    for number, (tool, name) in enumerate(zip(tools, names)):
         if only is None or name == only:
-            parameters = tool["function"].get("parameters") or {"type": "object"}
+            parameters = _hoisted(tool["function"].get("parameters") or {"type": "object"}, f"t{number}_", defs)
             choices.append({"type": "object", "required": ["name", "arguments"],
                             "properties": {"name": {"const": name}, "arguments": parameters}})
-    return grammar_for_json(choices[0] if len(choices) == 1 else {"anyOf": choices})
+    schema = choices[0] if len(choices) == 1 else {"anyOf": choices}
+    return grammar_for_json({**schema, "$defs": defs} if defs else schema)
+
+
+_DEFS = ("$defs", "definitions")
+
+
+def _hoisted(parameters: dict, prefix: str, defs: dict) -> dict:
+    """A tool's parameter schema, placed inside the call's wrapper: its `$defs` (pydantic writes them for
+    nested models and enums) move to the wrapper's root under `prefix`ed names, and its `#/$defs/...`
+    references follow them, since a reference is read from the root of the whole schema."""
+    local = {name: schema for key in _DEFS if isinstance(parameters.get(key), dict)
+             for name, schema in parameters[key].items()}
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, list):
+            return [rewrite(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {key: rewrite(value) for key, value in node.items() if key != "$ref"}
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            for base in ("#/$defs/", "#/definitions/"):
+                head, _, rest = ref.removeprefix(base).partition("/")
+                if ref.startswith(base) and head in local:
+                    ref = f"#/$defs/{prefix}{head}" + (f"/{rest}" if rest else "")
+                    break
+            out["$ref"] = ref
+        return out
+
+    for name, schema in local.items():
+        defs[f"{prefix}{name}"] = rewrite(schema)
+    return rewrite({key: value for key, value in parameters.items() if key not in _DEFS})
 
 
 def _loads(text: str) -> Any:

@@ -77,9 +77,14 @@ def test_options_stop_seed_and_num_ctx(client):
     sampled = {"temperature": 1.0, "top_k": 20, "top_p": 0.9, "seed": 3, "num_predict": 20}
     assert client.generate(model="m", prompt="Hi", options=sampled).response == \
         client.generate(model="m", prompt="Hi", options=sampled).response
-    with pytest.raises(ollama.ResponseError) as error:  # the prompt does not fit a 16-token context
-        client.generate(model="m", prompt="Tell a story about the sea and the sky", options={"num_ctx": 16})
-    assert error.value.status_code == 400 and "context holds 16" in error.value.error
+    # a prompt longer than a 16-token context: cut as Ollama's runner cuts it (its first 4 tokens and BOS,
+    # then its end, to 16 - (16 - 5) // 2 = 11 tokens), or with truncate false a 400
+    long = "Tell a story about the sea and the sky and the wind and the rain"
+    cut = client.generate(model="m", prompt=long, options={"num_ctx": 16, "temperature": 0})
+    assert cut.prompt_eval_count == 11 and cut.done_reason == "length" and cut.eval_count == 5
+    refused = httpx.post(client._client.base_url.join("/api/generate"), timeout=60, json={
+        "model": "m", "prompt": long, "options": {"num_ctx": 16}, "truncate": False, "stream": False})
+    assert refused.status_code == 400 and "context holds 16" in refused.json()["error"]
 
 
 def test_empty_chat_loads_the_model_as_ollama_does(client):

@@ -92,6 +92,34 @@ def test_a_named_call_streamed_and_the_answer_sent_back(client):
     assert answer.choices[0].finish_reason in ("length", "stop", "tool_calls")
 
 
+def test_a_forced_call_to_a_pydantic_tool_with_nested_models(client):
+    """pydantic writes nested models and enums as $defs and $refs (instructor, pydantic-ai and litellm
+    send such tools): the forced call's grammar must still resolve them."""
+    from enum import Enum
+
+    from pydantic import BaseModel, Field
+
+    class Colour(str, Enum):
+        red = "red"
+        blue = "blue"
+
+    class Item(BaseModel):  # no free text: the random tiny model would write a string until max_tokens
+        colour: Colour
+        count: int
+
+    class Order(BaseModel):
+        items: list[Item] = Field(max_length=2)
+
+    tool = {"type": "function", "function": {"name": "order", "parameters": Order.model_json_schema()}}
+    response = client.chat.completions.create(model="m", messages=USER, tools=[tool, ADD], temperature=0,
+                                              max_tokens=300, tool_choice={"type": "function",
+                                                                           "function": {"name": "order"}})
+    assert response.choices[0].message.tool_calls, response.choices[0]
+    call = response.choices[0].message.tool_calls[0]
+    order = Order.model_validate_json(call.function.arguments)  # the nested shape, enum values included
+    assert call.function.name == "order" and isinstance(order.items, list)
+
+
 def test_tool_choice_none_and_auto_text_answers(client):
     plain = client.chat.completions.create(model="m", messages=USER, max_tokens=12, temperature=0)
     none = client.chat.completions.create(model="m", messages=USER, tools=[WEATHER], tool_choice="none",

@@ -64,6 +64,18 @@ def test_a_forced_call_grammar_names_the_offered_tools():
         forced_call_grammar([{"type": "function"}])
 
 
+def test_a_forced_call_grammar_resolves_each_tools_own_defs():
+    item = {"type": "object", "properties": {"n": {"$ref": "#/$defs/Count"}}, "$defs": {
+        "Count": {"type": "integer"}}}
+    other = {"type": "object", "properties": {"n": {"$ref": "#/definitions/Count"}}, "definitions": {
+        "Count": {"type": "string"}}}  # the same name, another type: kept apart
+    tools = [{"type": "function", "function": {"name": name, "parameters": schema}}
+             for name, schema in (("a", item), ("b", other))]
+    grammar = forced_call_grammar(tools)  # a $ref left pointing inside the wrapper would raise here
+    assert "alternative-0-arguments-n ::= integer" in grammar
+    assert "alternative-1-arguments-n ::= string" in grammar
+
+
 def test_tools_described_for_a_template_without_them():
     tool = {"type": "function", "function": {"name": "add", "description": "Add two numbers"}}
     turns = tools_in_messages([ChatMessage("system", "Be brief."), ChatMessage("user", "2 + 3?"),

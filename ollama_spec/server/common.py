@@ -62,6 +62,7 @@ class ApiError(Exception):
         self.status, self.message, self.param, self.code = status, message, param, code
 
 
+OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
 TOO_LONG = "context_length_exceeded"  # OpenAI's code for a prompt (plus max_tokens) past the context
 # OpenAI's error types and codes by status, where the error brings none of its own: OpenAI answers a bad key
 # as an invalid request with the code "invalid_api_key"; its codes are strings, or null.
@@ -139,7 +140,8 @@ class ServerState:
         `tokens`: the prompt already as tokens (a template the request brought). `cap_max_tokens`: a
         max_tokens past the room left is a cap, as Ollama's num_predict is (else a 400, as OpenAI answers).
         `default_max_tokens`: the route's own default, below the server's. `truncate`: a conversation
-        longer than the context loses its oldest messages, as Ollama's /api/chat does. `penalties`:
+        longer than the context loses its oldest messages, as Ollama's /api/chat does, and a prompt still
+        too long is cut as Ollama's runner cuts it. `penalties`:
         Penalties fields given by the request (logit_bias as (token id, bias) pairs)."""
         given = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p, "seed": seed}
         try:
@@ -182,8 +184,10 @@ class ServerState:
         context = min(n_ctx or self.engine.target.n_ctx, self.engine.target.n_ctx)
         try:  # tokenized once: the generation, and the routes that read the prompt, take these
             request = replace(request, tokens=tuple(self.engine.prompt_tokens(request)))
-            if truncate and len(request.tokens) >= context:
+            if truncate and len(request.tokens) >= context and request.messages:
                 request = self._dropping_oldest(request, context)
+            if truncate and len(request.tokens) >= context:
+                request = self._cut_as_ollama(request, context)
         except InvalidSetting as exc:
             raise ApiError(400, str(exc)) from None
         n_prompt = len(request.tokens)
@@ -204,6 +208,17 @@ class ServerState:
             max_tokens = room  # the generation ends there, with finish reason "length"
         limit = max_tokens or min(self.settings.max_tokens or default_max_tokens or room, room)
         return replace(request, max_tokens=limit)
+
+    def _cut_as_ollama(self, request: Request, context: int) -> Request:
+        """A prompt still longer than the context, cut as Ollama's runner cuts it: its first
+        OLLAMA_NUM_KEEP tokens (and BOS) kept, then its end, to about half the context, so that the
+        answer has the other half."""
+        tokens = request.tokens
+        keep = min(OLLAMA_NUM_KEEP + int(self.engine.target.add_bos), context - 1)
+        limit = context - max((context - keep) // 2, 1)
+        log.warning("the prompt (%d tokens) is longer than the context (%d): cut to %d, keeping its first %d",
+                    len(tokens), context, limit, keep)
+        return replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep):])
 
     def _dropping_oldest(self, request: Request, context: int) -> Request:
         """The conversation without its oldest messages, as few dropped as make the prompt fit, always

@@ -161,6 +161,7 @@ class GenerateRequest(InferenceRequest):
     images: list[str] | None = None
     context: list[int] | None = None  # deprecated by Ollama, still sent by older clients
     suffix: str | None = None  # fill in the middle (code completion): the text after the gap
+    truncate: bool = True  # a prompt longer than the context is cut as Ollama cuts it (false: a 400)
 
 
 @router.post("/api/chat")
@@ -203,7 +204,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
     request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw or bool(body.template),
                                   grammar=body.grammar(), context=body.context or (), logprobs=body.logprob_count,
                                   think=body.thinks, suffix=body.suffix or None, tokens=_templated(state, body),
-                                  **_options(body.options))
+                                  truncate=body.truncate, **_options(body.options))
     job = state.submit(request, "/api/generate")
     prompt = request.tokens
 
