@@ -27,6 +27,8 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     id: str | None = None  # the client's id for it (OpenAI's), which its answer refers to
+    # A call cut short by the answer's length: its arguments as far as they were written (not JSON)
+    cut_arguments: str | None = None
 
 
 def tool_names(tools: list[dict]) -> list[str]:
@@ -89,6 +91,19 @@ def parse_tool_calls(text: str, names: list[str]) -> tuple[str, list[ToolCall]]:
     if not calls or any(call is None or call.name not in names for call in calls):
         return text, []
     return rest, calls
+
+
+_CUT_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?)?)?', re.DOTALL)
+
+
+def cut_tool_call(text: str, names: list[str]) -> ToolCall | None:
+    """A bare JSON call that the answer's length cut short, `{"name": "f", "arguments": {"a": 1, "b"`:
+    the call with its arguments as written so far, as OpenAI returns a call cut by max_tokens (clients
+    then report an invalid call instead of taking the JSON for an answer); None for anything else."""
+    match = _CUT_CALL.fullmatch(text)
+    if match is None or match.group(1) not in names:
+        return None
+    return ToolCall(match.group(1), {}, cut_arguments=(match.group(2) or "").rstrip())
 
 
 def could_be_tool_call(text: str) -> bool:

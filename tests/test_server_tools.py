@@ -120,6 +120,33 @@ def test_a_forced_call_to_a_pydantic_tool_with_nested_models(client):
     assert call.function.name == "order" and isinstance(order.items, list)
 
 
+def test_a_call_cut_by_max_tokens_comes_back_as_a_cut_call(client):
+    """As OpenAI returns it: in tool_calls, with the arguments as far as they were written, and finish
+    reason "length", so that clients report an invalid call instead of taking the JSON for an answer."""
+    forced = {"type": "function", "function": {"name": "add"}}
+    whole = client.chat.completions.create(model="m", messages=USER, tools=[WEATHER, ADD], tool_choice=forced,
+                                           max_tokens=40, temperature=0)
+    full = whole.choices[0].message.tool_calls[0].function.arguments
+    def cut(max_tokens):
+        return client.chat.completions.create(model="m", messages=USER, tools=[WEATHER, ADD], tool_choice=forced,
+                                              max_tokens=max_tokens, temperature=0)
+
+    def begun(message):  # the call's name whole and some of its arguments written
+        return bool(message.tool_calls) and message.tool_calls[0].function.arguments not in ("", None)
+
+    limit = next(n for n in range(4, 40) if begun(cut(n).choices[0].message))
+    response = cut(limit)
+    choice = response.choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "add" and full.replace(" ", "").startswith(call.function.arguments.replace(" ", ""))
+    stream = list(client.chat.completions.create(model="m", messages=USER, tools=[WEATHER, ADD], tool_choice=forced,
+                                                 max_tokens=limit, temperature=0, stream=True))
+    calls = [c for chunk in stream if chunk.choices for c in chunk.choices[0].delta.tool_calls or []]
+    assert [c.function.arguments for c in calls] == [call.function.arguments]
+    assert stream[-1].choices[0].finish_reason == "length"
+
+
 def test_tool_choice_none_and_auto_text_answers(client):
     plain = client.chat.completions.create(model="m", messages=USER, max_tokens=12, temperature=0)
     none = client.chat.completions.create(model="m", messages=USER, tools=[WEATHER], tool_choice="none",

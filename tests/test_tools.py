@@ -91,3 +91,13 @@ def test_tools_described_for_a_template_without_them():
 def test_which_templates_take_tools():
     assert template_takes_tools("{% if tools %}{{ tools | tojson }}{% endif %}")
     assert not template_takes_tools("{{ xml_tools }}") and not template_takes_tools(None)
+
+
+def test_a_call_cut_short_keeps_its_name_and_the_arguments_written():
+    from ollama_spec.tools import cut_tool_call
+
+    assert cut_tool_call('{"name": "add", "arguments": {"a": 1, "b', ["add"]).cut_arguments == '{"a": 1, "b'
+    assert cut_tool_call('{"name":"add","arguments"', ["add"]).cut_arguments == ""
+    assert cut_tool_call('{"name": "ad', ["add"]) is None  # the name itself cut: nothing to call
+    assert cut_tool_call('{"name": "fly", "arguments": {', ["add"]) is None  # not an offered tool
+    assert cut_tool_call("Sure, here", ["add"]) is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..thinking import ThinkingSplit, partial_suffix
-from ..tools import OPENING, ToolCall, could_be_tool_call, parse_tool_calls, tool_names
+from ..tools import OPENING, ToolCall, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
 
 
 class HeldForToolCalls:
@@ -33,12 +33,16 @@ class HeldForToolCalls:
         text, self.held = self.held[:at], self.held[at:]
         return text
 
-    def finish(self) -> tuple[str, list[ToolCall]]:
-        """(text still to send, the calls in the held text)."""
+    def finish(self, cut: bool = False) -> tuple[str, list[ToolCall]]:
+        """(text still to send, the calls in the held text); `cut`: the answer's length ended it, so a
+        call begun and not finished is returned as a cut call."""
         held, self.held = self.held, ""
         if not self.names or not held:
             return held, []
-        return parse_tool_calls(held, self.names)
+        rest, calls = parse_tool_calls(held, self.names)
+        if not calls and cut and self.at_start and (call := cut_tool_call(held, self.names)) is not None:
+            return "", [call]
+        return rest, calls
 
 
 class AnswerParts:
@@ -52,15 +56,15 @@ class AnswerParts:
         thought, text = self.thinking.push(text) if self.thinking else ("", text)
         return thought, self.calls.push(text) if text else ""
 
-    def finish(self) -> tuple[str, str, list[ToolCall]]:
-        """(thinking, content) still to send, and the tool calls."""
+    def finish(self, cut: bool = False) -> tuple[str, str, list[ToolCall]]:
+        """(thinking, content) still to send, and the tool calls (`cut`: see HeldForToolCalls.finish)."""
         thought, text = self.thinking.finish() if self.thinking else ("", "")
         sent = self.calls.push(text) if text else ""
-        rest, calls = self.calls.finish()
+        rest, calls = self.calls.finish(cut)
         return thought, sent + rest, calls
 
-    def whole(self, text: str) -> tuple[str, str, list[ToolCall]]:
+    def whole(self, text: str, cut: bool = False) -> tuple[str, str, list[ToolCall]]:
         """A whole answer: its thinking, its content (around the calls) and its tool calls."""
         thought, content = self.push(text)
-        more_thought, rest, calls = self.finish()
+        more_thought, rest, calls = self.finish(cut)
         return thought + more_thought, content + rest, calls

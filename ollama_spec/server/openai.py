@@ -251,12 +251,12 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
                             opening, state.answer_parts(request), scores))
 
     def choice(result: Result) -> tuple[dict, str | None]:
-        thought, text, calls = state.answer_parts(request).whole(result.text)
+        thought, text, calls = state.answer_parts(request).whole(result.text, cut=result.finish_reason == "length")
         message = {"role": "assistant", "content": text or None if calls else text} | _reasoning(thought)
         if calls:
             message["tool_calls"] = _tool_calls(calls)
         return {"message": message, "logprobs": scores(result.scored) if scores else None}, \
-            "tool_calls" if calls else None
+            _calls_finish(calls, result)
 
     results = await _run_all(state, http_request, _copies(request, body.n), "/v1/chat/completions")
     return _answers(state, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)
@@ -316,7 +316,14 @@ def _reasoning(thought: str) -> dict:
 
 def _tool_calls(calls: list[ToolCall], streamed: bool = False) -> list[dict]:
     return [{**({"index": i} if streamed else {}), "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-             "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for i, call in enumerate(calls)]
+             "function": {"name": call.name, "arguments": call.cut_arguments if call.cut_arguments is not None
+                          else json.dumps(call.arguments)}} for i, call in enumerate(calls)]
+
+
+def _calls_finish(calls: list[ToolCall], result: Result) -> str | None:
+    """"tool_calls" for an answer that called; a call cut by max_tokens keeps "length", as OpenAI's does
+    (None: the result's own reason)."""
+    return "tool_calls" if calls and result.finish_reason != "length" else None
 
 
 def _one_stream(choices: int) -> None:
@@ -391,13 +398,13 @@ async def _chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[st
                 yield piece(thought, text, event.scored)
         else:
             result = event.result
-            thought, text, calls = parts.finish()
+            thought, text, calls = parts.finish(cut=result.finish_reason == "length")
             if thought or text or event.scored:
                 yield piece(thought, text, event.scored)
             if calls:
                 delta = {"delta": {"tool_calls": _tool_calls(calls, streamed=True)}}
                 yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}
-            final = _answers(state, meta, [(choice(""), "tool_calls" if calls else None)], [result])
+            final = _answers(state, meta, [(choice(""), _calls_finish(calls, result))], [result])
             del final["usage"]  # usage comes in a chunk of its own, when asked for
             yield final | ({"usage": None} if include_usage else {})
             if include_usage:
