@@ -198,6 +198,7 @@ class LoadedModel:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.cached: list[int] = []  # the token ids in the KV cache, in order: a next request may reuse them
+        self._unsettled = False  # a decode ran whose tokens may be in llama.cpp's cache but not in `cached`
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
 
@@ -290,6 +291,7 @@ class LoadedModel:
         A recurrent or hybrid model's cache can only be emptied, not cut; llama.cpp says so by
         returning false, and going on would evaluate on top of tokens that were meant to be gone.
         """
+        self._settle()
         if n_tokens >= self.n_past:
             return
         if n_tokens == 0:
@@ -301,7 +303,18 @@ class LoadedModel:
             )
         del self.cached[n_tokens:]
 
+    def _settle(self) -> None:
+        """After a decode whose bookkeeping did not finish (Ctrl-C can land between llama_decode
+        returning and `cached` growing), make llama.cpp's cache hold exactly `cached` again."""
+        if not self._unsettled:
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, self.n_past, -1):
+            llama_cpp.llama_memory_clear(self._ctx.memory, True)  # a recurrent cache: start over
+            self.cached.clear()
+        self._unsettled = False
+
     def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
+        self._settle()
         batch = self._batch
         batch.n_tokens = len(tokens)
         for i, (token, want) in enumerate(zip(tokens, want_logits)):
@@ -310,12 +323,14 @@ class LoadedModel:
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = 0
             batch.logits[i] = want
+        self._unsettled = True  # until `cached` says what llama.cpp holds now
         code = llama_cpp.llama_decode(self._ctx.ctx, batch)
         if code == 1:
             raise ContextFull(f"llama.cpp found no room in the KV cache of {self.path.name} (context full)")
         if code != 0:
             raise InferenceError(f"llama.cpp could not evaluate a batch of {len(tokens)} tokens (llama_decode: {code})")
         self.cached.extend(tokens)
+        self._unsettled = False
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)

@@ -24,6 +24,7 @@ class Behaviour:
     drop_after: int | None = None  # close the connection once the blob reaches this offset...
     drops: int = 0  # ...this many times (then serve normally); -1: always
     drop_digest: str | None = None  # ...for this blob only
+    drop_each: bool = False  # drop_after counts from where each response starts: every try makes progress
     corrupt: set[str] = field(default_factory=set)  # digests served with one byte flipped
     delay: float = 0.0  # seconds per 16 KiB piece (the slow server)
     ignore_range: bool = False
@@ -145,7 +146,9 @@ class TestServer:
             if drop and b.drops > 0:
                 b.drops -= 1
         try:
-            end = max(b.drop_after, start) if drop else len(data)  # a drop at or past the offset: no bytes
+            # a drop at or past the offset: no bytes; with drop_each, drop_after more bytes than the try began at
+            end = (min(start + b.drop_after, len(data)) if b.drop_each else max(b.drop_after, start)) if drop \
+                else len(data)
             for offset in range(start, end, 16 << 10):
                 handler.wfile.write(data[offset : min(offset + (16 << 10), end)])
                 if b.delay:

@@ -273,3 +273,37 @@ def test_a_calibration_is_announced_while_it_happens(tiny_models, tmp_path):
         engine.k_policy(SpeculationSettings(None), GREEDY)
         engine.k_policy(SpeculationSettings(None), GREEDY)  # measured once: no second note
     assert len(notes) == 1 and "-k auto" in notes[0]
+
+
+class _InterruptedOnce(list):
+    """A cache record whose first `extend` is cut by Ctrl-C: llama_decode returned, the record did not grow."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.armed = True
+
+    def extend(self, items):
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        super().extend(items)
+
+
+def test_a_ctrl_c_between_decode_and_its_record_leaves_a_usable_cache(baseline_engine):
+    """`chat`: Ctrl-C stops an answer, the next turn goes on (llama.cpp's cache must hold what the
+    record says, not one token more, or the next decode fails)."""
+    target = baseline_engine.target
+    prompt = target.tokenize("The quick brown fox jumps over", add_bos=True, special=False)
+    target.truncate(0)
+    expected = target.eval(prompt)[-1]
+    target.truncate(0)
+    target.eval(prompt[:-2])
+    target.cached = _InterruptedOnce(target.cached)
+    with pytest.raises(KeyboardInterrupt):
+        target.eval(prompt[-2:-1])  # in llama.cpp's cache, not in the record
+    try:
+        got = target.eval(prompt[len(target.cached):])[-1]  # the next turn carries on from the record
+    finally:
+        target.cached = list(target.cached)
+    assert got == pytest.approx(expected, abs=1e-3)
+    target.truncate(0)

@@ -36,8 +36,13 @@ class ClosedPipe(io.StringIO):
         raise BrokenPipeError()
 
 
+class FullDisk(io.StringIO):
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+
 def test_a_closed_pipe_silences_progress_without_stopping_the_pull():
-    for reporter in (LineReporter(ClosedPipe()), JsonReporter(ClosedPipe())):
+    for reporter in (LineReporter(ClosedPipe()), JsonReporter(ClosedPipe()), LineReporter(FullDisk())):
         for event in events():
             reporter(event)  # no BrokenPipeError: the pull itself goes on
         assert reporter.stream.gone

@@ -168,14 +168,16 @@ def test_busy_answers_are_retried_and_a_moving_download_never_runs_out_of_tries(
     invoke, registry, store, tiny_store, monkeypatch
 ):
     monkeypatch.setattr("ollama_spec.pull.download.BACKOFF", 0.01)
-    monkeypatch.setattr("ollama_spec.pull.download.RETRIES", 2)
+    monkeypatch.setattr("ollama_spec.pull.download.RETRIES", 3)  # fewer tries than drops: progress resets them
     digest = model_digest(tiny_store, "tiny-target")
     size = len(registry.blob(digest))
     registry.behaviour.busy = [429, 503]  # a CDN that is busy twice, as Ollama's own retries expect
-    # then a link that drops every 1/8 of the blob: more drops than tries, but each try makes progress
+    # then a link that drops after every 1/8 of the blob: more drops than tries, but each try makes progress
     registry.behaviour.drop_after, registry.behaviour.drops, registry.behaviour.drop_digest = size // 8, 6, digest
+    registry.behaviour.drop_each = True
     result = pull(invoke, store, name(registry, "tiny-target"), "--concurrency", "1")
     assert result.exit_code == 0, result.output
+    assert len(registry.blob_gets(digest)) >= 7  # the drops happened: seven tries after the busy answers
     assert invoke("show", name(registry, "tiny-target"), "--verify", "--models-dir", store).exit_code == 0
 
 
@@ -185,7 +187,8 @@ def test_a_server_busy_every_time_gives_up_with_its_words(invoke, registry, stor
     result = pull(invoke, store, name(registry, "tiny-target"))
     assert result.exit_code == 1
     last = result.output.splitlines()[-1]
-    assert "after 7 tries in a row (HTTP 503:" in last and "slow down" in last
+    assert "after 6 tries in a row (HTTP 503:" in last and "slow down" in last
+    assert last.endswith("run the same pull again later")  # nothing received: no partial is kept
 
 
 def test_a_name_in_other_case_updates_the_stored_manifest(invoke, registry, store, tiny_store):
@@ -379,3 +382,17 @@ def test_ctrl_c_keeps_the_partial_and_the_next_pull_resumes(invoke, registry, st
     assert result.exit_code == 0, result.output
     assert registry.blob_gets(digest) == [f"bytes={kept}-"]
     assert invoke("show", name(registry, "tiny-target"), "--verify", "--models-dir", store).exit_code == 0
+
+
+def test_a_pull_started_with_its_output_closed_still_pulls(registry, store, tiny_store):
+    """`ollama-spec pull m >&- 2>&-` (cron, daemons): Python has no sys.stdout then; as Ollama, the
+    pull goes on without its progress."""
+    env = {**os.environ, "OLLAMA_HOST": os.environ["OLLAMA_HOST"]}
+    code = ("import sys; from ollama_spec.cli import main; "
+            f"sys.argv = ['ollama-spec', 'pull', '--insecure', '--models-dir', {str(store)!r}, "
+            f"{name(registry, 'tiny-draft')!r}]; main()")
+    proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=env, timeout=120, pass_fds=(), close_fds=True,
+                          preexec_fn=lambda: (os.close(1), os.close(2)))
+    assert proc.returncode == 0
+    assert Store(StoreRoot(store, "test")).resolve(name(registry, "tiny-draft")).gguf_path.exists()

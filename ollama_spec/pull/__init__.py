@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from ..envconfig import ollama_var
-from ..errors import InvalidSetting, ModelNotFound, OllamaSpecError
+from ..errors import InvalidSetting, ModelNotFound, OllamaSpecError, StoreNotFound
 from ..names import ModelRef, parse_model_name
 from ..store import Store, find_store_root
 from .daemon import Daemon, probe_daemon, pull_through_daemon
@@ -75,7 +75,7 @@ def pull_models(
         else:
             if writer is None:
                 writer = StoreWriter(writable_store_root(models_dir))
-            writer.prepare()
+            writer.prepare(ref)
             pull = pull_from_huggingface if via == "hf" else pull_from_registry
             pull(ref, writer, settings, report, threading.Event())
         taken.append((ref.display, via))
@@ -89,7 +89,7 @@ def _warn_unless_readable(ref: ModelRef, host: str, report: Callable[[PullEvent]
         return
     try:
         Store(find_store_root()).resolve(ref.display)
-    except ModelNotFound:
+    except (ModelNotFound, StoreNotFound):  # elsewhere, or OLLAMA_MODELS names no store at all
         report(PullEvent(ref.display, f"warning: the Ollama daemon at {host} stored it outside OLLAMA_MODELS="
                          f"{ollama_var('OLLAMA_MODELS')}, where ollama-spec looks: set OLLAMA_MODELS to the daemon's "
                          "store, or pull with --via registry"))

@@ -16,7 +16,7 @@ from ..errors import BlobError, PullError
 from .writer import Blob, StoreWriter
 
 # Tries in a row without progress before a blob's download gives up, as Ollama's per-part
-# maxRetries; a try that received bytes starts the count again, so a link that drops every few GB
+# maxRetries (6 tries in all); a try that received bytes starts the count again, so a link that drops every few GB
 # still finishes a 40 GB blob. Each retry resumes where the last one stopped.
 RETRIES = 6
 BACKOFF = 1.0  # seconds, doubled after each try that made no progress
@@ -102,7 +102,7 @@ def fetch_blob(
     progress: Callable[[BlobProgress], None],
     cancel: threading.Event,
     *,
-    retries: int = RETRIES,
+    retries: int | None = None,
 ) -> Path | None:
     """Download `url` as `blob` into its partial file and check it; None when the store has it already.
 
@@ -130,7 +130,7 @@ def fetch_blob(
             part = _Partial(writer.partial_path(blob), blob.size)
         try:
             with http_errors(url, "the blob storage"):
-                _download(client, url, blob, part, writer, progress, cancel, retries)
+                _download(client, url, blob, part, writer, progress, cancel, RETRIES if retries is None else retries)
         finally:
             if part.offset == 0:
                 part.path.unlink(missing_ok=True)  # nothing worth keeping for a resume
@@ -159,14 +159,15 @@ def _download(client, url, blob, part, writer, progress, cancel, retries) -> Non
             if part.offset > before:
                 delay, failures = BACKOFF, 0  # it was moving: only a stall in a row counts
             failures += 1
-            if failures > retries:
+            if failures >= retries:
                 if isinstance(exc, httpx.ConnectError) and part.offset == 0:
                     raise
                 why = exc.message if isinstance(exc, _Busy) else _reason(exc)
+                kept = ("the partial download is kept: run the same pull again to resume" if part.offset
+                        else "run the same pull again later")
                 raise PullError(
                     f"the download of {blob.digest} from {_origin(url)} failed at {part.offset} of {blob.size} bytes "
-                    f"after {failures} tries in a row ({why}); the partial download is kept: "
-                    "run the same pull again to resume"
+                    f"after {failures} tries in a row ({why}); {kept}"
                 ) from None
             wait = min(exc.retry_after, MAX_BACKOFF) if isinstance(exc, _Busy) and exc.retry_after else delay
             if cancel.wait(wait):  # Ctrl-C does not wait out a backoff

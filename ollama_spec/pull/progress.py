@@ -38,9 +38,9 @@ class QuietWhenGone:
     """A stream that goes quiet once its reader is gone (`pull ... | head -1`): the pull goes on and
     finishes, only its progress stops. A pull is a side effect; a closed pipe must not cut it short."""
 
-    def __init__(self, stream: TextIO):
+    def __init__(self, stream: TextIO | None):
         self.stream = stream
-        self.gone = False
+        self.gone = stream is None  # started with the stream closed (`>&-`): Python has none
 
     def write(self, text: str) -> None:
         if self.gone:
@@ -48,7 +48,7 @@ class QuietWhenGone:
         try:
             self.stream.write(text)
             self.stream.flush()
-        except BrokenPipeError:
+        except (OSError, ValueError):  # a closed pipe, a full disk, a closed file: as Ollama, write on without it
             self.gone = True
             try:  # the interpreter flushes stdout once more at exit: let that land nowhere, silently
                 os.dup2(os.open(os.devnull, os.O_WRONLY), self.stream.fileno())
@@ -63,7 +63,7 @@ class JsonReporter:
     """One JSON object per line; byte counts thinned out, first and last always printed."""
 
     def __init__(self, stream: TextIO | None = None):
-        self.stream = QuietWhenGone(stream or sys.stdout)
+        self.stream = QuietWhenGone(stream if stream is not None else sys.stdout)
         self._last: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
@@ -83,7 +83,7 @@ class LineReporter:
     """For pipes and logs: status changes as lines, no byte-by-byte progress."""
 
     def __init__(self, stream: TextIO | None = None):
-        self.stream = QuietWhenGone(stream or sys.stdout)
+        self.stream = QuietWhenGone(stream if stream is not None else sys.stdout)
         self._seen: set[tuple[str, str, str | None]] = set()
         self._lock = threading.Lock()
 
@@ -144,9 +144,9 @@ class BarReporter:
 def make_reporter(as_json: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> Reporter:
     """JSON lines on stdout with --json; bars when stderr, where they are drawn, is a terminal;
     plain lines on stdout otherwise (a log gets no carriage returns or escape codes)."""
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr  # None when started with the stream closed
     if as_json:
         return JsonReporter(stdout)
-    if stderr.isatty():
+    if stderr is not None and stderr.isatty():
         return BarReporter(stderr)
     return LineReporter(stdout)

@@ -107,13 +107,18 @@ class StoreWriter:
     def writing(self, what: str = "the model store"):
         return _writing(self.root, what)
 
-    def prepare(self) -> None:
+    def prepare(self, ref: ModelRef | None = None) -> None:
         """Create blobs/, manifests/ and the partial folder; fail early, before any download, if any
-        of them is not writable (a manifest that cannot be written would leave blobs nobody names)."""
+        of them is not writable, nor the folder `ref`'s manifest goes into (the deepest one that
+        exists: a manifest that cannot be written would leave blobs nobody names)."""
         with self.writing():
             self.partial_dir.mkdir(parents=True, exist_ok=True)
-            for folder in (self.path / "blobs", self.path / "manifests", self.partial_dir):
+            folders = [self.path / "blobs", self.path / "manifests", self.partial_dir]
+            for folder in folders:
                 folder.mkdir(exist_ok=True)
+            if ref is not None:
+                folders.append(next(p for p in self.manifest_path(ref).parents if p.is_dir()))
+            for folder in folders:
                 fd, probe = tempfile.mkstemp(dir=folder, prefix=".ollama-spec-probe-")
                 os.close(fd)
                 os.unlink(probe)
