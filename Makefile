@@ -29,7 +29,7 @@ demo: install
 	$(BIN)/ollama-spec demo-store $(DEMO_STORE)
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec list
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec pair $(TARGET) $(DRAFT)
-	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec generate $(TARGET) --draft $(DRAFT) -k 5 -t 0 -n 128 --compare "$(DEMO_PROMPT)"
+	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec generate $(TARGET) --draft $(DRAFT) -k 5 -t 0 -n 128 --compare "$(DEMO_PROMPT)" < /dev/null
 
 # Benchmark: the synthetic 0.6B F16 pair by default; `make bench TARGET=llama3.1:70b DRAFT=llama3.2:1b`
 # for real models in your Ollama store.

@@ -397,3 +397,29 @@ def test_the_speed_line_says_what_its_rate_measures():
                     first_token_seconds=7.57)  # 8 tokens after the first in 0.35 s
     assert format_stats(result, speculative=False) == (
         "9 tokens in 7.92 s (decode 22.9 tok/s after a 7.57 s first token; prompt 5 tokens; finished: length)")
+
+
+def test_piped_text_goes_before_the_prompt_and_empty_input_is_refused(tiny_store, tmp_path):
+    """As `ollama run`: `cat file | ollama-spec generate M "explain this"` reads the file first."""
+    import os
+    import subprocess
+    import sys
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("The capital of France")
+    command = [sys.executable, "-m", "ollama_spec", "generate", "tiny-target", "--raw", "--json", "-n", "1",
+               *BASE, "--models-dir", str(tiny_store)]
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+
+    def prompt_tokens(*args, stdin):
+        with open(stdin) as source:
+            run = subprocess.run([*command, *args], stdin=source, capture_output=True, text=True, env=env, timeout=120)
+        return run
+
+    alone = json.loads(prompt_tokens("is", stdin=os.devnull).stdout)["prompt_tokens"]
+    piped = json.loads(prompt_tokens("is", stdin=notes).stdout)["prompt_tokens"]
+    assert piped > alone
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    refused = prompt_tokens(stdin=empty)
+    assert refused.returncode == 2 and "standard input was empty" in refused.stderr

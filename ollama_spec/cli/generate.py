@@ -123,9 +123,13 @@ def generate(
     if preset is not None and prompt is None and given("target"):
         target, prompt = preset.model, target
     if prompt is None:
-        if sys.stdin.isatty():
+        if sys.stdin is None or sys.stdin.isatty():
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
         prompt = sys.stdin.read()
+        if not prompt.strip():
+            raise click.UsageError("standard input was empty: pipe a prompt, or give a PROMPT argument")
+    elif (piped := _piped_input()) is not None:
+        prompt = f"{piped} {prompt}"  # `cat file | generate M "explain this"`: the file, then the ask, as `ollama run`
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if not raw and suffix is None and (warning := template_warning(target_model, "use --raw to continue the text")):
         click.echo(f"warning: {warning}", err=True)
@@ -211,6 +215,21 @@ def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
         sys.stdout.flush()
         click.echo("--- target + draft ---", err=True)
     return result
+
+
+def _piped_input() -> str | None:
+    """What a pipe or a redirected file on standard input holds (None for a terminal, /dev/null, or a
+    socket that may never close): `ollama run` puts it before the prompt argument."""
+    import stat
+
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    text = sys.stdin.read()
+    return text if text.strip() else None
 
 
 def speedup(baseline: Result, result: Result) -> float | None:
