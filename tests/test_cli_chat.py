@@ -26,6 +26,12 @@ def test_piped_stdin_is_a_script_of_turns(invoke, tiny_store):
     assert "system prompt set" in stats
 
 
+def test_ollama_runs_spellings_of_the_commands(invoke, tiny_store):
+    result = invoke("chat", *ARGS, "--models-dir", tiny_store, input="Hi\n/clear\n/set system Be terse.\n/bye\n")
+    assert result.exit_code == 0, result.output
+    assert "conversation reset" in result.stderr and "system prompt set" in result.stderr
+
+
 def test_same_answers_as_generate_for_the_first_turn(invoke, tiny_store):
     chat = invoke("chat", *ARGS, "--models-dir", tiny_store, input="Hello there\n")
     once = invoke("generate", *ARGS, "Hello there", "--models-dir", tiny_store)

@@ -39,8 +39,8 @@ from .options import (
 PROMPT = ">>> "
 HELP = """commands:
   /stats         speed and acceptance of the last answer, and the prompt tokens it evaluated
-  /reset         start the conversation over (the system prompt stays)
-  /system TEXT   set the system prompt (/system alone clears it)
+  /reset         start the conversation over (the system prompt stays; Ollama's /clear too)
+  /system TEXT   set the system prompt (/system alone clears it; Ollama's /set system TEXT too)
   /exit, /bye    quit (or Ctrl-D); Ctrl-C stops an answer"""
 HISTORY_LINES = 1000
 
@@ -152,11 +152,13 @@ def _turn(conversation: Conversation, line: str, interactive: bool, *, speculati
     if not line:
         return True
     command, _, argument = line.partition(" ")
+    if command == "/set" and argument.split(" ", 1)[0] == "system":  # `ollama run`'s spelling
+        command, argument = "/system", argument.partition(" ")[2]
     if command in ("/exit", "/bye", "/quit"):
         return False
     if command in ("/help", "/?"):
         click.echo(HELP, err=True)
-    elif command == "/reset":
+    elif command in ("/reset", "/clear"):  # /clear: `ollama run`'s
         conversation.reset()
         click.echo("conversation reset", err=True)
     elif command == "/system":
