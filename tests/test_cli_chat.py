@@ -40,9 +40,13 @@ def test_same_answers_as_generate_for_the_first_turn(invoke, tiny_store):
 
 def test_a_full_context_says_so_and_offers_reset(invoke, tiny_store):
     long_turn = "word " * 200
-    result = invoke("chat", *ARGS, "--ctx", "64", "--models-dir", tiny_store, input=f"{long_turn}\n/reset\nHi\n")
+    result = invoke("chat", *ARGS, "--ctx", "64", "--models-dir", tiny_store, input=f"Hi\n{long_turn}\n/reset\nHi\n")
     assert result.exit_code == 0, result.output
     assert re.search(r"the context is full \(\d+ tokens\): /reset to start over", result.stderr)
+    # the first message alone too long: /reset cannot help, so it is not offered
+    alone = invoke("chat", *ARGS, "--ctx", "64", "--models-dir", tiny_store, input=f"{long_turn}\n")
+    assert re.search(r"this message makes a prompt of \d+ tokens, more than the context \(64\)", alone.stderr)
+    assert "/reset" not in alone.stderr
 
 
 def _read_until(fd, marker: bytes, timeout: float = 60, *, required: bool = True) -> bytes:
@@ -126,6 +130,7 @@ def test_ctrl_c_mid_answer_stops_it_and_the_next_turn_goes_on(tiny_models, monke
         stopped = conversation.last
         assert "(stopped)" in capsys.readouterr().err
         assert 0 < len(stopped.tokens) < 200 and len(conversation.messages) == 2  # the partial answer is kept
+        assert stopped.finish_reason == "stopped"  # /stats says Ctrl-C ended it, not the context
         monkeypatch.setattr(engine.target, "eval", real_eval)
         _answer(conversation, "And then?", interactive=True)  # the chat goes on from a consistent cache
         assert len(conversation.messages) == 4 and conversation.last.tokens

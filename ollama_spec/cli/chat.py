@@ -175,9 +175,13 @@ def _turn(conversation: Conversation, line: str, interactive: bool, *, speculati
 
 def _answer(conversation: Conversation, text: str, interactive: bool) -> None:
     n_ctx = conversation.engine.target.n_ctx
-    if conversation.prompt_length(text) >= n_ctx:
-        click.echo(f"the context is full ({n_ctx} tokens): /reset to start over, or restart with a larger --ctx",
-                   err=True)
+    if (length := conversation.prompt_length(text)) >= n_ctx:
+        if not conversation.messages:  # nothing earlier to forget: /reset cannot help
+            click.echo(f"this message makes a prompt of {length} tokens, more than the context ({n_ctx}): shorten "
+                       "it, or restart with a larger --ctx", err=True)
+        else:
+            click.echo(f"the context is full ({n_ctx} tokens): /reset to start over, or restart with a larger --ctx",
+                       err=True)
         return
     generation = conversation.ask(text)
     pieces = iter(generation)
@@ -194,6 +198,8 @@ def _answer(conversation: Conversation, text: str, interactive: bool) -> None:
         click.echo("\n(stopped)", err=True, nl=False)
     finally:
         result = conversation.finish(generation)
+        if stopped:
+            result.finish_reason = "stopped"  # for /stats: Ctrl-C, not the context, ended it
     click.echo()
     sys.stdout.flush()
     if result.finish_reason == "context" and not stopped:
