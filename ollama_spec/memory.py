@@ -399,7 +399,10 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
     while low < high:
         mid = (low + high + 1) // 2
         low, high = (mid, high) if verdict(mid * CTX_PAD, plan.kv_type).verdict == goal else (low, mid - 1)
-    if low and low * CTX_PAD < plan.n_ctx:
+    trained = target_info.context_length
+    if trained and low * CTX_PAD > trained and verdict(trained, plan.kv_type).verdict == goal:
+        suggestions.append(f"--ctx {trained} (the trained context) fits {where}")  # more would fit, but says less
+    elif low and low * CTX_PAD < plan.n_ctx:
         suggestions.append(f"--ctx {low * CTX_PAD} fits {where}")
     for kv_type in _smaller_kv_types(plan.kv_type, [m for m in (target_info, draft_info) if m]):
         other = verdict(plan.n_ctx, kv_type)

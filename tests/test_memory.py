@@ -467,3 +467,12 @@ def test_repacked_copy_matches_llama_cpp_extra_buffers(model, mid_models):
     logged = _llama_cpp_buffers(path, 2048, repack=True)["extra"]
     print(f"{model}: repacked {predicted:.2f} vs {logged:.2f} MiB logged ({' '.join(sorted(cpu_features()))})")
     assert predicted == pytest.approx(logged, rel=MODEL_KV_TOLERANCE, abs=0.05)
+
+
+def test_a_context_past_the_trained_one_is_suggested_down_to_it(llama_pair):
+    """More context than the model was trained on would fit, but says less: the suggestion stops there."""
+    target, draft = llama_pair
+    devices = machine(1000)  # room for more than the trained 131072 tokens, not for ten million
+    verdict = plan(target, draft, 10_000_000, devices=devices)
+    trained = target.context_length
+    assert f"--ctx {trained} (the trained context) fits with full offload" in verdict.suggestions
