@@ -35,6 +35,7 @@ def hub(tiny_store, monkeypatch):
                 "params": json.dumps(PARAMS).encode(),
             },
             "user/bare-GGUF": {"model.f16.gguf": draft},
+            "user/broken-GGUF": {"b-Q4_K_M.gguf": b"not a GGUF at all " * 100},
             "user/vision-GGUF": {"v-Q8_0.gguf": target, "mmproj-v-f32.gguf": draft + b"32",
                                  "mmproj-v-f16.gguf": draft},
         }
@@ -168,3 +169,12 @@ def test_a_vision_repo_brings_its_projector(invoke, hub, store):
     projector = store / "blobs" / manifest["layers"][1]["digest"].replace(":", "-")
     assert projector.stat().st_size == manifest["layers"][1]["size"]
     assert "no Ollama template layer" in result.output  # ollama-spec reads the GGUF's; Ollama would not
+
+
+def test_a_file_that_is_no_gguf_is_named_and_gets_no_manifest(invoke, hub, store):
+    result = invoke("pull", "hf.co/user/broken-GGUF", "--models-dir", store)
+    assert result.exit_code == 1
+    last = result.output.splitlines()[-1]
+    assert last.startswith("Error: hf.co/user/broken-GGUF: b-Q4_K_M.gguf is not a readable GGUF (")
+    assert last.endswith("no manifest was written")
+    assert not any(p.is_file() for p in (store / "manifests").rglob("*"))

@@ -24,7 +24,7 @@ from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import build_hf_headers
 
-from ..errors import ModelNotFound, PullError
+from ..errors import ModelNotFound, OllamaSpecError, PullError, one_line
 from ..gguf_info import read_model_info
 from ..names import ModelRef
 from ..store import MEDIA_TYPE_PREFIX
@@ -158,7 +158,11 @@ def pull_from_huggingface(
         fetch_all(client, urls, writer, settings, ref, report, cancel)
     layers = [_layer("model", model), *([_layer("projector", projector)] if projector else []),
               *(_layer(kind, writer.add_bytes(data)) for kind, data in extras)]
-    config = writer.add_bytes(json.dumps(_config(writer, model, gguf, layers)).encode())
+    try:
+        config = writer.add_bytes(json.dumps(_config(writer, model, gguf, layers)).encode())
+    except OllamaSpecError as exc:  # its sha256 matched, but it is no GGUF that llama.cpp could read
+        raise PullError(f"hf.co/{repo_id}: {gguf.name} is not a readable GGUF ({one_line(str(exc))}); "
+                        "no manifest was written") from None
     manifest = {
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,
