@@ -102,6 +102,16 @@ def baseline_engine(tiny_models):
         yield engine
 
 
+@pytest.fixture
+def store_copy(tiny_store, tmp_path) -> Path:
+    """A copy of the tiny store that a test may change (its manifests, layers, permissions)."""
+    import shutil
+
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    return root
+
+
 @pytest.fixture(scope="session")
 def spec_engine(tiny_models):
     from ollama_spec.engine import Engine

@@ -1,5 +1,4 @@
 import json
-import shutil
 
 import pytest
 
@@ -104,10 +103,8 @@ def test_demo_store_builds_tiny_pair(invoke, tmp_path):
 
 # --- the store/CLI audit ------------------------------------------------------------------------
 @pytest.fixture
-def store(tiny_store, tmp_path):
-    root = tmp_path / "models"
-    shutil.copytree(tiny_store, root)
-    return root
+def store(store_copy):
+    return store_copy
 
 
 def test_show_escapes_control_characters_from_the_file(store, invoke):

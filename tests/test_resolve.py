@@ -1,7 +1,6 @@
 """Names and paths -> ResolvedModel: the layers Ollama reads that change what a model is or says."""
 
 import json
-import shutil
 
 import pytest
 
@@ -19,10 +18,8 @@ from .stores import variant
 
 
 @pytest.fixture
-def store(tiny_store, tmp_path):
-    root = tmp_path / "models"
-    shutil.copytree(tiny_store, root)
-    return root
+def store(store_copy):
+    return store_copy
 
 
 def test_an_adapter_layer_is_refused_for_target_and_draft(store, invoke):

@@ -22,13 +22,6 @@ from ollama_spec.store import (
 )
 
 
-@pytest.fixture
-def store_copy(tiny_store, tmp_path):
-    root = tmp_path / "models"
-    shutil.copytree(tiny_store, root)
-    return root
-
-
 def manifest_of(root, model):
     return root / "manifests" / "registry.ollama.ai" / "library" / model / "latest"
 
