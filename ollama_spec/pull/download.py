@@ -236,10 +236,16 @@ def _receive(client, url, blob, part, writer, progress, cancel) -> None:
         raise httpx.RemoteProtocolError(f"the server closed the response after {part.offset} bytes")
 
 
-def _said(response: httpx.Response, limit: int = 200) -> str:
-    """The server's own words about an error, on one line."""
-    text = " ".join(response.text.split())
-    return f": {text[:limit]}" if text else ""
+def short_text(text: str, limit: int = 200) -> str:
+    """A server's words on one line, cut to `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _said(response: httpx.Response) -> str:
+    """The server's own words about an error, after a colon (nothing when it said nothing)."""
+    text = short_text(response.text)
+    return f": {text}" if text else ""
 
 
 def _range_starts_at(response: httpx.Response, offset: int) -> bool:

@@ -12,7 +12,7 @@ import httpx
 from ..errors import InvalidManifest, ModelNotFound, PullError
 from ..names import ModelRef
 from ..store import blob_path
-from .download import http_client, http_errors
+from .download import http_client, http_errors, short_text
 from .huggingface import is_huggingface
 from .fetcher import fetch_all
 from .progress import PullEvent
@@ -65,7 +65,7 @@ def _get_manifest(client: httpx.Client, ref: ModelRef, url: str) -> bytes:
             f"the Ollama daemon (ollama-spec pull --via ollama){hub}"
         )
     if response.status_code >= 400:
-        raise PullError(f"{url} answered HTTP {response.status_code}: {_short(response.text)}")
+        raise PullError(f"{url} answered HTTP {response.status_code}: {short_text(response.text)}")
     return response.content
 
 
@@ -93,8 +93,3 @@ def manifest_blobs(data: bytes, source: str, root: Path) -> list[Blob]:
             raise InvalidManifest(f"the manifest from {source} gives {digest} two different sizes")
         blobs[digest] = Blob(digest, size)
     return list(blobs.values())
-
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "..."
