@@ -32,6 +32,16 @@ def test_ollama_runs_spellings_of_the_commands(invoke, tiny_store):
     assert "conversation reset" in result.stderr and "system prompt set" in result.stderr
 
 
+def test_a_message_of_several_lines_between_triple_quotes_is_one_turn(invoke, tiny_store):
+    from ollama_spec.cli.chat import _joined
+
+    assert list(_joined(['"""first\n', "second\n", 'third"""\n', "after\n"])) == ["first\nsecond\nthird", "after\n"]
+    assert list(_joined(['"""one line"""\n'])) == ["one line"]
+    assert list(_joined(['"""never closed\n', "x\n"])) == ["never closed\nx"]  # the input ended: sent as it is
+    result = invoke("chat", *ARGS, "--models-dir", tiny_store, input='"""Hello\nthere,\nfriend"""\n/bye\n')
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 1  # one answer, not three
+
+
 def test_same_answers_as_generate_for_the_first_turn(invoke, tiny_store):
     chat = invoke("chat", *ARGS, "--models-dir", tiny_store, input="Hello there\n")
     once = invoke("generate", *ARGS, "Hello there", "--models-dir", tiny_store)

@@ -41,7 +41,8 @@ HELP = """commands:
   /stats         speed and acceptance of the last answer, and the prompt tokens it evaluated
   /reset         start the conversation over (the system prompt stays; Ollama's /clear too)
   /system TEXT   set the system prompt (/system alone clears it; Ollama's /set system TEXT too)
-  /exit, /bye    quit (or Ctrl-D); Ctrl-C stops an answer"""
+  /exit, /bye    quit (or Ctrl-D); Ctrl-C stops an answer
+  \"\"\"           begins a message of several lines; a line ending with \"\"\" ends it"""
 HISTORY_LINES = 1000
 
 
@@ -100,9 +101,32 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
             drafter = draft_model.name if draft_model is not None else draft
             click.echo(f"{target_model.name}" + (f" drafted by {drafter}" if drafter else "") +
                        f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.", err=True)
-        for line in _lines(interactive):
+        for line in _joined(_lines(interactive)):
             if not _turn(conversation, line.strip(), interactive, speculative=speculative):
                 break
+
+
+MULTILINE = '"""'
+
+
+def _joined(lines):
+    """Lines as turns: a line opening with \"\"\" starts a message of several lines that a line ending
+    with \"\"\" closes, as in `ollama run` (pasted code, a letter)."""
+    lines = iter(lines)
+    for line in lines:
+        text = line.strip()
+        if not text.startswith(MULTILINE):
+            yield line
+            continue
+        parts = [text[len(MULTILINE):]]
+        while not (parts[-1].endswith(MULTILINE) and (len(parts) > 1 or len(text) >= 2 * len(MULTILINE))):
+            following = next(lines, None)
+            if following is None:  # the input ended inside the message: send what there is
+                parts[-1] += MULTILINE
+                break
+            parts.append(following.rstrip("\n"))
+        parts[-1] = parts[-1][: -len(MULTILINE)]
+        yield "\n".join(parts)
 
 
 def _lines(interactive: bool):
