@@ -16,6 +16,7 @@ import numpy as np
 from .errors import InvalidSetting
 
 DEFAULT_REPEAT_LAST_N = 64  # Ollama's and llama.cpp's window
+MIN_REPEAT_PENALTY = 1e-3  # and its inverse the largest: a logit divided by 1e-300 is no longer a number
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class Penalties:
     def __post_init__(self) -> None:
         if not self.repeat_penalty > 0:
             raise InvalidSetting(f"repeat_penalty must be > 0 (1 turns it off), got {self.repeat_penalty}")
+        if not MIN_REPEAT_PENALTY <= self.repeat_penalty <= 1 / MIN_REPEAT_PENALTY:
+            raise InvalidSetting(f"repeat_penalty must be in {MIN_REPEAT_PENALTY:g}..{1 / MIN_REPEAT_PENALTY:g} (1 "
+                                 f"turns it off; past that the logits it touches overflow), got {self.repeat_penalty}")
         if self.repeat_last_n < -1:
             raise InvalidSetting(
                 f"repeat_last_n must be -1 (the whole text), 0 (off) or more, got {self.repeat_last_n}")
@@ -66,8 +70,9 @@ def adjusted(row: np.ndarray, text: Sequence[int], penalties: Penalties) -> np.n
     if window:
         ids, counts = np.unique(np.asarray(window), return_counts=True)
         values = out[ids]
-        values = np.where(values <= 0, values * penalties.repeat_penalty, values / penalties.repeat_penalty)
-        out[ids] = values - counts * penalties.frequency_penalty - penalties.presence_penalty
+        with np.errstate(over="ignore"):  # a huge penalty takes a token to -inf: a ban, not a warning
+            values = np.where(values <= 0, values * penalties.repeat_penalty, values / penalties.repeat_penalty)
+            out[ids] = values - counts * penalties.frequency_penalty - penalties.presence_penalty
     return out
 
 

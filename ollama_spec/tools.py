@@ -96,14 +96,20 @@ def parse_tool_calls(text: str, names: list[str]) -> tuple[str, list[ToolCall]]:
 _CUT_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?)?)?', re.DOTALL)
 
 
+_CUT_NAME = re.compile(r'\s*\{\s*(?:"(?:n(?:a(?:m(?:e(?:"\s*(?::\s*(?:"([^"\\]*))?)?)?)?)?)?)?)?')
+
+
 def cut_tool_call(text: str, names: list[str]) -> ToolCall | None:
     """A bare JSON call that the answer's length cut short, `{"name": "f", "arguments": {"a": 1, "b"`:
     the call with its arguments as written so far, as OpenAI returns a call cut by max_tokens (clients
     then report an invalid call instead of taking the JSON for an answer); None for anything else."""
     match = _CUT_CALL.fullmatch(text)
-    if match is None or match.group(1) not in names:
-        return None
-    return ToolCall(match.group(1), {}, cut_arguments=(match.group(2) or "").rstrip())
+    if match is not None and match.group(1) in names:
+        return ToolCall(match.group(1), {}, cut_arguments=(match.group(2) or "").rstrip())
+    # cut inside the name (or before it): the one offered tool it can still be, if only one
+    begun = _CUT_NAME.fullmatch(text)
+    candidates = [name for name in names if begun is not None and name.startswith(begun.group(1) or "")]
+    return ToolCall(candidates[0], {}, cut_arguments="") if len(candidates) == 1 else None
 
 
 def could_be_tool_call(text: str) -> bool:
@@ -130,7 +136,7 @@ def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
     choices, defs = [], {}
     for number, (tool, name) in enumerate(zip(tools, names)):
         if only is None or name == only:
-            parameters = _hoisted(tool["function"].get("parameters") or {"type": "object"}, f"t{number}_", defs)
+            parameters = _hoisted(tool["function"].get("parameters") or {"type": "object"}, f"tool{number}def", defs)
             choices.append({"type": "object", "required": ["name", "arguments"],
                             "properties": {"name": {"const": name}, "arguments": parameters}})
     schema = choices[0] if len(choices) == 1 else {"anyOf": choices}
@@ -142,10 +148,13 @@ _DEFS = ("$defs", "definitions")
 
 def _hoisted(parameters: dict, prefix: str, defs: dict) -> dict:
     """A tool's parameter schema, placed inside the call's wrapper: its `$defs` (pydantic writes them for
-    nested models and enums) move to the wrapper's root under `prefix`ed names, and its `#/$defs/...`
-    references follow them, since a reference is read from the root of the whole schema."""
+    nested models and enums) move to the wrapper's root, and its `#/$defs/...` references follow them,
+    since a reference is read from the root of the whole schema. They are renamed `prefix` + a number:
+    letters and digits only, which the grammar converter names its rules by alike wherever a recursive
+    model refers to itself (it would write `a_b` for a rule it defined as `a-b`)."""
     local = {name: schema for key in _DEFS if isinstance(parameters.get(key), dict)
              for name, schema in parameters[key].items()}
+    renamed = {name: f"{prefix}{number}" for number, name in enumerate(local)}
 
     def rewrite(node: Any) -> Any:
         if isinstance(node, list):
@@ -157,14 +166,15 @@ def _hoisted(parameters: dict, prefix: str, defs: dict) -> dict:
         if isinstance(ref, str):
             for base in ("#/$defs/", "#/definitions/"):
                 head, _, rest = ref.removeprefix(base).partition("/")
-                if ref.startswith(base) and head in local:
-                    ref = f"#/$defs/{prefix}{head}" + (f"/{rest}" if rest else "")
+                head = head.replace("~1", "/").replace("~0", "~")  # JSON pointer escapes
+                if ref.startswith(base) and head in renamed:
+                    ref = f"#/$defs/{renamed[head]}" + (f"/{rest}" if rest else "")
                     break
             out["$ref"] = ref
         return out
 
     for name, schema in local.items():
-        defs[f"{prefix}{name}"] = rewrite(schema)
+        defs[renamed[name]] = rewrite(schema)
     return rewrite({key: value for key, value in parameters.items() if key not in _DEFS})
 
 

@@ -30,6 +30,8 @@ def test_ollama_runs_spellings_of_the_commands(invoke, tiny_store):
     result = invoke("chat", *ARGS, "--models-dir", tiny_store, input="Hi\n/clear\n/set system Be terse.\n/bye\n")
     assert result.exit_code == 0, result.output
     assert "conversation reset" in result.stderr and "system prompt set" in result.stderr
+    usage = invoke("chat", *ARGS, "--models-dir", tiny_store, input="/set system\n/set parameter seed 1\n/bye\n")
+    assert usage.stderr.count("usage: /set system TEXT") == 2 and "system prompt cleared" not in usage.stderr
 
 
 def test_a_message_of_several_lines_between_triple_quotes_is_one_turn(invoke, tiny_store):

@@ -423,3 +423,6 @@ def test_piped_text_goes_before_the_prompt_and_empty_input_is_refused(tiny_store
     empty.write_text("")
     refused = prompt_tokens(stdin=empty)
     assert refused.returncode == 2 and "standard input was empty" in refused.stderr
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 au lait".encode("latin-1"))  # not UTF-8: read with U+FFFD, no traceback
+    assert prompt_tokens("is", stdin=latin1).returncode == 0

@@ -36,7 +36,8 @@ def test_row_i_of_a_verify_batch_reads_the_text_plus_i_drafts():
     assert out.tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 0, 1, 1, 0], [1, 1, 0, 0, 1, 0]]
 
 
-@pytest.mark.parametrize("bad", [{"repeat_penalty": 0.0}, {"repeat_last_n": -2},
+@pytest.mark.parametrize("bad", [{"repeat_penalty": 0.0}, {"repeat_penalty": 1e-40}, {"repeat_penalty": 1e9},
+                                 {"repeat_last_n": -2},
                                  {"presence_penalty": float("nan")}])
 def test_bad_values_are_refused(bad):
     with pytest.raises(InvalidSetting):

@@ -188,7 +188,8 @@ def test_penalties_and_logit_bias_apply(client, server):
     expected = "".join(banned)
     assert first not in banned.result.tokens
     assert completion(logit_bias={str(first): -100}).choices[0].text == expected
-    for bias, message in (({"x": 1}, "keys are token ids"), ({"1": 101}, "values are in -100..100"),
+    for bias, message in (({"x": 1}, "keys are token ids"), ({"²": 1}, "keys are token ids"),
+                          ({"1": 101}, "values are in -100..100"),
                           ({"99999999": 5}, "is not in the model's vocabulary")):
         with pytest.raises(openai.BadRequestError, match=message) as caught:
             completion(logit_bias=bias)

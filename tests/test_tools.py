@@ -93,11 +93,23 @@ def test_which_templates_take_tools():
     assert not template_takes_tools("{{ xml_tools }}") and not template_takes_tools(None)
 
 
+def test_a_recursive_tool_schema_makes_a_grammar_llama_cpp_reads(spec_engine):
+    node = {"type": "object", "required": ["name"], "properties": {
+        "name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}
+    schema = {"$defs": {"Node": node, "a/b": {"type": "integer"}}, "$ref": "#/$defs/Node"}
+    weird = {"type": "object", "properties": {"x": {"$ref": "#/$defs/a~1b"}}, "$defs": {"a/b": {"type": "integer"}}}
+    tools = [{"type": "function", "function": {"name": name, "parameters": parameters}}
+             for name, parameters in (("tree", schema), ("weird", weird))]
+    spec_engine.grammar(forced_call_grammar(tools)).close()  # llama.cpp parses it (a 400 before)
+
+
 def test_a_call_cut_short_keeps_its_name_and_the_arguments_written():
     from ollama_spec.tools import cut_tool_call
 
     assert cut_tool_call('{"name": "add", "arguments": {"a": 1, "b', ["add"]).cut_arguments == '{"a": 1, "b'
     assert cut_tool_call('{"name":"add","arguments"', ["add"]).cut_arguments == ""
-    assert cut_tool_call('{"name": "ad', ["add"]) is None  # the name itself cut: nothing to call
+    assert cut_tool_call('{"name": "ad', ["add", "get_weather"]).name == "add"  # the one tool it can still be
+    assert cut_tool_call('{"name": "ad', ["add", "adder"]) is None  # two: nothing to say which
+    assert cut_tool_call("{", ["add"]).name == "add" and cut_tool_call("{", ["add", "get_weather"]) is None
     assert cut_tool_call('{"name": "fly", "arguments": {', ["add"]) is None  # not an offered tool
     assert cut_tool_call("Sure, here", ["add"]) is None

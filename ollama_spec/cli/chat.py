@@ -176,8 +176,12 @@ def _turn(conversation: Conversation, line: str, interactive: bool, *, speculati
     if not line:
         return True
     command, _, argument = line.partition(" ")
-    if command == "/set" and argument.split(" ", 1)[0] == "system":  # `ollama run`'s spelling
-        command, argument = "/system", argument.partition(" ")[2]
+    if command == "/set":  # `ollama run`'s spelling of /system; its other settings are flags here
+        what, _, text = argument.strip().partition(" ")
+        if what != "system" or not text.strip():
+            click.echo("usage: /set system TEXT (other settings are command-line flags here: see --help)", err=True)
+            return True
+        command, argument = "/system", text
     if command in ("/exit", "/bye", "/quit"):
         return False
     if command in ("/help", "/?"):

@@ -125,7 +125,7 @@ def generate(
     if prompt is None:
         if sys.stdin is None or sys.stdin.isatty():
             raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
-        prompt = sys.stdin.read()
+        prompt = _read_stdin()
         if not prompt.strip():
             raise click.UsageError("standard input was empty: pipe a prompt, or give a PROMPT argument")
     elif (piped := _piped_input()) is not None:
@@ -228,8 +228,14 @@ def _piped_input() -> str | None:
         return None
     if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
         return None
-    text = sys.stdin.read()
+    text = _read_stdin()
     return text if text.strip() else None
+
+
+def _read_stdin() -> str:
+    """Standard input as text; bytes that are not UTF-8 become U+FFFD rather than a crash."""
+    source = getattr(sys.stdin, "buffer", None)
+    return source.read().decode("utf-8", errors="replace") if source is not None else sys.stdin.read()
 
 
 def speedup(baseline: Result, result: Result) -> float | None:

@@ -214,8 +214,10 @@ class ServerState:
         OLLAMA_NUM_KEEP tokens (and BOS) kept, then its end, to about half the context, so that the
         answer has the other half."""
         tokens = request.tokens
-        keep = min(OLLAMA_NUM_KEEP + int(self.engine.target.add_bos), context - 1)
+        keep = max(0, min(OLLAMA_NUM_KEEP + int(self.engine.target.add_bos), context - 1))
         limit = context - max((context - keep) // 2, 1)
+        if limit < 1:  # Ollama's "no prompt budget": a context of one token holds no prompt and no answer
+            raise ApiError(400, f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
         log.warning("the prompt (%d tokens) is longer than the context (%d): cut to %d, keeping its first %d",
                     len(tokens), context, limit, keep)
         return replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep):])

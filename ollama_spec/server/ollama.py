@@ -233,6 +233,8 @@ def _templated(state: ServerState, body: GenerateRequest) -> list[int]:
         text = go_template.render(body.template, prompt=body.prompt, system=system or "")
     except InvalidSetting as exc:
         raise ApiError(400, str(exc), "template") from None
+    if not text:  # no prompt to continue: never fall back to the model's own template unasked
+        raise ApiError(400, "the template renders an empty prompt", "template")
     return state.engine.templated_tokens(text)
 
 

@@ -143,7 +143,7 @@ class CommonParams(BaseModel):
         if self.logit_bias:
             bias = []
             for key, value in self.logit_bias.items():
-                if not key.strip().isdigit():
+                if not (key.strip().isascii() and key.strip().isdigit()):  # "²" is a digit to Python, not to int()
                     raise ApiError(400, f"logit_bias: keys are token ids, got '{key}'", "logit_bias")
                 if not -100 <= value <= 100:
                     raise ApiError(400, f"logit_bias: values are in -100..100, got {value}", "logit_bias")
