@@ -426,3 +426,16 @@ def test_piped_text_goes_before_the_prompt_and_empty_input_is_refused(tiny_store
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("caf\xe9 au lait".encode("latin-1"))  # not UTF-8: read with U+FFFD, no traceback
     assert prompt_tokens("is", stdin=latin1).returncode == 0
+
+
+def test_ctrl_c_ends_the_partial_answers_line(invoke, tiny_store, monkeypatch):
+    from ollama_spec.generation import Generation
+
+    def interrupted(self):
+        yield "a partial answer"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Generation, "__iter__", interrupted)
+    result = gen(invoke, tiny_store, "tiny-target", "Hi", "-n", "5")
+    assert result.exit_code == 130
+    assert result.stdout == "a partial answer\n" and result.stderr.strip() == "Interrupted."

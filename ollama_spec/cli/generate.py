@@ -198,10 +198,17 @@ def generate(
 
 def _stream(generation: Generation, *, quiet: bool) -> Result:
     """Print the text as it is accepted (unless quiet); return the finished result."""
-    for piece in generation:
-        if not quiet:
-            click.echo(piece, nl=False)
-            sys.stdout.flush()
+    wrote = False
+    try:
+        for piece in generation:
+            if not quiet:
+                click.echo(piece, nl=False)
+                sys.stdout.flush()
+                wrote = True
+    except KeyboardInterrupt:
+        if wrote:  # end the partial answer's line: "Interrupted." goes on a line of its own
+            click.echo()
+        raise
     return generation.result
 
 
