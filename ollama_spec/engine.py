@@ -16,8 +16,8 @@ from .errors import InvalidSetting
 from .generation import DEFAULT_MAX_TOKENS, Generation, Request, Result  # noqa: F401 - callers take them from here
 from .grammar import Grammar
 from .k_policy import AutoK, FixedK, KPolicy, StepCosts
-from .penalties import adjusted
 from .memory import ensure_fits, plan_memory
+from .penalties import adjusted
 from .placement import Placement
 from .proposers import DraftModelProposer, NgramProposer, Proposer, keep_common_prefix
 from .resolve import ResolvedModel

@@ -16,6 +16,8 @@ import numpy as np
 from .errors import InvalidSetting
 
 DEFAULT_REPEAT_LAST_N = 64  # Ollama's and llama.cpp's window
+# The penalties' names as Ollama's options, params layers and Modelfiles give them (and our flags spell them)
+OPTIONS = ("repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")
 MIN_REPEAT_PENALTY = 1e-3  # and its inverse the largest: a logit divided by 1e-300 is no longer a number
 
 

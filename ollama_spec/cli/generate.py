@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 
 import click
@@ -227,8 +228,6 @@ def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
 def _piped_input() -> str | None:
     """What a pipe or a redirected file on standard input holds (None for a terminal, /dev/null, or a
     socket that may never close): `ollama run` puts it before the prompt argument."""
-    import stat
-
     try:
         mode = os.fstat(sys.stdin.fileno()).st_mode
     except (AttributeError, OSError, ValueError):

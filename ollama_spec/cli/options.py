@@ -16,6 +16,7 @@ from ..errors import InvalidSetting, ModelNotFound
 from ..grammar import grammar_for_json
 from ..modelfile import Modelfile, load_modelfile
 from ..penalties import DEFAULT_REPEAT_LAST_N, Penalties
+from ..penalties import OPTIONS as PENALTY_OPTIONS
 from ..placement import SPLIT_MODES, Placement, parse_tensor_split
 from ..proposers import DEFAULT_NGRAM_SIZE
 from ..resolve import ResolvedModel, resolve_model, stored_draft_model
@@ -402,7 +403,7 @@ def penalty_settings(params: dict) -> Penalties:
     flags = context.meta.get("penalties", {}) if context is not None else {}
     defaults = Penalties()
     return Penalties(**{name: first_set(flags.get(name), params.get(name), getattr(defaults, name))
-                        for name in ("repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")})
+                        for name in PENALTY_OPTIONS})
 
 
 def engine_settings(

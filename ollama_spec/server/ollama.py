@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
 from ..errors import InvalidSetting
+from ..penalties import OPTIONS as PENALTY_OPTIONS
 from ..tools import ToolCall
 from . import go_template
 from .answer import AnswerParts
@@ -29,9 +30,6 @@ router = APIRouter()
 MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes that change its store
 # A cancelled generation never reaches a client as finished: it ends with an error (see worker.py).
 DONE_REASONS = {"stop": "stop", "length": "length", "context": "length"}
-
-
-PENALTIES = ("repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")
 
 
 class Options(BaseModel):
@@ -262,7 +260,7 @@ def _options(given: dict[str, Any] | None) -> dict[str, Any]:
         "seed": options.seed, "stop": options.stop or [], "n_ctx": options.num_ctx,
         "max_tokens": predict if predict and predict > 0 else None, "max_tokens_name": "num_predict",
         "cap_max_tokens": True,  # as Ollama's boundedNumPredict: an upper bound, never a reason to refuse
-        "penalties": {name: value for name in PENALTIES if (value := getattr(options, name)) is not None},
+        "penalties": {name: value for name in PENALTY_OPTIONS if (value := getattr(options, name)) is not None},
     }
 
 
