@@ -262,22 +262,26 @@ class LoadedModel:
         """Tokens currently in the KV cache."""
         return len(self.cached)
 
-    def eval(self, tokens: Sequence[int], *, logits: str = "last") -> np.ndarray:
-        """Append `tokens` to the cache; return logits rows: `last` (1 x V) or `all` (n x V).
+    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
+        """Append `tokens` to the cache; return logits rows: `last` (1 x V), `all` (n x V), or a number
+        m: the last m rows (m x V), as a verify batch that also reads the end of a prompt needs.
 
         Long inputs are split into n_batch chunks with logits only where asked for.
         """
         if not tokens:
             raise ValueError("eval needs at least one token")
+        n_rows = len(tokens) if logits == "all" else 1 if logits == "last" else logits
+        if not isinstance(n_rows, int) or not 1 <= n_rows <= len(tokens):
+            raise ValueError(f"eval returns 'last', 'all' or 1..{len(tokens)} rows, not {logits!r}")
         if self.n_past + len(tokens) > self.n_ctx:
             raise ContextFull(f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt")
         started = time.perf_counter()
         rows = []
         step = self.n_batch
+        first_row = len(tokens) - n_rows
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
-            is_last_chunk = start + step >= len(tokens)
-            want = [logits == "all" or (is_last_chunk and i == len(chunk) - 1) for i in range(len(chunk))]
+            want = [start + i >= first_row for i in range(len(chunk))]
             self._decode(chunk, want)
             if any(want):
                 rows.append(self._read_logits(sum(want)))

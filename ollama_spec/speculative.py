@@ -116,9 +116,10 @@ def generate_tokens(
     """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
 
     `draft` is a draft model or any proposer (n-gram lookup); without one this is plain decoding
-    with the target, the baseline. Invariant at the top of each step: the target's cache holds
-    `seq[:-1]`. Whatever the caches already hold of the prompt (an earlier turn of the same chat)
-    is kept. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is
+    with the target, the baseline. Invariant at the top of each step after the first: the target's
+    cache holds `seq[:-1]`. The first step reads the prompt and drafts nothing, so the first token
+    comes as soon as the target has read it, as with the target alone. Whatever the caches already
+    hold of the prompt (an earlier turn of the same chat) is kept. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is
     fixed. A `grammar` (structured output) masks the target's rows before verification and
     advances with every emitted token. With `logprobs` (how many alternatives), each token carries
     its log-probability under the target, from the verify row that chose it.
@@ -133,19 +134,18 @@ def generate_tokens(
     stats.prompt_cached = keep_common_prefix(target, seq)
     if proposer is not None:
         proposer.reset(seq)
-    if len(seq) - 1 > target.n_past:
-        target.eval(seq[target.n_past : -1])
+    reading_prompt = True
     while True:
-        room = target.n_ctx - len(seq)  # the verify batch caches seq[-1] and k drafts
+        room = target.n_ctx - len(seq)  # the batch caches what the target lacks of seq, and k drafts
         if room < 0:
             return  # context full: the caller reports it
-        chosen = policy.next_k() if proposer is not None else 0
+        chosen = policy.next_k() if proposer is not None and not reading_prompt else 0
         k = min(chosen, room)
         start = time.perf_counter()
         drafted, draft_probs = (proposer.propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0
                                 else ([], None))
         middle = time.perf_counter()
-        logits = target.eval([seq[-1], *drafted], logits="all")
+        logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
         if sampling.penalties.active:
             logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
         if grammar is not None:  # greedy skips masking rows whose best token is allowed, unless logprobs read them
@@ -156,10 +156,14 @@ def generate_tokens(
             target_probs = np.stack([logits_to_probs(row, sampling) for row in logits])
             n_accepted, next_token = verify_rejection(drafted, draft_probs, target_probs, rng)
         end = time.perf_counter()
-        stats.draft_seconds += middle - start
-        stats.verify_seconds += end - middle
-        stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None)
-        policy.observe(len(drafted), n_accepted, middle - start, end - middle)
+        if reading_prompt:  # a target pass, but no draft-verify step: its time is the prompt's
+            stats.record(0, 0)
+        else:
+            stats.draft_seconds += middle - start
+            stats.verify_seconds += end - middle
+            stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None)
+            policy.observe(len(drafted), n_accepted, middle - start, end - middle)
+        reading_prompt = False
 
         if grammar is not None:
             _advance(grammar, [*drafted[:n_accepted], next_token])

@@ -39,4 +39,24 @@ def test_draft_proposals_match_the_draft_models_greedy_choice(tiny_store):
     extended = draft(np.array(prompt + [int(first[0])], dtype=np.intc))
     assert list(first) == list(again) and len(first) == 3
     assert list(extended[:2]) == list(first[1:])
+    assert draft.model.n_past == len(prompt) + 1 + 2  # its input and the drafts it read (all but the last)
+    draft.close()
+
+
+def test_accepted_drafts_are_not_read_again(tiny_store):
+    import numpy as np
+
+    draft = OllamaDraftModel("tiny-draft", models_dir=str(tiny_store), num_pred_tokens=4, n_threads=1)
+    prompt = draft.model.tokenize("Once upon a time", add_bos=True, special=False)
+    first = [int(t) for t in draft(np.array(prompt, dtype=np.intc))]
+    read = []
+    real_eval = draft.model.eval
+    draft.model.eval = lambda tokens, **kw: read.append(len(tokens)) or real_eval(tokens, **kw)
+    # The target accepted two drafts and chose its own third token: only that one is new to the draft.
+    second = draft(np.array(prompt + first[:2] + [first[2] + 1], dtype=np.intc))
+    assert read[0] == 1 and len(second) == 4
+    draft.model.eval = real_eval
+    draft.reset()
+    fresh = draft(np.array(prompt + first[:2] + [first[2] + 1], dtype=np.intc))
+    assert list(fresh) == list(second)  # the same drafts as from a cold cache
     draft.close()

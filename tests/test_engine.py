@@ -29,6 +29,21 @@ def test_chat_template_is_applied_unless_raw(baseline_engine):
     assert raw == target.tokenize("Hello", add_bos=True, special=False)
 
 
+def test_eval_returns_the_last_rows_asked_for(baseline_engine):
+    target = baseline_engine.target
+    tokens = target.tokenize("Once upon a time there was", add_bos=True, special=False)
+    baseline_engine.clear_cache()
+    every = target.eval(tokens, logits="all")
+    baseline_engine.clear_cache()
+    last_three = target.eval(tokens, logits=3)
+    assert last_three.shape == (3, target.n_vocab)
+    assert abs(last_three - every[-3:]).max() < 1e-3  # a batch's rows, whichever are copied out
+    for wrong in (0, len(tokens) + 1, "first"):
+        with pytest.raises(ValueError, match="rows"):
+            target.eval(tokens[:2], logits=wrong)
+    baseline_engine.clear_cache()
+
+
 def test_draft_never_rereads_the_prompt(tiny_models, monkeypatch):
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         evaluated = []
@@ -43,7 +58,7 @@ def test_draft_never_rereads_the_prompt(tiny_models, monkeypatch):
         )
         "".join(generation)
         prompt = generation.result.prompt_tokens
-    assert evaluated[0] == prompt  # the prompt once, at the first step
+    assert evaluated[0] == prompt + 1  # the prompt once, with the first token (the target's prompt pass gave it)
     assert max(evaluated[1:]) <= 2  # afterwards: the new tokens only
 
 
@@ -200,11 +215,11 @@ def test_a_prompt_that_extends_the_cache_evaluates_only_the_new_tokens(tiny_mode
         second_text, second = run(second_prompt)
         cached = second.speculation.prompt_cached
         assert cached >= first.prompt_tokens
-        assert evaluated["target"][0] == second.prompt_tokens - 1 - cached  # only what follows the cached part
-        assert evaluated["draft"][0] <= second.prompt_tokens - cached
+        assert evaluated["target"][0] == second.prompt_tokens - cached  # only what follows the cached part
+        assert evaluated["draft"][0] <= second.prompt_tokens - cached + 1  # and the first token
         engine.clear_cache()
         fresh_text, fresh = run(second_prompt)
-        assert evaluated["target"][0] == second.prompt_tokens - 1 and fresh.speculation.prompt_cached == 0
+        assert evaluated["target"][0] == second.prompt_tokens and fresh.speculation.prompt_cached == 0
         assert fresh_text == second_text and fresh.tokens == second.tokens
 
 

@@ -101,7 +101,8 @@ def test_stats_add_up(spec_engine):
     assert stats.generated >= 100
     assert stats.generated == stats.accepted + stats.steps
     assert sum(stats.drafted_by_position) == stats.drafted and sum(stats.accepted_by_position) == stats.accepted
-    assert stats.drafted_by_position[0] == stats.steps  # every step drafts at least one token
+    # every step drafts at least one token, but the first: the prompt's own pass gives the first token
+    assert stats.drafted_by_position[0] == stats.steps - 1
     assert 0 < stats.acceptance_rate < 1
 
 
@@ -296,6 +297,27 @@ def test_adaptive_drafting_stops_early_and_stays_exact(baseline_engine, tiny_mod
     assert result.speculation.drafted < 8 * result.speculation.steps
 
 
+def test_the_first_token_comes_from_the_prompts_own_pass(spec_engine, monkeypatch):
+    """A streamed answer starts as soon as the target has read the prompt, as with the target alone:
+    nothing is drafted or verified before the first token (its row is the prompt batch's last)."""
+    target, draft = spec_engine.target, spec_engine.draft
+    spec_engine.clear_cache()
+    prompt = target.tokenize("Once upon a time", add_bos=True, special=False)
+    batches = []
+    real_eval = target.eval
+    monkeypatch.setattr(target, "eval", lambda tokens, **kw: batches.append(len(tokens)) or real_eval(tokens, **kw))
+    tokens = generate_tokens(target, draft, prompt, GREEDY, SpeculationSettings(4))
+    next(tokens)
+    assert batches == [len(prompt)] and draft.n_past == 0
+    assert target.n_past == len(prompt)
+    next(tokens)  # then the steps draft: the draft reads the prompt and the first token
+    tokens.close()
+    assert draft.n_past >= len(prompt) + 1 and batches[1] > 1
+    spec_engine.clear_cache()
+    alone = run(spec_engine, "Once upon a time", max_tokens=1, speculation=SpeculationSettings(4))
+    assert alone.speculation.drafted == 0  # one token asked for: nothing is drafted at all
+
+
 def test_stats_object_is_optional(spec_engine):
     target, draft = spec_engine.target, spec_engine.draft
     prompt = target.tokenize("Hi", add_bos=True, special=False)
@@ -328,7 +350,8 @@ class FixedDistributionModel:
 
     def eval(self, tokens, *, logits="last"):
         self.cached += tokens
-        return np.tile(self.logits, (len(tokens) if logits == "all" else 1, 1))
+        rows = len(tokens) if logits == "all" else 1 if logits == "last" else logits
+        return np.tile(self.logits, (rows, 1))
 
     def truncate(self, n_tokens):
         del self.cached[n_tokens:]
@@ -401,7 +424,8 @@ def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(tiny_m
         run(engine, PROMPTS[0], max_tokens=20, speculation=auto)
     assert result.tokens == expected
     stats = result.speculation
-    assert sum(stats.k_chosen.values()) == stats.steps and max(stats.k_chosen) <= auto.max_speculative_tokens
+    # every step but the prompt's own pass (which drafts nothing, by design) is a choice of K
+    assert sum(stats.k_chosen.values()) == stats.steps - 1 and max(stats.k_chosen) <= auto.max_speculative_tokens
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:  # measured costs are cached on disk
         run(engine, PROMPTS[1], max_tokens=20, speculation=auto)
     assert calibrations == [1]
