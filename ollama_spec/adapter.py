@@ -25,7 +25,7 @@ from .canary import decide_repack
 from .compat import load_kv_overrides
 from .proposers import as_draft_tokens, keep_common_prefix
 from .resolve import resolve_model
-from .runtime import LoadedModel, LoadSettings
+from .runtime import LoadedModel, LoadSettings, choose_flash_attention
 
 
 def ollama_model_path(name: str, models_dir: str | None = None) -> str:
@@ -44,7 +44,9 @@ class OllamaDraftModel(LlamaDraftModel):
         self.name = resolved.name
         self.num_pred_tokens = num_pred_tokens
         settings = LoadSettings(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, kv_overrides=overrides,
-                                use_extra_bufts=decide_repack(repack).enabled)
+                                use_extra_bufts=decide_repack(repack).enabled, lora_adapters=resolved.adapter_paths,
+                                # as the engine loads a draft: off on a CPU, where it slows steps deep in a context
+                                flash_attention=choose_flash_attention("auto", gpu_layers=n_gpu_layers))
         self.model = LoadedModel(Path(resolved.path), settings)
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:

@@ -42,11 +42,15 @@ class Embedder:
         params.pooling_type = pooling
         params.no_perf = True
         try:
-            return LlamaContext(model=self.model.llama_model, params=params, verbose=False)
+            context = LlamaContext(model=self.model.llama_model, params=params, verbose=False)
         except ValueError:
             raise ModelLoadError(
                 f"llama.cpp could not make an embedding context of {self.max_tokens} tokens for "
                 f"{self.model.path.name} (out of memory?)") from None
+        if self.model.adapters and LoadedModel.set_adapters_on(context.ctx, self.model.adapters) != 0:
+            context.close()
+            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {self.model.path.name} for embeddings")
+        return context
 
     def embed(self, tokens: Sequence[int]) -> np.ndarray:
         """One text's embedding (n_embd floats, as the model computes it: not normalized)."""

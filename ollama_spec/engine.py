@@ -81,7 +81,7 @@ class Engine:
                                                       -1 if settings.target_gpu_layers is None else settings.target_gpu_layers)
         self.placement = settings.placement
         if settings.memory_check:
-            plan = plan_memory(target.info, draft.info if draft else None, settings.n_ctx, settings.kv_type,
+            plan = plan_memory(target.loaded_info, draft.loaded_info if draft else None, settings.n_ctx, settings.kv_type,
                                repack=self.repack.enabled,
                                flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
                                tensor_split=self.placement.tensor_split,
@@ -117,6 +117,7 @@ class Engine:
                 use_extra_bufts=self.repack.enabled,
                 flash_attention=self.flash_attention,
                 placement=placement,
+                lora_adapters=model.adapter_paths,
             ),
         )
 
@@ -191,11 +192,13 @@ class Engine:
         # a target spread over RPC servers or GPUs has other step costs than one on this machine's default;
         # keyed by what was asked, not by the split the memory plan derived from this moment's free memory
         asked = self.settings.placement
-        placement = {} if asked.is_default else {"placement": asked}
+        extra = {} if asked.is_default else {"placement": asked}
+        if self.target.settings.lora_adapters:  # an adapter adds a little to every step of its layers
+            extra["adapters"] = ",".join(p.name for p in self.target.settings.lora_adapters)
         return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
                         target_gpu_layers=self.target.settings.n_gpu_layers,
                         draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type,
-                        flash_attention=self.flash_attention, **placement)
+                        flash_attention=self.flash_attention, **extra)
 
     def close(self) -> None:
         for key, costs in self._learned_costs.items():  # what this session measured, for the next one

@@ -21,10 +21,9 @@ PRESETS_DIR = Path(__file__).parent / "modelfiles"
 SUFFIX = ".Modelfile"
 MAX_MODELFILE_BYTES = 1 << 20
 
-DIRECTIVES = ("from", "draft", "parameter", "system", "template", "license", "message", "requires")
+DIRECTIVES = ("from", "draft", "adapter", "parameter", "system", "template", "license", "message", "requires")
 # Ollama's other directives name things llama.cpp loads differently or not at all here.
 UNSUPPORTED = {
-    "adapter": "LoRA adapters are not supported",
     "renderer": "Ollama's built-in renderers are not used (the GGUF's chat template is)",
     "parser": "Ollama's built-in output parsers are not used",
 }
@@ -90,6 +89,7 @@ class Modelfile:
     license: tuple[str, ...] = ()
     messages: tuple[ChatMessage, ...] = ()
     deprecated: tuple[str, ...] = ()  # PARAMETERs Ollama no longer takes, skipped (say so)
+    adapters: tuple[Path, ...] = ()  # ADAPTER lines: GGUF LoRA files, relative to the Modelfile's folder
 
 
 _DEPRECATED = "\0deprecated"  # where _parameter collects them while parsing (no PARAMETER has this name)
@@ -219,12 +219,17 @@ def _value(text: str, i: int, line: int) -> tuple[str, int]:
 
 
 def _build(commands: list[tuple[int, str, str, str]], path: Path) -> Modelfile:
-    fields: dict[str, Any] = {"parameters": {}, "license": [], "messages": []}
+    fields: dict[str, Any] = {"parameters": {}, "license": [], "messages": [], "adapters": []}
     for line, directive, key, value in commands:
         if directive in ("from", "draft"):
             if not value:
                 raise _Error(line, f"{directive.upper()} needs a model name or a .gguf path")
             fields["model" if directive == "from" else "draft"] = _model_reference(value, path)
+        elif directive == "adapter":
+            if not value.lower().endswith(".gguf"):
+                raise _Error(line, "ADAPTER needs a GGUF LoRA file (llama.cpp's convert_lora_to_gguf.py writes one), "
+                                   f"got {value!r}")
+            fields["adapters"].append(Path(_model_reference(value, path)))
         elif directive == "parameter":
             _parameter(fields["parameters"], key, value, line)
         elif directive == "message":
@@ -238,6 +243,7 @@ def _build(commands: list[tuple[int, str, str, str]], path: Path) -> Modelfile:
     if "model" not in fields:
         raise InvalidSetting(f"{path}: no FROM line (the target model)")
     fields["license"], fields["messages"] = tuple(fields["license"]), tuple(fields["messages"])
+    fields["adapters"] = tuple(fields["adapters"])
     fields["deprecated"] = tuple(fields["parameters"].pop(_DEPRECATED, ()))
     return Modelfile(path=path, **fields)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .chat import ChatMessage
 from .errors import InvalidManifest, ModelNotFound, NotGGUF, OllamaSpecError, UnusableModel
+from .gguf_header import shown
 from .gguf_info import ModelInfo, read_model_info
 from .store import Store, StoredModel, blob_path, find_store_root
 
@@ -27,6 +28,22 @@ class ResolvedModel:
     messages: tuple[ChatMessage, ...] = ()  # Ollama's messages layer: a Modelfile's MESSAGE history
     go_template: bool = False  # Ollama's template (or legacy prompt) layer: a Go template, not run here
     stored_draft: Path | None = None  # the blob of Ollama's draft layer: the draft the manifest names
+    # Ollama's adapter layers: GGUF LoRA adapters, applied over the weights in order as Ollama does
+    adapters: tuple[ModelInfo, ...] = ()
+
+    @property
+    def adapter_paths(self) -> tuple[Path, ...]:
+        return tuple(adapter.path for adapter in self.adapters)
+
+    @property
+    def loaded_info(self) -> ModelInfo:
+        """`info` with the adapters' tensors too, which llama.cpp loads beside each block's weights: what
+        the memory plan counts (their `blk.N.` names put them in their layers)."""
+        if not self.adapters:
+            return self.info
+        extra = tuple(t for adapter in self.adapters for t in adapter.tensors)
+        return replace(self.info, tensors=self.info.tensors + extra,
+                       tensor_bytes=self.info.tensor_bytes + sum(a.tensor_bytes for a in self.adapters))
 
 
 def looks_like_path(name: str) -> bool:
@@ -57,11 +74,9 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
         return ResolvedModel(name=candidate.name, path=candidate, info=read_model_info(candidate))
     store = store or Store(find_store_root(models_dir))
     stored = store.resolve(name)
-    if stored.layer("adapter") is not None:
-        # Ollama applies the adapter; the base weights alone would answer under the fine-tune's name.
-        raise UnusableModel(f"{stored.name} has a LoRA adapter layer, which ollama-spec does not apply: "
-                            "its output would not be that model's")
     info = stored.model_info()
+    adapters = tuple(lora_adapter(blob_path(stored.root, layer.digest), info, f"{stored.name}'s adapter layer")
+                     for layer in stored.layers if layer.kind == "adapter")
     draft = stored.layer("draft")
     return ResolvedModel(
         name=stored.name,
@@ -72,7 +87,24 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
         messages=_messages(stored),
         go_template=stored.layer("template") is not None or stored.layer("prompt") is not None,
         stored_draft=blob_path(stored.root, draft.digest) if draft is not None else None,
+        adapters=adapters,
     )
+
+
+def lora_adapter(path: Path, base: ModelInfo, owner: str) -> ModelInfo:
+    """A LoRA adapter's header, checked as llama.cpp checks it, before any weights are loaded
+    (`owner`: what the errors call it)."""
+    try:
+        adapter = read_model_info(path, read_vocab=False)
+    except OllamaSpecError as exc:
+        raise type(exc)(f"{owner}: {exc}") from None
+    if (adapter.metadata.get("general.type"), adapter.metadata.get("adapter.type")) != ("adapter", "lora"):
+        raise UnusableModel(f"{owner} is not a GGUF LoRA adapter, the only kind llama.cpp applies (convert it "
+                            "with llama.cpp's convert_lora_to_gguf.py)")
+    if adapter.architecture != base.architecture:
+        raise UnusableModel(f"{owner} is a LoRA adapter for {shown(adapter.architecture)} models, but the model is "
+                            f"{shown(base.architecture)}")
+    return adapter
 
 
 def stored_draft_model(target: ResolvedModel) -> ResolvedModel:

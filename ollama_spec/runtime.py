@@ -140,6 +140,9 @@ class LoadSettings:
     # "off" can be faster for small verify batches deep into a context on a CPU.
     flash_attention: str = "auto"
     placement: Placement = Placement()  # RPC servers and GPU split; the default is this machine's GPUs
+    # GGUF LoRA adapters applied at scale 1 over the weights, in order (Ollama's adapter layers,
+    # which it passes to llama.cpp as --lora)
+    lora_adapters: tuple[Path, ...] = ()
 
 
 SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
@@ -187,6 +190,8 @@ class LoadedModel:
                 f"llama.cpp could not create a {settings.n_ctx}-token context for {self.path}: "
                 f"{_last_error(mark) or 'out of memory?'}"
             ) from None
+        # the LoRA adapters' llama.cpp handles, which a second context on the same weights sets too
+        self.adapters = self._apply_adapters(settings.lora_adapters, mark)
         self.llama_model = self._model  # for a second context on the same weights (embedding.py)
         self.vocab = self._model.vocab
         self.n_vocab = self._model.n_vocab()
@@ -340,11 +345,42 @@ class LoadedModel:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
 
+    def _apply_adapters(self, paths: Sequence[Path], mark: int) -> list:
+        """Load the LoRA adapters and set them on the context; on failure nothing stays loaded."""
+        adapters: list = []
+        for path in paths:
+            adapter = llama_cpp.llama_adapter_lora_init(self._model.model, str(path).encode())
+            if not adapter:
+                self._release(adapters)
+                raise ModelLoadError(f"llama.cpp could not apply the LoRA adapter {Path(path).name} to "
+                                     f"{self.path.name}: {_last_error(mark) or 'not an adapter for this model'}")
+            adapters.append(adapter)
+        if adapters and self.set_adapters_on(self._ctx.ctx, adapters) != 0:
+            self._release(adapters)
+            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {self.path.name} on its context")
+        return adapters
+
+    @staticmethod
+    def set_adapters_on(ctx, adapters: Sequence) -> int:
+        array = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
+        scales = (ctypes.c_float * len(adapters))(*[1.0] * len(adapters))
+        return llama_cpp.llama_set_adapters_lora(ctx, array, len(adapters), scales)
+
+    def _release(self, adapters: list) -> None:
+        for adapter in adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        adapters.clear()
+        self._ctx.close()
+        self._model.close()
+
     def close(self) -> None:
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
         self._ctx.close()
+        for adapter in self.adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        self.adapters = []
         self._model.close()
 
     def __enter__(self) -> LoadedModel:

@@ -4,7 +4,9 @@ added or taken away, as Ollama's Modelfile directives (ADAPTER, DRAFT, MESSAGE, 
 import json
 
 from ollama_spec.store import MEDIA_TYPE_PREFIX
+from ollama_spec.synthetic.catalog import PAIRS
 from ollama_spec.synthetic.layout import add_blob
+from ollama_spec.synthetic.models import write_lora_gguf
 
 LIBRARY = ("manifests", "registry.ollama.ai", "library")
 
@@ -38,3 +40,13 @@ def without_chat_template(root, name, base="tiny-target"):
     digest, size = add_blob(root, data.replace(b"tokenizer.chat_template", b"tokenizer.chat_templatX"))
     variant(root, name, base=base, keep=lambda layer: layer["digest"] != model["digest"],
             extra=[("model", (digest, size))])
+
+
+def lora_variant(root, name, scratch, base="tiny-target", **lora):
+    """`base` with an adapter layer: a LoRA for the tiny pair's target, written in `scratch` (write_lora_gguf's
+    keyword arguments change it); returns the adapter file."""
+    spec = PAIRS["tiny"]
+    path = scratch / f"{name}-lora.gguf"
+    write_lora_gguf(path, **({"arch": spec.arch, "n_layer": spec.arch.n_layer} | lora))
+    variant(root, name, base=base, extra=[("adapter", path.read_bytes())])
+    return path

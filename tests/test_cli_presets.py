@@ -104,3 +104,23 @@ def test_preset_messages_open_the_conversation(invoke, tiny_store, tiny_preset):
     opened = json.loads(invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir",
                                tiny_store).stdout)
     assert opened["prompt_tokens"] > plain["prompt_tokens"] + 8
+
+
+def test_a_preset_adapter_is_applied_as_the_stores_adapter_layer(invoke, store_copy, tmp_path):
+    from ollama_spec.synthetic.catalog import PAIRS
+    from ollama_spec.synthetic.models import write_lora_gguf
+
+    from .stores import lora_variant
+
+    lora_variant(store_copy, "tiny-lora", tmp_path, seed=3)
+    write_lora_gguf(tmp_path / "same.gguf", arch=PAIRS["tiny"].arch, n_layer=PAIRS["tiny"].arch.n_layer, seed=3)
+    preset = tmp_path / "lora.Modelfile"
+    preset.write_text("FROM tiny-target\nADAPTER ./same.gguf\n")
+    args = ("Once upon a time", "--raw", "--json", "-t", "0", "-n", "20", "--models-dir", store_copy)
+    texts = [json.loads(invoke("generate", *model, *args).stdout)["text"]
+             for model in (("-f", preset), ("tiny-lora",), ("tiny-target",))]
+    assert texts[0] == texts[1] != texts[2]
+    preset.write_text("FROM tiny-target\nADAPTER ./missing.gguf\n")
+    result = invoke("generate", "-f", preset, *args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1].startswith(f"Error: {preset}: ADAPTER {tmp_path / 'missing.gguf'}: ")

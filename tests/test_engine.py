@@ -7,7 +7,7 @@ import pytest
 from ollama_spec.engine import Engine, Request
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.gguf_info import read_model_info
-from ollama_spec.resolve import ResolvedModel
+from ollama_spec.resolve import ResolvedModel, resolve_model
 from ollama_spec.sampling import SamplingSettings
 from ollama_spec.speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.synthetic.catalog import PAIRS
@@ -322,3 +322,56 @@ def test_a_ctrl_c_between_decode_and_its_record_leaves_a_usable_cache(baseline_e
         target.cached = list(target.cached)
     assert got == pytest.approx(expected, abs=1e-3)
     target.truncate(0)
+
+
+def _greedy(engine, prompt, **kwargs):
+    generation = engine.generate(Request(prompt, raw=True, max_tokens=30, ignore_eos=True, sampling=GREEDY, **kwargs))
+    "".join(generation)
+    return generation.result.tokens
+
+
+def test_a_lora_adapter_is_applied_as_llama_cpp_applies_it(store_copy, tmp_path):
+    from llama_cpp import Llama
+
+    from tests.greedy import assert_greedy_identical
+    from tests.stores import lora_variant
+
+    adapter = lora_variant(store_copy, "tiny-lora", tmp_path)
+    base, lora, draft = (resolve_model(name, str(store_copy)) for name in ("tiny-target", "tiny-lora", "tiny-draft"))
+    prompt = "Once upon a time"
+    with Engine(base, None, engine_settings()) as engine:
+        plain = _greedy(engine, prompt)
+    with Engine(lora, None, engine_settings()) as engine:
+        alone = _greedy(engine, prompt)
+        tokens = engine.target.tokenize(prompt, add_bos=True, special=False)
+    assert alone != plain  # the adapter changes what the model says
+    llm = Llama(model_path=str(lora.path), lora_path=str(adapter), n_ctx=512, n_threads=1, verbose=False)
+    try:
+        reference = []
+        for token in llm.generate(tokens, temp=0.0, top_k=1):
+            reference.append(int(token))
+            if len(reference) == len(alone):
+                break
+    finally:
+        llm.close()
+    assert alone == reference  # what llama-cpp-python's own lora_path gives
+    with Engine(lora, draft, engine_settings()) as engine:  # the draft has no adapter: fewer accepted, same answer
+        for k in (None, 4):
+            drafted = _greedy(engine, prompt, speculation=SpeculationSettings(k))
+            assert_greedy_identical(engine, Request(prompt, raw=True, max_tokens=30, ignore_eos=True, sampling=GREEDY),
+                                    alone, drafted)
+
+
+def test_a_lora_adapter_for_other_shapes_is_one_clear_error(store_copy, tmp_path, invoke):
+    from ollama_spec.errors import ModelLoadError
+    from ollama_spec.synthetic.models import Architecture
+    from tests.stores import lora_variant
+
+    wider = Architecture(n_embd=96, n_layer=2, n_head=4, n_kv_head=2, n_ff=160)
+    lora_variant(store_copy, "odd-lora", tmp_path, arch=wider, n_layer=2)
+    model = resolve_model("odd-lora", str(store_copy))
+    with pytest.raises(ModelLoadError, match=r"could not apply the LoRA adapter sha256-[0-9a-f]{64} to .*incorrect shape"):
+        Engine(model, None, engine_settings())
+    result = invoke("generate", "odd-lora", "hi", "--models-dir", store_copy)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "could not apply the LoRA adapter" in result.output.strip().splitlines()[-1]

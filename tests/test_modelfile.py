@@ -91,7 +91,8 @@ def test_a_gguf_path_is_relative_to_the_modelfile():
     ("FROM a\nMESSAGE robot hi\n", 2, "MESSAGE role must be one of system, user, assistant, got 'robot'"),
     ('FROM a\nSYSTEM """never\nclosed\n', 2, 'unterminated """ string'),
     ('FROM a\nSYSTEM "x" y\n', 2, "unexpected text after the closing \": 'y'"),
-    ("FROM a\nADAPTER ./lora.gguf\n", 2, "ADAPTER is not supported by ollama-spec"),
+    ("FROM a\nADAPTER ./lora-dir\n", 2, "ADAPTER needs a GGUF LoRA file"),
+    ("FROM a\nRENDERER qwen3\n", 2, "RENDERER is not supported by ollama-spec"),
     ("FROM a\n= b\n", 2, "expected a directive and its value, got '= b'"),
     ("FROM \n", 1, "FROM needs a model name"),
 ])
@@ -99,6 +100,11 @@ def test_errors_name_the_file_and_line(text, line, message):
     with pytest.raises(InvalidSetting) as caught:
         parse_modelfile(text, PATH)
     assert str(caught.value).startswith(f"{PATH}, line {line}: ") and message in str(caught.value)
+
+
+def test_adapters_are_paths_from_the_modelfiles_folder():
+    preset = parse_modelfile("FROM a\nADAPTER ./lora.gguf\nADAPTER /abs/second.gguf\n", PATH)
+    assert preset.adapters == (PATH.parent / "lora.gguf", Path("/abs/second.gguf"))
 
 
 def test_no_from_is_an_error():

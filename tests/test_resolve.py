@@ -14,7 +14,7 @@ from ollama_spec.resolve import (
     template_warning,
 )
 
-from .stores import variant
+from .stores import lora_variant, variant
 
 
 @pytest.fixture
@@ -22,10 +22,22 @@ def store(store_copy):
     return store_copy
 
 
-def test_an_adapter_layer_is_refused_for_target_and_draft(store, invoke):
+def test_an_adapter_layer_is_resolved_to_apply_and_counted_in_the_plan(store, invoke, tmp_path):
+    lora_variant(store, "lora", tmp_path)
+    model = resolve_model("lora", str(store))
+    assert len(model.adapters) == 1 and model.adapters[0].metadata["adapter.type"] == "lora"
+    assert model.loaded_info.tensor_bytes == model.info.tensor_bytes + model.adapters[0].tensor_bytes > 0
+    plans = [json.loads(invoke("check", name, "--json", "--models-dir", store).stdout) for name in ("tiny-target", "lora")]
+    base, lora = (plan["target"]["file_weights"] for plan in plans)
+    assert lora == base + model.adapters[0].tensor_bytes  # llama.cpp loads the adapter beside the weights
+    shown = invoke("show", "lora", "--models-dir", store)
+    assert shown.exit_code == 0 and "note: a LoRA adapter layer: applied over the weights, as Ollama" in shown.output
+
+
+def test_an_adapter_layer_that_is_no_lora_is_refused_for_target_and_draft(store, invoke):
     variant(store, "lora", extra=[("adapter", "tiny-draft")])
-    message = ("lora:latest has a LoRA adapter layer, which ollama-spec does not apply: its output would not be "
-               "that model's")
+    message = ("lora:latest's adapter layer is not a GGUF LoRA adapter, the only kind llama.cpp applies (convert it "
+               "with llama.cpp's convert_lora_to_gguf.py)")
     with pytest.raises(UnusableModel) as err:
         resolve_model("lora", str(store))
     assert str(err.value) == message
@@ -33,8 +45,13 @@ def test_an_adapter_layer_is_refused_for_target_and_draft(store, invoke):
                  ("pair", "lora", "tiny-draft"), ("check", "tiny-target", "-d", "lora"), ("drafts", "lora")):
         result = invoke(*args, "--models-dir", store)
         assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == f"Error: {message}", args
-    shown = invoke("show", "lora", "--models-dir", store)
-    assert shown.exit_code == 0 and "note: a LoRA adapter layer, which ollama-spec does not apply" in shown.output
+
+
+def test_an_adapter_for_another_architecture_is_refused(store, tmp_path):
+    lora_variant(store, "qwen-lora", tmp_path, architecture="qwen2")
+    with pytest.raises(UnusableModel, match=r"^qwen-lora:latest's adapter layer is a LoRA adapter for 'qwen2' models, "
+                                            r"but the model is 'llama'$"):
+        resolve_model("qwen-lora", str(store))
 
 
 def test_a_projector_layer_is_allowed_and_noted(store, invoke):

@@ -42,6 +42,8 @@ def native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int
                settings: BenchSettings) -> tuple[Row, RowTimer]:
     """The native row and what times it on one prompt, for a phase that interleaves it with others."""
     check_native(binary, settings)
+    if target.adapters or draft.adapters:  # its --lora would go to the draft as well as the target
+        raise InvalidSetting("--native runs models without LoRA adapters: leave it out for a model with an adapter layer")
 
     def run(prompt: Prompt, max_tokens: int, run: int) -> Sample:
         return _run(binary, target, draft, k, prompt.name, prompt_texts[prompt.name], settings, run, max_tokens)

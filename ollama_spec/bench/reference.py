@@ -21,7 +21,7 @@ from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecodi
 from ..adapter import OllamaDraftModel
 from ..canary import decide_repack
 from ..compat import load_kv_overrides
-from ..errors import ModelLoadError
+from ..errors import InvalidSetting, ModelLoadError
 from ..resolve import ResolvedModel
 from ..runtime import choose_flash_attention, default_threads, extra_bufts_default
 from .prompts import Prompt
@@ -86,11 +86,16 @@ def _timer(llm: Llama, draft: CountingDraft | None, prompt_tokens: dict[str, lis
 
 def _load(target: ResolvedModel, settings: BenchSettings, threads: int) -> Llama:
     overrides = dict(load_kv_overrides(target.info))
+    adapters = target.adapter_paths
+    if len(adapters) > 1:
+        raise InvalidSetting(f"{target.name} has {len(adapters)} LoRA adapters, and llama-cpp-python's Llama "
+                             "applies one: its reference rows cannot run the same model")
     try:
         with extra_bufts_default(decide_repack(settings.repack).enabled):
             return Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
                          n_threads_batch=threads, seed=settings.seed, logits_all=True,
                          kv_overrides=overrides or None, verbose=False,
+                         lora_path=str(adapters[0]) if adapters else None,
                          flash_attn=choose_flash_attention(settings.flash_attention) != "off")
     except ValueError as exc:
         raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None

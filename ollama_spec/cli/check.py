@@ -74,7 +74,7 @@ def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str,
         click.echo(f"note: --draft {NGRAM} loads no draft model: the plan is for the target alone", err=True)
     decision = decide_repack_for_cli(repack)
     placement = current_placement()
-    plan = plan_memory(target_model.info, draft_model.info if draft_model else None, n_ctx, kv_type,
+    plan = plan_memory(target_model.loaded_info, draft_model.loaded_info if draft_model else None, n_ctx, kv_type,
                        repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on",
                        tensor_split=placement.tensor_split, remote=remote_devices(placement.rpc_servers),
                        main_device=placement.main_device)

@@ -139,7 +139,7 @@ def _layer_notes(stored: StoredModel) -> list[str]:
     """What ollama-spec does differently from Ollama with this manifest's layers."""
     notes = []
     if stored.layer("adapter") is not None:
-        notes.append("a LoRA adapter layer, which ollama-spec does not apply: generate, chat and serve refuse it")
+        notes.append("a LoRA adapter layer: applied over the weights, as Ollama applies it")
     if stored.layer("projector") is not None:
         notes.append("a vision projector layer: images are not read, text works as usual")
     if stored.layer("draft") is not None:

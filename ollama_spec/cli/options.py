@@ -19,7 +19,7 @@ from ..penalties import DEFAULT_REPEAT_LAST_N, Penalties
 from ..penalties import OPTIONS as PENALTY_OPTIONS
 from ..placement import SPLIT_MODES, Placement, parse_tensor_split
 from ..proposers import DEFAULT_NGRAM_SIZE
-from ..resolve import ResolvedModel, resolve_model, stored_draft_model
+from ..resolve import ResolvedModel, lora_adapter, resolve_model, stored_draft_model
 from ..rpc import parse_endpoints
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
@@ -154,10 +154,13 @@ def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedMode
         else:
             click.echo(f"note: {preset.path}: TEMPLATE is an Ollama Go template; the model's own chat template "
                        "is used instead", err=True)
-    # As `ollama create` does: the file's MESSAGE lines replace the model's own history, if it has any.
+    # As `ollama create` does: the file's MESSAGE lines replace the model's own history, if it has any,
+    # and its ADAPTER lines add to the model's own adapters.
+    adapters = tuple(lora_adapter(adapter, model.info, f"{preset.path}: ADAPTER {adapter}")
+                     for adapter in preset.adapters)
     return dataclasses.replace(model, info=info, params={**model.params, **preset.parameters},
                                system=preset.system if preset.system is not None else model.system,
-                               messages=preset.messages or model.messages)
+                               messages=preset.messages or model.messages, adapters=model.adapters + adapters)
 
 
 speculation_options = _stack(

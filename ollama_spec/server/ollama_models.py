@@ -80,7 +80,7 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
     params = "\n".join(f"{key} {_param_text(value)}" for key, values in model.params.items()
                        for value in (values if isinstance(values, list) else [values]))
     return {
-        "modelfile": f"FROM {model.path}\n",
+        "modelfile": f"FROM {model.path}\n" + "".join(f"ADAPTER {path}\n" for path in model.adapter_paths),
         "parameters": params,
         "template": info.chat_template or "",
         "system": model.system or "",
