@@ -23,14 +23,28 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 
 from .canary import decide_repack
 from .compat import load_kv_overrides
+from .errors import UnusableModel
 from .proposers import as_draft_tokens, keep_common_prefix
 from .resolve import resolve_model
 from .runtime import LoadedModel, LoadSettings, choose_flash_attention
 
 
 def ollama_model_path(name: str, models_dir: str | None = None) -> str:
-    """The GGUF blob of an Ollama model, for `Llama(model_path=...)`."""
-    return str(resolve_model(name, models_dir).path)
+    """The GGUF blob of an Ollama model, for `Llama(model_path=...)`.
+
+    A model with a LoRA adapter layer (an Ollama fine-tune) is refused: its blob alone is the base
+    model. Load it with `lora_path=ollama_adapter_paths(name)[0]` too (one adapter; llama-cpp-python's
+    `Llama` takes one)."""
+    model = resolve_model(name, models_dir)
+    if model.adapters:
+        raise UnusableModel(f"{model.name} has {len(model.adapters)} LoRA adapter layer(s): its blob alone is the "
+                            "base model; pass lora_path=ollama_adapter_paths(name)[0] to Llama as well")
+    return str(model.path)
+
+
+def ollama_adapter_paths(name: str, models_dir: str | None = None) -> list[str]:
+    """The GGUF LoRA adapters an Ollama model applies over its blob, in order (usually none)."""
+    return [str(path) for path in resolve_model(name, models_dir).adapter_paths]
 
 
 class OllamaDraftModel(LlamaDraftModel):

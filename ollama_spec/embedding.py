@@ -15,7 +15,7 @@ import numpy as np
 from llama_cpp._internals import LlamaContext
 
 from .errors import InferenceError, ModelLoadError
-from .runtime import LoadedModel
+from .runtime import LoadedModel, set_lora_adapters
 
 # Longest text embedded at once: the whole text is one llama.cpp batch, whose compute buffer grows
 # with it (a few hundred MiB at 2,048 tokens for an 8B model).
@@ -47,7 +47,7 @@ class Embedder:
             raise ModelLoadError(
                 f"llama.cpp could not make an embedding context of {self.max_tokens} tokens for "
                 f"{self.model.path.name} (out of memory?)") from None
-        if self.model.adapters and LoadedModel.set_adapters_on(context.ctx, self.model.adapters) != 0:
+        if self.model.adapters and set_lora_adapters(context.ctx, self.model.adapters) != 0:
             context.close()
             raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {self.model.path.name} for embeddings")
         return context

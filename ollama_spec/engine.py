@@ -194,7 +194,7 @@ class Engine:
         asked = self.settings.placement
         extra = {} if asked.is_default else {"placement": asked}
         if self.target.settings.lora_adapters:  # an adapter adds a little to every step of its layers
-            extra["adapters"] = ",".join(p.name for p in self.target.settings.lora_adapters)
+            extra["adapters"] = ",".join(str(p) for p in self.target.settings.lora_adapters)
         return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
                         target_gpu_layers=self.target.settings.n_gpu_layers,
                         draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=self.settings.kv_type,

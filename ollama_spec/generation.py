@@ -83,6 +83,8 @@ class Generation:
         start = time.perf_counter()
         prompt = engine.prompt_tokens(request)
         result.prompt_tokens = len(prompt)
+        if not prompt:  # a raw empty prompt to a model that adds no BOS token: nothing to continue
+            raise InvalidSetting("the prompt is empty: give some text for the model to continue")
         if len(prompt) >= engine.target.n_ctx:
             raise InvalidSetting(
                 f"the prompt is {len(prompt)} tokens but the context holds {engine.target.n_ctx}; "

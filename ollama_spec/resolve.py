@@ -104,7 +104,36 @@ def lora_adapter(path: Path, base: ModelInfo, owner: str) -> ModelInfo:
     if adapter.architecture != base.architecture:
         raise UnusableModel(f"{owner} is a LoRA adapter for {shown(adapter.architecture)} models, but the model is "
                             f"{shown(base.architecture)}")
+    if problem := _lora_mismatch(adapter, base):
+        raise UnusableModel(f"{owner} does not fit the model: {problem} (a LoRA made for another base model?)")
     return adapter
+
+
+def _lora_mismatch(adapter: ModelInfo, base: ModelInfo) -> str | None:
+    """What llama.cpp's adapter loader would refuse, from the two headers: every `X.lora_a`/`X.lora_b`
+    pair must change a tensor X of the model, A being n_in x r and B r x n_out (ggml order; the
+    token embeddings' pair the other way round)."""
+    pairs: dict[str, dict[str, tuple[int, ...]]] = {}
+    for tensor in adapter.tensors:
+        name, _, part = tensor.name.rpartition(".")
+        if part in ("lora_a", "lora_b"):
+            pairs.setdefault(name, {})[part] = tensor.shape
+        elif not tensor.name.endswith("_norm.weight"):  # norms are skipped by llama.cpp
+            return f"its tensor {shown(tensor.name)} is no LoRA matrix"
+    shapes = {tensor.name: tensor.shape for tensor in base.tensors}
+    for name, pair in pairs.items():
+        if len(pair) < 2:
+            return f"it has only one of {shown(name)}'s two LoRA matrices"
+        if name not in shapes:
+            return f"it changes {shown(name)}, which the model does not have"
+        (a, b), w = (pair["lora_a"], pair["lora_b"]), shapes[name]
+        if len(a) < 2 or len(b) < 2 or len(w) < 2:
+            return f"{shown(name)} is not a matrix"
+        fits = (w[0] == b[1] and w[1] == a[1]) if name.endswith("token_embd.weight") else (
+            w[0] == a[0] and w[1] == b[1] and a[1] == b[0])
+        if not fits:
+            return f"its {shown(name)} change is {a[0]}x{b[1]}, the model's matrix {w[0]}x{w[1]}"
+    return None
 
 
 def stored_draft_model(target: ResolvedModel) -> ResolvedModel:

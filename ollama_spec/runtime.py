@@ -190,8 +190,13 @@ class LoadedModel:
                 f"llama.cpp could not create a {settings.n_ctx}-token context for {self.path}: "
                 f"{_last_error(mark) or 'out of memory?'}"
             ) from None
-        # the LoRA adapters' llama.cpp handles, which a second context on the same weights sets too
-        self.adapters = self._apply_adapters(settings.lora_adapters, mark)
+        try:  # the LoRA adapters' llama.cpp handles, which a second context on the same weights sets too
+            self.adapters = apply_lora_adapters(self._model.model, self._ctx.ctx, settings.lora_adapters, mark,
+                                                self.path.name)
+        except ModelLoadError:
+            self._ctx.close()
+            self._model.close()
+            raise
         self.llama_model = self._model  # for a second context on the same weights (embedding.py)
         self.vocab = self._model.vocab
         self.n_vocab = self._model.n_vocab()
@@ -345,34 +350,6 @@ class LoadedModel:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
         return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
 
-    def _apply_adapters(self, paths: Sequence[Path], mark: int) -> list:
-        """Load the LoRA adapters and set them on the context; on failure nothing stays loaded."""
-        adapters: list = []
-        for path in paths:
-            adapter = llama_cpp.llama_adapter_lora_init(self._model.model, str(path).encode())
-            if not adapter:
-                self._release(adapters)
-                raise ModelLoadError(f"llama.cpp could not apply the LoRA adapter {Path(path).name} to "
-                                     f"{self.path.name}: {_last_error(mark) or 'not an adapter for this model'}")
-            adapters.append(adapter)
-        if adapters and self.set_adapters_on(self._ctx.ctx, adapters) != 0:
-            self._release(adapters)
-            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {self.path.name} on its context")
-        return adapters
-
-    @staticmethod
-    def set_adapters_on(ctx, adapters: Sequence) -> int:
-        array = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
-        scales = (ctypes.c_float * len(adapters))(*[1.0] * len(adapters))
-        return llama_cpp.llama_set_adapters_lora(ctx, array, len(adapters), scales)
-
-    def _release(self, adapters: list) -> None:
-        for adapter in adapters:
-            llama_cpp.llama_adapter_lora_free(adapter)
-        adapters.clear()
-        self._ctx.close()
-        self._model.close()
-
     def close(self) -> None:
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
@@ -388,6 +365,38 @@ class LoadedModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
+    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
+    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
+    adapters: list = []
+    try:
+        for path in paths:
+            adapter = llama_cpp.llama_adapter_lora_init(model, str(path).encode())
+            if not adapter:
+                raise ModelLoadError(f"llama.cpp could not apply the LoRA adapter {Path(path).name} to {owner}: "
+                                     f"{_last_error(mark) or 'not an adapter for this model'}")
+            adapters.append(adapter)
+        if adapters and set_lora_adapters(ctx, adapters) != 0:
+            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
+    except ModelLoadError:
+        for adapter in adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        raise
+    return adapters
+
+
+def set_lora_adapters(ctx, adapters: Sequence) -> int:
+    """Set loaded adapters on a context (another context on the same weights needs them too)."""
+    array = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
+    scales = (ctypes.c_float * len(adapters))(*[1.0] * len(adapters))
+    return llama_cpp.llama_set_adapters_lora(ctx, array, len(adapters), scales)
+
+
+def log_mark() -> int:
+    """How many lines llama.cpp has logged so far: errors after it are the ones a call caused."""
+    return _LOGGED
 
 
 def _apply_placement(model_params, placement: Placement) -> tuple:

@@ -60,3 +60,18 @@ def test_accepted_drafts_are_not_read_again(tiny_store):
     fresh = draft(np.array(prompt + first[:2] + [first[2] + 1], dtype=np.intc))
     assert list(fresh) == list(second)  # the same drafts as from a cold cache
     draft.close()
+
+
+def test_a_model_with_an_adapter_layer_is_not_given_as_its_base_blob(store_copy, tmp_path):
+    import pytest
+
+    from ollama_spec.adapter import ollama_adapter_paths
+    from ollama_spec.errors import UnusableModel
+
+    from .stores import lora_variant
+
+    lora_variant(store_copy, "tiny-lora", tmp_path)
+    with pytest.raises(UnusableModel, match="tiny-lora:latest has 1 LoRA adapter layer.*lora_path=ollama_adapter_paths"):
+        ollama_model_path("tiny-lora", str(store_copy))
+    [adapter] = ollama_adapter_paths("tiny-lora", str(store_copy))
+    assert "/blobs/sha256-" in adapter and ollama_adapter_paths("tiny-target", str(store_copy)) == []

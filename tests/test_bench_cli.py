@@ -159,3 +159,18 @@ def test_every_row_reads_its_whole_prompt(invoke, tiny_store, prompts_file, monk
                     "--prompts", prompts_file)
     assert result.exit_code == 0, result.output
     assert len(cached) > 6 and set(cached) == {0}
+
+
+def test_every_row_runs_the_model_with_all_its_adapters(invoke, store_copy, prompts_file, tmp_path):
+    """Two adapter layers: the llama-cpp-python rows set both too (Llama's own lora_path takes one), or
+    their greedy outputs would part from the target alone's and bench would exit 1."""
+    from .stores import lora_variant
+
+    lora_variant(store_copy, "lora1", tmp_path, seed=1)
+    lora_variant(store_copy, "lora2", tmp_path, base="lora1", seed=2)
+    out = tmp_path / "results"
+    result = invoke("bench", "lora2", "--draft", "tiny-draft", "--models-dir", store_copy, *ARGS,
+                    "--prompts", prompts_file, "--out", out)
+    assert result.exit_code == 0, result.output
+    rows = {row["label"]: row for row in json.loads((out / "results.json").read_text())["rows"]}
+    assert rows["llama-cpp-python target alone"]["identical_to_target_alone"] is True

@@ -362,16 +362,22 @@ def test_a_lora_adapter_is_applied_as_llama_cpp_applies_it(store_copy, tmp_path)
                                     alone, drafted)
 
 
-def test_a_lora_adapter_for_other_shapes_is_one_clear_error(store_copy, tmp_path, invoke):
+def test_an_adapter_llama_cpp_refuses_at_load_is_one_clear_error(store_copy, tmp_path):
+    """resolve_model refuses a LoRA for other shapes from the headers (test_resolve); one that reaches
+    llama.cpp anyway is refused by it, with its reason, and nothing stays loaded."""
     from ollama_spec.errors import ModelLoadError
-    from ollama_spec.synthetic.models import Architecture
-    from tests.stores import lora_variant
+    from ollama_spec.synthetic.models import Architecture, write_lora_gguf
 
-    wider = Architecture(n_embd=96, n_layer=2, n_head=4, n_kv_head=2, n_ff=160)
-    lora_variant(store_copy, "odd-lora", tmp_path, arch=wider, n_layer=2)
-    model = resolve_model("odd-lora", str(store_copy))
-    with pytest.raises(ModelLoadError, match=r"could not apply the LoRA adapter sha256-[0-9a-f]{64} to .*incorrect shape"):
-        Engine(model, None, engine_settings())
-    result = invoke("generate", "odd-lora", "hi", "--models-dir", store_copy)
-    assert result.exit_code == 1 and "Traceback" not in result.output
-    assert "could not apply the LoRA adapter" in result.output.strip().splitlines()[-1]
+    path = tmp_path / "wide.gguf"
+    write_lora_gguf(path, arch=Architecture(n_embd=96, n_layer=2, n_head=4, n_kv_head=2, n_ff=160), n_layer=2)
+    base = resolve_model("tiny-target", str(store_copy))
+    unchecked = replace(base, adapters=(read_model_info(path, read_vocab=False),))
+    with pytest.raises(ModelLoadError, match=r"could not apply the LoRA adapter wide.gguf to sha256-.*incorrect shape"):
+        Engine(unchecked, None, engine_settings())
+
+
+def test_an_empty_prompt_is_a_clear_error(baseline_engine, monkeypatch):
+    """A raw empty prompt to a model that adds no BOS token has no token at all to continue."""
+    monkeypatch.setattr(baseline_engine, "prompt_tokens", lambda request: [])
+    with pytest.raises(InvalidSetting, match="^the prompt is empty: give some text for the model to continue$"):
+        "".join(baseline_engine.generate(Request("", raw=True, sampling=GREEDY)))

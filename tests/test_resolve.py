@@ -14,6 +14,8 @@ from ollama_spec.resolve import (
     template_warning,
 )
 
+from ollama_spec.synthetic.catalog import PAIRS
+
 from .stores import lora_variant, variant
 
 
@@ -45,6 +47,23 @@ def test_an_adapter_layer_that_is_no_lora_is_refused_for_target_and_draft(store,
                  ("pair", "lora", "tiny-draft"), ("check", "tiny-target", "-d", "lora"), ("drafts", "lora")):
         result = invoke(*args, "--models-dir", store)
         assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == f"Error: {message}", args
+
+
+def test_an_adapter_for_another_base_model_is_refused_from_the_headers(store, tmp_path, invoke):
+    from ollama_spec.synthetic.models import Architecture
+
+    wider = Architecture(n_embd=96, n_layer=2, n_head=4, n_kv_head=2, n_ff=160)
+    lora_variant(store, "wide-lora", tmp_path, arch=wider, n_layer=2)
+    message = ("wide-lora:latest's adapter layer does not fit the model: its 'blk.0.attn_q.weight' change is 96x96, "
+               "the model's matrix 64x64 (a LoRA made for another base model?)")
+    for args in (("check", "wide-lora"), ("generate", "wide-lora", "hi")):  # before anything loads
+        result = invoke(*args, "--models-dir", store)
+        assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == f"Error: {message}", args
+    shown = invoke("show", "wide-lora", "--models-dir", store)
+    assert shown.exit_code == 0 and "note: a LoRA adapter layer that cannot be applied (the adapter does not fit" in shown.output
+    lora_variant(store, "deep-lora", tmp_path, n_layer=PAIRS["tiny"].arch.n_layer + 1)  # one block more than the model
+    with pytest.raises(UnusableModel, match=r"it changes 'blk.4.attn_q.weight', which the model does not have"):
+        resolve_model("deep-lora", str(store))
 
 
 def test_an_adapter_for_another_architecture_is_refused(store, tmp_path):

@@ -41,9 +41,7 @@ def run_native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k:
 def native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, prompt_texts: dict[str, str],
                settings: BenchSettings) -> tuple[Row, RowTimer]:
     """The native row and what times it on one prompt, for a phase that interleaves it with others."""
-    check_native(binary, settings)
-    if target.adapters or draft.adapters:  # its --lora would go to the draft as well as the target
-        raise InvalidSetting("--native runs models without LoRA adapters: leave it out for a model with an adapter layer")
+    check_native(binary, settings, target, draft)
 
     def run(prompt: Prompt, max_tokens: int, run: int) -> Sample:
         return _run(binary, target, draft, k, prompt.name, prompt_texts[prompt.name], settings, run, max_tokens)
@@ -51,8 +49,10 @@ def native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int
     return Row(f"llama.cpp speculative-simple K={k}", NATIVE, k), run
 
 
-def check_native(binary: Path, settings: BenchSettings) -> None:
-    """Refuse --native before anything is timed: a missing binary or a sampled run."""
+def check_native(binary: Path, settings: BenchSettings, target: ResolvedModel, draft: ResolvedModel) -> None:
+    """Refuse --native before anything is timed: a missing binary, a sampled run or LoRA adapters."""
+    if target.adapters or draft.adapters:  # its --lora would go to the draft as well as the target
+        raise InvalidSetting("--native runs models without LoRA adapters: leave it out for a model with an adapter layer")
     if not binary.is_file():
         raise InvalidSetting(f"--native {binary} does not exist: build it with scripts/build-native-speculative.sh")
     if not settings.greedy:

@@ -21,9 +21,9 @@ from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecodi
 from ..adapter import OllamaDraftModel
 from ..canary import decide_repack
 from ..compat import load_kv_overrides
-from ..errors import InvalidSetting, ModelLoadError
+from ..errors import ModelLoadError
 from ..resolve import ResolvedModel
-from ..runtime import choose_flash_attention, default_threads, extra_bufts_default
+from ..runtime import apply_lora_adapters, choose_flash_attention, default_threads, extra_bufts_default, log_mark
 from .prompts import Prompt
 from .runner import Progress, RowTimer, interleaved, sampling_for
 from .samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
@@ -86,19 +86,21 @@ def _timer(llm: Llama, draft: CountingDraft | None, prompt_tokens: dict[str, lis
 
 def _load(target: ResolvedModel, settings: BenchSettings, threads: int) -> Llama:
     overrides = dict(load_kv_overrides(target.info))
-    adapters = target.adapter_paths
-    if len(adapters) > 1:
-        raise InvalidSetting(f"{target.name} has {len(adapters)} LoRA adapters, and llama-cpp-python's Llama "
-                             "applies one: its reference rows cannot run the same model")
+    mark = log_mark()
     try:
         with extra_bufts_default(decide_repack(settings.repack).enabled):
-            return Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
-                         n_threads_batch=threads, seed=settings.seed, logits_all=True,
-                         kv_overrides=overrides or None, verbose=False,
-                         lora_path=str(adapters[0]) if adapters else None,
-                         flash_attn=choose_flash_attention(settings.flash_attention) != "off")
+            llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
+                        n_threads_batch=threads, seed=settings.seed, logits_all=True,
+                        kv_overrides=overrides or None, verbose=False,
+                        flash_attn=choose_flash_attention(settings.flash_attention) != "off")
     except ValueError as exc:
         raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None
+    try:  # Llama's own lora_path takes one adapter; a model may carry several, set as the engine sets them
+        apply_lora_adapters(llm._model.model, llm._ctx.ctx, target.adapter_paths, mark, target.name)
+    except ModelLoadError:
+        llm.close()
+        raise
+    return llm
 
 
 def _run_rows(rows: list[tuple[Row, RowTimer]], prompts: Sequence[Prompt], settings: BenchSettings,

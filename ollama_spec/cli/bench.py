@@ -110,7 +110,7 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
     if native:
         from ..bench.native import check_native
 
-        check_native(Path(native), settings)  # before minutes of timing, not after
+        check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
     report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
 
     from ..bench.report import format_report, write_outputs

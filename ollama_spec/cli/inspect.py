@@ -10,8 +10,8 @@ import click
 from ..compat import check_compatibility, llama3_metadata_fixes
 from ..drafts import size_note
 from ..errors import IncompatibleDraft, OllamaSpecError, one_line
-from ..gguf_info import format_bytes, read_model_info
-from ..resolve import gguf_file, resolve_model
+from ..gguf_info import ModelInfo, format_bytes, read_model_info
+from ..resolve import gguf_file, lora_adapter, resolve_model
 from ..store import BrokenModel, StoredModel, blob_path, verify_blob
 from ..usable import require_usable
 from .main import cli
@@ -105,7 +105,7 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
     if verify:
         _verify_layers(stored)
     fixes = llama3_metadata_fixes(info)
-    notes = _layer_notes(stored)
+    notes = _layer_notes(stored, info)
     if as_json:
         echo_json(
             {
@@ -135,11 +135,17 @@ def show(model: str, models_dir: str | None, as_json: bool, verify: bool) -> Non
         click.echo("  sha256 verified for every layer and the config")
 
 
-def _layer_notes(stored: StoredModel) -> list[str]:
+def _layer_notes(stored: StoredModel, info: ModelInfo) -> list[str]:
     """What ollama-spec does differently from Ollama with this manifest's layers."""
     notes = []
-    if stored.layer("adapter") is not None:
-        notes.append("a LoRA adapter layer: applied over the weights, as Ollama applies it")
+    for layer in stored.layers:
+        if layer.kind == "adapter":
+            try:
+                lora_adapter(blob_path(stored.root, layer.digest), info, "the adapter")
+                notes.append("a LoRA adapter layer: applied over the weights, as Ollama applies it")
+            except OllamaSpecError as exc:
+                notes.append(f"a LoRA adapter layer that cannot be applied ({exc}): generate, chat and serve refuse "
+                             "the model")
     if stored.layer("projector") is not None:
         notes.append("a vision projector layer: images are not read, text works as usual")
     if stored.layer("draft") is not None:
