@@ -297,3 +297,18 @@ def test_a_models_message_history_comes_first_as_ollama_puts_it(engine, monkeypa
         assert state.build_request(prompt="Hi", raw=True).messages == ()
     finally:
         state.worker.close()
+
+
+def test_the_speculation_field_gives_ngram_lookups_k(baseline_engine):
+    """--draft ngram speculates without a draft model: its K is reported, not 0 as for no speculation."""
+    engine = baseline_engine
+    from ollama_spec.engine import Result
+    from ollama_spec.server.common import ServerSettings, ServerState
+    from ollama_spec.speculative import SpeculationSettings
+
+    for speculation, k in ((SpeculationSettings(4, proposer="ngram"), 4), (SpeculationSettings(3), 0)):
+        state = ServerState(engine, ServerSettings(speculation=speculation))
+        try:
+            assert state.summary(Result())["num_speculative_tokens"] == k
+        finally:
+            state.worker.close()

@@ -303,7 +303,8 @@ class ServerState:
         spec = result.speculation
         return {
             "draft": self.engine.draft_model.name if self.engine.draft_model else None,
-            "num_speculative_tokens": self.settings.speculation.num_speculative_tokens if self.engine.draft else 0,
+            "num_speculative_tokens": (self.settings.speculation.num_speculative_tokens
+                                       if self.engine.proposer(self.settings.speculation) is not None else 0),
             "drafted_tokens": spec.drafted,
             "accepted_tokens": spec.accepted,
             "acceptance_rate": round(spec.acceptance_rate, 4),
