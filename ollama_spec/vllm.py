@@ -34,12 +34,22 @@ from .vllm_repos import HfModel, check_pair
 DRAFT_MODEL_VERSION = (0, 15, 0)  # the first release since 0.10 whose V1 engine takes a draft model
 HETEROGENEOUS_VOCAB_VERSION = (0, 25, 0)  # `use_heterogeneous_vocab`
 DEFAULT_K = 5  # vLLM drafts a fixed K; ollama-spec's per-step `auto` has no counterpart there
+# Past this K (also the top of ollama-spec's own auto range) the last drafts of a step are rarely accepted.
+LARGE_K = 16
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 BF16_BYTES = 2  # vLLM loads the original weights, BF16 for these families
 VERSION_TIMEOUT_S = 120  # `vllm --version` imports torch
 INSTALL_HINT = "pip install 'vllm>={}' (best in its own virtual environment: it pins its own torch)"
 _SPECULATION_FLAGS = ("--speculative-config", "--speculative-model", "--num-speculative-tokens")
+# vllm serve options this command writes itself, and the flag of ours that sets each: given again in
+# --vllm-args they would silently contradict the printed URL, bench command or draft_tensor_parallel_size.
+_TP_REASON = "the draft's draft_tensor_parallel_size must equal it"
+_OWN_FLAGS = {"--host": ("--host", "the printed URL and bench command follow it"),
+              "--port": ("--port", "the printed URL and bench command follow it"),
+              "--tensor-parallel-size": ("--tp", _TP_REASON), "-tp": ("--tp", _TP_REASON)}
+_MAX_MODEL_LEN = "--max-model-len"
+_SERVED_NAME = "--served-model-name"
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -50,6 +60,7 @@ class VllmSettings:
     draft_tp: int | None = None  # None: the same as tp, the only value vLLM accepts for a draft model
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    max_model_len: int | None = None  # a preset's num_ctx; --max-model-len in extra_args wins
     extra_args: tuple[str, ...] = ()  # passed to `vllm serve` after ours
 
 
@@ -62,6 +73,8 @@ class VllmCommand:
     min_version: tuple[int, int, int]
     notes: tuple[str, ...]
     url: str  # the OpenAI API it serves
+    served_name: str  # the model name that API answers to (--served-model-name, else the repository)
+    warnings: tuple[str, ...] = ()  # a pair or K that runs but is unlikely to be what was meant
 
     @property
     def shell(self) -> str:
@@ -70,7 +83,7 @@ class VllmCommand:
     @property
     def bench(self) -> str:
         """The command that measures the server like any OpenAI-compatible one."""
-        return shlex.join(["ollama-spec", "bench", self.target.repo, "--url", self.url])
+        return shlex.join(["ollama-spec", "bench", self.served_name, "--url", self.url])
 
 
 def build_command(target: HfModel, draft: HfModel, settings: VllmSettings = VllmSettings()) -> VllmCommand:
@@ -83,12 +96,8 @@ def build_command(target: HfModel, draft: HfModel, settings: VllmSettings = Vllm
     if draft_tp != settings.tp:
         raise InvalidSetting(f"vLLM runs a draft model only with the target's tensor-parallel size: --draft-tp "
                              f"{draft_tp} with --tp {settings.tp} is refused (vLLM 0.15 to 0.33); drop --draft-tp")
-    for arg in settings.extra_args:
-        flag = arg.split("=", 1)[0].replace("_", "-")
-        if flag in _SPECULATION_FLAGS:
-            raise InvalidSetting(f"{arg.split('=', 1)[0]} in the extra vLLM arguments: this command writes "
-                                 "--speculative-config itself (--speculative-model and --num-speculative-tokens "
-                                 "are gone from current vLLM)")
+    _check_extra_args(settings.extra_args)
+    host = _bare_host(settings.host)
     pair = check_pair(target, draft)
     config = {"method": "draft_model", "model": draft.repo, "num_speculative_tokens": settings.k,
               "draft_tensor_parallel_size": draft_tp}
@@ -109,9 +118,15 @@ def build_command(target: HfModel, draft: HfModel, settings: VllmSettings = Vllm
     weights = _weights_note(target, draft, settings.tp)
     if weights:
         notes.append(weights)
-    argv = ("vllm", "serve", target.repo, "--tensor-parallel-size", str(settings.tp), "--host", settings.host,
-            "--port", str(settings.port), "--speculative-config", json.dumps(config), *settings.extra_args)
-    return VllmCommand(target, draft, config, argv, min_version, tuple(notes), _url(settings.host, settings.port))
+    given = _flags(settings.extra_args)
+    max_model_len = (_MAX_MODEL_LEN, str(settings.max_model_len)) if (
+        settings.max_model_len and _MAX_MODEL_LEN not in given) else ()
+    argv = ("vllm", "serve", target.repo, "--tensor-parallel-size", str(settings.tp), "--host", host,
+            "--port", str(settings.port), *max_model_len, "--speculative-config", json.dumps(config),
+            *settings.extra_args)
+    served = _served_name(settings.extra_args) or target.repo
+    return VllmCommand(target, draft, config, argv, min_version, tuple(notes), _url(host, settings.port), served,
+                       _warnings(target, draft, settings.k))
 
 
 def find_vllm() -> list[str] | None:
@@ -172,6 +187,63 @@ def exec_vllm(command: VllmCommand, launcher: list[str]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(launcher[0], [*launcher, *command.argv[1:]])
+
+
+def _flag(arg: str) -> str:
+    """The option an argument names, spelled as vLLM's help does (vLLM takes `_` for `-` too)."""
+    return arg.split("=", 1)[0].replace("_", "-") if arg.startswith("-") else ""
+
+
+def _flags(args: tuple[str, ...]) -> set[str]:
+    return {_flag(arg) for arg in args} - {""}
+
+
+def _check_extra_args(args: tuple[str, ...]) -> None:
+    for arg in args:
+        flag, spelled = _flag(arg), arg.split("=", 1)[0]
+        if flag in _SPECULATION_FLAGS:
+            raise InvalidSetting(f"{spelled} in the extra vLLM arguments: this command writes "
+                                 "--speculative-config itself (--speculative-model and --num-speculative-tokens "
+                                 "are gone from current vLLM)")
+        if flag in _OWN_FLAGS:
+            ours, reason = _OWN_FLAGS[flag]
+            raise InvalidSetting(f"{spelled} in the extra vLLM arguments: this command writes it itself; give "
+                                 f"{ours} instead ({reason})")
+
+
+def _served_name(args: tuple[str, ...]) -> str | None:
+    """The first --served-model-name (vLLM answers to each name it is given; a client may send any)."""
+    for i, arg in enumerate(args):
+        if _flag(arg) == _SERVED_NAME:
+            if "=" in arg:
+                return arg.split("=", 1)[1] or None
+            following = args[i + 1] if i + 1 < len(args) else ""
+            return following if following and not following.startswith("-") else None
+    return None
+
+
+def _bare_host(host: str) -> str:
+    """`[::1]` as vLLM's --host takes it (`::1`); the URL brackets it again."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if "[" in bare or "]" in bare:
+        raise InvalidSetting(f"--host '{host}' is not an address: give an IPv6 address as ::1 or [::1]")
+    return bare
+
+
+def _warnings(target: HfModel, draft: HfModel, k: int) -> tuple[str, ...]:
+    found = []
+    if target.repo.lower() == draft.repo.lower():
+        found.append(f"the draft is the target itself ({target.repo}): every draft is accepted, but each step "
+                     "runs the full model K more times, so it is slower than the target alone")
+    elif target.parameters is not None and draft.parameters is not None and draft.parameters >= target.parameters:
+        found.append(f"the draft ({draft.parameters:g}B) is not smaller than the target ({target.parameters:g}B): "
+                     "speculation only pays with a much smaller draft"
+                     + ("; swap TARGET and --draft?" if draft.parameters > target.parameters else ""))
+    if k > LARGE_K:
+        found.append(f"-k {k}: vLLM drafts all {k} tokens every step, and past {LARGE_K} "
+                     f"the later ones are rarely accepted, so their draft passes are wasted ({DEFAULT_K} is the "
+                     "usual)")
+    return tuple(found)
 
 
 def _url(host: str, port: int) -> str:

@@ -89,6 +89,36 @@ def test_bad_input_is_one_line(invoke, tiny_store, args, message):
     assert result.output.strip() == message
 
 
+@pytest.mark.parametrize("url", [None, "http://127.0.0.1:9/v1"])
+def test_an_out_folder_that_cannot_be_made_is_one_line_before_any_timing(invoke, tiny_store, tmp_path, monkeypatch,
+                                                                        url):
+    from ollama_spec.bench import remote, runner
+
+    def timed(*args, **kwargs):
+        raise AssertionError("timing started")
+
+    monkeypatch.setattr(runner, "run_engine_rows", timed)
+    monkeypatch.setattr(remote, "run_remote", timed)
+    (tmp_path / "a-file").write_text("")
+    out = tmp_path / "a-file" / "results"
+    args = ("--url", url) if url else ("-d", "tiny-draft", "--models-dir", tiny_store, "--no-check")
+    result = invoke("bench", "tiny-target", *args, "--out", out)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: --out {out}: cannot create the folder (Not a directory)"
+
+
+@pytest.mark.parametrize(("args", "flags"), [
+    (("-d", "tiny-draft", "-k", "2,4"), "--draft, -k would be ignored: drop them"),
+    (("--rpc", "127.0.0.1:50052"), "--rpc would be ignored: drop it"),
+    (("--native", "llama-speculative-simple"), "--native would be ignored: drop it"),
+])
+def test_options_for_a_local_pair_are_refused_with_url(invoke, args, flags):
+    result = invoke("bench", "m", "--url", "http://127.0.0.1:9/v1", *args)
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: --url times a server as it runs (its own options choose its draft and "
+                                     f"devices), so {flags}")
+
+
 def test_unknown_model_is_one_line(invoke, tiny_store):
     result = invoke("bench", "nope", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check")
     assert result.exit_code == 1

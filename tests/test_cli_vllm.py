@@ -43,6 +43,36 @@ def test_a_preset_gives_the_pair_and_its_auto_k_becomes_5(invoke):
     assert "-k auto is ollama-spec's per-step choice, so K is 5" in result.stderr
 
 
+def test_a_presets_num_ctx_is_max_model_len_and_its_system_is_said_to_be_unused(invoke):
+    result = invoke("vllm", "-f", "llama3.1-70b")
+    assert result.exit_code == 0, result.output
+    argv = shlex.split(result.stdout)
+    assert argv[argv.index("--max-model-len") + 1] == "8192"  # the preset's PARAMETER num_ctx
+    assert ("note: llama3.1-70b.Modelfile: SYSTEM is not a `vllm serve` option; a client sends the system message "
+            "with each request") in result.stderr
+    help_text = " ".join(invoke("vllm", "--help").output.split())
+    assert ("its FROM, DRAFT, num_speculative_tokens (-k) and num_ctx (vLLM's --max-model-len) are the defaults"
+            in help_text)
+    assert "Its SYSTEM and sampling PARAMETERs are not `vllm serve` options" in help_text
+
+
+def test_odd_pairs_are_a_warning_line_on_stderr(invoke):
+    result = invoke("vllm", "llama3.2:1b", "-d", "llama3.2:1b")
+    assert result.exit_code == 0, result.output
+    assert "warning: the draft is the target itself (meta-llama/Llama-3.2-1B-Instruct)" in result.stderr
+    assert "warning" not in result.stdout
+    data = json.loads(invoke("vllm", "llama3.1:8b", "-d", "llama3.1:70b", "--json").stdout)
+    assert data["warnings"][0].startswith("the draft (70B) is not smaller than the target (8B)")
+
+
+def test_served_model_name_and_a_bracketed_host_reach_the_printed_hints(invoke):
+    result = invoke("vllm", *LLAMA, "--host", "[::1]", "--vllm-args", "--served-model-name llama")
+    assert result.exit_code == 0, result.output
+    argv = shlex.split(result.stdout)
+    assert argv[argv.index("--host") + 1] == "::1"
+    assert "# measure it: ollama-spec bench llama --url 'http://[::1]:8000/v1'" in result.stderr
+
+
 def test_help_says_the_version_and_that_the_old_flags_are_gone(invoke):
     text = " ".join(invoke("vllm", "--help").output.split())
     assert "needs vLLM >= 0.15" in text
@@ -58,6 +88,10 @@ def test_help_says_the_version_and_that_the_old_flags_are_gone(invoke):
     (("llama3.1:70b", "-d", "llama3.2:1b", "--tp", "2", "--draft-tp", "1"), "Error: vLLM runs a draft model only"),
     (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "--speculative-model x"), "Error: --speculative-model in"),
     (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "'unclosed"), "Error: --vllm-args: No closing quotation"),
+    (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "--port 9000"),
+     "Error: --port in the extra vLLM arguments: this command writes it itself; give --port instead"),
+    (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "-tp 2"), "give --tp instead"),
+    (("llama3.1:70b", "-d", "llama3.2:1b", "--host", "[::1"), "Error: --host '[::1' is not an address"),
     (("llama3.1:70b",), "Error: Missing option '--draft'"),
 ])
 def test_bad_input_is_one_clear_line(invoke, args, says):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -71,6 +72,60 @@ def test_extra_vllm_arguments_come_last():
 def test_extra_arguments_may_not_set_the_speculation_again(arg):
     with pytest.raises(InvalidSetting, match="this command writes --speculative-config itself"):
         command(extra_args=(arg, "x"))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--port", "9000"), "--port in the extra vLLM arguments: this command writes it itself; give --port instead "
+                         "(the printed URL and bench command follow it)"),
+    (("--host=0.0.0.0",), "--host in the extra vLLM arguments: this command writes it itself; give --host"),
+    (("-tp", "2"), "-tp in the extra vLLM arguments: this command writes it itself; give --tp instead (the "
+                   "draft's draft_tensor_parallel_size must equal it)"),
+    (("--tensor_parallel_size=2",), "--tensor_parallel_size in the extra vLLM arguments"),
+])
+def test_extra_arguments_may_not_contradict_the_flags_the_command_writes(args, says):
+    with pytest.raises(InvalidSetting, match=re.escape(says)):
+        command(extra_args=args)
+
+
+@pytest.mark.parametrize("args", [("--served-model-name", "llama", "other"), ("--served_model_name=llama",)])
+def test_the_bench_command_sends_the_served_model_name(args):
+    cmd = command(extra_args=("--max-model-len", "8192", *args))
+    assert cmd.served_name == "llama"
+    assert cmd.bench == "ollama-spec bench llama --url http://127.0.0.1:8000/v1"
+
+
+@pytest.mark.parametrize(("host", "bound", "url"), [("[::1]", "::1", "http://[::1]:9000/v1"),
+                                                    ("[::]", "::", "http://127.0.0.1:9000/v1")])
+def test_a_bracketed_ipv6_host_is_bound_bare_and_bracketed_once_in_the_url(host, bound, url):
+    cmd = command(host=host, port=9000)
+    assert cmd.argv[cmd.argv.index("--host") + 1] == bound and cmd.url == url
+
+
+@pytest.mark.parametrize("host", ["[::1", "::1]", "[[::1]]"])
+def test_a_half_bracketed_host_is_refused(host):
+    with pytest.raises(InvalidSetting, match="is not an address"):
+        command(host=host)
+
+
+def test_a_presets_context_is_vllms_max_model_len_unless_the_extra_arguments_give_one():
+    cmd = command(max_model_len=8192)
+    at = cmd.argv.index("--max-model-len")
+    assert cmd.argv[at: at + 2] == ("--max-model-len", "8192")
+    given = command(max_model_len=8192, extra_args=("--max_model_len", "4096")).argv
+    assert given.count("--max-model-len") == 0 and given[-2:] == ("--max_model_len", "4096")
+    assert "--max-model-len" not in command().argv
+
+
+def test_odd_pairs_and_a_large_k_are_warned_about_not_refused():
+    assert command().warnings == ()
+    assert command("llama3.2:1b", "llama3.2:1b").warnings == (
+        "the draft is the target itself (meta-llama/Llama-3.2-1B-Instruct): every draft is accepted, but each "
+        "step runs the full model K more times, so it is slower than the target alone",)
+    assert command("llama3.1:8b", "llama3.1:70b").warnings == (
+        "the draft (70B) is not smaller than the target (8B): speculation only pays with a much smaller draft; "
+        "swap TARGET and --draft?",)
+    assert command(k=16).warnings == ()
+    assert command(k=100).warnings[0].startswith("-k 100: vLLM drafts all 100 tokens every step")
 
 
 def test_a_draft_tp_other_than_the_targets_is_refused_as_vllm_would():

@@ -16,6 +16,7 @@ from .prompts import Prompt
 from .runner import Progress
 
 DEFAULT_TIMEOUT_S = 600.0
+CHAT_PATH = "/chat/completions"  # appended to --url; a --url that already ends in it is the endpoint itself
 
 
 class ServerError(OllamaSpecError):
@@ -34,12 +35,28 @@ class RemoteSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise InvalidSetting(f"--url must start with http:// or https://, got '{self.url}'")
+        object.__setattr__(self, "url", api_base(self.url))
 
     @property
     def endpoint(self) -> str:
-        return self.url.rstrip("/") + "/chat/completions"
+        return self.url + CHAT_PATH
+
+
+def api_base(url: str) -> str:
+    """`url` checked and written as the API base (http://HOST:PORT/v1), without a trailing slash or
+    /chat/completions: refused here rather than as a traceback or a misleading error mid-bench."""
+    if not url.startswith(("http://", "https://")):
+        raise InvalidSetting(f"--url must start with http:// or https://, got '{url}'")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise InvalidSetting(f"--url '{url}' is not a valid URL ({exc})") from None
+    if not parsed.host:
+        raise InvalidSetting(f"--url '{url}' names no host; give the API base, e.g. http://127.0.0.1:8000/v1")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise InvalidSetting(f"--url '{url}': port {parsed.port} is out of range (1 to 65535)")
+    base = url.rstrip("/")
+    return base.removesuffix(CHAT_PATH).rstrip("/") if base.endswith(CHAT_PATH) else base
 
 
 @dataclass
@@ -108,7 +125,12 @@ def stream_chat(client: httpx.Client, settings: RemoteSettings, prompt: Prompt, 
         with client.stream("POST", settings.endpoint, json=body) as response:
             if response.status_code >= 400:
                 detail = " ".join(response.read().decode("utf-8", "replace").split())[:200]
-                raise ServerError(f"{settings.endpoint} answered HTTP {response.status_code}: {detail or response.reason_phrase}")
+                hint = ""
+                if response.status_code == 404 and not settings.url.endswith("/v1"):
+                    hint = ("; --url is the API base, which ends in /v1 on OpenAI-compatible servers (e.g. "
+                            "http://127.0.0.1:8000/v1)")
+                raise ServerError(f"{settings.endpoint} answered HTTP {response.status_code}: "
+                                  f"{detail or response.reason_phrase}{hint}")
             for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue  # SSE comments, event names, keep-alives

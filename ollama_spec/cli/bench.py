@@ -22,6 +22,7 @@ from .options import (
     decide_repack_for_cli,
     flash_attn_option,
     current_placement,
+    given,
     models_dir_option,
     placement_options,
     preset_option,
@@ -86,7 +87,10 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
     """
     set_verbose(verbose)
     prompts = load_prompts(prompts_file) if prompts_file else BUILTIN_PROMPTS
+    if out:
+        _make_out_dir(Path(out))  # before minutes of timing, not after
     if url:
+        _refuse_local_options()
         _bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out)
         return
     fixed_ks, auto = parse_k_list(ks)
@@ -195,6 +199,25 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
         report.mismatches = [m for row in rows for m in row.mismatches]
         report.near_ties = [m for row in rows for m in row.near_ties]
     return report
+
+
+# What only a pair timed here uses: with --url the server's own options choose its draft and devices.
+_LOCAL_ONLY = ("draft", "ks", "native", "rpc", "tensor_split", "split_mode", "main_gpu", "threads", "ctx")
+
+
+def _refuse_local_options() -> None:
+    ctx = click.get_current_context()
+    flags = [max(p.opts, key=len) for p in ctx.command.params if p.name in _LOCAL_ONLY and given(p.name)]
+    if flags:
+        raise InvalidSetting(f"--url times a server as it runs (its own options choose its draft and devices), so "
+                             f"{', '.join(flags)} would be ignored: drop {'them' if len(flags) > 1 else 'it'}")
+
+
+def _make_out_dir(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidSetting(f"--out {out}: cannot create the folder ({exc.strerror or exc})") from None
 
 
 def _load_average() -> float | None:

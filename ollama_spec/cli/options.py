@@ -123,15 +123,15 @@ def _load_preset(ctx: click.Context, param: click.Parameter, value: str | None) 
     return preset
 
 
-preset_option = click.option(
-    "-f",
-    "--file",
-    "preset",
-    callback=_load_preset,
-    is_eager=True,
-    metavar="MODELFILE",
-    help="A Modelfile or a shipped preset's name (e.g. llama3.1-70b): its FROM, DRAFT, PARAMETER and SYSTEM "
-    "lines are the defaults, and flags override them.",
+def preset_option_with(help_text: str):
+    """-f with a command's own account of which Modelfile lines it uses."""
+    return click.option("-f", "--file", "preset", callback=_load_preset, is_eager=True, metavar="MODELFILE",
+                        help=help_text)
+
+
+preset_option = preset_option_with(
+    "A Modelfile or a shipped preset's name (e.g. llama3.1-70b): its FROM, DRAFT, PARAMETER and SYSTEM "
+    "lines are the defaults, and flags override them."
 )
 
 

@@ -19,12 +19,15 @@ from ..vllm import (
 )
 from ..vllm_repos import to_hf
 from .main import cli
-from .options import AUTO, NGRAM, DraftLength, echo_json, json_option, preset_option
+from .options import AUTO, NGRAM, DraftLength, echo_json, json_option, preset_option_with
 
 
 @cli.command()
 @click.argument("target")
-@preset_option
+@preset_option_with("A Modelfile or a shipped preset's name (e.g. llama3.1-70b): its FROM, DRAFT, "
+                    "num_speculative_tokens (-k) and num_ctx (vLLM's --max-model-len) are the defaults, and flags "
+                    "override them. Its SYSTEM and sampling PARAMETERs are not `vllm serve` options: a client "
+                    "sends them with each request.")
 @click.option("--draft", "-d", required=True, help="Draft model: an Ollama name or a Hugging Face org/name.")
 @click.option("-k", "--num-speculative-tokens", "k", type=DraftLength(), default=DEFAULT_K, show_default=True,
               help="Tokens the draft proposes per step (vLLM's num_speculative_tokens, a fixed number: auto means 5).")
@@ -33,7 +36,7 @@ from .options import AUTO, NGRAM, DraftLength, echo_json, json_option, preset_op
 @click.option("--draft-tp", type=click.IntRange(min=1), default=None,
               help="The draft's draft_tensor_parallel_size (default: --tp, the only value vLLM accepts for a "
               "draft model today).")
-@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address vLLM binds (0.0.0.0: every interface; vLLM asks for no key unless given "
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address vLLM binds (0.0.0.0: every interface; an IPv6 one as ::1 or [::1]; vLLM asks for no key unless given "
               "--vllm-args '--api-key KEY').")
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="vLLM's port.")
 @click.option("--vllm-args", default="", metavar="'ARGS'",
@@ -73,8 +76,13 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
         extra_args = tuple(shlex.split(vllm_args))
     except ValueError as exc:
         raise InvalidSetting(f"--vllm-args: {exc}") from None
-    settings = VllmSettings(k=k, tp=tp, draft_tp=draft_tp, host=host, port=port, extra_args=extra_args)
+    max_model_len = preset.parameters.get("num_ctx") if preset else None
+    settings = VllmSettings(k=k, tp=tp, draft_tp=draft_tp, host=host, port=port, max_model_len=max_model_len,
+                            extra_args=extra_args)
     command = build_command(to_hf(target), to_hf(draft), settings)
+    if preset and preset.system is not None:
+        click.echo(f"note: {preset.path.name}: SYSTEM is not a `vllm serve` option; a client sends the system "
+                   "message with each request", err=True)
     needs = f"needs vLLM >= {version_text(command.min_version)}"
     if run:
         launcher = ready_launcher(command.min_version)
@@ -87,7 +95,8 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
                    "command": command.shell, "argv": list(command.argv),
                    "speculative_config": command.speculative_config,
                    "min_vllm_version": version_text(command.min_version), "url": command.url,
-                   "bench": command.bench, "notes": list(command.notes)})
+                   "served_model_name": command.served_name, "bench": command.bench,
+                   "notes": list(command.notes), "warnings": list(command.warnings)})
         return
     click.echo(f"# {needs}; vLLM serves the OpenAI API at {command.url}", err=True)
     _notes(command)
@@ -96,5 +105,7 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
 
 
 def _notes(command) -> None:
+    for warning in command.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for note in command.notes:
         click.echo(f"note: {note}", err=True)
