@@ -24,6 +24,7 @@ METAL_BUILD_HINT = 'CMAKE_ARGS="-DGGML_METAL=on" pip install --force-reinstall -
 # "rpc": a device of an RPC server on another machine (whatever it is there, llama.cpp offloads
 # layers to it as to a GPU)
 GPU_KINDS = ("cuda", "metal", "rpc")
+CPU_PLAN_NOTE = "planning for CPU RAM"  # ends discover_devices' note when no GPU can be used
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def discover_devices() -> tuple[list[Device], list[str]]:
     elif not gpus:
         why = ("llama-cpp-python has GPU offload but no NVIDIA or Apple GPU was found (other GPUs' memory "
                "is not read)" if offload else "no GPU found")
-        notes.append(f"{why}: planning for CPU RAM")
+        notes.append(f"{why}: {CPU_PLAN_NOTE}")
     memory = psutil.virtual_memory()
     ram = Device("CPU RAM", "cpu", int(memory.total), int(memory.available))
     return gpus + [ram], notes

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .devices import Device, discover_devices
+from .devices import CPU_PLAN_NOTE, Device, discover_devices
 from .errors import CorruptGGUF, InsufficientMemory, InvalidSetting
 from .gguf_info import ModelInfo, format_bytes
 from .kv_cache import (
@@ -280,9 +280,17 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
     notes: list[str] = []
     if devices is None:
         devices, notes = discover_devices()
+    if remote:  # the target is planned onto the servers: "no GPU here" is not the whole story
+        notes = [note for note in notes if not note.endswith(CPU_PLAN_NOTE)]
     devices = (*remote, *devices)  # llama.cpp's order: RPC servers' devices first
+    offload = [d for d in devices if d.is_gpu]
+    if len(tensor_split) > len(offload):  # llama.cpp would ignore the extra shares without a word
+        if not offload:
+            raise InvalidSetting("--tensor-split: there is no GPU or RPC server to split the target over")
+        count = "is 1 device" if len(offload) == 1 else f"are {len(offload)} devices"
+        raise InvalidSetting(f"--tensor-split has {len(tensor_split)} shares but there {count} to offload to "
+                             f"({', '.join(d.name for d in offload)}): give one share per device, RPC servers first")
     if main_device is not None:  # --split-mode none: the target on that one device
-        offload = [d for d in devices if d.is_gpu]
         if offload and not 0 <= main_device < len(offload):
             raise InvalidSetting(f"--main-gpu {main_device}: there are {len(offload)} devices to offload to "
                                  f"({', '.join(d.name for d in offload)}), numbered from 0")

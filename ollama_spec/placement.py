@@ -7,6 +7,7 @@ local placement.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .errors import InvalidSetting
@@ -27,12 +28,18 @@ class Placement:
     def __post_init__(self) -> None:
         if self.split_mode not in SPLIT_MODES:
             raise InvalidSetting(f"--split-mode must be one of {', '.join(SPLIT_MODES)}, got {self.split_mode!r}")
+        if self.split_mode == "row" and self.rpc_servers:
+            # llama.cpp's RPC devices have no split buffer type: the load would fail after the probe
+            raise InvalidSetting("--split-mode row splits matrices over one machine's GPUs only; llama.cpp's RPC "
+                                 "servers take whole layers: use --split-mode layer (the default) with --rpc")
         if self.main_gpu < 0:
             raise InvalidSetting(f"--main-gpu must be a device index (0 or more), got {self.main_gpu}")
         if self.tensor_split:
             if len(self.tensor_split) > MAX_DEVICES:
                 raise InvalidSetting(f"--tensor-split has {len(self.tensor_split)} entries; llama.cpp takes at "
                                      f"most {MAX_DEVICES}")
+            if not all(math.isfinite(share) for share in self.tensor_split):  # inf, 1e400, nan
+                raise InvalidSetting("--tensor-split needs finite shares, e.g. 3,1")
             if any(share < 0 for share in self.tensor_split) or not sum(self.tensor_split) > 0:
                 raise InvalidSetting("--tensor-split needs shares of 0 or more with a positive sum, e.g. 3,1")
 

@@ -150,3 +150,34 @@ def test_the_daemon_is_not_asked_when_the_pair_fits(invoke, tiny_store, machine,
 
     monkeypatch.setattr(check_module, "daemon_status", lambda: pytest.fail("asked the daemon"))
     assert invoke("check", "tiny-target", "--models-dir", tiny_store).exit_code == 0
+
+
+def test_tensor_split_shares_are_shown_as_each_devices_part_of_the_target(invoke, tiny_store, machine):
+    machine[:] = [nvidia_gpu(8, "GPU 0"), nvidia_gpu(8, "GPU 1"), system_ram(32)]
+    result = invoke("check", "tiny-target", "-d", "tiny-draft", "--tensor-split", "3,1", "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    shares = [line.split("; ")[1].split(" of the target")[0] for line in result.stdout.splitlines() if "GPU " in line
+              and "of the target" in line]
+    assert shares == ["75%", "25%"]
+
+
+def test_row_split_with_rpc_servers_is_refused_before_any_connection(invoke, tiny_store, machine):
+    result = invoke("check", "tiny-target", "--split-mode", "row", "--rpc", "127.0.0.1:1", "--models-dir", tiny_store)
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: --split-mode row splits matrices over one machine's GPUs only; "
+                                     "llama.cpp's RPC servers take whole layers: use --split-mode layer (the "
+                                     "default) with --rpc")
+
+
+def test_no_gpu_warning_is_dropped_when_rpc_servers_take_the_target(invoke, tiny_store, monkeypatch):
+    monkeypatch.setenv("OLLAMA_SPEC_REPACK", "1")  # no canary run: this test is about the warnings
+    from ollama_spec.cli import check as check_module
+    from ollama_spec.devices import rpc_device
+
+    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(16)], ["no GPU found: planning for CPU RAM"]))
+    monkeypatch.setattr(memory, "cpu_features", lambda: frozenset())
+    monkeypatch.setattr(check_module, "remote_devices",
+                        lambda servers: (rpc_device("RPC0", servers[0], 8 * GIB, 8 * GIB),) if servers else ())
+    result = invoke("check", "tiny-target", "-d", "tiny-draft", "--rpc", "10.0.0.2:50052", "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    assert "RPC0 at 10.0.0.2:50052" in result.stdout and result.stderr == ""

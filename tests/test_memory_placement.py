@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ollama_spec.devices import GIB, nvidia_gpu, rpc_device, system_ram
@@ -73,6 +75,10 @@ def test_tensor_split_parsing(text, shares):
     ({"tensor_split": (1.0,) * 17}, "at most 16"),
     ({"split_mode": "tensor"}, "--split-mode must be one of none, layer, row"),
     ({"main_gpu": -1}, "--main-gpu must be a device index"),
+    ({"tensor_split": (math.inf, 1.0)}, "finite shares"),
+    ({"tensor_split": parse_tensor_split("1e400")}, "finite shares"),
+    ({"tensor_split": (math.nan,)}, "finite shares"),
+    ({"rpc_servers": ("10.0.0.2:50052",), "split_mode": "row"}, "--split-mode row .* use --split-mode layer"),
 ])
 def test_bad_placements_are_refused(kwargs, message):
     with pytest.raises(InvalidSetting, match=message):
@@ -105,3 +111,24 @@ def test_readme_rpc_plan_is_what_check_prints(llama_pair):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     for line in render_plan(rpc_plan, [("llama3.1:70b", target), ("llama3.2:1b", draft)])[-6:]:
         assert line in readme, f"README's RPC plan is out of date: {line!r}"
+
+
+def test_a_tensor_split_longer_than_the_devices_is_refused(llama_pair):
+    target, draft = llama_pair
+    with pytest.raises(InvalidSetting, match=r"--tensor-split has 3 shares but there are 2 devices to offload to "
+                                             r"\(RPC0 at 192.168.1.20:50052, 24 GiB GPU\): give one share per device"):
+        plan(target, draft, [nvidia_gpu(24), system_ram(64)], remote=[remote(24)], tensor_split=(1, 1, 1))
+    with pytest.raises(InvalidSetting, match="--tensor-split: there is no GPU or RPC server to split the target over"):
+        plan(target, draft, [system_ram(64)], tensor_split=(1,))
+    assert plan(target, draft, [nvidia_gpu(24), system_ram(64)], remote=[remote(24)], tensor_split=(1, 1)).fits
+
+
+def test_no_gpu_here_is_not_said_when_the_target_is_planned_onto_rpc_servers(llama_pair, monkeypatch):
+    from ollama_spec import memory
+
+    note = "no GPU found: planning for CPU RAM"
+    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(64)], [note]))
+    target, draft = llama_pair
+    kwargs = {"features": frozenset()}
+    assert note in plan_memory(target, draft, 8192, **kwargs).warnings
+    assert note not in plan_memory(target, draft, 8192, remote=[remote(48)], **kwargs).warnings

@@ -118,7 +118,9 @@ def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[s
                      f"both in RAM {format_bytes(plan.target.cpu_total + plan.draft.cpu_total):>16}")
     lines.append("devices")
     # several offload devices: each one's share of the target and the bytes planned on it
-    shares = dict(zip(plan.gpus, zip(plan.tensor_split, plan.device_bytes))) if plan.tensor_split else {}
+    # (--tensor-split's shares are relative, as llama.cpp reads them: 3,1 is 75% and 25%)
+    total = sum(plan.tensor_split)
+    shares = dict(zip(plan.gpus, zip((s / total for s in plan.tensor_split), plan.device_bytes))) if total else {}
     for device in plan.devices:
         kept = f", {format_bytes(device.reserve)} kept for the driver" if device.reserve else ""
         planned = (f"; {shares[device][0]:.0%} of the target, {format_bytes(shares[device][1])} planned"

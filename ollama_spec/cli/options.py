@@ -271,6 +271,9 @@ ctx_option = click.option(
 # `engine_settings` and `check`, so every command that loads a model takes them alike.
 
 
+RPC_ENVVAR = "OLLAMA_SPEC_RPC"
+
+
 def _collect_placement(ctx: click.Context, param: click.Parameter, value):
     ctx.meta.setdefault("placement", {})[param.name] = value
     return value
@@ -278,8 +281,15 @@ def _collect_placement(ctx: click.Context, param: click.Parameter, value):
 
 def current_placement() -> Placement:
     """The --rpc, --tensor-split, --split-mode and --main-gpu of the command being run."""
-    flags = click.get_current_context().meta.get("placement", {})
-    servers = tuple(str(e) for e in parse_endpoints(flags["rpc"])) if flags.get("rpc") else ()
+    ctx = click.get_current_context()
+    flags = ctx.meta.get("placement", {})
+    text = flags.get("rpc") or ""
+    source = "--rpc"
+    if ctx.get_parameter_source("rpc") is click.core.ParameterSource.ENVIRONMENT:
+        # a variable is often assembled by scripts: blank items (a trailing comma) are left out
+        source = f"${RPC_ENVVAR}"
+        text = ",".join(item for item in text.split(",") if item.strip())
+    servers = tuple(str(e) for e in parse_endpoints(text, source)) if text else ()
     return Placement(rpc_servers=servers, tensor_split=parse_tensor_split(flags.get("tensor_split")),
                      split_mode=flags.get("split_mode") or "layer", main_gpu=flags.get("main_gpu") or 0)
 
@@ -287,7 +297,7 @@ def current_placement() -> Placement:
 placement_options = _stack(
     click.option(
         "--rpc",
-        envvar="OLLAMA_SPEC_RPC",
+        envvar=RPC_ENVVAR,
         callback=_collect_placement,
         expose_value=False,
         metavar="HOST:PORT[,...]",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import signal
 import socket
@@ -12,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..errors import InvalidSetting, RpcUnavailable
-from ..rpc import DEFAULT_PORT, SECURITY_NOTE, Endpoint
+from ..rpc import DEFAULT_PORT, IPV4_ONLY, SECURITY_NOTE, Endpoint, ipv4_address, is_ipv6, is_loopback
 from .main import cli
 
 
@@ -37,6 +36,9 @@ def rpc_server(host: str, port: int, devices: tuple[str, ...], threads: int | No
     these devices. It listens on 127.0.0.1 unless told otherwise; open it only on a trusted
     network (or through an SSH tunnel: ssh -L 50052:127.0.0.1:50052 gpu-box).
 
+    It serves one client at a time: a second machine (or process) that connects waits until the
+    first one disconnects. --host takes an IPv4 address or a host name (llama.cpp's RPC has no IPv6).
+
     \b
     Examples:
       ollama-spec rpc-server                               # this machine only (tests, SSH tunnels)
@@ -48,18 +50,33 @@ def rpc_server(host: str, port: int, devices: tuple[str, ...], threads: int | No
     from .. import rpc
     from ..runtime import default_threads
 
-    endpoint = Endpoint(host, port)
+    endpoint = Endpoint(_listen_address(host), port)
     _require_free(endpoint)
     names = tuple(name.strip() for item in devices for name in item.split(",") if name.strip())
-    if not _is_loopback(host):
+    lent = rpc.server_devices(names)  # before the line that says it is serving
+    if not is_loopback(endpoint.host):
         click.secho(f"warning: listening on {host}: {SECURITY_NOTE}", fg="yellow", err=True)
     cache_dir = _cache_dir() if cache else None
-    click.echo(f"ollama-spec rpc-server on {endpoint}; use it with --rpc {_reachable(host)}:{port} (Ctrl-C stops it)",
+    click.echo(f"ollama-spec rpc-server on {endpoint}; use it with --rpc {_reachable(endpoint.host)}:{port} (Ctrl-C stops it)",
                err=True)
     # llama.cpp's server blocks in C until the process ends: let Ctrl-C and SIGTERM end it directly.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    rpc.serve(endpoint, names, threads or default_threads(), cache_dir)
+    rpc.serve(endpoint, lent, threads or default_threads(), cache_dir)
+
+
+def _listen_address(host: str) -> str:
+    """--host as the IPv4 address llama.cpp's server binds (it takes inet_addr's dotted form only:
+    "localhost" would fail there with a bare "Invalid host address")."""
+    host = host.strip()
+    if is_ipv6(host, host):
+        raise InvalidSetting(f"--host {host}: {IPV4_ONLY} (0.0.0.0 listens on every IPv4 address)")
+    if not host:  # gethostbyname("") is 0.0.0.0: every address, which must be asked for by name
+        raise InvalidSetting("--host is empty: give an address (127.0.0.1, or 0.0.0.0 for every address)")
+    try:
+        return ipv4_address(host)
+    except OSError:
+        raise InvalidSetting(f"--host {host}: not an address of this machine") from None
 
 
 def _require_free(endpoint: Endpoint) -> None:
@@ -80,15 +97,8 @@ def _require_free(endpoint: Endpoint) -> None:
             raise InvalidSetting(f"cannot listen on {endpoint}: {exc.strerror or exc}") from None
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def _reachable(host: str) -> str:
-    return socket.gethostname() if host in ("0.0.0.0", "::") else host
+    return socket.gethostname() if host == "0.0.0.0" else host
 
 
 def _cache_dir() -> str:
