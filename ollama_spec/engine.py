@@ -81,7 +81,8 @@ class Engine:
                                                       -1 if settings.target_gpu_layers is None else settings.target_gpu_layers)
         self.placement = settings.placement
         if settings.memory_check:
-            plan = plan_memory(target.loaded_info, draft.loaded_info if draft else None, settings.n_ctx, settings.kv_type,
+            plan = plan_memory(target.loaded_info, draft.loaded_info if draft else None, settings.n_ctx,
+                               settings.kv_type,
                                repack=self.repack.enabled,
                                flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
                                tensor_split=self.placement.tensor_split,

@@ -38,7 +38,8 @@ class Model(Protocol):
     n_vocab: int
     cached: Sequence[int]  # the token ids in its KV cache
 
-    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray: ...  # "last", "all" or the last n rows
+    # logits: "last", "all" or the last n rows
+    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray: ...
     def truncate(self, n_tokens: int) -> None: ...
 
 

@@ -119,8 +119,8 @@ def generate_tokens(
     with the target, the baseline. Invariant at the top of each step after the first: the target's
     cache holds `seq[:-1]`. The first step reads the prompt and drafts nothing, so the first token
     comes as soon as the target has read it, as with the target alone. Whatever the caches already
-    hold of the prompt (an earlier turn of the same chat) is kept. `policy` chooses K each step (the engine passes `AutoK` for "auto"); by default K is
-    fixed. A `grammar` (structured output) masks the target's rows before verification and
+    hold of the prompt (an earlier turn of the same chat) is kept. `policy` chooses K each step (the
+    engine passes `AutoK` for "auto"); by default K is fixed. A `grammar` (structured output) masks the target's rows before verification and
     advances with every emitted token. With `logprobs` (how many alternatives), each token carries
     its log-probability under the target, from the verify row that chose it.
     """

@@ -52,7 +52,8 @@ def native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int
 def check_native(binary: Path, settings: BenchSettings, target: ResolvedModel, draft: ResolvedModel) -> None:
     """Refuse --native before anything is timed: a missing binary, a sampled run or LoRA adapters."""
     if target.adapters or draft.adapters:  # its --lora would go to the draft as well as the target
-        raise InvalidSetting("--native runs models without LoRA adapters: leave it out for a model with an adapter layer")
+        raise InvalidSetting("--native runs models without LoRA adapters: leave it out for a model with an adapter "
+                             "layer")
     if not binary.is_file():
         raise InvalidSetting(f"--native {binary} does not exist: build it with scripts/build-native-speculative.sh")
     if not settings.greedy:

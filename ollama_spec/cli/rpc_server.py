@@ -57,8 +57,8 @@ def rpc_server(host: str, port: int, devices: tuple[str, ...], threads: int | No
     if not is_loopback(endpoint.host):
         click.secho(f"warning: listening on {host}: {SECURITY_NOTE}", fg="yellow", err=True)
     cache_dir = _cache_dir() if cache else None
-    click.echo(f"ollama-spec rpc-server on {endpoint}; use it with --rpc {_reachable(endpoint.host)}:{port} (Ctrl-C stops it)",
-               err=True)
+    click.echo(f"ollama-spec rpc-server on {endpoint}; use it with --rpc {_reachable(endpoint.host)}:{port} "
+               "(Ctrl-C stops it)", err=True)
     # llama.cpp's server blocks in C until the process ends: let Ctrl-C and SIGTERM end it directly.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
