@@ -173,6 +173,10 @@ class LoadedModel:
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
         ctx_params.n_seq_max = 1
+        # A sliding-window model (Gemma, Phi-3, gpt-oss) with a window-sized cache overwrites the
+        # oldest cells as it goes; cutting the cache back (rejected drafts, a reused prefix) would
+        # then attend over a window with holes. A full-size window cache keeps every position.
+        ctx_params.swa_full = True
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         ctx_params.no_perf = True

@@ -364,6 +364,9 @@ def test_ctrl_c_keeps_the_partial_and_the_next_pull_resumes(invoke, registry, st
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        # A run started in the background inherits an ignored SIGINT, and Python then keeps ignoring
+        # it: the pull would finish instead of stopping.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while not (partial.exists() and partial.stat().st_size > 0) and time.monotonic() < deadline:
