@@ -205,6 +205,22 @@ class MemoryPlan:
         }
 
 
+# Read from the vendored llama.cpp's src/models/<arch>.cpp: Gemma 2 and Llama 4 have a window
+# without the key (4,096 and chunks of 8,192 tokens); Phi-3 has the key, but its window is off.
+_WINDOW_BY_DEFAULT = frozenset({"gemma2", "llama4"})
+_WINDOW_OFF = frozenset({"phi3"})
+
+
+def has_sliding_window(info: ModelInfo) -> bool:
+    """Does llama.cpp give this model a window cache beside the global one (Gemma 2 and 3,
+    gpt-oss, Cohere 2, ...)? Then its graph holds a second attention mask."""
+    window = info.metadata.get(f"{info.architecture}.attention.sliding_window")
+    if info.architecture in _WINDOW_OFF:
+        return False
+    return info.architecture in _WINDOW_BY_DEFAULT or (
+        isinstance(window, int) and not isinstance(window, bool) and window > 0)
+
+
 def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
                 repack_features: frozenset[str] = frozenset(), *, flash_attention: bool = True) -> ModelNeeds:
     """Weights, KV cache and compute buffers of one model at one context size.
@@ -241,12 +257,15 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
     # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
     # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
     inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
-    widths = [3 * ff + 4 * d + ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
+    # A sliding-window model's graph holds two masks, the global layers' and the window layers'.
+    masks = 2 if has_sliding_window(info) else 1
+    widths = [3 * ff + 4 * d + masks * ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
               vocab + (3 if recurrent else 2) * d]
     if attention and not flash_attention:
-        # Without flash attention the f32 scores of every head and an f32 mask are materialised
+        # Without flash attention the f32 scores of every head and f32 masks are materialised
         # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
-        widths.append(((info.head_count or 0) + 1) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8)
+        widths.append(((info.head_count or 0) + masks) * ctx + 5 * d
+                      + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8)
     compute = tokens * 4 * max(widths)
     state = recurrent_state_bytes(info)
     return ModelNeeds(

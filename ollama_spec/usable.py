@@ -14,6 +14,13 @@ from .gguf_header import MAX_LAYERS, shown
 from .gguf_info import ModelInfo
 
 
+# Ollama's own converter writes a multimodal model (gemma3, mistral-small3.1, qwen2.5vl, llama4)
+# as one file, its vision or audio tower beside the text model; llama.cpp loads only text-model
+# files ("wrong number of tensors") and keeps a tower in a separate mmproj file.
+TOWER_PREFIXES = ("v.", "mm.", "a.")
+GGUF_FOR_LLAMA_CPP = "use a GGUF made for llama.cpp (ollama-spec pull hf.co/<user>/<repo>:<quant>)"
+
+
 def usability_problems(info: ModelInfo) -> tuple[str, ...]:
     """What this model lacks to run (empty when nothing)."""
     from .runtime import llama_cpp_knows  # imports llama.cpp
@@ -22,6 +29,9 @@ def usability_problems(info: ModelInfo) -> tuple[str, ...]:
     arch = info.metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         problems.append("no architecture (general.architecture)")
+    elif arch == "gptoss":
+        problems.append("architecture 'gptoss', Ollama's own layout of gpt-oss, which llama.cpp cannot load: "
+                        "use a GGUF made for llama.cpp (ollama-spec pull hf.co/ggml-org/gpt-oss-20b-GGUF)")
     elif not llama_cpp_knows(arch):
         problems.append(f"architecture {shown(arch)}, which this llama.cpp does not know")
     if not info.n_tokens or info.vocab_type in ("none", "no_vocab"):
@@ -40,6 +50,10 @@ def usability_problems(info: ModelInfo) -> tuple[str, ...]:
             problems.append("no layers (block_count)")
     if not info.tensors:
         problems.append("no tensors")
+    tower = sum(t.name.startswith(TOWER_PREFIXES) for t in info.tensors)
+    if tower:
+        problems.append(f"a vision or audio tower in its file ({tower} tensors), as Ollama stores multimodal "
+                        f"models, which llama.cpp cannot load: {GGUF_FOR_LLAMA_CPP}")
     return tuple(problems)
 
 

@@ -91,3 +91,37 @@ def test_unknown_architecture_is_refused_before_load(invoke, tmp_path):
                              "which this llama.cpp does not know\n")
     with pytest.raises(UnusableModel):
         require_usable("odd", read_model_info(path), "draft")
+
+
+def test_ollamas_own_gpt_oss_layout_is_named_with_a_way_out(tmp_path):
+    oss = write_model(tmp_path / "oss.gguf", {"gptoss.block_count": 1, "tokenizer.ggml.model": "gpt2",
+                                              "tokenizer.ggml.tokens": ["a"]}, arch="gptoss")
+    (problem,) = usability_problems(read_model_info(oss))
+    assert "Ollama's own layout of gpt-oss" in problem and "hf.co/ggml-org/gpt-oss-20b-GGUF" in problem
+
+
+def test_a_vision_tower_in_the_model_file_is_refused_before_load(invoke, tmp_path):
+    """Ollama stores gemma3 and other multimodal models as one file; llama.cpp would fail on its
+    tensor count ("wrong number of tensors") after pair and check had passed."""
+    import numpy as np
+
+    from ollama_spec.synthetic.gemma import gemma3_tensors, write_gemma3_gguf
+    from ollama_spec.synthetic.tokenizer import build_vocabulary
+
+    vocab = build_vocabulary(300, 20)
+    tensors = gemma3_tensors(vocab, n_layer=2, draft_layers=2)
+    tower = {"v.patch_embd.weight": np.zeros((8, 8), np.float32),
+             "mm.input_projection.weight": np.zeros((8, 64), np.float32)}
+    root = tmp_path / "models"
+    for name, extra in (("gemma3", tower), ("gemma3-text", {})):
+        path = write_gemma3_gguf(tmp_path / f"{name}.gguf", name=name, vocab=vocab, tensors=tensors | extra, n_layer=2)
+        store_model(root, name, path)
+    for command in (("pair", "gemma3", "gemma3-text"), ("check", "gemma3"), ("generate", "gemma3", "hi", "--no-check")):
+        result = invoke(*command, "--models-dir", root)
+        assert result.exit_code == 1 and result.output.startswith(
+            "Error: gemma3:latest cannot be the target: it has a vision or audio tower in its file (2 tensors)"
+        ), result.output
+        assert "GGUF made for llama.cpp" in result.output and "Traceback" not in result.output
+    shown = invoke("show", "gemma3", "--models-dir", root)
+    assert shown.exit_code == 0 and "note: generate, chat and serve refuse it: it has a vision" in shown.output
+    assert invoke("generate", "gemma3-text", "hi", "-n", "2", "--models-dir", root).exit_code == 0

@@ -13,7 +13,7 @@ from ..errors import IncompatibleDraft, OllamaSpecError, one_line
 from ..gguf_info import ModelInfo, format_bytes, read_model_info
 from ..resolve import gguf_file, lora_adapter, resolve_model
 from ..store import BrokenModel, StoredModel, blob_path, verify_blob
-from ..usable import require_usable
+from ..usable import require_usable, usability_problems
 from .main import cli
 from .options import echo_json, json_option, models_dir_option, open_store
 
@@ -153,6 +153,8 @@ def _layer_notes(stored: StoredModel, info: ModelInfo) -> list[str]:
     if (stored.layer("template") or stored.layer("prompt")) is not None and not _has_chat_template(stored):
         notes.append("no chat template in the GGUF, and Ollama's (Go) template layer is not supported: "
                      "prompts go unformatted")
+    if problems := usability_problems(info):
+        notes.append("generate, chat and serve refuse it: it has " + ", ".join(problems))
     if problem := stored.config_problem():
         notes.append(f"Ollama cannot load it: {problem}")
     return notes

@@ -1,0 +1,91 @@
+"""A Gemma-3-architecture GGUF pair: sliding-window attention beside global layers.
+
+Most popular Ollama models are not Llama: Gemma 2/3 and gpt-oss attend over a window of recent
+tokens in some layers, and llama.cpp gives them a second, window-sized cache. These files let
+the tests check what that changes: memory plans (a second attention mask) and lossless
+speculation when the cache is cut back past the window. Tensor names and keys are those of
+llama.cpp's src/models/gemma3.cpp: q/k norms, norms after attention and feed-forward, tied
+embeddings. The draft is the target's first layers; the target's others add small updates.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFWriter, LlamaFileType
+
+from .models import LLAMA3_CHAT_TEMPLATE, add_vocabulary
+from .tokenizer import EOS, EOT, Vocabulary
+
+N_EMBD, N_HEAD, N_KV_HEAD, HEAD_DIM, N_FF = 64, 4, 2, 16, 128
+# Norm gain after each block: the block's output is renormalised, so this sets its weight
+# against the token's own embedding (1.0 leaves the embedding dominant: one token repeated).
+POST_NORM_GAIN = 30.0
+
+
+def _random(seed: int, name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+
+def gemma3_tensors(vocab: Vocabulary, n_layer: int, draft_layers: int, seed: int = 1,
+                   residual_scale: float = 0.1) -> dict[str, np.ndarray]:
+    """The target's tensors; a draft takes those of its first `draft_layers` layers."""
+    ones = np.ones(N_EMBD, np.float32)
+    embeddings = _random(seed, "embd", (vocab.size, N_EMBD), 0.5)
+    # raw bytes and the end tokens rarely win: readable text, runs that do not end at once
+    quiet = [i for i in range(256) if not 32 <= i < 127] + [vocab.id_of(EOS), vocab.id_of(EOT)]
+    embeddings[quiet] *= np.float32(0.3)
+    tensors = {"token_embd.weight": embeddings, "output_norm.weight": ones}
+    for i in range(n_layer):
+        scale = 1.0 if i < draft_layers else residual_scale
+        p = f"blk.{i}."
+        tensors |= {
+            p + "attn_norm.weight": ones,
+            p + "attn_q.weight": _random(seed, p + "q", (N_HEAD * HEAD_DIM, N_EMBD), N_EMBD ** -0.5),
+            p + "attn_k.weight": _random(seed, p + "k", (N_KV_HEAD * HEAD_DIM, N_EMBD), N_EMBD ** -0.5),
+            p + "attn_v.weight": _random(seed, p + "v", (N_KV_HEAD * HEAD_DIM, N_EMBD), N_EMBD ** -0.5),
+            p + "attn_q_norm.weight": np.ones(HEAD_DIM, np.float32),
+            p + "attn_k_norm.weight": np.ones(HEAD_DIM, np.float32),
+            p + "attn_output.weight": _random(seed, p + "o", (N_EMBD, N_HEAD * HEAD_DIM), scale * N_EMBD ** -0.5),
+            p + "post_attention_norm.weight": ones * np.float32(POST_NORM_GAIN * scale),
+            p + "ffn_norm.weight": ones,
+            p + "ffn_gate.weight": _random(seed, p + "gate", (N_FF, N_EMBD), N_EMBD ** -0.5),
+            p + "ffn_up.weight": _random(seed, p + "up", (N_FF, N_EMBD), N_EMBD ** -0.5),
+            p + "ffn_down.weight": _random(seed, p + "down", (N_EMBD, N_FF), scale * N_FF ** -0.5),
+            p + "post_ffw_norm.weight": ones * np.float32(POST_NORM_GAIN * scale),
+        }
+    return tensors
+
+
+def write_gemma3_gguf(path: Path, *, name: str, vocab: Vocabulary, tensors: dict[str, np.ndarray], n_layer: int,
+                      sliding_window: int = 16, window_pattern: int = 2) -> Path:
+    """Write one Gemma-3 file; every `window_pattern`-th layer is global, the others see the last
+    `sliding_window` tokens (Gemma 3 itself: 5 window layers of 1,024 tokens per global one)."""
+    writer = GGUFWriter(path, arch="gemma3")
+    writer.add_name(name)
+    writer.add_file_type(LlamaFileType.ALL_F32)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_KV_HEAD)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_sliding_window(sliding_window)
+    writer.add_uint32("gemma3.attention.sliding_window_pattern", window_pattern)
+    add_vocabulary(writer, vocab)
+    writer.add_chat_template(LLAMA3_CHAT_TEMPLATE)
+    kept = {k: a for k, a in tensors.items() if not k.startswith("blk.") or int(k.split(".")[1]) < n_layer}
+    for key, array in kept.items():
+        writer.add_tensor(key, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
