@@ -98,6 +98,30 @@ def test_openai_logprobs_as_the_docs_show(server):
     lp = legacy.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5
     assert lp.text_offset[0] == 0 and all(len(top) <= 3 for top in lp.top_logprobs)
+    pieces = [c.choices[0].logprobs for c in client.completions.create(
+        model="m", prompt="Once upon a time", max_tokens=5, temperature=0, logprobs=1, stream=True)
+        if c.choices and c.choices[0].logprobs]
+    assert [o for piece in pieces for o in piece.text_offset] == lp.text_offset  # chunk after chunk, one count
+
+
+def _scored(data: bytes, *alternatives: bytes) -> dict:
+    def entry(raw):
+        return {"token": raw.decode(errors="replace"), "logprob": -0.5, "bytes": list(raw)}
+    return entry(data) | {"top_logprobs": [entry(a) for a in (data, *alternatives)]}
+
+
+def test_legacy_logprobs_name_parts_of_a_character_as_openai_does():
+    """中 spelled by three byte tokens (a SentencePiece model's byte fallback, a split emoji): each
+    part is named "bytes:\\x..", so alternatives do not collide as one U+FFFD, and the offsets are
+    characters of the text, the character's parts all at its start."""
+    from ollama_spec.server.openai import _LegacyLogprobs
+
+    legacy = _LegacyLogprobs()
+    first = legacy([_scored(b"a"), _scored(b"\xe4", b"\xe5", b"\xe6")])
+    rest = legacy([_scored(b"\xb8"), _scored(b"\xad"), _scored(b"b")])
+    assert first["tokens"] + rest["tokens"] == ["a", "bytes:\\xe4", "bytes:\\xb8", "bytes:\\xad", "b"]
+    assert len(first["top_logprobs"][1]) == 3
+    assert first["text_offset"] + rest["text_offset"] == [0, 1, 1, 1, 2]  # "a中b": b is the text's 3rd character
 
 
 def test_ollama_logprobs(server):

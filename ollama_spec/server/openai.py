@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
 import uuid
@@ -276,16 +277,19 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
                                     **body.sampling()) for prompt in prompts]
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
             "object": "text_completion"}
-    scores = None if body.logprobs is None else lambda tokens: _legacy_logprobs(state.scored(tokens))
+    def scores():  # one choice's logprobs: its text offsets are counted across its chunks
+        legacy = _LegacyLogprobs()
+        return None if body.logprobs is None else lambda tokens: legacy(state.scored(tokens))
+
     if body.stream:
         _one_stream(len(requests) * body.n)
         job = state.submit(requests[0], "/v1/completions")
         opening = {"index": 0, **_text(prompts[0]), "finish_reason": None} if body.echo else None
-        return _sse(_chunks(state, job, meta, _text, _include_usage(body), opening, scores=scores))
+        return _sse(_chunks(state, job, meta, _text, _include_usage(body), opening, scores=scores()))
     copies = [copy for request in requests for copy in _copies(request, body.n)]  # prompt by prompt, as OpenAI orders
     results = await _run_all(state, http_request, copies, "/v1/completions")
     echoed = [prompt if body.echo else "" for prompt in prompts for _ in range(body.n)]
-    choices = [(_text(echo + r.text) | {"logprobs": scores(r.scored) if scores else None}, None)
+    choices = [(_text(echo + r.text) | {"logprobs": scored(r.scored) if (scored := scores()) else None}, None)
                for echo, r in zip(echoed, results)]
     return _answers(state, meta, choices, results, body.n)
 
@@ -298,15 +302,36 @@ def _text(text: str) -> dict:
     return {"text": text, "logprobs": None}
 
 
-def _legacy_logprobs(scored: list[dict]) -> dict:
-    """The completions API's older shape: parallel lists, and each token's alternatives as a dict."""
-    offsets, at = [], 0
-    for entry in scored:
-        offsets.append(at)
-        at += len(entry["token"])
-    return {"tokens": [e["token"] for e in scored], "token_logprobs": [e["logprob"] for e in scored],
-            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in scored],
-            "text_offset": offsets}
+class _LegacyLogprobs:
+    """The completions API's older shape: parallel lists, each token's alternatives as a dict, and
+    where each token starts in the choice's text (in characters). Called chunk by chunk when
+    streaming, it goes on counting from where the last chunk ended.
+
+    A token that is part of a character (a byte-fallback token, a split emoji) is named as OpenAI
+    names it, "bytes:\\xe4\\xb8", so that alternatives do not collide as one U+FFFD, and takes
+    no room in the text until its character is whole.
+    """
+
+    def __init__(self):
+        self.at = 0
+        self.text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __call__(self, scored: list[dict]) -> dict:
+        offsets = []
+        for entry in scored:
+            offsets.append(self.at)
+            self.at += len(self.text.decode(bytes(entry["bytes"])))
+        return {"tokens": [_legacy_token(e) for e in scored], "token_logprobs": [e["logprob"] for e in scored],
+                "top_logprobs": [{_legacy_token(t): t["logprob"] for t in e["top_logprobs"]} for e in scored],
+                "text_offset": offsets}
+
+
+def _legacy_token(entry: dict) -> str:
+    raw = bytes(entry["bytes"])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
 
 
 def _reasoning(thought: str) -> dict:
