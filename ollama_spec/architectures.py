@@ -29,3 +29,14 @@ def is_hybrid(arch: str | None) -> bool:
 def has_recurrent_state(arch: str | None) -> bool:
     """Recurrent or hybrid: the cache cannot be cut back to an earlier position."""
     return is_recurrent(arch) or is_hybrid(arch)
+
+
+# Sliding-window architectures whose target gets a window-sized cache (a plain window, not Llama
+# 4's chunks), with llama.cpp's default layer pattern (every n-th layer global) and window when the
+# GGUF names none (src/models/<arch>.cpp). Others keep a full-size cache for every layer.
+WINDOW_CACHE_PATTERNS = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2, "cohere2": 4}
+DEFAULT_WINDOWS = {"gemma2": 4096}
+
+
+def takes_window_cache(arch: str | None) -> bool:
+    return arch in WINDOW_CACHE_PATTERNS

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .architectures import takes_window_cache
 from .calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from .canary import decide_repack
 from .chat import ChatMessage, TemplateRefused, name_tool_answers, render_chat, system_folded
@@ -93,7 +94,8 @@ class Engine:
             if plan.tensor_split and not self.placement.tensor_split:  # the draft-aware split, not llama.cpp's
                 self.placement = replace(self.placement, tensor_split=plan.tensor_split)
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
-        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers, self.placement)
+        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers, self.placement,
+                                 window_cache=takes_window_cache(target.info.architecture))
         self.draft = None
         self._cost_cache = StepCostCache()
         self._learned_costs: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
@@ -106,7 +108,8 @@ class Engine:
                 self.target.close()
                 raise
 
-    def _load(self, model: ResolvedModel, gpu_layers: int, placement: Placement = Placement()) -> LoadedModel:
+    def _load(self, model: ResolvedModel, gpu_layers: int, placement: Placement = Placement(), *,
+              window_cache: bool = False) -> LoadedModel:
         return LoadedModel(
             model.path,
             LoadSettings(
@@ -119,6 +122,7 @@ class Engine:
                 flash_attention=self.flash_attention,
                 placement=placement,
                 lora_adapters=model.adapter_paths,
+                window_cache=window_cache,
             ),
         )
 

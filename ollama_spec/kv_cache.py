@@ -11,7 +11,7 @@ llama.cpp's rules (llama-cpp-python 0.3.36's vendored source):
 
 from __future__ import annotations
 
-from .architectures import is_hybrid, is_recurrent
+from .architectures import DEFAULT_WINDOWS, WINDOW_CACHE_PATTERNS, is_hybrid, is_recurrent, takes_window_cache
 from .errors import CorruptGGUF
 from .gguf_info import ModelInfo
 
@@ -21,10 +21,42 @@ CTX_PAD = 256
 STATE_BYTES = 4  # recurrent states are F32
 
 
-def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16") -> int:
-    """K and V caches of the attention layers for `n_ctx` tokens (padded to 256 cells, as llama.cpp does)."""
+def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16", *, window_cache: bool = False,
+                   n_ubatch: int = 512) -> int:
+    """K and V caches of the attention layers for `n_ctx` tokens (padded to 256 cells, as llama.cpp does).
+
+    `window_cache`: a sliding-window model's window layers get a cache of the window and one batch
+    (llama-kv-cache-iswa.cpp), as the engine's target has; a draft keeps every position (runtime.py).
+    """
     block_bytes, block_values = KV_TYPES[kv_type]
-    return padded(n_ctx) * sum(layer_kv_widths(info)) * block_bytes // block_values
+    widths, full = layer_kv_widths(info), padded(n_ctx)
+    window = window_size(info) if window_cache else None
+    if window:
+        short = min(full, padded(window + n_ubatch))
+        cells = [short if in_window else full for in_window in window_layers(info)]
+    else:
+        cells = [full] * len(widths)
+    return sum(c * w for c, w in zip(cells, widths)) * block_bytes // block_values
+
+
+def window_size(info: ModelInfo) -> int | None:
+    """The sliding window of a model whose target takes a window cache (architectures.py), else None."""
+    if not takes_window_cache(info.architecture):
+        return None
+    window = _scalar(info, "attention.sliding_window") or DEFAULT_WINDOWS.get(info.architecture, 0)
+    return int(window) if window > 0 else None
+
+
+def window_layers(info: ModelInfo) -> list[bool]:
+    """Per layer, whether it attends over the window (llama.cpp's load_swa_pattern): the GGUF's
+    pattern, a flag per layer or every n-th layer global, else the architecture's default n."""
+    n_layer = _n_layer(info)
+    pattern = info.metadata.get(f"{info.architecture}.attention.sliding_window_pattern")
+    if isinstance(pattern, tuple):
+        return [bool(p) for p in pattern[:n_layer]] + [False] * (n_layer - len(pattern))
+    n = int(pattern) if isinstance(pattern, int) and not isinstance(pattern, bool) else \
+        WINDOW_CACHE_PATTERNS.get(info.architecture, 1)
+    return [n == 0 or i % n < n - 1 for i in range(n_layer)]
 
 
 def recurrent_state_bytes(info: ModelInfo) -> int:

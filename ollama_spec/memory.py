@@ -222,11 +222,13 @@ def has_sliding_window(info: ModelInfo) -> bool:
 
 
 def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
-                repack_features: frozenset[str] = frozenset(), *, flash_attention: bool = True) -> ModelNeeds:
+                repack_features: frozenset[str] = frozenset(), *, flash_attention: bool = True,
+                window_cache: bool = False) -> ModelNeeds:
     """Weights, KV cache and compute buffers of one model at one context size.
 
     `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
-    empty when they are off or the CPU layers' weights cannot go there.
+    empty when they are off or the CPU layers' weights cannot go there. `window_cache`: loaded as
+    the engine loads a target, a sliding-window model's window layers cache only the window.
     """
     check_cache_shape(info)
     n_layer = info.block_count
@@ -268,9 +270,10 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
                       + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8)
     compute = tokens * 4 * max(widths)
     state = recurrent_state_bytes(info)
+    kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH)
     return ModelNeeds(
         name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
-        file_weights=info.tensor_bytes, kv=kv_cache_bytes(info, n_ctx, kv_type) + state, recurrent=state,
+        file_weights=info.tensor_bytes, kv=kv + state, recurrent=state,
         compute=compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
         layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,
@@ -348,7 +351,7 @@ def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_t
     # "avoid using a host buffer when using mmap"): nothing is repacked. Metal has no host buffer type.
     if any(d.kind == "cuda" for d in gpus):
         features = frozenset()
-    target = model_needs(target_info, n_ctx, kv_type, features, flash_attention=flash_attention)
+    target = model_needs(target_info, n_ctx, kv_type, features, flash_attention=flash_attention, window_cache=True)
     draft = (model_needs(draft_info, n_ctx, kv_type, features, flash_attention=flash_attention)
              if draft_info is not None else None)
     host = next((d for d in devices if d.kind == "cpu"), None)

@@ -172,8 +172,7 @@ def keep_common_prefix(model: Model, seq: Sequence[int]) -> int:
         model.truncate(n)
     except InferenceError:
         model.truncate(0)
-        return 0
-    return n
+    return model.n_past  # a window cache cut back past the cells it reused keeps nothing
 
 
 def as_draft_tokens(tokens: Sequence[int], n_vocab: int) -> list[int]:

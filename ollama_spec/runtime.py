@@ -143,6 +143,9 @@ class LoadSettings:
     # GGUF LoRA adapters applied at scale 1 over the weights, in order (Ollama's adapter layers,
     # which it passes to llama.cpp as --lora)
     lora_adapters: tuple[Path, ...] = ()
+    # A sliding-window model's window layers cache only the window and a batch (the engine's
+    # target, architectures.takes_window_cache), instead of every position (see `truncate`).
+    window_cache: bool = False
 
 
 SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
@@ -173,10 +176,11 @@ class LoadedModel:
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
         ctx_params.n_seq_max = 1
-        # A sliding-window model (Gemma, Phi-3, gpt-oss) with a window-sized cache overwrites the
-        # oldest cells as it goes; cutting the cache back (rejected drafts, a reused prefix) would
-        # then attend over a window with holes. A full-size window cache keeps every position.
-        ctx_params.swa_full = True
+        # A sliding-window model (Gemma, gpt-oss) with a window-sized cache reuses the cells of
+        # tokens that no later token can see. A cache cut back past them would attend over a window
+        # with holes: `truncate` then starts over, which a draft, cut back after every step, cannot
+        # afford. So only a target asks for one; everything else keeps every position.
+        ctx_params.swa_full = not settings.window_cache
         ctx_params.n_threads = threads
         ctx_params.n_threads_batch = threads
         ctx_params.no_perf = True
@@ -212,6 +216,7 @@ class LoadedModel:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         self.cached: list[int] = []  # the token ids in the KV cache, in order: a next request may reuse them
+        self._window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
         self._unsettled = False  # a decode ran whose tokens may be in llama.cpp's cache but not in `cached`
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
@@ -304,7 +309,8 @@ class LoadedModel:
         return result
 
     def truncate(self, n_tokens: int) -> None:
-        """Forget cache entries from position `n_tokens` on (speculation rollback).
+        """Forget cache entries from position `n_tokens` on (speculation rollback, a reused prefix).
+        A window cache cut back past the cells it reused keeps nothing: `n_past` says what is kept.
 
         A recurrent or hybrid model's cache can only be emptied, not cut; llama.cpp says so by
         returning false, and going on would evaluate on top of tokens that were meant to be gone.
@@ -320,6 +326,15 @@ class LoadedModel:
                 "(a recurrent or hybrid model): it cannot be used for speculative decoding"
             )
         del self.cached[n_tokens:]
+        if self._window and not self._window_whole():
+            llama_cpp.llama_memory_clear(self._ctx.memory, True)  # callers evaluate what they lack
+            self.cached.clear()
+
+    def _window_whole(self) -> bool:
+        """Does the window cache still hold every token the next position sees? Cut back past the
+        cells it reused (a retry of a long answer), it does not (llama-server's pos_min check)."""
+        oldest = llama_cpp.llama_memory_seq_pos_min(self._ctx.memory, 0)
+        return 0 <= oldest <= max(0, self.n_past - self._window)
 
     def _settle(self) -> None:
         """After a decode whose bookkeeping did not finish (Ctrl-C can land between llama_decode

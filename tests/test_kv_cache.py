@@ -126,3 +126,24 @@ def test_mamba_state_and_compute_against_llama_cpp(tmp_path_factory, n_ctx):
     needs = model_needs(read_model_info(path), n_ctx)
     assert needs.kv / MIB == pytest.approx(logged["RS"], abs=0.006)  # 1.05 MiB
     assert logged["compute"] <= needs.compute / MIB <= logged["compute"] * 1.10  # never under, at most 10 % over
+
+
+@pytest.mark.parametrize("arch, keys, windowed", [
+    ("gemma3", {"attention.sliding_window": 1024}, [i % 6 != 5 for i in range(12)]),  # llama.cpp's default: 6
+    ("gemma3", {"attention.sliding_window": 1024, "attention.sliding_window_pattern": 3},
+     [i % 3 != 2 for i in range(12)]),
+    ("gpt-oss", {"attention.sliding_window": 128, "attention.sliding_window_pattern": [True, False] * 6},
+     [True, False] * 6),
+    ("gemma2", {}, [i % 2 == 0 for i in range(12)]),  # a 4,096-token window without the key
+    ("gemma3", {}, [False] * 12),  # no window: every layer global
+    ("llama4", {"attention.sliding_window": 8192}, [False] * 12),  # chunks: a full cache (not cut back safely)
+])
+def test_a_targets_window_layers_cache_the_window_and_a_batch(tmp_path, arch, keys, windowed):
+    info = read_model_info(_header(tmp_path / "m.gguf", arch, {
+        "embedding_length": 1024, "block_count": 12, "attention.head_count": 8, "attention.head_count_kv": 4,
+        "attention.key_length": 128, "attention.value_length": 128, "feed_forward_length": 4096} | keys))
+    window = keys.get("attention.sliding_window", 4096 if arch == "gemma2" else 0)
+    per_cell = 4 * 256 * 2  # KV heads x (K + V) x f16
+    cells = [min(32768, -(-(window + 512) // 256) * 256) if w else 32768 for w in windowed]
+    assert kv_cache_bytes(info, 32768, window_cache=True) == sum(cells) * per_cell
+    assert kv_cache_bytes(info, 32768) == 12 * 32768 * per_cell  # a draft: every position

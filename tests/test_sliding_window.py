@@ -5,13 +5,16 @@ rejected drafts are cut back and when a next request reuses part of the cache, a
 plan must count the second attention mask llama.cpp builds for the window layers.
 """
 
+import re
 from dataclasses import replace
 
 import pytest
 from llama_cpp import Llama
 
+from ollama_spec import runtime
 from ollama_spec.engine import Engine, Request
 from ollama_spec.gguf_info import read_model_info
+from ollama_spec.kv_cache import kv_cache_bytes
 from ollama_spec.memory import has_sliding_window, model_needs
 from ollama_spec.resolve import resolve_model
 from ollama_spec.sampling import SamplingSettings
@@ -49,17 +52,24 @@ def _run(engine, request, **kwargs):
     return generation.result
 
 
-def test_drafted_greedy_output_is_the_targets_far_past_the_window(gemma_models):
-    request = Request(PROMPT, raw=True, max_tokens=120, ignore_eos=True, sampling=GREEDY,
+def test_drafted_greedy_output_is_the_targets_far_past_the_window(gemma_models, monkeypatch):
+    """1,000 tokens: the target's window cache (16 + 512 tokens, 768 cells) goes round its cells
+    again and again while rejected drafts are cut back, and never has to start over."""
+    request = Request(PROMPT, raw=True, max_tokens=1000, ignore_eos=True, sampling=GREEDY,
                       speculation=SpeculationSettings(6))
-    reference = Llama(str(gemma_models[0].path), n_ctx=512, n_threads=1, verbose=False)
-    expected = reference(PROMPT, max_tokens=120, temperature=0.0)["choices"][0]["text"]
+    reference = Llama(str(gemma_models[0].path), n_ctx=2048, n_threads=1, verbose=False)
+    expected = reference(PROMPT, max_tokens=1000, temperature=0.0)["choices"][0]["text"]
     with Engine(*gemma_models, engine_settings()) as engine:
         alone = _run(engine, request, use_draft=False).tokens
+        cut_to = []
+        truncate = engine.target.truncate
+        monkeypatch.setattr(engine.target, "truncate",
+                            lambda n: truncate(n) or cut_to.append((n, engine.target.n_past)))
         drafted = _run(engine, request)
         text = engine.target.detokenize(drafted.tokens)
+    assert len(cut_to) > 100 and all(kept == asked for asked, kept in cut_to[1:])  # after the first: the prompt
     assert 0 < drafted.speculation.accepted < drafted.speculation.drafted  # rejected drafts were cut back
-    assert drafted.tokens == alone and len(set(alone)) > 10
+    assert drafted.tokens == alone and len(alone) == 1000 and len(set(alone)) > 10
     assert text == expected
 
 
@@ -78,6 +88,24 @@ def test_a_cache_cut_back_past_the_window_answers_as_a_fresh_one(gemma_models):
         assert _run(engine, short).tokens == expected  # cut back to the prompts' shared prefix
         again = _run(engine, short)  # cut back to the prompt: the whole earlier answer goes
     assert again.speculation.prompt_cached > 0 and again.tokens == expected
+
+
+@pytest.mark.parametrize("n_ctx", [512, 4096])
+def test_the_plan_sizes_the_targets_window_cache_and_the_drafts_full_one(gemma_models, n_ctx):
+    path = gemma_models[0].path
+    info = read_model_info(path)
+    for window_cache in (True, False):
+        runtime.clear_log()
+        settings = runtime.LoadSettings(n_ctx=n_ctx, n_threads=1, window_cache=window_cache)
+        with runtime.LoadedModel(path, settings):
+            pass
+        logged = sum(float(m.group(1)) for line in runtime.recent_log()
+                     if (m := re.search(r"KV buffer size = +([\d.]+) MiB", line)))
+        planned = kv_cache_bytes(info, n_ctx, window_cache=window_cache) / MIB
+        assert planned == pytest.approx(logged, abs=0.011)  # llama.cpp logs each cache to 0.01 MiB
+    window = kv_cache_bytes(info, 4096, window_cache=True)
+    assert window < kv_cache_bytes(info, 4096) and kv_cache_bytes(info, 512, window_cache=True) == \
+        kv_cache_bytes(info, 512)  # a context shorter than the window and a batch: one size
 
 
 @pytest.mark.parametrize("flash_attention", ["off", "on"])
