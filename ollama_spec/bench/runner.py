@@ -16,7 +16,7 @@ from ..calibration import measure_step_costs
 from ..engine import Engine, EngineSettings, Request, Result
 from ..placement import Placement
 from ..resolve import ResolvedModel
-from ..runtime import gpu_offload_supported
+from ..runtime import LoadedModel, gpu_offload_supported
 from ..sampling import SamplingSettings
 from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from .model import predicted_speedup
@@ -81,9 +81,7 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
             rows.append(Row("n-gram lookup K=auto", NGRAM))
         requests = {p.name: _request(p, settings, settings.max_tokens) for p in prompts}
         prompt_tokens = {name: engine.prompt_tokens(r) for name, r in requests.items()}
-        bos = engine.target.bos_token
-        prompt_texts = {name: engine.target.detokenize([t for t in tokens if t != bos], special=True)
-                        for name, tokens in prompt_tokens.items()}
+        prompt_texts = {name: native_prompt_text(engine.target, tokens) for name, tokens in prompt_tokens.items()}
 
         _warm_up(engine, rows, prompts, settings, progress)
         costs = measure_costs(engine, prompt_tokens[prompts[0].name], settings)
@@ -98,6 +96,24 @@ def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequen
         if row.kind == SPECULATIVE and row.alpha is not None:
             row.predicted_speedup = predicted_speedup(row.alpha, row.k, costs.draft_ratio, costs.verify_ratio(row.k))
     return EngineRun(rows, costs, prompt_tokens, margins, prompt_texts)
+
+
+def native_prompt_text(model: LoadedModel, tokens: Sequence[int]) -> str:
+    """The prompt as text for llama.cpp's own binaries, which take text and read it back (BOS added,
+    special tokens parsed). A SentencePiece tokenizer puts its "▁" back before the text after a
+    control token ("[INST] Hi" reads "[INST]", "▁", "▁Hi"): where the plain text does not read
+    back as `tokens`, the space that each such piece starts with is left out."""
+    body = [t for t in tokens if t != model.bos_token]
+    plain = model.detokenize(body, special=True)
+    if model.tokenize(plain, add_bos=True, special=True) == list(tokens):
+        return plain
+    pieces, after_control = [], True  # the tokenizer adds one before the text, too
+    for token in body:
+        piece, special = model.token_piece(token)
+        pieces.append(piece[1:] if after_control and not special and piece.startswith(b" ") else piece)
+        after_control = special
+    text = b"".join(pieces).decode("utf-8", errors="replace")
+    return text if model.tokenize(text, add_bos=True, special=True) == list(tokens) else plain
 
 
 def run_local_baseline(target: ResolvedModel, prompts: Sequence[Prompt], settings: BenchSettings,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType
 
-from .models import LLAMA3_CHAT_TEMPLATE, add_vocabulary
+from .models import LLAMA3_CHAT_TEMPLATE, add_vocabulary, write_first_layers
 from .tokenizer import EOS, EOT, Vocabulary
 
 N_EMBD, N_HEAD, N_KV_HEAD, HEAD_DIM, N_FF = 64, 4, 2, 16, 128
@@ -81,11 +81,5 @@ def write_gemma3_gguf(path: Path, *, name: str, vocab: Vocabulary, tensors: dict
     writer.add_uint32("gemma3.attention.sliding_window_pattern", window_pattern)
     add_vocabulary(writer, vocab)
     writer.add_chat_template(LLAMA3_CHAT_TEMPLATE)
-    kept = {k: a for k, a in tensors.items() if not k.startswith("blk.") or int(k.split(".")[1]) < n_layer}
-    for key, array in kept.items():
-        writer.add_tensor(key, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_first_layers(writer, tensors, n_layer)
     return path

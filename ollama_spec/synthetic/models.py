@@ -178,6 +178,17 @@ def write_gguf(
     writer.close()
 
 
+def write_first_layers(writer: GGUFWriter, tensors: dict[str, np.ndarray], n_layer: int) -> None:
+    """Add the tensors outside the blocks and those of the first `n_layer` blocks, write, close."""
+    for key, array in tensors.items():
+        if not key.startswith("blk.") or int(key.split(".")[1]) < n_layer:
+            writer.add_tensor(key, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def write_lora_gguf(path: Path, *, arch: Architecture, n_layer: int, rank: int = 4, seed: int = 7,
                     scale: float = 1.0, architecture: str = "llama") -> None:
     """A GGUF LoRA adapter for the first `n_layer` blocks of a model of `arch`, laid out as llama.cpp's
