@@ -31,6 +31,8 @@ from .kv_cache import (
     padded,
     recurrent_layers,
     recurrent_state_bytes,
+    window_layers,
+    window_size,
 )
 from .repack import cpu_features, repacked_bytes
 
@@ -59,6 +61,7 @@ class ModelNeeds:
     layer_repacked: tuple[int, ...] = ()
     output_repacked: int = 0
     recurrent: int = 0
+    window_cells: int = 0  # a sliding-window target's window layers cache this many tokens, not the context
 
     @property
     def repacked(self) -> int:
@@ -108,7 +111,7 @@ class ModelNeeds:
         return {"name": self.name, "layers": self.n_layer, "weights": self.weights,
                 "host_weights": self.host_weights, "file_weights": self.file_weights, "kv_cache": self.kv,
                 "compute": self.compute, "repacked": self.repacked, "gpu_total": self.gpu_total,
-                "cpu_total": self.cpu_total}
+                "cpu_total": self.cpu_total, **({"window_cells": self.window_cells} if self.window_cells else {})}
 
 
 @dataclass(frozen=True)
@@ -271,9 +274,12 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
     compute = tokens * 4 * max(widths)
     state = recurrent_state_bytes(info)
     kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH)
+    window = window_size(info) if window_cache and any(window_layers(info)) else None
+    window_cells = min(ctx, padded(window + N_UBATCH)) if window else 0
     return ModelNeeds(
         name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
         file_weights=info.tensor_bytes, kv=kv + state, recurrent=state,
+        window_cells=window_cells if window_cells < ctx else 0,
         compute=compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
         layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,

@@ -117,3 +117,11 @@ def test_the_plan_counts_the_window_layers_mask(gemma_models, flash_attention):
     logged = _llama_cpp_buffers(path, 4096, flash_attention=flash_attention)["compute"]
     assert estimate == pytest.approx(logged, rel=0.02)
 
+
+
+def test_check_says_what_the_window_layers_keep(invoke, gemma_store):
+    shown = invoke("check", "gemma-target", "-d", "gemma-draft", "--ctx", "8192", "--models-dir", gemma_store)
+    assert shown.exit_code == 0, shown.output
+    target, draft = [line for line in shown.output.splitlines() if "KV cache" in line]
+    assert target.endswith("(8192 tokens, f16; window layers keep 768 tokens)")  # 16 + 512, padded to 256
+    assert draft.endswith("(8192 tokens, f16)")  # the draft keeps every position

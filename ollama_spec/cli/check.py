@@ -139,7 +139,8 @@ def _cache_line(plan: MemoryPlan, needs: ModelNeeds) -> str:
     if needs.recurrent and needs.recurrent == needs.kv:  # Mamba, RWKV: no per-token cache at all
         return f"  state    {format_bytes(needs.kv):>12}  (recurrent, the same at any context)"
     state = f"; {format_bytes(needs.recurrent)} of it recurrent state" if needs.recurrent else ""
-    return f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type}{state})"
+    window = f"; window layers keep {needs.window_cells:,} tokens" if needs.window_cells else ""
+    return f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type}{state}{window})"
 
 
 def _model_lines(plan: MemoryPlan, needs: ModelNeeds, where: str | None) -> list[str]:
