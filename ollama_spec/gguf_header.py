@@ -41,7 +41,7 @@ MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp refuses models with more
 # (get_key_or_arr): DeciLM, LFM2, OpenELM and hybrid models store arrays.
 # Hybrid models may list which layers are recurrent (one flag per layer).
 PER_LAYER_KEYS = ("attention.head_count", "attention.head_count_kv", "feed_forward_length",
-                  "attention.recurrent_layers")
+                  "attention.recurrent_layers", "attention.sliding_window_pattern")
 _SCALAR_FORMATS = {
     GGUFValueType.UINT8: "B",
     GGUFValueType.INT8: "b",

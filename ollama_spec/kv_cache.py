@@ -52,7 +52,7 @@ def window_layers(info: ModelInfo) -> list[bool]:
     pattern, a flag per layer or every n-th layer global, else the architecture's default n."""
     n_layer = _n_layer(info)
     pattern = info.metadata.get(f"{info.architecture}.attention.sliding_window_pattern")
-    if isinstance(pattern, tuple):
+    if isinstance(pattern, (tuple, list)):  # Ollama's converter writes one flag per layer
         return [bool(p) for p in pattern[:n_layer]] + [False] * (n_layer - len(pattern))
     n = int(pattern) if isinstance(pattern, int) and not isinstance(pattern, bool) else \
         WINDOW_CACHE_PATTERNS.get(info.architecture, 1)

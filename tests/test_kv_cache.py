@@ -132,8 +132,8 @@ def test_mamba_state_and_compute_against_llama_cpp(tmp_path_factory, n_ctx):
     ("gemma3", {"attention.sliding_window": 1024}, [i % 6 != 5 for i in range(12)]),  # llama.cpp's default: 6
     ("gemma3", {"attention.sliding_window": 1024, "attention.sliding_window_pattern": 3},
      [i % 3 != 2 for i in range(12)]),
-    ("gpt-oss", {"attention.sliding_window": 128, "attention.sliding_window_pattern": [True, False] * 6},
-     [True, False] * 6),
+    ("gpt-oss", {"attention.sliding_window": 128, "attention.sliding_window_pattern": [True, True, False] * 4},
+     [True, True, False] * 4),  # one flag per layer, as Ollama's converter writes them (llama.cpp's default: 2)
     ("gemma2", {}, [i % 2 == 0 for i in range(12)]),  # a 4,096-token window without the key
     ("gemma3", {}, [False] * 12),  # no window: every layer global
     ("llama4", {"attention.sliding_window": 8192}, [False] * 12),  # chunks: a full cache (not cut back safely)

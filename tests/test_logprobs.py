@@ -117,11 +117,13 @@ def test_legacy_logprobs_name_parts_of_a_character_as_openai_does():
     from ollama_spec.server.openai import _LegacyLogprobs
 
     legacy = _LegacyLogprobs()
-    first = legacy([_scored(b"a"), _scored(b"\xe4", b"\xe5", b"\xe6")])
-    rest = legacy([_scored(b"\xb8"), _scored(b"\xad"), _scored(b"b")])
-    assert first["tokens"] + rest["tokens"] == ["a", "bytes:\\xe4", "bytes:\\xb8", "bytes:\\xad", "b"]
+    first = legacy([_scored(b"a"), _scored(b"\xe4", b"\xe5", b"\xe6")], [True, True])
+    rest = legacy([_scored(b"\xb8"), _scored(b"\xad"), _scored(b"<|eot_id|>"), _scored(b"b")],
+                  [True, True, False, True])
+    assert first["tokens"] + rest["tokens"] == ["a", "bytes:\\xe4", "bytes:\\xb8", "bytes:\\xad", "<|eot_id|>", "b"]
     assert len(first["top_logprobs"][1]) == 3
-    assert first["text_offset"] + rest["text_offset"] == [0, 1, 1, 1, 2]  # "a中b": b is the text's 3rd character
+    # "a中b": b is the text's 3rd character; a control token's text is not in the text
+    assert first["text_offset"] + rest["text_offset"] == [0, 1, 1, 1, 2, 2]
 
 
 def test_ollama_logprobs(server):

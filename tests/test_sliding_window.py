@@ -91,8 +91,11 @@ def test_a_cache_cut_back_past_the_window_answers_as_a_fresh_one(gemma_models):
 
 
 @pytest.mark.parametrize("n_ctx", [512, 4096])
-def test_the_plan_sizes_the_targets_window_cache_and_the_drafts_full_one(gemma_models, n_ctx):
-    path = gemma_models[0].path
+@pytest.mark.parametrize("pattern", [2, [True, True, False, True]])  # every 2nd layer global; layer 2 global
+def test_the_plan_sizes_the_targets_window_cache_and_the_drafts_full_one(tmp_path, n_ctx, pattern):
+    vocab = build_vocabulary(512, 200)
+    path = write_gemma3_gguf(tmp_path / "g.gguf", name="g", vocab=vocab, n_layer=4, window_pattern=pattern,
+                             tensors=gemma3_tensors(vocab, n_layer=4, draft_layers=2))
     info = read_model_info(path)
     for window_cache in (True, False):
         runtime.clear_log()

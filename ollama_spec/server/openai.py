@@ -278,8 +278,9 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
             "object": "text_completion"}
     def scores():  # one choice's logprobs: its text offsets are counted across its chunks
-        legacy = _LegacyLogprobs()
-        return None if body.logprobs is None else lambda tokens: legacy(state.scored(tokens))
+        legacy, target = _LegacyLogprobs(), state.engine.target
+        return None if body.logprobs is None else lambda tokens: legacy(
+            state.scored(tokens), [not target.token_piece(t.id)[1] for t in tokens])
 
     if body.stream:
         _one_stream(len(requests) * body.n)
@@ -304,8 +305,9 @@ def _text(text: str) -> dict:
 
 class _LegacyLogprobs:
     """The completions API's older shape: parallel lists, each token's alternatives as a dict, and
-    where each token starts in the choice's text (in characters). Called chunk by chunk when
-    streaming, it goes on counting from where the last chunk ended.
+    where each token starts in the choice's text (in characters; a control token's text is not
+    part of it). Called chunk by chunk when streaming, it goes on counting from where the last
+    chunk ended.
 
     A token that is part of a character (a byte-fallback token, a split emoji) is named as OpenAI
     names it, "bytes:\\xe4\\xb8", so that alternatives do not collide as one U+FFFD, and takes
@@ -316,11 +318,11 @@ class _LegacyLogprobs:
         self.at = 0
         self.text = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def __call__(self, scored: list[dict]) -> dict:
+    def __call__(self, scored: list[dict], in_text: list[bool]) -> dict:
         offsets = []
-        for entry in scored:
+        for entry, shown in zip(scored, in_text):
             offsets.append(self.at)
-            self.at += len(self.text.decode(bytes(entry["bytes"])))
+            self.at += len(self.text.decode(bytes(entry["bytes"]))) if shown else 0
         return {"tokens": [_legacy_token(e) for e in scored], "token_logprobs": [e["logprob"] for e in scored],
                 "top_logprobs": [{_legacy_token(t): t["logprob"] for t in e["top_logprobs"]} for e in scored],
                 "text_offset": offsets}

@@ -61,9 +61,10 @@ def gemma3_tensors(vocab: Vocabulary, n_layer: int, draft_layers: int, seed: int
 
 
 def write_gemma3_gguf(path: Path, *, name: str, vocab: Vocabulary, tensors: dict[str, np.ndarray], n_layer: int,
-                      sliding_window: int = 16, window_pattern: int = 2) -> Path:
+                      sliding_window: int = 16, window_pattern: int | list[bool] = 2) -> Path:
     """Write one Gemma-3 file; every `window_pattern`-th layer is global, the others see the last
-    `sliding_window` tokens (Gemma 3 itself: 5 window layers of 1,024 tokens per global one)."""
+    `sliding_window` tokens (Gemma 3 itself: 5 window layers of 1,024 tokens per global one). A
+    list flags each layer that sees only the window, as Ollama's converter writes the pattern."""
     writer = GGUFWriter(path, arch="gemma3")
     writer.add_name(name)
     writer.add_file_type(LlamaFileType.ALL_F32)
@@ -78,7 +79,10 @@ def write_gemma3_gguf(path: Path, *, name: str, vocab: Vocabulary, tensors: dict
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(10000.0)
     writer.add_sliding_window(sliding_window)
-    writer.add_uint32("gemma3.attention.sliding_window_pattern", window_pattern)
+    if isinstance(window_pattern, list):
+        writer.add_array("gemma3.attention.sliding_window_pattern", window_pattern)
+    else:
+        writer.add_uint32("gemma3.attention.sliding_window_pattern", window_pattern)
     add_vocabulary(writer, vocab)
     writer.add_chat_template(LLAMA3_CHAT_TEMPLATE)
     write_first_layers(writer, tensors, n_layer)
