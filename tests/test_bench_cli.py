@@ -119,6 +119,18 @@ def test_options_for_a_local_pair_are_refused_with_url(invoke, args, flags):
                                      f"devices), so {flags}")
 
 
+def test_a_preset_is_refused_and_the_rpc_variable_noted_with_url(invoke, tmp_path, monkeypatch):
+    preset = tmp_path / "p.Modelfile"
+    preset.write_text("FROM m\nDRAFT d\n")
+    result = invoke("bench", "m", "-f", preset, "--url", "http://127.0.0.1:9/v1")
+    assert result.exit_code == 1 and result.output.strip().endswith("so --file would be ignored: drop it")
+    monkeypatch.setenv("OLLAMA_SPEC_RPC", "127.0.0.1:50052")  # set for the shell: a note, then the server is asked
+    result = invoke("bench", "m", "--url", "http://127.0.0.1:9/v1")
+    assert result.output.splitlines()[0] == ("note: $OLLAMA_SPEC_RPC is not used with --url: "
+                                             "the server places its own model")
+    assert "cannot reach the server" in result.output and result.exit_code == 1
+
+
 def test_unknown_model_is_one_line(invoke, tiny_store):
     result = invoke("bench", "nope", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check")
     assert result.exit_code == 1

@@ -18,6 +18,7 @@ from ..store import Store, find_store_root
 from .main import cli
 from .options import (
     AUTO,
+    RPC_ENVVAR,
     apply_preset,
     decide_repack_for_cli,
     flash_attn_option,
@@ -202,7 +203,7 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
 
 
 # What only a pair timed here uses: with --url the server's own options choose its draft and devices.
-_LOCAL_ONLY = ("draft", "ks", "native", "rpc", "tensor_split", "split_mode", "main_gpu", "threads", "ctx")
+_LOCAL_ONLY = ("draft", "ks", "native", "rpc", "tensor_split", "split_mode", "main_gpu", "threads", "ctx", "preset")
 
 
 def _refuse_local_options() -> None:
@@ -211,6 +212,8 @@ def _refuse_local_options() -> None:
     if flags:
         raise InvalidSetting(f"--url times a server as it runs (its own options choose its draft and devices), so "
                              f"{', '.join(flags)} would be ignored: drop {'them' if len(flags) > 1 else 'it'}")
+    if os.environ.get(RPC_ENVVAR, "").strip():  # set for the shell, not for this command: said, not refused
+        click.echo(f"note: ${RPC_ENVVAR} is not used with --url: the server places its own model", err=True)
 
 
 def _make_out_dir(out: Path) -> None:
