@@ -2,7 +2,8 @@
 
 llama.cpp's rules (llama-cpp-python 0.3.36's vendored source):
 - attention layers: context (padded to 256 cells) x (K width + V width) x element size, where
-  the widths are the layer's KV heads x key/value head size.
+  the widths are the layer's KV heads x key/value head size. A sliding-window target's window
+  layers hold the window and one batch instead (llama-kv-cache-iswa.cpp, without swa_full).
 - recurrent layers (Mamba, RWKV, and the recurrent layers of hybrids such as Jamba, LFM2,
   granite-4.0-h): one F32 state per sequence of `n_embd_r + n_embd_s` values
   (llama-hparams.cpp), whatever the context; `llama_model::create_memory` decides which layers
@@ -30,21 +31,35 @@ def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16", *, window_
     """
     block_bytes, block_values = KV_TYPES[kv_type]
     widths, full = layer_kv_widths(info), padded(n_ctx)
-    window = window_size(info) if window_cache else None
-    if window:
-        short = min(full, padded(window + n_ubatch))
-        cells = [short if in_window else full for in_window in window_layers(info)]
-    else:
-        cells = [full] * len(widths)
+    short = window_cache_cells(info, n_ctx, n_ubatch) if window_cache else None
+    cells = [short if short and in_window else full for in_window in window_layers(info)]
     return sum(c * w for c, w in zip(cells, widths)) * block_bytes // block_values
 
 
-def window_size(info: ModelInfo) -> int | None:
-    """The sliding window of a model whose target takes a window cache (architectures.py), else None."""
-    if not takes_window_cache(info.architecture):
+def window_cache_cells(info: ModelInfo, n_ctx: int, n_ubatch: int = 512) -> int | None:
+    """The tokens a target's window layers cache (the window and a batch, padded), or None when it
+    takes no window cache (architectures.takes_window_cache) or the context is no longer."""
+    if not takes_window_cache(info.architecture) or not any(window_layers(info)):
         return None
     window = _scalar(info, "attention.sliding_window") or DEFAULT_WINDOWS.get(info.architecture, 0)
-    return int(window) if window > 0 else None
+    cells = padded(int(window) + n_ubatch) if window > 0 else None
+    return cells if cells and cells < padded(n_ctx) else None
+
+
+# Read from the vendored llama.cpp's src/models/<arch>.cpp: Gemma 2 and Llama 4 have a window
+# without the key (4,096 and chunks of 8,192 tokens); Phi-3 has the key, but its window is off.
+_WINDOW_BY_DEFAULT = frozenset({"gemma2", "llama4"})
+_WINDOW_OFF = frozenset({"phi3"})
+
+
+def has_sliding_window(info: ModelInfo) -> bool:
+    """Does llama.cpp give this model a window cache beside the global one (Gemma 2 and 3,
+    gpt-oss, Cohere 2, Llama 4, ...), full-size or not? Then its graph holds a second mask."""
+    if info.architecture in _WINDOW_OFF:
+        return False
+    window = info.metadata.get(f"{info.architecture}.attention.sliding_window")
+    return info.architecture in _WINDOW_BY_DEFAULT or (
+        isinstance(window, int) and not isinstance(window, bool) and window > 0)
 
 
 def window_layers(info: ModelInfo) -> list[bool]:

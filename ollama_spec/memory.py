@@ -25,14 +25,14 @@ from .kv_cache import (
     CTX_PAD,
     KV_TYPES,
     check_cache_shape,
+    has_sliding_window,
     kv_cache_bytes,
     kv_type_problem,
     layer_kv_widths,
     padded,
     recurrent_layers,
     recurrent_state_bytes,
-    window_layers,
-    window_size,
+    window_cache_cells,
 )
 from .repack import cpu_features, repacked_bytes
 
@@ -208,22 +208,6 @@ class MemoryPlan:
         }
 
 
-# Read from the vendored llama.cpp's src/models/<arch>.cpp: Gemma 2 and Llama 4 have a window
-# without the key (4,096 and chunks of 8,192 tokens); Phi-3 has the key, but its window is off.
-_WINDOW_BY_DEFAULT = frozenset({"gemma2", "llama4"})
-_WINDOW_OFF = frozenset({"phi3"})
-
-
-def has_sliding_window(info: ModelInfo) -> bool:
-    """Does llama.cpp give this model a window cache beside the global one (Gemma 2 and 3,
-    gpt-oss, Cohere 2, ...)? Then its graph holds a second attention mask."""
-    window = info.metadata.get(f"{info.architecture}.attention.sliding_window")
-    if info.architecture in _WINDOW_OFF:
-        return False
-    return info.architecture in _WINDOW_BY_DEFAULT or (
-        isinstance(window, int) and not isinstance(window, bool) and window > 0)
-
-
 def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
                 repack_features: frozenset[str] = frozenset(), *, flash_attention: bool = True,
                 window_cache: bool = False) -> ModelNeeds:
@@ -274,12 +258,11 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
     compute = tokens * 4 * max(widths)
     state = recurrent_state_bytes(info)
     kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH)
-    window = window_size(info) if window_cache and any(window_layers(info)) else None
-    window_cells = min(ctx, padded(window + N_UBATCH)) if window else 0
+    window_cells = (window_cache_cells(info, n_ctx, N_UBATCH) or 0) if window_cache else 0
     return ModelNeeds(
         name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
         file_weights=info.tensor_bytes, kv=kv + state, recurrent=state,
-        window_cells=window_cells if window_cells < ctx else 0,
+        window_cells=window_cells,
         compute=compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
         layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,

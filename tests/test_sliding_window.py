@@ -14,8 +14,8 @@ from llama_cpp import Llama
 from ollama_spec import runtime
 from ollama_spec.engine import Engine, Request
 from ollama_spec.gguf_info import read_model_info
-from ollama_spec.kv_cache import kv_cache_bytes
-from ollama_spec.memory import has_sliding_window, model_needs
+from ollama_spec.kv_cache import has_sliding_window, kv_cache_bytes
+from ollama_spec.memory import model_needs
 from ollama_spec.resolve import resolve_model
 from ollama_spec.sampling import SamplingSettings
 from ollama_spec.speculative import SpeculationSettings
