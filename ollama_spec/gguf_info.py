@@ -95,6 +95,12 @@ class ModelInfo:
             return None
         return self.tokens[token_id]
 
+    @property
+    def sliding_window(self) -> int | None:
+        """Tokens the window layers of a sliding-window model (Gemma, gpt-oss) attend over, as the header says."""
+        window = self.metadata.get(f"{self.architecture}.attention.sliding_window")
+        return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready view of the header facts (no tensors, no vocabulary)."""
         return {
@@ -113,6 +119,7 @@ class ModelInfo:
             "head_count": self.head_count,
             "head_count_kv": self.head_count_kv,
             "head_dim": self.head_dim,
+            "sliding_window": self.sliding_window,
             "head_count_per_layer": _varying(self.head_count_layers),
             "head_count_kv_per_layer": _varying(self.head_count_kv_layers),
             "feed_forward_length_per_layer": _varying(self.feed_forward_layers),

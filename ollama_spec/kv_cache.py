@@ -41,8 +41,8 @@ def window_cache_cells(info: ModelInfo, n_ctx: int, n_ubatch: int = 512) -> int 
     takes no window cache (architectures.takes_window_cache) or the context is no longer."""
     if not takes_window_cache(info.architecture) or not any(window_layers(info)):
         return None
-    window = _scalar(info, "attention.sliding_window") or DEFAULT_WINDOWS.get(info.architecture, 0)
-    cells = padded(int(window) + n_ubatch) if window > 0 else None
+    window = info.sliding_window or DEFAULT_WINDOWS.get(info.architecture, 0)
+    cells = padded(window + n_ubatch) if window else None
     return cells if cells and cells < padded(n_ctx) else None
 
 
@@ -57,9 +57,7 @@ def has_sliding_window(info: ModelInfo) -> bool:
     gpt-oss, Cohere 2, Llama 4, ...), full-size or not? Then its graph holds a second mask."""
     if info.architecture in _WINDOW_OFF:
         return False
-    window = info.metadata.get(f"{info.architecture}.attention.sliding_window")
-    return info.architecture in _WINDOW_BY_DEFAULT or (
-        isinstance(window, int) and not isinstance(window, bool) and window > 0)
+    return info.architecture in _WINDOW_BY_DEFAULT or info.sliding_window is not None
 
 
 def window_layers(info: ModelInfo) -> list[bool]:

@@ -128,3 +128,10 @@ def test_check_says_what_the_window_layers_keep(invoke, gemma_store):
     target, draft = [line for line in shown.output.splitlines() if "KV cache" in line]
     assert target.endswith("(8192 tokens, f16; window layers keep 768 tokens)")  # 16 + 512, padded to 256
     assert draft.endswith("(8192 tokens, f16)")  # the draft keeps every position
+
+
+def test_show_gives_the_window(invoke, gemma_store, tiny_store):
+    shown = invoke("show", "gemma-target", "--models-dir", gemma_store)
+    assert shown.exit_code == 0 and "    sliding_window       16\n" in shown.output
+    assert "sliding_window" not in invoke("show", "tiny-target", "--models-dir", tiny_store).output
+

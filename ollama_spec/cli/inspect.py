@@ -195,6 +195,7 @@ def _echo_gguf(info) -> None:
         "head_count",
         "head_count_kv",
         "head_dim",
+        "sliding_window",
         "vocab_type",
         "pre_tokenizer",
         "vocab_size",
@@ -206,6 +207,8 @@ def _echo_gguf(info) -> None:
         "has_chat_template",
         "tensor_count",
     ):
+        if key == "sliding_window" and s[key] is None:  # only models that have one
+            continue
         # strings from the file may hold terminal escapes or line breaks: shown escaped, as errors are
         click.echo(f"    {key:<20} {one_line(str(s[key]))}")
         if s.get(f"{key}_per_layer"):  # layers differ (DeciLM, LFM2, hybrids)
