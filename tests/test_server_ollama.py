@@ -104,6 +104,10 @@ def test_tags_show_version_and_probe(client, server):
     shown = client.show("tiny-target")
     assert shown.details.parameter_size == "213.6K" and "start_header_id" in shown.template
     assert shown.modelinfo["general.architecture"] == "llama"
+    # every header key, as Ollama gives them: long arrays empty, the name and chat template left out
+    assert shown.modelinfo["llama.attention.head_count_kv"] == 2 and shown.modelinfo["tokenizer.ggml.model"] == "gpt2"
+    assert shown.modelinfo["llama.rope.freq_base"] > 0 and shown.modelinfo["tokenizer.ggml.tokens"] == []
+    assert "general.name" not in shown.modelinfo and "tokenizer.chat_template" not in shown.modelinfo
     assert httpx.get(server[0] + "/api/version").json()["version"]
     assert httpx.get(server[0] + "/").text == "Ollama is running"
     assert httpx.head(server[0] + "/").status_code == 200
@@ -231,3 +235,13 @@ def test_penalty_options_change_the_answer_and_keep_it_the_targets(client, serve
     assert "".join(alone) == penalized.response
     with pytest.raises(ollama.ResponseError, match="repeat_penalty"):
         client.generate(model="x", prompt="hi", options={"repeat_penalty": 0})
+
+
+def test_model_info_is_json_whatever_the_header_holds():
+    from ollama_spec.gguf_header import SkippedArray
+    from ollama_spec.server.ollama_models import _model_info
+
+    shown = _model_info({"a.inf": float("inf"), "a.nan": float("nan"), "a.short": (1.0, float("-inf")),
+                         "a.long": tuple(range(6)), "a.skipped": SkippedArray(8, 100_000), "a.text": "x"})
+    assert shown == {"a.inf": None, "a.nan": None, "a.short": [1.0, None], "a.long": [], "a.skipped": [], "a.text": "x"}
+    json.dumps(shown, allow_nan=False)

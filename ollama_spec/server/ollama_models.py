@@ -4,6 +4,7 @@ running" probe, all answered by the one loaded pair. Field names follow Ollama's
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -61,6 +62,28 @@ async def ps(http_request: HTTPRequest) -> dict:
                                 "expires_at": "2099-01-01T00:00:00Z", "context_length": engine.target.n_ctx}]}
 
 
+def _model_info(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The GGUF header's keys as Ollama's /api/show gives them: without the name and the chat template
+    (said elsewhere), an array of more than 5 items as [] (Ollama's own answer unless verbose), and a
+    number JSON cannot hold (inf, nan) as null."""
+    shown = {}
+    for key, value in metadata.items():
+        if key in ("general.name", "tokenizer.chat_template"):
+            continue
+        if isinstance(value, (tuple, list)):
+            value = list(value) if len(value) <= 5 else []
+        elif not isinstance(value, (str, int, float, bool)):  # an array whose items were not read
+            value = []
+        shown[key] = _finite(value)
+    return shown
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _on_gpu(model: ResolvedModel, loaded: LoadedModel, remote: bool) -> int:
     """Bytes of a model's weights on GPUs, this machine's or (`remote`) RPC servers': its offloaded
     share of the layers (llama.cpp counts the output layer as one more); 0 on a CPU."""
@@ -85,10 +108,11 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
         "template": info.chat_template or "",
         "system": model.system or "",
         "details": _details(model),
-        "model_info": {"general.architecture": info.architecture, "general.parameter_count": info.parameter_count,
-                       f"{info.architecture}.context_length": info.context_length,
-                       f"{info.architecture}.block_count": info.block_count,
-                       f"{info.architecture}.embedding_length": info.embedding_length},
+        "model_info": _model_info(info.metadata) | {
+            "general.architecture": info.architecture, "general.parameter_count": info.parameter_count,
+            f"{info.architecture}.context_length": info.context_length,
+            f"{info.architecture}.block_count": info.block_count,
+            f"{info.architecture}.embedding_length": info.embedding_length},
         # what Ollama's clients check before they offer tools or embed
         "capabilities": ["completion", *(["tools"] if info.chat_template else []),
                          *(["thinking"] if template_thinks(info.chat_template) else []),
