@@ -14,12 +14,13 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter, LlamaFileType
+from gguf import LlamaFileType
 
-from .models import LLAMA3_CHAT_TEMPLATE, add_vocabulary, write_first_layers
+from .models import LLAMA3_CHAT_TEMPLATE, Architecture, add_vocabulary, new_llama_writer, write_first_layers
 from .tokenizer import EOS, EOT, Vocabulary
 
-N_EMBD, N_HEAD, N_KV_HEAD, HEAD_DIM, N_FF = 64, 4, 2, 16, 128
+ARCH = Architecture(n_embd=64, n_layer=4, n_head=4, n_kv_head=2, n_ff=128, rope_theta=10000.0, rms_eps=1e-6)
+N_EMBD, N_HEAD, N_KV_HEAD, HEAD_DIM, N_FF = ARCH.n_embd, ARCH.n_head, ARCH.n_kv_head, ARCH.head_dim, ARCH.n_ff
 # Norm gain after each block: the block's output is renormalised, so this sets its weight
 # against the token's own embedding (1.0 leaves the embedding dominant: one token repeated).
 POST_NORM_GAIN = 30.0
@@ -65,19 +66,9 @@ def write_gemma3_gguf(path: Path, *, name: str, vocab: Vocabulary, tensors: dict
     """Write one Gemma-3 file; every `window_pattern`-th layer is global, the others see the last
     `sliding_window` tokens (Gemma 3 itself: 5 window layers of 1,024 tokens per global one). A
     list flags each layer that sees only the window, as Ollama's converter writes the pattern."""
-    writer = GGUFWriter(path, arch="gemma3")
-    writer.add_name(name)
-    writer.add_file_type(LlamaFileType.ALL_F32)
-    writer.add_context_length(8192)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_KV_HEAD)
+    writer = new_llama_writer(path, name, ARCH, n_layer, LlamaFileType.ALL_F32, architecture="gemma3")
     writer.add_key_length(HEAD_DIM)
     writer.add_value_length(HEAD_DIM)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_rope_freq_base(10000.0)
     writer.add_sliding_window(sliding_window)
     if isinstance(window_pattern, list):
         writer.add_array("gemma3.attention.sliding_window_pattern", window_pattern)

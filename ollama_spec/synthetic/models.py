@@ -105,9 +105,11 @@ def make_weights(arch: Architecture, vocab_size: int, recipe: WeightRecipe, draf
     return tensors
 
 
-def new_llama_writer(path: Path, name: str, arch: Architecture, n_layer: int, file_type: int) -> GGUFWriter:
-    """A GGUFWriter with the llama hyper-parameters written; tokenizer and tensors are the caller's."""
-    writer = GGUFWriter(path, arch="llama")
+def new_llama_writer(path: Path, name: str, arch: Architecture, n_layer: int, file_type: int,
+                     architecture: str = "llama") -> GGUFWriter:
+    """A GGUFWriter with the llama hyper-parameters written (under another `architecture`'s keys
+    for a llama-like one: Gemma); tokenizer and tensors are the caller's."""
+    writer = GGUFWriter(path, arch=architecture)
     writer.add_name(name)
     writer.add_file_type(file_type)
     writer.add_context_length(arch.context_length)
