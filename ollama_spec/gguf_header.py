@@ -40,6 +40,9 @@ MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp refuses models with more
 # Per-layer hyperparameters that llama.cpp reads as a scalar or an array of n_layer values
 # (get_key_or_arr): DeciLM, LFM2, OpenELM and hybrid models store arrays.
 # Hybrid models may list which layers are recurrent (one flag per layer).
+# Arrays of up to this many items are kept whatever their key (general.languages, general.tags):
+# Ollama's /api/show gives them, and empties longer ones.
+SHORT_ARRAY = 5
 PER_LAYER_KEYS = ("attention.head_count", "attention.head_count_kv", "feed_forward_length",
                   "attention.recurrent_layers", "attention.sliding_window_pattern")
 _SCALAR_FORMATS = {
@@ -189,16 +192,17 @@ class _Walker:
             self.array_strings += count
             if self.array_strings > MAX_ARRAY_STRINGS:
                 raise self.error(f"has more than {MAX_ARRAY_STRINGS} strings in its arrays, more than any model's")
-            keep = key == TOKENS_KEY and self.read_vocab
+            keep = self.read_vocab if key == TOKENS_KEY else count <= SHORT_ARRAY
             items = [self._string(keep) for _ in range(count)]
             return tuple(items) if keep else SkippedArray(item_type, count)
-        if (
+        per_layer = (
             (item_type in _INTEGER_TYPES or item_type == GGUFValueType.BOOL)
             and key.split(".", 1)[-1] in PER_LAYER_KEYS
             and count <= MAX_LAYERS
             and self.kept_layer_values + count <= 16 * MAX_LAYERS
-        ):
-            self.kept_layer_values += count
+        )
+        if per_layer or count <= SHORT_ARRAY:
+            self.kept_layer_values += count if per_layer else 0
             fmt = f"{self.endian}{count}{_SCALAR_FORMATS[item_type]}"
             self._need(struct.calcsize(fmt))
             values = struct.unpack_from(fmt, self.buf, self.pos)

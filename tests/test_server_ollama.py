@@ -114,6 +114,25 @@ def test_tags_show_version_and_probe(client, server):
     assert httpx.get(server[0] + "/api/ps").json()["models"][0]["context_length"] == 2048
 
 
+def test_short_header_arrays_are_shown_as_ollama_shows_them(tmp_path):
+    """Arrays of up to 5 items (general.languages, general.tags) are read whatever their key."""
+    from gguf import GGUFWriter
+
+    from ollama_spec.gguf_info import read_model_info
+    from ollama_spec.server.ollama_models import _model_info
+
+    writer = GGUFWriter(tmp_path / "m.gguf", arch="llama")
+    writer.add_array("general.languages", ["en", "fr"])
+    writer.add_array("general.tags", [f"t{i}" for i in range(6)])
+    writer.add_array("llama.rope.dimension_sections", [16, 24, 24, 0])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    shown = _model_info(read_model_info(tmp_path / "m.gguf").metadata)
+    assert shown["general.languages"] == ["en", "fr"] and shown["general.tags"] == []
+    assert shown["llama.rope.dimension_sections"] == [16, 24, 24, 0]
+
+
 def test_pull_succeeds_for_any_name_and_management_routes_say_why_not(client, server):
     assert client.pull("llama3.2").status == "success"  # every name is answered by the loaded pair
     assert [p.status for p in client.pull("llama3.2", stream=True)] == ["success"]
