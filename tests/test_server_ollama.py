@@ -108,6 +108,8 @@ def test_tags_show_version_and_probe(client, server):
     assert shown.modelinfo["llama.attention.head_count_kv"] == 2 and shown.modelinfo["tokenizer.ggml.model"] == "gpt2"
     assert shown.modelinfo["llama.rope.freq_base"] > 0 and shown.modelinfo["tokenizer.ggml.tokens"] == []
     assert "general.name" not in shown.modelinfo and "tokenizer.chat_template" not in shown.modelinfo
+    tensors = httpx.post(server[0] + "/api/show", json={"model": "tiny-target"}).json()["tensors"]
+    assert {"name": "token_embd.weight", "type": "F32", "shape": [64, 512]} in tensors  # ggml order, as Ollama's
     assert httpx.get(server[0] + "/api/version").json()["version"]
     assert httpx.get(server[0] + "/").text == "Ollama is running"
     assert httpx.head(server[0] + "/").status_code == 200

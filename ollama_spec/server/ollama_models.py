@@ -117,6 +117,7 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
         "capabilities": ["completion", *(["tools"] if info.chat_template else []),
                          *(["thinking"] if template_thinks(info.chat_template) else []),
                          *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []), "embedding"],
+        "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape)} for t in info.tensors],
         "modified_at": _mtime(model),
         "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
                         "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
