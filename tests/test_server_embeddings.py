@@ -48,9 +48,8 @@ def test_openai_embeddings_base64_and_float_agree(server):
 
 
 @pytest.mark.parametrize("path, body, message", [
-    ("/api/embed", {"input": []}, "input is empty"),
     ("/api/embed", {"input": ["fine", ""]}, "empty text"),
-    ("/api/embed", {"input": "x", "dimensions": 100000}, "more than the model's"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 100000}, "more than the model's"),
     ("/v1/embeddings", {"input": [10**9]}, "token ids must be in"),
     ("/v1/embeddings", {"input": "x", "encoding_format": "hex"}, "encoding_format"),
 ])
@@ -75,3 +74,16 @@ def test_generation_still_works_beside_embeddings(server):
     client.embed(model="m", input="hello")
     answer = client.generate(model="m", prompt="Once upon a time", options={"num_predict": 8, "temperature": 0})
     assert answer.eval_count == 8
+
+
+def test_ollama_embed_reads_requests_as_ollama_does(server):
+    """No input loads the model (an empty list back); a dimensions not below the vector's size is ignored."""
+    for empty in ({}, {"input": ""}, {"input": []}):
+        answer = httpx.post(server[0] + "/api/embed", json={"model": "m"} | empty, timeout=60)
+        assert answer.status_code == 200 and answer.json() == {"model": "m", "embeddings": []}
+    whole = httpx.post(server[0] + "/api/embed", json={"model": "m", "input": "x"}, timeout=60).json()["embeddings"]
+    for ignored in (0, -1, 100000):
+        again = httpx.post(server[0] + "/api/embed", json={"model": "m", "input": "x", "dimensions": ignored},
+                           timeout=60).json()["embeddings"]
+        assert again == whole
+

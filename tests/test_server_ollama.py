@@ -254,8 +254,33 @@ def test_penalty_options_change_the_answer_and_keep_it_the_targets(client, serve
                                       penalties={"repeat_penalty": 2.0, "repeat_last_n": 32, "frequency_penalty": 1.0})
     alone = engine.generate(request, use_draft=False)
     assert "".join(alone) == penalized.response
-    with pytest.raises(ollama.ResponseError, match="repeat_penalty"):
-        client.generate(model="x", prompt="hi", options={"repeat_penalty": 0})
+
+
+
+def test_requests_are_read_as_ollama_reads_them(client, server):
+    """Ollama checks option types, not ranges, and llama.cpp makes sense of any value; a JSON null
+    leaves a field's default; roles are lowercased, and developer is system; think takes levels."""
+    plain = client.generate(model="x", prompt="Once upon a time", options=GREEDY).response
+    for odd in ({"repeat_penalty": 0}, {"top_p": 0, "temperature": 1}, {"temperature": -1},
+                {"min_p": 5, "temperature": 1}, {"num_ctx": 0}, {"top_k": -1}):
+        assert client.generate(model="x", prompt="Once upon a time", options=GREEDY | odd).response == plain, odd
+    long = client.generate(model="x", prompt="Once upon a time", options={"num_predict": -3, "temperature": 0})
+    assert long.done_reason == "length" and long.eval_count > 16  # below 0: until the context is full
+    with pytest.raises(ollama.ResponseError, match="num_predict 0"):
+        client.generate(model="x", prompt="hi", options={"num_predict": 0})
+    url = server[0]
+    nulls = {"model": "x", "prompt": "Once upon a time", "stream": None, "raw": None, "truncate": None,
+             "logprobs": None, "options": GREEDY}
+    answered = httpx.post(url + "/api/generate", json=nulls, timeout=60)
+    assert answered.status_code == 200 and json.loads(answered.text.splitlines()[-1])["done"]  # streamed
+    messages = [{"role": "Developer", "content": "Be brief."}, {"role": "USER", "content": "Hi"},
+                {"role": "assistant", "content": None, "tool_calls": None}, {"role": "user", "content": "Go on"}]
+    chat = httpx.post(url + "/api/chat", json={"model": "x", "messages": messages, "stream": False, "think": "max",
+                                               "options": GREEDY}, timeout=60)
+    assert chat.status_code == 400 and "does not support thinking" in chat.json()["error"]  # read, then refused
+    chat = httpx.post(url + "/api/chat", json={"model": "x", "messages": messages, "stream": False,
+                                               "options": GREEDY}, timeout=60)
+    assert chat.status_code == 200 and chat.json()["message"]["role"] == "assistant"
 
 
 def test_model_info_is_json_whatever_the_header_holds():

@@ -27,7 +27,7 @@ class OllamaEmbedRequest(BaseModel):
     model: str
     input: str | list[str] = Field(default_factory=list)
     truncate: bool = True
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: int | None = None  # used only between 0 and the vector's size, as Ollama does
 
 
 class OllamaEmbeddingsRequest(BaseModel):  # the older route: one prompt, a vector as the model gives it
@@ -50,8 +50,10 @@ class OpenAIEmbeddingsRequest(BaseModel):
 async def embed(body: OllamaEmbedRequest, http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
     texts = [body.input] if isinstance(body.input, str) else body.input
+    if not any(texts):  # Ollama's way to load an embedding model: nothing to embed
+        return {"model": body.model, "embeddings": []}
     started = time.perf_counter()
-    vectors, n_tokens = await _embed_all(state, texts, body.truncate, body.dimensions)
+    vectors, n_tokens = await _embed_all(state, texts, body.truncate, body.dimensions, fit_dimensions=True)
     return {"model": body.model, "embeddings": [v.tolist() for v in vectors],
             "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": 0,
             "prompt_eval_count": n_tokens}
@@ -80,9 +82,10 @@ async def openai_embeddings(body: OpenAIEmbeddingsRequest, http_request: HTTPReq
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
 
-async def _embed_all(state: ServerState, inputs: list, truncate: bool,
-                     dimensions: int | None) -> tuple[list[np.ndarray], int]:
-    """Each input (text, or token ids) embedded and normalized, cut to `dimensions` first if asked."""
+async def _embed_all(state: ServerState, inputs: list, truncate: bool, dimensions: int | None, *,
+                     fit_dimensions: bool = False) -> tuple[list[np.ndarray], int]:
+    """Each input (text, or token ids) embedded and normalized, cut to `dimensions` first if asked
+    (`fit_dimensions`: Ollama's way, a size that is not less than the vector's leaves it whole)."""
     if not inputs:
         raise ApiError(400, "input is empty: give a text or a list of texts", "input")
     if any(isinstance(text, str) and not text for text in inputs):
@@ -90,6 +93,8 @@ async def _embed_all(state: ServerState, inputs: list, truncate: bool,
     vectors, total = [], 0
     for item in inputs:
         vector, n = await _call(state, lambda item=item: state.engine.embed(item, truncate=truncate))
+        if fit_dimensions and dimensions is not None and not 0 < dimensions < vector.size:
+            dimensions = None
         if dimensions is not None:
             if dimensions > vector.size:
                 raise ApiError(400, f"dimensions {dimensions} is more than the model's {vector.size}", "dimensions")

@@ -5,6 +5,7 @@ clients and front-ends parse the answers. (/api/tags, /api/show, /api/ps and the
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any, Literal, get_args
@@ -12,7 +13,7 @@ from typing import Any, Literal, get_args
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
@@ -38,18 +39,35 @@ class Options(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    temperature: float | None = Field(None, ge=0)
-    top_k: int | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    min_p: float | None = Field(None, ge=0, le=1)
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
     seed: int | None = None
-    num_predict: int | None = None  # -1: until the context is full; -2: fill the context
-    num_ctx: int | None = Field(None, ge=1)
+    num_predict: int | None = None  # below 0: until the context is full (-2: fill it)
+    num_ctx: int | None = None
     stop: list[str] | None = None
-    repeat_penalty: float | None = Field(None, gt=0)
-    repeat_last_n: int | None = Field(None, ge=-1)
+    repeat_penalty: float | None = None
+    repeat_last_n: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+
+    def as_llama_cpp_reads(self) -> Options:
+        """Ollama checks the options' types, not their ranges, and llama.cpp makes sense of any value:
+        a temperature below 0 is greedy, top_k below 1 and top_p above 1 are off, top_p at or below 0
+        and min_p above 1 keep the best token only; a context or repeat penalty of 0 or less is the
+        default, a repeat window below -1 the context (-1)."""
+        def positive(value):
+            return value if value is None or value > 0 else None
+
+        return self.model_copy(update={
+            "temperature": None if self.temperature is None else max(self.temperature, 0.0),
+            "top_k": None if self.top_k is None else max(self.top_k, 0),
+            "top_p": None if self.top_p is None else min(max(self.top_p, 1e-9), 1.0),
+            "min_p": None if self.min_p is None else min(max(self.min_p, 0.0), 1.0),
+            "num_ctx": positive(self.num_ctx), "repeat_penalty": positive(self.repeat_penalty),
+            "repeat_last_n": None if self.repeat_last_n is None else max(self.repeat_last_n, -1),
+        })
 
     @classmethod
     def from_map(cls, given: dict[str, Any] | None) -> Options:
@@ -94,11 +112,27 @@ class ToolCallIn(BaseModel):
     function: FunctionCall
 
 
+def _without_nulls(data: Any) -> Any:
+    """A JSON null leaves a field's default, as Go's decoder leaves Ollama's (stream, raw, content...)."""
+    return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="ignore")  # thinking
 
     role: Literal[ROLES]
     content: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_ollama_reads(cls, data: Any) -> Any:
+        """Ollama lowercases the role; developer is OpenAI's newer name for system."""
+        data = _without_nulls(data)
+        if isinstance(data, dict) and isinstance(data.get("role"), str):
+            role = data["role"].lower()
+            data = data | {"role": "system" if role == "developer" else role}
+        return data
+
     images: list[str] | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_name: str | None = None  # a tool's answer: which tool answered
@@ -118,7 +152,9 @@ class InferenceRequest(BaseModel):
     format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    think: bool | Literal["low", "medium", "high"] | None = None  # levels (gpt-oss) think as true does
+    think: bool | Literal["low", "medium", "high", "max"] | None = None  # levels (gpt-oss) think as true does
+
+    _without_nulls = model_validator(mode="before")(classmethod(lambda cls, data: _without_nulls(data)))
 
     @property
     def thinks(self) -> bool | None:
@@ -177,8 +213,9 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
         message = {"role": "assistant", "content": text} | ({"thinking": thought} if thought else {})
-        if calls:
-            message["tool_calls"] = [{"function": {"index": i, "name": c.name, "arguments": c.arguments}}
+        if calls:  # ids as Ollama gives them, for clients that answer a call by its id
+            message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:8]}",
+                                      "function": {"index": i, "name": c.name, "arguments": c.arguments}}
                                      for i, c in enumerate(calls)]
         return {"message": message}
 
@@ -251,10 +288,11 @@ async def unsupported(action: str):
 
 
 def _options(given: dict[str, Any] | None) -> dict[str, Any]:
-    options = Options.from_map(given)
+    options = Options.from_map(given).as_llama_cpp_reads()
     predict = options.num_predict
-    if predict is not None and (predict == 0 or predict < -2):
-        raise ApiError(400, f"num_predict must be positive, or -1 (until the context is full), got {predict}")
+    if predict == 0:
+        raise ApiError(400, "num_predict 0 asks for no tokens: give a positive number, or -1 (until the context "
+                            "is full)")
     return {
         "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p, "min_p": options.min_p,
         "seed": options.seed, "stop": options.stop or [], "n_ctx": options.num_ctx,
