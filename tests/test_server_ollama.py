@@ -291,3 +291,12 @@ def test_model_info_is_json_whatever_the_header_holds():
                          "a.long": tuple(range(6)), "a.skipped": SkippedArray(8, 100_000), "a.text": "x"})
     assert shown == {"a.inf": None, "a.nan": None, "a.short": [1.0, None], "a.long": [], "a.skipped": [], "a.text": "x"}
     json.dumps(shown, allow_nan=False)
+
+
+def test_an_embedding_model_is_embedding_alone_as_ollama_says():
+    from types import SimpleNamespace
+
+    from ollama_spec.server.ollama_models import _capabilities
+
+    info = SimpleNamespace(architecture="bert", metadata={"bert.pooling_type": 1}, chat_template=None)
+    assert _capabilities(None, info) == ["embedding"]

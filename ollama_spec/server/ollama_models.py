@@ -62,6 +62,18 @@ async def ps(http_request: HTTPRequest) -> dict:
                                 "expires_at": "2099-01-01T00:00:00Z", "context_length": engine.target.n_ctx}]}
 
 
+def _capabilities(state: ServerState, info) -> list[str]:
+    """What Ollama's clients check before they offer tools or thinking, or embed. As Ollama says it: an
+    embedding model (pooling_type in its header) is "embedding" alone, any other "completion" (and
+    never "embedding", which sends `ollama run` into embedding mode; /api/embed works anyway). Tools
+    work with any chat template here: one without a place for them gets them in the system message."""
+    if f"{info.architecture}.pooling_type" in info.metadata:
+        return ["embedding"]
+    return ["completion", *(["tools"] if info.chat_template else []),
+            *(["thinking"] if template_thinks(info.chat_template) else []),
+            *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else [])]
+
+
 def _model_info(metadata: dict[str, Any]) -> dict[str, Any]:
     """The GGUF header's keys as Ollama's /api/show gives them: without the name and the chat template
     (said elsewhere), an array of more than 5 items as [] (Ollama's own answer unless verbose), and a
@@ -113,10 +125,7 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
             f"{info.architecture}.context_length": info.context_length,
             f"{info.architecture}.block_count": info.block_count,
             f"{info.architecture}.embedding_length": info.embedding_length},
-        # what Ollama's clients check before they offer tools or embed
-        "capabilities": ["completion", *(["tools"] if info.chat_template else []),
-                         *(["thinking"] if template_thinks(info.chat_template) else []),
-                         *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []), "embedding"],
+        "capabilities": _capabilities(state, info),
         "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape)} for t in info.tensors],
         "modified_at": _mtime(model),
         "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
