@@ -30,6 +30,7 @@ class ResolvedModel:
     stored_draft: Path | None = None  # the blob of Ollama's draft layer: the draft the manifest names
     # Ollama's adapter layers: GGUF LoRA adapters, applied over the weights in order as Ollama does
     adapters: tuple[ModelInfo, ...] = ()
+    license: str | None = None  # Ollama's license layers, joined (what /api/show says)
 
     @property
     def adapter_paths(self) -> tuple[Path, ...]:
@@ -88,7 +89,21 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
         go_template=stored.layer("template") is not None or stored.layer("prompt") is not None,
         stored_draft=blob_path(stored.root, draft.digest) if draft is not None else None,
         adapters=adapters,
+        license=_licenses(stored),
     )
+
+
+def _licenses(stored) -> str | None:
+    """The license layers' texts, joined as Ollama joins them; a license that cannot be read is
+    left out rather than keeping the model from running (it is only ever shown)."""
+    texts = []
+    for layer in stored.layers:
+        if layer.kind == "license":
+            try:
+                texts.append(stored.layer_text(layer))
+            except OllamaSpecError:
+                continue
+    return "\n".join(texts) or None
 
 
 def lora_adapter(path: Path, base: ModelInfo, owner: str) -> ModelInfo:

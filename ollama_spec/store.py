@@ -149,8 +149,11 @@ class StoredModel:
     def text_layer(self, kind: str) -> str | None:
         """Contents of a small text layer (template, system, license), or None."""
         layer = self.layer(kind)
-        if layer is None:
-            return None
+        return None if layer is None else self.layer_text(layer)
+
+    def layer_text(self, layer: Layer) -> str:
+        """Contents of one small text layer (of several license layers, say)."""
+        kind = layer.kind
         if layer.size > MAX_TEXT_LAYER_BYTES:
             raise InvalidManifest(f"{self.name}: its {shown(kind)} layer is {format_bytes(layer.size)}, "
                                   f"far more than a {kind} holds")
