@@ -101,6 +101,8 @@ def test_tags_show_version_and_probe(client, server):
     models = client.list().models
     assert [m.model for m in models] == ["tiny-target:latest"]
     assert models[0].details.family == "llama" and models[0].details.format == "gguf" and models[0].size > 0
+    listed = httpx.get(server[0] + "/api/tags").json()["models"][0]
+    assert listed["capabilities"] == ["completion", "tools"] and listed["details"]["context_length"] == 8192
     shown = client.show("tiny-target")
     assert shown.details.parameter_size == "213.6K" and "start_header_id" in shown.template
     assert shown.modelinfo["general.architecture"] == "llama"

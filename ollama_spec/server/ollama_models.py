@@ -45,7 +45,9 @@ async def version() -> dict:
 @router.api_route("/api/tags", methods=["GET", "HEAD"])
 async def tags(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
-    return {"models": [_model_entry(state.engine.target_model, name) for name in state.model_names]}
+    capabilities = _capabilities(state, state.engine.target_model.info)
+    return {"models": [_model_entry(state.engine.target_model, name) | {"capabilities": capabilities}
+                       for name in state.model_names]}
 
 
 @router.api_route("/api/ps", methods=["GET", "HEAD"])
@@ -161,7 +163,9 @@ def _model_entry(model: ResolvedModel, name: str) -> dict:
 def _details(model: ResolvedModel) -> dict:
     info = model.info
     return {"parent_model": "", "format": "gguf", "family": info.architecture, "families": [info.architecture],
-            "parameter_size": info.parameter_label, "quantization_level": info.file_type}
+            "parameter_size": info.parameter_label, "quantization_level": info.file_type,
+            **({"context_length": info.context_length} if info.context_length else {}),
+            **({"embedding_length": info.embedding_length} if info.embedding_length else {})}
 
 
 def _param_text(value: Any) -> str:
