@@ -5,6 +5,7 @@ clients and front-ends parse the answers. (/api/tags, /api/show, /api/ps and the
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
@@ -13,7 +14,7 @@ from typing import Any, Literal, get_args
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..chat import ROLES, ChatMessage
 from ..engine import Result
@@ -29,6 +30,8 @@ from .worker import Failed, Job, Piece
 router = APIRouter()
 
 MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes that change its store
+# Go's time.ParseDuration syntax: "0", or numbers each with a unit ("1h30m", "-1s", "2.5m").
+GO_DURATION = re.compile(r"[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)")
 # A cancelled generation never reaches a client as finished: it ends with an error (see worker.py).
 DONE_REASONS = {"stop": "stop", "length": "length", "context": "length"}
 
@@ -155,6 +158,16 @@ class InferenceRequest(BaseModel):
     think: bool | Literal["low", "medium", "high", "max"] | None = None  # levels (gpt-oss) think as true does
 
     _without_nulls = model_validator(mode="before")(classmethod(lambda cls, data: _without_nulls(data)))
+
+    @field_validator("keep_alive", mode="before")
+    @classmethod
+    def _a_duration(cls, value: Any) -> Any:
+        """Seconds, or a Go duration ("5m", "1h30m", "-1s"), as Ollama's api.Duration reads it."""
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"unsupported type {type(value).__name__}: give seconds or a duration such as \"5m\"")
+        if isinstance(value, str) and not GO_DURATION.fullmatch(value.strip()):
+            raise ValueError(f'time: invalid duration "{value}"')  # Go's words
+        return value
 
     @property
     def thinks(self) -> bool | None:
