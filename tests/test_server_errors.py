@@ -106,6 +106,7 @@ OLLAMA_CASES = [
     ("an option of the wrong type", "/api/chat", chat(options={"top_p": "high"}), 400,
      'option "top_p" must be of type float32'),
     ("options not an object", "/api/chat", chat(options=[1]), 400, "options"),
+    ("show without a model", "/api/show", {}, 400, "model is required"),
     ("keep_alive not a duration", "/api/generate", {"model": "m", "prompt": "hi", "keep_alive": "bogus"}, 400,
      'time: invalid duration "bogus"'),
     ("keep_alive a bool", "/api/chat", chat(keep_alive=True), 400, "unsupported type bool"),

@@ -18,7 +18,7 @@ from .. import __version__
 from ..resolve import ResolvedModel
 from ..runtime import LoadedModel, gpu_offload_supported
 from ..thinking import template_thinks
-from .common import ServerState
+from .common import ApiError, ServerState
 
 router = APIRouter()
 
@@ -112,6 +112,8 @@ def _on_gpu(model: ResolvedModel, loaded: LoadedModel, remote: bool) -> int:
 @router.api_route("/api/show", methods=["GET", "POST"])
 async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> dict:
     state: ServerState = http_request.app.state.server
+    if body is not None and not (body.model or body.name):
+        raise ApiError(400, "model is required", "model")  # Ollama's words; a GET without a body shows the pair
     model = state.engine.target_model
     info = model.info
     pairs = [(key, value) for key, values in model.params.items()
