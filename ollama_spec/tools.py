@@ -25,7 +25,7 @@ OPENING = "<tool_call>"
 @dataclass(frozen=True)
 class ToolCall:
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, Any] | str  # from a client's history, the text of a call that was not JSON
     id: str | None = None  # the client's id for it (OpenAI's), which its answer refers to
     # A call cut short by the answer's length: its arguments as far as they were written (not JSON)
     cut_arguments: str | None = None

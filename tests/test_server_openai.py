@@ -1,5 +1,6 @@
 """The OpenAI-compatible API, driven by the official `openai` client against the real server."""
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -194,3 +195,16 @@ def test_penalties_and_logit_bias_apply(client, server):
         with pytest.raises(openai.BadRequestError, match=message) as caught:
             completion(logit_bias=bias)
         assert caught.value.body["param"] == "logit_bias"
+
+
+def test_nulls_in_optional_fields_are_the_defaults(server):
+    """Clients that send every unset field as null (LiteLLM, generated SDKs): OpenAI reads them as unset."""
+    url = server[0]
+    chat = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0,
+            "n": None, "stream": None, "logprobs": None, "stop": None, "tools": None, "ignore_eos": None}
+    answer = httpx.post(url + "/v1/chat/completions", json=chat, timeout=60)
+    assert answer.status_code == 200 and len(answer.json()["choices"]) == 1
+    completion = {"model": "m", "prompt": "Once", "max_tokens": 4, "echo": None, "n": None, "stream": None}
+    assert httpx.post(url + "/v1/completions", json=completion, timeout=60).status_code == 200
+    response = {"model": "m", "input": "Hi", "max_output_tokens": 4, "stream": None, "instructions": None}
+    assert httpx.post(url + "/v1/responses", json=response, timeout=60).json()["object"] == "response"

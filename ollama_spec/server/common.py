@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 from dataclasses import dataclass, field, replace
 
+from pydantic import BaseModel, model_validator
 from starlette.requests import Request as HTTPRequest
 
 from ..chat import ChatMessage
@@ -51,6 +52,17 @@ class ServerSettings:
             raise InvalidSetting(f"--max-queue must be >= 0, got {self.max_queue}")
         if not 0 <= self.port <= 65535:
             raise InvalidSetting(f"--port must be in 0..65535, got {self.port}")
+
+
+
+class NullsAsDefaults(BaseModel):
+    """A request whose JSON nulls leave the fields' defaults, as Go's decoder leaves Ollama's and as
+    OpenAI's optional fields read them (clients such as LiteLLM send every unset field as null)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_nulls(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class ApiError(Exception):

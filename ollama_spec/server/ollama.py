@@ -23,7 +23,7 @@ from ..penalties import OPTIONS as PENALTY_OPTIONS
 from ..tools import ToolCall
 from . import go_template
 from .answer import AnswerParts
-from .common import ApiError, ServerState, failure, json_grammar, run_to_end
+from .common import ApiError, NullsAsDefaults, ServerState, failure, json_grammar, run_to_end
 from .ollama_models import iso
 from .worker import Failed, Job, Piece
 
@@ -115,12 +115,7 @@ class ToolCallIn(BaseModel):
     function: FunctionCall
 
 
-def _without_nulls(data: Any) -> Any:
-    """A JSON null leaves a field's default, as Go's decoder leaves Ollama's (stream, raw, content...)."""
-    return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
-
-
-class Message(BaseModel):
+class Message(NullsAsDefaults):
     model_config = ConfigDict(extra="ignore")  # thinking
 
     role: Literal[ROLES]
@@ -130,7 +125,6 @@ class Message(BaseModel):
     @classmethod
     def _as_ollama_reads(cls, data: Any) -> Any:
         """Ollama lowercases the role; developer is OpenAI's newer name for system."""
-        data = _without_nulls(data)
         if isinstance(data, dict) and isinstance(data.get("role"), str):
             role = data["role"].lower()
             data = data | {"role": "system" if role == "developer" else role}
@@ -145,7 +139,7 @@ class Message(BaseModel):
         return ChatMessage(self.role, self.content, calls, tool_name=self.tool_name)
 
 
-class InferenceRequest(BaseModel):
+class InferenceRequest(NullsAsDefaults):
     model_config = ConfigDict(extra="ignore")
 
     model: str
@@ -156,8 +150,6 @@ class InferenceRequest(BaseModel):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     think: bool | Literal["low", "medium", "high", "max"] | None = None  # levels (gpt-oss) think as true does
-
-    _without_nulls = model_validator(mode="before")(classmethod(lambda cls, data: _without_nulls(data)))
 
     @field_validator("keep_alive", mode="before")
     @classmethod

@@ -19,7 +19,8 @@ from ..chat import ChatMessage
 from ..engine import Request, Result
 from ..tools import ToolCall
 from .answer import AnswerParts
-from .common import ApiError, ServerState, failure, json_grammar, offer_tools, openai_error, run_to_end
+from .common import (ApiError, NullsAsDefaults, ServerState, failure, json_grammar, offer_tools, openai_error,
+                     run_to_end)
 from .worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
@@ -84,16 +85,18 @@ def text_only(messages: list[Message]) -> None:
                                f"messages.[{i}].content.[{j}]")
 
 
-def tool_arguments(arguments: str | dict) -> dict:
+def tool_arguments(arguments: str | dict) -> dict | str:
+    """A call's arguments from the history: a JSON object as the object (what chat templates read);
+    anything else as the text the model wrote (a call cut short, or not JSON at all), which the
+    client sends back with its answer that the call was invalid. Templates take such text as
+    transformers passes it, a string."""
     if isinstance(arguments, dict):
         return arguments
     try:
         value = json.loads(arguments or "{}")
     except json.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise ApiError(400, f"a tool call's arguments must be a JSON object, got {arguments[:80]!r}", "messages")
-    return value
+        return arguments
+    return value if isinstance(value, dict) else arguments
 
 
 class JsonSchema(BaseModel):
@@ -111,7 +114,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class CommonParams(BaseModel):
+class CommonParams(NullsAsDefaults):
     """Fields both completion routes take; unknown fields are ignored, as other servers do."""
 
     model_config = ConfigDict(extra="ignore")

@@ -24,7 +24,7 @@ from ..chat import ChatMessage
 from ..engine import Result
 from ..tools import ToolCall
 from .answer import AnswerParts
-from .common import ApiError, ServerState, json_grammar, offer_tools, openai_error, run_to_end
+from .common import ApiError, NullsAsDefaults, ServerState, json_grammar, offer_tools, openai_error, run_to_end
 from .openai import job_events, tool_arguments
 from .worker import Piece
 
@@ -75,7 +75,7 @@ class TextConfig(BaseModel):
     format: TextFormat | None = None
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(NullsAsDefaults):
     model_config = ConfigDict(extra="ignore")  # store, metadata, reasoning, user, ...
 
     model: str
