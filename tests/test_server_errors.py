@@ -31,6 +31,8 @@ OPENAI_CASES = [
     ("temperature not a number", "/v1/chat/completions", chat(temperature="hot"), 400, "temperature"),
     ("temperature out of range", "/v1/chat/completions", chat(temperature=-1), 400, "temperature"),
     ("missing model", "/v1/chat/completions", {"messages": USER}, 400, "model: Field required"),
+    ("legacy functions", "/v1/chat/completions", chat(functions=[{"name": "f", "parameters": {}}]), 400,
+     "functions and function_call are OpenAI's deprecated names"),
     ("max_tokens zero", "/v1/chat/completions", chat(max_tokens=0), 400, "max_tokens must be at least 1, got 0"),
     ("max_tokens negative", "/v1/chat/completions", chat(max_tokens=-5), 400, "max_tokens must be at least 1"),
     ("max_tokens beyond the context", "/v1/chat/completions", chat(max_tokens=5000), 400,

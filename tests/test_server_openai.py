@@ -3,7 +3,7 @@
 import httpx
 import openai
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from ollama_spec.engine import Engine
 from tests.conftest import engine_settings
@@ -208,3 +208,16 @@ def test_nulls_in_optional_fields_are_the_defaults(server):
     assert httpx.post(url + "/v1/completions", json=completion, timeout=60).status_code == 200
     response = {"model": "m", "input": "Hi", "max_output_tokens": 4, "stream": None, "instructions": None}
     assert httpx.post(url + "/v1/responses", json=response, timeout=60).json()["object"] == "response"
+
+
+def test_completions_take_prompts_as_token_ids(client, server):
+    """This model's own ids, as vLLM reads them: one prompt, or several."""
+    target = server[1].engine.target
+    ids = target.tokenize("Once upon a time", add_bos=target.add_bos, special=False)
+    as_text = client.completions.create(model="m", prompt="Once upon a time", max_tokens=6, temperature=0)
+    as_ids = client.completions.create(model="m", prompt=ids, max_tokens=6, temperature=0)
+    assert as_ids.choices[0].text == as_text.choices[0].text
+    batch = client.completions.create(model="m", prompt=[ids, ids[:3]], max_tokens=2, temperature=0)
+    assert len(batch.choices) == 2 and batch.usage.prompt_tokens == len(ids) + 3
+    with pytest.raises(BadRequestError, match="token ids must be in"):
+        client.completions.create(model="m", prompt=[10**9], max_tokens=2)

@@ -78,3 +78,14 @@ def test_stream_helper_and_parse_with_a_text_format(client):
 def test_what_is_refused(client, fields, message):
     with pytest.raises(BadRequestError, match=message):
         client.responses.create(**({"model": "m", "input": "Hi"} | fields))
+
+
+def test_an_earlier_output_goes_back_in_as_input(client):
+    """OpenAI's multi-turn pattern, input += response.output: a thinking model's reasoning items are
+    taken (and left out, as templates leave earlier thinking out), a function's output may be parts."""
+    turn = [{"role": "user", "content": "What is the weather in Paris?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "22 C"}]}]
+    answer = client.responses.create(model="m", input=turn, max_output_tokens=4, temperature=0)
+    assert answer.status in ("completed", "incomplete")

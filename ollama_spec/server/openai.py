@@ -13,7 +13,7 @@ from typing import Literal
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..chat import ChatMessage
 from ..engine import Request, Result
@@ -182,6 +182,18 @@ class ChatCompletionRequest(CommonParams):
     tools: list[dict] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
     reasoning_effort: str | None = None  # a thinking model: "none" answers at once; any other level thinks
+    # OpenAI's deprecated names for tools and tool_choice: refused by name, never ignored (the model
+    # would answer without the functions and the client would wait for a function_call)
+    functions: list | None = None
+    function_call: str | dict | None = None
+
+    @model_validator(mode="after")
+    def _no_legacy_functions(self) -> ChatCompletionRequest:
+        if self.functions is not None or self.function_call is not None:
+            raise ApiError(400, "functions and function_call are OpenAI's deprecated names: send the functions as "
+                                'tools=[{"type": "function", "function": {...}}] and choose with tool_choice',
+                           "functions")
+        return self
 
     def think(self) -> bool | None:
         return None if self.reasoning_effort is None else self.reasoning_effort != "none"
@@ -198,7 +210,7 @@ class ChatCompletionRequest(CommonParams):
 
 
 class CompletionRequest(CommonParams):
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]  # texts, or token ids (this model's own, as vLLM reads them)
     logprobs: int | None = Field(None, ge=0, le=5)  # the older API: this many alternatives per token
     suffix: str | None = None  # fill in the middle (code completion): the text after the gap
     echo: bool = False  # the prompt, then its completion
@@ -269,15 +281,27 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
 @router.post("/completions")
 async def completions(body: CompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-    if not prompts:
-        raise ApiError(400, "prompt is empty: give a text or a list of texts", "prompt")
+    given = body.prompt
+    if isinstance(given, list) and given and all(isinstance(t, int) for t in given):
+        given = [given]  # one prompt as token ids
+    prompts = [given] if isinstance(given, str) else list(given)
+    if not prompts or any(not prompt for prompt in prompts if not isinstance(prompt, str)):
+        raise ApiError(400, "prompt is empty: give a text, a list of texts, or token ids", "prompt")
     if len(prompts) * body.n > MAX_CHOICES:
         raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
     body.check()
-    requests = [state.build_request(prompt=prompt, raw=True, max_tokens=body.max_tokens, logprobs=body.logprobs,
-                                    suffix=body.suffix or None, default_max_tokens=COMPLETIONS_MAX_TOKENS,
-                                    **body.sampling()) for prompt in prompts]
+    n_vocab = state.engine.target.n_vocab
+    if any(not 0 <= t < n_vocab for prompt in prompts if not isinstance(prompt, str) for t in prompt):
+        raise ApiError(400, f"token ids must be in 0..{n_vocab - 1} (this model's own vocabulary)", "prompt")
+    if body.suffix and any(not isinstance(prompt, str) for prompt in prompts):
+        raise ApiError(400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens",
+                       "suffix")
+    requests = [state.build_request(prompt=prompt if isinstance(prompt, str) else "",
+                                    tokens=() if isinstance(prompt, str) else prompt, raw=True,
+                                    max_tokens=body.max_tokens, logprobs=body.logprobs, suffix=body.suffix or None,
+                                    default_max_tokens=COMPLETIONS_MAX_TOKENS, **body.sampling())
+                for prompt in prompts]
+    prompts = [p if isinstance(p, str) else state.engine.target.detokenize(p, special=True) for p in prompts]  # echo
     meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
             "object": "text_completion"}
     def scores():  # one choice's logprobs: its text offsets are counted across its chunks

@@ -48,7 +48,14 @@ class InputItem(BaseModel):
     call_id: str | None = None
     name: str | None = None
     arguments: str | None = None
-    output: str | None = None
+    output: str | list[InputPart] | None = None  # a function's output: text, or text parts
+
+    @property
+    def output_text(self) -> str:
+        parts = self.output if isinstance(self.output, list) else []
+        if any(p.type not in ("input_text", "output_text", "text") for p in parts):
+            raise ApiError(400, "a function_call_output can give text only here: the loaded models read text", "input")
+        return self.output if isinstance(self.output, str) else "".join(p.text or "" for p in parts)
 
     def to_chat(self) -> ChatMessage:
         if self.type != "message" or self.role is None:
@@ -107,7 +114,9 @@ class ResponsesRequest(NullsAsDefaults):
                     else:
                         items.append(ChatMessage("assistant", "", (call,)))
                 elif item.type == "function_call_output":
-                    items.append(ChatMessage("tool", item.output or "", tool_call_id=item.call_id))
+                    items.append(ChatMessage("tool", item.output_text, tool_call_id=item.call_id))
+                elif item.type == "reasoning":
+                    continue  # a thinking model's earlier thinking, which its template leaves out of the history
                 else:
                     items.append(item.to_chat())
         if not items:
