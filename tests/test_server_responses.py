@@ -89,3 +89,21 @@ def test_an_earlier_output_goes_back_in_as_input(client):
             {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "22 C"}]}]
     answer = client.responses.create(model="m", input=turn, max_output_tokens=4, temperature=0)
     assert answer.status in ("completed", "incomplete")
+
+
+def test_a_forced_call_cut_by_max_output_tokens_is_an_incomplete_function_call(client):
+    """Not its JSON as output text: a function_call item, "incomplete", its arguments as far as written."""
+    tool = {"type": "function", "name": "add", "parameters": {
+        "type": "object", "required": ["a", "b"], "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}
+    for max_output_tokens in range(4, 40):
+        answer = client.responses.create(model="m", input="2 + 3?", tools=[tool], tool_choice="required",
+                                         max_output_tokens=max_output_tokens, temperature=0)
+        calls = [item for item in answer.output if item.type == "function_call"]
+        if calls and calls[0].arguments:
+            break
+    assert answer.status == "incomplete" and answer.output_text == ""
+    assert calls[0].name == "add" and calls[0].status == "incomplete" and calls[0].arguments.startswith("{")
+    events = list(client.responses.create(model="m", input="2 + 3?", tools=[tool], tool_choice="required",
+                                          max_output_tokens=max_output_tokens, temperature=0, stream=True))
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert [e.arguments for e in done] == [calls[0].arguments] and events[-1].type == "response.incomplete"

@@ -156,18 +156,23 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     if body.stream:
         return _event_stream(_events(state, body, ids, job, opening, state.answer_parts(request)))
     result = await run_to_end(job, http_request)
-    thought, text, calls = state.answer_parts(request).whole(result.text)
+    thought, text, calls = state.answer_parts(request).whole(result.text, cut=result.finish_reason == "length")
     return _response(state, body, ids, _status(result, calls), result, text, thought, _function_calls(calls),
                      with_message=bool(text or not calls))
 
 
 def _status(result: Result, calls: list[ToolCall]) -> str:
-    return "completed" if calls or result.finish_reason == "stop" else "incomplete"
+    whole = calls and all(call.cut_arguments is None for call in calls)
+    return "completed" if whole or result.finish_reason == "stop" else "incomplete"
 
 
 def _function_calls(calls: list[ToolCall]) -> list[dict]:
+    """Each call as a function_call item; one cut short by max_output_tokens is "incomplete", its
+    arguments as far as they were written (as the chat route gives them)."""
     return [{"id": f"fc_{uuid.uuid4().hex}", "type": "function_call", "call_id": f"call_{uuid.uuid4().hex[:24]}",
-             "name": call.name, "arguments": json.dumps(call.arguments), "status": "completed"} for call in calls]
+             "name": call.name,
+             "arguments": json.dumps(call.arguments) if call.cut_arguments is None else call.cut_arguments,
+             "status": "completed" if call.cut_arguments is None else "incomplete"} for call in calls]
 
 
 def _message(ids: dict, text: str, status: str) -> dict:
@@ -220,7 +225,7 @@ async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job, op
         if isinstance(event, Piece):
             more, text = parts.push(event.text)
         else:
-            more, text, calls = parts.finish()
+            more, text, calls = parts.finish(cut=event.result.finish_reason == "length")
         thought += more
         if not opened and (text or (not isinstance(event, Piece) and not calls)):
             opened = True
