@@ -93,7 +93,9 @@ def parse_tool_calls(text: str, names: list[str]) -> tuple[str, list[ToolCall]]:
     return rest, calls
 
 
-_CUT_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?)?)?', re.DOTALL)
+_ARGUMENTS_BEGUN = '"' + "".join(f"(?:{c}" for c in "arguments") + ")?" * len("arguments")  # "a, "ar, ... "arguments
+_CUT_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?|'
+                       + _ARGUMENTS_BEGUN + ")?)?", re.DOTALL)
 
 
 _CUT_NAME = re.compile(r'\s*\{\s*(?:"(?:n(?:a(?:m(?:e(?:"\s*(?::\s*(?:"([^"\\]*))?)?)?)?)?)?)?)?')

@@ -108,6 +108,8 @@ def test_a_call_cut_short_keeps_its_name_and_the_arguments_written():
 
     assert cut_tool_call('{"name": "add", "arguments": {"a": 1, "b', ["add"]).cut_arguments == '{"a": 1, "b'
     assert cut_tool_call('{"name":"add","arguments"', ["add"]).cut_arguments == ""
+    assert cut_tool_call('{"name" : "add","ar', ["add"]).cut_arguments == ""  # cut inside the key itself
+    assert cut_tool_call('{"name": "add", "x', ["add"]) is None  # another key: not a call's JSON
     assert cut_tool_call('{"name": "ad', ["add", "get_weather"]).name == "add"  # the one tool it can still be
     assert cut_tool_call('{"name": "ad', ["add", "adder"]) is None  # two: nothing to say which
     assert cut_tool_call("{", ["add"]).name == "add" and cut_tool_call("{", ["add", "get_weather"]) is None
