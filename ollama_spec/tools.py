@@ -93,12 +93,16 @@ def parse_tool_calls(text: str, names: list[str]) -> tuple[str, list[ToolCall]]:
     return rest, calls
 
 
-_ARGUMENTS_BEGUN = '"' + "".join(f"(?:{c}" for c in "arguments") + ")?" * len("arguments")  # "a, "ar, ... "arguments
-_CUT_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?|'
-                       + _ARGUMENTS_BEGUN + ")?)?", re.DOTALL)
+def _begun(word: str, then: str = "") -> str:
+    """A regex for any start of `word` ("", "n", "na", ...), and for the whole word followed by `then`."""
+    return "".join(f"(?:{re.escape(c)}" for c in word) + then + ")?" * len(word)
 
 
-_CUT_NAME = re.compile(r'\s*\{\s*(?:"(?:n(?:a(?:m(?:e(?:"\s*(?::\s*(?:"([^"\\]*))?)?)?)?)?)?)?)?')
+_CUT_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?|"'
+                       + _begun("arguments") + ")?)?", re.DOTALL)
+
+
+_CUT_NAME = re.compile(r'\s*\{\s*(?:"' + _begun('name"', r'\s*(?::\s*(?:"([^"\\]*))?)?') + ")?")
 
 
 def cut_tool_call(text: str, names: list[str]) -> ToolCall | None:

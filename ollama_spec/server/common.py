@@ -54,7 +54,6 @@ class ServerSettings:
             raise InvalidSetting(f"--port must be in 0..65535, got {self.port}")
 
 
-
 class NullsAsDefaults(BaseModel):
     """A request whose JSON nulls leave the fields' defaults, as Go's decoder leaves Ollama's and as
     OpenAI's optional fields read them (clients such as LiteLLM send every unset field as null)."""

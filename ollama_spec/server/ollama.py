@@ -120,6 +120,9 @@ class Message(NullsAsDefaults):
 
     role: Literal[ROLES]
     content: str = ""
+    images: list[str] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_name: str | None = None  # a tool's answer: which tool answered
 
     @model_validator(mode="before")
     @classmethod
@@ -129,10 +132,6 @@ class Message(NullsAsDefaults):
             role = data["role"].lower()
             data = data | {"role": "system" if role == "developer" else role}
         return data
-
-    images: list[str] | None = None
-    tool_calls: list[ToolCallIn] | None = None
-    tool_name: str | None = None  # a tool's answer: which tool answered
 
     def to_chat(self) -> ChatMessage:
         calls = tuple(ToolCall(c.function.name, c.function.arguments) for c in self.tool_calls or [])

@@ -50,23 +50,23 @@ class InputItem(BaseModel):
     arguments: str | None = None
     output: str | list[InputPart] | None = None  # a function's output: text, or text parts
 
-    @property
-    def output_text(self) -> str:
-        parts = self.output if isinstance(self.output, list) else []
-        if any(p.type not in ("input_text", "output_text", "text") for p in parts):
-            raise ApiError(400, "a function_call_output can give text only here: the loaded models read text", "input")
-        return self.output if isinstance(self.output, str) else "".join(p.text or "" for p in parts)
-
     def to_chat(self) -> ChatMessage:
         if self.type != "message" or self.role is None:
             raise ApiError(400, f"input items of type '{self.type}' are not supported: send messages", "input")
-        parts = self.content if isinstance(self.content, list) else []
-        if any(p.type not in ("input_text", "output_text", "text") for p in parts):
-            kinds = sorted({p.type for p in parts} - {"input_text", "output_text", "text"})
-            raise ApiError(400, f"content of type {', '.join(kinds)} is not supported: the loaded models read "
-                                "text only", "input")
-        text = self.content if isinstance(self.content, str) else "".join(p.text or "" for p in parts)
-        return ChatMessage("system" if self.role == "developer" else self.role, text)
+        return ChatMessage("system" if self.role == "developer" else self.role, _text_of(self.content, "content"))
+
+
+TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+def _text_of(value: str | list[InputPart] | None, field: str) -> str:
+    """A message's content or a function's output: text, or text parts joined; other parts refused."""
+    parts = value if isinstance(value, list) else []
+    if any(p.type not in TEXT_PARTS for p in parts):
+        kinds = sorted({p.type for p in parts} - set(TEXT_PARTS))
+        raise ApiError(400, f"{field} of type {', '.join(kinds)} is not supported: the loaded models read text only",
+                       "input")
+    return value if isinstance(value, str) else "".join(p.text or "" for p in parts)
 
 
 class TextFormat(BaseModel):
@@ -114,7 +114,7 @@ class ResponsesRequest(NullsAsDefaults):
                     else:
                         items.append(ChatMessage("assistant", "", (call,)))
                 elif item.type == "function_call_output":
-                    items.append(ChatMessage("tool", item.output_text, tool_call_id=item.call_id))
+                    items.append(ChatMessage("tool", _text_of(item.output, "output"), tool_call_id=item.call_id))
                 elif item.type == "reasoning":
                     continue  # a thinking model's earlier thinking, which its template leaves out of the history
                 else:
