@@ -7,6 +7,9 @@ Every error is answered in the format of the API that was called: OpenAI's
 from __future__ import annotations
 
 import hmac
+import json
+import re
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
@@ -18,13 +21,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
 from . import embeddings, ollama, ollama_models, openai, responses
+from .browsers import BrowserGuard, is_loopback_bind, origin_pattern
 from .common import ApiError, ServerState, openai_error
 from .metrics import CONTENT_TYPE
 
-# Origins that may call the server from a browser without --origins, as Ollama allows them: pages on
-# this machine (any port) and desktop or editor apps.
-LOCAL_ORIGINS = (r"https?://(localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1\])(:\d+)?"
-                 r"|(app|file|tauri|vscode-webview|vscode-file)://.*")
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
 
 
@@ -48,7 +48,9 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(request: HTTPRequest, exc: ApiError) -> JSONResponse:
-        return error_response(request.url.path, exc.status, exc.message, exc.param, exc.code)
+        answer = error_response(request.url.path, exc.status, exc.message, exc.param, exc.code)
+        answer.headers.update(exc.headers)
+        return answer
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: HTTPRequest, exc: RequestValidationError) -> JSONResponse:
@@ -61,13 +63,16 @@ def create_app(state: ServerState) -> FastAPI:
             return _too_large(request.url.path, state.settings.max_body_bytes)
         return error_response(request.url.path, exc.status_code, str(exc.detail))
 
+    # innermost first: each add_middleware wraps what was added before it
+    app.add_middleware(JsonBodies)
+    app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)  # outside JsonBodies, which buffers
     if state.settings.api_key:
         app.add_middleware(BearerAuth, api_key=state.settings.api_key)
-    app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)
-    app.add_middleware(JsonBodies)
-    # outermost: a browser's preflight carries no API key and must be answered before BearerAuth
-    app.add_middleware(CORSMiddleware, allow_origin_regex=LOCAL_ORIGINS, allow_origins=list(state.settings.origins),
-                       allow_methods=["*"], allow_headers=["*"])
+    # a browser's preflight carries no API key and must be answered before BearerAuth
+    origins = origin_pattern(state.settings.origins)
+    app.add_middleware(CORSMiddleware, allow_origin_regex=origins.pattern, allow_methods=["*"], allow_headers=["*"])
+    # outermost: a foreign page or a rebinding Host is refused before anything else reads the request
+    app.add_middleware(BrowserGuard, origins=origins, check_host=is_loopback_bind(state.settings.host))
     return app
 
 
@@ -119,33 +124,89 @@ class BodyLimit:
                 raise BodyTooLarge()
             return message
 
-        await self.app(scope, counted, send)
+        try:
+            await self.app(scope, counted, send)
+        except BodyTooLarge:  # read by a middleware (JsonBodies), before any route could answer it
+            await _too_large(scope["path"], self.max_bytes)(scope, receive, send)
+
+
+# A surrogate can reach JSON text only as a \uD800-\uDFFF escape; bodies without one are not parsed here.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins a proper pair into one character
+
+
+def lone_surrogate_at(value: Any, path: tuple = ()) -> tuple | None:
+    """The path to the first text in a parsed JSON value that holds a lone surrogate (for a key: the path
+    to its object, since the key itself cannot be written back), or None."""
+    if isinstance(value, str):
+        return path if _SURROGATE.search(value) else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        if isinstance(key, str) and _SURROGATE.search(key):
+            return path
+        if (found := lone_surrogate_at(item, (*path, key))) is not None:
+            return found
+    return None
 
 
 class JsonBodies:
-    """Read every request body as JSON, whatever its Content-Type says, as Ollama does: Ollama's own
-    examples post with `curl -d '{...}'`, which labels the body as a form."""
+    """Read every request body as JSON, whatever its Content-Type says, as Ollama does (Ollama's own
+    examples post with `curl -d '{...}'`, which labels the body as a form), and refuse text that JSON
+    can carry but Unicode cannot (a lone surrogate, "\\ud800"): a 400 naming the field, before any
+    route tries to encode it."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "DELETE"):
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-            scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
-        await self.app(scope, receive, send)
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "DELETE"):
+            return await self.app(scope, receive, send)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        scope = dict(scope, headers=[*headers, (b"content-type", b"application/json")])
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left while sending
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if _SURROGATE_ESCAPE.search(body) and (where := _lone_surrogate_in(body)) is not None:
+            field = ".".join(map(str, where)) or "the request body"
+            message = (f"{field}: the text holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which is "
+                       "not Unicode; send the text as UTF-8")
+            return await error_response(scope["path"], 400, message, str(where[0]) if where else None)(
+                scope, receive, send)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # what comes after the body: the client's disconnect
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _lone_surrogate_in(body: bytes) -> tuple | None:
+    try:
+        return lone_surrogate_at(json.loads(body))
+    except ValueError:  # not JSON: the route answers that
+        return None
 
 
 class BearerAuth:
     """With --api-key, every route but /health needs `Authorization: Bearer KEY`."""
 
     def __init__(self, app: ASGIApp, api_key: str):
-        self.app, self.expected = app, f"Bearer {api_key}".encode()
+        self.app, self.expected = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in UNGUARDED:
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").strip().partition(b" ")
+            # RFC 7235: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.expected):
                 message = "a valid API key is needed: send the header 'Authorization: Bearer KEY'"
                 return await error_response(scope["path"], 401, message)(scope, receive, send)
         await self.app(scope, receive, send)
