@@ -1,18 +1,14 @@
 """Prompt building: the GGUF's Jinja chat template, rendered as transformers renders it (its loop
-controls, its `tojson`, its `generation` tag), in a sandbox."""
+controls, its `tojson`, its `generation` tag), in a sandboxed child process (template_sandbox.py)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from .errors import InvalidSetting
+from .template_sandbox import TIMEOUT_ENV, TemplateFailed, TemplateLimits, TemplateTooCostly, render_in_sandbox
+from .template_sandbox import TemplateRefused as TemplateDeclined
 
 if TYPE_CHECKING:
     from .tools import ToolCall
@@ -83,49 +79,26 @@ def system_folded(messages: list[ChatMessage]) -> list[ChatMessage] | None:
     return rest
 
 
-class _GenerationTag(jinja2.ext.Extension):
-    """`{% generation %}...{% endgeneration %}`, which transformers' renderer knows (it marks the assistant's
-    part for training masks): its body renders as it is."""
-
-    tags = {"generation"}
-
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.Scope(body, lineno=lineno)
-
-
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None,
-            sort_keys: bool = False) -> str:
-    """transformers' `tojson`: templates pass json.dumps's arguments (GLM, MiniMax) and expect text unescaped."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
 def render_chat(template: str, messages: list[dict[str, Any]], *, bos_token: str, eos_token: str,
-                tools: list[dict] | None = None, think: bool | None = None) -> str:
+                tools: list[dict] | None = None, think: bool | None = None, limits: TemplateLimits | None = None) -> str:
     """Render `messages` (and the `tools` offered, if any) with a Hugging Face style chat template,
-    ending with the assistant cue. `think` True or False is told to templates that read
+    ending with the assistant cue, in the template sandbox (bounded by `limits`, by default
+    TemplateLimits.from_environment()). `think` True or False is told to templates that read
     `enable_thinking` (Qwen3); None leaves their default."""
-
-    def raise_exception(message: str) -> None:
-        raise TemplateRefused(f"the model's chat template refused the conversation: {message}")
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
-                                        extensions=[_GenerationTag, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = _tojson
     try:
-        return env.from_string(template).render(
-            messages=messages,
-            **({"tools": tools} if tools else {}),  # undefined when none: "tool_use" templates loop over it
-            bos_token=bos_token,
-            eos_token=eos_token,
-            add_generation_prompt=True,
-            raise_exception=raise_exception,
-            strftime_now=lambda fmt: datetime.now().strftime(fmt),
-            **({} if think is None else {"enable_thinking": think}),
-        )
-    except InvalidSetting:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the template is code from the GGUF: any failure is the model's
-        detail = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise InvalidSetting(f"the model's chat template cannot be rendered ({detail}); use --raw") from None
+        limits = limits or TemplateLimits.from_environment()
+    except ValueError as exc:
+        raise InvalidSetting(str(exc)) from None
+    context = {"messages": messages, "bos_token": bos_token, "eos_token": eos_token, "add_generation_prompt": True,
+               **({"tools": tools} if tools else {}),  # undefined when none: "tool_use" templates loop over it
+               **({} if think is None else {"enable_thinking": think})}
+    try:
+        return render_in_sandbox(template, context, limits)
+    except TemplateDeclined as exc:
+        raise TemplateRefused(f"the model's chat template refused the conversation: {exc}") from None
+    except TemplateTooCostly as exc:
+        more_time = f" (or give ${TIMEOUT_ENV} more seconds)" if "longer than" in str(exc) else ""
+        raise InvalidSetting(f"the model's chat template {exc}, so it was stopped; fix the template{more_time}, "
+                             "or use --raw") from None
+    except TemplateFailed as exc:
+        raise InvalidSetting(f"the model's chat template cannot be rendered ({exc}); use --raw") from None

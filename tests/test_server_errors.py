@@ -1,5 +1,7 @@
 """Bad input gets a 4xx JSON error in the called API's own format, and the server keeps serving."""
 
+import json
+
 import httpx
 import pytest
 
@@ -176,3 +178,46 @@ def _still_serving(url):
     answer = httpx.post(url + "/api/generate", json={"model": "m", "prompt": "hi", "stream": False,
                                                      "options": {"num_predict": 3}}, timeout=60)
     assert answer.status_code == 200 and answer.json()["eval_count"] == 3
+
+
+LONE = "a\ud800b"  # json.dumps writes it as the escape "\ud800": what a client's broken string sends
+SURROGATE_CASES = [
+    ("/api/generate", {"model": "m", "stream": False, "prompt": LONE}, "prompt"),
+    ("/api/generate", {"model": "m", "stream": False, "prompt": "hi", "system": LONE}, "system"),
+    ("/api/chat", {"model": "m", "stream": False, "messages": [{"role": "user", "content": LONE}]},
+     "messages.0.content"),
+    ("/api/embed", {"model": "m", "input": ["fine", LONE]}, "input.1"),
+    ("/api/embeddings", {"model": "m", "prompt": LONE}, "prompt"),
+    ("/api/show", {"model": LONE}, "model"),
+    ("/v1/chat/completions", chat(messages=[{"role": "user", "content": [{"type": "text", "text": LONE}]}]),
+     "messages.0.content.0.text"),
+    ("/v1/completions", {"model": "m", "prompt": LONE}, "prompt"),
+    ("/v1/completions", {"model": "m", "prompt": "x", "grammar": LONE}, "grammar"),
+    ("/v1/embeddings", {"model": "m", "input": LONE}, "input"),
+    ("/v1/responses", {"model": "m", "input": LONE}, "input"),
+    ("/v1/chat/completions", chat(model=LONE), "model"),
+    ("/v1/chat/completions", chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {LONE: {"type": "string"}}}}}]), "tools.0.function.parameters.properties"),
+]
+
+
+@pytest.mark.parametrize("path, body, field", SURROGATE_CASES, ids=[c[2] for c in SURROGATE_CASES])
+def test_a_lone_surrogate_is_a_400_naming_the_field(server, path, body, field):
+    """Was a 500 with a traceback (and a closed connection) when the text met the tokenizer."""
+    with httpx.Client(timeout=60) as client:  # one connection: it must stay open after the 400
+        answer = client.post(server[0] + path, content=json.dumps(body))  # ensure_ascii: the escape
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        message = error["message"] if path.startswith("/v1/") else error
+        assert message.startswith(f"{field}") and "lone surrogate" in message, message
+        if path.startswith("/v1/"):
+            assert error["param"] == field.split(".")[0]
+        assert client.get(server[0] + "/health").status_code == 200
+    _still_serving(server[0])
+
+
+def test_a_proper_surrogate_pair_is_text(server):
+    """json.dumps escapes an emoji as a pair of surrogates: that is an emoji, not an error."""
+    answer = httpx.post(server[0] + "/api/generate", timeout=60, content=b'{"model": "m", "stream": false, '
+                        b'"prompt": "smile \\ud83d\\ude00 \\\\ud800", "options": {"num_predict": 2}}')
+    assert answer.status_code == 200, answer.text

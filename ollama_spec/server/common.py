@@ -68,9 +68,16 @@ class ApiError(Exception):
     """An HTTP error answered in the format of the API that was called; `code` is OpenAI's machine-readable
     name for it (such as "context_length_exceeded"), None where OpenAI gives none."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
+
+    @classmethod
+    def busy(cls, exc: QueueFull) -> ApiError:
+        """503 for a full queue, with the seconds to wait in Retry-After."""
+        return cls(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
 
 
 OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
@@ -115,6 +122,11 @@ class ServerState:
         wrong = next((token for token in ids if not 0 <= token < n_vocab), None)
         if wrong is not None:
             raise ApiError(400, f"{param}: token id {wrong} is not in the model's vocabulary (0..{n_vocab - 1})", param)
+
+    async def prepare(self, **fields: Any) -> Request:
+        """build_request on a thread: a chat template renders there, bounded (template_sandbox.py), and
+        a slow one never holds up the event loop, so every other route keeps answering."""
+        return await asyncio.to_thread(self.build_request, **fields)
 
     def build_request(
         self,
@@ -309,11 +321,18 @@ class ServerState:
         piece, _ = self.engine.target.token_piece(token)
         return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
 
+    @property
+    def proposer_name(self) -> str | None:
+        """Who drafts: the draft model's name, "ngram" for prompt lookup (--draft ngram), or None."""
+        if self.settings.speculation.proposer == "ngram":
+            return "ngram"
+        return self.engine.draft_model.name if self.engine.draft_model else None
+
     def summary(self, result: Result) -> dict:
         """The `speculation` extension field every response carries."""
         spec = result.speculation
         return {
-            "draft": self.engine.draft_model.name if self.engine.draft_model else None,
+            "draft": self.proposer_name,
             "num_speculative_tokens": (self.settings.speculation.num_speculative_tokens
                                        if self.engine.proposer(self.settings.speculation) is not None else 0),
             "drafted_tokens": spec.drafted,
@@ -346,7 +365,7 @@ class ServerState:
             return self.worker.submit(request, route)
         except QueueFull as exc:
             self.metrics.rejected.inc()
-            raise ApiError(503, str(exc)) from None
+            raise ApiError.busy(exc) from None
 
 
 def offer_tools(tools: list[dict], choice: str | dict | None, only: str | None,
@@ -393,6 +412,8 @@ def failure(error: Exception) -> ApiError:
     server stopped (503: it is shutting down)."""
     if isinstance(error, Cancelled):
         return ApiError(503, str(error))
+    if isinstance(error, QueueFull):
+        return ApiError.busy(error)
     if isinstance(error, OllamaSpecError):
         return ApiError(400, str(error))
     return ApiError(500, f"generation failed: {type(error).__name__}: {error}")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..embedding import normalized
 from ..errors import OllamaSpecError
 from .common import ApiError, ServerState, failure
+from .worker import QueueFull
 
 router = APIRouter()
 
@@ -108,6 +109,8 @@ async def _call(state: ServerState, work):
     try:
         return await state.worker.call(work)
     except OllamaSpecError as exc:
+        if isinstance(exc, QueueFull):
+            state.metrics.rejected.inc()
         raise failure(exc) from None
 
 

@@ -210,7 +210,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     tools = body.tools or []
-    request = state.build_request(messages=[m.to_chat() for m in body.messages], grammar=body.grammar(),
+    request = await state.prepare(messages=[m.to_chat() for m in body.messages], grammar=body.grammar(),
                                   tools=tools, logprobs=body.logprob_count, think=body.thinks, truncate=body.truncate,
                                   **_options(body.options))
     job = state.submit(request, "/api/chat")
@@ -240,7 +240,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return _final(body.model, {"response": ""}, body.load_reason)
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = state.build_request(prompt=body.prompt, system=body.system, raw=body.raw or bool(body.template),
+    request = await state.prepare(prompt=body.prompt, system=body.system, raw=body.raw or bool(body.template),
                                   grammar=body.grammar(), context=body.context or (), logprobs=body.logprob_count,
                                   think=body.thinks, suffix=body.suffix or None, tokens=_templated(state, body),
                                   truncate=body.truncate, **_options(body.options))

@@ -134,7 +134,7 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
         "capabilities": _capabilities(state, info),
         "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape)} for t in info.tensors],
         "modified_at": _mtime(model),
-        "speculation": {"draft": state.engine.draft_model.name if state.engine.draft_model else None,
+        "speculation": {"draft": state.proposer_name,
                         "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
     }
 

@@ -254,7 +254,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     if forced:
         sampling["grammar"] = forced
     top = (body.top_logprobs or 0) if body.logprobs else None
-    request = state.build_request(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
+    request = await state.prepare(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
                                   max_tokens_name=name, tools=tools, logprobs=top,
                                   think=state.think_if_able(body.think()), **sampling)
     scores = None if top is None else lambda tokens: {"content": state.scored(tokens), "refusal": None}
@@ -296,7 +296,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     if body.suffix and any(not isinstance(prompt, str) for prompt in prompts):
         raise ApiError(400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens",
                        "suffix")
-    requests = [state.build_request(prompt=prompt if isinstance(prompt, str) else "",
+    requests = [await state.prepare(prompt=prompt if isinstance(prompt, str) else "",
                                     tokens=() if isinstance(prompt, str) else prompt, raw=True,
                                     max_tokens=body.max_tokens, logprobs=body.logprobs, suffix=body.suffix or None,
                                     default_max_tokens=COMPLETIONS_MAX_TOKENS, **body.sampling())

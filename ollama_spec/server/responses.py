@@ -147,7 +147,7 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     own = body.grammar()
     tools, forced = body.offered_tools(own is not None)
-    request = state.build_request(messages=body.messages(), max_tokens=body.max_output_tokens,
+    request = await state.prepare(messages=body.messages(), max_tokens=body.max_output_tokens,
                                   max_tokens_name="max_output_tokens", temperature=body.temperature,
                                   top_p=body.top_p, seed=body.seed, grammar=forced or own, tools=tools)
     job = state.submit(request, "/v1/responses")

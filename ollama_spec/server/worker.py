@@ -1,4 +1,4 @@
-"""One engine, one request at a time: a bounded FIFO of generations run on one thread.
+"""One engine, one request at a time: a bounded FIFO of generations (and embeddings) run on one thread.
 
 The HTTP handlers live on the asyncio loop; llama.cpp calls block, so every generation runs on
 the worker thread and hands its text pieces back through an asyncio queue. Never two requests
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +27,12 @@ T = TypeVar("T")
 
 
 class QueueFull(OllamaSpecError):
-    """More requests are waiting than --max-queue allows."""
+    """More requests are waiting than --max-queue allows; `retry_after`: seconds until the work ahead
+    is likely done (HTTP's Retry-After)."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class Cancelled(OllamaSpecError):
@@ -88,14 +95,27 @@ class Job:
                 return
 
 
+class _Call:
+    """Other work on the engine (an embedding): it waits in the same queue as generations."""
+
+    def cancel(self) -> None:
+        pass
+
+
+# Before any job has finished, the work ahead is guessed at a second a job.
+FIRST_GUESS_SECONDS = 1.0
+
+
 class Worker:
-    """Runs jobs in arrival order on one thread; at most `max_queue` wait behind the running one."""
+    """Runs jobs in arrival order on one thread; at most `max_queue` wait behind the running one,
+    generations and embeddings alike."""
 
     def __init__(self, engine: Engine, max_queue: int, on_finished: Callable[[Job, Result], None] = lambda j, r: None):
         self.engine, self.max_queue, self.on_finished = engine, max_queue, on_finished
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ollama-spec-engine")
         self._lock = threading.Lock()
-        self._jobs: list[Job] = []  # running first, then waiting
+        self._jobs: list[Job | _Call] = []  # running first, then waiting
+        self._mean_seconds = FIRST_GUESS_SECONDS  # a job's time, averaged over the recent ones
 
     @property
     def waiting(self) -> int:
@@ -105,20 +125,37 @@ class Worker:
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
         job = Job(request, asyncio.get_running_loop(), label)
-        with self._lock:
-            if len(self._jobs) > self.max_queue:
-                raise QueueFull(
-                    f"the server is busy: {len(self._jobs) - 1} requests are already waiting "
-                    f"(--max-queue {self.max_queue}); retry later"
-                )
-            self._jobs.append(job)
-        self._executor.submit(self._run, job)
+        self._enqueue(job)
+        self._executor.submit(self._timed, self._run, job)
         return job
 
     async def call(self, work: Callable[[], T]) -> T:
-        """Run `work` (an embedding) on the engine's thread, after the generations queued before it:
-        llama.cpp is called from one thread at a time."""
-        return await asyncio.wrap_future(self._executor.submit(work))
+        """Run `work` (an embedding) on the engine's thread, after the jobs queued before it (llama.cpp
+        is called from one thread at a time); QueueFull as for a generation."""
+        entry = _Call()
+        self._enqueue(entry)
+        return await asyncio.wrap_future(self._executor.submit(self._timed, lambda _: work(), entry))
+
+    def _enqueue(self, entry: Job | _Call) -> None:
+        with self._lock:
+            if len(self._jobs) > self.max_queue:
+                ahead = len(self._jobs)
+                raise QueueFull(
+                    f"the server is busy: {ahead - 1} requests are already waiting "
+                    f"(--max-queue {self.max_queue}); retry later",
+                    retry_after=max(1, math.ceil(ahead * self._mean_seconds)),
+                )
+            self._jobs.append(entry)
+
+    def _timed(self, run: Callable[[Job | _Call], T], entry: Job | _Call) -> T:
+        """Run one queued entry; it leaves the queue when done, and its time joins the average."""
+        started = time.monotonic()
+        try:
+            return run(entry)
+        finally:
+            with self._lock:
+                self._jobs.remove(entry)
+                self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - started)
 
     def cancel_all(self) -> None:
         """Stop the running generation and skip the waiting ones (shutdown).
@@ -162,6 +199,3 @@ class Worker:
             if not isinstance(exc, OllamaSpecError):
                 log.exception("generation failed")
             job.put(Failed(exc))
-        finally:
-            with self._lock:
-                self._jobs.remove(job)
