@@ -14,6 +14,9 @@ from typing import Any
 
 from .chat import ChatMessage
 from .errors import InvalidSetting
+from .penalties import MIN_REPEAT_PENALTY, Penalties
+from .sampling import SamplingSettings
+from .speculative import SpeculationSettings
 
 # Shipped presets live inside the package (installed as package data); `modelfiles/` at the top of
 # the checkout links here.
@@ -40,20 +43,22 @@ def _boolean(value: str) -> bool:
     raise ValueError
 
 
-def _speculative_tokens(text: str) -> int | str:
-    if text.strip().lower() == "auto":
-        return "auto"
+def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise ValueError
     return value
 
 
+def _speculative_tokens(text: str) -> int | str:
+    return "auto" if text.strip().lower() == "auto" else _positive(text)
+
+
 # PARAMETER name -> (converter, what the error says it expects). The first group is used, and so are
 # the penalties (repeat_penalty, repeat_last_n, presence/frequency_penalty); the rest are Ollama's own
 # parameters, type-checked as Ollama does and otherwise ignored.
 PARAMETERS: dict[str, tuple[Any, str]] = {
-    "num_ctx": (int, "an integer"),
+    "num_ctx": (_positive, "a positive integer"),
     "temperature": (float, "a number"),
     "top_k": (int, "an integer"),
     "top_p": (float, "a number"),
@@ -63,12 +68,26 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "seed": (int, "an integer"),
     "num_speculative_tokens": (_speculative_tokens, "a positive integer or 'auto'"),
     "draft_p_min": (float, "a number"),
-    "ngram_size": (int, "an integer"),
+    "ngram_size": (_positive, "a positive integer"),
     **{name: (float, "a number") for name in (
         "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty")},
     **{name: (int, "an integer") for name in (
         "num_keep", "repeat_last_n", "num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")},
     "use_mmap": (_boolean, "true or false"),
+}
+# The used parameters' ranges, checked as the file is read, so that every command that takes -f refuses
+# the same file with the same line (check and vllm build no sampling settings). The rule is the one those
+# settings hold flags and requests to: PARAMETER name -> (settings, what the error says it must be).
+RANGES: dict[str, tuple[type, str]] = {
+    "temperature": (SamplingSettings, ">= 0"),
+    "top_k": (SamplingSettings, ">= 0 (0 turns it off)"),
+    "top_p": (SamplingSettings, "in (0, 1]"),
+    "min_p": (SamplingSettings, "in [0, 1]"),
+    "draft_p_min": (SpeculationSettings, "in [0, 1)"),
+    "repeat_penalty": (Penalties, f"in {MIN_REPEAT_PENALTY:g}..{1 / MIN_REPEAT_PENALTY:g} (1 turns it off)"),
+    "repeat_last_n": (Penalties, "-1 (the whole text), 0 (off) or more"),
+    "presence_penalty": (Penalties, "a finite number"),
+    "frequency_penalty": (Penalties, "a finite number"),
 }
 # Parameters Ollama has dropped: `ollama create` warns and skips them (its parser/parser.go), so
 # Modelfiles written for older Ollamas still load; here too, with a note.
@@ -259,6 +278,12 @@ def _parameter(parameters: dict[str, Any], key: str, value: str, line: int) -> N
         typed = convert(value)
     except ValueError:
         raise _Error(line, f"PARAMETER {key} must be {expected}, got {value!r}") from None
+    if key in RANGES:
+        settings, within = RANGES[key]
+        try:
+            settings(**{key: typed})  # the fields carry the PARAMETERs' names
+        except InvalidSetting:
+            raise _Error(line, f"PARAMETER {key} must be {within}, got {value!r}") from None
     if key == "stop":
         parameters.setdefault("stop", []).append(typed)
     else:

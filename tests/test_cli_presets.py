@@ -124,3 +124,49 @@ def test_a_preset_adapter_is_applied_as_the_stores_adapter_layer(invoke, store_c
     result = invoke("generate", "-f", preset, *args)
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1].startswith(f"Error: {preset}: ADAPTER {tmp_path / 'missing.gguf'}: ")
+
+
+# Every command that takes -f reads the preset through the same parser: an out-of-range value is
+# refused by all of them alike, not only by those that go on to sample with it.
+PRESET_COMMANDS = [("check",), ("generate", "Hello"), ("chat",), ("serve",), ("bench",), ("vllm",)]
+
+
+@pytest.mark.parametrize("parameter, message", [
+    ("num_ctx 0", "PARAMETER num_ctx must be a positive integer, got '0'"),
+    ("temperature nan", "PARAMETER temperature must be >= 0, got 'nan'"),
+    ("top_p nan", "PARAMETER top_p must be in (0, 1], got 'nan'"),
+    ("draft_p_min 5", "PARAMETER draft_p_min must be in [0, 1), got '5'"),
+])
+@pytest.mark.parametrize("command", PRESET_COMMANDS, ids=lambda c: c[0])
+def test_every_command_refuses_an_out_of_range_preset_alike(invoke, tiny_store, tmp_path, command, parameter,
+                                                              message):
+    path = tmp_path / "bad.Modelfile"
+    path.write_text(f"FROM tiny-target\nDRAFT tiny-draft\nPARAMETER {parameter}\n")
+    store = () if command[0] == "vllm" else ("--models-dir", tiny_store)  # vllm reads no store
+    result = invoke(command[0], "-f", path, *command[1:], *store)
+    assert result.exit_code == 1
+    assert result.output == f"Error: {path}, line 3: {message}\n"
+
+
+EDGES = ("PARAMETER temperature 0\nPARAMETER top_p 1\nPARAMETER min_p 1\nPARAMETER top_k 0\n"
+         "PARAMETER draft_p_min 0.99\nPARAMETER repeat_last_n -1\nPARAMETER num_ctx 1024\n")
+
+
+@pytest.mark.parametrize("command", PRESET_COMMANDS, ids=lambda c: c[0])
+def test_every_command_reads_a_preset_at_the_edges_of_the_ranges(invoke, tmp_path, command):
+    path = tmp_path / "edges.Modelfile"
+    path.write_text(f"FROM tiny-target\nDRAFT tiny-draft\n{EDGES}")
+    result = invoke(command[0], "-f", path, "-h")  # -f is read first, then the help
+    assert result.exit_code == 0 and result.output.startswith("Usage: "), result.output
+
+
+def test_check_and_generate_run_with_a_preset_at_the_edges(invoke, tiny_store, tmp_path, monkeypatch):
+    monkeypatch.setenv("OLLAMA_SPEC_REPACK", "0")
+    path = tmp_path / "edges.Modelfile"
+    path.write_text(f"FROM tiny-target\nDRAFT tiny-draft\n{EDGES}")
+    checked = invoke("check", "-f", path, "--json", "--models-dir", tiny_store)
+    assert checked.exit_code == 0 and json.loads(checked.stdout)["n_ctx"] == 1024
+    generated = invoke("generate", "-f", path, "Hello", "-n", "4", "--json", *BASE, "--models-dir", tiny_store)
+    assert generated.exit_code == 0, generated.output
+    assert json.loads(generated.stdout)["draft"] == "tiny-draft:latest"
+

@@ -117,3 +117,34 @@ def test_not_utf8_names_the_line(tmp_path):
     path.write_bytes(b"FROM a\nSYSTEM \xff\n")
     with pytest.raises(InvalidSetting, match=r"bad.Modelfile, line 2: not UTF-8 text"):
         load_modelfile(str(path))
+
+
+@pytest.mark.parametrize("parameter, message", [
+    ("num_ctx 0", "PARAMETER num_ctx must be a positive integer, got '0'"),
+    ("ngram_size 0", "PARAMETER ngram_size must be a positive integer, got '0'"),
+    ("temperature nan", "PARAMETER temperature must be >= 0, got 'nan'"),
+    ("temperature -0.1", "PARAMETER temperature must be >= 0, got '-0.1'"),
+    ("top_k -1", "PARAMETER top_k must be >= 0 (0 turns it off), got '-1'"),
+    ("top_p nan", "PARAMETER top_p must be in (0, 1], got 'nan'"),
+    ("top_p 0", "PARAMETER top_p must be in (0, 1], got '0'"),
+    ("min_p 1.5", "PARAMETER min_p must be in [0, 1], got '1.5'"),
+    ("draft_p_min 5", "PARAMETER draft_p_min must be in [0, 1), got '5'"),
+    ("draft_p_min 1", "PARAMETER draft_p_min must be in [0, 1), got '1'"),
+    ("repeat_penalty 0", "PARAMETER repeat_penalty must be in 0.001..1000 (1 turns it off), got '0'"),
+    ("repeat_last_n -2", "PARAMETER repeat_last_n must be -1 (the whole text), 0 (off) or more, got '-2'"),
+    ("presence_penalty inf", "PARAMETER presence_penalty must be a finite number, got 'inf'"),
+    ("frequency_penalty nan", "PARAMETER frequency_penalty must be a finite number, got 'nan'"),
+])
+def test_values_the_settings_refuse_are_refused_as_the_file_is_read(parameter, message):
+    with pytest.raises(InvalidSetting) as caught:
+        parse_modelfile(f"FROM a\nPARAMETER {parameter}\n", PATH)
+    assert str(caught.value) == f"{PATH}, line 2: {message}"
+
+
+def test_values_at_the_edges_of_the_ranges_are_read():
+    text = ("FROM a\nPARAMETER temperature 0\nPARAMETER top_k 0\nPARAMETER top_p 1\nPARAMETER min_p 0\n"
+            "PARAMETER draft_p_min 0.999\nPARAMETER repeat_penalty 0.001\nPARAMETER repeat_last_n -1\n"
+            "PARAMETER num_ctx 1\nPARAMETER seed -1\nPARAMETER presence_penalty -2\n")
+    assert parse_modelfile(text, PATH).parameters == {
+        "temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "draft_p_min": 0.999, "repeat_penalty": 0.001,
+        "repeat_last_n": -1, "num_ctx": 1, "seed": -1, "presence_penalty": -2.0}
