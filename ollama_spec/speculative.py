@@ -11,6 +11,7 @@ import numpy as np
 from .errors import InferenceError, InvalidSetting
 from .grammar import Grammar, masked_rows
 from .k_policy import FixedK, KPolicy, estimate_alpha
+from .memory import N_UBATCH
 from .penalties import adjusted_rows
 from .proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
 from .sampling import SamplingSettings, logits_to_probs, token_logprobs
@@ -18,6 +19,9 @@ from .verify import verify_greedy, verify_rejection
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
 DEFAULT_MAX_SPECULATIVE_TOKENS = 16
+# The largest fixed K: the K drafts and the token before them are one verify batch, which llama.cpp
+# decodes in one pass and the memory check plans for, up to N_UBATCH tokens.
+MAX_NUM_SPECULATIVE_TOKENS = N_UBATCH - 1
 PROPOSERS = ("draft", "ngram")
 
 @dataclass(frozen=True)

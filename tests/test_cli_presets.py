@@ -170,3 +170,19 @@ def test_check_and_generate_run_with_a_preset_at_the_edges(invoke, tiny_store, t
     assert generated.exit_code == 0, generated.output
     assert json.loads(generated.stdout)["draft"] == "tiny-draft:latest"
 
+
+def test_a_presets_num_speculative_tokens_is_capped_as_k_is(invoke, tiny_store, tmp_path):
+    from ollama_spec.speculative import MAX_NUM_SPECULATIVE_TOKENS as MAX
+
+    path = tmp_path / "long.Modelfile"
+    path.write_text("FROM tiny-target\nDRAFT tiny-draft\nPARAMETER temperature 0\nPARAMETER num_ctx 1024\n"
+                    "PARAMETER num_speculative_tokens 100000\n")
+    note = (f"note: {{}} 100000 is capped to {MAX} draft tokens per step (one verify batch is at most {MAX + 1} "
+            "tokens)")
+    for given, args in (("the preset's num_speculative_tokens", ()), ("-k", ("-k", "100000"))):
+        result = invoke("generate", "-f", path, "Hello", "-n", "3", "--json", *args, *BASE, "--models-dir", tiny_store)
+        assert result.exit_code == 0, result.output
+        assert note.format(given) in result.stderr.splitlines()
+        assert set(json.loads(result.stdout)["k_chosen"]) == {str(MAX)}
+    at_most = invoke("generate", "-f", path, "Hello", "-n", "3", "-k", str(MAX), *BASE, "--models-dir", tiny_store)
+    assert at_most.exit_code == 0 and "capped" not in at_most.stderr

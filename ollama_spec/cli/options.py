@@ -22,7 +22,7 @@ from ..proposers import DEFAULT_NGRAM_SIZE
 from ..resolve import ResolvedModel, lora_adapter, resolve_model, stored_draft_model
 from ..rpc import parse_endpoints
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
-from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
 from ..store import Store, find_store_root
 from ..thinking import template_thinks
 
@@ -178,7 +178,8 @@ speculation_options = _stack(
         type=DraftLength(),
         default="auto",
         show_default=True,
-        help="Tokens the draft proposes per step (default: the model's draft_num_predict, else auto), or auto: "
+        help=f"Tokens the draft proposes per step, at most {MAX_NUM_SPECULATIVE_TOKENS} (default: the model's "
+        "draft_num_predict, else auto), or auto: "
         f"token by token, up to {DEFAULT_MAX_SPECULATIVE_TOKENS}, while the draft's confidence and this machine's "
         "measured step costs say the next token pays for itself.",
     ),
@@ -226,12 +227,18 @@ def is_ngram(draft: str | None) -> bool:
 
 
 def speculation_settings(draft: str | None, params: dict, *, k, draft_p_min, ngram_size) -> SpeculationSettings:
-    """The speculation flags: K (None: auto; unset: the model's draft_num_predict), adaptive drafting, and which
-    proposer."""
+    """The speculation flags: K (None: auto; unset: the model's draft_num_predict; capped, with a note, at
+    MAX_NUM_SPECULATIVE_TOKENS), adaptive drafting, and which proposer."""
     source = click.get_current_context().get_parameter_source("k")
     stored_k = params.get("draft_num_predict")
+    given_as = "the preset's num_speculative_tokens" if source is click.core.ParameterSource.DEFAULT_MAP else "-k"
     if source is click.core.ParameterSource.DEFAULT and isinstance(stored_k, int) and stored_k > 0:
         k = stored_k  # Ollama's own speculation length for this model; -k or a preset's value wins
+        given_as = "the model's draft_num_predict"
+    if k is not None and k > MAX_NUM_SPECULATIVE_TOKENS:
+        click.echo(f"note: {given_as} {k} is capped to {MAX_NUM_SPECULATIVE_TOKENS} draft tokens per step (one "
+                   f"verify batch is at most {MAX_NUM_SPECULATIVE_TOKENS + 1} tokens)", err=True)
+        k = MAX_NUM_SPECULATIVE_TOKENS
     return SpeculationSettings(k, draft_p_min, proposer=NGRAM if is_ngram(draft) else "draft", ngram_size=ngram_size)
 
 
