@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 
 import pytest
@@ -163,3 +164,17 @@ def test_an_unwritable_cache_still_gets_a_verdict(tmp_path, monkeypatch):
     assert decide_repack(runner=runner, features=REPACKING_CPU).enabled and len(runner.calls) == 1
     assert "ollama-spec-canary-" in runner.calls[0][-1]  # the models were written for this run only
     assert decide_repack(runner=runner, features=REPACKING_CPU).source == "canary"  # nothing cached: asked again
+
+
+GGUF_WRITER_LINES = ("This GGUF file is for Little Endian only", "Writing the following files")
+
+
+def test_writing_the_canary_models_keeps_the_gguf_writers_lines_out_of_the_log(tmp_path, caplog, capfd):
+    """serve logs at INFO, and its first request may write these models: the writer's own lines are not for it."""
+    caplog.set_level(logging.INFO)
+    paths = canary.canary_models(tmp_path / "canary")
+    assert len(paths) == 2 and all(p.stat().st_size > 0 for p in paths)
+    assert not [r for r in caplog.records if r.name.startswith("gguf")]
+    assert not any(line in caplog.text for line in GGUF_WRITER_LINES)
+    assert capfd.readouterr() == ("", "")
+    assert logging.getLogger("gguf.gguf_writer").isEnabledFor(logging.WARNING)  # its warnings still show

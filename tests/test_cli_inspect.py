@@ -1,4 +1,5 @@
 import json
+import logging
 
 import pytest
 
@@ -99,6 +100,17 @@ def test_demo_store_builds_tiny_pair(invoke, tmp_path):
             "tiny-alien") in result.stdout
     assert not [p for p in (tmp_path / "demo" / "blobs").iterdir() if not p.name.startswith("sha256-")]
     assert not [p for p in (tmp_path / "demo").iterdir() if p.name.startswith(".staging")]
+
+
+def test_demo_store_says_what_it_writes_and_nothing_of_the_gguf_writers(invoke, tmp_path, caplog):
+    caplog.set_level(logging.INFO)  # as a log configured at INFO (serve's) would show them
+    result = invoke("demo-store", tmp_path / "demo", "--tiny-only")
+    assert result.exit_code == 0
+    for line in ("This GGUF file is for Little Endian only", "Writing the following files"):
+        assert line not in result.output and line not in caplog.text
+    assert result.stderr.splitlines()[:2] == [
+        "generating weights for tiny-target (tiny F32 pair for tests (builds in well under a second))",
+        "writing tiny-target (4 layers, F32)"]
 
 
 # --- the store/CLI audit ------------------------------------------------------------------------
