@@ -18,9 +18,9 @@ from typing import Any
 
 import llama_cpp
 import numpy as np
-from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
 from .errors import InvalidSetting
+from .json_gbnf import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from .runtime import new_grammar_sampler
 
 # llama_token_data, as numpy sees it: the whole vocabulary is handed to the grammar in one call.
@@ -31,11 +31,11 @@ def grammar_for_json(schema: Any = None) -> str:
     """GBNF for a JSON object (`schema` None, as Ollama's `format: "json"` and OpenAI's `json_object`
     mean), or for JSON matching `schema` (a JSON Schema, as a dict)."""
     if schema is None:
-        return JSON_GBNF
+        return JSON_OBJECT_GBNF
     if not isinstance(schema, dict):
         raise InvalidSetting(f"a JSON schema must be an object, got {json.dumps(schema)[:80]}")
     try:
-        return json_schema_to_gbnf(json.dumps(schema))
+        return json_schema_to_gbnf(schema)
     except Exception as exc:  # the converter raises bare errors (KeyError, ValueError, ...) on schemas it cannot do
         raise InvalidSetting(f"cannot constrain the output to this JSON schema: {type(exc).__name__}: {exc}") from None
 

@@ -12,6 +12,7 @@ from ollama_spec.grammar import Grammar, grammar_for_json, masked_rows
 from ollama_spec.sampling import SamplingSettings, logits_to_probs
 from ollama_spec.speculative import SpeculationSettings, generate_tokens
 from tests.distribution import assert_counts_follow
+from tests.grammars import FreeStrings, ShortStrings, assert_json_strings
 from tests.greedy import assert_greedy_identical
 
 SCHEMA = {"type": "object", "required": ["ok", "n", "colour"],
@@ -99,6 +100,20 @@ def test_sampled_output_keeps_to_the_grammar(spec_engine, proposer):
         _, result, text = _generate(spec_engine, grammar, sampling=SamplingSettings(temperature=1.5, seed=seed),
                                     speculation=SpeculationSettings(4, proposer=proposer))
         assert result.finish_reason == "stop" and set(json.loads(text)) == {"ok", "n", "colour"}
+
+
+@pytest.mark.parametrize("model, max_tokens", [(ShortStrings, 96), (FreeStrings, 64)])
+def test_sampled_strings_hold_no_raw_control_characters(spec_engine, model, max_tokens):
+    """50 seeds at temperature 1: llama-cpp-python's converter let the tiny pair write raw control
+    characters (a byte token) into strings, which no JSON parser reads."""
+    grammar, stopped = grammar_for_json(model.model_json_schema()), 0
+    for seed in range(50):
+        _, result, text = _generate(spec_engine, grammar, max_tokens=max_tokens,
+                                    sampling=SamplingSettings(temperature=1.0, seed=seed),
+                                    speculation=SpeculationSettings(4))
+        assert_json_strings(text, result.finish_reason == "stop", model, seed)
+        stopped += result.finish_reason == "stop"
+    assert stopped >= 25 or model is FreeStrings
 
 
 def test_sampling_under_a_grammar_keeps_the_target_distribution(spec_engine):

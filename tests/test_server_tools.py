@@ -13,6 +13,7 @@ from ollama_spec.chat import ChatMessage
 from ollama_spec.engine import Engine, Request
 from ollama_spec.tools import ToolCall
 from tests.conftest import engine_settings
+from tests.grammars import CONTROL
 from tests.serving import running_server, serving_tiny_pair
 
 # A Hermes/Qwen-style template: the tools in a system turn, earlier calls as <tool_call> blocks.
@@ -145,6 +146,21 @@ def test_a_call_cut_by_max_tokens_comes_back_as_a_cut_call(client):
     calls = [c for chunk in stream if chunk.choices for c in chunk.choices[0].delta.tool_calls or []]
     assert [c.function.arguments for c in calls] == [call.function.arguments]
     assert stream[-1].choices[0].finish_reason == "length"
+
+
+def test_sampled_string_arguments_are_json(client):
+    """Temperature 1, a few seeds: a forced call's free-text arguments hold no raw control character
+    (llama-cpp-python's converter let the tiny pair write them, and clients could not parse the call)."""
+    note = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "required": ["title", "text"],
+        "properties": {"title": {"type": "string", "maxLength": 20}, "text": {"type": "string"}}}}}
+    for seed in range(10):
+        choice = client.chat.completions.create(model="m", messages=USER, tools=[note], tool_choice="required",
+                                                temperature=1, seed=seed, max_tokens=96).choices[0]
+        arguments = choice.message.tool_calls[0].function.arguments
+        assert not CONTROL.search(arguments), f"seed {seed}: {arguments!r}"
+        if choice.finish_reason == "tool_calls":
+            assert set(json.loads(arguments)) == {"title", "text"}
 
 
 def test_tool_choice_none_and_auto_text_answers(client):

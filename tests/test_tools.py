@@ -14,6 +14,7 @@ from ollama_spec.tools import (
     template_takes_tools,
     tools_in_messages,
 )
+from tests.grammars import matches
 
 NAMES = ["get_weather", "add"]
 
@@ -74,6 +75,18 @@ def test_a_forced_call_grammar_resolves_each_tools_own_defs():
     grammar = forced_call_grammar(tools)  # a $ref left pointing inside the wrapper would raise here
     assert "alternative-0-arguments-n ::= integer" in grammar
     assert "alternative-1-arguments-n ::= string" in grammar
+
+
+def test_a_forced_calls_string_arguments_are_json(spec_engine):
+    tools = [{"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}}},
+             {"type": "function", "function": {"name": "anything"}}]
+    grammar = forced_call_grammar(tools)
+    assert matches(spec_engine, grammar, r'{"name": "note", "arguments": {"text": "a\n\"b\"\\\u0041"}}')
+    assert matches(spec_engine, grammar, r'{"name": "anything", "arguments": {"x\t": ["\u0001"]}}')
+    for raw in ("a\nb", "\x01", "\x1f"):
+        assert not matches(spec_engine, grammar, '{"name": "note", "arguments": {"text": "@"}}'.replace("@", raw))
+        assert not matches(spec_engine, grammar, '{"name": "anything", "arguments": {"@": 1}}'.replace("@", raw))
 
 
 def test_tools_described_for_a_template_without_them():
