@@ -44,7 +44,7 @@ serve: install
 	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
 	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec serve $(TARGET) --draft $(DRAFT) --port $(PORT) $(SERVE_ARGS)
 
-# GPU benchmark (README): make the bundle here, run gpu-bench on the GPU machine; `make gpu-bench
+# GPU benchmark (docs/benchmark.md): make the bundle here, run gpu-bench on the GPU machine; `make gpu-bench
 # GPU_BENCH_FLAGS="--cpu --tiny"` runs the same steps on any machine.
 GPU_BENCH_FLAGS ?=
 gpu-bundle: install

@@ -1,5 +1,5 @@
 """`python -m ollama_spec`: the CLI without the console script (e.g. from a source tree on PYTHONPATH)."""
 
-from .cli import main
+from ollama_spec.cli import main
 
 main()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmark, prepared for a CUDA machine without network (README: "GPU benchmark").
+# The GPU benchmark, prepared for a CUDA machine without network (docs/benchmark.md: "GPU benchmark").
 #
 #   scripts/make-gpu-bundle.sh             # here, with network: gpu-bundle/ (~8 MB) to carry along
 #   scripts/gpu-bench.sh                   # there: CUDA build, 8B/1B-shaped pair, check, offload, bench

@@ -13,10 +13,10 @@ import argparse
 import re
 import sys
 
-from ollama_spec.gguf_info import format_bytes
-from ollama_spec.memory import plan_memory
-from ollama_spec.resolve import resolve_model
-from ollama_spec.runtime import LoadedModel, LoadSettings, clear_log, gpu_offload_supported, recent_log
+from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.planning.memory import plan_memory
+from ollama_spec.models.resolve import resolve_model
+from ollama_spec.llama.model import LoadedModel, LoadSettings, clear_log, gpu_offload_supported, recent_log
 
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 BUFFER = re.compile(r"(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")

@@ -82,13 +82,13 @@ def invoke(runner):
 @pytest.fixture(scope="session")
 def tiny_models(tiny_store):
     """Resolved tiny target and draft (headers read, nothing loaded)."""
-    from ollama_spec.resolve import resolve_model
+    from ollama_spec.models.resolve import resolve_model
 
     return resolve_model("tiny-target", str(tiny_store)), resolve_model("tiny-draft", str(tiny_store))
 
 
 def engine_settings(**kwargs):
-    from ollama_spec.engine import EngineSettings
+    from ollama_spec.engine.engine import EngineSettings
 
     # One thread: llama.cpp's spinning worker threads crawl when the 2 cores are shared.
     return EngineSettings(**({"n_ctx": 2048, "n_threads": 1, "memory_check": False} | kwargs))
@@ -96,7 +96,7 @@ def engine_settings(**kwargs):
 
 @pytest.fixture(scope="session")
 def baseline_engine(tiny_models):
-    from ollama_spec.engine import Engine
+    from ollama_spec.engine.engine import Engine
 
     with Engine(tiny_models[0], None, engine_settings()) as engine:
         yield engine
@@ -114,7 +114,7 @@ def store_copy(tiny_store, tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def spec_engine(tiny_models):
-    from ollama_spec.engine import Engine
+    from ollama_spec.engine.engine import Engine
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         yield engine
@@ -123,8 +123,8 @@ def spec_engine(tiny_models):
 @pytest.fixture(scope="session")
 def padded_engine(tiny_store, tmp_path_factory):
     """tiny-padded (64 padding tokens past its draft's vocabulary) drafted for by tiny-draft."""
-    from ollama_spec.engine import Engine
-    from ollama_spec.resolve import resolve_model
+    from ollama_spec.engine.engine import Engine
+    from ollama_spec.models.resolve import resolve_model
     from ollama_spec.synthetic.catalog import build_padded_target
 
     root = tmp_path_factory.mktemp("padded-store")

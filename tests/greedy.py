@@ -7,7 +7,7 @@ token identity use this rule so that they fail on a verification error, never on
 
 from __future__ import annotations
 
-from ollama_spec.engine import NEAR_TIE_LOGITS, Engine, Request
+from ollama_spec.engine.engine import NEAR_TIE_LOGITS, Engine, Request
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

@@ -1,4 +1,4 @@
-"""llama.cpp's layer placement, written out from its source independently of ollama_spec.memory.
+"""llama.cpp's layer placement, written out from its source independently of ollama_spec.planning.memory.
 
 From llama-cpp-python 0.3.36's vendored src/llama-model.cpp, `load_tensors`:
 
@@ -14,7 +14,7 @@ last g - 1 repeating layers; g = n_layer + 1 puts everything but token_embd ther
 
 from __future__ import annotations
 
-from ollama_spec.gguf_info import ModelInfo
+from ollama_spec.models.gguf_info import ModelInfo
 
 
 def gpu_layer_indices(n_layer: int, n_gpu_layers: int) -> set[int]:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from ollama_spec.sampling import SamplingSettings
+from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.server import ServerSettings, ServerState
 from ollama_spec.server.run import bind, build_server
 
@@ -40,7 +40,7 @@ def running_server(engine, **settings):
 @contextmanager
 def serving_tiny_pair(tiny_models, **settings):
     """The tiny target drafted by the tiny draft, served: yields (base URL, ServerState)."""
-    from ollama_spec.engine import Engine
+    from ollama_spec.engine.engine import Engine
     from tests.conftest import engine_settings
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:

@@ -16,7 +16,7 @@ so v_K is measured.
 
 from __future__ import annotations
 
-from ..k_policy import expected_tokens_per_step
+from ollama_spec.decoding.k_policy import expected_tokens_per_step
 
 __all__ = ["efficiency", "expected_tokens_per_step", "predicted_speedup", "predicted_speedup_from_step_length"]
 

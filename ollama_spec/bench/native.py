@@ -12,13 +12,13 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import InvalidSetting
-from ..resolve import ResolvedModel
-from ..runtime import choose_flash_attention, default_threads
-from .prompts import Prompt
-from .runner import Progress, RowTimer
-from .samples import NATIVE, Row, Sample
-from .settings import BenchSettings
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.models.resolve import ResolvedModel
+from ollama_spec.llama.model import choose_flash_attention, default_threads
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.runner import Progress, RowTimer
+from ollama_spec.bench.samples import NATIVE, Row, Sample
+from ollama_spec.bench.settings import BenchSettings
 
 NATIVE_TIMEOUT_S = 600
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidSetting
+from ollama_spec.errors import InvalidSetting
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,16 @@ import numpy as np
 from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
-from ..adapter import OllamaDraftModel
-from ..canary import decide_repack
-from ..compat import load_kv_overrides
-from ..errors import ModelLoadError
-from ..resolve import ResolvedModel
-from ..runtime import apply_lora_adapters, choose_flash_attention, default_threads, extra_bufts_default, log_mark
-from .prompts import Prompt
-from .runner import Progress, RowTimer, interleaved, sampling_for
-from .samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
-from .settings import WARMUP_TOKENS, BenchSettings
+from ollama_spec.integrations.llama_cpp_python import OllamaDraftModel
+from ollama_spec.llama.canary import decide_repack
+from ollama_spec.models.compat import load_kv_overrides
+from ollama_spec.errors import ModelLoadError
+from ollama_spec.models.resolve import ResolvedModel
+from ollama_spec.llama.model import apply_lora_adapters, choose_flash_attention, default_threads, extra_bufts_default, log_mark
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.runner import Progress, RowTimer, interleaved, sampling_for
+from ollama_spec.bench.samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
+from ollama_spec.bench.settings import WARMUP_TOKENS, BenchSettings
 
 
 class CountingDraft(LlamaDraftModel):

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from ..errors import InvalidSetting, OllamaSpecError
-from .prompts import Prompt
-from .runner import Progress
+from ollama_spec.errors import InvalidSetting, OllamaSpecError
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.runner import Progress
 
 DEFAULT_TIMEOUT_S = 600.0
 CHAT_PATH = "/chat/completions"  # appended to --url; a --url that already ends in it is the endpoint itself

@@ -9,15 +9,15 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..gguf_info import format_bytes
-from ..runtime import default_threads
-from .model import efficiency, predicted_speedup_from_step_length
-from .prompts import Prompt
-from .remote import RemoteResult
-from .runner import Costs
-from .samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LLAMA_CPP_BASELINE,
+from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.llama.model import default_threads
+from ollama_spec.bench.model import efficiency, predicted_speedup_from_step_length
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.remote import RemoteResult
+from ollama_spec.bench.runner import Costs
+from ollama_spec.bench.samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LLAMA_CPP_BASELINE,
                       LLAMA_CPP_DRAFT, LOCAL_BASELINE, NATIVE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row)
-from .settings import BenchSettings
+from ollama_spec.bench.settings import BenchSettings
 
 COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
            "predicted", "efficiency", "greedy = target")

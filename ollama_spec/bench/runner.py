@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..calibration import measure_step_costs
-from ..engine import Engine, EngineSettings, Request, Result
-from ..placement import Placement
-from ..resolve import ResolvedModel
-from ..runtime import LoadedModel, gpu_offload_supported
-from ..sampling import SamplingSettings
-from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from .model import predicted_speedup
-from .prompts import Prompt
-from .samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LOCAL_BASELINE, NGRAM,
+from ollama_spec.llama.calibration import measure_step_costs
+from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
+from ollama_spec.planning.placement import Placement
+from ollama_spec.models.resolve import ResolvedModel
+from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.bench.model import predicted_speedup
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LOCAL_BASELINE, NGRAM,
                       SPECULATIVE, PeakMemory, Row, Sample)
-from .settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
+from ollama_spec.bench.settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 
 Progress = Callable[[str], None]
 # Times one row on one prompt: (prompt, max_tokens, run) -> the sample. What the reference phase

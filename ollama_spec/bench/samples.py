@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..engine import NEAR_TIE_LOGITS, first_difference
-from ..k_policy import estimate_alpha
+from ollama_spec.engine.engine import NEAR_TIE_LOGITS, first_difference
+from ollama_spec.decoding.k_policy import estimate_alpha
 
 BASELINE = "baseline"
 LOCAL_BASELINE = "baseline without RPC"  # beside --rpc rows: the target on this machine only

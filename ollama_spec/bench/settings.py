@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InvalidSetting
-from ..placement import Placement
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.planning.placement import Placement
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_BENCH_TOKENS = 256

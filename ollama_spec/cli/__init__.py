@@ -1,6 +1,6 @@
 """The `ollama-spec` command line. `main` is the console-script entry point."""
 
-from . import (  # noqa: F401  (each module registers its commands on `cli`)
+from ollama_spec.cli import (  # noqa: F401  (each module registers its commands on `cli`)
     bench,
     chat,
     check,
@@ -13,7 +13,7 @@ from . import (  # noqa: F401  (each module registers its commands on `cli`)
     serve,
     vllm,
 )
-from .main import cli
+from ollama_spec.cli.main import cli
 
 
 def main() -> None:

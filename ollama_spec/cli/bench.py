@@ -8,15 +8,15 @@ from pathlib import Path
 
 import click
 
-from ..bench.prompts import BUILTIN_PROMPTS, load_prompts
-from ..bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_KS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
-from ..engine import NEAR_TIE_LOGITS
-from ..errors import InvalidSetting
-from ..resolve import looks_like_path, resolve_model
-from ..runtime import set_verbose
-from ..store import Store, find_store_root
-from .main import cli
-from .options import (
+from ollama_spec.bench.prompts import BUILTIN_PROMPTS, load_prompts
+from ollama_spec.bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_KS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
+from ollama_spec.engine.engine import NEAR_TIE_LOGITS
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.models.resolve import looks_like_path, resolve_model
+from ollama_spec.llama.model import set_verbose
+from ollama_spec.models.store import Store, find_store_root
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import (
     AUTO,
     RPC_ENVVAR,
     apply_preset,
@@ -113,12 +113,12 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
     if native and settings.placement.rpc_servers:
         raise InvalidSetting("--native times llama.cpp's own binary on this machine: run it without --rpc")
     if native:
-        from ..bench.native import check_native
+        from ollama_spec.bench.native import check_native
 
         check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
     report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
 
-    from ..bench.report import format_report, write_outputs
+    from ollama_spec.bench.report import format_report, write_outputs
 
     click.echo(format_report(report))
     if out:
@@ -141,12 +141,12 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
 
 def _measure(target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings,
              native: str | None = None):
-    from ..bench.native import native_row, run_native_row
-    from ..bench.reference import run_reference_rows
-    from ..bench.report import BenchReport, best_speculative
-    from ..bench.runner import (BatchChoice, beside_engine, beside_rows, can_time_beside, local_baseline_units,
+    from ollama_spec.bench.native import native_row, run_native_row
+    from ollama_spec.bench.reference import run_reference_rows
+    from ollama_spec.bench.report import BenchReport, best_speculative
+    from ollama_spec.bench.runner import (BatchChoice, beside_engine, beside_rows, can_time_beside, local_baseline_units,
                                 planned_units, run_engine_rows, run_local_baseline)
-    from ..bench.samples import NATIVE, compare_tokens
+    from ollama_spec.bench.samples import NATIVE, compare_tokens
 
     load_start = _load_average()
     # With --rpc the references are replaced by the target alone on this machine: llama-cpp-python's
@@ -228,8 +228,8 @@ def _load_average() -> float | None:
 
 
 def _bench_remote(model, url, prompts, max_tokens, runs, temperature, seed, warmup, out) -> None:
-    from ..bench.remote import RemoteSettings, planned_remote_units, run_remote
-    from ..bench.report import format_remote, write_remote_outputs
+    from ollama_spec.bench.remote import RemoteSettings, planned_remote_units, run_remote
+    from ollama_spec.bench.report import format_remote, write_remote_outputs
 
     settings = RemoteSettings(url=url, model=model, max_tokens=max_tokens, runs=runs, temperature=temperature,
                               seed=seed, warmup=warmup)

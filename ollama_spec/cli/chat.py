@@ -6,14 +6,14 @@ import sys
 
 import click
 
-from ..conversation import Conversation
-from ..engine import DEFAULT_MAX_TOKENS, Engine, Request
-from ..resolve import resolve_model, template_warning
-from ..runtime import set_verbose
-from ..user_cache import cache_dir
-from .generate import format_stats
-from .main import cli
-from .options import (
+from ollama_spec.engine.conversation import Conversation
+from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine, Request
+from ollama_spec.models.resolve import resolve_model, template_warning
+from ollama_spec.llama.model import set_verbose
+from ollama_spec.config import cache_dir
+from ollama_spec.cli.generate import format_stats
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import (
     UNTIL_CONTEXT_FULL,
     apply_preset,
     ctx_option,

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from ..compat import require_compatible
-from ..engine import DEFAULT_CTX
-from ..gguf_info import ModelInfo, format_bytes
-from ..memory import FULL_OFFLOAD, KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
-from ..ollama_daemon import daemon_status, freeing_advice
-from ..resolve import resolve_model
-from ..rpc import remote_devices
-from ..usable import require_usable
-from .main import cli
-from .options import (
+from ollama_spec.models.compat import require_compatible
+from ollama_spec.engine.engine import DEFAULT_CTX
+from ollama_spec.models.gguf_info import ModelInfo, format_bytes
+from ollama_spec.planning.memory import FULL_OFFLOAD, KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
+from ollama_spec.models.daemon import daemon_status, freeing_advice
+from ollama_spec.models.resolve import resolve_model
+from ollama_spec.llama.rpc import remote_devices
+from ollama_spec.models.usable import require_usable
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import (
     NGRAM,
     apply_preset,
     current_placement,

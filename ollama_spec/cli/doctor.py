@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from ..canary import ENV_VAR, decide_repack
-from ..devices import discover_devices
-from ..diagnosis import Facts, find_problems, gather
-from ..gguf_info import format_bytes
-from ..repack import cpu_features
-from .main import cli
-from .options import echo_json, json_option, models_dir_option
+from ollama_spec.llama.canary import ENV_VAR, decide_repack
+from ollama_spec.planning.devices import discover_devices
+from ollama_spec.doctor import Facts, find_problems, gather
+from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.planning.repack import cpu_features
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import echo_json, json_option, models_dir_option
 
 
 @cli.command()
@@ -37,7 +37,7 @@ def doctor(as_json: bool, models_dir: str | None) -> None:
       ollama-spec doctor --json
     """
     try:
-        from .. import runtime  # loads llama.cpp: doctor is the one command that must
+        from ollama_spec.llama import model as runtime  # loads llama.cpp: doctor is the one command that must
     except (ImportError, OSError, RuntimeError) as exc:
         raise click.ClickException(f"llama-cpp-python cannot be loaded ({exc}); reinstall it: "
                                    "pip install --force-reinstall llama-cpp-python") from None

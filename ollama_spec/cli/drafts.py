@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ..drafts import USEFUL_RATIO, best_draft, find_drafts
-from ..gguf_info import format_bytes
-from ..resolve import resolve_model
-from .main import cli
-from .options import echo_json, json_option, models_dir_option, open_store
+from ollama_spec.models.drafts import USEFUL_RATIO, best_draft, find_drafts
+from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.models.resolve import resolve_model
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import echo_json, json_option, models_dir_option, open_store
 
 
 @cli.command()

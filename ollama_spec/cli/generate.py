@@ -9,13 +9,13 @@ import sys
 
 import click
 
-from ..chat import ChatMessage
-from ..devices import unused_gpu_warning
-from ..engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result, first_difference
-from ..resolve import resolve_model, template_warning
-from ..runtime import set_verbose
-from .main import cli
-from .options import (
+from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.planning.devices import unused_gpu_warning
+from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result, first_difference
+from ollama_spec.models.resolve import resolve_model, template_warning
+from ollama_spec.llama.model import set_verbose
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import (
     NGRAM,
     UNTIL_CONTEXT_FULL,
     apply_preset,

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import click
 
-from ..compat import check_compatibility, llama3_metadata_fixes
-from ..drafts import size_note
-from ..errors import IncompatibleDraft, OllamaSpecError, one_line
-from ..gguf_info import ModelInfo, format_bytes, read_model_info
-from ..resolve import gguf_file, lora_adapter, resolve_model
-from ..store import BrokenModel, StoredModel, blob_path, verify_blob
-from ..usable import require_usable, usability_problems
-from .main import cli
-from .options import echo_json, json_option, models_dir_option, open_store
+from ollama_spec.models.compat import check_compatibility, llama3_metadata_fixes
+from ollama_spec.models.drafts import size_note
+from ollama_spec.errors import IncompatibleDraft, OllamaSpecError, one_line
+from ollama_spec.models.gguf_info import ModelInfo, format_bytes, read_model_info
+from ollama_spec.models.resolve import gguf_file, lora_adapter, resolve_model
+from ollama_spec.models.store import BrokenModel, StoredModel, blob_path, verify_blob
+from ollama_spec.models.usable import require_usable, usability_problems
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import echo_json, json_option, models_dir_option, open_store
 
 
 @cli.command("list")
@@ -321,11 +321,11 @@ def demo_store(directory: str | None, tiny_only: bool, nested: str | None) -> No
       OLLAMA_MODELS=./demo-models ollama-spec list
       ollama-spec demo-store ./gpu-models --nested 8b-1b
     """
-    from ..synthetic import build_demo_store
+    from ollama_spec.synthetic import build_demo_store
 
     root = Path(directory or "demo-models")
     if nested:
-        from ..synthetic.nested import build_nested_store
+        from ollama_spec.synthetic.nested import build_nested_store
 
         names = build_nested_store(root, nested, progress=lambda msg: click.echo(msg, err=True))
         click.echo(f"demo store ready at {root}: {', '.join(names)}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .. import __version__
-from ..errors import OllamaSpecError, one_line
+from ollama_spec import __version__
+from ollama_spec.errors import OllamaSpecError, one_line
 
 
 class SpecGroup(click.Group):

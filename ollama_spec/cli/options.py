@@ -9,22 +9,22 @@ from typing import Any
 
 import click
 
-from ..canary import RepackDecision, decide_repack
-from ..drafts import best_draft, find_drafts
-from ..engine import DEFAULT_CTX, EngineSettings
-from ..errors import InvalidSetting, ModelNotFound
-from ..grammar import grammar_for_json
-from ..modelfile import Modelfile, load_modelfile
-from ..penalties import DEFAULT_REPEAT_LAST_N, Penalties
-from ..penalties import OPTIONS as PENALTY_OPTIONS
-from ..placement import SPLIT_MODES, Placement, parse_tensor_split
-from ..proposers import DEFAULT_NGRAM_SIZE
-from ..resolve import ResolvedModel, lora_adapter, resolve_model, stored_draft_model
-from ..rpc import parse_endpoints
-from ..sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
-from ..speculative import DEFAULT_MAX_SPECULATIVE_TOKENS, MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
-from ..store import Store, find_store_root
-from ..thinking import template_thinks
+from ollama_spec.llama.canary import RepackDecision, decide_repack
+from ollama_spec.models.drafts import best_draft, find_drafts
+from ollama_spec.engine.engine import DEFAULT_CTX, EngineSettings
+from ollama_spec.errors import InvalidSetting, ModelNotFound
+from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.models.modelfile import Modelfile, load_modelfile
+from ollama_spec.decoding.penalties import DEFAULT_REPEAT_LAST_N, Penalties
+from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
+from ollama_spec.planning.placement import SPLIT_MODES, Placement, parse_tensor_split
+from ollama_spec.decoding.proposers import DEFAULT_NGRAM_SIZE
+from ollama_spec.models.resolve import ResolvedModel, lora_adapter, resolve_model, stored_draft_model
+from ollama_spec.llama.rpc import parse_endpoints
+from ollama_spec.decoding.sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
+from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.models.store import Store, find_store_root
+from ollama_spec.prompting.thinking import template_thinks
 
 models_dir_option = click.option(
     "--models-dir",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from ..pull import VIAS, PullSettings, make_reporter, pull_models
-from ..pull.settings import DEFAULT_CONCURRENCY
-from .main import cli
-from .options import json_option
+from ollama_spec.pull import VIAS, PullSettings, make_reporter, pull_models
+from ollama_spec.pull.settings import DEFAULT_CONCURRENCY
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import json_option
 
 
 @cli.command()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import click
 
-from ..errors import InvalidSetting, RpcUnavailable
-from ..rpc import DEFAULT_PORT, IPV4_ONLY, SECURITY_NOTE, Endpoint, ipv4_address, is_ipv6, is_loopback
-from .main import cli
+from ollama_spec.errors import InvalidSetting, RpcUnavailable
+from ollama_spec.llama.rpc import DEFAULT_PORT, IPV4_ONLY, SECURITY_NOTE, Endpoint, ipv4_address, is_ipv6, is_loopback
+from ollama_spec.cli.main import cli
 
 
 @cli.command("rpc-server")
@@ -47,8 +47,8 @@ def rpc_server(host: str, port: int, devices: tuple[str, ...], threads: int | No
       # then, on the first machine:
       ollama-spec generate llama3.1:70b --draft llama3.2:1b --rpc 192.168.1.20:50052 "Hello"
     """
-    from .. import rpc
-    from ..runtime import default_threads
+    from ollama_spec.llama import rpc
+    from ollama_spec.llama.model import default_threads
 
     endpoint = Endpoint(_listen_address(host), port)
     _require_free(endpoint)

@@ -6,12 +6,12 @@ import logging
 
 import click
 
-from ..engine import Engine
-from ..resolve import resolve_model, template_warning
-from ..runtime import set_verbose
-from ..server.common import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerSettings
-from .main import cli
-from .options import (
+from ollama_spec.engine.engine import Engine
+from ollama_spec.models.resolve import resolve_model, template_warning
+from ollama_spec.llama.model import set_verbose
+from ollama_spec.server.common import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerSettings
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import (
     apply_preset,
     ctx_option,
     engine_settings,
@@ -74,9 +74,9 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
       ollama-spec serve -f llama3.3-70b   # a shipped preset: target, draft and parameters
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
     """
-    from ..server import ServerState
-    from ..server import serve as run_server
-    from ..server.run import bind
+    from ollama_spec.server import ServerState
+    from ollama_spec.server import serve as run_server
+    from ollama_spec.server.run import bind
 
     set_verbose(verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")

@@ -6,8 +6,8 @@ import shlex
 
 import click
 
-from ..errors import InvalidSetting
-from ..vllm import (
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.integrations.vllm import (
     DEFAULT_HOST,
     DEFAULT_K,
     DEFAULT_PORT,
@@ -17,9 +17,9 @@ from ..vllm import (
     ready_launcher,
     version_text,
 )
-from ..vllm_repos import to_hf
-from .main import cli
-from .options import AUTO, NGRAM, DraftLength, echo_json, json_option, preset_option_with
+from ollama_spec.integrations.vllm_repos import to_hf
+from ollama_spec.cli.main import cli
+from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, echo_json, json_option, preset_option_with
 
 
 @cli.command()

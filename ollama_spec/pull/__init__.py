@@ -8,16 +8,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from ..envconfig import ollama_var
-from ..errors import InvalidSetting, ModelNotFound, OllamaSpecError, StoreNotFound
-from ..names import ModelRef, parse_model_name
-from ..store import Store, find_store_root
-from .daemon import Daemon, probe_daemon, pull_through_daemon
-from .huggingface import endpoint_overridden, is_huggingface, pull_from_huggingface
-from .progress import PullEvent, make_reporter
-from .registry import pull_from_registry
-from .settings import VIAS, PullSettings
-from .writer import StoreWriter, writable_store_root
+from ollama_spec.config import ollama_var
+from ollama_spec.errors import InvalidSetting, ModelNotFound, OllamaSpecError, StoreNotFound
+from ollama_spec.models.names import ModelRef, parse_model_name
+from ollama_spec.models.store import Store, find_store_root
+from ollama_spec.pull.daemon import Daemon, probe_daemon, pull_through_daemon
+from ollama_spec.pull.huggingface import endpoint_overridden, is_huggingface, pull_from_huggingface
+from ollama_spec.pull.progress import PullEvent, make_reporter
+from ollama_spec.pull.registry import pull_from_registry
+from ollama_spec.pull.settings import VIAS, PullSettings
+from ollama_spec.pull.writer import StoreWriter, writable_store_root
 
 __all__ = ["VIAS", "PullEvent", "PullSettings", "choose_via", "make_reporter", "pull_models"]
 

@@ -8,8 +8,8 @@ from enum import Enum
 import httpx
 import ollama
 
-from ..errors import PullError
-from .progress import PullEvent
+from ollama_spec.errors import PullError
+from ollama_spec.pull.progress import PullEvent
 
 PROBE_TIMEOUT = 2.0
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from ..errors import BlobError, PullError
-from .writer import Blob, StoreWriter
+from ollama_spec.errors import BlobError, PullError
+from ollama_spec.pull.writer import Blob, StoreWriter
 
 # Tries in a row without progress before a blob's download gives up, as Ollama's per-part
 # maxRetries (6 tries in all); a try that received bytes starts the count again, so a link that drops every few GB

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import httpx
 
-from ..names import ModelRef
-from .download import BlobProgress, Cancelled, fetch_blob
-from .progress import PullEvent
-from .settings import PullSettings
-from .writer import Blob, StoreWriter
+from ollama_spec.models.names import ModelRef
+from ollama_spec.pull.download import BlobProgress, Cancelled, fetch_blob
+from ollama_spec.pull.progress import PullEvent
+from ollama_spec.pull.settings import PullSettings
+from ollama_spec.pull.writer import Blob, StoreWriter
 
 CANCEL_GRACE = 2.0  # seconds the downloads get to stop between chunks after Ctrl-C or an error
 

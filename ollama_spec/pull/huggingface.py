@@ -24,15 +24,15 @@ from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import build_hf_headers
 
-from ..errors import ModelNotFound, OllamaSpecError, PullError, one_line
-from ..gguf_info import read_model_info
-from ..names import ModelRef
-from ..store import MEDIA_TYPE_PREFIX
-from .download import http_client, http_errors
-from .fetcher import fetch_all
-from .progress import PullEvent
-from .settings import PullSettings
-from .writer import Blob, StoreWriter
+from ollama_spec.errors import ModelNotFound, OllamaSpecError, PullError, one_line
+from ollama_spec.models.gguf_info import read_model_info
+from ollama_spec.models.names import ModelRef
+from ollama_spec.models.store import MEDIA_TYPE_PREFIX
+from ollama_spec.pull.download import http_client, http_errors
+from ollama_spec.pull.fetcher import fetch_all
+from ollama_spec.pull.progress import PullEvent
+from ollama_spec.pull.settings import PullSettings
+from ollama_spec.pull.writer import Blob, StoreWriter
 
 HF_HOSTS = ("hf.co", "huggingface.co", "www.huggingface.co")
 DEFAULT_ENDPOINT = "https://huggingface.co"

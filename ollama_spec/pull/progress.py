@@ -16,7 +16,7 @@ from typing import Protocol, TextIO
 
 from tqdm import tqdm
 
-from ..gguf_info import format_bytes
+from ollama_spec.models.gguf_info import format_bytes
 
 _JSON_INTERVAL = 0.25  # seconds between two byte-count events of one blob in --json mode
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import httpx
 
-from ..errors import InvalidManifest, ModelNotFound, PullError
-from ..names import ModelRef
-from ..store import blob_path
-from .download import http_client, http_errors, short_text
-from .huggingface import is_huggingface
-from .fetcher import fetch_all
-from .progress import PullEvent
-from .settings import PullSettings
-from .writer import Blob, StoreWriter
+from ollama_spec.errors import InvalidManifest, ModelNotFound, PullError
+from ollama_spec.models.names import ModelRef
+from ollama_spec.models.store import blob_path
+from ollama_spec.pull.download import http_client, http_errors, short_text
+from ollama_spec.pull.huggingface import is_huggingface
+from ollama_spec.pull.fetcher import fetch_all
+from ollama_spec.pull.progress import PullEvent
+from ollama_spec.pull.settings import PullSettings
+from ollama_spec.pull.writer import Blob, StoreWriter
 
 MANIFEST_ACCEPT = "application/vnd.docker.distribution.manifest.v2+json"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..envconfig import ollama_var
+from ollama_spec.config import ollama_var
 
 VIAS = ("ollama", "registry", "hf")
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"

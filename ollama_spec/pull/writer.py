@@ -20,11 +20,11 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ..envconfig import ollama_var
-from ..errors import InsufficientDisk, StoreNotWritable
-from ..gguf_info import format_bytes
-from ..names import ModelRef
-from ..store import HOME_STORE, SERVICE_STORE, StoreRoot, blob_path, find_store_root
+from ollama_spec.config import ollama_var
+from ollama_spec.errors import InsufficientDisk, StoreNotWritable
+from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.models.names import ModelRef
+from ollama_spec.models.store import HOME_STORE, SERVICE_STORE, StoreRoot, blob_path, find_store_root
 
 PARTIAL_DIR = ".ollama-spec-partial"
 # Headroom kept free beyond the blobs themselves (manifests, filesystem metadata, other writers).

@@ -4,8 +4,8 @@ A thin face: the routes turn requests into engine Requests, a worker thread runs
 time, and the answers carry the speculation statistics. No speculative logic lives here.
 """
 
-from .app import create_app
-from .common import ServerSettings, ServerState
-from .run import serve
+from ollama_spec.server.app import create_app
+from ollama_spec.server.common import ServerSettings, ServerState
+from ollama_spec.server.run import serve
 
 __all__ = ["ServerSettings", "ServerState", "create_app", "serve"]

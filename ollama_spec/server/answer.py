@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..thinking import ThinkingSplit, partial_suffix
-from ..tools import OPENING, ToolCall, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
+from ollama_spec.prompting.thinking import ThinkingSplit, partial_suffix
+from ollama_spec.prompting.tools import OPENING, ToolCall, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
 
 
 class HeldForToolCalls:

@@ -19,11 +19,11 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import __version__
-from . import embeddings, ollama, ollama_models, openai, responses
-from .browsers import BrowserGuard, is_loopback_bind, origin_pattern
-from .common import ApiError, ServerState, openai_error
-from .metrics import CONTENT_TYPE
+from ollama_spec import __version__
+from ollama_spec.server import embeddings, ollama, ollama_models, openai, responses
+from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
+from ollama_spec.server.common import ApiError, ServerState, openai_error
+from ollama_spec.server.metrics import CONTENT_TYPE
 
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
 

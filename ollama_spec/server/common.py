@@ -12,17 +12,17 @@ from dataclasses import dataclass, field, replace
 from pydantic import BaseModel, model_validator
 from starlette.requests import Request as HTTPRequest
 
-from ..chat import ChatMessage
-from ..engine import Engine, Request, Result
-from ..errors import InvalidSetting, OllamaSpecError
-from ..grammar import grammar_for_json
-from ..sampling import SamplingSettings
-from ..speculative import SpeculationSettings, Token
-from ..thinking import ThinkingSplit, opened_by_prompt, template_thinks
-from ..tools import forced_call_grammar, tool_names
-from .answer import AnswerParts
-from .metrics import Metrics
-from .worker import Cancelled, Failed, Finished, Job, QueueFull, Worker
+from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.engine.engine import Engine, Request, Result
+from ollama_spec.errors import InvalidSetting, OllamaSpecError
+from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.decoding.loop import SpeculationSettings, Token
+from ollama_spec.prompting.thinking import ThinkingSplit, opened_by_prompt, template_thinks
+from ollama_spec.prompting.tools import forced_call_grammar, tool_names
+from ollama_spec.server.answer import AnswerParts
+from ollama_spec.server.metrics import Metrics
+from ollama_spec.server.worker import Cancelled, Failed, Finished, Job, QueueFull, Worker
 
 log = logging.getLogger("ollama_spec.server")
 

@@ -14,10 +14,10 @@ from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..embedding import normalized
-from ..errors import OllamaSpecError
-from .common import ApiError, ServerState, failure
-from .worker import QueueFull
+from ollama_spec.llama.embedding import normalized
+from ollama_spec.errors import OllamaSpecError
+from ollama_spec.server.common import ApiError, ServerState, failure
+from ollama_spec.server.worker import QueueFull
 
 router = APIRouter()
 

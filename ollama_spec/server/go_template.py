@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import InvalidSetting
+from ollama_spec.errors import InvalidSetting
 
 FIELDS = ("System", "Prompt", "Response")
 SUPPORTED = "{{ .System }}, {{ .Prompt }}, {{ .Response }} and {{ if .X }}…{{ else }}…{{ end }} on them"

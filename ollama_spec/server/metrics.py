@@ -8,7 +8,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from ..engine import Result
+from ollama_spec.engine.engine import Result
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format every Prometheus scraper reads
 # Without this every counter gets a `_created` timestamp series too: noise for a single server.

@@ -16,16 +16,16 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..chat import ROLES, ChatMessage
-from ..engine import Result
-from ..errors import InvalidSetting
-from ..penalties import OPTIONS as PENALTY_OPTIONS
-from ..tools import ToolCall
-from . import go_template
-from .answer import AnswerParts
-from .common import ApiError, NullsAsDefaults, ServerState, failure, json_grammar, run_to_end
-from .ollama_models import iso
-from .worker import Failed, Job, Piece
+from ollama_spec.prompting.template import ROLES, ChatMessage
+from ollama_spec.engine.engine import Result
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
+from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.server import go_template
+from ollama_spec.server.answer import AnswerParts
+from ollama_spec.server.common import ApiError, NullsAsDefaults, ServerState, failure, json_grammar, run_to_end
+from ollama_spec.server.ollama_models import iso
+from ollama_spec.server.worker import Failed, Job, Piece
 
 router = APIRouter()
 

@@ -14,11 +14,11 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
-from .. import __version__
-from ..resolve import ResolvedModel
-from ..runtime import LoadedModel, gpu_offload_supported
-from ..thinking import template_thinks
-from .common import ApiError, ServerState
+from ollama_spec import __version__
+from ollama_spec.models.resolve import ResolvedModel
+from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
+from ollama_spec.prompting.thinking import template_thinks
+from ollama_spec.server.common import ApiError, ServerState
 
 router = APIRouter()
 

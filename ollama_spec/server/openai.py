@@ -15,13 +15,13 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..chat import ChatMessage
-from ..engine import Request, Result
-from ..tools import ToolCall
-from .answer import AnswerParts
-from .common import (ApiError, NullsAsDefaults, ServerState, failure, json_grammar, offer_tools, openai_error,
+from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.engine.engine import Request, Result
+from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.server.answer import AnswerParts
+from ollama_spec.server.common import (ApiError, NullsAsDefaults, ServerState, failure, json_grammar, offer_tools, openai_error,
                      run_to_end)
-from .worker import Failed, Finished, Job, Piece
+from ollama_spec.server.worker import Failed, Finished, Job, Piece
 
 router = APIRouter(prefix="/v1")
 

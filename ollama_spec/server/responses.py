@@ -20,13 +20,13 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..chat import ChatMessage
-from ..engine import Result
-from ..tools import ToolCall
-from .answer import AnswerParts
-from .common import ApiError, NullsAsDefaults, ServerState, json_grammar, offer_tools, openai_error, run_to_end
-from .openai import job_events, tool_arguments
-from .worker import Piece
+from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.engine.engine import Result
+from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.server.answer import AnswerParts
+from ollama_spec.server.common import ApiError, NullsAsDefaults, ServerState, json_grammar, offer_tools, openai_error, run_to_end
+from ollama_spec.server.openai import job_events, tool_arguments
+from ollama_spec.server.worker import Piece
 
 router = APIRouter(prefix="/v1")
 

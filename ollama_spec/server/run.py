@@ -10,9 +10,9 @@ from types import FrameType
 
 import uvicorn
 
-from ..errors import InvalidSetting
-from .app import create_app
-from .common import ServerState
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.server.app import create_app
+from ollama_spec.server.common import ServerState
 
 log = logging.getLogger("ollama_spec.server")
 

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ..engine import Engine, Request, Result
-from ..speculative import Token
-from ..errors import OllamaSpecError
+from ollama_spec.engine.engine import Engine, Request, Result
+from ollama_spec.decoding.loop import Token
+from ollama_spec.errors import OllamaSpecError
 
 log = logging.getLogger("ollama_spec.server")
 T = TypeVar("T")

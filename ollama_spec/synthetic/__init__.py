@@ -7,7 +7,7 @@ template, that llama-cpp-python loads and runs exactly like published models.
 
 import logging
 
-from .catalog import PAIRS, build_demo_store, build_pair_store
+from ollama_spec.synthetic.catalog import PAIRS, build_demo_store, build_pair_store
 
 # The gguf package logs at INFO for every file its writer makes (the byte order, the files written): under
 # a log configured at INFO, serve's, that is noise each time the repack canary writes its models. Its

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..names import parse_model_name
-from .layout import write_model
-from .models import Architecture, WeightRecipe, make_weights, write_gguf
-from .tokenizer import CONTROL, EOT, Vocabulary, build_vocabulary
+from ollama_spec.models.names import parse_model_name
+from ollama_spec.synthetic.layout import write_model
+from ollama_spec.synthetic.models import Architecture, WeightRecipe, make_weights, write_gguf
+from ollama_spec.synthetic.tokenizer import CONTROL, EOT, Vocabulary, build_vocabulary
 
 
 @dataclass(frozen=True)

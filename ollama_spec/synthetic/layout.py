@@ -8,8 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..names import parse_model_name
-from ..store import MEDIA_TYPE_PREFIX
+from ollama_spec.models.names import parse_model_name
+from ollama_spec.models.store import MEDIA_TYPE_PREFIX
 
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"

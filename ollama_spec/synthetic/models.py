@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, Keys, LlamaFileType, quants
 
-from .tokenizer import BOS, EOS, EOT, Vocabulary
+from ollama_spec.synthetic.tokenizer import BOS, EOS, EOT, Vocabulary
 
 LLAMA3_CHAT_TEMPLATE = (
     "{{- bos_token }}"

@@ -34,10 +34,10 @@ import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf import LlamaFileType, quants
 
-from .kquant_blocks import QK_K, live_mask, random_blocks
-from .layout import write_model
-from .models import LLAMA3_CHAT_TEMPLATE, Architecture, add_vocabulary, new_llama_writer
-from .tokenizer import build_vocabulary
+from ollama_spec.synthetic.kquant_blocks import QK_K, live_mask, random_blocks
+from ollama_spec.synthetic.layout import write_model
+from ollama_spec.synthetic.models import LLAMA3_CHAT_TEMPLATE, Architecture, add_vocabulary, new_llama_writer
+from ollama_spec.synthetic.tokenizer import build_vocabulary
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
 def build_nested_store(root: Path, profile: str = "8b-1b", *, progress: Callable[[str], None] = lambda m: None,
                        skip_existing: bool = True) -> list[str]:
     """Build a NESTED pair into an Ollama-layout store at `root`; return the target and draft names."""
-    from .catalog import _manifest
+    from ollama_spec.synthetic.catalog import _manifest
 
     spec = NESTED[profile]
     names = [spec.target_name, spec.draft_name]

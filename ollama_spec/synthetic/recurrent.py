@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType
 
-from .models import add_vocabulary
-from .tokenizer import build_vocabulary
+from ollama_spec.synthetic.models import add_vocabulary
+from ollama_spec.synthetic.tokenizer import build_vocabulary
 
 
 def write_mamba_gguf(path: Path, *, name: str = "tiny-mamba", n_embd: int = 64, n_layer: int = 2, d_state: int = 16,

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
-from .models import LLAMA3_CHAT_TEMPLATE, Architecture, new_llama_writer
-from .tokenizer import SPECIAL_TOKENS
+from ollama_spec.synthetic.models import LLAMA3_CHAT_TEMPLATE, Architecture, new_llama_writer
+from ollama_spec.synthetic.tokenizer import SPECIAL_TOKENS
 
 QUANT_FILE_TYPES = {
     GGMLQuantizationType.Q4_K: LlamaFileType.MOSTLY_Q4_K_M,

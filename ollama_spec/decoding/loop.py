@@ -1,0 +1,198 @@
+"""The draft-verify loop: one generator that the CLI, the server and the benchmark all consume."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ollama_spec.errors import InferenceError, InvalidSetting
+from ollama_spec.llama.grammar import Grammar, masked_rows
+from ollama_spec.decoding.k_policy import FixedK, KPolicy, estimate_alpha
+from ollama_spec.planning.memory import N_UBATCH
+from ollama_spec.decoding.penalties import adjusted_rows
+from ollama_spec.decoding.proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
+from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, token_logprobs
+from ollama_spec.decoding.verify import verify_greedy, verify_rejection
+
+DEFAULT_NUM_SPECULATIVE_TOKENS = 5
+DEFAULT_MAX_SPECULATIVE_TOKENS = 16
+# The largest fixed K: the K drafts and the token before them are one verify batch, which llama.cpp
+# decodes in one pass and the memory check plans for, up to N_UBATCH tokens.
+MAX_NUM_SPECULATIVE_TOKENS = N_UBATCH - 1
+PROPOSERS = ("draft", "ngram")
+
+@dataclass(frozen=True)
+class SpeculationSettings:
+    # None: "auto", the K that the measured costs and the live acceptance say is fastest, each step.
+    num_speculative_tokens: int | None = DEFAULT_NUM_SPECULATIVE_TOKENS
+    # Stop drafting early when the draft's most likely next token has less probability than
+    # this (llama.cpp's --draft-p-min); 0 always drafts K tokens.
+    draft_p_min: float = 0.0
+    max_speculative_tokens: int = DEFAULT_MAX_SPECULATIVE_TOKENS  # auto's upper bound
+    # "draft": the draft model proposes; "ngram": prompt lookup proposes (no draft model needed).
+    proposer: str = "draft"
+    ngram_size: int = DEFAULT_NGRAM_SIZE
+
+    def __post_init__(self) -> None:
+        if self.num_speculative_tokens is not None and self.num_speculative_tokens < 1:
+            raise InvalidSetting(
+                f"-k/--num-speculative-tokens must be at least 1 or 'auto', got {self.num_speculative_tokens}"
+            )
+        if self.proposer not in PROPOSERS:
+            raise InvalidSetting(f"unknown proposer '{self.proposer}': choose {' or '.join(PROPOSERS)}")
+        if self.ngram_size < 1:
+            raise InvalidSetting(f"--ngram-size must be at least 1, got {self.ngram_size}")
+        if self.max_speculative_tokens < 1:
+            raise InvalidSetting(f"the largest K for auto must be at least 1, got {self.max_speculative_tokens}")
+        if not 0 <= self.draft_p_min < 1:
+            raise InvalidSetting(f"--draft-p-min must be in [0, 1), got {self.draft_p_min}")
+
+    @property
+    def auto(self) -> bool:
+        return self.num_speculative_tokens is None
+
+
+@dataclass
+class SpeculationStats:
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    prompt_cached: int = 0  # prompt tokens the target already held from an earlier request
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    rejections: int = 0  # steps that ended on a rejected draft (the drafts after it were never tried)
+    accepted_by_position: list[int] = field(default_factory=list)
+    drafted_by_position: list[int] = field(default_factory=list)
+    k_chosen: dict[int, int] = field(default_factory=dict)  # K -> steps that drafted K tokens
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def alpha(self) -> float | None:
+        """The probability that a tried draft token is accepted (Leviathan et al.'s α)."""
+        return estimate_alpha(self.accepted, self.rejections)
+
+    @property
+    def mean_accepted_per_step(self) -> float:
+        """Tokens emitted per target pass: accepted drafts plus the target's own token."""
+        return self.generated / self.steps if self.steps else 0.0
+
+    def record(self, n_drafted: int, n_accepted: int, k: int | None = None) -> None:
+        self.steps += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        self.rejections += n_accepted < n_drafted
+        if k is not None:
+            self.k_chosen[k] = self.k_chosen.get(k, 0) + 1
+        for position in range(n_drafted):
+            if position == len(self.drafted_by_position):
+                self.drafted_by_position.append(0)
+                self.accepted_by_position.append(0)
+            self.drafted_by_position[position] += 1
+            self.accepted_by_position[position] += position < n_accepted
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    from_draft: bool
+    logprob: float | None = None  # under the target's distribution, when asked for
+    top: tuple[tuple[int, float], ...] = ()  # the target's most likely tokens there, with theirs
+
+
+def generate_tokens(
+    target: Model,
+    draft: Model | Proposer | None,
+    prompt: Sequence[int],
+    sampling: SamplingSettings,
+    speculation: SpeculationSettings,
+    stats: SpeculationStats | None = None,
+    policy: KPolicy | None = None,
+    grammar: Grammar | None = None,
+    logprobs: int | None = None,
+) -> Iterator[Token]:
+    """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
+
+    `draft` is a draft model or any proposer (n-gram lookup); without one this is plain decoding
+    with the target, the baseline. Invariant at the top of each step after the first: the target's
+    cache holds `seq[:-1]`. The first step reads the prompt and drafts nothing, so the first token
+    comes as soon as the target has read it, as with the target alone. Whatever the caches already
+    hold of the prompt (an earlier turn of the same chat) is kept. `policy` chooses K each step (the
+    engine passes `AutoK` for "auto"); by default K is fixed. A `grammar` (structured output) masks the target's rows before verification and
+    advances with every emitted token. With `logprobs` (how many alternatives), each token carries
+    its log-probability under the target, from the verify row that chose it.
+    """
+    stats = stats if stats is not None else SpeculationStats()
+    if policy is None:
+        policy = FixedK(speculation.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
+    proposer = draft if draft is None or hasattr(draft, "propose") else (
+        DraftModelProposer(draft, target.n_vocab, speculation.draft_p_min))
+    rng = np.random.default_rng(sampling.seed)
+    seq = list(prompt)
+    stats.prompt_cached = keep_common_prefix(target, seq)
+    if proposer is not None:
+        proposer.reset(seq)
+    reading_prompt = True
+    while True:
+        room = target.n_ctx - len(seq)  # the batch caches what the target lacks of seq, and k drafts
+        if room < 0:
+            return  # context full: the caller reports it
+        chosen = policy.next_k() if proposer is not None and not reading_prompt else 0
+        k = min(chosen, room)
+        start = time.perf_counter()
+        drafted, draft_probs = (proposer.propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0
+                                else ([], None))
+        middle = time.perf_counter()
+        logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
+        if sampling.penalties.active:
+            logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
+        if grammar is not None:  # greedy skips masking rows whose best token is allowed, unless logprobs read them
+            logits = masked_rows(grammar, drafted, logits, greedy=sampling.greedy and logprobs is None)
+        if sampling.greedy:
+            n_accepted, next_token = verify_greedy(drafted, logits)
+        else:
+            target_probs = np.stack([logits_to_probs(row, sampling) for row in logits])
+            n_accepted, next_token = verify_rejection(drafted, draft_probs, target_probs, rng)
+        end = time.perf_counter()
+        if reading_prompt:  # a target pass, but no draft-verify step: its time is the prompt's
+            stats.record(0, 0)
+        else:
+            stats.draft_seconds += middle - start
+            stats.verify_seconds += end - middle
+            stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None)
+            policy.observe(len(drafted), n_accepted, middle - start, end - middle)
+        reading_prompt = False
+
+        if grammar is not None:
+            _advance(grammar, [*drafted[:n_accepted], next_token])
+
+        # Roll back to the accepted prefix: seq[:-1] stays the cached part.
+        seq += [*drafted[:n_accepted], next_token]
+        target.truncate(len(seq) - 1)
+        if proposer is not None:
+            proposer.accepted(seq)
+        stats.generated += n_accepted + 1
+        for row, token in enumerate([*drafted[:n_accepted], next_token]):
+            yield _token(token, row < n_accepted, logits[row], logprobs)
+
+
+def _token(token: int, from_draft: bool, row: np.ndarray, logprobs: int | None) -> Token:
+    if logprobs is None:
+        return Token(token, from_draft)
+    logprob, top = token_logprobs(row, token, logprobs)
+    return Token(token, from_draft, logprob, top)
+
+
+def _advance(grammar: Grammar, tokens: Sequence[int]) -> None:
+    """Move the grammar past the emitted tokens; verification chose them among the allowed ones, so
+    a forbidden one means the grammar allowed nothing at all there."""
+    for token in tokens:
+        if not grammar.allows(token):
+            raise InferenceError("the output grammar allows no token at this point: it cannot be completed")
+        grammar.accept(token)

@@ -1,0 +1,1 @@
+"""The engine: loads a pair and turns requests into token streams with their statistics."""

@@ -1,0 +1,1 @@
+"""The one seam to llama.cpp: loading, evaluating, grammars, RPC, embeddings, calibration."""

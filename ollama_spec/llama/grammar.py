@@ -1,0 +1,121 @@
+"""Structured output: the JSON a client asks for (Ollama's `format`, OpenAI's `response_format`, a
+GBNF grammar) as a llama.cpp grammar that masks the target's choices token by token.
+
+The grammar constrains the target's distribution: the output is what the target alone would
+write under the same grammar (greedy: the best allowed token; sampling: the target's distribution
+over the allowed tokens). The draft drafts under a copy of the grammar, so its proposals stay
+acceptable; its copy is thrown away after each step.
+
+This is a second narrow seam to llama.cpp (beside `runtime`, which creates the sampler): llama.cpp's
+grammar sampler, which parses GBNF and knows which token texts a grammar state allows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.json_schema import JSON_OBJECT_GBNF, json_schema_to_gbnf
+from ollama_spec.llama.model import new_grammar_sampler
+
+# llama_token_data, as numpy sees it: the whole vocabulary is handed to the grammar in one call.
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
+
+
+def grammar_for_json(schema: Any = None) -> str:
+    """GBNF for a JSON object (`schema` None, as Ollama's `format: "json"` and OpenAI's `json_object`
+    mean), or for JSON matching `schema` (a JSON Schema, as a dict)."""
+    if schema is None:
+        return JSON_OBJECT_GBNF
+    if not isinstance(schema, dict):
+        raise InvalidSetting(f"a JSON schema must be an object, got {json.dumps(schema)[:80]}")
+    try:
+        return json_schema_to_gbnf(schema)
+    except Exception as exc:  # the converter raises bare errors (KeyError, ValueError, ...) on schemas it cannot do
+        raise InvalidSetting(f"cannot constrain the output to this JSON schema: {type(exc).__name__}: {exc}") from None
+
+
+class Grammar:
+    """A llama.cpp grammar over a model's vocabulary, in the state after the tokens it has accepted."""
+
+    def __init__(self, vocab: Any, gbnf: str | None = None, *, _sampler: Any = None):
+        self._vocab, self._sampler = vocab, None
+        self._sampler = _sampler if _sampler is not None else new_grammar_sampler(vocab, gbnf)
+
+    @classmethod
+    def for_model(cls, model: Any, gbnf: str) -> Grammar:
+        """The grammar over a loaded model's vocabulary (runtime.LoadedModel)."""
+        return cls(model.vocab, gbnf)
+
+    def copy(self) -> Grammar:
+        """An independent copy in the same state (the draft drafts under one)."""
+        return Grammar(self._vocab, _sampler=llama_cpp.llama_sampler_clone(self._sampler))
+
+    def allows(self, token: int) -> bool:
+        data = np.zeros(1, dtype=_TOKEN_DATA)
+        data["id"] = token
+        self._apply(data)
+        return bool(np.isfinite(data["logit"][0]))
+
+    def mask(self, logits: np.ndarray) -> np.ndarray:
+        """A copy of one row of logits with -inf wherever the grammar forbids the token."""
+        data = np.zeros(logits.size, dtype=_TOKEN_DATA)
+        data["id"] = np.arange(logits.size, dtype=np.int32)
+        data["logit"] = logits
+        self._apply(data)
+        return data["logit"].copy()
+
+    def best(self, logits: np.ndarray) -> int | None:
+        """The highest-scoring allowed token (None: the grammar allows nothing here).
+
+        Masking a whole row costs milliseconds at a 128k vocabulary; the row's own best token is
+        almost always allowed, and then one check is enough."""
+        token = int(logits.argmax())
+        if self.allows(token):
+            return token
+        masked = self.mask(logits)
+        token = int(masked.argmax())
+        return token if np.isfinite(masked[token]) else None
+
+    def accept(self, token: int) -> None:
+        """Advance past `token`, which must be allowed (llama.cpp aborts on a forbidden one)."""
+        llama_cpp.llama_sampler_accept(self._sampler, token)
+
+    def close(self) -> None:
+        if self._sampler:
+            llama_cpp.llama_sampler_free(self._sampler)
+            self._sampler = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    def _apply(self, data: np.ndarray) -> None:
+        array = llama_cpp.llama_token_data_array(
+            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=data.size, selected=-1,
+            sorted=False)
+        llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
+
+
+def masked_rows(grammar: Grammar, drafted: list[int], logits: np.ndarray, *, greedy: bool) -> np.ndarray:
+    """The verify rows as the grammar sees them: row i masked by the grammar after drafted[:i].
+
+    Rows past the first drafted token the grammar forbids are left as they are: that token has
+    probability 0 under the mask, so verification rejects it and never reads further. Greedy rows
+    whose best token is allowed need no mask (their argmax is the same)."""
+    rows = logits.copy()
+    state = grammar.copy()
+    try:
+        for i in range(len(rows)):
+            if not greedy or not state.allows(int(rows[i].argmax())):
+                rows[i] = state.mask(rows[i])
+            if i == len(drafted) or not state.allows(drafted[i]):
+                break
+            state.accept(drafted[i])
+    finally:
+        state.close()
+    return rows

@@ -1,0 +1,484 @@
+"""The narrow seam to llama-cpp-python: load, evaluate a batch, read chosen logits, truncate KV.
+
+Nothing else in ollama-spec touches llama.cpp. We use the low-level bindings rather than
+`llama_cpp.Llama` because `Llama` keeps an n_batch x n_vocab score buffer (n_ctx x n_vocab with
+a draft model) and can only ask for logits at the last position or at every position; the
+speculative loop needs exactly the K+1 verify rows and nothing more.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import psutil
+from llama_cpp._internals import LlamaContext, LlamaModel
+
+from ollama_spec.llama import rpc
+from ollama_spec.planning.backends import has_local_gpu, local_gpus
+from ollama_spec.errors import ContextFull, InferenceError, InvalidSetting, ModelLoadError
+from ollama_spec.planning.placement import Placement
+
+_LOG_LINES: deque[str] = deque(maxlen=2000)
+_VERBOSE = False
+_LOGGED = 0  # lines ever logged, so a load can find the lines it caused
+
+
+@llama_cpp.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    global _LOGGED
+    line = text.decode("utf-8", errors="replace")
+    _LOG_LINES.append(line)
+    _LOGGED += 1
+    if _VERBOSE:
+        print(line, end="", file=sys.stderr, flush=True)
+
+
+llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def set_verbose(verbose: bool) -> None:
+    """Show llama.cpp's own log on stderr (it is always recorded for `recent_log`)."""
+    global _VERBOSE
+    _VERBOSE = verbose
+
+
+def recent_log() -> list[str]:
+    """llama.cpp's recent log lines (allocation sizes, warnings), oldest first."""
+    return list(_LOG_LINES)
+
+
+def clear_log() -> None:
+    _LOG_LINES.clear()
+
+
+def default_threads() -> int:
+    """Physical cores, as llama.cpp's own default: hyper-threads only contend for the same units."""
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def gpu_offload_supported() -> bool:
+    """Can this build put layers on a GPU of this machine? (Not llama_supports_gpu_offload: with the
+    RPC backend built in, it says yes on every machine.)"""
+    return has_local_gpu()
+
+
+@contextmanager
+def extra_bufts_default(enabled: bool) -> Iterator[None]:
+    """Make `llama_cpp.Llama` (which has no such argument) load with use_extra_bufts = `enabled`."""
+    bindings = llama_cpp.llama_cpp  # the module llama.py calls it through, on each load
+    original = bindings.llama_model_default_params
+
+    def params():
+        p = original()
+        p.use_extra_bufts = enabled
+        return p
+
+    bindings.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = original
+
+
+@functools.lru_cache(maxsize=64)
+def llama_cpp_knows(name: str) -> bool:
+    """Does this llama.cpp know `name` as an architecture, tokenizer or pre-tokenizer?
+
+    llama.cpp has no call that lists them; their names are C strings compiled into libllama
+    (its LLM_ARCH_NAMES table, the literals its vocabulary loader compares with), so we look
+    for the name there. A name that happens to occur for another reason only defers the
+    refusal to llama.cpp's own load error.
+    """
+    try:
+        library = Path(llama_cpp.llama_cpp._lib._name).read_bytes()
+    except (AttributeError, OSError):
+        return True  # cannot tell: let llama.cpp decide at load
+    return bool(name) and "\0" not in name and name.encode("utf-8", "replace") + b"\0" in library
+
+
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+FLASH_ATTENTION = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                   "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+
+
+def choose_flash_attention(requested: str, kv_type: str = "f16", gpu_layers: int = -1) -> str:
+    """"auto" made concrete per backend, from measurement: on a CPU, flash attention makes small
+    verify batches slower deep into a context (batches of 4-9 tokens 12-16 % slower at 1,024
+    tokens on a 2-core EPYC, 30 % at 384 on a Xeon with AMX), so a model running on the CPU gets it
+    off; on a GPU llama.cpp's own choice (on) stands. A quantized KV cache needs it on."""
+    if requested != "auto":
+        return requested
+    if kv_type != "f16":
+        return "on"
+    return "auto" if gpu_offload_supported() and gpu_layers != 0 else "off"
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    n_ctx: int = 4096
+    n_gpu_layers: int = -1  # -1: every layer on the GPU when there is one
+    n_threads: int | None = None
+    n_batch: int = 512
+    kv_overrides: tuple[tuple[str, str | int | float | bool], ...] = ()
+    kv_type: str = "f16"  # KV cache element type: f16, q8_0 or q4_0 (quantized needs flash attention)
+    # llama.cpp's extra CPU buffers (AMX, CPU_REPACK): a repacked second copy of CPU weights,
+    # faster for some batch sizes, fatal on some machines (see canary.py).
+    use_extra_bufts: bool = True
+    # "auto" lets llama.cpp choose (it picks flash attention wherever the backend has it);
+    # "off" can be faster for small verify batches deep into a context on a CPU.
+    flash_attention: str = "auto"
+    placement: Placement = Placement()  # RPC servers and GPU split; the default is this machine's GPUs
+    # GGUF LoRA adapters applied at scale 1 over the weights, in order (Ollama's adapter layers,
+    # which it passes to llama.cpp as --lora)
+    lora_adapters: tuple[Path, ...] = ()
+    # A sliding-window model's window layers cache only the window and a batch (the engine's
+    # target, architectures.takes_window_cache), instead of every position (see `truncate`).
+    window_cache: bool = False
+
+
+SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+               "row": llama_cpp.LLAMA_SPLIT_MODE_ROW}
+
+
+class LoadedModel:
+    """One GGUF in llama.cpp with one sequence: the caller tracks positions, we keep the cache."""
+
+    def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings()):
+        self.path = Path(path)
+        self.settings = settings
+        mark = _LOGGED
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
+        model_params.use_extra_bufts = settings.use_extra_bufts
+        self._placement_arrays = _apply_placement(model_params, settings.placement)
+        self._overrides = _kv_override_array(settings.kv_overrides)
+        if self._overrides is not None:
+            model_params.kv_overrides = self._overrides
+        try:
+            self._model = LlamaModel(path_model=str(self.path), params=model_params, verbose=_VERBOSE)
+        except ValueError as exc:
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error(mark) or exc}") from None
+        threads = settings.n_threads or default_threads()
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = settings.n_ctx
+        ctx_params.n_batch = settings.n_batch
+        ctx_params.n_ubatch = settings.n_batch
+        ctx_params.n_seq_max = 1
+        # A sliding-window model (Gemma, gpt-oss) with a window-sized cache reuses the cells of
+        # tokens that no later token can see. A cache cut back past them would attend over a window
+        # with holes: `truncate` then starts over, which a draft, cut back after every step, cannot
+        # afford. So only a target asks for one; everything else keeps every position.
+        ctx_params.swa_full = not settings.window_cache
+        ctx_params.n_threads = threads
+        ctx_params.n_threads_batch = threads
+        ctx_params.no_perf = True
+        ctx_params.type_k = ctx_params.type_v = KV_TYPES[settings.kv_type]
+        ctx_params.flash_attn_type = FLASH_ATTENTION[settings.flash_attention]
+        if settings.kv_type != "f16":  # llama.cpp quantizes the V cache only with flash attention
+            if settings.flash_attention == "off":
+                raise InvalidSetting(f"--kv-type {settings.kv_type} needs flash attention: drop --flash-attn off")
+            ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+        try:
+            self._ctx = LlamaContext(model=self._model, params=ctx_params, verbose=_VERBOSE)
+        except ValueError:
+            self._model.close()
+            raise ModelLoadError(
+                f"llama.cpp could not create a {settings.n_ctx}-token context for {self.path}: "
+                f"{_last_error(mark) or 'out of memory?'}"
+            ) from None
+        try:  # the LoRA adapters' llama.cpp handles, which a second context on the same weights sets too
+            self.adapters = apply_lora_adapters(self._model.model, self._ctx.ctx, settings.lora_adapters, mark,
+                                                self.path.name)
+        except ModelLoadError:
+            self._ctx.close()
+            self._model.close()
+            raise
+        self.llama_model = self._model  # for a second context on the same weights (embedding.py)
+        self.vocab = self._model.vocab
+        self.n_vocab = self._model.n_vocab()
+        # llama.cpp rounds a context up (to 256 tokens at least): the cache has that room, but the
+        # limit a user asked for with --ctx is the one generation keeps to and reports
+        self.n_ctx = min(settings.n_ctx, self._ctx.n_ctx())
+        self.n_threads = threads
+        # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
+        self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self.cached: list[int] = []  # the token ids in the KV cache, in order: a next request may reuse them
+        self._window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
+        self._unsettled = False  # a decode ran whose tokens may be in llama.cpp's cache but not in `cached`
+        self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
+        self._pieces: dict[tuple[int, bool], bytes] = {}
+
+    # --- text <-> tokens -------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
+        return self._model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The token's text as raw bytes (a piece may hold part of a UTF-8 character).
+
+        Control tokens (`<|eot_id|>`, `<|im_start|>`) render as nothing unless `special`.
+        """
+        piece = self._pieces.get((token, special))
+        if piece is None:
+            size = 64
+            while True:
+                buf = ctypes.create_string_buffer(size)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, size, 0, special)
+                if n >= 0:
+                    break
+                size = -n
+            piece = self._pieces[(token, special)] = buf.raw[:n]
+        return piece
+
+    def token_piece(self, token: int) -> tuple[bytes, bool]:
+        """The token's bytes and whether they are a special token's text (`<|eot_id|>`)."""
+        piece = self.token_bytes(token)
+        if piece:
+            return piece, False
+        special = self.token_bytes(token, special=True)
+        return special, bool(special)
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return self._model.detokenize(list(tokens), special=special).decode("utf-8", errors="replace")
+
+    def fill_in_the_middle_tokens(self) -> tuple[int, int, int] | None:
+        """The vocabulary's prefix, suffix and middle markers (code models: Qwen2.5-Coder, CodeLlama,
+        StarCoder2), or None when it has none."""
+        ids = (llama_cpp.llama_vocab_fim_pre(self.vocab), llama_cpp.llama_vocab_fim_suf(self.vocab),
+               llama_cpp.llama_vocab_fim_mid(self.vocab))
+        return None if min(ids) < 0 else ids
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    @property
+    def add_bos(self) -> bool:
+        return self._model.add_bos_token()
+
+    @property
+    def bos_token(self) -> int:
+        return self._model.token_bos()
+
+    @property
+    def eos_token(self) -> int:
+        return self._model.token_eos()
+
+    # --- evaluation ------------------------------------------------------------------------
+    @property
+    def n_past(self) -> int:
+        """Tokens currently in the KV cache."""
+        return len(self.cached)
+
+    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
+        """Append `tokens` to the cache; return logits rows: `last` (1 x V), `all` (n x V), or a number
+        m: the last m rows (m x V), as a verify batch that also reads the end of a prompt needs.
+
+        Long inputs are split into n_batch chunks with logits only where asked for.
+        """
+        if not tokens:
+            raise ValueError("eval needs at least one token")
+        n_rows = len(tokens) if logits == "all" else 1 if logits == "last" else logits
+        if not isinstance(n_rows, int) or not 1 <= n_rows <= len(tokens):
+            raise ValueError(f"eval returns 'last', 'all' or 1..{len(tokens)} rows, not {logits!r}")
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise ContextFull(f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt")
+        started = time.perf_counter()
+        rows = []
+        step = self.n_batch
+        first_row = len(tokens) - n_rows
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start : start + step]
+            want = [start + i >= first_row for i in range(len(chunk))]
+            self._decode(chunk, want)
+            if any(want):
+                rows.append(self._read_logits(sum(want)))
+        result = np.concatenate(rows) if len(rows) > 1 else rows[0]
+        self.busy_seconds += time.perf_counter() - started
+        return result
+
+    def truncate(self, n_tokens: int) -> None:
+        """Forget cache entries from position `n_tokens` on (speculation rollback, a reused prefix).
+        A window cache cut back past the cells it reused keeps nothing: `n_past` says what is kept.
+
+        A recurrent or hybrid model's cache can only be emptied, not cut; llama.cpp says so by
+        returning false, and going on would evaluate on top of tokens that were meant to be gone.
+        """
+        self._settle()
+        if n_tokens >= self.n_past:
+            return
+        if n_tokens == 0:
+            llama_cpp.llama_memory_clear(self._ctx.memory, True)
+        elif not llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, n_tokens, -1):
+            raise InferenceError(
+                f"llama.cpp cannot cut the cache of {self.path.name} back to {n_tokens} tokens "
+                "(a recurrent or hybrid model): it cannot be used for speculative decoding"
+            )
+        del self.cached[n_tokens:]
+        if self._window and not self._window_whole():
+            llama_cpp.llama_memory_clear(self._ctx.memory, True)  # callers evaluate what they lack
+            self.cached.clear()
+
+    def _window_whole(self) -> bool:
+        """Does the window cache still hold every token the next position sees? Cut back past the
+        cells it reused (a retry of a long answer), it does not (llama-server's pos_min check)."""
+        oldest = llama_cpp.llama_memory_seq_pos_min(self._ctx.memory, 0)
+        return 0 <= oldest <= max(0, self.n_past - self._window)
+
+    def _settle(self) -> None:
+        """After a decode whose bookkeeping did not finish (Ctrl-C can land between llama_decode
+        returning and `cached` growing), make llama.cpp's cache hold exactly `cached` again."""
+        if not self._unsettled:
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, self.n_past, -1):
+            llama_cpp.llama_memory_clear(self._ctx.memory, True)  # a recurrent cache: start over
+            self.cached.clear()
+        self._unsettled = False
+
+    def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
+        self._settle()
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        for i, (token, want) in enumerate(zip(tokens, want_logits)):
+            batch.token[i] = token
+            batch.pos[i] = self.n_past + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = want
+        self._unsettled = True  # until `cached` says what llama.cpp holds now
+        code = llama_cpp.llama_decode(self._ctx.ctx, batch)
+        if code == 1:
+            raise ContextFull(f"llama.cpp found no room in the KV cache of {self.path.name} (context full)")
+        if code != 0:
+            raise InferenceError(f"llama.cpp could not evaluate a batch of {len(tokens)} tokens (llama_decode: {code})")
+        self.cached.extend(tokens)
+        self._unsettled = False
+
+    def _read_logits(self, n_rows: int) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        self._ctx.close()
+        for adapter in self.adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        self.adapters = []
+        self._model.close()
+
+    def __enter__(self) -> LoadedModel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
+    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
+    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
+    adapters: list = []
+    try:
+        for path in paths:
+            adapter = llama_cpp.llama_adapter_lora_init(model, str(path).encode())
+            if not adapter:
+                raise ModelLoadError(f"llama.cpp could not apply the LoRA adapter {Path(path).name} to {owner}: "
+                                     f"{_last_error(mark) or 'not an adapter for this model'}")
+            adapters.append(adapter)
+        if adapters and set_lora_adapters(ctx, adapters) != 0:
+            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
+    except ModelLoadError:
+        for adapter in adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        raise
+    return adapters
+
+
+def set_lora_adapters(ctx, adapters: Sequence) -> int:
+    """Set loaded adapters on a context (another context on the same weights needs them too)."""
+    array = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
+    scales = (ctypes.c_float * len(adapters))(*[1.0] * len(adapters))
+    return llama_cpp.llama_set_adapters_lora(ctx, array, len(adapters), scales)
+
+
+def log_mark() -> int:
+    """How many lines llama.cpp has logged so far: errors after it are the ones a call caused."""
+    return _LOGGED
+
+
+def _apply_placement(model_params, placement: Placement) -> tuple:
+    """Set the model's devices, split mode and tensor split; the ctypes arrays they point into, to keep alive.
+
+    With no RPC server registered in this process, llama.cpp's default device list is this
+    machine's GPUs and is left alone. Once any is, the list is given explicitly: the servers this
+    model names (first, as llama.cpp orders them), then the local GPUs; so a draft, which names
+    none, stays on this machine.
+    """
+    model_params.split_mode = SPLIT_MODES[placement.split_mode]
+    model_params.main_gpu = placement.main_gpu
+    arrays: list = []
+    if placement.tensor_split:
+        split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*placement.tensor_split)
+        model_params.tensor_split = split
+        arrays.append(split)
+    servers = rpc.parse_endpoints(",".join(placement.rpc_servers)) if placement.rpc_servers else ()
+    rpc.register(servers)
+    if rpc.any_registered():
+        handles = [*rpc.device_handles(servers), *local_gpus(), None]
+        devices = (ctypes.c_void_p * len(handles))(*handles)
+        model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
+        arrays.append(devices)
+    return tuple(arrays)
+
+
+def new_grammar_sampler(vocab, gbnf: str):
+    """llama.cpp's grammar sampler for `gbnf` over `vocab`; InvalidSetting with llama.cpp's reason when
+    it cannot parse the grammar."""
+    mark = _LOGGED
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+    if not sampler:
+        raise InvalidSetting(f"the output grammar is not valid GBNF: {_last_error(mark) or 'llama.cpp refused it'}")
+    return sampler
+
+
+def _last_error(mark: int) -> str | None:
+    """The most telling error llama.cpp logged since `mark` ("unknown model architecture: ...")."""
+    recent = list(_LOG_LINES)[max(len(_LOG_LINES) - (_LOGGED - mark), 0) :]
+    errors = [line.strip() for line in recent if "error" in line.lower() or "failed" in line.lower()]
+    specific = [line for line in errors if "error loading model" in line]
+    line = (specific or errors or [None])[-1]
+    return re.sub(r"^\w+: ", "", line) if line else None  # drop llama.cpp's function-name prefix
+
+
+def _kv_override_array(overrides):
+    """llama.cpp's kv_overrides array (sentinel-terminated), as llama_cpp.Llama builds it."""
+    if not overrides:
+        return None
+    array = (llama_cpp.llama_model_kv_override * (len(overrides) + 1))()
+    for item, (key, value) in zip(array, overrides):
+        item.key = key.encode("utf-8")
+        if isinstance(value, bool):
+            item.tag, item.value.val_bool = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            item.tag, item.value.val_i64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        elif isinstance(value, float):
+            item.tag, item.value.val_f64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+        else:
+            raw = str(value).encode("utf-8")[:127].ljust(128, b"\0")
+            item.tag = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR
+            address = ctypes.addressof(item.value) + llama_cpp.llama_model_kv_override_value.val_str.offset
+            ctypes.memmove(address, raw, 128)
+    array[-1].key = b"\0"
+    return array

@@ -1,0 +1,1 @@
+"""Models: names, Ollama's store (read-only), manifests, Modelfiles, GGUF headers, draft compatibility."""

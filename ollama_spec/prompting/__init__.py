@@ -1,0 +1,1 @@
+"""Prompts: chat templates (rendered in a bounded sandbox), tools, thinking, streamed text."""

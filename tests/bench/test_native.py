@@ -1,0 +1,72 @@
+"""The native reference row: how llama-speculative-simple is called and its report read."""
+
+import os
+
+import pytest
+
+from ollama_spec.bench.native import run_native_row
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.settings import BenchSettings
+from ollama_spec.errors import InvalidSetting
+
+# What llama-speculative-simple prints at the end of a run (llama.cpp's own wording).
+REPORT = """
+0.32.792.276 I encoded    4 tokens in    0.500 seconds, speed:    8.000 t/s
+0.32.792.277 I decoded   64 tokens in    2.000 seconds, speed:   32.000 t/s
+0.32.792.278 I n_draft   = 3
+0.32.792.278 I n_predict = 64
+0.32.792.278 I n_drafted = 53
+0.32.792.278 I n_accept  = 47
+"""
+
+
+def fake_binary(tmp_path, body):
+    path = tmp_path / "llama-speculative-simple"
+    path.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\ncat <<'EOF' >&2\n{body}\nEOF\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_native_row_reads_llama_cpps_report(tmp_path, tiny_models):
+    target, draft = tiny_models
+    binary = fake_binary(tmp_path, REPORT)
+    settings = BenchSettings(ks=(3,), max_tokens=64, runs=1, n_threads=2)
+    row = run_native_row(binary, target, draft, 3, [Prompt("p", "hi")], {"p": "<|start_header_id|>hi"}, settings)
+    assert row.tokens_per_second == 32.0 and row.drafted == 53 and row.accepted == 47
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--spec-draft-n-max") + 1] == "3" and args[args.index("-t") + 1] == "2"
+    assert "--ignore-eos" in args and str(target.path) in args and str(draft.path) in args
+
+
+def test_native_row_errors_are_one_line(tmp_path, tiny_models):
+    target, draft = tiny_models
+    settings = BenchSettings(ks=(3,), max_tokens=8, runs=1)
+    with pytest.raises(InvalidSetting, match="does not exist: build it with scripts/build-native-speculative.sh"):
+        run_native_row(tmp_path / "nope", target, draft, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
+    with pytest.raises(InvalidSetting, match="failed on prompt 'p' .exit 0.: E failed to initialize"):
+        run_native_row(fake_binary(tmp_path, "E failed to initialize"), target, draft, 3, [Prompt("p", "hi")],
+                       {"p": "hi"}, settings)
+
+
+def test_a_missing_native_binary_is_refused_before_any_timing(invoke, tiny_store, monkeypatch):
+    from ollama_spec.bench import runner
+
+    monkeypatch.setattr(runner, "run_engine_rows", lambda *a, **k: pytest.fail("timed before checking --native"))
+    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check",
+                    "--native", "/nonexistent/llama-speculative-simple")
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: --native /nonexistent/llama-speculative-simple does not exist: "
+                                     "build it with scripts/build-native-speculative.sh")
+
+
+def test_a_model_with_an_adapter_is_refused_by_native_before_any_timing(invoke, store_copy, tmp_path, monkeypatch):
+    from ollama_spec.bench import runner
+
+    from tests.stores import lora_variant
+
+    lora_variant(store_copy, "tiny-lora", tmp_path)
+    monkeypatch.setattr(runner, "run_engine_rows", lambda *a, **k: pytest.fail("timed before checking --native"))
+    result = invoke("bench", "tiny-lora", "-d", "tiny-draft", "--models-dir", store_copy, "--no-check",
+                    "--native", fake_binary(tmp_path, "decoded 5 tokens in 0.1 seconds"))
+    assert result.exit_code == 1 and result.output.strip() == (
+        "Error: --native runs models without LoRA adapters: leave it out for a model with an adapter layer")

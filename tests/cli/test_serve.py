@@ -1,0 +1,53 @@
+"""`ollama-spec serve` maps its flags (shared with `generate`) onto the server's settings."""
+
+import ollama_spec.server
+
+
+def test_flags_become_the_server_settings(invoke, tiny_store, monkeypatch):
+    seen = {}
+
+    def capture(state, sock):
+        seen["settings"], seen["engine"], seen["address"] = state.settings, state.engine, sock.getsockname()
+        seen["n_ctx"] = state.engine.target.n_ctx
+
+    monkeypatch.setattr(ollama_spec.server, "serve", capture)
+    monkeypatch.setenv("OLLAMA_SPEC_API_KEY", "sekret")
+    result = invoke("serve", "tiny-target", "-d", "tiny-draft", "-k", "3", "--draft-p-min", "0.2", "-t", "0.3",
+                    "--top-k", "7", "--seed", "5", "--ctx", "1024", "--threads", "1", "--no-check", "--port", "0",
+                    "--served-model-name", "gpt-4o", "--served-model-name", "llama3", "--max-queue", "2",
+                    "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    settings = seen["settings"]
+    assert settings.api_key == "sekret" and settings.aliases == ("gpt-4o", "llama3") and settings.max_queue == 2
+    assert (settings.sampling.temperature, settings.sampling.top_k, settings.sampling.seed) == (0.3, 7, 5)
+    assert settings.sampling.top_p == 0.9  # not given: Ollama's default
+    assert (settings.speculation.num_speculative_tokens, settings.speculation.draft_p_min) == (3, 0.2)
+    assert seen["address"][0] == "127.0.0.1" and seen["address"][1] > 0 and seen["n_ctx"] == 1024
+    assert seen["engine"].draft_model.name == "tiny-draft:latest"
+
+
+def test_bad_settings_are_one_line(invoke, tiny_store):
+    result = invoke("serve", "tiny-target", "--max-queue", "-1", "--port", "0", "--models-dir", tiny_store)
+    assert result.exit_code == 1 and result.output.strip() == "Error: --max-queue must be >= 0, got -1"
+
+
+def test_a_manifests_draft_and_go_template_are_used_and_logged(invoke, tiny_store, tmp_path, monkeypatch, caplog):
+    import json
+    import shutil
+
+    from tests.stores import variant, without_chat_template
+
+    root = tmp_path / "models"
+    shutil.copytree(tiny_store, root)
+    without_chat_template(root, "bare")
+    params = json.dumps({"draft_num_predict": 4}).encode()
+    variant(root, "bare-drafted", base="bare", keep=lambda layer: not layer["mediaType"].endswith(".params"),
+            extra=[("draft", "tiny-draft"), ("params", params)])
+    seen = {}
+    monkeypatch.setattr(ollama_spec.server, "serve", lambda state, sock: seen.update(state=state))
+    result = invoke("serve", "bare-drafted", "--threads", "1", "--no-check", "--port", "0", "--models-dir", root)
+    assert result.exit_code == 0, result.output
+    assert "note: drafting with the draft stored in bare-drafted:latest's manifest" in result.stderr
+    assert seen["state"].engine.draft_model.name == "bare-drafted:latest (its draft layer)"
+    assert seen["state"].settings.speculation.num_speculative_tokens == 4
+    assert any("bare-drafted:latest has no chat template in its GGUF" in r.getMessage() for r in caplog.records)

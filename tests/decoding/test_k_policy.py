@@ -1,0 +1,255 @@
+"""Choosing K: the cost model on hand-made cost curves, and α estimated from simulated steps."""
+
+import numpy as np
+import pytest
+
+from ollama_spec.llama.calibration import batch_sizes_to_time
+from ollama_spec.decoding.k_policy import (
+    EXPLORE_EVERY,
+    MARGIN_EDGES,
+    PROBE_EVERY,
+    AcceptanceByMargin,
+    AlphaEstimator,
+    AutoK,
+    FixedK,
+    StepCosts,
+    best_k,
+    estimate_alpha,
+    expected_tokens_per_step,
+)
+
+# A GPU: a batch of up to 9 tokens costs what one does; the draft step is 1/20 of a target step.
+GPU = StepCosts(draft_step_s=0.001, verify_s=(0.020,) * 9)
+# A CPU: every token in the batch costs ~40 % of a step more (like the 2-core runs in the issue).
+CPU = StepCosts(draft_step_s=0.004, verify_s=tuple(0.030 * (1 + 0.4 * n) for n in range(9)))
+# A draft as slow as the target: drafting never pays.
+SLOW_DRAFT = StepCosts(draft_step_s=0.030, verify_s=(0.030,) * 9)
+
+
+def test_expected_tokens_worked_by_hand():
+    assert expected_tokens_per_step(0.5, 1) == 1.5  # 1 + 0.5
+    assert expected_tokens_per_step(0.5, 3) == 1.875  # 1 + 0.5 + 0.25 + 0.125
+    assert expected_tokens_per_step(1.0, 4) == 5
+    assert expected_tokens_per_step(0.0, 8) == 1
+
+
+def test_best_k_on_hand_made_cost_curves():
+    # GPU, α = 0.8: E/(K·1 + 20) ms rises until K=8: E(8) = 4.33 over 28 ms beats E(7) = 4.16 over 27.
+    assert best_k(0.8, GPU) == 8
+    # CPU, α = 0.8 (tokens per ms): alone 1/30 = 0.0333; K=1: 1.8/(4 + 42) = 0.0391;
+    # K=2: 2.44/(8 + 54) = 0.0394; K=3: 2.952/(12 + 66) = 0.0378.
+    assert best_k(0.8, CPU) == 2
+    # Barely-matched pair on the CPU: K=1 gives 1.2/46 = 0.0261 < 1/30 = 0.0333 alone.
+    assert best_k(0.2, CPU) == 0
+    assert best_k(0.95, SLOW_DRAFT) == 0
+
+
+def test_alpha_is_estimated_from_tried_tokens_not_drafted():
+    # 3 steps of K=4: [accept all], [2 accepted then a rejection], [rejection at once]
+    assert estimate_alpha(accepted=6, rejections=2) == 0.75  # 6 of 8 tried; 6 of 12 drafted is 0.5
+    assert estimate_alpha(0, 0) is None
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.6, 0.85])
+def test_alpha_estimator_recovers_a_known_alpha(alpha):
+    rng = np.random.default_rng(7)
+    estimator, exact = AlphaEstimator(prior=0.5), AlphaEstimator(prior=0.5, weight=0.0, decay=1.0)
+    estimates = []
+    for _ in range(3000):
+        k = int(rng.integers(1, 9))
+        accepted = 0
+        while accepted < k and rng.random() < alpha:
+            accepted += 1
+        estimator.observe(k, accepted)
+        exact.observe(k, accepted)
+        estimates.append(estimator.alpha)
+    assert abs(exact.alpha - alpha) < 0.02
+    assert abs(np.mean(estimates[500:]) - alpha) < 0.02  # the decayed estimate tracks it without bias
+
+
+def test_auto_k_follows_alpha_and_probes_while_drafting_does_not_pay():
+    policy = AutoK(CPU, prior_alpha=0.8)
+    assert policy.next_k() == 2
+    for _ in range(60):  # the draft keeps missing: K goes to 0
+        policy.observe(policy.next_k() or 1, 0, 0.004, 0.040)
+    assert policy.estimator.alpha < 0.1
+    ks = [policy.next_k() for _ in range(PROBE_EVERY)]
+    assert ks[:-1] == [0] * (PROBE_EVERY - 1) and ks[-1] == 1  # one probe to notice if α comes back
+    for _ in range(60):
+        policy.observe(policy.next_k() or 1, 1, 0.004, 0.042)  # now every tried draft is accepted
+    assert policy.next_k() >= 2
+
+
+def test_auto_k_learns_step_costs_from_what_it_sees():
+    policy = AutoK(GPU, prior_alpha=0.8)
+    for _ in range(40):  # verify batches of 9 turn out to cost 5 target steps here
+        policy.observe(8, 8, 0.008, 0.100)
+    assert policy.costs.verify_s[8] == pytest.approx(0.100, rel=0.05)
+    assert policy.next_k() < 8
+
+
+def test_auto_k_can_keep_its_calibrated_costs():
+    """Seeded sampling: K must not follow the clock, or the same seed writes different text."""
+    policy = AutoK(GPU, prior_alpha=0.8, learn_costs=False)
+    for _ in range(40):
+        policy.observe(8, 8, 0.008, 0.100)
+    assert policy.costs.verify_s == pytest.approx(GPU.verify_s) and policy.next_k() == 8
+
+
+def test_auto_k_tries_neighbours_and_climbs_to_a_k_its_calibration_made_look_dear():
+    """Only the costs of the Ks tried are updated: without tries of K+1, a stale curve stays stale."""
+    stale = StepCosts(0.004, tuple(0.040 * (1 + 0.5 * n) for n in range(9)))  # each token in a batch dear
+    true_verify = [0.040 * (1 + 0.05 * n) for n in range(9)]  # the GPU it really runs on: batches cheap
+    rng = np.random.default_rng(0)
+    policy = AutoK(stale, prior_alpha=0.8)
+    start = best_k(0.8, stale)
+    ks = []
+    for _ in range(1200):
+        k = policy.next_k()
+        ks.append(k)
+        accepted = 0
+        while accepted < k and rng.random() < 0.8:
+            accepted += 1
+        policy.observe(k, accepted, 0.004 * k, true_verify[k])
+    assert start <= 2 and ks[EXPLORE_EVERY - 1] == start + 1  # the first try is one more
+    assert best_k(0.8, policy.costs) >= start + 4  # its costs climbed towards the real ones
+    frozen = AutoK(stale, prior_alpha=0.8, learn_costs=False)
+    assert {frozen.next_k() for _ in range(3 * EXPLORE_EVERY)} == {start}  # seeded sampling: no tries
+
+
+def test_acceptance_by_margin_recovers_each_bands_alpha():
+    rng = np.random.default_rng(3)
+    truth = [0.3, 0.5, 0.7, 0.85, 0.95, 0.99]  # one α per band, rising with the margin
+    centres = [0.01, 0.03, 0.07, 0.15, 0.3, 0.7]
+    assert [AcceptanceByMargin.band(m) for m in centres] == list(range(len(MARGIN_EDGES) + 1))
+    estimator = AcceptanceByMargin(decay=1.0)
+    for _ in range(4000):
+        margins = [float(rng.choice(centres)) for _ in range(6)]
+        accepted = 0
+        while accepted < len(margins) and rng.random() < truth[AcceptanceByMargin.band(margins[accepted])]:
+            accepted += 1
+        estimator.observe(margins, accepted)  # the tokens after the first rejection teach nothing
+    assert [estimator.alpha(m) for m in centres] == pytest.approx(truth, abs=0.03)
+
+
+def test_keep_drafting_stops_at_a_hesitant_token_on_a_cpu_and_not_on_a_gpu():
+    policy = AutoK(CPU, prior_alpha=0.8, confidence_stops=True)
+    assert policy.next_k() == CPU.k_max  # K is only the most it may draft
+    assert policy.keep_drafting(0, 0.9) and policy.keep_drafting(1, 0.9)  # sure tokens pay their way
+    assert not policy.keep_drafting(2, 0.001)  # a coin toss does not pay for 40 % of a target step
+    gpu = AutoK(GPU, prior_alpha=0.8, confidence_stops=True)
+    gpu.next_k()
+    assert all(gpu.keep_drafting(n, 0.001) for n in range(8))  # in a batch that costs nothing more it does
+    gpu.next_k()
+    gpu._survival = 0.01  # but a draft step (1/20 of a target step) for a token that will not count does not pay
+    assert not gpu.keep_drafting(3, None)
+    fixed = AutoK(CPU, prior_alpha=0.8)  # without confidence stops: K drafts, whatever the margins
+    assert fixed.next_k() == 2 and fixed.keep_drafting(1, 0.001)
+    assert FixedK(3).keep_drafting is None  # nothing to ask: the proposer need not work margins out
+
+
+def draft(policy, k, margins):
+    """How many tokens a draft model drafts this step, asked as DraftModelProposer asks, and how many
+    draft steps it ran (the first always runs: it reads the last accepted token)."""
+    ask = policy.keep_drafting or (lambda drafted, margin: True)
+    n, steps = 0, 1
+    while n < min(k, len(margins)) and ask(n, margins[n]):
+        n += 1
+        if n == k or n == len(margins) or not ask(n, None):
+            break
+        steps += 1
+    return n, steps
+
+
+def replay(policy, matches, margins, costs):
+    """Modelled seconds to emit a text whose draft token at each position matches (or not) the target's."""
+    position, seconds = 0, 0.0
+    while position < len(matches):
+        n, steps = draft(policy, policy.next_k(), margins[position:])
+        accepted = 0
+        while accepted < n and matches[position + accepted]:
+            accepted += 1
+        seconds += steps * costs.draft_step_s + costs.verify_s[n]
+        policy.observe(n, accepted, steps * costs.draft_step_s, costs.verify_s[n])
+        position += accepted + 1
+    return seconds
+
+
+def test_confidence_stops_beat_every_fixed_k_where_margins_tell_misses_from_hits():
+    """A draft that misses only where it hesitates (margin < 0.02, one token in eight): stopping
+    there beats the best fixed K, which either stops short of sure runs or pays for the misses."""
+    rng = np.random.default_rng(5)
+    hesitant = rng.random(2000) < 0.125
+    margins = np.where(hesitant, 0.01, 0.5)
+    matches = ~hesitant | (rng.random(2000) < 0.3)
+    cpu = StepCosts(0.003, tuple(0.030 * (1 + 0.1 * n) for n in range(17)))
+    fixed = min(replay(FixedK(k), matches, margins, cpu) for k in range(1, 17))
+    stops = replay(AutoK(cpu, confidence_stops=True, learn_costs=False), matches, margins, cpu)
+    assert stops < 0.93 * fixed  # 0.88 of it here; drafting to K=16 every step would take 1.17
+
+
+def test_a_probe_drafts_its_token_whatever_the_margin():
+    policy = AutoK(SLOW_DRAFT, prior_alpha=0.9, confidence_stops=True)
+    ks = [policy.next_k() for _ in range(PROBE_EVERY)]
+    assert ks[-1] == 1 and policy.keep_drafting(0, 0.0)
+
+
+def test_a_policy_carries_what_an_earlier_one_learned():
+    earlier = AutoK(CPU, confidence_stops=True)
+    for _ in range(100):
+        earlier.next_k()
+        assert earlier.keep_drafting(0, 0.5)
+        earlier.observe(1, 1, 0.004, 0.042)
+    later = AutoK(CPU, confidence_stops=True)
+    later.carry_over(earlier)
+    assert later.by_margin.alpha(0.5) == earlier.by_margin.alpha(0.5) > 0.95
+    assert later.estimator.alpha == AutoK(CPU).estimator.alpha and later.rate == AutoK(CPU).rate  # the text's own
+    later.next_k()
+    later.keep_drafting(0, 0.5)
+    later.observe(1, 0, 0.004, 0.04)
+    assert later.by_margin.alpha(0.5) < earlier.by_margin.alpha(0.5)  # a copy, not shared
+
+
+def test_calibration_times_every_small_batch_and_some_large_ones():
+    assert batch_sizes_to_time(12) == list(range(1, 13))
+    assert batch_sizes_to_time(17) == [*range(1, 13), 16, 17]
+    assert batch_sizes_to_time(4) == [1, 2, 3, 4]
+
+
+def test_confidence_stops_learn_that_batches_are_cheaper_than_calibrated():
+    """A busy machine while the batches were timed: each drafted token looked a whole step dear."""
+    true_verify = [0.030 * (1 + 0.05 * n) for n in range(17)]
+    stale = StepCosts(0.002, tuple(0.030 * (1 + 1.0 * n) for n in range(17)))
+    policy = AutoK(stale, prior_alpha=0.95, confidence_stops=True)
+    drafted = []
+    for _ in range(300):
+        n, steps = draft(policy, policy.next_k(), [0.5] * 16)
+        drafted.append(n)
+        policy.observe(n, n, 0.002 * steps, true_verify[n])
+    assert max(drafted[:3]) <= 4  # the dear batches stop it early at first
+    assert np.mean(drafted[-50:]) > 12  # measured, they are cheap: long drafts through sure text
+    assert policy.costs.verify_s[16] == pytest.approx(true_verify[16], rel=0.05)
+    frozen = AutoK(stale, prior_alpha=0.95, confidence_stops=True, learn_costs=False)
+    first = draft(frozen, frozen.next_k(), [0.5] * 16)[0]
+    frozen.observe(first, first, 0.002, true_verify[first])
+    assert first <= 4 and frozen.costs == AutoK(stale, learn_costs=False).costs  # seeded sampling: no clock
+
+
+def test_one_noisy_batch_size_is_no_cliff():
+    """Batches of 7 timed 20 % dear (one noisy size): the policy must not stop at 6 for it."""
+    smooth = [0.030 * (1 + 0.1 * n) for n in range(17)]
+    noisy = StepCosts(0.003, tuple(v * (1.2 if n == 6 else 1) for n, v in enumerate(smooth)))
+    policy = AutoK(noisy, prior_alpha=0.95, confidence_stops=True)
+    assert draft(policy, policy.next_k(), [0.9] * 16)[0] > 7
+
+
+def test_a_token_that_makes_the_verify_batch_no_dearer_is_taken():
+    """As calibrated, a batch of 9 costs less than one of 8 (llama.cpp's kernels): stop at 8, not 7."""
+    verify = [0.030 * (1 + 0.1 * n) for n in range(17)]
+    bumpy = list(verify)
+    bumpy[7] = bumpy[8] + 0.001
+    for curve, expected in ((verify, False), (bumpy, True)):
+        policy = AutoK(StepCosts(0.003, tuple(curve)), prior_alpha=0.9, confidence_stops=True)
+        policy.next_k()
+        policy._survival = 0.05  # after some hesitant tokens: another hesitant one would not pay
+        assert policy.keep_drafting(7, 0.001) is expected

@@ -1,0 +1,568 @@
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ollama_spec.errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreNotFound, StoreUnreadable
+from ollama_spec.models.store import (
+    MAX_MANIFEST_BYTES,
+    SERVICE_STORE,
+    BrokenModel,
+    Store,
+    StoredModel,
+    StoreRoot,
+    blob_path,
+    find_store_root,
+    verify_blob,
+)
+
+
+def manifest_of(root, model):
+    return root / "manifests" / "registry.ollama.ai" / "library" / model / "latest"
+
+
+def test_root_precedence(tmp_path, monkeypatch, isolated_user_paths):
+    flag, env, home = tmp_path / "flag", tmp_path / "env", isolated_user_paths / ".ollama" / "models"
+    for d in (flag, env, home):
+        d.mkdir(parents=True)
+    monkeypatch.setenv("OLLAMA_MODELS", str(env))
+    assert find_store_root(flag).source == "--models-dir"
+    assert find_store_root(None).path == env and find_store_root(None).source == "OLLAMA_MODELS"
+    monkeypatch.delenv("OLLAMA_MODELS")
+    assert find_store_root(None).path == home
+
+
+def test_missing_explicit_root_is_an_error(tmp_path):
+    with pytest.raises(StoreNotFound, match=r"the model store .*nowhere \(from OLLAMA_MODELS\) does not exist"):
+        find_store_root(None, {"OLLAMA_MODELS": str(tmp_path / "nowhere")})
+
+
+def test_no_store_anywhere_says_what_to_do(tmp_path, monkeypatch):
+    import ollama_spec.models.store as store_module
+
+    monkeypatch.setattr(store_module, "SERVICE_STORE", tmp_path / "no-service-store")
+    with pytest.raises(StoreNotFound, match=r"no Ollama model store found .*no-service-store\); pull a model with"):
+        find_store_root(None, {})
+
+
+@pytest.fixture
+def service_store(tiny_store, tmp_path, monkeypatch):
+    """The Linux service install's store, /usr/share/ollama/.ollama/models, moved into tmp."""
+    import ollama_spec.models.store as store_module
+
+    root = tmp_path / "usr-share-ollama" / ".ollama" / "models"
+    shutil.copytree(tiny_store, root)
+    monkeypatch.setattr(store_module, "SERVICE_STORE", root)
+    return root
+
+
+def test_the_linux_service_store_is_found_last(service_store, isolated_user_paths, invoke):
+    assert SERVICE_STORE == Path("/usr/share/ollama/.ollama/models")  # Ollama's install script
+    assert find_store_root(None, {}) == StoreRoot(service_store, "the Ollama service store")
+    listed = invoke("list")
+    assert listed.exit_code == 0, listed.output
+    names = [line.split()[0] for line in listed.stdout.splitlines()[1:]]
+    assert names == sorted(names) and {"tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest"} <= set(names)
+    generated = invoke("generate", "tiny-target", "hi", "--no-check", "--threads", "1", "-n", "2", "--json")
+    assert generated.exit_code == 0, generated.output
+    home = isolated_user_paths / ".ollama" / "models"
+    home.mkdir(parents=True)
+    assert find_store_root(None, {}).path == home  # a user's own store comes first
+
+
+def test_an_unreadable_service_store_says_group_ollama(service_store, monkeypatch):
+    import ollama_spec.models.store as store_module
+
+    real_listdir = store_module.os.listdir
+
+    def denied(path):
+        if Path(path) == service_store:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_listdir(path)
+
+    monkeypatch.setattr(store_module.os, "listdir", denied)
+    with pytest.raises(StoreUnreadable) as err:
+        find_store_root(None, {})
+    assert str(err.value) == (
+        f"the model store {service_store} (from the Ollama service store) exists but is not readable by you; "
+        "add yourself to group ollama (sudo usermod -aG ollama $USER, then log in again)"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
+def test_unreadable_root_mentions_group_ollama(tmp_path):
+    root = tmp_path / "locked"
+    root.mkdir()
+    root.chmod(0)
+    try:
+        with pytest.raises(StoreUnreadable, match="add yourself to group ollama"):
+            find_store_root(root)
+    finally:
+        root.chmod(0o755)
+
+
+def test_resolve_is_case_insensitive(tiny_store):
+    store = Store(find_store_root(tiny_store))
+    model = store.resolve("Tiny-Target:LATEST")
+    assert model.gguf_path.name.startswith("sha256-")
+    assert [layer.kind for layer in model.layers] == ["model", "template", "license", "params"]
+    assert model.params()["stop"] == ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    assert "<|start_header_id|>" in model.text_layer("template")
+
+
+def test_unknown_model_suggests_close_names(tiny_store):
+    with pytest.raises(ModelNotFound, match="model 'tiny-targt' not found .*did you mean tiny-target:latest"):
+        Store(find_store_root(tiny_store)).resolve("tiny-targt")
+
+
+def test_unknown_model_suggests_pull(tiny_store):
+    with pytest.raises(ModelNotFound, match="pull it with 'ollama-spec pull llama3.1:70b'"):
+        Store(find_store_root(tiny_store)).resolve("llama3.1:70b")
+
+
+def test_list_models(tiny_store):
+    names = [m.name for m in Store(find_store_root(tiny_store)).models()]
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
+                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+
+
+@pytest.mark.parametrize("digest", ["sha256:../../etc/passwd", "md5:abc", "sha256:" + "A" * 64, "sha256:" + "a" * 63])
+def test_bad_digests_never_become_paths(tmp_path, digest):
+    with pytest.raises(InvalidManifest, match="invalid layer digest"):
+        blob_path(tmp_path, digest)
+
+
+def test_manifest_with_bad_digest_is_refused(store_copy):
+    path = manifest_of(store_copy, "tiny-draft")
+    doc = json.loads(path.read_text())
+    doc["layers"][0]["digest"] = "sha256:../../../escape"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidManifest, match="invalid layer digest 'sha256:../../../escape'"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+def test_missing_blob(store_copy):
+    store = Store(find_store_root(store_copy))
+    model = store.resolve("tiny-draft")
+    blob_path(store_copy, model.layers[0].digest).unlink()
+    with pytest.raises(BlobError, match="is missing"):
+        model.gguf_path
+
+
+def test_size_mismatch(store_copy):
+    store = Store(find_store_root(store_copy))
+    model = store.resolve("tiny-draft")
+    with open(blob_path(store_copy, model.layers[0].digest), "ab") as f:
+        f.write(b"x")
+    with pytest.raises(BlobError, match="manifest says"):
+        model.gguf_path
+
+
+def test_verify_catches_corruption(store_copy):
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    layer = model.layers[0]
+    path = blob_path(store_copy, layer.digest)
+    verify_blob(path, layer)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(BlobError, match="does not match its digest"):
+        verify_blob(path, layer)
+
+
+def _rewrite_layers(store_copy, model, mutate, config=None):
+    path = manifest_of(store_copy, model)
+    doc = json.loads(path.read_text())
+    doc["layers"] = mutate(doc["layers"])
+    if config is not None:
+        from ollama_spec.synthetic.layout import add_blob
+
+        digest, size = add_blob(store_copy, json.dumps(config).encode())
+        doc["config"] = {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": digest, "size": size}
+    path.write_text(json.dumps(doc))
+
+
+def test_safetensors_model_is_not_gguf(store_copy):
+    def to_tensors(layers):
+        return [
+            dict(l, mediaType="application/vnd.ollama.image.tensor") if l["mediaType"].endswith(".model") else l
+            for l in layers
+        ]
+
+    _rewrite_layers(store_copy, "tiny-draft", to_tensors)
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    with pytest.raises(NotGGUF, match="tiny-draft:latest is not a GGUF model: it is stored as safetensors"):
+        model.gguf_path
+
+
+def test_cloud_model_is_not_gguf(store_copy):
+    _rewrite_layers(
+        store_copy,
+        "tiny-draft",
+        lambda layers: layers[1:],
+        config={"remote_host": "https://ollama.com:443", "remote_model": "gpt-oss:120b"},
+    )
+    with pytest.raises(NotGGUF, match="it is an Ollama cloud model"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft").gguf_path
+
+
+def test_non_gguf_model_blob(store_copy):
+    from ollama_spec.synthetic.layout import add_blob
+
+    digest, size = add_blob(store_copy, b"PK\x03\x04 not a gguf")
+    _rewrite_layers(store_copy, "tiny-draft", lambda layers: [dict(layers[0], digest=digest, size=size)] + layers[1:])
+    with pytest.raises(NotGGUF, match="its model blob .* is not GGUF"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft").gguf_path
+
+
+def test_invalid_manifest_json(store_copy):
+    manifest_of(store_copy, "tiny-draft").write_text("{not json")
+    with pytest.raises(InvalidManifest, match="is not valid JSON"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+def test_store_is_never_written(tiny_store, invoke, tmp_path):
+    """Every command that reads the store leaves each file and folder as it was (no new ones either)."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The quick brown fox\n", encoding="utf-8")
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in [tiny_store, *tiny_store.rglob("*")]}
+    for args in (
+        ["list"],
+        ["show", "tiny-target", "--verify"],
+        ["pair", "tiny-target", "tiny-draft"],
+        ["check", "tiny-target", "-d", "tiny-draft"],
+        ["generate", "tiny-target", "-d", "tiny-draft", "hi", "--threads", "1", "-n", "8", "--compare", "--stats"],
+        ["bench", "tiny-target", "-d", "tiny-draft", "--threads", "1", "-n", "8", "--runs", "1", "-k", "2",
+         "--no-warmup", "--prompts", prompts, "--out", tmp_path / "results"],
+    ):
+        result = invoke(*args, "--models-dir", tiny_store)
+        assert result.exit_code == 0, (args, result.output)
+    after = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in [tiny_store, *tiny_store.rglob("*")]}
+    assert before == after
+    assert (tmp_path / "results" / "results.json").is_file()  # bench wrote where it was told
+
+
+def add_manifest(root, *parts):
+    """A copy of tiny-draft's manifest at manifests/<parts>, the path written out by hand."""
+    path = root.joinpath("manifests", *parts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(manifest_of(root, "tiny-draft"), path)
+
+
+def test_models_under_other_namespaces_and_hosts_resolve(store_copy, invoke):
+    add_manifest(store_copy, "registry.ollama.ai", "someone", "tiny", "latest")
+    add_manifest(store_copy, "hf.co", "someone", "Tiny-GGUF", "Q4_K_M")
+    add_manifest(store_copy, "localhost:11434", "team", "tiny", "v1")
+    store = Store(find_store_root(store_copy))
+    draft_blob = store.resolve("tiny-draft").gguf_path
+    for name in ("someone/tiny", "someone/tiny:latest", "registry.ollama.ai/someone/tiny",
+                 "hf.co/someone/Tiny-GGUF:Q4_K_M", "HF.CO/someone/tiny-gguf:q4_k_m",
+                 "https://hf.co/someone/Tiny-GGUF:Q4_K_M",
+                 "localhost:11434/team/tiny:v1", "http://localhost:11434/team/tiny:v1"):
+        assert store.resolve(name).gguf_path == draft_blob, name
+    for name in ("hf.co/someone/Tiny-GGUF", "localhost:11434/team/tiny", "tiny", "someone/tiny:v1", "other/tiny"):
+        with pytest.raises(ModelNotFound):
+            store.resolve(name)
+    listed = invoke("list", "--models-dir", store_copy)
+    names = {line.split()[0] for line in listed.stdout.splitlines()[1:]}
+    assert {"someone/tiny:latest", "hf.co/someone/Tiny-GGUF:Q4_K_M", "localhost:11434/team/tiny:v1"} <= names
+    result = invoke("generate", "hf.co/someone/Tiny-GGUF:Q4_K_M", "hi", "--no-check", "--threads", "1", "-n", "2",
+                    "--json", "--models-dir", store_copy)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["target"] == "hf.co/someone/Tiny-GGUF:Q4_K_M"
+
+
+def test_legacy_colon_blob_names_are_found(store_copy):
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    dashed = blob_path(store_copy, model.layers[0].digest)
+    colon = dashed.with_name(dashed.name.replace("sha256-", "sha256:"))
+    dashed.rename(colon)
+    assert model.gguf_path == colon
+
+
+def test_parent_of_the_store_gets_a_hint(tiny_store, tmp_path):
+    shutil.copytree(tiny_store, tmp_path / "dot-ollama" / "models")
+    with pytest.raises(StoreNotFound, match=r"is the folder above the model store; use .*dot-ollama/models"):
+        find_store_root(tmp_path / "dot-ollama")
+
+
+def test_unreadable_store_says_group_ollama_even_as_root(tmp_path, monkeypatch):
+    import ollama_spec.models.store as store_module
+
+    root = tmp_path / "service"
+    root.mkdir()
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(store_module.os, "listdir", denied)
+    with pytest.raises(StoreUnreadable) as err:
+        find_store_root(root)
+    assert str(err.value) == (
+        f"the model store {root} (from --models-dir) exists but is not readable by you; "
+        "add yourself to group ollama (sudo usermod -aG ollama $USER, then log in again)"
+    )
+
+
+def test_list_shows_a_broken_model_without_failing(store_copy, invoke):
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    blob_path(store_copy, model.layers[0].digest).unlink()
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    line = next(l for l in result.stdout.splitlines() if l.startswith("tiny-draft"))
+    assert "is missing" in line
+
+
+# --- any bytes in a manifest end in a clean answer or a clean error ----------------------------
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20,
+)
+LAYER_VALUES = {
+    "mediaType": st.sampled_from(["application/vnd.ollama.image.model", "application/vnd.ollama.image.params"]) | JSON,
+    "digest": st.just("sha256:" + "a" * 64) | JSON,
+    "size": st.integers(-10, 2**70) | JSON,
+}
+
+
+def _outcome(store: Store, name: str) -> str:
+    try:
+        model = store.resolve(name)
+        model.params(), model.text_layer("template")
+        model.model_info(read_vocab=False)
+    except (InvalidManifest, BlobError, NotGGUF, ModelNotFound, StoreUnreadable) as exc:
+        message = str(exc)
+        assert "\n" not in message and len(message) < 500, message
+        return type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - the property: nothing else ever escapes
+        from ollama_spec.errors import CorruptGGUF
+
+        assert isinstance(exc, CorruptGGUF), repr(exc)
+        return "CorruptGGUF"
+    return "ok"
+
+
+@given(content=st.binary(max_size=300) | JSON.map(lambda doc: json.dumps(doc).encode()))
+def test_any_manifest_content(store_copy, content):
+    manifest_of(store_copy, "tiny-draft").write_bytes(content)
+    store = Store(find_store_root(store_copy))
+    _outcome(store, "tiny-draft")
+    listed = {m.name: m for m in store.models()}
+    assert isinstance(listed["tiny-draft:latest"], (StoredModel, BrokenModel))
+    assert isinstance(listed["tiny-target:latest"], StoredModel)
+
+
+@given(st.data())
+def test_any_layer_list(tiny_store, store_copy, data):
+    doc = json.loads(manifest_of(tiny_store, "tiny-draft").read_text())
+    path = manifest_of(store_copy, "tiny-draft")
+    layers = doc["layers"]
+    for _ in range(data.draw(st.integers(1, 3))):
+        layer = layers[data.draw(st.integers(0, len(layers) - 1))]
+        field = data.draw(st.sampled_from(sorted(LAYER_VALUES)))
+        layer[field] = data.draw(LAYER_VALUES[field])
+    doc["config"] = data.draw(st.just(doc["config"]) | JSON)
+    path.write_text(json.dumps(doc))
+    _outcome(Store(find_store_root(store_copy)), "tiny-draft")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is not valid JSON"),
+    (b"\xff\xfe", "is not valid JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, r"is not valid JSON \(nested too deeply\)"),
+    (b"[]", "is not a manifest with a list of layers"),
+    (b'{"layers": {"a": 1}}', "is not a manifest with a list of layers"),
+    (b'{"schemaVersion": 2, "layers": [1]}', "has a layer 1 that is not an object"),
+    (b'{"schemaVersion": 2, "layers": [{"digest": "sha256:x", "size": 1}]}', "has a layer 1 without a media type"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": -5}]}', "has a layer 1 whose size -5 is not a byte"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1.5}]}', "has a layer 1 whose size 1.5 is not a byte count"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": true}]}', "has a layer 1 whose size True is not a byte count"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1e999}]}', "has a layer 1 whose size inf is not a byte count"),
+    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1, "digest": 7}]}', "has an invalid layer digest 7: expected"),
+])
+def test_crafted_manifests(store_copy, content, message):
+    manifest_of(store_copy, "tiny-draft").write_bytes(content)
+    with pytest.raises(InvalidManifest, match=f"^tiny-draft:latest: its manifest .*latest {message}"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+def test_huge_manifest_is_not_read_whole(store_copy):
+    path = manifest_of(store_copy, "tiny-draft")
+    with open(path, "wb") as f:
+        f.truncate(4 << 30)  # sparse: 4 GiB of zeros
+    with pytest.raises(InvalidManifest, match=f"is larger than {MAX_MANIFEST_BYTES >> 20}.0 MiB; a manifest is a few KB"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft")
+
+
+@pytest.mark.parametrize("params, message", [
+    ("[1, 2]", "is not a JSON object"),
+    ('{"stop": "abc"}', "has stop 'abc': expected a list of strings"),
+    ('{"num_ctx": "4096"}', "has num_ctx '4096': expected a whole number"),
+    ('{"num_ctx": 1.5}', "has num_ctx 1.5: expected a whole number"),
+    ('{"temperature": NaN}', "has temperature nan: expected a number"),
+    ('{"seed": true}', "has seed True: expected a whole number"),
+    ("{" * 50_000, "is not valid JSON"),
+])
+def test_params_layer_of_the_wrong_shape(store_copy, params, message):
+    from ollama_spec.synthetic.layout import add_blob
+
+    digest, size = add_blob(store_copy, params.encode())
+    _rewrite_layers(store_copy, "tiny-draft",
+                    lambda layers: [dict(l, digest=digest, size=size) if l["mediaType"].endswith("params") else l
+                                    for l in layers])
+    with pytest.raises(InvalidManifest, match=f"^tiny-draft:latest: its params layer {re.escape(message)}"):
+        Store(find_store_root(store_copy)).resolve("tiny-draft").params()
+
+
+def test_list_names_broken_manifests_and_keeps_the_healthy_ones(store_copy, invoke):
+    manifest_of(store_copy, "tiny-draft").write_text('{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": -5}]}')
+    manifest_of(store_copy, "tiny-alien").write_bytes(b"\x00" * 10)
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert set(rows) == {"tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest", "tiny-draft:q4_0",
+                         "tiny-draft:q8_0", "tiny-target:q4_0", "tiny-target:q8_0"}
+    assert "?" in rows["tiny-draft:latest"] and "whose size -5 is not a byte count" in rows["tiny-draft:latest"]
+    assert "-5 B" not in result.stdout and "is not valid JSON" in rows["tiny-alien:latest"]
+    assert "F32" in rows["tiny-target:latest"]
+    data = json.loads(invoke("list", "--models-dir", store_copy, "--json").stdout)
+    broken = next(m for m in data["models"] if m["name"] == "tiny-draft:latest")
+    assert broken["size"] is None and broken["error"].startswith("its manifest ")
+
+
+def test_list_survives_a_corrupt_gguf_and_an_unreadable_blob(store_copy, invoke, tmp_path):
+    from gguf import GGUFValueType
+
+    from ollama_spec.synthetic.layout import add_blob
+
+    from tests.gguf_bytes import array, header
+
+    nested = header(array("deep", GGUFValueType.ARRAY, 1, b"\x09\0\0\0\1\0\0\0\0\0\0\0" * 50_000))
+    digest, size = add_blob(store_copy, nested)
+    _rewrite_layers(store_copy, "tiny-draft", lambda layers: [dict(layers[0], digest=digest, size=size)] + layers[1:])
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    line = next(l for l in result.stdout.splitlines() if l.startswith("tiny-draft"))
+    assert "has an array of arrays under key 'deep'" in line
+    shown = invoke("show", "tiny-draft", "--models-dir", store_copy)
+    assert shown.exit_code == 1 and shown.output.startswith("Error: tiny-draft:latest: ")
+    assert "has an array of arrays" in shown.output and shown.output.count("\n") == 1
+
+
+def test_list_skips_odd_names_and_what_is_not_a_file(store_copy, invoke):
+    library = manifest_of(store_copy, "tiny-target").parent.parent
+    for odd in ("new\nline", os.fsdecode(b"bad\xff")):
+        (library / odd).mkdir()
+        (library / odd / "latest").write_text("{")
+    os.mkfifo(library / "tiny-target" / "fifo")  # reading it would block
+    (library / "tiny-target" / "loop").symlink_to("loop")
+    result = invoke("list", "--models-dir", store_copy)
+    assert result.exit_code == 0
+    names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    # names Ollama cannot hold are no models, as in its manifest listing
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
+                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    assert len(result.stdout.splitlines()) == 8
+
+
+# --- audit fixes: folders that cannot be read, Ollama's own reading of manifests and names --------
+def _deny(monkeypatch, denied: Path):
+    """Python 3.11's Path.exists / is_dir / iterdir as they fail when `denied` may not be listed or searched
+    (the tests run as root, for whom chmod 000 changes nothing)."""
+    real_stat, real_iterdir = Path.stat, Path.iterdir
+
+    def stat(self, *args, **kwargs):
+        if self.parent == denied:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, *args, **kwargs)
+
+    def iterdir(self):
+        if self == denied:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+
+
+def test_an_unreadable_manifests_folder_is_one_error_not_an_empty_store(store_copy, monkeypatch, invoke):
+    library = store_copy / "manifests" / "registry.ollama.ai" / "library"
+    _deny(monkeypatch, library)
+    store = Store(find_store_root(store_copy))
+    message = (f"{library} is not readable by you; add yourself to group ollama "
+               "(sudo usermod -aG ollama $USER, then log in again)")
+    with pytest.raises(StoreUnreadable) as err:
+        store.resolve("tiny-target")
+    assert str(err.value) == message
+    with pytest.raises(StoreUnreadable):
+        list(store.models())
+    listed = invoke("list", "--models-dir", store_copy)
+    assert listed.exit_code == 1 and listed.output.strip().splitlines()[-1] == f"Error: {message}"
+    assert "no models" not in listed.output
+
+
+def test_an_unreadable_blobs_folder_is_one_error(store_copy, monkeypatch, invoke):
+    _deny(monkeypatch, store_copy / "blobs")
+    shown = invoke("show", "tiny-target", "--models-dir", store_copy)
+    assert shown.exit_code == 1
+    assert shown.output.strip() == (f"Error: {store_copy / 'blobs'} is not readable by you; add yourself to group "
+                                    "ollama (sudo usermod -aG ollama $USER, then log in again)")
+
+
+def test_the_last_model_layer_wins_as_in_ollama(store_copy):
+    store = Store(find_store_root(store_copy))
+    own_blob = store.resolve("tiny-target").gguf_path
+    alien = json.loads(manifest_of(store_copy, "tiny-alien").read_text())["layers"][0]
+    _rewrite_layers(store_copy, "tiny-target", lambda layers: [alien, *layers])  # two model layers
+    model = store.resolve("tiny-target")
+    assert [layer.kind for layer in model.layers][:2] == ["model", "model"]
+    assert model.gguf_path == own_blob
+
+
+def test_manifests_ollama_reads_are_read(store_copy):
+    """No schemaVersion (Ollama never checks it) and `sha256-<hex>` digests (Ollama's BlobsPath takes them)."""
+    path = manifest_of(store_copy, "tiny-draft")
+    doc = json.loads(path.read_text())
+    del doc["schemaVersion"]
+    doc["layers"][0]["digest"] = doc["layers"][0]["digest"].replace(":", "-")
+    path.write_text(json.dumps(doc))
+    model = Store(find_store_root(store_copy)).resolve("tiny-draft")
+    assert model.layers[0].digest.startswith("sha256:")
+    assert model.gguf_path == blob_path(store_copy, doc["layers"][0]["digest"])
+    verify_blob(model.gguf_path, model.layers[0])
+
+
+def test_list_skips_what_ollama_does_not_take_for_a_model(store_copy, invoke):
+    good = manifest_of(store_copy, "tiny-draft")
+    for odd in (".DS_Store", "latest.tmp", "-partial"):
+        shutil.copy(good, good.parent / odd)
+    add_manifest(store_copy, "registry.ollama.ai", "library", "bad name", "latest")
+    names = [m.name for m in Store(find_store_root(store_copy)).models()]
+    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
+                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    shown = invoke("show", "bad", "--models-dir", store_copy)
+    assert shown.exit_code == 1 and "did you mean" not in shown.output
+
+
+def test_a_missing_config_blob_is_a_config_problem(store_copy):
+    store = Store(find_store_root(store_copy))
+    model = store.resolve("tiny-draft")
+    assert model.config_problem() is None and model.config_layer is not None
+    blob_path(store_copy, model.config_layer.digest).unlink()
+    assert "is missing" in store.resolve("tiny-draft").config_problem()
+
+
+@pytest.mark.parametrize("value", ['"{}"', "'{}'", " {} ", '"{}" '])
+def test_ollama_models_is_trimmed_of_spaces_and_quotes_as_ollama_does(tiny_store, value):
+    root = find_store_root(None, {"OLLAMA_MODELS": value.format(tiny_store)})
+    assert root.path == tiny_store and root.source == "OLLAMA_MODELS"
+
+
+def test_names_resolve_to_their_stored_spelling(tiny_store):
+    assert Store(find_store_root(tiny_store)).resolve("TINY-Target:LATEST").name == "tiny-target:latest"
