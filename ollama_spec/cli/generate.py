@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.planning.devices import unused_gpu_warning
 from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result, first_difference
 from ollama_spec.models.resolve import resolve_model, template_warning

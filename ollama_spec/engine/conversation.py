@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.engine.engine import Engine, Generation, Request, Result
 
 # Stands in for the answer while the template renders the next turn; no template alters it.

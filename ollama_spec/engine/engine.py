@@ -10,7 +10,8 @@ import numpy as np
 from ollama_spec.models.architectures import takes_window_cache
 from ollama_spec.llama.calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from ollama_spec.llama.canary import decide_repack
-from ollama_spec.prompting.template import ChatMessage, TemplateRefused, name_tool_answers, render_chat, system_folded
+from ollama_spec.prompting.template import TemplateRefused, render_chat
+from ollama_spec.prompting.messages import ChatMessage, name_tool_answers, system_folded
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
 from ollama_spec.llama.embedding import Embedder
 from ollama_spec.errors import InvalidSetting

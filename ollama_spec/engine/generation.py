@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, Token, generate_tokens

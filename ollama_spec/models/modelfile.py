@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.decoding.penalties import MIN_REPEAT_PENALTY, Penalties
 from ollama_spec.decoding.sampling import SamplingSettings

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidManifest, ModelNotFound, NotGGUF, OllamaSpecError, UnusableModel
 from ollama_spec.models.gguf_header import shown
 from ollama_spec.models.gguf_info import ModelInfo, read_model_info

@@ -11,24 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from ollama_spec.prompting.template import ChatMessage, name_tool_answers
+from ollama_spec.prompting.messages import ChatMessage, ToolCall, name_tool_answers
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import grammar_for_json
 
 BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 OPENING = "<tool_call>"
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: dict[str, Any] | str  # from a client's history, the text of a call that was not JSON
-    id: str | None = None  # the client's id for it (OpenAI's), which its answer refers to
-    # A call cut short by the answer's length: its arguments as far as they were written (not JSON)
-    cut_arguments: str | None = None
 
 
 def tool_names(tools: list[dict]) -> list[str]:

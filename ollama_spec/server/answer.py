@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ollama_spec.prompting.thinking import ThinkingSplit, partial_suffix
-from ollama_spec.prompting.tools import OPENING, ToolCall, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
+from ollama_spec.prompting.tools import OPENING, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
+from ollama_spec.prompting.messages import ToolCall
 
 
 class HeldForToolCalls:

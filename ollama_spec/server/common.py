@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pydantic import BaseModel, model_validator
 from starlette.requests import Request as HTTPRequest
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.errors import InvalidSetting, OllamaSpecError
 from ollama_spec.llama.grammar import grammar_for_json

@@ -16,11 +16,11 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ollama_spec.prompting.template import ROLES, ChatMessage
+from ollama_spec.prompting.messages import ROLES, ChatMessage
 from ollama_spec.engine.engine import Result
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
-from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server import go_template
 from ollama_spec.server.answer import AnswerParts
 from ollama_spec.server.common import ApiError, NullsAsDefaults, ServerState, failure, json_grammar, run_to_end

@@ -15,9 +15,9 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.engine.engine import Request, Result
-from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server.answer import AnswerParts
 from ollama_spec.server.common import (ApiError, NullsAsDefaults, ServerState, failure, json_grammar, offer_tools, openai_error,
                      run_to_end)

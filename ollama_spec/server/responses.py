@@ -20,9 +20,9 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.engine.engine import Result
-from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server.answer import AnswerParts
 from ollama_spec.server.common import ApiError, NullsAsDefaults, ServerState, json_grammar, offer_tools, openai_error, run_to_end
 from ollama_spec.server.openai import job_events, tool_arguments

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.engine.conversation import Conversation
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.decoding.sampling import SamplingSettings

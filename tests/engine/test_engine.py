@@ -224,7 +224,7 @@ def test_a_prompt_that_extends_the_cache_evaluates_only_the_new_tokens(tiny_mode
 
 
 def test_a_conversation_renders_every_message(baseline_engine):
-    from ollama_spec.prompting.template import ChatMessage
+    from ollama_spec.prompting.messages import ChatMessage
 
     messages = (ChatMessage("user", "Hi there"), ChatMessage("assistant", "Hello!"), ChatMessage("user", "Bye"))
     text = baseline_engine.target.detokenize(baseline_engine.prompt_tokens(Request(messages=messages, system="Be kind.")))

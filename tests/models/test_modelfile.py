@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.modelfile import PRESETS_DIR, find_modelfile, load_modelfile, parse_modelfile, shipped_presets
 

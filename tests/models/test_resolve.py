@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ollama_spec.prompting.template import ChatMessage
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidManifest, ModelNotFound, NotGGUF, UnusableModel
 from ollama_spec.models.resolve import (
     gguf_file,

@@ -1,7 +1,9 @@
 import pytest
 
-from ollama_spec.prompting.template import ChatMessage, name_tool_answers, render_chat, system_folded
-from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.prompting.template import render_chat
+
+from ollama_spec.prompting.messages import ChatMessage, name_tool_answers, system_folded
+from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.errors import InvalidSetting
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -322,7 +322,7 @@ def test_a_models_message_history_comes_first_as_ollama_puts_it(engine, monkeypa
     prompt, as Ollama's handlers prepend them; raw prompts and continued contexts go without."""
     from dataclasses import replace
 
-    from ollama_spec.prompting.template import ChatMessage
+    from ollama_spec.prompting.messages import ChatMessage
     from ollama_spec.server.common import ServerSettings, ServerState
 
     history = (ChatMessage("user", "Ahoy"), ChatMessage("assistant", "Arr"))

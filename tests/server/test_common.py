@@ -5,7 +5,7 @@ import pytest
 
 from ollama_spec.server.answer import AnswerParts
 from ollama_spec.prompting.thinking import ThinkingSplit
-from ollama_spec.prompting.tools import ToolCall
+from ollama_spec.prompting.messages import ToolCall
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
 CASES = [
