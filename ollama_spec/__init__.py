@@ -12,8 +12,8 @@ __version__ = "0.1.0"
 PUBLIC = {
     "Engine": "ollama_spec.engine.engine",
     "EngineSettings": "ollama_spec.engine.engine",
-    "Request": "ollama_spec.engine.generation",
-    "Result": "ollama_spec.engine.generation",
+    "Request": "ollama_spec.engine.requests",
+    "Result": "ollama_spec.engine.requests",
     "SamplingSettings": "ollama_spec.decoding.sampling",
     "SpeculationSettings": "ollama_spec.decoding.loop",
     "resolve_model": "ollama_spec.models.resolve",

@@ -10,7 +10,7 @@ import click
 
 from ollama_spec.bench.prompts import BUILTIN_PROMPTS, load_prompts
 from ollama_spec.bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_KS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
-from ollama_spec.engine.engine import NEAR_TIE_LOGITS
+from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.resolve import looks_like_path, resolve_model
 from ollama_spec.llama.model import set_verbose

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ollama_spec.engine.engine import Engine
+from ollama_spec.engine.generation import Generation
+from ollama_spec.engine.requests import Request, Result
 from ollama_spec.prompting.messages import ChatMessage
-from ollama_spec.engine.engine import Engine, Generation, Request, Result
 
 # Stands in for the answer while the template renders the next turn; no template alters it.
 _ANSWER_MARK = "\x00ollama-spec answer\x00"

@@ -7,6 +7,7 @@ from typing import Any
 
 from ollama_spec.errors import InvalidSetting
 
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str

@@ -1,13 +1,20 @@
 """Prompt building: the GGUF's Jinja chat template, rendered as transformers renders it (its loop
-controls, its `tojson`, its `generation` tag), in a sandboxed child process (template_sandbox.py)."""
+controls, its `tojson`, its `generation` tag), in a sandboxed child process (sandbox.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.prompting.sandbox import TIMEOUT_ENV, TemplateFailed, TemplateLimits, TemplateTooCostly, render_in_sandbox
+from ollama_spec.prompting.sandbox import (
+    TIMEOUT_ENV,
+    TemplateFailed,
+    TemplateLimits,
+    TemplateTooCostly,
+    render_in_sandbox,
+)
 from ollama_spec.prompting.sandbox import TemplateRefused as TemplateDeclined
+
 
 class TemplateRefused(InvalidSetting):
     """The template's own raise_exception: it will not render this conversation as it is."""

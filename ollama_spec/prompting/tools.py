@@ -13,9 +13,9 @@ import json
 import re
 from typing import Any
 
-from ollama_spec.prompting.messages import ChatMessage, ToolCall, name_tool_answers
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.prompting.messages import ChatMessage, ToolCall, name_tool_answers
 
 BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 OPENING = "<tool_call>"

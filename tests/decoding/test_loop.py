@@ -412,7 +412,7 @@ def test_a_cache_that_cannot_be_cut_raises(spec_engine, monkeypatch):
 
 
 def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(tiny_models, baseline_engine, monkeypatch):
-    from ollama_spec.engine import engine as engine_module
+    from ollama_spec.engine import costs as engine_module
 
     calibrations = []
     real = engine_module.measure_step_costs

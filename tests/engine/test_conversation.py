@@ -2,12 +2,11 @@
 
 import pytest
 
-from ollama_spec.prompting.messages import ChatMessage
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.conversation import Conversation
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.decoding.sampling import SamplingSettings
-from ollama_spec.decoding.loop import SpeculationSettings
-
+from ollama_spec.prompting.messages import ChatMessage
 from tests.conftest import engine_settings
 
 

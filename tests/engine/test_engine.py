@@ -4,12 +4,12 @@ from dataclasses import replace
 
 import pytest
 
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.models.resolve import ResolvedModel, resolve_model
-from ollama_spec.decoding.sampling import SamplingSettings
-from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.synthetic.catalog import PAIRS
 from ollama_spec.synthetic.models import make_weights, write_gguf
 from ollama_spec.synthetic.tokenizer import build_vocabulary
@@ -234,60 +234,6 @@ def test_a_conversation_renders_every_message(baseline_engine):
     assert baseline_engine.prompt_tokens(Request(messages=(ChatMessage("user", "Hi there"),), system="Be kind.")) == one
     with pytest.raises(InvalidSetting, match="unknown message role 'wizard'"):
         ChatMessage("wizard", "hi")
-
-
-def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, tmp_path):
-    from ollama_spec.llama.calibration import StepCostCache
-    from ollama_spec.decoding.k_policy import StepCosts
-
-    request = Request("The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True,
-                      speculation=SpeculationSettings(None))  # -k auto
-    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
-        engine._cost_cache = cache = StepCostCache(tmp_path / "costs.json")
-        key = engine._cost_key(engine.draft)
-        # a calibration from a moment when verify batches were absurdly dear: learning must move off it
-        cache.put(key, StepCosts(0.0001, tuple(1.0 + n for n in range(DEFAULT_MAX_SPECULATIVE_TOKENS + 1))))
-        "".join(engine.generate(request))
-        first = engine.step_costs(engine.draft, DEFAULT_MAX_SPECULATIVE_TOKENS)
-        assert first.verify_s[0] < 0.5  # learned from this request's real steps, not the cached 1 s
-        policy = engine.k_policy(request.speculation, GREEDY)
-        assert policy.costs.verify_s == pytest.approx(first.verify_s)  # the next request starts from what the last one learned
-    assert cache.get_learned(key).verify_s == pytest.approx(first.verify_s)  # and so does the next process
-    assert cache.get(key).verify_s[1] == 2.0  # beside the calibration, which keeps its own per-size costs
-
-
-def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models, tmp_path):
-    from ollama_spec.llama.calibration import StepCostCache
-    from ollama_spec.decoding.k_policy import MARGIN_PRIOR
-
-    request = Request("The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True,
-                      speculation=SpeculationSettings(None))
-    cache = StepCostCache(tmp_path / "costs.json")
-    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
-        engine._cost_cache = cache
-        key = engine._cost_key(engine.draft)
-        assert engine.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(MARGIN_PRIOR)
-        "".join(engine.generate(request))
-        learned = engine._last_policies[key].by_margin.bands
-        assert learned != pytest.approx(MARGIN_PRIOR)
-    assert cache.get_acceptance(key) == pytest.approx(learned, abs=1e-4)
-    assert cache.get(key) is not None  # the costs stay beside it
-    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
-        engine._cost_cache = cache
-        assert engine.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(learned, abs=1e-4)
-        seeded = SamplingSettings(temperature=0.8, seed=1)  # its text must not depend on an earlier run
-        assert engine.k_policy(request.speculation, seeded).by_margin.bands == pytest.approx(MARGIN_PRIOR)
-
-
-def test_a_calibration_is_announced_while_it_happens(tiny_models, tmp_path):
-    from ollama_spec.llama.calibration import StepCostCache
-
-    notes = []
-    with Engine(tiny_models[0], tiny_models[1], engine_settings(), notice=notes.append) as engine:
-        engine._cost_cache = StepCostCache(tmp_path / "costs.json")
-        engine.k_policy(SpeculationSettings(None), GREEDY)
-        engine.k_policy(SpeculationSettings(None), GREEDY)  # measured once: no second note
-    assert len(notes) == 1 and "-k auto" in notes[0]
 
 
 class _InterruptedOnce(list):

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from ollama_spec.prompting.template import render_chat
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.sandbox import Sandbox, TemplateLimits, TemplateRefused, TemplateTooCostly
+from ollama_spec.prompting.template import render_chat
 
 NESTED_LOOPS = ("{% for i in range(100000) %}{% for j in range(100000) %}{% if j == -1 %}x{% endif %}{% endfor %}"
                 "{% endfor %}")

@@ -1,10 +1,8 @@
 import pytest
 
-from ollama_spec.prompting.template import render_chat
-
-from ollama_spec.prompting.messages import ChatMessage, name_tool_answers, system_folded
-from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.errors import InvalidSetting
+from ollama_spec.prompting.messages import ChatMessage, ToolCall, name_tool_answers, system_folded
+from ollama_spec.prompting.template import render_chat
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -4,10 +4,15 @@ import json
 
 import pytest
 
-from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.prompting.tools import could_be_tool_call, forced_call_grammar, parse_tool_calls, template_takes_tools, tools_in_messages
-from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.prompting.messages import ChatMessage, ToolCall
+from ollama_spec.prompting.tools import (
+    could_be_tool_call,
+    forced_call_grammar,
+    parse_tool_calls,
+    template_takes_tools,
+    tools_in_messages,
+)
 from tests.grammars import matches
 
 NAMES = ["get_weather", "add"]

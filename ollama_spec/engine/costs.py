@@ -1,0 +1,118 @@
+"""Learned K costs for -k auto: what a draft step and each verify batch cost with this pair and setup,
+timed once (then cached on disk), refined by every request's AutoK, and kept for the next process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy, StepCosts
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.llama.calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
+from ollama_spec.llama.model import LoadedModel
+from ollama_spec.planning.placement import Placement
+
+# What the target reads while its step costs are timed: ordinary text (only its length matters).
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly over the hills. "
+
+
+class LearnedCosts:
+    """The step costs of one loaded pair: as calibrated, and as requests have learned them since."""
+
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None, placement: Placement,
+                 notice: Callable[[str], None]):
+        self.target, self.draft = target, draft
+        self.placement = placement  # as asked, not as the memory plan split it
+        self.notice = notice
+        self.cache = StepCostCache()
+        self.learned: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
+        self.last_policies: dict[str, AutoK] = {}  # by cost key: what the last request learned of α and margins
+
+    def k_policy(self, speculation: SpeculationSettings, sampling: SamplingSettings) -> KPolicy:
+        """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
+        if not speculation.auto:
+            return FixedK(speculation.num_speculative_tokens)
+        draft, k_max = self._draft_for(speculation), speculation.max_speculative_tokens
+        key, calibrated = self.key(draft), self.calibrated(draft, k_max)
+        # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
+        # A draft model reports its margin for each token, so it can stop token by token.
+        learn = sampling.greedy or sampling.seed is None
+        costs = self._learned_or(calibrated, key) if learn else calibrated
+        policy = AutoK(costs, learn_costs=learn, confidence_stops=speculation.proposer == "draft",
+                       calibrated=calibrated)
+        earlier, learned = self.last_policies.get(key), self.cache.get_acceptance(key)
+        if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
+            policy.carry_over(earlier)
+        elif learn and learned is not None and policy.confidence_stops:
+            policy.seed_acceptance(learned)
+        return policy
+
+    def keep_learned(self, speculation: SpeculationSettings, policy: KPolicy | None) -> None:
+        """After a request: the costs an AutoK refined seed the next request's, and the cache on `save`."""
+        if isinstance(policy, AutoK) and policy.learn_costs:
+            key = self.key(self._draft_for(speculation))
+            self.last_policies[key] = policy
+            base = self.learned.get(key) or self.cache.get_learned(key) or self.cache.get(key)
+            self.learned[key] = _overlay(base, policy.costs)
+
+    def step_costs(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
+        """Draft step and verify batch costs up to k_max + 1 tokens: as learned by earlier requests (this
+        process's, else the last one's), else as calibrated."""
+        return self._learned_or(self.calibrated(draft, k_max), self.key(draft))
+
+    def _learned_or(self, calibrated: StepCosts, key: str) -> StepCosts:
+        """What requests learned (this process's, else the last one's) up to calibrated's K_max, else calibrated."""
+        learned = self.learned.get(key) or self.cache.get_learned(key)
+        if learned is None or learned.k_max < calibrated.k_max:
+            return calibrated
+        return StepCosts(learned.draft_step_s, learned.verify_s[: calibrated.k_max + 1])
+
+    def calibrated(self, draft: LoadedModel | None, k_max: int) -> StepCosts:
+        """The costs as timed on this machine, batch size by batch size (cached, else measured now).
+
+        Kept apart from what requests learn, which is a line: the calibration keeps the bumps of
+        llama.cpp's kernels that AutoK takes free tokens from."""
+        key = self.key(draft)
+        costs = self.cache.get(key)
+        if costs is None or costs.k_max < k_max:
+            self.notice("timing this machine's draft and verify steps for -k auto (once per pair and setup, then "
+                        "cached)")
+            filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
+            context = calibration_context(self.target.n_ctx, k_max, filler)
+            costs = measure_step_costs(self.target, draft, k_max, context)
+            self.cache.put(key, costs)
+            self.learned.pop(key, None)
+        return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
+
+    def _draft_for(self, speculation: SpeculationSettings) -> LoadedModel | None:
+        return None if speculation.proposer == "ngram" else self.draft
+
+    def key(self, draft: LoadedModel | None) -> str:
+        """The cache key of this setup with `draft` (None: the target alone, as n-gram lookup runs it)."""
+        # a target spread over RPC servers or GPUs has other step costs than one on this machine's default;
+        # keyed by what was asked, not by the split the memory plan derived from this moment's free memory
+        target, asked = self.target.settings, self.placement
+        extra = {} if asked.is_default else {"placement": asked}
+        if target.lora_adapters:  # an adapter adds a little to every step of its layers
+            extra["adapters"] = ",".join(str(p) for p in target.lora_adapters)
+        return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
+                        target_gpu_layers=target.n_gpu_layers,
+                        draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=target.kv_type,
+                        flash_attention=target.flash_attention, **extra)
+
+    def save(self) -> None:
+        """What this session learned, into the cache for the next one."""
+        for key, costs in self.learned.items():
+            self.cache.put_learned(key, _overlay(self.cache.get_learned(key), costs))
+        for key, policy in self.last_policies.items():
+            if policy.confidence_stops:
+                self.cache.put_acceptance(key, policy.by_margin.bands)
+        self.learned.clear()
+        self.last_policies.clear()
+
+
+def _overlay(base: StepCosts | None, learned: StepCosts) -> StepCosts:
+    """`learned` over `base`: a policy learns the costs up to its own K_max; longer batches keep theirs."""
+    if base is None or base.k_max <= learned.k_max:
+        return learned
+    return StepCosts(learned.draft_step_s, learned.verify_s + base.verify_s[learned.k_max + 1:])

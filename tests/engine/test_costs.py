@@ -1,0 +1,64 @@
+"""Learned K costs (-k auto): calibrated once, refined by each request, kept for the next process."""
+
+import pytest
+
+from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, Request
+from tests.conftest import engine_settings
+
+GREEDY = SamplingSettings(temperature=0)
+
+
+def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, tmp_path):
+    from ollama_spec.decoding.k_policy import StepCosts
+    from ollama_spec.llama.calibration import StepCostCache
+
+    request = Request("The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True,
+                      speculation=SpeculationSettings(None))  # -k auto
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
+        key = engine.costs.key(engine.draft)
+        # a calibration from a moment when verify batches were absurdly dear: learning must move off it
+        cache.put(key, StepCosts(0.0001, tuple(1.0 + n for n in range(DEFAULT_MAX_SPECULATIVE_TOKENS + 1))))
+        "".join(engine.generate(request))
+        first = engine.costs.step_costs(engine.draft, DEFAULT_MAX_SPECULATIVE_TOKENS)
+        assert first.verify_s[0] < 0.5  # learned from this request's real steps, not the cached 1 s
+        policy = engine.costs.k_policy(request.speculation, GREEDY)
+        assert policy.costs.verify_s == pytest.approx(first.verify_s)  # the next request starts from what the last one learned
+    assert cache.get_learned(key).verify_s == pytest.approx(first.verify_s)  # and so does the next process
+    assert cache.get(key).verify_s[1] == 2.0  # beside the calibration, which keeps its own per-size costs
+
+
+def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models, tmp_path):
+    from ollama_spec.decoding.k_policy import MARGIN_PRIOR
+    from ollama_spec.llama.calibration import StepCostCache
+
+    request = Request("The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True,
+                      speculation=SpeculationSettings(None))
+    cache = StepCostCache(tmp_path / "costs.json")
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache
+        key = engine.costs.key(engine.draft)
+        assert engine.costs.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(MARGIN_PRIOR)
+        "".join(engine.generate(request))
+        learned = engine.costs.last_policies[key].by_margin.bands
+        assert learned != pytest.approx(MARGIN_PRIOR)
+    assert cache.get_acceptance(key) == pytest.approx(learned, abs=1e-4)
+    assert cache.get(key) is not None  # the costs stay beside it
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache
+        assert engine.costs.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(learned, abs=1e-4)
+        seeded = SamplingSettings(temperature=0.8, seed=1)  # its text must not depend on an earlier run
+        assert engine.costs.k_policy(request.speculation, seeded).by_margin.bands == pytest.approx(MARGIN_PRIOR)
+
+
+def test_a_calibration_is_announced_while_it_happens(tiny_models, tmp_path):
+    from ollama_spec.llama.calibration import StepCostCache
+
+    notes = []
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(), notice=notes.append) as engine:
+        engine.costs.cache = StepCostCache(tmp_path / "costs.json")
+        engine.costs.k_policy(SpeculationSettings(None), GREEDY)
+        engine.costs.k_policy(SpeculationSettings(None), GREEDY)  # measured once: no second note
+    assert len(notes) == 1 and "-k auto" in notes[0]
