@@ -1,18 +1,5 @@
 """The `ollama-spec` command line. `main` is the console-script entry point."""
 
-from ollama_spec.cli import (  # noqa: F401  (each module registers its commands on `cli`)
-    bench,
-    chat,
-    check,
-    doctor,
-    drafts,
-    generate,
-    inspect,
-    pull,
-    rpc_server,
-    serve,
-    vllm,
-)
 from ollama_spec.cli.main import cli
 
 

@@ -13,26 +13,26 @@ from ollama_spec.bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_KS, DEFAULT
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.resolve import looks_like_path, resolve_model
-from ollama_spec.llama.model import set_verbose
-from ollama_spec.models.store import Store, find_store_root
-from ollama_spec.cli.main import cli
+from ollama_spec.llama.log import set_verbose
+from ollama_spec.cli.common import open_store
 from ollama_spec.cli.options import (
     AUTO,
     RPC_ENVVAR,
-    apply_preset,
-    decide_repack_for_cli,
+    ctx_option_with,
     flash_attn_option,
-    current_placement,
-    given,
     models_dir_option,
+    no_check_option,
     placement_options,
     preset_option,
     repack_option,
-    resolve_draft,
+    threads_option,
+    verbose_option,
 )
+from ollama_spec.cli.settings import Options, bench_settings
+from ollama_spec.cli.targets import apply_preset, resolve_draft
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @preset_option
 @click.option("--draft", "-d", help=f"Draft model (required unless --url or TARGET's manifest has a draft layer), "
@@ -50,8 +50,8 @@ from ollama_spec.cli.options import (
 @click.option("--out", type=click.Path(file_okay=False), help="Write results.json, results.md and bench.png here.")
 @click.option("--url", help="Benchmark an OpenAI-compatible server instead, e.g. http://localhost:8080/v1 "
               "(TARGET is the model name sent).")
-@click.option("--threads", type=int, help="CPU threads (default: all cores).")
-@click.option("--ctx", type=int, help="Context length (default: max(4096, max-tokens + 1024)).")
+@threads_option
+@ctx_option_with("Context length (default: max(4096, max-tokens + 1024)).")
 @click.option("--native", "native", type=click.Path(dir_okay=False), default=None,
               help="Also time llama.cpp's own llama-speculative-simple at the best K (build it with "
               "scripts/build-native-speculative.sh; greedy only).")
@@ -59,14 +59,15 @@ from ollama_spec.cli.options import (
               help="Also time draftless n-gram lookup (K=auto) through the same loop.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True,
               help="One short unrecorded generation per row before timing.")
-@click.option("--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading.")
+@no_check_option
 @repack_option
 @flash_attn_option
 @placement_options
-@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+@verbose_option
 @models_dir_option
-def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url, threads, ctx, native,
-          ngram, warmup, no_check, repack, flash_attn, verbose, models_dir) -> None:
+@click.pass_context
+def bench(context: click.Context, target, preset, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url,
+          native, warmup, verbose, models_dir, **_) -> None:  # **_: the loading options, read through Options
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -87,25 +88,25 @@ def bench(target, preset, draft, ks, max_tokens, runs, temperature, seed, prompt
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
     """
     set_verbose(verbose)
+    options = Options.of(context)
     prompts = load_prompts(prompts_file) if prompts_file else BUILTIN_PROMPTS
     if out:
         _make_out_dir(Path(out))  # before minutes of timing, not after
     if url:
-        _refuse_local_options()
+        _refuse_local_options(context.command, options)
         _bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out)
         return
-    fixed_ks, auto = parse_k_list(ks)
+    if out:
+        import matplotlib  # noqa: F401  (bench.png: without the bench extra that is said now, not after the timing)
+    k_list = parse_k_list(ks)
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
-    store = None if paths else Store(find_store_root(models_dir))
+    store = None if paths else open_store(models_dir)
     target_model = apply_preset(resolve_model(target, store=store), preset)
     if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    settings = BenchSettings(ks=fixed_ks, auto=auto, ngram=ngram, max_tokens=max_tokens, runs=runs,
-                             temperature=temperature, seed=seed, warmup=warmup, n_threads=threads, n_ctx=ctx,
-                             memory_check=not no_check, repack=decide_repack_for_cli(repack).enabled,
-                             flash_attention=flash_attn, placement=current_placement())
+    settings = bench_settings(options, k_list)
     draft_model = resolve_draft(draft, models_dir, target_model)
     if draft_model is None:
         raise InvalidSetting("bench needs a draft model; the n-gram lookup row is always measured (--ngram)")
@@ -206,9 +207,8 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
 _LOCAL_ONLY = ("draft", "ks", "native", "rpc", "tensor_split", "split_mode", "main_gpu", "threads", "ctx", "preset")
 
 
-def _refuse_local_options() -> None:
-    ctx = click.get_current_context()
-    flags = [max(p.opts, key=len) for p in ctx.command.params if p.name in _LOCAL_ONLY and given(p.name)]
+def _refuse_local_options(command: click.Command, options: Options) -> None:
+    flags = [max(p.opts, key=len) for p in command.params if p.name in _LOCAL_ONLY and options.given(p.name)]
     if flags:
         raise InvalidSetting(f"--url times a server as it runs (its own options choose its draft and devices), so "
                              f"{', '.join(flags)} would be ignored: drop {'them' if len(flags) > 1 else 'it'}")

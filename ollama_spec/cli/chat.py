@@ -7,34 +7,25 @@ import sys
 import click
 
 from ollama_spec.engine.conversation import Conversation
-from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine, Request
+from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
 from ollama_spec.models.resolve import resolve_model, template_warning
-from ollama_spec.llama.model import set_verbose
+from ollama_spec.llama.log import set_verbose
 from ollama_spec.config import cache_dir
 from ollama_spec.cli.generate import format_stats
-from ollama_spec.cli.main import cli
+from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
-    UNTIL_CONTEXT_FULL,
-    apply_preset,
     ctx_option,
-    engine_settings,
-    first_set,
     format_option,
     loading_options,
-    model_max_tokens,
-    model_stops,
     models_dir_option,
-    notice,
-    output_grammar,
-    think_option,
-    think_setting,
     preset_option,
-    resolve_draft,
     sampling_options,
-    sampling_settings,
     speculation_options,
-    speculation_settings,
+    think_option,
+    verbose_option,
 )
+from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
+from ollama_spec.cli.targets import apply_preset, resolve_draft
 
 PROMPT = ">>> "
 HELP = """commands:
@@ -46,7 +37,7 @@ HELP = """commands:
 HISTORY_LINES = 1000
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @preset_option
 @speculation_options
@@ -58,11 +49,10 @@ HISTORY_LINES = 1000
 @format_option
 @think_option
 @loading_options
-@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+@verbose_option
 @models_dir_option
-def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, max_tokens, ctx,
-         system, output_format, think, n_gpu_layers, draft_n_gpu_layers, threads, kv_type, no_check, repack,
-         flash_attn, verbose, models_dir) -> None:
+@click.pass_context
+def chat(context: click.Context, target, preset, draft, system, verbose, models_dir, **_) -> None:  # **_: the shared options, read through Options
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
     Answers stream as they are accepted. The conversation stays in both models' KV caches, and
@@ -76,23 +66,13 @@ def chat(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, 
       printf 'Hi!\\nWhat did I just say?\\n/stats\\n' | ollama-spec chat llama3.1:8b -d llama3.2:1b -t 0
     """
     set_verbose(verbose)
+    options = Options.of(context)
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if warning := template_warning(target_model, "`generate --raw` continues plain text"):
         click.echo(f"warning: {warning}", err=True)
     draft_model = resolve_draft(draft, models_dir, target_model)
-    params = target_model.params
-    settings = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers, draft_n_gpu_layers=draft_n_gpu_layers,
-                               threads=threads, kv_type=kv_type, no_check=no_check, repack=repack,
-                               flash_attn=flash_attn)
-    defaults = Request(
-        system="",  # the conversation carries its own system message
-        max_tokens=int(first_set(max_tokens, model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)),
-        stop=model_stops(params),
-        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
-        grammar=output_grammar(output_format),
-        think=think_setting(think, target_model),
-    )
+    settings = engine_settings(target_model.params, options)
+    defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
     speculative = draft_model is not None or draft is not None
     with Engine(target_model, draft_model, settings, notice=notice) as engine:

@@ -7,45 +7,45 @@ import click
 from ollama_spec.models.compat import require_compatible
 from ollama_spec.engine.engine import DEFAULT_CTX
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes
-from ollama_spec.planning.memory import FULL_OFFLOAD, KV_TYPES, MemoryPlan, ModelNeeds, plan_memory
+from ollama_spec.planning.memory import FULL_OFFLOAD, MemoryPlan, plan_memory
+from ollama_spec.planning.needs import ModelNeeds
 from ollama_spec.models.daemon import daemon_status, freeing_advice
 from ollama_spec.models.resolve import resolve_model
+from ollama_spec.llama import backends
+from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.usable import require_usable
-from ollama_spec.cli.main import cli
+from ollama_spec.cli.common import echo_json
 from ollama_spec.cli.options import (
     NGRAM,
-    apply_preset,
-    current_placement,
-    decide_repack_for_cli,
-    echo_json,
+    ctx_option,
     flash_attn_option,
-    is_ngram,
     json_option,
+    kv_type_option,
     models_dir_option,
     placement_options,
     preset_option,
     repack_option,
-    resolve_draft,
 )
+from ollama_spec.cli.settings import Options, is_ngram, placement_settings, repack_setting
+from ollama_spec.cli.targets import apply_preset, resolve_draft
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @preset_option
 @click.option("--draft", "-d", help="Draft model (name or .gguf path) that will run next to TARGET; 'auto' picks "
               f"the store's best-sized compatible one; '{NGRAM}' needs no draft model.")
-@click.option("--ctx", type=int, help=f"Context length in tokens (default: TARGET's num_ctx, else {DEFAULT_CTX}).")
-@click.option("--kv-type", type=click.Choice(list(KV_TYPES)), default="f16", show_default=True,
-              help="KV cache element type.")
+@ctx_option
+@kv_type_option
 @repack_option
 @flash_attn_option
 @placement_options
 @json_option
 @models_dir_option
-def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str, repack: bool | None, flash_attn: str,
-          as_json: bool,
-          models_dir: str | None) -> None:
+@click.pass_context
+def check(context: click.Context, target: str, preset, draft: str | None, ctx: int | None, kv_type: str,
+          repack: bool | None, flash_attn: str, as_json: bool, models_dir: str | None, **_) -> None:  # **_: placement
     """Check that TARGET (and --draft) fit in GPU memory before loading anything.
 
     Reads only GGUF headers: weights, KV cache and compute buffers per model, the free memory of
@@ -66,15 +66,17 @@ def check(target: str, preset, draft: str | None, ctx: int | None, kv_type: str,
     draft_model = resolve_draft(draft, models_dir, target_model)
     for role, model in (("target", target_model), ("draft", draft_model)):
         if model is not None:
-            require_usable(model.name, model.info, role)
+            require_usable(model.name, model.info, role, llama_cpp_knows)
     if draft_model is not None:
         require_compatible(target_model.name, target_model.info, draft_model.name, draft_model.info)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
     if is_ngram(draft):
         click.echo(f"note: --draft {NGRAM} loads no draft model: the plan is for the target alone", err=True)
-    decision = decide_repack_for_cli(repack)
-    placement = current_placement()
+    decision = repack_setting(repack)
+    placement = placement_settings(Options.of(context))
+    devices, notes = backends.discover_devices()
     plan = plan_memory(target_model.loaded_info, draft_model.loaded_info if draft_model else None, n_ctx, kv_type,
+                       devices, notes=notes, features=backends.cpu_features(),
                        repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on",
                        tensor_split=placement.tensor_split, remote=remote_devices(placement.rpc_servers),
                        main_device=placement.main_device)

@@ -9,15 +9,14 @@ from pathlib import Path
 import click
 
 from ollama_spec.llama.canary import ENV_VAR, decide_repack
-from ollama_spec.planning.devices import discover_devices
 from ollama_spec.doctor import Facts, find_problems, gather
 from ollama_spec.models.gguf_info import format_bytes
-from ollama_spec.planning.repack import cpu_features
-from ollama_spec.cli.main import cli
-from ollama_spec.cli.options import echo_json, json_option, models_dir_option
+from ollama_spec.llama.backends import cpu_features, discover_devices
+from ollama_spec.cli.common import echo_json
+from ollama_spec.cli.options import json_option, models_dir_option
 
 
-@cli.command()
+@click.command()
 @json_option
 @models_dir_option
 def doctor(as_json: bool, models_dir: str | None) -> None:

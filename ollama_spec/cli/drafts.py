@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
+from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.drafts import USEFUL_RATIO, best_draft, find_drafts
 from ollama_spec.models.gguf_info import format_bytes
 from ollama_spec.models.resolve import resolve_model
-from ollama_spec.cli.main import cli
-from ollama_spec.cli.options import echo_json, json_option, models_dir_option, open_store
+from ollama_spec.cli.common import echo_json, open_store
+from ollama_spec.cli.options import json_option, models_dir_option
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @json_option
 @models_dir_option
@@ -30,7 +31,7 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     """
     store = open_store(models_dir)
     target_model = resolve_model(target, store=store)
-    candidates = find_drafts(store, target_model.info)
+    candidates = find_drafts(store, target_model.info, llama_cpp_knows)
     # the draft the target's manifest carries (Ollama's DRAFT) is what auto, and no --draft, take
     stored = target_model.stored_draft is not None
     best = None if stored else best_draft(candidates)

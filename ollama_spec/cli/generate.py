@@ -10,39 +10,28 @@ import sys
 import click
 
 from ollama_spec.prompting.messages import ChatMessage
-from ollama_spec.planning.devices import unused_gpu_warning
+from ollama_spec.llama.backends import unused_gpu_warning
 from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result, first_difference
 from ollama_spec.models.resolve import resolve_model, template_warning
-from ollama_spec.llama.model import set_verbose
-from ollama_spec.cli.main import cli
+from ollama_spec.llama.log import set_verbose
+from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
     NGRAM,
-    UNTIL_CONTEXT_FULL,
-    apply_preset,
     ctx_option,
-    engine_settings,
-    first_set,
     format_option,
-    given,
-    is_ngram,
     loading_options,
-    model_max_tokens,
-    model_stops,
     models_dir_option,
-    notice,
-    output_grammar,
-    think_option,
-    think_setting,
     preset_option,
-    resolve_draft,
     sampling_options,
-    sampling_settings,
     speculation_options,
-    speculation_settings,
+    think_option,
+    verbose_option,
 )
+from ollama_spec.cli.settings import Options, engine_settings, is_ngram, request_settings
+from ollama_spec.cli.targets import apply_preset, resolve_draft
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @click.argument("prompt", required=False)
 @preset_option
@@ -67,42 +56,11 @@ from ollama_spec.cli.options import (
     help="Run the target alone first, then with the draft; print both speeds and the speed-up.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text + statistics) at the end.")
-@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+@verbose_option
 @models_dir_option
-def generate(
-    target,
-    prompt,
-    preset,
-    draft,
-    ngram_size,
-    k,
-    draft_p_min,
-    temperature,
-    top_k,
-    top_p,
-    min_p,
-    seed,
-    max_tokens,
-    ctx,
-    stop,
-    system,
-    raw,
-    output_format,
-    think,
-    suffix,
-    n_gpu_layers,
-    draft_n_gpu_layers,
-    threads,
-    kv_type,
-    no_check,
-    repack,
-    flash_attn,
-    stats,
-    compare,
-    as_json,
-    verbose,
-    models_dir,
-) -> None:
+@click.pass_context
+def generate(context: click.Context, target, prompt, preset, draft, system, raw, suffix, stats, compare, as_json, verbose,
+             models_dir, **_) -> None:  # **_: the shared options, read through Options (with their sources)
     """Generate text with TARGET, drafted by --draft; PROMPT or standard input.
 
     The output is exactly what TARGET alone writes (greedy: token for token; sampling: the
@@ -121,7 +79,8 @@ def generate(
     With -f, a single argument is the PROMPT (TARGET comes from the file's FROM line).
     """
     set_verbose(verbose)
-    if preset is not None and prompt is None and given("target"):
+    options = Options.of(context)
+    if preset is not None and prompt is None and options.given("target"):
         target, prompt = preset.model, target
     if prompt is None:
         if sys.stdin is None or sys.stdin.isatty():
@@ -135,32 +94,11 @@ def generate(
     if not raw and suffix is None and (warning := template_warning(target_model, "use --raw to continue the text")):
         click.echo(f"warning: {warning}", err=True)
     draft_model = resolve_draft(draft, models_dir, target_model)
-    params = target_model.params
-    settings = engine_settings(
-        params,
-        ctx=ctx,
-        n_gpu_layers=n_gpu_layers,
-        draft_n_gpu_layers=draft_n_gpu_layers,
-        threads=threads,
-        kv_type=kv_type,
-        no_check=no_check,
-        repack=repack,
-        flash_attn=flash_attn,
-    )
+    settings = engine_settings(target_model.params, options)
     history = target_model.messages if not raw else ()  # Ollama prepends a model's MESSAGE history
-    request = Request(
-        prompt=prompt,
-        messages=(*history, ChatMessage("user", prompt)) if history else (),
-        system=system,
-        raw=raw,
-        max_tokens=int(first_set(max_tokens, model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)),
-        stop=tuple(stop) + model_stops(params),
-        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
-        grammar=output_grammar(output_format),
-        think=think_setting(think, target_model),
-        suffix=suffix,
-    )
+    request = request_settings(target_model, options, prompt=prompt,
+                               messages=(*history, ChatMessage("user", prompt)) if history else (), system=system,
+                               raw=raw, suffix=suffix)
     speculative = draft_model is not None or is_ngram(draft)
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")

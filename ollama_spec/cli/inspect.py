@@ -13,12 +13,13 @@ from ollama_spec.errors import IncompatibleDraft, OllamaSpecError, one_line
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes, read_model_info
 from ollama_spec.models.resolve import gguf_file, lora_adapter, resolve_model
 from ollama_spec.models.store import BrokenModel, StoredModel, blob_path, verify_blob
+from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.usable import require_usable, usability_problems
-from ollama_spec.cli.main import cli
-from ollama_spec.cli.options import echo_json, json_option, models_dir_option, open_store
+from ollama_spec.cli.common import echo_json, open_store
+from ollama_spec.cli.options import json_option, models_dir_option
 
 
-@cli.command("list")
+@click.command("list")
 @models_dir_option
 @json_option
 def list_models(models_dir: str | None, as_json: bool) -> None:
@@ -80,7 +81,7 @@ def _problem(name: str, error: OllamaSpecError) -> str:
     return one_line(str(error).removeprefix(f"{name}: "))
 
 
-@cli.command()
+@click.command()
 @click.argument("model")
 @models_dir_option
 @json_option
@@ -153,7 +154,7 @@ def _layer_notes(stored: StoredModel, info: ModelInfo) -> list[str]:
     if (stored.layer("template") or stored.layer("prompt")) is not None and not _has_chat_template(stored):
         notes.append("no chat template in the GGUF, and Ollama's (Go) template layer is not supported: "
                      "prompts go unformatted")
-    if problems := usability_problems(info):
+    if problems := usability_problems(info, llama_cpp_knows):
         notes.append("generate, chat and serve refuse it: it has " + ", ".join(problems))
     if problem := stored.config_problem():
         notes.append(f"Ollama cannot load it: {problem}")
@@ -229,7 +230,7 @@ def _verify_layers(stored: StoredModel) -> None:
             verify_blob(blob_path(stored.root, layer.digest), layer, progress=bar.update)
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @click.argument("draft")
 @models_dir_option
@@ -247,8 +248,8 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
     target_model, draft_model = resolve_model(target, models_dir), resolve_model(draft, models_dir)
     target, draft = target_model.name, draft_model.name  # as stored: `TINY-TARGET` reads tiny-target:latest
     target_info, draft_info = target_model.info, draft_model.info
-    require_usable(target, target_info, "target")
-    require_usable(draft, draft_info, "draft")
+    require_usable(target, target_info, "target", llama_cpp_knows)
+    require_usable(draft, draft_info, "draft", llama_cpp_knows)
     if _same_file(target_info.path, draft_info.path):
         click.echo(f"warning: {draft} and {target} are the same model (one blob): a model drafting for itself "
                    "only adds work", err=True)
@@ -301,7 +302,7 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-@cli.command("demo-store")
+@click.command("demo-store")
 @click.argument("directory", type=click.Path(file_okay=False), default=None, required=False)
 @click.option("--tiny-only", is_flag=True, help="Only the tiny test pair (skip the 0.6B benchmark pair).")
 @click.option("--nested", type=click.Choice(["8b-1b", "tiny"]), default=None,

@@ -6,11 +6,10 @@ import click
 
 from ollama_spec.pull import VIAS, PullSettings, make_reporter, pull_models
 from ollama_spec.pull.settings import DEFAULT_CONCURRENCY
-from ollama_spec.cli.main import cli
-from ollama_spec.cli.options import json_option
+from ollama_spec.cli.options import json_option, models_dir_option_with
 
 
-@cli.command()
+@click.command()
 @click.argument("models", nargs=-1, required=True)
 @click.option(
     "--via",
@@ -28,12 +27,7 @@ from ollama_spec.cli.options import json_option
     show_default=True,
     help="Blobs downloaded at once.",
 )
-@click.option(
-    "--models-dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Store to pull into, straight from the registry (default: $OLLAMA_MODELS, then ~/.ollama/models).",
-)
+@models_dir_option_with("Store to pull into, straight from the registry (default: $OLLAMA_MODELS, then ~/.ollama/models).")
 # OLLAMA_HOST is read by PullSettings, trimmed of spaces and quotes as Ollama does (not raw, as envvar= would)
 @click.option("--host", "ollama_host", default=None, help="Ollama daemon [env: OLLAMA_HOST].")
 @json_option

@@ -12,16 +12,16 @@ import click
 
 from ollama_spec.errors import InvalidSetting, RpcUnavailable
 from ollama_spec.llama.rpc import DEFAULT_PORT, IPV4_ONLY, SECURITY_NOTE, Endpoint, ipv4_address, is_ipv6, is_loopback
-from ollama_spec.cli.main import cli
 
 
-@cli.command("rpc-server")
+@click.command("rpc-server")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. 0.0.0.0 lets other machines in: only on a trusted network.")
 @click.option("--port", "-p", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)
 @click.option("--device", "-d", "devices", multiple=True, metavar="NAME[,NAME...]",
               help="Devices to lend, as `ollama-spec doctor` names them (CUDA0, CPU...). Default: every GPU, else the CPU.")
-@click.option("--threads", "-t", type=click.IntRange(min=1), help="CPU threads for a CPU device (default: all cores).")
+# --threads only: -t is --temperature in every other command
+@click.option("--threads", type=click.IntRange(min=1), help="CPU threads for a CPU device (default: all cores).")
 @click.option("--cache", "-c", is_flag=True,
               help="Keep received tensors on disk ($LLAMA_CACHE or ~/.cache/llama.cpp/rpc), so that loading the same "
               "model again sends only hashes.")

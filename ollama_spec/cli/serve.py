@@ -8,28 +8,23 @@ import click
 
 from ollama_spec.engine.engine import Engine
 from ollama_spec.models.resolve import resolve_model, template_warning
-from ollama_spec.llama.model import set_verbose
-from ollama_spec.server.common import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT, ServerSettings
-from ollama_spec.cli.main import cli
+from ollama_spec.llama.log import set_verbose
+from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT
+from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
-    apply_preset,
     ctx_option,
-    engine_settings,
     loading_options,
-    model_max_tokens,
-    model_stops,
     models_dir_option,
-    notice,
     preset_option,
-    resolve_draft,
     sampling_options,
-    sampling_settings,
     speculation_options,
-    speculation_settings,
+    verbose_option,
 )
+from ollama_spec.cli.settings import Options, engine_settings, server_settings
+from ollama_spec.cli.targets import apply_preset, resolve_draft
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @preset_option
 @speculation_options
@@ -50,11 +45,10 @@ from ollama_spec.cli.options import (
 @click.option("--origins", envvar="OLLAMA_ORIGINS", default="",
               help="Web pages (origins, comma-separated, * for any) whose scripts may call the server, beside "
                    "localhost's and apps', which always may, as with Ollama [env: OLLAMA_ORIGINS].")
-@click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
+@verbose_option
 @models_dir_option
-def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k, top_p, min_p, seed, ctx, n_gpu_layers,
-          draft_n_gpu_layers, threads, kv_type, no_check, repack, flash_attn, host, port, api_key, aliases, max_queue, max_body,
-          origins, verbose, models_dir) -> None:
+@click.pass_context
+def serve(context: click.Context, target, preset, draft, host, port, verbose, models_dir, **_) -> None:  # **_: see Options
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
 
     Loads the pair once (after the memory check) and answers /v1/chat/completions,
@@ -84,25 +78,11 @@ def serve(target, preset, draft, k, draft_p_min, ngram_size, temperature, top_k,
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
     draft_model = resolve_draft(draft, models_dir, target_model)
-    params = target_model.params
-    settings = ServerSettings(
-        host=host,
-        port=port,
-        api_key=api_key or None,
-        aliases=tuple(aliases),
-        max_queue=max_queue,
-        max_body_bytes=max_body,
-        origins=tuple(o.strip() for o in origins.split(",") if o.strip()),
-        sampling=sampling_settings(params, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed),
-        speculation=speculation_settings(draft, params, k=k, draft_p_min=draft_p_min, ngram_size=ngram_size),
-        stop=model_stops(params),
-        max_tokens=model_max_tokens(params),
-    )
+    options = Options.of(context)
+    settings = server_settings(target_model.params, options)
     sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
-        engine_config = engine_settings(params, ctx=ctx, n_gpu_layers=n_gpu_layers,
-                                        draft_n_gpu_layers=draft_n_gpu_layers, threads=threads, kv_type=kv_type,
-                                        no_check=no_check, repack=repack, flash_attn=flash_attn)
+        engine_config = engine_settings(target_model.params, options)
         with Engine(target_model, draft_model, engine_config, notice=notice) as engine:
             run_server(ServerState(engine, settings), sock)
     finally:

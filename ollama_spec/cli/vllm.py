@@ -18,11 +18,11 @@ from ollama_spec.integrations.vllm import (
     version_text,
 )
 from ollama_spec.integrations.vllm_repos import to_hf
-from ollama_spec.cli.main import cli
-from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, echo_json, json_option, preset_option_with
+from ollama_spec.cli.common import echo_json
+from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, json_option, preset_option_with
 
 
-@cli.command()
+@click.command()
 @click.argument("target")
 @preset_option_with("A Modelfile or a shipped preset's name (e.g. llama3.1-70b): its FROM, DRAFT, "
                     "num_speculative_tokens (-k) and num_ctx (vLLM's --max-model-len) are the defaults, and flags "

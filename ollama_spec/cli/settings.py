@@ -1,0 +1,234 @@
+"""What a command parsed, turned into the core's frozen settings: one function per concern.
+
+A flag wins, then the model's Ollama params (with a -f preset's laid over them), then the core's
+defaults. Each function takes the command's `Options`, handed to it by the command.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from click.core import ParameterSource
+
+from ollama_spec.bench.settings import BenchSettings
+from ollama_spec.cli.options import NGRAM, RPC_ENVVAR
+from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
+from ollama_spec.decoding.penalties import Penalties
+from ollama_spec.decoding.sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
+from ollama_spec.engine.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, EngineSettings, Request
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.canary import RepackDecision, decide_repack
+from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.llama.rpc import parse_endpoints
+from ollama_spec.models.resolve import ResolvedModel
+from ollama_spec.planning.placement import Placement, parse_tensor_split
+from ollama_spec.prompting.thinking import template_thinks
+
+if TYPE_CHECKING:
+    from ollama_spec.server.core.settings import ServerSettings
+
+UNTIL_CONTEXT_FULL = 2**31 - 1  # more tokens than any context holds: generation ends on a full context
+
+
+@dataclass(frozen=True)
+class Options:
+    """A command's parsed options, and where each came from (the command line, a -f preset, an
+    environment variable, the default)."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, ParameterSource | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ctx: click.Context) -> Options:
+        return cls(dict(ctx.params), {name: ctx.get_parameter_source(name) for name in ctx.params})
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def given(self, name: str) -> bool:
+        """Whether `name` was given on the command line."""
+        return self.sources.get(name) is ParameterSource.COMMANDLINE
+
+
+def first_set(*values):
+    """The first value that is not None."""
+    return next((v for v in values if v is not None), None)
+
+
+def is_ngram(draft: str | None) -> bool:
+    return draft is not None and draft.lower() == NGRAM
+
+
+def sampling_settings(params: Mapping, options: Options) -> SamplingSettings:
+    """The sampling flags, else the model's Ollama params, else Ollama's defaults."""
+    return SamplingSettings(
+        temperature=first_set(options["temperature"], params.get("temperature"), DEFAULT_TEMPERATURE),
+        top_k=int(first_set(options["top_k"], params.get("top_k"), DEFAULT_TOP_K)),
+        top_p=first_set(options["top_p"], params.get("top_p"), DEFAULT_TOP_P),
+        min_p=first_set(options["min_p"], params.get("min_p"), DEFAULT_MIN_P),
+        seed=first_set(options["seed"], params.get("seed")),
+        penalties=penalty_settings(params, options),
+    )
+
+
+def penalty_settings(params: Mapping, options: Options) -> Penalties:
+    """--repeat-penalty and the rest, else the model's params, else off."""
+    defaults = Penalties()
+    return Penalties(**{name: first_set(options[name], params.get(name), getattr(defaults, name))
+                        for name in PENALTY_OPTIONS})
+
+
+def speculation_settings(params: Mapping, options: Options) -> SpeculationSettings:
+    """The speculation flags: K (None: auto; unset: the model's draft_num_predict; capped, with a note, at
+    MAX_NUM_SPECULATIVE_TOKENS), adaptive drafting, and which proposer."""
+    k, source = options["k"], options.sources.get("k")
+    stored_k = params.get("draft_num_predict")
+    given_as = "the preset's num_speculative_tokens" if source is ParameterSource.DEFAULT_MAP else "-k"
+    if source is ParameterSource.DEFAULT and isinstance(stored_k, int) and stored_k > 0:
+        k = stored_k  # Ollama's own speculation length for this model; -k or a preset's value wins
+        given_as = "the model's draft_num_predict"
+    if k is not None and k > MAX_NUM_SPECULATIVE_TOKENS:
+        click.echo(f"note: {given_as} {k} is capped to {MAX_NUM_SPECULATIVE_TOKENS} draft tokens per step (one "
+                   f"verify batch is at most {MAX_NUM_SPECULATIVE_TOKENS + 1} tokens)", err=True)
+        k = MAX_NUM_SPECULATIVE_TOKENS
+    draft = options["draft"]
+    return SpeculationSettings(k, options["draft_p_min"], proposer=NGRAM if is_ngram(draft) else "draft",
+                               ngram_size=options["ngram_size"])
+
+
+def placement_settings(options: Options) -> Placement:
+    """--rpc (or $OLLAMA_SPEC_RPC), --tensor-split, --split-mode and --main-gpu."""
+    text = options["rpc"] or ""
+    source = "--rpc"
+    if options.sources.get("rpc") is ParameterSource.ENVIRONMENT:
+        # a variable is often assembled by scripts: blank items (a trailing comma) are left out
+        source = f"${RPC_ENVVAR}"
+        text = ",".join(item for item in text.split(",") if item.strip())
+    servers = tuple(str(e) for e in parse_endpoints(text, source)) if text else ()
+    return Placement(rpc_servers=servers, tensor_split=parse_tensor_split(options["tensor_split"]),
+                     split_mode=options["split_mode"] or "layer", main_gpu=options["main_gpu"] or 0)
+
+
+def repack_setting(force: bool | None) -> RepackDecision:
+    """The repack decision; says on stderr, once, when a fresh canary run turned repacking off."""
+    decision = decide_repack(force)
+    if decision.note:
+        click.echo(f"note: {decision.note}", err=True)
+    return decision
+
+
+def engine_settings(params: Mapping, options: Options) -> EngineSettings:
+    """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX."""
+    ctx = options["ctx"]
+    if ctx is None and params.get("num_ctx") is not None and params["num_ctx"] < 1:
+        # from the model's params layer (or a preset), not from a flag: say so, and what overrides it
+        raise InvalidSetting(f"the model's params set num_ctx {params['num_ctx']}, not a positive number of tokens; "
+                             "give --ctx to override it")
+    return EngineSettings(
+        n_ctx=int(first_set(ctx, params.get("num_ctx"), DEFAULT_CTX)),
+        target_gpu_layers=options["n_gpu_layers"],
+        draft_gpu_layers=options["draft_n_gpu_layers"],
+        n_threads=options["threads"],
+        kv_type=options["kv_type"],
+        memory_check=not options["no_check"],
+        repack=repack_setting(options["repack"]).enabled,
+        flash_attention=options["flash_attn"],
+        placement=placement_settings(options),
+    )
+
+
+def request_settings(model: ResolvedModel, options: Options, **fields) -> Request:
+    """What generate and chat ask of every generation: --max-tokens (else the model's num_predict), the
+    stop strings (generate's --stop, then the model's), sampling, speculation, --format and --think;
+    `fields` give the rest (the prompt, the system prompt)."""
+    params = model.params
+    return Request(
+        max_tokens=int(first_set(options["max_tokens"], model_max_tokens(params, UNTIL_CONTEXT_FULL),
+                                 DEFAULT_MAX_TOKENS)),
+        stop=tuple(options.values.get("stop", ())) + model_stops(params),
+        sampling=sampling_settings(params, options),
+        speculation=speculation_settings(params, options),
+        grammar=output_grammar(options["output_format"]),
+        think=think_setting(options["think"], model),
+        **fields,
+    )
+
+
+def server_settings(params: Mapping, options: Options) -> ServerSettings:
+    """serve's flags as ServerSettings: the address, the API key, the queue, and each request's defaults."""
+    from ollama_spec.server.core.settings import ServerSettings  # the server extra: only serve loads it
+
+    return ServerSettings(
+        host=options["host"],
+        port=options["port"],
+        api_key=options["api_key"] or None,
+        aliases=tuple(options["aliases"]),
+        max_queue=options["max_queue"],
+        max_body_bytes=options["max_body"],
+        origins=tuple(o.strip() for o in options["origins"].split(",") if o.strip()),
+        sampling=sampling_settings(params, options),
+        speculation=speculation_settings(params, options),
+        stop=model_stops(params),
+        max_tokens=model_max_tokens(params),
+    )
+
+
+def bench_settings(options: Options, ks: tuple[tuple[int, ...], bool]) -> BenchSettings:
+    """bench's flags, with -k read by bench.settings.parse_k_list (fixed Ks, and whether auto is one)."""
+    fixed_ks, auto = ks
+    return BenchSettings(ks=fixed_ks, auto=auto, ngram=options["ngram"], max_tokens=options["max_tokens"],
+                         runs=options["runs"], temperature=options["temperature"], seed=options["seed"],
+                         warmup=options["warmup"], n_threads=options["threads"], n_ctx=options["ctx"],
+                         memory_check=not options["no_check"], repack=repack_setting(options["repack"]).enabled,
+                         flash_attention=options["flash_attn"], placement=placement_settings(options))
+
+
+def think_setting(think: bool | None, model: ResolvedModel) -> bool | None:
+    """--think/--no-think for a thinking model; for another, a note that it changes nothing (the
+    servers answer such a request with a 400, as Ollama does; a command line goes on)."""
+    if think is not None and not template_thinks(model.info.chat_template):
+        flag = "--think" if think else "--no-think"
+        click.echo(f"note: {model.name} is not a thinking model (its chat template has no <think>): {flag} "
+                   "changes nothing", err=True)
+        return None
+    return think
+
+
+def output_grammar(output_format: str | None) -> str | None:
+    """--format as the GBNF grammar the output must match (None: free text)."""
+    if output_format is None:
+        return None
+    if output_format == "json":
+        return grammar_for_json()
+    text = output_format
+    if not output_format.lstrip().startswith(("{", "[")):
+        try:
+            text = Path(output_format).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidSetting(f"--format takes 'json', a JSON schema or a file holding one; cannot read "
+                                 f"'{output_format}': {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidSetting(f"--format: the schema is not valid JSON: {exc}") from None
+    return grammar_for_json(schema)
+
+
+def model_stops(params: Mapping) -> tuple[str, ...]:
+    """The stop strings in the model's Ollama params."""
+    return tuple(s for s in params.get("stop", []) if isinstance(s, str))
+
+
+def model_max_tokens(params: Mapping, unlimited: int | None = None) -> int | None:
+    """The model's num_predict when it is a limit; Ollama's -1 (until the context is full) and -2 (fill the
+    context) give `unlimited` (the CLI: UNTIL_CONTEXT_FULL; the server: None, up to the end of the context)."""
+    value = params.get("num_predict")
+    if isinstance(value, int) and value > 0:
+        return value
+    return unlimited if value in (-1, -2) else None

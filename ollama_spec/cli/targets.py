@@ -1,0 +1,61 @@
+"""The models a command runs: the target with its -f preset laid over it, and the draft to load."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+
+from ollama_spec.cli.common import open_store
+from ollama_spec.cli.options import AUTO, NGRAM
+from ollama_spec.cli.settings import is_ngram
+from ollama_spec.errors import ModelNotFound
+from ollama_spec.llama.backends import llama_cpp_knows
+from ollama_spec.models.drafts import best_draft, find_drafts
+from ollama_spec.models.modelfile import Modelfile
+from ollama_spec.models.resolve import ResolvedModel, lora_adapter, resolve_model, stored_draft_model
+
+
+def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedModel:
+    """The target with the preset's parameters over its own, and the preset's SYSTEM, MESSAGEs and (Jinja) TEMPLATE."""
+    if preset is None:
+        return model
+    info = model.info
+    for name in preset.deprecated:
+        click.echo(f"note: {preset.path}: PARAMETER {name} is one Ollama no longer takes; ignored, as "
+                   "'ollama create' does", err=True)
+    if preset.template is not None:
+        if "{%" in preset.template or "messages" in preset.template:  # a Hugging Face (Jinja) chat template
+            info = dataclasses.replace(info, chat_template=preset.template)
+        else:
+            click.echo(f"note: {preset.path}: TEMPLATE is an Ollama Go template; the model's own chat template "
+                       "is used instead", err=True)
+    # As `ollama create` does: the file's MESSAGE lines replace the model's own history, if it has any,
+    # and its ADAPTER lines add to the model's own adapters.
+    adapters = tuple(lora_adapter(adapter, model.info, f"{preset.path}: ADAPTER {adapter}")
+                     for adapter in preset.adapters)
+    return dataclasses.replace(model, info=info, params={**model.params, **preset.parameters},
+                               system=preset.system if preset.system is not None else model.system,
+                               messages=preset.messages or model.messages, adapters=model.adapters + adapters)
+
+
+def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedModel) -> ResolvedModel | None:
+    """The draft model to load: none for n-gram lookup; without --draft, the draft the target's manifest
+    carries (Ollama's DRAFT), if any; `auto` prefers that one, else picks one from the store and says which."""
+    if is_ngram(draft):
+        return None
+    if (not draft or draft.lower() == AUTO) and target.stored_draft is not None:
+        click.echo(f"note: drafting with the draft stored in {target.name}'s manifest", err=True)
+        return stored_draft_model(target)
+    if not draft:
+        return None
+    if draft.lower() == AUTO:
+        store = open_store(models_dir)
+        choice = best_draft(find_drafts(store, target.info, llama_cpp_knows))
+        if choice is None:
+            raise ModelNotFound(f"--draft auto: no model in {store.path} can draft for {target.name} "
+                                f"(see `ollama-spec drafts {target.name}`); try --draft {NGRAM}")
+        note = f"; {choice.note}" if choice.note else ""
+        click.echo(f"draft: {choice.name} (auto: 1:{choice.ratio:.0f} of the target's size{note})", err=True)
+        return resolve_model(choice.name, store=store)
+    return resolve_model(draft, models_dir)
