@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	@echo "installing ollama-spec and llama-cpp-python (the first build of llama-cpp-python takes ~5 minutes)"
 	scripts/install-backend.sh $(BIN)/python $(BACKEND)
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test]'  # test includes the server and bench extras: every command
 	touch $@
 
 DEMO_PROMPT ?= Explain the difference between a process and a thread.

@@ -20,7 +20,13 @@ from ollama_spec.cli.options import NGRAM, RPC_ENVVAR
 from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.decoding.penalties import Penalties
-from ollama_spec.decoding.sampling import DEFAULT_MIN_P, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingSettings
+from ollama_spec.decoding.sampling import (
+    DEFAULT_MIN_P,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_P,
+    SamplingSettings,
+)
 from ollama_spec.engine.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, EngineSettings, Request
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.canary import RepackDecision, decide_repack
