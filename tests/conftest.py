@@ -125,7 +125,7 @@ def padded_engine(tiny_store, tmp_path_factory):
     """tiny-padded (64 padding tokens past its draft's vocabulary) drafted for by tiny-draft."""
     from ollama_spec.engine.engine import Engine
     from ollama_spec.models.resolve import resolve_model
-    from ollama_spec.synthetic.catalog import build_padded_target
+    from tests.builders.variants import build_padded_target
 
     root = tmp_path_factory.mktemp("padded-store")
     build_pair_store(root, "tiny")

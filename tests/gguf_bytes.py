@@ -9,7 +9,7 @@ import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
 from ollama_spec.synthetic.models import Architecture
-from ollama_spec.synthetic.shapes import write_shape_only_gguf
+from tests.builders.shapes import write_shape_only_gguf
 
 SMALL = Architecture(n_embd=64, n_layer=2, n_head=4, n_kv_head=2, n_ff=128, context_length=256)
 TINY = Architecture(n_embd=32, n_layer=1, n_head=2, n_kv_head=1, n_ff=64, context_length=256)

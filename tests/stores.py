@@ -6,7 +6,7 @@ import json
 from ollama_spec.models.store import MEDIA_TYPE_PREFIX
 from ollama_spec.synthetic.catalog import PAIRS
 from ollama_spec.synthetic.layout import add_blob
-from ollama_spec.synthetic.models import write_lora_gguf
+from tests.builders.writers import write_lora_gguf
 
 LIBRARY = ("manifests", "registry.ollama.ai", "library")
 

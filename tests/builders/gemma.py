@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 from gguf import LlamaFileType
 
-from ollama_spec.synthetic.models import LLAMA3_CHAT_TEMPLATE, Architecture, add_vocabulary, new_llama_writer, write_first_layers
+from ollama_spec.synthetic.models import LLAMA3_CHAT_TEMPLATE, Architecture, add_vocabulary, new_llama_writer
 from ollama_spec.synthetic.tokenizer import EOS, EOT, Vocabulary
+from tests.builders.writers import write_first_layers
 
 ARCH = Architecture(n_embd=64, n_layer=4, n_head=4, n_kv_head=2, n_ff=128, rope_theta=10000.0, rms_eps=1e-6)
 N_EMBD, N_HEAD, N_KV_HEAD, HEAD_DIM, N_FF = ARCH.n_embd, ARCH.n_head, ARCH.n_kv_head, ARCH.head_dim, ARCH.n_ff

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from ollama_spec.synthetic.layout import write_model
-from ollama_spec.synthetic.models import FILE_TYPES, Architecture, WeightRecipe, make_weights, new_llama_writer, write_first_layers
+from ollama_spec.synthetic.models import FILE_TYPES, Architecture, WeightRecipe, make_weights, new_llama_writer
+from tests.builders.writers import write_first_layers
 
 NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6  # llama.cpp's token types
 SPACE = "\u2581"

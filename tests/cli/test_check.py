@@ -68,7 +68,7 @@ def test_no_gpu_plans_for_ram_and_says_why(invoke, tiny_store, monkeypatch, mach
 def test_layer_split_for_a_70b_shape(invoke, sparse_dir, machine):
     from ollama_spec.models.gguf_info import read_model_info
     from ollama_spec.synthetic.models import Architecture
-    from ollama_spec.synthetic.shapes import write_shape_only_gguf
+    from tests.builders.shapes import write_shape_only_gguf
 
     from tests.planning.test_memory import _expected_gpu_layers
 

@@ -104,7 +104,7 @@ def test_incompatible_draft_is_refused_before_loading(invoke, tiny_store, monkey
 
 def test_recurrent_target_is_refused_before_loading(invoke, tiny_store, tmp_path, monkeypatch):
     from ollama_spec.engine import engine
-    from ollama_spec.synthetic.recurrent import write_mamba_gguf
+    from tests.builders.recurrent import write_mamba_gguf
 
     loads = []
     monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a))

@@ -108,7 +108,7 @@ def test_preset_messages_open_the_conversation(invoke, tiny_store, tiny_preset):
 
 def test_a_preset_adapter_is_applied_as_the_stores_adapter_layer(invoke, store_copy, tmp_path):
     from ollama_spec.synthetic.catalog import PAIRS
-    from ollama_spec.synthetic.models import write_lora_gguf
+    from tests.builders.writers import write_lora_gguf
 
     from tests.stores import lora_variant
 

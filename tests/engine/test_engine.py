@@ -181,7 +181,7 @@ def test_a_recurrent_model_runs_alone_and_is_refused_as_a_pair(tmp_path, tiny_mo
     """Mamba's cache can only be emptied: alone it generates (twice, so the reset works), with a draft it is refused."""
     from ollama_spec.errors import IncompatibleDraft
     from ollama_spec.models.resolve import resolve_model
-    from ollama_spec.synthetic.recurrent import write_mamba_gguf
+    from tests.builders.recurrent import write_mamba_gguf
 
     path = tmp_path / "mamba.gguf"
     write_mamba_gguf(path)
@@ -312,7 +312,8 @@ def test_an_adapter_llama_cpp_refuses_at_load_is_one_clear_error(store_copy, tmp
     """resolve_model refuses a LoRA for other shapes from the headers (test_resolve); one that reaches
     llama.cpp anyway is refused by it, with its reason, and nothing stays loaded."""
     from ollama_spec.errors import ModelLoadError
-    from ollama_spec.synthetic.models import Architecture, write_lora_gguf
+    from ollama_spec.synthetic.models import Architecture
+    from tests.builders.writers import write_lora_gguf
 
     path = tmp_path / "wide.gguf"
     write_lora_gguf(path, arch=Architecture(n_embd=96, n_layer=2, n_head=4, n_kv_head=2, n_ff=160), n_layer=2)

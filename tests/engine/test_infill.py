@@ -10,7 +10,7 @@ from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.resolve import resolve_model
-from ollama_spec.synthetic.catalog import build_coder_target
+from tests.builders.variants import build_coder_target
 from tests.conftest import build_pair_store, engine_settings
 from tests.greedy import assert_greedy_identical
 from tests.serving import running_server

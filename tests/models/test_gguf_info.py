@@ -9,7 +9,7 @@ from ollama_spec.models import gguf_info
 from ollama_spec.errors import CorruptGGUF, NotGGUF
 from ollama_spec.models.gguf_info import format_count, read_model_info
 from ollama_spec.synthetic.models import Architecture
-from ollama_spec.synthetic.shapes import write_shape_only_gguf
+from tests.builders.shapes import write_shape_only_gguf
 
 LLAMA_70B = Architecture(n_embd=8192, n_layer=80, n_head=64, n_kv_head=8, n_ff=28672, context_length=131072)
 

@@ -105,7 +105,7 @@ def test_a_vision_tower_in_the_model_file_is_refused_before_load(invoke, tmp_pat
     tensor count ("wrong number of tensors") after pair and check had passed."""
     import numpy as np
 
-    from ollama_spec.synthetic.gemma import gemma3_tensors, write_gemma3_gguf
+    from tests.builders.gemma import gemma3_tensors, write_gemma3_gguf
     from ollama_spec.synthetic.tokenizer import build_vocabulary
 
     vocab = build_vocabulary(300, 20)

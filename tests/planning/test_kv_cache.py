@@ -15,7 +15,7 @@ from ollama_spec.planning.devices import MIB, system_ram
 from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.planning.kv_cache import kv_cache_bytes, recurrent_layers, recurrent_state_bytes
 from ollama_spec.planning.memory import CPU_ONLY, model_needs, plan_memory
-from ollama_spec.synthetic.recurrent import write_mamba_gguf
+from tests.builders.recurrent import write_mamba_gguf
 
 
 def _header(path: Path, arch: str, keys: dict) -> Path:

@@ -29,7 +29,7 @@ from ollama_spec.planning.memory import (
 from ollama_spec.planning.repack import cpu_features, repacked_bytes
 from ollama_spec.models.store import Store, StoreRoot
 from ollama_spec.synthetic.models import Architecture, WeightRecipe, make_weights, write_gguf
-from ollama_spec.synthetic.shapes import write_shape_only_gguf
+from tests.builders.shapes import write_shape_only_gguf
 from ollama_spec.synthetic.tokenizer import build_vocabulary
 
 from tests import placement

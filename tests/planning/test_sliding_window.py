@@ -20,7 +20,7 @@ from ollama_spec.models.resolve import resolve_model
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.synthetic.tokenizer import build_vocabulary
-from ollama_spec.synthetic.gemma import gemma3_tensors, write_gemma3_gguf
+from tests.builders.gemma import gemma3_tensors, write_gemma3_gguf
 from ollama_spec.synthetic.layout import write_model
 
 from tests.conftest import engine_settings
@@ -134,4 +134,3 @@ def test_show_gives_the_window(invoke, gemma_store, tiny_store):
     shown = invoke("show", "gemma-target", "--models-dir", gemma_store)
     assert shown.exit_code == 0 and "    sliding_window       16\n" in shown.output
     assert "sliding_window" not in invoke("show", "tiny-target", "--models-dir", tiny_store).output
-
