@@ -9,11 +9,14 @@ from pathlib import Path
 import click
 
 from ollama_spec.bench.prompts import BUILTIN_PROMPTS, load_prompts
-from ollama_spec.bench.settings import DEFAULT_BENCH_TOKENS, DEFAULT_KS, DEFAULT_RUNS, DEFAULT_SEED, BenchSettings, parse_k_list
-from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
-from ollama_spec.errors import InvalidSetting
-from ollama_spec.models.resolve import looks_like_path, resolve_model
-from ollama_spec.llama.log import set_verbose
+from ollama_spec.bench.settings import (
+    DEFAULT_BENCH_TOKENS,
+    DEFAULT_KS,
+    DEFAULT_RUNS,
+    DEFAULT_SEED,
+    BenchSettings,
+    parse_k_list,
+)
 from ollama_spec.cli.common import open_store
 from ollama_spec.cli.options import (
     AUTO,
@@ -30,6 +33,10 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, bench_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.log import set_verbose
+from ollama_spec.models.resolve import looks_like_path, resolve_model
 
 
 @click.command()
@@ -145,8 +152,16 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
     from ollama_spec.bench.native import native_row, run_native_row
     from ollama_spec.bench.reference import run_reference_rows
     from ollama_spec.bench.report import BenchReport, best_speculative
-    from ollama_spec.bench.runner import (BatchChoice, beside_engine, beside_rows, can_time_beside, local_baseline_units,
-                                planned_units, run_engine_rows, run_local_baseline)
+    from ollama_spec.bench.runner import (
+        BatchChoice,
+        beside_engine,
+        beside_rows,
+        can_time_beside,
+        local_baseline_units,
+        planned_units,
+        run_engine_rows,
+        run_local_baseline,
+    )
     from ollama_spec.bench.samples import NATIVE, compare_tokens
 
     load_start = _load_average()

@@ -6,13 +6,8 @@ import sys
 
 import click
 
-from ollama_spec.engine.conversation import Conversation
-from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
-from ollama_spec.models.resolve import resolve_model, template_warning
-from ollama_spec.llama.log import set_verbose
-from ollama_spec.config import cache_dir
-from ollama_spec.cli.generate import format_stats
 from ollama_spec.cli.common import notice
+from ollama_spec.cli.generate import format_stats
 from ollama_spec.cli.options import (
     ctx_option,
     format_option,
@@ -26,6 +21,11 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.config import cache_dir
+from ollama_spec.engine.conversation import Conversation
+from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
+from ollama_spec.llama.log import set_verbose
+from ollama_spec.models.resolve import resolve_model, template_warning
 
 PROMPT = ">>> "
 HELP = """commands:

@@ -4,17 +4,6 @@ from __future__ import annotations
 
 import click
 
-from ollama_spec.models.compat import require_compatible
-from ollama_spec.engine.engine import DEFAULT_CTX
-from ollama_spec.models.gguf_info import ModelInfo, format_bytes
-from ollama_spec.planning.memory import FULL_OFFLOAD, MemoryPlan, plan_memory
-from ollama_spec.planning.needs import ModelNeeds
-from ollama_spec.models.daemon import daemon_status, freeing_advice
-from ollama_spec.models.resolve import resolve_model
-from ollama_spec.llama import backends
-from ollama_spec.llama.backends import llama_cpp_knows
-from ollama_spec.llama.rpc import remote_devices
-from ollama_spec.models.usable import require_usable
 from ollama_spec.cli.common import echo_json
 from ollama_spec.cli.options import (
     NGRAM,
@@ -29,6 +18,17 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, is_ngram, placement_settings, repack_setting
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.engine.engine import DEFAULT_CTX
+from ollama_spec.llama import backends
+from ollama_spec.llama.backends import llama_cpp_knows
+from ollama_spec.llama.rpc import remote_devices
+from ollama_spec.models.compat import require_compatible
+from ollama_spec.models.daemon import daemon_status, freeing_advice
+from ollama_spec.models.gguf_info import ModelInfo, format_bytes
+from ollama_spec.models.resolve import resolve_model
+from ollama_spec.models.usable import require_usable
+from ollama_spec.planning.memory import FULL_OFFLOAD, MemoryPlan, plan_memory
+from ollama_spec.planning.needs import ModelNeeds
 
 
 @click.command()

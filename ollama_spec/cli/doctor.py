@@ -8,12 +8,12 @@ from pathlib import Path
 
 import click
 
-from ollama_spec.llama.canary import ENV_VAR, decide_repack
-from ollama_spec.doctor import Facts, find_problems, gather
-from ollama_spec.models.gguf_info import format_bytes
-from ollama_spec.llama.backends import cpu_features, discover_devices
 from ollama_spec.cli.common import echo_json
 from ollama_spec.cli.options import json_option, models_dir_option
+from ollama_spec.doctor import Facts, find_problems, gather
+from ollama_spec.llama.backends import cpu_features, discover_devices
+from ollama_spec.llama.canary import ENV_VAR, decide_repack
+from ollama_spec.models.gguf_info import format_bytes
 
 
 @click.command()

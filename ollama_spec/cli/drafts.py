@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
+from ollama_spec.cli.common import echo_json, open_store
+from ollama_spec.cli.options import json_option, models_dir_option
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.drafts import USEFUL_RATIO, best_draft, find_drafts
 from ollama_spec.models.gguf_info import format_bytes
 from ollama_spec.models.resolve import resolve_model
-from ollama_spec.cli.common import echo_json, open_store
-from ollama_spec.cli.options import json_option, models_dir_option
 
 
 @click.command()

@@ -9,11 +9,6 @@ import sys
 
 import click
 
-from ollama_spec.prompting.messages import ChatMessage
-from ollama_spec.llama.backends import unused_gpu_warning
-from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, NEAR_TIE_LOGITS, Engine, Generation, Request, Result, first_difference
-from ollama_spec.models.resolve import resolve_model, template_warning
-from ollama_spec.llama.log import set_verbose
 from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
     NGRAM,
@@ -29,6 +24,19 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, engine_settings, is_ngram, request_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.engine.engine import (
+    DEFAULT_MAX_TOKENS,
+    NEAR_TIE_LOGITS,
+    Engine,
+    Generation,
+    Request,
+    Result,
+    first_difference,
+)
+from ollama_spec.llama.backends import unused_gpu_warning
+from ollama_spec.llama.log import set_verbose
+from ollama_spec.models.resolve import resolve_model, template_warning
+from ollama_spec.prompting.messages import ChatMessage
 
 
 @click.command()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from ollama_spec.cli.options import json_option, models_dir_option_with
 from ollama_spec.pull import VIAS, PullSettings, make_reporter, pull_models
 from ollama_spec.pull.settings import DEFAULT_CONCURRENCY
-from ollama_spec.cli.options import json_option, models_dir_option_with
 
 
 @click.command()

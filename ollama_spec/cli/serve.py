@@ -6,10 +6,6 @@ import logging
 
 import click
 
-from ollama_spec.engine.engine import Engine
-from ollama_spec.models.resolve import resolve_model, template_warning
-from ollama_spec.llama.log import set_verbose
-from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT
 from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
     ctx_option,
@@ -22,6 +18,10 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, engine_settings, server_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.engine.engine import Engine
+from ollama_spec.llama.log import set_verbose
+from ollama_spec.models.resolve import resolve_model, template_warning
+from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT
 
 
 @click.command()

@@ -6,6 +6,8 @@ import shlex
 
 import click
 
+from ollama_spec.cli.common import echo_json
+from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, json_option, preset_option_with
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.integrations.vllm import (
     DEFAULT_HOST,
@@ -18,8 +20,6 @@ from ollama_spec.integrations.vllm import (
     version_text,
 )
 from ollama_spec.integrations.vllm_repos import to_hf
-from ollama_spec.cli.common import echo_json
-from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, json_option, preset_option_with
 
 
 @click.command()
