@@ -5,7 +5,8 @@ time, and the answers carry the speculation statistics. No speculative logic liv
 """
 
 from ollama_spec.server.app import create_app
-from ollama_spec.server.common import ServerSettings, ServerState
+from ollama_spec.server.core.settings import ServerSettings
+from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.run import serve
 
 __all__ = ["ServerSettings", "ServerState", "create_app", "serve"]

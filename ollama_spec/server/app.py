@@ -20,10 +20,14 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ollama_spec import __version__
-from ollama_spec.server import embeddings, ollama, ollama_models, openai, responses
 from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
-from ollama_spec.server.common import ApiError, ServerState, openai_error
+from ollama_spec.server.core.errors import ApiError, openai_error
+from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.metrics import CONTENT_TYPE
+from ollama_spec.server.ollama import embeddings as ollama_embeddings
+from ollama_spec.server.ollama import generate, models
+from ollama_spec.server.openai import chat, completions, responses
+from ollama_spec.server.openai import embeddings as openai_embeddings
 
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
 
@@ -32,11 +36,9 @@ def create_app(state: ServerState) -> FastAPI:
     """The server's ASGI app; `state` holds the loaded engine and the worker that runs it."""
     app = FastAPI(title="ollama-spec", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
-    app.include_router(openai.router)
-    app.include_router(embeddings.router)
-    app.include_router(responses.router)
-    app.include_router(ollama_models.router)
-    app.include_router(ollama.router)  # last: its catch-all answers Ollama's model-management routes
+    for route in (chat, completions, responses, openai_embeddings, ollama_embeddings, models):
+        app.include_router(route.router)
+    app.include_router(generate.router)  # last: its catch-all answers Ollama's model-management routes
 
     @app.get("/health")
     async def health() -> dict:

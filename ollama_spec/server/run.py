@@ -12,7 +12,7 @@ import uvicorn
 
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.server.app import create_app
-from ollama_spec.server.common import ServerState
+from ollama_spec.server.core.state import ServerState
 
 log = logging.getLogger("ollama_spec.server")
 

@@ -18,8 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.decoding.loop import Token
+from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.errors import OllamaSpecError
 
 log = logging.getLogger("ollama_spec.server")

@@ -114,9 +114,9 @@ def test_legacy_logprobs_name_parts_of_a_character_as_openai_does():
     """中 spelled by three byte tokens (a SentencePiece model's byte fallback, a split emoji): each
     part is named "bytes:\\x..", so alternatives do not collide as one U+FFFD, and the offsets are
     characters of the text, the character's parts all at its start."""
-    from ollama_spec.server.openai import _LegacyLogprobs
+    from ollama_spec.server.core.logprobs import LegacyLogprobs
 
-    legacy = _LegacyLogprobs()
+    legacy = LegacyLogprobs()
     first = legacy([_scored(b"a"), _scored(b"\xe4", b"\xe5", b"\xe6")], [True, True])
     rest = legacy([_scored(b"\xb8"), _scored(b"\xad"), _scored(b"<|eot_id|>"), _scored(b"b")],
                   [True, True, False, True])

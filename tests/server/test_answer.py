@@ -3,9 +3,9 @@ same however the text arrives."""
 
 import pytest
 
-from ollama_spec.server.answer import AnswerParts
-from ollama_spec.prompting.thinking import ThinkingSplit
 from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.prompting.thinking import ThinkingSplit
+from ollama_spec.server.core.answer import AnswerParts
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
 CASES = [

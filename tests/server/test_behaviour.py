@@ -323,17 +323,18 @@ def test_a_models_message_history_comes_first_as_ollama_puts_it(engine, monkeypa
     from dataclasses import replace
 
     from ollama_spec.prompting.messages import ChatMessage
-    from ollama_spec.server.common import ServerSettings, ServerState
+    from ollama_spec.server import ServerSettings, ServerState
+    from ollama_spec.server.core.request import Asked
 
     history = (ChatMessage("user", "Ahoy"), ChatMessage("assistant", "Arr"))
     monkeypatch.setattr(engine, "target_model", replace(engine.target_model, messages=history))
     state = ServerState(engine, ServerSettings())
     try:
-        chat = state.build_request(messages=[ChatMessage("user", "Hi")])
+        chat = state.build_request(Asked(messages=[ChatMessage("user", "Hi")]))
         assert chat.messages == (*history, ChatMessage("user", "Hi"))
-        prompt = state.build_request(prompt="Hi")
+        prompt = state.build_request(Asked(prompt="Hi"))
         assert prompt.messages == (*history, ChatMessage("user", "Hi"))
-        assert state.build_request(prompt="Hi", raw=True).messages == ()
+        assert state.build_request(Asked(prompt="Hi", raw=True)).messages == ()
     finally:
         state.worker.close()
 
@@ -342,9 +343,9 @@ def test_the_speculation_field_names_ngram_lookup_and_gives_its_k(baseline_engin
     """--draft ngram speculates without a draft model: the proposer is named and its K reported, not
     null and 0 as for no speculation."""
     engine = baseline_engine
-    from ollama_spec.engine.engine import Result
-    from ollama_spec.server.common import ServerSettings, ServerState
     from ollama_spec.decoding.loop import SpeculationSettings
+    from ollama_spec.engine.engine import Result
+    from ollama_spec.server import ServerSettings, ServerState
 
     for speculation, k, draft in ((SpeculationSettings(4, proposer="ngram"), 4, "ngram"),
                                   (SpeculationSettings(3), 0, None)):

@@ -3,7 +3,7 @@
 import pytest
 
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.server.go_template import render
+from ollama_spec.server.ollama.go_template import render
 
 CHATML = "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}<|im_start|>user\n{{ .Prompt }}" \
          "<|im_end|>\n<|im_start|>assistant\n{{ .Response }}<|im_end|>\n"

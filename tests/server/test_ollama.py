@@ -8,6 +8,7 @@ import ollama
 import pytest
 
 from ollama_spec.engine.engine import Engine
+from ollama_spec.server.core.request import Asked
 from tests.conftest import engine_settings
 from tests.serving import running_server
 
@@ -128,7 +129,7 @@ def test_short_header_arrays_are_shown_as_ollama_shows_them(tmp_path):
     from gguf import GGUFWriter
 
     from ollama_spec.models.gguf_info import read_model_info
-    from ollama_spec.server.ollama_models import _model_info
+    from ollama_spec.server.ollama.models import _model_info
 
     writer = GGUFWriter(tmp_path / "m.gguf", arch="llama")
     writer.add_array("general.languages", ["en", "fr"])
@@ -239,7 +240,7 @@ def test_ps_reports_the_pair_and_what_is_on_a_gpu(server):
 
 
 def test_gpu_bytes_are_the_offloaded_share_of_the_layers(server, monkeypatch):
-    from ollama_spec.server import ollama_models as routes
+    from ollama_spec.server.ollama import models as routes
 
     engine = server[1].engine
     size, blocks = engine.target_model.info.file_size, engine.target_model.info.block_count
@@ -257,8 +258,8 @@ def test_penalty_options_change_the_answer_and_keep_it_the_targets(client, serve
     penalized = client.generate(model="x", prompt="Once upon a time", options=options)
     assert penalized.response != plain.response
     engine = server[1].engine
-    request = server[1].build_request(prompt="Once upon a time", max_tokens=40, temperature=0,
-                                      penalties={"repeat_penalty": 2.0, "repeat_last_n": 32, "frequency_penalty": 1.0})
+    request = server[1].build_request(Asked(prompt="Once upon a time", max_tokens=40, temperature=0, penalties={
+        "repeat_penalty": 2.0, "repeat_last_n": 32, "frequency_penalty": 1.0}))
     alone = engine.generate(request, use_draft=False)
     assert "".join(alone) == penalized.response
 
@@ -292,7 +293,7 @@ def test_requests_are_read_as_ollama_reads_them(client, server):
 
 def test_model_info_is_json_whatever_the_header_holds():
     from ollama_spec.models.gguf_header import SkippedArray
-    from ollama_spec.server.ollama_models import _model_info
+    from ollama_spec.server.ollama.models import _model_info
 
     shown = _model_info({"a.inf": float("inf"), "a.nan": float("nan"), "a.short": (1.0, float("-inf")),
                          "a.long": tuple(range(6)), "a.skipped": SkippedArray(8, 100_000), "a.text": "x"})
@@ -303,7 +304,7 @@ def test_model_info_is_json_whatever_the_header_holds():
 def test_an_embedding_model_is_embedding_alone_as_ollama_says():
     from types import SimpleNamespace
 
-    from ollama_spec.server.ollama_models import _capabilities
+    from ollama_spec.server.ollama.models import _capabilities
 
     info = SimpleNamespace(architecture="bert", metadata={"bert.pooling_type": 1}, chat_template=None)
     assert _capabilities(None, info) == ["embedding"]

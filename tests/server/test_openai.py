@@ -6,6 +6,7 @@ import pytest
 from openai import BadRequestError, OpenAI
 
 from ollama_spec.engine.engine import Engine
+from ollama_spec.server.core.request import Asked
 from tests.conftest import engine_settings
 from tests.serving import running_server
 
@@ -179,12 +180,12 @@ def test_penalties_and_logit_bias_apply(client, server):
     plain = completion().choices[0].text
     assert completion(frequency_penalty=2.0, presence_penalty=1.0).choices[0].text != plain
     state = server[1]
-    request = state.build_request(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0)
+    request = state.build_request(Asked(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0))
     generation = state.engine.generate(request, use_draft=False)
     assert "".join(generation) == plain
     first = generation.result.tokens[0]
-    request = state.build_request(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0,
-                                  penalties={"logit_bias": ((first, float("-inf")),)})
+    request = state.build_request(Asked(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0,
+                                        penalties={"logit_bias": ((first, float("-inf")),)}))
     banned = state.engine.generate(request, use_draft=False)
     expected = "".join(banned)
     assert first not in banned.result.tokens

@@ -9,9 +9,8 @@ import ollama
 import pytest
 from openai import BadRequestError, OpenAI
 
-from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.prompting.messages import ChatMessage, ToolCall
 from tests.conftest import engine_settings
 from tests.grammars import CONTROL
 from tests.serving import running_server, serving_tiny_pair

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ollama_spec.prompting.thinking import ThinkingSplit, partial_suffix
-from ollama_spec.prompting.tools import OPENING, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
+from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.prompting.thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
+from ollama_spec.prompting.tools import OPENING, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
 
 
 class HeldForToolCalls:
@@ -69,3 +70,13 @@ class AnswerParts:
         thought, content = self.push(text)
         more_thought, rest, calls = self.finish(cut)
         return thought + more_thought, content + rest, calls
+
+
+def answer_parts(engine: Engine, request: Request) -> AnswerParts:
+    """How this request's answer is split for the client: a thinking model's thinking apart (unless
+    it was told not to think), tool calls held back when tools were offered."""
+    thinking = None
+    if not request.raw and request.think is not False and template_thinks(engine.target_model.info.chat_template):
+        end = engine.target.detokenize(engine.prompt_tokens(request)[-8:], special=True)
+        thinking = ThinkingSplit(thinking=opened_by_prompt(end))
+    return AnswerParts(request.tools, thinking)

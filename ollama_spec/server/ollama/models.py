@@ -6,30 +6,27 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
-from fastapi.responses import PlainTextResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from fastapi.responses import PlainTextResponse
 
 from ollama_spec import __version__
-from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
+from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.prompting.thinking import template_thinks
-from ollama_spec.server.common import ApiError, ServerState
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.framing import ndjson
+from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.ollama.protocol import PullRequest, ShowRequest, iso
 
 router = APIRouter()
 
 # The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
 OLLAMA_API_VERSION = "0.12.0"
-
-
-class ShowRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    model: str | None = None
-    name: str | None = None  # older clients
 
 
 @router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
@@ -139,21 +136,18 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
     }
 
 
-class PullRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # insecure
-    model: str | None = None
-    name: str | None = None  # older clients
-    stream: bool = True
-
-
 @router.post("/api/pull")
 async def pull(body: PullRequest):
     """Every name is answered by the loaded pair, so every name is already here: front-ends that pull
     before they chat go on to chat. (`ollama-spec pull` puts models into the store.)"""
     done = {"status": "success"}
     if body.stream:
-        return StreamingResponse(iter([json.dumps(done) + "\n"]), media_type="application/x-ndjson")
+        return ndjson(_once(done))
     return done
+
+
+async def _once(chunk: dict) -> AsyncIterator[dict]:
+    yield chunk
 
 
 def _model_entry(model: ResolvedModel, name: str) -> dict:
@@ -200,8 +194,3 @@ def _modelfile(model: ResolvedModel, params: list[tuple[str, Any]]) -> str:
 
 def _mtime(model: ResolvedModel) -> str:
     return iso(datetime.fromtimestamp(model.path.stat().st_mtime, timezone.utc))
-
-
-def iso(moment: datetime) -> str:
-    """A time as Ollama writes it: RFC 3339, UTC as Z."""
-    return moment.isoformat().replace("+00:00", "Z")

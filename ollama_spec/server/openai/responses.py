@@ -17,16 +17,18 @@ from typing import Literal
 
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
-from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.engine.engine import Result
-from ollama_spec.prompting.messages import ToolCall
-from ollama_spec.server.answer import AnswerParts
-from ollama_spec.server.common import ApiError, NullsAsDefaults, ServerState, json_grammar, offer_tools, openai_error, run_to_end
-from ollama_spec.server.openai import job_events, tool_arguments
-from ollama_spec.server.worker import Piece
+from ollama_spec.prompting.messages import ChatMessage, ToolCall
+from ollama_spec.server.core.answer import AnswerParts, answer_parts
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.framing import sse_events
+from ollama_spec.server.core.protocol import NullsAsDefaults, chat_role, tool_arguments
+from ollama_spec.server.core.request import Asked, json_grammar, offer_tools
+from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.core.stream import answer_stream, run_to_end
+from ollama_spec.server.worker import Job
 
 router = APIRouter(prefix="/v1")
 
@@ -53,7 +55,7 @@ class InputItem(BaseModel):
     def to_chat(self) -> ChatMessage:
         if self.type != "message" or self.role is None:
             raise ApiError(400, f"input items of type '{self.type}' are not supported: send messages", "input")
-        return ChatMessage("system" if self.role == "developer" else self.role, _text_of(self.content, "content"))
+        return ChatMessage(chat_role(self.role), _text_of(self.content, "content"))
 
 
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -147,16 +149,16 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     own = body.grammar()
     tools, forced = body.offered_tools(own is not None)
-    request = await state.prepare(messages=body.messages(), max_tokens=body.max_output_tokens,
-                                  max_tokens_name="max_output_tokens", temperature=body.temperature,
-                                  top_p=body.top_p, seed=body.seed, grammar=forced or own, tools=tools)
+    request = await state.prepare(Asked(messages=body.messages(), max_tokens=body.max_output_tokens,
+                                        max_tokens_name="max_output_tokens", temperature=body.temperature,
+                                        top_p=body.top_p, seed=body.seed, grammar=forced or own, tools=tools))
     job = state.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(state, body, ids, "in_progress")
     if body.stream:
-        return _event_stream(_events(state, body, ids, job, opening, state.answer_parts(request)))
+        return sse_events(_events(state, body, ids, job, opening, answer_parts(state.engine, request)))
     result = await run_to_end(job, http_request)
-    thought, text, calls = state.answer_parts(request).whole(result.text, cut=result.finish_reason == "length")
+    thought, text, calls = answer_parts(state.engine, request).whole(result.text, cut=result.finish_reason == "length")
     return _response(state, body, ids, _status(result, calls), result, text, thought, _function_calls(calls),
                      with_message=bool(text or not calls))
 
@@ -212,34 +214,30 @@ def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str
     return response
 
 
-async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job, opening: dict,
+async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job: Job, opening: dict,
                   parts: AnswerParts) -> AsyncIterator[dict]:
     """The Responses event sequence, as OpenAI streams it: a text message opened with its first text,
     then each function call, then the final response (a thinking model's thinking comes whole, as a
     reasoning item of the final response)."""
-    sent, thought, opened, calls = "", "", False, []
+    sent, thought, opened = "", "", False
     where = {"item_id": ids["message"], "output_index": 0, "content_index": 0}
     yield {"type": "response.created", "response": opening}
     yield {"type": "response.in_progress", "response": opening}
-    async for event in job_events(job):
-        if isinstance(event, Piece):
-            more, text = parts.push(event.text)
-        else:
-            more, text, calls = parts.finish(cut=event.result.finish_reason == "length")
-        thought += more
-        if not opened and (text or (not isinstance(event, Piece) and not calls)):
+    async for part in answer_stream(job, parts):
+        thought += part.thought
+        if not opened and (part.text or (part.result is not None and not part.calls)):
             opened = True
             yield {"type": "response.output_item.added", "output_index": 0, "item": _message(ids, "", "in_progress")}
             yield {"type": "response.content_part.added", **where,
                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}
-        if text:
-            sent += text
-            yield {"type": "response.output_text.delta", **where, "delta": text, "logprobs": []}
-        if isinstance(event, Piece):
+        if part.text:
+            sent += part.text
+            yield {"type": "response.output_text.delta", **where, "delta": part.text, "logprobs": []}
+        if part.result is None:
             continue
-        result = event.result
-        items = _function_calls(calls)
-        final = _response(state, body, ids, _status(result, calls), result, sent, thought, items, with_message=opened)
+        items = _function_calls(part.calls)
+        final = _response(state, body, ids, _status(part.result, part.calls), part.result, sent, thought, items,
+                          with_message=opened)
         if opened:
             message = final["output"][0]
             yield {"type": "response.output_text.done", **where, "text": sent, "logprobs": []}
@@ -253,18 +251,3 @@ async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job, op
             yield {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
             yield {"type": "response.output_item.done", "output_index": index, "item": item}
         yield {"type": f"response.{final['status']}", "response": final}
-
-
-def _event_stream(events: AsyncIterator[dict]) -> StreamingResponse:
-    async def lines() -> AsyncIterator[str]:
-        number = 0
-        try:
-            async for event in events:
-                yield f"event: {event['type']}\ndata: {json.dumps(event | {'sequence_number': number})}\n\n"
-                number += 1
-        except ApiError as exc:  # the status line is sent: report it in the stream, as OpenAI does
-            error = {"type": "error", "code": openai_error(exc.status, exc.message, exc.param, exc.code)["code"],
-                     "message": exc.message, "param": exc.param, "sequence_number": number}
-            yield f"event: error\ndata: {json.dumps(error)}\n\n"
-
-    return StreamingResponse(lines(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})

@@ -1,0 +1,1 @@
+"""What both APIs share: the server's state, request building, the one streaming driver, framing."""

@@ -1,0 +1,32 @@
+"""Embeddings for both APIs: the loaded target embeds (llama/embedding.py), on the engine's thread
+between generations, in the same bounded queue."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ollama_spec.llama.embedding import normalized
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.state import ServerState
+
+
+async def embed_all(state: ServerState, inputs: list, truncate: bool, dimensions: int | None, *,
+                    fit_dimensions: bool = False) -> tuple[list[np.ndarray], int]:
+    """Each input (text, or token ids) embedded and normalized, cut to `dimensions` first if asked
+    (`fit_dimensions`: Ollama's way, a size that is not less than the vector's leaves it whole)."""
+    if not inputs:
+        raise ApiError(400, "input is empty: give a text or a list of texts", "input")
+    if any(isinstance(text, str) and not text for text in inputs):
+        raise ApiError(400, "input holds an empty text", "input")
+    vectors, total = [], 0
+    for item in inputs:
+        vector, n = await state.call(lambda item=item: state.engine.embed(item, truncate=truncate))
+        if fit_dimensions and dimensions is not None and not 0 < dimensions < vector.size:
+            dimensions = None
+        if dimensions is not None:
+            if dimensions > vector.size:
+                raise ApiError(400, f"dimensions {dimensions} is more than the model's {vector.size}", "dimensions")
+            vector = vector[:dimensions]
+        vectors.append(normalized(vector))
+        total += n
+    return vectors, total

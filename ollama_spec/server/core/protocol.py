@@ -1,0 +1,61 @@
+"""Protocol models both APIs share, where their wire formats are the same: a request's nulls, and the
+tool calls of an earlier answer that a client sends back in the history."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from ollama_spec.prompting.messages import ToolCall
+
+
+class NullsAsDefaults(BaseModel):
+    """A request whose JSON nulls leave the fields' defaults, as Go's decoder leaves Ollama's and as
+    OpenAI's optional fields read them (clients such as LiteLLM send every unset field as null)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _without_nulls(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+
+class FunctionCall(BaseModel):
+    """The function an earlier answer called: its arguments as JSON text (OpenAI's) or an object."""
+
+    model_config = ConfigDict(extra="ignore")  # Ollama's index
+
+    name: str
+    arguments: str | dict = "{}"
+
+
+class ToolCallIn(BaseModel):
+    """A call of an earlier answer, as the history sends it back."""
+
+    model_config = ConfigDict(extra="ignore")  # type
+
+    id: str | None = None  # the id a tool's answer refers to it by
+    function: FunctionCall
+
+    def to_call(self) -> ToolCall:
+        return ToolCall(self.function.name, tool_arguments(self.function.arguments), self.id)
+
+
+def tool_arguments(arguments: str | dict) -> dict | str:
+    """A call's arguments from the history: a JSON object as the object (what chat templates read);
+    anything else as the text the model wrote (a call cut short, or not JSON at all), which the
+    client sends back with its answer that the call was invalid. Templates take such text as
+    transformers passes it, a string."""
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return arguments
+    return value if isinstance(value, dict) else arguments
+
+
+def chat_role(role: str) -> str:
+    """A message's role as the templates know it: developer is OpenAI's newer name for system."""
+    return "system" if role == "developer" else role

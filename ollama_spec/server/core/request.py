@@ -1,0 +1,227 @@
+"""Request building: what a client asked (`Asked`), checked against the loaded model and turned into an
+engine Request whose prompt and max_tokens fit the context, cut as Ollama cuts what does not."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.prompting.messages import ChatMessage
+from ollama_spec.prompting.thinking import template_thinks
+from ollama_spec.prompting.tools import forced_call_grammar, tool_names
+from ollama_spec.server.core.errors import TOO_LONG, ApiError
+from ollama_spec.server.core.settings import ServerSettings
+
+log = logging.getLogger("ollama_spec.server")
+
+OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What one HTTP request asks, in the engine's terms, before it is checked against the model.
+    Sampling fields left None take the server's defaults."""
+
+    prompt: str = ""
+    messages: Sequence[ChatMessage] = ()
+    system: str | None = None
+    raw: bool = False
+    max_tokens: int | None = None
+    max_tokens_name: str = "max_tokens"  # the field's name in the route's API, for its errors
+    stop: Sequence[str] = ()
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    seed: int | None = None
+    ignore_eos: bool = False
+    n_ctx: int | None = None
+    grammar: str | None = None
+    context: Sequence[int] = ()  # Ollama's /api/generate `context`: an earlier exchange's tokens
+    tools: Sequence[dict] = ()
+    logprobs: int | None = None
+    think: bool | None = None
+    suffix: str | None = None
+    tokens: Sequence[int] = ()  # the prompt already as tokens (a template the request brought)
+    # a max_tokens past the room left is a cap, as Ollama's num_predict is (else a 400, as OpenAI answers)
+    cap_max_tokens: bool = False
+    default_max_tokens: int | None = None  # the route's own default, below the server's
+    # a conversation longer than the context loses its oldest messages, as Ollama's /api/chat does, and a
+    # prompt still too long is cut as Ollama's runner cuts it
+    truncate: bool = False
+    penalties: dict[str, Any] | None = None  # Penalties fields (logit_bias as (token id, bias) pairs)
+
+
+def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
+    """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp can
+    parse the output grammar."""
+    request = _unchecked(engine, settings, asked)
+    if asked.think and not template_thinks(engine.target_model.info.chat_template):
+        raise ApiError(400, f"{engine.target_model.name} does not support thinking", "think")
+    if asked.tools:
+        _check_tools(engine, asked.tools)
+    if asked.context:
+        request = replace(request, tokens=tuple(_after_context(engine, asked.context, request)))
+    if asked.grammar is not None:
+        try:
+            engine.grammar(asked.grammar).close()
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc)) from None
+    context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
+    try:  # tokenized once: the generation, and the routes that read the prompt, take these
+        request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
+        if asked.truncate and len(request.tokens) >= context and request.messages:
+            request = _dropping_oldest(engine, request, context)
+        if asked.truncate and len(request.tokens) >= context:
+            request = _cut_as_ollama(engine, request, context)
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc)) from None
+    return replace(request, max_tokens=_max_tokens(settings, asked, len(request.tokens), context))
+
+
+def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
+    """The Request as asked, over the server's defaults (and a Modelfile's MESSAGE lines first)."""
+    given = {"temperature": asked.temperature, "top_p": asked.top_p, "top_k": asked.top_k, "min_p": asked.min_p,
+             "seed": asked.seed}
+    try:
+        sampling = replace(settings.sampling, **{k: v for k, v in given.items() if v is not None})
+        if asked.penalties:
+            _check_token_ids(engine, dict(asked.penalties.get("logit_bias", ())), "logit_bias")
+            sampling = replace(sampling, penalties=replace(sampling.penalties, **asked.penalties))
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc)) from None
+    messages = asked.messages
+    history = engine.target_model.messages  # a Modelfile's MESSAGE lines: Ollama puts them first
+    if history and not asked.raw and not asked.tokens and not asked.context and asked.suffix is None:
+        messages = [*history, *(messages or [ChatMessage("user", asked.prompt)])]
+    return Request(prompt=asked.prompt, messages=tuple(messages), system=asked.system, raw=asked.raw,
+                   stop=tuple(asked.stop) + settings.stop, ignore_eos=asked.ignore_eos, sampling=sampling,
+                   speculation=settings.speculation, grammar=asked.grammar, tools=tuple(asked.tools),
+                   logprobs=asked.logprobs, think=asked.think, suffix=asked.suffix, tokens=tuple(asked.tokens))
+
+
+def _max_tokens(settings: ServerSettings, asked: Asked, n_prompt: int, context: int) -> int:
+    """The generation's limit: what was asked, if the room left after the prompt holds it (or as a cap)."""
+    room, max_tokens, name = context - n_prompt, asked.max_tokens, asked.max_tokens_name
+    if room < 1:
+        raise ApiError(400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it",
+                       code=TOO_LONG)
+    if max_tokens is not None and max_tokens < 1:
+        raise ApiError(400, f"{name} must be at least 1, got {max_tokens}", name)
+    if max_tokens is not None and max_tokens > room:
+        if not asked.cap_max_tokens:
+            raise ApiError(400, f"{name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
+                                f"{context} tokens, which leaves {room}", name, TOO_LONG)
+        max_tokens = room  # the generation ends there, with finish reason "length"
+    return max_tokens or min(settings.max_tokens or asked.default_max_tokens or room, room)
+
+
+def _cut_as_ollama(engine: Engine, request: Request, context: int) -> Request:
+    """A prompt still longer than the context, cut as Ollama's runner cuts it: its first
+    OLLAMA_NUM_KEEP tokens (and BOS) kept, then its end, to about half the context, so that the
+    answer has the other half."""
+    tokens = request.tokens
+    keep = max(0, min(OLLAMA_NUM_KEEP + int(engine.target.add_bos), context - 1))
+    limit = context - max((context - keep) // 2, 1)
+    if limit < 1:  # Ollama's "no prompt budget": a context of one token holds no prompt and no answer
+        raise ApiError(400, f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
+    log.warning("the prompt (%d tokens) is longer than the context (%d): cut to %d, keeping its first %d",
+                len(tokens), context, limit, keep)
+    return replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep):])
+
+
+def _dropping_oldest(engine: Engine, request: Request, context: int) -> Request:
+    """The conversation without its oldest messages, as few dropped as make the prompt fit, always
+    keeping the system messages and the latest message (Ollama's chatPrompt). When even those do
+    not fit, the request with only those: the caller's check then refuses it."""
+    messages = request.messages
+
+    def from_(start: int) -> Request | None:  # None: the template refuses this start (an assistant turn first)
+        kept = [m for m in messages[:start] if m.role == "system"] + list(messages[start:])
+        candidate = replace(request, messages=tuple(kept), tokens=())
+        try:
+            return replace(candidate, tokens=tuple(engine.prompt_tokens(candidate)))
+        except InvalidSetting:
+            return None
+
+    # Ollama tries each start in turn; the prompt shrinks as the start moves on, so a bisection
+    # finds the same start with a handful of renderings (a refused start counts as too long).
+    too_long, fits = 0, len(messages) - 1
+    shortest = from_(fits)
+    if shortest is None or len(shortest.tokens) >= context:
+        return shortest or request
+    while fits - too_long > 1:
+        middle = (too_long + fits) // 2
+        candidate = from_(middle)
+        if candidate is not None and len(candidate.tokens) < context:
+            fits, shortest = middle, candidate
+        else:
+            too_long = middle
+    log.info("the conversation is longer than the context: its oldest %d messages were dropped",
+             len(messages) - len(shortest.messages))
+    return shortest
+
+
+def _check_token_ids(engine: Engine, ids: dict[int, float], param: str) -> None:
+    n_vocab = engine.target.n_vocab
+    wrong = next((token for token in ids if not 0 <= token < n_vocab), None)
+    if wrong is not None:
+        raise ApiError(400, f"{param}: token id {wrong} is not in the model's vocabulary (0..{n_vocab - 1})", param)
+
+
+def _check_tools(engine: Engine, tools: Sequence[dict]) -> None:
+    try:
+        tool_names(list(tools))
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc), "tools") from None
+    if not engine.target_model.info.chat_template:
+        raise ApiError(400, f"{engine.target_model.name} does not support tools: it has no chat template", "tools")
+
+
+def _after_context(engine: Engine, context: Sequence[int], request: Request) -> list[int]:
+    """An earlier exchange's tokens, then this prompt's."""
+    target = engine.target
+    if any(not 0 <= token < target.n_vocab for token in context):
+        raise ApiError(400, f"context holds token ids outside this model's vocabulary (0..{target.n_vocab - 1})",
+                       "context")
+    try:
+        prompt = engine.prompt_tokens(request)
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc)) from None
+    if prompt and target.add_bos and prompt[0] == target.bos_token:
+        prompt = prompt[1:]  # one BOS, at the start of the context
+    return [*context, *prompt]
+
+
+def think_if_able(engine: Engine, think: bool | None) -> bool | None:
+    """`think` for a thinking model, else None (OpenAI clients send reasoning_effort to any model)."""
+    return think if template_thinks(engine.target_model.info.chat_template) else None
+
+
+def offer_tools(tools: list[dict], choice: str | dict | None, only: str | None,
+                constrained: bool) -> tuple[list[dict], str | None]:
+    """The tools to show the model (chat completions' shape) and, for tool_choice "required" or a named
+    function (`only`), the grammar that forces one call; `constrained`: the request has its own format."""
+    if not tools or choice == "none":
+        return [], None
+    if choice in (None, "auto"):
+        return tools, None
+    if constrained:
+        raise ApiError(400, "a forced tool call and an output format or grammar cannot be combined", "tool_choice")
+    try:
+        return tools, forced_call_grammar(tools, only)
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc), "tool_choice") from None
+
+
+def json_grammar(schema: object = None, param: str = "format") -> str:
+    """The grammar for a JSON object (schema None) or for JSON matching `schema`; 400 when it cannot be built."""
+    try:
+        return grammar_for_json(schema)
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc), param) from None

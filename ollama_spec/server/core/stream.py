@@ -1,0 +1,71 @@
+"""The one streaming driver: a job's events become the answer's parts (thinking, content, tool calls),
+which each API shapes into its chunks and framing.py frames; and a whole answer, waited for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.requests import Request as HTTPRequest
+
+from ollama_spec.decoding.loop import Token
+from ollama_spec.engine.engine import Result
+from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.server.core.answer import AnswerParts
+from ollama_spec.server.core.errors import failure
+from ollama_spec.server.worker import Failed, Finished, Job, Piece
+
+
+@dataclass(frozen=True)
+class Part:
+    """What of the answer goes out now: thinking, content and the tokens scored since the last part.
+    The last part carries the result, and the tool calls read from the answer."""
+
+    thought: str
+    text: str
+    scored: tuple[Token, ...] = ()
+    calls: list[ToolCall] = field(default_factory=list)
+    result: Result | None = None
+
+
+async def answer_stream(job: Job, parts: AnswerParts, cut: bool = True) -> AsyncIterator[Part]:
+    """The job's answer, part by part (none while everything is held back), then the last part; a
+    failure mid-stream is raised as an ApiError. `cut`: a call begun and cut short by the answer's
+    length counts as a call (OpenAI's routes), not as text (Ollama's)."""
+    try:
+        async for event in job.events():
+            if isinstance(event, Failed):
+                raise failure(event.error)
+            if isinstance(event, Piece):
+                thought, text = parts.push(event.text)
+                if thought or text:
+                    yield Part(thought, text, event.scored)
+            else:
+                thought, text, calls = parts.finish(cut=cut and event.result.finish_reason == "length")
+                yield Part(thought, text, event.scored, calls, event.result)
+    finally:
+        job.cancel()  # a no-op once finished; stops the generation when the client has gone
+
+
+async def run_to_end(job: Job, http_request: HTTPRequest) -> Result:
+    """Wait for a whole (non-streamed) generation; a client that hangs up cancels it."""
+    watcher = asyncio.create_task(_cancel_on_disconnect(job, http_request))
+    try:
+        async for event in job.events():
+            if isinstance(event, Finished):
+                return event.result
+            if isinstance(event, Failed):
+                raise failure(event.error)
+    finally:
+        watcher.cancel()
+        job.cancel()  # a no-op once finished; stops the generation if we are being cancelled
+    raise AssertionError("events end with Finished or Failed")
+
+
+async def _cancel_on_disconnect(job: Job, http_request: HTTPRequest) -> None:
+    while True:
+        message = await http_request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancel()
+            return

@@ -1,0 +1,145 @@
+"""Ollama's generation routes: /api/chat and /api/generate (NDJSON streaming by default), and the answer
+to its model-management routes. (/api/tags, /api/show, /api/ps and the rest: models.py.)"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+
+from ollama_spec.engine.engine import Result
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.server.core.answer import AnswerParts, answer_parts
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.framing import ndjson
+from ollama_spec.server.core.logprobs import scored
+from ollama_spec.server.core.request import Asked
+from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.core.stream import answer_stream, run_to_end
+from ollama_spec.server.ollama import go_template
+from ollama_spec.server.ollama.protocol import (
+    ChatRequest,
+    GenerateRequest,
+    InferenceRequest,
+    Options,
+    final,
+    finished,
+    now,
+)
+from ollama_spec.server.worker import Job
+
+router = APIRouter()
+
+MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes that change its store
+
+
+@router.post("/api/chat")
+async def chat(body: ChatRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    if not body.messages:  # Ollama's way to load a model: nothing to generate
+        return final(body.model, {"message": {"role": "assistant", "content": ""}}, body.load_reason)
+    if any(m.images for m in body.messages):
+        raise ApiError(400, "images are not supported: the loaded models read text only")
+    request = await state.prepare(Asked(
+        messages=[m.to_chat() for m in body.messages], grammar=body.grammar(), tools=body.tools or [],
+        logprobs=body.logprob_count, think=body.thinks, truncate=body.truncate,
+        **Options.from_map(body.options).asked()))
+    job = state.submit(request, "/api/chat")
+
+    def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
+        message = {"role": "assistant", "content": text} | ({"thinking": thought} if thought else {})
+        if calls:  # ids as Ollama gives them, for clients that answer a call by its id
+            message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:8]}",
+                                      "function": {"index": i, "name": c.name, "arguments": c.arguments}}
+                                     for i, c in enumerate(calls)]
+        return {"message": message}
+
+    if body.stream:
+        return ndjson(_chunks(state, body, job, answer_parts(state.engine, request), piece))
+    result = await run_to_end(job, http_request)
+    thought, text, calls = answer_parts(state.engine, request).whole(result.text)
+    return _finished(state, body, piece(text, thought, calls) | _logprobs(state, body, result), result)
+
+
+@router.post("/api/generate")
+async def generate(body: GenerateRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    if body.raw and (body.template or body.system or body.context):
+        raise ApiError(400, "raw mode does not support template, system, or context")  # Ollama's words
+    if not body.prompt:  # Ollama's way to load a model: nothing to generate
+        return final(body.model, {"response": ""}, body.load_reason)
+    if body.images:
+        raise ApiError(400, "images are not supported: the loaded models read text only")
+    request = await state.prepare(Asked(
+        prompt=body.prompt, system=body.system, raw=body.raw or bool(body.template), grammar=body.grammar(),
+        context=body.context or (), logprobs=body.logprob_count, think=body.thinks, suffix=body.suffix or None,
+        tokens=_templated(state, body), truncate=body.truncate, **Options.from_map(body.options).asked()))
+    job = state.submit(request, "/api/generate")
+    prompt = request.tokens
+
+    def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
+        return {"response": text} | ({"thinking": thought} if thought else {})
+
+    def ending(result: Result) -> dict:  # the tokens a next request may send back as its context (not raw's)
+        return {} if body.raw else {"context": [*prompt, *result.tokens]}
+
+    if body.stream:
+        return ndjson(_chunks(state, body, job, answer_parts(state.engine, request), piece, ending))
+    result = await run_to_end(job, http_request)
+    thought, text, _ = answer_parts(state.engine, request).whole(result.text)
+    return _finished(state, body, piece(text, thought) | ending(result) | _logprobs(state, body, result), result)
+
+
+def _templated(state: ServerState, body: GenerateRequest) -> list[int]:
+    """The prompt through the request's own template, as tokens; none without one."""
+    if not body.template:
+        return []
+    if body.suffix:
+        raise ApiError(400, "give template or suffix, not both: a suffix is laid out with the model's own tokens")
+    system = body.system if body.system is not None else state.engine.target_model.system
+    try:
+        text = go_template.render(body.template, prompt=body.prompt, system=system or "")
+    except InvalidSetting as exc:
+        raise ApiError(400, str(exc), "template") from None
+    if not text:  # no prompt to continue: never fall back to the model's own template unasked
+        raise ApiError(400, "the template renders an empty prompt", "template")
+    return state.engine.templated_tokens(text)
+
+
+def _logprobs(state: ServerState, body: InferenceRequest, result: Result) -> dict:
+    return {"logprobs": scored(state.engine.target, result.scored)} if body.logprobs else {}
+
+
+def _finished(state: ServerState, body: InferenceRequest, fields: dict, result: Result) -> dict:
+    return finished(body.model, fields, result, state.summary(result))
+
+
+@router.api_route("/api/{action:path}", methods=["POST", "DELETE", "HEAD"], include_in_schema=False)
+async def unsupported(action: str):
+    """Last of the routes, so that it answers only what no other route does. Model management
+    (create, copy, delete, push, blobs) is Ollama's: this server serves one pair."""
+    if action.split("/")[0] not in MANAGEMENT:
+        raise ApiError(404, "Not Found")
+    raise ApiError(501, f"/api/{action.split('/')[0]} is not supported by ollama-spec serve, which serves one "
+                        "loaded pair; manage models with Ollama itself (ollama create, cp, rm, push)")
+
+
+async def _chunks(state: ServerState, body: InferenceRequest, job: Job, parts: AnswerParts,
+                  piece: Callable[..., dict], ending: Callable[[Result], dict] = lambda result: {}) -> AsyncIterator[dict]:
+    """The NDJSON objects: text pieces (with their tokens' logprobs when asked; a thinking model's
+    thinking apart; tool calls, when the answer was one, as Ollama sends them: in a piece of their
+    own), then the final object with the counts."""
+    def chunk(fields: dict, tokens: tuple) -> dict:
+        extra = {"logprobs": scored(state.engine.target, tokens)} if body.logprobs and tokens else {}
+        return {"model": body.model, "created_at": now()} | fields | extra | {"done": False}
+
+    async for part in answer_stream(job, parts, cut=False):
+        if part.result is None:
+            yield chunk(piece(part.text, part.thought), part.scored)
+            continue
+        if part.thought or part.text or part.calls or (body.logprobs and part.scored):
+            yield chunk(piece(part.text, part.thought, part.calls), part.scored)
+        yield _finished(state, body, piece("") | ending(part.result), part.result)

@@ -1,0 +1,89 @@
+"""OpenAI's model list and chat: /v1/models and /v1/chat/completions (SSE when streaming)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+
+from ollama_spec.engine.engine import Result
+from ollama_spec.server.core.answer import answer_parts
+from ollama_spec.server.core.framing import sse
+from ollama_spec.server.core.logprobs import scored
+from ollama_spec.server.core.request import Asked, think_if_able
+from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.openai.protocol import (
+    ChatCompletionRequest,
+    answers,
+    calls_finish,
+    chunks,
+    copies,
+    one_stream,
+    reasoning,
+    run_all,
+    text_only,
+    tool_calls,
+)
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/models")
+async def list_models(http_request: HTTPRequest) -> dict:
+    state: ServerState = http_request.app.state.server
+    created = int(state.started)
+    return {
+        "object": "list",
+        "data": [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"}
+                 for name in state.model_names],
+    }
+
+
+@router.get("/models/{model:path}")
+async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
+    """One model's card: any name is answered by the loaded pair (as the completion routes do)."""
+    state: ServerState = http_request.app.state.server
+    return {"id": model, "object": "model", "created": int(state.started), "owned_by": "ollama-spec"}
+
+
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    text_only(body.messages)
+    limit, name = ((body.max_completion_tokens, "max_completion_tokens") if body.max_completion_tokens is not None
+                   else (body.max_tokens, "max_tokens"))
+    sampling = body.sampling()  # the output grammar built once: offered_tools only asks whether there is one
+    tools, forced = body.offered_tools(sampling["grammar"] is not None)
+    if forced:
+        sampling["grammar"] = forced
+    top = (body.top_logprobs or 0) if body.logprobs else None
+    request = await state.prepare(Asked(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
+                                        max_tokens_name=name, tools=tools, logprobs=top,
+                                        think=think_if_able(state.engine, body.think()), **sampling))
+    target = state.engine.target
+    scores = None if top is None else lambda tokens: {"content": scored(target, tokens), "refusal": None}
+    meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
+    if body.stream:
+        one_stream(body.n)
+        opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        job = state.submit(request, "/v1/chat/completions")
+        return sse(chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, body.include_usage,
+                          opening, answer_parts(state.engine, request), scores))
+
+    def choice(result: Result) -> tuple[dict, str | None]:
+        thought, text, calls = answer_parts(state.engine, request).whole(result.text,
+                                                                         cut=result.finish_reason == "length")
+        message = {"role": "assistant", "content": text or None if calls else text} | reasoning(thought)
+        if calls:
+            message["tool_calls"] = tool_calls(calls)
+        return {"message": message, "logprobs": scores(result.scored) if scores else None}, \
+            calls_finish(calls, result)
+
+    results = await run_all(state, http_request, copies(request, body.n), "/v1/chat/completions")
+    return answers(state, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)
+
+
+def _delta(text: str) -> dict:
+    return {"delta": {"content": text} if text else {}}

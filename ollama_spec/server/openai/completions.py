@@ -1,0 +1,78 @@
+"""OpenAI's text completions: /v1/completions (SSE when streaming), with the older logprobs shape."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.framing import sse
+from ollama_spec.server.core.logprobs import LegacyLogprobs, scored
+from ollama_spec.server.core.request import Asked
+from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.openai.protocol import (
+    MAX_CHOICES,
+    CompletionRequest,
+    answers,
+    chunks,
+    copies,
+    one_stream,
+    run_all,
+)
+
+router = APIRouter(prefix="/v1")
+
+COMPLETIONS_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's reference gives it
+
+
+@router.post("/completions")
+async def completions(body: CompletionRequest, http_request: HTTPRequest):
+    state: ServerState = http_request.app.state.server
+    given = body.prompt
+    if isinstance(given, list) and given and all(isinstance(t, int) for t in given):
+        given = [given]  # one prompt as token ids
+    prompts = [given] if isinstance(given, str) else list(given)
+    if not prompts or any(not prompt for prompt in prompts if not isinstance(prompt, str)):
+        raise ApiError(400, "prompt is empty: give a text, a list of texts, or token ids", "prompt")
+    if len(prompts) * body.n > MAX_CHOICES:
+        raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
+    body.check()
+    target = state.engine.target
+    if any(not 0 <= t < target.n_vocab for prompt in prompts if not isinstance(prompt, str) for t in prompt):
+        raise ApiError(400, f"token ids must be in 0..{target.n_vocab - 1} (this model's own vocabulary)", "prompt")
+    if body.suffix and any(not isinstance(prompt, str) for prompt in prompts):
+        raise ApiError(400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens",
+                       "suffix")
+    requests = [await state.prepare(Asked(prompt=prompt if isinstance(prompt, str) else "",
+                                          tokens=() if isinstance(prompt, str) else prompt, raw=True,
+                                          max_tokens=body.max_tokens, logprobs=body.logprobs,
+                                          suffix=body.suffix or None, default_max_tokens=COMPLETIONS_MAX_TOKENS,
+                                          **body.sampling()))
+                for prompt in prompts]
+    prompts = [p if isinstance(p, str) else target.detokenize(p, special=True) for p in prompts]  # for echo
+    meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
+            "object": "text_completion"}
+
+    def scores():  # one choice's logprobs: its text offsets are counted across its chunks
+        legacy = LegacyLogprobs()
+        return None if body.logprobs is None else lambda tokens: legacy(
+            scored(target, tokens), [not target.token_piece(t.id)[1] for t in tokens])
+
+    if body.stream:
+        one_stream(len(requests) * body.n)
+        job = state.submit(requests[0], "/v1/completions")
+        opening = {"index": 0, **_text(prompts[0]), "finish_reason": None} if body.echo else None
+        return sse(chunks(state, job, meta, _text, body.include_usage, opening, scores=scores()))
+    runs = [copy for request in requests for copy in copies(request, body.n)]  # prompt by prompt, as OpenAI orders
+    results = await run_all(state, http_request, runs, "/v1/completions")
+    echoed = [prompt if body.echo else "" for prompt in prompts for _ in range(body.n)]
+    choices = [(_text(echo + r.text) | {"logprobs": score(r.scored) if (score := scores()) else None}, None)
+               for echo, r in zip(echoed, results)]
+    return answers(state, meta, choices, results, body.n)
+
+
+def _text(text: str) -> dict:
+    return {"text": text, "logprobs": None}

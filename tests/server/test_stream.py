@@ -1,0 +1,45 @@
+"""The one streaming driver (core/stream.py): a job's events as the answer's parts, whatever the API.
+No model: the events are put on the job by hand."""
+
+import asyncio
+
+import pytest
+
+from ollama_spec.engine.engine import Request, Result
+from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.server.core.answer import AnswerParts
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.stream import answer_stream
+from ollama_spec.server.worker import Failed, Finished, Job, Piece
+
+TOOLS = [{"type": "function", "function": {"name": "now"}}]
+
+
+def _parts(events, tools=(), cut=True):
+    async def run():
+        job = Job(Request(), asyncio.get_running_loop())
+        for event in events:
+            job.put(event)
+        return [part async for part in answer_stream(job, AnswerParts(tools), cut)], job
+
+    return asyncio.run(run())
+
+
+def test_pieces_become_parts_and_the_last_carries_the_result():
+    result = Result(text="Hello there", finish_reason="stop")
+    parts, job = _parts([Piece("Hello"), Piece(" there"), Finished(result)])
+    assert [(p.text, p.result) for p in parts] == [("Hello", None), (" there", None), ("", result)]
+    assert job.cancelled  # the driver always lets go of the job
+
+
+def test_held_back_text_comes_as_calls_and_a_cut_call_only_where_asked():
+    parts, _ = _parts([Piece('{"name": "now", "arguments": {}}'), Finished(Result(finish_reason="stop"))], TOOLS)
+    assert len(parts) == 1 and parts[0].calls == [ToolCall("now", {})]
+    cut = [Piece('{"name": "now", "argu'), Finished(Result(finish_reason="length"))]
+    assert _parts(cut, TOOLS)[0][-1].calls[0].cut_arguments is not None
+    assert _parts(cut, TOOLS, cut=False)[0][-1].calls == []
+
+
+def test_a_failure_is_raised_as_an_api_error():
+    with pytest.raises(ApiError, match="generation failed: RuntimeError: boom"):
+        _parts([Piece("a"), Failed(RuntimeError("boom"))])
