@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ollama_spec.planning.backends import BackendReport, read_backends
+from ollama_spec.llama.backends import read_backends
+from ollama_spec.planning.backends import BackendReport
 from ollama_spec.planning.devices import CUDA_BUILD_HINT, METAL_BUILD_HINT, Device, present_gpus
 from ollama_spec.config import ollama_var
 from ollama_spec.errors import OllamaSpecError, StoreUnreadable

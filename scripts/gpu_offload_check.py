@@ -16,7 +16,9 @@ import sys
 from ollama_spec.models.gguf_info import format_bytes
 from ollama_spec.planning.memory import plan_memory
 from ollama_spec.models.resolve import resolve_model
-from ollama_spec.llama.model import LoadedModel, LoadSettings, clear_log, gpu_offload_supported, recent_log
+from ollama_spec.llama.backends import cpu_features, discover_devices
+from ollama_spec.llama.log import clear_log, recent_log
+from ollama_spec.llama.model import LoadedModel, LoadSettings, gpu_offload_supported
 
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 BUFFER = re.compile(r"(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")
@@ -44,7 +46,8 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args()
     target, draft = (resolve_model(n, args.models_dir) for n in (args.target, args.draft))
-    plan = plan_memory(target.info, draft.info, args.ctx)
+    devices, notes = discover_devices()
+    plan = plan_memory(target.info, draft.info, args.ctx, devices=devices, notes=notes, features=cpu_features())
     before = gpu_used()
     loaded, ok = [], True
     for role, model, needs in (("target", target, plan.target), ("draft", draft, plan.draft)):

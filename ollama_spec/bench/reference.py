@@ -23,7 +23,8 @@ from ollama_spec.llama.canary import decide_repack
 from ollama_spec.models.compat import load_kv_overrides
 from ollama_spec.errors import ModelLoadError
 from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.llama.model import apply_lora_adapters, choose_flash_attention, default_threads, extra_bufts_default, log_mark
+from ollama_spec.llama.log import log_mark
+from ollama_spec.llama.model import apply_lora_adapters, choose_flash_attention, default_threads, extra_bufts_default
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.runner import Progress, RowTimer, interleaved, sampling_for
 from ollama_spec.bench.samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample

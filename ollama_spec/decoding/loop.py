@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ollama_spec.errors import InferenceError, InvalidSetting
-from ollama_spec.llama.grammar import Grammar, masked_rows
+from ollama_spec.decoding.grammar import TokenGrammar, masked_rows
 from ollama_spec.decoding.k_policy import FixedK, KPolicy, estimate_alpha
-from ollama_spec.planning.memory import N_UBATCH
 from ollama_spec.decoding.penalties import adjusted_rows
 from ollama_spec.decoding.proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, token_logprobs
 from ollama_spec.decoding.verify import verify_greedy, verify_rejection
+from ollama_spec.errors import InferenceError, InvalidSetting
+from ollama_spec.planning.needs import N_UBATCH
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
 DEFAULT_MAX_SPECULATIVE_TOKENS = 16
@@ -114,7 +114,7 @@ def generate_tokens(
     speculation: SpeculationSettings,
     stats: SpeculationStats | None = None,
     policy: KPolicy | None = None,
-    grammar: Grammar | None = None,
+    grammar: TokenGrammar | None = None,
     logprobs: int | None = None,
 ) -> Iterator[Token]:
     """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
@@ -189,7 +189,7 @@ def _token(token: int, from_draft: bool, row: np.ndarray, logprobs: int | None) 
     return Token(token, from_draft, logprob, top)
 
 
-def _advance(grammar: Grammar, tokens: Sequence[int]) -> None:
+def _advance(grammar: TokenGrammar, tokens: Sequence[int]) -> None:
     """Move the grammar past the emitted tokens; verification chose them among the allowed ones, so
     a forbidden one means the grammar allowed nothing at all there."""
     for token in tokens:

@@ -12,10 +12,10 @@ from typing import Protocol
 
 import numpy as np
 
-from ollama_spec.errors import InferenceError
-from ollama_spec.llama.grammar import Grammar
+from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
+from ollama_spec.errors import InferenceError
 
 # What the draft reads in place of a target token it does not have (a padded id): any id works,
 # since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
@@ -55,7 +55,7 @@ class Proposer(Protocol):
 
     def propose(
         self, seq: list[int], k: int, sampling: SamplingSettings, rng: np.random.Generator,
-        keep_drafting: KeepDrafting | None = None, grammar: Grammar | None = None,
+        keep_drafting: KeepDrafting | None = None, grammar: TokenGrammar | None = None,
     ) -> tuple[list[int], np.ndarray | None]:
         """Up to k tokens to follow `seq`, and q: one row per token, or None for one-hot proposals.
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ollama_spec.errors import InvalidSetting
 from ollama_spec.decoding.penalties import Penalties
+from ollama_spec.errors import InvalidSetting
 
 # Ollama's defaults, so a model behaves here as it does under `ollama run`.
 DEFAULT_TEMPERATURE = 0.8

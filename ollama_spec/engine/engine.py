@@ -23,6 +23,8 @@ from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # no
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
 from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama import backends
+from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.canary import decide_repack
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
@@ -64,9 +66,9 @@ class Engine:
     ):
         self.target_model, self.draft_model, self.settings = target, draft, settings
         self.notice = notice  # what a user should hear about while it happens (a calibration's pause)
-        require_usable(target.name, target.info, "target")
+        require_usable(target.name, target.info, "target", llama_cpp_knows)
         if draft is not None:
-            require_usable(draft.name, draft.info, "draft")
+            require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
             require_compatible(target.name, target.info, draft.name, draft.info)
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
@@ -74,9 +76,10 @@ class Engine:
                                                       -1 if settings.target_gpu_layers is None else settings.target_gpu_layers)
         self.placement = settings.placement
         if settings.memory_check:
+            devices, notes = backends.discover_devices()
             plan = plan_memory(target.loaded_info, draft.loaded_info if draft else None, settings.n_ctx,
-                               settings.kv_type,
-                               repack=self.repack.enabled,
+                               settings.kv_type, devices, notes=notes,
+                               repack=self.repack.enabled, features=backends.cpu_features(),
                                flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
                                tensor_split=self.placement.tensor_split,
                                remote=remote_devices(self.placement.rpc_servers), main_device=self.placement.main_device)

@@ -18,9 +18,9 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from ollama_spec.config import cache_dir
 from ollama_spec.decoding.k_policy import MARGIN_EDGES, StepCosts
 from ollama_spec.decoding.proposers import Model
-from ollama_spec.config import cache_dir
 
 CALIBRATION_REPEATS = 5
 CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a typical mid-answer position

@@ -25,9 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ollama_spec.errors import InvalidSetting
-from ollama_spec.planning.repack import cpu_features, has_extra_buffers
 from ollama_spec.config import cache_dir
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.backends import cpu_features
+from ollama_spec.planning.repack import has_extra_buffers
 
 ENV_VAR = "OLLAMA_SPEC_REPACK"
 TIMEOUT_S = 120.0

@@ -6,8 +6,9 @@ write under the same grammar (greedy: the best allowed token; sampling: the targ
 over the allowed tokens). The draft drafts under a copy of the grammar, so its proposals stay
 acceptable; its copy is thrown away after each step.
 
-This is a second narrow seam to llama.cpp (beside `runtime`, which creates the sampler): llama.cpp's
-grammar sampler, which parses GBNF and knows which token texts a grammar state allows.
+This is a second narrow seam to llama.cpp (beside `model`): llama.cpp's grammar sampler, which
+parses GBNF and knows which token texts a grammar state allows. `Grammar` is what decoding/grammar's
+TokenGrammar asks for; the loop sees nothing else of it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.json_schema import JSON_OBJECT_GBNF, json_schema_to_gbnf
-from ollama_spec.llama.model import new_grammar_sampler
+from ollama_spec.llama.log import last_error, log_mark
 
 # llama_token_data, as numpy sees it: the whole vocabulary is handed to the grammar in one call.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
@@ -38,6 +39,16 @@ def grammar_for_json(schema: Any = None) -> str:
         return json_schema_to_gbnf(schema)
     except Exception as exc:  # the converter raises bare errors (KeyError, ValueError, ...) on schemas it cannot do
         raise InvalidSetting(f"cannot constrain the output to this JSON schema: {type(exc).__name__}: {exc}") from None
+
+
+def new_grammar_sampler(vocab: Any, gbnf: str) -> Any:
+    """llama.cpp's grammar sampler for `gbnf` over `vocab`; InvalidSetting with llama.cpp's reason when
+    it cannot parse the grammar."""
+    mark = log_mark()
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
+    if not sampler:
+        raise InvalidSetting(f"the output grammar is not valid GBNF: {last_error(mark) or 'llama.cpp refused it'}")
+    return sampler
 
 
 class Grammar:
@@ -99,23 +110,3 @@ class Grammar:
             data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=data.size, selected=-1,
             sorted=False)
         llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
-
-
-def masked_rows(grammar: Grammar, drafted: list[int], logits: np.ndarray, *, greedy: bool) -> np.ndarray:
-    """The verify rows as the grammar sees them: row i masked by the grammar after drafted[:i].
-
-    Rows past the first drafted token the grammar forbids are left as they are: that token has
-    probability 0 under the mask, so verification rejects it and never reads further. Greedy rows
-    whose best token is allowed need no mask (their argmax is the same)."""
-    rows = logits.copy()
-    state = grammar.copy()
-    try:
-        for i in range(len(rows)):
-            if not greedy or not state.allows(int(rows[i].argmax())):
-                rows[i] = state.mask(rows[i])
-            if i == len(drafted) or not state.allows(drafted[i]):
-                break
-            state.accept(drafted[i])
-    finally:
-        state.close()
-    return rows

@@ -9,12 +9,8 @@ speculative loop needs exactly the K+1 verify rows and nothing more.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import re
-import sys
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,42 +21,11 @@ import numpy as np
 import psutil
 from llama_cpp._internals import LlamaContext, LlamaModel
 
-from ollama_spec.llama import rpc
-from ollama_spec.planning.backends import has_local_gpu, local_gpus
 from ollama_spec.errors import ContextFull, InferenceError, InvalidSetting, ModelLoadError
+from ollama_spec.llama import rpc
+from ollama_spec.llama.backends import has_local_gpu, local_gpus
+from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.planning.placement import Placement
-
-_LOG_LINES: deque[str] = deque(maxlen=2000)
-_VERBOSE = False
-_LOGGED = 0  # lines ever logged, so a load can find the lines it caused
-
-
-@llama_cpp.llama_log_callback
-def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    global _LOGGED
-    line = text.decode("utf-8", errors="replace")
-    _LOG_LINES.append(line)
-    _LOGGED += 1
-    if _VERBOSE:
-        print(line, end="", file=sys.stderr, flush=True)
-
-
-llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-
-
-def set_verbose(verbose: bool) -> None:
-    """Show llama.cpp's own log on stderr (it is always recorded for `recent_log`)."""
-    global _VERBOSE
-    _VERBOSE = verbose
-
-
-def recent_log() -> list[str]:
-    """llama.cpp's recent log lines (allocation sizes, warnings), oldest first."""
-    return list(_LOG_LINES)
-
-
-def clear_log() -> None:
-    _LOG_LINES.clear()
 
 
 def default_threads() -> int:
@@ -90,22 +55,6 @@ def extra_bufts_default(enabled: bool) -> Iterator[None]:
         yield
     finally:
         bindings.llama_model_default_params = original
-
-
-@functools.lru_cache(maxsize=64)
-def llama_cpp_knows(name: str) -> bool:
-    """Does this llama.cpp know `name` as an architecture, tokenizer or pre-tokenizer?
-
-    llama.cpp has no call that lists them; their names are C strings compiled into libllama
-    (its LLM_ARCH_NAMES table, the literals its vocabulary loader compares with), so we look
-    for the name there. A name that happens to occur for another reason only defers the
-    refusal to llama.cpp's own load error.
-    """
-    try:
-        library = Path(llama_cpp.llama_cpp._lib._name).read_bytes()
-    except (AttributeError, OSError):
-        return True  # cannot tell: let llama.cpp decide at load
-    return bool(name) and "\0" not in name and name.encode("utf-8", "replace") + b"\0" in library
 
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
@@ -158,7 +107,7 @@ class LoadedModel:
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings()):
         self.path = Path(path)
         self.settings = settings
-        mark = _LOGGED
+        mark = log_mark()
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
         model_params.use_extra_bufts = settings.use_extra_bufts
@@ -167,9 +116,9 @@ class LoadedModel:
         if self._overrides is not None:
             model_params.kv_overrides = self._overrides
         try:
-            self._model = LlamaModel(path_model=str(self.path), params=model_params, verbose=_VERBOSE)
+            self._model = LlamaModel(path_model=str(self.path), params=model_params, verbose=is_verbose())
         except ValueError as exc:
-            raise ModelLoadError(f"llama.cpp could not load {self.path}: {_last_error(mark) or exc}") from None
+            raise ModelLoadError(f"llama.cpp could not load {self.path}: {last_error(mark) or exc}") from None
         threads = settings.n_threads or default_threads()
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = settings.n_ctx
@@ -191,12 +140,12 @@ class LoadedModel:
                 raise InvalidSetting(f"--kv-type {settings.kv_type} needs flash attention: drop --flash-attn off")
             ctx_params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
         try:
-            self._ctx = LlamaContext(model=self._model, params=ctx_params, verbose=_VERBOSE)
+            self._ctx = LlamaContext(model=self._model, params=ctx_params, verbose=is_verbose())
         except ValueError:
             self._model.close()
             raise ModelLoadError(
                 f"llama.cpp could not create a {settings.n_ctx}-token context for {self.path}: "
-                f"{_last_error(mark) or 'out of memory?'}"
+                f"{last_error(mark) or 'out of memory?'}"
             ) from None
         try:  # the LoRA adapters' llama.cpp handles, which a second context on the same weights sets too
             self.adapters = apply_lora_adapters(self._model.model, self._ctx.ctx, settings.lora_adapters, mark,
@@ -395,7 +344,7 @@ def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str
             adapter = llama_cpp.llama_adapter_lora_init(model, str(path).encode())
             if not adapter:
                 raise ModelLoadError(f"llama.cpp could not apply the LoRA adapter {Path(path).name} to {owner}: "
-                                     f"{_last_error(mark) or 'not an adapter for this model'}")
+                                     f"{last_error(mark) or 'not an adapter for this model'}")
             adapters.append(adapter)
         if adapters and set_lora_adapters(ctx, adapters) != 0:
             raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
@@ -411,11 +360,6 @@ def set_lora_adapters(ctx, adapters: Sequence) -> int:
     array = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
     scales = (ctypes.c_float * len(adapters))(*[1.0] * len(adapters))
     return llama_cpp.llama_set_adapters_lora(ctx, array, len(adapters), scales)
-
-
-def log_mark() -> int:
-    """How many lines llama.cpp has logged so far: errors after it are the ones a call caused."""
-    return _LOGGED
 
 
 def _apply_placement(model_params, placement: Placement) -> tuple:
@@ -441,25 +385,6 @@ def _apply_placement(model_params, placement: Placement) -> tuple:
         model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
         arrays.append(devices)
     return tuple(arrays)
-
-
-def new_grammar_sampler(vocab, gbnf: str):
-    """llama.cpp's grammar sampler for `gbnf` over `vocab`; InvalidSetting with llama.cpp's reason when
-    it cannot parse the grammar."""
-    mark = _LOGGED
-    sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
-    if not sampler:
-        raise InvalidSetting(f"the output grammar is not valid GBNF: {_last_error(mark) or 'llama.cpp refused it'}")
-    return sampler
-
-
-def _last_error(mark: int) -> str | None:
-    """The most telling error llama.cpp logged since `mark` ("unknown model architecture: ...")."""
-    recent = list(_LOG_LINES)[max(len(_LOG_LINES) - (_LOGGED - mark), 0) :]
-    errors = [line.strip() for line in recent if "error" in line.lower() or "failed" in line.lower()]
-    specific = [line for line in errors if "error loading model" in line]
-    line = (specific or errors or [None])[-1]
-    return re.sub(r"^\w+: ", "", line) if line else None  # drop llama.cpp's function-name prefix
 
 
 def _kv_override_array(overrides):

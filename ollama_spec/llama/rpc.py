@@ -29,9 +29,10 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from ollama_spec.planning.backends import BackendDevice, describe_device, ggml
-from ollama_spec.planning.devices import Device, rpc_device
 from ollama_spec.errors import InvalidSetting, RpcUnavailable
+from ollama_spec.llama.backends import describe_device, ggml
+from ollama_spec.planning.backends import BackendDevice
+from ollama_spec.planning.devices import Device, rpc_device
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server default
 CONNECT_TIMEOUT = 5.0  # seconds for the connect and for the HELLO answer

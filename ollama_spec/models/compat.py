@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ollama_spec.models.architectures import has_recurrent_state, is_recurrent
 from ollama_spec.errors import IncompatibleDraft
+from ollama_spec.models.architectures import has_recurrent_state, is_recurrent
 from ollama_spec.models.gguf_info import ModelInfo
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE

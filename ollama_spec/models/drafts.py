@@ -9,10 +9,11 @@ rarely pays, and a much smaller one agrees with the target less often.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ollama_spec.models.compat import MAX_VOCAB_SIZE_DIFFERENCE, check_compatibility
 from ollama_spec.errors import OllamaSpecError
+from ollama_spec.models.compat import MAX_VOCAB_SIZE_DIFFERENCE, check_compatibility
 from ollama_spec.models.gguf_info import ModelInfo
 from ollama_spec.models.store import Store, StoredModel
 from ollama_spec.models.usable import usability_problems
@@ -54,8 +55,9 @@ def size_note(ratio: float) -> str | None:
     return None
 
 
-def find_drafts(store: Store, target: ModelInfo) -> list[DraftCandidate]:
-    """The store's models that can draft for `target` (llama.cpp's rules), smallest first."""
+def find_drafts(store: Store, target: ModelInfo, knows: Callable[[str], bool]) -> list[DraftCandidate]:
+    """The store's models that can draft for `target` (llama.cpp's rules), smallest first; `knows`: as
+    usable.usability_problems takes it."""
     candidates = []
     for model in store.models():
         if not isinstance(model, StoredModel) or model.layer("adapter") is not None:
@@ -67,7 +69,7 @@ def find_drafts(store: Store, target: ModelInfo) -> list[DraftCandidate]:
             info = model.model_info()
         except OllamaSpecError:
             continue
-        if usability_problems(info) or not check_compatibility(target, info).ok:
+        if usability_problems(info, knows) or not check_compatibility(target, info).ok:
             continue
         candidates.append(DraftCandidate(model.name, info, target.file_size / max(info.file_size, 1)))
     return sorted(candidates, key=lambda c: (c.info.file_size, c.name))

@@ -15,7 +15,15 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from ollama_spec.errors import CorruptGGUF
-from ollama_spec.models.gguf_header import GGUF_MAGIC, MAX_LAYERS, TOKENS_KEY, GGUFHeader, RawTensor, SkippedArray, read_header
+from ollama_spec.models.gguf_header import (
+    GGUF_MAGIC,
+    MAX_LAYERS,
+    TOKENS_KEY,
+    GGUFHeader,
+    RawTensor,
+    SkippedArray,
+    read_header,
+)
 from ollama_spec.models.vocab_defaults import forces_add_bos, vocab_defaults
 
 __all__ = ["GGUF_MAGIC", "TOKENS_KEY", "ModelInfo", "TensorInfo", "format_bytes", "format_count", "is_gguf",

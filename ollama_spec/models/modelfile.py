@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ollama_spec.prompting.messages import ChatMessage
-from ollama_spec.errors import InvalidSetting
+from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.penalties import MIN_REPEAT_PENALTY, Penalties
 from ollama_spec.decoding.sampling import SamplingSettings
-from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.prompting.messages import ChatMessage
 
 # Shipped presets live inside the package (installed as package data); `modelfiles/` at the top of
 # the checkout links here.

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidManifest, ModelNotFound, NotGGUF, OllamaSpecError, UnusableModel
 from ollama_spec.models.gguf_header import shown
 from ollama_spec.models.gguf_info import ModelInfo, read_model_info
 from ollama_spec.models.store import Store, StoredModel, blob_path, find_store_root
+from ollama_spec.prompting.messages import ChatMessage
 
 # A blob's own file name, as `show` prints it: given with a folder, it is a path, not a model name.
 _BLOB_FILE = re.compile(r"sha256[-:][0-9a-f]{64}")

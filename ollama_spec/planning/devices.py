@@ -1,7 +1,8 @@
 """Where models can go: NVIDIA GPUs (nvidia-ml-py), Apple unified memory, CPU RAM (psutil).
 
-`discover_devices` never raises: a missing driver, library or GPU just means fewer devices, and
-the notes say why in words a user can act on.
+`find_devices` never raises: a missing driver, library or GPU just means fewer devices, and
+the notes say why in words a user can act on. Whether the llama.cpp build can use a GPU is the
+caller's to say (llama/backends.discover_devices asks the installed one).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ METAL_BUILD_HINT = 'CMAKE_ARGS="-DGGML_METAL=on" pip install --force-reinstall -
 # "rpc": a device of an RPC server on another machine (whatever it is there, llama.cpp offloads
 # layers to it as to a GPU)
 GPU_KINDS = ("cuda", "metal", "rpc")
-CPU_PLAN_NOTE = "planning for CPU RAM"  # ends discover_devices' note when no GPU can be used
+CPU_PLAN_NOTE = "planning for CPU RAM"  # ends find_devices' note when no GPU can be used
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,11 @@ def system_ram(total_gib: float, free_gib: float | None = None) -> Device:
     return Device("CPU RAM", "cpu", total, total if free_gib is None else int(free_gib * GIB))
 
 
-def discover_devices() -> tuple[list[Device], list[str]]:
-    """This machine's devices llama-cpp-python can use (GPUs first, RAM last) and notes on why."""
+def find_devices(offload: bool) -> tuple[list[Device], list[str]]:
+    """This machine's devices (GPUs first, RAM last) for a llama.cpp build that can (`offload`) or
+    cannot put layers on its GPUs, and notes on why a GPU is left out."""
     notes: list[str] = []
     gpus = _nvidia_gpus(notes) + _apple_gpu()
-    offload = _gpu_offload_supported()
     if gpus and not offload:
         notes.append(unused_gpu_note(gpus))
         gpus = []
@@ -100,20 +101,6 @@ def unused_gpu_note(gpus: list[Device]) -> str:
     hint = CUDA_BUILD_HINT if gpus[0].kind == "cuda" else METAL_BUILD_HINT
     return (f"llama-cpp-python was built without GPU support, so the {kinds} found here is not used "
             f"and the plan is for CPU RAM; rebuild it with: {hint}")
-
-
-def unused_gpu_warning() -> str | None:
-    """unused_gpu_note for this machine, or None when there is no GPU or the build can use it."""
-    gpus = present_gpus()
-    return unused_gpu_note(gpus) if gpus and not _gpu_offload_supported() else None
-
-
-def _gpu_offload_supported() -> bool:
-    try:
-        from ollama_spec.llama import model as runtime  # imports llama_cpp: only when a real machine is being planned for
-    except (ImportError, OSError, RuntimeError):  # a broken llama-cpp-python: plan for the CPU, loading will say more
-        return False
-    return runtime.gpu_offload_supported()
 
 
 def _nvidia_gpus(notes: list[str]) -> list[Device]:

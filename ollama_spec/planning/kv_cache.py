@@ -12,8 +12,14 @@ llama.cpp's rules (llama-cpp-python 0.3.36's vendored source):
 
 from __future__ import annotations
 
-from ollama_spec.models.architectures import DEFAULT_WINDOWS, WINDOW_CACHE_PATTERNS, is_hybrid, is_recurrent, takes_window_cache
 from ollama_spec.errors import CorruptGGUF
+from ollama_spec.models.architectures import (
+    DEFAULT_WINDOWS,
+    WINDOW_CACHE_PATTERNS,
+    is_hybrid,
+    is_recurrent,
+    takes_window_cache,
+)
 from ollama_spec.models.gguf_info import ModelInfo
 
 # bytes per block, values per block (ggml's f16, q8_0 and q4_0)

@@ -1,16 +1,8 @@
 """Will the target, the draft and their KV caches fit, and what to change if they don't.
 
-Sizes come from GGUF headers only, with llama.cpp's own rules:
-- weights: under full offload every tensor goes to the GPU except `token_embd`, which llama.cpp
-  always keeps on the CPU; a model with tied embeddings gets a GPU copy of it as its output matrix.
-  Where weights stay on the CPU, llama.cpp may also keep a repacked copy of them (repack.py).
-- caches: kv_cache.py (a per-token KV cache for attention layers, a fixed recurrent state for
-  Mamba/RWKV layers); the context is padded to 256 cells.
-- compute buffer: what ggml's allocator reserves for the worst-case ubatch of T = min(ctx, 512)
-  tokens with flash attention (llama.cpp's `auto` picks it on CUDA, Metal and CPU). Its peak is
-  either inside a layer (the f16 attention mask, 3 ff-wide and 4 embedding-wide activations) or
-  at the output (T x vocab logits): T x 4 x max(3 ff + 4 embd + ctx/2, vocab + 2 embd), measured
-  against llama.cpp's logged sizes in tests/test_memory.py.
+What each model needs comes from needs.py (its GGUF header, llama.cpp's rules); here it is
+placed on the devices given: the draft on this machine's GPUs first, the target's layers split
+over what is left, the verdict, and the settings that would make a pair fit.
 """
 
 from __future__ import annotations
@@ -18,100 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ollama_spec.planning.devices import CPU_PLAN_NOTE, Device, discover_devices
-from ollama_spec.errors import CorruptGGUF, InsufficientMemory, InvalidSetting
+from ollama_spec.errors import InsufficientMemory, InvalidSetting
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes
-from ollama_spec.planning.kv_cache import (
-    CTX_PAD,
-    KV_TYPES,
-    check_cache_shape,
-    has_sliding_window,
-    kv_cache_bytes,
-    kv_type_problem,
-    layer_kv_widths,
-    padded,
-    recurrent_layers,
-    recurrent_state_bytes,
-    window_cache_cells,
-)
-from ollama_spec.planning.repack import cpu_features, repacked_bytes
+from ollama_spec.planning.devices import CPU_PLAN_NOTE, Device
+from ollama_spec.planning.kv_cache import CTX_PAD, KV_TYPES, check_cache_shape, kv_type_problem
+from ollama_spec.planning.needs import ModelNeeds, model_needs
 
-N_UBATCH = 512  # llama.cpp's default n_ubatch, and runtime.LoadSettings' n_batch
-OUTPUT_ROWS = 16  # logits rows the speculative loop reads per step (K + 1), kept in RAM
 FULL_OFFLOAD, PARTIAL_OFFLOAD, CPU_ONLY, DOES_NOT_FIT = "full_offload", "partial_offload", "cpu_only", "does_not_fit"
-
-
-@dataclass(frozen=True)
-class ModelNeeds:
-    """What one model needs at one context size; bytes."""
-
-    name: str
-    n_layer: int
-    weights: int  # on the GPU under full offload
-    host_weights: int  # token embeddings: in RAM even under full offload
-    file_weights: int  # every tensor, as a CPU-only load maps them
-    kv: int  # the KV cache of the attention layers plus the recurrent state (`recurrent`) of the others
-    compute: int
-    host_compute: int  # llama.cpp's host-side compute buffer when the model is on a GPU
-    output_buffer: int
-    layer_weights: tuple[int, ...]
-    output_weights: int
-    largest_layer_tensor: int
-    # llama.cpp's repacked second copy (AMX, CPU_REPACK) of the matrices kept on the CPU
-    layer_repacked: tuple[int, ...] = ()
-    output_repacked: int = 0
-    recurrent: int = 0
-    window_cells: int = 0  # a sliding-window target's window layers cache this many tokens, not the context
-
-    @property
-    def repacked(self) -> int:
-        """The repacked copy of every layer and the output, when the whole model is on the CPU."""
-        return sum(self.layer_repacked) + self.output_repacked
-
-    @property
-    def gpu_total(self) -> int:
-        return self.weights + self.kv + self.compute
-
-    @property
-    def cpu_total(self) -> int:
-        return self.file_weights + self.repacked + self.kv + self.compute + self.output_buffer
-
-    def split(self, n_gpu_layers: int, n_gpus: int) -> tuple[int, int]:
-        """(GPU bytes, RAM bytes) with llama.cpp's n_gpu_layers (placement: gpu_weights)."""
-        if n_gpu_layers > self.n_layer:
-            gpu = self.gpu_total + self.compute * (n_gpus - 1)  # each GPU reserves its own compute buffer
-            return gpu, self.host_weights + self.host_compute + self.output_buffer
-        n_gpu_layers = max(n_gpu_layers, 0)
-        gpu_kv = self.kv // self.n_layer * max(n_gpu_layers - 1, 0)
-        gpu_weights = self.gpu_weights(n_gpu_layers)
-        # Layers on the CPU need a CPU compute buffer, and for big batches llama.cpp copies their
-        # weights to the GPU one matrix at a time (op offload): room for the largest one.
-        gpu = gpu_weights + gpu_kv + self.compute * n_gpus + self.largest_layer_tensor
-        host = (self.host_weights + sum(self.layer_weights) + self.output_weights - gpu_weights + self.kv - gpu_kv
-                + self.cpu_repacked(n_gpu_layers) + self.compute + self.output_buffer)
-        return gpu, host
-
-    def gpu_weights(self, n_gpu_layers: int) -> int:
-        """Weights on the GPU with this n_gpu_layers, placed as llama.cpp's load_tensors does: layer
-        il (0..n_layer, n_layer being the output layer) goes to the GPU when il >= n_layer + 1 -
-        n_gpu_layers. So 1 offloads the output layer alone, and each more adds the last repeating layer
-        still on the CPU; token_embd never moves."""
-        n_gpu_layers = min(max(n_gpu_layers, 0), self.n_layer + 1)
-        repeating = self.layer_weights[self.n_layer - max(n_gpu_layers - 1, 0):]
-        return sum(repeating) + (self.output_weights if n_gpu_layers else 0)
-
-    def cpu_repacked(self, n_gpu_layers: int) -> int:
-        """The repacked copy of what stays on the CPU with this n_gpu_layers (see split)."""
-        if n_gpu_layers > self.n_layer:
-            return 0
-        n_cpu_layers = self.n_layer - max(n_gpu_layers - 1, 0)
-        return sum(self.layer_repacked[:n_cpu_layers]) + (0 if n_gpu_layers > 0 else self.output_repacked)
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "layers": self.n_layer, "weights": self.weights,
-                "host_weights": self.host_weights, "file_weights": self.file_weights, "kv_cache": self.kv,
-                "compute": self.compute, "repacked": self.repacked, "gpu_total": self.gpu_total,
-                "cpu_total": self.cpu_total, **({"window_cells": self.window_cells} if self.window_cells else {})}
 
 
 @dataclass(frozen=True)
@@ -208,78 +113,17 @@ class MemoryPlan:
         }
 
 
-def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
-                repack_features: frozenset[str] = frozenset(), *, flash_attention: bool = True,
-                window_cache: bool = False) -> ModelNeeds:
-    """Weights, KV cache and compute buffers of one model at one context size.
-
-    `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
-    empty when they are off or the CPU layers' weights cannot go there. `window_cache`: loaded as
-    the engine loads a target, a sliding-window model's window layers cache only the window.
-    """
-    check_cache_shape(info)
-    n_layer = info.block_count
-    d, vocab = info.embedding_length, info.vocab_size
-    attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
-    ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
-    if not d or not ff or not vocab:
-        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
-    layers, repacked = [0] * n_layer, [0] * n_layer
-    largest = host = output = output_repacked = 0
-    tied = not any(t.name == "output.weight" for t in info.tensors)
-    for tensor in info.tensors:
-        parts = tensor.name.split(".")
-        if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < n_layer:
-            layers[int(parts[1])] += tensor.n_bytes
-            repacked[int(parts[1])] += repacked_bytes(tensor, repack_features)
-            largest = max(largest, tensor.n_bytes)
-        elif tensor.name == "token_embd.weight":
-            host += tensor.n_bytes
-            # tied embeddings: llama.cpp loads token_embd again as the output matrix (and may repack that)
-            output_repacked += repacked_bytes(tensor, repack_features, as_output=True) if tied else 0
-        else:
-            output += tensor.n_bytes
-            output_repacked += repacked_bytes(tensor, repack_features)
-    if tied:
-        output += host  # llama.cpp duplicates token_embd as the GPU output matrix
-    ctx, tokens = padded(n_ctx), min(padded(n_ctx), N_UBATCH)
-    # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
-    # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
-    inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
-    # A sliding-window model's graph holds two masks, the global layers' and the window layers'.
-    masks = 2 if has_sliding_window(info) else 1
-    widths = [3 * ff + 4 * d + masks * ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
-              vocab + (3 if recurrent else 2) * d]
-    if attention and not flash_attention:
-        # Without flash attention the f32 scores of every head and f32 masks are materialised
-        # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
-        widths.append(((info.head_count or 0) + masks) * ctx + 5 * d
-                      + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8)
-    compute = tokens * 4 * max(widths)
-    state = recurrent_state_bytes(info)
-    kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH)
-    window_cells = (window_cache_cells(info, n_ctx, N_UBATCH) or 0) if window_cache else 0
-    return ModelNeeds(
-        name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
-        file_weights=info.tensor_bytes, kv=kv + state, recurrent=state,
-        window_cells=window_cells,
-        compute=compute,
-        host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
-        layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,
-        layer_repacked=tuple(repacked), output_repacked=output_repacked,
-    )
-
-
 def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str = "f16",
-                devices: Sequence[Device] | None = None, *, repack: bool = True,
-                features: frozenset[str] | None = None, flash_attention: bool | None = None,
+                devices: Sequence[Device] = (), *, notes: Sequence[str] = (), repack: bool = True,
+                features: frozenset[str] = frozenset(), flash_attention: bool | None = None,
                 tensor_split: tuple[float, ...] = (), remote: Sequence[Device] = (),
                 main_device: int | None = None) -> MemoryPlan:
-    """Plan where the target (and draft) go; `devices` defaults to this machine's (GPUs, then RAM).
+    """Plan where the target (and draft) go on `devices` (GPUs, then RAM: llama/backends.discover_devices
+    finds this machine's, and the `notes` it gives pass on as warnings).
 
     `repack`: whether the models load with llama.cpp's extra CPU buffers (canary.decide_repack);
-    then the repacked copy of CPU weights is counted, by what llama.cpp reports of this machine's
-    CPU (`features`, repack.cpu_features()) unless other features are given. `flash_attention`
+    then the repacked copy of CPU weights is counted, by the CPU `features` llama.cpp reports
+    (llama/backends.cpu_features for this machine). `flash_attention`
     None plans what "auto" does: on with a GPU, off where only the CPU runs the models.
     `tensor_split`: each offload device's share of the target (--tensor-split); () splits by the
     memory left once the draft is on this machine's GPUs, and the plan says that split.
@@ -288,9 +132,7 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
     """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
-    notes: list[str] = []
-    if devices is None:
-        devices, notes = discover_devices()
+    notes = list(notes)
     if remote:  # the target is planned onto the servers: "no GPU here" is not the whole story
         notes = [note for note in notes if not note.endswith(CPU_PLAN_NOTE)]
     devices = (*remote, *devices)  # llama.cpp's order: RPC servers' devices first
@@ -313,7 +155,7 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
         "output quality may drop past it"
         for m in models if m.context_length and n_ctx > m.context_length
     ]
-    features = (cpu_features() if features is None else features) if repack else frozenset()
+    features = features if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
         flash_attention = kv_type != "f16" or any(d.is_gpu and not d.is_remote for d in devices)
     plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features, flash_attention, tensor_split)

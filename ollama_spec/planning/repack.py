@@ -7,12 +7,10 @@ llama.cpp of llama-cpp-python 0.3.36 (ggml/src/ggml-cpu: `ggml_repack_get_optima
 in repack.cpp, `qtype_has_amx_kernels` and the AMX `supports_op` in amx/, the buffer order in
 `ggml_backend_cpu_get_extra_buffer_types`: AMX first, then CPU_REPACK). The CPU features are
 what llama.cpp itself reports (`llama_print_system_info`), so they match the build, not just
-the chip.
+the chip (llama/backends.cpu_features reads them).
 """
 
 from __future__ import annotations
-
-from functools import lru_cache
 
 from ollama_spec.models.gguf_info import TensorInfo
 
@@ -25,21 +23,8 @@ _AMX_BLOCK = {"Q4_0": (32, 18, 0), "Q4_1": (32, 20, 0), "Q8_0": (32, 34, 4), "Q4
 _AMX_TILE_N2 = 32  # the AMX kernel wants output rows in multiples of 2 x TILE_N
 
 
-def cpu_features() -> frozenset[str]:
-    """The CPU features llama.cpp was built with and found ("AVX2", "REPACK", "AMX_INT8", "SVE_CNT=32", ...)."""
-    return _features_from_system_info(_system_info())
-
-
-@lru_cache(maxsize=1)
-def _system_info() -> str:
-    try:
-        import llama_cpp  # only when this machine is asked about
-    except (ImportError, OSError, RuntimeError):  # a broken install: loading will say more
-        return ""
-    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
-
-
-def _features_from_system_info(text: str) -> frozenset[str]:
+def features_from_system_info(text: str) -> frozenset[str]:
+    """The features in llama.cpp's system info line ("CPU : SSE3 = 1 | AVX2 = 1 | ..."), as cpu_features gives them."""
     features = set()
     for part in text.replace("\n", "|").split("|"):
         name, _, value = part.rpartition("=")

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from ollama_spec.planning import memory
+from ollama_spec.llama import backends
 from ollama_spec.planning.devices import CUDA_RESERVE, GIB, MIB, Device, nvidia_gpu, system_ram
 from ollama_spec.models.gguf_info import format_bytes
 
@@ -11,8 +11,8 @@ from ollama_spec.models.gguf_info import format_bytes
 def machine(monkeypatch):
     """Plan for the devices and CPU a test sets, never for the machine the tests run on."""
     devices: list[Device] = [nvidia_gpu(8), system_ram(32)]
-    monkeypatch.setattr(memory, "discover_devices", lambda: (list(devices), []))
-    monkeypatch.setattr(memory, "cpu_features", lambda: frozenset())
+    monkeypatch.setattr(backends, "discover_devices", lambda: (list(devices), []))
+    monkeypatch.setattr(backends, "cpu_features", lambda: frozenset())
     monkeypatch.setenv("OLLAMA_SPEC_REPACK", "1")  # no canary run: these tests are about the plan
     return devices
 
@@ -58,7 +58,7 @@ def test_does_not_fit_exits_1_with_the_verdict(invoke, tiny_store, machine):
 
 def test_no_gpu_plans_for_ram_and_says_why(invoke, tiny_store, monkeypatch, machine):
     note = "no GPU found: planning for CPU RAM"
-    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(16)], [note]))
+    monkeypatch.setattr(backends, "discover_devices", lambda: ([system_ram(16)], [note]))
     result = invoke("check", "tiny-target", "--models-dir", tiny_store)
     assert result.exit_code == 0
     assert result.stdout.splitlines()[-1] == "verdict: fits in CPU RAM: 43.6 MiB of 16.0 GiB available (no GPU used)"
@@ -84,7 +84,7 @@ def test_layer_split_for_a_70b_shape(invoke, sparse_dir, machine):
 
 def test_repacked_copy_is_counted_and_said(invoke, tiny_store, machine, monkeypatch):
     machine[:] = [system_ram(16)]
-    monkeypatch.setattr(memory, "cpu_features", lambda: frozenset({"AVX2", "REPACK"}))
+    monkeypatch.setattr(backends, "cpu_features", lambda: frozenset({"AVX2", "REPACK"}))
     q4 = invoke("check", "tiny-target:q4_0", "--ctx", "512", "--models-dir", tiny_store)
     assert q4.exit_code == 0
     # every layer matrix and the output matrix: 213,568 - 512 x 64 embeddings - 9 x 64 norms values, Q4_0
@@ -174,8 +174,8 @@ def test_no_gpu_warning_is_dropped_when_rpc_servers_take_the_target(invoke, tiny
     from ollama_spec.cli import check as check_module
     from ollama_spec.planning.devices import rpc_device
 
-    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(16)], ["no GPU found: planning for CPU RAM"]))
-    monkeypatch.setattr(memory, "cpu_features", lambda: frozenset())
+    monkeypatch.setattr(backends, "discover_devices", lambda: ([system_ram(16)], ["no GPU found: planning for CPU RAM"]))
+    monkeypatch.setattr(backends, "cpu_features", lambda: frozenset())
     monkeypatch.setattr(check_module, "remote_devices",
                         lambda servers: (rpc_device("RPC0", servers[0], 8 * GIB, 8 * GIB),) if servers else ())
     result = invoke("check", "tiny-target", "-d", "tiny-draft", "--rpc", "10.0.0.2:50052", "--models-dir", tiny_store)

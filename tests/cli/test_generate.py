@@ -130,13 +130,13 @@ def test_compare_needs_a_draft(invoke, tiny_store):
 
 def test_memory_check_refuses_what_cannot_fit_before_loading(invoke, tiny_store, monkeypatch):
     from ollama_spec.engine import engine
-    from ollama_spec.planning import memory
+    from ollama_spec.llama import backends
     from ollama_spec.planning.devices import system_ram
 
     loads = []
     real_load = engine.Engine._load
     monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
-    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(0.001, free_gib=0.0001)], []))
+    monkeypatch.setattr(backends, "discover_devices", lambda: ([system_ram(0.001, free_gib=0.0001)], []))
     result = invoke("generate", "tiny-target", "hi", "-d", "tiny-draft", "--models-dir", tiny_store)
     assert result.exit_code == 1 and loads == []
     assert result.output.startswith("Error: ") and "fit" in result.output
@@ -240,12 +240,12 @@ def partial_offload_gpu(tiny_models, n_ctx):
 
 
 def test_generate_applies_the_memory_plans_layer_split(invoke, tiny_store, tiny_models, loads, monkeypatch):
-    from ollama_spec.planning import memory
+    from ollama_spec.llama import backends
 
     devices, plan = partial_offload_gpu(tiny_models, 2048)
     assert 0 < plan.gpu_layers < plan.target_layer_count
     looked = []
-    monkeypatch.setattr(memory, "discover_devices", lambda: looked.append(1) or (list(devices), []))
+    monkeypatch.setattr(backends, "discover_devices", lambda: looked.append(1) or (list(devices), []))
     args = ("tiny-target", "-d", "tiny-draft", "--ctx", "2048", "--models-dir", tiny_store)
     check = invoke("check", *args, "--json")
     assert json.loads(check.stdout)["gpu_layers"] == plan.gpu_layers  # what `check` tells the user
@@ -258,28 +258,29 @@ def test_generate_applies_the_memory_plans_layer_split(invoke, tiny_store, tiny_
 
 
 def test_a_gpu_layer_flag_or_no_check_overrides_the_plan(invoke, tiny_store, tiny_models, loads, monkeypatch):
-    from ollama_spec.planning import memory
+    from ollama_spec.llama import backends
     from ollama_spec.planning.devices import Device
 
     devices, _ = partial_offload_gpu(tiny_models, 2048)
     looked = []
-    monkeypatch.setattr(memory, "discover_devices", lambda: looked.append(1) or (list(devices), []))
+    monkeypatch.setattr(backends, "discover_devices", lambda: looked.append(1) or (list(devices), []))
     args = ("tiny-target", "hi", "--ctx", "2048", "--threads", "1", "-n", "2", "--models-dir", tiny_store)
     assert invoke("generate", *args, "--n-gpu-layers", "1").exit_code == 0
     assert invoke("generate", *args, "--no-check").exit_code == 0
     assert [settings.n_gpu_layers for _, settings in loads] == [1, -1]
     assert len(looked) == 1  # --no-check does not even look at the devices
     roomy = [Device("big GPU", "cuda", 1 << 30, 1 << 30), *devices[1:]]
-    monkeypatch.setattr(memory, "discover_devices", lambda: (roomy, []))
+    monkeypatch.setattr(backends, "discover_devices", lambda: (roomy, []))
     assert invoke("generate", *args).exit_code == 0
     assert loads[-1][1].n_gpu_layers == -1  # full offload
 
 
 def test_a_gpu_the_build_cannot_use_is_said_once(invoke, tiny_store, monkeypatch):
+    from ollama_spec.llama import backends
     from ollama_spec.planning import devices
 
-    monkeypatch.setattr(devices, "present_gpus", lambda: [devices.nvidia_gpu(24, "GPU 0: RTX 4090")])
-    monkeypatch.setattr(devices, "_gpu_offload_supported", lambda: False)
+    monkeypatch.setattr(backends, "present_gpus", lambda: [devices.nvidia_gpu(24, "GPU 0: RTX 4090")])
+    monkeypatch.setattr(backends, "_gpu_offload_supported", lambda: False)
     result = invoke("generate", "tiny-target", "-d", "tiny-draft", "-n", "4", "-t", "0", "--models-dir", tiny_store,
                     "Hi")
     assert result.exit_code == 0, result.output

@@ -5,9 +5,9 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from ollama_spec.engine.engine import NEAR_TIE_LOGITS, Engine, Request
-from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, generate_tokens
+from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs
+from ollama_spec.engine.engine import NEAR_TIE_LOGITS, Engine, Request
 from tests.conftest import engine_settings
 from tests.distribution import assert_counts_follow
 from tests.greedy import assert_greedy_identical
@@ -403,8 +403,8 @@ def test_padded_target_keeps_its_distribution(padded_engine):
 
 def test_a_cache_that_cannot_be_cut_raises(spec_engine, monkeypatch):
     """Recurrent caches refuse a partial cut (llama.cpp returns false); going on would be wrong."""
-    from ollama_spec.llama import model as runtime
     from ollama_spec.errors import InferenceError
+    from ollama_spec.llama import model as runtime
 
     monkeypatch.setattr(runtime.llama_cpp, "llama_memory_seq_rm", lambda *args: False)
     with pytest.raises(InferenceError, match="cannot cut the cache"):
@@ -429,23 +429,3 @@ def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(tiny_m
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:  # measured costs are cached on disk
         run(engine, PROMPTS[1], max_tokens=20, speculation=auto)
     assert calibrations == [1]
-
-
-REPETITIVE = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. The quick"
-
-
-def test_ngram_lookup_is_exact_and_drafts_from_the_prompt(baseline_engine):
-    expected = run(baseline_engine, REPETITIVE, raw=True, max_tokens=40, ignore_eos=True).tokens
-    for k in (None, 2, 6):
-        result = run(baseline_engine, REPETITIVE, raw=True, max_tokens=40, ignore_eos=True,
-                     speculation=SpeculationSettings(k, proposer="ngram"))
-        assert result.tokens == expected
-        assert result.speculation.drafted > 0
-
-
-def test_ngram_lookup_keeps_the_target_distribution(baseline_engine):
-    from ollama_spec.decoding.proposers import NgramProposer
-
-    sampling = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
-    assert_first_two_tokens_follow_the_target(baseline_engine.target, NgramProposer(), sampling,
-                                              SpeculationSettings(3), prompt=REPETITIVE)

@@ -108,6 +108,7 @@ def test_quantized_kv_cache_is_allocated_as_asked(tmp_path):
     """--kv-type reaches llama.cpp: the logged KV buffer shrinks to q8_0's 34 bytes per 32 values."""
     import re
 
+    from ollama_spec.llama import log as llama_log
     from ollama_spec.llama import model as runtime
     from ollama_spec.synthetic.models import Architecture, WeightRecipe
 
@@ -118,10 +119,10 @@ def test_quantized_kv_cache_is_allocated_as_asked(tmp_path):
                dtype="F32")
     sizes = {}
     for kv_type in ("f16", "q8_0"):
-        runtime.clear_log()
+        llama_log.clear_log()
         with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=1024, n_threads=1, kv_type=kv_type)) as model:
             model.eval(model.tokenize("hello world", add_bos=True, special=False))
-        line = next(line for line in runtime.recent_log() if "KV buffer size" in line)
+        line = next(line for line in llama_log.recent_log() if "KV buffer size" in line)
         sizes[kv_type] = float(re.search(r"= +([\d.]+) MiB", line).group(1))
     assert sizes["q8_0"] / sizes["f16"] == pytest.approx(34 / 64, rel=0.03)  # the log rounds to 0.01 MiB
 

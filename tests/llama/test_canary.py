@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
+from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama import canary
 from ollama_spec.llama.canary import ENV_VAR, decide_repack
-from ollama_spec.errors import InvalidSetting
 
 REPACKING_CPU = frozenset({"AVX2", "REPACK"})
 
@@ -114,14 +114,14 @@ def test_the_real_canary_decides_and_the_decision_loads(tiny_store):
 
 
 def test_a_failed_canary_is_said_once_and_check_plans_without_the_copy(invoke, tiny_store, monkeypatch):
-    from ollama_spec.planning import memory
+    from ollama_spec.llama import backends
     from ollama_spec.planning.devices import system_ram
 
     crash = FakeRunner(returncode=-11, stdout="")
     monkeypatch.setattr(canary, "_run", crash)
     monkeypatch.setattr(canary, "cpu_features", lambda: REPACKING_CPU)
-    monkeypatch.setattr(memory, "cpu_features", lambda: REPACKING_CPU)
-    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(8)], []))
+    monkeypatch.setattr(backends, "cpu_features", lambda: REPACKING_CPU)
+    monkeypatch.setattr(backends, "discover_devices", lambda: ([system_ram(8)], []))
     first = invoke("check", "tiny-target:q4_0", "--models-dir", tiny_store)
     assert first.exit_code == 0 and "repacked" not in first.stdout
     assert first.stderr == (
@@ -138,20 +138,20 @@ def test_a_failed_canary_is_said_once_and_check_plans_without_the_copy(invoke, t
 def test_the_engine_loads_with_the_decision(repack, tiny_models, tiny_store):
     """use_extra_bufts reaches llama.cpp: its extra buffers appear exactly when repacking is on and the CPU
     repacks Q4_0."""
-    from ollama_spec.llama import model as runtime
     from ollama_spec.engine.engine import Engine
-    from ollama_spec.planning.memory import model_needs
-    from ollama_spec.planning.repack import cpu_features
+    from ollama_spec.llama import log as llama_log
+    from ollama_spec.llama.backends import cpu_features
     from ollama_spec.models.resolve import resolve_model
+    from ollama_spec.planning.needs import model_needs
     from tests.conftest import engine_settings
 
     if repack and not decide_repack().enabled:
         pytest.skip("the canary found llama.cpp's repacked path unsafe on this machine")
     target = resolve_model("tiny-target:q4_0", str(tiny_store))
-    runtime.clear_log()
+    llama_log.clear_log()
     with Engine(target, None, engine_settings(repack=repack)) as engine:
         assert engine.repack.enabled is repack
-    extra = [line for line in runtime.recent_log() if "model buffer size" in line and "CPU_Mapped" not in line]
+    extra = [line for line in llama_log.recent_log() if "model buffer size" in line and "CPU_Mapped" not in line]
     expected = repack and model_needs(target.info, 2048, repack_features=cpu_features()).repacked > 0
     assert bool(extra) == expected, extra
 

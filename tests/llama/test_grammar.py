@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 
+from ollama_spec.decoding.grammar import masked_rows
+from ollama_spec.decoding.loop import SpeculationSettings, generate_tokens
+from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs
 from ollama_spec.engine.engine import Request
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.llama.grammar import Grammar, grammar_for_json, masked_rows
-from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs
-from ollama_spec.decoding.loop import SpeculationSettings, generate_tokens
+from ollama_spec.llama.grammar import Grammar, grammar_for_json
 from tests.distribution import assert_counts_follow
 from tests.grammars import FreeStrings, ShortStrings, assert_json_strings
 from tests.greedy import assert_greedy_identical

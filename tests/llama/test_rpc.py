@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from ollama_spec.llama import rpc
 from ollama_spec.errors import InvalidSetting, RpcUnavailable
+from ollama_spec.llama import rpc
 
 GENERATE = ("generate", "tiny-target", "--draft", "tiny-draft", "-t", "0", "-n", "24", "-k", "3", "--threads", "1",
             "--json", "Tell me about the sea")

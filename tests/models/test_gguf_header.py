@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 from ollama_spec.errors import CorruptGGUF, NotGGUF
 from ollama_spec.models.gguf_header import MAX_ARRAY_STRINGS, MAX_HEADER_BYTES, read_header
 from ollama_spec.models.gguf_info import ModelInfo, read_model_info
-
 from tests.gguf_bytes import TINY, array, header, kv, small_model_header, string, tensor_info, text, u32
 
 

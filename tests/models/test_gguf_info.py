@@ -5,8 +5,8 @@ import struct
 import numpy as np
 import pytest
 
-from ollama_spec.models import gguf_info
 from ollama_spec.errors import CorruptGGUF, NotGGUF
+from ollama_spec.models import gguf_info
 from ollama_spec.models.gguf_info import format_count, read_model_info
 from ollama_spec.synthetic.models import Architecture
 from tests.builders.shapes import write_shape_only_gguf
@@ -120,9 +120,9 @@ def test_format_count(count, label):
 
 
 def test_per_layer_arrays_are_read_per_layer_and_size_the_kv_cache_as_llama_cpp_does(tmp_path):
+    from ollama_spec.llama import log as llama_log
     from ollama_spec.llama import model as runtime
-    from ollama_spec.planning.memory import kv_cache_bytes
-
+    from ollama_spec.planning.kv_cache import kv_cache_bytes
     from tests.gguf_bytes import write_deci_model
 
     path = write_deci_model(tmp_path / "deci.gguf", kv_heads=(4, 0, 1, 2), ffs=(128, 256, 0, 64))
@@ -133,10 +133,10 @@ def test_per_layer_arrays_are_read_per_layer_and_size_the_kv_cache_as_llama_cpp_
     assert info.summary()["head_count_per_layer"] == [4, 0, 4, 4]
     # 7 KV heads over all layers x 16 x (K + V) x f16, not 4 layers x 4 heads
     assert kv_cache_bytes(info, 1024) == 1024 * 7 * 16 * 2 * 2
-    runtime.clear_log()
+    llama_log.clear_log()
     with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=1024, n_threads=1)) as model:
         assert model.eval([1, 2, 3]).shape == (1, 300)
-    logged = [line for line in runtime.recent_log() if "KV buffer size" in line]
+    logged = [line for line in llama_log.recent_log() if "KV buffer size" in line]
     assert logged and f"{kv_cache_bytes(info, 1024) / (1 << 20):.2f} MiB" in logged[0]
 
 

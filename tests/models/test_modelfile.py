@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.modelfile import PRESETS_DIR, find_modelfile, load_modelfile, parse_modelfile, shipped_presets
+from ollama_spec.prompting.messages import ChatMessage
 
 PATH = Path("/presets/x.Modelfile")
 

@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.errors import InvalidManifest, ModelNotFound, NotGGUF, UnusableModel
 from ollama_spec.models.resolve import (
     gguf_file,
@@ -13,9 +12,8 @@ from ollama_spec.models.resolve import (
     stored_draft_model,
     template_warning,
 )
-
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.synthetic.catalog import PAIRS
-
 from tests.stores import lora_variant, variant
 
 

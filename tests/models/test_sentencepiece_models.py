@@ -11,11 +11,10 @@ import llama_cpp
 import pytest
 
 from ollama_spec.bench.runner import native_prompt_text
+from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.models.resolve import resolve_model
-from ollama_spec.decoding.sampling import SamplingSettings
 from tests.builders.sentencepiece import ANSWER, build_spm_pair, vocabulary_only
-
 from tests.conftest import engine_settings
 
 GREEDY = SamplingSettings(temperature=0.0)

@@ -7,10 +7,10 @@ import shutil
 import pytest
 
 from ollama_spec.errors import UnusableModel
+from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.gguf_info import read_model_info
-from ollama_spec.synthetic.layout import write_model as store_model
 from ollama_spec.models.usable import require_usable, usability_problems
-
+from ollama_spec.synthetic.layout import write_model as store_model
 from tests.gguf_bytes import header, write_model
 
 
@@ -26,15 +26,15 @@ def store(tiny_store, tmp_path):
 def test_problems_name_everything_missing(tmp_path):
     bare = tmp_path / "bare.gguf"
     bare.write_bytes(header())
-    assert usability_problems(read_model_info(bare)) == (
+    assert usability_problems(read_model_info(bare), llama_cpp_knows) == (
         "no architecture (general.architecture)", "no vocabulary (tokenizer.ggml.tokens)", "no layers (block_count)",
         "no tensors")
     odd = read_model_info(write_model(tmp_path / "odd.gguf", {"notanarch.block_count": 1,
                                                               "tokenizer.ggml.model": "gpt2",
                                                               "tokenizer.ggml.tokens": ["a"]}, arch="notanarch"))
-    assert usability_problems(odd) == ("architecture 'notanarch', which this llama.cpp does not know",)
+    assert usability_problems(odd, llama_cpp_knows) == ("architecture 'notanarch', which this llama.cpp does not know",)
     deep = read_model_info(write_model(tmp_path / "deep.gguf", {"llama.block_count": 600}))
-    assert "600 layers, more than llama.cpp's 512" in usability_problems(deep)
+    assert "600 layers, more than llama.cpp's 512" in usability_problems(deep, llama_cpp_knows)
 
 
 @pytest.mark.parametrize("keys, problem", [
@@ -46,12 +46,12 @@ def test_problems_name_everything_missing(tmp_path):
 ])
 def test_tokenizers_llama_cpp_cannot_load(tmp_path, keys, problem):
     metadata = {"llama.block_count": 1, "tokenizer.ggml.tokens": ["a", "b"]} | keys
-    assert usability_problems(read_model_info(write_model(tmp_path / "m.gguf", metadata))) == (problem,)
+    assert usability_problems(read_model_info(write_model(tmp_path / "m.gguf", metadata)), llama_cpp_knows) == (problem,)
 
 
 def test_runnable_models_pass(tiny_models):
     for model in tiny_models:
-        require_usable(model.name, model.info, "target")
+        require_usable(model.name, model.info, "target", llama_cpp_knows)
 
 
 def test_pair_refuses_two_models_without_vocabulary(invoke, store):
@@ -90,13 +90,13 @@ def test_unknown_architecture_is_refused_before_load(invoke, tmp_path):
     assert result.output == ("Error: odd.gguf cannot be the target: it has architecture 'notanarch', "
                              "which this llama.cpp does not know\n")
     with pytest.raises(UnusableModel):
-        require_usable("odd", read_model_info(path), "draft")
+        require_usable("odd", read_model_info(path), "draft", llama_cpp_knows)
 
 
 def test_ollamas_own_gpt_oss_layout_is_named_with_a_way_out(tmp_path):
     oss = write_model(tmp_path / "oss.gguf", {"gptoss.block_count": 1, "tokenizer.ggml.model": "gpt2",
                                               "tokenizer.ggml.tokens": ["a"]}, arch="gptoss")
-    (problem,) = usability_problems(read_model_info(oss))
+    (problem,) = usability_problems(read_model_info(oss), llama_cpp_knows)
     assert "Ollama's own layout of gpt-oss" in problem and "hf.co/ggml-org/gpt-oss-20b-GGUF" in problem
 
 
@@ -105,8 +105,8 @@ def test_a_vision_tower_in_the_model_file_is_refused_before_load(invoke, tmp_pat
     tensor count ("wrong number of tensors") after pair and check had passed."""
     import numpy as np
 
-    from tests.builders.gemma import gemma3_tensors, write_gemma3_gguf
     from ollama_spec.synthetic.tokenizer import build_vocabulary
+    from tests.builders.gemma import gemma3_tensors, write_gemma3_gguf
 
     vocab = build_vocabulary(300, 20)
     tensors = gemma3_tensors(vocab, n_layer=2, draft_layers=2)
@@ -125,3 +125,11 @@ def test_a_vision_tower_in_the_model_file_is_refused_before_load(invoke, tmp_pat
     shown = invoke("show", "gemma3", "--models-dir", root)
     assert shown.exit_code == 0 and "note: generate, chat and serve refuse it: it has a vision" in shown.output
     assert invoke("generate", "gemma3-text", "hi", "-n", "2", "--models-dir", root).exit_code == 0
+
+
+def test_what_llama_cpp_knows_is_the_callers_to_say(tmp_path):
+    odd = read_model_info(write_model(tmp_path / "odd.gguf", {"notanarch.block_count": 1, "tokenizer.ggml.model": "gpt2",
+                                                              "tokenizer.ggml.tokens": ["a"]}, arch="notanarch"))
+    assert usability_problems(odd, lambda name: True) == ()
+    assert usability_problems(odd, {"gpt2"}.__contains__) == (
+        "architecture 'notanarch', which this llama.cpp does not know",)

@@ -5,7 +5,6 @@ import pytest
 from ollama_spec.models.compat import check_compatibility
 from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.models.vocab_defaults import vocab_defaults
-
 from tests.gguf_bytes import write_model
 
 TOKENS = [f"t{i}" for i in range(200)]

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from gguf import GGUFWriter
 
+from ollama_spec.llama import log as llama_log
 from ollama_spec.llama import model as runtime
 from ollama_spec.models.architectures import HYBRID_ARCHS, RECURRENT_ARCHS, is_hybrid, is_recurrent
-from ollama_spec.planning.devices import MIB, system_ram
 from ollama_spec.models.gguf_info import read_model_info
+from ollama_spec.planning.devices import MIB, system_ram
 from ollama_spec.planning.kv_cache import kv_cache_bytes, recurrent_layers, recurrent_state_bytes
-from ollama_spec.planning.memory import CPU_ONLY, model_needs, plan_memory
+from ollama_spec.planning.memory import CPU_ONLY, plan_memory
+from ollama_spec.planning.needs import model_needs
 from tests.builders.recurrent import write_mamba_gguf
 
 
@@ -97,10 +99,10 @@ def test_qwen3next_attends_every_fourth_layer_and_falcon_h1_in_all(tmp_path):
 
 
 def test_check_sizes_a_mamba_model(invoke, tmp_path, monkeypatch):
-    from ollama_spec.planning import memory
+    from ollama_spec.llama import backends
 
     path = write_mamba_gguf(tmp_path / "mamba.gguf")
-    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(8)], []))
+    monkeypatch.setattr(backends, "discover_devices", lambda: ([system_ram(8)], []))
     monkeypatch.setenv("OLLAMA_SPEC_REPACK", "0")
     result = invoke("check", path, "--ctx", "4096")
     assert result.exit_code == 0, result.output
@@ -119,10 +121,10 @@ def test_mamba_state_and_compute_against_llama_cpp(tmp_path_factory, n_ctx):
     path = folder / "mamba1024.gguf"
     if not path.exists():
         write_mamba_gguf(path, n_embd=1024, d_state=64)
-    runtime.clear_log()
+    llama_log.clear_log()
     with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=n_ctx, n_threads=1)) as model:
         assert model.eval([1, 2, 3]).shape == (1, 512)
-    logged = {m.group(1): float(m.group(2)) for line in runtime.recent_log() if (m := _LOGGED.search(line))}
+    logged = {m.group(1): float(m.group(2)) for line in llama_log.recent_log() if (m := _LOGGED.search(line))}
     needs = model_needs(read_model_info(path), n_ctx)
     assert needs.kv / MIB == pytest.approx(logged["RS"], abs=0.006)  # 1.05 MiB
     assert logged["compute"] <= needs.compute / MIB <= logged["compute"] * 1.10  # never under, at most 10 % over

@@ -1,38 +1,36 @@
-"""The memory plan: arithmetic, verdicts, devices, and accuracy against what llama.cpp allocates."""
+"""The memory plan: arithmetic, verdicts, and accuracy against what llama.cpp allocates."""
 
 from __future__ import annotations
 
 import re
-import sys
-import types
 from pathlib import Path
 
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from ollama_spec.planning import devices as devices_module
-from ollama_spec.llama import model as runtime
-from ollama_spec.llama.canary import decide_repack
-from ollama_spec.planning.devices import CUDA_BUILD_HINT, CUDA_RESERVE, GIB, MIB, Device, nvidia_gpu, system_ram
 from ollama_spec.errors import InsufficientMemory, InvalidSetting
+from ollama_spec.llama import log as llama_log
+from ollama_spec.llama import model as runtime
+from ollama_spec.llama.backends import cpu_features
+from ollama_spec.llama.canary import decide_repack
 from ollama_spec.models.gguf_info import TensorInfo, read_model_info
+from ollama_spec.models.store import Store, StoreRoot
+from ollama_spec.planning.devices import CUDA_RESERVE, GIB, MIB, Device, nvidia_gpu, system_ram
+from ollama_spec.planning.kv_cache import kv_cache_bytes
 from ollama_spec.planning.memory import (
     CPU_ONLY,
     DOES_NOT_FIT,
     FULL_OFFLOAD,
     PARTIAL_OFFLOAD,
     ensure_fits,
-    kv_cache_bytes,
-    model_needs,
     plan_memory,
 )
-from ollama_spec.planning.repack import cpu_features, repacked_bytes
-from ollama_spec.models.store import Store, StoreRoot
+from ollama_spec.planning.needs import model_needs
+from ollama_spec.planning.repack import repacked_bytes
 from ollama_spec.synthetic.models import Architecture, WeightRecipe, make_weights, write_gguf
-from tests.builders.shapes import write_shape_only_gguf
 from ollama_spec.synthetic.tokenizer import build_vocabulary
-
 from tests import placement
+from tests.builders.shapes import write_shape_only_gguf
 
 README = Path(__file__).resolve().parents[2] / "docs" / "memory.md"  # its Memory check section
 LLAMA_70B = Architecture(n_embd=8192, n_layer=80, n_head=64, n_kv_head=8, n_ff=28672, context_length=131072)
@@ -111,10 +109,10 @@ _ASSIGNED = re.compile(r"layer +(\d+) assigned to device (\S+),")
 
 def _assigned_devices(path: Path, n_gpu_layers: int) -> dict[int, str]:
     """llama.cpp's own per-layer placement, from its (debug) load log."""
-    runtime.clear_log()
+    llama_log.clear_log()
     with runtime.LoadedModel(path, runtime.LoadSettings(n_ctx=256, n_threads=1, n_gpu_layers=n_gpu_layers)):
         pass
-    return {int(m.group(1)): m.group(2) for line in runtime.recent_log() if (m := _ASSIGNED.search(line))}
+    return {int(m.group(1)): m.group(2) for line in llama_log.recent_log() if (m := _ASSIGNED.search(line))}
 
 
 def test_llama_cpp_logs_a_device_for_every_layer_and_the_output(tiny_store):
@@ -312,56 +310,6 @@ def test_plan_json_has_the_numbers(llama_pair):
     assert data["repack"] is True and data["host_repacked"] == 0
 
 
-# --- device discovery ------------------------------------------------------------------------
-def _fake_pynvml(fail_init: bool = False) -> types.ModuleType:
-    nvml = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        pass
-
-    def init():
-        if fail_init:
-            raise NVMLError("Driver Not Loaded")
-
-    nvml.NVMLError = NVMLError
-    nvml.nvmlInit, nvml.nvmlShutdown = init, lambda: None
-    nvml.nvmlDeviceGetCount = lambda: 2
-    nvml.nvmlDeviceGetHandleByIndex = lambda i: i
-    nvml.nvmlDeviceGetName = lambda h: b"NVIDIA GeForce RTX 4090"
-    nvml.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=24 * GIB, free=(20 + h) * GIB)
-    return nvml
-
-
-def test_nvidia_gpus_are_found_through_nvml(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
-    monkeypatch.setattr(devices_module, "_gpu_offload_supported", lambda: True)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    found, notes = devices_module.discover_devices()
-    assert [(d.name, d.kind, d.free) for d in found[:-1]] == [("GPU 1: NVIDIA GeForce RTX 4090", "cuda", 21 * GIB)]
-    assert found[-1].kind == "cpu" and notes == []
-
-
-def test_a_cpu_only_llama_cpp_build_is_said_plainly(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml())
-    monkeypatch.setattr(devices_module, "_gpu_offload_supported", lambda: False)
-    found, notes = devices_module.discover_devices()
-    assert [d.kind for d in found] == ["cpu"]
-    assert len(notes) == 1
-    assert notes[0] == ("llama-cpp-python was built without GPU support, so the NVIDIA GPU found here is not used "
-                        f"and the plan is for CPU RAM; rebuild it with: {CUDA_BUILD_HINT}")
-
-
-@pytest.mark.parametrize("nvml", [None, "fail"])
-def test_no_nvml_or_no_driver_means_cpu_ram(monkeypatch, nvml):
-    # None in sys.modules makes `import pynvml` raise ImportError.
-    monkeypatch.setitem(sys.modules, "pynvml", None if nvml is None else _fake_pynvml(fail_init=True))
-    monkeypatch.setattr(devices_module, "_gpu_offload_supported", lambda: False)
-    monkeypatch.setattr(devices_module, "_apple_gpu", list)
-    found, notes = devices_module.discover_devices()
-    assert [d.kind for d in found] == ["cpu"] and found[0].total > 0
-    assert notes == ["no GPU found: planning for CPU RAM"]
-
-
 # --- accuracy against llama.cpp's own allocations --------------------------------------------
 # What docs/memory.md promises; llama.cpp logs MiB with two decimals, hence the small absolute slack.
 MODEL_KV_TOLERANCE = 0.01
@@ -374,12 +322,12 @@ MAPPED_BUFFERS = ("CPU_Mapped", "CPU")
 def _llama_cpp_buffers(path: Path, n_ctx: int, *, repack: bool = False, flash_attention: str = "auto") -> dict[str, float]:
     """MiB llama.cpp logs: the mapped/CPU weights ("model"), its extra repacked buffers ("extra"),
     KV cache and compute buffers, and the KV cells it chose for n_ctx."""
-    runtime.clear_log()
+    llama_log.clear_log()
     settings = runtime.LoadSettings(n_ctx=n_ctx, n_threads=1, use_extra_bufts=repack, flash_attention=flash_attention)
     with runtime.LoadedModel(path, settings):
         pass
     sizes = {"model": 0.0, "extra": 0.0, "KV": 0.0, "compute": 0.0, "cells": 0}
-    for line in runtime.recent_log():
+    for line in llama_log.recent_log():
         if match := _BUFFER.search(line):
             kind = "extra" if match.group(2) == "model" and match.group(1) not in MAPPED_BUFFERS else match.group(2)
             sizes[kind] += float(match.group(3))

@@ -6,11 +6,10 @@ import math
 
 import pytest
 
-from ollama_spec.planning.devices import GIB, nvidia_gpu, rpc_device, system_ram
 from ollama_spec.errors import InvalidSetting
+from ollama_spec.planning.devices import GIB, nvidia_gpu, rpc_device, system_ram
 from ollama_spec.planning.memory import DOES_NOT_FIT, FULL_OFFLOAD, PARTIAL_OFFLOAD, plan_memory
 from ollama_spec.planning.placement import Placement, parse_tensor_split
-
 from tests.planning.test_memory import llama_pair  # noqa: F401  (the header-only 70B + 1B fixture)
 
 
@@ -123,12 +122,9 @@ def test_a_tensor_split_longer_than_the_devices_is_refused(llama_pair):
     assert plan(target, draft, [nvidia_gpu(24), system_ram(64)], remote=[remote(24)], tensor_split=(1, 1)).fits
 
 
-def test_no_gpu_here_is_not_said_when_the_target_is_planned_onto_rpc_servers(llama_pair, monkeypatch):
-    from ollama_spec.planning import memory
-
+def test_no_gpu_here_is_not_said_when_the_target_is_planned_onto_rpc_servers(llama_pair):
     note = "no GPU found: planning for CPU RAM"
-    monkeypatch.setattr(memory, "discover_devices", lambda: ([system_ram(64)], [note]))
     target, draft = llama_pair
-    kwargs = {"features": frozenset()}
+    kwargs = {"devices": [system_ram(64)], "notes": [note], "features": frozenset()}
     assert note in plan_memory(target, draft, 8192, **kwargs).warnings
     assert note not in plan_memory(target, draft, 8192, remote=[remote(48)], **kwargs).warnings

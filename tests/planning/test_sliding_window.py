@@ -11,18 +11,18 @@ from dataclasses import replace
 import pytest
 from llama_cpp import Llama
 
-from ollama_spec.llama import model as runtime
-from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.models.gguf_info import read_model_info
-from ollama_spec.planning.kv_cache import has_sliding_window, kv_cache_bytes
-from ollama_spec.planning.memory import model_needs
-from ollama_spec.models.resolve import resolve_model
-from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.llama import log as llama_log
+from ollama_spec.llama import model as runtime
+from ollama_spec.models.gguf_info import read_model_info
+from ollama_spec.models.resolve import resolve_model
+from ollama_spec.planning.kv_cache import has_sliding_window, kv_cache_bytes
+from ollama_spec.planning.needs import model_needs
+from ollama_spec.synthetic.layout import write_model
 from ollama_spec.synthetic.tokenizer import build_vocabulary
 from tests.builders.gemma import gemma3_tensors, write_gemma3_gguf
-from ollama_spec.synthetic.layout import write_model
-
 from tests.conftest import engine_settings
 from tests.planning.test_memory import MIB, _llama_cpp_buffers
 
@@ -98,11 +98,11 @@ def test_the_plan_sizes_the_targets_window_cache_and_the_drafts_full_one(tmp_pat
                              tensors=gemma3_tensors(vocab, n_layer=4, draft_layers=2))
     info = read_model_info(path)
     for window_cache in (True, False):
-        runtime.clear_log()
+        llama_log.clear_log()
         settings = runtime.LoadSettings(n_ctx=n_ctx, n_threads=1, window_cache=window_cache)
         with runtime.LoadedModel(path, settings):
             pass
-        logged = sum(float(m.group(1)) for line in runtime.recent_log()
+        logged = sum(float(m.group(1)) for line in llama_log.recent_log()
                      if (m := re.search(r"KV buffer size = +([\d.]+) MiB", line)))
         planned = kv_cache_bytes(info, n_ctx, window_cache=window_cache) / MIB
         assert planned == pytest.approx(logged, abs=0.011)  # llama.cpp logs each cache to 0.01 MiB
@@ -134,3 +134,4 @@ def test_show_gives_the_window(invoke, gemma_store, tiny_store):
     shown = invoke("show", "gemma-target", "--models-dir", gemma_store)
     assert shown.exit_code == 0 and "    sliding_window       16\n" in shown.output
     assert "sliding_window" not in invoke("show", "tiny-target", "--models-dir", tiny_store).output
+
