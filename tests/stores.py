@@ -3,7 +3,7 @@ added or taken away, as Ollama's Modelfile directives (ADAPTER, DRAFT, MESSAGE, 
 
 import json
 
-from ollama_spec.models.store import MEDIA_TYPE_PREFIX
+from ollama_spec.models.manifest import MEDIA_TYPE_PREFIX
 from ollama_spec.synthetic.catalog import PAIRS
 from ollama_spec.synthetic.layout import add_blob
 from tests.builders.writers import write_lora_gguf

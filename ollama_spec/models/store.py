@@ -1,4 +1,5 @@
-"""Read-only access to Ollama's model store: root, manifests, layers, blobs.
+"""Read-only access to Ollama's model store: its root, a name's manifest (read by manifest.py), the
+layers' blobs.
 
 Layout (from Ollama's source): `<root>/manifests/<host>/<namespace>/<model>/<tag>` holds a JSON
 manifest whose layers point at `<root>/blobs/sha256-<hex>`. Nothing here ever writes.
@@ -10,13 +11,13 @@ import difflib
 import hashlib
 import json
 import os
-import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ollama_spec.config import ollama_var
 from ollama_spec.errors import (
     BlobError,
     CorruptGGUF,
@@ -27,33 +28,15 @@ from ollama_spec.errors import (
     StoreNotFound,
     StoreUnreadable,
 )
-from ollama_spec.config import ollama_var
 from ollama_spec.models.gguf_header import shown
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes, is_gguf, read_model_info
+from ollama_spec.models.manifest import DIGEST, Layer, TooLarge, brief, read_manifest, read_small
 from ollama_spec.models.names import ModelRef, is_valid_ref, parse_model_name
 
-MEDIA_TYPE_PREFIX = "application/vnd.ollama.image."
-LAYER_KINDS = (
-    "model",
-    "projector",
-    "adapter",
-    "template",
-    "system",
-    "params",
-    "messages",
-    "license",
-    "draft",
-    "tensor",
-)
 HOME_STORE = Path("~/.ollama/models")
 SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
-# Ollama's BlobsPath takes `sha256:<hex>` and `sha256-<hex>` alike (the blob's own file name). Upper-case hex
-# matches its regex too, but the blob would then need an upper-case file name: refused here.
-_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
 _HASH_CHUNK = 8 << 20
-# Ollama's manifests and config blobs are a few KB; its text layers (template, system, license,
-# params) tens of KB. Anything far larger is not one, and is never read whole.
-MAX_MANIFEST_BYTES = 1 << 20
+# Ollama's text layers (template, system, license, params) are tens of KB; anything far larger is not one.
 MAX_TEXT_LAYER_BYTES = 16 << 20
 # Ollama's params layer decodes into api.Options: each key has one JSON type.
 _NUMBER_PARAMS = ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
@@ -66,18 +49,6 @@ _INTEGER_PARAMS = ("top_k", "seed", "num_predict", "num_ctx", "num_batch", "num_
 class StoreRoot:
     path: Path
     source: str  # where the path came from, for messages: "--models-dir", "OLLAMA_MODELS", ...
-
-
-@dataclass(frozen=True)
-class Layer:
-    media_type: str
-    digest: str
-    size: int
-
-    @property
-    def kind(self) -> str:
-        """`model`, `template`, ... for Ollama's own media types, else the full media type."""
-        return self.media_type.removeprefix(MEDIA_TYPE_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -172,7 +143,7 @@ class StoredModel:
         try:
             params = json.loads(text)
         except (ValueError, RecursionError) as exc:
-            raise InvalidManifest(f"{self.name}: its params layer is not valid JSON ({_brief(exc)})") from None
+            raise InvalidManifest(f"{self.name}: its params layer is not valid JSON ({brief(exc)})") from None
         if not isinstance(params, dict):
             raise InvalidManifest(f"{self.name}: its params layer is not a JSON object")
         for key, value in params.items():
@@ -237,7 +208,7 @@ def blob_path(root: Path, digest: Any) -> Path:
     Stores written by old Ollama versions that were never migrated name blobs `sha256:<hex>`;
     that name is used when only it exists.
     """
-    match = _DIGEST.fullmatch(digest) if isinstance(digest, str) else None
+    match = DIGEST.fullmatch(digest) if isinstance(digest, str) else None
     if not match:
         raise InvalidManifest(f"invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
     path = root / "blobs" / f"sha256-{match.group(1)}"
@@ -257,10 +228,6 @@ def _param_problem(key: str, value: Any) -> str | None:
     if key == "stop" and not (isinstance(value, list) and all(isinstance(s, str) for s in value)):
         return "expected a list of strings"
     return None
-
-
-def _brief(exc: Exception) -> str:
-    return "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
 
 
 def check_blob(path: Path, layer: Layer) -> None:
@@ -288,7 +255,7 @@ def verify_blob(path: Path, layer: Layer, progress=None) -> None:
             digest.update(chunk)
             if progress:
                 progress(len(chunk))
-    if digest.hexdigest() != _DIGEST.fullmatch(layer.digest).group(1):
+    if digest.hexdigest() != DIGEST.fullmatch(layer.digest).group(1):
         raise BlobError(f"blob {path} does not match its digest {layer.digest} (corrupt file; pull the model again)")
 
 
@@ -363,38 +330,8 @@ class Store:
         return f"model '{name}' not found in {self.path} (from {self.root.source}){hint}"
 
     def _load(self, ref: ModelRef, manifest_path: Path) -> StoredModel:
-        def invalid(what: str) -> InvalidManifest:
-            return InvalidManifest(f"{ref.display}: its manifest {manifest_path} {what}")
-
-        try:
-            doc = json.loads(_read_small(manifest_path))
-        except PermissionError:
-            raise StoreUnreadable(
-                f"{ref.display}: its manifest {manifest_path} is not readable by you; add yourself to group ollama"
-            ) from None
-        except _TooLarge:
-            raise invalid(f"is larger than {format_bytes(MAX_MANIFEST_BYTES)}; a manifest is a few KB") from None
-        except OSError as exc:
-            raise invalid(f"cannot be read ({exc.strerror or exc})") from None
-        except (ValueError, RecursionError) as exc:
-            raise invalid(f"is not valid JSON ({_brief(exc)})") from None
-        # Ollama decodes a manifest without checking schemaVersion, and reads no layers as none.
-        if not isinstance(doc, dict) or not isinstance(doc.get("layers", []), list):
-            raise invalid("is not a manifest with a list of layers")
-        layers = []
-        for number, raw in enumerate(doc.get("layers") or [], 1):
-            if not isinstance(raw, dict):
-                raise invalid(f"has a layer {number} that is not an object")
-            media_type, digest, size = raw.get("mediaType"), raw.get("digest"), raw.get("size")
-            if not isinstance(media_type, str):
-                raise invalid(f"has a layer {number} without a media type")
-            if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 63:
-                raise invalid(f"has a layer {number} whose size {shown(size)} is not a byte count")
-            if not isinstance(digest, str) or not (match := _DIGEST.fullmatch(digest)):  # never becomes a path
-                raise invalid(f"has an invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
-            layers.append(Layer(media_type, f"sha256:{match.group(1)}", size))
-        config_layer = _config_layer(doc.get("config"))
-        return StoredModel(ref, manifest_path, self.path, self._config(config_layer), tuple(layers), config_layer)
+        layers, config_layer = read_manifest(ref.display, manifest_path)
+        return StoredModel(ref, manifest_path, self.path, self._config(config_layer), layers, config_layer)
 
     def _config(self, layer: Layer | None) -> Mapping[str, Any]:
         # The config blob tells cloud models (remote_host) from local ones; a missing one is
@@ -402,21 +339,10 @@ class Store:
         if layer is None:
             return {}
         try:
-            config = json.loads(_read_small(blob_path(self.path, layer.digest)))
-        except (OSError, ValueError, RecursionError, OllamaSpecError, _TooLarge):
+            config = json.loads(read_small(blob_path(self.path, layer.digest)))
+        except (OSError, ValueError, RecursionError, OllamaSpecError, TooLarge):
             return {}
         return config if isinstance(config, dict) else {}
-
-
-def _config_layer(raw: Any) -> Layer | None:
-    """The manifest's config entry as a Layer, or None when it names no valid blob."""
-    if not isinstance(raw, dict) or not isinstance(raw.get("digest"), str):
-        return None
-    match = _DIGEST.fullmatch(raw["digest"])
-    size = raw.get("size")
-    if not match or not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 63:
-        return None
-    return Layer(str(raw.get("mediaType") or "config"), f"sha256:{match.group(1)}", size)
 
 
 def _entries(folder: Path) -> list[Path]:
@@ -445,16 +371,3 @@ class BrokenModel:
     @property
     def name(self) -> str:
         return self.ref.display
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _read_small(path: Path, limit: int = MAX_MANIFEST_BYTES) -> bytes:
-    """The whole file if it holds at most `limit` bytes (read no further: it may be a device)."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise _TooLarge
-    return data

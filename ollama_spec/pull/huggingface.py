@@ -27,7 +27,7 @@ from huggingface_hub.utils import build_hf_headers
 from ollama_spec.errors import ModelNotFound, OllamaSpecError, PullError, one_line
 from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.models.names import ModelRef
-from ollama_spec.models.store import MEDIA_TYPE_PREFIX
+from ollama_spec.models.manifest import MEDIA_TYPE_PREFIX
 from ollama_spec.pull.download import http_client, http_errors
 from ollama_spec.pull.fetcher import fetch_all
 from ollama_spec.pull.progress import PullEvent

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ollama_spec.models.names import parse_model_name
-from ollama_spec.models.store import MEDIA_TYPE_PREFIX
+from ollama_spec.models.manifest import MEDIA_TYPE_PREFIX
 
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
