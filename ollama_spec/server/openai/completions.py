@@ -19,6 +19,7 @@ from ollama_spec.server.openai.protocol import (
     answers,
     chunks,
     copies,
+    each_input,
     one_stream,
     run_all,
 )
@@ -31,10 +32,7 @@ COMPLETIONS_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's r
 @router.post("/completions")
 async def completions(body: CompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    given = body.prompt
-    if isinstance(given, list) and given and all(isinstance(t, int) for t in given):
-        given = [given]  # one prompt as token ids
-    prompts = [given] if isinstance(given, str) else list(given)
+    prompts = each_input(body.prompt)
     if not prompts or any(not prompt for prompt in prompts if not isinstance(prompt, str)):
         raise ApiError(400, "prompt is empty: give a text, a list of texts, or token ids", "prompt")
     if len(prompts) * body.n > MAX_CHOICES:

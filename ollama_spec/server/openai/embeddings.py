@@ -10,7 +10,7 @@ from fastapi import Request as HTTPRequest
 
 from ollama_spec.server.core.embedding import embed_all
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.openai.protocol import EmbeddingsRequest
+from ollama_spec.server.openai.protocol import EmbeddingsRequest, each_input
 
 router = APIRouter(prefix="/v1")
 
@@ -18,11 +18,7 @@ router = APIRouter(prefix="/v1")
 @router.post("/embeddings")
 async def embeddings(body: EmbeddingsRequest, http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
-    given = body.input
-    if isinstance(given, list) and given and all(isinstance(t, int) for t in given):
-        given = [given]  # one text as token ids
-    inputs = [given] if isinstance(given, str) else list(given)
-    vectors, n_tokens = await embed_all(state, inputs, True, body.dimensions)
+    vectors, n_tokens = await embed_all(state, each_input(body.input), True, body.dimensions)
     data = [{"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
             for i, v in enumerate(vectors)]
     return {"object": "list", "data": data, "model": state.model_name,

@@ -206,6 +206,13 @@ class EmbeddingsRequest(BaseModel):
     dimensions: int | None = Field(None, ge=1)
 
 
+def each_input(given: str | list) -> list[str | list[int]]:
+    """A prompt or an input as OpenAI takes them (a text, texts, token ids, lists of token ids), one by one."""
+    if isinstance(given, list) and given and all(isinstance(t, int) for t in given):
+        return [given]  # one, as token ids
+    return [given] if isinstance(given, str) else list(given)
+
+
 def one_stream(choices: int) -> None:
     if choices > 1:
         raise ApiError(400, "streaming gives one choice: ask for n = 1 and one prompt, or do not stream", "n")
