@@ -2,7 +2,9 @@
 
 A running Ollama keeps models loaded for minutes after their last request (`keep_alive`, 5 min
 by default), and that GPU memory is gone for ollama-spec. `check` and `doctor` ask `/api/ps`
-so a short GPU can be explained and freed. Never raises: no daemon is a normal state.
+so a short GPU can be explained and freed; `pull` asks the same to learn whether a daemon can
+pull for it (`answered`), and `is_ollama_spec` whether that is ollama-spec's own server. Never
+raises: no daemon is a normal state.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import ollama
 
 from ollama_spec.config import ollama_var
 
-PROBE_TIMEOUT = 1.0  # seconds: a daemon on this machine answers in milliseconds
+PROBE_TIMEOUT = 2.0  # seconds: a daemon answers in milliseconds on this machine, in tens across a LAN
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class DaemonStatus:
     reachable: bool
     models: tuple[HeldModel, ...] = ()
     error: str | None = None  # why it is not reachable, in words
+    answered: bool = False  # something speaking HTTP answered, if only with an error status: a daemon is there
 
     @property
     def vram_held(self) -> int:
@@ -56,10 +59,25 @@ def daemon_status(host: str | None = None, timeout: float = PROBE_TIMEOUT) -> Da
         return DaemonStatus(where, False, error=_why(exc))
     except ollama.ResponseError as exc:
         detail = f": {exc.error}" if exc.error else ""
-        return DaemonStatus(where, False, error=f"it answered /api/ps with HTTP {exc.status_code}{detail}")
+        return DaemonStatus(where, False, error=f"it answered /api/ps with HTTP {exc.status_code}{detail}",
+                            answered=True)
+    except ValueError:  # not JSON, or not Ollama's: something else listens there
+        return DaemonStatus(where, False, error="it answered /api/ps with something other than Ollama's JSON")
     models = tuple(HeldModel(m.model or m.name or "?", int(m.size or 0), int(m.size_vram or 0))
                    for m in response.models)
-    return DaemonStatus(where, True, models)
+    return DaemonStatus(where, True, models, answered=True)
+
+
+def is_ollama_spec(host: str, timeout: float = PROBE_TIMEOUT) -> bool:
+    """Whether ollama-spec's own server answers at `host`: it names itself in /api/version, Ollama gives
+    only its version."""
+    client = ollama.Client(host=host, timeout=timeout)
+    try:
+        # the ollama package has no call for /api/version; its httpx client already knows the host's URL
+        answer = client._client.get("/api/version")
+        return answer.status_code == 200 and "ollama_spec" in answer.json()
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return False
 
 
 def freeing_advice(status: DaemonStatus) -> list[str]:

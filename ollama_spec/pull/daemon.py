@@ -1,4 +1,7 @@
-"""Through a running Ollama daemon: its own `/api/pull`, progress passed through as it streams."""
+"""Through a running Ollama daemon: its own `/api/pull`, progress passed through as it streams.
+
+Who answers at OLLAMA_HOST is asked with models/daemon's probe, as `check` and `doctor` ask it.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +12,8 @@ import httpx
 import ollama
 
 from ollama_spec.errors import PullError
+from ollama_spec.models.daemon import daemon_status, is_ollama_spec
 from ollama_spec.pull.progress import PullEvent
-
-PROBE_TIMEOUT = 2.0
 
 
 class Daemon(Enum):
@@ -25,36 +27,17 @@ class Daemon(Enum):
 
 
 def probe_daemon(host: str) -> Daemon:
-    """Who answers Ollama's `/api/tags` at `host` (a quick probe): Ollama, ollama-spec's server, or nobody."""
-    client = ollama.Client(host=host, timeout=PROBE_TIMEOUT)
-    try:
-        client.list()
-    except (ConnectionError, httpx.HTTPError, ValueError):
+    """Who answers at `host` (a quick probe): Ollama, ollama-spec's server, or nobody. One that answers
+    with an error is still a daemon to talk to (and to report)."""
+    if not daemon_status(host).answered:
         return Daemon.NONE
-    except ollama.ResponseError:
-        return Daemon.OLLAMA  # it answered, with an error: still a daemon to talk to (and to report)
-    return Daemon.OLLAMA_SPEC if _is_ollama_spec(client) else Daemon.OLLAMA
-
-
-def _is_ollama_spec(client: ollama.Client) -> bool:
-    """ollama-spec's server names itself in /api/version; Ollama's gives only its version."""
-    try:
-        # the ollama package has no call for /api/version; its httpx client already knows the host's URL
-        answer = client._client.get("/api/version")
-        return answer.status_code == 200 and "ollama_spec" in answer.json()
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return False
-
-
-def daemon_answers(host: str) -> bool:
-    """True when a real Ollama daemon answers at `host`."""
-    return probe_daemon(host) is Daemon.OLLAMA
+    return Daemon.OLLAMA_SPEC if is_ollama_spec(host) else Daemon.OLLAMA
 
 
 def pull_through_daemon(name: str, host: str, insecure: bool, report: Callable[[PullEvent], None]) -> None:
     """`ollama pull name` through the daemon at `host`; its error messages become PullErrors as they are."""
     client = ollama.Client(host=host)
-    if _is_ollama_spec(client):
+    if is_ollama_spec(host):
         raise PullError(
             f"{host} is an ollama-spec server, not the Ollama daemon: it cannot pull models; "
             "pull straight from the registry instead (--via registry)"

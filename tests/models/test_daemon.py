@@ -1,7 +1,6 @@
 import socket
 
-from ollama_spec.models.daemon import daemon_status, freeing_advice
-
+from ollama_spec.models.daemon import daemon_status, freeing_advice, is_ollama_spec
 from tests.fake_ollama import fake_daemon, ps_entry
 
 
@@ -44,3 +43,24 @@ def test_a_quoted_ollama_host_is_read_as_ollama_reads_it(monkeypatch):
         monkeypatch.setenv("OLLAMA_HOST", f"'{url}' ")
         status = daemon_status()
     assert status.reachable and status.host == url
+
+
+def test_any_answer_counts_as_a_daemon_and_nothing_raises(tmp_path):
+    """What `pull` asks of the same probe: is anything there, and is it ollama-spec's own server."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    with fake_daemon([], status=500) as url:
+        status = daemon_status(url)
+        assert not status.reachable and status.answered and not is_ollama_spec(url)
+    (tmp_path / "api").mkdir()
+    (tmp_path / "api" / "ps").write_text("<html>a web page where a daemon was expected</html>")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=tmp_path))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        status = daemon_status(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not status.reachable and not status.answered and "other than Ollama's JSON" in status.error
