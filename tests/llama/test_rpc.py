@@ -43,7 +43,7 @@ def rpc_server(tmp_path: Path, env: dict, *args: str):
     port = free_port()
     log = open(tmp_path / f"rpc-{port}.log", "w")
     # one thread: on a 2-core machine, servers' spinning CPU threads would starve the client's
-    process = subprocess.Popen([sys.executable, "-m", "ollama_spec", "rpc-server", "--port", str(port), "-t", "1",
+    process = subprocess.Popen([sys.executable, "-m", "ollama_spec", "rpc-server", "--port", str(port), "--threads", "1",
                                 *args], stdout=log, stderr=subprocess.STDOUT, env=env)
     endpoint = rpc.Endpoint("127.0.0.1", port)
     try:
