@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -48,13 +49,22 @@ def llama_cpp_knows(name: str) -> bool:
     for the name there. A name that happens to occur for another reason only defers the
     refusal to llama.cpp's own load error.
     """
-    import llama_cpp
-
     try:
-        library = Path(llama_cpp.llama_cpp._lib._name).read_bytes()
-    except (AttributeError, OSError):
+        library = _libllama().read_bytes()
+    except (AttributeError, OSError, StopIteration):
         return True  # cannot tell: let llama.cpp decide at load
     return bool(name) and "\0" not in name and name.encode("utf-8", "replace") + b"\0" in library
+
+
+def _libllama() -> Path:
+    """The libllama that llama-cpp-python loads: the loaded one, else found in its package without
+    importing it (an import costs `show` and `pair` a quarter of a second, and jinja2)."""
+    loaded = sys.modules.get("llama_cpp.llama_cpp")
+    if loaded is not None:
+        return Path(loaded._lib._name)
+    package = importlib.util.find_spec("llama_cpp")
+    folder = Path(next(iter(package.submodule_search_locations))) / "lib"
+    return next(p for name in ("libllama.so", "libllama.dylib", "llama.dll") if (p := folder / name).exists())
 
 
 def cpu_features() -> frozenset[str]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gguf import GGUFValueType
+from ollama_spec.models.gguf_constants import GGUFValueType
 
 from ollama_spec.errors import CorruptGGUF, NotGGUF
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+from ollama_spec.models.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
 from ollama_spec.errors import CorruptGGUF
 from ollama_spec.models.gguf_header import (

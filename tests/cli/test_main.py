@@ -48,15 +48,11 @@ def test_list_and_show_import_no_server_plot_or_template_engine(command, tiny_st
     assert not modules & {"fastapi", "uvicorn", "matplotlib"}
 
 
-@pytest.mark.xfail(strict=True, reason="models/gguf_header and gguf_info import the gguf package, whose __init__ "
-                   "imports numpy (models/ to change: read the constants without `import gguf`)")
 def test_list_imports_no_numpy(tiny_store):
     run, modules = imported("list", "--models-dir", tiny_store)
     assert run.returncode == 0 and not modules & set(HEAVY)
 
 
-@pytest.mark.xfail(strict=True, reason="show's usability notes call llama/backends.llama_cpp_knows, which imports "
-                   "llama_cpp (and with it jinja2) to find libllama; and models/ imports numpy through gguf")
 def test_show_imports_no_numpy_or_llama_cpp(tiny_store):
     run, modules = imported("show", "tiny-target", "--models-dir", tiny_store)
     assert run.returncode == 0 and not modules & set(HEAVY)
