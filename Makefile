@@ -53,7 +53,10 @@ gpu-bundle: install
 gpu-bench:
 	scripts/gpu-bench.sh $(GPU_BENCH_FLAGS)
 
+# lint first (ruff's rules as pinned in pyproject.toml), then the whole suite
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 clean:

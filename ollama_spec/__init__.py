@@ -24,7 +24,7 @@ PUBLIC = {
     "ollama_model_path": "ollama_spec.integrations.llama_cpp_python",
     "ollama_adapter_paths": "ollama_spec.integrations.llama_cpp_python",
 }
-__all__ = ["__version__", *PUBLIC]
+__all__ = ["__version__", *PUBLIC.keys()]  # noqa: PLE0604 - the names are PUBLIC's keys
 
 
 def __getattr__(name: str):

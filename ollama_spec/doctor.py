@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ollama_spec.llama.backends import read_backends
-from ollama_spec.planning.backends import BackendReport
-from ollama_spec.planning.devices import CUDA_BUILD_HINT, METAL_BUILD_HINT, Device, present_gpus
 from ollama_spec.config import ollama_var
 from ollama_spec.errors import OllamaSpecError, StoreUnreadable
-from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.llama.backends import read_backends
 from ollama_spec.models.daemon import DaemonStatus, daemon_status
+from ollama_spec.models.gguf_info import format_bytes
 from ollama_spec.models.store import find_store_root
+from ollama_spec.planning.backends import BackendReport
+from ollama_spec.planning.devices import CUDA_BUILD_HINT, METAL_BUILD_HINT, Device, present_gpus
 
 SHORT_FRACTION = 0.5  # a GPU with less than this share free is "short": say who holds it
 CHECKOUT = Path(__file__).resolve().parents[1]  # the source tree, when installed with `make install`
@@ -60,8 +60,16 @@ def gather(models_dir: str | None = None) -> Facts:
     except OllamaSpecError as exc:
         store_error = str(exc)
     setting = "--models-dir" if models_dir else ("OLLAMA_MODELS" if ollama_var("OLLAMA_MODELS") else None)
-    return Facts(runtime.gpu_offload_supported(), tuple(present_gpus()), backends, store, store_error,
-                 daemon_status(), unreadable, setting)
+    return Facts(
+        runtime.gpu_offload_supported(),
+        tuple(present_gpus()),
+        backends,
+        store,
+        store_error,
+        daemon_status(),
+        unreadable,
+        setting,
+    )
 
 
 def rebuild_command(kind: str) -> str:
@@ -76,15 +84,21 @@ def find_problems(facts: Facts) -> list[Problem]:
     problems = []
     if facts.gpus and not facts.offload:
         gpu = facts.gpus[0]
-        problems.append(Problem(f"llama-cpp-python is a CPU-only build, so {gpu.name} is not used",
-                                rebuild_command(gpu.kind)))
+        problems.append(
+            Problem(f"llama-cpp-python is a CPU-only build, so {gpu.name} is not used", rebuild_command(gpu.kind))
+        )
     if facts.offload and facts.backends is not None:
         seen = [d for d in facts.backends.devices if d.type in ("gpu", "igpu")]
         nvidia = [g for g in facts.gpus if g.kind == "cuda"]
         if len(seen) < len(nvidia):
-            problems.append(Problem(f"llama.cpp sees {len(seen)} GPU(s) but nvidia-ml-py reports {len(nvidia)}: "
-                                    "its CUDA runtime cannot use them all (driver too old for the toolkit it was "
-                                    "built with, or CUDA_VISIBLE_DEVICES)", "nvidia-smi"))
+            problems.append(
+                Problem(
+                    f"llama.cpp sees {len(seen)} GPU(s) but nvidia-ml-py reports {len(nvidia)}: "
+                    "its CUDA runtime cannot use them all (driver too old for the toolkit it was "
+                    "built with, or CUDA_VISIBLE_DEVICES)",
+                    "nvidia-smi",
+                )
+            )
     for gpu in facts.gpus:
         if gpu.free < SHORT_FRACTION * gpu.total:
             problems.append(_short_gpu(gpu, facts.daemon))

@@ -68,6 +68,7 @@ class ContextFull(OllamaSpecError):
 class InferenceError(OllamaSpecError):
     """llama.cpp refused to evaluate a batch or to cut a cache back."""
 
+
 class PullError(OllamaSpecError):
     """A pull failed: registry, daemon or Hugging Face unreachable or answering with an error."""
 

@@ -13,12 +13,12 @@ import argparse
 import re
 import sys
 
-from ollama_spec.models.gguf_info import format_bytes
-from ollama_spec.planning.memory import plan_memory
-from ollama_spec.models.resolve import resolve_model
 from ollama_spec.llama.backends import cpu_features, discover_devices
 from ollama_spec.llama.log import clear_log, recent_log
 from ollama_spec.llama.model import LoadedModel, LoadSettings, gpu_offload_supported
+from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.models.resolve import resolve_model
+from ollama_spec.planning.memory import plan_memory
 
 OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 BUFFER = re.compile(r"(\S+) (model|KV|RS|compute) buffer size =\s*([\d.]+) MiB")
@@ -33,7 +33,7 @@ def gpu_used() -> int | None:
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # no NVIDIA driver: nothing to compare
+    except Exception:  # noqa: BLE001 - no NVIDIA driver: nothing to compare
         return None
 
 
@@ -57,24 +57,36 @@ def main() -> int:
         offload = OFFLOADED.search(log)
         # llama.cpp logs "offloaded N/N" whenever its build could offload, which a build with the RPC
         # backend always can: without a GPU here, nothing was.
-        done, total = ((int(offload.group(1)), int(offload.group(2))) if offload and gpu_offload_supported()
-                       else (0, needs.n_layer + 1))
+        done, total = (
+            (int(offload.group(1)), int(offload.group(2)))
+            if offload and gpu_offload_supported()
+            else (0, needs.n_layer + 1)
+        )
         buffers: dict[str, float] = {}
         for device, _kind, mib in BUFFER.findall(log):
             buffers[device] = buffers.get(device, 0.0) + float(mib)
         gpu_mib = sum(v for k, v in buffers.items() if k.startswith(GPU_BUFFERS) and "Host" not in k)
         # check plans the GPU part under full offload, or everything in RAM without a GPU
-        estimate, used, where = ((needs.gpu_total, gpu_mib, "on the GPU") if plan.gpus
-                                 else (needs.cpu_total, sum(buffers.values()), "in RAM"))
-        print(f"{role:<7} {model.name}: offloaded {done}/{total} layers to GPU; llama.cpp's buffers: "
-              + ", ".join(f"{k} {v:.0f} MiB" for k, v in buffers.items()))
-        print(f"        {where}: llama.cpp {used:.0f} MiB, check's estimate {estimate / MIB:.0f} MiB"
-              + (f" ({(estimate / MIB - used) / used:+.1%})" if used else ""))
+        estimate, used, where = (
+            (needs.gpu_total, gpu_mib, "on the GPU")
+            if plan.gpus
+            else (needs.cpu_total, sum(buffers.values()), "in RAM")
+        )
+        print(
+            f"{role:<7} {model.name}: offloaded {done}/{total} layers to GPU; llama.cpp's buffers: "
+            + ", ".join(f"{k} {v:.0f} MiB" for k, v in buffers.items())
+        )
+        print(
+            f"        {where}: llama.cpp {used:.0f} MiB, check's estimate {estimate / MIB:.0f} MiB"
+            + (f" ({(estimate / MIB - used) / used:+.1%})" if used else "")
+        )
         ok &= args.cpu or done == total
     after = gpu_used()
     if before is not None and after is not None:
-        print(f"GPU memory held by this process (nvidia-ml-py): {format_bytes(after - before)}; "
-              f"check's estimate for the pair: {format_bytes(plan.gpu_bytes)}")
+        print(
+            f"GPU memory held by this process (nvidia-ml-py): {format_bytes(after - before)}; "
+            f"check's estimate for the pair: {format_bytes(plan.gpu_bytes)}"
+        )
     for model in loaded:
         model.close()
     if not ok:

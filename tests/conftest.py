@@ -14,8 +14,11 @@ from ollama_spec.synthetic import build_pair_store
 
 # Property tests: a bounded number of examples in `make test` (a few seconds), many more with
 # HYPOTHESIS_PROFILE=deep. No example database: nothing is written into the checkout.
-_FUZZ = {"deadline": None, "database": None,
-         "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]}
+_FUZZ = {
+    "deadline": None,
+    "database": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+}
 settings.register_profile("bounded", max_examples=120, **_FUZZ)
 settings.register_profile("deep", max_examples=20_000, **_FUZZ)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bounded"))

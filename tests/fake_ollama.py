@@ -12,8 +12,15 @@ GIB = 1 << 30
 
 def ps_entry(name: str, size_gib: float, vram_gib: float) -> dict:
     """One /api/ps model, as Ollama writes it."""
-    return {"name": name, "model": name, "size": int(size_gib * GIB), "size_vram": int(vram_gib * GIB),
-            "digest": "0" * 64, "expires_at": "2026-11-30T06:00:00Z", "details": {"format": "gguf"}}
+    return {
+        "name": name,
+        "model": name,
+        "size": int(size_gib * GIB),
+        "size_vram": int(vram_gib * GIB),
+        "digest": "0" * 64,
+        "expires_at": "2026-11-30T06:00:00Z",
+        "details": {"format": "gguf"},
+    }
 
 
 @contextmanager

@@ -9,7 +9,7 @@ def fake_vllm(folder: Path, version: str = "0.16.0", *, status: int = 0) -> Path
     program = folder / "vllm"
     program.write_text(f"""#!/bin/sh
 if [ "$1" = "--version" ]; then echo "INFO some log line"; echo "{version}"; exit {status}; fi
-printf '%s\\n' "$@" > "{folder / 'called'}"
+printf '%s\\n' "$@" > "{folder / "called"}"
 """)
     program.chmod(0o755)
     return program

@@ -42,8 +42,11 @@ def header(*kvs: bytes, tensors: bytes = b"", n_tensors: int = 0, version: int =
 
 
 def tensor_info(name: str, shape: tuple[int, ...], type_id: int = 0, offset: int = 0) -> bytes:
-    return string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape) + struct.pack(
-        "<IQ", type_id, offset
+    return (
+        string(name)
+        + struct.pack("<I", len(shape))
+        + struct.pack(f"<{len(shape)}Q", *shape)
+        + struct.pack("<IQ", type_id, offset)
     )
 
 

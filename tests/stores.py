@@ -38,8 +38,9 @@ def without_chat_template(root, name, base="tiny-target"):
     data = root.joinpath("blobs", model["digest"].replace(":", "-")).read_bytes()
     assert data.count(b"tokenizer.chat_template") == 1
     digest, size = add_blob(root, data.replace(b"tokenizer.chat_template", b"tokenizer.chat_templatX"))
-    variant(root, name, base=base, keep=lambda layer: layer["digest"] != model["digest"],
-            extra=[("model", (digest, size))])
+    variant(
+        root, name, base=base, keep=lambda layer: layer["digest"] != model["digest"], extra=[("model", (digest, size))]
+    )
 
 
 def lora_variant(root, name, scratch, base="tiny-target", **lora):

@@ -12,6 +12,10 @@ def test_every_public_name_imports_from_the_package():
 
 
 def test_importing_the_package_loads_nothing_heavy():
-    loaded = subprocess.run([sys.executable, "-c", "import sys, ollama_spec; print(' '.join(sys.modules))"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, ollama_spec; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert not {"numpy", "llama_cpp", "fastapi", "jinja2"} & set(loaded)

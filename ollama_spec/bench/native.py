@@ -12,13 +12,13 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from ollama_spec.errors import InvalidSetting
-from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.llama.model import choose_flash_attention, default_threads
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.runner import Progress, RowTimer
 from ollama_spec.bench.samples import NATIVE, Row, Sample
 from ollama_spec.bench.settings import BenchSettings
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.model import choose_flash_attention, default_threads
+from ollama_spec.models.resolve import ResolvedModel
 
 NATIVE_TIMEOUT_S = 600
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
@@ -26,9 +26,16 @@ _ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _COUNT = {name: re.compile(rf"{name}\s*=\s*(\d+)") for name in ("n_drafted", "n_accept")}
 
 
-def run_native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, prompts: Sequence[Prompt],
-                   prompt_texts: dict[str, str], settings: BenchSettings,
-                   progress: Progress = lambda label: None) -> Row:
+def run_native_row(
+    binary: Path,
+    target: ResolvedModel,
+    draft: ResolvedModel,
+    k: int,
+    prompts: Sequence[Prompt],
+    prompt_texts: dict[str, str],
+    settings: BenchSettings,
+    progress: Progress = lambda label: None,
+) -> Row:
     """Time each prompt with `llama-speculative-simple` at draft length k; tok/s as llama.cpp reports it."""
     row, timer = native_row(binary, target, draft, k, prompt_texts, settings)
     for run in range(settings.runs):
@@ -38,8 +45,14 @@ def run_native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k:
     return row
 
 
-def native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, prompt_texts: dict[str, str],
-               settings: BenchSettings) -> tuple[Row, RowTimer]:
+def native_row(
+    binary: Path,
+    target: ResolvedModel,
+    draft: ResolvedModel,
+    k: int,
+    prompt_texts: dict[str, str],
+    settings: BenchSettings,
+) -> tuple[Row, RowTimer]:
     """The native row and what times it on one prompt, for a phase that interleaves it with others."""
     check_native(binary, settings, target, draft)
 
@@ -52,22 +65,57 @@ def native_row(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int
 def check_native(binary: Path, settings: BenchSettings, target: ResolvedModel, draft: ResolvedModel) -> None:
     """Refuse --native before anything is timed: a missing binary, a sampled run or LoRA adapters."""
     if target.adapters or draft.adapters:  # its --lora would go to the draft as well as the target
-        raise InvalidSetting("--native runs models without LoRA adapters: leave it out for a model with an adapter "
-                             "layer")
+        raise InvalidSetting(
+            "--native runs models without LoRA adapters: leave it out for a model with an adapter layer"
+        )
     if not binary.is_file():
         raise InvalidSetting(f"--native {binary} does not exist: build it with scripts/build-native-speculative.sh")
     if not settings.greedy:
         raise InvalidSetting("--native compares greedy runs only (llama-speculative-simple samples differently)")
 
 
-def _run(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, name: str, text: str,
-         settings: BenchSettings, run: int, max_tokens: int) -> Sample:
+def _run(
+    binary: Path,
+    target: ResolvedModel,
+    draft: ResolvedModel,
+    k: int,
+    name: str,
+    text: str,
+    settings: BenchSettings,
+    run: int,
+    max_tokens: int,
+) -> Sample:
     threads = str(settings.n_threads or default_threads())
-    command = [str(binary), "-m", str(target.path), "-md", str(draft.path), "--spec-type", "draft-simple",
-               "--spec-draft-n-max", str(k), "-p", text, "-n", str(max_tokens), "--ignore-eos",
-               "--temp", "0", "--seed", str(settings.seed), "-c", str(settings.context), "-t", threads,
-               "-ngl", "99", "--spec-draft-ngl", "99",
-               "--flash-attn", {"off": "off", "on": "on"}.get(choose_flash_attention(settings.flash_attention), "auto")]
+    command = [
+        str(binary),
+        "-m",
+        str(target.path),
+        "-md",
+        str(draft.path),
+        "--spec-type",
+        "draft-simple",
+        "--spec-draft-n-max",
+        str(k),
+        "-p",
+        text,
+        "-n",
+        str(max_tokens),
+        "--ignore-eos",
+        "--temp",
+        "0",
+        "--seed",
+        str(settings.seed),
+        "-c",
+        str(settings.context),
+        "-t",
+        threads,
+        "-ngl",
+        "99",
+        "--spec-draft-ngl",
+        "99",
+        "--flash-attn",
+        {"off": "off", "on": "on"}.get(choose_flash_attention(settings.flash_attention), "auto"),
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=NATIVE_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -81,5 +129,12 @@ def _run(binary: Path, target: ResolvedModel, draft: ResolvedModel, k: int, name
     encode_s = float(encoded.group(2)) if encoded else 0.0
     counts = {key: int(m.group(1)) if (m := pattern.search(log)) else 0 for key, pattern in _COUNT.items()}
     # Only counts and times come back, not token ids: the row is timed, never compared token by token.
-    return Sample(name, run, [-1] * (n + 1), encode_s, encode_s + decode_s, drafted=counts["n_drafted"],
-                  accepted=counts["n_accept"])
+    return Sample(
+        name,
+        run,
+        [-1] * (n + 1),
+        encode_s,
+        encode_s + decode_s,
+        drafted=counts["n_drafted"],
+        accepted=counts["n_accept"],
+    )

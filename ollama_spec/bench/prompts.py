@@ -22,13 +22,22 @@ class Prompt:
 
 
 BUILTIN_PROMPTS = (
-    Prompt("code", "Write a Python function that checks whether a string is a palindrome, "
-                   "ignoring case and punctuation, with a docstring and two doctests."),
+    Prompt(
+        "code",
+        "Write a Python function that checks whether a string is a palindrome, "
+        "ignoring case and punctuation, with a docstring and two doctests.",
+    ),
     Prompt("factual", "List the planets of the solar system in order from the Sun, with one fact about each."),
-    Prompt("explanation", "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi.",
-           system="Anda pakar arsitektur perangkat lunak."),
-    Prompt("translation", "Translate into French: \"The meeting has been moved to Thursday morning because "
-                          "the projector in the main room is broken.\""),
+    Prompt(
+        "explanation",
+        "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi.",
+        system="Anda pakar arsitektur perangkat lunak.",
+    ),
+    Prompt(
+        "translation",
+        'Translate into French: "The meeting has been moved to Thursday morning because '
+        'the projector in the main room is broken."',
+    ),
     Prompt("creative", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
 )
 

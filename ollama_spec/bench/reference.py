@@ -18,17 +18,17 @@ import numpy as np
 from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
-from ollama_spec.integrations.llama_cpp_python import OllamaDraftModel
-from ollama_spec.llama.canary import decide_repack
-from ollama_spec.models.compat import load_kv_overrides
-from ollama_spec.errors import ModelLoadError
-from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.llama.log import log_mark
-from ollama_spec.llama.model import apply_lora_adapters, choose_flash_attention, default_threads, extra_bufts_default
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.runner import Progress, RowTimer, interleaved, sampling_for
 from ollama_spec.bench.samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
 from ollama_spec.bench.settings import WARMUP_TOKENS, BenchSettings
+from ollama_spec.errors import ModelLoadError
+from ollama_spec.integrations.llama_cpp_python import OllamaDraftModel
+from ollama_spec.llama.canary import decide_repack
+from ollama_spec.llama.log import log_mark
+from ollama_spec.llama.model import apply_lora_adapters, choose_flash_attention, default_threads, extra_bufts_default
+from ollama_spec.models.compat import load_kv_overrides
+from ollama_spec.models.resolve import ResolvedModel
 
 
 class CountingDraft(LlamaDraftModel):
@@ -54,18 +54,33 @@ class CountingDraft(LlamaDraftModel):
             self.inner.reset()  # a cold draft cache, as the engine starts each generation
 
 
-def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str | None, k: int,
-                       prompts: Sequence[Prompt], prompt_tokens: dict[str, list[int]], settings: BenchSettings,
-                       progress: Progress = lambda label: None,
-                       beside: Sequence[tuple[Row, RowTimer]] = ()) -> list[Row]:
+def run_reference_rows(
+    target: ResolvedModel,
+    draft_name: str,
+    models_dir: str | None,
+    k: int,
+    prompts: Sequence[Prompt],
+    prompt_tokens: dict[str, list[int]],
+    settings: BenchSettings,
+    progress: Progress = lambda label: None,
+    beside: Sequence[tuple[Row, RowTimer]] = (),
+) -> list[Row]:
     """llama-cpp-python's target alone, its draft_model path (OllamaDraftModel, K drafts) and prompt lookup
     (K tokens), and the `beside` rows (ours again, llama.cpp's own loop), all interleaved."""
     threads = settings.n_threads or default_threads()  # the engine's default too
-    draft = OllamaDraftModel(draft_name, num_pred_tokens=k, models_dir=models_dir, n_ctx=settings.context,
-                             n_threads=threads, repack=settings.repack)
-    rows = [(Row("llama-cpp-python target alone", LLAMA_CPP_BASELINE), None),
-            (Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), CountingDraft(draft)),
-            (Row(f"prompt lookup K={k}", PROMPT_LOOKUP, k), CountingDraft(LlamaPromptLookupDecoding(num_pred_tokens=k)))]
+    draft = OllamaDraftModel(
+        draft_name,
+        num_pred_tokens=k,
+        models_dir=models_dir,
+        n_ctx=settings.context,
+        n_threads=threads,
+        repack=settings.repack,
+    )
+    rows = [
+        (Row("llama-cpp-python target alone", LLAMA_CPP_BASELINE), None),
+        (Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), CountingDraft(draft)),
+        (Row(f"prompt lookup K={k}", PROMPT_LOOKUP, k), CountingDraft(LlamaPromptLookupDecoding(num_pred_tokens=k))),
+    ]
     try:
         llm = _load(target, settings, threads)
         try:
@@ -78,10 +93,12 @@ def run_reference_rows(target: ResolvedModel, draft_name: str, models_dir: str |
     return [row for row, _ in rows] + [row for row, _ in beside]
 
 
-def _timer(llm: Llama, draft: CountingDraft | None, prompt_tokens: dict[str, list[int]],
-           settings: BenchSettings) -> RowTimer:
+def _timer(
+    llm: Llama, draft: CountingDraft | None, prompt_tokens: dict[str, list[int]], settings: BenchSettings
+) -> RowTimer:
     def run(prompt: Prompt, max_tokens: int, run: int) -> Sample:
         return _generate(llm, draft, prompt_tokens[prompt.name], max_tokens, settings, prompt.name, run)
+
     return run
 
 
@@ -90,10 +107,18 @@ def _load(target: ResolvedModel, settings: BenchSettings, threads: int) -> Llama
     mark = log_mark()
     try:
         with extra_bufts_default(decide_repack(settings.repack).enabled):
-            llm = Llama(model_path=str(target.path), n_ctx=settings.context, n_gpu_layers=-1, n_threads=threads,
-                        n_threads_batch=threads, seed=settings.seed, logits_all=True,
-                        kv_overrides=overrides or None, verbose=False,
-                        flash_attn=choose_flash_attention(settings.flash_attention) != "off")
+            llm = Llama(
+                model_path=str(target.path),
+                n_ctx=settings.context,
+                n_gpu_layers=-1,
+                n_threads=threads,
+                n_threads_batch=threads,
+                seed=settings.seed,
+                logits_all=True,
+                kv_overrides=overrides or None,
+                verbose=False,
+                flash_attn=choose_flash_attention(settings.flash_attention) != "off",
+            )
     except ValueError as exc:
         raise ModelLoadError(f"llama-cpp-python could not load {target.path}: {exc}") from None
     try:  # Llama's own lora_path takes one adapter; a model may carry several, set as the engine sets them
@@ -104,8 +129,9 @@ def _load(target: ResolvedModel, settings: BenchSettings, threads: int) -> Llama
     return llm
 
 
-def _run_rows(rows: list[tuple[Row, RowTimer]], prompts: Sequence[Prompt], settings: BenchSettings,
-              progress: Progress) -> None:
+def _run_rows(
+    rows: list[tuple[Row, RowTimer]], prompts: Sequence[Prompt], settings: BenchSettings, progress: Progress
+) -> None:
     with PeakMemory() as memory:
         if settings.warmup:
             for row, timer in rows:
@@ -118,8 +144,15 @@ def _run_rows(rows: list[tuple[Row, RowTimer]], prompts: Sequence[Prompt], setti
             progress(f"{row.label} · {prompt.name}")
 
 
-def _generate(llm: Llama, draft: CountingDraft | None, prompt: list[int], max_tokens: int, settings: BenchSettings,
-              name: str, run: int) -> Sample:
+def _generate(
+    llm: Llama,
+    draft: CountingDraft | None,
+    prompt: list[int],
+    max_tokens: int,
+    settings: BenchSettings,
+    name: str,
+    run: int,
+) -> Sample:
     sampling = sampling_for(settings)
     llm.reset()  # no prompt reuse from the last run: the engine re-reads the prompt too
     llm.draft_model = draft  # read by Llama.generate at each step: None decodes one token at a time
@@ -129,8 +162,15 @@ def _generate(llm: Llama, draft: CountingDraft | None, prompt: list[int], max_to
     start = time.perf_counter()
     first = 0.0
     # Llama.generate never stops at end of generation itself: like ignore_eos, it runs to max_tokens.
-    stream = llm.generate(prompt, temp=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-                          min_p=sampling.min_p, repeat_penalty=1.0, reset=True)
+    stream = llm.generate(
+        prompt,
+        temp=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        repeat_penalty=1.0,
+        reset=True,
+    )
     try:
         for token in stream:
             if not tokens:
@@ -147,6 +187,15 @@ def _generate(llm: Llama, draft: CountingDraft | None, prompt: list[int], max_to
     # drafts plus the target's own token.
     steps = draft.calls + 1
     # Drafting starts after the first token here, so the target's share is the rest of decoding.
-    return Sample(name, run, tokens, first, total, steps=steps, drafted=draft.drafted,
-                  accepted=max(len(tokens) - steps, 0), draft_s=draft.seconds,
-                  verify_s=max(total - first - draft.seconds, 0.0))
+    return Sample(
+        name,
+        run,
+        tokens,
+        first,
+        total,
+        steps=steps,
+        drafted=draft.drafted,
+        accepted=max(len(tokens) - steps, 0),
+        draft_s=draft.seconds,
+        verify_s=max(total - first - draft.seconds, 0.0),
+    )

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from ollama_spec.errors import InvalidSetting, OllamaSpecError
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.runner import Progress
+from ollama_spec.errors import InvalidSetting, OllamaSpecError
 
 DEFAULT_TIMEOUT_S = 600.0
 CHAT_PATH = "/chat/completions"  # appended to --url; a --url that already ends in it is the endpoint itself
@@ -93,7 +93,9 @@ class RemoteResult:
         return statistics.median(s.first_token_s for s in self.samples)
 
 
-def run_remote(settings: RemoteSettings, prompts: Sequence[Prompt], progress: Progress = lambda label: None) -> RemoteResult:
+def run_remote(
+    settings: RemoteSettings, prompts: Sequence[Prompt], progress: Progress = lambda label: None
+) -> RemoteResult:
     """Stream every prompt `runs` times (after one unrecorded warm-up request)."""
     result = RemoteResult(settings)
     with httpx.Client(timeout=httpx.Timeout(settings.timeout_s, connect=10.0)) as client:
@@ -112,13 +114,22 @@ def planned_remote_units(settings: RemoteSettings, n_prompts: int) -> int:
     return (1 if settings.warmup else 0) + settings.runs * n_prompts
 
 
-def stream_chat(client: httpx.Client, settings: RemoteSettings, prompt: Prompt, max_tokens: int) -> tuple[int, float, float]:
+def stream_chat(
+    client: httpx.Client, settings: RemoteSettings, prompt: Prompt, max_tokens: int
+) -> tuple[int, float, float]:
     """One streamed chat completion: (tokens, seconds to the first token, seconds in all)."""
     messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
-        {"role": "user", "content": prompt.prompt}]
-    body = {"model": settings.model, "messages": messages, "max_tokens": max_tokens, "stream": True,
-            "temperature": settings.temperature, "seed": settings.seed,
-            "stream_options": {"include_usage": True}}
+        {"role": "user", "content": prompt.prompt}
+    ]
+    body = {
+        "model": settings.model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "temperature": settings.temperature,
+        "seed": settings.seed,
+        "stream_options": {"include_usage": True},
+    }
     pieces, usage_tokens, first = 0, None, 0.0
     start = time.perf_counter()
     try:
@@ -127,10 +138,14 @@ def stream_chat(client: httpx.Client, settings: RemoteSettings, prompt: Prompt, 
                 detail = " ".join(response.read().decode("utf-8", "replace").split())[:200]
                 hint = ""
                 if response.status_code == 404 and not settings.url.endswith("/v1"):
-                    hint = ("; --url is the API base, which ends in /v1 on OpenAI-compatible servers (e.g. "
-                            "http://127.0.0.1:8000/v1)")
-                raise ServerError(f"{settings.endpoint} answered HTTP {response.status_code}: "
-                                  f"{detail or response.reason_phrase}{hint}")
+                    hint = (
+                        "; --url is the API base, which ends in /v1 on OpenAI-compatible servers (e.g. "
+                        "http://127.0.0.1:8000/v1)"
+                    )
+                raise ServerError(
+                    f"{settings.endpoint} answered HTTP {response.status_code}: "
+                    f"{detail or response.reason_phrase}{hint}"
+                )
             for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue  # SSE comments, event names, keep-alives
@@ -146,7 +161,9 @@ def stream_chat(client: httpx.Client, settings: RemoteSettings, prompt: Prompt, 
                             first = time.perf_counter() - start
                         pieces += 1
     except httpx.ConnectError as exc:
-        raise ServerError(f"cannot reach the server at {settings.url} ({_reason(exc)}); start it or fix --url") from None
+        raise ServerError(
+            f"cannot reach the server at {settings.url} ({_reason(exc)}); start it or fix --url"
+        ) from None
     except httpx.TimeoutException:
         raise ServerError(f"no answer from {settings.url} within {settings.timeout_s:.0f} s") from None
     except httpx.HTTPError as exc:

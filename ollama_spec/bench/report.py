@@ -9,18 +9,43 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ollama_spec.models.gguf_info import format_bytes
-from ollama_spec.llama.model import default_threads
 from ollama_spec.bench.model import efficiency, predicted_speedup_from_step_length
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.remote import RemoteResult
 from ollama_spec.bench.runner import Costs
-from ollama_spec.bench.samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LLAMA_CPP_BASELINE,
-                      LLAMA_CPP_DRAFT, LOCAL_BASELINE, NATIVE, NGRAM, PROMPT_LOOKUP, SPECULATIVE, Row)
+from ollama_spec.bench.samples import (
+    AUTO,
+    BASELINE,
+    BESIDE_AUTO,
+    BESIDE_BASELINE,
+    BESIDE_SPECULATIVE,
+    LLAMA_CPP_BASELINE,
+    LLAMA_CPP_DRAFT,
+    LOCAL_BASELINE,
+    NATIVE,
+    NGRAM,
+    PROMPT_LOOKUP,
+    SPECULATIVE,
+    Row,
+)
 from ollama_spec.bench.settings import BenchSettings
+from ollama_spec.llama.model import default_threads
+from ollama_spec.models.gguf_info import format_bytes
 
-COLUMNS = ("row", "tok/s (min–max)", "speed-up", "accepted", "α", "tok/step", "draft/verify", "TTFT", "peak RSS",
-           "predicted", "efficiency", "greedy = target")
+COLUMNS = (
+    "row",
+    "tok/s (min–max)",
+    "speed-up",
+    "accepted",
+    "α",
+    "tok/step",
+    "draft/verify",
+    "TTFT",
+    "peak RSS",
+    "predicted",
+    "efficiency",
+    "greedy = target",
+)
 
 
 @dataclass
@@ -66,15 +91,27 @@ def table_cells(report: BenchReport) -> list[tuple[str, ...]]:
         rates = row.run_rates()
         split = "-" if row.draft_share is None else f"{row.draft_share:.0%}/{row.verify_share:.0%}"
         eff = report.efficiency(row)
-        identical = "-" if not report.settings.greedy or row.kind == BASELINE else ("no" if row.mismatches else "near-tie" if row.near_ties else "yes")
-        cells.append((
-            row.label, f"{row.tokens_per_second:.1f} ({min(rates):.1f}–{max(rates):.1f})",
-            f"{report.speedup(row):.2f}x", _pct(row.acceptance_rate), "-" if row.alpha is None else f"{row.alpha:.2f}",
-            "-" if row.tokens_per_step is None else f"{row.tokens_per_step:.2f}", split,
-            f"{row.ttft_s * 1000:.0f} ms", format_bytes(row.peak_rss),
-            "-" if row.predicted_speedup is None else f"{row.predicted_speedup:.2f}x",
-            "-" if eff is None else f"{eff:.2f}", identical,
-        ))
+        identical = (
+            "-"
+            if not report.settings.greedy or row.kind == BASELINE
+            else ("no" if row.mismatches else "near-tie" if row.near_ties else "yes")
+        )
+        cells.append(
+            (
+                row.label,
+                f"{row.tokens_per_second:.1f} ({min(rates):.1f}–{max(rates):.1f})",
+                f"{report.speedup(row):.2f}x",
+                _pct(row.acceptance_rate),
+                "-" if row.alpha is None else f"{row.alpha:.2f}",
+                "-" if row.tokens_per_step is None else f"{row.tokens_per_step:.2f}",
+                split,
+                f"{row.ttft_s * 1000:.0f} ms",
+                format_bytes(row.peak_rss),
+                "-" if row.predicted_speedup is None else f"{row.predicted_speedup:.2f}x",
+                "-" if eff is None else f"{eff:.2f}",
+                identical,
+            )
+        )
     return cells
 
 
@@ -95,19 +132,27 @@ def summary_lines(report: BenchReport) -> list[str]:
     s, costs, best = report.settings, report.costs, report.best
     verify = ", ".join(f"K={k}: {v:.2f}" for k, v in ((k, costs.verify_ratio(k)) for k in sorted(costs.verify_s)))
     lines = [
-        (f"target {report.target}, draft {report.draft}; {len(report.prompts)} prompts x {s.runs} runs x "
-         f"{s.max_tokens} tokens, temperature {s.temperature:g}, seed {s.seed}, threads {s.n_threads or default_threads()}"),
-        (f"step costs: target {costs.target_step_s * 1000:.1f} ms, draft {costs.draft_step_s * 1000:.2f} ms "
-         f"(c = {costs.draft_ratio:.3f}); verify batch of K+1 / target step: {verify}"),
+        (
+            f"target {report.target}, draft {report.draft}; {len(report.prompts)} prompts x {s.runs} runs x "
+            f"{s.max_tokens} tokens, temperature {s.temperature:g}, seed {s.seed}, threads {s.n_threads or default_threads()}"
+        ),
+        (
+            f"step costs: target {costs.target_step_s * 1000:.1f} ms, draft {costs.draft_step_s * 1000:.2f} ms "
+            f"(c = {costs.draft_ratio:.3f}); verify batch of K+1 / target step: {verify}"
+        ),
         f"best K = {best.k}: {best.tokens_per_second:.1f} tok/s, {report.speedup(best):.2f}x the target alone",
     ]
     overhead = best.overhead_per_step_s
     if overhead is not None:
-        lines.append(f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}")
+        lines.append(
+            f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}"
+        )
     lines += _auto_lines(report) + _reference_lines(report) + _ngram_lines(report) + _rpc_lines(report)
     if report.load_average and max(report.load_average) > 0.5:
-        lines.append(f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
-                     f"({os.cpu_count()} cores): other work on the machine slows every row unevenly")
+        lines.append(
+            f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
+            f"({os.cpu_count()} cores): other work on the machine slows every row unevenly"
+        )
     return lines
 
 
@@ -125,9 +170,13 @@ def _auto_lines(report: BenchReport) -> list[str]:
         top = max(fixed, key=lambda r: _prompt_stats(r, p.name)["tokens_per_second"])
         top_rate = _prompt_stats(top, p.name)["tokens_per_second"]
         per_prompt.append(f"{p.name} {rate / top_rate:.0%} of K={top.k}" if top_rate else p.name)
-    return [f"K=auto: {auto.tokens_per_second:.1f} tok/s, {auto.tokens_per_second / best.tokens_per_second:.0%} of "
-            f"the best fixed K (K={best.k}); steps by K: {chosen}",
-            "K=auto per prompt: " + "; ".join(per_prompt)]
+    return [
+        (
+            f"K=auto: {auto.tokens_per_second:.1f} tok/s, {auto.tokens_per_second / best.tokens_per_second:.0%} of "
+            f"the best fixed K (K={best.k}); steps by K: {chosen}"
+        ),
+        "K=auto per prompt: " + "; ".join(per_prompt),
+    ]
 
 
 def _reference_lines(report: BenchReport) -> list[str]:
@@ -137,17 +186,22 @@ def _reference_lines(report: BenchReport) -> list[str]:
     target alone beside."""
     beside = {r.kind: r for r in report.rows if r.kind in (BESIDE_BASELINE, BESIDE_SPECULATIVE, BESIDE_AUTO)}
     auto = next((r for r in report.rows if r.kind == AUTO and r.tokens_per_second), None)
-    ours = ([(beside.get(BESIDE_SPECULATIVE), f"K={report.best.k}"), (beside.get(BESIDE_AUTO), "K=auto (the default)")]
-            if beside else [(report.best, f"K={report.best.k}"), (auto, "K=auto (the default)")])
+    ours = (
+        [(beside.get(BESIDE_SPECULATIVE), f"K={report.best.k}"), (beside.get(BESIDE_AUTO), "K=auto (the default)")]
+        if beside
+        else [(report.best, f"K={report.best.k}"), (auto, "K=auto (the default)")]
+    )
     where = ", timed beside them (one phase, interleaved)" if beside else ""
     lines = []
     for mine, name in ours:
         for kind in (LLAMA_CPP_DRAFT, NATIVE):
             other = next((r for r in report.rows if r.kind == kind), None)
             if mine is not None and mine.tokens_per_second and other is not None and other.tokens_per_second:
-                lines.append(f"ours at {name} vs {other.label}{where}: {mine.tokens_per_second:.1f} vs "
-                             f"{other.tokens_per_second:.1f} tok/s ({mine.tokens_per_second / other.tokens_per_second:.2f}x)"
-                             + ("" if beside else _beside_baselines(report, mine, other)))
+                lines.append(
+                    f"ours at {name} vs {other.label}{where}: {mine.tokens_per_second:.1f} vs "
+                    f"{other.tokens_per_second:.1f} tok/s ({mine.tokens_per_second / other.tokens_per_second:.2f}x)"
+                    + ("" if beside else _beside_baselines(report, mine, other))
+                )
     return lines
 
 
@@ -158,8 +212,7 @@ def _beside_baselines(report: BenchReport, ours: Row, theirs: Row) -> str:
     if theirs.kind not in (LLAMA_CPP_DRAFT, PROMPT_LOOKUP) or base is None or not base.tokens_per_second:
         return ""
     mine, other = report.speedup(ours), theirs.tokens_per_second / base.tokens_per_second
-    return (f"; over each one's own target alone, timed beside it: {mine:.2f}x vs {other:.2f}x "
-            f"({mine / other:.2f}x)")
+    return f"; over each one's own target alone, timed beside it: {mine:.2f}x vs {other:.2f}x ({mine / other:.2f}x)"
 
 
 def _ngram_lines(report: BenchReport) -> list[str]:
@@ -167,9 +220,11 @@ def _ngram_lines(report: BenchReport) -> list[str]:
     theirs = next((r for r in report.rows if r.kind == PROMPT_LOOKUP), None)
     if ours is None or theirs is None or not theirs.tokens_per_second:
         return []
-    return [f"n-gram lookup: ours {ours.tokens_per_second:.1f} tok/s, llama-cpp-python's {theirs.label} "
-            f"{theirs.tokens_per_second:.1f} tok/s ({ours.tokens_per_second / theirs.tokens_per_second:.2f}x)"
-            + _beside_baselines(report, ours, theirs)]
+    return [
+        f"n-gram lookup: ours {ours.tokens_per_second:.1f} tok/s, llama-cpp-python's {theirs.label} "
+        f"{theirs.tokens_per_second:.1f} tok/s ({ours.tokens_per_second / theirs.tokens_per_second:.2f}x)"
+        + _beside_baselines(report, ours, theirs)
+    ]
 
 
 def _rpc_lines(report: BenchReport) -> list[str]:
@@ -180,9 +235,13 @@ def _rpc_lines(report: BenchReport) -> list[str]:
     remote, best = report.baseline.tokens_per_second, report.best.tokens_per_second
     hop_ms = (1 / remote - 1 / local.tokens_per_second) * 1000
     servers = ", ".join(report.settings.placement.rpc_servers)
-    return [f"RPC ({servers}): the target alone {remote:.1f} tok/s over the servers vs {local.tokens_per_second:.1f} on "
+    return [
+        (
+            f"RPC ({servers}): the target alone {remote:.1f} tok/s over the servers vs {local.tokens_per_second:.1f} on "
             f"this machine only ({hop_ms:+.2f} ms per token); speculative K={report.best.k} over the servers "
-            f"{best:.1f} tok/s ({best / local.tokens_per_second:.2f}x the target on this machine)"]
+            f"{best:.1f} tok/s ({best / local.tokens_per_second:.2f}x the target on this machine)"
+        )
+    ]
 
 
 def format_report(report: BenchReport) -> str:
@@ -194,33 +253,60 @@ def report_json(report: BenchReport) -> dict:
     rows = []
     for row in report.rows:
         rates = row.run_rates()
-        rows.append({
-            "label": row.label, "kind": row.kind, "k": row.k,
-            "tokens_per_second": round(row.tokens_per_second, 3),
-            "tokens_per_second_min": round(min(rates), 3), "tokens_per_second_max": round(max(rates), 3),
-            "tokens_per_second_by_run": [round(r, 3) for r in rates],
-            "speedup": round(report.speedup(row), 4),
-            "acceptance_rate": _round(row.acceptance_rate), "alpha": _round(row.alpha),
-            "tokens_per_step": _round(row.tokens_per_step), "k_chosen": {str(k): n for k, n in row.k_chosen.items()},
-            "drafted": row.drafted, "accepted": row.accepted, "steps": row.steps,
-            "draft_share": _round(row.draft_share), "verify_share": _round(row.verify_share),
-            "time_to_first_token_s": round(row.ttft_s, 4), "peak_rss_bytes": row.peak_rss,
-            "overhead_per_step_s": _round(row.overhead_per_step_s, 6),
-            "predicted_speedup": _round(row.predicted_speedup), "efficiency": _round(report.efficiency(row)),
-            **_step_length_prediction(report, row),
-            "identical_to_target_alone": (not row.mismatches) if report.settings.greedy and row.kind != BASELINE else None,
-            "prompts": {p.name: _prompt_stats(row, p.name) for p in report.prompts},
-        })
+        rows.append(
+            {
+                "label": row.label,
+                "kind": row.kind,
+                "k": row.k,
+                "tokens_per_second": round(row.tokens_per_second, 3),
+                "tokens_per_second_min": round(min(rates), 3),
+                "tokens_per_second_max": round(max(rates), 3),
+                "tokens_per_second_by_run": [round(r, 3) for r in rates],
+                "speedup": round(report.speedup(row), 4),
+                "acceptance_rate": _round(row.acceptance_rate),
+                "alpha": _round(row.alpha),
+                "tokens_per_step": _round(row.tokens_per_step),
+                "k_chosen": {str(k): n for k, n in row.k_chosen.items()},
+                "drafted": row.drafted,
+                "accepted": row.accepted,
+                "steps": row.steps,
+                "draft_share": _round(row.draft_share),
+                "verify_share": _round(row.verify_share),
+                "time_to_first_token_s": round(row.ttft_s, 4),
+                "peak_rss_bytes": row.peak_rss,
+                "overhead_per_step_s": _round(row.overhead_per_step_s, 6),
+                "predicted_speedup": _round(row.predicted_speedup),
+                "efficiency": _round(report.efficiency(row)),
+                **_step_length_prediction(report, row),
+                "identical_to_target_alone": (not row.mismatches)
+                if report.settings.greedy and row.kind != BASELINE
+                else None,
+                "prompts": {p.name: _prompt_stats(row, p.name) for p in report.prompts},
+            }
+        )
     costs = report.costs
     return {
-        "target": report.target, "draft": report.draft, "settings": asdict(report.settings),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
-                    "load_average_start_end": report.load_average},
+        "target": report.target,
+        "draft": report.draft,
+        "settings": asdict(report.settings),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpu_count": os.cpu_count(),
+            "load_average_start_end": report.load_average,
+        },
         "prompts": [asdict(p) for p in report.prompts],
-        "costs": {"target_step_s": costs.target_step_s, "draft_step_s": costs.draft_step_s,
-                  "draft_ratio": costs.draft_ratio, "verify_s": {str(k): v for k, v in costs.verify_s.items()},
-                  "verify_ratio": {str(k): costs.verify_ratio(k) for k in costs.verify_s}},
-        "best_k": report.best.k, "rows": rows, "mismatches": report.mismatches, "near_ties": report.near_ties,
+        "costs": {
+            "target_step_s": costs.target_step_s,
+            "draft_step_s": costs.draft_step_s,
+            "draft_ratio": costs.draft_ratio,
+            "verify_s": {str(k): v for k, v in costs.verify_s.items()},
+            "verify_ratio": {str(k): costs.verify_ratio(k) for k in costs.verify_s},
+        },
+        "best_k": report.best.k,
+        "rows": rows,
+        "mismatches": report.mismatches,
+        "near_ties": report.near_ties,
     }
 
 
@@ -228,18 +314,24 @@ def _step_length_prediction(report: BenchReport, row: Row) -> dict:
     if row.predicted_speedup is None or row.tokens_per_step is None:
         return {}
     costs = report.costs
-    predicted = predicted_speedup_from_step_length(row.tokens_per_step, row.k, costs.draft_ratio, costs.verify_ratio(row.k))
-    return {"predicted_speedup_from_tokens_per_step": round(predicted, 4),
-            "efficiency_vs_tokens_per_step": round(efficiency(report.speedup(row), predicted), 4)}
+    predicted = predicted_speedup_from_step_length(
+        row.tokens_per_step, row.k, costs.draft_ratio, costs.verify_ratio(row.k)
+    )
+    return {
+        "predicted_speedup_from_tokens_per_step": round(predicted, 4),
+        "efficiency_vs_tokens_per_step": round(efficiency(report.speedup(row), predicted), 4),
+    }
 
 
 def _prompt_stats(row: Row, prompt: str) -> dict:
     chosen = [s for s in row.samples if s.prompt == prompt]
     decode = sum(s.decode_s for s in chosen)
     drafted = sum(s.drafted for s in chosen)
-    return {"tokens_per_second": round(sum(len(s.tokens) - 1 for s in chosen) / decode, 3) if decode else 0.0,
-            "acceptance_rate": round(sum(s.accepted for s in chosen) / drafted, 4) if drafted else None,
-            "time_to_first_token_s": round(statistics.median(s.first_token_s for s in chosen), 4) if chosen else None}
+    return {
+        "tokens_per_second": round(sum(len(s.tokens) - 1 for s in chosen) / decode, 3) if decode else 0.0,
+        "acceptance_rate": round(sum(s.accepted for s in chosen) / drafted, 4) if drafted else None,
+        "time_to_first_token_s": round(statistics.median(s.first_token_s for s in chosen), 4) if chosen else None,
+    }
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -249,16 +341,27 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 def report_markdown(report: BenchReport) -> str:
     lines = [f"# ollama-spec bench: {report.target} + {report.draft}", ""]
     lines += [f"- {line}" for line in summary_lines(report)]
-    lines += ["", format_markdown_table(COLUMNS, table_cells(report)), "",
-              ("tok/s: generated tokens after the first / decode time, median over runs (min–max); "
-               "tok/step: tokens per target pass; draft/verify: shares of generation time; "
-               "α: accepted / tried drafts (the drafts after a rejection are never tried); "
-               "predicted: Leviathan et al. with the measured α and step costs; "
-               "efficiency: measured / predicted speed-up."), "", "![tokens/s and acceptance vs K](bench.png)", ""]
+    lines += [
+        "",
+        format_markdown_table(COLUMNS, table_cells(report)),
+        "",
+        (
+            "tok/s: generated tokens after the first / decode time, median over runs (min–max); "
+            "tok/step: tokens per target pass; draft/verify: shares of generation time; "
+            "α: accepted / tried drafts (the drafts after a rejection are never tried); "
+            "predicted: Leviathan et al. with the measured α and step costs; "
+            "efficiency: measured / predicted speed-up."
+        ),
+        "",
+        "![tokens/s and acceptance vs K](bench.png)",
+        "",
+    ]
     if report.mismatches:
         lines += ["## Greedy outputs that differ from the target alone", ""] + [f"- {m}" for m in report.mismatches]
     if report.near_ties:
-        lines += ["", "## Greedy outputs that part at a floating-point near-tie", ""] + [f"- {m}" for m in report.near_ties]
+        lines += ["", "## Greedy outputs that part at a floating-point near-tie", ""] + [
+            f"- {m}" for m in report.near_ties
+        ]
     return "\n".join(lines)
 
 
@@ -286,8 +389,13 @@ def plot(report: BenchReport, path: Path) -> None:
     speed.set_ylim(bottom=0)
     speed.legend(fontsize=8)
     accept.plot(ks, [r.acceptance_rate or 0 for r in spec], marker="o", label="acceptance rate")
-    accept.plot(ks, [(r.tokens_per_step or 0) / (r.k + 1) for r in spec], marker="x", linestyle="--",
-                label="tokens per step / (K+1)")
+    accept.plot(
+        ks,
+        [(r.tokens_per_step or 0) / (r.k + 1) for r in spec],
+        marker="x",
+        linestyle="--",
+        label="tokens per step / (K+1)",
+    )
     accept.set(xlabel="K (draft tokens per step)", ylabel="fraction", title="Acceptance", ylim=(0, 1.05))
     accept.legend(fontsize=8)
     for axis in (speed, accept):
@@ -319,26 +427,47 @@ def remote_cells(result: RemoteResult) -> list[tuple[str, ...]]:
     for name, samples in result.by_prompt().items():
         rates = [s.tokens_per_second for s in samples]
         ttfts = [s.first_token_s * 1000 for s in samples]
-        cells.append((name, f"{statistics.median(rates):.1f} ({min(rates):.1f}–{max(rates):.1f})",
-                      f"{statistics.median(ttfts):.0f} ms ({min(ttfts):.0f}–{max(ttfts):.0f})",
-                      f"{statistics.median(s.tokens for s in samples):.0f}"))
+        cells.append(
+            (
+                name,
+                f"{statistics.median(rates):.1f} ({min(rates):.1f}–{max(rates):.1f})",
+                f"{statistics.median(ttfts):.0f} ms ({min(ttfts):.0f}–{max(ttfts):.0f})",
+                f"{statistics.median(s.tokens for s in samples):.0f}",
+            )
+        )
     return cells
 
 
 def format_remote(result: RemoteResult) -> str:
     s = result.settings
-    return "\n".join([format_table(REMOTE_COLUMNS, remote_cells(result)), "",
-                      (f"{s.model} at {s.url}: median {result.tokens_per_second:.1f} tok/s, "
-                       f"time to first token {result.ttft_s * 1000:.0f} ms ({s.runs} run{'s' if s.runs != 1 else ''}, {s.max_tokens} max tokens)")])
+    return "\n".join(
+        [
+            format_table(REMOTE_COLUMNS, remote_cells(result)),
+            "",
+            (
+                f"{s.model} at {s.url}: median {result.tokens_per_second:.1f} tok/s, "
+                f"time to first token {result.ttft_s * 1000:.0f} ms ({s.runs} run{'s' if s.runs != 1 else ''}, {s.max_tokens} max tokens)"
+            ),
+        ]
+    )
 
 
 def write_remote_outputs(result: RemoteResult, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    data = {"url": result.settings.url, "model": result.settings.model, "settings": asdict(result.settings),
-            "tokens_per_second": round(result.tokens_per_second, 3), "time_to_first_token_s": round(result.ttft_s, 4),
-            "samples": [asdict(s) | {"tokens_per_second": round(s.tokens_per_second, 3)} for s in result.samples]}
+    data = {
+        "url": result.settings.url,
+        "model": result.settings.model,
+        "settings": asdict(result.settings),
+        "tokens_per_second": round(result.tokens_per_second, 3),
+        "time_to_first_token_s": round(result.ttft_s, 4),
+        "samples": [asdict(s) | {"tokens_per_second": round(s.tokens_per_second, 3)} for s in result.samples],
+    }
     paths = [out / "results.json", out / "results.md"]
     paths[0].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    paths[1].write_text(f"# ollama-spec bench --url {result.settings.url}\n\n"
-                        + format_markdown_table(REMOTE_COLUMNS, remote_cells(result)) + "\n", encoding="utf-8")
+    paths[1].write_text(
+        f"# ollama-spec bench --url {result.settings.url}\n\n"
+        + format_markdown_table(REMOTE_COLUMNS, remote_cells(result))
+        + "\n",
+        encoding="utf-8",
+    )
     return paths

@@ -12,18 +12,29 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ollama_spec.llama.calibration import measure_step_costs
-from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
-from ollama_spec.planning.placement import Placement
-from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
-from ollama_spec.decoding.sampling import SamplingSettings
-from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.bench.model import predicted_speedup
 from ollama_spec.bench.prompts import Prompt
-from ollama_spec.bench.samples import (AUTO, BASELINE, BESIDE_AUTO, BESIDE_BASELINE, BESIDE_SPECULATIVE, LOCAL_BASELINE, NGRAM,
-                      SPECULATIVE, PeakMemory, Row, Sample)
+from ollama_spec.bench.samples import (
+    AUTO,
+    BASELINE,
+    BESIDE_AUTO,
+    BESIDE_BASELINE,
+    BESIDE_SPECULATIVE,
+    LOCAL_BASELINE,
+    NGRAM,
+    SPECULATIVE,
+    PeakMemory,
+    Row,
+    Sample,
+)
 from ollama_spec.bench.settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
+from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
+from ollama_spec.llama.calibration import measure_step_costs
+from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
+from ollama_spec.models.resolve import ResolvedModel
+from ollama_spec.planning.placement import Placement
 
 Progress = Callable[[str], None]
 # Times one row on one prompt: (prompt, max_tokens, run) -> the sample. What the reference phase
@@ -70,8 +81,13 @@ def sampling_for(settings: BenchSettings) -> SamplingSettings:
     return SamplingSettings(temperature=settings.temperature, seed=settings.seed)
 
 
-def run_engine_rows(target: ResolvedModel, draft: ResolvedModel, prompts: Sequence[Prompt], settings: BenchSettings,
-                    progress: Progress = lambda label: None) -> EngineRun:
+def run_engine_rows(
+    target: ResolvedModel,
+    draft: ResolvedModel,
+    prompts: Sequence[Prompt],
+    settings: BenchSettings,
+    progress: Progress = lambda label: None,
+) -> EngineRun:
     """Warm up, calibrate step costs, then time target alone and each K over runs x prompts."""
     with Engine(target, draft, _engine_settings(settings)) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
@@ -116,8 +132,9 @@ def native_prompt_text(model: LoadedModel, tokens: Sequence[int]) -> str:
     return text if model.tokenize(text, add_bos=True, special=True) == list(tokens) else plain
 
 
-def run_local_baseline(target: ResolvedModel, prompts: Sequence[Prompt], settings: BenchSettings,
-                       progress: Progress = lambda label: None) -> Row:
+def run_local_baseline(
+    target: ResolvedModel, prompts: Sequence[Prompt], settings: BenchSettings, progress: Progress = lambda label: None
+) -> Row:
     """The target alone on this machine only: beside rows whose target is spread over RPC servers,
     what the network hop costs (its own engine, so after the others, not interleaved with them)."""
     row = Row("target alone, no RPC", LOCAL_BASELINE)
@@ -150,8 +167,10 @@ def beside_rows(engine: Engine, best_k: int, settings: BenchSettings) -> list[tu
     The two phases run minutes apart, and a shared machine's speed drifts by 5-12 % between them
     (seen on a 2-core VM, either way), more than the differences compared; so where two copies of
     the target fit, ours runs again in their phase, in the same interleaved order."""
-    rows = [Row("ours: target alone (beside the references)", BESIDE_BASELINE),
-            Row(f"ours: K={best_k} (beside the references)", BESIDE_SPECULATIVE, best_k)]
+    rows = [
+        Row("ours: target alone (beside the references)", BESIDE_BASELINE),
+        Row(f"ours: K={best_k} (beside the references)", BESIDE_SPECULATIVE, best_k),
+    ]
     if settings.auto:
         rows.append(Row("ours: K=auto (beside the references)", BESIDE_AUTO))
 
@@ -170,16 +189,23 @@ def interleaved(rows: Sequence, prompts: Sequence[Prompt], runs: int):
                 yield run, prompt, row
 
 
-def _warm_up(engine: Engine, rows: list[Row], prompts: Sequence[Prompt], settings: BenchSettings,
-             progress: Progress) -> None:
+def _warm_up(
+    engine: Engine, rows: list[Row], prompts: Sequence[Prompt], settings: BenchSettings, progress: Progress
+) -> None:
     if settings.warmup:
         for row in rows:
             _generate(engine, _request(prompts[0], settings, min(WARMUP_TOKENS, settings.max_tokens), row), row)
             progress(f"warm-up {row.label}")
 
 
-def _time_rows(engine: Engine, rows: list[Row], prompts: Sequence[Prompt], settings: BenchSettings,
-               memory: PeakMemory, progress: Progress) -> None:
+def _time_rows(
+    engine: Engine,
+    rows: list[Row],
+    prompts: Sequence[Prompt],
+    settings: BenchSettings,
+    memory: PeakMemory,
+    progress: Progress,
+) -> None:
     memory.take()
     for run, prompt, row in interleaved(rows, prompts, settings.runs):
         row.samples.append(_timed(engine, row, prompt, settings, settings.max_tokens, run))
@@ -192,17 +218,27 @@ def local_baseline_units(settings: BenchSettings, n_prompts: int) -> int:
 
 
 def _engine_settings(settings: BenchSettings, placement: Placement | None = None) -> EngineSettings:
-    return EngineSettings(n_ctx=settings.context, n_threads=settings.n_threads, flash_attention=settings.flash_attention,
-                          memory_check=settings.memory_check, repack=settings.repack,
-                          placement=settings.placement if placement is None else placement)
+    return EngineSettings(
+        n_ctx=settings.context,
+        n_threads=settings.n_threads,
+        flash_attention=settings.flash_attention,
+        memory_check=settings.memory_check,
+        repack=settings.repack,
+        placement=settings.placement if placement is None else placement,
+    )
 
 
 class BatchChoice:
     """Engine.chosen_in_a_batch for bench's greedy comparison: the target alone, loaded again only if a
     difference needs it (the rows' engines are gone by then), each difference tested once."""
 
-    def __init__(self, target: ResolvedModel, settings: BenchSettings, prompt_tokens: dict[str, list[int]],
-                 expected: dict[str, list[int]]):
+    def __init__(
+        self,
+        target: ResolvedModel,
+        settings: BenchSettings,
+        prompt_tokens: dict[str, list[int]],
+        expected: dict[str, list[int]],
+    ):
         self.target, self.settings, self.prompt_tokens, self.expected = target, settings, prompt_tokens, expected
         self._engine: Engine | None = None
         self._seen: dict[tuple[str, int, int], int | None] = {}
@@ -213,8 +249,9 @@ class BatchChoice:
             if self._engine is None:
                 self._engine = Engine(self.target, None, _engine_settings(self.settings))
             largest = max((*self.settings.ks, DEFAULT_MAX_SPECULATIVE_TOKENS if self.settings.auto else 0)) + 1
-            self._seen[key] = self._engine.chosen_in_a_batch(self.prompt_tokens[prompt], self.expected[prompt], at,
-                                                             token, max_batch=largest)
+            self._seen[key] = self._engine.chosen_in_a_batch(
+                self.prompt_tokens[prompt], self.expected[prompt], at, token, max_batch=largest
+            )
         return self._seen[key]
 
     def close(self) -> None:
@@ -231,16 +268,28 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
     room = engine.target.n_ctx - k_max - 2
     position = min(len(prompt) + settings.max_tokens // 2, room)
     context = (prompt * (position // max(len(prompt), 1) + 1))[:position]
-    measured = measure_step_costs(engine.target, engine.draft, k_max, context, repeats=CALIBRATION_REPEATS,
-                                  every_size=True)
-    return Costs(target_step_s=measured.verify_s[0], draft_step_s=measured.draft_step_s,
-                 verify_s={k: measured.verify_s[k] for k in range(1, k_max + 1)})
+    measured = measure_step_costs(
+        engine.target, engine.draft, k_max, context, repeats=CALIBRATION_REPEATS, every_size=True
+    )
+    return Costs(
+        target_step_s=measured.verify_s[0],
+        draft_step_s=measured.draft_step_s,
+        verify_s={k: measured.verify_s[k] for k in range(1, k_max + 1)},
+    )
 
 
 def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row | None = None) -> Request:
-    speculation = SpeculationSettings(row.k if row else None, proposer="ngram" if row and row.kind == NGRAM else "draft")
-    return Request(prompt.prompt, system=prompt.system, max_tokens=max_tokens, ignore_eos=True,
-                   sampling=sampling_for(settings), speculation=speculation)
+    speculation = SpeculationSettings(
+        row.k if row else None, proposer="ngram" if row and row.kind == NGRAM else "draft"
+    )
+    return Request(
+        prompt.prompt,
+        system=prompt.system,
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        sampling=sampling_for(settings),
+        speculation=speculation,
+    )
 
 
 def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float]:
@@ -260,8 +309,18 @@ def _timed(engine: Engine, row: Row, prompt: Prompt, settings: BenchSettings, ma
 
 def _sample(result: Result, llama_s: float, prompt: str, run: int) -> Sample:
     spec = result.speculation
-    return Sample(prompt, run, list(result.tokens), result.first_token_seconds, result.total_seconds,
-                  steps=spec.steps, drafted=spec.drafted, accepted=spec.accepted, rejections=spec.rejections,
-                  k_chosen=dict(spec.k_chosen),
-                  draft_s=spec.draft_seconds, verify_s=spec.verify_seconds,
-                  llama_s=llama_s)
+    return Sample(
+        prompt,
+        run,
+        list(result.tokens),
+        result.first_token_seconds,
+        result.total_seconds,
+        steps=spec.steps,
+        drafted=spec.drafted,
+        accepted=spec.accepted,
+        rejections=spec.rejections,
+        k_chosen=dict(spec.k_chosen),
+        draft_s=spec.draft_seconds,
+        verify_s=spec.verify_seconds,
+        llama_s=llama_s,
+    )

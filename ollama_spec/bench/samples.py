@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import statistics
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psutil
 
-from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference
 from ollama_spec.decoding.k_policy import estimate_alpha
+from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference
 
 BASELINE = "baseline"
 LOCAL_BASELINE = "baseline without RPC"  # beside --rpc rows: the target on this machine only
@@ -174,8 +173,12 @@ class PeakMemory:
         return peak
 
 
-def compare_tokens(row: Row, expected: dict[str, list[int]], margins: dict[str, list[float]] | None = None,
-                   batch_choice: Callable[[str, int, int], int | None] | None = None) -> None:
+def compare_tokens(
+    row: Row,
+    expected: dict[str, list[int]],
+    margins: dict[str, list[float]] | None = None,
+    batch_choice: Callable[[str, int, int], int | None] | None = None,
+) -> None:
     """Greedy runs: record every sample whose tokens differ from the target alone's.
 
     A difference that rounding explains is recorded apart, as not a verification error: at a
@@ -187,15 +190,19 @@ def compare_tokens(row: Row, expected: dict[str, list[int]], margins: dict[str, 
         if want is None or sample.tokens == want:
             continue
         at = first_difference(sample.tokens, want)
-        message = (f"{row.label}: prompt '{sample.prompt}' run {sample.run + 1} differs from the "
-                   f"target alone at token {at} of {len(want)}")
-        margin = (margins or {}).get(sample.prompt, [])[at:at + 1]
+        message = (
+            f"{row.label}: prompt '{sample.prompt}' run {sample.run + 1} differs from the "
+            f"target alone at token {at} of {len(want)}"
+        )
+        margin = (margins or {}).get(sample.prompt, [])[at : at + 1]
         if margin and margin[0] < NEAR_TIE_LOGITS:
             row.near_ties.append(f"{message}, where the target's two best logits are {margin[0]:.4f} apart (near-tie)")
             continue
         size = batch_choice(sample.prompt, at, sample.tokens[at]) if batch_choice and at < len(sample.tokens) else None
         if size is not None:
-            row.near_ties.append(f"{message}, where the target itself picks the same token in a batch of {size} "
-                                 f"(batch rounding{f'; logit margin {margin[0]:.3f}' if margin else ''})")
+            row.near_ties.append(
+                f"{message}, where the target itself picks the same token in a batch of {size} "
+                f"(batch rounding{f'; logit margin {margin[0]:.3f}' if margin else ''})"
+            )
         else:
             row.mismatches.append(message + (f" (logit margin {margin[0]:.3f})" if margin else ""))

@@ -34,10 +34,14 @@ class BenchSettings:
 
     def __post_init__(self) -> None:
         if not self.ks or any(k < 1 for k in self.ks):
-            raise InvalidSetting(f"-k needs positive numbers of draft tokens beside auto (the reference rows run at "
-                                 f"the best fixed K), got {self.ks}")
+            raise InvalidSetting(
+                f"-k needs positive numbers of draft tokens beside auto (the reference rows run at "
+                f"the best fixed K), got {self.ks}"
+            )
         if self.max_tokens < 2:
-            raise InvalidSetting(f"--max-tokens must be at least 2 (tok/s is timed after the first), got {self.max_tokens}")
+            raise InvalidSetting(
+                f"--max-tokens must be at least 2 (tok/s is timed after the first), got {self.max_tokens}"
+            )
         if self.runs < 1:
             raise InvalidSetting(f"--runs must be at least 1, got {self.runs}")
         if not self.temperature >= 0:
@@ -56,10 +60,11 @@ class BenchSettings:
 
 
 def parse_k_list(text: str) -> tuple[tuple[int, ...], bool]:
-    """"auto,1,2,4" -> ((1, 2, 4), True): sorted, without repeats; anything else is an InvalidSetting."""
+    """ "auto,1,2,4" -> ((1, 2, 4), True): sorted, without repeats; anything else is an InvalidSetting."""
     parts = [p.strip().lower() for p in text.split(",")]
     numbers = [p for p in parts if p != "auto"]
     if not parts or not all(p.isdigit() and int(p) > 0 for p in numbers):
-        raise InvalidSetting(f"-k must be a comma-separated list of positive integers and 'auto', like auto,1,2,4; "
-                             f"got '{text}'")
+        raise InvalidSetting(
+            f"-k must be a comma-separated list of positive integers and 'auto', like auto,1,2,4; got '{text}'"
+        )
     return tuple(sorted({int(p) for p in numbers})), "auto" in parts

@@ -42,30 +42,71 @@ from ollama_spec.models.resolve import looks_like_path, resolve_model
 @click.command()
 @click.argument("target")
 @preset_option
-@click.option("--draft", "-d", help=f"Draft model (required unless --url or TARGET's manifest has a draft layer), "
-              f"or '{AUTO}': the store's best-sized compatible one.")
-@click.option("-k", "ks", default="auto," + ",".join(map(str, DEFAULT_KS)), show_default=True,
-              help="Comma-separated draft lengths to measure; auto adds a row where K is chosen each step.")
-@click.option("--max-tokens", "-n", type=int, default=DEFAULT_BENCH_TOKENS, show_default=True,
-              help="Tokens generated per prompt (end of turn is ignored, so every run is this long).")
+@click.option(
+    "--draft",
+    "-d",
+    help=f"Draft model (required unless --url or TARGET's manifest has a draft layer), "
+    f"or '{AUTO}': the store's best-sized compatible one.",
+)
+@click.option(
+    "-k",
+    "ks",
+    default="auto," + ",".join(map(str, DEFAULT_KS)),
+    show_default=True,
+    help="Comma-separated draft lengths to measure; auto adds a row where K is chosen each step.",
+)
+@click.option(
+    "--max-tokens",
+    "-n",
+    type=int,
+    default=DEFAULT_BENCH_TOKENS,
+    show_default=True,
+    help="Tokens generated per prompt (end of turn is ignored, so every run is this long).",
+)
 @click.option("--runs", type=int, default=DEFAULT_RUNS, show_default=True, help="Timed runs over all prompts.")
-@click.option("--temperature", "-t", type=float, default=0.0, show_default=True,
-              help="0 = greedy, and every output is checked against the target alone.")
+@click.option(
+    "--temperature",
+    "-t",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="0 = greedy, and every output is checked against the target alone.",
+)
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="Sampling seed.")
-@click.option("--prompts", "prompts_file", help="Prompts file: JSON lines {\"prompt\", \"system\", \"name\"} "
-              "or plain lines (default: a built-in set of code, factual, explanation, translation, creative).")
+@click.option(
+    "--prompts",
+    "prompts_file",
+    help='Prompts file: JSON lines {"prompt", "system", "name"} '
+    "or plain lines (default: a built-in set of code, factual, explanation, translation, creative).",
+)
 @click.option("--out", type=click.Path(file_okay=False), help="Write results.json, results.md and bench.png here.")
-@click.option("--url", help="Benchmark an OpenAI-compatible server instead, e.g. http://localhost:8080/v1 "
-              "(TARGET is the model name sent).")
+@click.option(
+    "--url",
+    help="Benchmark an OpenAI-compatible server instead, e.g. http://localhost:8080/v1 "
+    "(TARGET is the model name sent).",
+)
 @threads_option
 @ctx_option_with("Context length (default: max(4096, max-tokens + 1024)).")
-@click.option("--native", "native", type=click.Path(dir_okay=False), default=None,
-              help="Also time llama.cpp's own llama-speculative-simple at the best K (build it with "
-              "scripts/build-native-speculative.sh; greedy only).")
-@click.option("--ngram/--no-ngram", default=True, show_default=True,
-              help="Also time draftless n-gram lookup (K=auto) through the same loop.")
-@click.option("--warmup/--no-warmup", default=True, show_default=True,
-              help="One short unrecorded generation per row before timing.")
+@click.option(
+    "--native",
+    "native",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also time llama.cpp's own llama-speculative-simple at the best K (build it with "
+    "scripts/build-native-speculative.sh; greedy only).",
+)
+@click.option(
+    "--ngram/--no-ngram",
+    default=True,
+    show_default=True,
+    help="Also time draftless n-gram lookup (K=auto) through the same loop.",
+)
+@click.option(
+    "--warmup/--no-warmup",
+    default=True,
+    show_default=True,
+    help="One short unrecorded generation per row before timing.",
+)
 @no_check_option
 @repack_option
 @flash_attn_option
@@ -73,8 +114,25 @@ from ollama_spec.models.resolve import looks_like_path, resolve_model
 @verbose_option
 @models_dir_option
 @click.pass_context
-def bench(context: click.Context, target, preset, draft, ks, max_tokens, runs, temperature, seed, prompts_file, out, url,
-          native, warmup, verbose, models_dir, **_) -> None:  # **_: the loading options, read through Options
+def bench(
+    context: click.Context,
+    target,
+    preset,
+    draft,
+    ks,
+    max_tokens,
+    runs,
+    temperature,
+    seed,
+    prompts_file,
+    out,
+    url,
+    native,
+    warmup,
+    verbose,
+    models_dir,
+    **_,
+) -> None:  # **_: the loading options, read through Options
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -133,22 +191,31 @@ def bench(context: click.Context, target, preset, draft, ks, max_tokens, runs, t
         paths = write_outputs(report, Path(out))
         click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
     if report.near_ties:
-        click.secho(f"\nnote: {len(report.near_ties)} greedy outputs part from the target alone where rounding decides "
-                    f"(the target's two best logits within {NEAR_TIE_LOGITS}, or the target itself picks the other "
-                    "token when the position is in a batch: llama.cpp rounds a batch of K+1 and a single token "
-                    "differently):", fg="yellow", err=True)
+        click.secho(
+            f"\nnote: {len(report.near_ties)} greedy outputs part from the target alone where rounding decides "
+            f"(the target's two best logits within {NEAR_TIE_LOGITS}, or the target itself picks the other "
+            "token when the position is in a batch: llama.cpp rounds a batch of K+1 and a single token "
+            "differently):",
+            fg="yellow",
+            err=True,
+        )
         for line in report.near_ties:
             click.secho(f"  {line}", fg="yellow", err=True)
     if report.mismatches:
-        click.secho(f"\nWARNING: {len(report.mismatches)} greedy outputs differ from the target alone:", fg="red",
-                    bold=True, err=True)
+        click.secho(
+            f"\nWARNING: {len(report.mismatches)} greedy outputs differ from the target alone:",
+            fg="red",
+            bold=True,
+            err=True,
+        )
         for line in report.mismatches:
             click.secho(f"  {line}", fg="red", err=True)
         raise click.ClickException("speculative output differs from the target alone (see above)")
 
 
-def _measure(target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings,
-             native: str | None = None):
+def _measure(
+    target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings, native: str | None = None
+):
     from ollama_spec.bench.native import native_row, run_native_row
     from ollama_spec.bench.reference import run_reference_rows
     from ollama_spec.bench.report import BenchReport, best_speculative
@@ -172,11 +239,20 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
     # phase, interleaved with them: the comparisons then do not span the drift between phases.
     beside = not rpc and can_time_beside(target_model, draft_model)
     n_beside = (2 + settings.auto + bool(native)) if beside else 0
-    units = (planned_units(settings, len(prompts), with_reference=not rpc, beside=n_beside)
-             + (settings.runs * len(prompts) if native and not beside else 0)
-             + (local_baseline_units(settings, len(prompts)) if rpc else 0))
-    with click.progressbar(length=units, label="benchmarking", file=sys.stderr,
-                           show_pos=True, hidden=not sys.stderr.isatty(), item_show_func=lambda label: label) as bar:
+    units = (
+        planned_units(settings, len(prompts), with_reference=not rpc, beside=n_beside)
+        + (settings.runs * len(prompts) if native and not beside else 0)
+        + (local_baseline_units(settings, len(prompts)) if rpc else 0)
+    )
+    with click.progressbar(
+        length=units,
+        label="benchmarking",
+        file=sys.stderr,
+        show_pos=True,
+        hidden=not sys.stderr.isatty(),
+        item_show_func=lambda label: label,
+    ) as bar:
+
         def advance(label: str) -> None:
             bar.update(1, label)
 
@@ -188,18 +264,39 @@ def _measure(target_model, draft_model, draft_name, models_dir, prompts, setting
             with beside_engine(target_model, draft_model, settings) as engine:
                 extra = beside_rows(engine, best.k, settings)
                 if native:
-                    extra.append(native_row(Path(native), target_model, draft_model, best.k, engine_run.prompt_texts,
-                                            settings))
-                rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
-                                                            engine_run.prompt_tokens, settings, advance, beside=extra)
+                    extra.append(
+                        native_row(Path(native), target_model, draft_model, best.k, engine_run.prompt_texts, settings)
+                    )
+                rows = engine_run.rows + run_reference_rows(
+                    target_model,
+                    draft_name,
+                    models_dir,
+                    best.k,
+                    prompts,
+                    engine_run.prompt_tokens,
+                    settings,
+                    advance,
+                    beside=extra,
+                )
         else:
-            rows = engine_run.rows + run_reference_rows(target_model, draft_name, models_dir, best.k, prompts,
-                                                        engine_run.prompt_tokens, settings, advance)
+            rows = engine_run.rows + run_reference_rows(
+                target_model, draft_name, models_dir, best.k, prompts, engine_run.prompt_tokens, settings, advance
+            )
         if native and not beside:
-            rows.append(run_native_row(Path(native), target_model, draft_model, best.k, prompts,
-                                       engine_run.prompt_texts, settings, advance))
-    report = BenchReport(target_model.name, draft_model.name, settings, tuple(prompts), rows, engine_run.costs,
-                         load_average=(load_start, _load_average()) if load_start is not None else None)
+            rows.append(
+                run_native_row(
+                    Path(native), target_model, draft_model, best.k, prompts, engine_run.prompt_texts, settings, advance
+                )
+            )
+    report = BenchReport(
+        target_model.name,
+        draft_model.name,
+        settings,
+        tuple(prompts),
+        rows,
+        engine_run.costs,
+        load_average=(load_start, _load_average()) if load_start is not None else None,
+    )
     if settings.greedy:
         baseline = report.baseline
         expected = {}
@@ -225,8 +322,10 @@ _LOCAL_ONLY = ("draft", "ks", "native", "rpc", "tensor_split", "split_mode", "ma
 def _refuse_local_options(command: click.Command, options: Options) -> None:
     flags = [max(p.opts, key=len) for p in command.params if p.name in _LOCAL_ONLY and options.given(p.name)]
     if flags:
-        raise InvalidSetting(f"--url times a server as it runs (its own options choose its draft and devices), so "
-                             f"{', '.join(flags)} would be ignored: drop {'them' if len(flags) > 1 else 'it'}")
+        raise InvalidSetting(
+            f"--url times a server as it runs (its own options choose its draft and devices), so "
+            f"{', '.join(flags)} would be ignored: drop {'them' if len(flags) > 1 else 'it'}"
+        )
     if os.environ.get(RPC_ENVVAR, "").strip():  # set for the shell, not for this command: said, not refused
         click.echo(f"note: ${RPC_ENVVAR} is not used with --url: the server places its own model", err=True)
 
@@ -246,12 +345,19 @@ def _bench_remote(model, url, prompts, max_tokens, runs, temperature, seed, warm
     from ollama_spec.bench.remote import RemoteSettings, planned_remote_units, run_remote
     from ollama_spec.bench.report import format_remote, write_remote_outputs
 
-    settings = RemoteSettings(url=url, model=model, max_tokens=max_tokens, runs=runs, temperature=temperature,
-                              seed=seed, warmup=warmup)
+    settings = RemoteSettings(
+        url=url, model=model, max_tokens=max_tokens, runs=runs, temperature=temperature, seed=seed, warmup=warmup
+    )
     if max_tokens < 2 or runs < 1:
         raise InvalidSetting("--max-tokens must be at least 2 and --runs at least 1")
-    with click.progressbar(length=planned_remote_units(settings, len(prompts)), label=f"benchmarking {url}",
-                           file=sys.stderr, show_pos=True, hidden=not sys.stderr.isatty(), item_show_func=lambda label: label) as bar:
+    with click.progressbar(
+        length=planned_remote_units(settings, len(prompts)),
+        label=f"benchmarking {url}",
+        file=sys.stderr,
+        show_pos=True,
+        hidden=not sys.stderr.isatty(),
+        item_show_func=lambda label: label,
+    ) as bar:
         result = run_remote(settings, prompts, lambda label: bar.update(1, label))
     click.echo(format_remote(result))
     if out:

@@ -42,8 +42,9 @@ HISTORY_LINES = 1000
 @preset_option
 @speculation_options
 @sampling_options
-@click.option("--max-tokens", "-n", type=int,
-              help=f"Most tokens per answer (default: num_predict, else {DEFAULT_MAX_TOKENS}).")
+@click.option(
+    "--max-tokens", "-n", type=int, help=f"Most tokens per answer (default: num_predict, else {DEFAULT_MAX_TOKENS})."
+)
 @ctx_option
 @click.option("--system", help="System prompt (default: the preset's SYSTEM, else the model's system layer).")
 @format_option
@@ -52,7 +53,9 @@ HISTORY_LINES = 1000
 @verbose_option
 @models_dir_option
 @click.pass_context
-def chat(context: click.Context, target, preset, draft, system, verbose, models_dir, **_) -> None:  # **_: the shared options, read through Options
+def chat(
+    context: click.Context, target, preset, draft, system, verbose, models_dir, **_
+) -> None:  # **_: the shared options, read through Options
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
     Answers stream as they are accepted. The conversation stays in both models' KV caches, and
@@ -79,8 +82,12 @@ def chat(context: click.Context, target, preset, draft, system, verbose, models_
         conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)
         if interactive:
             drafter = draft_model.name if draft_model is not None else draft
-            click.echo(f"{target_model.name}" + (f" drafted by {drafter}" if drafter else "") +
-                       f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.", err=True)
+            click.echo(
+                f"{target_model.name}"
+                + (f" drafted by {drafter}" if drafter else "")
+                + f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.",
+                err=True,
+            )
         for line in _joined(_lines(interactive)):
             if not _turn(conversation, line.strip(), interactive, speculative=speculative):
                 break
@@ -98,7 +105,7 @@ def _joined(lines):
         if not text.startswith(MULTILINE):
             yield line
             continue
-        parts = [text[len(MULTILINE):]]
+        parts = [text[len(MULTILINE) :]]
         while not (parts[-1].endswith(MULTILINE) and (len(parts) > 1 or len(text) >= 2 * len(MULTILINE))):
             following = next(lines, None)
             if following is None:  # the input ended inside the message: send what there is
@@ -185,11 +192,15 @@ def _answer(conversation: Conversation, text: str, interactive: bool) -> None:
     n_ctx = conversation.engine.target.n_ctx
     if (length := conversation.prompt_length(text)) >= n_ctx:
         if not conversation.messages:  # nothing earlier to forget: /reset cannot help
-            click.echo(f"this message makes a prompt of {length} tokens, more than the context ({n_ctx}): shorten "
-                       "it, or restart with a larger --ctx", err=True)
+            click.echo(
+                f"this message makes a prompt of {length} tokens, more than the context ({n_ctx}): shorten "
+                "it, or restart with a larger --ctx",
+                err=True,
+            )
         else:
-            click.echo(f"the context is full ({n_ctx} tokens): /reset to start over, or restart with a larger --ctx",
-                       err=True)
+            click.echo(
+                f"the context is full ({n_ctx} tokens): /reset to start over, or restart with a larger --ctx", err=True
+            )
         return
     generation = conversation.ask(text)
     pieces = iter(generation)
@@ -219,5 +230,7 @@ def _stats(conversation: Conversation, speculative: bool) -> str:
     if result is None:
         return "no answer yet"
     evaluated = result.prompt_tokens - result.speculation.prompt_cached
-    return (format_stats(result, speculative=speculative) +
-            f"\nprompt: {evaluated} new tokens evaluated, {result.speculation.prompt_cached} kept in the cache")
+    return (
+        format_stats(result, speculative=speculative)
+        + f"\nprompt: {evaluated} new tokens evaluated, {result.speculation.prompt_cached} kept in the cache"
+    )

@@ -34,8 +34,12 @@ from ollama_spec.planning.needs import ModelNeeds
 @click.command()
 @click.argument("target")
 @preset_option
-@click.option("--draft", "-d", help="Draft model (name or .gguf path) that will run next to TARGET; 'auto' picks "
-              f"the store's best-sized compatible one; '{NGRAM}' needs no draft model.")
+@click.option(
+    "--draft",
+    "-d",
+    help="Draft model (name or .gguf path) that will run next to TARGET; 'auto' picks "
+    f"the store's best-sized compatible one; '{NGRAM}' needs no draft model.",
+)
 @ctx_option
 @kv_type_option
 @repack_option
@@ -44,8 +48,19 @@ from ollama_spec.planning.needs import ModelNeeds
 @json_option
 @models_dir_option
 @click.pass_context
-def check(context: click.Context, target: str, preset, draft: str | None, ctx: int | None, kv_type: str,
-          repack: bool | None, flash_attn: str, as_json: bool, models_dir: str | None, **_) -> None:  # **_: placement
+def check(
+    context: click.Context,
+    target: str,
+    preset,
+    draft: str | None,
+    ctx: int | None,
+    kv_type: str,
+    repack: bool | None,
+    flash_attn: str,
+    as_json: bool,
+    models_dir: str | None,
+    **_,
+) -> None:  # **_: placement
     """Check that TARGET (and --draft) fit in GPU memory before loading anything.
 
     Reads only GGUF headers: weights, KV cache and compute buffers per model, the free memory of
@@ -75,11 +90,20 @@ def check(context: click.Context, target: str, preset, draft: str | None, ctx: i
     decision = repack_setting(repack)
     placement = placement_settings(Options.of(context))
     devices, notes = backends.discover_devices()
-    plan = plan_memory(target_model.loaded_info, draft_model.loaded_info if draft_model else None, n_ctx, kv_type,
-                       devices, notes=notes, features=backends.cpu_features(),
-                       repack=decision.enabled, flash_attention=None if flash_attn == "auto" else flash_attn == "on",
-                       tensor_split=placement.tensor_split, remote=remote_devices(placement.rpc_servers),
-                       main_device=placement.main_device)
+    plan = plan_memory(
+        target_model.loaded_info,
+        draft_model.loaded_info if draft_model else None,
+        n_ctx,
+        kv_type,
+        devices,
+        notes=notes,
+        features=backends.cpu_features(),
+        repack=decision.enabled,
+        flash_attention=None if flash_attn == "auto" else flash_attn == "on",
+        tensor_split=placement.tensor_split,
+        remote=remote_devices(placement.rpc_servers),
+        main_device=placement.main_device,
+    )
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     # A GPU short of memory is often Ollama's own doing: it keeps models loaded after use.
@@ -105,19 +129,26 @@ def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[s
     lines = []
     for role, (name, info), needs in zip(("target", "draft"), models, (plan.target, plan.draft)):
         layers = f"{needs.n_layer} layer{'s' if needs.n_layer != 1 else ''}"
-        lines.append(f"{role:<7} {name}  ({info.parameter_label} {info.file_type}, {layers}, "
-                     f"trained context {info.context_length or '?'})")
+        lines.append(
+            f"{role:<7} {name}  ({info.parameter_label} {info.file_type}, {layers}, "
+            f"trained context {info.context_length or '?'})"
+        )
         # the draft never goes to an RPC server: without a GPU here it runs in this machine's RAM
         where = ("GPU" if plan.local_gpus else None) if role == "draft" else (plan.offload_word if plan.gpus else None)
         lines += _model_lines(plan, needs, where)
     if plan.draft is not None and plan.remote_devices:
         where = "on this machine's GPUs" if plan.local_gpus else "in this machine's RAM"
-        lines.append(f"the target's layers go to the RPC servers{' and the GPUs' if plan.local_gpus else ''}; "
-                     f"the draft stays {where}")
+        lines.append(
+            f"the target's layers go to the RPC servers{' and the GPUs' if plan.local_gpus else ''}; "
+            f"the draft stays {where}"
+        )
     elif plan.draft is not None:
         both = plan.target.gpu_total + plan.draft.gpu_total
-        lines.append(f"both on the GPU {format_bytes(both):>12}" if plan.gpus else
-                     f"both in RAM {format_bytes(plan.target.cpu_total + plan.draft.cpu_total):>16}")
+        lines.append(
+            f"both on the GPU {format_bytes(both):>12}"
+            if plan.gpus
+            else f"both in RAM {format_bytes(plan.target.cpu_total + plan.draft.cpu_total):>16}"
+        )
     lines.append("devices")
     # several offload devices: each one's share of the target and the bytes planned on it
     # (--tensor-split's shares are relative, as llama.cpp reads them: 3,1 is 75% and 25%)
@@ -125,13 +156,19 @@ def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[s
     shares = dict(zip(plan.gpus, zip((s / total for s in plan.tensor_split), plan.device_bytes))) if total else {}
     for device in plan.devices:
         kept = f", {format_bytes(device.reserve)} kept for the driver" if device.reserve else ""
-        planned = (f"; {shares[device][0]:.0%} of the target, {format_bytes(shares[device][1])} planned"
-                   if device in shares else "")
-        lines.append(f"  {device.name:<28} {format_bytes(device.free):>10} free of {format_bytes(device.total)}{kept}"
-                     f"{planned}")
+        planned = (
+            f"; {shares[device][0]:.0%} of the target, {format_bytes(shares[device][1])} planned"
+            if device in shares
+            else ""
+        )
+        lines.append(
+            f"  {device.name:<28} {format_bytes(device.free):>10} free of {format_bytes(device.total)}{kept}{planned}"
+        )
     if plan.host_repacked and plan.gpus:  # CPU-only plans show it per model
-        lines.append(f"repacked: {format_bytes(plan.host_repacked)} in RAM counted for llama.cpp's repacked copy of "
-                     "the CPU weights (this CPU has kernels for their types; --no-repack skips it)")
+        lines.append(
+            f"repacked: {format_bytes(plan.host_repacked)} in RAM counted for llama.cpp's repacked copy of "
+            "the CPU weights (this CPU has kernels for their types; --no-repack skips it)"
+        )
     lines.append(f"verdict: {plan.summary}")
     lines += [f"  try: {suggestion}" for suggestion in plan.suggestions]
     return lines
@@ -150,13 +187,17 @@ def _model_lines(plan: MemoryPlan, needs: ModelNeeds, where: str | None) -> list
     if where is None:
         why = "(llama.cpp's copy for this CPU's kernels; --no-repack skips it)"
         repacked = [f"  repacked {format_bytes(needs.repacked):>12}  {why}"]
-        return [f"  weights  {format_bytes(needs.file_weights):>12}",
-                *(repacked if needs.repacked else []),
-                _cache_line(plan, needs),
-                f"  compute  {format_bytes(needs.compute):>12}",
-                f"  total    {format_bytes(needs.cpu_total):>12}  in RAM"]
-    embeddings = f"(+ {format_bytes(needs.host_weights)} token embeddings, kept in RAM)"
-    return [f"  weights  {format_bytes(needs.weights):>12}  {embeddings}",
+        return [
+            f"  weights  {format_bytes(needs.file_weights):>12}",
+            *(repacked if needs.repacked else []),
             _cache_line(plan, needs),
             f"  compute  {format_bytes(needs.compute):>12}",
-            f"  total    {format_bytes(needs.gpu_total):>12}  on the {where} with full offload"]
+            f"  total    {format_bytes(needs.cpu_total):>12}  in RAM",
+        ]
+    embeddings = f"(+ {format_bytes(needs.host_weights)} token embeddings, kept in RAM)"
+    return [
+        f"  weights  {format_bytes(needs.weights):>12}  {embeddings}",
+        _cache_line(plan, needs),
+        f"  compute  {format_bytes(needs.compute):>12}",
+        f"  total    {format_bytes(needs.gpu_total):>12}  on the {where} with full offload",
+    ]

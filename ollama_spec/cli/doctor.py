@@ -38,8 +38,9 @@ def doctor(as_json: bool, models_dir: str | None) -> None:
     try:
         from ollama_spec.llama import model as runtime  # loads llama.cpp: doctor is the one command that must
     except (ImportError, OSError, RuntimeError) as exc:
-        raise click.ClickException(f"llama-cpp-python cannot be loaded ({exc}); reinstall it: "
-                                   "pip install --force-reinstall llama-cpp-python") from None
+        raise click.ClickException(
+            f"llama-cpp-python cannot be loaded ({exc}); reinstall it: pip install --force-reinstall llama-cpp-python"
+        ) from None
     try:
         llama_version = version("llama-cpp-python")
     except PackageNotFoundError:
@@ -50,9 +51,18 @@ def doctor(as_json: bool, models_dir: str | None) -> None:
     facts = gather(models_dir)
     problems = find_problems(facts)
     if as_json:
-        echo_json({"llama_cpp_python": llama_version, "gpu_offload": runtime.gpu_offload_supported(),
-                   "devices": [d.to_json() for d in devices], "notes": notes, "repack": repack.to_json(),
-                   "cpu_features": features} | _facts_json(facts) | {"problems": [p.to_json() for p in problems]})
+        echo_json(
+            {
+                "llama_cpp_python": llama_version,
+                "gpu_offload": runtime.gpu_offload_supported(),
+                "devices": [d.to_json() for d in devices],
+                "notes": notes,
+                "repack": repack.to_json(),
+                "cpu_features": features,
+            }
+            | _facts_json(facts)
+            | {"problems": [p.to_json() for p in problems]}
+        )
         if problems:
             raise SystemExit(1)
         return
@@ -62,8 +72,10 @@ def doctor(as_json: bool, models_dir: str | None) -> None:
         lines.append(f"  {device.name:<28} {format_bytes(device.usable):>10} usable of {format_bytes(device.total)}")
     lines += [f"  note: {note}" for note in notes]
     state = "on" if repack.enabled else "off"
-    lines.append(f"repack            {state}: {repack.detail} ({repack.source}; force with --repack/--no-repack "
-                 f"or {ENV_VAR}=1/0)")
+    lines.append(
+        f"repack            {state}: {repack.detail} ({repack.source}; force with --repack/--no-repack "
+        f"or {ENV_VAR}=1/0)"
+    )
     lines.append(f"CPU features      {' '.join(features) or 'unknown'}")
     lines += _facts_lines(facts)
     lines.append("problems" + ("          none" if not problems else ""))
@@ -96,21 +108,29 @@ def _facts_lines(facts: Facts) -> list[str]:
         lines.append("llama.cpp sees")
         nvml = iter(g for g in facts.gpus if g.kind == "cuda")
         for device in facts.backends.devices:
-            line = (f"  {device.name:<8} {device.description[:24]:<24} {format_bytes(device.free):>10} free of "
-                    f"{format_bytes(device.total)}")
+            line = (
+                f"  {device.name:<8} {device.description[:24]:<24} {format_bytes(device.free):>10} free of "
+                f"{format_bytes(device.total)}"
+            )
             if device.type == "gpu" and device.name.startswith("CUDA") and (gpu := next(nvml, None)):
                 line += f"  (nvidia-ml-py: {format_bytes(gpu.free)} free of {format_bytes(gpu.total)})"
             lines.append(line)
     lines.append(f"Ollama store      {facts.store or 'not found'}")
     daemon = facts.daemon
-    held = ", ".join(f"{m.name} ({format_bytes(m.size_vram)} on the GPU, {format_bytes(m.size)} in all)"
-                     for m in daemon.models)
-    state = (f"answers; holds {held or 'no model'}" if daemon.reachable else f"not reachable ({daemon.error})")
+    held = ", ".join(
+        f"{m.name} ({format_bytes(m.size_vram)} on the GPU, {format_bytes(m.size)} in all)" for m in daemon.models
+    )
+    state = f"answers; holds {held or 'no model'}" if daemon.reachable else f"not reachable ({daemon.error})"
     lines.append(f"Ollama daemon     {daemon.host}: {state}")
     return lines
 
 
 def _facts_json(facts: Facts) -> dict:
-    return {"build": _build_record() or None, "backends": facts.backends.to_json() if facts.backends else None,
-            "gpus_present": [g.to_json() for g in facts.gpus], "store": facts.store, "store_error": facts.store_error,
-            "ollama_daemon": facts.daemon.to_json()}
+    return {
+        "build": _build_record() or None,
+        "backends": facts.backends.to_json() if facts.backends else None,
+        "gpus_present": [g.to_json() for g in facts.gpus],
+        "store": facts.store,
+        "store_error": facts.store_error,
+        "ollama_daemon": facts.daemon.to_json(),
+    }

@@ -36,22 +36,44 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     stored = target_model.stored_draft is not None
     best = None if stored else best_draft(candidates)
     if as_json:
-        echo_json({"target": target_model.name, "size": target_model.info.file_size, "stored_draft": stored,
-                   "drafts": [{"model": c.name, "size": c.info.file_size, "parameters": c.info.parameter_label,
-                               "ratio": round(c.ratio, 2), "note": c.note, "auto": c is best} for c in candidates]})
+        echo_json(
+            {
+                "target": target_model.name,
+                "size": target_model.info.file_size,
+                "stored_draft": stored,
+                "drafts": [
+                    {
+                        "model": c.name,
+                        "size": c.info.file_size,
+                        "parameters": c.info.parameter_label,
+                        "ratio": round(c.ratio, 2),
+                        "note": c.note,
+                        "auto": c is best,
+                    }
+                    for c in candidates
+                ],
+            }
+        )
         return
     if stored:
         click.echo(f"auto: the draft stored in {target_model.name}'s manifest (also used without --draft)", err=True)
     if not candidates:
-        click.echo(f"no model in {store.path} can draft for {target_model.name}; pull a small model of the same "
-                   "family (e.g. llama3.2:1b for Llama 3, qwen2.5:0.5b for Qwen2.5), or use --draft ngram", err=True)
+        click.echo(
+            f"no model in {store.path} can draft for {target_model.name}; pull a small model of the same "
+            "family (e.g. llama3.2:1b for Llama 3, qwen2.5:0.5b for Qwen2.5), or use --draft ngram",
+            err=True,
+        )
         return
     low, high = USEFUL_RATIO
-    click.echo(f"drafts for {target_model.name} ({format_bytes(target_model.info.file_size)}); "
-               f"useful range about 1:{low:.0f} to 1:{high:.0f}")
+    click.echo(
+        f"drafts for {target_model.name} ({format_bytes(target_model.info.file_size)}); "
+        f"useful range about 1:{low:.0f} to 1:{high:.0f}"
+    )
     width = max(len(c.name) for c in candidates)
     for c in candidates:
         mark = "auto" if c is best else "    "
         note = f"  {c.note}" if c.note else ""
-        click.echo(f"{mark} {c.name:<{width}}  {c.info.parameter_label:>6}  {format_bytes(c.info.file_size):>10}  "
-                   f"1:{c.ratio:<5.1f}{note}")
+        click.echo(
+            f"{mark} {c.name:<{width}}  {c.info.parameter_label:>6}  {format_bytes(c.info.file_size):>10}  "
+            f"1:{c.ratio:<5.1f}{note}"
+        )

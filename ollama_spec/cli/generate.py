@@ -54,8 +54,11 @@ from ollama_spec.prompting.messages import ChatMessage
 @click.option("--raw", is_flag=True, help="No chat template: continue the prompt text as it is.")
 @format_option
 @think_option
-@click.option("--suffix", help="Fill in the middle: the text after the gap, PROMPT being the text before it (code "
-                               "models with fill-in-the-middle tokens, e.g. qwen2.5-coder).")
+@click.option(
+    "--suffix",
+    help="Fill in the middle: the text after the gap, PROMPT being the text before it (code "
+    "models with fill-in-the-middle tokens, e.g. qwen2.5-coder).",
+)
 @loading_options
 @click.option("--stats", is_flag=True, help="Print speed and acceptance statistics to stderr.")
 @click.option(
@@ -67,8 +70,22 @@ from ollama_spec.prompting.messages import ChatMessage
 @verbose_option
 @models_dir_option
 @click.pass_context
-def generate(context: click.Context, target, prompt, preset, draft, system, raw, suffix, stats, compare, as_json, verbose,
-             models_dir, **_) -> None:  # **_: the shared options, read through Options (with their sources)
+def generate(
+    context: click.Context,
+    target,
+    prompt,
+    preset,
+    draft,
+    system,
+    raw,
+    suffix,
+    stats,
+    compare,
+    as_json,
+    verbose,
+    models_dir,
+    **_,
+) -> None:  # **_: the shared options, read through Options (with their sources)
     """Generate text with TARGET, drafted by --draft; PROMPT or standard input.
 
     The output is exactly what TARGET alone writes (greedy: token for token; sampling: the
@@ -104,9 +121,15 @@ def generate(context: click.Context, target, prompt, preset, draft, system, raw,
     draft_model = resolve_draft(draft, models_dir, target_model)
     settings = engine_settings(target_model.params, options)
     history = target_model.messages if not raw else ()  # Ollama prepends a model's MESSAGE history
-    request = request_settings(target_model, options, prompt=prompt,
-                               messages=(*history, ChatMessage("user", prompt)) if history else (), system=system,
-                               raw=raw, suffix=suffix)
+    request = request_settings(
+        target_model,
+        options,
+        prompt=prompt,
+        messages=(*history, ChatMessage("user", prompt)) if history else (),
+        system=system,
+        raw=raw,
+        suffix=suffix,
+    )
     speculative = draft_model is not None or is_ngram(draft)
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
@@ -126,7 +149,9 @@ def generate(context: click.Context, target, prompt, preset, draft, system, raw,
                 batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, result.tokens[at], request=request)
         n_ctx = engine.target.n_ctx
     if as_json:
-        data = result_json(target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result)
+        data = result_json(
+            target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result
+        )
         if baseline is not None:
             data["baseline"] = result_json(target_model.name, None, baseline)
             data["speedup"] = speedup(baseline, result)
@@ -135,8 +160,10 @@ def generate(context: click.Context, target, prompt, preset, draft, system, raw,
     click.echo()
     sys.stdout.flush()
     if baseline is not None:
-        click.echo(format_comparison(baseline, result, greedy=request.sampling.greedy, margins=margins,
-                                     batch_size=batch_size), err=True)
+        click.echo(
+            format_comparison(baseline, result, greedy=request.sampling.greedy, margins=margins, batch_size=batch_size),
+            err=True,
+        )
     if result.finish_reason == "context":
         click.echo(f"stopped: the context ({n_ctx} tokens) is full; raise --ctx for longer output", err=True)
     if stats:
@@ -204,12 +231,15 @@ def busy_machine_note() -> str | None:
     load, cores = os.getloadavg()[0], os.cpu_count() or 1
     if load < 0.5 * cores:
         return None
-    return (f"this machine is busy (load average {load:.1f} on {cores} cores): one run each is a noisy "
-            "comparison; 'bench' interleaves several")
+    return (
+        f"this machine is busy (load average {load:.1f} on {cores} cores): one run each is a noisy "
+        "comparison; 'bench' interleaves several"
+    )
 
 
-def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins: list[float] = (),
-                      batch_size: int | None = None) -> str:
+def format_comparison(
+    baseline: Result, result: Result, *, greedy: bool, margins: list[float] = (), batch_size: int | None = None
+) -> str:
     """Both speeds, the speed-up, and for greedy runs whether the outputs agree; where they part, whether
     rounding explains it (a near-tie, or `batch_size`: a batch in which the target itself picks the
     speculative token, see Engine.chosen_in_a_batch)."""
@@ -219,8 +249,10 @@ def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins
     lines = [
         f"target alone:   {baseline.tokens_per_second:7.1f} tok/s ({len(baseline.tokens)} tokens)",
         f"target + draft: {result.tokens_per_second:7.1f} tok/s ({len(result.tokens)} tokens)",
-        f"{told}, {spec.acceptance_rate:.0%} of drafted tokens accepted, "
-        f"{spec.mean_accepted_per_step:.2f} tokens per target pass",
+        (
+            f"{told}, {spec.acceptance_rate:.0%} of drafted tokens accepted, "
+            f"{spec.mean_accepted_per_step:.2f} tokens per target pass"
+        ),
     ]
     if greedy and baseline.tokens == result.tokens:
         lines.append("outputs are token-identical")
@@ -228,12 +260,16 @@ def format_comparison(baseline: Result, result: Result, *, greedy: bool, margins
         at = first_difference(baseline.tokens, result.tokens)
         margin = margins[at] if at is not None and at < len(margins) else None
         if margin is not None and margin < NEAR_TIE_LOGITS:
-            lines.append(f"outputs part at token {at}, where the target's two best logits are {margin:.4f} apart: "
-                         "a floating-point near-tie between batch sizes, not a verification error")
+            lines.append(
+                f"outputs part at token {at}, where the target's two best logits are {margin:.4f} apart: "
+                "a floating-point near-tie between batch sizes, not a verification error"
+            )
         elif batch_size is not None:
-            lines.append(f"outputs part at token {at}, where the target itself picks the speculative token in a "
-                         f"batch of {batch_size} (logit margin {margin:.3f}): llama.cpp rounds a batch differently "
-                         "from a single token, not a verification error")
+            lines.append(
+                f"outputs part at token {at}, where the target itself picks the speculative token in a "
+                f"batch of {batch_size} (logit margin {margin:.3f}): llama.cpp rounds a batch differently "
+                "from a single token, not a verification error"
+            )
         else:
             lines.append(f"WARNING: outputs differ from token {at} on")
     return "\n".join(lines)
@@ -270,9 +306,11 @@ def format_stats(result: Result, *, speculative: bool) -> str:
     spec = result.speculation
     lines = [
         # the rate counts the tokens after the first (Ollama's "eval rate"); the first waits on the prompt
-        f"{len(result.tokens)} tokens in {result.total_seconds:.2f} s (decode {result.tokens_per_second:.1f} tok/s "
-        f"after a {result.first_token_seconds:.2f} s first token; prompt {result.prompt_tokens} tokens; "
-        f"finished: {result.finish_reason})"
+        (
+            f"{len(result.tokens)} tokens in {result.total_seconds:.2f} s (decode {result.tokens_per_second:.1f} tok/s "
+            f"after a {result.first_token_seconds:.2f} s first token; prompt {result.prompt_tokens} tokens; "
+            f"finished: {result.finish_reason})"
+        )
     ]
     if speculative:
         by_position = " ".join(f"{a / d:.0%}" for a, d in zip(spec.accepted_by_position, spec.drafted_by_position))

@@ -145,15 +145,17 @@ def _layer_notes(stored: StoredModel, info: ModelInfo) -> list[str]:
                 lora_adapter(blob_path(stored.root, layer.digest), info, "the adapter")
                 notes.append("a LoRA adapter layer: applied over the weights, as Ollama applies it")
             except OllamaSpecError as exc:
-                notes.append(f"a LoRA adapter layer that cannot be applied ({exc}): generate, chat and serve refuse "
-                             "the model")
+                notes.append(
+                    f"a LoRA adapter layer that cannot be applied ({exc}): generate, chat and serve refuse the model"
+                )
     if stored.layer("projector") is not None:
         notes.append("a vision projector layer: images are not read, text works as usual")
     if stored.layer("draft") is not None:
         notes.append("a draft layer: used as the draft when no --draft is given")
     if (stored.layer("template") or stored.layer("prompt")) is not None and not _has_chat_template(stored):
-        notes.append("no chat template in the GGUF, and Ollama's (Go) template layer is not supported: "
-                     "prompts go unformatted")
+        notes.append(
+            "no chat template in the GGUF, and Ollama's (Go) template layer is not supported: prompts go unformatted"
+        )
     if problems := usability_problems(info, llama_cpp_knows):
         notes.append("generate, chat and serve refuse it: it has " + ", ".join(problems))
     if problem := stored.config_problem():
@@ -171,8 +173,16 @@ def _has_chat_template(stored: StoredModel) -> bool:
 def _show_file(info, as_json: bool) -> None:
     fixes = llama3_metadata_fixes(info)
     if as_json:
-        echo_json({"name": info.path.name, "blob": str(info.path), "layers": [], "gguf": info.summary(),
-                   "load_fixes": [f.description for f in fixes], "verified": False})
+        echo_json(
+            {
+                "name": info.path.name,
+                "blob": str(info.path),
+                "layers": [],
+                "gguf": info.summary(),
+                "load_fixes": [f.description for f in fixes],
+                "verified": False,
+            }
+        )
         return
     click.echo(one_line(info.path.name))
     click.echo(f"  file          {one_line(str(info.path))}")
@@ -224,8 +234,9 @@ def _verify_layers(stored: StoredModel) -> None:
         for layer in layers:
             verify_blob(blob_path(stored.root, layer.digest), layer)
         return
-    with click.progressbar(length=sum(layer.size for layer in layers), label="verifying sha256",
-                           file=sys.stderr) as bar:
+    with click.progressbar(
+        length=sum(layer.size for layer in layers), label="verifying sha256", file=sys.stderr
+    ) as bar:
         for layer in layers:
             verify_blob(blob_path(stored.root, layer.digest), layer, progress=bar.update)
 
@@ -251,8 +262,10 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
     require_usable(target, target_info, "target", llama_cpp_knows)
     require_usable(draft, draft_info, "draft", llama_cpp_knows)
     if _same_file(target_info.path, draft_info.path):
-        click.echo(f"warning: {draft} and {target} are the same model (one blob): a model drafting for itself "
-                   "only adds work", err=True)
+        click.echo(
+            f"warning: {draft} and {target} are the same model (one blob): a model drafting for itself only adds work",
+            err=True,
+        )
     verdict = check_compatibility(target_info, draft_info)
     fixes = [
         f"{name}: {fix.description}"
@@ -305,9 +318,13 @@ def _same_file(a: Path, b: Path) -> bool:
 @click.command("demo-store")
 @click.argument("directory", type=click.Path(file_okay=False), default=None, required=False)
 @click.option("--tiny-only", is_flag=True, help="Only the tiny test pair (skip the 0.6B benchmark pair).")
-@click.option("--nested", type=click.Choice(["8b-1b", "tiny"]), default=None,
-              help="Instead: a pair with real shapes and quantizations (8b-1b: Llama-3.1-8B-shaped Q4_K_M target, "
-              "Llama-3.2-1B-shaped Q8_0 draft, 6.5 GB; tiny: the same at toy size), for GPU benchmarks.")
+@click.option(
+    "--nested",
+    type=click.Choice(["8b-1b", "tiny"]),
+    default=None,
+    help="Instead: a pair with real shapes and quantizations (8b-1b: Llama-3.1-8B-shaped Q4_K_M target, "
+    "Llama-3.2-1B-shaped Q8_0 draft, 6.5 GB; tiny: the same at toy size), for GPU benchmarks.",
+)
 def demo_store(directory: str | None, tiny_only: bool, nested: str | None) -> None:
     """Build the synthetic demo models into an Ollama-layout store at DIRECTORY.
 

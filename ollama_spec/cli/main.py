@@ -17,34 +17,74 @@ from ollama_spec.errors import OllamaSpecError, one_line
 # name -> (module, the command's function there, the first sentence of its help; tests/cli/test_main.py
 # holds each summary to its command's docstring)
 COMMANDS = {
-    "bench": ("ollama_spec.cli.bench", "bench",
-              "Measure how much faster speculative decoding makes TARGET, and at which K."),
+    "bench": (
+        "ollama_spec.cli.bench",
+        "bench",
+        "Measure how much faster speculative decoding makes TARGET, and at which K.",
+    ),
     "chat": ("ollama_spec.cli.chat", "chat", "Chat with TARGET, drafted by --draft, in the model's chat template."),
-    "check": ("ollama_spec.cli.check", "check",
-              "Check that TARGET (and --draft) fit in GPU memory before loading anything."),
-    "demo-store": ("ollama_spec.cli.inspect", "demo_store",
-                   "Build the synthetic demo models into an Ollama-layout store at DIRECTORY."),
-    "doctor": ("ollama_spec.cli.doctor", "doctor",
-               "Report llama-cpp-python, GPU offload, the devices the memory check sees, and the repack verdict."),
-    "drafts": ("ollama_spec.cli.drafts", "drafts",
-               "List the models in the store that can draft for TARGET, smallest first."),
-    "generate": ("ollama_spec.cli.generate", "generate",
-                 "Generate text with TARGET, drafted by --draft; PROMPT or standard input."),
+    "check": (
+        "ollama_spec.cli.check",
+        "check",
+        "Check that TARGET (and --draft) fit in GPU memory before loading anything.",
+    ),
+    "demo-store": (
+        "ollama_spec.cli.inspect",
+        "demo_store",
+        "Build the synthetic demo models into an Ollama-layout store at DIRECTORY.",
+    ),
+    "doctor": (
+        "ollama_spec.cli.doctor",
+        "doctor",
+        "Report llama-cpp-python, GPU offload, the devices the memory check sees, and the repack verdict.",
+    ),
+    "drafts": (
+        "ollama_spec.cli.drafts",
+        "drafts",
+        "List the models in the store that can draft for TARGET, smallest first.",
+    ),
+    "generate": (
+        "ollama_spec.cli.generate",
+        "generate",
+        "Generate text with TARGET, drafted by --draft; PROMPT or standard input.",
+    ),
     "list": ("ollama_spec.cli.inspect", "list_models", "List every model in the Ollama store, with its GGUF facts."),
-    "pair": ("ollama_spec.cli.inspect", "pair",
-             "Check that DRAFT can speculate for TARGET (same vocabulary rules as llama.cpp)."),
-    "pull": ("ollama_spec.cli.pull", "pull", "Pull MODELS into Ollama's store, exactly as 'ollama pull' lays them out."),
-    "rpc-server": ("ollama_spec.cli.rpc_server", "rpc_server",
-                   "Serve this machine's GPUs (or CPU) to a target model loaded on another machine."),
-    "serve": ("ollama_spec.cli.serve", "serve", "Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs."),
+    "pair": (
+        "ollama_spec.cli.inspect",
+        "pair",
+        "Check that DRAFT can speculate for TARGET (same vocabulary rules as llama.cpp).",
+    ),
+    "pull": (
+        "ollama_spec.cli.pull",
+        "pull",
+        "Pull MODELS into Ollama's store, exactly as 'ollama pull' lays them out.",
+    ),
+    "rpc-server": (
+        "ollama_spec.cli.rpc_server",
+        "rpc_server",
+        "Serve this machine's GPUs (or CPU) to a target model loaded on another machine.",
+    ),
+    "serve": (
+        "ollama_spec.cli.serve",
+        "serve",
+        "Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.",
+    ),
     "show": ("ollama_spec.cli.inspect", "show", "Show a model's blob, manifest layers and GGUF header."),
-    "vllm": ("ollama_spec.cli.vllm", "vllm",
-             "Print the `vllm serve` command that serves TARGET with DRAFT speculating, or --run it."),
+    "vllm": (
+        "ollama_spec.cli.vllm",
+        "vllm",
+        "Print the `vllm serve` command that serves TARGET with DRAFT speculating, or --run it.",
+    ),
 }
 
 # The modules that only an optional extra brings (pyproject.toml), and that extra.
-EXTRAS = {"fastapi": "server", "starlette": "server", "uvicorn": "server", "prometheus_client": "server",
-          "matplotlib": "bench"}
+EXTRAS = {
+    "fastapi": "server",
+    "starlette": "server",
+    "uvicorn": "server",
+    "prometheus_client": "server",
+    "matplotlib": "bench",
+}
 
 
 def missing_extra(command: str, error: ModuleNotFoundError) -> click.ClickException | None:
@@ -77,8 +117,12 @@ class SpecGroup(click.Group):
         # as click lays the list out, from the summaries: no command's module is imported for it
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         with formatter.section("Commands"):
-            formatter.write_dl([(name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit))
-                                for name in self.list_commands(ctx)])
+            formatter.write_dl(
+                [
+                    (name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit))
+                    for name in self.list_commands(ctx)
+                ]
+            )
 
     def invoke(self, ctx: click.Context):
         try:

@@ -35,8 +35,9 @@ models_dir_option = models_dir_option_with(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 verbose_option = click.option("--verbose", is_flag=True, help="Show llama.cpp's own log.")
-no_check_option = click.option("--no-check", "--force", "no_check", is_flag=True,
-                               help="Skip the memory check before loading.")
+no_check_option = click.option(
+    "--no-check", "--force", "no_check", is_flag=True, help="Skip the memory check before loading."
+)
 threads_option = click.option("--threads", type=int, help="CPU threads (default: all cores).")
 
 repack_option = click.option(
@@ -109,16 +110,22 @@ def _load_preset(ctx: click.Context, param: click.Parameter, value: str | None):
     from ollama_spec.models.modelfile import load_modelfile
 
     preset = load_modelfile(value)
-    defaults = {"target": preset.model, "draft": preset.draft, "k": preset.parameters.get("num_speculative_tokens"),
-                "draft_p_min": preset.parameters.get("draft_p_min"), "ngram_size": preset.parameters.get("ngram_size")}
+    defaults = {
+        "target": preset.model,
+        "draft": preset.draft,
+        "k": preset.parameters.get("num_speculative_tokens"),
+        "draft_p_min": preset.parameters.get("draft_p_min"),
+        "ngram_size": preset.parameters.get("ngram_size"),
+    }
     ctx.default_map = {**(ctx.default_map or {}), **{k: v for k, v in defaults.items() if v is not None}}
     return preset
 
 
 def preset_option_with(help_text: str):
     """-f with a command's own account of which Modelfile lines it uses."""
-    return click.option("-f", "--file", "preset", callback=_load_preset, is_eager=True, metavar="MODELFILE",
-                        help=help_text)
+    return click.option(
+        "-f", "--file", "preset", callback=_load_preset, is_eager=True, metavar="MODELFILE", help=help_text
+    )
 
 
 preset_option = preset_option_with(
@@ -181,22 +188,31 @@ def sampling_options(function):
 
     return _stack(
         click.option(
-            "--temperature", "-t", type=float,
+            "--temperature",
+            "-t",
+            type=float,
             help=f"0 = greedy (default: the model's params, else {DEFAULT_TEMPERATURE}).",
         ),
         click.option("--top-k", type=int, help=f"0 = off (default: the model's params, else {DEFAULT_TOP_K})."),
         click.option("--top-p", type=float, help=f"1 = off (default: the model's params, else {DEFAULT_TOP_P})."),
         click.option("--min-p", type=float, help=f"0 = off (default: the model's params, else {DEFAULT_MIN_P})."),
         click.option("--seed", type=int, help="Random seed for sampling (default: random)."),
-        click.option("--repeat-penalty", type=float,
-                     help="Divide the logits of tokens in the last --repeat-last-n by this (1 = off; default: the "
-                     "model's params, else 1). Greedy too; output stays the target's."),
-        click.option("--repeat-last-n", type=int,
-                     help=f"The window the penalties look at (-1 = the whole text, 0 = off; default: the model's "
-                     f"params, else {DEFAULT_REPEAT_LAST_N})."),
+        click.option(
+            "--repeat-penalty",
+            type=float,
+            help="Divide the logits of tokens in the last --repeat-last-n by this (1 = off; default: the "
+            "model's params, else 1). Greedy too; output stays the target's.",
+        ),
+        click.option(
+            "--repeat-last-n",
+            type=int,
+            help=f"The window the penalties look at (-1 = the whole text, 0 = off; default: the model's "
+            f"params, else {DEFAULT_REPEAT_LAST_N}).",
+        ),
         click.option("--presence-penalty", type=float, help="Subtract this from tokens in the window (default: 0)."),
-        click.option("--frequency-penalty", type=float,
-                     help="Subtract this per occurrence in the window (default: 0)."),
+        click.option(
+            "--frequency-penalty", type=float, help="Subtract this per occurrence in the window (default: 0)."
+        ),
     )(function)
 
 
@@ -251,13 +267,16 @@ def loading_options(function):
 
 
 format_option = click.option(
-    "--format", "output_format", metavar="json|SCHEMA",
+    "--format",
+    "output_format",
+    metavar="json|SCHEMA",
     help="Keep the output to JSON: 'json' for a JSON object, or a JSON schema it must match (inline, or a "
-         "file holding it), as Ollama's --format; a llama.cpp grammar masks what the target may write.",
+    "file holding it), as Ollama's --format; a llama.cpp grammar masks what the target may write.",
 )
 
 think_option = click.option(
-    "--think/--no-think", default=None,
+    "--think/--no-think",
+    default=None,
     help="A thinking model (Qwen3, DeepSeek-R1): think before answering, or answer at once (its chat template "
-         "is told, as Ollama's --think=false does). Default: the model's own.",
+    "is told, as Ollama's --think=false does). Default: the model's own.",
 )

@@ -27,7 +27,9 @@ from ollama_spec.pull.settings import DEFAULT_CONCURRENCY
     show_default=True,
     help="Blobs downloaded at once.",
 )
-@models_dir_option_with("Store to pull into, straight from the registry (default: $OLLAMA_MODELS, then ~/.ollama/models).")
+@models_dir_option_with(
+    "Store to pull into, straight from the registry (default: $OLLAMA_MODELS, then ~/.ollama/models)."
+)
 # OLLAMA_HOST is read by PullSettings, trimmed of spaces and quotes as Ollama does (not raw, as envvar= would)
 @click.option("--host", "ollama_host", default=None, help="Ollama daemon [env: OLLAMA_HOST].")
 @json_option

@@ -15,16 +15,30 @@ from ollama_spec.llama.rpc import DEFAULT_PORT, IPV4_ONLY, SECURITY_NOTE, Endpoi
 
 
 @click.command("rpc-server")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on. 0.0.0.0 lets other machines in: only on a trusted network.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. 0.0.0.0 lets other machines in: only on a trusted network.",
+)
 @click.option("--port", "-p", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)
-@click.option("--device", "-d", "devices", multiple=True, metavar="NAME[,NAME...]",
-              help="Devices to lend, as `ollama-spec doctor` names them (CUDA0, CPU...). Default: every GPU, else the CPU.")
+@click.option(
+    "--device",
+    "-d",
+    "devices",
+    multiple=True,
+    metavar="NAME[,NAME...]",
+    help="Devices to lend, as `ollama-spec doctor` names them (CUDA0, CPU...). Default: every GPU, else the CPU.",
+)
 # --threads only: -t is --temperature in every other command
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads for a CPU device (default: all cores).")
-@click.option("--cache", "-c", is_flag=True,
-              help="Keep received tensors on disk ($LLAMA_CACHE or ~/.cache/llama.cpp/rpc), so that loading the same "
-              "model again sends only hashes.")
+@click.option(
+    "--cache",
+    "-c",
+    is_flag=True,
+    help="Keep received tensors on disk ($LLAMA_CACHE or ~/.cache/llama.cpp/rpc), so that loading the same "
+    "model again sends only hashes.",
+)
 def rpc_server(host: str, port: int, devices: tuple[str, ...], threads: int | None, cache: bool) -> None:
     """Serve this machine's GPUs (or CPU) to a target model loaded on another machine.
 
@@ -57,8 +71,10 @@ def rpc_server(host: str, port: int, devices: tuple[str, ...], threads: int | No
     if not is_loopback(endpoint.host):
         click.secho(f"warning: listening on {host}: {SECURITY_NOTE}", fg="yellow", err=True)
     cache_dir = _cache_dir() if cache else None
-    click.echo(f"ollama-spec rpc-server on {endpoint}; use it with --rpc {_reachable(endpoint.host)}:{port} "
-               "(Ctrl-C stops it)", err=True)
+    click.echo(
+        f"ollama-spec rpc-server on {endpoint}; use it with --rpc {_reachable(endpoint.host)}:{port} (Ctrl-C stops it)",
+        err=True,
+    )
     # llama.cpp's server blocks in C until the process ends: let Ctrl-C and SIGTERM end it directly.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -92,8 +108,9 @@ def _require_free(endpoint: Endpoint) -> None:
             probe.bind(address)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise RpcUnavailable(f"port {endpoint.port} on {endpoint.host} is in use (another rpc-server?): "
-                                     "pick another with --port") from None
+                raise RpcUnavailable(
+                    f"port {endpoint.port} on {endpoint.host} is in use (another rpc-server?): pick another with --port"
+                ) from None
             raise InvalidSetting(f"cannot listen on {endpoint}: {exc.strerror or exc}") from None
 
 
@@ -102,7 +119,9 @@ def _reachable(host: str) -> str:
 
 
 def _cache_dir() -> str:
-    base = os.environ.get("LLAMA_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llama.cpp"
+    base = (
+        os.environ.get("LLAMA_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llama.cpp"
+    )
     path = Path(base) / "rpc"
     path.mkdir(parents=True, exist_ok=True)
     return str(path)

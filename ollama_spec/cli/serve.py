@@ -31,24 +31,51 @@ from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTE
 @sampling_options
 @ctx_option
 @loading_options
-@click.option("--host", default=DEFAULT_HOST, show_default=True,
-              help="Address to listen on (0.0.0.0 exposes the server to the network: use --api-key).")
+@click.option(
+    "--host",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address to listen on (0.0.0.0 exposes the server to the network: use --api-key).",
+)
 @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="Port (0: any free port).")
-@click.option("--api-key", envvar="OLLAMA_SPEC_API_KEY",
-              help="Require 'Authorization: Bearer KEY' on every route but /health [env: OLLAMA_SPEC_API_KEY].")
-@click.option("--served-model-name", "aliases", multiple=True,
-              help="Another name to list in /v1/models and report in responses (repeatable; the first is reported).")
-@click.option("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, show_default=True,
-              help="Requests that may wait behind the running one; more get HTTP 503.")
-@click.option("--max-body", type=int, default=DEFAULT_MAX_BODY_BYTES, show_default=True,
-              help="Largest request body in bytes; larger ones get HTTP 413.")
-@click.option("--origins", envvar="OLLAMA_ORIGINS", default="",
-              help="Web pages (origins, comma-separated, * for any) whose scripts may call the server, beside "
-                   "localhost's and apps', which always may, as with Ollama [env: OLLAMA_ORIGINS].")
+@click.option(
+    "--api-key",
+    envvar="OLLAMA_SPEC_API_KEY",
+    help="Require 'Authorization: Bearer KEY' on every route but /health [env: OLLAMA_SPEC_API_KEY].",
+)
+@click.option(
+    "--served-model-name",
+    "aliases",
+    multiple=True,
+    help="Another name to list in /v1/models and report in responses (repeatable; the first is reported).",
+)
+@click.option(
+    "--max-queue",
+    type=int,
+    default=DEFAULT_MAX_QUEUE,
+    show_default=True,
+    help="Requests that may wait behind the running one; more get HTTP 503.",
+)
+@click.option(
+    "--max-body",
+    type=int,
+    default=DEFAULT_MAX_BODY_BYTES,
+    show_default=True,
+    help="Largest request body in bytes; larger ones get HTTP 413.",
+)
+@click.option(
+    "--origins",
+    envvar="OLLAMA_ORIGINS",
+    default="",
+    help="Web pages (origins, comma-separated, * for any) whose scripts may call the server, beside "
+    "localhost's and apps', which always may, as with Ollama [env: OLLAMA_ORIGINS].",
+)
 @verbose_option
 @models_dir_option
 @click.pass_context
-def serve(context: click.Context, target, preset, draft, host, port, verbose, models_dir, **_) -> None:  # **_: see Options
+def serve(
+    context: click.Context, target, preset, draft, host, port, verbose, models_dir, **_
+) -> None:  # **_: see Options
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
 
     Loads the pair once (after the memory check) and answers /v1/chat/completions,

@@ -86,8 +86,9 @@ def sampling_settings(params: Mapping, options: Options) -> SamplingSettings:
 def penalty_settings(params: Mapping, options: Options) -> Penalties:
     """--repeat-penalty and the rest, else the model's params, else off."""
     defaults = Penalties()
-    return Penalties(**{name: first_set(options[name], params.get(name), getattr(defaults, name))
-                        for name in PENALTY_OPTIONS})
+    return Penalties(
+        **{name: first_set(options[name], params.get(name), getattr(defaults, name)) for name in PENALTY_OPTIONS}
+    )
 
 
 def speculation_settings(params: Mapping, options: Options) -> SpeculationSettings:
@@ -100,12 +101,16 @@ def speculation_settings(params: Mapping, options: Options) -> SpeculationSettin
         k = stored_k  # Ollama's own speculation length for this model; -k or a preset's value wins
         given_as = "the model's draft_num_predict"
     if k is not None and k > MAX_NUM_SPECULATIVE_TOKENS:
-        click.echo(f"note: {given_as} {k} is capped to {MAX_NUM_SPECULATIVE_TOKENS} draft tokens per step (one "
-                   f"verify batch is at most {MAX_NUM_SPECULATIVE_TOKENS + 1} tokens)", err=True)
+        click.echo(
+            f"note: {given_as} {k} is capped to {MAX_NUM_SPECULATIVE_TOKENS} draft tokens per step (one "
+            f"verify batch is at most {MAX_NUM_SPECULATIVE_TOKENS + 1} tokens)",
+            err=True,
+        )
         k = MAX_NUM_SPECULATIVE_TOKENS
     draft = options["draft"]
-    return SpeculationSettings(k, options["draft_p_min"], proposer=NGRAM if is_ngram(draft) else "draft",
-                               ngram_size=options["ngram_size"])
+    return SpeculationSettings(
+        k, options["draft_p_min"], proposer=NGRAM if is_ngram(draft) else "draft", ngram_size=options["ngram_size"]
+    )
 
 
 def placement_settings(options: Options) -> Placement:
@@ -117,8 +122,12 @@ def placement_settings(options: Options) -> Placement:
         source = f"${RPC_ENVVAR}"
         text = ",".join(item for item in text.split(",") if item.strip())
     servers = tuple(str(e) for e in parse_endpoints(text, source)) if text else ()
-    return Placement(rpc_servers=servers, tensor_split=parse_tensor_split(options["tensor_split"]),
-                     split_mode=options["split_mode"] or "layer", main_gpu=options["main_gpu"] or 0)
+    return Placement(
+        rpc_servers=servers,
+        tensor_split=parse_tensor_split(options["tensor_split"]),
+        split_mode=options["split_mode"] or "layer",
+        main_gpu=options["main_gpu"] or 0,
+    )
 
 
 def repack_setting(force: bool | None) -> RepackDecision:
@@ -134,8 +143,10 @@ def engine_settings(params: Mapping, options: Options) -> EngineSettings:
     ctx = options["ctx"]
     if ctx is None and params.get("num_ctx") is not None and params["num_ctx"] < 1:
         # from the model's params layer (or a preset), not from a flag: say so, and what overrides it
-        raise InvalidSetting(f"the model's params set num_ctx {params['num_ctx']}, not a positive number of tokens; "
-                             "give --ctx to override it")
+        raise InvalidSetting(
+            f"the model's params set num_ctx {params['num_ctx']}, not a positive number of tokens; "
+            "give --ctx to override it"
+        )
     return EngineSettings(
         n_ctx=int(first_set(ctx, params.get("num_ctx"), DEFAULT_CTX)),
         target_gpu_layers=options["n_gpu_layers"],
@@ -155,8 +166,9 @@ def request_settings(model: ResolvedModel, options: Options, **fields) -> Reques
     `fields` give the rest (the prompt, the system prompt)."""
     params = model.params
     return Request(
-        max_tokens=int(first_set(options["max_tokens"], model_max_tokens(params, UNTIL_CONTEXT_FULL),
-                                 DEFAULT_MAX_TOKENS)),
+        max_tokens=int(
+            first_set(options["max_tokens"], model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)
+        ),
         stop=tuple(options.values.get("stop", ())) + model_stops(params),
         sampling=sampling_settings(params, options),
         speculation=speculation_settings(params, options),
@@ -188,11 +200,22 @@ def server_settings(params: Mapping, options: Options) -> ServerSettings:
 def bench_settings(options: Options, ks: tuple[tuple[int, ...], bool]) -> BenchSettings:
     """bench's flags, with -k read by bench.settings.parse_k_list (fixed Ks, and whether auto is one)."""
     fixed_ks, auto = ks
-    return BenchSettings(ks=fixed_ks, auto=auto, ngram=options["ngram"], max_tokens=options["max_tokens"],
-                         runs=options["runs"], temperature=options["temperature"], seed=options["seed"],
-                         warmup=options["warmup"], n_threads=options["threads"], n_ctx=options["ctx"],
-                         memory_check=not options["no_check"], repack=repack_setting(options["repack"]).enabled,
-                         flash_attention=options["flash_attn"], placement=placement_settings(options))
+    return BenchSettings(
+        ks=fixed_ks,
+        auto=auto,
+        ngram=options["ngram"],
+        max_tokens=options["max_tokens"],
+        runs=options["runs"],
+        temperature=options["temperature"],
+        seed=options["seed"],
+        warmup=options["warmup"],
+        n_threads=options["threads"],
+        n_ctx=options["ctx"],
+        memory_check=not options["no_check"],
+        repack=repack_setting(options["repack"]).enabled,
+        flash_attention=options["flash_attn"],
+        placement=placement_settings(options),
+    )
 
 
 def think_setting(think: bool | None, model: ResolvedModel) -> bool | None:
@@ -200,8 +223,10 @@ def think_setting(think: bool | None, model: ResolvedModel) -> bool | None:
     servers answer such a request with a 400, as Ollama does; a command line goes on)."""
     if think is not None and not template_thinks(model.info.chat_template):
         flag = "--think" if think else "--no-think"
-        click.echo(f"note: {model.name} is not a thinking model (its chat template has no <think>): {flag} "
-                   "changes nothing", err=True)
+        click.echo(
+            f"note: {model.name} is not a thinking model (its chat template has no <think>): {flag} changes nothing",
+            err=True,
+        )
         return None
     return think
 
@@ -217,8 +242,10 @@ def output_grammar(output_format: str | None) -> str | None:
         try:
             text = Path(output_format).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidSetting(f"--format takes 'json', a JSON schema or a file holding one; cannot read "
-                                 f"'{output_format}': {exc.strerror if isinstance(exc, OSError) else exc}") from None
+            raise InvalidSetting(
+                f"--format takes 'json', a JSON schema or a file holding one; cannot read "
+                f"'{output_format}': {exc.strerror if isinstance(exc, OSError) else exc}"
+            ) from None
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -22,21 +22,32 @@ def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedMode
         return model
     info = model.info
     for name in preset.deprecated:
-        click.echo(f"note: {preset.path}: PARAMETER {name} is one Ollama no longer takes; ignored, as "
-                   "'ollama create' does", err=True)
+        click.echo(
+            f"note: {preset.path}: PARAMETER {name} is one Ollama no longer takes; ignored, as 'ollama create' does",
+            err=True,
+        )
     if preset.template is not None:
         if "{%" in preset.template or "messages" in preset.template:  # a Hugging Face (Jinja) chat template
             info = dataclasses.replace(info, chat_template=preset.template)
         else:
-            click.echo(f"note: {preset.path}: TEMPLATE is an Ollama Go template; the model's own chat template "
-                       "is used instead", err=True)
+            click.echo(
+                f"note: {preset.path}: TEMPLATE is an Ollama Go template; the model's own chat template "
+                "is used instead",
+                err=True,
+            )
     # As `ollama create` does: the file's MESSAGE lines replace the model's own history, if it has any,
     # and its ADAPTER lines add to the model's own adapters.
-    adapters = tuple(lora_adapter(adapter, model.info, f"{preset.path}: ADAPTER {adapter}")
-                     for adapter in preset.adapters)
-    return dataclasses.replace(model, info=info, params={**model.params, **preset.parameters},
-                               system=preset.system if preset.system is not None else model.system,
-                               messages=preset.messages or model.messages, adapters=model.adapters + adapters)
+    adapters = tuple(
+        lora_adapter(adapter, model.info, f"{preset.path}: ADAPTER {adapter}") for adapter in preset.adapters
+    )
+    return dataclasses.replace(
+        model,
+        info=info,
+        params={**model.params, **preset.parameters},
+        system=preset.system if preset.system is not None else model.system,
+        messages=preset.messages or model.messages,
+        adapters=model.adapters + adapters,
+    )
 
 
 def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedModel) -> ResolvedModel | None:
@@ -53,8 +64,10 @@ def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedMod
         store = open_store(models_dir)
         choice = best_draft(find_drafts(store, target.info, llama_cpp_knows))
         if choice is None:
-            raise ModelNotFound(f"--draft auto: no model in {store.path} can draft for {target.name} "
-                                f"(see `ollama-spec drafts {target.name}`); try --draft {NGRAM}")
+            raise ModelNotFound(
+                f"--draft auto: no model in {store.path} can draft for {target.name} "
+                f"(see `ollama-spec drafts {target.name}`); try --draft {NGRAM}"
+            )
         note = f"; {choice.note}" if choice.note else ""
         click.echo(f"draft: {choice.name} (auto: 1:{choice.ratio:.0f} of the target's size{note})", err=True)
         return resolve_model(choice.name, store=store)

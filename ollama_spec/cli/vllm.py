@@ -24,23 +24,49 @@ from ollama_spec.integrations.vllm_repos import to_hf
 
 @click.command()
 @click.argument("target")
-@preset_option_with("A Modelfile or a shipped preset's name (e.g. llama3.1-70b): its FROM, DRAFT, "
-                    "num_speculative_tokens (-k) and num_ctx (vLLM's --max-model-len) are the defaults, and flags "
-                    "override them. Its SYSTEM and sampling PARAMETERs are not `vllm serve` options: a client "
-                    "sends them with each request.")
+@preset_option_with(
+    "A Modelfile or a shipped preset's name (e.g. llama3.1-70b): its FROM, DRAFT, "
+    "num_speculative_tokens (-k) and num_ctx (vLLM's --max-model-len) are the defaults, and flags "
+    "override them. Its SYSTEM and sampling PARAMETERs are not `vllm serve` options: a client "
+    "sends them with each request."
+)
 @click.option("--draft", "-d", required=True, help="Draft model: an Ollama name or a Hugging Face org/name.")
-@click.option("-k", "--num-speculative-tokens", "k", type=DraftLength(), default=DEFAULT_K, show_default=True,
-              help="Tokens the draft proposes per step (vLLM's num_speculative_tokens, a fixed number: auto means 5).")
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,
-              help="GPUs the target is split over (--tensor-parallel-size).")
-@click.option("--draft-tp", type=click.IntRange(min=1), default=None,
-              help="The draft's draft_tensor_parallel_size (default: --tp, the only value vLLM accepts for a "
-              "draft model today).")
-@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address vLLM binds (0.0.0.0: every interface; an IPv6 one as ::1 or [::1]; vLLM asks for no key unless given "
-              "--vllm-args '--api-key KEY').")
+@click.option(
+    "-k",
+    "--num-speculative-tokens",
+    "k",
+    type=DraftLength(),
+    default=DEFAULT_K,
+    show_default=True,
+    help="Tokens the draft proposes per step (vLLM's num_speculative_tokens, a fixed number: auto means 5).",
+)
+@click.option(
+    "--tp",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="GPUs the target is split over (--tensor-parallel-size).",
+)
+@click.option(
+    "--draft-tp",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The draft's draft_tensor_parallel_size (default: --tp, the only value vLLM accepts for a draft model today).",
+)
+@click.option(
+    "--host",
+    default=DEFAULT_HOST,
+    show_default=True,
+    help="Address vLLM binds (0.0.0.0: every interface; an IPv6 one as ::1 or [::1]; vLLM asks for no key unless given "
+    "--vllm-args '--api-key KEY').",
+)
 @click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True, help="vLLM's port.")
-@click.option("--vllm-args", default="", metavar="'ARGS'",
-              help="More `vllm serve` options, in one quoted string (e.g. '--max-model-len 8192').")
+@click.option(
+    "--vllm-args",
+    default="",
+    metavar="'ARGS'",
+    help="More `vllm serve` options, in one quoted string (e.g. '--max-model-len 8192').",
+)
 @click.option("--run", is_flag=True, help="Start vLLM with the command (it must be installed here).")
 @json_option
 def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_json) -> None:
@@ -66,23 +92,31 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
       ollama-spec vllm hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4 -d llama3.2:1b --json
     """
     if draft.lower() in (AUTO, NGRAM):
-        raise InvalidSetting(f"--draft {draft.lower()} is ollama-spec's own; vLLM needs a draft model by name "
-                             "(e.g. --draft llama3.2:1b)")
+        raise InvalidSetting(
+            f"--draft {draft.lower()} is ollama-spec's own; vLLM needs a draft model by name (e.g. --draft llama3.2:1b)"
+        )
     if k is None:  # -k auto, or a preset's num_speculative_tokens auto
-        click.echo(f"note: vLLM drafts a fixed number of tokens; -k auto is ollama-spec's per-step choice, so K is "
-                   f"{DEFAULT_K}", err=True)
+        click.echo(
+            f"note: vLLM drafts a fixed number of tokens; -k auto is ollama-spec's per-step choice, so K is "
+            f"{DEFAULT_K}",
+            err=True,
+        )
         k = DEFAULT_K
     try:
         extra_args = tuple(shlex.split(vllm_args))
     except ValueError as exc:
         raise InvalidSetting(f"--vllm-args: {exc}") from None
     max_model_len = preset.parameters.get("num_ctx") if preset else None
-    settings = VllmSettings(k=k, tp=tp, draft_tp=draft_tp, host=host, port=port, max_model_len=max_model_len,
-                            extra_args=extra_args)
+    settings = VllmSettings(
+        k=k, tp=tp, draft_tp=draft_tp, host=host, port=port, max_model_len=max_model_len, extra_args=extra_args
+    )
     command = build_command(to_hf(target), to_hf(draft), settings)
     if preset and preset.system is not None:
-        click.echo(f"note: {preset.path.name}: SYSTEM is not a `vllm serve` option; a client sends the system "
-                   "message with each request", err=True)
+        click.echo(
+            f"note: {preset.path.name}: SYSTEM is not a `vllm serve` option; a client sends the system "
+            "message with each request",
+            err=True,
+        )
     needs = f"needs vLLM >= {version_text(command.min_version)}"
     if run:
         launcher = ready_launcher(command.min_version)
@@ -90,13 +124,21 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
         click.echo(f"starting: {command.shell}", err=True)
         exec_vllm(command, launcher)
     if as_json:
-        echo_json({"target": {"name": command.target.name, "repo": command.target.repo},
-                   "draft": {"name": command.draft.name, "repo": command.draft.repo},
-                   "command": command.shell, "argv": list(command.argv),
-                   "speculative_config": command.speculative_config,
-                   "min_vllm_version": version_text(command.min_version), "url": command.url,
-                   "served_model_name": command.served_name, "bench": command.bench,
-                   "notes": list(command.notes), "warnings": list(command.warnings)})
+        echo_json(
+            {
+                "target": {"name": command.target.name, "repo": command.target.repo},
+                "draft": {"name": command.draft.name, "repo": command.draft.repo},
+                "command": command.shell,
+                "argv": list(command.argv),
+                "speculative_config": command.speculative_config,
+                "min_vllm_version": version_text(command.min_version),
+                "url": command.url,
+                "served_model_name": command.served_name,
+                "bench": command.bench,
+                "notes": list(command.notes),
+                "warnings": list(command.warnings),
+            }
+        )
         return
     click.echo(f"# {needs}; vLLM serves the OpenAI API at {command.url}", err=True)
     _notes(command)

@@ -148,8 +148,9 @@ class AlphaEstimator:
 class AcceptanceByMargin:
     """α per band of the draft's margin: exponentially weighted accepted and tried counts in each."""
 
-    def __init__(self, prior: tuple[float, ...] = MARGIN_PRIOR, weight: float = PRIOR_WEIGHT,
-                 decay: float = MARGIN_DECAY):
+    def __init__(
+        self, prior: tuple[float, ...] = MARGIN_PRIOR, weight: float = PRIOR_WEIGHT, decay: float = MARGIN_DECAY
+    ):
         assert len(prior) == len(MARGIN_EDGES) + 1
         self.accepted, self.tried, self.decay = [a * weight for a in prior], [weight] * len(prior), decay
 
@@ -213,8 +214,15 @@ class AutoK:
     then writes the same text.
     """
 
-    def __init__(self, costs: StepCosts, prior_alpha: float = PRIOR_ALPHA, *, learn_costs: bool = True,
-                 confidence_stops: bool = False, calibrated: StepCosts | None = None):
+    def __init__(
+        self,
+        costs: StepCosts,
+        prior_alpha: float = PRIOR_ALPHA,
+        *,
+        learn_costs: bool = True,
+        confidence_stops: bool = False,
+        calibrated: StepCosts | None = None,
+    ):
         self._line = VerifyLine(costs.verify_s)
         # per batch size as timed, with the kernels' own bumps (see _free_next); `costs` may be a learned line
         self._calibrated = (calibrated or costs).verify_s

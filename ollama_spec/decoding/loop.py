@@ -24,6 +24,7 @@ DEFAULT_MAX_SPECULATIVE_TOKENS = 16
 MAX_NUM_SPECULATIVE_TOKENS = N_UBATCH - 1
 PROPOSERS = ("draft", "ngram")
 
+
 @dataclass(frozen=True)
 class SpeculationSettings:
     # None: "auto", the K that the measured costs and the live acceptance say is fastest, each step.
@@ -131,8 +132,11 @@ def generate_tokens(
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
         policy = FixedK(speculation.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
-    proposer = draft if draft is None or hasattr(draft, "propose") else (
-        DraftModelProposer(draft, target.n_vocab, speculation.draft_p_min))
+    proposer = (
+        draft
+        if draft is None or hasattr(draft, "propose")
+        else (DraftModelProposer(draft, target.n_vocab, speculation.draft_p_min))
+    )
     rng = np.random.default_rng(sampling.seed)
     seq = list(prompt)
     stats.prompt_cached = keep_common_prefix(target, seq)
@@ -146,8 +150,9 @@ def generate_tokens(
         chosen = policy.next_k() if proposer is not None and not reading_prompt else 0
         k = min(chosen, room)
         start = time.perf_counter()
-        drafted, draft_probs = (proposer.propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0
-                                else ([], None))
+        drafted, draft_probs = (
+            proposer.propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0 else ([], None)
+        )
         middle = time.perf_counter()
         logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
         if sampling.penalties.active:

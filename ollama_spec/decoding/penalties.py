@@ -37,11 +37,14 @@ class Penalties:
         if not self.repeat_penalty > 0:
             raise InvalidSetting(f"repeat_penalty must be > 0 (1 turns it off), got {self.repeat_penalty}")
         if not MIN_REPEAT_PENALTY <= self.repeat_penalty <= 1 / MIN_REPEAT_PENALTY:
-            raise InvalidSetting(f"repeat_penalty must be in {MIN_REPEAT_PENALTY:g}..{1 / MIN_REPEAT_PENALTY:g} (1 "
-                                 f"turns it off; past that the logits it touches overflow), got {self.repeat_penalty}")
+            raise InvalidSetting(
+                f"repeat_penalty must be in {MIN_REPEAT_PENALTY:g}..{1 / MIN_REPEAT_PENALTY:g} (1 "
+                f"turns it off; past that the logits it touches overflow), got {self.repeat_penalty}"
+            )
         if self.repeat_last_n < -1:
             raise InvalidSetting(
-                f"repeat_last_n must be -1 (the whole text), 0 (off) or more, got {self.repeat_last_n}")
+                f"repeat_last_n must be -1 (the whole text), 0 (off) or more, got {self.repeat_last_n}"
+            )
         for name in ("presence_penalty", "frequency_penalty"):
             if not np.isfinite(getattr(self, name)):
                 raise InvalidSetting(f"{name} must be a finite number, got {getattr(self, name)}")
@@ -58,7 +61,7 @@ class Penalties:
         """The tokens the penalties look at: the last repeat_last_n of `text`."""
         if self.repeat_last_n == 0 or not self.penalizes:
             return ()
-        return text if self.repeat_last_n < 0 else text[-self.repeat_last_n:]
+        return text if self.repeat_last_n < 0 else text[-self.repeat_last_n :]
 
 
 def adjusted(row: np.ndarray, text: Sequence[int], penalties: Penalties) -> np.ndarray:

@@ -54,8 +54,13 @@ class Proposer(Protocol):
         """A new sequence starts with `seq` (what is cached of it may be kept)."""
 
     def propose(
-        self, seq: list[int], k: int, sampling: SamplingSettings, rng: np.random.Generator,
-        keep_drafting: KeepDrafting | None = None, grammar: TokenGrammar | None = None,
+        self,
+        seq: list[int],
+        k: int,
+        sampling: SamplingSettings,
+        rng: np.random.Generator,
+        keep_drafting: KeepDrafting | None = None,
+        grammar: TokenGrammar | None = None,
     ) -> tuple[list[int], np.ndarray | None]:
         """Up to k tokens to follow `seq`, and q: one row per token, or None for one-hot proposals.
 

@@ -25,8 +25,9 @@ _ANSWER_MARK = "\x00ollama-spec answer\x00"
 class Conversation:
     """The messages so far and the exact target tokens of the last prompt and answer."""
 
-    def __init__(self, engine: Engine, defaults: Request, system: str | None = None,
-                 history: tuple[ChatMessage, ...] = ()):
+    def __init__(
+        self, engine: Engine, defaults: Request, system: str | None = None, history: tuple[ChatMessage, ...] = ()
+    ):
         self.engine, self.defaults, self.system, self.history = engine, defaults, system, history
         self.messages: list[ChatMessage] = list(history)
         self.last: Result | None = None
@@ -59,7 +60,7 @@ class Conversation:
         """Record the (possibly interrupted) answer as the assistant's turn."""
         turn, tokens = self._pending
         result = generation.result
-        self.messages = turn[len(self._system_messages()):] + [ChatMessage("assistant", result.text)]
+        self.messages = turn[len(self._system_messages()) :] + [ChatMessage("assistant", result.text)]
         self._prompt, self._prompt_text = tokens, self.engine.chat_text(turn, think=self.defaults.think)
         spelled = b"".join(self.engine.target.token_piece(t)[0] for t in result.tokens).decode("utf-8", "replace")
         self._answer = list(result.tokens) if spelled == result.text else None
@@ -77,8 +78,9 @@ class Conversation:
         if self._answer is None or self._prompt_text is None:
             return None
         # turn: ..., the last user turn, the last answer, the new user turn. The mark takes the answer's place.
-        text = self.engine.chat_text(turn[:-2] + [ChatMessage("assistant", _ANSWER_MARK), turn[-1]],
-                                     think=self.defaults.think)
+        text = self.engine.chat_text(
+            turn[:-2] + [ChatMessage("assistant", _ANSWER_MARK), turn[-1]], think=self.defaults.think
+        )
         before, found, after = (text or "").partition(_ANSWER_MARK)
         if not found or before != self._prompt_text:
             return None

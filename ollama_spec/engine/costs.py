@@ -19,8 +19,9 @@ CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun se
 class LearnedCosts:
     """The step costs of one loaded pair: as calibrated, and as requests have learned them since."""
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel | None, placement: Placement,
-                 notice: Callable[[str], None]):
+    def __init__(
+        self, target: LoadedModel, draft: LoadedModel | None, placement: Placement, notice: Callable[[str], None]
+    ):
         self.target, self.draft = target, draft
         self.placement = placement  # as asked, not as the memory plan split it
         self.notice = notice
@@ -38,8 +39,9 @@ class LearnedCosts:
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
         costs = self._learned_or(calibrated, key) if learn else calibrated
-        policy = AutoK(costs, learn_costs=learn, confidence_stops=speculation.proposer == "draft",
-                       calibrated=calibrated)
+        policy = AutoK(
+            costs, learn_costs=learn, confidence_stops=speculation.proposer == "draft", calibrated=calibrated
+        )
         earlier, learned = self.last_policies.get(key), self.cache.get_acceptance(key)
         if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
             policy.carry_over(earlier)
@@ -75,8 +77,9 @@ class LearnedCosts:
         key = self.key(draft)
         costs = self.cache.get(key)
         if costs is None or costs.k_max < k_max:
-            self.notice("timing this machine's draft and verify steps for -k auto (once per pair and setup, then "
-                        "cached)")
+            self.notice(
+                "timing this machine's draft and verify steps for -k auto (once per pair and setup, then cached)"
+            )
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
             costs = measure_step_costs(self.target, draft, k_max, context)
@@ -95,10 +98,16 @@ class LearnedCosts:
         extra = {} if asked.is_default else {"placement": asked}
         if target.lora_adapters:  # an adapter adds a little to every step of its layers
             extra["adapters"] = ",".join(str(p) for p in target.lora_adapters)
-        return cost_key(self.target.path, draft.path if draft else None, threads=self.target.n_threads,
-                        target_gpu_layers=target.n_gpu_layers,
-                        draft_gpu_layers=draft.settings.n_gpu_layers if draft else None, kv_type=target.kv_type,
-                        flash_attention=target.flash_attention, **extra)
+        return cost_key(
+            self.target.path,
+            draft.path if draft else None,
+            threads=self.target.n_threads,
+            target_gpu_layers=target.n_gpu_layers,
+            draft_gpu_layers=draft.settings.n_gpu_layers if draft else None,
+            kv_type=target.kv_type,
+            flash_attention=target.flash_attention,
+            **extra,
+        )
 
     def save(self) -> None:
         """What this session learned, into the cache for the next one."""
@@ -115,4 +124,4 @@ def _overlay(base: StepCosts | None, learned: StepCosts) -> StepCosts:
     """`learned` over `base`: a policy learns the costs up to its own K_max; longer batches keep theirs."""
     if base is None or base.k_max <= learned.k_max:
         return learned
-    return StepCosts(learned.draft_step_s, learned.verify_s + base.verify_s[learned.k_max + 1:])
+    return StepCosts(learned.draft_step_s, learned.verify_s + base.verify_s[learned.k_max + 1 :])

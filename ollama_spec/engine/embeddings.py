@@ -32,8 +32,10 @@ class Embeddings:
                 raise InvalidSetting(f"token ids must be in 0..{self.target.n_vocab - 1}")
         if len(tokens) > self._embedder.max_tokens:
             if not truncate:
-                raise InvalidSetting(f"the input is {len(tokens)} tokens, more than the {self._embedder.max_tokens} "
-                                     "an embedding reads; shorten it or allow truncation")
+                raise InvalidSetting(
+                    f"the input is {len(tokens)} tokens, more than the {self._embedder.max_tokens} "
+                    "an embedding reads; shorten it or allow truncation"
+                )
             tokens = tokens[: self._embedder.max_tokens]
         return self._embedder.embed(tokens), len(tokens)
 

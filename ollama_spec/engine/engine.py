@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Self
 
 import numpy as np
 
@@ -61,7 +60,10 @@ class Engine:
     """A loaded target and optional draft. Incompatible drafts are refused before any load."""
 
     def __init__(
-        self, target: ResolvedModel, draft: ResolvedModel | None = None, settings: EngineSettings = EngineSettings(),
+        self,
+        target: ResolvedModel,
+        draft: ResolvedModel | None = None,
+        settings: EngineSettings = EngineSettings(),
         notice: Callable[[str], None] = lambda text: None,
     ):
         self.target_model, self.draft_model, self.settings = target, draft, settings
@@ -72,25 +74,40 @@ class Engine:
             require_compatible(target.name, target.info, draft.name, draft.info)
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
-        self.flash_attention = choose_flash_attention(settings.flash_attention, settings.kv_type,
-                                                      -1 if settings.target_gpu_layers is None else settings.target_gpu_layers)
+        self.flash_attention = choose_flash_attention(
+            settings.flash_attention,
+            settings.kv_type,
+            -1 if settings.target_gpu_layers is None else settings.target_gpu_layers,
+        )
         self.placement = settings.placement
         if settings.memory_check:
             devices, notes = backends.discover_devices()
-            plan = plan_memory(target.loaded_info, draft.loaded_info if draft else None, settings.n_ctx,
-                               settings.kv_type, devices, notes=notes,
-                               repack=self.repack.enabled, features=backends.cpu_features(),
-                               flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
-                               tensor_split=self.placement.tensor_split,
-                               remote=remote_devices(self.placement.rpc_servers), main_device=self.placement.main_device)
+            plan = plan_memory(
+                target.loaded_info,
+                draft.loaded_info if draft else None,
+                settings.n_ctx,
+                settings.kv_type,
+                devices,
+                notes=notes,
+                repack=self.repack.enabled,
+                features=backends.cpu_features(),
+                flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
+                tensor_split=self.placement.tensor_split,
+                remote=remote_devices(self.placement.rpc_servers),
+                main_device=self.placement.main_device,
+            )
             ensure_fits(plan)
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
             if plan.tensor_split and not self.placement.tensor_split:  # the draft-aware split, not llama.cpp's
                 self.placement = replace(self.placement, tensor_split=plan.tensor_split)
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
-        self.target = self._load(target, -1 if target_gpu_layers is None else target_gpu_layers, self.placement,
-                                 window_cache=takes_window_cache(target.info.architecture))
+        self.target = self._load(
+            target,
+            -1 if target_gpu_layers is None else target_gpu_layers,
+            self.placement,
+            window_cache=takes_window_cache(target.info.architecture),
+        )
         self.draft = None
         if draft is not None:
             try:
@@ -101,8 +118,9 @@ class Engine:
         self.costs = LearnedCosts(self.target, self.draft, settings.placement, notice)  # as asked: see its key
         self.embeddings = Embeddings(self.target)
 
-    def _load(self, model: ResolvedModel, gpu_layers: int, placement: Placement = Placement(), *,
-              window_cache: bool = False) -> LoadedModel:
+    def _load(
+        self, model: ResolvedModel, gpu_layers: int, placement: Placement = Placement(), *, window_cache: bool = False
+    ) -> LoadedModel:
         return LoadedModel(
             model.path,
             LoadSettings(
@@ -134,7 +152,7 @@ class Engine:
             if model is not None:
                 model.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -153,8 +171,9 @@ class Engine:
         """Text a template wrote, as target tokens: its special tokens read as such, and one BOS."""
         return self.prompts.templated_tokens(text)
 
-    def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = (),
-                  think: bool | None = None) -> str | None:
+    def chat_text(
+        self, messages: list[ChatMessage], tools: Sequence[dict] = (), think: bool | None = None
+    ) -> str | None:
         """`messages` (and the `tools` offered) through the model's chat template, ending with the
         assistant's cue; None without a template."""
         return self.prompts.chat_text(messages, tools, think)
@@ -168,14 +187,21 @@ class Engine:
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
 
-    def greedy_margins(self, prompt: list[int], tokens: list[int], chunk: int = 64,
-                       request: Request | None = None) -> list[float]:
+    def greedy_margins(
+        self, prompt: list[int], tokens: list[int], chunk: int = 64, request: Request | None = None
+    ) -> list[float]:
         """The target's top-1 minus top-2 logit at each position of `tokens` (near_ties.greedy_margins)."""
         return near_ties.greedy_margins(self.target, prompt, tokens, chunk, request)
 
-    def chosen_in_a_batch(self, prompt: list[int], tokens: list[int], at: int, token: int,
-                          max_batch: int = DEFAULT_MAX_SPECULATIVE_TOKENS + 1,
-                          request: Request | None = None) -> int | None:
+    def chosen_in_a_batch(
+        self,
+        prompt: list[int],
+        tokens: list[int],
+        at: int,
+        token: int,
+        max_batch: int = DEFAULT_MAX_SPECULATIVE_TOKENS + 1,
+        request: Request | None = None,
+    ) -> int | None:
         """The size of a batch in which the target itself picks `token` for `tokens[at]`, or None
         (near_ties.chosen_in_a_batch)."""
         return near_ties.chosen_in_a_batch(self.target, prompt, tokens, at, token, max_batch, request)
@@ -192,5 +218,11 @@ class Engine:
 
     def generate(self, request: Request, *, use_draft: bool = True) -> Generation:
         """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""
-        return Generation(self.target, request, partial(self.prompt_tokens, request), end_of_turn=self.is_end_of_turn,
-                          proposer=self.proposer(request.speculation) if use_draft else None, costs=self.costs)
+        return Generation(
+            self.target,
+            request,
+            partial(self.prompt_tokens, request),
+            end_of_turn=self.is_end_of_turn,
+            proposer=self.proposer(request.speculation) if use_draft else None,
+            costs=self.costs,
+        )

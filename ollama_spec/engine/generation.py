@@ -22,8 +22,16 @@ class Generation:
     `prompt` builds the prompt's tokens when iteration starts; without a `proposer` the target
     runs alone. `end_of_turn` says which tokens end the answer."""
 
-    def __init__(self, target: LoadedModel, request: Request, prompt: Callable[[], list[int]], *,
-                 end_of_turn: Callable[[int], bool], proposer: Proposer | None, costs: LearnedCosts):
+    def __init__(
+        self,
+        target: LoadedModel,
+        request: Request,
+        prompt: Callable[[], list[int]],
+        *,
+        end_of_turn: Callable[[int], bool],
+        proposer: Proposer | None,
+        costs: LearnedCosts,
+    ):
         self.target, self.request, self.prompt = target, request, prompt
         self.end_of_turn, self.proposer, self.costs = end_of_turn, proposer, costs
         self.result = Result()
@@ -37,14 +45,20 @@ class Generation:
             raise InvalidSetting("the prompt is empty: give some text for the model to continue")
         if len(prompt) >= target.n_ctx:
             raise InvalidSetting(
-                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; "
-                "raise --ctx or shorten it"
+                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; raise --ctx or shorten it"
             )
         stream = TextStream(request.stop)
         policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
         grammar = Grammar.for_model(target, request.grammar) if request.grammar else None
         tokens = generate_tokens(
-            target, proposer, prompt, request.sampling, request.speculation, result.speculation, policy, grammar,
+            target,
+            proposer,
+            prompt,
+            request.sampling,
+            request.speculation,
+            result.speculation,
+            policy,
+            grammar,
             request.logprobs,
         )
         result.finish_reason = "context"

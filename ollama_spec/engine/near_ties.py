@@ -4,7 +4,6 @@ verify batch's rounding, or a real verification error. Diagnostics, run after a 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Self
 
 import numpy as np
 
@@ -27,8 +26,9 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def greedy_margins(target: LoadedModel, prompt: list[int], tokens: list[int], chunk: int = 64,
-                   request: Request | None = None) -> list[float]:
+def greedy_margins(
+    target: LoadedModel, prompt: list[int], tokens: list[int], chunk: int = 64, request: Request | None = None
+) -> list[float]:
     """The target's top-1 minus top-2 logit at each position of `tokens` after `prompt`, as the
     `request` chose among them (its penalties and output grammar applied).
 
@@ -42,17 +42,24 @@ def greedy_margins(target: LoadedModel, prompt: list[int], tokens: list[int], ch
     margins: list[float] = []
     with _RowsAsChosen(target, request, prompt) as chosen:
         for start in range(0, len(inputs), chunk):  # chunks bound the logits held at once
-            for row, token in zip(target.eval(inputs[start : start + chunk], logits="all"),
-                                  tokens[start : start + chunk]):
+            for row, token in zip(
+                target.eval(inputs[start : start + chunk], logits="all"), tokens[start : start + chunk]
+            ):
                 top2 = np.sort(chosen.row(row))[-2:]  # under a grammar, one allowed token is no tie: inf
                 margins.append(float(top2[1] - top2[0]) if np.isfinite(top2).all() else float("inf"))
                 chosen.advance(token)
     return margins
 
 
-def chosen_in_a_batch(target: LoadedModel, prompt: list[int], tokens: list[int], at: int, token: int,
-                      max_batch: int = DEFAULT_MAX_SPECULATIVE_TOKENS + 1,
-                      request: Request | None = None) -> int | None:
+def chosen_in_a_batch(
+    target: LoadedModel,
+    prompt: list[int],
+    tokens: list[int],
+    at: int,
+    token: int,
+    max_batch: int = DEFAULT_MAX_SPECULATIVE_TOKENS + 1,
+    request: Request | None = None,
+) -> int | None:
     """The size of a batch in which the target itself picks `token` for `tokens[at]`, or None.
 
     llama.cpp's kernels for one token and for a batch round differently (tiled matrix products,
@@ -103,7 +110,7 @@ class _RowsAsChosen:
         if self.grammar is not None and self.grammar.allows(token):
             self.grammar.accept(token)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> _RowsAsChosen:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -46,18 +46,33 @@ class Prompts:
         before the gap, the suffix marker and the text after it, then the middle marker."""
         markers = self.target.fill_in_the_middle_tokens()
         if markers is None:
-            raise InvalidSetting(f"{self.model.name} has no fill-in-the-middle tokens: it cannot complete "
-                                 "between a prompt and a suffix (code models such as qwen2.5-coder can)")
+            raise InvalidSetting(
+                f"{self.model.name} has no fill-in-the-middle tokens: it cannot complete "
+                "between a prompt and a suffix (code models such as qwen2.5-coder can)"
+            )
         pre, suf, mid = markers
         tokens = [self.target.bos_token] if self.target.add_bos else []
         tokenize = self.target.tokenize
-        return [*tokens, pre, *tokenize(prefix, add_bos=False, special=False), suf,
-                *tokenize(suffix, add_bos=False, special=False), mid]
+        return [
+            *tokens,
+            pre,
+            *tokenize(prefix, add_bos=False, special=False),
+            suf,
+            *tokenize(suffix, add_bos=False, special=False),
+            mid,
+        ]
 
-    def chat_text(self, messages: list[ChatMessage], tools: Sequence[dict] = (),
-                  think: bool | None = None) -> str | None:
+    def chat_text(
+        self, messages: list[ChatMessage], tools: Sequence[dict] = (), think: bool | None = None
+    ) -> str | None:
         """`messages` (and the `tools` offered) through the model's chat template, ending with the
         assistant's cue; None without a template."""
         info = self.model.info
-        return chat_text(info.chat_template, messages, tools, think, bos_token=info.token_text(info.bos_id) or "",
-                         eos_token=info.token_text(info.eos_id) or "")
+        return chat_text(
+            info.chat_template,
+            messages,
+            tools,
+            think,
+            bos_token=info.token_text(info.bos_id) or "",
+            eos_token=info.token_text(info.eos_id) or "",
+        )

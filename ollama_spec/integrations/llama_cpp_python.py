@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from ollama_spec.llama.canary import decide_repack
-from ollama_spec.models.compat import load_kv_overrides
-from ollama_spec.errors import UnusableModel
 from ollama_spec.decoding.proposers import as_draft_tokens, keep_common_prefix
-from ollama_spec.models.resolve import resolve_model
+from ollama_spec.errors import UnusableModel
+from ollama_spec.llama.canary import decide_repack
 from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
+from ollama_spec.models.compat import load_kv_overrides
+from ollama_spec.models.resolve import resolve_model
 
 
 def ollama_model_path(name: str, models_dir: str | None = None) -> str:
@@ -37,8 +37,10 @@ def ollama_model_path(name: str, models_dir: str | None = None) -> str:
     `Llama` takes one)."""
     model = resolve_model(name, models_dir)
     if model.adapters:
-        raise UnusableModel(f"{model.name} has {len(model.adapters)} LoRA adapter layer(s): its blob alone is the "
-                            "base model; pass lora_path=ollama_adapter_paths(name)[0] to Llama as well")
+        raise UnusableModel(
+            f"{model.name} has {len(model.adapters)} LoRA adapter layer(s): its blob alone is the "
+            "base model; pass lora_path=ollama_adapter_paths(name)[0] to Llama as well"
+        )
     return str(model.path)
 
 
@@ -50,17 +52,31 @@ def ollama_adapter_paths(name: str, models_dir: str | None = None) -> list[str]:
 class OllamaDraftModel(LlamaDraftModel):
     """Greedy drafts from an Ollama model; keeps its KV cache across calls (prefix reuse)."""
 
-    def __init__(self, name: str, *, num_pred_tokens: int = 5, models_dir: str | None = None,
-                 n_ctx: int = 4096, n_gpu_layers: int = -1, n_threads: int | None = None,
-                 repack: bool | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        num_pred_tokens: int = 5,
+        models_dir: str | None = None,
+        n_ctx: int = 4096,
+        n_gpu_layers: int = -1,
+        n_threads: int | None = None,
+        repack: bool | None = None,
+    ):
         resolved = resolve_model(name, models_dir)
         overrides = load_kv_overrides(resolved.info)
         self.name = resolved.name
         self.num_pred_tokens = num_pred_tokens
-        settings = LoadSettings(n_ctx=n_ctx, n_gpu_layers=n_gpu_layers, n_threads=n_threads, kv_overrides=overrides,
-                                use_extra_bufts=decide_repack(repack).enabled, lora_adapters=resolved.adapter_paths,
-                                # as the engine loads a draft: off on a CPU, where it slows steps deep in a context
-                                flash_attention=choose_flash_attention("auto", gpu_layers=n_gpu_layers))
+        settings = LoadSettings(
+            n_ctx=n_ctx,
+            n_gpu_layers=n_gpu_layers,
+            n_threads=n_threads,
+            kv_overrides=overrides,
+            use_extra_bufts=decide_repack(repack).enabled,
+            lora_adapters=resolved.adapter_paths,
+            # as the engine loads a draft: off on a CPU, where it slows steps deep in a context
+            flash_attention=choose_flash_attention("auto", gpu_layers=n_gpu_layers),
+        )
         self.model = LoadedModel(Path(resolved.path), settings)
 
     def __call__(self, input_ids: np.ndarray, /, **kwargs) -> np.ndarray:

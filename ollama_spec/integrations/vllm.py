@@ -45,9 +45,12 @@ _SPECULATION_FLAGS = ("--speculative-config", "--speculative-model", "--num-spec
 # vllm serve options this command writes itself, and the flag of ours that sets each: given again in
 # --vllm-args they would silently contradict the printed URL, bench command or draft_tensor_parallel_size.
 _TP_REASON = "the draft's draft_tensor_parallel_size must equal it"
-_OWN_FLAGS = {"--host": ("--host", "the printed URL and bench command follow it"),
-              "--port": ("--port", "the printed URL and bench command follow it"),
-              "--tensor-parallel-size": ("--tp", _TP_REASON), "-tp": ("--tp", _TP_REASON)}
+_OWN_FLAGS = {
+    "--host": ("--host", "the printed URL and bench command follow it"),
+    "--port": ("--port", "the printed URL and bench command follow it"),
+    "--tensor-parallel-size": ("--tp", _TP_REASON),
+    "-tp": ("--tp", _TP_REASON),
+}
 _MAX_MODEL_LEN = "--max-model-len"
 _SERVED_NAME = "--served-model-name"
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
@@ -94,39 +97,72 @@ def build_command(target: HfModel, draft: HfModel, settings: VllmSettings = Vllm
         raise InvalidSetting(f"--tp must be at least 1, got {settings.tp}")
     draft_tp = settings.tp if settings.draft_tp is None else settings.draft_tp
     if draft_tp != settings.tp:
-        raise InvalidSetting(f"vLLM runs a draft model only with the target's tensor-parallel size: --draft-tp "
-                             f"{draft_tp} with --tp {settings.tp} is refused (vLLM 0.15 to 0.33); drop --draft-tp")
+        raise InvalidSetting(
+            f"vLLM runs a draft model only with the target's tensor-parallel size: --draft-tp "
+            f"{draft_tp} with --tp {settings.tp} is refused (vLLM 0.15 to 0.33); drop --draft-tp"
+        )
     _check_extra_args(settings.extra_args)
     host = _bare_host(settings.host)
     pair = check_pair(target, draft)
-    config = {"method": "draft_model", "model": draft.repo, "num_speculative_tokens": settings.k,
-              "draft_tensor_parallel_size": draft_tp}
+    config = {
+        "method": "draft_model",
+        "model": draft.repo,
+        "num_speculative_tokens": settings.k,
+        "draft_tensor_parallel_size": draft_tp,
+    }
     min_version = DRAFT_MODEL_VERSION
     notes = [*target.notes, *draft.notes]
     if not pair.same_vocab_size:
         config["use_heterogeneous_vocab"] = True
         min_version = HETEROGENEOUS_VOCAB_VERSION
-        notes.append(f"the vocabularies are the same but config.json pads them differently ({target.vocab_size:,} "
-                     f"vs {draft.vocab_size:,}): use_heterogeneous_vocab maps the shared tokens, and vLLM then "
-                     "drafts greedily (still exact)")
+        notes.append(
+            f"the vocabularies are the same but config.json pads them differently ({target.vocab_size:,} "
+            f"vs {draft.vocab_size:,}): use_heterogeneous_vocab maps the shared tokens, and vLLM then "
+            "drafts greedily (still exact)"
+        )
     elif not pair.known:
         notes.append("vLLM checks that the two vocabularies match when it loads them")
     gated = sorted({m.repo.split("/")[0] for m in (target, draft) if m.gated})
     if gated:
-        notes.append(f"{', '.join(gated)} repositories are gated: accept the license on huggingface.co and set "
-                     "HF_TOKEN")
+        notes.append(
+            f"{', '.join(gated)} repositories are gated: accept the license on huggingface.co and set HF_TOKEN"
+        )
     weights = _weights_note(target, draft, settings.tp)
     if weights:
         notes.append(weights)
     given = _flags(settings.extra_args)
-    max_model_len = (_MAX_MODEL_LEN, str(settings.max_model_len)) if (
-        settings.max_model_len and _MAX_MODEL_LEN not in given) else ()
-    argv = ("vllm", "serve", target.repo, "--tensor-parallel-size", str(settings.tp), "--host", host,
-            "--port", str(settings.port), *max_model_len, "--speculative-config", json.dumps(config),
-            *settings.extra_args)
+    max_model_len = (
+        (_MAX_MODEL_LEN, str(settings.max_model_len))
+        if (settings.max_model_len and _MAX_MODEL_LEN not in given)
+        else ()
+    )
+    argv = (
+        "vllm",
+        "serve",
+        target.repo,
+        "--tensor-parallel-size",
+        str(settings.tp),
+        "--host",
+        host,
+        "--port",
+        str(settings.port),
+        *max_model_len,
+        "--speculative-config",
+        json.dumps(config),
+        *settings.extra_args,
+    )
     served = _served_name(settings.extra_args) or target.repo
-    return VllmCommand(target, draft, config, argv, min_version, tuple(notes), _url(host, settings.port), served,
-                       _warnings(target, draft, settings.k))
+    return VllmCommand(
+        target,
+        draft,
+        config,
+        argv,
+        min_version,
+        tuple(notes),
+        _url(host, settings.port),
+        served,
+        _warnings(target, draft, settings.k),
+    )
 
 
 def find_vllm() -> list[str] | None:
@@ -145,8 +181,9 @@ def find_vllm() -> list[str] | None:
 def installed_version(launcher: list[str]) -> tuple[int, int, int]:
     """The version `vllm --version` prints."""
     try:
-        result = subprocess.run([*launcher, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S,
-                                check=False)
+        result = subprocess.run(
+            [*launcher, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise VllmUnavailable(f"could not run `{shlex.join(launcher)} --version`: {exc}") from None
     found = [parse_version(line) for line in result.stdout.splitlines() if _VERSION.search(line)]
@@ -172,13 +209,17 @@ def ready_launcher(min_version: tuple[int, int, int]) -> list[str]:
     """vLLM's CLI when it is installed and new enough for the command; else a clear error."""
     launcher = find_vllm()
     if launcher is None:
-        raise VllmUnavailable(f"vLLM is not installed here: {INSTALL_HINT.format(version_text(min_version))}, "
-                              "or run the printed command on the machine that has it")
+        raise VllmUnavailable(
+            f"vLLM is not installed here: {INSTALL_HINT.format(version_text(min_version))}, "
+            "or run the printed command on the machine that has it"
+        )
     version = installed_version(launcher)
     if version < min_version:
-        raise VllmUnavailable(f"vLLM {version_text(version)} ({launcher[0]}) is too old: this command needs vLLM >= "
-                              f"{version_text(min_version)} (0.10 to 0.14 refuse draft models); "
-                              f"pip install -U 'vllm>={version_text(min_version)}'")
+        raise VllmUnavailable(
+            f"vLLM {version_text(version)} ({launcher[0]}) is too old: this command needs vLLM >= "
+            f"{version_text(min_version)} (0.10 to 0.14 refuse draft models); "
+            f"pip install -U 'vllm>={version_text(min_version)}'"
+        )
     return launcher
 
 
@@ -202,13 +243,16 @@ def _check_extra_args(args: tuple[str, ...]) -> None:
     for arg in args:
         flag, spelled = _flag(arg), arg.split("=", 1)[0]
         if flag in _SPECULATION_FLAGS:
-            raise InvalidSetting(f"{spelled} in the extra vLLM arguments: this command writes "
-                                 "--speculative-config itself (--speculative-model and --num-speculative-tokens "
-                                 "are gone from current vLLM)")
+            raise InvalidSetting(
+                f"{spelled} in the extra vLLM arguments: this command writes "
+                "--speculative-config itself (--speculative-model and --num-speculative-tokens "
+                "are gone from current vLLM)"
+            )
         if flag in _OWN_FLAGS:
             ours, reason = _OWN_FLAGS[flag]
-            raise InvalidSetting(f"{spelled} in the extra vLLM arguments: this command writes it itself; give "
-                                 f"{ours} instead ({reason})")
+            raise InvalidSetting(
+                f"{spelled} in the extra vLLM arguments: this command writes it itself; give {ours} instead ({reason})"
+            )
 
 
 def _served_name(args: tuple[str, ...]) -> str | None:
@@ -233,16 +277,22 @@ def _bare_host(host: str) -> str:
 def _warnings(target: HfModel, draft: HfModel, k: int) -> tuple[str, ...]:
     found = []
     if target.repo.lower() == draft.repo.lower():
-        found.append(f"the draft is the target itself ({target.repo}): every draft is accepted, but each step "
-                     "runs the full model K more times, so it is slower than the target alone")
+        found.append(
+            f"the draft is the target itself ({target.repo}): every draft is accepted, but each step "
+            "runs the full model K more times, so it is slower than the target alone"
+        )
     elif target.parameters is not None and draft.parameters is not None and draft.parameters >= target.parameters:
-        found.append(f"the draft ({draft.parameters:g}B) is not smaller than the target ({target.parameters:g}B): "
-                     "speculation only pays with a much smaller draft"
-                     + ("; swap TARGET and --draft?" if draft.parameters > target.parameters else ""))
+        found.append(
+            f"the draft ({draft.parameters:g}B) is not smaller than the target ({target.parameters:g}B): "
+            "speculation only pays with a much smaller draft"
+            + ("; swap TARGET and --draft?" if draft.parameters > target.parameters else "")
+        )
     if k > LARGE_K:
-        found.append(f"-k {k}: vLLM drafts all {k} tokens every step, and past {LARGE_K} "
-                     f"the later ones are rarely accepted, so their draft passes are wasted ({DEFAULT_K} is the "
-                     "usual)")
+        found.append(
+            f"-k {k}: vLLM drafts all {k} tokens every step, and past {LARGE_K} "
+            f"the later ones are rarely accepted, so their draft passes are wasted ({DEFAULT_K} is the "
+            "usual)"
+        )
     return tuple(found)
 
 
@@ -257,5 +307,7 @@ def _weights_note(target: HfModel, draft: HfModel, tp: int) -> str | None:
         return None
     total = (target.parameters + draft.parameters) * 1e9 * BF16_BYTES / 2**30
     per_gpu = f", {total / tp:.0f} GiB on each of {tp} GPUs" if tp > 1 else " on the GPU"
-    return (f"BF16 weights: about {total:.0f} GiB for the pair{per_gpu}, before the KV cache (vLLM takes 90 % of "
-            "each GPU by default); a quantized repository (AWQ, GPTQ, FP8) as TARGET needs less")
+    return (
+        f"BF16 weights: about {total:.0f} GiB for the pair{per_gpu}, before the KV cache (vLLM takes 90 % of "
+        "each GPU by default); a quantized repository (AWQ, GPTQ, FP8) as TARGET needs less"
+    )

@@ -67,13 +67,17 @@ def to_hf(name: str, table: dict[str, Any] | None = None) -> HfModel:
         return _known_repo(name, table) or HfModel(name, name, notes=(f"{name}: passed to vLLM as it is",))
     ref = parse_model_name(name)
     if ref.host.lower() in HF_HOSTS:
-        raise NoHfRepo(f"{name} is a GGUF repository on Hugging Face, and vLLM loads original (safetensors) "
-                       "weights: pass the repository it was converted from as org/name (its model card names it, "
-                       "usually as base_model)")
+        raise NoHfRepo(
+            f"{name} is a GGUF repository on Hugging Face, and vLLM loads original (safetensors) "
+            "weights: pass the repository it was converted from as org/name (its model card names it, "
+            "usually as base_model)"
+        )
     family = table.get(ref.model.lower())
     if ref.host.lower() != DEFAULT_HOST or ref.namespace.lower() != DEFAULT_NAMESPACE or family is None:
-        raise NoHfRepo(f"no Hugging Face repository is known for {name} (known: {', '.join(sorted(table))}); "
-                       f"{PASS_A_REPO}, or add it to {REPOS_FILE.name}")
+        raise NoHfRepo(
+            f"no Hugging Face repository is known for {name} (known: {', '.join(sorted(table))}); "
+            f"{PASS_A_REPO}, or add it to {REPOS_FILE.name}"
+        )
     return _from_tag(name, ref.model.lower(), ref.tag, family)
 
 
@@ -82,9 +86,11 @@ def check_pair(target: HfModel, draft: HfModel) -> PairCheck:
     if target.tokenizer is None or draft.tokenizer is None:
         return PairCheck(known=False, same_vocab_size=True)
     if target.tokenizer != draft.tokenizer:
-        raise IncompatibleDraft(f"{draft.name} ({draft.repo}) cannot draft for {target.name} ({target.repo}): "
-                                f"different tokenizers ({draft.tokenizer} vs {target.tokenizer}); pick a draft "
-                                "of the target's family")
+        raise IncompatibleDraft(
+            f"{draft.name} ({draft.repo}) cannot draft for {target.name} ({target.repo}): "
+            f"different tokenizers ({draft.tokenizer} vs {target.tokenizer}); pick a draft "
+            "of the target's family"
+        )
     return PairCheck(known=True, same_vocab_size=target.vocab_size == draft.vocab_size)
 
 
@@ -93,8 +99,9 @@ def _from_tag(name: str, model: str, tag: str, family: dict[str, Any]) -> HfMode
     parts = (family["latest"] if tag.lower() == DEFAULT_TAG else tag).split("-")
     size = sizes.get(parts[0].lower())
     if size is None:
-        raise NoHfRepo(f"no Hugging Face repository is known for {name}: {model} sizes known are "
-                       f"{', '.join(sizes)}; {PASS_A_REPO}")
+        raise NoHfRepo(
+            f"no Hugging Face repository is known for {name}: {model} sizes known are {', '.join(sizes)}; {PASS_A_REPO}"
+        )
     variant, quant = "instruct", None
     for part in parts[1:]:
         if part.lower() in _VARIANTS:
@@ -102,12 +109,16 @@ def _from_tag(name: str, model: str, tag: str, family: dict[str, Any]) -> HfMode
         elif _QUANT.fullmatch(part):
             quant = part
         else:
-            raise NoHfRepo(f"no Hugging Face repository is known for {name}: tag part '{part}' is neither "
-                           f"instruct/text/base nor a quantization; {PASS_A_REPO}")
+            raise NoHfRepo(
+                f"no Hugging Face repository is known for {name}: tag part '{part}' is neither "
+                f"instruct/text/base nor a quantization; {PASS_A_REPO}"
+            )
     repo = size.get(variant)
     if repo is None:
-        raise NoHfRepo(f"no Hugging Face repository is known for {name}: {model}:{parts[0]} has no {variant} "
-                       f"weights listed; {PASS_A_REPO}")
+        raise NoHfRepo(
+            f"no Hugging Face repository is known for {name}: {model}:{parts[0]} has no {variant} "
+            f"weights listed; {PASS_A_REPO}"
+        )
     notes = (f"{quant} is Ollama's quantization of {repo}: vLLM loads the original weights",) if quant else ()
     return _model(name, repo, family, size, parts[0], notes)
 
@@ -123,6 +134,12 @@ def _known_repo(repo: str, table: dict[str, Any]) -> HfModel | None:
 
 def _model(name: str, repo: str, family: dict[str, Any], size: dict[str, Any], label: str, notes) -> HfModel:
     match = _SIZE.fullmatch(label)
-    return HfModel(name, repo, tokenizer=family.get("tokenizer"), vocab_size=size.get("vocab_size"),
-                   parameters=float(match.group(1)) if match else None, gated=bool(family.get("gated")),
-                   notes=tuple(notes))
+    return HfModel(
+        name,
+        repo,
+        tokenizer=family.get("tokenizer"),
+        vocab_size=size.get("vocab_size"),
+        parameters=float(match.group(1)) if match else None,
+        gated=bool(family.get("gated")),
+        notes=tuple(notes),
+    )

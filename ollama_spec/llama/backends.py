@@ -114,10 +114,14 @@ def describe_device(lib: ctypes.CDLL, dev: int) -> BackendDevice:
     """One device handle's name, kind and memory (for an RPC device, asked of its server)."""
     free, total = ctypes.c_size_t(), ctypes.c_size_t()
     lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-    return BackendDevice(lib.ggml_backend_dev_name(dev).decode(),
-                         (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
-                         DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
-                         free.value, total.value, _backend_name(lib, lib.ggml_backend_dev_backend_reg(dev)))
+    return BackendDevice(
+        lib.ggml_backend_dev_name(dev).decode(),
+        (lib.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+        DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
+        free.value,
+        total.value,
+        _backend_name(lib, lib.ggml_backend_dev_backend_reg(dev)),
+    )
 
 
 def _backend_name(lib: ctypes.CDLL, reg: int) -> str:

@@ -41,8 +41,13 @@ def batch_sizes_to_time(largest: int) -> list[int]:
 
 
 def measure_step_costs(
-    target: Model, draft: Model | None, k_max: int, context: Sequence[int], repeats: int = CALIBRATION_REPEATS,
-    *, every_size: bool = False,
+    target: Model,
+    draft: Model | None,
+    k_max: int,
+    context: Sequence[int],
+    repeats: int = CALIBRATION_REPEATS,
+    *,
+    every_size: bool = False,
 ) -> StepCosts:
     """Median seconds of one draft step and of target batches of 1..k_max+1 tokens after `context`
     (`every_size`: all timed, as a benchmark reports them; else some interpolated).
@@ -96,7 +101,9 @@ class StepCostCache:
         entries = self._read()
         entry = entries.get(key) if isinstance(entries.get(key), dict) else {}
         entries[key] = {name: value for name, value in entry.items() if not name.startswith("learned_")} | {
-            "draft_step_s": costs.draft_step_s, "verify_s": list(costs.verify_s)}
+            "draft_step_s": costs.draft_step_s,
+            "verify_s": list(costs.verify_s),
+        }
         self._write(entries)
 
     def get_learned(self, key: str) -> StepCosts | None:
@@ -150,6 +157,7 @@ class StepCostCache:
 
 def cost_key(target: Path, draft: Path | None, **setup) -> str:
     """Which pair, on which llama.cpp build and setup (threads, layers on the GPU, KV type...)."""
+
     def describe(path: Path) -> str:
         try:
             return f"{path.name}:{path.stat().st_size}"
@@ -159,4 +167,3 @@ def cost_key(target: Path, draft: Path | None, **setup) -> str:
     parts = [describe(target), describe(draft) if draft else "ngram", f"llama_cpp={llama_cpp.__version__}"]
     parts += [f"{name}={value}" for name, value in sorted(setup.items())]
     return " ".join(parts)
-

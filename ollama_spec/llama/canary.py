@@ -52,8 +52,10 @@ class RepackDecision:
         """The one line to say when the canary has just turned repacking off."""
         if self.enabled or not self.fresh:
             return None
-        return (f"llama.cpp's repacked CPU weights failed a test run on this machine ({self.detail}); "
-                f"loading without them (use_extra_bufts=false). Force with --repack or {ENV_VAR}=1.")
+        return (
+            f"llama.cpp's repacked CPU weights failed a test run on this machine ({self.detail}); "
+            f"loading without them (use_extra_bufts=false). Force with --repack or {ENV_VAR}=1."
+        )
 
     def to_json(self) -> dict:
         return {"enabled": self.enabled, "source": self.source, "detail": self.detail}
@@ -65,8 +67,9 @@ class CanaryResult:
     detail: str
 
 
-def decide_repack(force: bool | None = None, *, runner: Runner | None = None,
-                  features: frozenset[str] | None = None) -> RepackDecision:
+def decide_repack(
+    force: bool | None = None, *, runner: Runner | None = None, features: frozenset[str] | None = None
+) -> RepackDecision:
     """The repack choice for this process: a flag, else ENV_VAR, else the (cached) canary's verdict."""
     if force is not None:
         return RepackDecision(force, "--repack/--no-repack", "forced on the command line")
@@ -127,7 +130,6 @@ def machine_key(features: frozenset[str]) -> dict:
     }
 
 
-
 def canary_models(folder: Path) -> list[Path]:
     """The tiny pair's target as Q4_0 and Q8_0 GGUFs, written once into `folder`."""
     from ollama_spec.synthetic.catalog import PAIRS
@@ -143,8 +145,9 @@ def canary_models(folder: Path) -> list[Path]:
     weights = make_weights(spec.arch, vocab.size, spec.recipe, spec.draft_layers)
     for dtype, path in zip(CANARY_TYPES, paths):
         staged = path.with_suffix(f".{os.getpid()}.tmp")
-        write_gguf(staged, name=path.stem, arch=spec.arch, n_layer=spec.arch.n_layer, vocab=vocab, weights=weights,
-                   dtype=dtype)
+        write_gguf(
+            staged, name=path.stem, arch=spec.arch, n_layer=spec.arch.n_layer, vocab=vocab, weights=weights, dtype=dtype
+        )
         os.replace(staged, path)
     return paths
 

@@ -46,7 +46,8 @@ class Embedder:
         except ValueError:
             raise ModelLoadError(
                 f"llama.cpp could not make an embedding context of {self.max_tokens} tokens for "
-                f"{self.model.path.name} (out of memory?)") from None
+                f"{self.model.path.name} (out of memory?)"
+            ) from None
         if self.model.adapters and set_lora_adapters(context.ctx, self.model.adapters) != 0:
             context.close()
             raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {self.model.path.name} for embeddings")

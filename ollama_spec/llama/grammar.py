@@ -37,7 +37,7 @@ def grammar_for_json(schema: Any = None) -> str:
         raise InvalidSetting(f"a JSON schema must be an object, got {json.dumps(schema)[:80]}")
     try:
         return json_schema_to_gbnf(schema)
-    except Exception as exc:  # the converter raises bare errors (KeyError, ValueError, ...) on schemas it cannot do
+    except Exception as exc:  # noqa: BLE001 - the converter raises bare errors (KeyError, ValueError, ...) on schemas it cannot do
         raise InvalidSetting(f"cannot constrain the output to this JSON schema: {type(exc).__name__}: {exc}") from None
 
 
@@ -107,6 +107,9 @@ class Grammar:
 
     def _apply(self, data: np.ndarray) -> None:
         array = llama_cpp.llama_token_data_array(
-            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), size=data.size, selected=-1,
-            sorted=False)
+            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+            size=data.size,
+            selected=-1,
+            sorted=False,
+        )
         llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))

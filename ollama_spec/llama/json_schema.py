@@ -18,8 +18,10 @@ from llama_cpp.llama_grammar import JSON_GBNF, BuiltinRule, SchemaConverter
 _HEX = "[0-9a-fA-F]"
 # \uXXXX: a code point outside the surrogates, or a high surrogate and then its low one (pydantic, which
 # OpenAI's `parse` reads answers with, and serde_json refuse a lone one).
-UNICODE_ESCAPE = (f'"u" ([0-9a-cA-CefEF] {_HEX} {_HEX} {_HEX} | [dD] [0-7] {_HEX} {_HEX}'
-                  f' | [dD] [89abAB] {_HEX} {_HEX} "\\\\u" [dD] [c-fC-F] {_HEX} {_HEX})')
+UNICODE_ESCAPE = (
+    f'"u" ([0-9a-cA-CefEF] {_HEX} {_HEX} {_HEX} | [dD] [0-7] {_HEX} {_HEX}'
+    f' | [dD] [89abAB] {_HEX} {_HEX} "\\\\u" [dD] [c-fC-F] {_HEX} {_HEX})'
+)
 # llama.cpp's own fix (common/json-schema-to-grammar.cpp), with the `\/` escape JSON also has.
 CHAR_RULE = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | ' + UNICODE_ESCAPE + ")"
 # Any JSON object (Ollama's format "json", OpenAI's json_object): llama-cpp-python's, surrogates paired.

@@ -58,12 +58,15 @@ def extra_bufts_default(enabled: bool) -> Iterator[None]:
 
 
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
-FLASH_ATTENTION = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-                   "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+FLASH_ATTENTION = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
 
 
 def choose_flash_attention(requested: str, kv_type: str = "f16", gpu_layers: int = -1) -> str:
-    """"auto" made concrete per backend, from measurement: on a CPU, flash attention makes small
+    """ "auto" made concrete per backend, from measurement: on a CPU, flash attention makes small
     verify batches slower deep into a context (batches of 4-9 tokens 12-16 % slower at 1,024
     tokens on a 2-core EPYC, 30 % at 384 on a Xeon with AMX), so a model running on the CPU gets it
     off; on a GPU llama.cpp's own choice (on) stands. A quantized KV cache needs it on."""
@@ -97,8 +100,11 @@ class LoadSettings:
     window_cache: bool = False
 
 
-SPLIT_MODES = {"none": llama_cpp.LLAMA_SPLIT_MODE_NONE, "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
-               "row": llama_cpp.LLAMA_SPLIT_MODE_ROW}
+SPLIT_MODES = {
+    "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
+    "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+    "row": llama_cpp.LLAMA_SPLIT_MODE_ROW,
+}
 
 
 class LoadedModel:
@@ -148,8 +154,9 @@ class LoadedModel:
                 f"{last_error(mark) or 'out of memory?'}"
             ) from None
         try:  # the LoRA adapters' llama.cpp handles, which a second context on the same weights sets too
-            self.adapters = apply_lora_adapters(self._model.model, self._ctx.ctx, settings.lora_adapters, mark,
-                                                self.path.name)
+            self.adapters = apply_lora_adapters(
+                self._model.model, self._ctx.ctx, settings.lora_adapters, mark, self.path.name
+            )
         except ModelLoadError:
             self._ctx.close()
             self._model.close()
@@ -205,8 +212,11 @@ class LoadedModel:
     def fill_in_the_middle_tokens(self) -> tuple[int, int, int] | None:
         """The vocabulary's prefix, suffix and middle markers (code models: Qwen2.5-Coder, CodeLlama,
         StarCoder2), or None when it has none."""
-        ids = (llama_cpp.llama_vocab_fim_pre(self.vocab), llama_cpp.llama_vocab_fim_suf(self.vocab),
-               llama_cpp.llama_vocab_fim_mid(self.vocab))
+        ids = (
+            llama_cpp.llama_vocab_fim_pre(self.vocab),
+            llama_cpp.llama_vocab_fim_suf(self.vocab),
+            llama_cpp.llama_vocab_fim_mid(self.vocab),
+        )
         return None if min(ids) < 0 else ids
 
     def is_end_of_generation(self, token: int) -> bool:
@@ -343,8 +353,10 @@ def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str
         for path in paths:
             adapter = llama_cpp.llama_adapter_lora_init(model, str(path).encode())
             if not adapter:
-                raise ModelLoadError(f"llama.cpp could not apply the LoRA adapter {Path(path).name} to {owner}: "
-                                     f"{last_error(mark) or 'not an adapter for this model'}")
+                raise ModelLoadError(
+                    f"llama.cpp could not apply the LoRA adapter {Path(path).name} to {owner}: "
+                    f"{last_error(mark) or 'not an adapter for this model'}"
+                )
             adapters.append(adapter)
         if adapters and set_lora_adapters(ctx, adapters) != 0:
             raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")

@@ -41,8 +41,10 @@ PROTOCOL_MAJOR, PROTOCOL_MINOR = 7, 0
 HELLO = 14  # RPC_CMD_HELLO, fixed across versions so that any two can tell each other apart
 CONN_CAPS_SIZE = 24
 IPV4_ONLY = "llama.cpp's RPC takes IPv4 addresses or host names only, not IPv6"
-SECURITY_NOTE = ("the RPC protocol has no authentication: anyone who can reach the port can use this "
-                 "machine's devices; run it only on a trusted network")
+SECURITY_NOTE = (
+    "the RPC protocol has no authentication: anyone who can reach the port can use this "
+    "machine's devices; run it only on a trusted network"
+)
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,16 @@ def parse_endpoints(text: str, source: str = "--rpc") -> tuple[Endpoint, ...]:
         if is_ipv6(item, host):
             raise InvalidSetting(f"{source}: {item!r}: {IPV4_ONLY} (e.g. 127.0.0.1:{DEFAULT_PORT})")
         # ASCII digits only: str.isdigit() also takes '²' and full-width digits
-        if (not sep or not re.fullmatch("[A-Za-z0-9._-]+", host) or not re.fullmatch("[0-9]{1,5}", port)
-                or not 0 < int(port) < 65536):
-            raise InvalidSetting(f"{source}: {item!r} is not host:port (e.g. 192.168.1.20:{DEFAULT_PORT}); "
-                                 "separate several servers with commas")
+        if (
+            not sep
+            or not re.fullmatch("[A-Za-z0-9._-]+", host)
+            or not re.fullmatch("[0-9]{1,5}", port)
+            or not 0 < int(port) < 65536
+        ):
+            raise InvalidSetting(
+                f"{source}: {item!r} is not host:port (e.g. 192.168.1.20:{DEFAULT_PORT}); "
+                "separate several servers with commas"
+            )
         endpoints.append(Endpoint(host, int(port)))
     if len(set(endpoints)) != len(endpoints):
         raise InvalidSetting(f"{source}: a server is named twice in {text!r}")
@@ -98,6 +106,7 @@ def ipv4_address(host: str) -> str:
 def _require_distinct(endpoints: tuple[Endpoint, ...]) -> None:
     """Two names of one server would hang llama.cpp for good: the server serves one client at a time,
     and the second connection waits behind the first, which this same process holds open."""
+
     def key(endpoint: Endpoint) -> tuple[str, int]:
         try:
             return ipv4_address(endpoint.host), endpoint.port
@@ -109,8 +118,9 @@ def _require_distinct(endpoints: tuple[Endpoint, ...]) -> None:
         address, port = key(endpoint)
         other = seen.setdefault((address, port), endpoint)
         if other != endpoint:
-            raise InvalidSetting(f"RPC servers {other} and {endpoint} are the same server ({address}:{port}): "
-                                 "name each server once")
+            raise InvalidSetting(
+                f"RPC servers {other} and {endpoint} are the same server ({address}:{port}): name each server once"
+            )
 
 
 def probe(endpoint: Endpoint, timeout: float = CONNECT_TIMEOUT) -> tuple[int, int, int]:
@@ -121,12 +131,16 @@ def probe(endpoint: Endpoint, timeout: float = CONNECT_TIMEOUT) -> tuple[int, in
     except socket.gaierror:
         raise RpcUnavailable(f"RPC server {endpoint}: unknown host {endpoint.host!r}") from None
     except TimeoutError:
-        raise RpcUnavailable(f"RPC server {endpoint}: no connection within {timeout:g} s (a firewall, the wrong "
-                             f"address, or an rpc-server busy with another client?); {start}") from None
+        raise RpcUnavailable(
+            f"RPC server {endpoint}: no connection within {timeout:g} s (a firewall, the wrong "
+            f"address, or an rpc-server busy with another client?); {start}"
+        ) from None
     except OSError as exc:
         raise RpcUnavailable(f"cannot reach the RPC server at {endpoint} ({exc.strerror or exc}); {start}") from None
-    not_rpc = (f"{endpoint} does not answer as a llama.cpp RPC server of protocol {PROTOCOL_MAJOR}.x "
-               "(another program on that port, or a much older rpc-server?)")
+    not_rpc = (
+        f"{endpoint} does not answer as a llama.cpp RPC server of protocol {PROTOCOL_MAJOR}.x "
+        "(another program on that port, or a much older rpc-server?)"
+    )
     with sock:
         try:
             # request: | command (1 byte) | size (8 bytes) | connection capabilities (none) |
@@ -137,24 +151,30 @@ def probe(endpoint: Endpoint, timeout: float = CONNECT_TIMEOUT) -> tuple[int, in
     if answer is None:
         # an rpc-server serves one client at a time: the next one's connection is accepted by the
         # kernel and then waits, silent, until the first client leaves
-        raise RpcUnavailable(f"{endpoint} accepted the connection but gave no answer within {timeout:g} s: an "
-                             "rpc-server busy with another client (it serves one at a time), or another program "
-                             "on that port")
+        raise RpcUnavailable(
+            f"{endpoint} accepted the connection but gave no answer within {timeout:g} s: an "
+            "rpc-server busy with another client (it serves one at a time), or another program "
+            "on that port"
+        )
     size, major, minor, patch = struct.unpack_from("<QBBB", answer)
     if size != 4 + CONN_CAPS_SIZE:
         raise RpcUnavailable(not_rpc)
     if major != PROTOCOL_MAJOR or minor > PROTOCOL_MINOR:
-        raise RpcUnavailable(f"the RPC server at {endpoint} speaks protocol {major}.{minor}.{patch} and this "
-                             f"build speaks {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: run the same llama.cpp version on "
-                             "both sides (the same ollama-spec install, or a matching llama.cpp rpc-server)")
+        raise RpcUnavailable(
+            f"the RPC server at {endpoint} speaks protocol {major}.{minor}.{patch} and this "
+            f"build speaks {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: run the same llama.cpp version on "
+            "both sides (the same ollama-spec install, or a matching llama.cpp rpc-server)"
+        )
     return major, minor, patch
 
 
 def _start_hint(endpoint: Endpoint) -> str:
     """How to get a server there: on this machine, loopback needs no --host (nor an open port)."""
     if is_loopback(endpoint.host):
-        return (f"start one with `ollama-spec rpc-server --port {endpoint.port}`, or forward the port from the "
-                f"server's machine (ssh -L {endpoint.port}:127.0.0.1:{endpoint.port} gpu-box)")
+        return (
+            f"start one with `ollama-spec rpc-server --port {endpoint.port}`, or forward the port from the "
+            f"server's machine (ssh -L {endpoint.port}:127.0.0.1:{endpoint.port} gpu-box)"
+        )
     return f"start one there with `ollama-spec rpc-server --host 0.0.0.0 --port {endpoint.port}`"
 
 
@@ -202,7 +222,9 @@ def register(endpoints: tuple[Endpoint, ...]) -> None:
         if not reg:
             raise RpcUnavailable(f"the RPC server at {endpoint} offers no devices")
         lib.ggml_backend_register(reg)
-        _registered[endpoint] = tuple(lib.ggml_backend_reg_dev_get(reg, i) for i in range(lib.ggml_backend_reg_dev_count(reg)))
+        _registered[endpoint] = tuple(
+            lib.ggml_backend_reg_dev_get(reg, i) for i in range(lib.ggml_backend_reg_dev_count(reg))
+        )
 
 
 def connect(endpoints: tuple[Endpoint, ...]) -> tuple[BackendDevice, ...]:
@@ -221,8 +243,9 @@ def remote_devices(servers: tuple[str, ...]) -> tuple[Device, ...]:
     """These servers' devices (connecting to them) as the memory plan sees them."""
     if not servers:
         return ()
-    return tuple(rpc_device(d.name, d.description, d.total, d.free)
-                 for d in connect(parse_endpoints(",".join(servers))))
+    return tuple(
+        rpc_device(d.name, d.description, d.total, d.free) for d in connect(parse_endpoints(",".join(servers)))
+    )
 
 
 def any_registered() -> bool:
@@ -253,8 +276,16 @@ def server_devices(names: tuple[str, ...]) -> tuple[int, ...]:
 def serve(endpoint: Endpoint, devices: tuple[int, ...], threads: int, cache_dir: str | None) -> None:
     """Run llama.cpp's RPC server on these devices (server_devices) until the process is stopped."""
     lib = ggml()
-    start = _proc(lib, "ggml_backend_rpc_start_server", None, ctypes.c_char_p, ctypes.c_char_p,
-                  ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))
+    start = _proc(
+        lib,
+        "ggml_backend_rpc_start_server",
+        None,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_void_p),
+    )
     array = (ctypes.c_void_p * len(devices))(*devices)
     start(str(endpoint).encode(), cache_dir.encode() if cache_dir else None, threads, len(devices), array)
     # llama.cpp returns only when it could not listen (it has printed why)
@@ -281,7 +312,9 @@ def _proc(lib: ctypes.CDLL, name: str, result, *args):
     reg = lib.ggml_backend_reg_by_name(b"RPC")
     address = lib.ggml_backend_reg_get_proc_address(reg, name.encode()) if reg else None
     if not address:
-        raise RpcUnavailable("this llama-cpp-python was built without llama.cpp's RPC backend: rebuild it with "
-                             "`make install` (in the ollama-spec checkout), or "
-                             "CMAKE_ARGS=\"-DGGML_RPC=ON\" pip install --force-reinstall --no-cache-dir llama-cpp-python")
+        raise RpcUnavailable(
+            "this llama-cpp-python was built without llama.cpp's RPC backend: rebuild it with "
+            "`make install` (in the ollama-spec checkout), or "
+            'CMAKE_ARGS="-DGGML_RPC=ON" pip install --force-reinstall --no-cache-dir llama-cpp-python'
+        )
     return ctypes.CFUNCTYPE(result, *args)(address)

@@ -44,8 +44,13 @@ class DaemonStatus:
         return sum(m.size_vram for m in self.models)
 
     def to_json(self) -> dict:
-        return {"host": self.host, "reachable": self.reachable, "models": [m.to_json() for m in self.models],
-                "vram_held": self.vram_held, "error": self.error}
+        return {
+            "host": self.host,
+            "reachable": self.reachable,
+            "models": [m.to_json() for m in self.models],
+            "vram_held": self.vram_held,
+            "error": self.error,
+        }
 
 
 def daemon_status(host: str | None = None, timeout: float = PROBE_TIMEOUT) -> DaemonStatus:
@@ -59,12 +64,14 @@ def daemon_status(host: str | None = None, timeout: float = PROBE_TIMEOUT) -> Da
         return DaemonStatus(where, False, error=_why(exc))
     except ollama.ResponseError as exc:
         detail = f": {exc.error}" if exc.error else ""
-        return DaemonStatus(where, False, error=f"it answered /api/ps with HTTP {exc.status_code}{detail}",
-                            answered=True)
+        return DaemonStatus(
+            where, False, error=f"it answered /api/ps with HTTP {exc.status_code}{detail}", answered=True
+        )
     except ValueError:  # not JSON, or not Ollama's: something else listens there
         return DaemonStatus(where, False, error="it answered /api/ps with something other than Ollama's JSON")
-    models = tuple(HeldModel(m.model or m.name or "?", int(m.size or 0), int(m.size_vram or 0))
-                   for m in response.models)
+    models = tuple(
+        HeldModel(m.model or m.name or "?", int(m.size or 0), int(m.size_vram or 0)) for m in response.models
+    )
     return DaemonStatus(where, True, models, answered=True)
 
 
@@ -90,8 +97,9 @@ def freeing_advice(status: DaemonStatus) -> list[str]:
     listed = ", ".join(f"{m.name} ({format_bytes(m.size_vram)})" for m in held)
     lines = [f"Ollama at {status.host} holds {format_bytes(status.vram_held)} of GPU memory: {listed}"]
     lines += [f"free it with: ollama stop {m.name}" for m in held]
-    lines.append("or let Ollama unload models right after each request: OLLAMA_KEEP_ALIVE=0 (or keep_alive: 0 "
-                 "in the request)")
+    lines.append(
+        "or let Ollama unload models right after each request: OLLAMA_KEEP_ALIVE=0 (or keep_alive: 0 in the request)"
+    )
     return lines
 
 

@@ -83,5 +83,6 @@ def best_draft(candidates: list[DraftCandidate]) -> DraftCandidate | None:
 
 def _may_match(target: ModelInfo, draft: ModelInfo) -> bool:
     """Cheap header-only pre-check before reading a whole vocabulary."""
-    return draft.vocab_type == target.vocab_type and abs(
-        draft.vocab_size - target.vocab_size) <= MAX_VOCAB_SIZE_DIFFERENCE
+    return (
+        draft.vocab_type == target.vocab_type and abs(draft.vocab_size - target.vocab_size) <= MAX_VOCAB_SIZE_DIFFERENCE
+    )

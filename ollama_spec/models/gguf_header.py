@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ollama_spec.models.gguf_constants import GGUFValueType
-
 from ollama_spec.errors import CorruptGGUF, NotGGUF
+from ollama_spec.models.gguf_constants import GGUFValueType
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -43,8 +42,13 @@ MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp refuses models with more
 # Arrays of up to this many items are kept whatever their key (general.languages, general.tags):
 # Ollama's /api/show gives them, and empties longer ones.
 SHORT_ARRAY = 5
-PER_LAYER_KEYS = ("attention.head_count", "attention.head_count_kv", "feed_forward_length",
-                  "attention.recurrent_layers", "attention.sliding_window_pattern")
+PER_LAYER_KEYS = (
+    "attention.head_count",
+    "attention.head_count_kv",
+    "feed_forward_length",
+    "attention.recurrent_layers",
+    "attention.sliding_window_pattern",
+)
 _SCALAR_FORMATS = {
     GGUFValueType.UINT8: "B",
     GGUFValueType.INT8: "b",

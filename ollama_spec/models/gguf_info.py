@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ollama_spec.models.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
-
 from ollama_spec.errors import CorruptGGUF
+from ollama_spec.models.gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 from ollama_spec.models.gguf_header import (
     GGUF_MAGIC,
     MAX_LAYERS,
@@ -26,8 +25,16 @@ from ollama_spec.models.gguf_header import (
 )
 from ollama_spec.models.vocab_defaults import forces_add_bos, vocab_defaults
 
-__all__ = ["GGUF_MAGIC", "TOKENS_KEY", "ModelInfo", "TensorInfo", "format_bytes", "format_count", "is_gguf",
-           "read_model_info"]
+__all__ = [
+    "GGUF_MAGIC",
+    "TOKENS_KEY",
+    "ModelInfo",
+    "TensorInfo",
+    "format_bytes",
+    "format_count",
+    "is_gguf",
+    "read_model_info",
+]
 
 
 @dataclass(frozen=True)

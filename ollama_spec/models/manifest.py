@@ -57,7 +57,9 @@ def read_manifest(name: str, path: Path) -> tuple[tuple[Layer, ...], Layer | Non
     try:
         doc = json.loads(read_small(path))
     except PermissionError:
-        raise StoreUnreadable(f"{name}: its manifest {path} is not readable by you; add yourself to group ollama") from None
+        raise StoreUnreadable(
+            f"{name}: its manifest {path} is not readable by you; add yourself to group ollama"
+        ) from None
     except TooLarge:
         raise invalid(f"is larger than {format_bytes(MAX_MANIFEST_BYTES)}; a manifest is a few KB") from None
     except OSError as exc:

@@ -69,10 +69,11 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "num_speculative_tokens": (_speculative_tokens, "a positive integer or 'auto'"),
     "draft_p_min": (float, "a number"),
     "ngram_size": (_positive, "a positive integer"),
-    **{name: (float, "a number") for name in (
-        "typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty")},
-    **{name: (int, "an integer") for name in (
-        "num_keep", "repeat_last_n", "num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")},
+    **{name: (float, "a number") for name in ("typical_p", "repeat_penalty", "presence_penalty", "frequency_penalty")},
+    **{
+        name: (int, "an integer")
+        for name in ("num_keep", "repeat_last_n", "num_batch", "num_gpu", "main_gpu", "num_thread", "draft_num_predict")
+    },
     "use_mmap": (_boolean, "true or false"),
 }
 # The used parameters' ranges, checked as the file is read, so that every command that takes -f refuses
@@ -91,8 +92,17 @@ RANGES: dict[str, tuple[type, str]] = {
 }
 # Parameters Ollama has dropped: `ollama create` warns and skips them (its parser/parser.go), so
 # Modelfiles written for older Ollamas still load; here too, with a note.
-DEPRECATED_PARAMETERS = ("penalize_newline", "low_vram", "f16_kv", "logits_all", "vocab_only", "use_mlock",
-                         "mirostat", "mirostat_tau", "mirostat_eta")
+DEPRECATED_PARAMETERS = (
+    "penalize_newline",
+    "low_vram",
+    "f16_kv",
+    "logits_all",
+    "vocab_only",
+    "use_mlock",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+)
 
 
 @dataclass(frozen=True)
@@ -134,8 +144,9 @@ def find_modelfile(name: str) -> Path:
         for candidate in (PRESETS_DIR / f"{name}{SUFFIX}", PRESETS_DIR / name):
             if candidate.is_file():
                 return candidate
-    raise InvalidSetting(f"no Modelfile '{name}': give a path, or one of the shipped presets: "
-                         f"{', '.join(shipped_presets())}")
+    raise InvalidSetting(
+        f"no Modelfile '{name}': give a path, or one of the shipped presets: {', '.join(shipped_presets())}"
+    )
 
 
 def load_modelfile(name: str) -> Modelfile:
@@ -195,23 +206,29 @@ def _commands(text: str) -> list[tuple[int, str, str, str]]:
         start = i
         name, i = word(i, lambda c: c.isascii() and c.isalpha())
         if not name or i >= n or text[i] not in " \t":
-            bad = text[start: text.find("\n", start) if "\n" in text[start:] else n].strip()
+            bad = text[start : text.find("\n", start) if "\n" in text[start:] else n].strip()
             raise _Error(line_at(start), f"expected a directive and its value, got {bad!r}")
         directive = name.lower()
         if directive in UNSUPPORTED:
             raise _Error(line_at(start), f"{name.upper()} is not supported by ollama-spec: {UNSUPPORTED[directive]}")
         if directive not in DIRECTIVES:
-            raise _Error(line_at(start), f"unknown directive {name!r}; use one of "
-                                         f"{', '.join(d.upper() for d in DIRECTIVES)}")
+            raise _Error(
+                line_at(start), f"unknown directive {name!r}; use one of {', '.join(d.upper() for d in DIRECTIVES)}"
+            )
         key = ""
         if directive in ("parameter", "message"):
             i = spaces(i)
-            allowed = (lambda c: c.isascii() and (c.isalnum() or c == "_")) if directive == "parameter" else (
-                lambda c: c.isascii() and c.isalpha())
+            allowed = (
+                (lambda c: c.isascii() and (c.isalnum() or c == "_"))
+                if directive == "parameter"
+                else (lambda c: c.isascii() and c.isalpha())
+            )
             key, i = word(i, allowed)
             if not key or i >= n or text[i] not in " \t":
-                raise _Error(line_at(start), f"{name.upper()} needs a {'name' if directive == 'parameter' else 'role'}"
-                                             " and a value")
+                raise _Error(
+                    line_at(start),
+                    f"{name.upper()} needs a {'name' if directive == 'parameter' else 'role'} and a value",
+                )
         i = spaces(i)
         value, i = _value(text, i, line_at(start))
         commands.append((line_at(start), directive, key, value))
@@ -229,9 +246,11 @@ def _value(text: str, i: int, line: int) -> tuple[str, int]:
             rest_end = text.find("\n", after)
             rest_end = len(text) if rest_end < 0 else rest_end
             if text[after:rest_end].strip():
-                raise _Error(text.count("\n", 0, after) + 1,
-                             f"unexpected text after the closing {quote}: {text[after:rest_end].strip()!r}")
-            return text[i + len(quote): end], rest_end
+                raise _Error(
+                    text.count("\n", 0, after) + 1,
+                    f"unexpected text after the closing {quote}: {text[after:rest_end].strip()!r}",
+                )
+            return text[i + len(quote) : end], rest_end
     end = text.find("\n", i)
     end = len(text) if end < 0 else end
     return text[i:end].strip(), end
@@ -246,8 +265,10 @@ def _build(commands: list[tuple[int, str, str, str]], path: Path) -> Modelfile:
             fields["model" if directive == "from" else "draft"] = _model_reference(value, path)
         elif directive == "adapter":
             if not value.lower().endswith(".gguf"):
-                raise _Error(line, "ADAPTER needs a GGUF LoRA file (llama.cpp's convert_lora_to_gguf.py writes one), "
-                                   f"got {value!r}")
+                raise _Error(
+                    line,
+                    f"ADAPTER needs a GGUF LoRA file (llama.cpp's convert_lora_to_gguf.py writes one), got {value!r}",
+                )
             fields["adapters"].append(Path(_model_reference(value, path)))
         elif directive == "parameter":
             _parameter(fields["parameters"], key, value, line)

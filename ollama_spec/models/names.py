@@ -108,8 +108,9 @@ def is_valid_ref(parts: tuple[str, ...]) -> bool:
     if len(parts) != 4:
         return False
     kinds = ("host", "namespace", "model", "tag")
-    return all(0 < len(p) <= MAX_PART_LENGTH and ".." not in p and _PART_PATTERNS[k].fullmatch(p)
-               for k, p in zip(kinds, parts))
+    return all(
+        0 < len(p) <= MAX_PART_LENGTH and ".." not in p and _PART_PATTERNS[k].fullmatch(p) for k, p in zip(kinds, parts)
+    )
 
 
 def _check_part(original: str, kind: str, part: str) -> None:

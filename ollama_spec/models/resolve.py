@@ -43,14 +43,20 @@ class ResolvedModel:
         if not self.adapters:
             return self.info
         extra = tuple(t for adapter in self.adapters for t in adapter.tensors)
-        return replace(self.info, tensors=self.info.tensors + extra,
-                       tensor_bytes=self.info.tensor_bytes + sum(a.tensor_bytes for a in self.adapters))
+        return replace(
+            self.info,
+            tensors=self.info.tensors + extra,
+            tensor_bytes=self.info.tensor_bytes + sum(a.tensor_bytes for a in self.adapters),
+        )
 
 
 def looks_like_path(name: str) -> bool:
     """Whether `name` is meant as a file: it ends in .gguf, starts like a path, or is a blob's file name."""
-    return (name.lower().endswith(".gguf") or name.startswith(("/", "./", "../", "~"))
-            or ("/" in name and bool(_BLOB_FILE.fullmatch(Path(name).name))))
+    return (
+        name.lower().endswith(".gguf")
+        or name.startswith(("/", "./", "../", "~"))
+        or ("/" in name and bool(_BLOB_FILE.fullmatch(Path(name).name)))
+    )
 
 
 def gguf_file(name: str) -> Path | None:
@@ -76,8 +82,11 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
     store = store or Store(find_store_root(models_dir))
     stored = store.resolve(name)
     info = stored.model_info()
-    adapters = tuple(lora_adapter(blob_path(stored.root, layer.digest), info, f"{stored.name}'s adapter layer")
-                     for layer in stored.layers if layer.kind == "adapter")
+    adapters = tuple(
+        lora_adapter(blob_path(stored.root, layer.digest), info, f"{stored.name}'s adapter layer")
+        for layer in stored.layers
+        if layer.kind == "adapter"
+    )
     draft = stored.layer("draft")
     return ResolvedModel(
         name=stored.name,
@@ -114,11 +123,15 @@ def lora_adapter(path: Path, base: ModelInfo, owner: str) -> ModelInfo:
     except OllamaSpecError as exc:
         raise type(exc)(f"{owner}: {exc}") from None
     if (adapter.metadata.get("general.type"), adapter.metadata.get("adapter.type")) != ("adapter", "lora"):
-        raise UnusableModel(f"{owner} is not a GGUF LoRA adapter, the only kind llama.cpp applies (convert it "
-                            "with llama.cpp's convert_lora_to_gguf.py)")
+        raise UnusableModel(
+            f"{owner} is not a GGUF LoRA adapter, the only kind llama.cpp applies (convert it "
+            "with llama.cpp's convert_lora_to_gguf.py)"
+        )
     if adapter.architecture != base.architecture:
-        raise UnusableModel(f"{owner} is a LoRA adapter for {shown(adapter.architecture)} models, but the model is "
-                            f"{shown(base.architecture)}")
+        raise UnusableModel(
+            f"{owner} is a LoRA adapter for {shown(adapter.architecture)} models, but the model is "
+            f"{shown(base.architecture)}"
+        )
     if problem := _lora_mismatch(adapter, base):
         raise UnusableModel(f"{owner} does not fit the model: {problem} (a LoRA made for another base model?)")
     return adapter
@@ -144,8 +157,11 @@ def _lora_mismatch(adapter: ModelInfo, base: ModelInfo) -> str | None:
         (a, b), w = (pair["lora_a"], pair["lora_b"]), shapes[name]
         if len(a) < 2 or len(b) < 2 or len(w) < 2:
             return f"{shown(name)} is not a matrix"
-        fits = (w[0] == b[1] and w[1] == a[1]) if name.endswith("token_embd.weight") else (
-            w[0] == a[0] and w[1] == b[1] and a[1] == b[0])
+        fits = (
+            (w[0] == b[1] and w[1] == a[1])
+            if name.endswith("token_embd.weight")
+            else (w[0] == a[0] and w[1] == b[1] and a[1] == b[0])
+        )
         if not fits:
             return f"its {shown(name)} change is {a[0]}x{b[1]}, the model's matrix {w[0]}x{w[1]}"
     return None
@@ -165,8 +181,10 @@ def template_warning(model: ResolvedModel, advice: str) -> str | None:
     """A warning when prompts would go unformatted: no chat template in the GGUF, only Ollama's Go one."""
     if not model.go_template or model.info.chat_template:
         return None
-    return (f"{model.name} has no chat template in its GGUF, only an Ollama template layer (Go templates are not "
-            f"supported): the conversation is sent unformatted; {advice}")
+    return (
+        f"{model.name} has no chat template in its GGUF, only an Ollama template layer (Go templates are not "
+        f"supported): the conversation is sent unformatted; {advice}"
+    )
 
 
 def _messages(stored: StoredModel) -> tuple[ChatMessage, ...]:
@@ -178,8 +196,9 @@ def _messages(stored: StoredModel) -> tuple[ChatMessage, ...]:
         raw = json.loads(text)
     except (ValueError, RecursionError):
         raise InvalidManifest(f"{stored.name}: its messages layer is not valid JSON") from None
-    if not isinstance(raw, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str)
-                                            and isinstance(m.get("content", ""), str) for m in raw):
+    if not isinstance(raw, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content", ""), str) for m in raw
+    ):
         raise InvalidManifest(f"{stored.name}: its messages layer is not a list of role/content messages")
     try:
         return tuple(ChatMessage(m["role"], m.get("content", "")) for m in raw)

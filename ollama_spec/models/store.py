@@ -39,10 +39,31 @@ _HASH_CHUNK = 8 << 20
 # Ollama's text layers (template, system, license, params) are tens of KB; anything far larger is not one.
 MAX_TEXT_LAYER_BYTES = 16 << 20
 # Ollama's params layer decodes into api.Options: each key has one JSON type.
-_NUMBER_PARAMS = ("temperature", "top_p", "min_p", "typical_p", "repeat_penalty", "presence_penalty",
-                  "frequency_penalty", "tfs_z", "mirostat_tau", "mirostat_eta")
-_INTEGER_PARAMS = ("top_k", "seed", "num_predict", "num_ctx", "num_batch", "num_keep", "repeat_last_n",
-                   "mirostat", "num_gpu", "num_thread", "draft_num_predict")
+_NUMBER_PARAMS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "tfs_z",
+    "mirostat_tau",
+    "mirostat_eta",
+)
+_INTEGER_PARAMS = (
+    "top_k",
+    "seed",
+    "num_predict",
+    "num_ctx",
+    "num_batch",
+    "num_keep",
+    "repeat_last_n",
+    "mirostat",
+    "num_gpu",
+    "num_thread",
+    "draft_num_predict",
+)
 
 
 @dataclass(frozen=True)
@@ -126,8 +147,9 @@ class StoredModel:
         """Contents of one small text layer (of several license layers, say)."""
         kind = layer.kind
         if layer.size > MAX_TEXT_LAYER_BYTES:
-            raise InvalidManifest(f"{self.name}: its {shown(kind)} layer is {format_bytes(layer.size)}, "
-                                  f"far more than a {kind} holds")
+            raise InvalidManifest(
+                f"{self.name}: its {shown(kind)} layer is {format_bytes(layer.size)}, far more than a {kind} holds"
+            )
         path = blob_path(self.root, layer.digest)
         check_blob(path, layer)
         try:
@@ -181,9 +203,7 @@ def _checked_root(path: Path, source: str) -> StoreRoot:
         if not path.is_dir():
             raise StoreNotFound(f"the model store {path} (from {source}) does not exist or is not a directory")
         if not (path / "manifests").exists() and (path / "models" / "manifests").is_dir():
-            raise StoreNotFound(
-                f"{path} (from {source}) is the folder above the model store; use {path / 'models'}"
-            )
+            raise StoreNotFound(f"{path} (from {source}) is the folder above the model store; use {path / 'models'}")
         os.listdir(path)
         manifests = path / "manifests"
         if manifests.exists():
@@ -198,8 +218,10 @@ def _checked_root(path: Path, source: str) -> StoreRoot:
 
 def unreadable(path: Path) -> StoreUnreadable:
     """The error for a folder or file inside the store that this user may not read."""
-    return StoreUnreadable(f"{path} is not readable by you; add yourself to group ollama "
-                           "(sudo usermod -aG ollama $USER, then log in again)")
+    return StoreUnreadable(
+        f"{path} is not readable by you; add yourself to group ollama "
+        "(sudo usermod -aG ollama $USER, then log in again)"
+    )
 
 
 def blob_path(root: Path, digest: Any) -> Path:

@@ -31,8 +31,10 @@ def usability_problems(info: ModelInfo, knows: Callable[[str], bool]) -> tuple[s
     if not isinstance(arch, str) or not arch:
         problems.append("no architecture (general.architecture)")
     elif arch == "gptoss":
-        problems.append("architecture 'gptoss', Ollama's own layout of gpt-oss, which llama.cpp cannot load: "
-                        "use a GGUF made for llama.cpp (ollama-spec pull hf.co/ggml-org/gpt-oss-20b-GGUF)")
+        problems.append(
+            "architecture 'gptoss', Ollama's own layout of gpt-oss, which llama.cpp cannot load: "
+            "use a GGUF made for llama.cpp (ollama-spec pull hf.co/ggml-org/gpt-oss-20b-GGUF)"
+        )
     elif not knows(arch):
         problems.append(f"architecture {shown(arch)}, which this llama.cpp does not know")
     if not info.n_tokens or info.vocab_type in ("none", "no_vocab"):
@@ -53,8 +55,10 @@ def usability_problems(info: ModelInfo, knows: Callable[[str], bool]) -> tuple[s
         problems.append("no tensors")
     tower = sum(t.name.startswith(TOWER_PREFIXES) for t in info.tensors)
     if tower:
-        problems.append(f"a vision or audio tower in its file ({tower} tensors), as Ollama stores multimodal "
-                        f"models, which llama.cpp cannot load: {GGUF_FOR_LLAMA_CPP}")
+        problems.append(
+            f"a vision or audio tower in its file ({tower} tensors), as Ollama stores multimodal "
+            f"models, which llama.cpp cannot load: {GGUF_FOR_LLAMA_CPP}"
+        )
     return tuple(problems)
 
 

@@ -14,8 +14,19 @@ BPE_MODELS = ("gpt2", "hybriddna", "whitespace")
 NO_VOCAB_MODELS = ("no_vocab", "none")
 # BPE pre-tokenizers for which llama.cpp turns add_bos on
 BPE_ADD_BOS_PRES = frozenset(
-    ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano",
-     "tekken", "chameleon")
+    (
+        "llama3",
+        "llama-v3",
+        "llama-bpe",
+        "falcon3",
+        "falcon-h1",
+        "pixtral",
+        "midm-2.0",
+        "lfm2",
+        "jina-v5-nano",
+        "tekken",
+        "chameleon",
+    )
 )
 GEMMA4_PRES = frozenset(("gemma4", "granite-embed-multi-311m"))
 BPE_NO_BOS_ID_PRES = frozenset(("chatglm-bpe", "glm4", "glm5"))

@@ -27,8 +27,14 @@ class BackendDevice:
         return self.backend == "RPC"
 
     def to_json(self) -> dict:
-        return {"name": self.name, "description": self.description, "type": self.type, "free": self.free,
-                "total": self.total, "backend": self.backend}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "type": self.type,
+            "free": self.free,
+            "total": self.total,
+            "backend": self.backend,
+        }
 
 
 @dataclass(frozen=True)

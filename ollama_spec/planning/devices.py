@@ -51,8 +51,14 @@ class Device:
         return max(self.free - self.reserve, 0)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "total": self.total, "free": self.free,
-                "reserve": self.reserve, "usable": self.usable}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "total": self.total,
+            "free": self.free,
+            "reserve": self.reserve,
+            "usable": self.usable,
+        }
 
 
 def nvidia_gpu(total_gib: float, name: str | None = None, free_gib: float | None = None) -> Device:
@@ -82,8 +88,11 @@ def find_devices(offload: bool) -> tuple[list[Device], list[str]]:
         notes.append(unused_gpu_note(gpus))
         gpus = []
     elif not gpus:
-        why = ("llama-cpp-python has GPU offload but no NVIDIA or Apple GPU was found (other GPUs' memory "
-               "is not read)" if offload else "no GPU found")
+        why = (
+            "llama-cpp-python has GPU offload but no NVIDIA or Apple GPU was found (other GPUs' memory is not read)"
+            if offload
+            else "no GPU found"
+        )
         notes.append(f"{why}: {CPU_PLAN_NOTE}")
     memory = psutil.virtual_memory()
     ram = Device("CPU RAM", "cpu", int(memory.total), int(memory.available))
@@ -99,8 +108,10 @@ def unused_gpu_note(gpus: list[Device]) -> str:
     """What to say when this machine has `gpus` but llama-cpp-python was built without GPU support."""
     kinds = "NVIDIA GPU" if gpus[0].kind == "cuda" else "Apple GPU"
     hint = CUDA_BUILD_HINT if gpus[0].kind == "cuda" else METAL_BUILD_HINT
-    return (f"llama-cpp-python was built without GPU support, so the {kinds} found here is not used "
-            f"and the plan is for CPU RAM; rebuild it with: {hint}")
+    return (
+        f"llama-cpp-python was built without GPU support, so the {kinds} found here is not used "
+        f"and the plan is for CPU RAM; rebuild it with: {hint}"
+    )
 
 
 def _nvidia_gpus(notes: list[str]) -> list[Device]:

@@ -28,8 +28,9 @@ CTX_PAD = 256
 STATE_BYTES = 4  # recurrent states are F32
 
 
-def kv_cache_bytes(info: ModelInfo, n_ctx: int, kv_type: str = "f16", *, window_cache: bool = False,
-                   n_ubatch: int = 512) -> int:
+def kv_cache_bytes(
+    info: ModelInfo, n_ctx: int, kv_type: str = "f16", *, window_cache: bool = False, n_ubatch: int = 512
+) -> int:
     """K and V caches of the attention layers for `n_ctx` tokens (padded to 256 cells, as llama.cpp does).
 
     `window_cache`: a sliding-window model's window layers get a cache of the window and one batch
@@ -73,8 +74,11 @@ def window_layers(info: ModelInfo) -> list[bool]:
     pattern = info.metadata.get(f"{info.architecture}.attention.sliding_window_pattern")
     if isinstance(pattern, (tuple, list)):  # Ollama's converter writes one flag per layer
         return [bool(p) for p in pattern[:n_layer]] + [False] * (n_layer - len(pattern))
-    n = int(pattern) if isinstance(pattern, int) and not isinstance(pattern, bool) else \
-        WINDOW_CACHE_PATTERNS.get(info.architecture, 1)
+    n = (
+        int(pattern)
+        if isinstance(pattern, int) and not isinstance(pattern, bool)
+        else WINDOW_CACHE_PATTERNS.get(info.architecture, 1)
+    )
     return [n == 0 or i % n < n - 1 for i in range(n_layer)]
 
 
@@ -85,8 +89,9 @@ def recurrent_state_bytes(info: ModelInfo) -> int:
         return 0
     width = _state_width(info)
     if not width:
-        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the state sizes of its recurrent layers "
-                          f"({info.architecture})")
+        raise CorruptGGUF(
+            f"{info.path}: its GGUF header lacks the state sizes of its recurrent layers ({info.architecture})"
+        )
     return layers * width * STATE_BYTES
 
 
@@ -99,8 +104,9 @@ def layer_kv_widths(info: ModelInfo) -> list[int]:
     heads_kv = _per_layer(info, "attention.head_count_kv", info.head_count or 0)
     k_len = info.head_dim
     if not k_len or not any(h for h, a in zip(heads_kv, attention) if a):
-        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the layer count or attention head sizes "
-                          "needed to size the KV cache")
+        raise CorruptGGUF(
+            f"{info.path}: its GGUF header lacks the layer count or attention head sizes needed to size the KV cache"
+        )
     v_len = int(_scalar(info, "attention.value_length") or k_len)
     return [h * (k_len + v_len) if a else 0 for h, a in zip(heads_kv, attention)]
 
@@ -129,8 +135,10 @@ def kv_type_problem(info: ModelInfo, kv_type: str) -> str | None:
     """Why llama.cpp cannot quantize this model's KV cache to `kv_type`, if it cannot."""
     block = KV_TYPES[kv_type][1]
     if block > 1 and any(_attention_layers(info)) and (info.head_dim or 0) % block:
-        return (f"--kv-type {kv_type} needs attention heads whose size is a multiple of {block}, but "
-                f"{info.name or info.path.name} has {info.head_dim}; use --kv-type f16")
+        return (
+            f"--kv-type {kv_type} needs attention heads whose size is a multiple of {block}, but "
+            f"{info.name or info.path.name} has {info.head_dim}; use --kv-type f16"
+        )
     return None
 
 

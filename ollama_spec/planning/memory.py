@@ -87,10 +87,12 @@ class MemoryPlan:
             return f"fits with full offload: {need} of {gpu_free} usable {self.offload_memory}"
         if self.verdict == PARTIAL_OFFLOAD:
             draft = "; the draft stays fully on the GPU" if self.draft and self.local_gpus else ""
-            return (f"fits only with {self.gpu_layers} of {self.target_layer_count} target layers on the "
-                    f"{self.offload_word} (n_gpu_layers={self.gpu_layers}): {need} on the {self.offload_word}, "
-                    f"{format_bytes(self.host_bytes)} in RAM"
-                    f"{draft}")
+            return (
+                f"fits only with {self.gpu_layers} of {self.target_layer_count} target layers on the "
+                f"{self.offload_word} (n_gpu_layers={self.gpu_layers}): {need} on the {self.offload_word}, "
+                f"{format_bytes(self.host_bytes)} in RAM"
+                f"{draft}"
+            )
         if self.verdict == CPU_ONLY:
             return f"fits in CPU RAM: {format_bytes(self.host_bytes)} of {ram_free} available (no GPU used)"
         if not self.gpus:
@@ -102,22 +104,42 @@ class MemoryPlan:
     def to_json(self) -> dict:
         """A JSON-ready dict (bytes as integers)."""
         return {
-            "n_ctx": self.n_ctx, "kv_type": self.kv_type, "verdict": self.verdict, "fits": self.fits,
-            "summary": self.summary, "gpu_layers": self.gpu_layers, "target_layer_count": self.target_layer_count,
-            "gpu_bytes": self.gpu_bytes, "host_bytes": self.host_bytes,
-            "target": self.target.to_json(), "draft": self.draft.to_json() if self.draft else None,
+            "n_ctx": self.n_ctx,
+            "kv_type": self.kv_type,
+            "verdict": self.verdict,
+            "fits": self.fits,
+            "summary": self.summary,
+            "gpu_layers": self.gpu_layers,
+            "target_layer_count": self.target_layer_count,
+            "gpu_bytes": self.gpu_bytes,
+            "host_bytes": self.host_bytes,
+            "target": self.target.to_json(),
+            "draft": self.draft.to_json() if self.draft else None,
             "devices": [d.to_json() for d in self.devices],
-            "suggestions": list(self.suggestions), "warnings": list(self.warnings),
-            "repack": self.repack, "host_repacked": self.host_repacked,
-            "tensor_split": list(self.tensor_split), "device_bytes": list(self.device_bytes),
+            "suggestions": list(self.suggestions),
+            "warnings": list(self.warnings),
+            "repack": self.repack,
+            "host_repacked": self.host_repacked,
+            "tensor_split": list(self.tensor_split),
+            "device_bytes": list(self.device_bytes),
         }
 
 
-def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str = "f16",
-                devices: Sequence[Device] = (), *, notes: Sequence[str] = (), repack: bool = True,
-                features: frozenset[str] = frozenset(), flash_attention: bool | None = None,
-                tensor_split: tuple[float, ...] = (), remote: Sequence[Device] = (),
-                main_device: int | None = None) -> MemoryPlan:
+def plan_memory(
+    target_info: ModelInfo,
+    draft_info: ModelInfo | None,
+    n_ctx: int,
+    kv_type: str = "f16",
+    devices: Sequence[Device] = (),
+    *,
+    notes: Sequence[str] = (),
+    repack: bool = True,
+    features: frozenset[str] = frozenset(),
+    flash_attention: bool | None = None,
+    tensor_split: tuple[float, ...] = (),
+    remote: Sequence[Device] = (),
+    main_device: int | None = None,
+) -> MemoryPlan:
     """Plan where the target (and draft) go on `devices` (GPUs, then RAM: llama/backends.discover_devices
     finds this machine's, and the `notes` it gives pass on as warnings).
 
@@ -141,19 +163,24 @@ def plan_memory(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int
         if not offload:
             raise InvalidSetting("--tensor-split: there is no GPU or RPC server to split the target over")
         count = "is 1 device" if len(offload) == 1 else f"are {len(offload)} devices"
-        raise InvalidSetting(f"--tensor-split has {len(tensor_split)} shares but there {count} to offload to "
-                             f"({', '.join(d.name for d in offload)}): give one share per device, RPC servers first")
+        raise InvalidSetting(
+            f"--tensor-split has {len(tensor_split)} shares but there {count} to offload to "
+            f"({', '.join(d.name for d in offload)}): give one share per device, RPC servers first"
+        )
     if main_device is not None:  # --split-mode none: the target on that one device
         if offload and not 0 <= main_device < len(offload):
-            raise InvalidSetting(f"--main-gpu {main_device}: there are {len(offload)} devices to offload to "
-                                 f"({', '.join(d.name for d in offload)}), numbered from 0")
+            raise InvalidSetting(
+                f"--main-gpu {main_device}: there are {len(offload)} devices to offload to "
+                f"({', '.join(d.name for d in offload)}), numbered from 0"
+            )
         devices = tuple(d for d in devices if not d.is_gpu or d is offload[main_device])
     if not devices:
         raise InvalidSetting("no devices to plan for: give at least one GPU or the CPU RAM")
     warnings = [
         f"--ctx {n_ctx} is larger than {m.name or m.path.name}'s trained context ({m.context_length} tokens); "
         "output quality may drop past it"
-        for m in models if m.context_length and n_ctx > m.context_length
+        for m in models
+        if m.context_length and n_ctx > m.context_length
     ]
     features = features if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
@@ -173,9 +200,16 @@ def ensure_fits(plan: MemoryPlan) -> None:
     raise InsufficientMemory(f"{plan.summary}" + (f"; {advice}" if advice else ""))
 
 
-def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_type: str,
-          devices: tuple[Device, ...], features: frozenset[str], flash_attention: bool = True,
-          tensor_split: tuple[float, ...] = ()) -> MemoryPlan:
+def _plan(
+    target_info: ModelInfo,
+    draft_info: ModelInfo | None,
+    n_ctx: int,
+    kv_type: str,
+    devices: tuple[Device, ...],
+    features: frozenset[str],
+    flash_attention: bool = True,
+    tensor_split: tuple[float, ...] = (),
+) -> MemoryPlan:
     gpus = [d for d in devices if d.is_gpu]
     # Beside a CUDA GPU, llama.cpp picks its pinned host buffer type for CPU weights before the
     # extra buffers, then the mapped file (llama-model.cpp make_cpu_buft_list, llama-model-loader
@@ -183,16 +217,34 @@ def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_t
     if any(d.kind == "cuda" for d in gpus):
         features = frozenset()
     target = model_needs(target_info, n_ctx, kv_type, features, flash_attention=flash_attention, window_cache=True)
-    draft = (model_needs(draft_info, n_ctx, kv_type, features, flash_attention=flash_attention)
-             if draft_info is not None else None)
+    draft = (
+        model_needs(draft_info, n_ctx, kv_type, features, flash_attention=flash_attention)
+        if draft_info is not None
+        else None
+    )
     host = next((d for d in devices if d.kind == "cpu"), None)
     host_free = host.usable if host else None  # no RAM given: only the GPU is checked
 
     def plan(verdict: str, gpu_layers: int | None, gpu_bytes: int, host_bytes: int) -> MemoryPlan:
-        repacked = target.repacked + (draft.repacked if draft else 0) if gpu_layers is None else (
-            target.cpu_repacked(gpu_layers if gpu_layers >= 0 else target.n_layer + 1))
-        return MemoryPlan(n_ctx, kv_type, target, draft, devices, verdict, gpu_layers, gpu_bytes, host_bytes, (), (),
-                          host_repacked=repacked)
+        repacked = (
+            target.repacked + (draft.repacked if draft else 0)
+            if gpu_layers is None
+            else (target.cpu_repacked(gpu_layers if gpu_layers >= 0 else target.n_layer + 1))
+        )
+        return MemoryPlan(
+            n_ctx,
+            kv_type,
+            target,
+            draft,
+            devices,
+            verdict,
+            gpu_layers,
+            gpu_bytes,
+            host_bytes,
+            (),
+            (),
+            host_repacked=repacked,
+        )
 
     if not gpus:
         need = target.cpu_total + (draft.cpu_total if draft else 0)
@@ -202,8 +254,9 @@ def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_t
     local = [d for d in gpus if not d.is_remote]
     on_gpu = draft is not None and bool(local)
     draft_gpu = draft.gpu_total + draft.compute * (len(local) - 1) if on_gpu else 0
-    draft_host = (draft.host_weights + draft.host_compute + draft.output_buffer if on_gpu else draft.cpu_total
-                  ) if draft else 0
+    draft_host = (
+        (draft.host_weights + draft.host_compute + draft.output_buffer if on_gpu else draft.cpu_total) if draft else 0
+    )
     draft_per_device = [_share(draft_gpu, d, local) if not d.is_remote else 0 for d in gpus]
     split = tensor_split or _free_memory_split(gpus, draft_per_device)
     full_gpu = draft_gpu + target.gpu_total + target.compute * (len(gpus) - 1)
@@ -211,14 +264,22 @@ def _plan(target_info: ModelInfo, draft_info: ModelInfo | None, n_ctx: int, kv_t
         gpu, host_bytes = target.split(n_gpu_layers, len(gpus))
         per_device = _per_device(gpu - target.compute * len(gpus), target.compute, split, draft_per_device)
         if all(need <= d.usable for need, d in zip(per_device, gpus)) and (
-                host_free is None or draft_host + host_bytes <= host_free):
+            host_free is None or draft_host + host_bytes <= host_free
+        ):
             verdict = FULL_OFFLOAD if n_gpu_layers > target.n_layer else PARTIAL_OFFLOAD
-            return replace(plan(verdict, -1 if verdict == FULL_OFFLOAD else n_gpu_layers, draft_gpu + gpu,
-                                draft_host + host_bytes), device_bytes=tuple(per_device),
-                           tensor_split=split if len(gpus) > 1 else ())
+            return replace(
+                plan(
+                    verdict, -1 if verdict == FULL_OFFLOAD else n_gpu_layers, draft_gpu + gpu, draft_host + host_bytes
+                ),
+                device_bytes=tuple(per_device),
+                tensor_split=split if len(gpus) > 1 else (),
+            )
     per_device = _per_device(full_gpu - draft_gpu - target.compute * len(gpus), target.compute, split, draft_per_device)
-    return replace(plan(DOES_NOT_FIT, None, full_gpu, draft_host + target.split(0, len(gpus))[1]),
-                   device_bytes=tuple(per_device), tensor_split=split if len(gpus) > 1 else ())
+    return replace(
+        plan(DOES_NOT_FIT, None, full_gpu, draft_host + target.split(0, len(gpus))[1]),
+        device_bytes=tuple(per_device),
+        tensor_split=split if len(gpus) > 1 else (),
+    )
 
 
 def _share(total: int, device: Device, devices: list[Device]) -> int:
@@ -238,13 +299,18 @@ def _free_memory_split(gpus: list[Device], draft_per_device: list[int]) -> tuple
 def _per_device(target_bytes: int, compute: int, split: tuple[float, ...], draft_per_device: list[int]) -> list[int]:
     """Bytes on each device: its share of the target's weights and cache, its compute buffer, its part
     of the draft. Shares past the given entries are 0, as in llama.cpp."""
-    shares = [*split, *[0.0] * (len(draft_per_device) - len(split))][:len(draft_per_device)]
+    shares = [*split, *[0.0] * (len(draft_per_device) - len(split))][: len(draft_per_device)]
     total = sum(shares) or 1.0
     return [int(target_bytes * share / total) + compute + draft for share, draft in zip(shares, draft_per_device)]
 
 
-def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo | None,
-                 features: frozenset[str], tensor_split: tuple[float, ...] = ()) -> tuple[str, ...]:
+def _suggestions(
+    plan: MemoryPlan,
+    target_info: ModelInfo,
+    draft_info: ModelInfo | None,
+    features: frozenset[str],
+    tensor_split: tuple[float, ...] = (),
+) -> tuple[str, ...]:
     goal = CPU_ONLY if not plan.gpus else FULL_OFFLOAD
     where = "in RAM" if goal == CPU_ONLY else "with full offload"
     suggestions = []
@@ -271,17 +337,31 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
         if other.verdict == goal:
             suggestions.append(f"--kv-type {kv_type} fits {where} (KV caches {kv})")
         elif other.verdict == PARTIAL_OFFLOAD and (plan.gpu_layers is None or other.gpu_layers > plan.gpu_layers):
-            suggestions.append(f"--kv-type {kv_type} puts {other.gpu_layers} of {plan.target_layer_count} "
-                               f"target layers on the GPU (KV caches {kv})")
+            suggestions.append(
+                f"--kv-type {kv_type} puts {other.gpu_layers} of {plan.target_layer_count} "
+                f"target layers on the GPU (KV caches {kv})"
+            )
     if plan.host_repacked and plan.verdict == DOES_NOT_FIT:
-        without = _plan(target_info, draft_info, plan.n_ctx, plan.kv_type, plan.devices, frozenset(),
-                        plan.flash_attention, tensor_split)
+        without = _plan(
+            target_info,
+            draft_info,
+            plan.n_ctx,
+            plan.kv_type,
+            plan.devices,
+            frozenset(),
+            plan.flash_attention,
+            tensor_split,
+        )
         if without.fits:
-            suggestions.append(f"--no-repack fits: it skips llama.cpp's repacked copy of the CPU weights "
-                               f"({format_bytes(plan.host_repacked)})")
+            suggestions.append(
+                f"--no-repack fits: it skips llama.cpp's repacked copy of the CPU weights "
+                f"({format_bytes(plan.host_repacked)})"
+            )
     if plan.verdict == PARTIAL_OFFLOAD:
-        suggestions.append(f"keep --ctx {plan.n_ctx} with n_gpu_layers={plan.gpu_layers} "
-                           "(the other target layers run on the CPU, several times slower)")
+        suggestions.append(
+            f"keep --ctx {plan.n_ctx} with n_gpu_layers={plan.gpu_layers} "
+            "(the other target layers run on the CPU, several times slower)"
+        )
     if not suggestions:
         suggestions.append("use a smaller quantization of the target, a smaller draft, or a machine with more memory")
     return tuple(suggestions)
@@ -289,8 +369,11 @@ def _suggestions(plan: MemoryPlan, target_info: ModelInfo, draft_info: ModelInfo
 
 def _smaller_kv_types(kv_type: str, models: list[ModelInfo]) -> list[str]:
     size = KV_TYPES[kv_type][0] / KV_TYPES[kv_type][1]
-    return [name for name, (b, v) in KV_TYPES.items()
-            if b / v < size and all(kv_type_problem(m, name) is None for m in models)]
+    return [
+        name
+        for name, (b, v) in KV_TYPES.items()
+        if b / v < size and all(kv_type_problem(m, name) is None for m in models)
+    ]
 
 
 def _check_settings(models: list[ModelInfo], n_ctx: int, kv_type: str) -> None:

@@ -79,8 +79,17 @@ class ModelNeeds:
         # Layers on the CPU need a CPU compute buffer, and for big batches llama.cpp copies their
         # weights to the GPU one matrix at a time (op offload): room for the largest one.
         gpu = gpu_weights + gpu_kv + self.compute * n_gpus + self.largest_layer_tensor
-        host = (self.host_weights + sum(self.layer_weights) + self.output_weights - gpu_weights + self.kv - gpu_kv
-                + self.cpu_repacked(n_gpu_layers) + self.compute + self.output_buffer)
+        host = (
+            self.host_weights
+            + sum(self.layer_weights)
+            + self.output_weights
+            - gpu_weights
+            + self.kv
+            - gpu_kv
+            + self.cpu_repacked(n_gpu_layers)
+            + self.compute
+            + self.output_buffer
+        )
         return gpu, host
 
     def gpu_weights(self, n_gpu_layers: int) -> int:
@@ -89,7 +98,7 @@ class ModelNeeds:
         n_gpu_layers. So 1 offloads the output layer alone, and each more adds the last repeating layer
         still on the CPU; token_embd never moves."""
         n_gpu_layers = min(max(n_gpu_layers, 0), self.n_layer + 1)
-        repeating = self.layer_weights[self.n_layer - max(n_gpu_layers - 1, 0):]
+        repeating = self.layer_weights[self.n_layer - max(n_gpu_layers - 1, 0) :]
         return sum(repeating) + (self.output_weights if n_gpu_layers else 0)
 
     def cpu_repacked(self, n_gpu_layers: int) -> int:
@@ -100,15 +109,30 @@ class ModelNeeds:
         return sum(self.layer_repacked[:n_cpu_layers]) + (0 if n_gpu_layers > 0 else self.output_repacked)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "layers": self.n_layer, "weights": self.weights,
-                "host_weights": self.host_weights, "file_weights": self.file_weights, "kv_cache": self.kv,
-                "compute": self.compute, "repacked": self.repacked, "gpu_total": self.gpu_total,
-                "cpu_total": self.cpu_total, **({"window_cells": self.window_cells} if self.window_cells else {})}
+        return {
+            "name": self.name,
+            "layers": self.n_layer,
+            "weights": self.weights,
+            "host_weights": self.host_weights,
+            "file_weights": self.file_weights,
+            "kv_cache": self.kv,
+            "compute": self.compute,
+            "repacked": self.repacked,
+            "gpu_total": self.gpu_total,
+            "cpu_total": self.cpu_total,
+            **({"window_cells": self.window_cells} if self.window_cells else {}),
+        }
 
 
-def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
-                repack_features: frozenset[str] = frozenset(), *, flash_attention: bool = True,
-                window_cache: bool = False) -> ModelNeeds:
+def model_needs(
+    info: ModelInfo,
+    n_ctx: int,
+    kv_type: str = "f16",
+    repack_features: frozenset[str] = frozenset(),
+    *,
+    flash_attention: bool = True,
+    window_cache: bool = False,
+) -> ModelNeeds:
     """Weights, KV cache and compute buffers of one model at one context size.
 
     `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
@@ -146,23 +170,36 @@ def model_needs(info: ModelInfo, n_ctx: int, kv_type: str = "f16",
     inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
     # A sliding-window model's graph holds two masks, the global layers' and the window layers'.
     masks = 2 if has_sliding_window(info) else 1
-    widths = [3 * ff + 4 * d + masks * ctx // 2 if attention else 0, 7 * inner if recurrent else 0,
-              vocab + (3 if recurrent else 2) * d]
+    widths = [
+        3 * ff + 4 * d + masks * ctx // 2 if attention else 0,
+        7 * inner if recurrent else 0,
+        vocab + (3 if recurrent else 2) * d,
+    ]
     if attention and not flash_attention:
         # Without flash attention the f32 scores of every head and f32 masks are materialised
         # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
-        widths.append(((info.head_count or 0) + masks) * ctx + 5 * d
-                      + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8)
+        widths.append(
+            ((info.head_count or 0) + masks) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8
+        )
     compute = tokens * 4 * max(widths)
     state = recurrent_state_bytes(info)
     kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH)
     window_cells = (window_cache_cells(info, n_ctx, N_UBATCH) or 0) if window_cache else 0
     return ModelNeeds(
-        name=info.name or info.path.name, n_layer=n_layer, weights=sum(layers) + output, host_weights=host,
-        file_weights=info.tensor_bytes, kv=kv + state, recurrent=state,
+        name=info.name or info.path.name,
+        n_layer=n_layer,
+        weights=sum(layers) + output,
+        host_weights=host,
+        file_weights=info.tensor_bytes,
+        kv=kv + state,
+        recurrent=state,
         window_cells=window_cells,
         compute=compute,
-        host_compute=tokens * 4 * d * 2 + ctx * tokens * 2, output_buffer=vocab * 4 * OUTPUT_ROWS,
-        layer_weights=tuple(layers), output_weights=output, largest_layer_tensor=largest,
-        layer_repacked=tuple(repacked), output_repacked=output_repacked,
+        host_compute=tokens * 4 * d * 2 + ctx * tokens * 2,
+        output_buffer=vocab * 4 * OUTPUT_ROWS,
+        layer_weights=tuple(layers),
+        output_weights=output,
+        largest_layer_tensor=largest,
+        layer_repacked=tuple(repacked),
+        output_repacked=output_repacked,
     )

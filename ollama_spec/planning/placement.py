@@ -30,14 +30,17 @@ class Placement:
             raise InvalidSetting(f"--split-mode must be one of {', '.join(SPLIT_MODES)}, got {self.split_mode!r}")
         if self.split_mode == "row" and self.rpc_servers:
             # llama.cpp's RPC devices have no split buffer type: the load would fail after the probe
-            raise InvalidSetting("--split-mode row splits matrices over one machine's GPUs only; llama.cpp's RPC "
-                                 "servers take whole layers: use --split-mode layer (the default) with --rpc")
+            raise InvalidSetting(
+                "--split-mode row splits matrices over one machine's GPUs only; llama.cpp's RPC "
+                "servers take whole layers: use --split-mode layer (the default) with --rpc"
+            )
         if self.main_gpu < 0:
             raise InvalidSetting(f"--main-gpu must be a device index (0 or more), got {self.main_gpu}")
         if self.tensor_split:
             if len(self.tensor_split) > MAX_DEVICES:
-                raise InvalidSetting(f"--tensor-split has {len(self.tensor_split)} entries; llama.cpp takes at "
-                                     f"most {MAX_DEVICES}")
+                raise InvalidSetting(
+                    f"--tensor-split has {len(self.tensor_split)} entries; llama.cpp takes at most {MAX_DEVICES}"
+                )
             if not all(math.isfinite(share) for share in self.tensor_split):  # inf, 1e400, nan
                 raise InvalidSetting("--tensor-split needs finite shares, e.g. 3,1")
             if any(share < 0 for share in self.tensor_split) or not sum(self.tensor_split) > 0:
@@ -60,5 +63,7 @@ def parse_tensor_split(text: str | None) -> tuple[float, ...]:
     try:
         return tuple(float(part) for part in text.replace("/", ",").split(","))
     except ValueError:
-        raise InvalidSetting(f"--tensor-split: {text!r} is not a list of numbers (e.g. 3,1 puts three quarters "
-                             "of the layers on the first device)") from None
+        raise InvalidSetting(
+            f"--tensor-split: {text!r} is not a list of numbers (e.g. 3,1 puts three quarters "
+            "of the layers on the first device)"
+        ) from None

@@ -18,8 +18,15 @@ from ollama_spec.models.gguf_info import TensorInfo
 _AMX_ALIGN = {"Q4_0": 32, "Q4_1": 32, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "IQ4_XS": 256, "F16": 16}
 # Bytes per block of the types AMX repacks, and what it adds per block (Q8_0's compensation
 # sums; Q4_K/Q5_K unpacked scales; IQ4_XS its own): mmq.cpp's get_row_size.
-_AMX_BLOCK = {"Q4_0": (32, 18, 0), "Q4_1": (32, 20, 0), "Q8_0": (32, 34, 4), "Q4_K": (256, 144, 4),
-              "Q5_K": (256, 176, 4), "Q6_K": (256, 210, 0), "IQ4_XS": (256, 136, 2)}
+_AMX_BLOCK = {
+    "Q4_0": (32, 18, 0),
+    "Q4_1": (32, 20, 0),
+    "Q8_0": (32, 34, 4),
+    "Q4_K": (256, 144, 4),
+    "Q5_K": (256, 176, 4),
+    "Q6_K": (256, 210, 0),
+    "IQ4_XS": (256, 136, 2),
+}
 _AMX_TILE_N2 = 32  # the AMX kernel wants output rows in multiples of 2 x TILE_N
 
 

@@ -17,7 +17,6 @@ class ToolCall:
     cut_arguments: str | None = None
 
 
-
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -38,9 +37,10 @@ class ChatMessage:
         message: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             # ids: Mistral's templates want 9 letters or digits, Gemma's match answers to calls by them
-            message["tool_calls"] = [{"id": c.id or f"{i:09d}", "type": "function",
-                                      "function": {"name": c.name, "arguments": c.arguments}}
-                                     for i, c in enumerate(self.tool_calls)]
+            message["tool_calls"] = [
+                {"id": c.id or f"{i:09d}", "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for i, c in enumerate(self.tool_calls)
+            ]
         if self.tool_call_id is not None:
             message["tool_call_id"] = self.tool_call_id
         if self.tool_name is not None:

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 DEFAULT_SECONDS = 5.0
 DEFAULT_MAX_CHARS = 8 * 1024 * 1024  # a prompt of 256k tokens is about 1 MB of text
@@ -76,8 +76,9 @@ class Sandbox:
 
     def render(self, template: str, context: dict[str, Any], limits: TemplateLimits) -> str:
         """`template` rendered with `context` (JSON values); TemplateFailed and its kinds on failure."""
-        request = json.dumps({"template": template, "context": context, "seconds": limits.seconds,
-                              "max_chars": limits.max_chars}).encode()
+        request = json.dumps(
+            {"template": template, "context": context, "seconds": limits.seconds, "max_chars": limits.max_chars}
+        ).encode()
         with self._lock:
             child = self._started(limits)
             try:
@@ -87,7 +88,9 @@ class Sandbox:
                 self._kill()
                 if isinstance(exc, TimeoutError):
                     raise TemplateTooCostly(f"took longer than {limits.seconds:g} s to render") from None
-                raise TemplateTooCostly(f"stopped the renderer (more than {limits.memory_mib} MiB, or a crash)") from None
+                raise TemplateTooCostly(
+                    f"stopped the renderer (more than {limits.memory_mib} MiB, or a crash)"
+                ) from None
         kind, text = answer["kind"], answer["text"]
         if kind == "ok":
             return text
@@ -101,11 +104,20 @@ class Sandbox:
         if self._child is not None and self._child.poll() is None:
             return self._child
         package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
-                   OLLAMA_SPEC_TEMPLATE_MEMORY_MIB=str(limits.memory_mib))
-        self._child = subprocess.Popen([sys.executable, "-m", "ollama_spec.prompting.sandbox"], env=env,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                       cwd=package_root, start_new_session=True)  # Ctrl-C is ours to handle
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+            OLLAMA_SPEC_TEMPLATE_MEMORY_MIB=str(limits.memory_mib),
+        )
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "ollama_spec.prompting.sandbox"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=package_root,
+            start_new_session=True,
+        )  # Ctrl-C is ours to handle
         return self._child
 
     def _kill(self) -> None:
@@ -161,20 +173,25 @@ def _environment():
         """`{% generation %}...{% endgeneration %}`, which transformers' renderer knows (it marks the
         assistant's part for training masks): its body renders as it is."""
 
-        tags = {"generation"}
+        tags: ClassVar[set[str]] = {"generation"}
 
         def parse(self, parser):
             lineno = next(parser.stream).lineno
             body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
             return jinja2.nodes.Scope(body, lineno=lineno)
 
-    def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None,
-               sort_keys: bool = False) -> str:
+    def tojson(
+        value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys: bool = False
+    ) -> str:
         """transformers' `tojson`: templates pass json.dumps's arguments (GLM, MiniMax) and expect text unescaped."""
         return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loader=jinja2.BaseLoader(),
-                                        extensions=[GenerationTag, jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        loader=jinja2.BaseLoader(),
+        extensions=[GenerationTag, jinja2.ext.loopcontrols],
+    )
     env.filters["tojson"] = tojson
     return env
 
@@ -201,8 +218,9 @@ def _render_one(env, compiled: dict, request: dict) -> dict:
             if len(compiled) >= 8:
                 compiled.clear()
             compiled[source] = env.from_string(source)
-        text = compiled[source].render(**request["context"], raise_exception=raise_exception,
-                                       strftime_now=lambda fmt: datetime.now().strftime(fmt))
+        text = compiled[source].render(
+            **request["context"], raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt)
+        )
     except _OutOfTime:
         return {"kind": "costly", "text": f"took longer than {seconds:g} s to render"}
     except MemoryError:

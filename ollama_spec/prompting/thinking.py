@@ -42,7 +42,7 @@ class ThinkingSplit:
             if self.state == "start":
                 start = self.held.lstrip()
                 if start.startswith(OPEN):
-                    self.held, self.state, self.skip_space = start[len(OPEN):], "thinking", True
+                    self.held, self.state, self.skip_space = start[len(OPEN) :], "thinking", True
                 elif OPEN.startswith(start):
                     break  # whitespace, or part of the tag: wait for more
                 else:
@@ -52,10 +52,10 @@ class ThinkingSplit:
                 if end < 0:
                     keep = partial_suffix(self.held, CLOSE)
                     thinking += self.held[: len(self.held) - keep]
-                    self.held = self.held[len(self.held) - keep:]
+                    self.held = self.held[len(self.held) - keep :]
                     break
                 thinking += self.held[:end]
-                self.held, self.state, self.skip_space = self.held[end + len(CLOSE):], "content", True
+                self.held, self.state, self.skip_space = self.held[end + len(CLOSE) :], "content", True
             else:
                 content, self.held = content + self.held, ""
         return thinking, content

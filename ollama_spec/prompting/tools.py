@@ -88,8 +88,10 @@ def _begun(word: str, then: str = "") -> str:
     return "".join(f"(?:{re.escape(c)}" for c in word) + then + ")?" * len(word)
 
 
-_CUT_CALL = re.compile(r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?|"'
-                       + _begun("arguments") + ")?)?", re.DOTALL)
+_CUT_CALL = re.compile(
+    r'\s*\{\s*"name"\s*:\s*"([^"\\]*)"\s*(?:,\s*(?:"arguments"\s*(?::\s*(.*))?|"' + _begun("arguments") + ")?)?",
+    re.DOTALL,
+)
 
 
 _CUT_NAME = re.compile(r'\s*\{\s*(?:"' + _begun('name"', r'\s*(?::\s*(?:"([^"\\]*))?)?') + ")?")
@@ -133,8 +135,13 @@ def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
     for number, (tool, name) in enumerate(zip(tools, names)):
         if only is None or name == only:
             parameters = _hoisted(tool["function"].get("parameters") or {"type": "object"}, f"tool{number}def", defs)
-            choices.append({"type": "object", "required": ["name", "arguments"],
-                            "properties": {"name": {"const": name}, "arguments": parameters}})
+            choices.append(
+                {
+                    "type": "object",
+                    "required": ["name", "arguments"],
+                    "properties": {"name": {"const": name}, "arguments": parameters},
+                }
+            )
     schema = choices[0] if len(choices) == 1 else {"anyOf": choices}
     return grammar_for_json({**schema, "$defs": defs} if defs else schema)
 
@@ -148,8 +155,12 @@ def _hoisted(parameters: dict, prefix: str, defs: dict) -> dict:
     since a reference is read from the root of the whole schema. They are renamed `prefix` + a number:
     letters and digits only, which the grammar converter names its rules by alike wherever a recursive
     model refers to itself (it would write `a_b` for a rule it defined as `a-b`)."""
-    local = {name: schema for key in _DEFS if isinstance(parameters.get(key), dict)
-             for name, schema in parameters[key].items()}
+    local = {
+        name: schema
+        for key in _DEFS
+        if isinstance(parameters.get(key), dict)
+        for name, schema in parameters[key].items()
+    }
     renamed = {name: f"{prefix}{number}" for number, name in enumerate(local)}
 
     def rewrite(node: Any) -> Any:

@@ -61,8 +61,13 @@ def pull_models(
         if not answers:
             answers.append(probe_daemon(settings.daemon_host))
             if answers[0] is Daemon.OLLAMA_SPEC:
-                report(PullEvent(refs[0][1].display, f"{settings.daemon_host} is an ollama-spec server, not the Ollama "
-                                 "daemon: pulling straight from the registry"))
+                report(
+                    PullEvent(
+                        refs[0][1].display,
+                        f"{settings.daemon_host} is an ollama-spec server, not the Ollama "
+                        "daemon: pulling straight from the registry",
+                    )
+                )
         return answers[0] is Daemon.OLLAMA
 
     writer: StoreWriter | None = None
@@ -90,8 +95,13 @@ def _warn_unless_readable(ref: ModelRef, host: str, report: Callable[[PullEvent]
     try:
         Store(find_store_root()).resolve(ref.display)
     except (ModelNotFound, StoreNotFound):  # elsewhere, or OLLAMA_MODELS names no store at all
-        report(PullEvent(ref.display, f"warning: the Ollama daemon at {host} stored it outside OLLAMA_MODELS="
-                         f"{ollama_var('OLLAMA_MODELS')}, where ollama-spec looks: set OLLAMA_MODELS to the daemon's "
-                         "store, or pull with --via registry"))
+        report(
+            PullEvent(
+                ref.display,
+                f"warning: the Ollama daemon at {host} stored it outside OLLAMA_MODELS="
+                f"{ollama_var('OLLAMA_MODELS')}, where ollama-spec looks: set OLLAMA_MODELS to the daemon's "
+                "store, or pull with --via registry",
+            )
+        )
     except OllamaSpecError:
         pass  # a store problem the next command reports in full

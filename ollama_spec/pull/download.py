@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -163,8 +162,11 @@ def _download(client, url, blob, part, writer, progress, cancel, retries) -> Non
                 if isinstance(exc, httpx.ConnectError) and part.offset == 0:
                     raise
                 why = exc.message if isinstance(exc, _Busy) else _reason(exc)
-                kept = ("the partial download is kept: run the same pull again to resume" if part.offset
-                        else "run the same pull again later")
+                kept = (
+                    "the partial download is kept: run the same pull again to resume"
+                    if part.offset
+                    else "run the same pull again later"
+                )
                 raise PullError(
                     f"the download of {blob.digest} from {_origin(url)} failed at {part.offset} of {blob.size} bytes "
                     f"after {failures} tries in a row ({why}); {kept}"

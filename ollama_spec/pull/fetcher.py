@@ -61,8 +61,10 @@ def fetch_all(
 
     # Daemon threads: a download stuck in a silent socket read must not hold up Ctrl-C (or the exit
     # after it) for the read timeout; what it received is on disk, and the next pull resumes it.
-    workers = [threading.Thread(target=work, name=f"pull-{i}", daemon=True)
-               for i in range(min(max(1, settings.concurrency), len(queue)))]
+    workers = [
+        threading.Thread(target=work, name=f"pull-{i}", daemon=True)
+        for i in range(min(max(1, settings.concurrency), len(queue)))
+    ]
     for worker in workers:
         worker.start()
     try:

@@ -26,8 +26,8 @@ from huggingface_hub.utils import build_hf_headers
 
 from ollama_spec.errors import ModelNotFound, OllamaSpecError, PullError, one_line
 from ollama_spec.models.gguf_info import read_model_info
-from ollama_spec.models.names import ModelRef
 from ollama_spec.models.manifest import MEDIA_TYPE_PREFIX
+from ollama_spec.models.names import ModelRef
 from ollama_spec.pull.download import http_client, http_errors
 from ollama_spec.pull.fetcher import fetch_all
 from ollama_spec.pull.progress import PullEvent
@@ -39,8 +39,28 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_QUANT = "Q4_K_M"  # what Ollama picks for hf.co/<user>/<repo> without a tag
 # Without a tag and without Q4_K_M, Hugging Face's Ollama integration picks "one reasonable quant type
 # present inside the repo": the usual 4-bit ones first, then bigger, then smaller.
-REASONABLE_QUANTS = (DEFAULT_QUANT, "Q4_K_S", "IQ4_XS", "IQ4_NL", "Q4_0", "Q4_1", "Q5_K_M", "Q5_K_S", "Q5_0",
-                     "Q5_1", "Q6_K", "Q8_0", "Q3_K_L", "Q3_K_M", "IQ3_M", "Q3_K_S", "BF16", "F16", "Q2_K", "F32")
+REASONABLE_QUANTS = (
+    DEFAULT_QUANT,
+    "Q4_K_S",
+    "IQ4_XS",
+    "IQ4_NL",
+    "Q4_0",
+    "Q4_1",
+    "Q5_K_M",
+    "Q5_K_S",
+    "Q5_0",
+    "Q5_1",
+    "Q6_K",
+    "Q8_0",
+    "Q3_K_L",
+    "Q3_K_M",
+    "IQ3_M",
+    "Q3_K_S",
+    "BF16",
+    "F16",
+    "Q2_K",
+    "F32",
+)
 EXTRA_LAYERS = ("template", "system", "params")
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
@@ -108,8 +128,10 @@ def select_gguf(repo_id: str, files: list[RepoFile], tag: str) -> RepoFile:
 def select_projector(files: list[RepoFile]) -> RepoFile | None:
     """A vision repo's projector (`mmproj-*.gguf`), which Ollama keeps as the model's projector layer:
     F16 when there are several (what Hugging Face's Ollama integration serves), else the first."""
-    projectors = sorted((f for f in files if f.name.lower().endswith(".gguf") and "mmproj" in f.name.lower()),
-                        key=lambda f: (quant_of(f.name) != "F16", f.name))
+    projectors = sorted(
+        (f for f in files if f.name.lower().endswith(".gguf") and "mmproj" in f.name.lower()),
+        key=lambda f: (quant_of(f.name) != "F16", f.name),
+    )
     return projectors[0] if projectors else None
 
 
@@ -121,9 +143,7 @@ def _plain(filename: str, quant: str) -> bool:
 
 def _require_digest(repo_id: str, file: RepoFile) -> None:
     if not file.sha256 or file.size is None:
-        raise PullError(
-            f"hf.co/{repo_id} gives no sha256 for {file.name} (not an LFS file), so it cannot be verified"
-        )
+        raise PullError(f"hf.co/{repo_id} gives no sha256 for {file.name} (not an LFS file), so it cannot be verified")
 
 
 def pull_from_huggingface(
@@ -156,13 +176,17 @@ def pull_from_huggingface(
             urls[projector] = hf_hub_url(repo_id, projector_file.name, revision=revision, endpoint=endpoint)
         writer.check_free_space(urls)
         fetch_all(client, urls, writer, settings, ref, report, cancel)
-    layers = [_layer("model", model), *([_layer("projector", projector)] if projector else []),
-              *(_layer(kind, writer.add_bytes(data)) for kind, data in extras)]
+    layers = [
+        _layer("model", model),
+        *([_layer("projector", projector)] if projector else []),
+        *(_layer(kind, writer.add_bytes(data)) for kind, data in extras),
+    ]
     try:
         config = writer.add_bytes(json.dumps(_config(writer, model, gguf, layers)).encode())
     except OllamaSpecError as exc:  # its sha256 matched, but it is no GGUF that llama.cpp could read
-        raise PullError(f"hf.co/{repo_id}: {gguf.name} is not a readable GGUF ({one_line(str(exc))}); "
-                        "no manifest was written") from None
+        raise PullError(
+            f"hf.co/{repo_id}: {gguf.name} is not a readable GGUF ({one_line(str(exc))}); no manifest was written"
+        ) from None
     manifest = {
         "schemaVersion": 2,
         "mediaType": MANIFEST_MEDIA_TYPE,
@@ -172,8 +196,13 @@ def pull_from_huggingface(
     report(PullEvent(ref.display, "writing manifest"))
     writer.write_manifest(ref, json.dumps(manifest).encode())
     if not any(kind == "template" for kind, _ in extras):
-        report(PullEvent(ref.display, "note: the repo has no Ollama template layer: ollama-spec reads the GGUF's "
-                         "chat template, but Ollama would send prompts unformatted"))
+        report(
+            PullEvent(
+                ref.display,
+                "note: the repo has no Ollama template layer: ollama-spec reads the GGUF's "
+                "chat template, but Ollama would send prompts unformatted",
+            )
+        )
     report(PullEvent(ref.display, "success"))
 
 

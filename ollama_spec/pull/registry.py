@@ -13,8 +13,8 @@ from ollama_spec.errors import InvalidManifest, ModelNotFound, PullError
 from ollama_spec.models.names import ModelRef
 from ollama_spec.models.store import blob_path
 from ollama_spec.pull.download import http_client, http_errors, short_text
-from ollama_spec.pull.huggingface import is_huggingface
 from ollama_spec.pull.fetcher import fetch_all
+from ollama_spec.pull.huggingface import is_huggingface
 from ollama_spec.pull.progress import PullEvent
 from ollama_spec.pull.settings import PullSettings
 from ollama_spec.pull.writer import Blob, StoreWriter
@@ -58,8 +58,11 @@ def _get_manifest(client: httpx.Client, ref: ModelRef, url: str) -> bytes:
             "(no such model or tag: HTTP 404)"
         )
     if response.status_code in (401, 403):
-        hub = " or, for a gated or private Hugging Face repo, with your Hugging Face token (--via hf)" if (
-            is_huggingface(ref)) else ""
+        hub = (
+            " or, for a gated or private Hugging Face repo, with your Hugging Face token (--via hf)"
+            if (is_huggingface(ref))
+            else ""
+        )
         raise PullError(
             f"{url} refuses access (HTTP {response.status_code}); for private models pull through "
             f"the Ollama daemon (ollama-spec pull --via ollama){hub}"

@@ -78,8 +78,9 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-def error_response(path: str, status: int, message: str, param: str | None = None,
-                   code: str | None = None) -> JSONResponse:
+def error_response(
+    path: str, status: int, message: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
     if path.startswith("/v1/"):
         return JSONResponse({"error": openai_error(status, message, param, code)}, status_code=status)
     return JSONResponse({"error": message}, status_code=status)
@@ -175,10 +176,13 @@ class JsonBodies:
         body = b"".join(chunks)
         if _SURROGATE_ESCAPE.search(body) and (where := _lone_surrogate_in(body)) is not None:
             field = ".".join(map(str, where)) or "the request body"
-            message = (f"{field}: the text holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which is "
-                       "not Unicode; send the text as UTF-8")
+            message = (
+                f"{field}: the text holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which is "
+                "not Unicode; send the text as UTF-8"
+            )
             return await error_response(scope["path"], 400, message, str(where[0]) if where else None)(
-                scope, receive, send)
+                scope, receive, send
+            )
         replayed = False
 
         async def replay() -> dict:

@@ -23,9 +23,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 # Ollama's AllowedOrigins() beyond OLLAMA_ORIGINS; [::1] too, the IPv6 spelling of the same pages.
 DEFAULT_ORIGINS = (
-    *(f"{scheme}://{host}{port}" for host in ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
-      for scheme in ("http", "https") for port in ("", ":*")),
-    "app://*", "file://*", "tauri://*", "vscode-webview://*", "vscode-file://*",
+    *(
+        f"{scheme}://{host}{port}"
+        for host in ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
+        for scheme in ("http", "https")
+        for port in ("", ":*")
+    ),
+    "app://*",
+    "file://*",
+    "tauri://*",
+    "vscode-webview://*",
+    "vscode-file://*",
 )
 LOCAL_SUFFIXES = (".localhost", ".local", ".internal")
 
@@ -36,7 +44,9 @@ def origin_pattern(extra: Iterable[str] = ()) -> re.Pattern[str]:
     entries = [e.strip().lower() for e in extra if e.strip()]
     if "*" in entries:
         return re.compile(r".*", re.DOTALL)
-    alternatives = [".*".join(re.escape(part) for part in entry.split("*", 1)) for entry in (*entries, *DEFAULT_ORIGINS)]
+    alternatives = [
+        ".*".join(re.escape(part) for part in entry.split("*", 1)) for entry in (*entries, *DEFAULT_ORIGINS)
+    ]
     return re.compile("|".join(alternatives))
 
 

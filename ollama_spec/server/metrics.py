@@ -20,22 +20,26 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "ollama_spec_requests", "Generation requests finished, by API route and outcome.", ["route", "outcome"],
+            "ollama_spec_requests",
+            "Generation requests finished, by API route and outcome.",
+            ["route", "outcome"],
             registry=r,
         )
-        self.rejected = Counter("ollama_spec_rejected_requests", "Requests refused because the queue was full.",
-                                registry=r)
+        self.rejected = Counter(
+            "ollama_spec_rejected_requests", "Requests refused because the queue was full.", registry=r
+        )
         self.prompt_tokens = Counter("ollama_spec_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
         self.prompt_cached_tokens = Counter(
-            "ollama_spec_prompt_cached_tokens", "Prompt tokens reused from the KV cache (not evaluated again).",
+            "ollama_spec_prompt_cached_tokens",
+            "Prompt tokens reused from the KV cache (not evaluated again).",
             registry=r,
         )
         self.generated_tokens = Counter("ollama_spec_generated_tokens", "Tokens generated.", registry=r)
         self.drafted_tokens = Counter("ollama_spec_drafted_tokens", "Tokens proposed by the draft.", registry=r)
-        self.accepted_tokens = Counter("ollama_spec_accepted_tokens", "Drafted tokens the target accepted.",
-                                       registry=r)
-        self.target_passes = Counter("ollama_spec_target_passes", "Target forward passes (speculation steps).",
-                                     registry=r)
+        self.accepted_tokens = Counter("ollama_spec_accepted_tokens", "Drafted tokens the target accepted.", registry=r)
+        self.target_passes = Counter(
+            "ollama_spec_target_passes", "Target forward passes (speculation steps).", registry=r
+        )
         self.generation_seconds = Counter("ollama_spec_generation_seconds", "Time spent generating.", registry=r)
         queue = Gauge("ollama_spec_queue_waiting", "Requests waiting behind the running one.", registry=r)
         queue.set_function(waiting)

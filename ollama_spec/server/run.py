@@ -49,8 +49,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def build_server(state: ServerState, log_level: str = "info") -> _Server:
-    config = uvicorn.Config(create_app(state), log_level=log_level, timeout_graceful_shutdown=10,
-                            lifespan="off")
+    config = uvicorn.Config(create_app(state), log_level=log_level, timeout_graceful_shutdown=10, lifespan="off")
     return _Server(config, state.worker.cancel_all)
 
 

@@ -191,8 +191,13 @@ class Worker:
             if generation.result.finish_reason == "cancelled":
                 # A client that left hears nothing; one still listening (the server is stopping) must
                 # not take a cut-short answer for a finished one, so it gets an error, not a finish.
-                job.put(Failed(Cancelled(f"{SHUTTING_DOWN}: the answer was cut short after "
-                                         f"{len(generation.result.tokens)} tokens")))
+                job.put(
+                    Failed(
+                        Cancelled(
+                            f"{SHUTTING_DOWN}: the answer was cut short after {len(generation.result.tokens)} tokens"
+                        )
+                    )
+                )
                 return
             job.put(Finished(generation.result, tuple(scored[sent:])))
         except Exception as exc:  # the request fails; the server keeps serving

@@ -22,8 +22,9 @@ Q4K_SC, Q4K_M, Q4K_Q_STD = 32, 60, float(np.sqrt((16**2 - 1) / 12))
 Q6K_SCALE, Q6K_Q_STD = 16, float(np.sqrt((64**2 - 1) / 12))
 
 
-def random_blocks(qtype: T, rows: int, cols: int, std: float, rng: np.random.Generator,
-                  live: np.ndarray | None = None) -> np.ndarray:
+def random_blocks(
+    qtype: T, rows: int, cols: int, std: float, rng: np.random.Generator, live: np.ndarray | None = None
+) -> np.ndarray:
     """A (rows, cols) matrix of `qtype` as uint8 block bytes, shape (rows, cols // 256 * block bytes).
 
     `live` (rows, cols // sub-block) says which sub-blocks hold random values; the others are 0.

@@ -8,8 +8,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from ollama_spec.models.names import parse_model_name
 from ollama_spec.models.manifest import MEDIA_TYPE_PREFIX
+from ollama_spec.models.names import parse_model_name
 
 MANIFEST_MEDIA_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"

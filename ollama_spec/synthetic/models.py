@@ -25,8 +25,12 @@ LLAMA3_CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
-FILE_TYPES = {"F32": LlamaFileType.ALL_F32, "F16": LlamaFileType.MOSTLY_F16,
-              "Q8_0": LlamaFileType.MOSTLY_Q8_0, "Q4_0": LlamaFileType.MOSTLY_Q4_0}
+FILE_TYPES = {
+    "F32": LlamaFileType.ALL_F32,
+    "F16": LlamaFileType.MOSTLY_F16,
+    "Q8_0": LlamaFileType.MOSTLY_Q8_0,
+    "Q4_0": LlamaFileType.MOSTLY_Q4_0,
+}
 # Quantized files: every matrix through the gguf package's own quantizer; norms stay F32.
 QUANTIZED = {"Q8_0": GGMLQuantizationType.Q8_0, "Q4_0": GGMLQuantizationType.Q4_0}
 
@@ -105,8 +109,9 @@ def make_weights(arch: Architecture, vocab_size: int, recipe: WeightRecipe, draf
     return tensors
 
 
-def new_llama_writer(path: Path, name: str, arch: Architecture, n_layer: int, file_type: int,
-                     architecture: str = "llama") -> GGUFWriter:
+def new_llama_writer(
+    path: Path, name: str, arch: Architecture, n_layer: int, file_type: int, architecture: str = "llama"
+) -> GGUFWriter:
     """A GGUFWriter with the llama hyper-parameters written (under another `architecture`'s keys
     for a llama-like one: Gemma); tokenizer and tensors are the caller's."""
     writer = GGUFWriter(path, arch=architecture)
@@ -164,8 +169,9 @@ def write_gguf(
     if chat_template:
         writer.add_chat_template(chat_template)
     if fim_ids is not None:  # a code model's fill-in-the-middle markers: prefix, suffix, middle
-        for key, token in zip((Keys.Tokenizer.FIM_PRE_ID, Keys.Tokenizer.FIM_SUF_ID,
-                               Keys.Tokenizer.FIM_MID_ID), fim_ids):
+        for key, token in zip(
+            (Keys.Tokenizer.FIM_PRE_ID, Keys.Tokenizer.FIM_SUF_ID, Keys.Tokenizer.FIM_MID_ID), fim_ids
+        ):
             writer.add_uint32(key, token)
     for tensor_name, array in weights.items():
         if not tensor_name.startswith("blk.") or int(tensor_name.split(".")[1]) < n_layer:

@@ -58,17 +58,25 @@ class NestedSpec:
 LLAMA31_CTX = 131072
 NESTED: dict[str, NestedSpec] = {
     "8b-1b": NestedSpec(
-        "synth-8b:q4_k_m", "synth-1b:q8_0",
+        "synth-8b:q4_k_m",
+        "synth-1b:q8_0",
         Architecture(n_embd=4096, n_layer=32, n_head=32, n_kv_head=8, n_ff=14336, context_length=LLAMA31_CTX),
         Architecture(n_embd=2048, n_layer=16, n_head=32, n_kv_head=8, n_ff=8192, context_length=LLAMA31_CTX),
-        vocab_size=128256, n_merges=600, seed=31, residual_scale=0.07,
+        vocab_size=128256,
+        n_merges=600,
+        seed=31,
+        residual_scale=0.07,
         description="Llama-3.1-8B-shaped Q4_K_M target, Llama-3.2-1B-shaped Q8_0 draft (untied output)",
     ),
     "tiny": NestedSpec(
-        "nested-target:q4_k_m", "nested-draft:q8_0",
+        "nested-target:q4_k_m",
+        "nested-draft:q8_0",
         Architecture(n_embd=512, n_layer=4, n_head=8, n_kv_head=2, n_ff=1024),
         Architecture(n_embd=256, n_layer=2, n_head=8, n_kv_head=2, n_ff=512),
-        vocab_size=2048, n_merges=600, seed=31, residual_scale=0.03,
+        vocab_size=2048,
+        n_merges=600,
+        seed=31,
+        residual_scale=0.03,
         description="the same construction at toy size, for CPU checks of the GPU benchmark",
     ),
 }
@@ -111,8 +119,16 @@ def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
     norm_in = np.where(np.arange(t.n_embd) < d.n_embd, np.sqrt(d.n_embd / t.n_embd), 0).astype(np.float32)
     ones_t, ones_d = np.ones(t.n_embd, np.float32), np.ones(d.n_embd, np.float32)
 
-    def nested(name: str, qtype: T, shape: tuple[int, int], std: float, rows: np.ndarray, cols: np.ndarray,
-               scale: float = 1.0, draft_name: str | None = None) -> None:
+    def nested(
+        name: str,
+        qtype: T,
+        shape: tuple[int, int],
+        std: float,
+        rows: np.ndarray,
+        cols: np.ndarray,
+        scale: float = 1.0,
+        draft_name: str | None = None,
+    ) -> None:
         """One target matrix holding a draft matrix (std is the draft's)."""
         rng = _rng(spec.seed, name)
         row_live, col_live = np.zeros(shape[0], bool), np.zeros(shape[1], bool)
@@ -132,10 +148,18 @@ def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
         pair.target[name] = (random_blocks(qtype, *shape, std, _rng(spec.seed, name)), qtype)
 
     jobs = [
-        partial(nested, "token_embd.weight", T.Q4_K, (spec.vocab_size, t.n_embd), 1.0, np.arange(spec.vocab_size),
-                maps.embd),
-        partial(nested, "output.weight", T.Q6_K, (spec.vocab_size, t.n_embd), spec.logit_std / np.sqrt(d.n_embd),
-                np.arange(spec.vocab_size), maps.embd),
+        partial(
+            nested, "token_embd.weight", T.Q4_K, (spec.vocab_size, t.n_embd), 1.0, np.arange(spec.vocab_size), maps.embd
+        ),
+        partial(
+            nested,
+            "output.weight",
+            T.Q6_K,
+            (spec.vocab_size, t.n_embd),
+            spec.logit_std / np.sqrt(d.n_embd),
+            np.arange(spec.vocab_size),
+            maps.embd,
+        ),
     ]
     pair.target["output_norm.weight"] = (norm_in, None)
     pair.draft["output_norm.weight"] = (ones_d, None)
@@ -146,15 +170,30 @@ def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
         if i < d.n_layer:
             s, out = 1 / np.sqrt(d.n_embd), spec.draft_scale
             jobs += [
-                partial(nested, p + "attn_q.weight", T.Q4_K, (t.n_embd, t.n_embd), s, maps.q, maps.embd,
-                        scale=np.sqrt(maps.ratio)),
+                partial(
+                    nested,
+                    p + "attn_q.weight",
+                    T.Q4_K,
+                    (t.n_embd, t.n_embd),
+                    s,
+                    maps.q,
+                    maps.embd,
+                    scale=np.sqrt(maps.ratio),
+                ),
                 partial(nested, p + "attn_k.weight", T.Q4_K, (kv_t, t.n_embd), s, maps.k, maps.embd),
                 partial(nested, p + "attn_v.weight", v_type, (kv_t, t.n_embd), s, maps.v, maps.embd),
                 partial(nested, p + "attn_output.weight", T.Q4_K, (t.n_embd, t.n_embd), out * s, maps.embd, maps.o),
                 partial(nested, p + "ffn_gate.weight", T.Q4_K, (t.n_ff, t.n_embd), s, maps.ff, maps.embd),
                 partial(nested, p + "ffn_up.weight", T.Q4_K, (t.n_ff, t.n_embd), s, maps.ff, maps.embd),
-                partial(nested, p + "ffn_down.weight", down_type, (t.n_embd, t.n_ff), out / np.sqrt(d.n_ff),
-                        maps.embd, maps.ff),
+                partial(
+                    nested,
+                    p + "ffn_down.weight",
+                    down_type,
+                    (t.n_embd, t.n_ff),
+                    out / np.sqrt(d.n_ff),
+                    maps.embd,
+                    maps.ff,
+                ),
             ]
             pair.target |= {p + "attn_norm.weight": (norm_in, None), p + "ffn_norm.weight": (norm_in, None)}
             pair.draft |= {p + "attn_norm.weight": (ones_d, None), p + "ffn_norm.weight": (ones_d, None)}
@@ -176,8 +215,9 @@ def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
     return pair
 
 
-def build_nested_store(root: Path, profile: str = "8b-1b", *, progress: Callable[[str], None] = lambda m: None,
-                       skip_existing: bool = True) -> list[str]:
+def build_nested_store(
+    root: Path, profile: str = "8b-1b", *, progress: Callable[[str], None] = lambda m: None, skip_existing: bool = True
+) -> list[str]:
     """Build a NESTED pair into an Ollama-layout store at `root`; return the target and draft names."""
     from ollama_spec.synthetic.catalog import _manifest
 
@@ -218,8 +258,20 @@ def build_nested_store(root: Path, profile: str = "8b-1b", *, progress: Callable
 def _tensor_order(n_layer: int) -> list[str]:
     names = ["token_embd.weight", "output_norm.weight", "output.weight"]
     for i in range(n_layer):
-        names += [f"blk.{i}.{n}.weight" for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                                 "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")]
+        names += [
+            f"blk.{i}.{n}.weight"
+            for n in (
+                "attn_norm",
+                "attn_q",
+                "attn_k",
+                "attn_v",
+                "attn_output",
+                "ffn_norm",
+                "ffn_gate",
+                "ffn_up",
+                "ffn_down",
+            )
+        ]
     return names
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections import Counter
@@ -129,7 +130,7 @@ def _learn_merges(n_merges: int) -> tuple[str, ...]:
     while len(merges) < n_merges:
         pairs: Counter = Counter()
         for word, count in words.items():
-            for pair in zip(word, word[1:]):
+            for pair in itertools.pairwise(word):
                 pairs[pair] += count
         if not pairs:
             break

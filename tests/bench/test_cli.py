@@ -10,29 +10,59 @@ ARGS = ("--no-check", "--threads", "1", "--max-tokens", "12", "--runs", "1", "-k
 @pytest.fixture(scope="module")
 def prompts_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
-    path.write_text('{"name": "fox", "prompt": "The quick brown fox"}\n'
-                    '{"name": "arch", "prompt": "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi.", '
-                    '"system": "Anda pakar arsitektur perangkat lunak."}\n', encoding="utf-8")
+    path.write_text(
+        '{"name": "fox", "prompt": "The quick brown fox"}\n'
+        '{"name": "arch", "prompt": "Jelaskan arsitektur microservices vs monolith dan kapan harus migrasi.", '
+        '"system": "Anda pakar arsitektur perangkat lunak."}\n',
+        encoding="utf-8",
+    )
     return path
 
 
 def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts_file, tmp_path):
     out = tmp_path / "results"
-    result = invoke("bench", "tiny-target", "--draft", "tiny-draft", "--models-dir", tiny_store, *ARGS,
-                    "--prompts", prompts_file, "--out", out)
+    result = invoke(
+        "bench",
+        "tiny-target",
+        "--draft",
+        "tiny-draft",
+        "--models-dir",
+        tiny_store,
+        *ARGS,
+        "--prompts",
+        prompts_file,
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
-    for label in ("target alone", "speculative K=1", "speculative K=3", "llama-cpp-python draft_model K=",
-                  "prompt lookup K=", "best K = ", "speculative K=auto", "K=auto per prompt: fox ", "n-gram lookup: ours "):
+    for label in (
+        "target alone",
+        "speculative K=1",
+        "speculative K=3",
+        "llama-cpp-python draft_model K=",
+        "prompt lookup K=",
+        "best K = ",
+        "speculative K=auto",
+        "K=auto per prompt: fox ",
+        "n-gram lookup: ours ",
+    ):
         assert label in result.output
 
     data = json.loads((out / "results.json").read_text())
     rows = {row["label"]: row for row in data["rows"]}
-    assert [r["kind"] for r in data["rows"]] == ["baseline", "speculative", "speculative",
-                                                 "speculative, K chosen each step", "n-gram lookup",
-                                                 "llama-cpp-python target alone", "llama-cpp-python draft_model",
-                                                 "prompt lookup", "target alone, beside the references",
-                                                 "speculative, beside the references",
-                                                 "speculative K=auto, beside the references"]
+    assert [r["kind"] for r in data["rows"]] == [
+        "baseline",
+        "speculative",
+        "speculative",
+        "speculative, K chosen each step",
+        "n-gram lookup",
+        "llama-cpp-python target alone",
+        "llama-cpp-python draft_model",
+        "prompt lookup",
+        "target alone, beside the references",
+        "speculative, beside the references",
+        "speculative K=auto, beside the references",
+    ]
     auto = rows["speculative K=auto"]
     generations = 2  # one run of two prompts, each opened by the prompt's own pass, which drafts nothing
     assert sum(auto["k_chosen"].values()) == auto["steps"] - generations and auto["predicted_speedup"] is None
@@ -43,7 +73,10 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
         if row["kind"] != "baseline":
             assert row["identical_to_target_alone"] is True  # greedy: token for token
     # ours ran again beside the references, interleaved with them: no drift between phases in the comparison
-    assert f"ours at K={data['best_k']} vs llama-cpp-python draft_model K={data['best_k']}, timed beside them" in result.output
+    assert (
+        f"ours at K={data['best_k']} vs llama-cpp-python draft_model K={data['best_k']}, timed beside them"
+        in result.output
+    )
     assert "ours at K=auto (the default) vs llama-cpp-python draft_model" in result.output
     spec = rows["speculative K=3"]
     assert 0 < spec["acceptance_rate"] <= 1 and 1 <= spec["tokens_per_step"] <= 4
@@ -59,30 +92,64 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
     assert "| target alone |" in (out / "results.md").read_text()
 
 
-def test_without_room_for_a_second_copy_the_phases_compare_over_their_own_baselines(invoke, tiny_store, prompts_file,
-                                                                                  monkeypatch):
+def test_without_room_for_a_second_copy_the_phases_compare_over_their_own_baselines(
+    invoke, tiny_store, prompts_file, monkeypatch
+):
     from ollama_spec.bench import runner
 
     monkeypatch.setattr(runner, "can_time_beside", lambda target, draft: False)
-    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "--no-ngram",
-                    "--prompts", prompts_file, "--no-warmup", "-k", "auto,2")
+    result = invoke(
+        "bench",
+        "tiny-target",
+        "-d",
+        "tiny-draft",
+        "--models-dir",
+        tiny_store,
+        *ARGS,
+        "--no-ngram",
+        "--prompts",
+        prompts_file,
+        "--no-warmup",
+        "-k",
+        "auto,2",
+    )
     assert result.exit_code == 0, result.output
     assert "beside the references" not in result.output
     assert "over each one's own target alone, timed beside it: " in result.output  # drift between the phases
 
 
 def test_sampling_runs_skip_the_identity_check(invoke, tiny_store, prompts_file):
-    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS,
-                    "--prompts", prompts_file, "--temperature", "0.8", "--no-warmup", "-k", "2")
+    result = invoke(
+        "bench",
+        "tiny-target",
+        "-d",
+        "tiny-draft",
+        "--models-dir",
+        tiny_store,
+        *ARGS,
+        "--prompts",
+        prompts_file,
+        "--temperature",
+        "0.8",
+        "--no-warmup",
+        "-k",
+        "2",
+    )
     assert result.exit_code == 0, result.output
     assert "speculative K=2" in result.output and "speculative K=1 " not in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (("-k", "0,x"), "Error: -k must be a comma-separated list of positive integers and 'auto', like auto,1,2,4; got '0,x'"),
-    (("--prompts", "missing.txt"), "Error: prompts file missing.txt does not exist"),
-    (("--runs", "0"), "Error: --runs must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("-k", "0,x"),
+            "Error: -k must be a comma-separated list of positive integers and 'auto', like auto,1,2,4; got '0,x'",
+        ),
+        (("--prompts", "missing.txt"), "Error: prompts file missing.txt does not exist"),
+        (("--runs", "0"), "Error: --runs must be at least 1, got 0"),
+    ],
+)
 def test_bad_input_is_one_line(invoke, tiny_store, args, message):
     result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check", *args)
     assert result.exit_code == 1
@@ -90,8 +157,9 @@ def test_bad_input_is_one_line(invoke, tiny_store, args, message):
 
 
 @pytest.mark.parametrize("url", [None, "http://127.0.0.1:9/v1"])
-def test_an_out_folder_that_cannot_be_made_is_one_line_before_any_timing(invoke, tiny_store, tmp_path, monkeypatch,
-                                                                        url):
+def test_an_out_folder_that_cannot_be_made_is_one_line_before_any_timing(
+    invoke, tiny_store, tmp_path, monkeypatch, url
+):
     from ollama_spec.bench import remote, runner
 
     def timed(*args, **kwargs):
@@ -107,16 +175,20 @@ def test_an_out_folder_that_cannot_be_made_is_one_line_before_any_timing(invoke,
     assert result.output.strip() == f"Error: --out {out}: cannot create the folder (Not a directory)"
 
 
-@pytest.mark.parametrize(("args", "flags"), [
-    (("-d", "tiny-draft", "-k", "2,4"), "--draft, -k would be ignored: drop them"),
-    (("--rpc", "127.0.0.1:50052"), "--rpc would be ignored: drop it"),
-    (("--native", "llama-speculative-simple"), "--native would be ignored: drop it"),
-])
+@pytest.mark.parametrize(
+    ("args", "flags"),
+    [
+        (("-d", "tiny-draft", "-k", "2,4"), "--draft, -k would be ignored: drop them"),
+        (("--rpc", "127.0.0.1:50052"), "--rpc would be ignored: drop it"),
+        (("--native", "llama-speculative-simple"), "--native would be ignored: drop it"),
+    ],
+)
 def test_options_for_a_local_pair_are_refused_with_url(invoke, args, flags):
     result = invoke("bench", "m", "--url", "http://127.0.0.1:9/v1", *args)
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: --url times a server as it runs (its own options choose its draft and "
-                                     f"devices), so {flags}")
+    assert result.output.strip() == (
+        f"Error: --url times a server as it runs (its own options choose its draft and devices), so {flags}"
+    )
 
 
 def test_a_preset_is_refused_and_the_rpc_variable_noted_with_url(invoke, tmp_path, monkeypatch):
@@ -126,16 +198,18 @@ def test_a_preset_is_refused_and_the_rpc_variable_noted_with_url(invoke, tmp_pat
     assert result.exit_code == 1 and result.output.strip().endswith("so --file would be ignored: drop it")
     monkeypatch.setenv("OLLAMA_SPEC_RPC", "127.0.0.1:50052")  # set for the shell: a note, then the server is asked
     result = invoke("bench", "m", "--url", "http://127.0.0.1:9/v1")
-    assert result.output.splitlines()[0] == ("note: $OLLAMA_SPEC_RPC is not used with --url: "
-                                             "the server places its own model")
+    assert result.output.splitlines()[0] == (
+        "note: $OLLAMA_SPEC_RPC is not used with --url: the server places its own model"
+    )
     assert "cannot reach the server" in result.output and result.exit_code == 1
 
 
 def test_unknown_model_is_one_line(invoke, tiny_store):
     result = invoke("bench", "nope", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check")
     assert result.exit_code == 1
-    assert result.output.strip() == (f"Error: model 'nope' not found in {tiny_store} (from --models-dir); "
-                                     "pull it with 'ollama-spec pull nope'")
+    assert result.output.strip() == (
+        f"Error: model 'nope' not found in {tiny_store} (from --models-dir); pull it with 'ollama-spec pull nope'"
+    )
 
 
 def test_draft_is_required_without_url(invoke, tiny_store):
@@ -156,8 +230,21 @@ def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file
         return sample
 
     monkeypatch.setattr(runner, "_sample", corrupted)
-    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "-k", "1,3", "--no-ngram",
-                    "--prompts", prompts_file, "--no-warmup")
+    result = invoke(
+        "bench",
+        "tiny-target",
+        "-d",
+        "tiny-draft",
+        "--models-dir",
+        tiny_store,
+        *ARGS,
+        "-k",
+        "1,3",
+        "--no-ngram",
+        "--prompts",
+        prompts_file,
+        "--no-warmup",
+    )
     assert result.exit_code == 1
     assert "WARNING: 3 greedy outputs differ from the target alone:" in result.output  # K=1, K=3, K=best beside
     assert "(beside the references): prompt 'fox' run 1 differs" in result.output
@@ -178,10 +265,15 @@ def test_differences_at_a_near_tie_are_told_apart_from_real_ones():
 
     row = Row("speculative K=2", SPECULATIVE, 2, [Sample("a", 0, [1, 2, 9], 0, 1), Sample("b", 0, [1, 7, 4], 0, 1)])
     compare_tokens(row, {"a": [1, 2, 3], "b": [1, 2, 4]}, {"a": [5.0, 4.0, 0.004], "b": [5.0, 0.5, 2.0]})
-    assert row.near_ties == ["speculative K=2: prompt 'a' run 1 differs from the target alone at token 2 of 3, "
-                             "where the target's two best logits are 0.0040 apart (near-tie)"]
-    assert row.mismatches == ["speculative K=2: prompt 'b' run 1 differs from the target alone at token 1 of 3 "
-                              "(logit margin 0.500)"]
+    assert row.near_ties == [
+        (
+            "speculative K=2: prompt 'a' run 1 differs from the target alone at token 2 of 3, "
+            "where the target's two best logits are 0.0040 apart (near-tie)"
+        )
+    ]
+    assert row.mismatches == [
+        "speculative K=2: prompt 'b' run 1 differs from the target alone at token 1 of 3 (logit margin 0.500)"
+    ]
 
 
 def test_every_row_reads_its_whole_prompt(invoke, tiny_store, prompts_file, monkeypatch):
@@ -197,8 +289,9 @@ def test_every_row_reads_its_whole_prompt(invoke, tiny_store, prompts_file, monk
         return result
 
     monkeypatch.setattr(Generation, "__iter__", recording)
-    result = invoke("bench", "tiny-target", "--draft", "tiny-draft", "--models-dir", tiny_store, *ARGS,
-                    "--prompts", prompts_file)
+    result = invoke(
+        "bench", "tiny-target", "--draft", "tiny-draft", "--models-dir", tiny_store, *ARGS, "--prompts", prompts_file
+    )
     assert result.exit_code == 0, result.output
     assert len(cached) > 6 and set(cached) == {0}
 
@@ -211,8 +304,19 @@ def test_every_row_runs_the_model_with_all_its_adapters(invoke, store_copy, prom
     lora_variant(store_copy, "lora1", tmp_path, seed=1)
     lora_variant(store_copy, "lora2", tmp_path, base="lora1", seed=2)
     out = tmp_path / "results"
-    result = invoke("bench", "lora2", "--draft", "tiny-draft", "--models-dir", store_copy, *ARGS,
-                    "--prompts", prompts_file, "--out", out)
+    result = invoke(
+        "bench",
+        "lora2",
+        "--draft",
+        "tiny-draft",
+        "--models-dir",
+        store_copy,
+        *ARGS,
+        "--prompts",
+        prompts_file,
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     rows = {row["label"]: row for row in json.loads((out / "results.json").read_text())["rows"]}
     assert rows["llama-cpp-python target alone"]["identical_to_target_alone"] is True

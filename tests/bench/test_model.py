@@ -76,18 +76,26 @@ def test_builtin_prompts_cover_the_kinds():
 
 def test_prompt_file_json_lines_and_plain_lines(tmp_path):
     path = tmp_path / "prompts.txt"
-    path.write_text('# a comment\n{"prompt": "Hi", "system": "Be brief.", "name": "greeting"}\n\n'
-                    'Plain text prompt\n"{not json"\n', encoding="utf-8")
+    path.write_text(
+        '# a comment\n{"prompt": "Hi", "system": "Be brief.", "name": "greeting"}\n\nPlain text prompt\n"{not json"\n',
+        encoding="utf-8",
+    )
     prompts = load_prompts(path)
     assert [(p.name, p.prompt, p.system) for p in prompts] == [
-        ("greeting", "Hi", "Be brief."), ("prompt 2", "Plain text prompt", None), ("prompt 3", '"{not json"', None)]
+        ("greeting", "Hi", "Be brief."),
+        ("prompt 2", "Plain text prompt", None),
+        ("prompt 3", '"{not json"', None),
+    ]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "holds no prompts"),
-    ("{bad json\n", "line 1: not valid JSON"),
-    ('ok\n{"system": "x"}\n', 'line 2: needs a "prompt" string'),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "holds no prompts"),
+        ("{bad json\n", "line 1: not valid JSON"),
+        ('ok\n{"system": "x"}\n', 'line 2: needs a "prompt" string'),
+    ],
+)
 def test_bad_prompt_files(tmp_path, text, message):
     path = tmp_path / "p.jsonl"
     path.write_text(text, encoding="utf-8")

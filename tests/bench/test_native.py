@@ -44,29 +44,56 @@ def test_native_row_errors_are_one_line(tmp_path, tiny_models):
     with pytest.raises(InvalidSetting, match="does not exist: build it with scripts/build-native-speculative.sh"):
         run_native_row(tmp_path / "nope", target, draft, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
     with pytest.raises(InvalidSetting, match="failed on prompt 'p' .exit 0.: E failed to initialize"):
-        run_native_row(fake_binary(tmp_path, "E failed to initialize"), target, draft, 3, [Prompt("p", "hi")],
-                       {"p": "hi"}, settings)
+        run_native_row(
+            fake_binary(tmp_path, "E failed to initialize"),
+            target,
+            draft,
+            3,
+            [Prompt("p", "hi")],
+            {"p": "hi"},
+            settings,
+        )
 
 
 def test_a_missing_native_binary_is_refused_before_any_timing(invoke, tiny_store, monkeypatch):
     from ollama_spec.bench import runner
 
     monkeypatch.setattr(runner, "run_engine_rows", lambda *a, **k: pytest.fail("timed before checking --native"))
-    result = invoke("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, "--no-check",
-                    "--native", "/nonexistent/llama-speculative-simple")
+    result = invoke(
+        "bench",
+        "tiny-target",
+        "-d",
+        "tiny-draft",
+        "--models-dir",
+        tiny_store,
+        "--no-check",
+        "--native",
+        "/nonexistent/llama-speculative-simple",
+    )
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: --native /nonexistent/llama-speculative-simple does not exist: "
-                                     "build it with scripts/build-native-speculative.sh")
+    assert result.output.strip() == (
+        "Error: --native /nonexistent/llama-speculative-simple does not exist: "
+        "build it with scripts/build-native-speculative.sh"
+    )
 
 
 def test_a_model_with_an_adapter_is_refused_by_native_before_any_timing(invoke, store_copy, tmp_path, monkeypatch):
     from ollama_spec.bench import runner
-
     from tests.stores import lora_variant
 
     lora_variant(store_copy, "tiny-lora", tmp_path)
     monkeypatch.setattr(runner, "run_engine_rows", lambda *a, **k: pytest.fail("timed before checking --native"))
-    result = invoke("bench", "tiny-lora", "-d", "tiny-draft", "--models-dir", store_copy, "--no-check",
-                    "--native", fake_binary(tmp_path, "decoded 5 tokens in 0.1 seconds"))
+    result = invoke(
+        "bench",
+        "tiny-lora",
+        "-d",
+        "tiny-draft",
+        "--models-dir",
+        store_copy,
+        "--no-check",
+        "--native",
+        fake_binary(tmp_path, "decoded 5 tokens in 0.1 seconds"),
+    )
     assert result.exit_code == 1 and result.output.strip() == (
-        "Error: --native runs models without LoRA adapters: leave it out for a model with an adapter layer")
+        "Error: --native runs models without LoRA adapters: leave it out for a model with an adapter layer"
+    )

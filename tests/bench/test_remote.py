@@ -92,7 +92,9 @@ def test_unreachable_server_is_one_line(invoke):
     url = f"http://127.0.0.1:{free_port()}/v1"
     result = invoke("bench", "m", "--url", url)
     assert result.exit_code == 1
-    assert result.output.strip() == f"Error: cannot reach the server at {url} (connection refused); start it or fix --url"
+    assert (
+        result.output.strip() == f"Error: cannot reach the server at {url} (connection refused); start it or fix --url"
+    )
 
 
 def test_http_errors_are_one_line(invoke, server):
@@ -106,8 +108,10 @@ def test_a_404_without_v1_says_the_url_is_the_api_base(invoke, server):
     url = server.removesuffix("/v1")
     result = invoke("bench", "m", "--url", url)
     assert result.exit_code == 1
-    assert result.output.strip().endswith('{"error": "no such route"}; --url is the API base, which ends in /v1 on '
-                                          "OpenAI-compatible servers (e.g. http://127.0.0.1:8000/v1)")
+    assert result.output.strip().endswith(
+        '{"error": "no such route"}; --url is the API base, which ends in /v1 on '
+        "OpenAI-compatible servers (e.g. http://127.0.0.1:8000/v1)"
+    )
 
 
 def test_a_url_ending_in_the_chat_completions_path_is_taken_as_its_api_base(invoke, server):
@@ -118,11 +122,17 @@ def test_a_url_ending_in_the_chat_completions_path_is_taken_as_its_api_base(invo
     assert f"m at {server}: median" in result.output
 
 
-@pytest.mark.parametrize(("url", "says"), [
-    ("http://[::1/v1", "Error: --url 'http://[::1/v1' is not a valid URL (Invalid port: ':1')"),
-    ("http://127.0.0.1:99999/v1", "Error: --url 'http://127.0.0.1:99999/v1': port 99999 is out of range (1 to 65535)"),
-    ("http://", "Error: --url 'http://' names no host; give the API base, e.g. http://127.0.0.1:8000/v1"),
-])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://[::1/v1", "Error: --url 'http://[::1/v1' is not a valid URL (Invalid port: ':1')"),
+        (
+            "http://127.0.0.1:99999/v1",
+            "Error: --url 'http://127.0.0.1:99999/v1': port 99999 is out of range (1 to 65535)",
+        ),
+        ("http://", "Error: --url 'http://' names no host; give the API base, e.g. http://127.0.0.1:8000/v1"),
+    ],
+)
 def test_a_malformed_url_is_one_line_before_any_request(invoke, url, says):
     result = invoke("bench", "m", "--url", url)
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit)

@@ -32,8 +32,9 @@ def _random(seed: int, name: str, shape: tuple[int, ...], std: float) -> np.ndar
     return rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
 
 
-def gemma3_tensors(vocab: Vocabulary, n_layer: int, draft_layers: int, seed: int = 1,
-                   residual_scale: float = 0.1) -> dict[str, np.ndarray]:
+def gemma3_tensors(
+    vocab: Vocabulary, n_layer: int, draft_layers: int, seed: int = 1, residual_scale: float = 0.1
+) -> dict[str, np.ndarray]:
     """The target's tensors; a draft takes those of its first `draft_layers` layers."""
     ones = np.ones(N_EMBD, np.float32)
     embeddings = _random(seed, "embd", (vocab.size, N_EMBD), 0.5)
@@ -46,24 +47,32 @@ def gemma3_tensors(vocab: Vocabulary, n_layer: int, draft_layers: int, seed: int
         p = f"blk.{i}."
         tensors |= {
             p + "attn_norm.weight": ones,
-            p + "attn_q.weight": _random(seed, p + "q", (N_HEAD * HEAD_DIM, N_EMBD), N_EMBD ** -0.5),
-            p + "attn_k.weight": _random(seed, p + "k", (N_KV_HEAD * HEAD_DIM, N_EMBD), N_EMBD ** -0.5),
-            p + "attn_v.weight": _random(seed, p + "v", (N_KV_HEAD * HEAD_DIM, N_EMBD), N_EMBD ** -0.5),
+            p + "attn_q.weight": _random(seed, p + "q", (N_HEAD * HEAD_DIM, N_EMBD), N_EMBD**-0.5),
+            p + "attn_k.weight": _random(seed, p + "k", (N_KV_HEAD * HEAD_DIM, N_EMBD), N_EMBD**-0.5),
+            p + "attn_v.weight": _random(seed, p + "v", (N_KV_HEAD * HEAD_DIM, N_EMBD), N_EMBD**-0.5),
             p + "attn_q_norm.weight": np.ones(HEAD_DIM, np.float32),
             p + "attn_k_norm.weight": np.ones(HEAD_DIM, np.float32),
-            p + "attn_output.weight": _random(seed, p + "o", (N_EMBD, N_HEAD * HEAD_DIM), scale * N_EMBD ** -0.5),
+            p + "attn_output.weight": _random(seed, p + "o", (N_EMBD, N_HEAD * HEAD_DIM), scale * N_EMBD**-0.5),
             p + "post_attention_norm.weight": ones * np.float32(POST_NORM_GAIN * scale),
             p + "ffn_norm.weight": ones,
-            p + "ffn_gate.weight": _random(seed, p + "gate", (N_FF, N_EMBD), N_EMBD ** -0.5),
-            p + "ffn_up.weight": _random(seed, p + "up", (N_FF, N_EMBD), N_EMBD ** -0.5),
-            p + "ffn_down.weight": _random(seed, p + "down", (N_EMBD, N_FF), scale * N_FF ** -0.5),
+            p + "ffn_gate.weight": _random(seed, p + "gate", (N_FF, N_EMBD), N_EMBD**-0.5),
+            p + "ffn_up.weight": _random(seed, p + "up", (N_FF, N_EMBD), N_EMBD**-0.5),
+            p + "ffn_down.weight": _random(seed, p + "down", (N_EMBD, N_FF), scale * N_FF**-0.5),
             p + "post_ffw_norm.weight": ones * np.float32(POST_NORM_GAIN * scale),
         }
     return tensors
 
 
-def write_gemma3_gguf(path: Path, *, name: str, vocab: Vocabulary, tensors: dict[str, np.ndarray], n_layer: int,
-                      sliding_window: int = 16, window_pattern: int | list[bool] = 2) -> Path:
+def write_gemma3_gguf(
+    path: Path,
+    *,
+    name: str,
+    vocab: Vocabulary,
+    tensors: dict[str, np.ndarray],
+    n_layer: int,
+    sliding_window: int = 16,
+    window_pattern: int | list[bool] = 2,
+) -> Path:
     """Write one Gemma-3 file; every `window_pattern`-th layer is global, the others see the last
     `sliding_window` tokens (Gemma 3 itself: 5 window layers of 1,024 tokens per global one). A
     list flags each layer that sees only the window, as Ollama's converter writes the pattern."""

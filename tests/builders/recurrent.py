@@ -13,8 +13,18 @@ from ollama_spec.synthetic.models import add_vocabulary
 from ollama_spec.synthetic.tokenizer import build_vocabulary
 
 
-def write_mamba_gguf(path: Path, *, name: str = "tiny-mamba", n_embd: int = 64, n_layer: int = 2, d_state: int = 16,
-                     d_conv: int = 4, dt_rank: int = 4, vocab_size: int = 512, seed: int = 5) -> Path:
+def write_mamba_gguf(
+    path: Path,
+    *,
+    name: str = "tiny-mamba",
+    n_embd: int = 64,
+    n_layer: int = 2,
+    d_state: int = 16,
+    d_conv: int = 4,
+    dt_rank: int = 4,
+    vocab_size: int = 512,
+    seed: int = 5,
+) -> Path:
     """Write a Mamba (v1) model with random weights; llama.cpp needs d_inner = 2 x n_embd."""
     vocab = build_vocabulary(vocab_size, 200)
     d_inner = 2 * n_embd

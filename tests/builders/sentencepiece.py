@@ -9,6 +9,7 @@ tests see those characters streamed whole. The draft is the target's first layer
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -20,9 +21,11 @@ from tests.builders.writers import write_first_layers
 
 NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6  # llama.cpp's token types
 SPACE = "\u2581"
-CORPUS = ("The quick brown fox jumps over the lazy dog. Speculative decoding lets a small draft model "
-          "propose several tokens that the large target model then checks in a single pass. Hello world, "
-          "once upon a time there was a little robot who wanted to paint the sea. Le café est très bon.")
+CORPUS = (
+    "The quick brown fox jumps over the lazy dog. Speculative decoding lets a small draft model "
+    "propose several tokens that the large target model then checks in a single pass. Hello world, "
+    "once upon a time there was a little robot who wanted to paint the sea. Le café est très bon."
+)
 BYTES_ONLY = set("ïüñ中文日本語🙂😀€")  # kept out of the vocabulary
 ANSWER = "Hello naïve中文,🙂."
 MISTRAL_TEMPLATE = (
@@ -48,8 +51,14 @@ def spm_vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens + pieces, scores, types + [NORMAL] * len(pieces)
 
 
-def write_spm_gguf(path: Path, *, name: str, n_layer: int, vocab: tuple[list[str], list[float], list[int]],
-                   weights: dict[str, np.ndarray]) -> Path:
+def write_spm_gguf(
+    path: Path,
+    *,
+    name: str,
+    n_layer: int,
+    vocab: tuple[list[str], list[float], list[int]],
+    weights: dict[str, np.ndarray],
+) -> Path:
     tokens, scores, types = vocab
     writer = new_llama_writer(path, name, ARCH, n_layer, FILE_TYPES["F32"])
     writer.add_vocab_size(len(tokens))
@@ -76,12 +85,13 @@ def build_spm_pair(root: Path, answer_tokens: list[int]) -> tuple[str, str]:
     vocab = spm_vocabulary()
     chain = [vocab[0].index("[/INST]"), *answer_tokens, vocab[0].index("</s>")]
     raw_bytes = [5 + b for b in range(256) if not 0x20 <= b < 0x7F and 5 + b not in chain]
-    weights = make_weights(ARCH, len(vocab[0]), WeightRecipe(seed=3, residual_scale=0.12,
-                                                             quiet_tokens=tuple(raw_bytes)), draft_layers=1)
+    weights = make_weights(
+        ARCH, len(vocab[0]), WeightRecipe(seed=3, residual_scale=0.12, quiet_tokens=tuple(raw_bytes)), draft_layers=1
+    )
     embeddings, output = weights["token_embd.weight"], weights["output.weight"]
     for token in set(chain[:-1]):
         embeddings[token] *= 3.0
-    for token, following in zip(chain, chain[1:]):  # each chain token's output row points at the next
+    for token, following in itertools.pairwise(chain):  # each chain token's output row points at the next
         row = embeddings[token].astype(np.float32)
         output[following] = row * (6.0 / np.linalg.norm(row))
     for name, n_layer in (("spm-target", ARCH.n_layer), ("spm-draft", 1)):

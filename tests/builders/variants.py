@@ -35,8 +35,15 @@ def build_padded_target(root: Path, extra: int = PADDING_TOKENS) -> str:
     weights = make_weights(spec.arch, padded.size, spec.recipe, spec.draft_layers)
     with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as tmp:
         path = Path(tmp) / "model.gguf"
-        write_gguf(path, name=PADDED_NAME, arch=spec.arch, n_layer=spec.arch.n_layer, vocab=padded, weights=weights,
-                   dtype=spec.recipe.dtype)
+        write_gguf(
+            path,
+            name=PADDED_NAME,
+            arch=spec.arch,
+            n_layer=spec.arch.n_layer,
+            vocab=padded,
+            weights=weights,
+            dtype=spec.recipe.dtype,
+        )
         write_model(root, PADDED_NAME, path)
     return PADDED_NAME
 
@@ -54,7 +61,15 @@ def build_coder_target(root: Path) -> str:
     weights = make_weights(spec.arch, coder.size, spec.recipe, spec.draft_layers)
     with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as tmp:
         path = Path(tmp) / "model.gguf"
-        write_gguf(path, name=CODER_NAME, arch=spec.arch, n_layer=spec.arch.n_layer, vocab=coder, weights=weights,
-                   dtype=spec.recipe.dtype, fim_ids=(vocab.size, vocab.size + 1, vocab.size + 2))
+        write_gguf(
+            path,
+            name=CODER_NAME,
+            arch=spec.arch,
+            n_layer=spec.arch.n_layer,
+            vocab=coder,
+            weights=weights,
+            dtype=spec.recipe.dtype,
+            fim_ids=(vocab.size, vocab.size + 1, vocab.size + 2),
+        )
         write_model(root, CODER_NAME, path)
     return CODER_NAME

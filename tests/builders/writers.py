@@ -21,8 +21,16 @@ def write_first_layers(writer: GGUFWriter, tensors: dict[str, np.ndarray], n_lay
     writer.close()
 
 
-def write_lora_gguf(path: Path, *, arch: Architecture, n_layer: int, rank: int = 4, seed: int = 7,
-                    scale: float = 1.0, architecture: str = "llama") -> None:
+def write_lora_gguf(
+    path: Path,
+    *,
+    arch: Architecture,
+    n_layer: int,
+    rank: int = 4,
+    seed: int = 7,
+    scale: float = 1.0,
+    architecture: str = "llama",
+) -> None:
     """A GGUF LoRA adapter for the first `n_layer` blocks of a model of `arch`, laid out as llama.cpp's
     convert_lora_to_gguf.py writes one (A: rank x n_in, B: n_out x rank), on every block's attention
     query and feed-forward down matrices. `scale` sizes its change to the weights (B·A)."""

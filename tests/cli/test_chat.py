@@ -84,9 +84,20 @@ def _read_until(fd, marker: bytes, timeout: float = 60, *, required: bool = True
 def test_a_terminal_session_with_ctrl_c_and_ctrl_d(tiny_store, tmp_path):
     controller, terminal = pty.openpty()
     child = subprocess.Popen(
-        [sys.executable, "-c", "from ollama_spec.cli import main; main()", "chat", *ARGS, "--models-dir",
-         str(tiny_store)],
-        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True, start_new_session=True,
+        [
+            sys.executable,
+            "-c",
+            "from ollama_spec.cli import main; main()",
+            "chat",
+            *ARGS,
+            "--models-dir",
+            str(tiny_store),
+        ],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        close_fds=True,
+        start_new_session=True,
         env={**os.environ, "TERM": "dumb"},
         # A run started in the background inherits an ignored SIGINT, and Python then keeps ignoring it.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -121,10 +132,9 @@ def test_a_terminal_session_with_ctrl_c_and_ctrl_d(tiny_store, tmp_path):
 def test_ctrl_c_mid_answer_stops_it_and_the_next_turn_goes_on(tiny_models, monkeypatch, capsys):
     """The interrupt lands where a real one does, inside llama.cpp's evaluation of a verify batch."""
     from ollama_spec.cli.chat import _answer
+    from ollama_spec.decoding.sampling import SamplingSettings
     from ollama_spec.engine.conversation import Conversation
     from ollama_spec.engine.engine import Engine, Request
-    from ollama_spec.decoding.sampling import SamplingSettings
-
     from tests.conftest import engine_settings
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
@@ -153,8 +163,17 @@ def test_format_keeps_every_answer_to_the_schema(invoke, tiny_store):
     import json
 
     schema = {"type": "object", "required": ["yes"], "properties": {"yes": {"type": "boolean"}}}
-    result = invoke("chat", *ARGS, "-n", "40", "--format", json.dumps(schema),
-                    "--models-dir", tiny_store, input="Hello there\nAnd again?\n")
+    result = invoke(
+        "chat",
+        *ARGS,
+        "-n",
+        "40",
+        "--format",
+        json.dumps(schema),
+        "--models-dir",
+        tiny_store,
+        input="Hello there\nAnd again?\n",
+    )
     assert result.exit_code == 0, result.output
     answers = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     assert len(answers) == 2 and all(set(a) == {"yes"} for a in answers)

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from ollama_spec.llama import backends
-from ollama_spec.planning.devices import CUDA_RESERVE, GIB, MIB, Device, nvidia_gpu, system_ram
 from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.planning.devices import CUDA_RESERVE, GIB, MIB, Device, nvidia_gpu, system_ram
 
 
 @pytest.fixture
@@ -48,8 +48,10 @@ def test_does_not_fit_exits_1_with_the_verdict(invoke, tiny_store, machine):
     result = invoke("check", "tiny-target", "-d", "tiny-draft", "--ctx", "8192", "--models-dir", tiny_store)
     assert result.exit_code == 1
     assert result.stdout.splitlines()[-2:] == [
-        ("verdict: does not fit: target and draft need 24.5 MiB of GPU memory with full offload, 4.0 MiB usable, "
-         "and no layer split fits in 4.0 MiB of RAM"),
+        (
+            "verdict: does not fit: target and draft need 24.5 MiB of GPU memory with full offload, 4.0 MiB usable, "
+            "and no layer split fits in 4.0 MiB of RAM"
+        ),
         "  try: --ctx 256 fits with full offload",
     ]
     as_json = invoke("check", "tiny-target", "--ctx", "8192", "--json", "--models-dir", tiny_store)
@@ -69,7 +71,6 @@ def test_layer_split_for_a_70b_shape(invoke, sparse_dir, machine):
     from ollama_spec.models.gguf_info import read_model_info
     from ollama_spec.synthetic.models import Architecture
     from tests.builders.shapes import write_shape_only_gguf
-
     from tests.planning.test_memory import _expected_gpu_layers
 
     arch = Architecture(n_embd=8192, n_layer=80, n_head=64, n_kv_head=8, n_ff=28672, context_length=131072)
@@ -89,13 +90,18 @@ def test_repacked_copy_is_counted_and_said(invoke, tiny_store, machine, monkeypa
     assert q4.exit_code == 0
     # every layer matrix and the output matrix: 213,568 - 512 x 64 embeddings - 9 x 64 norms values, Q4_0
     repacked = (213_568 - 512 * 64 - 9 * 64) // 32 * 18
-    assert f"  repacked {format_bytes(repacked):>12}  (llama.cpp's copy for this CPU's kernels; --no-repack skips it)" \
+    assert (
+        f"  repacked {format_bytes(repacked):>12}  (llama.cpp's copy for this CPU's kernels; --no-repack skips it)"
         in q4.stdout.splitlines()
+    )
     without = invoke("check", "tiny-target:q4_0", "--ctx", "512", "--no-repack", "--json", "--models-dir", tiny_store)
     data = json.loads(without.stdout)
     assert data["host_repacked"] == 0 and data["repack"] is False
-    assert data["repack_decision"] == {"enabled": False, "source": "--repack/--no-repack",
-                                       "detail": "forced on the command line"}
+    assert data["repack_decision"] == {
+        "enabled": False,
+        "source": "--repack/--no-repack",
+        "detail": "forced on the command line",
+    }
     q8 = invoke("check", "tiny-target:q8_0", "--ctx", "512", "--models-dir", tiny_store)
     assert "repacked" not in q8.stdout  # AVX2 has no Q8_0 kernel
 
@@ -103,8 +109,10 @@ def test_repacked_copy_is_counted_and_said(invoke, tiny_store, machine, monkeypa
 def test_context_beyond_training_warns_and_continues(invoke, tiny_store, machine):
     result = invoke("check", "tiny-target", "--ctx", "16384", "--models-dir", tiny_store)
     assert result.exit_code == 0 and "verdict: fits with full offload" in result.stdout
-    assert result.stderr == ("warning: --ctx 16384 is larger than tiny-target's trained context (8192 tokens); "
-                             "output quality may drop past it\n")
+    assert result.stderr == (
+        "warning: --ctx 16384 is larger than tiny-target's trained context (8192 tokens); "
+        "output quality may drop past it\n"
+    )
 
 
 def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path, machine):
@@ -114,11 +122,11 @@ def test_errors_are_one_line_with_nonzero_exit(invoke, tiny_store, tmp_path, mac
         ("tiny-target", "--ctx", "0"): "Error: --ctx must be a positive number of tokens, got 0",
         ("tiny-target", "--ctx", "-5"): "Error: --ctx must be a positive number of tokens, got -5",
         ("tiny-target", "--kv-type", "q8_0"): "Error: --kv-type q8_0 needs attention heads whose size is a multiple "
-                                              "of 32, but tiny-target has 16; use --kv-type f16",
+        "of 32, but tiny-target has 16; use --kv-type f16",
         ("nothere",): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); "
-                      "pull it with 'ollama-spec pull nothere'",
+        "pull it with 'ollama-spec pull nothere'",
         ("tiny-target", "-d", "nothere"): f"Error: model 'nothere' not found in {tiny_store} (from --models-dir); "
-                                          "pull it with 'ollama-spec pull nothere'",
+        "pull it with 'ollama-spec pull nothere'",
         (str(junk),): f"Error: {junk} is not a GGUF file (it starts with b'junk')",
     }
     for args, message in cases.items():
@@ -156,17 +164,22 @@ def test_tensor_split_shares_are_shown_as_each_devices_part_of_the_target(invoke
     machine[:] = [nvidia_gpu(8, "GPU 0"), nvidia_gpu(8, "GPU 1"), system_ram(32)]
     result = invoke("check", "tiny-target", "-d", "tiny-draft", "--tensor-split", "3,1", "--models-dir", tiny_store)
     assert result.exit_code == 0, result.output
-    shares = [line.split("; ")[1].split(" of the target")[0] for line in result.stdout.splitlines() if "GPU " in line
-              and "of the target" in line]
+    shares = [
+        line.split("; ")[1].split(" of the target")[0]
+        for line in result.stdout.splitlines()
+        if "GPU " in line and "of the target" in line
+    ]
     assert shares == ["75%", "25%"]
 
 
 def test_row_split_with_rpc_servers_is_refused_before_any_connection(invoke, tiny_store, machine):
     result = invoke("check", "tiny-target", "--split-mode", "row", "--rpc", "127.0.0.1:1", "--models-dir", tiny_store)
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: --split-mode row splits matrices over one machine's GPUs only; "
-                                     "llama.cpp's RPC servers take whole layers: use --split-mode layer (the "
-                                     "default) with --rpc")
+    assert result.output.strip() == (
+        "Error: --split-mode row splits matrices over one machine's GPUs only; "
+        "llama.cpp's RPC servers take whole layers: use --split-mode layer (the "
+        "default) with --rpc"
+    )
 
 
 def test_no_gpu_warning_is_dropped_when_rpc_servers_take_the_target(invoke, tiny_store, monkeypatch):
@@ -174,10 +187,15 @@ def test_no_gpu_warning_is_dropped_when_rpc_servers_take_the_target(invoke, tiny
     from ollama_spec.cli import check as check_module
     from ollama_spec.planning.devices import rpc_device
 
-    monkeypatch.setattr(backends, "discover_devices", lambda: ([system_ram(16)], ["no GPU found: planning for CPU RAM"]))
+    monkeypatch.setattr(
+        backends, "discover_devices", lambda: ([system_ram(16)], ["no GPU found: planning for CPU RAM"])
+    )
     monkeypatch.setattr(backends, "cpu_features", lambda: frozenset())
-    monkeypatch.setattr(check_module, "remote_devices",
-                        lambda servers: (rpc_device("RPC0", servers[0], 8 * GIB, 8 * GIB),) if servers else ())
+    monkeypatch.setattr(
+        check_module,
+        "remote_devices",
+        lambda servers: (rpc_device("RPC0", servers[0], 8 * GIB, 8 * GIB),) if servers else (),
+    )
     result = invoke("check", "tiny-target", "-d", "tiny-draft", "--rpc", "10.0.0.2:50052", "--models-dir", tiny_store)
     assert result.exit_code == 0, result.output
     assert "RPC0 at 10.0.0.2:50052" in result.stdout and result.stderr == ""

@@ -21,8 +21,21 @@ def test_generate_streams_the_same_text_with_and_without_draft(invoke, tiny_stor
 
 
 def test_prompt_from_stdin_and_json(invoke, tiny_store):
-    result = gen(invoke, tiny_store, "tiny-target", "-d", "tiny-draft", "--json", "-n", "20", "-t", "0", "-k", "5",
-        input="The quick brown fox")
+    result = gen(
+        invoke,
+        tiny_store,
+        "tiny-target",
+        "-d",
+        "tiny-draft",
+        "--json",
+        "-n",
+        "20",
+        "-t",
+        "0",
+        "-k",
+        "5",
+        input="The quick brown fox",
+    )
     data = json.loads(result.stdout)
     assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
     assert data["generated_tokens"] == 20 and data["finish_reason"] == "length"
@@ -31,13 +44,29 @@ def test_prompt_from_stdin_and_json(invoke, tiny_store):
 
 
 def test_k_defaults_to_auto_and_reports_the_ks_it_chose(invoke, tiny_store):
-    result = gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-d", "tiny-draft", "--json", "-n", "20",
-                 "-t", "0")
+    result = gen(
+        invoke, tiny_store, "tiny-target", "The quick brown fox", "-d", "tiny-draft", "--json", "-n", "20", "-t", "0"
+    )
     data = json.loads(result.stdout)
     assert sum(data["k_chosen"].values()) == data["steps"] - 1  # the prompt's own pass drafts nothing
     assert all(0 <= int(k) <= DEFAULT_MAX_SPECULATIVE_TOKENS for k in data["k_chosen"])
-    fixed = json.loads(gen(invoke, tiny_store, "tiny-target", "The quick brown fox", "-d", "tiny-draft", "--json",
-                           "-n", "20", "-t", "0", "-k", "3").stdout)
+    fixed = json.loads(
+        gen(
+            invoke,
+            tiny_store,
+            "tiny-target",
+            "The quick brown fox",
+            "-d",
+            "tiny-draft",
+            "--json",
+            "-n",
+            "20",
+            "-t",
+            "0",
+            "-k",
+            "3",
+        ).stdout
+    )
     assert set(fixed["k_chosen"]) == {"3"} and fixed["text"] == data["text"]
 
 
@@ -68,8 +97,10 @@ def test_gguf_paths_work_without_a_store(invoke, tiny_models, tmp_path):
         ),
         (
             ("tiny-target", "hi", "-d", "tiny-alien"),
-            "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
-            "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128",
+            (
+                "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
+                "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"
+            ),
         ),
         (
             ("tiny-target", "hi", "-d", "tiny-draft", "-k", "0"),
@@ -141,8 +172,20 @@ def test_memory_check_refuses_what_cannot_fit_before_loading(invoke, tiny_store,
     assert result.exit_code == 1 and loads == []
     assert result.output.startswith("Error: ") and "fit" in result.output
     assert len(result.output.strip().splitlines()) == 1
-    forced = invoke("generate", "tiny-target", "hi", "-d", "tiny-draft", "--force", "--threads", "1", "-n", "3",
-                    "--models-dir", tiny_store)
+    forced = invoke(
+        "generate",
+        "tiny-target",
+        "hi",
+        "-d",
+        "tiny-draft",
+        "--force",
+        "--threads",
+        "1",
+        "-n",
+        "3",
+        "--models-dir",
+        tiny_store,
+    )
     assert forced.exit_code == 0 and loads
 
 
@@ -153,18 +196,23 @@ def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
     base = Result(tokens=[1, 2, 3, 4], total_seconds=1.0, first_token_seconds=0.1)
     other = Result(tokens=[1, 2, 9, 9], total_seconds=0.5, first_token_seconds=0.1)
     tie = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.005, 1.0])
-    assert tie.splitlines()[-1].startswith("outputs part at token 2, where the target's two best logits are 0.0050 apart")
+    assert tie.splitlines()[-1].startswith(
+        "outputs part at token 2, where the target's two best logits are 0.0050 apart"
+    )
     real = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.5, 1.0])
     assert real.splitlines()[-1] == "WARNING: outputs differ from token 2 on"
     rounded = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.5, 1.0], batch_size=3)
-    assert rounded.splitlines()[-1].startswith("outputs part at token 2, where the target itself picks the "
-                                               "speculative token in a batch of 3 (logit margin 0.500)")
+    assert rounded.splitlines()[-1].startswith(
+        "outputs part at token 2, where the target itself picks the "
+        "speculative token in a batch of 3 (logit margin 0.500)"
+    )
     same = format_comparison(base, base, greedy=True)
     assert same.splitlines()[-1] == "outputs are token-identical"
 
 
-def test_compare_tells_no_speed_up_from_a_run_too_short_to_time_and_notes_a_busy_machine(invoke, tiny_store,
-                                                                                       monkeypatch):
+def test_compare_tells_no_speed_up_from_a_run_too_short_to_time_and_notes_a_busy_machine(
+    invoke, tiny_store, monkeypatch
+):
     from ollama_spec.cli.generate import format_comparison
     from ollama_spec.engine.engine import Result
 
@@ -253,7 +301,9 @@ def test_generate_applies_the_memory_plans_layer_split(invoke, tiny_store, tiny_
     assert result.exit_code == 0, result.output
     assert len(looked) == 2  # check, then generate's own check
     assert [(path, settings.n_gpu_layers) for path, settings in loads] == [
-        (tiny_models[0].path, plan.gpu_layers), (tiny_models[1].path, -1)]  # the draft stays on the GPU
+        (tiny_models[0].path, plan.gpu_layers),
+        (tiny_models[1].path, -1),
+    ]  # the draft stays on the GPU
     assert all(settings.n_ctx == 2048 for _, settings in loads)
 
 
@@ -281,14 +331,18 @@ def test_a_gpu_the_build_cannot_use_is_said_once(invoke, tiny_store, monkeypatch
 
     monkeypatch.setattr(backends, "present_gpus", lambda: [devices.nvidia_gpu(24, "GPU 0: RTX 4090")])
     monkeypatch.setattr(backends, "_gpu_offload_supported", lambda: False)
-    result = invoke("generate", "tiny-target", "-d", "tiny-draft", "-n", "4", "-t", "0", "--models-dir", tiny_store,
-                    "Hi")
+    result = invoke(
+        "generate", "tiny-target", "-d", "tiny-draft", "-n", "4", "-t", "0", "--models-dir", tiny_store, "Hi"
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr.count("llama-cpp-python was built without GPU support, so the NVIDIA GPU") == 1
 
 
-SCHEMA = {"type": "object", "required": ["ok", "size"],
-          "properties": {"ok": {"type": "boolean"}, "size": {"enum": ["small", "large"]}}}
+SCHEMA = {
+    "type": "object",
+    "required": ["ok", "size"],
+    "properties": {"ok": {"type": "boolean"}, "size": {"enum": ["small", "large"]}},
+}
 
 
 def test_format_keeps_the_output_to_json(invoke, tiny_store, tmp_path):
@@ -302,11 +356,14 @@ def test_format_keeps_the_output_to_json(invoke, tiny_store, tmp_path):
     assert free.exit_code == 0 and free.stdout.lstrip().startswith("{")
 
 
-@pytest.mark.parametrize("given, message", [
-    ("missing.json", "cannot read 'missing.json': No such file or directory"),
-    ('{"type": ', "the schema is not valid JSON"),
-    ("[1, 2]", "a JSON schema must be an object"),
-])
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ("missing.json", "cannot read 'missing.json': No such file or directory"),
+        ('{"type": ', "the schema is not valid JSON"),
+        ("[1, 2]", "a JSON schema must be an object"),
+    ],
+)
 def test_bad_formats_are_one_line_errors(invoke, tiny_store, given, message):
     result = gen(invoke, tiny_store, "tiny-target", "hello", "--format", given)
     assert result.exit_code == 1 and message in result.output
@@ -332,14 +389,22 @@ def layered_store(tiny_store, tmp_path):
     root = tmp_path / "models"
     shutil.copytree(tiny_store, root)
     params = json.dumps({"draft_num_predict": 2, "temperature": 0}).encode()
-    variant(root, "withdraft", keep=lambda layer: not layer["mediaType"].endswith(".params"),
-            extra=[("draft", "tiny-draft"), ("params", params)])
+    variant(
+        root,
+        "withdraft",
+        keep=lambda layer: not layer["mediaType"].endswith(".params"),
+        extra=[("draft", "tiny-draft"), ("params", params)],
+    )
     without_chat_template(root, "notemplate")
     history = [{"role": "user", "content": "Ahoy"}, {"role": "assistant", "content": "Arr"}]
     variant(root, "pirate", extra=[("messages", json.dumps(history).encode())])
     for name, value in (("endless", {"num_predict": -1, "temperature": 0}), ("zero-ctx", {"num_ctx": 0})):
-        variant(root, name, keep=lambda layer: not layer["mediaType"].endswith(".params"),
-                extra=[("params", json.dumps(value).encode())])
+        variant(
+            root,
+            name,
+            keep=lambda layer: not layer["mediaType"].endswith(".params"),
+            extra=[("params", json.dumps(value).encode())],
+        )
     return root
 
 
@@ -354,8 +419,9 @@ def test_the_draft_in_a_models_manifest_drafts_with_its_draft_num_predict(invoke
     assert set(fixed["k_chosen"]) == {"3"}
     auto = gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "4", "-d", "auto")
     assert json.loads(auto.stdout)["draft"] == "withdraft:latest (its draft layer)"  # auto prefers it too
-    other = json.loads(gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "4", "-d", "tiny-draft:q8_0")
-                       .stdout)
+    other = json.loads(
+        gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "4", "-d", "tiny-draft:q8_0").stdout
+    )
     assert other["draft"] == "tiny-draft:q8_0"
 
 
@@ -364,10 +430,21 @@ def test_a_go_template_alone_is_warned_about_and_raw_is_not(invoke, layered_stor
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == (
         "warning: notemplate:latest has no chat template in its GGUF, only an Ollama template layer (Go templates "
-        "are not supported): the conversation is sent unformatted; use --raw to continue the text")
+        "are not supported): the conversation is sent unformatted; use --raw to continue the text"
+    )
     assert gen(invoke, layered_store, "notemplate", "Hi", "--json", "-n", "2", "--raw").stderr == ""
-    chatted = invoke("chat", "notemplate", "-n", "2", "--threads", "1", "--no-check", "--models-dir", layered_store,
-                     input="Hi\n/bye\n")
+    chatted = invoke(
+        "chat",
+        "notemplate",
+        "-n",
+        "2",
+        "--threads",
+        "1",
+        "--no-check",
+        "--models-dir",
+        layered_store,
+        input="Hi\n/bye\n",
+    )
     assert chatted.exit_code == 0 and "warning: notemplate:latest has no chat template in its GGUF" in chatted.stderr
 
 
@@ -387,18 +464,21 @@ def test_num_predict_minus_one_runs_until_the_context_is_full(invoke, layered_st
 def test_a_bad_num_ctx_in_the_params_names_the_params(invoke, layered_store):
     result = gen(invoke, layered_store, "zero-ctx", "Hi")
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: the model's params set num_ctx 0, not a positive number of tokens; "
-                                     "give --ctx to override it")
+    assert result.output.strip() == (
+        "Error: the model's params set num_ctx 0, not a positive number of tokens; give --ctx to override it"
+    )
 
 
 def test_the_speed_line_says_what_its_rate_measures():
     from ollama_spec.cli.generate import format_stats
     from ollama_spec.engine.engine import Result
 
-    result = Result(tokens=[1] * 9, finish_reason="length", prompt_tokens=5, total_seconds=7.92,
-                    first_token_seconds=7.57)  # 8 tokens after the first in 0.35 s
+    result = Result(
+        tokens=[1] * 9, finish_reason="length", prompt_tokens=5, total_seconds=7.92, first_token_seconds=7.57
+    )  # 8 tokens after the first in 0.35 s
     assert format_stats(result, speculative=False) == (
-        "9 tokens in 7.92 s (decode 22.9 tok/s after a 7.57 s first token; prompt 5 tokens; finished: length)")
+        "9 tokens in 7.92 s (decode 22.9 tok/s after a 7.57 s first token; prompt 5 tokens; finished: length)"
+    )
 
 
 def test_piped_text_goes_before_the_prompt_and_empty_input_is_refused(tiny_store, tmp_path):
@@ -409,8 +489,20 @@ def test_piped_text_goes_before_the_prompt_and_empty_input_is_refused(tiny_store
 
     notes = tmp_path / "notes.txt"
     notes.write_text("The capital of France")
-    command = [sys.executable, "-m", "ollama_spec", "generate", "tiny-target", "--raw", "--json", "-n", "1",
-               *BASE, "--models-dir", str(tiny_store)]
+    command = [
+        sys.executable,
+        "-m",
+        "ollama_spec",
+        "generate",
+        "tiny-target",
+        "--raw",
+        "--json",
+        "-n",
+        "1",
+        *BASE,
+        "--models-dir",
+        str(tiny_store),
+    ]
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
 
     def prompt_tokens(*args, stdin):

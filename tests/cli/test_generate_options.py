@@ -49,8 +49,9 @@ def greedy_text(tiny_store):
 
     from ollama_spec.cli import cli
 
-    result = CliRunner().invoke(cli, ["generate", "tiny-target", PROMPT, *BASE, "-n", "16", "-t", "0",
-                                      "--models-dir", str(tiny_store)])
+    result = CliRunner().invoke(
+        cli, ["generate", "tiny-target", PROMPT, *BASE, "-n", "16", "-t", "0", "--models-dir", str(tiny_store)]
+    )
     return json.loads(result.stdout)["text"]
 
 
@@ -60,8 +61,10 @@ def store(tiny_store, greedy_text, tmp_path_factory):
     shutil.copytree(tiny_store, root)
     gguf = Store(find_store_root(root)).resolve("tiny-target").gguf_path
     models = [(name, DEFAULT_PARAMS | params, None) for name, params in MODELS.items()]
-    models += [("terse", DEFAULT_PARAMS, "You are terse and exact."),
-               ("stopping", {"stop": [greedy_text[24:28]], "temperature": 0}, None)]
+    models += [
+        ("terse", DEFAULT_PARAMS, "You are terse and exact."),
+        ("stopping", {"stop": [greedy_text[24:28]], "temperature": 0}, None),
+    ]
     for name, params, system in models:
         copy = root.parent / f"{name}.gguf"
         shutil.copy(gguf, copy)  # write_model moves its file into blobs/
@@ -69,28 +72,34 @@ def store(tiny_store, greedy_text, tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("model, flags", [
-    ("cold", ()),
-    ("top-k-one", ()),
-    ("top-p-tiny", ()),
-    ("min-p-one", ()),
-    ("tiny-target", ("-t", "0")),
-    ("tiny-target", ("-t", "1", "--top-k", "1")),
-    ("tiny-target", ("-t", "1", "--top-p", "0.01")),
-    ("tiny-target", ("-t", "1", "--min-p", "1")),
-    ("top-k-one", ("-d", "tiny-draft")),  # through rejection sampling too
-])
+@pytest.mark.parametrize(
+    "model, flags",
+    [
+        ("cold", ()),
+        ("top-k-one", ()),
+        ("top-p-tiny", ()),
+        ("min-p-one", ()),
+        ("tiny-target", ("-t", "0")),
+        ("tiny-target", ("-t", "1", "--top-k", "1")),
+        ("tiny-target", ("-t", "1", "--top-p", "0.01")),
+        ("tiny-target", ("-t", "1", "--min-p", "1")),
+        ("top-k-one", ("-d", "tiny-draft")),  # through rejection sampling too
+    ],
+)
 def test_settings_that_leave_one_candidate_write_the_greedy_text(invoke, store, greedy_text, model, flags):
     assert texts(invoke, store, model, *flags, seeds=(1, 2)) == [greedy_text, greedy_text]
 
 
-@pytest.mark.parametrize("model, flags", [
-    ("tiny-target", ()),  # no params: Ollama's defaults, temperature 0.8
-    ("cold", ("-t", "1")),
-    ("top-k-one", ("--top-k", "0")),
-    ("top-p-tiny", ("--top-p", "1")),
-    ("min-p-one", ("--min-p", "0")),
-])
+@pytest.mark.parametrize(
+    "model, flags",
+    [
+        ("tiny-target", ()),  # no params: Ollama's defaults, temperature 0.8
+        ("cold", ("-t", "1")),
+        ("top-k-one", ("--top-k", "0")),
+        ("top-p-tiny", ("--top-p", "1")),
+        ("min-p-one", ("--min-p", "0")),
+    ],
+)
 def test_flags_override_the_params_layer(invoke, store, model, flags):
     assert len(set(texts(invoke, store, model, *flags))) > 1
 
@@ -136,13 +145,18 @@ def test_stop_strings_from_the_params_layer_and_the_flag(invoke, store, greedy_t
 def llama3_chat(user, system=None):
     """Llama 3's prompt format, written out by hand (Meta's model card), to compare with."""
     turn = "<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>"
-    return ("<|begin_of_text|>" + (turn.format("system", system) if system else "") + turn.format("user", user)
-            + "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    return (
+        "<|begin_of_text|>"
+        + (turn.format("system", system) if system else "")
+        + turn.format("user", user)
+        + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
 
 
 def test_system_and_raw_shape_the_prompt(invoke, store):
-    vocab = Llama(model_path=str(Store(find_store_root(store)).resolve("tiny-target").gguf_path), vocab_only=True,
-                  verbose=False)
+    vocab = Llama(
+        model_path=str(Store(find_store_root(store)).resolve("tiny-target").gguf_path), vocab_only=True, verbose=False
+    )
 
     def count(text, special=True):
         return len(vocab.tokenize(text.encode(), add_bos=not special, special=special))
@@ -159,14 +173,29 @@ def test_system_and_raw_shape_the_prompt(invoke, store):
 
 
 def test_penalties_from_flags_and_the_params_layer_change_the_text_but_not_speculations(invoke, store, greedy_text):
-    flagged = generate(invoke, store, "tiny-target", "-n", "16", "-t", "0", "--repeat-penalty", "2",
-                       "--frequency-penalty", "1")["text"]
+    flagged = generate(
+        invoke, store, "tiny-target", "-n", "16", "-t", "0", "--repeat-penalty", "2", "--frequency-penalty", "1"
+    )["text"]
     assert flagged != greedy_text
     assert generate(invoke, store, "repetitive", "-n", "16")["text"] == flagged  # from the params layer
     drafted = generate(invoke, store, "repetitive", "-n", "16", "-d", "tiny-draft", "-k", "3")
     assert drafted["text"] == flagged and drafted["drafted"] > 0
-    assert generate(invoke, store, "repetitive", "-n", "16", "--repeat-penalty", "1", "--frequency-penalty", "0",
-                    "--repeat-last-n", "0")["text"] == greedy_text
+    assert (
+        generate(
+            invoke,
+            store,
+            "repetitive",
+            "-n",
+            "16",
+            "--repeat-penalty",
+            "1",
+            "--frequency-penalty",
+            "0",
+            "--repeat-last-n",
+            "0",
+        )["text"]
+        == greedy_text
+    )
 
 
 def test_a_bad_penalty_is_one_line(invoke, store):

@@ -12,14 +12,22 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-bench.sh"
 
 @pytest.mark.slow
 def test_the_gpu_bench_script_runs_every_step_on_the_cpu(tmp_path):
-    env = os.environ | {"PYTHON": sys.executable, "GPU_BENCH_WORK": str(tmp_path / "work"),
-                        "GPU_BENCH_ARGS": "-k 2 -n 8 --runs 1 --no-warmup --threads 1"}
-    result = subprocess.run(["bash", str(SCRIPT), "--cpu", "--tiny", "--no-build"], capture_output=True, text=True,
-                            env=env, timeout=300)
+    env = os.environ | {
+        "PYTHON": sys.executable,
+        "GPU_BENCH_WORK": str(tmp_path / "work"),
+        "GPU_BENCH_ARGS": "-k 2 -n 8 --runs 1 --no-warmup --threads 1",
+    }
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--cpu", "--tiny", "--no-build"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     steps = [line.split(") ", 1)[1] for line in result.stderr.splitlines() if line.startswith("== ")]
-    assert steps[:4] == [f"synthetic pair (tiny) in {tmp_path / 'work' / 'store-tiny'}", "check against this machine",
-                         "full offload, from llama.cpp's load log", "bench -k 2 -n 8 --runs 1 --no-warmup --threads 1"]
+    assert steps[:4] == [
+        f"synthetic pair (tiny) in {tmp_path / 'work' / 'store-tiny'}",
+        "check against this machine",
+        "full offload, from llama.cpp's load log",
+        "bench -k 2 -n 8 --runs 1 --no-warmup --threads 1",
+    ]
     out = result.stdout
     assert "target  nested-target:q4_k_m: offloaded 0/5 layers to GPU" in out and "in RAM: llama.cpp " in out
     lines = out.splitlines()

@@ -30,9 +30,15 @@ def test_list_json_uses_env(invoke, tiny_store, monkeypatch):
     monkeypatch.setenv("OLLAMA_MODELS", str(tiny_store))
     data = json.loads(invoke("list", "--json").stdout)
     assert data["store_source"] == "OLLAMA_MODELS"
-    assert [m["name"] for m in data["models"]] == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0",
-                                                   "tiny-draft:q8_0", "tiny-target:latest", "tiny-target:q4_0",
-                                                   "tiny-target:q8_0"]
+    assert [m["name"] for m in data["models"]] == [
+        "tiny-alien:latest",
+        "tiny-draft:latest",
+        "tiny-draft:q4_0",
+        "tiny-draft:q8_0",
+        "tiny-target:latest",
+        "tiny-target:q4_0",
+        "tiny-target:q8_0",
+    ]
     assert data["models"][4]["parameter_count"] == 213568
 
 
@@ -53,8 +59,10 @@ def test_pair_ok_and_incompatible(invoke, tiny_store):
     bad = invoke("pair", "tiny-target", "tiny-alien", "--models-dir", tiny_store)
     assert bad.exit_code == 1
     assert bad.output.strip().splitlines() == [
-        "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
-        "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"
+        (
+            "Error: tiny-alien:latest cannot draft for tiny-target:latest: BOS differs: add_bos True / id 507 in target, "
+            "add_bos True / id 1019 in draft; vocab sizes 512 vs 1024 differ by more than 128"
+        )
     ]
     data = json.loads(invoke("pair", "tiny-target", "tiny-alien", "--json", "--models-dir", tiny_store).stdout)
     assert data["compatible"] is False
@@ -96,8 +104,9 @@ def test_pair_takes_gguf_paths(invoke, tiny_models, tmp_path):
 def test_demo_store_builds_tiny_pair(invoke, tmp_path):
     result = invoke("demo-store", tmp_path / "demo", "--tiny-only")
     assert result.exit_code == 0
-    assert ("tiny-target, tiny-draft, tiny-target:q8_0, tiny-draft:q8_0, tiny-target:q4_0, tiny-draft:q4_0, "
-            "tiny-alien") in result.stdout
+    assert (
+        "tiny-target, tiny-draft, tiny-target:q8_0, tiny-draft:q8_0, tiny-target:q4_0, tiny-draft:q4_0, tiny-alien"
+    ) in result.stdout
     assert not [p for p in (tmp_path / "demo" / "blobs").iterdir() if not p.name.startswith("sha256-")]
     assert not [p for p in (tmp_path / "demo").iterdir() if p.name.startswith(".staging")]
 
@@ -110,7 +119,8 @@ def test_demo_store_says_what_it_writes_and_nothing_of_the_gguf_writers(invoke, 
         assert line not in result.output and line not in caplog.text
     assert result.stderr.splitlines()[:2] == [
         "generating weights for tiny-target (tiny F32 pair for tests (builds in well under a second))",
-        "writing tiny-target (4 layers, F32)"]
+        "writing tiny-target (4 layers, F32)",
+    ]
 
 
 # --- the store/CLI audit ------------------------------------------------------------------------
@@ -145,8 +155,9 @@ def test_show_verify_checks_the_config_blob(store, invoke):
     path.write_bytes(bytes(data))
     verified = invoke("show", "tiny-target", "--verify", "--models-dir", store)
     assert verified.exit_code == 1
-    assert verified.output.strip() == (f"Error: blob {path} does not match its digest {config.digest} (corrupt file; "
-                                       "pull the model again)")
+    assert verified.output.strip() == (
+        f"Error: blob {path} does not match its digest {config.digest} (corrupt file; pull the model again)"
+    )
     path.unlink()
     shown = invoke("show", "tiny-target", "--models-dir", store)
     assert shown.exit_code == 0
@@ -156,14 +167,19 @@ def test_show_verify_checks_the_config_blob(store, invoke):
 def test_pair_says_when_a_draft_is_no_smaller_and_when_it_is_the_target(tiny_store, invoke):
     larger = invoke("pair", "tiny-draft", "tiny-target", "--models-dir", tiny_store)
     assert larger.exit_code == 0
-    assert larger.stdout.splitlines()[1] == ("draft weights are 2.1x LARGER than the target's (speculation is slower "
-                                             "than the target alone)")
+    assert larger.stdout.splitlines()[1] == (
+        "draft weights are 2.1x LARGER than the target's (speculation is slower than the target alone)"
+    )
     same = invoke("pair", "tiny-target", "TINY-TARGET", "--models-dir", tiny_store)
-    assert same.stderr == ("warning: tiny-target:latest and tiny-target:latest are the same model (one blob): a "
-                           "model drafting for itself only adds work\n")
-    assert same.stdout.splitlines()[1] == ("draft weights are as large as the target's (speculation is slower than "
-                                           "the target alone)")
+    assert same.stderr == (
+        "warning: tiny-target:latest and tiny-target:latest are the same model (one blob): a "
+        "model drafting for itself only adds work\n"
+    )
+    assert same.stdout.splitlines()[1] == (
+        "draft weights are as large as the target's (speculation is slower than the target alone)"
+    )
     smaller = invoke("pair", "tiny-target", "tiny-draft", "--models-dir", tiny_store)
-    assert smaller.stdout.splitlines()[1] == ("draft weights are 2.1x smaller than the target's (over a tenth of the "
-                                              "target's size: drafting rarely pays)")
+    assert smaller.stdout.splitlines()[1] == (
+        "draft weights are 2.1x smaller than the target's (over a tenth of the target's size: drafting rarely pays)"
+    )
     assert smaller.stderr == ""

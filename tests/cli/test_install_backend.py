@@ -20,8 +20,9 @@ def plan(tmp_path: Path, *args: str, gpu: bool = False, cuda_home: Path | None =
     environ = {"PATH": f"{bin_dir}:/usr/bin:/bin", "DRY_RUN": "1", "CUDA_DEFAULT_ROOT": "", "HOME": str(tmp_path)}
     if cuda_home:
         environ["CUDA_HOME"] = str(cuda_home)
-    result = subprocess.run(["bash", str(SCRIPT), sys.executable, *args], capture_output=True, text=True,
-                            env=environ | env, timeout=60)
+    result = subprocess.run(
+        ["bash", str(SCRIPT), sys.executable, *args], capture_output=True, text=True, env=environ | env, timeout=60
+    )
     return result
 
 
@@ -56,7 +57,8 @@ def test_a_full_toolkit_gets_the_plain_cuda_flags(tmp_path):
     home = toolkit(tmp_path / "cuda", cublas=True, libcuda=True)
     result = plan(tmp_path, gpu=True, cuda_home=home)
     assert result.stdout.endswith(
-        f"wanted: cuda; CMAKE_ARGS: -DGGML_RPC=ON -DGGML_CUDA=on -DCMAKE_CUDA_COMPILER={home}/bin/nvcc\n")
+        f"wanted: cuda; CMAKE_ARGS: -DGGML_RPC=ON -DGGML_CUDA=on -DCMAKE_CUDA_COMPILER={home}/bin/nvcc\n"
+    )
 
 
 def test_every_backend_builds_with_rpc_and_the_users_flags(tmp_path):
@@ -76,8 +78,10 @@ def test_a_toolkit_without_cublas_or_libcuda_takes_cublas_from_pypi_and_skips_vm
 
 
 def test_backend_override_and_bad_names(tmp_path):
-    assert "wanted: cpu" in plan(tmp_path, "cpu", gpu=True, cuda_home=toolkit(tmp_path / "c", cublas=True,
-                                                                              libcuda=True)).stdout
+    assert (
+        "wanted: cpu"
+        in plan(tmp_path, "cpu", gpu=True, cuda_home=toolkit(tmp_path / "c", cublas=True, libcuda=True)).stdout
+    )
     bad = plan(tmp_path, "tpu")
     assert bad.returncode == 2 and "unknown BACKEND 'tpu' (cpu, cuda, metal, rocm or auto)" in bad.stderr
     missing = plan(tmp_path, "cuda")

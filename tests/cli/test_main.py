@@ -15,10 +15,15 @@ HEAVY = ("numpy", "llama_cpp", "fastapi", "uvicorn", "jinja2", "matplotlib")
 def imported(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     """Run `python -X importtime -m ollama_spec ARGS`; return it and the modules it imported (each
     package of a dotted name too: numpy for numpy.linalg)."""
-    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "ollama_spec", *map(str, args)],
-                         capture_output=True, text=True, timeout=120, check=False)
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ollama_spec", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     names = [line.rpartition("|")[2].strip() for line in run.stderr.splitlines() if line.startswith("import time:")]
-    return run, {".".join(name.split(".")[:i + 1]) for name in names for i in range(name.count(".") + 1)}
+    return run, {".".join(name.split(".")[: i + 1]) for name in names for i in range(name.count(".") + 1)}
 
 
 def test_each_summary_is_its_commands_first_sentence():
@@ -60,23 +65,32 @@ def test_show_imports_no_numpy_or_llama_cpp(tiny_store):
 
 def without(module: str, *args: str) -> subprocess.CompletedProcess:
     """The CLI run with `module` unimportable, as where its optional extra is not installed."""
-    code = (f"import sys; sys.modules[{module!r}] = None; sys.argv[0] = 'ollama-spec'; "
-            "from ollama_spec.cli import main; main()")
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=120, check=False)
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; sys.argv[0] = 'ollama-spec'; "
+        "from ollama_spec.cli import main; main()"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 @pytest.mark.parametrize("module", ["fastapi", "uvicorn", "prometheus_client"])
 def test_serve_without_the_server_extra_says_what_to_install(module, tiny_store):
     run = without(module, "serve", "tiny-target", "--models-dir", tiny_store)
     assert (run.returncode, run.stderr) == (
-        1, "Error: ollama-spec serve needs the server extra: pip install 'ollama-spec[server]'\n")
+        1,
+        "Error: ollama-spec serve needs the server extra: pip install 'ollama-spec[server]'\n",
+    )
 
 
 def test_bench_out_without_the_bench_extra_says_so_before_timing(tiny_store, tmp_path):
-    run = without("matplotlib", "bench", "tiny-target", "-d", "tiny-draft", "--out", tmp_path / "out",
-                  "--models-dir", tiny_store)
+    run = without(
+        "matplotlib", "bench", "tiny-target", "-d", "tiny-draft", "--out", tmp_path / "out", "--models-dir", tiny_store
+    )
     assert (run.returncode, run.stderr) == (
-        1, "Error: ollama-spec bench needs the bench extra: pip install 'ollama-spec[bench]'\n")
+        1,
+        "Error: ollama-spec bench needs the bench extra: pip install 'ollama-spec[bench]'\n",
+    )
 
 
 def test_commands_without_an_extra_still_run(tiny_store):

@@ -10,14 +10,27 @@ BASE = ("--threads", "1", "--no-check")
 @pytest.fixture
 def tiny_preset(tmp_path):
     path = tmp_path / "tiny.Modelfile"
-    path.write_text('FROM tiny-target\nDRAFT tiny-draft\nPARAMETER temperature 0\nPARAMETER num_predict 12\n'
-                    'PARAMETER num_speculative_tokens 3\nPARAMETER num_ctx 1024\nSYSTEM """Be brief."""\n')
+    path.write_text(
+        "FROM tiny-target\nDRAFT tiny-draft\nPARAMETER temperature 0\nPARAMETER num_predict 12\n"
+        'PARAMETER num_speculative_tokens 3\nPARAMETER num_ctx 1024\nSYSTEM """Be brief."""\n'
+    )
     return path
 
 
 def test_the_shipped_demo_preset_runs_with_the_pair_overridden(invoke, tiny_store):
-    result = invoke("generate", "-f", "demo", "tiny-target", "Hello", "--draft", "tiny-draft", "--json", *BASE,
-                    "--models-dir", tiny_store)
+    result = invoke(
+        "generate",
+        "-f",
+        "demo",
+        "tiny-target",
+        "Hello",
+        "--draft",
+        "tiny-draft",
+        "--json",
+        *BASE,
+        "--models-dir",
+        tiny_store,
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     # demo.Modelfile: temperature 0, num_predict 128, K auto; the tiny pair may stop early at its end of turn.
@@ -31,14 +44,45 @@ def test_a_preset_gives_target_draft_and_parameters(invoke, tiny_store, tiny_pre
     data = json.loads(result.stdout)
     assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
     assert data["generated_tokens"] <= 12 and set(data["k_chosen"]) == {"3"}
-    same = invoke("generate", "tiny-target", "Hello", "-d", "tiny-draft", "-t", "0", "-n", "12", "--system",
-                  "Be brief.", "-k", "3", "--json", *BASE, "--models-dir", tiny_store)
+    same = invoke(
+        "generate",
+        "tiny-target",
+        "Hello",
+        "-d",
+        "tiny-draft",
+        "-t",
+        "0",
+        "-n",
+        "12",
+        "--system",
+        "Be brief.",
+        "-k",
+        "3",
+        "--json",
+        *BASE,
+        "--models-dir",
+        tiny_store,
+    )
     assert json.loads(same.stdout)["text"] == data["text"]
 
 
 def test_flags_override_the_preset(invoke, tiny_store, tiny_preset):
-    result = invoke("generate", "-f", tiny_preset, "Hello", "-n", "5", "-k", "2", "--draft", "ngram", "--json",
-                    *BASE, "--models-dir", tiny_store)
+    result = invoke(
+        "generate",
+        "-f",
+        tiny_preset,
+        "Hello",
+        "-n",
+        "5",
+        "-k",
+        "2",
+        "--draft",
+        "ngram",
+        "--json",
+        *BASE,
+        "--models-dir",
+        tiny_store,
+    )
     data = json.loads(result.stdout)
     assert data["draft"] == "ngram" and data["generated_tokens"] <= 5
 
@@ -85,8 +129,9 @@ def test_drafts_lists_compatible_models_smallest_first(invoke, tiny_store):
 def test_draft_auto_says_which(invoke, tiny_store):
     listed = json.loads(invoke("drafts", "tiny-target", "--json", "--models-dir", tiny_store).stdout)["drafts"]
     chosen = next(d["model"] for d in listed if d["auto"])
-    result = invoke("generate", "tiny-target", "Hi", "-d", "auto", "-t", "0", "-n", "4", "--json", *BASE,
-                    "--models-dir", tiny_store)
+    result = invoke(
+        "generate", "tiny-target", "Hi", "-d", "auto", "-t", "0", "-n", "4", "--json", *BASE, "--models-dir", tiny_store
+    )
     assert result.exit_code == 0, result.output
     assert result.stderr.startswith(f"draft: {chosen} (auto: 1:")
     assert json.loads(result.stdout)["draft"] == chosen
@@ -98,18 +143,19 @@ def test_draft_auto_without_candidates_is_one_line(invoke, tiny_store):
 
 
 def test_preset_messages_open_the_conversation(invoke, tiny_store, tiny_preset):
-    plain = json.loads(invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir",
-                              tiny_store).stdout)
+    plain = json.loads(
+        invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir", tiny_store).stdout
+    )
     tiny_preset.write_text(tiny_preset.read_text() + "MESSAGE user What is 2+2?\nMESSAGE assistant Four.\n")
-    opened = json.loads(invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir",
-                               tiny_store).stdout)
+    opened = json.loads(
+        invoke("generate", "-f", tiny_preset, "Hello", "--json", *BASE, "--models-dir", tiny_store).stdout
+    )
     assert opened["prompt_tokens"] > plain["prompt_tokens"] + 8
 
 
 def test_a_preset_adapter_is_applied_as_the_stores_adapter_layer(invoke, store_copy, tmp_path):
     from ollama_spec.synthetic.catalog import PAIRS
     from tests.builders.writers import write_lora_gguf
-
     from tests.stores import lora_variant
 
     lora_variant(store_copy, "tiny-lora", tmp_path, seed=3)
@@ -117,8 +163,10 @@ def test_a_preset_adapter_is_applied_as_the_stores_adapter_layer(invoke, store_c
     preset = tmp_path / "lora.Modelfile"
     preset.write_text("FROM tiny-target\nADAPTER ./same.gguf\n")
     args = ("Once upon a time", "--raw", "--json", "-t", "0", "-n", "20", "--models-dir", store_copy)
-    texts = [json.loads(invoke("generate", *model, *args).stdout)["text"]
-             for model in (("-f", preset), ("tiny-lora",), ("tiny-target",))]
+    texts = [
+        json.loads(invoke("generate", *model, *args).stdout)["text"]
+        for model in (("-f", preset), ("tiny-lora",), ("tiny-target",))
+    ]
     assert texts[0] == texts[1] != texts[2]
     preset.write_text("FROM tiny-target\nADAPTER ./missing.gguf\n")
     result = invoke("generate", "-f", preset, *args)
@@ -131,15 +179,17 @@ def test_a_preset_adapter_is_applied_as_the_stores_adapter_layer(invoke, store_c
 PRESET_COMMANDS = [("check",), ("generate", "Hello"), ("chat",), ("serve",), ("bench",), ("vllm",)]
 
 
-@pytest.mark.parametrize("parameter, message", [
-    ("num_ctx 0", "PARAMETER num_ctx must be a positive integer, got '0'"),
-    ("temperature nan", "PARAMETER temperature must be >= 0, got 'nan'"),
-    ("top_p nan", "PARAMETER top_p must be in (0, 1], got 'nan'"),
-    ("draft_p_min 5", "PARAMETER draft_p_min must be in [0, 1), got '5'"),
-])
+@pytest.mark.parametrize(
+    "parameter, message",
+    [
+        ("num_ctx 0", "PARAMETER num_ctx must be a positive integer, got '0'"),
+        ("temperature nan", "PARAMETER temperature must be >= 0, got 'nan'"),
+        ("top_p nan", "PARAMETER top_p must be in (0, 1], got 'nan'"),
+        ("draft_p_min 5", "PARAMETER draft_p_min must be in [0, 1), got '5'"),
+    ],
+)
 @pytest.mark.parametrize("command", PRESET_COMMANDS, ids=lambda c: c[0])
-def test_every_command_refuses_an_out_of_range_preset_alike(invoke, tiny_store, tmp_path, command, parameter,
-                                                              message):
+def test_every_command_refuses_an_out_of_range_preset_alike(invoke, tiny_store, tmp_path, command, parameter, message):
     path = tmp_path / "bad.Modelfile"
     path.write_text(f"FROM tiny-target\nDRAFT tiny-draft\nPARAMETER {parameter}\n")
     store = () if command[0] == "vllm" else ("--models-dir", tiny_store)  # vllm reads no store
@@ -148,8 +198,10 @@ def test_every_command_refuses_an_out_of_range_preset_alike(invoke, tiny_store, 
     assert result.output == f"Error: {path}, line 3: {message}\n"
 
 
-EDGES = ("PARAMETER temperature 0\nPARAMETER top_p 1\nPARAMETER min_p 1\nPARAMETER top_k 0\n"
-         "PARAMETER draft_p_min 0.99\nPARAMETER repeat_last_n -1\nPARAMETER num_ctx 1024\n")
+EDGES = (
+    "PARAMETER temperature 0\nPARAMETER top_p 1\nPARAMETER min_p 1\nPARAMETER top_k 0\n"
+    "PARAMETER draft_p_min 0.99\nPARAMETER repeat_last_n -1\nPARAMETER num_ctx 1024\n"
+)
 
 
 @pytest.mark.parametrize("command", PRESET_COMMANDS, ids=lambda c: c[0])
@@ -175,10 +227,11 @@ def test_a_presets_num_speculative_tokens_is_capped_as_k_is(invoke, tiny_store, 
     from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS as MAX
 
     path = tmp_path / "long.Modelfile"
-    path.write_text("FROM tiny-target\nDRAFT tiny-draft\nPARAMETER temperature 0\nPARAMETER num_ctx 1024\n"
-                    "PARAMETER num_speculative_tokens 100000\n")
-    note = (f"note: {{}} 100000 is capped to {MAX} draft tokens per step (one verify batch is at most {MAX + 1} "
-            "tokens)")
+    path.write_text(
+        "FROM tiny-target\nDRAFT tiny-draft\nPARAMETER temperature 0\nPARAMETER num_ctx 1024\n"
+        "PARAMETER num_speculative_tokens 100000\n"
+    )
+    note = f"note: {{}} 100000 is capped to {MAX} draft tokens per step (one verify batch is at most {MAX + 1} tokens)"
     for given, args in (("the preset's num_speculative_tokens", ()), ("-k", ("-k", "100000"))):
         result = invoke("generate", "-f", path, "Hello", "-n", "3", "--json", *args, *BASE, "--models-dir", tiny_store)
         assert result.exit_code == 0, result.output

@@ -12,10 +12,37 @@ def test_flags_become_the_server_settings(invoke, tiny_store, monkeypatch):
 
     monkeypatch.setattr(ollama_spec.server, "serve", capture)
     monkeypatch.setenv("OLLAMA_SPEC_API_KEY", "sekret")
-    result = invoke("serve", "tiny-target", "-d", "tiny-draft", "-k", "3", "--draft-p-min", "0.2", "-t", "0.3",
-                    "--top-k", "7", "--seed", "5", "--ctx", "1024", "--threads", "1", "--no-check", "--port", "0",
-                    "--served-model-name", "gpt-4o", "--served-model-name", "llama3", "--max-queue", "2",
-                    "--models-dir", tiny_store)
+    result = invoke(
+        "serve",
+        "tiny-target",
+        "-d",
+        "tiny-draft",
+        "-k",
+        "3",
+        "--draft-p-min",
+        "0.2",
+        "-t",
+        "0.3",
+        "--top-k",
+        "7",
+        "--seed",
+        "5",
+        "--ctx",
+        "1024",
+        "--threads",
+        "1",
+        "--no-check",
+        "--port",
+        "0",
+        "--served-model-name",
+        "gpt-4o",
+        "--served-model-name",
+        "llama3",
+        "--max-queue",
+        "2",
+        "--models-dir",
+        tiny_store,
+    )
     assert result.exit_code == 0, result.output
     settings = seen["settings"]
     assert settings.api_key == "sekret" and settings.aliases == ("gpt-4o", "llama3") and settings.max_queue == 2
@@ -41,8 +68,13 @@ def test_a_manifests_draft_and_go_template_are_used_and_logged(invoke, tiny_stor
     shutil.copytree(tiny_store, root)
     without_chat_template(root, "bare")
     params = json.dumps({"draft_num_predict": 4}).encode()
-    variant(root, "bare-drafted", base="bare", keep=lambda layer: not layer["mediaType"].endswith(".params"),
-            extra=[("draft", "tiny-draft"), ("params", params)])
+    variant(
+        root,
+        "bare-drafted",
+        base="bare",
+        keep=lambda layer: not layer["mediaType"].endswith(".params"),
+        extra=[("draft", "tiny-draft"), ("params", params)],
+    )
     seen = {}
     monkeypatch.setattr(ollama_spec.server, "serve", lambda state, sock: seen.update(state=state))
     result = invoke("serve", "bare-drafted", "--threads", "1", "--no-check", "--port", "0", "--models-dir", root)

@@ -7,8 +7,17 @@ from ollama_spec.cli.settings import Options, placement_settings, sampling_setti
 from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS
 from ollama_spec.errors import InvalidSetting
 
-SAMPLING = {"temperature": None, "top_k": None, "top_p": None, "min_p": None, "seed": None, "repeat_penalty": None,
-            "repeat_last_n": None, "presence_penalty": None, "frequency_penalty": None}
+SAMPLING = {
+    "temperature": None,
+    "top_k": None,
+    "top_p": None,
+    "min_p": None,
+    "seed": None,
+    "repeat_penalty": None,
+    "repeat_last_n": None,
+    "presence_penalty": None,
+    "frequency_penalty": None,
+}
 SPECULATION = {"draft": "tiny-draft", "k": None, "draft_p_min": 0.0, "ngram_size": 4}
 PLACEMENT = {"rpc": None, "tensor_split": None, "split_mode": None, "main_gpu": None}
 
@@ -20,18 +29,26 @@ def test_a_flag_wins_over_the_models_params_and_those_over_the_defaults():
     assert settings.penalties.repeat_penalty == 1.3 and settings.penalties.repeat_last_n == 64
 
 
-@pytest.mark.parametrize(("source", "expected"), [
-    (ParameterSource.DEFAULT, 6),  # -k left at auto: the model's draft_num_predict
-    (ParameterSource.COMMANDLINE, None),  # -k auto given: auto
-    (ParameterSource.DEFAULT_MAP, None),  # a preset's num_speculative_tokens auto
-])
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (ParameterSource.DEFAULT, 6),  # -k left at auto: the model's draft_num_predict
+        (ParameterSource.COMMANDLINE, None),  # -k auto given: auto
+        (ParameterSource.DEFAULT_MAP, None),  # a preset's num_speculative_tokens auto
+    ],
+)
 def test_k_left_unset_takes_the_models_draft_num_predict(source, expected):
     options = Options(SPECULATION, {"k": source})
     assert speculation_settings({"draft_num_predict": 6}, options).num_speculative_tokens == expected
 
 
-@pytest.mark.parametrize(("source", "said"), [(ParameterSource.COMMANDLINE, "-k 9000"),
-                                              (ParameterSource.DEFAULT_MAP, "the preset's num_speculative_tokens 9000")])
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (ParameterSource.COMMANDLINE, "-k 9000"),
+        (ParameterSource.DEFAULT_MAP, "the preset's num_speculative_tokens 9000"),
+    ],
+)
 def test_a_k_past_one_verify_batch_is_capped_and_says_whose_it_was(source, said, capsys):
     options = Options(SPECULATION | {"k": 9000}, {"k": source})
     assert speculation_settings({}, options).num_speculative_tokens == MAX_NUM_SPECULATIVE_TOKENS
@@ -51,6 +68,7 @@ def test_rpc_from_the_environment_drops_blank_items_a_flag_does_not():
 
 
 def test_given_means_on_the_command_line():
-    options = Options({"target": "x", "k": 3}, {"target": ParameterSource.DEFAULT_MAP,
-                                                 "k": ParameterSource.COMMANDLINE})
+    options = Options(
+        {"target": "x", "k": 3}, {"target": ParameterSource.DEFAULT_MAP, "k": ParameterSource.COMMANDLINE}
+    )
     assert not options.given("target") and options.given("k") and not options.given("absent")

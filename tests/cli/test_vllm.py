@@ -16,12 +16,17 @@ def test_stdout_is_the_command_alone_and_stderr_the_notes(invoke):
     argv = shlex.split(result.stdout)
     assert argv[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"]
     assert json.loads(argv[argv.index("--speculative-config") + 1]) == {
-        "method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4,
-        "draft_tensor_parallel_size": 2}
+        "method": "draft_model",
+        "model": "meta-llama/Llama-3.2-1B-Instruct",
+        "num_speculative_tokens": 4,
+        "draft_tensor_parallel_size": 2,
+    }
     assert result.stdout.count("\n") == 1
     assert "# needs vLLM >= 0.15.0; vLLM serves the OpenAI API at http://127.0.0.1:8000/v1" in result.stderr
-    assert ("# measure it: ollama-spec bench meta-llama/Llama-3.1-70B-Instruct --url http://127.0.0.1:8000/v1"
-            in result.stderr)
+    assert (
+        "# measure it: ollama-spec bench meta-llama/Llama-3.1-70B-Instruct --url http://127.0.0.1:8000/v1"
+        in result.stderr
+    )
 
 
 def test_json_has_the_command_repos_and_version(invoke):
@@ -48,11 +53,15 @@ def test_a_presets_num_ctx_is_max_model_len_and_its_system_is_said_to_be_unused(
     assert result.exit_code == 0, result.output
     argv = shlex.split(result.stdout)
     assert argv[argv.index("--max-model-len") + 1] == "8192"  # the preset's PARAMETER num_ctx
-    assert ("note: llama3.1-70b.Modelfile: SYSTEM is not a `vllm serve` option; a client sends the system message "
-            "with each request") in result.stderr
+    assert (
+        "note: llama3.1-70b.Modelfile: SYSTEM is not a `vllm serve` option; a client sends the system message "
+        "with each request"
+    ) in result.stderr
     help_text = " ".join(invoke("vllm", "--help").output.split())
-    assert ("its FROM, DRAFT, num_speculative_tokens (-k) and num_ctx (vLLM's --max-model-len) are the defaults"
-            in help_text)
+    assert (
+        "its FROM, DRAFT, num_speculative_tokens (-k) and num_ctx (vLLM's --max-model-len) are the defaults"
+        in help_text
+    )
     assert "Its SYSTEM and sampling PARAMETERs are not `vllm serve` options" in help_text
 
 
@@ -80,20 +89,28 @@ def test_help_says_the_version_and_that_the_old_flags_are_gone(invoke):
     assert "ollama-spec bench REPO --url http://HOST:PORT/v1" in text
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (("mistral:7b", "-d", "llama3.2:1b"), "Error: no Hugging Face repository is known for mistral:7b"),
-    (("hf.co/u/r-GGUF:Q4_K_M", "-d", "llama3.2:1b"), "Error: hf.co/u/r-GGUF:Q4_K_M is a GGUF repository"),
-    (("llama3.1:70b", "-d", "qwen2.5:0.5b"), "Error: qwen2.5:0.5b (Qwen/Qwen2.5-0.5B-Instruct) cannot draft"),
-    (("llama3.1:70b", "-d", "auto"), "Error: --draft auto is ollama-spec's own"),
-    (("llama3.1:70b", "-d", "llama3.2:1b", "--tp", "2", "--draft-tp", "1"), "Error: vLLM runs a draft model only"),
-    (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "--speculative-model x"), "Error: --speculative-model in"),
-    (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "'unclosed"), "Error: --vllm-args: No closing quotation"),
-    (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "--port 9000"),
-     "Error: --port in the extra vLLM arguments: this command writes it itself; give --port instead"),
-    (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "-tp 2"), "give --tp instead"),
-    (("llama3.1:70b", "-d", "llama3.2:1b", "--host", "[::1"), "Error: --host '[::1' is not an address"),
-    (("llama3.1:70b",), "Error: Missing option '--draft'"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("mistral:7b", "-d", "llama3.2:1b"), "Error: no Hugging Face repository is known for mistral:7b"),
+        (("hf.co/u/r-GGUF:Q4_K_M", "-d", "llama3.2:1b"), "Error: hf.co/u/r-GGUF:Q4_K_M is a GGUF repository"),
+        (("llama3.1:70b", "-d", "qwen2.5:0.5b"), "Error: qwen2.5:0.5b (Qwen/Qwen2.5-0.5B-Instruct) cannot draft"),
+        (("llama3.1:70b", "-d", "auto"), "Error: --draft auto is ollama-spec's own"),
+        (("llama3.1:70b", "-d", "llama3.2:1b", "--tp", "2", "--draft-tp", "1"), "Error: vLLM runs a draft model only"),
+        (
+            ("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "--speculative-model x"),
+            "Error: --speculative-model in",
+        ),
+        (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "'unclosed"), "Error: --vllm-args: No closing quotation"),
+        (
+            ("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "--port 9000"),
+            "Error: --port in the extra vLLM arguments: this command writes it itself; give --port instead",
+        ),
+        (("llama3.1:70b", "-d", "llama3.2:1b", "--vllm-args", "-tp 2"), "give --tp instead"),
+        (("llama3.1:70b", "-d", "llama3.2:1b", "--host", "[::1"), "Error: --host '[::1' is not an address"),
+        (("llama3.1:70b",), "Error: Missing option '--draft'"),
+    ],
+)
 def test_bad_input_is_one_clear_line(invoke, args, says):
     result = invoke("vllm", *args)
     assert result.exit_code != 0 and isinstance(result.exception, SystemExit)
@@ -104,9 +121,11 @@ def test_run_without_vllm_says_how_to_install_it(invoke, no_vllm):
     result = invoke("vllm", *LLAMA, "--run")
     assert result.exit_code == 1
     assert result.stdout == ""
-    assert result.stderr.strip().endswith("Error: vLLM is not installed here: pip install 'vllm>=0.15.0' (best in "
-                                          "its own virtual environment: it pins its own torch), or run the printed "
-                                          "command on the machine that has it")
+    assert result.stderr.strip().endswith(
+        "Error: vLLM is not installed here: pip install 'vllm>=0.15.0' (best in "
+        "its own virtual environment: it pins its own torch), or run the printed "
+        "command on the machine that has it"
+    )
 
 
 def test_run_with_an_old_vllm_names_the_version_needed(invoke, no_vllm):
@@ -121,8 +140,9 @@ def test_run_starts_vllm_with_the_printed_command(invoke, no_vllm, monkeypatch):
     """exec is replaced here (it would replace pytest); tests/test_vllm.py runs the real one in a child."""
     fake_vllm(no_vllm, "0.16.0")
     started = []
-    monkeypatch.setattr("ollama_spec.cli.vllm.exec_vllm", lambda command, launcher: started.append(
-        [*launcher, *command.argv[1:]]))
+    monkeypatch.setattr(
+        "ollama_spec.cli.vllm.exec_vllm", lambda command, launcher: started.append([*launcher, *command.argv[1:]])
+    )
     printed = shlex.split(invoke("vllm", *LLAMA, "-k", "3").stdout)
     result = invoke("vllm", *LLAMA, "-k", "3", "--run")
     assert result.exit_code == 0, result.output

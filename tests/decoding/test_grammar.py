@@ -64,10 +64,12 @@ def test_greedy_rows_whose_best_token_is_allowed_are_not_masked():
 def test_decoding_imports_without_llama_cpp():
     modules = [f"ollama_spec.decoding.{m.name}" for m in pkgutil.iter_modules(ollama_spec.decoding.__path__)]
     assert "ollama_spec.decoding.loop" in modules and "ollama_spec.decoding.grammar" in modules
-    code = ("import importlib, sys\n"
-            "sys.modules['llama_cpp'] = None  # `import llama_cpp` now raises ImportError\n"
-            f"for name in {modules!r}:\n"
-            "    importlib.import_module(name)\n"
-            "assert not any(m == 'llama_cpp' or m.startswith('llama_cpp.') for m in sys.modules if sys.modules[m])\n")
+    code = (
+        "import importlib, sys\n"
+        "sys.modules['llama_cpp'] = None  # `import llama_cpp` now raises ImportError\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "assert not any(m == 'llama_cpp' or m.startswith('llama_cpp.') for m in sys.modules if sys.modules[m])\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr

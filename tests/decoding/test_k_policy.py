@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from ollama_spec.llama.calibration import batch_sizes_to_time
 from ollama_spec.decoding.k_policy import (
     EXPLORE_EVERY,
     MARGIN_EDGES,
@@ -17,6 +16,7 @@ from ollama_spec.decoding.k_policy import (
     estimate_alpha,
     expected_tokens_per_step,
 )
+from ollama_spec.llama.calibration import batch_sizes_to_time
 
 # A GPU: a batch of up to 9 tokens costs what one does; the draft step is 1/20 of a target step.
 GPU = StepCosts(draft_step_s=0.001, verify_s=(0.020,) * 9)

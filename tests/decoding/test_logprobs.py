@@ -9,9 +9,9 @@ import pytest
 from openai import OpenAI
 from scipy.special import log_softmax
 
-from ollama_spec.engine.engine import Request
-from ollama_spec.decoding.sampling import SamplingSettings, token_logprobs
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings, token_logprobs
+from ollama_spec.engine.engine import Request
 from tests.serving import serving_tiny_pair
 
 GREEDY = SamplingSettings(temperature=0)
@@ -56,10 +56,16 @@ def test_the_loops_logprobs_are_the_target_alones(baseline_engine, spec_engine):
 def test_under_a_grammar_logprobs_are_of_the_masked_distribution_greedy_too(spec_engine):
     """Greedy leaves a row unmasked when its best token is allowed (the argmax is the same); logprobs
     must still be read from the masked row, as sampling reads them, with no forbidden alternative."""
-    grammar = 'root ::= [a-z ]+'  # most rows' best token is allowed: greedy would leave them unmasked
+    grammar = "root ::= [a-z ]+"  # most rows' best token is allowed: greedy would leave them unmasked
+
     def scored(temperature):
-        request = Request(PROMPT, max_tokens=8, logprobs=5, grammar=grammar,
-                          sampling=SamplingSettings(temperature=temperature, top_k=1, seed=0))
+        request = Request(
+            PROMPT,
+            max_tokens=8,
+            logprobs=5,
+            grammar=grammar,
+            sampling=SamplingSettings(temperature=temperature, top_k=1, seed=0),
+        )
         generation = spec_engine.generate(request, use_draft=False)
         "".join(generation)
         return generation.result.scored
@@ -79,18 +85,23 @@ def server(tiny_models):
 def test_openai_logprobs_as_the_docs_show(server):
     client = OpenAI(base_url=server[0] + "/v1", api_key="x")
     messages = [{"role": "user", "content": PROMPT}]
-    response = client.chat.completions.create(model="m", messages=messages, max_tokens=12, temperature=0,
-                                              logprobs=True, top_logprobs=2)
+    response = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=12, temperature=0, logprobs=True, top_logprobs=2
+    )
     content = response.choices[0].logprobs.content
     assert len(content) == response.usage.completion_tokens == 12
     assert "".join(e.token for e in content) == response.choices[0].message.content
-    assert all(e.logprob <= 0 and len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob >= e.logprob
-               for e in content)
+    assert all(e.logprob <= 0 and len(e.top_logprobs) == 2 and e.top_logprobs[0].logprob >= e.logprob for e in content)
     assert bytes(content[0].bytes).decode() == content[0].token
-    streamed = client.chat.completions.create(model="m", messages=messages, max_tokens=12, temperature=0,
-                                              logprobs=True, stream=True)
-    pieces = [e for chunk in streamed if chunk.choices and chunk.choices[0].logprobs
-              for e in chunk.choices[0].logprobs.content]
+    streamed = client.chat.completions.create(
+        model="m", messages=messages, max_tokens=12, temperature=0, logprobs=True, stream=True
+    )
+    pieces = [
+        e
+        for chunk in streamed
+        if chunk.choices and chunk.choices[0].logprobs
+        for e in chunk.choices[0].logprobs.content
+    ]
     assert [e.token for e in pieces] == [e.token for e in content]
     plain = client.chat.completions.create(model="m", messages=messages, max_tokens=4, temperature=0)
     assert plain.choices[0].logprobs is None
@@ -98,15 +109,20 @@ def test_openai_logprobs_as_the_docs_show(server):
     lp = legacy.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 5
     assert lp.text_offset[0] == 0 and all(len(top) <= 3 for top in lp.top_logprobs)
-    pieces = [c.choices[0].logprobs for c in client.completions.create(
-        model="m", prompt="Once upon a time", max_tokens=5, temperature=0, logprobs=1, stream=True)
-        if c.choices and c.choices[0].logprobs]
+    pieces = [
+        c.choices[0].logprobs
+        for c in client.completions.create(
+            model="m", prompt="Once upon a time", max_tokens=5, temperature=0, logprobs=1, stream=True
+        )
+        if c.choices and c.choices[0].logprobs
+    ]
     assert [o for piece in pieces for o in piece.text_offset] == lp.text_offset  # chunk after chunk, one count
 
 
 def _scored(data: bytes, *alternatives: bytes) -> dict:
     def entry(raw):
         return {"token": raw.decode(errors="replace"), "logprob": -0.5, "bytes": list(raw)}
+
     return entry(data) | {"top_logprobs": [entry(a) for a in (data, *alternatives)]}
 
 
@@ -118,8 +134,9 @@ def test_legacy_logprobs_name_parts_of_a_character_as_openai_does():
 
     legacy = LegacyLogprobs()
     first = legacy([_scored(b"a"), _scored(b"\xe4", b"\xe5", b"\xe6")], [True, True])
-    rest = legacy([_scored(b"\xb8"), _scored(b"\xad"), _scored(b"<|eot_id|>"), _scored(b"b")],
-                  [True, True, False, True])
+    rest = legacy(
+        [_scored(b"\xb8"), _scored(b"\xad"), _scored(b"<|eot_id|>"), _scored(b"b")], [True, True, False, True]
+    )
     assert first["tokens"] + rest["tokens"] == ["a", "bytes:\\xe4", "bytes:\\xb8", "bytes:\\xad", "<|eot_id|>", "b"]
     assert len(first["top_logprobs"][1]) == 3
     # "a中b": b is the text's 3rd character; a control token's text is not in the text
@@ -128,10 +145,18 @@ def test_legacy_logprobs_name_parts_of_a_character_as_openai_does():
 
 def test_ollama_logprobs(server):
     client = ollama.Client(host=server[0])
-    response = client.generate(model="m", prompt=PROMPT, logprobs=True, top_logprobs=1,
-                               options={"num_predict": 6, "temperature": 0})
+    response = client.generate(
+        model="m", prompt=PROMPT, logprobs=True, top_logprobs=1, options={"num_predict": 6, "temperature": 0}
+    )
     assert len(response.logprobs) == 6 and all(math.isfinite(e.logprob) for e in response.logprobs)
     assert all(e.top_logprobs[0].token == e.token for e in response.logprobs)
-    parts = list(client.chat(model="m", messages=[{"role": "user", "content": PROMPT}], logprobs=True, stream=True,
-                             options={"num_predict": 6, "temperature": 0}))
+    parts = list(
+        client.chat(
+            model="m",
+            messages=[{"role": "user", "content": PROMPT}],
+            logprobs=True,
+            stream=True,
+            options={"num_predict": 6, "temperature": 0},
+        )
+    )
     assert sum(len(p.logprobs or []) for p in parts) == 6

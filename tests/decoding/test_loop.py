@@ -107,15 +107,17 @@ def test_stats_add_up(spec_engine):
 
 
 def first_two_tokens(target, draft, prompt, sampling, seed, speculation, policy=None):
-    tokens = generate_tokens(target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})), speculation,
-                             policy=policy)
+    tokens = generate_tokens(
+        target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})), speculation, policy=policy
+    )
     pair = (next(tokens).id, next(tokens).id)
     tokens.close()
     return pair
 
 
-def assert_first_two_tokens_follow_the_target(target, draft, sampling, speculation, prompt="Once upon a time",
-                                              policy=lambda: None):
+def assert_first_two_tokens_follow_the_target(
+    target, draft, sampling, speculation, prompt="Once upon a time", policy=lambda: None
+):
     """Chi-square test of the first two tokens against the exact target distribution.
 
     3,000 seeded runs; cells expected fewer than 5 times are pooled; significance 0.001 (a
@@ -178,8 +180,9 @@ class MarginRule:
 def test_stopping_by_margin_keeps_the_target_distribution(spec_engine):
     sampling = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
     log = []
-    assert_first_two_tokens_follow_the_target(spec_engine.target, spec_engine.draft, sampling, SpeculationSettings(None),
-                                              policy=lambda: MarginRule(log))
+    assert_first_two_tokens_follow_the_target(
+        spec_engine.target, spec_engine.draft, sampling, SpeculationSettings(None), policy=lambda: MarginRule(log)
+    )
     assert 0.1 < np.mean(log) < 0.9  # both ways, often
 
 
@@ -228,8 +231,9 @@ def test_long_generation_keeps_memory_bounded(tiny_models, monkeypatch):
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
-            generation = engine.generate(request(PROMPTS[0], max_tokens=2100, ignore_eos=True,
-                                                 speculation=SpeculationSettings(5)))
+            generation = engine.generate(
+                request(PROMPTS[0], max_tokens=2100, ignore_eos=True, speculation=SpeculationSettings(5))
+            )
             for _ in generation:
                 pass
             held, peak = tracemalloc.get_traced_memory()
@@ -365,8 +369,10 @@ def test_draft_p_min_decides_before_sampling():
     sampling = SamplingSettings(temperature=1.0, top_k=0, top_p=1.0)
     target, draft = FixedDistributionModel([0.5, 0.5]), FixedDistributionModel([0.9, 0.1])
     n = 20000
-    seconds = [first_two_tokens(target, draft, [0], sampling, seed, SpeculationSettings(2, draft_p_min=0.5))[1]
-               for seed in range(n)]
+    seconds = [
+        first_two_tokens(target, draft, [0], sampling, seed, SpeculationSettings(2, draft_p_min=0.5))[1]
+        for seed in range(n)
+    ]
     share = seconds.count(0) / n
     assert abs(share - 0.5) < 4.5 * 0.5 / np.sqrt(n), share
 

@@ -4,11 +4,11 @@ under them (greedy: the target alone's penalized answer; sampling: its penalized
 import numpy as np
 import pytest
 
-from ollama_spec.engine.engine import Request
-from ollama_spec.errors import InvalidSetting
+from ollama_spec.decoding.loop import SpeculationSettings, generate_tokens
 from ollama_spec.decoding.penalties import Penalties, adjusted, adjusted_rows
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs
-from ollama_spec.decoding.loop import SpeculationSettings, generate_tokens
+from ollama_spec.engine.engine import Request
+from ollama_spec.errors import InvalidSetting
 from tests.distribution import assert_counts_follow
 from tests.greedy import assert_greedy_identical
 
@@ -17,8 +17,13 @@ STRONG = Penalties(repeat_penalty=1.5, repeat_last_n=16, presence_penalty=0.5, f
 
 def test_llama_cpp_formula_on_a_hand_made_row():
     row = np.array([2.0, -1.0, 0.5, 3.0, 1.0], dtype=np.float32)
-    penalties = Penalties(repeat_penalty=2.0, repeat_last_n=3, presence_penalty=0.25, frequency_penalty=0.5,
-                          logit_bias=((4, -1.0), (2, 10.0)))
+    penalties = Penalties(
+        repeat_penalty=2.0,
+        repeat_last_n=3,
+        presence_penalty=0.25,
+        frequency_penalty=0.5,
+        logit_bias=((4, -1.0), (2, 10.0)),
+    )
     # the window is the last three tokens [1, 1, 3]: token 0 (earlier) is not penalized
     out = adjusted(row, [0, 0, 1, 1, 3], penalties)
     assert out.tolist() == pytest.approx([2.0, -1.0 * 2 - 2 * 0.5 - 0.25, 10.5, 3.0 / 2 - 0.5 - 0.25, 0.0])
@@ -36,18 +41,29 @@ def test_row_i_of_a_verify_batch_reads_the_text_plus_i_drafts():
     assert out.tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 0, 1, 1, 0], [1, 1, 0, 0, 1, 0]]
 
 
-@pytest.mark.parametrize("bad", [{"repeat_penalty": 0.0}, {"repeat_penalty": 1e-40}, {"repeat_penalty": 1e9},
-                                 {"repeat_last_n": -2},
-                                 {"presence_penalty": float("nan")}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"repeat_penalty": 0.0},
+        {"repeat_penalty": 1e-40},
+        {"repeat_penalty": 1e9},
+        {"repeat_last_n": -2},
+        {"presence_penalty": float("nan")},
+    ],
+)
 def test_bad_values_are_refused(bad):
     with pytest.raises(InvalidSetting):
         Penalties(**bad)
 
 
 def _generate(engine, penalties, use_draft=True, speculation=SpeculationSettings(), temperature=0.0):
-    request = Request("Describe the weather", max_tokens=60, raw=True,
-                      sampling=SamplingSettings(temperature=temperature, seed=0, penalties=penalties),
-                      speculation=speculation)
+    request = Request(
+        "Describe the weather",
+        max_tokens=60,
+        raw=True,
+        sampling=SamplingSettings(temperature=temperature, seed=0, penalties=penalties),
+        speculation=speculation,
+    )
     generation = engine.generate(request, use_draft=use_draft)
     "".join(generation)
     return request, generation.result
@@ -64,21 +80,26 @@ def test_greedy_with_penalties_is_the_target_alones_penalized_answer(spec_engine
 
 
 def test_a_repeat_penalty_without_end_forbids_repeats_in_its_window(spec_engine):
-    _, result = _generate(spec_engine, Penalties(repeat_penalty=1.0, presence_penalty=1e6, repeat_last_n=8),
-                          speculation=SpeculationSettings(4))
+    _, result = _generate(
+        spec_engine,
+        Penalties(repeat_penalty=1.0, presence_penalty=1e6, repeat_last_n=8),
+        speculation=SpeculationSettings(4),
+    )
     tokens = result.tokens
-    assert all(tokens[i] not in tokens[max(0, i - 8):i] for i in range(len(tokens)))
+    assert all(tokens[i] not in tokens[max(0, i - 8) : i] for i in range(len(tokens)))
 
 
 def test_logit_bias_bans_and_forces(spec_engine):
     _, plain = _generate(spec_engine, Penalties(), speculation=SpeculationSettings(4))
     banned = plain.tokens[0]
-    _, result = _generate(spec_engine, Penalties(logit_bias=((banned, float("-inf")),)),
-                          speculation=SpeculationSettings(4))
+    _, result = _generate(
+        spec_engine, Penalties(logit_bias=((banned, float("-inf")),)), speculation=SpeculationSettings(4)
+    )
     assert banned not in result.tokens
     forced = plain.tokens[5]
-    _, result = _generate(spec_engine, Penalties(logit_bias=((forced, 100.0),)), speculation=SpeculationSettings(4),
-                          temperature=1.0)
+    _, result = _generate(
+        spec_engine, Penalties(logit_bias=((forced, 100.0),)), speculation=SpeculationSettings(4), temperature=1.0
+    )
     assert set(result.tokens) == {forced}
 
 
@@ -101,8 +122,9 @@ def test_sampling_with_penalties_keeps_the_target_distribution(spec_engine):
             exact[(int(t1), int(t2))] = first[t1] * second[t2]
     counts = dict.fromkeys(exact, 0)
     for seed in range(2000):
-        tokens = generate_tokens(target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})),
-                                 SpeculationSettings(2))
+        tokens = generate_tokens(
+            target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})), SpeculationSettings(2)
+        )
         pair = (next(tokens).id, next(tokens).id)
         tokens.close()
         counts[pair] += 1  # a pair the penalized top-k excludes would be a KeyError
@@ -125,8 +147,13 @@ def test_compare_judges_a_difference_on_the_rows_the_request_chose_from(spec_eng
         assert chosen[at] == pytest.approx(float(top2[1] - top2[0]), abs=0.02)
         text.append(token)
     assert raw != pytest.approx(chosen, abs=0.02)
-    forced = Request("Describe the weather", max_tokens=3, raw=True, grammar='root ::= "a" "b" "c"',
-                     sampling=SamplingSettings(temperature=0))
+    forced = Request(
+        "Describe the weather",
+        max_tokens=3,
+        raw=True,
+        grammar='root ::= "a" "b" "c"',
+        sampling=SamplingSettings(temperature=0),
+    )
     generation = spec_engine.generate(forced, use_draft=False)
     "".join(generation)
     margins = spec_engine.greedy_margins(spec_engine.prompt_tokens(forced), generation.result.tokens, request=forced)

@@ -34,13 +34,20 @@ REPETITIVE = "The quick brown fox jumps over the lazy dog. The quick brown fox j
 def test_ngram_lookup_is_exact_and_drafts_from_the_prompt(baseline_engine):
     expected = run(baseline_engine, REPETITIVE, raw=True, max_tokens=40, ignore_eos=True).tokens
     for k in (None, 2, 6):
-        result = run(baseline_engine, REPETITIVE, raw=True, max_tokens=40, ignore_eos=True,
-                     speculation=SpeculationSettings(k, proposer="ngram"))
+        result = run(
+            baseline_engine,
+            REPETITIVE,
+            raw=True,
+            max_tokens=40,
+            ignore_eos=True,
+            speculation=SpeculationSettings(k, proposer="ngram"),
+        )
         assert result.tokens == expected
         assert result.speculation.drafted > 0
 
 
 def test_ngram_lookup_keeps_the_target_distribution(baseline_engine):
     sampling = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
-    assert_first_two_tokens_follow_the_target(baseline_engine.target, NgramProposer(), sampling,
-                                              SpeculationSettings(3), prompt=REPETITIVE)
+    assert_first_two_tokens_follow_the_target(
+        baseline_engine.target, NgramProposer(), sampling, SpeculationSettings(3), prompt=REPETITIVE
+    )

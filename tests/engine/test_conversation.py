@@ -36,8 +36,9 @@ def say(conversation, text):
 
 
 def defaults(**kwargs):
-    return Request(system="", max_tokens=30, sampling=SamplingSettings(temperature=0),
-                   speculation=SpeculationSettings(3), **kwargs)
+    return Request(
+        system="", max_tokens=30, sampling=SamplingSettings(temperature=0), speculation=SpeculationSettings(3), **kwargs
+    )
 
 
 def test_each_turn_evaluates_only_its_new_tokens(engine, monkeypatch):
@@ -50,8 +51,14 @@ def test_each_turn_evaluates_only_its_new_tokens(engine, monkeypatch):
     _, second = say(conversation, "What did I say?")
     new = second.prompt_tokens - second.speculation.prompt_cached
     # The new turn is the template's end of the answer, the user's turn and the assistant's cue.
-    suffix = engine.chat_text([ChatMessage("system", "Be brief."), ChatMessage("user", "Hello there"),
-                               ChatMessage("assistant", "\x00"), ChatMessage("user", "What did I say?")])
+    suffix = engine.chat_text(
+        [
+            ChatMessage("system", "Be brief."),
+            ChatMessage("user", "Hello there"),
+            ChatMessage("assistant", "\x00"),
+            ChatMessage("user", "What did I say?"),
+        ]
+    )
     suffix_tokens = engine.target.tokenize(suffix.partition("\x00")[2], add_bos=False, special=True)
     assert second.prompt_tokens == held + len(suffix_tokens)
     assert second.speculation.prompt_cached >= held - 1  # the last answer token may not have been evaluated yet
@@ -65,9 +72,15 @@ def test_a_rerendered_answer_would_be_read_again(engine):
     """Why the exact history matters: the answer's text tokenizes differently from the generated tokens."""
     conversation = Conversation(engine, defaults())
     answer, first = say(conversation, "Hello there")
-    rendered = engine.prompt_tokens(defaults(messages=(ChatMessage("user", "Hello there"),
-                                                       ChatMessage("assistant", answer),
-                                                       ChatMessage("user", "What did I say?"))))
+    rendered = engine.prompt_tokens(
+        defaults(
+            messages=(
+                ChatMessage("user", "Hello there"),
+                ChatMessage("assistant", answer),
+                ChatMessage("user", "What did I say?"),
+            )
+        )
+    )
     exact = conversation._extended(conversation._conversation() + [ChatMessage("user", "What did I say?")])
     assert exact[: first.prompt_tokens + len(first.tokens)] != rendered[: first.prompt_tokens + len(first.tokens)]
 
@@ -80,8 +93,11 @@ def test_reset_and_system_start_a_fresh_prompt(engine):
     assert conversation.messages == [ChatMessage("user", "Hi"), ChatMessage("assistant", "Yo")]
     conversation.set_system("Speak like a pirate.")
     _, result = say(conversation, "two")
-    text = engine.target.detokenize(engine.prompt_tokens(defaults(messages=(
-        ChatMessage("system", "Speak like a pirate."), *conversation.messages[:-1]))))
+    text = engine.target.detokenize(
+        engine.prompt_tokens(
+            defaults(messages=(ChatMessage("system", "Speak like a pirate."), *conversation.messages[:-1]))
+        )
+    )
     assert "Speak like a pirate." in text and result.prompt_tokens > 10
 
 
@@ -108,5 +124,6 @@ def test_a_template_that_rewrites_history_falls_back_to_rendering_it_all(tiny_mo
         say(conversation, "Hello there")
         assert conversation._extended(conversation._conversation() + [ChatMessage("user", "Next")]) is None
         _, second = say(conversation, "Next")
-        assert second.tokens and second.prompt_tokens == len(engine.prompt_tokens(defaults(
-            messages=(ChatMessage("user", "Next"),))))
+        assert second.tokens and second.prompt_tokens == len(
+            engine.prompt_tokens(defaults(messages=(ChatMessage("user", "Next"),)))
+        )

@@ -14,8 +14,9 @@ def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, t
     from ollama_spec.decoding.k_policy import StepCosts
     from ollama_spec.llama.calibration import StepCostCache
 
-    request = Request("The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True,
-                      speculation=SpeculationSettings(None))  # -k auto
+    request = Request(
+        "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
+    )  # -k auto
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
         key = engine.costs.key(engine.draft)
@@ -25,7 +26,9 @@ def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, t
         first = engine.costs.step_costs(engine.draft, DEFAULT_MAX_SPECULATIVE_TOKENS)
         assert first.verify_s[0] < 0.5  # learned from this request's real steps, not the cached 1 s
         policy = engine.costs.k_policy(request.speculation, GREEDY)
-        assert policy.costs.verify_s == pytest.approx(first.verify_s)  # the next request starts from what the last one learned
+        assert policy.costs.verify_s == pytest.approx(
+            first.verify_s
+        )  # the next request starts from what the last one learned
     assert cache.get_learned(key).verify_s == pytest.approx(first.verify_s)  # and so does the next process
     assert cache.get(key).verify_s[1] == 2.0  # beside the calibration, which keeps its own per-size costs
 
@@ -34,8 +37,9 @@ def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models,
     from ollama_spec.decoding.k_policy import MARGIN_PRIOR
     from ollama_spec.llama.calibration import StepCostCache
 
-    request = Request("The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True,
-                      speculation=SpeculationSettings(None))
+    request = Request(
+        "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
+    )
     cache = StepCostCache(tmp_path / "costs.json")
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         engine.costs.cache = cache

@@ -115,8 +115,15 @@ def test_quantized_kv_cache_is_allocated_as_asked(tmp_path):
     arch = Architecture(n_embd=128, n_layer=2, n_head=4, n_kv_head=2, n_ff=256)
     vocab = build_vocabulary(512, 200)
     path = tmp_path / "kv.gguf"
-    write_gguf(path, name="kv", arch=arch, n_layer=2, vocab=vocab, weights=make_weights(arch, 512, WeightRecipe(seed=2), 1),
-               dtype="F32")
+    write_gguf(
+        path,
+        name="kv",
+        arch=arch,
+        n_layer=2,
+        vocab=vocab,
+        weights=make_weights(arch, 512, WeightRecipe(seed=2), 1),
+        dtype="F32",
+    )
     sizes = {}
     for kv_type in ("f16", "q8_0"):
         llama_log.clear_log()
@@ -199,11 +206,16 @@ def test_a_recurrent_model_runs_alone_and_is_refused_as_a_pair(tmp_path, tiny_mo
 def test_a_prompt_that_extends_the_cache_evaluates_only_the_new_tokens(tiny_models, monkeypatch):
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         evaluated = {"target": [], "draft": []}
-        for name in evaluated:
+        for name in evaluated:  # noqa: PLC0206 - each model's list is bound into its own lambda
             model = getattr(engine, name)
             real_eval = model.eval
-            monkeypatch.setattr(model, "eval", lambda tokens, real_eval=real_eval, calls=evaluated[name], **kw:
-                                calls.append(len(tokens)) or real_eval(tokens, **kw))
+            monkeypatch.setattr(
+                model,
+                "eval",
+                lambda tokens, real_eval=real_eval, calls=evaluated[name], **kw: (
+                    calls.append(len(tokens)) or real_eval(tokens, **kw)
+                ),
+            )
 
         def run(prompt):
             for calls in evaluated.values():
@@ -228,9 +240,12 @@ def test_a_conversation_renders_every_message(baseline_engine):
     from ollama_spec.prompting.messages import ChatMessage
 
     messages = (ChatMessage("user", "Hi there"), ChatMessage("assistant", "Hello!"), ChatMessage("user", "Bye"))
-    text = baseline_engine.target.detokenize(baseline_engine.prompt_tokens(Request(messages=messages, system="Be kind.")))
+    text = baseline_engine.target.detokenize(
+        baseline_engine.prompt_tokens(Request(messages=messages, system="Be kind."))
+    )
     assert [text.index(s) for s in ("Be kind.", "Hi there", "Hello!", "Bye")] == sorted(
-        text.index(s) for s in ("Be kind.", "Hi there", "Hello!", "Bye"))
+        text.index(s) for s in ("Be kind.", "Hi there", "Hello!", "Bye")
+    )
     one = baseline_engine.prompt_tokens(Request("Hi there", system="Be kind."))
     assert baseline_engine.prompt_tokens(Request(messages=(ChatMessage("user", "Hi there"),), system="Be kind.")) == one
     with pytest.raises(InvalidSetting, match="unknown message role 'wizard'"):
@@ -264,7 +279,7 @@ def test_a_ctrl_c_between_decode_and_its_record_leaves_a_usable_cache(baseline_e
     with pytest.raises(KeyboardInterrupt):
         target.eval(prompt[-2:-1])  # in llama.cpp's cache, not in the record
     try:
-        got = target.eval(prompt[len(target.cached):])[-1]  # the next turn carries on from the record
+        got = target.eval(prompt[len(target.cached) :])[-1]  # the next turn carries on from the record
     finally:
         target.cached = list(target.cached)
     assert got == pytest.approx(expected, abs=1e-3)
@@ -305,8 +320,9 @@ def test_a_lora_adapter_is_applied_as_llama_cpp_applies_it(store_copy, tmp_path)
     with Engine(lora, draft, engine_settings()) as engine:  # the draft has no adapter: fewer accepted, same answer
         for k in (None, 4):
             drafted = _greedy(engine, prompt, speculation=SpeculationSettings(k))
-            assert_greedy_identical(engine, Request(prompt, raw=True, max_tokens=30, ignore_eos=True, sampling=GREEDY),
-                                    alone, drafted)
+            assert_greedy_identical(
+                engine, Request(prompt, raw=True, max_tokens=30, ignore_eos=True, sampling=GREEDY), alone, drafted
+            )
 
 
 def test_an_adapter_llama_cpp_refuses_at_load_is_one_clear_error(store_copy, tmp_path):

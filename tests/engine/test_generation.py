@@ -17,8 +17,9 @@ def test_a_generation_over_the_bare_pieces_gives_the_engines_answer(baseline_eng
     target = baseline_engine.target
     prompt = baseline_engine.prompt_tokens(request)
     costs = LearnedCosts(target, None, Placement(), notice=lambda text: None)
-    generation = Generation(target, request, lambda: prompt, end_of_turn=lambda token: False, proposer=None,
-                            costs=costs)
+    generation = Generation(
+        target, request, lambda: prompt, end_of_turn=lambda token: False, proposer=None, costs=costs
+    )
     assert "".join(generation) == expected.result.text
     assert generation.result.tokens == expected.result.tokens and generation.result.finish_reason == "length"
 
@@ -30,8 +31,14 @@ def test_the_end_of_turn_it_is_given_ends_the_answer(baseline_engine):
     "".join(alone)
     third = alone.result.tokens[2]
     costs = LearnedCosts(target, None, Placement(), notice=lambda text: None)
-    generation = Generation(target, request, lambda: baseline_engine.prompt_tokens(request),
-                            end_of_turn=lambda token: token == third, proposer=None, costs=costs)
+    generation = Generation(
+        target,
+        request,
+        lambda: baseline_engine.prompt_tokens(request),
+        end_of_turn=lambda token: token == third,
+        proposer=None,
+        costs=costs,
+    )
     "".join(generation)
     assert generation.result.tokens == alone.result.tokens[: alone.result.tokens.index(third)]
     assert generation.result.finish_reason == "stop"

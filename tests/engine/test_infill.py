@@ -33,8 +33,14 @@ def test_the_prompt_is_prefix_suffix_middle(coder):
     pre, suf, mid = coder.target.fill_in_the_middle_tokens()
     tokens = coder.prompt_tokens(Request(PREFIX, suffix=SUFFIX))
     tokenize = coder.target.tokenize
-    assert tokens == [coder.target.bos_token, pre, *tokenize(PREFIX, add_bos=False, special=False), suf,
-                      *tokenize(SUFFIX, add_bos=False, special=False), mid]
+    assert tokens == [
+        coder.target.bos_token,
+        pre,
+        *tokenize(PREFIX, add_bos=False, special=False),
+        suf,
+        *tokenize(SUFFIX, add_bos=False, special=False),
+        mid,
+    ]
 
 
 def test_the_drafted_middle_is_the_target_alones(coder):
@@ -55,13 +61,15 @@ def test_a_model_without_markers_refuses_a_suffix(baseline_engine):
 def test_both_servers_take_a_suffix(coder, baseline_engine):
     with running_server(coder) as (url, _):
         client = ollama.Client(host=url)
-        answer = client.generate(model="qwen2.5-coder", prompt=PREFIX, suffix=SUFFIX,
-                                 options={"temperature": 0, "num_predict": 12})
+        answer = client.generate(
+            model="qwen2.5-coder", prompt=PREFIX, suffix=SUFFIX, options={"temperature": 0, "num_predict": 12}
+        )
         expected = coder.generate(Request(PREFIX, suffix=SUFFIX, max_tokens=12, sampling=GREEDY))
         assert answer.response == "".join(expected)
         assert "insert" in client.show("qwen2.5-coder").capabilities
         completion = OpenAI(base_url=url + "/v1", api_key="x").completions.create(
-            model="m", prompt=PREFIX, suffix=SUFFIX, max_tokens=12, temperature=0)
+            model="m", prompt=PREFIX, suffix=SUFFIX, max_tokens=12, temperature=0
+        )
         assert completion.choices[0].text == answer.response
     with running_server(baseline_engine) as (url, _):
         refused = httpx.post(url + "/api/generate", json={"model": "m", "prompt": PREFIX, "suffix": SUFFIX}, timeout=60)

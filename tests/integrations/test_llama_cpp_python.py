@@ -65,13 +65,14 @@ def test_accepted_drafts_are_not_read_again(tiny_store):
 def test_a_model_with_an_adapter_layer_is_not_given_as_its_base_blob(store_copy, tmp_path):
     import pytest
 
-    from ollama_spec.integrations.llama_cpp_python import ollama_adapter_paths
     from ollama_spec.errors import UnusableModel
-
+    from ollama_spec.integrations.llama_cpp_python import ollama_adapter_paths
     from tests.stores import lora_variant
 
     lora_variant(store_copy, "tiny-lora", tmp_path)
-    with pytest.raises(UnusableModel, match="tiny-lora:latest has 1 LoRA adapter layer.*lora_path=ollama_adapter_paths"):
+    with pytest.raises(
+        UnusableModel, match="tiny-lora:latest has 1 LoRA adapter layer.*lora_path=ollama_adapter_paths"
+    ):
         ollama_model_path("tiny-lora", str(store_copy))
     [adapter] = ollama_adapter_paths("tiny-lora", str(store_copy))
     assert "/blobs/sha256-" in adapter and ollama_adapter_paths("tiny-target", str(store_copy)) == []

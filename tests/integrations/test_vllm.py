@@ -30,11 +30,28 @@ def command(target="llama3.1:70b", draft="llama3.2:1b", **settings):
 
 def test_the_command_is_vllm_serve_with_a_draft_model_speculative_config():
     cmd = command(k=4, tp=2, port=8123)
-    assert cmd.argv[:10] == ("vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "2",
-                             "--host", "127.0.0.1", "--port", "8123", "--speculative-config")
-    assert json.loads(cmd.argv[10]) == cmd.speculative_config == {
-        "method": "draft_model", "model": "meta-llama/Llama-3.2-1B-Instruct", "num_speculative_tokens": 4,
-        "draft_tensor_parallel_size": 2}
+    assert cmd.argv[:10] == (
+        "vllm",
+        "serve",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "--tensor-parallel-size",
+        "2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--speculative-config",
+    )
+    assert (
+        json.loads(cmd.argv[10])
+        == cmd.speculative_config
+        == {
+            "method": "draft_model",
+            "model": "meta-llama/Llama-3.2-1B-Instruct",
+            "num_speculative_tokens": 4,
+            "draft_tensor_parallel_size": 2,
+        }
+    )
     assert len(cmd.argv) == 11 and cmd.min_version == DRAFT_MODEL_VERSION == (0, 15, 0)
     assert shlex.split(cmd.shell) == list(cmd.argv)
     assert cmd.shell.endswith("""--speculative-config '{"method": "draft_model", "model": \
@@ -55,9 +72,10 @@ def test_defaults_are_k5_one_gpu_loopback_port_8000():
     assert cmd.bench == "ollama-spec bench meta-llama/Llama-3.1-70B-Instruct --url http://127.0.0.1:8000/v1"
 
 
-@pytest.mark.parametrize(("host", "url"), [("0.0.0.0", "http://127.0.0.1:9000/v1"),
-                                           ("10.0.0.5", "http://10.0.0.5:9000/v1"),
-                                           ("::1", "http://[::1]:9000/v1")])
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [("0.0.0.0", "http://127.0.0.1:9000/v1"), ("10.0.0.5", "http://10.0.0.5:9000/v1"), ("::1", "http://[::1]:9000/v1")],
+)
 def test_the_url_is_where_a_client_reaches_the_server(host, url):
     cmd = command(host=host, port=9000)
     assert cmd.url == url and cmd.argv[cmd.argv.index("--host") + 1] == host
@@ -74,14 +92,27 @@ def test_extra_arguments_may_not_set_the_speculation_again(arg):
         command(extra_args=(arg, "x"))
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (("--port", "9000"), "--port in the extra vLLM arguments: this command writes it itself; give --port instead "
-                         "(the printed URL and bench command follow it)"),
-    (("--host=0.0.0.0",), "--host in the extra vLLM arguments: this command writes it itself; give --host"),
-    (("-tp", "2"), "-tp in the extra vLLM arguments: this command writes it itself; give --tp instead (the "
-                   "draft's draft_tensor_parallel_size must equal it)"),
-    (("--tensor_parallel_size=2",), "--tensor_parallel_size in the extra vLLM arguments"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ("--port", "9000"),
+            (
+                "--port in the extra vLLM arguments: this command writes it itself; give --port instead "
+                "(the printed URL and bench command follow it)"
+            ),
+        ),
+        (("--host=0.0.0.0",), "--host in the extra vLLM arguments: this command writes it itself; give --host"),
+        (
+            ("-tp", "2"),
+            (
+                "-tp in the extra vLLM arguments: this command writes it itself; give --tp instead (the "
+                "draft's draft_tensor_parallel_size must equal it)"
+            ),
+        ),
+        (("--tensor_parallel_size=2",), "--tensor_parallel_size in the extra vLLM arguments"),
+    ],
+)
 def test_extra_arguments_may_not_contradict_the_flags_the_command_writes(args, says):
     with pytest.raises(InvalidSetting, match=re.escape(says)):
         command(extra_args=args)
@@ -94,8 +125,9 @@ def test_the_bench_command_sends_the_served_model_name(args):
     assert cmd.bench == "ollama-spec bench llama --url http://127.0.0.1:8000/v1"
 
 
-@pytest.mark.parametrize(("host", "bound", "url"), [("[::1]", "::1", "http://[::1]:9000/v1"),
-                                                    ("[::]", "::", "http://127.0.0.1:9000/v1")])
+@pytest.mark.parametrize(
+    ("host", "bound", "url"), [("[::1]", "::1", "http://[::1]:9000/v1"), ("[::]", "::", "http://127.0.0.1:9000/v1")]
+)
 def test_a_bracketed_ipv6_host_is_bound_bare_and_bracketed_once_in_the_url(host, bound, url):
     cmd = command(host=host, port=9000)
     assert cmd.argv[cmd.argv.index("--host") + 1] == bound and cmd.url == url
@@ -110,7 +142,7 @@ def test_a_half_bracketed_host_is_refused(host):
 def test_a_presets_context_is_vllms_max_model_len_unless_the_extra_arguments_give_one():
     cmd = command(max_model_len=8192)
     at = cmd.argv.index("--max-model-len")
-    assert cmd.argv[at: at + 2] == ("--max-model-len", "8192")
+    assert cmd.argv[at : at + 2] == ("--max-model-len", "8192")
     given = command(max_model_len=8192, extra_args=("--max_model_len", "4096")).argv
     assert given.count("--max-model-len") == 0 and given[-2:] == ("--max_model_len", "4096")
     assert "--max-model-len" not in command().argv
@@ -119,11 +151,17 @@ def test_a_presets_context_is_vllms_max_model_len_unless_the_extra_arguments_giv
 def test_odd_pairs_and_a_large_k_are_warned_about_not_refused():
     assert command().warnings == ()
     assert command("llama3.2:1b", "llama3.2:1b").warnings == (
-        "the draft is the target itself (meta-llama/Llama-3.2-1B-Instruct): every draft is accepted, but each "
-        "step runs the full model K more times, so it is slower than the target alone",)
+        (
+            "the draft is the target itself (meta-llama/Llama-3.2-1B-Instruct): every draft is accepted, but each "
+            "step runs the full model K more times, so it is slower than the target alone"
+        ),
+    )
     assert command("llama3.1:8b", "llama3.1:70b").warnings == (
-        "the draft (70B) is not smaller than the target (8B): speculation only pays with a much smaller draft; "
-        "swap TARGET and --draft?",)
+        (
+            "the draft (70B) is not smaller than the target (8B): speculation only pays with a much smaller draft; "
+            "swap TARGET and --draft?"
+        ),
+    )
     assert command(k=16).warnings == ()
     assert command(k=100).warnings[0].startswith("-k 100: vLLM drafts all 100 tokens every step")
 
@@ -156,8 +194,9 @@ def test_a_draft_of_another_family_is_refused_before_vllm_downloads_anything():
 
 def test_notes_say_what_a_user_must_know():
     notes = command("llama3.1:70b-instruct-q4_K_M", "llama3.2:1b", tp=2).notes
-    assert notes[0] == ("q4_K_M is Ollama's quantization of meta-llama/Llama-3.1-70B-Instruct: vLLM loads the "
-                        "original weights")
+    assert notes[0] == (
+        "q4_K_M is Ollama's quantization of meta-llama/Llama-3.1-70B-Instruct: vLLM loads the original weights"
+    )
     assert "meta-llama repositories are gated: accept the license on huggingface.co and set HF_TOKEN" in notes
     # (70 + 1) B parameters x 2 bytes = 132 GiB, over 2 GPUs 66 GiB each
     assert any(n.startswith("BF16 weights: about 132 GiB for the pair, 66 GiB on each of 2 GPUs") for n in notes)
@@ -169,8 +208,10 @@ def test_notes_say_what_a_user_must_know():
 # --- the installed vLLM ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "version"), [("0.15.0", (0, 15, 0)), ("0.15.1.dev3+gabc", (0, 15, 1)),
-                                               ("vllm 0.25", (0, 25, 0)), ("0.16.0rc1", (0, 16, 0))])
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [("0.15.0", (0, 15, 0)), ("0.15.1.dev3+gabc", (0, 15, 1)), ("vllm 0.25", (0, 25, 0)), ("0.16.0rc1", (0, 16, 0))],
+)
 def test_versions_are_read_as_numbers(text, version):
     assert parse_version(text) == version
 
@@ -202,8 +243,11 @@ def test_no_vllm_is_a_clear_error_with_the_pip_command(no_vllm):
 @pytest.mark.parametrize("old", ["0.10.0", "0.14.1"])
 def test_a_vllm_without_draft_models_is_refused_with_the_version_needed(no_vllm, old):
     fake_vllm(no_vllm, old)
-    with pytest.raises(VllmUnavailable, match=rf"vLLM {old} \(.*/vllm\) is too old: this command needs vLLM >= "
-                                               r"0.15.0 \(0.10 to 0.14 refuse draft models\)"):
+    with pytest.raises(
+        VllmUnavailable,
+        match=rf"vLLM {old} \(.*/vllm\) is too old: this command needs vLLM >= "
+        r"0.15.0 \(0.10 to 0.14 refuse draft models\)",
+    ):
         ready_launcher(DRAFT_MODEL_VERSION)
 
 
@@ -225,11 +269,14 @@ def test_exec_replaces_the_process_with_vllm_serve(tmp_path):
     folder = tmp_path / "bin"
     fake_vllm(folder)
     env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
-    code = ("from ollama_spec.integrations.vllm import *; from ollama_spec.integrations.vllm_repos import to_hf; "
-            "c = build_command(to_hf('llama3.3:70b'), to_hf('llama3.2:1b'), VllmSettings(k=3)); "
-            "exec_vllm(c, ready_launcher(c.min_version))")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
-                            check=False)
+    code = (
+        "from ollama_spec.integrations.vllm import *; from ollama_spec.integrations.vllm_repos import to_hf; "
+        "c = build_command(to_hf('llama3.3:70b'), to_hf('llama3.2:1b'), VllmSettings(k=3)); "
+        "exec_vllm(c, ready_launcher(c.min_version))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stderr
     expected = command("llama3.3:70b", k=3).argv[1:]
     assert (folder / "called").read_text().splitlines() == list(expected)

@@ -60,8 +60,9 @@ def test_a_timeout_or_an_error_exit_also_turns_it_off():
     timed_out = decide_repack(runner=FakeRunner(timeout=True), features=REPACKING_CPU)
     assert not timed_out.enabled and timed_out.detail == f"the test run did not finish in {canary.TIMEOUT_S:g} s"
     canary._cache_file().unlink()
-    failed = decide_repack(runner=FakeRunner(returncode=1, stdout="", stderr="Traceback\nValueError: boom"),
-                           features=REPACKING_CPU)
+    failed = decide_repack(
+        runner=FakeRunner(returncode=1, stdout="", stderr="Traceback\nValueError: boom"), features=REPACKING_CPU
+    )
     assert not failed.enabled and failed.detail == "the test run failed with exit status 1: ValueError: boom"
     canary._cache_file().unlink()
     silent = decide_repack(runner=FakeRunner(stdout=""), features=REPACKING_CPU)  # exit 0 without saying ok

@@ -16,10 +16,16 @@ from tests.distribution import assert_counts_follow
 from tests.grammars import FreeStrings, ShortStrings, assert_json_strings
 from tests.greedy import assert_greedy_identical
 
-SCHEMA = {"type": "object", "required": ["ok", "n", "colour"],
-          "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer", "minimum": 0, "maximum": 99},
-                         "colour": {"enum": ["red", "green", "blue"]}}}
-LETTERS = 'root ::= [a-h] [a-h] [a-h] [a-h]'
+SCHEMA = {
+    "type": "object",
+    "required": ["ok", "n", "colour"],
+    "properties": {
+        "ok": {"type": "boolean"},
+        "n": {"type": "integer", "minimum": 0, "maximum": 99},
+        "colour": {"enum": ["red", "green", "blue"]},
+    },
+}
+LETTERS = "root ::= [a-h] [a-h] [a-h] [a-h]"
 GREEDY = SamplingSettings(temperature=0)
 
 
@@ -98,8 +104,12 @@ def test_greedy_json_is_the_target_alones_constrained_answer(spec_engine, k):
 def test_sampled_output_keeps_to_the_grammar(spec_engine, proposer):
     grammar = grammar_for_json(SCHEMA)
     for seed in range(4):
-        _, result, text = _generate(spec_engine, grammar, sampling=SamplingSettings(temperature=1.5, seed=seed),
-                                    speculation=SpeculationSettings(4, proposer=proposer))
+        _, result, text = _generate(
+            spec_engine,
+            grammar,
+            sampling=SamplingSettings(temperature=1.5, seed=seed),
+            speculation=SpeculationSettings(4, proposer=proposer),
+        )
         assert result.finish_reason == "stop" and set(json.loads(text)) == {"ok", "n", "colour"}
 
 
@@ -109,9 +119,13 @@ def test_sampled_strings_hold_no_raw_control_characters(spec_engine, model, max_
     characters (a byte token) into strings, which no JSON parser reads."""
     grammar, stopped = grammar_for_json(model.model_json_schema()), 0
     for seed in range(50):
-        _, result, text = _generate(spec_engine, grammar, max_tokens=max_tokens,
-                                    sampling=SamplingSettings(temperature=1.0, seed=seed),
-                                    speculation=SpeculationSettings(4))
+        _, result, text = _generate(
+            spec_engine,
+            grammar,
+            max_tokens=max_tokens,
+            sampling=SamplingSettings(temperature=1.0, seed=seed),
+            speculation=SpeculationSettings(4),
+        )
         assert_json_strings(text, result.finish_reason == "stop", model, seed)
         stopped += result.finish_reason == "stop"
     assert stopped >= 25 or model is FreeStrings
@@ -140,8 +154,14 @@ def test_sampling_under_a_grammar_keeps_the_target_distribution(spec_engine):
     counts = dict.fromkeys(exact, 0)
     for seed in range(n):
         run_grammar = spec_engine.grammar(LETTERS)
-        tokens = generate_tokens(target, draft, prompt, SamplingSettings(**(vars(sampling) | {"seed": seed})),
-                                 SpeculationSettings(2), grammar=run_grammar)
+        tokens = generate_tokens(
+            target,
+            draft,
+            prompt,
+            SamplingSettings(**(vars(sampling) | {"seed": seed})),
+            SpeculationSettings(2),
+            grammar=run_grammar,
+        )
         pair = (next(tokens).id, next(tokens).id)
         tokens.close()
         run_grammar.close()

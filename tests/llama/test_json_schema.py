@@ -20,19 +20,36 @@ SHAPES = [
     (None, '{"a": @}'),  # Ollama's format "json", OpenAI's json_object
     ({"type": "string"}, "@"),
     ({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}, '{"name": @}'),
-    ({"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "maxLength": 30}}},
-     '{"name": @}'),
+    (
+        {"type": "object", "required": ["name"], "properties": {"name": {"type": "string", "maxLength": 30}}},
+        '{"name": @}',
+    ),
     ({"type": "object", "additionalProperties": {"type": "string"}}, '{"key": @}'),
     ({"type": "object", "additionalProperties": {"type": "integer"}}, "{@: 1}"),
-    ({"type": "array", "items": {"type": "object", "required": ["tags"],
-                                 "properties": {"tags": {"type": "array", "items": {"type": "string"}}}}},
-     '[{"tags": ["x", @]}]'),
+    (
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["tags"],
+                "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+            },
+        },
+        '[{"tags": ["x", @]}]',
+    ),
     ({"type": "object"}, '{"free": [{"deep": @}]}'),
     ({}, '{"any": @}'),
     ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "@"),
     ({"type": ["string", "null"]}, "@"),
-    ({"$defs": {"t": {"type": "string"}}, "type": "object", "required": ["x"], "properties": {"x": {"$ref": "#/$defs/t"}}},
-     '{"x": @}'),
+    (
+        {
+            "$defs": {"t": {"type": "string"}},
+            "type": "object",
+            "required": ["x"],
+            "properties": {"x": {"$ref": "#/$defs/t"}},
+        },
+        '{"x": @}',
+    ),
 ]
 
 
@@ -55,23 +72,28 @@ def test_enum_and_const_strings_are_written_as_json(spec_engine):
     assert not matches(spec_engine, gbnf, '"a\nb"')
     const = {"k\n": ["v\\", None]}
     assert matches(spec_engine, grammar_for_json({"const": const}), json.dumps(const))
-    keyed = grammar_for_json({"type": "object", "required": ['say "hi"\n'], "properties": {'say "hi"\n': {"type": "integer"}}})
+    keyed = grammar_for_json(
+        {"type": "object", "required": ['say "hi"\n'], "properties": {'say "hi"\n': {"type": "integer"}}}
+    )
     assert matches(spec_engine, keyed, r'{"say \"hi\"\n": 1}')
 
 
-@pytest.mark.parametrize("pattern, accepted, refused", [
-    # the dot: anything but a line break, written as JSON
-    ("^a.b$", [r'"a-b"', r'"a\"b"', r'"a\\b"', r'"a\tb"', '"aéb"'], ['"a\x01b"', '"a\nb"', r'"a\nb"', '"a"b"']),
-    # a negated class: what it leaves in, written as JSON
-    ("^[^,]+$", [r'"x\"y"', r'"x\\y"', r'"tab\t"'], ['"x,y"', '"x\x1fy"', '"x\\y"', '""']),
-    # a class naming characters JSON must escape
-    ('^["\\\\a-c]{2}$', [r'"\"a"', r'"\\c"'], ['"""', '"\\a"', '"ad"']),
-    ("^[\\x00-\\x7f]$", [r'"\n"', '"~"'], ['"\x07"', '"é"']),
-    # literals: a quote and a backslash in the pattern
-    ('^say "hi"\\\\$', [r'"say \"hi\"\\"'], ['"say "hi"\\"', r'"say \"hi\""']),
-    # escaped punctuation, which GBNF itself has no escape for
-    ("^v[0-9]\\.[0-9\\-]+$", ['"v1.2-3"'], ['"v1x2"']),
-])
+@pytest.mark.parametrize(
+    "pattern, accepted, refused",
+    [
+        # the dot: anything but a line break, written as JSON
+        ("^a.b$", [r'"a-b"', r'"a\"b"', r'"a\\b"', r'"a\tb"', '"aéb"'], ['"a\x01b"', '"a\nb"', r'"a\nb"', '"a"b"']),
+        # a negated class: what it leaves in, written as JSON
+        ("^[^,]+$", [r'"x\"y"', r'"x\\y"', r'"tab\t"'], ['"x,y"', '"x\x1fy"', '"x\\y"', '""']),
+        # a class naming characters JSON must escape
+        ('^["\\\\a-c]{2}$', [r'"\"a"', r'"\\c"'], ['"""', '"\\a"', '"ad"']),
+        ("^[\\x00-\\x7f]$", [r'"\n"', '"~"'], ['"\x07"', '"é"']),
+        # literals: a quote and a backslash in the pattern
+        ('^say "hi"\\\\$', [r'"say \"hi\"\\"'], ['"say "hi"\\"', r'"say \"hi\""']),
+        # escaped punctuation, which GBNF itself has no escape for
+        ("^v[0-9]\\.[0-9\\-]+$", ['"v1.2-3"'], ['"v1x2"']),
+    ],
+)
 def test_patterns_keep_their_meaning_in_json(spec_engine, pattern, accepted, refused):
     gbnf = grammar_for_json({"type": "string", "pattern": pattern})
     for text in accepted:

@@ -22,8 +22,22 @@ import pytest
 from ollama_spec.errors import InvalidSetting, RpcUnavailable
 from ollama_spec.llama import rpc
 
-GENERATE = ("generate", "tiny-target", "--draft", "tiny-draft", "-t", "0", "-n", "24", "-k", "3", "--threads", "1",
-            "--json", "Tell me about the sea")
+GENERATE = (
+    "generate",
+    "tiny-target",
+    "--draft",
+    "tiny-draft",
+    "-t",
+    "0",
+    "-n",
+    "24",
+    "-k",
+    "3",
+    "--threads",
+    "1",
+    "--json",
+    "Tell me about the sea",
+)
 
 
 def free_port() -> int:
@@ -33,18 +47,23 @@ def free_port() -> int:
 
 
 def ollama_spec(*args: str, env: dict, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ollama_spec", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ollama_spec", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 @contextmanager
 def rpc_server(tmp_path: Path, env: dict, *args: str):
     """`ollama-spec rpc-server` on a free loopback port; its endpoint once it answers HELLO."""
     port = free_port()
-    log = open(tmp_path / f"rpc-{port}.log", "w")
+    log = open(tmp_path / f"rpc-{port}.log", "w")  # noqa: SIM115 - open as long as the server runs
     # one thread: on a 2-core machine, servers' spinning CPU threads would starve the client's
-    process = subprocess.Popen([sys.executable, "-m", "ollama_spec", "rpc-server", "--port", str(port), "--threads", "1",
-                                *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ollama_spec", "rpc-server", "--port", str(port), "--threads", "1", *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     endpoint = rpc.Endpoint("127.0.0.1", port)
     try:
         deadline = time.monotonic() + 60
@@ -100,23 +119,28 @@ def test_an_unreachable_server_is_one_line_and_quick(env):
     result = ollama_spec(*GENERATE, "--rpc", f"127.0.0.1:{port}", env=env)
     assert result.returncode == 1
     # on loopback the server is this machine's: no --host 0.0.0.0 to open it to the network
-    assert result.stderr.strip() == (f"Error: cannot reach the RPC server at 127.0.0.1:{port} (Connection refused); "
-                                     f"start one with `ollama-spec rpc-server --port {port}`, or forward the port "
-                                     f"from the server's machine (ssh -L {port}:127.0.0.1:{port} gpu-box)")
+    assert result.stderr.strip() == (
+        f"Error: cannot reach the RPC server at 127.0.0.1:{port} (Connection refused); "
+        f"start one with `ollama-spec rpc-server --port {port}`, or forward the port "
+        f"from the server's machine (ssh -L {port}:127.0.0.1:{port} gpu-box)"
+    )
     assert time.monotonic() - started < 60
 
 
 def test_another_machine_is_told_to_listen_on_its_network_address():
     assert rpc._start_hint(rpc.Endpoint("192.168.1.20", 50052)) == (
-        "start one there with `ollama-spec rpc-server --host 0.0.0.0 --port 50052`")
+        "start one there with `ollama-spec rpc-server --host 0.0.0.0 --port 50052`"
+    )
 
 
 def test_one_server_under_two_names_is_refused_before_anything_connects(env):
     port = free_port()  # nothing listens: the refusal must come before any connection
     result = ollama_spec(*GENERATE, "--rpc", f"127.0.0.1:{port},localhost:{port}", env=env, timeout=60)
     assert result.returncode == 1
-    assert result.stderr.strip() == (f"Error: RPC servers 127.0.0.1:{port} and localhost:{port} are the same server "
-                                     f"(127.0.0.1:{port}): name each server once")
+    assert result.stderr.strip() == (
+        f"Error: RPC servers 127.0.0.1:{port} and localhost:{port} are the same server "
+        f"(127.0.0.1:{port}): name each server once"
+    )
 
 
 def test_a_server_busy_with_another_client_is_said_to_be_busy(env, tmp_path):
@@ -126,8 +150,11 @@ def test_a_server_busy_with_another_client_is_said_to_be_busy(env, tmp_path):
         with socket.create_connection((host, int(port)), timeout=5) as first:
             first.sendall(struct.pack("<BQ", rpc.HELLO, rpc.CONN_CAPS_SIZE) + bytes(rpc.CONN_CAPS_SIZE))
             assert rpc._receive(first, 8 + 4 + rpc.CONN_CAPS_SIZE)[8] == rpc.PROTOCOL_MAJOR
-            with pytest.raises(RpcUnavailable, match=r"an rpc-server busy with another client \(it serves one at "
-                                                     r"a time\), or another program on that port"):
+            with pytest.raises(
+                RpcUnavailable,
+                match=r"an rpc-server busy with another client \(it serves one at "
+                r"a time\), or another program on that port",
+            ):
                 rpc.probe(rpc.Endpoint(host, int(port)), timeout=1)
 
 
@@ -205,9 +232,23 @@ def test_probe_tells_a_silent_program_and_another_protocol_version_from_an_rpc_s
         assert rpc.probe(endpoint, timeout=2) == (7, 0, 3)
 
 
-@pytest.mark.parametrize("text", ["localhost", "host:", ":50052", "host:0", "host:70000", "a:1,a:1",
-                                  "127.0.0.1:\u00b2", "127.0.0.1:\uff150111", "127.0.0.1:\u0665", "a b:1",
-                                  "http://127.0.0.1:50052", "127.0.0.1:50052 127.0.0.1:50053"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "localhost",
+        "host:",
+        ":50052",
+        "host:0",
+        "host:70000",
+        "a:1,a:1",
+        "127.0.0.1:\u00b2",
+        "127.0.0.1:\uff150111",
+        "127.0.0.1:\u0665",
+        "a b:1",
+        "http://127.0.0.1:50052",
+        "127.0.0.1:50052 127.0.0.1:50053",
+    ],
+)
 def test_bad_endpoints_are_refused(text):
     with pytest.raises(InvalidSetting, match="--rpc: .* (is not host:port|named twice)"):
         rpc.parse_endpoints(text)
@@ -223,8 +264,10 @@ def test_ipv6_endpoints_are_refused_as_llama_cpp_cannot_use_them(text):
 def test_rpc_server_refuses_ipv6_hosts_in_one_line(invoke, host):
     result = invoke("rpc-server", "--host", host, "--port", free_port())
     assert result.exit_code == 1
-    assert result.output.strip() == (f"Error: --host {host}: llama.cpp's RPC takes IPv4 addresses or host names "
-                                     "only, not IPv6 (0.0.0.0 listens on every IPv4 address)")
+    assert result.output.strip() == (
+        f"Error: --host {host}: llama.cpp's RPC takes IPv4 addresses or host names "
+        "only, not IPv6 (0.0.0.0 listens on every IPv4 address)"
+    )
 
 
 def test_the_variable_is_named_in_its_errors_and_blank_items_in_it_are_left_out(invoke, tiny_store, monkeypatch):
@@ -243,8 +286,10 @@ def test_the_variable_is_named_in_its_errors_and_blank_items_in_it_are_left_out(
 
 
 def test_endpoints_parse_as_llama_cpp_takes_them():
-    assert rpc.parse_endpoints("10.0.0.2:50052, gpu-box:50053") == (rpc.Endpoint("10.0.0.2", 50052),
-                                                                    rpc.Endpoint("gpu-box", 50053))
+    assert rpc.parse_endpoints("10.0.0.2:50052, gpu-box:50053") == (
+        rpc.Endpoint("10.0.0.2", 50052),
+        rpc.Endpoint("gpu-box", 50053),
+    )
 
 
 def test_rpc_server_refuses_a_busy_port_and_an_unknown_device(invoke):
@@ -254,8 +299,9 @@ def test_rpc_server_refuses_a_busy_port_and_an_unknown_device(invoke):
         port = busy.getsockname()[1]
         result = invoke("rpc-server", "--port", port)
     assert result.exit_code == 1
-    assert result.output.strip().endswith(f"port {port} on 127.0.0.1 is in use (another rpc-server?): pick another "
-                                          "with --port")
+    assert result.output.strip().endswith(
+        f"port {port} on 127.0.0.1 is in use (another rpc-server?): pick another with --port"
+    )
     result = invoke("rpc-server", "--port", free_port(), "--device", "CUDA7")
     assert result.exit_code == 1 and "--device CUDA7: no such device here (devices: CPU" in result.output
     assert "rpc-server on" not in result.output  # refused before it says it serves
@@ -270,9 +316,27 @@ def test_rpc_server_lends_each_device_once(env):
 
 def test_bench_rpc_times_the_target_without_the_hop_and_checks_every_row(env, tmp_path):
     with rpc_server(tmp_path, env) as endpoint:
-        result = ollama_spec("bench", "tiny-target", "-d", "tiny-draft", "-k", "2", "--runs", "1", "--max-tokens", "8",
-                             "--no-warmup", "--no-ngram", "--threads", "1", "--rpc", endpoint, "--out", tmp_path / "b",
-                             env=env)
+        result = ollama_spec(
+            "bench",
+            "tiny-target",
+            "-d",
+            "tiny-draft",
+            "-k",
+            "2",
+            "--runs",
+            "1",
+            "--max-tokens",
+            "8",
+            "--no-warmup",
+            "--no-ngram",
+            "--threads",
+            "1",
+            "--rpc",
+            endpoint,
+            "--out",
+            tmp_path / "b",
+            env=env,
+        )
     assert result.returncode == 0, result.stderr
     rows = {row["label"]: row for row in json.loads((tmp_path / "b" / "results.json").read_text())["rows"]}
     assert set(rows) == {"target alone", "speculative K=2", "target alone, no RPC"}  # no reference rows

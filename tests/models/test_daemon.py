@@ -9,8 +9,10 @@ def test_lists_what_the_daemon_holds_from_ollama_host(monkeypatch):
         monkeypatch.setenv("OLLAMA_HOST", url)
         status = daemon_status()
     assert status.reachable and status.host == url
-    assert [(m.name, m.size_vram) for m in status.models] == [("llama3.1:8b", int(5.5 * (1 << 30))),
-                                                             ("nomic-embed-text:latest", 0)]
+    assert [(m.name, m.size_vram) for m in status.models] == [
+        ("llama3.1:8b", int(5.5 * (1 << 30))),
+        ("nomic-embed-text:latest", 0),
+    ]
     assert freeing_advice(status) == [
         f"Ollama at {url} holds 5.5 GiB of GPU memory: llama3.1:8b (5.5 GiB)",
         "free it with: ollama stop llama3.1:8b",

@@ -48,8 +48,11 @@ def test_random_bytes(tmp_path, data):
     parse(tmp_path / "x.gguf", data)
 
 
-@given(body=st.binary(max_size=512), version=st.sampled_from([2, 3]), counts=st.tuples(
-    st.integers(0, 2**64 - 1) | st.integers(0, 8), st.integers(0, 2**64 - 1) | st.integers(0, 8)))
+@given(
+    body=st.binary(max_size=512),
+    version=st.sampled_from([2, 3]),
+    counts=st.tuples(st.integers(0, 2**64 - 1) | st.integers(0, 8), st.integers(0, 2**64 - 1) | st.integers(0, 8)),
+)
 def test_random_bodies_after_a_valid_preamble(tmp_path, body, version, counts):
     parse(tmp_path / "x.gguf", b"GGUF" + struct.pack("<IQQ", version, *counts) + body, size=1 << 20)
 
@@ -103,24 +106,36 @@ CRAFTED = {
     ),
     "unknown value type": (header(kv("k", 99, b"")), "has an unknown GGUF value type 99 for key 'k'"),
     "unknown array item type": (header(array("k", 13, 1)), "has an unknown GGUF value type 13 in array 'k'"),
-    "string longer than the file": (header(kv("k", GGUFValueType.STRING, struct.pack("<Q", 2**62))),
-                                    "is truncated inside its GGUF header"),
-    "array longer than the file": (header(array("k", GGUFValueType.UINT64, 2**61)),
-                                   "has an array longer than the file itself"),
+    "string longer than the file": (
+        header(kv("k", GGUFValueType.STRING, struct.pack("<Q", 2**62))),
+        "is truncated inside its GGUF header",
+    ),
+    "array longer than the file": (
+        header(array("k", GGUFValueType.UINT64, 2**61)),
+        "has an array longer than the file itself",
+    ),
     "key read twice": (header(u32("a", 1), u32("a", 2)), "has the metadata key 'a' twice"),
     "newline in a key": (header(u32("a\nb", 1), u32("a\nb", 2)), r"has the metadata key 'a\\nb' twice"),
     "alignment 0": (header(u32("general.alignment", 0)), "has general.alignment 0, which is not a power of 2"),
     "alignment 3": (header(u32("general.alignment", 3)), "has general.alignment 3, which is not a power of 2"),
     "alignment text": (header(text("general.alignment", "x" * 500)), r"has general.alignment 'xxxx.*\.\.\., which"),
-    "five dimensions": (header(tensors=tensor_info("t", (1,) * 5), n_tensors=1),
-                        "has tensor 't' with 5 dimensions \\(at most 4\\)"),
-    "negative dimension": (header(tensors=tensor_info("t", (2**63,)), n_tensors=1),
-                           "has tensor 't' with a negative dimension"),
+    "five dimensions": (
+        header(tensors=tensor_info("t", (1,) * 5), n_tensors=1),
+        "has tensor 't' with 5 dimensions \\(at most 4\\)",
+    ),
+    "negative dimension": (
+        header(tensors=tensor_info("t", (2**63,)), n_tensors=1),
+        "has tensor 't' with a negative dimension",
+    ),
     "tensor twice": (header(tensors=tensor_info("t", (1,)) * 2, n_tensors=2), "has the tensor 't' twice"),
-    "tensor past the end": (header(*VALID_START, tensors=tensor_info("t", (2**40,)), n_tensors=1),
-                            "is truncated: its tensors need"),
-    "unknown tensor type past the end": (header(*VALID_START, tensors=tensor_info("t", (4,), 200, 2**50),
-                                                n_tensors=1), "is truncated: its tensors need"),
+    "tensor past the end": (
+        header(*VALID_START, tensors=tensor_info("t", (2**40,)), n_tensors=1),
+        "is truncated: its tensors need",
+    ),
+    "unknown tensor type past the end": (
+        header(*VALID_START, tensors=tensor_info("t", (4,), 200, 2**50), n_tensors=1),
+        "is truncated: its tensors need",
+    ),
 }
 
 
@@ -152,12 +167,18 @@ def bounded(path, data: bytes, size: int) -> tuple[str, float, int]:
 BOMBS = {
     # A 40 GB sparse file may claim anything the file size allows: nothing may be read or
     # allocated by the claim itself.
-    "30 GB string": (header(kv("k", GGUFValueType.STRING, struct.pack("<Q", 30 << 30))),
-                     f"has a GGUF header larger than {MAX_HEADER_BYTES >> 20} MiB"),
-    "30 GB numeric array": (header(array("k", GGUFValueType.UINT8, 30 << 30)),
-                            f"has a GGUF header larger than {MAX_HEADER_BYTES >> 20} MiB"),
-    "billions of tokens": (header(array("tokenizer.ggml.tokens", GGUFValueType.STRING, MAX_ARRAY_STRINGS + 1)),
-                           f"has more than {MAX_ARRAY_STRINGS} strings in its arrays"),
+    "30 GB string": (
+        header(kv("k", GGUFValueType.STRING, struct.pack("<Q", 30 << 30))),
+        f"has a GGUF header larger than {MAX_HEADER_BYTES >> 20} MiB",
+    ),
+    "30 GB numeric array": (
+        header(array("k", GGUFValueType.UINT8, 30 << 30)),
+        f"has a GGUF header larger than {MAX_HEADER_BYTES >> 20} MiB",
+    ),
+    "billions of tokens": (
+        header(array("tokenizer.ggml.tokens", GGUFValueType.STRING, MAX_ARRAY_STRINGS + 1)),
+        f"has more than {MAX_ARRAY_STRINGS} strings in its arrays",
+    ),
     "billions of keys": (header(n_kv=1 << 30), "claims 1073741824 metadata keys"),
     "zeros as keys": (header(n_kv=1 << 15), "has the metadata key '' twice"),
     "zeros as tensors": (header(n_tensors=1 << 16), "has the tensor '' twice"),

@@ -149,20 +149,33 @@ def test_scalar_head_counts_apply_to_every_layer(tiny_models):
 def test_per_layer_array_of_the_wrong_length_is_no_value(tmp_path):
     from tests.gguf_bytes import write_model
 
-    path = write_model(tmp_path / "m.gguf", {"llama.block_count": 3, "llama.attention.head_count": [4, 4],
-                                             "llama.feed_forward_length": [8, 8, 8]})
+    path = write_model(
+        tmp_path / "m.gguf",
+        {"llama.block_count": 3, "llama.attention.head_count": [4, 4], "llama.feed_forward_length": [8, 8, 8]},
+    )
     info = read_model_info(path)  # llama.cpp refuses "wrong array length"; so does the memory plan
     assert info.head_count_layers is None and info.head_count is None and info.head_count_kv is None
     assert info.feed_forward_layers == (8, 8, 8)
 
 
-@pytest.mark.parametrize("key, value", [
-    ("general.architecture", 7), ("general.name", 1.5), ("general.file_type", float("inf")),
-    ("llama.block_count", float("nan")), ("llama.block_count", -1), ("llama.block_count", 10**6),
-    ("llama.embedding_length", "wide"), ("llama.attention.head_count", [-4, 4]),
-    ("tokenizer.ggml.model", 3), ("tokenizer.ggml.add_bos_token", "yes"), ("tokenizer.ggml.bos_token_id", 10**9),
-    ("tokenizer.chat_template", [1, 2]), ("general.alignment", 64),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("general.architecture", 7),
+        ("general.name", 1.5),
+        ("general.file_type", float("inf")),
+        ("llama.block_count", float("nan")),
+        ("llama.block_count", -1),
+        ("llama.block_count", 10**6),
+        ("llama.embedding_length", "wide"),
+        ("llama.attention.head_count", [-4, 4]),
+        ("tokenizer.ggml.model", 3),
+        ("tokenizer.ggml.add_bos_token", "yes"),
+        ("tokenizer.ggml.bos_token_id", 10**9),
+        ("tokenizer.chat_template", [1, 2]),
+        ("general.alignment", 64),
+    ],
+)
 def test_metadata_of_the_wrong_type_or_range_reads_as_absent(tmp_path, key, value):
     from gguf import GGUFValueType, GGUFWriter
 
@@ -170,8 +183,12 @@ def test_metadata_of_the_wrong_type_or_range_reads_as_absent(tmp_path, key, valu
     writer = GGUFWriter(path, arch="llama") if key != "general.architecture" else GGUFWriter(path, arch="x")
     if key == "general.architecture":
         writer.kv_data[0].pop(key)
-    vtype = {int: GGUFValueType.INT64, float: GGUFValueType.FLOAT64, str: GGUFValueType.STRING,
-             list: GGUFValueType.ARRAY}[type(value)]
+    vtype = {
+        int: GGUFValueType.INT64,
+        float: GGUFValueType.FLOAT64,
+        str: GGUFValueType.STRING,
+        list: GGUFValueType.ARRAY,
+    }[type(value)]
     writer.add_key_value(key, value, vtype, sub_type=GGUFValueType.INT32 if vtype == GGUFValueType.ARRAY else None)
     writer.add_block_count(2) if key != "llama.block_count" else None
     writer.add_token_list(["a", "b"])

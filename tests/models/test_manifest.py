@@ -81,20 +81,38 @@ def test_any_layer_list(tiny_store, store_copy, data):
     _outcome(Store(find_store_root(store_copy)), "tiny-draft")
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"", "is not valid JSON"),
-    (b"\xff\xfe", "is not valid JSON"),
-    (b"[" * 100_000 + b"]" * 100_000, r"is not valid JSON \(nested too deeply\)"),
-    (b"[]", "is not a manifest with a list of layers"),
-    (b'{"layers": {"a": 1}}', "is not a manifest with a list of layers"),
-    (b'{"schemaVersion": 2, "layers": [1]}', "has a layer 1 that is not an object"),
-    (b'{"schemaVersion": 2, "layers": [{"digest": "sha256:x", "size": 1}]}', "has a layer 1 without a media type"),
-    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": -5}]}', "has a layer 1 whose size -5 is not a byte"),
-    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1.5}]}', "has a layer 1 whose size 1.5 is not a byte count"),
-    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": true}]}', "has a layer 1 whose size True is not a byte count"),
-    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1e999}]}', "has a layer 1 whose size inf is not a byte count"),
-    (b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1, "digest": 7}]}', "has an invalid layer digest 7: expected"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"", "is not valid JSON"),
+        (b"\xff\xfe", "is not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, r"is not valid JSON \(nested too deeply\)"),
+        (b"[]", "is not a manifest with a list of layers"),
+        (b'{"layers": {"a": 1}}', "is not a manifest with a list of layers"),
+        (b'{"schemaVersion": 2, "layers": [1]}', "has a layer 1 that is not an object"),
+        (b'{"schemaVersion": 2, "layers": [{"digest": "sha256:x", "size": 1}]}', "has a layer 1 without a media type"),
+        (
+            b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": -5}]}',
+            "has a layer 1 whose size -5 is not a byte",
+        ),
+        (
+            b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1.5}]}',
+            "has a layer 1 whose size 1.5 is not a byte count",
+        ),
+        (
+            b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": true}]}',
+            "has a layer 1 whose size True is not a byte count",
+        ),
+        (
+            b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1e999}]}',
+            "has a layer 1 whose size inf is not a byte count",
+        ),
+        (
+            b'{"schemaVersion": 2, "layers": [{"mediaType": "m", "size": 1, "digest": 7}]}',
+            "has an invalid layer digest 7: expected",
+        ),
+    ],
+)
 def test_crafted_manifests(store_copy, content, message):
     manifest_of(store_copy, "tiny-draft").write_bytes(content)
     with pytest.raises(InvalidManifest, match=f"^tiny-draft:latest: its manifest .*latest {message}"):
@@ -105,7 +123,9 @@ def test_huge_manifest_is_not_read_whole(store_copy):
     path = manifest_of(store_copy, "tiny-draft")
     with open(path, "wb") as f:
         f.truncate(4 << 30)  # sparse: 4 GiB of zeros
-    with pytest.raises(InvalidManifest, match=f"is larger than {MAX_MANIFEST_BYTES >> 20}.0 MiB; a manifest is a few KB"):
+    with pytest.raises(
+        InvalidManifest, match=f"is larger than {MAX_MANIFEST_BYTES >> 20}.0 MiB; a manifest is a few KB"
+    ):
         Store(find_store_root(store_copy)).resolve("tiny-draft")
 
 

@@ -61,15 +61,18 @@ def test_display_is_ollamas_short_form(ref, display):
     assert parse_model_name(display) == ref
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("llama3.2:local", "llama3.2:latest"),  # Ollama's modelref.ParseRef: a source suffix, not a tag
-    ("llama3.2:1b:local", "llama3.2:1b"),
-    ("llama3.2:1b:LOCAL", "llama3.2:1b"),
-    ("gpt-oss:120b:cloud", "gpt-oss:120b-cloud"),  # the stored cloud stub's name (NormalizePullName)
-    ("gpt-oss:cloud", "gpt-oss:cloud"),
-    ("gpt-oss:120b-cloud", "gpt-oss:120b-cloud"),
-    ("localhost:11434/team/tiny:local", "localhost:11434/team/tiny:latest"),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("llama3.2:local", "llama3.2:latest"),  # Ollama's modelref.ParseRef: a source suffix, not a tag
+        ("llama3.2:1b:local", "llama3.2:1b"),
+        ("llama3.2:1b:LOCAL", "llama3.2:1b"),
+        ("gpt-oss:120b:cloud", "gpt-oss:120b-cloud"),  # the stored cloud stub's name (NormalizePullName)
+        ("gpt-oss:cloud", "gpt-oss:cloud"),
+        ("gpt-oss:120b-cloud", "gpt-oss:120b-cloud"),
+        ("localhost:11434/team/tiny:local", "localhost:11434/team/tiny:latest"),
+    ],
+)
 def test_source_suffixes_as_ollama_reads_them(name, expected):
     assert parse_model_name(name).display == expected
 
@@ -81,6 +84,11 @@ def test_both_source_suffixes_are_refused():
 
 def test_valid_refs_are_what_ollama_lists():
     assert is_valid_ref(("registry.ollama.ai", "library", "llama3.2", "1b"))
-    for parts in (("registry.ollama.ai", "library", "x", ".DS_Store"), ("registry.ollama.ai", "library", "x", "-p"),
-                  ("registry.ollama.ai", "library", "bad name", "latest"), ("h", "ns.dot", "m", "t"), ("h", "m", "t")):
+    for parts in (
+        ("registry.ollama.ai", "library", "x", ".DS_Store"),
+        ("registry.ollama.ai", "library", "x", "-p"),
+        ("registry.ollama.ai", "library", "bad name", "latest"),
+        ("h", "ns.dot", "m", "t"),
+        ("h", "m", "t"),
+    ):
         assert not is_valid_ref(parts), parts

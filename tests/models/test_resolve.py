@@ -27,7 +27,9 @@ def test_an_adapter_layer_is_resolved_to_apply_and_counted_in_the_plan(store, in
     model = resolve_model("lora", str(store))
     assert len(model.adapters) == 1 and model.adapters[0].metadata["adapter.type"] == "lora"
     assert model.loaded_info.tensor_bytes == model.info.tensor_bytes + model.adapters[0].tensor_bytes > 0
-    plans = [json.loads(invoke("check", name, "--json", "--models-dir", store).stdout) for name in ("tiny-target", "lora")]
+    plans = [
+        json.loads(invoke("check", name, "--json", "--models-dir", store).stdout) for name in ("tiny-target", "lora")
+    ]
     base, lora = (plan["target"]["file_weights"] for plan in plans)
     assert lora == base + model.adapters[0].tensor_bytes  # llama.cpp loads the adapter beside the weights
     shown = invoke("show", "lora", "--models-dir", store)
@@ -36,13 +38,20 @@ def test_an_adapter_layer_is_resolved_to_apply_and_counted_in_the_plan(store, in
 
 def test_an_adapter_layer_that_is_no_lora_is_refused_for_target_and_draft(store, invoke):
     variant(store, "lora", extra=[("adapter", "tiny-draft")])
-    message = ("lora:latest's adapter layer is not a GGUF LoRA adapter, the only kind llama.cpp applies (convert it "
-               "with llama.cpp's convert_lora_to_gguf.py)")
+    message = (
+        "lora:latest's adapter layer is not a GGUF LoRA adapter, the only kind llama.cpp applies (convert it "
+        "with llama.cpp's convert_lora_to_gguf.py)"
+    )
     with pytest.raises(UnusableModel) as err:
         resolve_model("lora", str(store))
     assert str(err.value) == message
-    for args in (("generate", "lora", "hi"), ("generate", "tiny-target", "hi", "-d", "lora"),
-                 ("pair", "lora", "tiny-draft"), ("check", "tiny-target", "-d", "lora"), ("drafts", "lora")):
+    for args in (
+        ("generate", "lora", "hi"),
+        ("generate", "tiny-target", "hi", "-d", "lora"),
+        ("pair", "lora", "tiny-draft"),
+        ("check", "tiny-target", "-d", "lora"),
+        ("drafts", "lora"),
+    ):
         result = invoke(*args, "--models-dir", store)
         assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == f"Error: {message}", args
 
@@ -52,13 +61,18 @@ def test_an_adapter_for_another_base_model_is_refused_from_the_headers(store, tm
 
     wider = Architecture(n_embd=96, n_layer=2, n_head=4, n_kv_head=2, n_ff=160)
     lora_variant(store, "wide-lora", tmp_path, arch=wider, n_layer=2)
-    message = ("wide-lora:latest's adapter layer does not fit the model: its 'blk.0.attn_q.weight' change is 96x96, "
-               "the model's matrix 64x64 (a LoRA made for another base model?)")
+    message = (
+        "wide-lora:latest's adapter layer does not fit the model: its 'blk.0.attn_q.weight' change is 96x96, "
+        "the model's matrix 64x64 (a LoRA made for another base model?)"
+    )
     for args in (("check", "wide-lora"), ("generate", "wide-lora", "hi")):  # before anything loads
         result = invoke(*args, "--models-dir", store)
         assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == f"Error: {message}", args
     shown = invoke("show", "wide-lora", "--models-dir", store)
-    assert shown.exit_code == 0 and "note: a LoRA adapter layer that cannot be applied (the adapter does not fit" in shown.output
+    assert (
+        shown.exit_code == 0
+        and "note: a LoRA adapter layer that cannot be applied (the adapter does not fit" in shown.output
+    )
     lora_variant(store, "deep-lora", tmp_path, n_layer=PAIRS["tiny"].arch.n_layer + 1)  # one block more than the model
     with pytest.raises(UnusableModel, match=r"it changes 'blk.4.attn_q.weight', which the model does not have"):
         resolve_model("deep-lora", str(store))
@@ -66,8 +80,11 @@ def test_an_adapter_for_another_base_model_is_refused_from_the_headers(store, tm
 
 def test_an_adapter_for_another_architecture_is_refused(store, tmp_path):
     lora_variant(store, "qwen-lora", tmp_path, architecture="qwen2")
-    with pytest.raises(UnusableModel, match=r"^qwen-lora:latest's adapter layer is a LoRA adapter for 'qwen2' models, "
-                                            r"but the model is 'llama'$"):
+    with pytest.raises(
+        UnusableModel,
+        match=r"^qwen-lora:latest's adapter layer is a LoRA adapter for 'qwen2' models, "
+        r"but the model is 'llama'$",
+    ):
         resolve_model("qwen-lora", str(store))
 
 
@@ -101,9 +118,14 @@ def test_a_go_template_without_a_gguf_chat_template_is_warned_about(store):
     bare = dataclasses.replace(model, info=dataclasses.replace(model.info, chat_template=None))
     assert template_warning(bare, "use --raw") == (
         "tiny-target:latest has no chat template in its GGUF, only an Ollama template layer (Go templates are not "
-        "supported): the conversation is sent unformatted; use --raw")
-    variant(store, "legacy", keep=lambda layer: not layer["mediaType"].endswith(".template"),
-            extra=[("prompt", b"{{ .Prompt }}")])
+        "supported): the conversation is sent unformatted; use --raw"
+    )
+    variant(
+        store,
+        "legacy",
+        keep=lambda layer: not layer["mediaType"].endswith(".template"),
+        extra=[("prompt", b"{{ .Prompt }}")],
+    )
     assert resolve_model("legacy", str(store)).go_template  # Ollama's old name for the template layer
     assert template_warning(dataclasses.replace(bare, go_template=False), "use --raw") is None  # nothing to say
 
@@ -117,8 +139,17 @@ def test_the_draft_layer_is_the_models_own_draft(store):
     assert resolve_model("tiny-target", str(store)).stored_draft is None
 
 
-@pytest.mark.parametrize("name", ["/nowhere/x.gguf", "./x.gguf", "models/llama.GGUF", "~/nowhere.gguf",
-                                  "../elsewhere", "/nowhere/blobs/sha256-" + "a" * 64])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "/nowhere/x.gguf",
+        "./x.gguf",
+        "models/llama.GGUF",
+        "~/nowhere.gguf",
+        "../elsewhere",
+        "/nowhere/blobs/sha256-" + "a" * 64,
+    ],
+)
 def test_a_path_that_names_no_file_says_so(name):
     assert looks_like_path(name)
     with pytest.raises(ModelNotFound) as err:

@@ -122,8 +122,15 @@ def test_unknown_model_suggests_pull(tiny_store):
 
 def test_list_models(tiny_store):
     names = [m.name for m in Store(find_store_root(tiny_store)).models()]
-    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
-                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    assert names == [
+        "tiny-alien:latest",
+        "tiny-draft:latest",
+        "tiny-draft:q4_0",
+        "tiny-draft:q8_0",
+        "tiny-target:latest",
+        "tiny-target:q4_0",
+        "tiny-target:q8_0",
+    ]
 
 
 @pytest.mark.parametrize("digest", ["sha256:../../etc/passwd", "md5:abc", "sha256:" + "A" * 64, "sha256:" + "a" * 63])
@@ -217,8 +224,25 @@ def test_store_is_never_written(tiny_store, invoke, tmp_path):
         ["pair", "tiny-target", "tiny-draft"],
         ["check", "tiny-target", "-d", "tiny-draft"],
         ["generate", "tiny-target", "-d", "tiny-draft", "hi", "--threads", "1", "-n", "8", "--compare", "--stats"],
-        ["bench", "tiny-target", "-d", "tiny-draft", "--threads", "1", "-n", "8", "--runs", "1", "-k", "2",
-         "--no-warmup", "--prompts", prompts, "--out", tmp_path / "results"],
+        [
+            "bench",
+            "tiny-target",
+            "-d",
+            "tiny-draft",
+            "--threads",
+            "1",
+            "-n",
+            "8",
+            "--runs",
+            "1",
+            "-k",
+            "2",
+            "--no-warmup",
+            "--prompts",
+            prompts,
+            "--out",
+            tmp_path / "results",
+        ],
     ):
         result = invoke(*args, "--models-dir", tiny_store)
         assert result.exit_code == 0, (args, result.output)
@@ -240,10 +264,16 @@ def test_models_under_other_namespaces_and_hosts_resolve(store_copy, invoke):
     add_manifest(store_copy, "localhost:11434", "team", "tiny", "v1")
     store = Store(find_store_root(store_copy))
     draft_blob = store.resolve("tiny-draft").gguf_path
-    for name in ("someone/tiny", "someone/tiny:latest", "registry.ollama.ai/someone/tiny",
-                 "hf.co/someone/Tiny-GGUF:Q4_K_M", "HF.CO/someone/tiny-gguf:q4_k_m",
-                 "https://hf.co/someone/Tiny-GGUF:Q4_K_M",
-                 "localhost:11434/team/tiny:v1", "http://localhost:11434/team/tiny:v1"):
+    for name in (
+        "someone/tiny",
+        "someone/tiny:latest",
+        "registry.ollama.ai/someone/tiny",
+        "hf.co/someone/Tiny-GGUF:Q4_K_M",
+        "HF.CO/someone/tiny-gguf:q4_k_m",
+        "https://hf.co/someone/Tiny-GGUF:Q4_K_M",
+        "localhost:11434/team/tiny:v1",
+        "http://localhost:11434/team/tiny:v1",
+    ):
         assert store.resolve(name).gguf_path == draft_blob, name
     for name in ("hf.co/someone/Tiny-GGUF", "localhost:11434/team/tiny", "tiny", "someone/tiny:v1", "other/tiny"):
         with pytest.raises(ModelNotFound):
@@ -251,8 +281,19 @@ def test_models_under_other_namespaces_and_hosts_resolve(store_copy, invoke):
     listed = invoke("list", "--models-dir", store_copy)
     names = {line.split()[0] for line in listed.stdout.splitlines()[1:]}
     assert {"someone/tiny:latest", "hf.co/someone/Tiny-GGUF:Q4_K_M", "localhost:11434/team/tiny:v1"} <= names
-    result = invoke("generate", "hf.co/someone/Tiny-GGUF:Q4_K_M", "hi", "--no-check", "--threads", "1", "-n", "2",
-                    "--json", "--models-dir", store_copy)
+    result = invoke(
+        "generate",
+        "hf.co/someone/Tiny-GGUF:Q4_K_M",
+        "hi",
+        "--no-check",
+        "--threads",
+        "1",
+        "-n",
+        "2",
+        "--json",
+        "--models-dir",
+        store_copy,
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["target"] == "hf.co/someone/Tiny-GGUF:Q4_K_M"
 
@@ -298,22 +339,27 @@ def test_list_shows_a_broken_model_without_failing(store_copy, invoke):
     assert "is missing" in line
 
 
-@pytest.mark.parametrize("params, message", [
-    ("[1, 2]", "is not a JSON object"),
-    ('{"stop": "abc"}', "has stop 'abc': expected a list of strings"),
-    ('{"num_ctx": "4096"}', "has num_ctx '4096': expected a whole number"),
-    ('{"num_ctx": 1.5}', "has num_ctx 1.5: expected a whole number"),
-    ('{"temperature": NaN}', "has temperature nan: expected a number"),
-    ('{"seed": true}', "has seed True: expected a whole number"),
-    ("{" * 50_000, "is not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ("[1, 2]", "is not a JSON object"),
+        ('{"stop": "abc"}', "has stop 'abc': expected a list of strings"),
+        ('{"num_ctx": "4096"}', "has num_ctx '4096': expected a whole number"),
+        ('{"num_ctx": 1.5}', "has num_ctx 1.5: expected a whole number"),
+        ('{"temperature": NaN}', "has temperature nan: expected a number"),
+        ('{"seed": true}', "has seed True: expected a whole number"),
+        ("{" * 50_000, "is not valid JSON"),
+    ],
+)
 def test_params_layer_of_the_wrong_shape(store_copy, params, message):
     from ollama_spec.synthetic.layout import add_blob
 
     digest, size = add_blob(store_copy, params.encode())
-    _rewrite_layers(store_copy, "tiny-draft",
-                    lambda layers: [dict(l, digest=digest, size=size) if l["mediaType"].endswith("params") else l
-                                    for l in layers])
+    _rewrite_layers(
+        store_copy,
+        "tiny-draft",
+        lambda layers: [dict(l, digest=digest, size=size) if l["mediaType"].endswith("params") else l for l in layers],
+    )
     with pytest.raises(InvalidManifest, match=f"^tiny-draft:latest: its params layer {re.escape(message)}"):
         Store(find_store_root(store_copy)).resolve("tiny-draft").params()
 
@@ -324,8 +370,15 @@ def test_list_names_broken_manifests_and_keeps_the_healthy_ones(store_copy, invo
     result = invoke("list", "--models-dir", store_copy)
     assert result.exit_code == 0
     rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
-    assert set(rows) == {"tiny-alien:latest", "tiny-draft:latest", "tiny-target:latest", "tiny-draft:q4_0",
-                         "tiny-draft:q8_0", "tiny-target:q4_0", "tiny-target:q8_0"}
+    assert set(rows) == {
+        "tiny-alien:latest",
+        "tiny-draft:latest",
+        "tiny-target:latest",
+        "tiny-draft:q4_0",
+        "tiny-draft:q8_0",
+        "tiny-target:q4_0",
+        "tiny-target:q8_0",
+    }
     assert "?" in rows["tiny-draft:latest"] and "whose size -5 is not a byte count" in rows["tiny-draft:latest"]
     assert "-5 B" not in result.stdout and "is not valid JSON" in rows["tiny-alien:latest"]
     assert "F32" in rows["tiny-target:latest"]
@@ -363,8 +416,15 @@ def test_list_skips_odd_names_and_what_is_not_a_file(store_copy, invoke):
     assert result.exit_code == 0
     names = [line.split()[0] for line in result.stdout.splitlines()[1:]]
     # names Ollama cannot hold are no models, as in its manifest listing
-    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
-                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    assert names == [
+        "tiny-alien:latest",
+        "tiny-draft:latest",
+        "tiny-draft:q4_0",
+        "tiny-draft:q8_0",
+        "tiny-target:latest",
+        "tiny-target:q4_0",
+        "tiny-target:q8_0",
+    ]
     assert len(result.stdout.splitlines()) == 8
 
 
@@ -392,8 +452,10 @@ def test_an_unreadable_manifests_folder_is_one_error_not_an_empty_store(store_co
     library = store_copy / "manifests" / "registry.ollama.ai" / "library"
     _deny(monkeypatch, library)
     store = Store(find_store_root(store_copy))
-    message = (f"{library} is not readable by you; add yourself to group ollama "
-               "(sudo usermod -aG ollama $USER, then log in again)")
+    message = (
+        f"{library} is not readable by you; add yourself to group ollama "
+        "(sudo usermod -aG ollama $USER, then log in again)"
+    )
     with pytest.raises(StoreUnreadable) as err:
         store.resolve("tiny-target")
     assert str(err.value) == message
@@ -408,8 +470,10 @@ def test_an_unreadable_blobs_folder_is_one_error(store_copy, monkeypatch, invoke
     _deny(monkeypatch, store_copy / "blobs")
     shown = invoke("show", "tiny-target", "--models-dir", store_copy)
     assert shown.exit_code == 1
-    assert shown.output.strip() == (f"Error: {store_copy / 'blobs'} is not readable by you; add yourself to group "
-                                    "ollama (sudo usermod -aG ollama $USER, then log in again)")
+    assert shown.output.strip() == (
+        f"Error: {store_copy / 'blobs'} is not readable by you; add yourself to group "
+        "ollama (sudo usermod -aG ollama $USER, then log in again)"
+    )
 
 
 def test_list_skips_what_ollama_does_not_take_for_a_model(store_copy, invoke):
@@ -418,8 +482,15 @@ def test_list_skips_what_ollama_does_not_take_for_a_model(store_copy, invoke):
         shutil.copy(good, good.parent / odd)
     add_manifest(store_copy, "registry.ollama.ai", "library", "bad name", "latest")
     names = [m.name for m in Store(find_store_root(store_copy)).models()]
-    assert names == ["tiny-alien:latest", "tiny-draft:latest", "tiny-draft:q4_0", "tiny-draft:q8_0",
-                     "tiny-target:latest", "tiny-target:q4_0", "tiny-target:q8_0"]
+    assert names == [
+        "tiny-alien:latest",
+        "tiny-draft:latest",
+        "tiny-draft:q4_0",
+        "tiny-draft:q8_0",
+        "tiny-target:latest",
+        "tiny-target:q4_0",
+        "tiny-target:q8_0",
+    ]
     shown = invoke("show", "bad", "--models-dir", store_copy)
     assert shown.exit_code == 1 and "did you mean" not in shown.output
 

@@ -27,26 +27,40 @@ def test_problems_name_everything_missing(tmp_path):
     bare = tmp_path / "bare.gguf"
     bare.write_bytes(header())
     assert usability_problems(read_model_info(bare), llama_cpp_knows) == (
-        "no architecture (general.architecture)", "no vocabulary (tokenizer.ggml.tokens)", "no layers (block_count)",
-        "no tensors")
-    odd = read_model_info(write_model(tmp_path / "odd.gguf", {"notanarch.block_count": 1,
-                                                              "tokenizer.ggml.model": "gpt2",
-                                                              "tokenizer.ggml.tokens": ["a"]}, arch="notanarch"))
+        "no architecture (general.architecture)",
+        "no vocabulary (tokenizer.ggml.tokens)",
+        "no layers (block_count)",
+        "no tensors",
+    )
+    odd = read_model_info(
+        write_model(
+            tmp_path / "odd.gguf",
+            {"notanarch.block_count": 1, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"]},
+            arch="notanarch",
+        )
+    )
     assert usability_problems(odd, llama_cpp_knows) == ("architecture 'notanarch', which this llama.cpp does not know",)
     deep = read_model_info(write_model(tmp_path / "deep.gguf", {"llama.block_count": 600}))
     assert "600 layers, more than llama.cpp's 512" in usability_problems(deep, llama_cpp_knows)
 
 
-@pytest.mark.parametrize("keys, problem", [
-    ({}, "no tokenizer model (tokenizer.ggml.model)"),
-    ({"tokenizer.ggml.model": "none"}, "no vocabulary (tokenizer.ggml.tokens)"),
-    ({"tokenizer.ggml.model": "notatok"}, "tokenizer 'notatok', which this llama.cpp does not know"),
-    ({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "notapre"},
-     "pre-tokenizer 'notapre', which this llama.cpp does not know"),
-])
+@pytest.mark.parametrize(
+    "keys, problem",
+    [
+        ({}, "no tokenizer model (tokenizer.ggml.model)"),
+        ({"tokenizer.ggml.model": "none"}, "no vocabulary (tokenizer.ggml.tokens)"),
+        ({"tokenizer.ggml.model": "notatok"}, "tokenizer 'notatok', which this llama.cpp does not know"),
+        (
+            {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "notapre"},
+            "pre-tokenizer 'notapre', which this llama.cpp does not know",
+        ),
+    ],
+)
 def test_tokenizers_llama_cpp_cannot_load(tmp_path, keys, problem):
     metadata = {"llama.block_count": 1, "tokenizer.ggml.tokens": ["a", "b"]} | keys
-    assert usability_problems(read_model_info(write_model(tmp_path / "m.gguf", metadata)), llama_cpp_knows) == (problem,)
+    assert usability_problems(read_model_info(write_model(tmp_path / "m.gguf", metadata)), llama_cpp_knows) == (
+        problem,
+    )
 
 
 def test_runnable_models_pass(tiny_models):
@@ -57,8 +71,9 @@ def test_runnable_models_pass(tiny_models):
 def test_pair_refuses_two_models_without_vocabulary(invoke, store):
     result = invoke("pair", "embed-a", "embed-b", "--models-dir", store)
     assert result.exit_code == 1
-    assert result.output == ("Error: embed-a:latest cannot be the target: it has no vocabulary "
-                             "(tokenizer.ggml.tokens)\n")
+    assert result.output == (
+        "Error: embed-a:latest cannot be the target: it has no vocabulary (tokenizer.ggml.tokens)\n"
+    )
     result = invoke("pair", "tiny-target", "embed-b", "--models-dir", store)
     assert result.output == "Error: embed-b:latest cannot be the draft: it has no vocabulary (tokenizer.ggml.tokens)\n"
 
@@ -66,8 +81,9 @@ def test_pair_refuses_two_models_without_vocabulary(invoke, store):
 def test_check_refuses_before_sizing(invoke, store):
     result = invoke("check", "tiny-target", "--draft", "embed-a:latest", "--models-dir", store)
     assert result.exit_code == 1
-    assert result.output == ("Error: embed-a:latest cannot be the draft: it has no vocabulary "
-                             "(tokenizer.ggml.tokens)\n")
+    assert result.output == (
+        "Error: embed-a:latest cannot be the draft: it has no vocabulary (tokenizer.ggml.tokens)\n"
+    )
 
 
 def test_generate_fails_early_and_says_why(invoke, store, monkeypatch):
@@ -84,18 +100,25 @@ def test_generate_fails_early_and_says_why(invoke, store, monkeypatch):
 
 
 def test_unknown_architecture_is_refused_before_load(invoke, tmp_path):
-    path = write_model(tmp_path / "odd.gguf", {"notanarch.block_count": 1, "tokenizer.ggml.model": "gpt2",
-                                               "tokenizer.ggml.tokens": ["a"]}, arch="notanarch")
+    path = write_model(
+        tmp_path / "odd.gguf",
+        {"notanarch.block_count": 1, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"]},
+        arch="notanarch",
+    )
     result = invoke("generate", path, "hi", "--no-check")
-    assert result.output == ("Error: odd.gguf cannot be the target: it has architecture 'notanarch', "
-                             "which this llama.cpp does not know\n")
+    assert result.output == (
+        "Error: odd.gguf cannot be the target: it has architecture 'notanarch', which this llama.cpp does not know\n"
+    )
     with pytest.raises(UnusableModel):
         require_usable("odd", read_model_info(path), "draft", llama_cpp_knows)
 
 
 def test_ollamas_own_gpt_oss_layout_is_named_with_a_way_out(tmp_path):
-    oss = write_model(tmp_path / "oss.gguf", {"gptoss.block_count": 1, "tokenizer.ggml.model": "gpt2",
-                                              "tokenizer.ggml.tokens": ["a"]}, arch="gptoss")
+    oss = write_model(
+        tmp_path / "oss.gguf",
+        {"gptoss.block_count": 1, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"]},
+        arch="gptoss",
+    )
     (problem,) = usability_problems(read_model_info(oss), llama_cpp_knows)
     assert "Ollama's own layout of gpt-oss" in problem and "hf.co/ggml-org/gpt-oss-20b-GGUF" in problem
 
@@ -110,8 +133,10 @@ def test_a_vision_tower_in_the_model_file_is_refused_before_load(invoke, tmp_pat
 
     vocab = build_vocabulary(300, 20)
     tensors = gemma3_tensors(vocab, n_layer=2, draft_layers=2)
-    tower = {"v.patch_embd.weight": np.zeros((8, 8), np.float32),
-             "mm.input_projection.weight": np.zeros((8, 64), np.float32)}
+    tower = {
+        "v.patch_embd.weight": np.zeros((8, 8), np.float32),
+        "mm.input_projection.weight": np.zeros((8, 64), np.float32),
+    }
     root = tmp_path / "models"
     for name, extra in (("gemma3", tower), ("gemma3-text", {})):
         path = write_gemma3_gguf(tmp_path / f"{name}.gguf", name=name, vocab=vocab, tensors=tensors | extra, n_layer=2)
@@ -128,8 +153,14 @@ def test_a_vision_tower_in_the_model_file_is_refused_before_load(invoke, tmp_pat
 
 
 def test_what_llama_cpp_knows_is_the_callers_to_say(tmp_path):
-    odd = read_model_info(write_model(tmp_path / "odd.gguf", {"notanarch.block_count": 1, "tokenizer.ggml.model": "gpt2",
-                                                              "tokenizer.ggml.tokens": ["a"]}, arch="notanarch"))
+    odd = read_model_info(
+        write_model(
+            tmp_path / "odd.gguf",
+            {"notanarch.block_count": 1, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a"]},
+            arch="notanarch",
+        )
+    )
     assert usability_problems(odd, lambda name: True) == ()
     assert usability_problems(odd, {"gpt2"}.__contains__) == (
-        "architecture 'notanarch', which this llama.cpp does not know",)
+        "architecture 'notanarch', which this llama.cpp does not know",
+    )

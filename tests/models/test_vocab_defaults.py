@@ -15,17 +15,20 @@ def model(path, **keys):
     return read_model_info(write_model(path, metadata))
 
 
-@pytest.mark.parametrize("tokenizer, pre, add_bos, add_eos, bos, eos", [
-    ("llama", None, True, False, 1, 2),  # SentencePiece
-    ("gpt2", "llama-bpe", True, False, 11, 11),  # Llama 3
-    ("gpt2", "qwen2", False, False, 11, 11),
-    ("gpt2", None, False, False, 11, 11),
-    ("gpt2", "tekken", True, False, 11, 11),
-    ("gpt2", "glm4", False, False, None, 11),
-    ("bert", None, True, False, 101, None),
-    ("t5", None, False, True, None, 1),
-    ("rwkv", None, False, False, None, None),
-])
+@pytest.mark.parametrize(
+    "tokenizer, pre, add_bos, add_eos, bos, eos",
+    [
+        ("llama", None, True, False, 1, 2),  # SentencePiece
+        ("gpt2", "llama-bpe", True, False, 11, 11),  # Llama 3
+        ("gpt2", "qwen2", False, False, 11, 11),
+        ("gpt2", None, False, False, 11, 11),
+        ("gpt2", "tekken", True, False, 11, 11),
+        ("gpt2", "glm4", False, False, None, 11),
+        ("bert", None, True, False, 101, None),
+        ("t5", None, False, True, None, 1),
+        ("rwkv", None, False, False, None, None),
+    ],
+)
 def test_defaults_per_tokenizer(tmp_path, tokenizer, pre, add_bos, add_eos, bos, eos):
     keys = {"model": tokenizer} | ({"pre": pre} if pre else {})
     info = model(tmp_path / "m.gguf", **keys)
@@ -43,8 +46,9 @@ def test_gemma4_always_adds_bos(tmp_path):
 
 
 def test_a_pair_llama_cpp_accepts_is_accepted_when_one_header_leaves_the_flags_out(tmp_path):
-    explicit = model(tmp_path / "t.gguf", model="llama", add_bos_token=True, add_eos_token=False,
-                     bos_token_id=1, eos_token_id=2)
+    explicit = model(
+        tmp_path / "t.gguf", model="llama", add_bos_token=True, add_eos_token=False, bos_token_id=1, eos_token_id=2
+    )
     implicit = model(tmp_path / "d.gguf", model="llama")  # same values, from llama.cpp's defaults
     assert check_compatibility(explicit, implicit).ok
     different = model(tmp_path / "x.gguf", model="llama", add_bos_token=False)

@@ -44,8 +44,10 @@ def test_a_cpu_only_llama_cpp_build_is_said_plainly(monkeypatch):
     found, notes = find_devices(offload=False)
     assert [d.kind for d in found] == ["cpu"]
     assert len(notes) == 1
-    assert notes[0] == ("llama-cpp-python was built without GPU support, so the NVIDIA GPU found here is not used "
-                        f"and the plan is for CPU RAM; rebuild it with: {CUDA_BUILD_HINT}")
+    assert notes[0] == (
+        "llama-cpp-python was built without GPU support, so the NVIDIA GPU found here is not used "
+        f"and the plan is for CPU RAM; rebuild it with: {CUDA_BUILD_HINT}"
+    )
 
 
 @pytest.mark.parametrize("nvml", [None, "fail"])

@@ -48,25 +48,50 @@ def test_llama_cpp_lists_are_what_its_source_says():
 
 def test_mamba_has_a_fixed_state_and_no_kv_cache(tmp_path):
     # Mamba 130M: 24 layers of (d_conv - 1) x d_inner conv state + d_state x d_inner SSM state, f32
-    info = read_model_info(_header(tmp_path / "mamba.gguf", "mamba", {
-        "embedding_length": 768, "block_count": 24, "ssm.conv_kernel": 4, "ssm.inner_size": 1536,
-        "ssm.state_size": 16, "ssm.time_step_rank": 48}))
+    info = read_model_info(
+        _header(
+            tmp_path / "mamba.gguf",
+            "mamba",
+            {
+                "embedding_length": 768,
+                "block_count": 24,
+                "ssm.conv_kernel": 4,
+                "ssm.inner_size": 1536,
+                "ssm.state_size": 16,
+                "ssm.time_step_rank": 48,
+            },
+        )
+    )
     assert recurrent_state_bytes(info) == 24 * (3 * 1536 + 16 * 1536) * 4 == 2_801_664
     assert kv_cache_bytes(info, 8192) == 0
     assert model_needs(info, 8192).kv == model_needs(info, 256).kv == 2_801_664
 
 
 def test_rwkv_state_is_token_shift_and_wkv(tmp_path):
-    info = read_model_info(_header(tmp_path / "rwkv.gguf", "rwkv6", {
-        "embedding_length": 2048, "block_count": 24, "wkv.head_size": 64}))
+    info = read_model_info(
+        _header(tmp_path / "rwkv.gguf", "rwkv6", {"embedding_length": 2048, "block_count": 24, "wkv.head_size": 64})
+    )
     assert recurrent_state_bytes(info) == 24 * (2 * 2048 + 2048 * 64) * 4 == 12_976_128
 
 
 def test_jamba_attends_in_the_layers_with_kv_heads(tmp_path):
     heads_kv = [0, 0, 0, 0, 8, 0, 0, 0]
-    info = read_model_info(_header(tmp_path / "jamba.gguf", "jamba", {
-        "embedding_length": 4096, "block_count": 8, "attention.head_count": 32, "attention.head_count_kv": heads_kv,
-        "feed_forward_length": 14336, "ssm.conv_kernel": 4, "ssm.inner_size": 8192, "ssm.state_size": 16}))
+    info = read_model_info(
+        _header(
+            tmp_path / "jamba.gguf",
+            "jamba",
+            {
+                "embedding_length": 4096,
+                "block_count": 8,
+                "attention.head_count": 32,
+                "attention.head_count_kv": heads_kv,
+                "feed_forward_length": 14336,
+                "ssm.conv_kernel": 4,
+                "ssm.inner_size": 8192,
+                "ssm.state_size": 16,
+            },
+        )
+    )
     assert recurrent_layers(info) == [h == 0 for h in heads_kv]
     assert kv_cache_bytes(info, 4096) == 4096 * 8 * (128 + 128) * 2 == 16_777_216  # one attention layer
     assert recurrent_state_bytes(info) == 7 * (3 * 8192 + 16 * 8192) * 4 == 4_358_144
@@ -75,24 +100,63 @@ def test_jamba_attends_in_the_layers_with_kv_heads(tmp_path):
 
 def test_lfm2_short_convolutions(tmp_path):
     heads_kv = [0, 0, 8, 0, 0, 8]
-    info = read_model_info(_header(tmp_path / "lfm2.gguf", "lfm2", {
-        "embedding_length": 1024, "block_count": 6, "attention.head_count": 16, "attention.head_count_kv": heads_kv,
-        "feed_forward_length": 6656, "shortconv.l_cache": 3}))
+    info = read_model_info(
+        _header(
+            tmp_path / "lfm2.gguf",
+            "lfm2",
+            {
+                "embedding_length": 1024,
+                "block_count": 6,
+                "attention.head_count": 16,
+                "attention.head_count_kv": heads_kv,
+                "feed_forward_length": 6656,
+                "shortconv.l_cache": 3,
+            },
+        )
+    )
     assert recurrent_state_bytes(info) == 4 * 1024 * 2 * 4
     assert kv_cache_bytes(info, 1000) == 1024 * 2 * 8 * (64 + 64) * 2  # two layers, 1000 -> 1024 cells
 
 
 def test_qwen3next_attends_every_fourth_layer_and_falcon_h1_in_all(tmp_path):
-    qwen = read_model_info(_header(tmp_path / "q.gguf", "qwen3next", {
-        "embedding_length": 2048, "block_count": 8, "attention.head_count": 16, "attention.head_count_kv": 2,
-        "attention.key_length": 256, "feed_forward_length": 5120, "full_attention_interval": 4,
-        "ssm.conv_kernel": 4, "ssm.inner_size": 4096, "ssm.state_size": 128, "ssm.group_count": 16}))
+    qwen = read_model_info(
+        _header(
+            tmp_path / "q.gguf",
+            "qwen3next",
+            {
+                "embedding_length": 2048,
+                "block_count": 8,
+                "attention.head_count": 16,
+                "attention.head_count_kv": 2,
+                "attention.key_length": 256,
+                "feed_forward_length": 5120,
+                "full_attention_interval": 4,
+                "ssm.conv_kernel": 4,
+                "ssm.inner_size": 4096,
+                "ssm.state_size": 128,
+                "ssm.group_count": 16,
+            },
+        )
+    )
     assert recurrent_layers(qwen) == [True, True, True, False] * 2
     assert kv_cache_bytes(qwen, 256) == 256 * 2 * 2 * (256 + 256) * 2
-    falcon = read_model_info(_header(tmp_path / "f.gguf", "falcon-h1", {
-        "embedding_length": 1024, "block_count": 4, "attention.head_count": 8, "attention.head_count_kv": 2,
-        "feed_forward_length": 2048, "ssm.conv_kernel": 4, "ssm.inner_size": 1536, "ssm.state_size": 16,
-        "ssm.group_count": 1}))
+    falcon = read_model_info(
+        _header(
+            tmp_path / "f.gguf",
+            "falcon-h1",
+            {
+                "embedding_length": 1024,
+                "block_count": 4,
+                "attention.head_count": 8,
+                "attention.head_count_kv": 2,
+                "feed_forward_length": 2048,
+                "ssm.conv_kernel": 4,
+                "ssm.inner_size": 1536,
+                "ssm.state_size": 16,
+                "ssm.group_count": 1,
+            },
+        )
+    )
     assert recurrent_layers(falcon) == [True] * 4
     assert kv_cache_bytes(falcon, 256) == 4 * 256 * 2 * (128 + 128) * 2
     assert recurrent_state_bytes(falcon) == 4 * (3 * (1536 + 2 * 16) + 16 * 1536) * 4
@@ -130,20 +194,42 @@ def test_mamba_state_and_compute_against_llama_cpp(tmp_path_factory, n_ctx):
     assert logged["compute"] <= needs.compute / MIB <= logged["compute"] * 1.10  # never under, at most 10 % over
 
 
-@pytest.mark.parametrize("arch, keys, windowed", [
-    ("gemma3", {"attention.sliding_window": 1024}, [i % 6 != 5 for i in range(12)]),  # llama.cpp's default: 6
-    ("gemma3", {"attention.sliding_window": 1024, "attention.sliding_window_pattern": 3},
-     [i % 3 != 2 for i in range(12)]),
-    ("gpt-oss", {"attention.sliding_window": 128, "attention.sliding_window_pattern": [True, True, False] * 4},
-     [True, True, False] * 4),  # one flag per layer, as Ollama's converter writes them (llama.cpp's default: 2)
-    ("gemma2", {}, [i % 2 == 0 for i in range(12)]),  # a 4,096-token window without the key
-    ("gemma3", {}, [False] * 12),  # no window: every layer global
-    ("llama4", {"attention.sliding_window": 8192}, [False] * 12),  # chunks: a full cache (not cut back safely)
-])
+@pytest.mark.parametrize(
+    "arch, keys, windowed",
+    [
+        ("gemma3", {"attention.sliding_window": 1024}, [i % 6 != 5 for i in range(12)]),  # llama.cpp's default: 6
+        (
+            "gemma3",
+            {"attention.sliding_window": 1024, "attention.sliding_window_pattern": 3},
+            [i % 3 != 2 for i in range(12)],
+        ),
+        (
+            "gpt-oss",
+            {"attention.sliding_window": 128, "attention.sliding_window_pattern": [True, True, False] * 4},
+            [True, True, False] * 4,
+        ),  # one flag per layer, as Ollama's converter writes them (llama.cpp's default: 2)
+        ("gemma2", {}, [i % 2 == 0 for i in range(12)]),  # a 4,096-token window without the key
+        ("gemma3", {}, [False] * 12),  # no window: every layer global
+        ("llama4", {"attention.sliding_window": 8192}, [False] * 12),  # chunks: a full cache (not cut back safely)
+    ],
+)
 def test_a_targets_window_layers_cache_the_window_and_a_batch(tmp_path, arch, keys, windowed):
-    info = read_model_info(_header(tmp_path / "m.gguf", arch, {
-        "embedding_length": 1024, "block_count": 12, "attention.head_count": 8, "attention.head_count_kv": 4,
-        "attention.key_length": 128, "attention.value_length": 128, "feed_forward_length": 4096} | keys))
+    info = read_model_info(
+        _header(
+            tmp_path / "m.gguf",
+            arch,
+            {
+                "embedding_length": 1024,
+                "block_count": 12,
+                "attention.head_count": 8,
+                "attention.head_count_kv": 4,
+                "attention.key_length": 128,
+                "attention.value_length": 128,
+                "feed_forward_length": 4096,
+            }
+            | keys,
+        )
+    )
     window = keys.get("attention.sliding_window", 4096 if arch == "gemma2" else 0)
     per_cell = 4 * 256 * 2  # KV heads x (K + V) x f16
     cells = [min(32768, -(-(window + 512) // 256) * 256) if w else 32768 for w in windowed]

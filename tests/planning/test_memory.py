@@ -42,10 +42,18 @@ LLAMA3_VOCAB = 128256
 def llama_pair(sparse_dir):
     """Header-only llama3.1:70b Q4_K_M and llama3.2:1b Q8_0 (Ollama's default tags)."""
     write_shape_only_gguf(sparse_dir / "mem-70b.gguf", name="llama3.1:70b", arch=LLAMA_70B, vocab_size=LLAMA3_VOCAB)
-    write_shape_only_gguf(sparse_dir / "mem-1b.gguf", name="llama3.2:1b", arch=LLAMA_1B, vocab_size=LLAMA3_VOCAB,
-                          weight_type=GGMLQuantizationType.Q8_0, tied_embeddings=True)
-    return (read_model_info(sparse_dir / "mem-70b.gguf", read_vocab=False),
-            read_model_info(sparse_dir / "mem-1b.gguf", read_vocab=False))
+    write_shape_only_gguf(
+        sparse_dir / "mem-1b.gguf",
+        name="llama3.2:1b",
+        arch=LLAMA_1B,
+        vocab_size=LLAMA3_VOCAB,
+        weight_type=GGMLQuantizationType.Q8_0,
+        tied_embeddings=True,
+    )
+    return (
+        read_model_info(sparse_dir / "mem-70b.gguf", read_vocab=False),
+        read_model_info(sparse_dir / "mem-1b.gguf", read_vocab=False),
+    )
 
 
 def machine(gpu_gib: float) -> list[Device]:
@@ -158,9 +166,11 @@ def test_readme_section_is_what_the_tool_prints(llama_pair):
     models = [("llama3.1:70b", target), ("llama3.2:1b", draft)]
     for gib in (24, 48, 80):
         lines = render_plan(plan(target, draft, 8192, devices=machine(gib)), models)
-        shown = lines if gib == 24 else lines[lines.index("devices"):]  # the models' lines are the same
+        shown = lines if gib == 24 else lines[lines.index("devices") :]  # the models' lines are the same
         for line in shown:
-            assert line in readme, f"docs/memory.md is out of date: {line!r} (run the snippet in its Memory check section)"
+            assert line in readme, (
+                f"docs/memory.md is out of date: {line!r} (run the snippet in its Memory check section)"
+            )
 
 
 def test_readme_accuracy_claim_matches_the_tolerances():
@@ -216,7 +226,8 @@ def test_two_gpus_add_up_and_cpu_only_plans_use_ram(llama_pair):
     # head's f32 scores. Target: 512 x 4 x ((64 + 1) x 8192 + 5 x 8192 + 2 x 8 x 128 + 8) = 1,178,615,808;
     # draft: 512 x 4 x ((32 + 1) x 8192 + 5 x 2048 + 2 x 8 x 64 + 8) = 576,733,184.
     assert plan(target, draft, 8192, devices=[system_ram(64)]).host_bytes == (
-        files + 2_684_354_560 + 268_435_456 + 1_178_615_808 + 576_733_184 + 2 * 16 * 128256 * 4)
+        files + 2_684_354_560 + 268_435_456 + 1_178_615_808 + 576_733_184 + 2 * 16 * 128256 * 4
+    )
     small = plan(target, draft, 8192, devices=[system_ram(32)], flash_attention=True)
     assert small.verdict == DOES_NOT_FIT
     assert small.summary == "does not fit: needs 41.7 GiB of RAM, 32.0 GiB available"
@@ -319,7 +330,9 @@ _CELLS = re.compile(r"llama_kv_cache: size = .*\( *(\d+) cells")
 MAPPED_BUFFERS = ("CPU_Mapped", "CPU")
 
 
-def _llama_cpp_buffers(path: Path, n_ctx: int, *, repack: bool = False, flash_attention: str = "auto") -> dict[str, float]:
+def _llama_cpp_buffers(
+    path: Path, n_ctx: int, *, repack: bool = False, flash_attention: str = "auto"
+) -> dict[str, float]:
     """MiB llama.cpp logs: the mapped/CPU weights ("model"), its extra repacked buffers ("extra"),
     KV cache and compute buffers, and the KV cells it chose for n_ctx."""
     llama_log.clear_log()
@@ -364,12 +377,22 @@ def mid_models(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-@pytest.mark.parametrize("model,n_ctx", [
-    ("tiny-target", 1024), ("tiny-target", 8192),
-    ("ffn", 256), ("ffn", 1000), ("ffn", 2048), ("ffn", 8192),
-    ("logits", 512), ("logits", 4096), ("logits", 8192),
-    ("q4_0", 2048), ("q8_0", 2048),
-])
+@pytest.mark.parametrize(
+    "model,n_ctx",
+    [
+        ("tiny-target", 1024),
+        ("tiny-target", 8192),
+        ("ffn", 256),
+        ("ffn", 1000),
+        ("ffn", 2048),
+        ("ffn", 8192),
+        ("logits", 512),
+        ("logits", 4096),
+        ("logits", 8192),
+        ("q4_0", 2048),
+        ("q8_0", 2048),
+    ],
+)
 def test_estimates_match_what_llama_cpp_allocates(model, n_ctx, mid_models, tiny_store):
     """Repacking off, so the weights are the mapped file on every CPU (the repacked copy is tested apart)."""
     path = mid_models.get(model) or _tiny_path(tiny_store, model)

@@ -62,23 +62,25 @@ def test_one_device_plans_as_before(llama_pair):
     assert single.device_bytes == (single.gpu_bytes,)
 
 
-@pytest.mark.parametrize("text, shares", [("3,1", (3.0, 1.0)), ("0.75,0.25", (0.75, 0.25)), ("1", (1.0,)),
-                                          (None, ())])
+@pytest.mark.parametrize("text, shares", [("3,1", (3.0, 1.0)), ("0.75,0.25", (0.75, 0.25)), ("1", (1.0,)), (None, ())])
 def test_tensor_split_parsing(text, shares):
     assert parse_tensor_split(text) == shares
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"tensor_split": (0.0, 0.0)}, "positive sum"),
-    ({"tensor_split": (-1.0, 2.0)}, "positive sum"),
-    ({"tensor_split": (1.0,) * 17}, "at most 16"),
-    ({"split_mode": "tensor"}, "--split-mode must be one of none, layer, row"),
-    ({"main_gpu": -1}, "--main-gpu must be a device index"),
-    ({"tensor_split": (math.inf, 1.0)}, "finite shares"),
-    ({"tensor_split": parse_tensor_split("1e400")}, "finite shares"),
-    ({"tensor_split": (math.nan,)}, "finite shares"),
-    ({"rpc_servers": ("10.0.0.2:50052",), "split_mode": "row"}, "--split-mode row .* use --split-mode layer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"tensor_split": (0.0, 0.0)}, "positive sum"),
+        ({"tensor_split": (-1.0, 2.0)}, "positive sum"),
+        ({"tensor_split": (1.0,) * 17}, "at most 16"),
+        ({"split_mode": "tensor"}, "--split-mode must be one of none, layer, row"),
+        ({"main_gpu": -1}, "--main-gpu must be a device index"),
+        ({"tensor_split": (math.inf, 1.0)}, "finite shares"),
+        ({"tensor_split": parse_tensor_split("1e400")}, "finite shares"),
+        ({"tensor_split": (math.nan,)}, "finite shares"),
+        ({"rpc_servers": ("10.0.0.2:50052",), "split_mode": "row"}, "--split-mode row .* use --split-mode layer"),
+    ],
+)
 def test_bad_placements_are_refused(kwargs, message):
     with pytest.raises(InvalidSetting, match=message):
         Placement(**kwargs)
@@ -114,8 +116,11 @@ def test_readme_rpc_plan_is_what_check_prints(llama_pair):
 
 def test_a_tensor_split_longer_than_the_devices_is_refused(llama_pair):
     target, draft = llama_pair
-    with pytest.raises(InvalidSetting, match=r"--tensor-split has 3 shares but there are 2 devices to offload to "
-                                             r"\(RPC0 at 192.168.1.20:50052, 24 GiB GPU\): give one share per device"):
+    with pytest.raises(
+        InvalidSetting,
+        match=r"--tensor-split has 3 shares but there are 2 devices to offload to "
+        r"\(RPC0 at 192.168.1.20:50052, 24 GiB GPU\): give one share per device",
+    ):
         plan(target, draft, [nvidia_gpu(24), system_ram(64)], remote=[remote(24)], tensor_split=(1, 1, 1))
     with pytest.raises(InvalidSetting, match="--tensor-split: there is no GPU or RPC server to split the target over"):
         plan(target, draft, [system_ram(64)], tensor_split=(1,))

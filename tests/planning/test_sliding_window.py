@@ -55,16 +55,18 @@ def _run(engine, request, **kwargs):
 def test_drafted_greedy_output_is_the_targets_far_past_the_window(gemma_models, monkeypatch):
     """1,000 tokens: the target's window cache (16 + 512 tokens, 768 cells) goes round its cells
     again and again while rejected drafts are cut back, and never has to start over."""
-    request = Request(PROMPT, raw=True, max_tokens=1000, ignore_eos=True, sampling=GREEDY,
-                      speculation=SpeculationSettings(6))
+    request = Request(
+        PROMPT, raw=True, max_tokens=1000, ignore_eos=True, sampling=GREEDY, speculation=SpeculationSettings(6)
+    )
     reference = Llama(str(gemma_models[0].path), n_ctx=2048, n_threads=1, verbose=False)
     expected = reference(PROMPT, max_tokens=1000, temperature=0.0)["choices"][0]["text"]
     with Engine(*gemma_models, engine_settings()) as engine:
         alone = _run(engine, request, use_draft=False).tokens
         cut_to = []
         truncate = engine.target.truncate
-        monkeypatch.setattr(engine.target, "truncate",
-                            lambda n: truncate(n) or cut_to.append((n, engine.target.n_past)))
+        monkeypatch.setattr(
+            engine.target, "truncate", lambda n: truncate(n) or cut_to.append((n, engine.target.n_past))
+        )
         drafted = _run(engine, request)
         text = engine.target.detokenize(drafted.tokens)
     assert len(cut_to) > 100 and all(kept == asked for asked, kept in cut_to[1:])  # after the first: the prompt
@@ -78,8 +80,9 @@ def test_a_cache_cut_back_past_the_window_answers_as_a_fresh_one(gemma_models):
     llama.cpp sizes a window cache to the window and a batch (16 + 512 tokens here, 768 cells) and
     reuses the cells of tokens no later token can see: after the cut, those are the ones the window
     layers need again. So the cache must be full-size, or the answer changes."""
-    short = Request(PROMPT, raw=True, max_tokens=100, ignore_eos=True, sampling=GREEDY,
-                    speculation=SpeculationSettings(4))
+    short = Request(
+        PROMPT, raw=True, max_tokens=100, ignore_eos=True, sampling=GREEDY, speculation=SpeculationSettings(4)
+    )
     longer = replace(short, prompt=PROMPT + " and the boats came home at night", max_tokens=900)
     with Engine(*gemma_models, engine_settings()) as fresh:
         expected = _run(fresh, short).tokens
@@ -94,21 +97,31 @@ def test_a_cache_cut_back_past_the_window_answers_as_a_fresh_one(gemma_models):
 @pytest.mark.parametrize("pattern", [2, [True, True, False, True]])  # every 2nd layer global; layer 2 global
 def test_the_plan_sizes_the_targets_window_cache_and_the_drafts_full_one(tmp_path, n_ctx, pattern):
     vocab = build_vocabulary(512, 200)
-    path = write_gemma3_gguf(tmp_path / "g.gguf", name="g", vocab=vocab, n_layer=4, window_pattern=pattern,
-                             tensors=gemma3_tensors(vocab, n_layer=4, draft_layers=2))
+    path = write_gemma3_gguf(
+        tmp_path / "g.gguf",
+        name="g",
+        vocab=vocab,
+        n_layer=4,
+        window_pattern=pattern,
+        tensors=gemma3_tensors(vocab, n_layer=4, draft_layers=2),
+    )
     info = read_model_info(path)
     for window_cache in (True, False):
         llama_log.clear_log()
         settings = runtime.LoadSettings(n_ctx=n_ctx, n_threads=1, window_cache=window_cache)
         with runtime.LoadedModel(path, settings):
             pass
-        logged = sum(float(m.group(1)) for line in llama_log.recent_log()
-                     if (m := re.search(r"KV buffer size = +([\d.]+) MiB", line)))
+        logged = sum(
+            float(m.group(1))
+            for line in llama_log.recent_log()
+            if (m := re.search(r"KV buffer size = +([\d.]+) MiB", line))
+        )
         planned = kv_cache_bytes(info, n_ctx, window_cache=window_cache) / MIB
         assert planned == pytest.approx(logged, abs=0.011)  # llama.cpp logs each cache to 0.01 MiB
     window = kv_cache_bytes(info, 4096, window_cache=True)
-    assert window < kv_cache_bytes(info, 4096) and kv_cache_bytes(info, 512, window_cache=True) == \
-        kv_cache_bytes(info, 512)  # a context shorter than the window and a batch: one size
+    assert window < kv_cache_bytes(info, 4096) and kv_cache_bytes(info, 512, window_cache=True) == kv_cache_bytes(
+        info, 512
+    )  # a context shorter than the window and a batch: one size
 
 
 @pytest.mark.parametrize("flash_attention", ["off", "on"])
@@ -119,7 +132,6 @@ def test_the_plan_counts_the_window_layers_mask(gemma_models, flash_attention):
     estimate = model_needs(info, 4096, flash_attention=flash_attention == "on").compute / MIB
     logged = _llama_cpp_buffers(path, 4096, flash_attention=flash_attention)["compute"]
     assert estimate == pytest.approx(logged, rel=0.02)
-
 
 
 def test_check_says_what_the_window_layers_keep(invoke, gemma_store):
@@ -134,4 +146,3 @@ def test_show_gives_the_window(invoke, gemma_store, tiny_store):
     shown = invoke("show", "gemma-target", "--models-dir", gemma_store)
     assert shown.exit_code == 0 and "    sliding_window       16\n" in shown.output
     assert "sliding_window" not in invoke("show", "tiny-target", "--models-dir", tiny_store).output
-

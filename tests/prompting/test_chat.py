@@ -6,9 +6,11 @@ from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.chat import chat_text
 from ollama_spec.prompting.messages import ChatMessage
 
-NO_SYSTEM_ROLE = ("{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}"
-                  "{{ raise_exception('System role not supported') }}{% endif %}"
-                  "<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}<assistant>")
+NO_SYSTEM_ROLE = (
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "<{{ m.role }}>{{ m.content }}{{ eos_token }}{% endfor %}<assistant>"
+)
 
 
 def test_without_a_template_there_is_no_chat_text():

@@ -9,8 +9,9 @@ from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.sandbox import Sandbox, TemplateLimits, TemplateRefused, TemplateTooCostly
 from ollama_spec.prompting.template import render_chat
 
-NESTED_LOOPS = ("{% for i in range(100000) %}{% for j in range(100000) %}{% if j == -1 %}x{% endif %}{% endfor %}"
-                "{% endfor %}")
+NESTED_LOOPS = (
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% if j == -1 %}x{% endif %}{% endfor %}{% endfor %}"
+)
 DOUBLING = '{% set ns = namespace(s="x") %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}'
 USER = [{"role": "user", "content": "Hi"}]
 
@@ -23,8 +24,11 @@ def sandbox():
 
 
 def test_a_template_renders_with_its_context(sandbox):
-    text = sandbox.render("{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}",
-                          {"messages": USER, "bos_token": "<s>"}, TemplateLimits())
+    text = sandbox.render(
+        "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}",
+        {"messages": USER, "bos_token": "<s>"},
+        TemplateLimits(),
+    )
     assert text == "<s>[user] Hi"
 
 
@@ -66,8 +70,10 @@ def test_render_chat_says_what_to_do(monkeypatch):
     monkeypatch.setenv("OLLAMA_SPEC_TEMPLATE_TIMEOUT", "0.3")
     with pytest.raises(InvalidSetting) as error:
         render_chat(NESTED_LOOPS, USER, bos_token="", eos_token="")
-    assert str(error.value) == ("the model's chat template took longer than 0.3 s to render, so it was stopped; fix "
-                                "the template (or give $OLLAMA_SPEC_TEMPLATE_TIMEOUT more seconds), or use --raw")
+    assert str(error.value) == (
+        "the model's chat template took longer than 0.3 s to render, so it was stopped; fix "
+        "the template (or give $OLLAMA_SPEC_TEMPLATE_TIMEOUT more seconds), or use --raw"
+    )
     monkeypatch.setenv("OLLAMA_SPEC_TEMPLATE_TIMEOUT", "soon")
     with pytest.raises(InvalidSetting, match="must be a positive number of seconds, got 'soon'"):
         render_chat("x", USER, bos_token="", eos_token="")
@@ -75,8 +81,10 @@ def test_render_chat_says_what_to_do(monkeypatch):
 
 def test_surrogates_from_a_terminal_survive_the_trip():
     """Bytes a terminal could not decode arrive as lone surrogates (surrogateescape): they pass through."""
-    assert render_chat("{{ messages[0].content }}", [{"role": "user", "content": "a\udcffb"}], bos_token="",
-                       eos_token="") == "a\udcffb"
+    assert (
+        render_chat("{{ messages[0].content }}", [{"role": "user", "content": "a\udcffb"}], bos_token="", eos_token="")
+        == "a\udcffb"
+    )
 
 
 def test_the_cli_says_it_in_one_line(invoke, tiny_store, tmp_path, monkeypatch):
@@ -84,9 +92,13 @@ def test_the_cli_says_it_in_one_line(invoke, tiny_store, tmp_path, monkeypatch):
     monkeypatch.setenv("OLLAMA_SPEC_TEMPLATE_TIMEOUT", "0.5")
     preset = tmp_path / "loops.Modelfile"
     preset.write_text(f'FROM tiny-target\nTEMPLATE """{NESTED_LOOPS}"""\n')
-    result = invoke("generate", "-f", preset, "Hello", "-n", "4", "--threads", "1", "--no-check",
-                    "--models-dir", tiny_store)
+    result = invoke(
+        "generate", "-f", preset, "Hello", "-n", "4", "--threads", "1", "--no-check", "--models-dir", tiny_store
+    )
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines() == [
-        "Error: the model's chat template took longer than 0.5 s to render, so it was stopped; fix the template (or "
-        "give $OLLAMA_SPEC_TEMPLATE_TIMEOUT more seconds), or use --raw"]
+        (
+            "Error: the model's chat template took longer than 0.5 s to render, so it was stopped; fix the template (or "
+            "give $OLLAMA_SPEC_TEMPLATE_TIMEOUT more seconds), or use --raw"
+        )
+    ]

@@ -22,7 +22,7 @@ def split(text, opened, size):
     parts = ThinkingSplit(thinking=opened)
     thinking = content = ""
     for start in range(0, len(text), size):
-        a, b = parts.push(text[start: start + size])
+        a, b = parts.push(text[start : start + size])
         thinking, content = thinking + a, content + b
     a, b = parts.finish()
     return thinking + a, content + b

@@ -146,7 +146,8 @@ def test_via_ollama_with_models_dir_is_refused(invoke, tmp_path):
     result = invoke("pull", "llama3.2:1b", "--via", "ollama", "--models-dir", tmp_path)
     assert result.exit_code != 0
     assert result.output.splitlines()[-1] == (
-        "Error: --via ollama writes into the daemon's own store, not --models-dir: drop one of the two")
+        "Error: --via ollama writes into the daemon's own store, not --models-dir: drop one of the two"
+    )
 
 
 def test_a_daemon_storing_outside_ollama_models_is_reported(invoke, daemon, tmp_path, monkeypatch):

@@ -9,9 +9,9 @@ import httpx
 import pytest
 from filelock import FileLock
 
+from ollama_spec.models.store import StoreRoot
 from ollama_spec.pull.download import Cancelled, fetch_blob
 from ollama_spec.pull.writer import Blob, StoreWriter
-from ollama_spec.models.store import StoreRoot
 from tests.pull_servers import BlobStorage
 
 

@@ -36,8 +36,7 @@ def hub(tiny_store, monkeypatch):
             },
             "user/bare-GGUF": {"model.f16.gguf": draft},
             "user/broken-GGUF": {"b-Q4_K_M.gguf": b"not a GGUF at all " * 100},
-            "user/vision-GGUF": {"v-Q8_0.gguf": target, "mmproj-v-f32.gguf": draft + b"32",
-                                 "mmproj-v-f16.gguf": draft},
+            "user/vision-GGUF": {"v-Q8_0.gguf": target, "mmproj-v-f32.gguf": draft + b"32", "mmproj-v-f16.gguf": draft},
         }
     )
     monkeypatch.setenv("HF_ENDPOINT", server.url)
@@ -144,7 +143,6 @@ def test_quant_names():
         select_gguf("u/r", [RepoFile("README.md", 1, None)], "latest")
     with pytest.raises(PullError, match="no sha256"):
         select_gguf("u/r", [RepoFile("m-Q4_K_M.gguf", 10, None)], "latest")
-
 
 
 def test_selection_as_hugging_faces_ollama_integration_reads_tags():

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ollama_spec.pull import PullSettings, pull_models
 from ollama_spec.models.store import Store, StoreRoot
+from ollama_spec.pull import PullSettings, pull_models
 from tests.pull_servers import BlobStorage, Registry, closed_port, snapshot
 
 PARTIAL = ".ollama-spec-partial"
@@ -391,11 +391,20 @@ def test_a_pull_started_with_its_output_closed_still_pulls(registry, store, tiny
     """`ollama-spec pull m >&- 2>&-` (cron, daemons): Python has no sys.stdout then; as Ollama, the
     pull goes on without its progress."""
     env = {**os.environ, "OLLAMA_HOST": os.environ["OLLAMA_HOST"]}
-    code = ("import sys; from ollama_spec.cli import main; "
-            f"sys.argv = ['ollama-spec', 'pull', '--insecure', '--models-dir', {str(store)!r}, "
-            f"{name(registry, 'tiny-draft')!r}]; main()")
-    proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          env=env, timeout=120, pass_fds=(), close_fds=True,
-                          preexec_fn=lambda: (os.close(1), os.close(2)))
+    code = (
+        "import sys; from ollama_spec.cli import main; "
+        f"sys.argv = ['ollama-spec', 'pull', '--insecure', '--models-dir', {str(store)!r}, "
+        f"{name(registry, 'tiny-draft')!r}]; main()"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        timeout=120,
+        pass_fds=(),
+        close_fds=True,
+        preexec_fn=lambda: (os.close(1), os.close(2)),
+    )
     assert proc.returncode == 0
     assert Store(StoreRoot(store, "test")).resolve(name(registry, "tiny-draft")).gguf_path.exists()

@@ -11,13 +11,19 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
 CASES = [
     # answer, (thinking, content, calls)
     ('{"name": "get_weather", "arguments": {"city": "Oslo"}}', ("", "", [ToolCall("get_weather", {"city": "Oslo"})])),
-    ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>',
-     ("", "Let me check.\n", [ToolCall("get_weather", {})])),
+    (
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>',
+        ("", "Let me check.\n", [ToolCall("get_weather", {})]),
+    ),
     ("Plain <b>text</b>, then <tool", ("", "Plain <b>text</b>, then <tool", [])),
-    ('<tool_call>{"name": "fly", "arguments": {}}</tool_call>',  # not an offered tool: text
-     ("", '<tool_call>{"name": "fly", "arguments": {}}</tool_call>', [])),
-    ('<think>Weather needs a tool.</think>\n\n{"name": "get_weather", "arguments": {}}',
-     ("Weather needs a tool.", "", [ToolCall("get_weather", {})])),
+    (
+        '<tool_call>{"name": "fly", "arguments": {}}</tool_call>',  # not an offered tool: text
+        ("", '<tool_call>{"name": "fly", "arguments": {}}</tool_call>', []),
+    ),
+    (
+        '<think>Weather needs a tool.</think>\n\n{"name": "get_weather", "arguments": {}}',
+        ("Weather needs a tool.", "", [ToolCall("get_weather", {})]),
+    ),
 ]
 
 
@@ -25,7 +31,7 @@ def split(answer, size):
     parts = AnswerParts(TOOLS, ThinkingSplit())
     thinking = content = ""
     for start in range(0, len(answer), size):
-        a, b = parts.push(answer[start: start + size])
+        a, b = parts.push(answer[start : start + size])
         thinking, content = thinking + a, content + b
     a, b, calls = parts.finish()
     return thinking + a, content + b, calls

@@ -45,8 +45,11 @@ def count_evaluated(monkeypatch, model):
 def test_next_turn_evaluates_only_the_new_tokens(server, engine, monkeypatch):
     client = OpenAI(base_url=server[0] + "/v1", api_key="x")
     first = client.chat.completions.create(model="m", messages=[QUESTION], max_tokens=30, temperature=0)
-    turn = [QUESTION, {"role": "assistant", "content": first.choices[0].message.content},
-            {"role": "user", "content": "And which one is cheaper to start?"}]
+    turn = [
+        QUESTION,
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And which one is cheaper to start?"},
+    ]
     evaluated = count_evaluated(monkeypatch, engine.target)
     second = client.chat.completions.create(model="m", messages=turn, max_tokens=30, temperature=0)
     cached = second.usage.prompt_tokens_details.cached_tokens
@@ -75,9 +78,12 @@ def test_queue_is_bounded_and_answers_503(engine, monkeypatch):
     with running_server(engine, max_queue=1) as (url, state):
         body = {"model": "m", "messages": [QUESTION], "max_tokens": 5}
         answers = []
-        threads = [threading.Thread(target=lambda: answers.append(httpx.post(url + "/v1/chat/completions",
-                                                                             json=body, timeout=60)))
-                   for _ in range(2)]
+        threads = [
+            threading.Thread(
+                target=lambda: answers.append(httpx.post(url + "/v1/chat/completions", json=body, timeout=60))
+            )
+            for _ in range(2)
+        ]
         for thread in threads:
             thread.start()
             time.sleep(0.2)
@@ -102,10 +108,16 @@ def test_a_client_that_disconnects_stops_its_generation(engine, monkeypatch):
     real_eval = engine.target.eval
     # slow each target pass down, so that 1,900 tokens would take several seconds
     monkeypatch.setattr(engine.target, "eval", lambda tokens, **kw: time.sleep(0.01) or real_eval(tokens, **kw))
-    with running_server(engine) as (url, state):
+    with running_server(engine) as (url, _state):
         # greedy: a sampled answer could meet one of the model's stop strings before the client leaves
-        body = {"model": "m", "messages": [QUESTION], "max_tokens": 1900, "ignore_eos": True, "stream": True,
-                "temperature": 0}
+        body = {
+            "model": "m",
+            "messages": [QUESTION],
+            "max_tokens": 1900,
+            "ignore_eos": True,
+            "stream": True,
+            "temperature": 0,
+        }
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
             for i, _ in enumerate(response.iter_lines()):
                 if i > 5:
@@ -129,25 +141,35 @@ def test_embeddings_wait_in_the_same_bounded_queue(engine, monkeypatch):
         return real_embed(*args, **kwargs)
 
     monkeypatch.setattr(engine, "embed", held)
-    with running_server(engine, max_queue=1) as (url, state):
+    with running_server(engine, max_queue=1) as (url, _state):
         answers = []
-        threads = [threading.Thread(target=lambda: answers.append(
-            httpx.post(url + "/api/embed", json={"model": "m", "input": "hello"}, timeout=60))) for _ in range(2)]
+        threads = [
+            threading.Thread(
+                target=lambda: answers.append(
+                    httpx.post(url + "/api/embed", json={"model": "m", "input": "hello"}, timeout=60)
+                )
+            )
+            for _ in range(2)
+        ]
         for thread in threads:
             thread.start()
         deadline = time.monotonic() + 10
         while httpx.get(url + "/health").json()["waiting"] < 1:
             assert time.monotonic() < deadline, "the second embedding never showed as waiting"
             time.sleep(0.02)
-        busy = [httpx.post(url + "/api/embed", json={"model": "m", "input": "x"}, timeout=60),
-                httpx.post(url + "/v1/embeddings", json={"model": "m", "input": "x"}, timeout=60),
-                httpx.post(url + "/api/generate", json={"model": "m", "prompt": "x", "stream": False}, timeout=60)]
+        busy = [
+            httpx.post(url + "/api/embed", json={"model": "m", "input": "x"}, timeout=60),
+            httpx.post(url + "/v1/embeddings", json={"model": "m", "input": "x"}, timeout=60),
+            httpx.post(url + "/api/generate", json={"model": "m", "prompt": "x", "stream": False}, timeout=60),
+        ]
         release.set()
         for thread in threads:
             thread.join(30)
         assert [b.status_code for b in busy] == [503, 503, 503]
         assert all(int(b.headers["retry-after"]) >= 1 for b in busy)
-        assert "the server is busy" in busy[0].json()["error"] and busy[1].json()["error"]["type"] == "server_overloaded"
+        assert (
+            "the server is busy" in busy[0].json()["error"] and busy[1].json()["error"]["type"] == "server_overloaded"
+        )
         assert [a.status_code for a in answers] == [200, 200]
         assert httpx.get(url + "/health").json()["waiting"] == 0
 
@@ -158,8 +180,12 @@ def test_api_key_guards_every_route_but_health(engine):
         refused = httpx.get(url + "/v1/models")
         assert refused.status_code == 401 and "Authorization: Bearer" in refused.json()["error"]["message"]
         # as OpenAI's API answers a bad key
-        assert refused.json()["error"] | {"message": ""} == {"message": "", "type": "invalid_request_error",
-                                                             "param": None, "code": "invalid_api_key"}
+        assert refused.json()["error"] | {"message": ""} == {
+            "message": "",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
         wrong = httpx.get(url + "/api/tags", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and isinstance(wrong.json()["error"], str)
         assert httpx.get(url + "/metrics").status_code == 401
@@ -174,8 +200,14 @@ def test_api_key_guards_every_route_but_health(engine):
 
 
 def preflight(url, origin):
-    return httpx.options(url + "/api/chat", headers={"Origin": origin, "Access-Control-Request-Method": "POST",
-                                                    "Access-Control-Request-Headers": "content-type,authorization"})
+    return httpx.options(
+        url + "/api/chat",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,authorization",
+        },
+    )
 
 
 def test_browsers_may_call_from_this_machine_and_from_the_origins_given(engine):
@@ -186,12 +218,15 @@ def test_browsers_may_call_from_this_machine_and_from_the_origins_given(engine):
             answer = preflight(url, origin)  # no API key: browsers send none before the real request
             assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == origin, origin
         assert "access-control-allow-origin" not in preflight(url, "https://evil.example.com").headers
-        real = httpx.get(url + "/api/tags", headers={"Origin": "http://localhost:3000",
-                                                     "Authorization": "Bearer sekret"})
+        real = httpx.get(
+            url + "/api/tags", headers={"Origin": "http://localhost:3000", "Authorization": "Bearer sekret"}
+        )
         assert real.status_code == 200 and real.headers["access-control-allow-origin"] == "http://localhost:3000"
     with running_server(engine, origins=("*",)) as (url, _):
         assert preflight(url, "https://anywhere.example").headers["access-control-allow-origin"] in (
-            "*", "https://anywhere.example")
+            "*",
+            "https://anywhere.example",
+        )
 
 
 def test_metrics_and_the_log_line_count_requests_and_tokens(server, caplog):
@@ -214,15 +249,25 @@ def test_metrics_and_the_log_line_count_requests_and_tokens(server, caplog):
 
 def test_fifty_concurrent_requests_all_complete_unmixed(server):
     url = server[0]
-    prompts = [f"Tell story number {i} about a {animal}." for i, animal in
-               enumerate(["cat", "dog", "fox", "owl", "eel"] * 10)]
+    prompts = [
+        f"Tell story number {i} about a {animal}." for i, animal in enumerate(["cat", "dog", "fox", "owl", "eel"] * 10)
+    ]
 
     def body(prompt, stream):
-        return {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 24, "temperature": 0,
-                "stream": stream}
+        return {
+            "model": "m",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": 24,
+            "temperature": 0,
+            "stream": stream,
+        }
 
-    expected = [httpx.post(url + "/v1/chat/completions", json=body(p, False), timeout=60).json()
-                ["choices"][0]["message"]["content"] for p in prompts]
+    expected = [
+        httpx.post(url + "/v1/chat/completions", json=body(p, False), timeout=60).json()["choices"][0]["message"][
+            "content"
+        ]
+        for p in prompts
+    ]
     assert len(set(expected)) > 10
 
     async def one(client, prompt, stream):
@@ -247,8 +292,24 @@ def test_fifty_concurrent_requests_all_complete_unmixed(server):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_streams_and_exits_0(tiny_store, sig):
-    command = [sys.executable, "-c", "from ollama_spec.cli import main; main()", "serve", "tiny-target",
-               "-d", "tiny-draft", "--port", "0", "--threads", "1", "--no-check", "--ctx", "16384", "--models-dir", str(tiny_store)]
+    command = [
+        sys.executable,
+        "-c",
+        "from ollama_spec.cli import main; main()",
+        "serve",
+        "tiny-target",
+        "-d",
+        "tiny-draft",
+        "--port",
+        "0",
+        "--threads",
+        "1",
+        "--no-check",
+        "--ctx",
+        "16384",
+        "--models-dir",
+        str(tiny_store),
+    ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         url = None
@@ -261,8 +322,14 @@ def test_a_signal_ends_streams_and_exits_0(tiny_store, sig):
         threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
         # Greedy: a sampled answer sometimes hit one of the model's stop strings (<|eot_id|>) within
         # 20 tokens, which ignore_eos does not lift, so the stream ended before the signal was sent.
-        body = {"model": "m", "prompt": "Once", "max_tokens": 16000, "ignore_eos": True, "stream": True,
-                "temperature": 0}
+        body = {
+            "model": "m",
+            "prompt": "Once",
+            "max_tokens": 16000,
+            "ignore_eos": True,
+            "stream": True,
+            "temperature": 0,
+        }
         lines = []
         with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as response:
             for line in filter(None, response.iter_lines()):
@@ -295,8 +362,14 @@ def test_an_answer_cut_short_by_shutdown_ends_with_an_error_not_a_finish(engine,
     real_eval = engine.target.eval
     monkeypatch.setattr(engine.target, "eval", lambda tokens, **kw: time.sleep(0.01) or real_eval(tokens, **kw))
     with running_server(engine) as (url, state):
-        openai_body = {"model": "m", "prompt": "Once", "max_tokens": 1900, "ignore_eos": True, "stream": True,
-                       "temperature": 0}
+        openai_body = {
+            "model": "m",
+            "prompt": "Once",
+            "max_tokens": 1900,
+            "ignore_eos": True,
+            "stream": True,
+            "temperature": 0,
+        }
         ollama_body = {"model": "m", "prompt": "Once", "options": {"num_predict": 1900, "temperature": 0}}
         threading.Timer(0.5, state.worker.cancel_all).start()
         whole = httpx.post(url + "/v1/completions", json=openai_body | {"stream": False}, timeout=60)
@@ -347,8 +420,10 @@ def test_the_speculation_field_names_ngram_lookup_and_gives_its_k(baseline_engin
     from ollama_spec.engine.engine import Result
     from ollama_spec.server import ServerSettings, ServerState
 
-    for speculation, k, draft in ((SpeculationSettings(4, proposer="ngram"), 4, "ngram"),
-                                  (SpeculationSettings(3), 0, None)):
+    for speculation, k, draft in (
+        (SpeculationSettings(4, proposer="ngram"), 4, "ngram"),
+        (SpeculationSettings(3), 0, None),
+    ):
         state = ServerState(engine, ServerSettings(speculation=speculation))
         try:
             assert state.summary(Result())["num_speculative_tokens"] == k
@@ -369,14 +444,20 @@ def test_a_chat_template_that_runs_forever_cannot_freeze_the_server(tiny_models,
     hostile = dataclasses.replace(target, info=dataclasses.replace(target.info, chat_template=NESTED_LOOPS))
     with Engine(hostile, tiny_models[1], engine_settings()) as engine, running_server(engine) as (url, _):
         answers = []
-        chat = threading.Thread(target=lambda: answers.append(httpx.post(
-            url + "/api/chat", json={"model": "m", "stream": False, "messages": [QUESTION]}, timeout=60)))
+        chat = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(url + "/api/chat", json={"model": "m", "stream": False, "messages": [QUESTION]}, timeout=60)
+            )
+        )
         chat.start()
         time.sleep(0.5)  # the template is rendering now
         started = time.monotonic()
         assert httpx.get(url + "/health", timeout=5).status_code == 200
-        raw = httpx.post(url + "/api/generate", json={"model": "m", "prompt": "Hi", "raw": True, "stream": False,
-                                                      "options": {"num_predict": 2}}, timeout=5)
+        raw = httpx.post(
+            url + "/api/generate",
+            json={"model": "m", "prompt": "Hi", "raw": True, "stream": False, "options": {"num_predict": 2}},
+            timeout=5,
+        )
         assert raw.status_code == 200 and time.monotonic() - started < 2
         chat.join(30)
         assert answers[0].status_code == 400

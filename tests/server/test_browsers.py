@@ -20,15 +20,39 @@ def engine(tiny_models):
         yield engine
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1:8000", "localhost:8000", "localhost", "LOCALHOST:1", "[::1]:8000",
-                                  "0.0.0.0:8000", "192.168.1.20:8000", "10.0.0.5", "chat.localhost:3000",
-                                  "box.local", "db.internal:5432", "", socket.gethostname()])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1:8000",
+        "localhost:8000",
+        "localhost",
+        "LOCALHOST:1",
+        "[::1]:8000",
+        "0.0.0.0:8000",
+        "192.168.1.20:8000",
+        "10.0.0.5",
+        "chat.localhost:3000",
+        "box.local",
+        "db.internal:5432",
+        "",
+        socket.gethostname(),
+    ],
+)
 def test_hosts_that_name_this_machine(host):
     assert allowed_host(host, local_addresses=set())
 
 
-@pytest.mark.parametrize("host", ["attacker.rebind.example:8000", "evil.com", "8.8.8.8:8000", "localhost.evil.com",
-                                  "local", "example.internal.evil.com"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "attacker.rebind.example:8000",
+        "evil.com",
+        "8.8.8.8:8000",
+        "localhost.evil.com",
+        "local",
+        "example.internal.evil.com",
+    ],
+)
 def test_hosts_that_do_not(host):
     assert not allowed_host(host, local_addresses=set())
 
@@ -37,20 +61,46 @@ def test_an_address_of_a_local_interface_is_this_machine():
     assert allowed_host("203.0.113.7:8000", local_addresses={"203.0.113.7"})
 
 
-@pytest.mark.parametrize("bound, loopback", [("127.0.0.1", True), ("::1", True), ("localhost", True),
-                                             ("0.0.0.0", False), ("192.168.1.20", False), ("::", False)])
+@pytest.mark.parametrize(
+    "bound, loopback",
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("192.168.1.20", False),
+        ("::", False),
+    ],
+)
 def test_the_host_is_checked_only_on_a_loopback_bind(bound, loopback):
     assert is_loopback_bind(bound) is loopback
 
 
 def test_origins_as_ollama_allows_them():
     allowed = origin_pattern(["https://chat.example.org", "https://*.corp.example", "chrome-extension://*"])
-    for origin in ("http://localhost", "http://localhost:3000", "https://127.0.0.1:8443", "http://0.0.0.0:8080",
-                   "app://obsidian.md", "file://", "tauri://localhost", "vscode-webview://abc", "vscode-file://vscode-app",
-                   "https://chat.example.org", "https://wiki.corp.example", "chrome-extension://abcdef"):
+    for origin in (
+        "http://localhost",
+        "http://localhost:3000",
+        "https://127.0.0.1:8443",
+        "http://0.0.0.0:8080",
+        "app://obsidian.md",
+        "file://",
+        "tauri://localhost",
+        "vscode-webview://abc",
+        "vscode-file://vscode-app",
+        "https://chat.example.org",
+        "https://wiki.corp.example",
+        "chrome-extension://abcdef",
+    ):
         assert allowed.fullmatch(origin), origin
-    for origin in ("https://evil.example", "http://localhost.evil.example", "https://chat.example.org.evil.example",
-                   "http://127.0.0.1.nip.io", "null", "https://corp.example"):
+    for origin in (
+        "https://evil.example",
+        "http://localhost.evil.example",
+        "https://chat.example.org.evil.example",
+        "http://127.0.0.1.nip.io",
+        "null",
+        "https://corp.example",
+    ):
         assert not allowed.fullmatch(origin), origin
     assert origin_pattern(["*"]).fullmatch("https://anything.example")
 
@@ -81,23 +131,37 @@ def test_a_foreign_page_cannot_make_the_server_generate(engine, api_key):
     with running_server(engine, api_key=api_key, origins=("https://chat.example.org",)) as (url, state):
         port = url.rsplit(":", 1)[1]
         before = state.metrics.render()
-        foreign = httpx.post(url + "/api/generate", content=b'{"model":"m","prompt":"x","stream":false}',
-                             headers={"Origin": "https://evil.example", "Content-Type": "text/plain", **key})
+        foreign = httpx.post(
+            url + "/api/generate",
+            content=b'{"model":"m","prompt":"x","stream":false}',
+            headers={"Origin": "https://evil.example", "Content-Type": "text/plain", **key},
+        )
         assert foreign.status_code == 403 and foreign.content == b""
         assert state.metrics.render() == before  # nothing ran
         for origin in ("https://evil.example", "null", f"http://attacker.example:{port}"):
             assert httpx.get(url + "/api/tags", headers={"Origin": origin, **key}).status_code == 403, origin
-        for origin in ("http://localhost:3000", "http://127.0.0.1:8080", "app://obsidian.md",
-                       "https://chat.example.org"):
+        for origin in (
+            "http://localhost:3000",
+            "http://127.0.0.1:8080",
+            "app://obsidian.md",
+            "https://chat.example.org",
+        ):
             answer = httpx.post(url + "/api/generate", json=GENERATE, headers={"Origin": origin, **key})
             assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == origin, origin
 
 
 def test_a_foreign_preflight_is_refused_and_an_allowed_one_answered(engine):
     with running_server(engine, api_key="sekret") as (url, _):
+
         def preflight(origin):
-            return httpx.options(url + "/api/chat", headers={"Origin": origin, "Access-Control-Request-Method": "POST",
-                                                            "Access-Control-Request-Headers": "content-type"})
+            return httpx.options(
+                url + "/api/chat",
+                headers={
+                    "Origin": origin,
+                    "Access-Control-Request-Method": "POST",
+                    "Access-Control-Request-Headers": "content-type",
+                },
+            )
 
         assert preflight("https://evil.example").status_code == 403
         allowed = preflight("http://localhost:5173")

@@ -47,12 +47,15 @@ def test_openai_embeddings_base64_and_float_agree(server):
     assert np.allclose(by_ids.data[0].embedding, floats.data[0].embedding, atol=1e-5)
 
 
-@pytest.mark.parametrize("path, body, message", [
-    ("/api/embed", {"input": ["fine", ""]}, "empty text"),
-    ("/v1/embeddings", {"input": "x", "dimensions": 100000}, "more than the model's"),
-    ("/v1/embeddings", {"input": [10**9]}, "token ids must be in"),
-    ("/v1/embeddings", {"input": "x", "encoding_format": "hex"}, "encoding_format"),
-])
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/api/embed", {"input": ["fine", ""]}, "empty text"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 100000}, "more than the model's"),
+        ("/v1/embeddings", {"input": [10**9]}, "token ids must be in"),
+        ("/v1/embeddings", {"input": "x", "encoding_format": "hex"}, "encoding_format"),
+    ],
+)
 def test_bad_embedding_requests(server, path, body, message):
     response = httpx.post(server[0] + path, json={"model": "m"} | body, timeout=60)
     assert response.status_code == 400, response.text
@@ -64,8 +67,9 @@ def test_too_long_a_text_is_cut_unless_asked_not_to(server):
     long_text = "word " * 3000  # more tokens than an embedding reads
     cut = httpx.post(server[0] + "/api/embed", json={"model": "m", "input": long_text}, timeout=60).json()
     assert len(cut["embeddings"]) == 1 and cut["prompt_eval_count"] <= 2048
-    refused = httpx.post(server[0] + "/api/embed", json={"model": "m", "input": long_text, "truncate": False},
-                         timeout=60)
+    refused = httpx.post(
+        server[0] + "/api/embed", json={"model": "m", "input": long_text, "truncate": False}, timeout=60
+    )
     assert refused.status_code == 400 and "allow truncation" in refused.json()["error"]
 
 
@@ -83,7 +87,7 @@ def test_ollama_embed_reads_requests_as_ollama_does(server):
         assert answer.status_code == 200 and answer.json() == {"model": "m", "embeddings": []}
     whole = httpx.post(server[0] + "/api/embed", json={"model": "m", "input": "x"}, timeout=60).json()["embeddings"]
     for ignored in (0, -1, 100000):
-        again = httpx.post(server[0] + "/api/embed", json={"model": "m", "input": "x", "dimensions": ignored},
-                           timeout=60).json()["embeddings"]
+        again = httpx.post(
+            server[0] + "/api/embed", json={"model": "m", "input": "x", "dimensions": ignored}, timeout=60
+        ).json()["embeddings"]
         assert again == whole
-

@@ -33,40 +33,104 @@ OPENAI_CASES = [
     ("temperature not a number", "/v1/chat/completions", chat(temperature="hot"), 400, "temperature"),
     ("temperature out of range", "/v1/chat/completions", chat(temperature=-1), 400, "temperature"),
     ("missing model", "/v1/chat/completions", {"messages": USER}, 400, "model: Field required"),
-    ("legacy functions", "/v1/chat/completions", chat(functions=[{"name": "f", "parameters": {}}]), 400,
-     "functions and function_call are OpenAI's deprecated names"),
+    (
+        "legacy functions",
+        "/v1/chat/completions",
+        chat(functions=[{"name": "f", "parameters": {}}]),
+        400,
+        "functions and function_call are OpenAI's deprecated names",
+    ),
     ("max_tokens zero", "/v1/chat/completions", chat(max_tokens=0), 400, "max_tokens must be at least 1, got 0"),
     ("max_tokens negative", "/v1/chat/completions", chat(max_tokens=-5), 400, "max_tokens must be at least 1"),
-    ("max_tokens beyond the context", "/v1/chat/completions", chat(max_tokens=5000), 400,
-     "max_tokens 5000 is beyond the context"),
-    ("max_completion_tokens beyond the context", "/v1/chat/completions", chat(max_completion_tokens=2048), 400,
-     "max_completion_tokens 2048 is beyond the context"),
+    (
+        "max_tokens beyond the context",
+        "/v1/chat/completions",
+        chat(max_tokens=5000),
+        400,
+        "max_tokens 5000 is beyond the context",
+    ),
+    (
+        "max_completion_tokens beyond the context",
+        "/v1/chat/completions",
+        chat(max_completion_tokens=2048),
+        400,
+        "max_completion_tokens 2048 is beyond the context",
+    ),
     ("empty messages", "/v1/chat/completions", chat(messages=[]), 400, "messages: List should have at least 1 item"),
-    ("unknown role", "/v1/chat/completions", chat(messages=[{"role": "wizard", "content": "hi"}]), 400,
-     "messages.0.role"),
-    ("prompt longer than the context", "/v1/chat/completions", chat(messages=LONG), 400,
-     "but the context holds 2048"),
-    ("an image part", "/v1/chat/completions",
-     chat(messages=[{"role": "user", "content": [{"type": "text", "text": "What is this?"},
-                                                 {"type": "image_url", "image_url": {"url": "data:,aGk="}}]}]),
-     400, "images are not supported: the loaded models read text only"),
-    ("an audio part", "/v1/chat/completions",
-     chat(messages=[{"role": "user", "content": [{"type": "input_audio",
-                                                 "input_audio": {"data": "aGk=", "format": "wav"}}]}]),
-     400, "audio is not supported: the loaded models read text only"),
-    ("best_of above n", "/v1/completions", {"model": "m", "prompt": "a", "best_of": 3}, 400,
-     "best_of 3 is not supported"),
-    ("echo with logprobs", "/v1/completions", {"model": "m", "prompt": "a", "echo": True, "logprobs": 1}, 400,
-     "echo with logprobs is not supported"),
+    (
+        "unknown role",
+        "/v1/chat/completions",
+        chat(messages=[{"role": "wizard", "content": "hi"}]),
+        400,
+        "messages.0.role",
+    ),
+    ("prompt longer than the context", "/v1/chat/completions", chat(messages=LONG), 400, "but the context holds 2048"),
+    (
+        "an image part",
+        "/v1/chat/completions",
+        chat(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What is this?"},
+                        {"type": "image_url", "image_url": {"url": "data:,aGk="}},
+                    ],
+                }
+            ]
+        ),
+        400,
+        "images are not supported: the loaded models read text only",
+    ),
+    (
+        "an audio part",
+        "/v1/chat/completions",
+        chat(
+            messages=[
+                {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "aGk=", "format": "wav"}}]}
+            ]
+        ),
+        400,
+        "audio is not supported: the loaded models read text only",
+    ),
+    (
+        "best_of above n",
+        "/v1/completions",
+        {"model": "m", "prompt": "a", "best_of": 3},
+        400,
+        "best_of 3 is not supported",
+    ),
+    (
+        "echo with logprobs",
+        "/v1/completions",
+        {"model": "m", "prompt": "a", "echo": True, "logprobs": 1},
+        400,
+        "echo with logprobs is not supported",
+    ),
     ("n above the bound", "/v1/chat/completions", chat(n=17), 400, "n: Input should be less than or equal to 16"),
     ("n above 1 streamed", "/v1/chat/completions", chat(n=2, stream=True), 400, "streaming gives one choice"),
-    ("a batch of prompts streamed", "/v1/completions", {"model": "m", "prompt": ["a", "b"], "stream": True}, 400,
-     "streaming gives one choice"),
-    ("too many completions", "/v1/completions", {"model": "m", "prompt": ["a"] * 5, "n": 4}, 400,
-     "5 prompts times n=4 is more than 16"),
+    (
+        "a batch of prompts streamed",
+        "/v1/completions",
+        {"model": "m", "prompt": ["a", "b"], "stream": True},
+        400,
+        "streaming gives one choice",
+    ),
+    (
+        "too many completions",
+        "/v1/completions",
+        {"model": "m", "prompt": ["a"] * 5, "n": 4},
+        400,
+        "5 prompts times n=4 is more than 16",
+    ),
     ("no prompts", "/v1/completions", {"model": "m", "prompt": []}, 400, "prompt is empty"),
-    ("body too large", "/v1/chat/completions", chat(messages=[{"role": "user", "content": "x" * MAX_BODY}]), 413,
-     f"larger than {MAX_BODY} bytes"),
+    (
+        "body too large",
+        "/v1/chat/completions",
+        chat(messages=[{"role": "user", "content": "x" * MAX_BODY}]),
+        413,
+        f"larger than {MAX_BODY} bytes",
+    ),
     ("unknown route", "/v1/nothing", chat(), 404, "Not Found"),
 ]
 
@@ -99,41 +163,103 @@ def test_openai_names_the_part_it_cannot_read(server):
 OLLAMA_CASES = [
     ("malformed JSON", "/api/chat", b'{"model": "m", "messages": [', 400, "not valid JSON"),
     ("messages not a list", "/api/chat", chat(messages="hi"), 400, "messages"),
-    ("options of the wrong type", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": "x"}},
-     400, 'option "num_predict" must be of type integer'),
-    ("a number as text", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": "5"}},
-     400, 'option "num_predict" must be of type integer'),  # as Ollama: no coercion of text
-    ("a float option as text", "/api/chat", chat(options={"temperature": "0.5"}), 400,
-     'option "temperature" must be of type float32'),
+    (
+        "options of the wrong type",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "options": {"num_predict": "x"}},
+        400,
+        'option "num_predict" must be of type integer',
+    ),
+    (
+        "a number as text",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "options": {"num_predict": "5"}},
+        400,
+        'option "num_predict" must be of type integer',
+    ),  # as Ollama: no coercion of text
+    (
+        "a float option as text",
+        "/api/chat",
+        chat(options={"temperature": "0.5"}),
+        400,
+        'option "temperature" must be of type float32',
+    ),
     ("stop not a list", "/api/chat", chat(options={"stop": "x"}), 400, 'option "stop" must be of type array'),
     # Ollama checks an option's type, not its range (top_p 2 is read as llama.cpp reads it: off)
-    ("an option of the wrong type", "/api/chat", chat(options={"top_p": "high"}), 400,
-     'option "top_p" must be of type float32'),
+    (
+        "an option of the wrong type",
+        "/api/chat",
+        chat(options={"top_p": "high"}),
+        400,
+        'option "top_p" must be of type float32',
+    ),
     ("options not an object", "/api/chat", chat(options=[1]), 400, "options"),
     ("show without a model", "/api/show", {}, 400, "model is required"),
-    ("keep_alive not a duration", "/api/generate", {"model": "m", "prompt": "hi", "keep_alive": "bogus"}, 400,
-     'time: invalid duration "bogus"'),
+    (
+        "keep_alive not a duration",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "keep_alive": "bogus"},
+        400,
+        'time: invalid duration "bogus"',
+    ),
     ("keep_alive a bool", "/api/chat", chat(keep_alive=True), 400, "unsupported type bool"),
-    ("num_predict zero", "/api/generate", {"model": "m", "prompt": "hi", "options": {"num_predict": 0}}, 400,
-     "num_predict 0 asks for no tokens"),
+    (
+        "num_predict zero",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "options": {"num_predict": 0}},
+        400,
+        "num_predict 0 asks for no tokens",
+    ),
     ("unknown role", "/api/chat", chat(messages=[{"role": "wizard", "content": "hi"}]), 400, "messages.0.role"),
-    ("prompt longer than the context, not truncated", "/api/chat", chat(messages=LONG, truncate=False), 400,
-     "but the context holds 2048"),
-    ("history longer than the context, not truncated", "/api/chat",
-     chat(messages=[{"role": "user", "content": "word " * 1500}] * 2, truncate=False), 400,
-     "but the context holds 2048"),
-    ("a template that renders nothing", "/api/generate",
-     {"model": "m", "prompt": "hi", "template": "{{ if .Prompt }}{{ end }}"}, 400,
-     "the template renders an empty prompt"),
-    ("a one-token context", "/api/chat", chat(options={"num_ctx": 1}), 400,
-     "a context of 1 token leaves no room for a prompt"),
-    ("raw with system", "/api/generate", {"model": "m", "prompt": "hi", "raw": True, "system": "Be brief."}, 400,
-     "raw mode does not support template, system, or context"),
-    ("raw with context", "/api/generate", {"model": "m", "prompt": "hi", "raw": True, "context": [1, 2]}, 400,
-     "raw mode does not support template, system, or context"),
-    ("a template beyond the subset", "/api/generate",
-     {"model": "m", "prompt": "hi", "template": "{{ range .Messages }}{{ .Content }}{{ end }}"}, 400,
-     "template overrides are not supported beyond"),
+    (
+        "prompt longer than the context, not truncated",
+        "/api/chat",
+        chat(messages=LONG, truncate=False),
+        400,
+        "but the context holds 2048",
+    ),
+    (
+        "history longer than the context, not truncated",
+        "/api/chat",
+        chat(messages=[{"role": "user", "content": "word " * 1500}] * 2, truncate=False),
+        400,
+        "but the context holds 2048",
+    ),
+    (
+        "a template that renders nothing",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "template": "{{ if .Prompt }}{{ end }}"},
+        400,
+        "the template renders an empty prompt",
+    ),
+    (
+        "a one-token context",
+        "/api/chat",
+        chat(options={"num_ctx": 1}),
+        400,
+        "a context of 1 token leaves no room for a prompt",
+    ),
+    (
+        "raw with system",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "raw": True, "system": "Be brief."},
+        400,
+        "raw mode does not support template, system, or context",
+    ),
+    (
+        "raw with context",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "raw": True, "context": [1, 2]},
+        400,
+        "raw mode does not support template, system, or context",
+    ),
+    (
+        "a template beyond the subset",
+        "/api/generate",
+        {"model": "m", "prompt": "hi", "template": "{{ range .Messages }}{{ .Content }}{{ end }}"},
+        400,
+        "template overrides are not supported beyond",
+    ),
     ("images", "/api/generate", {"model": "m", "prompt": "hi", "images": ["aGk="]}, 400, "images are not supported"),
     ("body too large", "/api/generate", {"model": "m", "prompt": "x" * MAX_BODY}, 413, "larger than"),
 ]
@@ -162,8 +288,9 @@ def test_the_ollama_client_raises_the_message(server):
     import ollama
 
     with pytest.raises(ollama.ResponseError) as error:
-        ollama.Client(host=server[0]).chat(model="m", messages=[{"role": "user", "content": "hi"}],
-                                           options={"num_predict": 0})
+        ollama.Client(host=server[0]).chat(
+            model="m", messages=[{"role": "user", "content": "hi"}], options={"num_predict": 0}
+        )
     assert error.value.status_code == 400 and error.value.error.startswith("num_predict 0 asks for no tokens")
 
 
@@ -175,8 +302,11 @@ def _post(url, body):
 
 def _still_serving(url):
     assert httpx.get(url + "/health").json()["status"] == "ok"
-    answer = httpx.post(url + "/api/generate", json={"model": "m", "prompt": "hi", "stream": False,
-                                                     "options": {"num_predict": 3}}, timeout=60)
+    answer = httpx.post(
+        url + "/api/generate",
+        json={"model": "m", "prompt": "hi", "stream": False, "options": {"num_predict": 3}},
+        timeout=60,
+    )
     assert answer.status_code == 200 and answer.json()["eval_count"] == 3
 
 
@@ -184,20 +314,39 @@ LONE = "a\ud800b"  # json.dumps writes it as the escape "\ud800": what a client'
 SURROGATE_CASES = [
     ("/api/generate", {"model": "m", "stream": False, "prompt": LONE}, "prompt"),
     ("/api/generate", {"model": "m", "stream": False, "prompt": "hi", "system": LONE}, "system"),
-    ("/api/chat", {"model": "m", "stream": False, "messages": [{"role": "user", "content": LONE}]},
-     "messages.0.content"),
+    (
+        "/api/chat",
+        {"model": "m", "stream": False, "messages": [{"role": "user", "content": LONE}]},
+        "messages.0.content",
+    ),
     ("/api/embed", {"model": "m", "input": ["fine", LONE]}, "input.1"),
     ("/api/embeddings", {"model": "m", "prompt": LONE}, "prompt"),
     ("/api/show", {"model": LONE}, "model"),
-    ("/v1/chat/completions", chat(messages=[{"role": "user", "content": [{"type": "text", "text": LONE}]}]),
-     "messages.0.content.0.text"),
+    (
+        "/v1/chat/completions",
+        chat(messages=[{"role": "user", "content": [{"type": "text", "text": LONE}]}]),
+        "messages.0.content.0.text",
+    ),
     ("/v1/completions", {"model": "m", "prompt": LONE}, "prompt"),
     ("/v1/completions", {"model": "m", "prompt": "x", "grammar": LONE}, "grammar"),
     ("/v1/embeddings", {"model": "m", "input": LONE}, "input"),
     ("/v1/responses", {"model": "m", "input": LONE}, "input"),
     ("/v1/chat/completions", chat(model=LONE), "model"),
-    ("/v1/chat/completions", chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {LONE: {"type": "string"}}}}}]), "tools.0.function.parameters.properties"),
+    (
+        "/v1/chat/completions",
+        chat(
+            tools=[
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {"type": "object", "properties": {LONE: {"type": "string"}}},
+                    },
+                }
+            ]
+        ),
+        "tools.0.function.parameters.properties",
+    ),
 ]
 
 
@@ -218,6 +367,10 @@ def test_a_lone_surrogate_is_a_400_naming_the_field(server, path, body, field):
 
 def test_a_proper_surrogate_pair_is_text(server):
     """json.dumps escapes an emoji as a pair of surrogates: that is an emoji, not an error."""
-    answer = httpx.post(server[0] + "/api/generate", timeout=60, content=b'{"model": "m", "stream": false, '
-                        b'"prompt": "smile \\ud83d\\ude00 \\\\ud800", "options": {"num_predict": 2}}')
+    answer = httpx.post(
+        server[0] + "/api/generate",
+        timeout=60,
+        content=b'{"model": "m", "stream": false, '
+        b'"prompt": "smile \\ud83d\\ude00 \\\\ud800", "options": {"num_predict": 2}}',
+    )
     assert answer.status_code == 200, answer.text

@@ -37,8 +37,13 @@ def test_response_events_are_numbered_and_an_error_is_an_error_event():
     assert json.loads(events[0].split("data: ")[1])["sequence_number"] == 0
     name, data = events[1].split("\n")
     assert name == "event: error"
-    assert json.loads(data[6:]) == {"type": "error", "code": None, "message": "the server is shutting down",
-                                    "param": None, "sequence_number": 1}
+    assert json.loads(data[6:]) == {
+        "type": "error",
+        "code": None,
+        "message": "the server is shutting down",
+        "param": None,
+        "sequence_number": 1,
+    }
 
 
 @pytest.mark.parametrize("chunks", [({"done": True},), ()])

@@ -5,14 +5,18 @@ import pytest
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.server.ollama.go_template import render
 
-CHATML = "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}<|im_start|>user\n{{ .Prompt }}" \
-         "<|im_end|>\n<|im_start|>assistant\n{{ .Response }}<|im_end|>\n"
+CHATML = (
+    "{{ if .System }}<|im_start|>system\n{{ .System }}<|im_end|>\n{{ end }}<|im_start|>user\n{{ .Prompt }}"
+    "<|im_end|>\n<|im_start|>assistant\n{{ .Response }}<|im_end|>\n"
+)
 
 
 def test_fields_and_conditions():
     assert render("{{ .Prompt }}", prompt="Hi", system="") == "Hi"
-    assert render(CHATML, prompt="Hi", system="Be brief.") == \
-        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        render(CHATML, prompt="Hi", system="Be brief.")
+        == "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert render(CHATML, prompt="Hi", system="") == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert render("{{if .System}}S{{else}}none{{end}}: {{.Prompt}}", prompt="p", system="") == "none: p"
 
@@ -32,9 +36,18 @@ def test_values_are_never_read_as_template_text():
     assert render("{{ .Prompt }}", prompt="{{ .System }}", system="secret") == "{{ .System }}"
 
 
-@pytest.mark.parametrize("template", ["{{ range .Messages }}{{ .Content }}{{ end }}", "{{ .Tools }}",
-                                      "{{ if .System }}x", "{{ end }}", "{{ else }}", "{{ template \"x\" }}",
-                                      "{{ .Prompt | len }}"])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ range .Messages }}{{ .Content }}{{ end }}",
+        "{{ .Tools }}",
+        "{{ if .System }}x",
+        "{{ end }}",
+        "{{ else }}",
+        '{{ template "x" }}',
+        "{{ .Prompt | len }}",
+    ],
+)
 def test_anything_else_is_refused(template):
     with pytest.raises(InvalidSetting, match="template"):
         render(template, prompt="p", system="s")

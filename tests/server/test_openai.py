@@ -43,8 +43,14 @@ def test_chat_completion_as_the_docs_show(client):
 
 def test_streamed_chat_equals_the_whole_answer_and_ends_with_usage(client):
     whole = client.chat.completions.create(model="llama3", messages=[USER], max_tokens=60, temperature=0)
-    stream = client.chat.completions.create(model="llama3", messages=[USER], max_tokens=60, temperature=0,
-                                            stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="llama3",
+        messages=[USER],
+        max_tokens=60,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
@@ -84,8 +90,13 @@ def test_stop_strings_end_the_answer(client):
 
 def test_seeded_sampling_repeats_and_top_p_is_accepted(client):
     def sample(seed):
-        return client.chat.completions.create(model="m", messages=[USER], max_tokens=30, temperature=1.0,
-                                              top_p=0.95, seed=seed).choices[0].message.content
+        return (
+            client.chat.completions.create(
+                model="m", messages=[USER], max_tokens=30, temperature=1.0, top_p=0.95, seed=seed
+            )
+            .choices[0]
+            .message.content
+        )
 
     assert sample(7) == sample(7)
     assert len({sample(7), sample(8), sample(9)}) > 1
@@ -95,8 +106,9 @@ def test_completions_continue_raw_text(client):
     response = client.completions.create(model="davinci", prompt="Once upon a time", max_tokens=20, temperature=0)
     assert response.object == "text_completion" and response.usage.completion_tokens == 20
     assert response.choices[0].finish_reason == "length"
-    stream = client.completions.create(model="davinci", prompt="Once upon a time", max_tokens=20, temperature=0,
-                                       stream=True)
+    stream = client.completions.create(
+        model="davinci", prompt="Once upon a time", max_tokens=20, temperature=0, stream=True
+    )
     assert "".join(c.choices[0].text for c in stream if c.choices) == response.choices[0].text
 
 
@@ -106,11 +118,28 @@ def test_models_lists_the_target_and_the_aliases(client):
 
 def test_served_text_equals_generate(client, invoke, tiny_store):
     prompt = "Write a haiku about the sea."
-    cli = invoke("generate", "tiny-target", prompt, "-d", "tiny-draft", "-t", "0", "-n", "48", "--threads", "1",
-                 "--no-check", "--ctx", "2048", "--models-dir", tiny_store)
+    cli = invoke(
+        "generate",
+        "tiny-target",
+        prompt,
+        "-d",
+        "tiny-draft",
+        "-t",
+        "0",
+        "-n",
+        "48",
+        "--threads",
+        "1",
+        "--no-check",
+        "--ctx",
+        "2048",
+        "--models-dir",
+        tiny_store,
+    )
     assert cli.exit_code == 0, cli.output
-    served = client.chat.completions.create(model="tiny-target", messages=[{"role": "user", "content": prompt}],
-                                            max_tokens=48, temperature=0)
+    served = client.chat.completions.create(
+        model="tiny-target", messages=[{"role": "user", "content": prompt}], max_tokens=48, temperature=0
+    )
     assert served.choices[0].message.content == cli.stdout.rstrip("\n")
     assert len(cli.stdout.strip()) > 10
 
@@ -130,8 +159,9 @@ def test_several_choices_and_a_batch_of_prompts(client):
     greedy = client.chat.completions.create(model="m", messages=[USER], max_tokens=6, n=2, temperature=0)
     assert greedy.choices[0].message.content == greedy.choices[1].message.content
     assert greedy.usage.completion_tokens == 12
-    batch = client.completions.create(model="m", prompt=["Once upon a time", "The capital of"], max_tokens=5,
-                                      temperature=0, n=2)
+    batch = client.completions.create(
+        model="m", prompt=["Once upon a time", "The capital of"], max_tokens=5, temperature=0, n=2
+    )
     assert [c.index for c in batch.choices] == [0, 1, 2, 3]
     alone = client.completions.create(model="m", prompt="The capital of", max_tokens=5, temperature=0)
     assert batch.choices[2].text == batch.choices[3].text == alone.choices[0].text
@@ -142,14 +172,19 @@ def test_several_choices_and_a_batch_of_prompts(client):
 
 def test_completions_default_to_16_tokens_and_echo_the_prompt(client):
     """OpenAI's reference: max_tokens "Defaults to 16"; echo returns the prompt before the completion."""
-    short = client.completions.create(model="m", prompt="Once upon a time", temperature=0,
-                                      extra_body={"ignore_eos": True})
+    short = client.completions.create(
+        model="m", prompt="Once upon a time", temperature=0, extra_body={"ignore_eos": True}
+    )
     assert short.usage.completion_tokens == 16 and short.choices[0].finish_reason == "length"
-    echoed = client.completions.create(model="m", prompt="Once upon a time", temperature=0, echo=True,
-                                       extra_body={"ignore_eos": True})
+    echoed = client.completions.create(
+        model="m", prompt="Once upon a time", temperature=0, echo=True, extra_body={"ignore_eos": True}
+    )
     assert echoed.choices[0].text == "Once upon a time" + short.choices[0].text
-    stream = list(client.completions.create(model="m", prompt="Once upon a time", temperature=0, echo=True,
-                                            stream=True, extra_body={"ignore_eos": True}))
+    stream = list(
+        client.completions.create(
+            model="m", prompt="Once upon a time", temperature=0, echo=True, stream=True, extra_body={"ignore_eos": True}
+        )
+    )
     assert stream[0].choices[0].text == "Once upon a time"
     assert "".join(c.choices[0].text for c in stream if c.choices) == echoed.choices[0].text
     batch = client.completions.create(model="m", prompt=["Once", "The sea"], max_tokens=2, echo=True, best_of=1)
@@ -170,10 +205,10 @@ def test_with_include_usage_every_chunk_has_usage_null_but_the_last(server):
         assert chunks[-1]["usage"]["completion_tokens"] == 5
 
 
-
 def test_penalties_and_logit_bias_apply(client, server):
     """presence/frequency penalties change the answer; logit_bias -100 bans a token, as OpenAI's
     reference says; bad biases are a 400 naming logit_bias."""
+
     def completion(**extra):
         return client.completions.create(model="m", prompt="Once upon a time", max_tokens=20, temperature=0, **extra)
 
@@ -184,15 +219,25 @@ def test_penalties_and_logit_bias_apply(client, server):
     generation = state.engine.generate(request, use_draft=False)
     assert "".join(generation) == plain
     first = generation.result.tokens[0]
-    request = state.build_request(Asked(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0,
-                                        penalties={"logit_bias": ((first, float("-inf")),)}))
+    request = state.build_request(
+        Asked(
+            prompt="Once upon a time",
+            raw=True,
+            max_tokens=20,
+            temperature=0,
+            penalties={"logit_bias": ((first, float("-inf")),)},
+        )
+    )
     banned = state.engine.generate(request, use_draft=False)
     expected = "".join(banned)
     assert first not in banned.result.tokens
     assert completion(logit_bias={str(first): -100}).choices[0].text == expected
-    for bias, message in (({"x": 1}, "keys are token ids"), ({"²": 1}, "keys are token ids"),
-                          ({"1": 101}, "values are in -100..100"),
-                          ({"99999999": 5}, "is not in the model's vocabulary")):
+    for bias, message in (
+        ({"x": 1}, "keys are token ids"),
+        ({"²": 1}, "keys are token ids"),
+        ({"1": 101}, "values are in -100..100"),
+        ({"99999999": 5}, "is not in the model's vocabulary"),
+    ):
         with pytest.raises(openai.BadRequestError, match=message) as caught:
             completion(logit_bias=bias)
         assert caught.value.body["param"] == "logit_bias"
@@ -201,8 +246,18 @@ def test_penalties_and_logit_bias_apply(client, server):
 def test_nulls_in_optional_fields_are_the_defaults(server):
     """Clients that send every unset field as null (LiteLLM, generated SDKs): OpenAI reads them as unset."""
     url = server[0]
-    chat = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0,
-            "n": None, "stream": None, "logprobs": None, "stop": None, "tools": None, "ignore_eos": None}
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 4,
+        "temperature": 0,
+        "n": None,
+        "stream": None,
+        "logprobs": None,
+        "stop": None,
+        "tools": None,
+        "ignore_eos": None,
+    }
     answer = httpx.post(url + "/v1/chat/completions", json=chat, timeout=60)
     assert answer.status_code == 200 and len(answer.json()["choices"]) == 1
     completion = {"model": "m", "prompt": "Once", "max_tokens": 4, "echo": None, "n": None, "stream": None}

@@ -13,8 +13,13 @@ from tests.serving import running_server
 from tests.smollm2 import smollm2_gguf
 
 SEEDS = range(4)
-ASK = [{"role": "user", "content": "Invent a person: a name, an age, a city, and a motto that is a poem of two "
-                                     "lines, one under the other, with a quote in it."}]
+ASK = [
+    {
+        "role": "user",
+        "content": "Invent a person: a name, an age, a city, and a motto that is a poem of two "
+        "lines, one under the other, with a quote in it.",
+    }
+]
 
 
 class Person(BaseModel):
@@ -45,8 +50,9 @@ def test_openai_parse_validates_at_temperature_one(server):
     answers = []
     for seed in SEEDS:
         try:
-            completion = client.chat.completions.parse(model="smollm2", messages=ASK, response_format=Person,
-                                                       temperature=1, seed=seed, max_tokens=160)
+            completion = client.chat.completions.parse(
+                model="smollm2", messages=ASK, response_format=Person, temperature=1, seed=seed, max_tokens=160
+            )
         except LengthFinishReasonError:  # cut by max_tokens: no answer to validate
             answers.append(None)
             continue
@@ -62,8 +68,14 @@ def test_responses_structured_output_validates(server):
     schema = {"type": "json_schema", "name": "Person", "schema": Person.model_json_schema(), "strict": True}
     answers = []
     for seed in SEEDS[:3]:
-        response = client.responses.create(model="smollm2", input=ASK, text={"format": schema}, temperature=1,
-                                           max_output_tokens=160, extra_body={"seed": seed})
+        response = client.responses.create(
+            model="smollm2",
+            input=ASK,
+            text={"format": schema},
+            temperature=1,
+            max_output_tokens=160,
+            extra_body={"seed": seed},
+        )
         answers.append(response.output_text if response.status == "completed" else None)
     for text in _finished(answers):
         Person.model_validate_json(text)
@@ -73,8 +85,12 @@ def test_ollama_format_schema_validates(server):
     client = ollama.Client(host=server)
     answers = []
     for seed in SEEDS:
-        answer = client.chat(model="smollm2", messages=ASK, format=Person.model_json_schema(),
-                             options={"temperature": 1, "seed": seed, "num_predict": 160})
+        answer = client.chat(
+            model="smollm2",
+            messages=ASK,
+            format=Person.model_json_schema(),
+            options={"temperature": 1, "seed": seed, "num_predict": 160},
+        )
         answers.append(answer.message.content if answer.done_reason == "stop" else None)
     for content in _finished(answers):
         Person.model_validate(json.loads(content))  # raises on a control character or a missing field

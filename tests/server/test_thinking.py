@@ -12,18 +12,23 @@ from ollama_spec.engine.engine import Engine, Request
 from tests.conftest import engine_settings
 from tests.serving import running_server, serving_tiny_pair
 
-HEADER = ("{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>"
-          "{%- endfor %}")
+HEADER = (
+    "{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content }}<|eot_id|>{%- endfor %}"
+)
 # Qwen3's way: thinking unless enable_thinking is false, which closes an empty block at once.
-QWEN3_STYLE = HEADER + ("{%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
-                        "{%- if enable_thinking is defined and enable_thinking is false %}"
-                        "{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+QWEN3_STYLE = HEADER + (
+    "{%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
+)
 # DeepSeek-R1's newer way: the template opens the block, the model closes it (and earlier answers
 # lose their thinking).
-R1_STYLE = ("{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
-            "{{ m.content.split('</think>')[-1] }}<|eot_id|>{%- endfor %}"
-            "{%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n<think>\\n' }}"
-            "{%- endif %}")
+R1_STYLE = (
+    "{%- for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{{ m.content.split('</think>')[-1] }}<|eot_id|>{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n<think>\\n' }}"
+    "{%- endif %}"
+)
 THOUGHT_THEN_ANSWER = 'root ::= "<think>" "hmm" "</think>" "\\n\\n" "answer"'
 USER = [{"role": "user", "content": "How many r are in strawberry?"}]
 
@@ -58,11 +63,13 @@ def test_think_false_is_told_to_the_template(servers):
     assert prompt.endswith("<think>\n\n</think>\n\n")
     default = state.engine.target.detokenize(state.engine.prompt_tokens(Request("Hi")), special=True)
     assert "</think>" not in default
-    answer = ollama.Client(host=url).chat(model="qwen3", messages=USER, think=False,
-                                          options={"num_predict": 8, "temperature": 0})
+    answer = ollama.Client(host=url).chat(
+        model="qwen3", messages=USER, think=False, options={"num_predict": 8, "temperature": 0}
+    )
     assert answer.message.content and not answer.message.thinking  # nothing is split off
     effort = OpenAI(base_url=url + "/v1", api_key="x").chat.completions.create(
-        model="qwen3", messages=USER, reasoning_effort="none", max_tokens=8, temperature=0)
+        model="qwen3", messages=USER, reasoning_effort="none", max_tokens=8, temperature=0
+    )
     assert effort.choices[0].message.content == answer.message.content
 
 
@@ -85,10 +92,15 @@ def test_a_model_that_does_not_think_refuses_think_true(tiny_models):
         with pytest.raises(ollama.ResponseError, match="does not support thinking"):
             ollama.Client(host=url).chat(model="m", messages=USER, think=True)
         plain = OpenAI(base_url=url + "/v1", api_key="x").chat.completions.create(
-            model="m", messages=USER, reasoning_effort="high", max_tokens=4)
+            model="m", messages=USER, reasoning_effort="high", max_tokens=4
+        )
         assert plain.choices[0].message.content  # OpenAI clients send reasoning_effort to any model
-        assert httpx.post(url + "/api/chat", json={"model": "m", "messages": USER, "think": "medium",
-                                                   "stream": False}, timeout=60).status_code == 400
+        assert (
+            httpx.post(
+                url + "/api/chat", json={"model": "m", "messages": USER, "think": "medium", "stream": False}, timeout=60
+            ).status_code
+            == 400
+        )
 
 
 def test_responses_keep_the_thinking_out_of_the_output_text(servers):
@@ -97,8 +109,9 @@ def test_responses_keep_the_thinking_out_of_the_output_text(servers):
     response = client.responses.create(model="deepseek-r1", input="Hi", max_output_tokens=8, temperature=0)
     assert response.output_text == ""  # the tiny model never closes its thinking
     assert response.output[-1].type == "reasoning" and response.output[-1].content[0].text
-    events = list(client.responses.create(model="deepseek-r1", input="Hi", max_output_tokens=8, temperature=0,
-                                          stream=True))
+    events = list(
+        client.responses.create(model="deepseek-r1", input="Hi", max_output_tokens=8, temperature=0, stream=True)
+    )
     assert not [e for e in events if e.type == "response.output_text.delta"]
     assert events[-1].response.output[-1].content[0].text == response.output[-1].content[0].text
 

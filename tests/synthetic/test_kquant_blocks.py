@@ -17,8 +17,9 @@ def test_random_blocks_decode_to_the_asked_spread(qtype):
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K])
 def test_dead_sub_blocks_are_zero_and_live_ones_random(qtype):
     rows, cols = np.arange(32) % 2 == 0, np.arange(512) % 128 < 64  # a head of 64 live in every 128
-    values = quants.dequantize(random_blocks(qtype, 32, 512, 1.0, np.random.default_rng(2),
-                                             live_mask(qtype, rows, cols)), qtype)
+    values = quants.dequantize(
+        random_blocks(qtype, 32, 512, 1.0, np.random.default_rng(2), live_mask(qtype, rows, cols)), qtype
+    )
     assert (values[~rows] == 0).all() and (values[:, ~cols] == 0).all()
     assert values[np.ix_(rows, cols)].std() == pytest.approx(1.0, rel=0.05)
 

@@ -16,8 +16,14 @@ class ApiError(Exception):
     """An HTTP error answered in the format of the API that was called; `code` is OpenAI's machine-readable
     name for it (such as "context_length_exceeded"), None where OpenAI gives none."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.headers = headers or {}
@@ -30,8 +36,12 @@ class ApiError(Exception):
 
 def openai_error(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     """OpenAI's error object: `code` a string or null, never the HTTP status (typed clients parse it as text)."""
-    return {"message": message, "type": OPENAI_ERROR_TYPES.get(status, "invalid_request_error"), "param": param,
-            "code": code or OPENAI_ERROR_CODES.get(status)}
+    return {
+        "message": message,
+        "type": OPENAI_ERROR_TYPES.get(status, "invalid_request_error"),
+        "param": param,
+        "code": code or OPENAI_ERROR_CODES.get(status),
+    }
 
 
 def failure(error: Exception) -> ApiError:

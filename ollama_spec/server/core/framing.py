@@ -15,36 +15,54 @@ EVENT_STREAM = {"media_type": "text/event-stream", "headers": {"Cache-Control": 
 
 def sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
     """OpenAI's chat and completions streams: `data:` lines, then `data: [DONE]`."""
+
     def error(exc: ApiError, _: int) -> str:
         body = openai_error(exc.status, exc.message, exc.param, exc.code)
         return f"data: {json.dumps({'error': body | ({'type': 'server_error'} if exc.status >= 500 else {})})}\n\n"
 
-    return _framed(chunks, lambda chunk, _: f"data: {json.dumps(chunk)}\n\n", error, "data: [DONE]\n\n",
-                   **EVENT_STREAM)
+    return _framed(chunks, lambda chunk, _: f"data: {json.dumps(chunk)}\n\n", error, "data: [DONE]\n\n", **EVENT_STREAM)
 
 
 def sse_events(events: AsyncIterator[dict]) -> StreamingResponse:
     """OpenAI's Responses stream: named events, numbered in order."""
+
     def event(chunk: dict, number: int) -> str:
         return f"event: {chunk['type']}\ndata: {json.dumps(chunk | {'sequence_number': number})}\n\n"
 
     def error(exc: ApiError, number: int) -> str:
-        return event({"type": "error", "code": openai_error(exc.status, exc.message, exc.param, exc.code)["code"],
-                      "message": exc.message, "param": exc.param}, number)
+        return event(
+            {
+                "type": "error",
+                "code": openai_error(exc.status, exc.message, exc.param, exc.code)["code"],
+                "message": exc.message,
+                "param": exc.param,
+            },
+            number,
+        )
 
     return _framed(events, event, error, **EVENT_STREAM)
 
 
 def ndjson(chunks: AsyncIterator[dict]) -> StreamingResponse:
     """Ollama's streams: one JSON object a line; an error as {"error": ...}, as Ollama reports it."""
-    return _framed(chunks, lambda chunk, _: json.dumps(chunk) + "\n",
-                   lambda exc, _: json.dumps({"error": exc.message}) + "\n", media_type="application/x-ndjson")
+    return _framed(
+        chunks,
+        lambda chunk, _: json.dumps(chunk) + "\n",
+        lambda exc, _: json.dumps({"error": exc.message}) + "\n",
+        media_type="application/x-ndjson",
+    )
 
 
-def _framed(chunks: AsyncIterator[dict], frame: Callable[[dict, int], str], error: Callable[[ApiError, int], str],
-            end: str = "", **response) -> StreamingResponse:
+def _framed(
+    chunks: AsyncIterator[dict],
+    frame: Callable[[dict, int], str],
+    error: Callable[[ApiError, int], str],
+    end: str = "",
+    **response,
+) -> StreamingResponse:
     """`frame` each chunk (with its number); an ApiError raised meanwhile ends the stream as `error`
     frames it (the status line is sent), then `end`."""
+
     async def lines() -> AsyncIterator[str]:
         number = 0
         try:

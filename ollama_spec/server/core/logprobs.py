@@ -12,8 +12,9 @@ from ollama_spec.llama.model import LoadedModel
 
 def scored(target: LoadedModel, tokens: Sequence[Token]) -> list[dict]:
     """Tokens with their log-probabilities, as both APIs list them: token text, logprob, bytes, top."""
-    return [_scored(target, t.id, t.logprob) | {"top_logprobs": [_scored(target, i, lp) for i, lp in t.top]}
-            for t in tokens]
+    return [
+        _scored(target, t.id, t.logprob) | {"top_logprobs": [_scored(target, i, lp) for i, lp in t.top]} for t in tokens
+    ]
 
 
 def _scored(target: LoadedModel, token: int, logprob: float) -> dict:
@@ -41,9 +42,12 @@ class LegacyLogprobs:
         for entry, shown in zip(scored, in_text):
             offsets.append(self.at)
             self.at += len(self.text.decode(bytes(entry["bytes"]))) if shown else 0
-        return {"tokens": [_legacy_token(e) for e in scored], "token_logprobs": [e["logprob"] for e in scored],
-                "top_logprobs": [{_legacy_token(t): t["logprob"] for t in e["top_logprobs"]} for e in scored],
-                "text_offset": offsets}
+        return {
+            "tokens": [_legacy_token(e) for e in scored],
+            "token_logprobs": [e["logprob"] for e in scored],
+            "top_logprobs": [{_legacy_token(t): t["logprob"] for t in e["top_logprobs"]} for e in scored],
+            "text_offset": offsets,
+        }
 
 
 def _legacy_token(entry: dict) -> str:

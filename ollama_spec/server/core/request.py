@@ -86,8 +86,13 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
 
 def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
     """The Request as asked, over the server's defaults (and a Modelfile's MESSAGE lines first)."""
-    given = {"temperature": asked.temperature, "top_p": asked.top_p, "top_k": asked.top_k, "min_p": asked.min_p,
-             "seed": asked.seed}
+    given = {
+        "temperature": asked.temperature,
+        "top_p": asked.top_p,
+        "top_k": asked.top_k,
+        "min_p": asked.min_p,
+        "seed": asked.seed,
+    }
     try:
         sampling = replace(settings.sampling, **{k: v for k, v in given.items() if v is not None})
         if asked.penalties:
@@ -99,24 +104,42 @@ def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Reques
     history = engine.target_model.messages  # a Modelfile's MESSAGE lines: Ollama puts them first
     if history and not asked.raw and not asked.tokens and not asked.context and asked.suffix is None:
         messages = [*history, *(messages or [ChatMessage("user", asked.prompt)])]
-    return Request(prompt=asked.prompt, messages=tuple(messages), system=asked.system, raw=asked.raw,
-                   stop=tuple(asked.stop) + settings.stop, ignore_eos=asked.ignore_eos, sampling=sampling,
-                   speculation=settings.speculation, grammar=asked.grammar, tools=tuple(asked.tools),
-                   logprobs=asked.logprobs, think=asked.think, suffix=asked.suffix, tokens=tuple(asked.tokens))
+    return Request(
+        prompt=asked.prompt,
+        messages=tuple(messages),
+        system=asked.system,
+        raw=asked.raw,
+        stop=tuple(asked.stop) + settings.stop,
+        ignore_eos=asked.ignore_eos,
+        sampling=sampling,
+        speculation=settings.speculation,
+        grammar=asked.grammar,
+        tools=tuple(asked.tools),
+        logprobs=asked.logprobs,
+        think=asked.think,
+        suffix=asked.suffix,
+        tokens=tuple(asked.tokens),
+    )
 
 
 def _max_tokens(settings: ServerSettings, asked: Asked, n_prompt: int, context: int) -> int:
     """The generation's limit: what was asked, if the room left after the prompt holds it (or as a cap)."""
     room, max_tokens, name = context - n_prompt, asked.max_tokens, asked.max_tokens_name
     if room < 1:
-        raise ApiError(400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it",
-                       code=TOO_LONG)
+        raise ApiError(
+            400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it", code=TOO_LONG
+        )
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(400, f"{name} must be at least 1, got {max_tokens}", name)
     if max_tokens is not None and max_tokens > room:
         if not asked.cap_max_tokens:
-            raise ApiError(400, f"{name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
-                                f"{context} tokens, which leaves {room}", name, TOO_LONG)
+            raise ApiError(
+                400,
+                f"{name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
+                f"{context} tokens, which leaves {room}",
+                name,
+                TOO_LONG,
+            )
         max_tokens = room  # the generation ends there, with finish reason "length"
     return max_tokens or min(settings.max_tokens or asked.default_max_tokens or room, room)
 
@@ -130,9 +153,14 @@ def _cut_as_ollama(engine: Engine, request: Request, context: int) -> Request:
     limit = context - max((context - keep) // 2, 1)
     if limit < 1:  # Ollama's "no prompt budget": a context of one token holds no prompt and no answer
         raise ApiError(400, f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
-    log.warning("the prompt (%d tokens) is longer than the context (%d): cut to %d, keeping its first %d",
-                len(tokens), context, limit, keep)
-    return replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep):])
+    log.warning(
+        "the prompt (%d tokens) is longer than the context (%d): cut to %d, keeping its first %d",
+        len(tokens),
+        context,
+        limit,
+        keep,
+    )
+    return replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep) :])
 
 
 def _dropping_oldest(engine: Engine, request: Request, context: int) -> Request:
@@ -162,8 +190,10 @@ def _dropping_oldest(engine: Engine, request: Request, context: int) -> Request:
             fits, shortest = middle, candidate
         else:
             too_long = middle
-    log.info("the conversation is longer than the context: its oldest %d messages were dropped",
-             len(messages) - len(shortest.messages))
+    log.info(
+        "the conversation is longer than the context: its oldest %d messages were dropped",
+        len(messages) - len(shortest.messages),
+    )
     return shortest
 
 
@@ -187,8 +217,9 @@ def _after_context(engine: Engine, context: Sequence[int], request: Request) -> 
     """An earlier exchange's tokens, then this prompt's."""
     target = engine.target
     if any(not 0 <= token < target.n_vocab for token in context):
-        raise ApiError(400, f"context holds token ids outside this model's vocabulary (0..{target.n_vocab - 1})",
-                       "context")
+        raise ApiError(
+            400, f"context holds token ids outside this model's vocabulary (0..{target.n_vocab - 1})", "context"
+        )
     try:
         prompt = engine.prompt_tokens(request)
     except InvalidSetting as exc:
@@ -203,8 +234,9 @@ def think_if_able(engine: Engine, think: bool | None) -> bool | None:
     return think if template_thinks(engine.target_model.info.chat_template) else None
 
 
-def offer_tools(tools: list[dict], choice: str | dict | None, only: str | None,
-                constrained: bool) -> tuple[list[dict], str | None]:
+def offer_tools(
+    tools: list[dict], choice: str | dict | None, only: str | None, constrained: bool
+) -> tuple[list[dict], str | None]:
     """The tools to show the model (chat completions' shape) and, for tool_choice "required" or a named
     function (`only`), the grammar that forces one call; `constrained`: the request has its own format."""
     if not tools or choice == "none":

@@ -19,8 +19,9 @@ def summary(engine: Engine, speculation: SpeculationSettings, result: Result) ->
     spec = result.speculation
     return {
         "draft": proposer_name(engine, speculation),
-        "num_speculative_tokens": (speculation.num_speculative_tokens
-                                   if engine.proposer(speculation) is not None else 0),
+        "num_speculative_tokens": (
+            speculation.num_speculative_tokens if engine.proposer(speculation) is not None else 0
+        ),
         "drafted_tokens": spec.drafted,
         "accepted_tokens": spec.accepted,
         "acceptance_rate": round(spec.acceptance_rate, 4),

@@ -87,7 +87,15 @@ class ServerState:
         log.info(
             "%s: %d prompt tokens (%d cached), %d generated in %.2f s, %.1f tok/s, finish %s; "
             "drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass",
-            job.label, result.prompt_tokens, spec.prompt_cached, len(result.tokens), result.total_seconds,
-            result.tokens_per_second, result.finish_reason, spec.drafted, spec.accepted, 100 * spec.acceptance_rate,
+            job.label,
+            result.prompt_tokens,
+            spec.prompt_cached,
+            len(result.tokens),
+            result.total_seconds,
+            result.tokens_per_second,
+            result.finish_reason,
+            spec.drafted,
+            spec.accepted,
+            100 * spec.acceptance_rate,
             spec.mean_accepted_per_step,
         )

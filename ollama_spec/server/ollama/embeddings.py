@@ -23,9 +23,13 @@ async def embed(body: EmbedRequest, http_request: HTTPRequest) -> dict:
         return {"model": body.model, "embeddings": []}
     started = time.perf_counter()
     vectors, n_tokens = await embed_all(state, texts, body.truncate, body.dimensions, fit_dimensions=True)
-    return {"model": body.model, "embeddings": [v.tolist() for v in vectors],
-            "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": 0,
-            "prompt_eval_count": n_tokens}
+    return {
+        "model": body.model,
+        "embeddings": [v.tolist() for v in vectors],
+        "total_duration": int((time.perf_counter() - started) * 1e9),
+        "load_duration": 0,
+        "prompt_eval_count": n_tokens,
+    }
 
 
 @router.post("/api/embeddings")

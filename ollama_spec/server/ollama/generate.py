@@ -43,18 +43,29 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         return final(body.model, {"message": {"role": "assistant", "content": ""}}, body.load_reason)
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = await state.prepare(Asked(
-        messages=[m.to_chat() for m in body.messages], grammar=body.grammar(), tools=body.tools or [],
-        logprobs=body.logprob_count, think=body.thinks, truncate=body.truncate,
-        **Options.from_map(body.options).asked()))
+    request = await state.prepare(
+        Asked(
+            messages=[m.to_chat() for m in body.messages],
+            grammar=body.grammar(),
+            tools=body.tools or [],
+            logprobs=body.logprob_count,
+            think=body.thinks,
+            truncate=body.truncate,
+            **Options.from_map(body.options).asked(),
+        )
+    )
     job = state.submit(request, "/api/chat")
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
         message = {"role": "assistant", "content": text} | ({"thinking": thought} if thought else {})
         if calls:  # ids as Ollama gives them, for clients that answer a call by its id
-            message["tool_calls"] = [{"id": f"call_{uuid.uuid4().hex[:8]}",
-                                      "function": {"index": i, "name": c.name, "arguments": c.arguments}}
-                                     for i, c in enumerate(calls)]
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{uuid.uuid4().hex[:8]}",
+                    "function": {"index": i, "name": c.name, "arguments": c.arguments},
+                }
+                for i, c in enumerate(calls)
+            ]
         return {"message": message}
 
     if body.stream:
@@ -73,10 +84,21 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return final(body.model, {"response": ""}, body.load_reason)
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = await state.prepare(Asked(
-        prompt=body.prompt, system=body.system, raw=body.raw or bool(body.template), grammar=body.grammar(),
-        context=body.context or (), logprobs=body.logprob_count, think=body.thinks, suffix=body.suffix or None,
-        tokens=_templated(state, body), truncate=body.truncate, **Options.from_map(body.options).asked()))
+    request = await state.prepare(
+        Asked(
+            prompt=body.prompt,
+            system=body.system,
+            raw=body.raw or bool(body.template),
+            grammar=body.grammar(),
+            context=body.context or (),
+            logprobs=body.logprob_count,
+            think=body.thinks,
+            suffix=body.suffix or None,
+            tokens=_templated(state, body),
+            truncate=body.truncate,
+            **Options.from_map(body.options).asked(),
+        )
+    )
     job = state.submit(request, "/api/generate")
     prompt = request.tokens
 
@@ -123,15 +145,25 @@ async def unsupported(action: str):
     (create, copy, delete, push, blobs) is Ollama's: this server serves one pair."""
     if action.split("/")[0] not in MANAGEMENT:
         raise ApiError(404, "Not Found")
-    raise ApiError(501, f"/api/{action.split('/')[0]} is not supported by ollama-spec serve, which serves one "
-                        "loaded pair; manage models with Ollama itself (ollama create, cp, rm, push)")
+    raise ApiError(
+        501,
+        f"/api/{action.split('/')[0]} is not supported by ollama-spec serve, which serves one "
+        "loaded pair; manage models with Ollama itself (ollama create, cp, rm, push)",
+    )
 
 
-async def _chunks(state: ServerState, body: InferenceRequest, job: Job, parts: AnswerParts,
-                  piece: Callable[..., dict], ending: Callable[[Result], dict] = lambda result: {}) -> AsyncIterator[dict]:
+async def _chunks(
+    state: ServerState,
+    body: InferenceRequest,
+    job: Job,
+    parts: AnswerParts,
+    piece: Callable[..., dict],
+    ending: Callable[[Result], dict] = lambda result: {},
+) -> AsyncIterator[dict]:
     """The NDJSON objects: text pieces (with their tokens' logprobs when asked; a thinking model's
     thinking apart; tool calls, when the answer was one, as Ollama sends them: in a piece of their
     own), then the final object with the counts."""
+
     def chunk(fields: dict, tokens: tuple) -> dict:
         extra = {"logprobs": scored(state.engine.target, tokens)} if body.logprobs and tokens else {}
         return {"model": body.model, "created_at": now()} | fields | extra | {"done": False}

@@ -57,7 +57,7 @@ def _parse(template: str) -> list:
     stack: list[tuple[list, _If | None]] = [(root, None)]  # (where nodes go now, the if that holds it)
     at = 0
     for match in ACTION.finditer(template):
-        text = template[at:match.start()]
+        text = template[at : match.start()]
         if match.group(1):
             text = text.rstrip(" \t\r\n")
         stack[-1][0].append(text)
@@ -80,8 +80,9 @@ def _parse(template: str) -> list:
         elif action == "end" and len(stack) > 1:
             stack.pop()
         else:
-            raise InvalidSetting(f"template overrides are not supported beyond {SUPPORTED}: this template has "
-                                 f"{match.group(0)}")
+            raise InvalidSetting(
+                f"template overrides are not supported beyond {SUPPORTED}: this template has {match.group(0)}"
+            )
     if len(stack) > 1:
         raise InvalidSetting("the template has an {{ if }} without its {{ end }}")
     root.append(template[at:])

@@ -43,8 +43,11 @@ async def version() -> dict:
 async def tags(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
     capabilities = _capabilities(state, state.engine.target_model.info)
-    return {"models": [_model_entry(state.engine.target_model, name) | {"capabilities": capabilities}
-                       for name in state.model_names]}
+    return {
+        "models": [
+            _model_entry(state.engine.target_model, name) | {"capabilities": capabilities} for name in state.model_names
+        ]
+    }
 
 
 @router.api_route("/api/ps", methods=["GET", "HEAD"])
@@ -56,9 +59,17 @@ async def ps(http_request: HTTPRequest) -> dict:
     if engine.draft_model is not None and engine.draft is not None:
         pair.append((engine.draft_model, engine.draft, False))
     # loaded until the server stops: a far expiry, as Ollama shows for keep_alive -1
-    return {"models": [entry | {"size": sum(model.info.file_size for model, _, _ in pair),
-                                "size_vram": sum(_on_gpu(*loaded) for loaded in pair),
-                                "expires_at": "2099-01-01T00:00:00Z", "context_length": engine.target.n_ctx}]}
+    return {
+        "models": [
+            entry
+            | {
+                "size": sum(model.info.file_size for model, _, _ in pair),
+                "size_vram": sum(_on_gpu(*loaded) for loaded in pair),
+                "expires_at": "2099-01-01T00:00:00Z",
+                "context_length": engine.target.n_ctx,
+            }
+        ]
+    }
 
 
 def _capabilities(state: ServerState, info) -> list[str]:
@@ -68,9 +79,12 @@ def _capabilities(state: ServerState, info) -> list[str]:
     work with any chat template here: one without a place for them gets them in the system message."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    return ["completion", *(["tools"] if info.chat_template else []),
-            *(["thinking"] if template_thinks(info.chat_template) else []),
-            *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else [])]
+    return [
+        "completion",
+        *(["tools"] if info.chat_template else []),
+        *(["thinking"] if template_thinks(info.chat_template) else []),
+        *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []),
+    ]
 
 
 def _model_info(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -113,8 +127,11 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
         raise ApiError(400, "model is required", "model")  # Ollama's words; a GET without a body shows the pair
     model = state.engine.target_model
     info = model.info
-    pairs = [(key, value) for key, values in model.params.items()
-             for value in (values if isinstance(values, list) else [values])]
+    pairs = [
+        (key, value)
+        for key, values in model.params.items()
+        for value in (values if isinstance(values, list) else [values])
+    ]
     return {
         "modelfile": _modelfile(model, pairs),
         # as Ollama lays them out (Go's "%-30s %#v"): clients read stop and num_ctx from here
@@ -123,16 +140,21 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
         "template": info.chat_template or "",
         "system": model.system or "",
         "details": _details(model),
-        "model_info": _model_info(info.metadata) | {
-            "general.architecture": info.architecture, "general.parameter_count": info.parameter_count,
+        "model_info": _model_info(info.metadata)
+        | {
+            "general.architecture": info.architecture,
+            "general.parameter_count": info.parameter_count,
             f"{info.architecture}.context_length": info.context_length,
             f"{info.architecture}.block_count": info.block_count,
-            f"{info.architecture}.embedding_length": info.embedding_length},
+            f"{info.architecture}.embedding_length": info.embedding_length,
+        },
         "capabilities": _capabilities(state, info),
         "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape)} for t in info.tensors],
         "modified_at": _mtime(model),
-        "speculation": {"draft": state.proposer_name,
-                        "num_speculative_tokens": state.settings.speculation.num_speculative_tokens},
+        "speculation": {
+            "draft": state.proposer_name,
+            "num_speculative_tokens": state.settings.speculation.num_speculative_tokens,
+        },
     }
 
 
@@ -152,16 +174,28 @@ async def _once(chunk: dict) -> AsyncIterator[dict]:
 
 def _model_entry(model: ResolvedModel, name: str) -> dict:
     digest = model.path.name.replace("sha256-", "") if model.path.name.startswith("sha256-") else ""
-    return {"name": name, "model": name, "modified_at": _mtime(model), "size": model.info.file_size,
-            "digest": digest, "details": _details(model)}
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": _mtime(model),
+        "size": model.info.file_size,
+        "digest": digest,
+        "details": _details(model),
+    }
 
 
 def _details(model: ResolvedModel) -> dict:
     info = model.info
-    return {"parent_model": "", "format": "gguf", "family": info.architecture, "families": [info.architecture],
-            "parameter_size": info.parameter_label, "quantization_level": info.file_type,
-            **({"context_length": info.context_length} if info.context_length else {}),
-            **({"embedding_length": info.embedding_length} if info.embedding_length else {})}
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": info.architecture,
+        "families": [info.architecture],
+        "parameter_size": info.parameter_label,
+        "quantization_level": info.file_type,
+        **({"context_length": info.context_length} if info.context_length else {}),
+        **({"embedding_length": info.embedding_length} if info.embedding_length else {}),
+    }
 
 
 def _param_text(value: Any) -> str:
@@ -182,9 +216,12 @@ def _go_value(value: Any) -> str:
 def _modelfile(model: ResolvedModel, params: list[tuple[str, Any]]) -> str:
     """A Modelfile of the served target, as `ollama show --modelfile` writes one (less the TEMPLATE:
     the GGUF's chat template is the one used here, and it is given apart)."""
-    lines = ['# Modelfile generated by "ollama show"', f"FROM {model.path}",
-             *(f"ADAPTER {path}" for path in model.adapter_paths),
-             *(f"PARAMETER {key} {_param_text(value)}" for key, value in params)]
+    lines = [
+        '# Modelfile generated by "ollama show"',
+        f"FROM {model.path}",
+        *(f"ADAPTER {path}" for path in model.adapter_paths),
+        *(f"PARAMETER {key} {_param_text(value)}" for key, value in params),
+    ]
     if model.system:
         lines.append(f'SYSTEM """{model.system}"""')
     if model.license:

@@ -47,17 +47,21 @@ class Options(BaseModel):
         a temperature below 0 is greedy, top_k below 1 and top_p above 1 are off, top_p at or below 0
         and min_p above 1 keep the best token only; a context or repeat penalty of 0 or less is the
         default, a repeat window below -1 the context (-1)."""
+
         def positive(value):
             return value if value is None or value > 0 else None
 
-        return self.model_copy(update={
-            "temperature": None if self.temperature is None else max(self.temperature, 0.0),
-            "top_k": None if self.top_k is None else max(self.top_k, 0),
-            "top_p": None if self.top_p is None else min(max(self.top_p, 1e-9), 1.0),
-            "min_p": None if self.min_p is None else min(max(self.min_p, 0.0), 1.0),
-            "num_ctx": positive(self.num_ctx), "repeat_penalty": positive(self.repeat_penalty),
-            "repeat_last_n": None if self.repeat_last_n is None else max(self.repeat_last_n, -1),
-        })
+        return self.model_copy(
+            update={
+                "temperature": None if self.temperature is None else max(self.temperature, 0.0),
+                "top_k": None if self.top_k is None else max(self.top_k, 0),
+                "top_p": None if self.top_p is None else min(max(self.top_p, 1e-9), 1.0),
+                "min_p": None if self.min_p is None else min(max(self.min_p, 0.0), 1.0),
+                "num_ctx": positive(self.num_ctx),
+                "repeat_penalty": positive(self.repeat_penalty),
+                "repeat_last_n": None if self.repeat_last_n is None else max(self.repeat_last_n, -1),
+            }
+        )
 
     @classmethod
     def from_map(cls, given: dict[str, Any] | None) -> Options:
@@ -89,12 +93,19 @@ class Options(BaseModel):
         options = self.as_llama_cpp_reads()
         predict = options.num_predict
         if predict == 0:
-            raise ApiError(400, "num_predict 0 asks for no tokens: give a positive number, or -1 (until the context "
-                                "is full)")
+            raise ApiError(
+                400, "num_predict 0 asks for no tokens: give a positive number, or -1 (until the context is full)"
+            )
         return {
-            "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p,
-            "min_p": options.min_p, "seed": options.seed, "stop": options.stop or [], "n_ctx": options.num_ctx,
-            "max_tokens": predict if predict and predict > 0 else None, "max_tokens_name": "num_predict",
+            "temperature": options.temperature,
+            "top_k": options.top_k,
+            "top_p": options.top_p,
+            "min_p": options.min_p,
+            "seed": options.seed,
+            "stop": options.stop or [],
+            "n_ctx": options.num_ctx,
+            "max_tokens": predict if predict and predict > 0 else None,
+            "max_tokens_name": "num_predict",
             "cap_max_tokens": True,  # as Ollama's boundedNumPredict: an upper bound, never a reason to refuse
             "penalties": {name: value for name in PENALTY_OPTIONS if (value := getattr(options, name)) is not None},
         }
@@ -154,7 +165,9 @@ class InferenceRequest(NullsAsDefaults):
     def _a_duration(cls, value: Any) -> Any:
         """Seconds, or a Go duration ("5m", "1h30m", "-1s"), as Ollama's api.Duration reads it."""
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError(f"unsupported type {type(value).__name__}: give seconds or a duration such as \"5m\"")
+            raise ValueError(  # noqa: TRY004 - pydantic turns a ValueError, not a TypeError, into a 400
+                f'unsupported type {type(value).__name__}: give seconds or a duration such as "5m"'
+            )
         if isinstance(value, str) and not GO_DURATION.fullmatch(value.strip()):
             raise ValueError(f'time: invalid duration "{value}"')  # Go's words
         return value

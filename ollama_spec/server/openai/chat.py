@@ -36,8 +36,9 @@ async def list_models(http_request: HTTPRequest) -> dict:
     created = int(state.started)
     return {
         "object": "list",
-        "data": [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"}
-                 for name in state.model_names],
+        "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"} for name in state.model_names
+        ],
     }
 
 
@@ -52,16 +53,27 @@ async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     text_only(body.messages)
-    limit, name = ((body.max_completion_tokens, "max_completion_tokens") if body.max_completion_tokens is not None
-                   else (body.max_tokens, "max_tokens"))
+    limit, name = (
+        (body.max_completion_tokens, "max_completion_tokens")
+        if body.max_completion_tokens is not None
+        else (body.max_tokens, "max_tokens")
+    )
     sampling = body.sampling()  # the output grammar built once: offered_tools only asks whether there is one
     tools, forced = body.offered_tools(sampling["grammar"] is not None)
     if forced:
         sampling["grammar"] = forced
     top = (body.top_logprobs or 0) if body.logprobs else None
-    request = await state.prepare(Asked(messages=[m.to_chat() for m in body.messages], max_tokens=limit,
-                                        max_tokens_name=name, tools=tools, logprobs=top,
-                                        think=think_if_able(state.engine, body.think()), **sampling))
+    request = await state.prepare(
+        Asked(
+            messages=[m.to_chat() for m in body.messages],
+            max_tokens=limit,
+            max_tokens_name=name,
+            tools=tools,
+            logprobs=top,
+            think=think_if_able(state.engine, body.think()),
+            **sampling,
+        )
+    )
     target = state.engine.target
     scores = None if top is None else lambda tokens: {"content": scored(target, tokens), "refusal": None}
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
@@ -69,17 +81,27 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
         one_stream(body.n)
         opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
         job = state.submit(request, "/v1/chat/completions")
-        return sse(chunks(state, job, meta | {"object": "chat.completion.chunk"}, _delta, body.include_usage,
-                          opening, answer_parts(state.engine, request), scores))
+        return sse(
+            chunks(
+                state,
+                job,
+                meta | {"object": "chat.completion.chunk"},
+                _delta,
+                body.include_usage,
+                opening,
+                answer_parts(state.engine, request),
+                scores,
+            )
+        )
 
     def choice(result: Result) -> tuple[dict, str | None]:
-        thought, text, calls = answer_parts(state.engine, request).whole(result.text,
-                                                                         cut=result.finish_reason == "length")
+        thought, text, calls = answer_parts(state.engine, request).whole(
+            result.text, cut=result.finish_reason == "length"
+        )
         message = {"role": "assistant", "content": text or None if calls else text} | reasoning(thought)
         if calls:
             message["tool_calls"] = tool_calls(calls)
-        return {"message": message, "logprobs": scores(result.scored) if scores else None}, \
-            calls_finish(calls, result)
+        return {"message": message, "logprobs": scores(result.scored) if scores else None}, calls_finish(calls, result)
 
     results = await run_all(state, http_request, copies(request, body.n), "/v1/chat/completions")
     return answers(state, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)

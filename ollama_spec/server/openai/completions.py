@@ -42,22 +42,39 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     if any(not 0 <= t < target.n_vocab for prompt in prompts if not isinstance(prompt, str) for t in prompt):
         raise ApiError(400, f"token ids must be in 0..{target.n_vocab - 1} (this model's own vocabulary)", "prompt")
     if body.suffix and any(not isinstance(prompt, str) for prompt in prompts):
-        raise ApiError(400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens",
-                       "suffix")
-    requests = [await state.prepare(Asked(prompt=prompt if isinstance(prompt, str) else "",
-                                          tokens=() if isinstance(prompt, str) else prompt, raw=True,
-                                          max_tokens=body.max_tokens, logprobs=body.logprobs,
-                                          suffix=body.suffix or None, default_max_tokens=COMPLETIONS_MAX_TOKENS,
-                                          **body.sampling()))
-                for prompt in prompts]
+        raise ApiError(
+            400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens", "suffix"
+        )
+    requests = [
+        await state.prepare(
+            Asked(
+                prompt=prompt if isinstance(prompt, str) else "",
+                tokens=() if isinstance(prompt, str) else prompt,
+                raw=True,
+                max_tokens=body.max_tokens,
+                logprobs=body.logprobs,
+                suffix=body.suffix or None,
+                default_max_tokens=COMPLETIONS_MAX_TOKENS,
+                **body.sampling(),
+            )
+        )
+        for prompt in prompts
+    ]
     prompts = [p if isinstance(p, str) else target.detokenize(p, special=True) for p in prompts]  # for echo
-    meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name,
-            "object": "text_completion"}
+    meta = {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "created": int(time.time()),
+        "model": state.model_name,
+        "object": "text_completion",
+    }
 
     def scores():  # one choice's logprobs: its text offsets are counted across its chunks
         legacy = LegacyLogprobs()
-        return None if body.logprobs is None else lambda tokens: legacy(
-            scored(target, tokens), [not target.token_piece(t.id)[1] for t in tokens])
+        return (
+            None
+            if body.logprobs is None
+            else lambda tokens: legacy(scored(target, tokens), [not target.token_piece(t.id)[1] for t in tokens])
+        )
 
     if body.stream:
         one_stream(len(requests) * body.n)
@@ -67,8 +84,10 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     runs = [copy for request in requests for copy in copies(request, body.n)]  # prompt by prompt, as OpenAI orders
     results = await run_all(state, http_request, runs, "/v1/completions")
     echoed = [prompt if body.echo else "" for prompt in prompts for _ in range(body.n)]
-    choices = [(_text(echo + r.text) | {"logprobs": score(r.scored) if (score := scores()) else None}, None)
-               for echo, r in zip(echoed, results)]
+    choices = [
+        (_text(echo + r.text) | {"logprobs": score(r.scored) if (score := scores()) else None}, None)
+        for echo, r in zip(echoed, results)
+    ]
     return answers(state, meta, choices, results, body.n)
 
 

@@ -19,10 +19,16 @@ router = APIRouter(prefix="/v1")
 async def embeddings(body: EmbeddingsRequest, http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
     vectors, n_tokens = await embed_all(state, each_input(body.input), True, body.dimensions)
-    data = [{"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
-            for i, v in enumerate(vectors)]
-    return {"object": "list", "data": data, "model": state.model_name,
-            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
+    data = [
+        {"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
+        for i, v in enumerate(vectors)
+    ]
+    return {
+        "object": "list",
+        "data": data,
+        "model": state.model_name,
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    }
 
 
 def _encoded(vector: np.ndarray, encoding: str) -> list[float] | str:

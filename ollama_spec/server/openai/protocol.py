@@ -49,8 +49,11 @@ class Message(BaseModel):
     name: str | None = None
 
     def to_chat(self) -> ChatMessage:
-        content = self.content if isinstance(self.content, str) else "".join(p.text or p.refusal or ""
-                                                                             for p in self.content or [])
+        content = (
+            self.content
+            if isinstance(self.content, str)
+            else "".join(p.text or p.refusal or "" for p in self.content or [])
+        )
         calls = tuple(call.to_call() for call in self.tool_calls or [])
         return ChatMessage(chat_role(self.role), content, calls, self.tool_call_id, self.name)
 
@@ -61,8 +64,9 @@ def text_only(messages: list[Message]) -> None:
         for j, part in enumerate(message.content if isinstance(message.content, list) else []):
             if part.type not in ("text", "refusal"):
                 what = NOT_TEXT.get(part.type, f"content parts of type '{part.type}' are")
-                raise ApiError(400, f"{what} not supported: the loaded models read text only",
-                               f"messages.[{i}].content.[{j}]")
+                raise ApiError(
+                    400, f"{what} not supported: the loaded models read text only", f"messages.[{i}].content.[{j}]"
+                )
 
 
 class JsonSchema(BaseModel):
@@ -108,8 +112,11 @@ class CommonParams(NullsAsDefaults):
     def penalties(self) -> dict:
         """OpenAI's penalties as llama.cpp's (which llama.cpp's own server maps them to); a bias of -100
         bans the token, as OpenAI's reference says it should."""
-        given = {name: value for name in ("presence_penalty", "frequency_penalty")
-                 if (value := getattr(self, name)) is not None}
+        given = {
+            name: value
+            for name in ("presence_penalty", "frequency_penalty")
+            if (value := getattr(self, name)) is not None
+        }
         if self.logit_bias:
             bias = []
             for key, value in self.logit_bias.items():
@@ -137,9 +144,17 @@ class CommonParams(NullsAsDefaults):
 
     def sampling(self) -> dict:
         """The sampling fields of an Asked, the output grammar among them."""
-        return {"temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-                "seed": self.seed, "stop": self.stops, "ignore_eos": self.ignore_eos, "grammar": self.output_grammar(),
-                "penalties": self.penalties()}
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "seed": self.seed,
+            "stop": self.stops,
+            "ignore_eos": self.ignore_eos,
+            "grammar": self.output_grammar(),
+            "penalties": self.penalties(),
+        }
 
     @property
     def include_usage(self) -> bool:
@@ -161,9 +176,12 @@ class ChatCompletionRequest(CommonParams):
     @model_validator(mode="after")
     def _no_legacy_functions(self) -> ChatCompletionRequest:
         if self.functions is not None or self.function_call is not None:
-            raise ApiError(400, "functions and function_call are OpenAI's deprecated names: send the functions as "
-                                'tools=[{"type": "function", "function": {...}}] and choose with tool_choice',
-                           "functions")
+            raise ApiError(
+                400,
+                "functions and function_call are OpenAI's deprecated names: send the functions as "
+                'tools=[{"type": "function", "function": {...}}] and choose with tool_choice',
+                "functions",
+            )
         return self
 
     def think(self) -> bool | None:
@@ -175,8 +193,11 @@ class ChatCompletionRequest(CommonParams):
         choice = self.tool_choice
         only = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         if isinstance(choice, dict) and not isinstance(only, str):
-            raise ApiError(400, 'tool_choice must be "none", "auto", "required" or {"type": "function", '
-                                '"function": {"name": ...}}', "tool_choice")
+            raise ApiError(
+                400,
+                'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+                "tool_choice",
+            )
         return offer_tools(self.tools or [], choice, only, constrained)
 
 
@@ -190,11 +211,14 @@ class CompletionRequest(CommonParams):
     def check(self) -> None:
         """What this server cannot do, refused by name rather than ignored."""
         if self.best_of is not None and self.best_of not in (1, self.n):
-            raise ApiError(400, f"best_of {self.best_of} is not supported: this server returns every completion it "
-                                "generates; ask for n completions instead", "best_of")
+            raise ApiError(
+                400,
+                f"best_of {self.best_of} is not supported: this server returns every completion it "
+                "generates; ask for n completions instead",
+                "best_of",
+            )
         if self.echo and self.logprobs is not None:
-            raise ApiError(400, "echo with logprobs is not supported: the prompt's own tokens are not scored",
-                           "echo")
+            raise ApiError(400, "echo with logprobs is not supported: the prompt's own tokens are not scored", "echo")
 
 
 class EmbeddingsRequest(BaseModel):
@@ -221,8 +245,10 @@ def one_stream(choices: int) -> None:
 def copies(request: Request, n: int) -> list[Request]:
     """n requests for n choices; a seeded one gets seed, seed + 1, ... so that the choices differ."""
     seed = request.sampling.seed
-    return [request if seed is None or i == 0 else replace(request, sampling=replace(request.sampling, seed=seed + i))
-            for i in range(n)]
+    return [
+        request if seed is None or i == 0 else replace(request, sampling=replace(request.sampling, seed=seed + i))
+        for i in range(n)
+    ]
 
 
 async def run_all(state: ServerState, http_request: HTTPRequest, requests: list[Request], route: str) -> list[Result]:
@@ -236,27 +262,42 @@ def reasoning(thought: str) -> dict:
 
 
 def tool_calls(calls: list[ToolCall], streamed: bool = False) -> list[dict]:
-    return [{**({"index": i} if streamed else {}), "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-             "function": {"name": call.name, "arguments": call.cut_arguments if call.cut_arguments is not None
-                          else json.dumps(call.arguments)}} for i, call in enumerate(calls)]
+    return [
+        {
+            **({"index": i} if streamed else {}),
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {
+                "name": call.name,
+                "arguments": call.cut_arguments if call.cut_arguments is not None else json.dumps(call.arguments),
+            },
+        }
+        for i, call in enumerate(calls)
+    ]
 
 
 def calls_finish(calls: list[ToolCall], result: Result) -> str | None:
-    """"tool_calls" for an answer that called; a call cut by max_tokens keeps "length", as OpenAI's does
+    """ "tool_calls" for an answer that called; a call cut by max_tokens keeps "length", as OpenAI's does
     (None: the result's own reason)."""
     return "tool_calls" if calls and result.finish_reason != "length" else None
 
 
-def answers(state: ServerState, meta: dict, choices: list[tuple[dict, str | None]], results: list[Result],
-            n: int = 1) -> dict:
+def answers(
+    state: ServerState, meta: dict, choices: list[tuple[dict, str | None]], results: list[Result], n: int = 1
+) -> dict:
     """Several choices in one answer (n per prompt): usage counts each prompt once and every completion."""
     counted = usage(results[0])
     counted["prompt_tokens"] = sum(r.prompt_tokens for r in results[::n])
     counted["completion_tokens"] = sum(len(r.tokens) for r in results)
     counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
-    return meta | {"choices": [{"index": i, **choice, "finish_reason": finish or FINISH_REASONS[r.finish_reason]}
-                               for i, ((choice, finish), r) in enumerate(zip(choices, results))],
-                   "usage": counted, "speculation": state.summary(results[0])}
+    return meta | {
+        "choices": [
+            {"index": i, **choice, "finish_reason": finish or FINISH_REASONS[r.finish_reason]}
+            for i, ((choice, finish), r) in enumerate(zip(choices, results))
+        ],
+        "usage": counted,
+        "speculation": state.summary(results[0]),
+    }
 
 
 def usage(result: Result) -> dict:
@@ -268,9 +309,16 @@ def usage(result: Result) -> dict:
     }
 
 
-async def chunks(state: ServerState, job: Job, meta: dict, choice: Callable[[str], dict], include_usage: bool,
-                 opening: dict | None = None, parts: AnswerParts | None = None,
-                 scores: Callable[[tuple], dict] | None = None) -> AsyncIterator[dict]:
+async def chunks(
+    state: ServerState,
+    job: Job,
+    meta: dict,
+    choice: Callable[[str], dict],
+    include_usage: bool,
+    opening: dict | None = None,
+    parts: AnswerParts | None = None,
+    scores: Callable[[tuple], dict] | None = None,
+) -> AsyncIterator[dict]:
     """The streamed chunks: text pieces (with their tokens' logprobs when asked; a thinking model's
     thinking as `reasoning`; tool calls, when the answer was one), the finish reason with the
     speculation field, then usage if asked."""

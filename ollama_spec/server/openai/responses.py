@@ -66,8 +66,9 @@ def _text_of(value: str | list[InputPart] | None, field: str) -> str:
     parts = value if isinstance(value, list) else []
     if any(p.type not in TEXT_PARTS for p in parts):
         kinds = sorted({p.type for p in parts} - set(TEXT_PARTS))
-        raise ApiError(400, f"{field} of type {', '.join(kinds)} is not supported: the loaded models read text only",
-                       "input")
+        raise ApiError(
+            400, f"{field} of type {', '.join(kinds)} is not supported: the loaded models read text only", "input"
+        )
     return value if isinstance(value, str) else "".join(p.text or "" for p in parts)
 
 
@@ -102,8 +103,11 @@ class ResponsesRequest(NullsAsDefaults):
 
     def messages(self) -> list[ChatMessage]:
         if self.previous_response_id:
-            raise ApiError(400, "previous_response_id is not supported: this server keeps no responses; send the "
-                                "conversation in input", "previous_response_id")
+            raise ApiError(
+                400,
+                "previous_response_id is not supported: this server keeps no responses; send the conversation in input",
+                "previous_response_id",
+            )
         if isinstance(self.input, str):
             items = [ChatMessage("user", self.input)]
         else:
@@ -131,8 +135,10 @@ class ResponsesRequest(NullsAsDefaults):
         tools = self.tools or []
         if any(tool.get("type") != "function" for tool in tools):
             raise ApiError(400, "only function tools are supported (no built-in tools such as web search)", "tools")
-        shaped = [{"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters")
-                                                    if k in tool}} for tool in tools]
+        shaped = [
+            {"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters") if k in tool}}
+            for tool in tools
+        ]
         choice = self.tool_choice
         only = choice.get("name") if isinstance(choice, dict) else None
         return offer_tools(shaped, choice, only, constrained)
@@ -149,9 +155,18 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     own = body.grammar()
     tools, forced = body.offered_tools(own is not None)
-    request = await state.prepare(Asked(messages=body.messages(), max_tokens=body.max_output_tokens,
-                                        max_tokens_name="max_output_tokens", temperature=body.temperature,
-                                        top_p=body.top_p, seed=body.seed, grammar=forced or own, tools=tools))
+    request = await state.prepare(
+        Asked(
+            messages=body.messages(),
+            max_tokens=body.max_output_tokens,
+            max_tokens_name="max_output_tokens",
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+            grammar=forced or own,
+            tools=tools,
+        )
+    )
     job = state.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(state, body, ids, "in_progress")
@@ -159,8 +174,17 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
         return sse_events(_events(state, body, ids, job, opening, answer_parts(state.engine, request)))
     result = await run_to_end(job, http_request)
     thought, text, calls = answer_parts(state.engine, request).whole(result.text, cut=result.finish_reason == "length")
-    return _response(state, body, ids, _status(result, calls), result, text, thought, _function_calls(calls),
-                     with_message=bool(text or not calls))
+    return _response(
+        state,
+        body,
+        ids,
+        _status(result, calls),
+        result,
+        text,
+        thought,
+        _function_calls(calls),
+        with_message=bool(text or not calls),
+    )
 
 
 def _status(result: Result, calls: list[ToolCall]) -> str:
@@ -171,41 +195,78 @@ def _status(result: Result, calls: list[ToolCall]) -> str:
 def _function_calls(calls: list[ToolCall]) -> list[dict]:
     """Each call as a function_call item; one cut short by max_output_tokens is "incomplete", its
     arguments as far as they were written (as the chat route gives them)."""
-    return [{"id": f"fc_{uuid.uuid4().hex}", "type": "function_call", "call_id": f"call_{uuid.uuid4().hex[:24]}",
-             "name": call.name,
-             "arguments": json.dumps(call.arguments) if call.cut_arguments is None else call.cut_arguments,
-             "status": "completed" if call.cut_arguments is None else "incomplete"} for call in calls]
+    return [
+        {
+            "id": f"fc_{uuid.uuid4().hex}",
+            "type": "function_call",
+            "call_id": f"call_{uuid.uuid4().hex[:24]}",
+            "name": call.name,
+            "arguments": json.dumps(call.arguments) if call.cut_arguments is None else call.cut_arguments,
+            "status": "completed" if call.cut_arguments is None else "incomplete",
+        }
+        for call in calls
+    ]
 
 
 def _message(ids: dict, text: str, status: str) -> dict:
-    content = ([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
-               if status != "in_progress" else [])
+    content = (
+        [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status != "in_progress" else []
+    )
     return {"id": ids["message"], "type": "message", "role": "assistant", "status": status, "content": content}
 
 
-def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str, result: Result | None = None,
-              text: str = "", thought: str = "", calls: list[dict] = (), *, with_message: bool = True) -> dict:
+def _response(
+    state: ServerState,
+    body: ResponsesRequest,
+    ids: dict,
+    status: str,
+    result: Result | None = None,
+    text: str = "",
+    thought: str = "",
+    calls: list[dict] = (),
+    *,
+    with_message: bool = True,
+) -> dict:
     """The response object; with a result: its message (`text`, unless the answer was only calls), its
     function_call items, and a thinking model's `thought`."""
     response = {
-        "id": ids["response"], "object": "response", "created_at": int(time.time()), "status": status,
-        "model": state.model_name, "output": [], "parallel_tool_calls": False,
-        "tool_choice": body.tool_choice or ("auto" if body.tools else "none"), "tools": body.tools or [],
-        "instructions": body.instructions, "max_output_tokens": body.max_output_tokens,
-        "temperature": body.temperature, "top_p": body.top_p, "previous_response_id": None,
+        "id": ids["response"],
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "model": state.model_name,
+        "output": [],
+        "parallel_tool_calls": False,
+        "tool_choice": body.tool_choice or ("auto" if body.tools else "none"),
+        "tools": body.tools or [],
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "previous_response_id": None,
         "text": {"format": {"type": body.text.format.type if body.text and body.text.format else "text"}},
-        "error": None, "incomplete_details": None, "usage": None, "metadata": {},
+        "error": None,
+        "incomplete_details": None,
+        "usage": None,
+        "metadata": {},
     }
     if result is not None:
         message = [_message(ids, text, "completed" if status == "completed" else "incomplete")] if with_message else []
         response["output"] = message + list(calls)
         if thought:  # after the message, whose place the stream fixed first
-            response["output"].append({"id": f"rs_{ids['message'][4:]}", "type": "reasoning", "summary": [],
-                                       "content": [{"type": "reasoning_text", "text": thought}]})
+            response["output"].append(
+                {
+                    "id": f"rs_{ids['message'][4:]}",
+                    "type": "reasoning",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": thought}],
+                }
+            )
         if status == "incomplete":
             response["incomplete_details"] = {"reason": "max_output_tokens"}
         response["usage"] = {
-            "input_tokens": result.prompt_tokens, "output_tokens": len(result.tokens),
+            "input_tokens": result.prompt_tokens,
+            "output_tokens": len(result.tokens),
             "total_tokens": result.prompt_tokens + len(result.tokens),
             "input_tokens_details": {"cached_tokens": result.speculation.prompt_cached},
             "output_tokens_details": {"reasoning_tokens": 0},
@@ -214,8 +275,9 @@ def _response(state: ServerState, body: ResponsesRequest, ids: dict, status: str
     return response
 
 
-async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job: Job, opening: dict,
-                  parts: AnswerParts) -> AsyncIterator[dict]:
+async def _events(
+    state: ServerState, body: ResponsesRequest, ids: dict, job: Job, opening: dict, parts: AnswerParts
+) -> AsyncIterator[dict]:
     """The Responses event sequence, as OpenAI streams it: a text message opened with its first text,
     then each function call, then the final response (a thinking model's thinking comes whole, as a
     reasoning item of the final response)."""
@@ -228,24 +290,31 @@ async def _events(state: ServerState, body: ResponsesRequest, ids: dict, job: Jo
         if not opened and (part.text or (part.result is not None and not part.calls)):
             opened = True
             yield {"type": "response.output_item.added", "output_index": 0, "item": _message(ids, "", "in_progress")}
-            yield {"type": "response.content_part.added", **where,
-                   "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}}
+            yield {
+                "type": "response.content_part.added",
+                **where,
+                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+            }
         if part.text:
             sent += part.text
             yield {"type": "response.output_text.delta", **where, "delta": part.text, "logprobs": []}
         if part.result is None:
             continue
         items = _function_calls(part.calls)
-        final = _response(state, body, ids, _status(part.result, part.calls), part.result, sent, thought, items,
-                          with_message=opened)
+        final = _response(
+            state, body, ids, _status(part.result, part.calls), part.result, sent, thought, items, with_message=opened
+        )
         if opened:
             message = final["output"][0]
             yield {"type": "response.output_text.done", **where, "text": sent, "logprobs": []}
             yield {"type": "response.content_part.done", **where, "part": message["content"][0]}
             yield {"type": "response.output_item.done", "output_index": 0, "item": message}
         for index, item in enumerate(items, start=int(opened)):
-            yield {"type": "response.output_item.added", "output_index": index,
-                   "item": item | {"arguments": "", "status": "in_progress"}}
+            yield {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": item | {"arguments": "", "status": "in_progress"},
+            }
             at = {"item_id": item["id"], "output_index": index}
             yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
             yield {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
