@@ -12,6 +12,7 @@ from ollama_spec.cli.options import (
     json_option,
     kv_type_option,
     models_dir_option,
+    parallel_option_with,
     placement_options,
     preset_option,
     repack_option,
@@ -45,6 +46,7 @@ from ollama_spec.planning.needs import ModelNeeds
 @repack_option
 @flash_attn_option
 @placement_options
+@parallel_option_with("Plan for N slots, as serve --parallel N runs them: N times the KV cache.", default=1)
 @json_option
 @models_dir_option
 @click.pass_context
@@ -57,6 +59,7 @@ def check(
     kv_type: str,
     repack: bool | None,
     flash_attn: str,
+    parallel: int,
     as_json: bool,
     models_dir: str | None,
     **_,
@@ -75,6 +78,7 @@ def check(
       ollama-spec check llama3.1:70b -d llama3.2:1b --ctx 32768 --kv-type q8_0
       ollama-spec check qwen2.5:32b -d qwen2.5:0.5b --json
       ollama-spec check -f llama3.1-70b
+      ollama-spec check llama3.1:8b -d llama3.2:1b --ctx 8192 --parallel 4   # what serve's 4 slots need
       ollama-spec check llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # with a second machine's GPU
     """
     target_model = apply_preset(resolve_model(target, models_dir), preset)
@@ -103,6 +107,7 @@ def check(
         tensor_split=placement.tensor_split,
         remote=remote_devices(placement.rpc_servers),
         main_device=placement.main_device,
+        n_seq=parallel,
     )
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -179,7 +184,8 @@ def _cache_line(plan: MemoryPlan, needs: ModelNeeds) -> str:
         return f"  state    {format_bytes(needs.kv):>12}  (recurrent, the same at any context)"
     state = f"; {format_bytes(needs.recurrent)} of it recurrent state" if needs.recurrent else ""
     window = f"; window layers keep {needs.window_cells:,} tokens" if needs.window_cells else ""
-    return f"  KV cache {format_bytes(needs.kv):>12}  ({plan.n_ctx} tokens, {plan.kv_type}{state}{window})"
+    tokens = f"{plan.n_seq} slots x {plan.n_ctx // plan.n_seq}" if plan.n_seq > 1 else f"{plan.n_ctx}"
+    return f"  KV cache {format_bytes(needs.kv):>12}  ({tokens} tokens, {plan.kv_type}{state}{window})"
 
 
 def _model_lines(plan: MemoryPlan, needs: ModelNeeds, where: str | None) -> list[str]:

@@ -40,6 +40,18 @@ no_check_option = click.option(
 )
 threads_option = click.option("--threads", type=int, help="CPU threads (default: all cores).")
 
+
+def parallel_option_with(help_text: str, default: int | None = None):
+    """--parallel N: slots, requests that run together, each its own n_ctx tokens in both caches."""
+    return click.option(
+        "--parallel",
+        type=click.IntRange(min=1),
+        default=default,
+        envvar="OLLAMA_NUM_PARALLEL",
+        help=help_text + " [env: OLLAMA_NUM_PARALLEL]",
+    )
+
+
 repack_option = click.option(
     "--repack/--no-repack",
     default=None,

@@ -11,6 +11,7 @@ from ollama_spec.cli.options import (
     ctx_option,
     loading_options,
     models_dir_option,
+    parallel_option_with,
     preset_option,
     sampling_options,
     speculation_options,
@@ -54,7 +55,7 @@ from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTE
     type=int,
     default=DEFAULT_MAX_QUEUE,
     show_default=True,
-    help="Requests that may wait behind the running one; more get HTTP 503.",
+    help="Requests that may wait for a free slot; more get HTTP 503 with Retry-After.",
 )
 @click.option(
     "--max-body",
@@ -70,6 +71,10 @@ from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTE
     help="Web pages (origins, comma-separated, * for any) whose scripts may call the server, beside "
     "localhost's and apps', which always may, as with Ollama [env: OLLAMA_ORIGINS].",
 )
+@parallel_option_with(
+    "Requests that run at once, each in a slot of its own (its own --ctx tokens in both models' caches); "
+    "their draft and verify passes run as one batch (default: as many as the memory check fits, up to 4)."
+)
 @verbose_option
 @models_dir_option
 @click.pass_context
@@ -82,9 +87,10 @@ def serve(
     /v1/completions, /v1/responses, /v1/embeddings, /v1/models, /api/chat, /api/generate,
     /api/embed, /api/tags, /api/show, /api/ps; any model name a client sends is answered by this
     pair. JSON output (Ollama's format, OpenAI's response_format) is kept to by a grammar.
-    Requests run one at a time in arrival order, and a request that starts with what the KV caches
-    hold (a chat's next turn) evaluates only the new tokens. Sampling flags set the defaults; each
-    request may override them.
+    Up to --parallel requests run at once, each in a slot of its own, their draft and verify passes
+    batched together; a request goes to the slot that holds most of its prompt (a chat's next turn
+    evaluates only the new tokens), and prefixes that lose their slot are kept in host RAM. Sampling
+    flags set the defaults; each request may override them.
     GET /health, GET /metrics (Prometheus).
 
     \b

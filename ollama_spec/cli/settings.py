@@ -157,6 +157,7 @@ def engine_settings(params: Mapping, options: Options) -> EngineSettings:
         repack=repack_setting(options["repack"]).enabled,
         flash_attention=options["flash_attn"],
         placement=placement_settings(options),
+        parallel=options.values.get("parallel", 1),  # serve: None, as many as fit up to 4
     )
 
 

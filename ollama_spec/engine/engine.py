@@ -6,7 +6,8 @@ The Engine is the one face the CLI, the server and the benchmark hold; prompt bu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -21,22 +22,25 @@ from ollama_spec.engine.generation import Generation
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # noqa: F401 - callers take them from here
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
+from ollama_spec.engine.slots import SlotPool
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
+from ollama_spec.llama.batcher import StepBatcher
 from ollama_spec.llama.canary import decide_repack
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
 from ollama_spec.llama.rpc import remote_devices
-from ollama_spec.models.architectures import takes_window_cache
+from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.models.usable import require_usable
-from ollama_spec.planning.memory import ensure_fits, plan_memory
+from ollama_spec.planning.memory import MemoryPlan, ensure_fits, plan_memory
 from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.messages import ChatMessage
 
 DEFAULT_CTX = 4096
+AUTO_PARALLEL = 4  # as llama-server's and Ollama's defaults go: more slots than clients cost only memory
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,15 @@ class EngineSettings:
     repack: bool | None = None  # llama.cpp's repacked CPU weights; None: canary.decide_repack chooses
     flash_attention: str = "auto"  # "on", "off", or "auto": off on a CPU, llama.cpp's choice on a GPU
     placement: Placement = Placement()  # the target's RPC servers and GPU split; the draft stays local
+    # Slots: requests that run together, each its own sequence of n_ctx tokens in both caches
+    # (serve --parallel); None: as many as the memory plan fits, up to AUTO_PARALLEL
+    parallel: int | None = 1
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
             raise InvalidSetting(f"--ctx must be a positive number of tokens, got {self.n_ctx}")
+        if self.parallel is not None and self.parallel < 1:
+            raise InvalidSetting(f"--parallel must be at least 1, got {self.parallel}")
 
 
 class Engine:
@@ -80,22 +89,16 @@ class Engine:
             -1 if settings.target_gpu_layers is None else settings.target_gpu_layers,
         )
         self.placement = settings.placement
+        # a recurrent state cannot be cut back per sequence as a KV cache can: one slot, as before
+        one_slot = is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
+        asked = [1] if one_slot else [settings.parallel] if settings.parallel else range(AUTO_PARALLEL, 0, -1)
+        self.slots = asked[0]
         if settings.memory_check:
             devices, notes = backends.discover_devices()
-            plan = plan_memory(
-                target.loaded_info,
-                draft.loaded_info if draft else None,
-                settings.n_ctx,
-                settings.kv_type,
-                devices,
-                notes=notes,
-                repack=self.repack.enabled,
-                features=backends.cpu_features(),
-                flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
-                tensor_split=self.placement.tensor_split,
-                remote=remote_devices(self.placement.rpc_servers),
-                main_device=self.placement.main_device,
-            )
+            for self.slots in asked:  # the most slots that fit (each holds n_ctx tokens of both models)
+                plan = self._plan(target, draft, devices, notes)
+                if plan.fits:
+                    break
             ensure_fits(plan)
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
@@ -117,6 +120,31 @@ class Engine:
                 raise
         self.costs = LearnedCosts(self.target, self.draft, settings.placement, notice)  # as asked: see its key
         self.embeddings = Embeddings(self.target)
+        loaded = [model for model in (self.target, self.draft) if model is not None]
+        # with several slots, their evaluations run as one batch a model (drafts first: see batcher.py)
+        self.batcher = StepBatcher(loaded[::-1]) if self.slots > 1 else None
+        for model in loaded:
+            model.batcher = self.batcher
+        self.pool = SlotPool(loaded, self.slots)
+
+    def _plan(self, target: ResolvedModel, draft: ResolvedModel | None, devices, notes) -> MemoryPlan:
+        """The memory plan for both models with `self.slots` sequences of n_ctx tokens each."""
+        settings = self.settings
+        return plan_memory(
+            target.loaded_info,
+            draft.loaded_info if draft else None,
+            settings.n_ctx,
+            settings.kv_type,
+            devices,
+            notes=notes,
+            repack=self.repack.enabled,
+            features=backends.cpu_features(),
+            flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
+            tensor_split=self.placement.tensor_split,
+            remote=remote_devices(self.placement.rpc_servers),
+            main_device=self.placement.main_device,
+            n_seq=self.slots,
+        )
 
     def _load(
         self, model: ResolvedModel, gpu_layers: int, placement: Placement = Placement(), *, window_cache: bool = False
@@ -134,16 +162,46 @@ class Engine:
                 placement=placement,
                 lora_adapters=model.adapter_paths,
                 window_cache=window_cache,
+                n_seq=self.slots,
             ),
         )
 
-    def proposer(self, speculation: SpeculationSettings) -> Proposer | None:
+    def proposer(self, speculation: SpeculationSettings, slot: int = 0) -> Proposer | None:
         """Who proposes tokens for this request: n-gram lookup, the draft model, or nobody."""
         if speculation.proposer == "ngram":
             return NgramProposer(speculation.ngram_size)
         if self.draft is None:
             return None
-        return DraftModelProposer(self.draft, self.target.n_vocab, speculation.draft_p_min)
+        draft = self.draft if self.slots == 1 else self.draft.sequence(slot)
+        return DraftModelProposer(draft, self.target.n_vocab, speculation.draft_p_min)
+
+    @contextmanager
+    def run_in_slot(self, prompt: Sequence[int]) -> Iterator[int]:
+        """A slot for a request whose prompt is `prompt` (the one whose cache shares most of it, see
+        slots.py); while the body runs, the slot's evaluations join the other running slots' batches.
+        Run each slot's request on a thread of its own, at most `slots` at once."""
+        if self.batcher is None:
+            with self.pool.slot(prompt) as slot:
+                yield slot
+            return
+        with self.batcher.exclusive():  # saving or restoring cells: no batch may run meanwhile
+            slot = self.pool.acquire(prompt)
+        try:
+            with self.batcher.slot():
+                yield slot
+        finally:
+            self.pool.release(slot)
+
+    def _in_slot(self, request: Request, use_draft: bool, slot: int) -> Generation:
+        target = self.target.sequence(slot)
+        return Generation(
+            target,
+            request,
+            partial(self.prompt_tokens, request),
+            end_of_turn=self.is_end_of_turn,
+            proposer=self.proposer(request.speculation, slot) if use_draft else None,
+            costs=self.costs,
+        )
 
     def close(self) -> None:
         self.costs.save()  # what this session measured, for the next one
@@ -181,8 +239,8 @@ class Engine:
     def clear_cache(self) -> None:
         """Forget what the KV caches hold: the next request evaluates its whole prompt (fair timing)."""
         for model in (self.target, self.draft):
-            if model is not None:
-                model.truncate(0)
+            for seq in range(self.slots if model is not None else 0):
+                model.clear_sequence(seq)
 
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
@@ -216,8 +274,11 @@ class Engine:
         """A grammar over the target's vocabulary; InvalidSetting when llama.cpp cannot parse it."""
         return Grammar.for_model(self.target, gbnf)
 
-    def generate(self, request: Request, *, use_draft: bool = True) -> Generation:
-        """Stream the answer; `use_draft=False` runs the loaded target alone (the baseline)."""
+    def generate(self, request: Request, *, use_draft: bool = True, slot: int = 0) -> Generation:
+        """Stream the answer in sequence `slot` of both models (see run_in_slot); `use_draft=False`
+        runs the loaded target alone (the baseline)."""
+        if self.slots > 1:
+            return self._in_slot(request, use_draft, slot)
         return Generation(
             self.target,
             request,

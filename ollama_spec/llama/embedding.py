@@ -15,7 +15,8 @@ import numpy as np
 from llama_cpp._internals import LlamaContext
 
 from ollama_spec.errors import InferenceError, ModelLoadError
-from ollama_spec.llama.model import LoadedModel, set_lora_adapters
+from ollama_spec.llama.load_params import set_lora_adapters
+from ollama_spec.llama.model import LoadedModel
 
 # Longest text embedded at once: the whole text is one llama.cpp batch, whose compute buffer grows
 # with it (a few hundred MiB at 2,048 tokens for an 8B model).

@@ -22,9 +22,10 @@ import psutil
 from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import ContextFull, InferenceError, InvalidSetting, ModelLoadError
-from ollama_spec.llama import rpc
-from ollama_spec.llama.backends import has_local_gpu, local_gpus
+from ollama_spec.llama.backends import has_local_gpu
+from ollama_spec.llama.load_params import apply_lora_adapters, apply_placement, kv_override_array
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
+from ollama_spec.llama.sequences import SequenceView
 from ollama_spec.planning.placement import Placement
 
 
@@ -98,17 +99,17 @@ class LoadSettings:
     # A sliding-window model's window layers cache only the window and a batch (the engine's
     # target, architectures.takes_window_cache), instead of every position (see `truncate`).
     window_cache: bool = False
+    # Sequences in the cache, each of n_ctx tokens (serve's slots: requests that run together)
+    n_seq: int = 1
 
-
-SPLIT_MODES = {
-    "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
-    "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
-    "row": llama_cpp.LLAMA_SPLIT_MODE_ROW,
-}
+    def __post_init__(self) -> None:
+        if self.n_seq < 1:
+            raise InvalidSetting(f"--parallel must be at least 1, got {self.n_seq}")
 
 
 class LoadedModel:
-    """One GGUF in llama.cpp with one sequence: the caller tracks positions, we keep the cache."""
+    """One GGUF in llama.cpp with `settings.n_seq` sequences (0 unless told: what `eval`, `truncate`
+    and `cached` mean without one); the caller tracks positions, we keep the cache."""
 
     def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings()):
         self.path = Path(path)
@@ -117,8 +118,8 @@ class LoadedModel:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
         model_params.use_extra_bufts = settings.use_extra_bufts
-        self._placement_arrays = _apply_placement(model_params, settings.placement)
-        self._overrides = _kv_override_array(settings.kv_overrides)
+        self._placement_arrays = apply_placement(model_params, settings.placement)
+        self._overrides = kv_override_array(settings.kv_overrides)
         if self._overrides is not None:
             model_params.kv_overrides = self._overrides
         try:
@@ -127,10 +128,10 @@ class LoadedModel:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {last_error(mark) or exc}") from None
         threads = settings.n_threads or default_threads()
         ctx_params = llama_cpp.llama_context_default_params()
-        ctx_params.n_ctx = settings.n_ctx
+        ctx_params.n_ctx = settings.n_ctx * settings.n_seq  # each sequence its own n_ctx cells (not unified)
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
-        ctx_params.n_seq_max = 1
+        ctx_params.n_seq_max = settings.n_seq
         # A sliding-window model (Gemma, gpt-oss) with a window-sized cache reuses the cells of
         # tokens that no later token can see. A cache cut back past them would attend over a window
         # with holes: `truncate` then starts over, which a draft, cut back after every step, cannot
@@ -166,14 +167,16 @@ class LoadedModel:
         self.n_vocab = self._model.n_vocab()
         # llama.cpp rounds a context up (to 256 tokens at least): the cache has that room, but the
         # limit a user asked for with --ctx is the one generation keeps to and reports
-        self.n_ctx = min(settings.n_ctx, self._ctx.n_ctx())
+        self.n_ctx = min(settings.n_ctx, self._ctx.n_ctx() // settings.n_seq)
         self.n_threads = threads
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
-        self.cached: list[int] = []  # the token ids in the KV cache, in order: a next request may reuse them
+        # each sequence's token ids in the KV cache, in order: a next request may reuse them
+        self._cached: list[list[int]] = [[] for _ in range(settings.n_seq)]
         self._window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
-        self._unsettled = False  # a decode ran whose tokens may be in llama.cpp's cache but not in `cached`
+        self._unsettled: set[int] = set()  # sequences a decode ran on whose tokens `cached` may not hold yet
+        self.batcher = None  # a StepBatcher while slots run together (see llama/batcher.py)
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
 
@@ -236,93 +239,163 @@ class LoadedModel:
 
     # --- evaluation ------------------------------------------------------------------------
     @property
-    def n_past(self) -> int:
-        """Tokens currently in the KV cache."""
-        return len(self.cached)
+    def cached(self) -> list[int]:
+        """Sequence 0's tokens in the KV cache."""
+        return self._cached[0]
 
-    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
-        """Append `tokens` to the cache; return logits rows: `last` (1 x V), `all` (n x V), or a number
-        m: the last m rows (m x V), as a verify batch that also reads the end of a prompt needs.
+    @cached.setter
+    def cached(self, tokens: list[int]) -> None:  # the record only: for tests that break it on purpose
+        self._cached[0] = tokens
+
+    @property
+    def n_past(self) -> int:
+        """Tokens currently in sequence 0's cache."""
+        return len(self._cached[0])
+
+    @property
+    def n_seq(self) -> int:
+        return len(self._cached)
+
+    def cached_of(self, seq: int) -> list[int]:
+        return self._cached[seq]
+
+    def sequence(self, seq: int) -> SequenceView:
+        """Sequence `seq` as the draft/verify loop sees a model; its evaluations join the others'
+        batch while a StepBatcher runs the slots together."""
+        return SequenceView(self, seq)
+
+    def eval(self, tokens: Sequence[int], *, logits: str | int = "last", seq: int = 0) -> np.ndarray:
+        """Append `tokens` to sequence `seq`; return logits rows: `last` (1 x V), `all` (n x V), or a
+        number m: the last m rows (m x V), as a verify batch that also reads the end of a prompt needs.
 
         Long inputs are split into n_batch chunks with logits only where asked for.
         """
+        return self.decode_many([(seq, tokens, self.rows_asked(tokens, logits, seq))])[0]
+
+    def rows_asked(self, tokens: Sequence[int], logits: str | int, seq: int = 0) -> int:
+        """How many rows `logits` asks for; ValueError or ContextFull for what cannot be evaluated."""
         if not tokens:
             raise ValueError("eval needs at least one token")
         n_rows = len(tokens) if logits == "all" else 1 if logits == "last" else logits
         if not isinstance(n_rows, int) or not 1 <= n_rows <= len(tokens):
             raise ValueError(f"eval returns 'last', 'all' or 1..{len(tokens)} rows, not {logits!r}")
-        if self.n_past + len(tokens) > self.n_ctx:
+        if len(self._cached[seq]) + len(tokens) > self.n_ctx:
             raise ContextFull(f"the context is full ({self.n_ctx} tokens); raise --ctx or shorten the prompt")
-        started = time.perf_counter()
-        rows = []
-        step = self.n_batch
-        first_row = len(tokens) - n_rows
-        for start in range(0, len(tokens), step):
-            chunk = tokens[start : start + step]
-            want = [start + i >= first_row for i in range(len(chunk))]
-            self._decode(chunk, want)
-            if any(want):
-                rows.append(self._read_logits(sum(want)))
-        result = np.concatenate(rows) if len(rows) > 1 else rows[0]
-        self.busy_seconds += time.perf_counter() - started
-        return result
+        return n_rows
 
-    def truncate(self, n_tokens: int) -> None:
-        """Forget cache entries from position `n_tokens` on (speculation rollback, a reused prefix).
-        A window cache cut back past the cells it reused keeps nothing: `n_past` says what is kept.
+    def decode_many(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
+        its last `rows` tokens. One llama_decode for all of them (more where they pass n_batch)."""
+        started = time.perf_counter()
+        flat = [
+            (index, seq, token, i >= len(tokens) - n_rows)
+            for index, (seq, tokens, n_rows) in enumerate(items)
+            for i, token in enumerate(tokens)
+        ]
+        rows: list[list[np.ndarray]] = [[] for _ in items]
+        for start in range(0, len(flat), self.n_batch):
+            chunk = flat[start : start + self.n_batch]
+            self._decode([(seq, token, want) for _, seq, token, want in chunk])
+            wanted = [index for index, _, _, want in chunk if want]
+            if wanted:
+                block = self._read_logits(len(wanted))
+                for row, index in enumerate(wanted):
+                    rows[index].append(block[row])
+        self.busy_seconds += time.perf_counter() - started
+        return [np.stack(item_rows) for item_rows in rows]
+
+    def truncate(self, n_tokens: int, seq: int = 0) -> None:
+        """Forget sequence `seq`'s cache entries from position `n_tokens` on (speculation rollback, a
+        reused prefix). A window cache cut back past the cells it reused keeps nothing: `n_past` says
+        what is kept.
 
         A recurrent or hybrid model's cache can only be emptied, not cut; llama.cpp says so by
         returning false, and going on would evaluate on top of tokens that were meant to be gone.
         """
-        self._settle()
-        if n_tokens >= self.n_past:
+        self._settle(seq)
+        cached = self._cached[seq]
+        if n_tokens >= len(cached):
             return
         if n_tokens == 0:
-            llama_cpp.llama_memory_clear(self._ctx.memory, True)
-        elif not llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, n_tokens, -1):
+            self.clear_sequence(seq)
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, n_tokens, -1):
             raise InferenceError(
                 f"llama.cpp cannot cut the cache of {self.path.name} back to {n_tokens} tokens "
                 "(a recurrent or hybrid model): it cannot be used for speculative decoding"
             )
-        del self.cached[n_tokens:]
-        if self._window and not self._window_whole():
-            llama_cpp.llama_memory_clear(self._ctx.memory, True)  # callers evaluate what they lack
-            self.cached.clear()
+        del cached[n_tokens:]
+        if self._window and not self._window_whole(seq):
+            self.clear_sequence(seq)  # callers evaluate what they lack
 
-    def _window_whole(self) -> bool:
+    def clear_sequence(self, seq: int) -> None:
+        """Empty sequence `seq`'s cache (the others keep theirs)."""
+        if self.n_seq == 1:
+            llama_cpp.llama_memory_clear(self._ctx.memory, True)
+        else:
+            llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
+        self._cached[seq].clear()
+        self._unsettled.discard(seq)
+
+    def save_sequence(self, seq: int) -> bytes:
+        """Sequence `seq`'s cells, to restore later (engine/slots.py keeps prefixes in host RAM)."""
+        self._settle(seq)
+        size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, seq)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buffer, size, seq)
+        return bytes(buffer[:written])
+
+    def restore_sequence(self, seq: int, state: bytes, tokens: Sequence[int]) -> bool:
+        """Sequence `seq` as `save_sequence` gave it when it held `tokens`; False (and the sequence
+        empty) when llama.cpp cannot take it back."""
+        self.clear_sequence(seq)
+        if not state:
+            return False
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buffer, len(state), seq) == 0:
+            self.clear_sequence(seq)
+            return False
+        self._cached[seq].extend(tokens)
+        return True
+
+    def _window_whole(self, seq: int) -> bool:
         """Does the window cache still hold every token the next position sees? Cut back past the
         cells it reused (a retry of a long answer), it does not (llama-server's pos_min check)."""
-        oldest = llama_cpp.llama_memory_seq_pos_min(self._ctx.memory, 0)
-        return 0 <= oldest <= max(0, self.n_past - self._window)
+        oldest = llama_cpp.llama_memory_seq_pos_min(self._ctx.memory, seq)
+        return 0 <= oldest <= max(0, len(self._cached[seq]) - self._window)
 
-    def _settle(self) -> None:
+    def _settle(self, seq: int) -> None:
         """After a decode whose bookkeeping did not finish (Ctrl-C can land between llama_decode
         returning and `cached` growing), make llama.cpp's cache hold exactly `cached` again."""
-        if not self._unsettled:
+        if seq not in self._unsettled:
             return
-        if not llama_cpp.llama_memory_seq_rm(self._ctx.memory, 0, self.n_past, -1):
-            llama_cpp.llama_memory_clear(self._ctx.memory, True)  # a recurrent cache: start over
-            self.cached.clear()
-        self._unsettled = False
+        if not llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, len(self._cached[seq]), -1):
+            self.clear_sequence(seq)  # a recurrent cache: start over
+        self._unsettled.discard(seq)
 
-    def _decode(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
-        self._settle()
-        batch = self._batch
+    def _decode(self, tokens: Sequence[tuple[int, int, bool]]) -> None:
+        """One llama_decode of (sequence, token, logits wanted?), each after what its sequence holds."""
+        seqs = {seq for seq, _, _ in tokens}
+        for seq in seqs:
+            self._settle(seq)
+        batch, next_pos = self._batch, {seq: len(self._cached[seq]) for seq in seqs}
         batch.n_tokens = len(tokens)
-        for i, (token, want) in enumerate(zip(tokens, want_logits)):
+        for i, (seq, token, want) in enumerate(tokens):
             batch.token[i] = token
-            batch.pos[i] = self.n_past + i
+            batch.pos[i] = next_pos[seq]
+            next_pos[seq] += 1
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
+            batch.seq_id[i][0] = seq
             batch.logits[i] = want
-        self._unsettled = True  # until `cached` says what llama.cpp holds now
+        self._unsettled |= seqs  # until `cached` says what llama.cpp holds now
         code = llama_cpp.llama_decode(self._ctx.ctx, batch)
         if code == 1:
             raise ContextFull(f"llama.cpp found no room in the KV cache of {self.path.name} (context full)")
         if code != 0:
             raise InferenceError(f"llama.cpp could not evaluate a batch of {len(tokens)} tokens (llama_decode: {code})")
-        self.cached.extend(tokens)
-        self._unsettled = False
+        for seq in seqs:
+            self._cached[seq].extend(token for s, token, _ in tokens if s == seq)
+        self._unsettled -= seqs
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
@@ -343,79 +416,3 @@ class LoadedModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
-    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
-    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
-    adapters: list = []
-    try:
-        for path in paths:
-            adapter = llama_cpp.llama_adapter_lora_init(model, str(path).encode())
-            if not adapter:
-                raise ModelLoadError(
-                    f"llama.cpp could not apply the LoRA adapter {Path(path).name} to {owner}: "
-                    f"{last_error(mark) or 'not an adapter for this model'}"
-                )
-            adapters.append(adapter)
-        if adapters and set_lora_adapters(ctx, adapters) != 0:
-            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
-    except ModelLoadError:
-        for adapter in adapters:
-            llama_cpp.llama_adapter_lora_free(adapter)
-        raise
-    return adapters
-
-
-def set_lora_adapters(ctx, adapters: Sequence) -> int:
-    """Set loaded adapters on a context (another context on the same weights needs them too)."""
-    array = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
-    scales = (ctypes.c_float * len(adapters))(*[1.0] * len(adapters))
-    return llama_cpp.llama_set_adapters_lora(ctx, array, len(adapters), scales)
-
-
-def _apply_placement(model_params, placement: Placement) -> tuple:
-    """Set the model's devices, split mode and tensor split; the ctypes arrays they point into, to keep alive.
-
-    With no RPC server registered in this process, llama.cpp's default device list is this
-    machine's GPUs and is left alone. Once any is, the list is given explicitly: the servers this
-    model names (first, as llama.cpp orders them), then the local GPUs; so a draft, which names
-    none, stays on this machine.
-    """
-    model_params.split_mode = SPLIT_MODES[placement.split_mode]
-    model_params.main_gpu = placement.main_gpu
-    arrays: list = []
-    if placement.tensor_split:
-        split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*placement.tensor_split)
-        model_params.tensor_split = split
-        arrays.append(split)
-    servers = rpc.parse_endpoints(",".join(placement.rpc_servers)) if placement.rpc_servers else ()
-    rpc.register(servers)
-    if rpc.any_registered():
-        handles = [*rpc.device_handles(servers), *local_gpus(), None]
-        devices = (ctypes.c_void_p * len(handles))(*handles)
-        model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
-        arrays.append(devices)
-    return tuple(arrays)
-
-
-def _kv_override_array(overrides):
-    """llama.cpp's kv_overrides array (sentinel-terminated), as llama_cpp.Llama builds it."""
-    if not overrides:
-        return None
-    array = (llama_cpp.llama_model_kv_override * (len(overrides) + 1))()
-    for item, (key, value) in zip(array, overrides):
-        item.key = key.encode("utf-8")
-        if isinstance(value, bool):
-            item.tag, item.value.val_bool = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
-        elif isinstance(value, int):
-            item.tag, item.value.val_i64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, value
-        elif isinstance(value, float):
-            item.tag, item.value.val_f64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
-        else:
-            raw = str(value).encode("utf-8")[:127].ljust(128, b"\0")
-            item.tag = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR
-            address = ctypes.addressof(item.value) + llama_cpp.llama_model_kv_override_value.val_str.offset
-            ctypes.memmove(address, raw, 128)
-    array[-1].key = b"\0"
-    return array

@@ -37,6 +37,7 @@ class MemoryPlan:
     repack: bool = True  # llama.cpp's extra CPU buffers are on (use_extra_bufts)
     host_repacked: int = 0  # of host_bytes: the repacked copy of weights kept on the CPU
     flash_attention: bool = True  # planned with llama.cpp's flash attention (its default, auto, picks it)
+    n_seq: int = 1  # slots (serve --parallel): n_ctx counts all of them, n_ctx // n_seq tokens each
     # with several GPUs or RPC servers: each one's bytes (as `gpus` orders them) and share of the target
     device_bytes: tuple[int, ...] = ()
     tensor_split: tuple[float, ...] = ()
@@ -139,6 +140,7 @@ def plan_memory(
     tensor_split: tuple[float, ...] = (),
     remote: Sequence[Device] = (),
     main_device: int | None = None,
+    n_seq: int = 1,
 ) -> MemoryPlan:
     """Plan where the target (and draft) go on `devices` (GPUs, then RAM: llama/backends.discover_devices
     finds this machine's, and the `notes` it gives pass on as warnings).
@@ -150,7 +152,8 @@ def plan_memory(
     `tensor_split`: each offload device's share of the target (--tensor-split); () splits by the
     memory left once the draft is on this machine's GPUs, and the plan says that split.
     `remote`: RPC servers' devices (devices.rpc_device), before this machine's. `main_device`: with
-    --split-mode none, the index of the one offload device that holds the target.
+    --split-mode none, the index of the one offload device that holds the target. `n_seq`: slots
+    (serve --parallel), each its own `n_ctx` tokens in both caches.
     """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
@@ -185,8 +188,8 @@ def plan_memory(
     features = features if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
         flash_attention = kv_type != "f16" or any(d.is_gpu and not d.is_remote for d in devices)
-    plan = _plan(target_info, draft_info, n_ctx, kv_type, devices, features, flash_attention, tensor_split)
-    plan = replace(plan, repack=repack, flash_attention=flash_attention)
+    plan = _plan(target_info, draft_info, n_ctx * n_seq, kv_type, devices, features, flash_attention, tensor_split)
+    plan = replace(plan, repack=repack, flash_attention=flash_attention, n_seq=n_seq)
     done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)
     suggestions = () if done else _suggestions(plan, target_info, draft_info, features, tensor_split)
     return replace(plan, suggestions=suggestions, warnings=tuple(warnings + notes))
@@ -318,6 +321,11 @@ def _suggestions(
     def verdict(n_ctx: int, kv_type: str, split: tuple[float, ...] = tensor_split) -> MemoryPlan:
         return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features, plan.flash_attention, split)
 
+    slot_ctx = plan.n_ctx // plan.n_seq
+    fewer = next((n for n in range(plan.n_seq - 1, 0, -1) if verdict(slot_ctx * n, plan.kv_type).verdict == goal), 0)
+    if fewer:
+        suggestions.append(f"--parallel {fewer} fits {where}")
+
     if tensor_split and (other := verdict(plan.n_ctx, plan.kv_type, ())).verdict == goal:
         shares = ",".join(f"{share:.2f}" for share in other.tensor_split)
         suggestions.append(f"--tensor-split {shares} (by free memory, the draft counted) fits {where}")
@@ -327,10 +335,11 @@ def _suggestions(
         mid = (low + high + 1) // 2
         low, high = (mid, high) if verdict(mid * CTX_PAD, plan.kv_type).verdict == goal else (low, mid - 1)
     trained = target_info.context_length
-    if trained and low * CTX_PAD > trained and verdict(trained, plan.kv_type).verdict == goal:
+    fitting = low * CTX_PAD // plan.n_seq // CTX_PAD * CTX_PAD  # each slot's share, a multiple of 256
+    if trained and fitting > trained and verdict(trained * plan.n_seq, plan.kv_type).verdict == goal:
         suggestions.append(f"--ctx {trained} (the trained context) fits {where}")  # more would fit, but says less
-    elif low and low * CTX_PAD < plan.n_ctx:
-        suggestions.append(f"--ctx {low * CTX_PAD} fits {where}")
+    elif fitting and fitting < slot_ctx:
+        suggestions.append(f"--ctx {fitting} fits {where}")
     for kv_type in _smaller_kv_types(plan.kv_type, [m for m in (target_info, draft_info) if m]):
         other = verdict(plan.n_ctx, kv_type)
         kv = format_bytes(other.target.kv + (other.draft.kv if other.draft else 0))
@@ -359,7 +368,7 @@ def _suggestions(
             )
     if plan.verdict == PARTIAL_OFFLOAD:
         suggestions.append(
-            f"keep --ctx {plan.n_ctx} with n_gpu_layers={plan.gpu_layers} "
+            f"keep --ctx {slot_ctx} with n_gpu_layers={plan.gpu_layers} "
             "(the other target layers run on the CPU, several times slower)"
         )
     if not suggestions:

@@ -1,9 +1,9 @@
-"""One engine, one request at a time: a bounded FIFO of generations (and embeddings) run on one thread.
+"""The engine's slots, filled in arrival order: a bounded FIFO of generations (and embeddings).
 
-The HTTP handlers live on the asyncio loop; llama.cpp calls block, so every generation runs on
-the worker thread and hands its text pieces back through an asyncio queue. Never two requests
-in one KV cache at once, and the next request starts only when the previous one has finished
-(or its client went away).
+The HTTP handlers live on the asyncio loop; llama.cpp calls block, so each generation runs on a
+thread of its own, in a slot of its own (its own sequence in both KV caches), and hands its text
+pieces back through an asyncio queue. The slots' evaluations run as one batch (Engine.run_in_slot);
+a request waits only while every slot is busy, and never shares a slot's cache with another.
 """
 
 from __future__ import annotations
@@ -107,12 +107,14 @@ FIRST_GUESS_SECONDS = 1.0
 
 
 class Worker:
-    """Runs jobs in arrival order on one thread; at most `max_queue` wait behind the running one,
-    generations and embeddings alike."""
+    """Runs jobs in arrival order, as many at once as the engine has slots (each on a thread of its
+    own, their evaluations batched: see Engine.run_in_slot); at most `max_queue` wait for a free
+    slot, generations and embeddings alike."""
 
     def __init__(self, engine: Engine, max_queue: int, on_finished: Callable[[Job, Result], None] = lambda j, r: None):
         self.engine, self.max_queue, self.on_finished = engine, max_queue, on_finished
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ollama-spec-engine")
+        self.slots = engine.slots
+        self._executor = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="ollama-spec-slot")
         self._lock = threading.Lock()
         self._jobs: list[Job | _Call] = []  # running first, then waiting
         self._mean_seconds = FIRST_GUESS_SECONDS  # a job's time, averaged over the recent ones
@@ -120,7 +122,12 @@ class Worker:
     @property
     def waiting(self) -> int:
         with self._lock:
-            return max(len(self._jobs) - 1, 0)
+            return max(len(self._jobs) - self.slots, 0)
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return min(len(self._jobs), self.slots)
 
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
@@ -130,20 +137,20 @@ class Worker:
         return job
 
     async def call(self, work: Callable[[], T]) -> T:
-        """Run `work` (an embedding) on the engine's thread, after the jobs queued before it (llama.cpp
-        is called from one thread at a time); QueueFull as for a generation."""
+        """Run `work` (an embedding, on a context of its own) in a slot's thread, after the jobs queued
+        before it; QueueFull as for a generation."""
         entry = _Call()
         self._enqueue(entry)
         return await asyncio.wrap_future(self._executor.submit(self._timed, lambda _: work(), entry))
 
     def _enqueue(self, entry: Job | _Call) -> None:
         with self._lock:
-            if len(self._jobs) > self.max_queue:
+            if len(self._jobs) >= self.slots + self.max_queue:
                 ahead = len(self._jobs)
                 raise QueueFull(
-                    f"the server is busy: {ahead - 1} requests are already waiting "
+                    f"the server is busy: {ahead - self.slots} requests are already waiting "
                     f"(--max-queue {self.max_queue}); retry later",
-                    retry_after=max(1, math.ceil(ahead * self._mean_seconds)),
+                    retry_after=max(1, math.ceil(ahead * self._mean_seconds / self.slots)),
                 )
             self._jobs.append(entry)
 
@@ -174,19 +181,21 @@ class Worker:
             if job.cancelled:
                 job.put(Failed(Cancelled(SHUTTING_DOWN)))
                 return
-            generation = self.engine.generate(job.request)
-            scored = generation.result.scored
-            sent = 0
-            pieces = iter(generation)
-            try:
-                for piece in pieces:
-                    if job.cancelled:
-                        generation.result.finish_reason = "cancelled"
-                        break
-                    job.put(Piece(piece, tuple(scored[sent:])))
-                    sent = len(scored)
-            finally:
-                pieces.close()
+            prompt = job.request.tokens or self.engine.prompt_tokens(job.request)
+            with self.engine.run_in_slot(prompt) as slot:
+                generation = self.engine.generate(job.request, slot=slot)
+                scored = generation.result.scored
+                sent = 0
+                pieces = iter(generation)
+                try:
+                    for piece in pieces:
+                        if job.cancelled:
+                            generation.result.finish_reason = "cancelled"
+                            break
+                        job.put(Piece(piece, tuple(scored[sent:])))
+                        sent = len(scored)
+                finally:
+                    pieces.close()
             self.on_finished(job, generation.result)
             if generation.result.finish_reason == "cancelled":
                 # A client that left hears nothing; one still listening (the server is stopping) must

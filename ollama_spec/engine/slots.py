@@ -1,0 +1,130 @@
+"""Which slot a request runs in, and the prompt prefixes that outlive their slot.
+
+A request goes to the free slot whose cache shares the longest prefix with its prompt
+(llama-server's rule), so a chat's next turn lands where its history already is. A slot whose
+cache the request would mostly throw away is saved first, both models' cells, to host RAM
+(bounded, least recently used first out), and a request whose prompt starts with a saved prefix
+gets it back: a chat front-end's background requests (a title, tags) between two turns of a chat
+cost the chat nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Protocol
+
+DEFAULT_SAVED_MIB = 1024
+# A cache shorter than this is not worth saving: re-reading it costs less than the copy.
+MIN_SAVED_TOKENS = 64
+
+
+class SlotModel(Protocol):
+    """A loaded model with sequences: what the pool reads and saves of each."""
+
+    def cached_of(self, seq: int) -> list[int]: ...
+    def save_sequence(self, seq: int) -> bytes: ...
+    def restore_sequence(self, seq: int, state: bytes, tokens: Sequence[int]) -> bool: ...
+    def clear_sequence(self, seq: int) -> None: ...
+
+
+@dataclass
+class _Saved:
+    tokens: tuple[int, ...]  # the target's
+    states: tuple[tuple[bytes, tuple[int, ...]], ...]  # each model's cells and the tokens they hold
+
+    @property
+    def size(self) -> int:
+        return sum(len(state) for state, _ in self.states)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
+class SlotPool:
+    """`n_slots` sequences of `models` (target first): acquire one for a prompt, release it after."""
+
+    def __init__(self, models: Sequence[SlotModel], n_slots: int, saved_mib: int = DEFAULT_SAVED_MIB):
+        self.models, self.n_slots = list(models), n_slots
+        self.budget = saved_mib * 1024 * 1024
+        self._lock = threading.Lock()
+        self._free = list(range(n_slots))
+        self._last_used = dict.fromkeys(range(n_slots), 0.0)
+        self._saved: OrderedDict[tuple[int, ...], _Saved] = OrderedDict()  # least recently used first
+        self.restored_tokens = 0  # prompt tokens brought back from host RAM: the metrics read it
+
+    @property
+    def target(self) -> SlotModel:
+        return self.models[0]
+
+    @contextmanager
+    def slot(self, prompt: Sequence[int]) -> Iterator[int]:
+        """A free slot for `prompt` (acquire), released after the body."""
+        seq = self.acquire(prompt)
+        try:
+            yield seq
+        finally:
+            self.release(seq)
+
+    def release(self, seq: int) -> None:
+        with self._lock:
+            self._last_used[seq] = time.monotonic()
+            self._free.append(seq)
+
+    def acquire(self, prompt: Sequence[int]) -> int:
+        """The free slot for `prompt`, its cache made as useful as can be (see the module's docstring).
+        It saves and restores cells: no batch may run on these models meanwhile."""
+        with self._lock:
+            if not self._free:
+                raise RuntimeError("no free slot: the caller runs at most n_slots requests at once")
+            shared = {seq: common_prefix(self.target.cached_of(seq), prompt) for seq in self._free}
+            # the longest shared prefix; else an empty slot; else the one used longest ago
+            seq = max(self._free, key=lambda s: (shared[s], not self.target.cached_of(s), -self._last_used[s]))
+            self._free.remove(seq)
+        cached = self.target.cached_of(seq)
+        if len(cached) - shared[seq] >= MIN_SAVED_TOKENS and shared[seq] < len(cached) // 2:
+            self._save(seq, cached)
+        saved = self._best_saved(prompt)
+        if saved is not None and common_prefix(saved.tokens, prompt) > shared[seq]:
+            self._restore(seq, saved)
+        return seq
+
+    def _save(self, seq: int, cached: list[int]) -> None:
+        key = tuple(cached)
+        states = tuple((model.save_sequence(seq), tuple(model.cached_of(seq))) for model in self.models)
+        saved = _Saved(key, states)
+        if saved.size > self.budget:
+            return
+        with self._lock:
+            self._saved.pop(key, None)
+            self._saved[key] = saved
+            while sum(s.size for s in self._saved.values()) > self.budget:
+                self._saved.popitem(last=False)
+
+    def _best_saved(self, prompt: Sequence[int]) -> _Saved | None:
+        with self._lock:
+            best = max(self._saved.values(), key=lambda s: common_prefix(s.tokens, prompt), default=None)
+            if best is not None:
+                self._saved.move_to_end(best.tokens)
+            return best
+
+    def _restore(self, seq: int, saved: _Saved) -> None:
+        for model, (state, tokens) in zip(self.models, saved.states):
+            if not model.restore_sequence(seq, state, tokens):
+                for other in self.models:  # never one model's cells without the other's
+                    other.clear_sequence(seq)
+                return
+        self.restored_tokens += len(saved.tokens)
+
+    @property
+    def saved_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._saved.values())

@@ -1,0 +1,97 @@
+"""What llama.cpp is told when a model loads: its devices and split, header overrides, LoRA adapters."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from pathlib import Path
+
+import llama_cpp
+
+from ollama_spec.errors import ModelLoadError
+from ollama_spec.llama import rpc
+from ollama_spec.llama.backends import local_gpus
+from ollama_spec.llama.log import last_error
+from ollama_spec.planning.placement import Placement
+
+SPLIT_MODES = {
+    "none": llama_cpp.LLAMA_SPLIT_MODE_NONE,
+    "layer": llama_cpp.LLAMA_SPLIT_MODE_LAYER,
+    "row": llama_cpp.LLAMA_SPLIT_MODE_ROW,
+}
+
+
+def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
+    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
+    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
+    adapters: list = []
+    try:
+        for path in paths:
+            adapter = llama_cpp.llama_adapter_lora_init(model, str(path).encode())
+            if not adapter:
+                raise ModelLoadError(
+                    f"llama.cpp could not apply the LoRA adapter {Path(path).name} to {owner}: "
+                    f"{last_error(mark) or 'not an adapter for this model'}"
+                )
+            adapters.append(adapter)
+        if adapters and set_lora_adapters(ctx, adapters) != 0:
+            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
+    except ModelLoadError:
+        for adapter in adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        raise
+    return adapters
+
+
+def set_lora_adapters(ctx, adapters: Sequence) -> int:
+    """Set loaded adapters on a context (another context on the same weights needs them too)."""
+    array = (llama_cpp.llama_adapter_lora_p_ctypes * len(adapters))(*adapters)
+    scales = (ctypes.c_float * len(adapters))(*[1.0] * len(adapters))
+    return llama_cpp.llama_set_adapters_lora(ctx, array, len(adapters), scales)
+
+
+def apply_placement(model_params, placement: Placement) -> tuple:
+    """Set the model's devices, split mode and tensor split; the ctypes arrays they point into, to keep alive.
+
+    With no RPC server registered in this process, llama.cpp's default device list is this
+    machine's GPUs and is left alone. Once any is, the list is given explicitly: the servers this
+    model names (first, as llama.cpp orders them), then the local GPUs; so a draft, which names
+    none, stays on this machine.
+    """
+    model_params.split_mode = SPLIT_MODES[placement.split_mode]
+    model_params.main_gpu = placement.main_gpu
+    arrays: list = []
+    if placement.tensor_split:
+        split = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*placement.tensor_split)
+        model_params.tensor_split = split
+        arrays.append(split)
+    servers = rpc.parse_endpoints(",".join(placement.rpc_servers)) if placement.rpc_servers else ()
+    rpc.register(servers)
+    if rpc.any_registered():
+        handles = [*rpc.device_handles(servers), *local_gpus(), None]
+        devices = (ctypes.c_void_p * len(handles))(*handles)
+        model_params.devices = ctypes.cast(devices, ctypes.c_void_p)
+        arrays.append(devices)
+    return tuple(arrays)
+
+
+def kv_override_array(overrides):
+    """llama.cpp's kv_overrides array (sentinel-terminated), as llama_cpp.Llama builds it."""
+    if not overrides:
+        return None
+    array = (llama_cpp.llama_model_kv_override * (len(overrides) + 1))()
+    for item, (key, value) in zip(array, overrides):
+        item.key = key.encode("utf-8")
+        if isinstance(value, bool):
+            item.tag, item.value.val_bool = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_BOOL, value
+        elif isinstance(value, int):
+            item.tag, item.value.val_i64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_INT, value
+        elif isinstance(value, float):
+            item.tag, item.value.val_f64 = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_FLOAT, value
+        else:
+            raw = str(value).encode("utf-8")[:127].ljust(128, b"\0")
+            item.tag = llama_cpp.LLAMA_KV_OVERRIDE_TYPE_STR
+            address = ctypes.addressof(item.value) + llama_cpp.llama_model_kv_override_value.val_str.offset
+            ctypes.memmove(address, raw, 128)
+    array[-1].key = b"\0"
+    return array

@@ -1,0 +1,109 @@
+"""Slots: requests that run together, each in its own sequence, their evaluations batched: every
+slot's greedy text is the one it gives alone, and slots come and go between steps."""
+
+import threading
+
+import pytest
+
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.penalties import Penalties
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.llama.grammar import grammar_for_json
+from tests.conftest import engine_settings
+
+GREEDY = SamplingSettings(temperature=0)
+PROMPTS = ["The quick brown fox", "Once upon a time", "In a hole in the ground", "It was a bright cold day"]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
+        yield engine
+
+
+def request(prompt, **fields):
+    fields = {"max_tokens": 40, "ignore_eos": True, "sampling": GREEDY, "speculation": SpeculationSettings(4)} | fields
+    return Request(prompt, raw=True, **fields)
+
+
+def run(engine, req, results, key, stop_after=None):
+    prompt = engine.prompt_tokens(req)
+    with engine.run_in_slot(prompt) as slot:
+        generation = engine.generate(req, slot=slot)
+        for i, _ in enumerate(generation):
+            if stop_after is not None and i >= stop_after:
+                break
+    results[key] = (generation.result.tokens, slot)
+
+
+def together(engine, requests, **kwargs):
+    results, threads = {}, []
+    for key, req in requests.items():
+        threads.append(threading.Thread(target=run, args=(engine, req, results, key), kwargs=kwargs.get(key, {})))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results
+
+
+def alone(engine, req):
+    results = {}
+    run(engine, req, results, 0)
+    return results[0][0]
+
+
+def test_four_slots_together_write_what_each_writes_alone(engine):
+    requests = {p: request(p) for p in PROMPTS}
+    expected = {p: alone(engine, r) for p, r in requests.items()}
+    before = engine.batcher.decodes
+    got = together(engine, requests)
+    assert {p: tokens for p, (tokens, _) in got.items()} == expected
+    assert len({slot for _, slot in got.values()}) == 4  # each its own slot
+    # batched: far fewer passes than four requests' worth one at a time
+    assert engine.batcher.decodes - before < sum(len(t) for t in expected.values())
+
+
+def test_a_request_that_leaves_early_does_not_disturb_the_others(engine):
+    requests = {p: request(p) for p in PROMPTS[:3]}
+    expected = {p: alone(engine, r) for p, r in requests.items()}
+    got = together(engine, requests, **{PROMPTS[0]: {"stop_after": 3}})
+    assert got[PROMPTS[1]][0] == expected[PROMPTS[1]] and got[PROMPTS[2]][0] == expected[PROMPTS[2]]
+    assert got[PROMPTS[0]][0] == expected[PROMPTS[0]][: len(got[PROMPTS[0]][0])]
+
+
+def test_sampling_grammar_and_penalties_stay_per_slot(engine):
+    """A seeded sample, a grammar and penalties in one slot each: each as it runs alone."""
+    requests = {
+        "seeded": request(PROMPTS[0], sampling=SamplingSettings(temperature=1.0, seed=7)),
+        "grammar": request(PROMPTS[1], grammar=grammar_for_json(), ignore_eos=False),
+        "penalties": request(PROMPTS[2], sampling=SamplingSettings(temperature=0, penalties=Penalties(
+            repeat_penalty=1.3))),
+        "plain": request(PROMPTS[3]),
+    }
+    expected = {key: alone(engine, r) for key, r in requests.items()}
+    got = together(engine, requests)
+    assert {key: tokens for key, (tokens, _) in got.items()} == expected
+
+
+def test_a_slot_reaching_its_context_end_stops_there_alone(engine):
+    long_prompt = " ".join(["word"] * 150)
+    requests = {"long": request(long_prompt, max_tokens=10_000), "short": request(PROMPTS[0])}
+    expected = {key: alone(engine, r) for key, r in requests.items()}
+    got = together(engine, requests)
+    n_prompt = len(engine.prompt_tokens(requests["long"]))
+    # its own n_ctx: the last token is emitted, not evaluated
+    assert n_prompt + len(got["long"][0]) == engine.target.n_ctx + 1
+    assert {key: tokens for key, (tokens, _) in got.items()} == expected
+
+
+def test_a_chats_next_turn_lands_in_its_slot(engine):
+    """The slot with the longest shared prefix: a longer prompt that starts with an earlier one."""
+    first = request(PROMPTS[0])
+    results = {}
+    run(engine, first, results, "first")
+    tokens, slot = results["first"]
+    text = engine.target.detokenize(tokens)
+    run(engine, request(PROMPTS[0] + text + " and then"), results, "next")
+    assert results["next"][1] == slot
