@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,9 +34,12 @@ class RemoteSettings:
     seed: int = 0
     warmup: bool = True
     timeout_s: float = DEFAULT_TIMEOUT_S
+    concurrency: int = 1  # clients streaming at once, each the whole prompt set `runs` times
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "url", api_base(self.url))
+        if self.concurrency < 1:
+            raise InvalidSetting(f"--concurrency must be at least 1, got {self.concurrency}")
 
     @property
     def endpoint(self) -> str:
@@ -77,6 +81,20 @@ class RemoteSample:
 class RemoteResult:
     settings: RemoteSettings
     samples: list[RemoteSample] = field(default_factory=list)
+    wall_s: float = 0.0  # the timed requests, first start to last end
+
+    @property
+    def aggregate_tokens_per_second(self) -> float:
+        """Every client's tokens over the wall time: what the server gave all of them together."""
+        return sum(s.tokens for s in self.samples) / self.wall_s if self.wall_s > 0 else 0.0
+
+    def latency_percentiles(self) -> tuple[float, float]:
+        """The p50 and p95 of the requests' whole times (seconds)."""
+        times = sorted(s.total_s for s in self.samples)
+        if len(times) < 2:
+            return (times[0], times[0]) if times else (0.0, 0.0)
+        cuts = statistics.quantiles(times, n=20, method="inclusive")
+        return statistics.median(times), cuts[18]
 
     def by_prompt(self) -> dict[str, list[RemoteSample]]:
         grouped: dict[str, list[RemoteSample]] = {}
@@ -96,22 +114,43 @@ class RemoteResult:
 def run_remote(
     settings: RemoteSettings, prompts: Sequence[Prompt], progress: Progress = lambda label: None
 ) -> RemoteResult:
-    """Stream every prompt `runs` times (after one unrecorded warm-up request)."""
+    """Stream every prompt `runs` times (after one unrecorded warm-up request); with concurrency N,
+    N clients do so at once, each starting at another prompt of the set."""
     result = RemoteResult(settings)
-    with httpx.Client(timeout=httpx.Timeout(settings.timeout_s, connect=10.0)) as client:
+    timeout = httpx.Timeout(settings.timeout_s, connect=10.0)
+    with httpx.Client(timeout=timeout) as client:
         if settings.warmup:
             stream_chat(client, settings, prompts[0], min(16, settings.max_tokens))
             progress("warm-up")
-        for run in range(settings.runs):
-            for prompt in prompts:
-                tokens, first, total = stream_chat(client, settings, prompt, settings.max_tokens)
-                result.samples.append(RemoteSample(prompt.name, run, tokens, first, total))
-                progress(prompt.name)
+    lock, errors = threading.Lock(), []
+
+    def one_client(index: int) -> None:
+        order = [*prompts[index % len(prompts) :], *prompts[: index % len(prompts)]]
+        try:
+            with httpx.Client(timeout=timeout) as client:
+                for run in range(settings.runs):
+                    for prompt in order:
+                        tokens, first, total = stream_chat(client, settings, prompt, settings.max_tokens)
+                        with lock:
+                            result.samples.append(RemoteSample(prompt.name, run, tokens, first, total))
+                            progress(prompt.name)
+        except ServerError as exc:
+            errors.append(exc)
+
+    started = time.perf_counter()
+    clients = [threading.Thread(target=one_client, args=(i,)) for i in range(settings.concurrency)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    result.wall_s = time.perf_counter() - started
+    if errors:
+        raise errors[0]
     return result
 
 
 def planned_remote_units(settings: RemoteSettings, n_prompts: int) -> int:
-    return (1 if settings.warmup else 0) + settings.runs * n_prompts
+    return (1 if settings.warmup else 0) + settings.runs * n_prompts * settings.concurrency
 
 
 def stream_chat(

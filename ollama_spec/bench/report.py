@@ -11,7 +11,6 @@ from pathlib import Path
 
 from ollama_spec.bench.model import efficiency, predicted_speedup_from_step_length
 from ollama_spec.bench.prompts import Prompt
-from ollama_spec.bench.remote import RemoteResult
 from ollama_spec.bench.runner import Costs
 from ollama_spec.bench.samples import (
     AUTO,
@@ -414,60 +413,4 @@ def write_outputs(report: BenchReport, out: Path) -> list[Path]:
     paths[0].write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
     paths[1].write_text(report_markdown(report), encoding="utf-8")
     plot(report, paths[2])
-    return paths
-
-
-# --- --url mode -----------------------------------------------------------------------------
-
-REMOTE_COLUMNS = ("prompt", "tok/s (min–max)", "TTFT (min–max)", "tokens")
-
-
-def remote_cells(result: RemoteResult) -> list[tuple[str, ...]]:
-    cells = []
-    for name, samples in result.by_prompt().items():
-        rates = [s.tokens_per_second for s in samples]
-        ttfts = [s.first_token_s * 1000 for s in samples]
-        cells.append(
-            (
-                name,
-                f"{statistics.median(rates):.1f} ({min(rates):.1f}–{max(rates):.1f})",
-                f"{statistics.median(ttfts):.0f} ms ({min(ttfts):.0f}–{max(ttfts):.0f})",
-                f"{statistics.median(s.tokens for s in samples):.0f}",
-            )
-        )
-    return cells
-
-
-def format_remote(result: RemoteResult) -> str:
-    s = result.settings
-    return "\n".join(
-        [
-            format_table(REMOTE_COLUMNS, remote_cells(result)),
-            "",
-            (
-                f"{s.model} at {s.url}: median {result.tokens_per_second:.1f} tok/s, "
-                f"time to first token {result.ttft_s * 1000:.0f} ms ({s.runs} run{'s' if s.runs != 1 else ''}, {s.max_tokens} max tokens)"
-            ),
-        ]
-    )
-
-
-def write_remote_outputs(result: RemoteResult, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    data = {
-        "url": result.settings.url,
-        "model": result.settings.model,
-        "settings": asdict(result.settings),
-        "tokens_per_second": round(result.tokens_per_second, 3),
-        "time_to_first_token_s": round(result.ttft_s, 4),
-        "samples": [asdict(s) | {"tokens_per_second": round(s.tokens_per_second, 3)} for s in result.samples],
-    }
-    paths = [out / "results.json", out / "results.md"]
-    paths[0].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    paths[1].write_text(
-        f"# ollama-spec bench --url {result.settings.url}\n\n"
-        + format_markdown_table(REMOTE_COLUMNS, remote_cells(result))
-        + "\n",
-        encoding="utf-8",
-    )
     return paths

@@ -85,6 +85,14 @@ from ollama_spec.models.resolve import looks_like_path, resolve_model
     help="Benchmark an OpenAI-compatible server instead, e.g. http://localhost:8080/v1 "
     "(TARGET is the model name sent).",
 )
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --url: clients streaming at once, each the whole prompt set --runs times; prints the tok/s of "
+    "all together, per request, p50/p95 latency and time to first token.",
+)
 @threads_option
 @ctx_option_with("Context length (default: max(4096, max-tokens + 1024)).")
 @click.option(
@@ -159,7 +167,9 @@ def bench(
         _make_out_dir(Path(out))  # before minutes of timing, not after
     if url:
         _refuse_local_options(context.command, options)
-        _bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out)
+        _bench_remote(
+            target, url, prompts, max_tokens, runs, temperature, seed, warmup, out, context.params["concurrency"]
+        )
         return
     if out:
         import matplotlib  # noqa: F401  (bench.png: without the bench extra that is said now, not after the timing)
@@ -341,12 +351,19 @@ def _load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # not on Windows
 
 
-def _bench_remote(model, url, prompts, max_tokens, runs, temperature, seed, warmup, out) -> None:
+def _bench_remote(model, url, prompts, max_tokens, runs, temperature, seed, warmup, out, concurrency) -> None:
     from ollama_spec.bench.remote import RemoteSettings, planned_remote_units, run_remote
-    from ollama_spec.bench.report import format_remote, write_remote_outputs
+    from ollama_spec.bench.remote_report import format_remote, write_remote_outputs
 
     settings = RemoteSettings(
-        url=url, model=model, max_tokens=max_tokens, runs=runs, temperature=temperature, seed=seed, warmup=warmup
+        url=url,
+        model=model,
+        max_tokens=max_tokens,
+        runs=runs,
+        temperature=temperature,
+        seed=seed,
+        warmup=warmup,
+        concurrency=concurrency,
     )
     if max_tokens < 2 or runs < 1:
         raise InvalidSetting("--max-tokens must be at least 2 and --runs at least 1")

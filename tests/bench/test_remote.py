@@ -81,6 +81,26 @@ def test_streams_every_prompt_and_reports_medians(invoke, server, tmp_path):
     assert (out / "results.md").exists()
 
 
+def test_concurrent_clients_report_the_aggregate_and_the_latencies(invoke, server, tmp_path):
+    ChatHandler.requests.clear()
+    out = tmp_path / "remote"
+    result = invoke(
+        "bench", "m", "--url", server, "--runs", "1", "--max-tokens", "4", "--concurrency", "3", "--out", out
+    )
+    assert result.exit_code == 0, result.output
+    assert len(ChatHandler.requests) == 1 + 3 * 5  # warm-up, then 3 clients x the 5 built-in prompts
+    assert "3 clients at once: " in result.output and "latency p50" in result.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["concurrency"] == 3 and len(data["samples"]) == 15
+    # all the tokens over the wall time: more than one request's rate when they overlap
+    assert data["aggregate_tokens_per_second"] > 0 and data["latency_p95_s"] >= data["latency_p50_s"] > 0
+
+
+def test_concurrency_below_one_is_refused(invoke, server):
+    result = invoke("bench", "m", "--url", server, "--concurrency", "0")
+    assert result.exit_code == 2 and "--concurrency" in result.output
+
+
 def test_without_usage_each_chunk_is_a_token(server):
     settings = RemoteSettings(url=server, model="no-usage", max_tokens=5, runs=1, warmup=False)
     result = run_remote(settings, [Prompt("p", "Hi")])
