@@ -128,10 +128,13 @@ class LoadedModel:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {last_error(mark) or exc}") from None
         threads = settings.n_threads or default_threads()
         ctx_params = llama_cpp.llama_context_default_params()
-        ctx_params.n_ctx = settings.n_ctx * settings.n_seq  # each sequence its own n_ctx cells (not unified)
+        # room for every sequence's n_ctx tokens, in one unified cache: llama.cpp splits a batch over
+        # separate per-sequence caches into one pass per sequence, which would undo the batching
+        ctx_params.n_ctx = settings.n_ctx * settings.n_seq
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
         ctx_params.n_seq_max = settings.n_seq
+        ctx_params.kv_unified = settings.n_seq > 1
         # A sliding-window model (Gemma, gpt-oss) with a window-sized cache reuses the cells of
         # tokens that no later token can see. A cache cut back past them would attend over a window
         # with holes: `truncate` then starts over, which a draft, cut back after every step, cannot

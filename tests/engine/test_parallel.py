@@ -78,8 +78,9 @@ def test_sampling_grammar_and_penalties_stay_per_slot(engine):
     requests = {
         "seeded": request(PROMPTS[0], sampling=SamplingSettings(temperature=1.0, seed=7)),
         "grammar": request(PROMPTS[1], grammar=grammar_for_json(), ignore_eos=False),
-        "penalties": request(PROMPTS[2], sampling=SamplingSettings(temperature=0, penalties=Penalties(
-            repeat_penalty=1.3))),
+        "penalties": request(
+            PROMPTS[2], sampling=SamplingSettings(temperature=0, penalties=Penalties(repeat_penalty=1.3))
+        ),
         "plain": request(PROMPTS[3]),
     }
     expected = {key: alone(engine, r) for key, r in requests.items()}

@@ -60,16 +60,22 @@ def _background(history):
     return [[{"role": "user", "content": TITLE + text}], [{"role": "user", "content": TAGS + text}]]
 
 
-def test_the_open_webui_pattern_reuses_the_chat_on_the_openai_route(served):
-    client = OpenAI(base_url=served[0] + "/v1", api_key="unused")
+def _openai_session(url):
+    """A chat turn, Open WebUI's title and tags requests, the next turn: (the first turn's prompt
+    tokens, how many of the next turn's were cached)."""
+    client = OpenAI(base_url=url + "/v1", api_key="unused")
     first = client.chat.completions.create(model="m", messages=CHAT, max_tokens=24, temperature=0)
     history = [*CHAT, {"role": "assistant", "content": first.choices[0].message.content}]
     for messages in _background(history):
         client.chat.completions.create(model="m", messages=messages, max_tokens=8, temperature=0)
     turn = [*history, {"role": "user", "content": "And what came after it?"}]
     second = client.chat.completions.create(model="m", messages=turn, max_tokens=8, temperature=0)
-    cached = second.usage.prompt_tokens_details.cached_tokens
-    assert cached >= 0.9 * first.usage.prompt_tokens, (cached, first.usage.prompt_tokens)
+    return first.usage.prompt_tokens, second.usage.prompt_tokens_details.cached_tokens
+
+
+def test_the_open_webui_pattern_reuses_the_chat_on_the_openai_route(served):
+    prompt, cached = _openai_session(served[0])
+    assert cached >= 0.9 * prompt, (cached, prompt)
 
 
 def test_the_open_webui_pattern_reuses_the_chat_on_the_ollama_route(served):
@@ -81,8 +87,11 @@ def test_the_open_webui_pattern_reuses_the_chat_on_the_ollama_route(served):
     for messages in _background(history):
         client.chat(model="m", messages=messages, options={"num_predict": 8, "temperature": 0})
     turn = [*history, {"role": "user", "content": "And what came after it?"}]
-    answer = httpx.post(served[0] + "/api/chat", timeout=120, json={
-        "model": "m", "messages": turn, "stream": False, "options": {"num_predict": 8, "temperature": 0}}).json()
+    answer = httpx.post(
+        served[0] + "/api/chat",
+        timeout=120,
+        json={"model": "m", "messages": turn, "stream": False, "options": {"num_predict": 8, "temperature": 0}},
+    ).json()
     cached = answer["speculation"]["prompt_cached_tokens"]
     assert cached >= 0.9 * first.prompt_eval_count, (cached, first.prompt_eval_count)
 
@@ -91,12 +100,6 @@ def test_one_slot_keeps_the_chat_in_host_ram(tiny_models):
     """With a single slot, the background requests take the chat's slot; its prefix comes back from RAM."""
     with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=1)) as engine:
         with running_server(engine) as (url, state):
-            client = OpenAI(base_url=url + "/v1", api_key="unused")
-            first = client.chat.completions.create(model="m", messages=CHAT, max_tokens=24, temperature=0)
-            history = [*CHAT, {"role": "assistant", "content": first.choices[0].message.content}]
-            for messages in _background(history):
-                client.chat.completions.create(model="m", messages=messages, max_tokens=8, temperature=0)
-            turn = [*history, {"role": "user", "content": "And what came after it?"}]
-            second = client.chat.completions.create(model="m", messages=turn, max_tokens=8, temperature=0)
-            assert second.usage.prompt_tokens_details.cached_tokens >= 0.9 * first.usage.prompt_tokens
+            prompt, cached = _openai_session(url)
+            assert cached >= 0.9 * prompt, (cached, prompt)
             assert state.engine.pool.restored_tokens > 0
