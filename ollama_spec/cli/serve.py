@@ -117,6 +117,7 @@ def serve(
     try:
         engine_config = engine_settings(target_model.params, options)
         with Engine(target_model, draft_model, engine_config, notice=notice) as engine:
+            engine.costs.prepare(settings.speculation)  # before /health answers: not on the first request
             run_server(ServerState(engine, settings), sock)
     finally:
         sock.close()

@@ -87,6 +87,12 @@ class LearnedCosts:
             self.learned.pop(key, None)
         return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
 
+    def prepare(self, speculation: SpeculationSettings) -> None:
+        """Time this machine's steps now if -k auto will want them (a server does it while loading:
+        its first request then waits for nothing, and no timing runs beside other slots' batches)."""
+        if speculation.auto:
+            self.calibrated(self._draft_for(speculation), speculation.max_speculative_tokens)
+
     def _draft_for(self, speculation: SpeculationSettings) -> LoadedModel | None:
         return None if speculation.proposer == "ngram" else self.draft
 

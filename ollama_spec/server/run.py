@@ -57,7 +57,14 @@ def serve(state: ServerState, sock: socket.socket, log_level: str = "info") -> N
     """Serve on `sock` until a signal; the worker is closed afterwards."""
     server = build_server(state, log_level)
     host, port = sock.getsockname()[:2]
-    log.info("serving %s on http://%s:%d (OpenAI API at /v1, Ollama API at /api)", state.model_name, host, port)
+    log.info(
+        "serving %s on http://%s:%d (OpenAI API at /v1, Ollama API at /api), %d slot%s",
+        state.model_name,
+        host,
+        port,
+        state.worker.slots,
+        "" if state.worker.slots == 1 else "s",
+    )
     try:
         server.run(sockets=[sock])
     finally:

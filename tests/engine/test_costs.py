@@ -66,3 +66,24 @@ def test_a_calibration_is_announced_while_it_happens(tiny_models, tmp_path):
         engine.costs.k_policy(SpeculationSettings(None), GREEDY)
         engine.costs.k_policy(SpeculationSettings(None), GREEDY)  # measured once: no second note
     assert len(notes) == 1 and "-k auto" in notes[0]
+
+
+def test_prepare_times_the_steps_before_any_request(tiny_models, tmp_path, monkeypatch):
+    """serve calls it while loading: the first request then measures nothing (and no timing runs
+    while other slots' batches do)."""
+    from ollama_spec.engine import costs as costs_module
+    from ollama_spec.llama.calibration import StepCostCache
+
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = StepCostCache(tmp_path / "costs.json")
+        engine.costs.prepare(SpeculationSettings(3))  # a fixed K needs no timing
+        assert engine.costs.cache.get(engine.costs.key(engine.draft)) is None
+        engine.costs.prepare(SpeculationSettings(None))
+        assert engine.costs.cache.get(engine.costs.key(engine.draft)) is not None
+
+        def measured_again(*args, **kwargs):
+            raise AssertionError("the first request timed the steps again")
+
+        monkeypatch.setattr(costs_module, "measure_step_costs", measured_again)
+        request = Request("Hi", raw=True, max_tokens=8, sampling=GREEDY, speculation=SpeculationSettings(None))
+        "".join(engine.generate(request))
