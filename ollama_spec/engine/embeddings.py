@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,11 +18,17 @@ class Embeddings:
     def __init__(self, target: LoadedModel):
         self.target = target
         self._embedder: Embedder | None = None
+        # one embedding context, and a server's slots may ask for embeddings at once: one at a time
+        self._lock = threading.Lock()
 
     def embed(self, text: str | Sequence[int], *, truncate: bool = True) -> tuple[np.ndarray, int]:
         """The target's embedding of `text` (or of token ids), not normalized, and the tokens it read.
 
         Too long a text is cut to its first tokens when `truncate`, else refused."""
+        with self._lock:
+            return self._embed(text, truncate)
+
+    def _embed(self, text: str | Sequence[int], truncate: bool) -> tuple[np.ndarray, int]:
         if self._embedder is None:
             self._embedder = Embedder(self.target)
         if isinstance(text, str):
@@ -40,6 +47,10 @@ class Embeddings:
         return self._embedder.embed(tokens), len(tokens)
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._embedder is not None:
             self._embedder.close()
             self._embedder = None

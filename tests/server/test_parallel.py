@@ -103,3 +103,24 @@ def test_one_slot_keeps_the_chat_in_host_ram(tiny_models):
             prompt, cached = _openai_session(url)
             assert cached >= 0.9 * prompt, (cached, prompt)
             assert state.engine.pool.restored_tokens > 0
+
+
+def test_embeddings_at_once_in_several_slots_all_answer(served):
+    """The slots' threads share one embedding context: they take turns on it."""
+    url = served[0]
+    answers = []
+    threads = [
+        threading.Thread(
+            target=lambda i=i: answers.append(
+                httpx.post(url + "/api/embed", json={"model": "m", "input": f"hello world {i} " * 40}, timeout=120)
+            )
+        )
+        for i in range(12)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sorted(a.status_code for a in answers) == [200] * 12
+    vectors = [a.json()["embeddings"][0] for a in answers]
+    assert all(len(v) == len(vectors[0]) for v in vectors)
