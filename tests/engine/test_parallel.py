@@ -108,3 +108,31 @@ def test_a_chats_next_turn_lands_in_its_slot(engine):
     text = engine.target.detokenize(tokens)
     run(engine, request(PROMPTS[0] + text + " and then"), results, "next")
     assert results["next"][1] == slot
+
+
+def test_a_recurrent_target_gets_one_slot(tmp_path):
+    """A recurrent state cannot be cut back per sequence: --parallel 4 still loads one slot."""
+    from ollama_spec.models.resolve import resolve_model
+    from tests.builders.recurrent import write_mamba_gguf
+
+    mamba = resolve_model(str(write_mamba_gguf(tmp_path / "mamba.gguf")))
+    with Engine(mamba, None, engine_settings(parallel=4, n_ctx=256)) as engine:
+        assert engine.slots == 1 and engine.batcher is None
+        req = request("Hello there", speculation=SpeculationSettings(3), max_tokens=8)
+        assert len(alone(engine, req)) == 8
+
+
+def test_a_padded_vocabulary_pair_in_slots_writes_what_it_writes_alone(tiny_store, tmp_path):
+    """The target pads 64 ids past its draft's vocabulary: each slot's drafts stay on the shared ids."""
+    from ollama_spec.models.resolve import resolve_model
+    from ollama_spec.synthetic import build_pair_store
+    from tests.builders.variants import build_padded_target
+
+    build_pair_store(tmp_path, "tiny")
+    name = build_padded_target(tmp_path)
+    target, draft = resolve_model(name, str(tmp_path)), resolve_model("tiny-draft", str(tmp_path))
+    with Engine(target, draft, engine_settings(parallel=3, n_ctx=256)) as engine:
+        requests = {p: request(p) for p in PROMPTS[:3]}
+        expected = {p: alone(engine, r) for p, r in requests.items()}
+        got = together(engine, requests)
+        assert {p: tokens for p, (tokens, _) in got.items()} == expected

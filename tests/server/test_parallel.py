@@ -124,3 +124,23 @@ def test_embeddings_at_once_in_several_slots_all_answer(served):
     assert sorted(a.status_code for a in answers) == [200] * 12
     vectors = [a.json()["embeddings"][0] for a in answers]
     assert all(len(v) == len(vectors[0]) for v in vectors)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_slot_and_the_others_finish(served):
+    url, state = served
+    alone = {}
+    for prompt in PROMPTS[:2]:
+        complete(url, prompt, alone)
+    together = {}
+    threads = [threading.Thread(target=complete, args=(url, prompt, together)) for prompt in PROMPTS[:2]]
+    body = {"model": "m", "prompt": PROMPTS[2], "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as response:
+        for thread in threads:
+            thread.start()
+        for i, _ in enumerate(response.iter_lines()):
+            if i > 5:
+                break  # the client leaves; its slot's generation stops at its next token
+    for thread in threads:
+        thread.join(120)
+    assert together == alone
+    assert 'outcome="cancelled"' in httpx.get(url + "/metrics").text
