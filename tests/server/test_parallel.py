@@ -127,7 +127,7 @@ def test_embeddings_at_once_in_several_slots_all_answer(served):
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_slot_and_the_others_finish(served):
-    url, state = served
+    url, _ = served
     alone = {}
     for prompt in PROMPTS[:2]:
         complete(url, prompt, alone)
