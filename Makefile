@@ -31,11 +31,12 @@ demo: install
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec pair $(TARGET) $(DRAFT)
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec generate $(TARGET) --draft $(DRAFT) -k 5 -t 0 -n 128 --compare "$(DEMO_PROMPT)" < /dev/null
 
-# Benchmark: the synthetic 0.6B F16 pair by default; `make bench TARGET=llama3.1:70b DRAFT=llama3.2:1b`
+# Benchmark: the synthetic 0.6B F16 pair by default, in process, then served to 1 and 4 clients at once; `make bench TARGET=llama3.1:70b DRAFT=llama3.2:1b`
 # for real models in your Ollama store.
 bench: install
 	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
 	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec bench $(TARGET) --draft $(DRAFT) --out bench-results $(BENCH_ARGS)
+	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) scripts/bench-serve.sh $(BIN) $(TARGET) $(DRAFT)
 
 # The OpenAI- and Ollama-compatible server on the demo pair: http://127.0.0.1:$(PORT) (Ctrl-C stops it).
 PORT ?= 8000
