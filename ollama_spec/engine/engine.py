@@ -7,7 +7,7 @@ The Engine is the one face the CLI, the server and the benchmark hold; prompt bu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -184,28 +184,14 @@ class Engine:
         """A slot for a request whose prompt is `prompt` (the one whose cache shares most of it, see
         slots.py); while the body runs, the slot's evaluations join the other running slots' batches.
         Run each slot's request on a thread of its own, at most `slots` at once."""
-        if self.batcher is None:
-            with self.pool.slot(prompt) as slot:
-                yield slot
-            return
-        with self.batcher.exclusive():  # saving or restoring cells: no batch may run meanwhile
+        batched = self.batcher is not None
+        with self.batcher.exclusive() if batched else nullcontext():  # saving or restoring cells: no batch meanwhile
             slot = self.pool.acquire(prompt)
         try:
-            with self.batcher.slot():
+            with self.batcher.slot() if batched else nullcontext():
                 yield slot
         finally:
             self.pool.release(slot)
-
-    def _in_slot(self, request: Request, use_draft: bool, slot: int) -> Generation:
-        target = self.target.sequence(slot)
-        return Generation(
-            target,
-            request,
-            partial(self.prompt_tokens, request),
-            end_of_turn=self.is_end_of_turn,
-            proposer=self.proposer(request.speculation, slot) if use_draft else None,
-            costs=self.costs,
-        )
 
     def close(self) -> None:
         self.costs.save()  # what this session measured, for the next one
@@ -243,8 +229,9 @@ class Engine:
     def clear_cache(self) -> None:
         """Forget what the KV caches hold: the next request evaluates its whole prompt (fair timing)."""
         for model in (self.target, self.draft):
-            for seq in range(self.slots if model is not None else 0):
-                model.clear_sequence(seq)
+            if model is not None:
+                for seq in range(self.slots):
+                    model.clear_sequence(seq)
 
     def is_end_of_turn(self, token: int) -> bool:
         return self.target.is_end_of_generation(token) or token in self.extra_stop_ids
@@ -281,13 +268,11 @@ class Engine:
     def generate(self, request: Request, *, use_draft: bool = True, slot: int = 0) -> Generation:
         """Stream the answer in sequence `slot` of both models (see run_in_slot); `use_draft=False`
         runs the loaded target alone (the baseline)."""
-        if self.slots > 1:
-            return self._in_slot(request, use_draft, slot)
         return Generation(
-            self.target,
+            self.target if self.slots == 1 else self.target.sequence(slot),
             request,
             partial(self.prompt_tokens, request),
             end_of_turn=self.is_end_of_turn,
-            proposer=self.proposer(request.speculation) if use_draft else None,
+            proposer=self.proposer(request.speculation, slot) if use_draft else None,
             costs=self.costs,
         )

@@ -13,8 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -59,20 +58,12 @@ class SlotPool:
         self._free = list(range(n_slots))
         self._last_used = dict.fromkeys(range(n_slots), 0.0)
         self._saved: OrderedDict[tuple[int, ...], _Saved] = OrderedDict()  # least recently used first
-        self.restored_tokens = 0  # prompt tokens brought back from host RAM: the metrics read it
+        self._saved_bytes = 0
+        self.restored_tokens = 0  # prompt tokens brought back from host RAM
 
     @property
     def target(self) -> SlotModel:
         return self.models[0]
-
-    @contextmanager
-    def slot(self, prompt: Sequence[int]) -> Iterator[int]:
-        """A free slot for `prompt` (acquire), released after the body."""
-        seq = self.acquire(prompt)
-        try:
-            yield seq
-        finally:
-            self.release(seq)
 
     def release(self, seq: int) -> None:
         with self._lock:
@@ -89,11 +80,17 @@ class SlotPool:
             # the longest shared prefix; else an empty slot; else the one used longest ago
             seq = max(self._free, key=lambda s: (shared[s], not self.target.cached_of(s), -self._last_used[s]))
             self._free.remove(seq)
+        saved = self._best_saved(prompt)
+        if saved is not None and common_prefix(saved.tokens, prompt) <= shared[seq]:
+            saved = None
+        if saved is not None:
+            with self._lock:  # used: the last to go, even to the save below
+                if saved.tokens in self._saved:
+                    self._saved.move_to_end(saved.tokens)
         cached = self.target.cached_of(seq)
         if len(cached) - shared[seq] >= MIN_SAVED_TOKENS and shared[seq] < len(cached) // 2:
             self._save(seq, cached)
-        saved = self._best_saved(prompt)
-        if saved is not None and common_prefix(saved.tokens, prompt) > shared[seq]:
+        if saved is not None:
             self._restore(seq, saved)
         return seq
 
@@ -104,17 +101,16 @@ class SlotPool:
         if saved.size > self.budget:
             return
         with self._lock:
-            self._saved.pop(key, None)
+            if (earlier := self._saved.pop(key, None)) is not None:
+                self._saved_bytes -= earlier.size
             self._saved[key] = saved
-            while sum(s.size for s in self._saved.values()) > self.budget:
-                self._saved.popitem(last=False)
+            self._saved_bytes += saved.size
+            while self._saved_bytes > self.budget:
+                self._saved_bytes -= self._saved.popitem(last=False)[1].size
 
     def _best_saved(self, prompt: Sequence[int]) -> _Saved | None:
         with self._lock:
-            best = max(self._saved.values(), key=lambda s: common_prefix(s.tokens, prompt), default=None)
-            if best is not None:
-                self._saved.move_to_end(best.tokens)
-            return best
+            return max(self._saved.values(), key=lambda s: common_prefix(s.tokens, prompt), default=None)
 
     def _restore(self, seq: int, saved: _Saved) -> None:
         for model, (state, tokens) in zip(self.models, saved.states):
@@ -123,8 +119,3 @@ class SlotPool:
                     other.clear_sequence(seq)
                 return
         self.restored_tokens += len(saved.tokens)
-
-    @property
-    def saved_bytes(self) -> int:
-        with self._lock:
-            return sum(s.size for s in self._saved.values())

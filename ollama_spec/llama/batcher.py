@@ -41,7 +41,7 @@ class StepBatcher:
     """Gathers the evaluations of the slot threads that joined; `models` in the order their batches run."""
 
     models: list[BatchModel]
-    decodes: int = 0  # batches run: what the metrics and the tests read
+    decodes: int = 0  # batches run (the tests read it)
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _joined: set[int] = field(default_factory=set)  # thread ids
     _pending: dict[int, list[_Wanted]] = field(default_factory=dict)  # by model index
@@ -64,11 +64,6 @@ class StepBatcher:
         by a thread that has not joined, such as saving a slot's cells."""
         with self._cond:
             yield
-
-    @property
-    def active(self) -> int:
-        with self._cond:
-            return len(self._joined)
 
     def joined(self) -> bool:
         return threading.get_ident() in self._joined

@@ -124,11 +124,6 @@ class Worker:
         with self._lock:
             return max(len(self._jobs) - self.slots, 0)
 
-    @property
-    def running(self) -> int:
-        with self._lock:
-            return min(len(self._jobs), self.slots)
-
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
         job = Job(request, asyncio.get_running_loop(), label)

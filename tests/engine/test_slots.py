@@ -1,0 +1,71 @@
+"""SlotPool over stand-in models: the slot a prompt gets, and the prefixes kept in host RAM."""
+
+from ollama_spec.engine.slots import MIN_SAVED_TOKENS, SlotPool
+
+
+class Model:
+    """Sequences as plain token lists; a saved state is the bytes of its tokens."""
+
+    def __init__(self, n_seq):
+        self.seqs = [[] for _ in range(n_seq)]
+
+    def cached_of(self, seq):
+        return self.seqs[seq]
+
+    def save_sequence(self, seq):
+        return bytes(t % 256 for t in self.seqs[seq])
+
+    def restore_sequence(self, seq, state, tokens):
+        self.seqs[seq] = list(tokens)
+        return True
+
+    def clear_sequence(self, seq):
+        self.seqs[seq] = []
+
+
+LONG = MIN_SAVED_TOKENS * 2
+
+
+def chat(n):
+    return list(range(n, n + LONG))
+
+
+def test_a_prompt_goes_to_the_slot_that_holds_its_prefix():
+    model = Model(2)
+    pool = SlotPool([model], 2)
+    model.seqs[1] = chat(0)
+    assert pool.acquire(chat(0) + [7]) == 1
+
+
+def test_a_slot_taken_by_another_prompt_is_saved_and_comes_back():
+    model = Model(1)
+    pool = SlotPool([model], 1)
+    model.seqs[0] = chat(0)
+    seq = pool.acquire(chat(1000))  # mostly throws the chat away: saved first
+    model.seqs[seq] = chat(1000)
+    pool.release(seq)
+    seq = pool.acquire(chat(0) + [1, 2])
+    assert model.seqs[seq] == chat(0) and pool.restored_tokens == LONG
+
+
+def test_the_saved_prefixes_keep_to_their_budget_least_recent_out():
+    model = Model(1)
+    pool = SlotPool([model], 1, saved_mib=1)
+    pool.budget = 3 * LONG  # room for three chats' states (a byte a token here)
+    for n in range(5):
+        model.seqs[0] = chat(n * 1000)
+        pool.release(pool.acquire(chat(n * 1000 + 500)))
+    assert [key[0] for key in pool._saved] == [2000, 3000, 4000]
+    assert pool._saved_bytes == 3 * LONG
+
+
+def test_a_prefix_brought_back_is_the_last_to_go():
+    model = Model(1)
+    pool = SlotPool([model], 1, saved_mib=1)
+    pool.budget = 2 * LONG
+    for n in (0, 1):
+        model.seqs[0] = chat(n * 1000)
+        pool.release(pool.acquire(chat(n * 1000 + 500)))
+    model.seqs[0] = chat(9000)
+    pool.release(pool.acquire(chat(0) + [1]))  # chat 0 comes back: 9000 is saved, 1000 goes
+    assert [key[0] for key in pool._saved] == [0, 9000] and model.seqs[0] == chat(0)
