@@ -83,11 +83,6 @@ class Engine:
             require_compatible(target.name, target.info, draft.name, draft.info)
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
-        self.flash_attention = choose_flash_attention(
-            settings.flash_attention,
-            settings.kv_type,
-            -1 if settings.target_gpu_layers is None else settings.target_gpu_layers,
-        )
         self.placement = settings.placement
         # a recurrent state cannot be cut back per sequence as a KV cache can: one slot, as before
         one_slot = is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
@@ -104,10 +99,12 @@ class Engine:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
             if plan.tensor_split and not self.placement.tensor_split:  # the draft-aware split, not llama.cpp's
                 self.placement = replace(self.placement, tensor_split=plan.tensor_split)
-        if self.slots > 1 and settings.flash_attention == "auto":
-            # batched slots: llama.cpp's choice (on), 6 % more tokens/s with 4 slots on a 2-core CPU,
-            # where one sequence's small verify batches are faster without it
-            self.flash_attention = "auto"
+        self.flash_attention = choose_flash_attention(
+            settings.flash_attention,
+            settings.kv_type,
+            -1 if settings.target_gpu_layers is None else settings.target_gpu_layers,
+            self.slots,
+        )
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
         self.target = self._load(
             target,
@@ -143,7 +140,7 @@ class Engine:
             notes=notes,
             repack=self.repack.enabled,
             features=backends.cpu_features(),
-            flash_attention=None if settings.flash_attention == "auto" else self.flash_attention == "on",
+            flash_attention=None if settings.flash_attention == "auto" else settings.flash_attention == "on",
             tensor_split=self.placement.tensor_split,
             remote=remote_devices(self.placement.rpc_servers),
             main_device=self.placement.main_device,

@@ -136,3 +136,18 @@ def test_a_padded_vocabulary_pair_in_slots_writes_what_it_writes_alone(tiny_stor
         expected = {p: alone(engine, r) for p, r in requests.items()}
         got = together(engine, requests)
         assert {p: tokens for p, (tokens, _) in got.items()} == expected
+
+
+def test_flash_attention_auto_is_llama_cpps_choice_with_slots(monkeypatch):
+    """On a CPU one sequence runs without it (small verify batches); several slots' batches with it."""
+    from ollama_spec.llama import model
+
+    monkeypatch.setattr(model, "gpu_offload_supported", lambda: False)
+    assert model.choose_flash_attention("auto") == "off"
+    assert model.choose_flash_attention("auto", n_seq=4) == "auto"
+    assert model.choose_flash_attention("off", n_seq=4) == "off"
+    assert model.choose_flash_attention("auto", "q8_0") == "on"
+
+
+def test_an_engine_with_slots_leaves_flash_attention_to_llama_cpp(engine):
+    assert engine.flash_attention == "auto"
