@@ -12,6 +12,7 @@ import json
 import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -316,3 +317,14 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def registry_alone(source: Path, monkeypatch):
+    """A Registry over `source`, with OLLAMA_HOST on a closed port: no daemon answers, pulls go to it."""
+    server = Registry(source)
+    monkeypatch.setenv("OLLAMA_HOST", f"http://127.0.0.1:{closed_port()}")
+    try:
+        yield server
+    finally:
+        server.close()

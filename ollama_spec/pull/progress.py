@@ -59,22 +59,37 @@ class QuietWhenGone:
         pass  # every write flushes
 
 
+class Thinning:
+    """Byte counts of one blob at most every `interval` seconds; the last (completed == total) and every
+    status without a byte count always pass. Not thread-safe on its own: callers hold their lock."""
+
+    def __init__(self, interval: float = _JSON_INTERVAL):
+        self.interval = interval
+        self._last: dict[tuple[str, str], float] = {}
+
+    def keep(self, event: PullEvent) -> bool:
+        if not (event.digest and event.completed is not None and event.completed != event.total):
+            return True
+        key = (event.model, event.digest)
+        now = time.monotonic()
+        if now - self._last.get(key, -self.interval) < self.interval:
+            return False
+        self._last[key] = now
+        return True
+
+
 class JsonReporter:
     """One JSON object per line; byte counts thinned out, first and last always printed."""
 
     def __init__(self, stream: TextIO | None = None):
         self.stream = QuietWhenGone(stream if stream is not None else sys.stdout)
-        self._last: dict[tuple[str, str], float] = {}
+        self._thinning = Thinning()
         self._lock = threading.Lock()
 
     def __call__(self, event: PullEvent) -> None:
         with self._lock:
-            if event.digest and event.completed is not None and event.completed != event.total:
-                key = (event.model, event.digest)
-                now = time.monotonic()
-                if now - self._last.get(key, 0.0) < _JSON_INTERVAL:
-                    return
-                self._last[key] = now
+            if not self._thinning.keep(event):
+                return
             row = {k: v for k, v in asdict(event).items() if v is not None}
             self.stream.write(json.dumps(row) + "\n")
 

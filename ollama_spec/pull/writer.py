@@ -161,6 +161,10 @@ class StoreWriter:
                 os.chmod(path.parent, 0o1777)
         return path
 
+    def lock_path(self, blob: Blob) -> Path:
+        """The lock file a pull holds while it downloads or commits `blob` (deletes skip a held one)."""
+        return self.lock_dir() / f"sha256-{blob.hex}.lock"
+
     @contextmanager
     def blob_lock(self, blob: Blob, waiting=lambda: None, stop=lambda: False, poll: float = 0.2):
         """Hold the per-blob lock while downloading it.
@@ -168,7 +172,7 @@ class StoreWriter:
         If another pull holds it, `waiting()` is called once and `stop()` between tries: it raises
         to give up, so that Ctrl-C does not wait for the other pull to finish.
         """
-        lock = FileLock(str(self.lock_dir() / f"sha256-{blob.hex}.lock"), mode=0o666)
+        lock = FileLock(str(self.lock_path(blob)), mode=0o666)
         told = False
         while True:
             try:

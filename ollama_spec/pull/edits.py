@@ -1,0 +1,167 @@
+"""Deleting and copying models in the store, as Ollama's DeleteHandler and CopyModel do them.
+
+Delete removes the manifest first (and the folders it leaves empty), then the blobs its layers and
+config named that no other manifest names. Every file under `manifests/` counts as naming the digests
+it holds, read leniently (a manifest this code could not load still keeps its blobs); when one cannot
+be read at all, no blob is removed. Files in `blobs/` that are not a manifest's digest are never
+touched. Copy writes the destination manifest as StoreWriter writes a pulled one: staged outside
+`blobs/`, renamed into place. Both take the store root as `pull` does (--models-dir, OLLAMA_MODELS,
+...), but never create a store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from ollama_spec.errors import InvalidManifest, ModelNotFound
+from ollama_spec.models.manifest import DIGEST, TooLarge, read_small
+from ollama_spec.models.names import ModelRef, parse_model_name
+from ollama_spec.models.store import blob_path, find_store_root
+from ollama_spec.pull.writer import Blob, StoreWriter
+
+log = logging.getLogger("ollama_spec.pull")
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What `delete_model` removed: the model (as stored), its manifest, and the blobs no one else named."""
+
+    name: str
+    manifest: Path
+    removed: tuple[str, ...]  # digests whose blob was deleted
+    kept: tuple[str, ...]  # digests still named by another manifest (or in use by a pull)
+
+
+def stored_name(name: str, models_dir: str | None = None) -> str:
+    """The model's name as the store spells it (`Llama3` finds `llama3:latest`); ModelNotFound if none."""
+    writer, ref = _writer(models_dir), parse_model_name(name)
+    return _existing(writer, ref, name)[1].display
+
+
+def delete_model(name: str, models_dir: str | None = None) -> Deleted:
+    """Remove `name`'s manifest, then every blob it named that no remaining manifest names."""
+    writer = _writer(models_dir)
+    path, ref = _existing(writer, parse_model_name(name), name)
+    digests = _named_digests(path) or set()  # an unreadable manifest is removed all the same
+    with writer.writing():
+        path.unlink()
+        _prune_empty(path.parent, writer.path / "manifests")
+    still_named = _digests_in_use(writer.path / "manifests")
+    if still_named is None:
+        log.warning("kept every blob of %s: a manifest in %s could not be read", ref.display, writer.path)
+        return Deleted(ref.display, path, (), tuple(sorted(digests)))
+    removed, kept = [], []
+    for digest in sorted(digests):
+        if digest in still_named or not _remove_blob(writer, digest):
+            kept.append(digest)
+        else:
+            removed.append(digest)
+    return Deleted(ref.display, path, tuple(removed), tuple(kept))
+
+
+def copy_model(source: str, destination: str, models_dir: str | None = None) -> str:
+    """Write `destination`'s manifest as a copy of `source`'s (the same blobs); return its stored name.
+
+    An existing destination is replaced, as Ollama replaces it; a name that differs only in case
+    replaces the stored spelling."""
+    writer = _writer(models_dir)
+    source_path, _ = _existing(writer, parse_model_name(source), source)
+    target = parse_model_name(destination)
+    target_path = writer.manifest_path(target)
+    stored = ModelRef(*target_path.relative_to(writer.path / "manifests").parts)
+    if target_path == source_path:
+        return stored.display
+    try:
+        data = read_small(source_path)
+    except TooLarge:
+        raise InvalidManifest(f"{source}: its manifest {source_path} is too large to be a manifest") from None
+    except OSError as exc:
+        raise InvalidManifest(f"{source}: its manifest {source_path} cannot be read ({exc.strerror or exc})") from None
+    writer.prepare(target)
+    writer.write_manifest(target, data)
+    return stored.display
+
+
+def _writer(models_dir: str | None) -> StoreWriter:
+    return StoreWriter(find_store_root(models_dir))
+
+
+def _existing(writer: StoreWriter, ref: ModelRef, name: str) -> tuple[Path, ModelRef]:
+    """The manifest file of `ref` matched case-insensitively, and the name as stored."""
+    path = writer.manifest_path(ref)
+    if not path.is_file():
+        raise ModelNotFound(f"model '{name}' not found in {writer.path} (from {writer.root.source})")
+    return path, ModelRef(*path.relative_to(writer.path / "manifests").parts)
+
+
+def _named_digests(path: Path) -> set[str] | None:
+    """The well-formed digests a manifest's layers and config name; None when it cannot be read.
+
+    A file that is not JSON names nothing (as Ollama, which skips corrupt manifests)."""
+    try:
+        doc = json.loads(read_small(path))
+    except (ValueError, RecursionError, TooLarge):
+        return set()
+    except OSError:
+        return None
+    if not isinstance(doc, dict):
+        return set()
+    layers = doc.get("layers") if isinstance(doc.get("layers"), list) else []
+    entries = [*layers, doc.get("config")]
+    return {
+        DIGEST.fullmatch(entry["digest"]).group(1)
+        for entry in entries
+        if isinstance(entry, dict) and isinstance(entry.get("digest"), str) and DIGEST.fullmatch(entry["digest"])
+    }
+
+
+def _digests_in_use(manifests: Path) -> set[str] | None:
+    """Every digest any file under `manifests/` names; None when a folder or a file cannot be read."""
+    named: set[str] = set()
+    try:
+        for folder, _, files in os.walk(manifests, onerror=_raise):
+            for file in files:
+                digests = _named_digests(Path(folder) / file)
+                if digests is None:
+                    return None
+                named |= digests
+    except OSError:
+        return None
+    return named
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
+def _remove_blob(writer: StoreWriter, hex_digest: str) -> bool:
+    """Delete one blob unless a pull holds its lock right now; True when it is gone."""
+    blob = Blob(f"sha256:{hex_digest}", 0)
+    lock = FileLock(str(writer.lock_path(blob)), mode=0o666)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return False
+    try:
+        path = blob_path(writer.path, blob.digest)
+        with writer.writing():
+            path.unlink(missing_ok=True)
+        return True
+    finally:
+        lock.release()
+
+
+def _prune_empty(folder: Path, manifests: Path) -> None:
+    """Remove `folder` and the folders above it that are left empty, up to (not including) `manifests/`."""
+    while folder != manifests and manifests in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another tag), or gone
+            return
+        folder = folder.parent

@@ -1,0 +1,142 @@
+"""Ollama's store routes that act: /api/pull (through `ollama-spec pull`'s machinery, its progress
+streamed), /api/delete and /api/copy (pull/edits), answered as Ollama's routes.go answers them.
+
+From the server's state these use only `models_dir` (the store, None: as `pull` finds it),
+`store_changed()` (after a write that succeeded) and `await unload(name)` (before a model's files go).
+Errors are `{"error": "..."}` in one line; they never leave the store half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter
+from fastapi import Request as HTTPRequest
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from ollama_spec.errors import InvalidModelName, ModelNotFound, OllamaSpecError, StoreNotFound, one_line
+from ollama_spec.models.names import parse_model_name
+from ollama_spec.pull.api_events import pull_events
+from ollama_spec.pull.edits import copy_model, delete_model, stored_name
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.framing import ndjson
+from ollama_spec.server.ollama.manage_protocol import CopyRequest, DeleteRequest, PullModelRequest
+
+router = APIRouter()
+Body = TypeVar("Body", bound=BaseModel)
+SUCCESS = {"status": "success"}
+
+
+def _answered(route: Callable[[HTTPRequest], Awaitable[Response]]) -> Callable[[HTTPRequest], Awaitable[Response]]:
+    """The routes' one error boundary: a refusal or an OllamaSpecError becomes `{"error": ...}`."""
+
+    @functools.wraps(route)
+    async def answer(http_request: HTTPRequest) -> Response:
+        try:
+            return await route(http_request)
+        except Refused as exc:
+            return _error(exc.status, exc.message)
+        except OllamaSpecError as exc:  # a pull's before its first line (Ollama's status: 500), a store's
+            return _error(400 if isinstance(exc, InvalidModelName) else 500, str(exc))
+
+    return answer
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, one_line(message)
+
+
+@router.post("/api/pull")
+@_answered
+async def pull(http_request: HTTPRequest) -> Response:
+    """Stream the pull's progress (NDJSON) unless `stream` is false: then its last object, or its error."""
+    state, body = http_request.app.state.server, await _read(http_request, PullModelRequest)
+    parse_model_name(body.asked)
+    events = pull_events(body.asked, insecure=body.insecure, models_dir=state.models_dir)
+    first = await anext(events)  # an error before any progress is the answer's status, as Ollama's
+    if body.stream:
+        return ndjson(_streamed(first, events, state))
+    last = first
+    async for last in _noticed(first, events, state):
+        pass
+    return JSONResponse(last)
+
+
+async def _noticed(first: dict, events: AsyncIterator[dict], state: Any) -> AsyncIterator[dict]:
+    """The events with `first` in front; the server is told of the new model before "success" goes out."""
+    yield _note(first, state)
+    async for chunk in events:
+        yield _note(chunk, state)
+
+
+def _note(chunk: dict, state: Any) -> dict:
+    if chunk == SUCCESS:
+        state.store_changed()
+    return chunk
+
+
+async def _streamed(first: dict, events: AsyncIterator[dict], state: Any) -> AsyncIterator[dict]:
+    """A failure after the first line becomes the stream's last line, `{"error": ...}`."""
+    try:
+        async for chunk in _noticed(first, events, state):
+            yield chunk
+    except OllamaSpecError as exc:
+        raise ApiError(500, str(exc)) from None
+    finally:
+        await events.aclose()  # a client that hangs up stops the pull
+
+
+@router.delete("/api/delete")
+@_answered
+async def delete(http_request: HTTPRequest) -> Response:
+    """Unload the model, remove its manifest, then the blobs no other manifest names. 200 with no body."""
+    state, body = http_request.app.state.server, await _read(http_request, DeleteRequest)
+    try:
+        name = await asyncio.to_thread(stored_name, body.asked, state.models_dir)
+        await state.unload(name)
+        await asyncio.to_thread(delete_model, name, state.models_dir)
+    except (ModelNotFound, StoreNotFound):
+        raise Refused(404, f"model '{body.asked}' not found") from None  # Ollama's words (its quotes, too)
+    state.store_changed()
+    return Response(status_code=200)
+
+
+@router.post("/api/copy")
+@_answered
+async def copy(http_request: HTTPRequest) -> Response:
+    """A second name for a model: a new manifest naming the same blobs. 200 with no body."""
+    state, body = http_request.app.state.server, await _read(http_request, CopyRequest)
+    for kind, value in (("source", body.source), ("destination", body.destination)):
+        try:
+            parse_model_name(value)
+        except InvalidModelName:
+            raise Refused(400, f'{kind} "{value}" is invalid') from None
+    try:
+        await asyncio.to_thread(copy_model, body.source, body.destination, state.models_dir)
+    except (ModelNotFound, StoreNotFound):
+        raise Refused(404, f'model "{body.source}" not found') from None
+    state.store_changed()
+    return Response(status_code=200)
+
+
+async def _read(http_request: HTTPRequest, model: type[Body]) -> Body:
+    """The JSON body as `model`; refused as Ollama refuses it ("missing request body" included)."""
+    raw = await http_request.body()
+    if not raw.strip():
+        raise Refused(400, "missing request body")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise Refused(400, f"{where}: {error['msg']}" if where else f"invalid request body: {error['msg']}") from None
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": one_line(message)}, status_code=status)
