@@ -73,6 +73,10 @@ class TestServer:
                 outer._record(self, "POST")
                 outer.handle(self, "POST")
 
+            def do_DELETE(self):
+                outer._record(self, "DELETE")
+                outer.handle(self, "DELETE")
+
         self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()

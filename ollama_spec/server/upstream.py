@@ -1,0 +1,249 @@
+"""In front of a running Ollama (`serve --upstream URL`): what ollama-spec does not serve goes to the
+daemon unchanged, streams included, and a model the daemon holds is unloaded there before it loads here.
+
+Clients keep one address: `/api/tags` lists ours first, then the daemon's (`merge_tags`), and every
+other request the server does not answer itself is `forward`ed: method, path, query, body and headers
+as they came (less the hop-by-hop ones and Host), the answer relayed chunk by chunk as the daemon
+sends it, so NDJSON and SSE streams arrive as they are made. A daemon that is down is a 502 with one
+line, in the shape of the API that was called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+
+import httpx
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ollama_spec.config import ollama_var
+from ollama_spec.errors import InvalidModelName, one_line
+from ollama_spec.models.names import parse_model_name
+from ollama_spec.pull.daemon import Daemon, probe_daemon
+
+log = logging.getLogger("ollama_spec.server")
+
+# RFC 9110 §7.6.1's hop-by-hop fields, and what the client library sets for the new hop itself.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+PROBE_TIMEOUT = 2.0  # seconds for /api/tags and /api/ps: a daemon answers them in milliseconds
+CONNECT_TIMEOUT = 5.0  # a forwarded request may then wait as long as the daemon takes (a model loading)
+UNLOAD_WAIT = 15.0  # seconds to wait for the daemon to let go of a model it was asked to unload
+DEFAULT_PORT = "11434"
+
+
+class Upstream:
+    """The Ollama daemon at `base_url`, over one `httpx.AsyncClient` (close it with `aclose`)."""
+
+    def __init__(self, base_url: str, client: httpx.AsyncClient | None = None):
+        self.base_url = base_url.rstrip("/")
+        self._client = client or httpx.AsyncClient(
+            base_url=self.base_url, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT)
+        )
+
+    async def tags(self) -> list[dict]:
+        """The daemon's `/api/tags` models; [] (with a warning in the log) when it does not answer."""
+        try:
+            answer = await self._client.get("/api/tags", timeout=PROBE_TIMEOUT)
+            answer.raise_for_status()
+            models = answer.json().get("models")
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            log.warning("the Ollama daemon at %s did not list its models (%s)", self.base_url, _why(exc))
+            return []
+        return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+    async def forward(self, http_request: Request, body: bytes) -> Response:
+        """`http_request` (its `body` already read) sent on to the daemon; the answer streamed back."""
+        url = httpx.URL(path=http_request.url.path, query=http_request.url.query.encode())
+        headers = [(k, v) for k, v in http_request.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        request = self._client.build_request(http_request.method, url, headers=headers, content=body)
+        try:
+            answer = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            message = f"the Ollama daemon at {self.base_url} does not answer ({_why(exc)})"
+            log.warning("%s: %s %s not forwarded", message, http_request.method, http_request.url.path)
+            return bad_gateway(http_request.url.path, message)
+        relayed = StreamingResponse(
+            self._relay(answer), status_code=answer.status_code, background=BackgroundTask(answer.aclose)
+        )
+        relayed.raw_headers = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        return relayed
+
+    async def _relay(self, answer: httpx.Response) -> AsyncIterator[bytes]:
+        """The daemon's bytes as they come (still encoded: Content-Encoding is passed on with them)."""
+        try:
+            async for chunk in answer.aiter_raw():
+                yield chunk
+        except httpx.HTTPError as exc:  # the status line is out: the answer can only stop short
+            log.warning("the Ollama daemon at %s broke off an answer (%s)", self.base_url, _why(exc))
+        finally:
+            await answer.aclose()
+
+    async def unload_if_loaded(self, name: str) -> bool:
+        """If the daemon holds `name` (its /api/ps), ask it to unload it (keep_alive 0) and wait until it
+        has; True when it was held and is gone."""
+        held = await self._held(name)
+        if held is None:
+            return False
+        try:
+            answer = await self._client.post("/api/generate", json={"model": held, "keep_alive": 0}, timeout=60)
+            answer.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.warning("the Ollama daemon at %s did not unload %s (%s)", self.base_url, held, _why(exc))
+            return False
+        log.info("asked the Ollama daemon at %s to unload %s", self.base_url, held)
+        deadline = time.monotonic() + UNLOAD_WAIT
+        while await self._held(name) is not None:  # its runner stops a moment after the answer
+            if time.monotonic() > deadline:
+                log.warning("the Ollama daemon at %s still holds %s after %.0f s", self.base_url, held, UNLOAD_WAIT)
+                return False
+            await asyncio.sleep(0.2)
+        return True
+
+    async def _held(self, name: str) -> str | None:
+        """The name the daemon lists `name` under in /api/ps, or None (not held, or no answer)."""
+        try:
+            answer = await self._client.get("/api/ps", timeout=PROBE_TIMEOUT)
+            answer.raise_for_status()
+            models = answer.json().get("models") or []
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+        wanted = name_key(name)
+        for model in models if isinstance(models, list) else []:
+            listed = (model.get("model") or model.get("name")) if isinstance(model, dict) else None
+            if isinstance(listed, str) and name_key(listed) == wanted:
+                return listed
+        return None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def merge_tags(ours: list[dict], theirs: list[dict]) -> list[dict]:
+    """Our /api/tags models first, then the daemon's that we do not list (names compared as Ollama's)."""
+    seen = {name_key(_name(m)) for m in ours}
+    merged = list(ours)
+    for model in theirs:
+        key = name_key(_name(model))
+        if key not in seen:
+            seen.add(key)
+            merged.append(model)
+    return merged
+
+
+def name_key(name: str) -> tuple[str, ...]:
+    """A model name compared as Ollama compares it: defaults filled in, case folded."""
+    try:
+        return tuple(part.lower() for part in parse_model_name(name).manifest_parts)
+    except InvalidModelName:
+        return (name.strip().lower(),)
+
+
+def _name(model: Mapping) -> str:
+    name = model.get("name") or model.get("model")
+    return name if isinstance(name, str) else ""
+
+
+def bad_gateway(path: str, message: str) -> JSONResponse:
+    """502 in the shape of the API that was called: OpenAI's error object under /v1/, else Ollama's."""
+    message = one_line(message)
+    if path.startswith("/v1/"):
+        body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    else:
+        body = {"error": message}
+    return JSONResponse(body, status_code=502)
+
+
+def ollama_host_url(value: str) -> str:
+    """OLLAMA_HOST as Ollama's envconfig.Host() reads it: scheme http unless given, port 11434 unless
+    given (80/443 with an explicit http/https), `ollama.com` over https; e.g. `0.0.0.0` ->
+    `http://0.0.0.0:11434`, `:8080` -> `http://127.0.0.1:8080`."""
+    text = value.strip().strip("\"'").strip()
+    scheme, sep, hostport = text.partition("://")
+    default_port = DEFAULT_PORT
+    if not sep:
+        scheme, hostport = ("https", "ollama.com:443") if text == "ollama.com" else ("http", text)
+    elif scheme in ("http", "https"):
+        default_port = "80" if scheme == "http" else "443"
+    hostport, _, path = hostport.partition("/")
+    split = _split_host_port(hostport)
+    if split is None:
+        host, port = "127.0.0.1", default_port
+        try:
+            host = str(ipaddress.ip_address(hostport.strip("[]")))
+        except ValueError:
+            host = hostport or host
+    else:
+        host, port = split
+    if not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        port = default_port
+    host = host or "127.0.0.1"  # Go dials ":8080" as the local machine
+    joined = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"{scheme}://{joined}" + (f"/{path}" if path else "")
+
+
+def _split_host_port(hostport: str) -> tuple[str, str] | None:
+    """Go's net.SplitHostPort: `host:port` or `[v6]:port`; None where it fails (no port, bare IPv6)."""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0 or hostport[end + 1 : end + 2] != ":":
+            return None
+        return hostport[1:end], hostport[end + 2 :]
+    host, sep, port = hostport.rpartition(":")
+    return None if not sep or ":" in host else (host, port)
+
+
+def default_upstream(own_host: str, own_port: int, environ: Mapping[str, str] | None = None) -> str | None:
+    """The daemon `serve` puts itself in front of by default: OLLAMA_HOST (as Ollama reads it) when an
+    Ollama daemon answers there and it is not this server's own address; else None."""
+    url = ollama_host_url(ollama_var("OLLAMA_HOST", environ))
+    if is_own_address(url, own_host, own_port):
+        return None
+    return url if probe_daemon(url) is Daemon.OLLAMA else None  # another ollama-spec: no forwarding loops
+
+
+def is_own_address(url: str, own_host: str, own_port: int) -> bool:
+    """Whether `url` reaches a server bound to `own_host`:`own_port` on this machine."""
+    parsed = httpx.URL(url)
+    if parsed.port != own_port:
+        return False
+    host, own = parsed.host.strip("[]").lower(), own_host.strip("[]").lower()
+    return host == own or (_local(host) and _local(own))
+
+
+def _local(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer in time"
+    if isinstance(exc, httpx.ConnectError):
+        return "nothing answers there"
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    return one_line(str(exc)) or type(exc).__name__
