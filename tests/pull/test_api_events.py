@@ -75,9 +75,7 @@ def test_a_listener_that_leaves_stops_the_pull(registry, tmp_path):
         await asyncio.sleep(1.0)
 
     asyncio.run(leave_early())
-    requests = len(registry.requests)
-    time.sleep(0.5)
-    assert len(registry.requests) == requests  # nothing new asked once the listener left
+    assert registry.inflight == 0  # the download was cut off, not left to finish (about three seconds)
     assert not (tmp_path / "manifests" / registry.host).exists()
 
 

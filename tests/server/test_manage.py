@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -167,3 +168,16 @@ def test_ollamas_own_client(served, registry, tmp_path):
         list(client.pull(f"{registry.host}/library/missing", insecure=True, stream=True))
     with pytest.raises(ollama.ResponseError, match="not found"):
         client.copy("missing", "other")
+
+
+def test_a_client_that_hangs_up_stops_the_pull(served, registry, tmp_path):
+    served.state.models_dir = str(tmp_path)
+    registry.behaviour.delay = 0.05  # the model blob would take about three seconds
+    name = f"{registry.host}/library/tiny-target"
+    with httpx.stream("POST", f"{served.url}/api/pull", json={"model": name, "insecure": True}, timeout=30) as answer:
+        for line in answer.iter_lines():
+            if json.loads(line).get("completed"):
+                break
+    time.sleep(1.0)
+    assert registry.inflight == 0  # the download was cut off, not left to finish (about three seconds)
+    assert not (tmp_path / "manifests" / registry.host).exists() and served.state.calls == []
