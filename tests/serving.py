@@ -18,6 +18,13 @@ def running_server(engine, **settings):
     """Yield (base URL, ServerState) of a live server over `engine`; stop it afterwards."""
     settings = {"sampling": SamplingSettings(temperature=0)} | settings
     state = ServerState(engine, ServerSettings(**settings))
+    with _serving(state) as url:
+        yield url, state
+
+
+@contextmanager
+def _serving(state):
+    """Serve `state` on 127.0.0.1 (a free port) in a thread; yield the base URL."""
     sock = bind("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     server = build_server(state, log_level="warning")
@@ -28,12 +35,12 @@ def running_server(engine, **settings):
         assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
         time.sleep(0.02)
     try:
-        yield url, state
+        yield url
     finally:
         server.should_exit = True
-        state.worker.cancel_all()
+        state.cancel_all()
         thread.join(30)
-        state.worker.close()
+        state.close()
         sock.close()
 
 
@@ -54,3 +61,19 @@ def get(url: str, **kwargs) -> httpx.Response:
 
 def post(url: str, **kwargs) -> httpx.Response:
     return httpx.post(url, timeout=60, **kwargs)
+
+
+@contextmanager
+def running_store(models_dir, scheduler=None, max_queue: int = 8, **pairs):
+    """Yield (base URL, ServerState) of a live server over the whole store at `models_dir`, its models
+    loaded on demand (`scheduler`: SchedulerSettings; `pairs`: StorePairs' fields); stop it afterwards."""
+    from ollama_spec.server.pairs import StorePairs
+    from ollama_spec.server.scheduler import Scheduler, SchedulerSettings
+    from tests.conftest import engine_settings
+
+    pairs = {"engine": engine_settings(parallel=1)} | pairs
+    store = StorePairs(models_dir=str(models_dir), **pairs)
+    settings = ServerSettings(sampling=SamplingSettings(temperature=0), max_queue=max_queue)
+    state = ServerState(None, settings, Scheduler(store, scheduler or SchedulerSettings(), None, max_queue))
+    with _serving(state) as url:
+        yield url, state

@@ -54,6 +54,11 @@ COMMANDS = {
         "pair",
         "Check that DRAFT can speculate for TARGET (same vocabulary rules as llama.cpp).",
     ),
+    "ps": (
+        "ollama_spec.cli.running",
+        "ps",
+        "List the models a running serve holds in memory, as `ollama ps` does, with their drafts.",
+    ),
     "pull": (
         "ollama_spec.cli.pull",
         "pull",
@@ -67,9 +72,10 @@ COMMANDS = {
     "serve": (
         "ollama_spec.cli.serve",
         "serve",
-        "Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.",
+        "Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs; without TARGET, the whole store.",
     ),
     "show": ("ollama_spec.cli.inspect", "show", "Show a model's blob, manifest layers and GGUF header."),
+    "stop": ("ollama_spec.cli.running", "stop", "Unload MODEL from a running serve now, as `ollama stop` does."),
     "vllm": (
         "ollama_spec.cli.vllm",
         "vllm",

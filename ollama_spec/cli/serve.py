@@ -1,8 +1,9 @@
-"""`ollama-spec serve`: the pair behind OpenAI- and Ollama-compatible HTTP APIs."""
+"""`ollama-spec serve`: the store's models (or one pinned pair) behind OpenAI- and Ollama-compatible HTTP APIs."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import click
 
@@ -20,13 +21,24 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.settings import Options, engine_settings, server_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
 from ollama_spec.engine.engine import Engine
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.backends import discover_devices
 from ollama_spec.llama.log import set_verbose
-from ollama_spec.models.resolve import resolve_model, template_warning
-from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE, DEFAULT_PORT
+from ollama_spec.models.modelfile import load_modelfile
+from ollama_spec.models.resolve import ResolvedModel, resolve_model, template_warning
+from ollama_spec.server import ServerState
+from ollama_spec.server.core.keep_alive import parse_keep_alive
+from ollama_spec.server.core.settings import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PORT,
+    ServerSettings,
+)
 
 
 @click.command()
-@click.argument("target")
+@click.argument("target", required=False)
 @preset_option
 @speculation_options
 @sampling_options
@@ -55,7 +67,40 @@ from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTE
     type=int,
     default=DEFAULT_MAX_QUEUE,
     show_default=True,
-    help="Requests that may wait for a free slot; more get HTTP 503 with Retry-After.",
+    envvar="OLLAMA_MAX_QUEUE",
+    help="Requests that may wait for a free slot; more get HTTP 503 with Retry-After [env: OLLAMA_MAX_QUEUE].",
+)
+@click.option(
+    "--pair",
+    "pairs",
+    multiple=True,
+    metavar="TARGET=DRAFT",
+    help="Without TARGET: the draft for one target (DRAFT may be 'ngram'); repeatable. Others get their "
+    "preset's, their manifest's or the store's best compatible draft.",
+)
+@click.option(
+    "--preset",
+    "presets",
+    multiple=True,
+    metavar="MODELFILE",
+    help="Without TARGET: a Modelfile (or a shipped preset's name) for the model it is FROM: its DRAFT, "
+    "PARAMETER and SYSTEM lines; repeatable.",
+)
+@click.option("--no-draft", is_flag=True, help="Without TARGET: serve every target alone.")
+@click.option(
+    "--keep-alive",
+    envvar="OLLAMA_KEEP_ALIVE",
+    default="5m",
+    show_default=True,
+    help="Without TARGET: how long a model stays loaded after its last request (0: unload at once; "
+    "negative: forever); a request's keep_alive wins [env: OLLAMA_KEEP_ALIVE].",
+)
+@click.option(
+    "--max-loaded",
+    type=click.IntRange(min=0),
+    envvar="OLLAMA_MAX_LOADED_MODELS",
+    default=0,
+    help="Without TARGET: models loaded at once (0: 3 per GPU) [env: OLLAMA_MAX_LOADED_MODELS].",
 )
 @click.option(
     "--max-body",
@@ -81,12 +126,19 @@ from ollama_spec.server.core.settings import DEFAULT_HOST, DEFAULT_MAX_BODY_BYTE
 def serve(
     context: click.Context, target, preset, draft, host, port, verbose, models_dir, **_
 ) -> None:  # **_: see Options
-    """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs.
+    """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs; without TARGET, the whole store.
 
-    Loads the pair once (after the memory check) and answers /v1/chat/completions,
-    /v1/completions, /v1/responses, /v1/embeddings, /v1/models, /api/chat, /api/generate,
-    /api/embed, /api/tags, /api/show, /api/ps; any model name a client sends is answered by this
-    pair. JSON output (Ollama's format, OpenAI's response_format) is kept to by a grammar.
+    Without TARGET, as Ollama does: /api/tags and /v1/models list every model of the store that can
+    run, a model loads on its first request (which waits for it), stays for its keep_alive, and idle
+    ones are unloaded, least recently used first, when a new one does not fit. Each target gets its
+    draft from --pair, --preset, its manifest's draft layer or the store's best compatible draft, and
+    its context as Ollama picks it (num_ctx, else $OLLAMA_CONTEXT_LENGTH, else 4k/32k/256k by GPU
+    memory; never above what the model was trained on; lowered until the pair fits).
+
+    With TARGET (or -f), that pair loads once (after the memory check) and answers every model name.
+    Routes: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models,
+    /api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps. JSON output (Ollama's
+    format, OpenAI's response_format) is kept to by a grammar.
     Up to --parallel requests run at once, each in a slot of its own, their draft and verify passes
     batched together; a request goes to the slot that holds most of its prompt (a chat's next turn
     evaluates only the new tokens), and prefixes that lose their slot are kept in host RAM. Sampling
@@ -95,29 +147,95 @@ def serve(
 
     \b
     Examples:
+      ollama-spec serve   # every model of the store, loaded as asked for
+      ollama-spec serve --pair llama3.1:70b=llama3.2:1b --keep-alive 30m
       ollama-spec serve llama3.1:70b --draft llama3.2:1b
       ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
       ollama-spec serve qwen2.5-coder:32b -d ngram   # draftless prompt lookup
       ollama-spec serve -f llama3.3-70b   # a shipped preset: target, draft and parameters
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
     """
-    from ollama_spec.server import ServerState
     from ollama_spec.server import serve as run_server
     from ollama_spec.server.run import bind
 
     set_verbose(verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    options = Options.of(context)
+    if target is None:
+        state = store_state(options, models_dir)
+        sock = bind(host, port)
+        try:
+            run_server(state, sock)
+        finally:
+            sock.close()
+        return
+    for name in ("pairs", "presets", "no_draft"):
+        if options[name]:
+            raise click.UsageError(f"--{name.rstrip('s').replace('_', '-')} is for serve without a TARGET")
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
     draft_model = resolve_draft(draft, models_dir, target_model)
-    options = Options.of(context)
     settings = server_settings(target_model.params, options)
     sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
-        engine_config = engine_settings(target_model.params, options)
+        engine_config = pinned_engine_settings(target_model, draft_model, options, settings)
         with Engine(target_model, draft_model, engine_config, notice=notice) as engine:
             engine.costs.prepare(settings.speculation)  # before /health answers: not on the first request
             run_server(ServerState(engine, settings), sock)
     finally:
         sock.close()
+
+
+def pinned_engine_settings(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):
+    """The loading flags, the context chosen as Ollama chooses it and lowered until the pair fits."""
+    from ollama_spec.server.pairs import PairPlan, fit_context
+
+    engine_config = engine_settings(target.params, options)
+    given = target.params.get("num_ctx")
+    flag = options["ctx"]
+    devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])
+    pair = PairPlan(target.name, target, draft, "", settings, engine_config)
+    fitted = fit_context(pair, given, devices, notes, flag=flag).engine
+    return replace(engine_config, n_ctx=fitted.n_ctx)
+
+
+def store_state(options: Options, models_dir: str | None) -> ServerState:
+    """The state of a server over the whole store: its models loaded as they are asked for."""
+    from ollama_spec.server.pairs import StorePairs
+    from ollama_spec.server.scheduler import Scheduler, SchedulerSettings
+
+    if options["draft"]:
+        raise click.UsageError("--draft needs a TARGET; without one, give --pair TARGET=DRAFT")
+    pairs = {}
+    for text in options["pairs"]:
+        name, sep, draft = text.partition("=")
+        if not sep or not name.strip() or not draft.strip():
+            raise click.UsageError(f"--pair takes TARGET=DRAFT, got {text!r}")
+        pairs[name.strip()] = draft.strip()
+    presets = {}
+    for path in options["presets"]:
+        modelfile = load_modelfile(path)
+        presets[modelfile.model] = modelfile
+    settings = server_settings({}, options)
+
+    def defaults(model: ResolvedModel, proposer: str | None) -> ServerSettings:
+        own = server_settings(model.params, options)
+        return replace(own, speculation=replace(own.speculation, proposer=proposer or "draft"))
+
+    store = StorePairs(
+        models_dir=models_dir,
+        pairs=pairs,
+        presets=presets,
+        no_draft=options["no_draft"],
+        engine=engine_settings({}, options),
+        ctx=options["ctx"],
+        defaults=defaults,
+        overlay=apply_preset,
+    )
+    try:
+        keep_alive = parse_keep_alive(options["keep_alive"])
+    except InvalidSetting as exc:
+        raise InvalidSetting(f"--keep-alive: {exc}") from None
+    scheduler = Scheduler(store, SchedulerSettings(keep_alive, options["max_loaded"]), None, settings.max_queue)
+    return ServerState(None, settings, scheduler)

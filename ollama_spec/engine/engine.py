@@ -65,6 +65,44 @@ class EngineSettings:
             raise InvalidSetting(f"--parallel must be at least 1, got {self.parallel}")
 
 
+def slot_choices(target: ResolvedModel, settings: EngineSettings) -> list[int]:
+    """The slot counts to try, most first: --parallel, else AUTO_PARALLEL down to 1; one for a recurrent
+    target (its state cannot be cut back per sequence as a KV cache can)."""
+    if is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture):
+        return [1]
+    return [settings.parallel] if settings.parallel else list(range(AUTO_PARALLEL, 0, -1))
+
+
+def plan_pair(
+    target: ResolvedModel,
+    draft: ResolvedModel | None,
+    settings: EngineSettings,
+    slots: int,
+    devices,
+    notes=(),
+    repack: bool | None = None,
+    placement: Placement | None = None,
+) -> MemoryPlan:
+    """The memory plan the engine makes before loading, for `slots` sequences of n_ctx tokens each
+    (the server's scheduler plans with it too, against the memory its loaded pairs leave)."""
+    placement = settings.placement if placement is None else placement
+    return plan_memory(
+        target.loaded_info,
+        draft.loaded_info if draft else None,
+        settings.n_ctx,
+        settings.kv_type,
+        devices,
+        notes=notes,
+        repack=decide_repack(settings.repack).enabled if repack is None else repack,
+        features=backends.cpu_features(),
+        flash_attention=None if settings.flash_attention == "auto" else settings.flash_attention == "on",
+        tensor_split=placement.tensor_split,
+        remote=remote_devices(placement.rpc_servers),
+        main_device=placement.main_device,
+        n_seq=slots,
+    )
+
+
 class Engine:
     """A loaded target and optional draft. Incompatible drafts are refused before any load."""
 
@@ -84,9 +122,7 @@ class Engine:
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
         self.placement = settings.placement
-        # a recurrent state cannot be cut back per sequence as a KV cache can: one slot, as before
-        one_slot = is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
-        asked = [1] if one_slot else [settings.parallel] if settings.parallel else range(AUTO_PARALLEL, 0, -1)
+        asked = slot_choices(target, settings)
         self.slots = asked[0]
         if settings.memory_check:
             devices, notes = backends.discover_devices()
@@ -130,22 +166,7 @@ class Engine:
 
     def _plan(self, target: ResolvedModel, draft: ResolvedModel | None, devices, notes) -> MemoryPlan:
         """The memory plan for both models with `self.slots` sequences of n_ctx tokens each."""
-        settings = self.settings
-        return plan_memory(
-            target.loaded_info,
-            draft.loaded_info if draft else None,
-            settings.n_ctx,
-            settings.kv_type,
-            devices,
-            notes=notes,
-            repack=self.repack.enabled,
-            features=backends.cpu_features(),
-            flash_attention=None if settings.flash_attention == "auto" else settings.flash_attention == "on",
-            tensor_split=self.placement.tensor_split,
-            remote=remote_devices(self.placement.rpc_servers),
-            main_device=self.placement.main_device,
-            n_seq=self.slots,
-        )
+        return plan_pair(target, draft, self.settings, self.slots, devices, notes, self.repack.enabled, self.placement)
 
     def _load(
         self, model: ResolvedModel, gpu_layers: int, placement: Placement = Placement(), *, window_cache: bool = False

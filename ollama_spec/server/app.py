@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ollama_spec import __version__
 from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
 from ollama_spec.server.core.errors import ApiError, openai_error
-from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.core.state import HELD, ServerState
 from ollama_spec.server.metrics import CONTENT_TYPE
 from ollama_spec.server.ollama import embeddings as ollama_embeddings
 from ollama_spec.server.ollama import generate, models
@@ -42,7 +42,9 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
-        return {"status": "ok", "model": state.model_name, "waiting": state.worker.waiting}
+        if state.pinned is not None:
+            return {"status": "ok", "model": state.model_name, "waiting": state.waiting}
+        return {"status": "ok", "loaded": [served.name for served in state.loaded()], "waiting": state.waiting}
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -66,6 +68,7 @@ def create_app(state: ServerState) -> FastAPI:
         return error_response(request.url.path, exc.status_code, str(exc.detail))
 
     # innermost first: each add_middleware wraps what was added before it
+    app.add_middleware(Leases, state=state)
     app.add_middleware(JsonBodies)
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)  # outside JsonBodies, which buffers
     if state.settings.api_key:
@@ -200,6 +203,25 @@ def _lone_surrogate_in(body: bytes) -> tuple | None:
         return lone_surrogate_at(json.loads(body))
     except ValueError:  # not JSON: the route answers that
         return None
+
+
+class Leases:
+    """The pairs a request acquired stay held until its whole answer is sent (a stream too), so that no
+    eviction or expiry unloads a model under a request; then their keep_alive starts counting."""
+
+    def __init__(self, app: ASGIApp, state: ServerState):
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        held: list = []
+        token = HELD.set(held)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            HELD.reset(token)
+            await self.state.release_all(held)
 
 
 class BearerAuth:

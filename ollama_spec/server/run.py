@@ -50,22 +50,20 @@ def bind(host: str, port: int) -> socket.socket:
 
 def build_server(state: ServerState, log_level: str = "info") -> _Server:
     config = uvicorn.Config(create_app(state), log_level=log_level, timeout_graceful_shutdown=10, lifespan="off")
-    return _Server(config, state.worker.cancel_all)
+    return _Server(config, state.cancel_all)
 
 
 def serve(state: ServerState, sock: socket.socket, log_level: str = "info") -> None:
     """Serve on `sock` until a signal; the worker is closed afterwards."""
     server = build_server(state, log_level)
     host, port = sock.getsockname()[:2]
-    log.info(
-        "serving %s on http://%s:%d (OpenAI API at /v1, Ollama API at /api), %d slot%s",
-        state.model_name,
-        host,
-        port,
-        state.worker.slots,
-        "" if state.worker.slots == 1 else "s",
-    )
+    if state.pinned is not None:
+        slots = state.pinned.worker.slots
+        what = f"{state.model_name}, {slots} slot{'' if slots == 1 else 's'},"
+    else:
+        what = f"the models of {state.scheduler.pairs.store().path} as they are asked for"
+    log.info("serving %s on http://%s:%d (OpenAI API at /v1, Ollama API at /api)", what, host, port)
     try:
         server.run(sockets=[sock])
     finally:
-        state.worker.close()
+        state.close()

@@ -124,6 +124,12 @@ class Worker:
         with self._lock:
             return max(len(self._jobs) - self.slots, 0)
 
+    @property
+    def busy(self) -> int:
+        """Jobs running or waiting: 0 when the engine is idle."""
+        with self._lock:
+            return len(self._jobs)
+
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
         job = Job(request, asyncio.get_running_loop(), label)

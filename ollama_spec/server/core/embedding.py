@@ -7,11 +7,11 @@ import numpy as np
 
 from ollama_spec.llama.embedding import normalized
 from ollama_spec.server.core.errors import ApiError
-from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.core.loaded import Served
 
 
 async def embed_all(
-    state: ServerState, inputs: list, truncate: bool, dimensions: int | None, *, fit_dimensions: bool = False
+    state: Served, inputs: list, truncate: bool, dimensions: int | None, *, fit_dimensions: bool = False
 ) -> tuple[list[np.ndarray], int]:
     """Each input (text, or token ids) embedded and normalized, cut to `dimensions` first if asked
     (`fit_dimensions`: Ollama's way, a size that is not less than the vector's leaves it whole)."""

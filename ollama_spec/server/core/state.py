@@ -1,101 +1,137 @@
-"""The server's state: the loaded pair (the engine), the worker that runs it, the settings and the metrics."""
+"""The server's state: the pairs it serves (one pinned pair, or the store's models loaded on demand by the
+scheduler), the settings and the metrics. Routes ask `await state.acquire(name, keep_alive)` for the
+pair that answers a name, and use what it gives them (core/loaded.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import contextvars
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING
 
 from ollama_spec.engine.engine import Engine, Request, Result
-from ollama_spec.errors import OllamaSpecError
-from ollama_spec.server.core import speculation
-from ollama_spec.server.core.errors import ApiError, failure
-from ollama_spec.server.core.request import Asked, build_request
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.keep_alive import parse_keep_alive
+from ollama_spec.server.core.loaded import Served
+from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.settings import ServerSettings
 from ollama_spec.server.metrics import Metrics
-from ollama_spec.server.worker import Job, QueueFull, Worker
 
-log = logging.getLogger("ollama_spec.server")
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from ollama_spec.models.resolve import ResolvedModel
+    from ollama_spec.server.scheduler import Scheduler
+
+# The pairs the current HTTP request holds: set by the Leases middleware, released when its answer ends.
+HELD: contextvars.ContextVar[list[Served] | None] = contextvars.ContextVar("held", default=None)
 
 
-@dataclass
 class ServerState:
-    """The loaded pair and everything the routes share."""
+    """What the routes share. With an `engine`: that pair, pinned, answers every model name (serve
+    TARGET). Without: `scheduler` loads the store's models as they are asked for (serve)."""
 
-    engine: Engine
-    settings: ServerSettings
-    worker: Worker = field(init=False)
-    metrics: Metrics = field(init=False)
-    started: float = field(default_factory=time.time)
+    def __init__(self, engine: Engine | None, settings: ServerSettings, scheduler: Scheduler | None = None):
+        assert (engine is None) != (scheduler is None), "a pinned engine or a scheduler"
+        self.settings = settings
+        self.scheduler = scheduler
+        self.started = time.time()
+        self.metrics = Metrics(lambda: self.waiting)
+        if scheduler is not None:
+            scheduler.metrics = self.metrics
+        self.pinned = Served(engine, settings, self.metrics, pinned=True) if engine is not None else None
+        # the store root as resolve_model takes it (None: $OLLAMA_MODELS, then the defaults)
+        self.models_dir: str | None = scheduler.pairs.models_dir if scheduler is not None else None
 
-    def __post_init__(self) -> None:
-        self.metrics = Metrics(lambda: self.worker.waiting)
-        self.worker = Worker(self.engine, self.settings.max_queue, self._finished)
+    # --- one pinned pair: what `serve TARGET` and the tests' running_server hold ------------------
+
+    @property
+    def engine(self) -> Engine:
+        return self._only().engine
+
+    @property
+    def worker(self):
+        return self._only().worker
 
     @property
     def model_name(self) -> str:
-        """The name responses report: the first --served-model-name, else the target's Ollama name."""
-        return self.settings.aliases[0] if self.settings.aliases else self.engine.target_model.name
-
-    @property
-    def model_names(self) -> list[str]:
-        return list(dict.fromkeys([self.engine.target_model.name, *self.settings.aliases]))
-
-    @property
-    def proposer_name(self) -> str | None:
-        return speculation.proposer_name(self.engine, self.settings.speculation)
-
-    def build_request(self, asked: Asked) -> Request:
-        """The checked engine Request for `asked` (request.py)."""
-        return build_request(self.engine, self.settings, asked)
-
-    async def prepare(self, asked: Asked) -> Request:
-        """build_request on a thread: a chat template renders there, bounded (prompting/sandbox.py), and
-        a slow one never holds up the event loop, so every other route keeps answering."""
-        return await asyncio.to_thread(self.build_request, asked)
+        return self.pinned.model_name if self.pinned else "ollama-spec"
 
     def summary(self, result: Result) -> dict:
-        """The `speculation` extension field every response carries."""
-        return speculation.summary(self.engine, self.settings.speculation, result)
+        return self._only().summary(result)
 
-    def submit(self, request: Request, route: str) -> Job:
-        """Queue the request; 503 when the queue is full."""
-        try:
-            return self.worker.submit(request, route)
-        except QueueFull as exc:
-            self.metrics.rejected.inc()
-            raise ApiError.busy(exc) from None
+    def build_request(self, asked: Asked) -> Request:
+        return self._only().build_request(asked)
 
-    async def call(self, work: Callable[[], T]) -> T:
-        """Run other work on the engine (an embedding) in the same queue; its error as an HTTP error."""
-        try:
-            return await self.worker.call(work)
-        except OllamaSpecError as exc:
-            if isinstance(exc, QueueFull):
-                self.metrics.rejected.inc()
-            raise failure(exc) from None
+    def _only(self) -> Served:
+        if self.pinned is None:
+            raise AttributeError("this server loads models on demand: ask state.acquire(name) for one")
+        return self.pinned
 
-    def _finished(self, job: Job, result: Result) -> None:
-        """Count the request and log one line: what the speculation did for it."""
-        spec = result.speculation
-        self.metrics.record(result)
-        self.metrics.requests.labels(job.label, result.finish_reason).inc()
-        log.info(
-            "%s: %d prompt tokens (%d cached), %d generated in %.2f s, %.1f tok/s, finish %s; "
-            "drafted %d, accepted %d (%.0f%%), %.2f tokens per target pass",
-            job.label,
-            result.prompt_tokens,
-            spec.prompt_cached,
-            len(result.tokens),
-            result.total_seconds,
-            result.tokens_per_second,
-            result.finish_reason,
-            spec.drafted,
-            spec.accepted,
-            100 * spec.acceptance_rate,
-            spec.mean_accepted_per_step,
-        )
+    # --- what every route asks ------------------------------------------------------------------------
+
+    async def acquire(self, name: str, keep_alive: float | str | None = None) -> Served:
+        """The pair that answers `name`, loaded first if need be (the first request waits for the load;
+        others for the same model share it). Held until the HTTP answer ends, streams included."""
+        if self.pinned is not None:
+            served = self.pinned
+        else:
+            try:
+                seconds = None if keep_alive is None else parse_keep_alive(keep_alive)
+            except InvalidSetting as exc:
+                raise ApiError(400, str(exc), "keep_alive") from None
+            served = await self.scheduler.acquire(name, seconds)
+        held = HELD.get()
+        if held is not None:
+            held.append(served)
+        elif self.pinned is None:  # no middleware (a direct call): the keep_alive counts from now
+            await self.scheduler.release(served)
+        return served
+
+    async def release_all(self, held: list[Served]) -> None:
+        """The answer that held these ended."""
+        for served in held:
+            if self.scheduler is not None and not served.pinned:
+                await self.scheduler.release(served)
+
+    def loaded(self) -> list[Served]:
+        """The pairs in memory now."""
+        if self.pinned is not None:
+            return [self.pinned]
+        return list(self.scheduler.loaded.values())
+
+    def runnable(self) -> list[ResolvedModel]:
+        """The models clients may ask for, as /api/tags and /v1/models list them."""
+        if self.pinned is not None:
+            return [self.pinned.engine.target_model]
+        return self.scheduler.pairs.runnable()
+
+    @property
+    def waiting(self) -> int:
+        return sum(served.worker.waiting for served in self.loaded())
+
+    # --- hooks for the store's writers (the management routes) ---------------------------------------
+
+    def store_changed(self) -> None:
+        """The store was written (a pull, a delete, a copy): list its models afresh."""
+        if self.scheduler is not None:
+            self.scheduler.pairs.changed()
+
+    async def unload(self, name: str) -> bool:
+        """Unload `name` if it is loaded (after its running requests); False if it was not. A pinned pair
+        stays: False."""
+        if self.scheduler is None:
+            return False
+        return await self.scheduler.unload(name)
+
+    # --- shutdown --------------------------------------------------------------------------------------
+
+    def cancel_all(self) -> None:
+        """Stop every generation (a signal: the streams end now)."""
+        for served in self.loaded():
+            served.worker.cancel_all()
+
+    def close(self) -> None:
+        """Stop the workers and unload what the scheduler loaded (a pinned engine is its owner's to close)."""
+        if self.pinned is not None:
+            self.pinned.close()
+        else:
+            self.scheduler.shutdown()

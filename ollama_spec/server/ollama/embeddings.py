@@ -18,11 +18,12 @@ router = APIRouter()
 @router.post("/api/embed")
 async def embed(body: EmbedRequest, http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
+    served = await state.acquire(body.model, body.keep_alive)
     texts = [body.input] if isinstance(body.input, str) else body.input
     if not any(texts):  # Ollama's way to load an embedding model: nothing to embed
         return {"model": body.model, "embeddings": []}
     started = time.perf_counter()
-    vectors, n_tokens = await embed_all(state, texts, body.truncate, body.dimensions, fit_dimensions=True)
+    vectors, n_tokens = await embed_all(served, texts, body.truncate, body.dimensions, fit_dimensions=True)
     return {
         "model": body.model,
         "embeddings": [v.tolist() for v in vectors],
@@ -35,7 +36,8 @@ async def embed(body: EmbedRequest, http_request: HTTPRequest) -> dict:
 @router.post("/api/embeddings")
 async def embeddings(body: EmbeddingsRequest, http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
+    served = await state.acquire(body.model, body.keep_alive)
     if not body.prompt:
         return {"embedding": []}  # as Ollama answers an empty prompt
-    vector, _ = await state.call(lambda: state.engine.embed(body.prompt))
+    vector, _ = await served.call(lambda: served.engine.embed(body.prompt))
     return {"embedding": vector.tolist()}

@@ -15,6 +15,7 @@ from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server.core.answer import AnswerParts, answer_parts
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import ndjson
+from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.logprobs import scored
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.state import ServerState
@@ -39,11 +40,12 @@ MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes th
 @router.post("/api/chat")
 async def chat(body: ChatRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    if not body.messages:  # Ollama's way to load a model: nothing to generate
-        return final(body.model, {"message": {"role": "assistant", "content": ""}}, body.load_reason)
+    if not body.messages:  # Ollama's way to load a model (or with keep_alive 0 to unload it)
+        return final(body.model, {"message": {"role": "assistant", "content": ""}}, await _load(state, body))
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = await state.prepare(
+    served = await state.acquire(body.model, body.keep_alive)
+    request = await served.prepare(
         Asked(
             messages=[m.to_chat() for m in body.messages],
             grammar=body.grammar(),
@@ -54,7 +56,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
             **Options.from_map(body.options).asked(),
         )
     )
-    job = state.submit(request, "/api/chat")
+    job = served.submit(request, "/api/chat")
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
         message = {"role": "assistant", "content": text} | ({"thinking": thought} if thought else {})
@@ -69,10 +71,10 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         return {"message": message}
 
     if body.stream:
-        return ndjson(_chunks(state, body, job, answer_parts(state.engine, request), piece))
+        return ndjson(_chunks(served, body, job, answer_parts(served.engine, request), piece))
     result = await run_to_end(job, http_request)
-    thought, text, calls = answer_parts(state.engine, request).whole(result.text)
-    return _finished(state, body, piece(text, thought, calls) | _logprobs(state, body, result), result)
+    thought, text, calls = answer_parts(served.engine, request).whole(result.text)
+    return _finished(served, body, piece(text, thought, calls) | _logprobs(served, body, result), result)
 
 
 @router.post("/api/generate")
@@ -80,11 +82,12 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     if body.raw and (body.template or body.system or body.context):
         raise ApiError(400, "raw mode does not support template, system, or context")  # Ollama's words
-    if not body.prompt:  # Ollama's way to load a model: nothing to generate
-        return final(body.model, {"response": ""}, body.load_reason)
+    if not body.prompt:  # Ollama's way to load a model (or with keep_alive 0 to unload it)
+        return final(body.model, {"response": ""}, await _load(state, body))
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    request = await state.prepare(
+    served = await state.acquire(body.model, body.keep_alive)
+    request = await served.prepare(
         Asked(
             prompt=body.prompt,
             system=body.system,
@@ -94,12 +97,12 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
             logprobs=body.logprob_count,
             think=body.thinks,
             suffix=body.suffix or None,
-            tokens=_templated(state, body),
+            tokens=_templated(served, body),
             truncate=body.truncate,
             **Options.from_map(body.options).asked(),
         )
     )
-    job = state.submit(request, "/api/generate")
+    job = served.submit(request, "/api/generate")
     prompt = request.tokens
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
@@ -109,13 +112,25 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return {} if body.raw else {"context": [*prompt, *result.tokens]}
 
     if body.stream:
-        return ndjson(_chunks(state, body, job, answer_parts(state.engine, request), piece, ending))
+        return ndjson(_chunks(served, body, job, answer_parts(served.engine, request), piece, ending))
     result = await run_to_end(job, http_request)
-    thought, text, _ = answer_parts(state.engine, request).whole(result.text)
-    return _finished(state, body, piece(text, thought) | ending(result) | _logprobs(state, body, result), result)
+    thought, text, _ = answer_parts(served.engine, request).whole(result.text)
+    return _finished(served, body, piece(text, thought) | ending(result) | _logprobs(served, body, result), result)
 
 
-def _templated(state: ServerState, body: GenerateRequest) -> list[int]:
+async def _load(state: ServerState, body: InferenceRequest) -> str:
+    """A request with nothing to generate: load the model ("load"), or with keep_alive 0 unload it
+    ("unload"), as Ollama answers both. A pinned pair is never unloaded."""
+    if body.load_reason == "unload":
+        if state.pinned is None:
+            await state.scheduler.canonical(body.model)  # an unknown model is a 404, loaded or not
+            await state.unload(body.model)
+        return "unload"
+    await state.acquire(body.model, body.keep_alive)
+    return "load"
+
+
+def _templated(state: Served, body: GenerateRequest) -> list[int]:
     """The prompt through the request's own template, as tokens; none without one."""
     if not body.template:
         return []
@@ -131,11 +146,11 @@ def _templated(state: ServerState, body: GenerateRequest) -> list[int]:
     return state.engine.templated_tokens(text)
 
 
-def _logprobs(state: ServerState, body: InferenceRequest, result: Result) -> dict:
+def _logprobs(state: Served, body: InferenceRequest, result: Result) -> dict:
     return {"logprobs": scored(state.engine.target, result.scored)} if body.logprobs else {}
 
 
-def _finished(state: ServerState, body: InferenceRequest, fields: dict, result: Result) -> dict:
+def _finished(state: Served, body: InferenceRequest, fields: dict, result: Result) -> dict:
     return finished(body.model, fields, result, state.summary(result))
 
 
@@ -153,7 +168,7 @@ async def unsupported(action: str):
 
 
 async def _chunks(
-    state: ServerState,
+    state: Served,
     body: InferenceRequest,
     job: Job,
     parts: AnswerParts,

@@ -1,11 +1,14 @@
 """Ollama's model routes: /api/tags, /api/show, /api/ps, /api/version, /api/pull and the "Ollama is
-running" probe, all answered by the one loaded pair. Field names follow Ollama's api/types.go."""
+running" probe: the store's runnable models (or the one pinned pair), and what is loaded. Field names
+follow Ollama's api/types.go."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
@@ -15,11 +18,13 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import PlainTextResponse
 
 from ollama_spec import __version__
+from ollama_spec.errors import OllamaSpecError, one_line
 from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import ndjson
+from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.ollama.protocol import PullRequest, ShowRequest, iso
 
@@ -27,6 +32,7 @@ router = APIRouter()
 
 # The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
 OLLAMA_API_VERSION = "0.12.0"
+FOREVER = "2099-01-01T00:00:00Z"
 
 
 @router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
@@ -42,10 +48,18 @@ async def version() -> dict:
 @router.api_route("/api/tags", methods=["GET", "HEAD"])
 async def tags(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
-    capabilities = _capabilities(state, state.engine.target_model.info)
+    if state.pinned is not None:
+        model = state.pinned.engine.target_model
+        capabilities = _capabilities(state.pinned, model.info)
+        return {
+            "models": [_model_entry(model, name) | {"capabilities": capabilities} for name in state.pinned.model_names]
+        }
+    loaded = {served.name: served for served in state.loaded()}
+    models = await asyncio.to_thread(state.runnable)
     return {
         "models": [
-            _model_entry(state.engine.target_model, name) | {"capabilities": capabilities} for name in state.model_names
+            _model_entry(model, model.name) | {"capabilities": _capabilities(loaded.get(model.name), model.info)}
+            for model in models
         ]
     }
 
@@ -53,37 +67,43 @@ async def tags(http_request: HTTPRequest) -> dict:
 @router.api_route("/api/ps", methods=["GET", "HEAD"])
 async def ps(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
-    engine = state.engine
-    entry = _model_entry(engine.target_model, state.model_name)
+    return {"models": [_running(served) for served in state.loaded()]}
+
+
+def _running(served: Served) -> dict:
+    """One loaded pair as Ollama's /api/ps lists it, with its draft and why."""
+    engine = served.engine
     pair = [(engine.target_model, engine.target, bool(engine.placement.rpc_servers))]
     if engine.draft_model is not None and engine.draft is not None:
         pair.append((engine.draft_model, engine.draft, False))
-    # loaded until the server stops: a far expiry, as Ollama shows for keep_alive -1
-    return {
-        "models": [
-            entry
-            | {
-                "size": sum(model.info.file_size for model, _, _ in pair),
-                "size_vram": sum(_on_gpu(*loaded) for loaded in pair),
-                "expires_at": "2099-01-01T00:00:00Z",
-                "context_length": engine.target.n_ctx,
-            }
-        ]
+    expires = time.time() + served.keep_alive if served.users else served.expires_at
+    return _model_entry(engine.target_model, served.model_name) | {
+        "size": sum(model.info.file_size for model, _, _ in pair),
+        "size_vram": sum(_on_gpu(*loaded) for loaded in pair),
+        # kept forever (a pinned pair, keep_alive -1): a far expiry, as Ollama shows one
+        "expires_at": iso(datetime.fromtimestamp(expires, timezone.utc)) if math.isfinite(expires) else FOREVER,
+        "context_length": engine.target.n_ctx,
+        "draft": {"model": served.proposer_name, "reason": served.draft_why or None},
     }
 
 
-def _capabilities(state: ServerState, info) -> list[str]:
+def _capabilities(served: Served | None, info) -> list[str]:
     """What Ollama's clients check before they offer tools or thinking, or embed. As Ollama says it: an
     embedding model (pooling_type in its header) is "embedding" alone, any other "completion" (and
     never "embedding", which sends `ollama run` into embedding mode; /api/embed works anyway). Tools
-    work with any chat template here: one without a place for them gets them in the system message."""
+    work with any chat template here: one without a place for them gets them in the system message.
+    Fill in the middle: the loaded vocabulary's markers, else the header's."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
+    if served is not None:
+        insert = served.engine.target.fill_in_the_middle_tokens() is not None
+    else:
+        insert = all(f"tokenizer.ggml.fim_{part}_token_id" in info.metadata for part in ("pre", "suf", "mid"))
     return [
         "completion",
         *(["tools"] if info.chat_template else []),
         *(["thinking"] if template_thinks(info.chat_template) else []),
-        *(["insert"] if state.engine.target.fill_in_the_middle_tokens() else []),
+        *(["insert"] if insert else []),
     ]
 
 
@@ -123,9 +143,22 @@ def _on_gpu(model: ResolvedModel, loaded: LoadedModel, remote: bool) -> int:
 @router.api_route("/api/show", methods=["GET", "POST"])
 async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> dict:
     state: ServerState = http_request.app.state.server
-    if body is not None and not (body.model or body.name):
+    name = body.model or body.name if body is not None else None
+    if (body is not None or state.pinned is None) and not name:
         raise ApiError(400, "model is required", "model")  # Ollama's words; a GET without a body shows the pair
-    model = state.engine.target_model
+    served = state.pinned
+    if served is None:
+        key = await state.scheduler.canonical(name)
+        served = next((s for s in state.loaded() if s.name == key), None)
+    if served is not None:
+        model, draft, why = served.engine.target_model, served.proposer_name, served.draft_why
+        capabilities, k = _capabilities(served, served.engine.target_model.info), served.settings.speculation
+    else:
+        try:
+            model, draft, why = await asyncio.to_thread(state.scheduler.pairs.describe, key)
+        except OllamaSpecError as exc:
+            raise ApiError(400, one_line(str(exc))) from None
+        capabilities, k = _capabilities(None, model.info), None
     info = model.info
     pairs = [
         (key, value)
@@ -148,12 +181,13 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
             f"{info.architecture}.block_count": info.block_count,
             f"{info.architecture}.embedding_length": info.embedding_length,
         },
-        "capabilities": _capabilities(state, info),
+        "capabilities": capabilities,
         "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape)} for t in info.tensors],
         "modified_at": _mtime(model),
         "speculation": {
-            "draft": state.proposer_name,
-            "num_speculative_tokens": state.settings.speculation.num_speculative_tokens,
+            "draft": draft,
+            "draft_reason": why or None,
+            "num_speculative_tokens": k.num_speculative_tokens if k is not None else None,
         },
     }
 

@@ -152,7 +152,7 @@ class InferenceRequest(NullsAsDefaults):
     model_config = ConfigDict(extra="ignore")
 
     model: str
-    keep_alive: int | float | str | None = None  # the pair stays loaded; 0 with nothing to do asks to unload
+    keep_alive: int | float | str | None = None  # how long the model stays loaded after this request
     stream: bool = True
     options: dict[str, Any] | None = None  # Options, typed by Options.from_map as Ollama types them
     format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
@@ -179,7 +179,7 @@ class InferenceRequest(NullsAsDefaults):
     @property
     def load_reason(self) -> str:
         """A request with nothing to generate: Ollama's way to load a model, or with keep_alive 0 to
-        unload it (answered as Ollama does; the served pair stays loaded)."""
+        unload it."""
         unload = str(self.keep_alive).strip().rstrip("smh") in ("0", "0.0") if self.keep_alive is not None else False
         return "unload" if unload else "load"
 
@@ -228,9 +228,10 @@ class PullRequest(BaseModel):
 
 
 class EmbedRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # options, keep_alive
+    model_config = ConfigDict(extra="ignore")  # options
 
     model: str
+    keep_alive: int | float | str | None = None
     input: str | list[str] = Field(default_factory=list)
     truncate: bool = True
     dimensions: int | None = None  # used only between 0 and the vector's size, as Ollama does
@@ -240,6 +241,7 @@ class EmbeddingsRequest(BaseModel):  # the older route: one prompt, a vector as 
     model_config = ConfigDict(extra="ignore")
 
     model: str
+    keep_alive: int | float | str | None = None
     prompt: str = ""
 
 
@@ -248,7 +250,7 @@ def finished(model: str, fields: dict, result: Result, speculation: dict) -> dic
     ns = 1_000_000_000
     return final(model, fields, DONE_REASONS[result.finish_reason]) | {
         "total_duration": int(result.total_seconds * ns),
-        "load_duration": 0,  # loaded once, when the server started
+        "load_duration": 0,  # a load is not timed per request
         "prompt_eval_count": result.prompt_tokens,
         "prompt_eval_duration": int(result.first_token_seconds * ns),
         "eval_count": len(result.tokens),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -34,24 +35,30 @@ router = APIRouter(prefix="/v1")
 async def list_models(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
     created = int(state.started)
+    if state.pinned is not None:
+        names = state.pinned.model_names
+    else:
+        names = [model.name for model in await asyncio.to_thread(state.runnable)]
     return {
         "object": "list",
-        "data": [
-            {"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"} for name in state.model_names
-        ],
+        "data": [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"} for name in names],
     }
 
 
 @router.get("/models/{model:path}")
 async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
-    """One model's card: any name is answered by the loaded pair (as the completion routes do)."""
+    """One model's card: any name is answered by a pinned pair (as the completion routes do); the store's
+    names otherwise."""
     state: ServerState = http_request.app.state.server
+    if state.pinned is None:
+        model = await state.scheduler.canonical(model)
     return {"id": model, "object": "model", "created": int(state.started), "owned_by": "ollama-spec"}
 
 
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
+    served = await state.acquire(body.model)
     text_only(body.messages)
     limit, name = (
         (body.max_completion_tokens, "max_completion_tokens")
@@ -63,39 +70,39 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     if forced:
         sampling["grammar"] = forced
     top = (body.top_logprobs or 0) if body.logprobs else None
-    request = await state.prepare(
+    request = await served.prepare(
         Asked(
             messages=[m.to_chat() for m in body.messages],
             max_tokens=limit,
             max_tokens_name=name,
             tools=tools,
             logprobs=top,
-            think=think_if_able(state.engine, body.think()),
+            think=think_if_able(served.engine, body.think()),
             **sampling,
         )
     )
-    target = state.engine.target
+    target = served.engine.target
     scores = None if top is None else lambda tokens: {"content": scored(target, tokens), "refusal": None}
-    meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": state.model_name}
+    meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": served.model_name}
     if body.stream:
         one_stream(body.n)
         opening = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-        job = state.submit(request, "/v1/chat/completions")
+        job = served.submit(request, "/v1/chat/completions")
         return sse(
             chunks(
-                state,
+                served,
                 job,
                 meta | {"object": "chat.completion.chunk"},
                 _delta,
                 body.include_usage,
                 opening,
-                answer_parts(state.engine, request),
+                answer_parts(served.engine, request),
                 scores,
             )
         )
 
     def choice(result: Result) -> tuple[dict, str | None]:
-        thought, text, calls = answer_parts(state.engine, request).whole(
+        thought, text, calls = answer_parts(served.engine, request).whole(
             result.text, cut=result.finish_reason == "length"
         )
         message = {"role": "assistant", "content": text or None if calls else text} | reasoning(thought)
@@ -103,8 +110,8 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
             message["tool_calls"] = tool_calls(calls)
         return {"message": message, "logprobs": scores(result.scored) if scores else None}, calls_finish(calls, result)
 
-    results = await run_all(state, http_request, copies(request, body.n), "/v1/chat/completions")
-    return answers(state, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)
+    results = await run_all(served, http_request, copies(request, body.n), "/v1/chat/completions")
+    return answers(served, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)
 
 
 def _delta(text: str) -> dict:

@@ -32,13 +32,14 @@ COMPLETIONS_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's r
 @router.post("/completions")
 async def completions(body: CompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
+    served = await state.acquire(body.model)
     prompts = each_input(body.prompt)
     if not prompts or any(not prompt for prompt in prompts if not isinstance(prompt, str)):
         raise ApiError(400, "prompt is empty: give a text, a list of texts, or token ids", "prompt")
     if len(prompts) * body.n > MAX_CHOICES:
         raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
     body.check()
-    target = state.engine.target
+    target = served.engine.target
     if any(not 0 <= t < target.n_vocab for prompt in prompts if not isinstance(prompt, str) for t in prompt):
         raise ApiError(400, f"token ids must be in 0..{target.n_vocab - 1} (this model's own vocabulary)", "prompt")
     if body.suffix and any(not isinstance(prompt, str) for prompt in prompts):
@@ -46,7 +47,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
             400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens", "suffix"
         )
     requests = [
-        await state.prepare(
+        await served.prepare(
             Asked(
                 prompt=prompt if isinstance(prompt, str) else "",
                 tokens=() if isinstance(prompt, str) else prompt,
@@ -64,7 +65,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     meta = {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "created": int(time.time()),
-        "model": state.model_name,
+        "model": served.model_name,
         "object": "text_completion",
     }
 
@@ -78,17 +79,17 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
 
     if body.stream:
         one_stream(len(requests) * body.n)
-        job = state.submit(requests[0], "/v1/completions")
+        job = served.submit(requests[0], "/v1/completions")
         opening = {"index": 0, **_text(prompts[0]), "finish_reason": None} if body.echo else None
-        return sse(chunks(state, job, meta, _text, body.include_usage, opening, scores=scores()))
+        return sse(chunks(served, job, meta, _text, body.include_usage, opening, scores=scores()))
     runs = [copy for request in requests for copy in copies(request, body.n)]  # prompt by prompt, as OpenAI orders
-    results = await run_all(state, http_request, runs, "/v1/completions")
+    results = await run_all(served, http_request, runs, "/v1/completions")
     echoed = [prompt if body.echo else "" for prompt in prompts for _ in range(body.n)]
     choices = [
         (_text(echo + r.text) | {"logprobs": score(r.scored) if (score := scores()) else None}, None)
         for echo, r in zip(echoed, results)
     ]
-    return answers(state, meta, choices, results, body.n)
+    return answers(served, meta, choices, results, body.n)
 
 
 def _text(text: str) -> dict:

@@ -18,7 +18,8 @@ router = APIRouter(prefix="/v1")
 @router.post("/embeddings")
 async def embeddings(body: EmbeddingsRequest, http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
-    vectors, n_tokens = await embed_all(state, each_input(body.input), True, body.dimensions)
+    served = await state.acquire(body.model)
+    vectors, n_tokens = await embed_all(served, each_input(body.input), True, body.dimensions)
     data = [
         {"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
         for i, v in enumerate(vectors)
@@ -26,7 +27,7 @@ async def embeddings(body: EmbeddingsRequest, http_request: HTTPRequest) -> dict
     return {
         "object": "list",
         "data": data,
-        "model": state.model_name,
+        "model": served.model_name,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     }
 

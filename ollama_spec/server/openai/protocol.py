@@ -17,9 +17,9 @@ from ollama_spec.engine.engine import Request, Result
 from ollama_spec.prompting.messages import ChatMessage, ToolCall
 from ollama_spec.server.core.answer import AnswerParts
 from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.protocol import NullsAsDefaults, ToolCallIn, chat_role
 from ollama_spec.server.core.request import json_grammar, offer_tools
-from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.core.stream import answer_stream, run_to_end
 from ollama_spec.server.worker import Job
 
@@ -251,7 +251,7 @@ def copies(request: Request, n: int) -> list[Request]:
     ]
 
 
-async def run_all(state: ServerState, http_request: HTTPRequest, requests: list[Request], route: str) -> list[Result]:
+async def run_all(state: Served, http_request: HTTPRequest, requests: list[Request], route: str) -> list[Result]:
     """Each request run to its end, one after another (a client that leaves cancels the one running)."""
     return [await run_to_end(state.submit(request, route), http_request) for request in requests]
 
@@ -283,7 +283,7 @@ def calls_finish(calls: list[ToolCall], result: Result) -> str | None:
 
 
 def answers(
-    state: ServerState, meta: dict, choices: list[tuple[dict, str | None]], results: list[Result], n: int = 1
+    state: Served, meta: dict, choices: list[tuple[dict, str | None]], results: list[Result], n: int = 1
 ) -> dict:
     """Several choices in one answer (n per prompt): usage counts each prompt once and every completion."""
     counted = usage(results[0])
@@ -310,7 +310,7 @@ def usage(result: Result) -> dict:
 
 
 async def chunks(
-    state: ServerState,
+    state: Served,
     job: Job,
     meta: dict,
     choice: Callable[[str], dict],

@@ -24,6 +24,7 @@ from ollama_spec.prompting.messages import ChatMessage, ToolCall
 from ollama_spec.server.core.answer import AnswerParts, answer_parts
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import sse_events
+from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.protocol import NullsAsDefaults, chat_role, tool_arguments
 from ollama_spec.server.core.request import Asked, json_grammar, offer_tools
 from ollama_spec.server.core.state import ServerState
@@ -153,9 +154,10 @@ class ResponsesRequest(NullsAsDefaults):
 @router.post("/responses")
 async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
+    served = await state.acquire(body.model)
     own = body.grammar()
     tools, forced = body.offered_tools(own is not None)
-    request = await state.prepare(
+    request = await served.prepare(
         Asked(
             messages=body.messages(),
             max_tokens=body.max_output_tokens,
@@ -167,15 +169,15 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
             tools=tools,
         )
     )
-    job = state.submit(request, "/v1/responses")
+    job = served.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
-    opening = _response(state, body, ids, "in_progress")
+    opening = _response(served, body, ids, "in_progress")
     if body.stream:
-        return sse_events(_events(state, body, ids, job, opening, answer_parts(state.engine, request)))
+        return sse_events(_events(served, body, ids, job, opening, answer_parts(served.engine, request)))
     result = await run_to_end(job, http_request)
-    thought, text, calls = answer_parts(state.engine, request).whole(result.text, cut=result.finish_reason == "length")
+    thought, text, calls = answer_parts(served.engine, request).whole(result.text, cut=result.finish_reason == "length")
     return _response(
-        state,
+        served,
         body,
         ids,
         _status(result, calls),
@@ -216,7 +218,7 @@ def _message(ids: dict, text: str, status: str) -> dict:
 
 
 def _response(
-    state: ServerState,
+    state: Served,
     body: ResponsesRequest,
     ids: dict,
     status: str,
@@ -276,7 +278,7 @@ def _response(
 
 
 async def _events(
-    state: ServerState, body: ResponsesRequest, ids: dict, job: Job, opening: dict, parts: AnswerParts
+    state: Served, body: ResponsesRequest, ids: dict, job: Job, opening: dict, parts: AnswerParts
 ) -> AsyncIterator[dict]:
     """The Responses event sequence, as OpenAI streams it: a text message opened with its first text,
     then each function call, then the final response (a thinking model's thinking comes whole, as a

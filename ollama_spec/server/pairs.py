@@ -1,0 +1,221 @@
+"""The store as `serve` without a TARGET serves it: which models can run, and for a requested name the
+pair to load (its draft, and why), its context (Ollama's rule, lowered until the pair fits) and its
+request defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from ollama_spec.engine.engine import EngineSettings, plan_pair, slot_choices
+from ollama_spec.errors import IncompatibleDraft, InsufficientMemory, OllamaSpecError, one_line
+from ollama_spec.llama.backends import llama_cpp_knows
+from ollama_spec.models.compat import require_compatible
+from ollama_spec.models.drafts import best_draft, find_drafts
+from ollama_spec.models.modelfile import Modelfile
+from ollama_spec.models.resolve import ResolvedModel, resolve_model, stored_draft_model
+from ollama_spec.models.store import Store, StoredModel, find_store_root
+from ollama_spec.models.usable import require_usable, usability_problems
+from ollama_spec.planning.context import choose_context, lower_context
+from ollama_spec.planning.devices import Device
+from ollama_spec.planning.memory import MemoryPlan, ensure_fits
+from ollama_spec.server.core.settings import ServerSettings
+
+log = logging.getLogger("ollama_spec.server")
+NGRAM = "ngram"
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """What to load for one name: the target (a preset laid over it), its draft and why, the engine's
+    settings (the context chosen, the slots that fit) and the requests' defaults."""
+
+    name: str
+    target: ResolvedModel
+    draft: ResolvedModel | None
+    draft_why: str
+    settings: ServerSettings
+    engine: EngineSettings
+    ctx_why: str = ""
+    plan: MemoryPlan | None = None
+
+
+def request_defaults(model: ResolvedModel, proposer: str | None) -> ServerSettings:
+    """The defaults when the command gives none: the model's stop strings, Ollama's sampling, and n-gram
+    lookup when that is the pair's proposer."""
+    from ollama_spec.decoding.loop import SpeculationSettings
+
+    stops = tuple(s for s in model.params.get("stop", []) if isinstance(s, str))
+    return ServerSettings(stop=stops, speculation=SpeculationSettings(proposer=proposer or "draft"))
+
+
+def preset_overlay(model: ResolvedModel, preset: Modelfile) -> ResolvedModel:
+    """A preset's parameters and SYSTEM over the model's own (the CLI lays the whole preset: targets.apply_preset)."""
+    system = preset.system if preset.system is not None else model.system
+    return dataclasses.replace(model, params={**model.params, **preset.parameters}, system=system)
+
+
+@dataclass
+class StorePairs:
+    """The store's models and how each is served. `pairs`: --pair TARGET=DRAFT (DRAFT may be "ngram");
+    `presets`: -f presets by the name of the model they are FROM; `defaults(model, proposer)`: a model's
+    request defaults (the command's flags over its params); `engine`: the loading flags, `ctx` --ctx."""
+
+    models_dir: str | None = None
+    pairs: Mapping[str, str] = field(default_factory=dict)
+    presets: Mapping[str, Modelfile] = field(default_factory=dict)
+    no_draft: bool = False
+    engine: EngineSettings = field(default_factory=lambda: EngineSettings(parallel=None))
+    ctx: int | None = None
+    defaults: Callable[[ResolvedModel, str | None], ServerSettings] = request_defaults
+    overlay: Callable[[ResolvedModel, Modelfile], ResolvedModel] = preset_overlay
+    _cache: dict = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        # names as the store spells them, so `TINY-TARGET` and `tiny-target:latest` find the same entry
+        self.pairs = {self.canonical(target): draft for target, draft in self.pairs.items()}
+        self.presets = {self.canonical(target): preset for target, preset in self.presets.items()}
+
+    def store(self) -> Store:
+        return Store(find_store_root(self.models_dir))
+
+    def canonical(self, name: str) -> str:
+        """The stored name for `name` (ModelNotFound when the store has none)."""
+        return self.store().resolve(name).name
+
+    def changed(self) -> None:
+        """The store was written: read the models again."""
+        with self._lock:
+            self._cache.clear()
+
+    def runnable(self) -> list[ResolvedModel]:
+        """Every model in the store that can run as a target here (a broken manifest, a cloud model, a file
+        llama.cpp cannot load are left out), headers read once per manifest version."""
+        found = []
+        store = self.store()
+        for stored in store.models():
+            if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
+                continue
+            model = self._resolved(store, stored)
+            if model is not None:
+                found.append(model)
+        return found
+
+    def _resolved(self, store: Store, stored: StoredModel) -> ResolvedModel | None:
+        try:
+            key = (str(stored.manifest_path), stored.manifest_path.stat().st_mtime_ns)
+        except OSError:
+            return None
+        with self._lock:
+            if key in self._cache:
+                return self._cache[key]
+        try:
+            model = resolve_model(stored.name, store=store)
+            model = None if usability_problems(model.info, llama_cpp_knows) else model
+        except OllamaSpecError:
+            model = None
+        with self._lock:
+            self._cache[key] = model
+        return model
+
+    def plan(self, name: str, devices: Sequence[Device], notes: Sequence[str] = ()) -> PairPlan:
+        """The pair to load for the stored `name`, its context chosen for `devices` (the whole machine,
+        or the scheduler's budget); UnusableModel, IncompatibleDraft or InsufficientMemory when it cannot run."""
+        store = self.store()
+        target = resolve_model(name, store=store)
+        preset = self.presets.get(target.name)
+        if preset is not None:
+            target = self.overlay(target, preset)
+        require_usable(target.name, target.info, "target", llama_cpp_knows)
+        draft, proposer, why = self._draft(store, target, preset)
+        settings = self.defaults(target, proposer)
+        return fit_context(
+            PairPlan(target.name, target, draft, why, settings, self.engine),
+            given=_num_ctx(target),
+            flag=self.ctx,
+            devices=devices,
+            notes=notes,
+        )
+
+    def describe(self, name: str) -> tuple[ResolvedModel, str | None, str]:
+        """What /api/show says of a model without loading it: the target (its preset laid over it), its
+        draft's name (or "ngram", or None) and why."""
+        store = self.store()
+        target = resolve_model(name, store=store)
+        preset = self.presets.get(target.name)
+        if preset is not None:
+            target = self.overlay(target, preset)
+        draft, proposer, why = self._draft(store, target, preset)
+        return target, draft.name if draft else proposer, why
+
+    def _draft(
+        self, store: Store, target: ResolvedModel, preset: Modelfile | None
+    ) -> tuple[ResolvedModel | None, str | None, str]:
+        """(draft, proposer, why), in the order --no-draft, --pair, the preset, the manifest's draft layer,
+        the store's best compatible draft, the target alone."""
+        if self.no_draft:
+            return None, None, "--no-draft"
+        chosen = self.pairs.get(target.name)
+        how = f"--pair {target.name}={chosen}"
+        if chosen is None and preset is not None and preset.draft:
+            chosen, how = preset.draft, f"the preset {preset.path}"
+        if chosen is not None:
+            if chosen.lower() == NGRAM:
+                return None, NGRAM, f"{how}: n-gram prompt lookup"
+            draft = resolve_model(chosen, store=store)
+            return draft, None, f"{how}: {draft.name}"
+        if target.stored_draft is not None:
+            return stored_draft_model(target), None, "the draft layer in its manifest"
+        choice = best_draft(find_drafts(store, target.info, llama_cpp_knows))
+        if choice is None:
+            return None, None, "the target alone: no model in the store can draft for it"
+        draft = resolve_model(choice.name, store=store)
+        try:
+            require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
+            require_compatible(target.name, target.info, draft.name, draft.info)
+        except (IncompatibleDraft, OllamaSpecError) as exc:
+            return None, None, f"the target alone: {one_line(str(exc))}"
+        note = f"; {choice.note}" if choice.note else ""
+        return draft, None, f"the store's best compatible draft: {draft.name} (1:{choice.ratio:.0f} of its size{note})"
+
+
+def _num_ctx(model: ResolvedModel) -> int | None:
+    value = model.params.get("num_ctx")
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def fit_context(
+    pair: PairPlan, given: int | None, devices: Sequence[Device], notes: Sequence[str] = (), flag: int | None = None
+) -> PairPlan:
+    """`pair` with its context (Ollama's rule: planning/context.py) and slots chosen: the most slots that
+    fit, and an automatic context lowered a tier at a time (with a log line) until the pair fits.
+    Without the memory check, the context as chosen and the slots asked for. InsufficientMemory, in the
+    plan's words, when nothing fits."""
+    choice = choose_context(given, pair.target.info.context_length or None, devices, flag=flag)
+    settings = replace(pair.engine, n_ctx=choice.n_ctx)
+    if not settings.memory_check:
+        return replace(pair, engine=settings, ctx_why=choice.why)
+    n_ctx: int | None = choice.n_ctx
+    plan = None
+    while n_ctx is not None:
+        settings = replace(settings, n_ctx=n_ctx)
+        for slots in slot_choices(pair.target, settings):
+            plan = plan_pair(pair.target, pair.draft, settings, slots, devices, notes)
+            if plan.fits:
+                if n_ctx != choice.n_ctx:
+                    log.info(
+                        "%s: context lowered from %d to %d tokens: the pair would not fit at %d",
+                        pair.name,
+                        choice.n_ctx,
+                        n_ctx,
+                        choice.n_ctx,
+                    )
+                return replace(pair, engine=replace(settings, parallel=slots), ctx_why=choice.why, plan=plan)
+        n_ctx = lower_context(n_ctx) if choice.auto else None
+    assert plan is not None
+    ensure_fits(plan)
+    raise InsufficientMemory(plan.summary)  # ensure_fits raised already: a plan that fits was returned above

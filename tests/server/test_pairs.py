@@ -1,0 +1,57 @@
+"""Each target's draft and its context as Ollama picks it, planned before anything loads (headers only)."""
+
+import struct
+
+from ollama_spec.planning.context import LARGE_CTX, MEDIUM_CTX, SMALL_CTX, choose_context, tier_for_vram
+from ollama_spec.planning.devices import nvidia_gpu, system_ram
+from ollama_spec.server.pairs import StorePairs
+from tests.conftest import engine_settings
+from tests.stores import LIBRARY, variant
+
+
+def test_the_default_context_is_ollamas_tier_by_gpu_memory():
+    assert tier_for_vram([system_ram(64)]) == SMALL_CTX
+    assert tier_for_vram([nvidia_gpu(24), system_ram(64)]) == MEDIUM_CTX
+    assert tier_for_vram([nvidia_gpu(80), system_ram(64)]) == LARGE_CTX
+    assert choose_context(None, 8192, [nvidia_gpu(80)], {}).n_ctx == 8192  # never past the trained length
+    assert choose_context(2048, 8192, [], {}).n_ctx == 2048  # the params layer's num_ctx
+    assert choose_context(None, 8192, [], {"OLLAMA_CONTEXT_LENGTH": "1024"}).n_ctx == 1024
+    assert choose_context(None, 8192, [], {}, flag=16384).n_ctx == 16384  # --ctx as given
+
+
+def short_trained(root, name="short-trained", length=2048):
+    """tiny-target under `name`, its header's llama.context_length set to `length` (same size: still valid)."""
+    import json
+
+    from ollama_spec.synthetic.layout import add_blob
+
+    doc = json.loads(root.joinpath(*LIBRARY, "tiny-target", "latest").read_text())
+    model = doc["layers"][0]
+    data = root.joinpath("blobs", model["digest"].replace(":", "-")).read_bytes()
+    key = b"llama.context_length"
+    at = data.index(key) + len(key) + 4  # past the key and its value type (uint32)
+    data = data[:at] + struct.pack("<I", length) + data[at + 4 :]
+    digest, size = add_blob(root, data)
+    variant(root, name, keep=lambda layer: layer["digest"] != model["digest"], extra=[("model", (digest, size))])
+
+
+def test_a_model_trained_on_less_than_4096_gets_its_own_length(store_copy):
+    short_trained(store_copy)
+    store = StorePairs(models_dir=str(store_copy), no_draft=True, engine=engine_settings(parallel=1))
+    assert store.plan("short-trained", [system_ram(64)]).engine.n_ctx == 2048
+    assert store.plan("tiny-target", [system_ram(64)]).engine.n_ctx == 4096
+
+
+def test_ollama_context_length_sets_it(tiny_store, monkeypatch):
+    monkeypatch.setenv("OLLAMA_CONTEXT_LENGTH", "1536")
+    store = StorePairs(models_dir=str(tiny_store), no_draft=True, engine=engine_settings(parallel=1))
+    assert store.plan("tiny-target", [system_ram(64)]).engine.n_ctx == 1536
+
+
+def test_each_targets_draft_comes_in_order(store_copy):
+    variant(store_copy, "drafted", extra=[("draft", "tiny-draft")])
+    store = StorePairs(models_dir=str(store_copy), pairs={"TINY-TARGET": "ngram"})
+    assert store.describe("tiny-target")[1:] == ("ngram", "--pair tiny-target:latest=ngram: n-gram prompt lookup")
+    assert store.describe("drafted")[2] == "the draft layer in its manifest"
+    assert store.describe("tiny-target:q8_0")[2].startswith("the store's best compatible draft")
+    assert StorePairs(models_dir=str(store_copy), no_draft=True).describe("drafted")[1:] == (None, "--no-draft")
