@@ -38,6 +38,10 @@ ALPHA_DECAY = 0.95  # per step: α follows the last ~20 steps (easy and hard str
 COST_DECAY = 0.8  # per observation: step times follow the context depth and the machine's load
 LINE_DECAY = 0.97  # per drafting step: the verify line follows the last ~30 steps
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
+# Each probe that finds drafting still does not pay doubles the wait for the next, up to this: a probe
+# costs a draft catch-up and a verify batch of 2, so on a pair where drafting never pays (a quantized
+# target on a CPU) probes every 8 steps cost 0.82x of the target alone, every 64 about 0.98x.
+PROBE_MAX_EVERY = 64
 # While learning costs: every so many drafting steps try a neighbouring K (one more, then one fewer;
 # with confidence stops, one token past the stop), so that its cost is measured again too. Otherwise
 # a calibration that made K+1 look dear (a busy moment, a stale cache) would never be corrected:
@@ -103,6 +107,22 @@ class StepCosts:
 def best_k(alpha: float, costs: StepCosts) -> int:
     """The K in 0..k_max with the most expected tokens per second (the smaller K on a tie)."""
     return max(range(costs.k_max + 1), key=lambda k: (costs.tokens_per_second(alpha, k), -k))
+
+
+def expected_tokens_by_position(alphas: Sequence[float], k: int) -> float:
+    """Mean tokens per target pass when position i's draft is accepted with probability alphas[i] given
+    that those before it were: 1 + α0 + α0·α1 + ... (k terms after the 1)."""
+    total, survival = 1.0, 1.0
+    for alpha in alphas[:k]:
+        survival *= alpha
+        total += survival
+    return total
+
+
+def best_k_by_position(alphas: Sequence[float], costs: StepCosts) -> int:
+    """best_k with an acceptance for each position (alphas[i]: the (i+1)-th drafted token's)."""
+    k_max = min(costs.k_max, len(alphas))
+    return max(range(k_max + 1), key=lambda k: (expected_tokens_by_position(alphas, k) / costs.step_s(k), -k))
 
 
 class KPolicy(Protocol):
@@ -175,6 +195,40 @@ class AcceptanceByMargin:
             self.tried[band] = self.decay * self.tried[band] + 1
 
 
+class AcceptanceByPosition:
+    """The chance that the draft at position i (0: the first of a step) is accepted given that those
+    before it were, from exponentially weighted counts at each position.
+
+    One α for every position overstates long drafts where acceptance falls along the draft (a draft
+    that drifts from the target as it reads its own guesses) and understates them where it rises
+    (the steps that reach far are the easy stretches). A position with few tried drafts leans on the
+    pooled α, weighed as PRIOR_WEIGHT of them, so deep positions seldom reached are not guessed
+    from two samples. Each position follows the text as fast as the pooled α does (ALPHA_DECAY)."""
+
+    def __init__(self, decay: float = ALPHA_DECAY, weight: float = PRIOR_WEIGHT):
+        self.accepted: list[float] = []
+        self.tried: list[float] = []
+        self.decay, self.weight = decay, weight
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """A step drafted `drafted` tokens and the first `accepted` were accepted; the one after them
+        (if drafted) was tried and rejected, later ones were never tried."""
+        for position in range(min(accepted + 1, drafted)):
+            if position == len(self.tried):
+                self.accepted.append(0.0)
+                self.tried.append(0.0)
+            self.accepted[position] = self.decay * self.accepted[position] + (position < accepted)
+            self.tried[position] = self.decay * self.tried[position] + 1
+
+    def alpha(self, position: int, pooled: float) -> float:
+        if position >= len(self.tried):
+            return pooled
+        return (self.accepted[position] + self.weight * pooled) / (self.tried[position] + self.weight)
+
+    def alphas(self, n: int, pooled: float) -> list[float]:
+        return [self.alpha(position, pooled) for position in range(n)]
+
+
 class VerifyLine:
     """The seconds of a verify batch with k ≥ 1 drafted tokens as a line, a + b·k (b ≥ 0), fitted by
     least squares to the steps seen, each weighing LINE_DECAY of the next, with the calibration's
@@ -227,12 +281,15 @@ class AutoK:
         # per batch size as timed, with the kernels' own bumps (see _free_next); `costs` may be a learned line
         self._calibrated = (calibrated or costs).verify_s
         # what it decides by: the draft step and the target alone as calibrated, the batches as a line
-        self.costs = replace(costs, verify_s=(costs.verify_s[0], *self._line.verify_s()))
+        self.costs = replace(costs, verify_s=_consistent((costs.verify_s[0], *self._line.verify_s())))
         self.learn_costs = learn_costs
         self.confidence_stops = confidence_stops
         self.estimator = AlphaEstimator(prior_alpha)
         self.by_margin = AcceptanceByMargin()
+        self.by_position = AcceptanceByPosition()
         self._steps_without_draft = 0
+        self._probe_every = PROBE_EVERY
+        self._probing = False  # this step drafts one token only to see whether drafting pays again
         self._drafting_steps = 0
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
@@ -251,13 +308,21 @@ class AutoK:
     def rate(self) -> float:
         return self._rate_tokens / self._rate_seconds
 
+    def alphas(self) -> list[float]:
+        """Each position's acceptance, given the ones before it were accepted."""
+        return self.by_position.alphas(self.costs.k_max, self.estimator.alpha)
+
     def next_k(self) -> int:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
-        k = best_k(self.estimator.alpha, self.costs)
+        self._probing = False
+        k = best_k_by_position(self.alphas(), self.costs)
         if k == 0:
+            # No draft step runs while K is 0: the draft reads what it missed in one batch when it
+            # drafts again (DraftModelProposer.propose), so waiting costs nothing.
             self._steps_without_draft += 1
-            if self._steps_without_draft >= PROBE_EVERY:
+            if self._steps_without_draft >= self._probe_every:
+                self._probing = True
                 return 1
             return 0
         self._drafting_steps += 1
@@ -317,10 +382,12 @@ class AutoK:
     def _pays(self, drafted: int, first_gain: float, draft_steps: int) -> bool:
         """Does some run of tokens after `drafted`, the first accepted with probability `first_gain`
         and each next one with α given the last, add tokens at least as fast as the steps' rate?"""
-        costs, alpha = self.costs, self.estimator.alpha
-        expected = 0.0
+        costs, alphas = self.costs, self.alphas()
+        expected, survival = 0.0, first_gain
         for more in range(1, costs.k_max - drafted + 1):
-            expected += first_gain * alpha ** (more - 1)
+            if more > 1:
+                survival *= alphas[drafted + more - 1]
+            expected += survival
             seconds = (more - 1 + draft_steps) * costs.draft_step_s + costs.added_verify_s(drafted + 1, more)
             if seconds <= 0 or expected / seconds >= self.rate:
                 return True
@@ -343,22 +410,51 @@ class AutoK:
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
         self.estimator.observe(drafted, accepted)
+        self.by_position.observe(drafted, accepted)
         self.by_margin.observe(self._margins[:drafted], accepted)
+        if self._probing:
+            # A probe that paid for itself (its tokens, at the target alone's step cost, against its
+            # draft catch-up and verify batch) says the costs or α are off: probe often, they are
+            # being learned. One that did not: wait twice as long for the next.
+            paid = (accepted + 1) * self.costs.verify_s[0] >= draft_s + verify_s
+            self._probe_every = PROBE_EVERY if paid else min(2 * self._probe_every, PROBE_MAX_EVERY)
+        elif drafted:
+            self._probe_every = PROBE_EVERY
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
         self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))
         if drafted:
             self._steps_without_draft = 0
         if not self.learn_costs:
             return
-        draft_step = self.costs.draft_step_s
+        draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:
             draft_step = _blend(draft_step, draft_s / max(self._draft_steps, drafted))
-            self._line.add(drafted, verify_s)
-            verify = (self.costs.verify_s[0], *self._line.verify_s())
+            n = min(drafted, self.costs.k_max)
+            self._line.add(n, _bounded(verify_s, verify[n]))
+            verify = (verify[0], *self._line.verify_s())
         else:
-            verify = (_blend(self.costs.verify_s[0], verify_s), *self.costs.verify_s[1:])
-        self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=verify)
+            verify = (_blend(verify[0], verify_s), *verify[1:])
+        self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=_consistent(verify))
+
+
+# One step's time may be far off its kind's (a pause of the process, another program's burst on a
+# shared CPU): it moves the learned cost by at most this factor of what was expected. Unbounded, one
+# 130 ms pause once made the target alone look 60x dearer than it was, and since only K=0 steps
+# relearn that cost, K=0 was never chosen again (and the cost was saved for the next run).
+OUTLIER_FACTOR = 2.0
+
+
+def _bounded(seconds: float, expected: float) -> float:
+    return min(max(seconds, expected / OUTLIER_FACTOR), expected * OUTLIER_FACTOR)
 
 
 def _blend(old: float, new: float) -> float:
-    return COST_DECAY * old + (1 - COST_DECAY) * new if new > 0 else old
+    return COST_DECAY * old + (1 - COST_DECAY) * _bounded(new, old) if new > 0 else old
+
+
+def _consistent(verify_s: tuple[float, ...]) -> tuple[float, ...]:
+    """A batch of one token costs no more than one of two: a learned target-alone cost above that
+    is an outlier, which would keep K=0 from ever being chosen (and so relearned)."""
+    if len(verify_s) > 1 and verify_s[0] > verify_s[1]:
+        return (verify_s[1], *verify_s[1:])
+    return verify_s

@@ -64,6 +64,39 @@ PAIRS: dict[str, PairSpec] = {
         recipe=_recipe(7, 2048, 600, dtype="F16", residual_scale=0.025),
         description="0.6B F16 target + 1-layer draft: memory-bound on a CPU, like a GPU",
     ),
+    # Pairs for -k auto's benchmark (scripts/bench-auto-k.sh): other shapes, quantizations and draft
+    # strengths than the bench pair, which auto was first tuned on.
+    "strong": PairSpec(
+        target_name="strong-target",
+        draft_name="strong-draft",
+        arch=Architecture(n_embd=1536, n_layer=12, n_head=12, n_kv_head=4, n_ff=4096, context_length=4096),
+        draft_layers=1,
+        vocab_size=3072,
+        n_merges=800,
+        recipe=_recipe(11, 3072, 800, dtype="F16", residual_scale=0.015),
+        description="0.3B F16 target + 1-layer draft that agrees with it on most tokens",
+    ),
+    "weak": PairSpec(
+        target_name="weak-target",
+        draft_name="weak-draft",
+        arch=Architecture(n_embd=2048, n_layer=10, n_head=16, n_kv_head=8, n_ff=5120, context_length=4096),
+        draft_layers=2,
+        vocab_size=2048,
+        n_merges=600,
+        recipe=_recipe(13, 2048, 600, dtype="F16", residual_scale=0.05),
+        description="0.5B F16 target + 2-layer draft that agrees with it on about half the tokens",
+    ),
+    "quant": PairSpec(
+        target_name="quant-target",
+        draft_name="quant-draft",
+        arch=Architecture(n_embd=1024, n_layer=8, n_head=8, n_kv_head=4, n_ff=2816, context_length=4096),
+        draft_layers=2,
+        vocab_size=2048,
+        n_merges=600,
+        recipe=_recipe(17, 2048, 600, residual_scale=0.03),
+        description="small quantized pair (quant-target:q4_0, quant-draft:q8_0): compute-bound on a CPU",
+        quantized=("Q8_0", "Q4_0"),
+    ),
 }
 # A draft whose vocabulary cannot work with the tiny target (for errors and tests).
 ALIEN_NAME = "tiny-alien"

@@ -7,13 +7,17 @@ from ollama_spec.decoding.k_policy import (
     EXPLORE_EVERY,
     MARGIN_EDGES,
     PROBE_EVERY,
+    PROBE_MAX_EVERY,
     AcceptanceByMargin,
+    AcceptanceByPosition,
     AlphaEstimator,
     AutoK,
     FixedK,
     StepCosts,
     best_k,
+    best_k_by_position,
     estimate_alpha,
+    expected_tokens_by_position,
     expected_tokens_per_step,
 )
 from ollama_spec.llama.calibration import batch_sizes_to_time
@@ -76,7 +80,8 @@ def test_auto_k_follows_alpha_and_probes_while_drafting_does_not_pay():
     ks = [policy.next_k() for _ in range(PROBE_EVERY)]
     assert ks[:-1] == [0] * (PROBE_EVERY - 1) and ks[-1] == 1  # one probe to notice if α comes back
     for _ in range(60):
-        policy.observe(policy.next_k() or 1, 1, 0.004, 0.042)  # now every tried draft is accepted
+        k = policy.next_k() or 1
+        policy.observe(k, k, 0.004 * k, 0.030 * (1 + 0.4 * k))  # now every tried draft is accepted
     assert policy.next_k() >= 2
 
 
@@ -210,9 +215,9 @@ def test_a_policy_carries_what_an_earlier_one_learned():
     assert later.by_margin.alpha(0.5) < earlier.by_margin.alpha(0.5)  # a copy, not shared
 
 
-def test_calibration_times_every_small_batch_and_some_large_ones():
-    assert batch_sizes_to_time(12) == list(range(1, 13))
-    assert batch_sizes_to_time(17) == [*range(1, 13), 16, 17]
+def test_calibration_times_every_batch_auto_may_choose_and_some_larger_ones():
+    assert batch_sizes_to_time(17) == list(range(1, 18))  # K up to 16, the default bound
+    assert batch_sizes_to_time(26) == [*range(1, 18), 21, 25, 26]
     assert batch_sizes_to_time(4) == [1, 2, 3, 4]
 
 
@@ -253,3 +258,107 @@ def test_a_token_that_makes_the_verify_batch_no_dearer_is_taken():
         policy.next_k()
         policy._survival = 0.05  # after some hesitant tokens: another hesitant one would not pay
         assert policy.keep_drafting(7, 0.001) is expected
+
+
+def test_expected_tokens_by_position_worked_by_hand():
+    assert expected_tokens_by_position([0.5, 0.5, 0.5], 3) == expected_tokens_per_step(0.5, 3)
+    assert expected_tokens_by_position([0.9, 0.5, 0.2], 3) == pytest.approx(1 + 0.9 + 0.45 + 0.09)
+    assert expected_tokens_by_position([0.9, 0.5], 0) == 1
+
+
+def test_acceptance_falling_along_the_draft_shortens_it():
+    """The same pooled α (0.8) and the GPU's flat verify costs: one α says draft 8; acceptance that
+    falls past the third position says stop there."""
+    flat = [0.8] * 8
+    falling = [0.95, 0.9, 0.85, 0.1, 0.1, 0.1, 0.1, 0.1]
+    assert best_k_by_position(flat, GPU) == 8 == best_k(0.8, GPU)
+    assert best_k_by_position(falling, GPU) == 3
+
+
+def _simulate_falling(policy, steps, rng, alphas):
+    for _ in range(steps):
+        k = policy.next_k()
+        accepted = 0
+        while accepted < k and rng.random() < alphas[min(accepted, len(alphas) - 1)]:
+            accepted += 1
+        policy.observe(k, accepted, 0.001 * k, 0.020)
+
+
+def test_acceptance_by_position_recovers_each_positions_alpha():
+    rng = np.random.default_rng(3)
+    truth = [0.9, 0.8, 0.6, 0.4, 0.3, 0.3, 0.3, 0.3]
+    by_position = AcceptanceByPosition(decay=1.0)
+    for _ in range(5000):
+        accepted = 0
+        while accepted < 8 and rng.random() < truth[accepted]:
+            accepted += 1
+        by_position.observe(8, accepted)
+    got = by_position.alphas(5, pooled=0.5)
+    assert got == pytest.approx(truth[:5], abs=0.04)
+    assert by_position.alpha(20, pooled=0.5) == 0.5  # never reached: the pooled α
+
+
+def test_auto_k_learns_where_acceptance_falls_and_drafts_that_far():
+    rng = np.random.default_rng(5)
+    policy = AutoK(GPU, prior_alpha=0.8, learn_costs=False)
+    assert policy.next_k() == 8
+    _simulate_falling(policy, 400, rng, [0.97, 0.95, 0.9, 0.02])
+    assert policy.alphas()[3] < 0.3 and min(policy.alphas()[:3]) > 0.8
+    assert policy.next_k() <= 4
+
+
+def test_probes_back_off_while_drafting_keeps_not_paying():
+    policy = AutoK(CPU, prior_alpha=0.8)
+    waits, since = [], 0
+    for _ in range(600):
+        k = policy.next_k()
+        since += 1
+        if k:
+            waits.append(since)
+            since = 0
+        policy.observe(k, 0, 0.004 * k, 0.030 * (1 + 0.4 * k))  # every tried draft rejected
+    probes = waits[1:]  # after the first step (K=2) taught it α is low
+    assert probes[0] == PROBE_EVERY and probes[1] == 2 * PROBE_EVERY
+    assert max(probes) == PROBE_MAX_EVERY and probes[-1] == PROBE_MAX_EVERY
+
+
+def test_probes_come_often_again_once_a_probe_finds_drafting_pays():
+    policy = AutoK(CPU, prior_alpha=0.8)
+    for _ in range(300):
+        k = policy.next_k()
+        policy.observe(k, 0, 0.004 * k, 0.030 * (1 + 0.4 * k))
+    ks = []
+    for _ in range(400):  # the text turned easy: every tried draft is accepted
+        k = policy.next_k()
+        ks.append(k)
+        policy.observe(k, k, 0.004 * k, 0.030 * (1 + 0.4 * k))
+    assert ks.index(1) < PROBE_MAX_EVERY and ks[-1] >= 2
+
+
+def test_a_probe_that_paid_for_itself_keeps_probes_frequent():
+    """A calibration that made drafting look dear (a busy moment): the probes' own timings say
+    otherwise, so they keep coming every PROBE_EVERY steps while the costs are relearned."""
+    stale = StepCosts(0.002, tuple(0.030 * (1 + 1.0 * n) for n in range(9)))
+    policy = AutoK(stale, prior_alpha=0.95)
+    since, waits = 0, []
+    for _ in range(5 * PROBE_EVERY):
+        k = policy.next_k()
+        since += 1
+        if k:
+            waits.append(since)
+            since = 0
+        policy.observe(k, k, 0.002 * k, 0.030 * (1 + 0.05 * k))
+    assert waits[0] == PROBE_EVERY and max(waits) <= PROBE_EVERY and len(waits) > 5
+
+
+def test_one_outlier_step_cannot_lock_the_target_alone_out():
+    """A 130 ms pause while K was 0 (the target alone costs 3 ms): unbounded, it made K=0 look
+    dearer than any drafting step, so K=0 was never chosen again and never relearned."""
+    costs = StepCosts(0.001, tuple(0.003 * (1 + 0.5 * n) for n in range(9)))
+    policy = AutoK(costs, prior_alpha=0.3)
+    assert policy.next_k() == 0
+    policy.observe(0, 0, 0.0, 0.130)
+    assert policy.costs.verify_s[0] <= policy.costs.verify_s[1]
+    assert policy.next_k() == 0
+    learned = AutoK(StepCosts(0.001, (0.130, *costs.verify_s[1:])), prior_alpha=0.1)  # saved by an older run
+    assert learned.costs.verify_s[0] <= costs.verify_s[1] and learned.next_k() == 0
