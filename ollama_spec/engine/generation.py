@@ -1,19 +1,20 @@
 """One request's generation: the stream of text pieces that fills its Result, over a loaded target,
-the proposer that drafts for it and the step costs its K policy learns from."""
+the proposer that drafts for it and the step costs its K policy learns from; the same text as runs
+that say which of it the draft proposed (`Generation.pieces`, `token_runs`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from ollama_spec.decoding.loop import generate_tokens
+from ollama_spec.decoding.loop import Token, generate_tokens
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.requests import Request, Result
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel
-from ollama_spec.prompting.text_stream import TextStream
+from ollama_spec.prompting.text_stream import Run, TextStream, merge_runs
 
 
 class Generation:
@@ -37,6 +38,14 @@ class Generation:
         self.result = Result()
 
     def __iter__(self) -> Iterator[str]:
+        return self._generate(runs=False)
+
+    def pieces(self) -> Iterator[Run]:
+        """Iterate instead of `iter()` for the same text as runs, each all from accepted draft tokens
+        (`from_draft`) or all from the target's own; joined, they are the text `iter()` yields."""
+        return self._generate(runs=True)
+
+    def _generate(self, *, runs: bool) -> Iterator:
         target, request, result, proposer = self.target, self.request, self.result, self.proposer
         start = time.perf_counter()
         prompt = self.prompt()
@@ -73,8 +82,11 @@ class Generation:
                 if request.logprobs is not None:
                     result.scored.append(token)
                 piece, special = target.token_piece(token.id)
-                text = stream.push(piece, special=special)
-                if text:
+                if runs:
+                    for run in stream.push_runs(piece, special=special, drafted=token.from_draft):
+                        result.text += run.text
+                        yield run
+                elif text := stream.push(piece, special=special):
                     result.text += text
                     yield text
                 if stream.stopped:
@@ -83,8 +95,11 @@ class Generation:
                 if len(result.tokens) >= request.max_tokens:
                     result.finish_reason = "length"
                     break
-            text = stream.finish()
-            if text:
+            if runs:
+                for run in stream.finish_runs():
+                    result.text += run.text
+                    yield run
+            elif text := stream.finish():
                 result.text += text
                 yield text
         finally:
@@ -93,3 +108,16 @@ class Generation:
                 grammar.close()
             self.costs.keep_learned(request.speculation, policy)
             result.total_seconds = time.perf_counter() - start
+
+
+def token_runs(target: LoadedModel, tokens: Iterable[Token], stops: Sequence[str] = ()) -> list[Run]:
+    """Generated tokens (the loop's, with `from_draft`) as the text they show, in the fewest runs of one
+    provenance each: as `Generation.pieces` would have streamed it, stop strings and split UTF-8
+    characters included, for code that holds the tokens rather than the stream."""
+    stream, runs = TextStream(stops), []
+    for token in tokens:
+        piece, special = target.token_piece(token.id)
+        runs += stream.push_runs(piece, special=special, drafted=token.from_draft)
+        if stream.stopped:
+            break
+    return merge_runs(runs + stream.finish_runs())

@@ -4,12 +4,47 @@ A piece may end inside a UTF-8 character, and a stop string may span several pie
 held back while it could still be the start of a stop. Stops match the text *with* special
 tokens, as Ollama's do (Llama 3's params layer stops on `<|start_header_id|>`), but the text of a
 special token is never part of the answer.
+
+Each character also keeps whether the draft proposed it (`push(..., drafted=True)`), so that
+`push_runs` can say which of the text it releases came from the draft, however the text was held
+back: a character counts as drafted only when every byte of it came from drafted tokens.
 """
 
 from __future__ import annotations
 
 import codecs
 from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class Run(NamedTuple):
+    """A stretch of shown text, all from accepted draft tokens or all from the target's own."""
+
+    text: str
+    from_draft: bool
+
+
+def merge_runs(runs: Sequence[Run]) -> list[Run]:
+    """Adjacent runs of the same provenance joined, empty ones dropped: the fewest runs for the text."""
+    merged: list[Run] = []
+    for run in runs:
+        if not run.text:
+            continue
+        if merged and merged[-1].from_draft == run.from_draft:
+            merged[-1] = Run(merged[-1].text + run.text, run.from_draft)
+        else:
+            merged.append(run)
+    return merged
+
+
+def drafted_spans(runs: Sequence[Run]) -> list[tuple[int, int]]:
+    """[start, end) character offsets, in the runs' joined text, of the text that came from the draft."""
+    spans, at = [], 0
+    for run in merge_runs(runs):
+        if run.from_draft:
+            spans.append((at, at + len(run.text)))
+        at += len(run.text)
+    return spans
 
 
 class TextStream:
@@ -20,39 +55,79 @@ class TextStream:
         self.stopped = False
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""  # decoded, not yet shown: it may begin a stop string
-        self._visible: list[bool] = []  # per held character: False for special-token text
+        # Per held character: None for special-token text (never shown), else whether it was drafted.
+        self._marks: list[bool | None] = []
+        self._pending_drafted = True  # whether the bytes pending in the decoder all came from the draft
 
-    def push(self, piece: bytes, *, special: bool = False) -> str:
+    def push(self, piece: bytes, *, special: bool = False, drafted: bool = False) -> str:
         """Add one token's bytes; return the text that is now safe to show ("" if none).
 
         After a stop string completes, `stopped` is True and the stop and all after it are dropped.
         """
+        return self._take(*self._add(piece, special, drafted))
+
+    def push_runs(self, piece: bytes, *, special: bool = False, drafted: bool = False) -> list[Run]:
+        """`push`, with the released text split into runs by whether the draft proposed it."""
+        return self._take_runs(*self._add(piece, special, drafted))
+
+    def finish(self) -> str:
+        """The text held back for a stop string that never came (nothing after a stop)."""
+        return self._take(*self._end())
+
+    def finish_runs(self) -> list[Run]:
+        """`finish`, as runs."""
+        return self._take_runs(*self._end())
+
+    def _add(self, piece: bytes, special: bool, drafted: bool) -> tuple[int, bool]:
+        """Decode and hold one token's bytes; return how much held text to release, and whether a
+        stop string completed (then all after it is dropped)."""
         text = self._decoder.decode(piece)
         self._held += text
-        self._visible += [not special] * len(text)
+        marks = [None if special else drafted] * len(text)
+        if marks and marks[0] is not None and not self._pending_drafted:
+            marks[0] = False  # a character an earlier target token began is the target's
+        self._marks += marks
+        if self._decoder.getstate()[0]:  # this piece began a character a later token finishes
+            self._pending_drafted = drafted and (self._pending_drafted or bool(text))
+        else:
+            self._pending_drafted = True
         hits = [i for i in (self._held.find(stop) for stop in self.stops) if i >= 0]
         if hits:
             self.stopped = True
             # A byte still pending in the decoder belongs to the cut-off text: never flush it.
-            return self._take(min(hits), then_drop_rest=True)
-        return self._take(len(self._held) - self._stop_prefix_length())
+            return min(hits), True
+        return len(self._held) - self._stop_prefix_length(), False
 
-    def finish(self) -> str:
-        """The text held back for a stop string that never came (nothing after a stop)."""
+    def _end(self) -> tuple[int, bool]:
         if self.stopped:
-            return ""
+            return 0, True
         # Bytes still pending in the decoder are a character the last token began and no token
         # finished (an answer cut by its length): dropped, as Ollama's runner drops them, not shown as �.
         self._decoder.reset()
-        return self._take(len(self._held))
+        return len(self._held), False
 
-    def _take(self, n: int, *, then_drop_rest: bool = False) -> str:
-        shown = "".join(c for c, visible in zip(self._held[:n], self._visible) if visible)
-        if then_drop_rest:
-            self._held, self._visible = "", []
-        else:
-            self._held, self._visible = self._held[n:], self._visible[n:]
+    def _take(self, n: int, then_drop_rest: bool = False) -> str:
+        shown = "".join(c for c, mark in zip(self._held[:n], self._marks) if mark is not None)
+        self._release(n, then_drop_rest)
         return shown
+
+    def _take_runs(self, n: int, then_drop_rest: bool = False) -> list[Run]:
+        runs: list[Run] = []
+        for c, mark in zip(self._held[:n], self._marks):
+            if mark is None:
+                continue
+            if runs and runs[-1].from_draft == mark:
+                runs[-1] = Run(runs[-1].text + c, mark)
+            else:
+                runs.append(Run(c, mark))
+        self._release(n, then_drop_rest)
+        return runs
+
+    def _release(self, n: int, then_drop_rest: bool) -> None:
+        if then_drop_rest:
+            self._held, self._marks = "", []
+        else:
+            self._held, self._marks = self._held[n:], self._marks[n:]
 
     def _stop_prefix_length(self) -> int:
         """Length of the longest suffix of the held text that begins some stop string."""

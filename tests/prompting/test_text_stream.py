@@ -1,6 +1,6 @@
 """Token pieces to text: stop strings across pieces, special tokens, split UTF-8 characters."""
 
-from ollama_spec.prompting.text_stream import TextStream
+from ollama_spec.prompting.text_stream import Run, TextStream, drafted_spans, merge_runs
 
 
 def feed(stream, *pieces):
@@ -46,3 +46,59 @@ def test_no_replacement_character_after_a_stop_that_ends_inside_a_utf8_sequence(
     assert feed(TextStream(), b"ok \xf0\x9f", b"\x98") == "ok "
     assert feed(TextStream(), b"\xff bad") == "\ufffd bad"  # bytes that are not UTF-8 at all still show
     assert feed(TextStream(), b"caf\xc3", b"\xa9") == "café"
+
+
+def runs_of(stream, *pieces):
+    """(bytes, drafted) pieces pushed as a generation pushes them; every run released, in order."""
+    runs = []
+    for piece, drafted in pieces:
+        runs += stream.push_runs(piece, drafted=drafted)
+        if stream.stopped:
+            break
+    return runs + stream.finish_runs()
+
+
+def test_runs_say_which_text_the_draft_proposed_and_join_to_the_plain_text():
+    pieces = [(b"The", False), (b" quick", True), (b" brown", True), (b" fox", False)]
+    runs = runs_of(TextStream(), *pieces)
+    assert runs == [Run("The", False), Run(" quick", True), Run(" brown", True), Run(" fox", False)]
+    assert merge_runs(runs) == [Run("The", False), Run(" quick brown", True), Run(" fox", False)]
+    assert drafted_spans(runs) == [(3, 15)]
+    assert "".join(r.text for r in runs) == feed(TextStream(), *(p for p, _ in pieces))
+
+
+def test_text_held_for_a_stop_keeps_its_provenance_when_released_or_cut():
+    # "E" (drafted) and "N" (the target's) are held while they might begin "END", then released.
+    stream = TextStream(["END"])
+    assert stream.push_runs(b"one E", drafted=True) == [Run("one ", True)]
+    assert stream.push_runs(b"N") == []
+    assert stream.push_runs(b"o", drafted=True) == [Run("E", True), Run("N", False), Run("o", True)]
+    # A stop that completes drops itself and all after it, whichever model wrote them.
+    runs = runs_of(TextStream(["END"]), (b"a", False), (b"bE", True), (b"ND c", False))
+    assert merge_runs(runs) == [Run("a", False), Run("b", True)]
+    assert runs_of(TextStream(["ENDING"]), (b"x EN", True), (b"D", False)) == [
+        Run("x ", True),
+        Run("EN", True),
+        Run("D", False),
+    ]
+
+
+def test_a_character_split_across_tokens_is_drafted_only_if_all_its_bytes_were():
+    # "é" is 0xC3 0xA9; "😘" is 0xF0 0x9F 0x98 0x98.
+    assert runs_of(TextStream(), (b"caf\xc3", True), (b"\xa9!", True)) == [Run("caf", True), Run("\xe9!", True)]
+    assert runs_of(TextStream(), (b"caf\xc3", True), (b"\xa9!", False)) == [Run("caf", True), Run("\xe9!", False)]
+    assert runs_of(TextStream(), (b"caf\xc3", False), (b"\xa9!", True)) == [
+        Run("caf", False),
+        Run("\xe9", False),
+        Run("!", True),
+    ]
+    emoji = [(b"\xf0", True), (b"\x9f", False), (b"\x98", True), (b"\x98 ok", True)]
+    assert merge_runs(runs_of(TextStream(), *emoji)) == [Run("\U0001f618", False), Run(" ok", True)]
+    emoji = [(b"\xf0", True), (b"\x9f", True), (b"\x98", True), (b"\x98 ok", True)]
+    assert merge_runs(runs_of(TextStream(), *emoji)) == [Run("\U0001f618 ok", True)]
+
+
+def test_special_token_text_is_in_no_run():
+    stream = TextStream()
+    runs = stream.push_runs(b"a", drafted=True) + stream.push_runs(b"<|eot_id|>", special=True, drafted=True)
+    assert runs + stream.push_runs(b"b") + stream.finish_runs() == [Run("a", True), Run("b", False)]
