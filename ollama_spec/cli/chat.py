@@ -15,11 +15,13 @@ from ollama_spec.cli.options import (
     models_dir_option,
     preset_option,
     sampling_options,
+    show_draft_option,
     speculation_options,
     think_option,
     verbose_option,
 )
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
+from ollama_spec.cli.show_draft import colour_on, legend, printed
 from ollama_spec.cli.targets import apply_preset, resolve_draft
 from ollama_spec.config import cache_dir
 from ollama_spec.engine.conversation import Conversation
@@ -50,11 +52,12 @@ HISTORY_LINES = 1000
 @format_option
 @think_option
 @loading_options
+@show_draft_option
 @verbose_option
 @models_dir_option
 @click.pass_context
 def chat(
-    context: click.Context, target, preset, draft, system, verbose, models_dir, **_
+    context: click.Context, target, preset, draft, system, show_draft, verbose, models_dir, **_
 ) -> None:  # **_: the shared options, read through Options
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
@@ -67,6 +70,7 @@ def chat(
       ollama-spec chat llama3.1:70b --draft llama3.2:1b
       ollama-spec chat -f llama3.3-70b
       printf 'Hi!\\nWhat did I just say?\\n/stats\\n' | ollama-spec chat llama3.1:8b -d llama3.2:1b -t 0
+      ollama-spec chat llama3.1:8b -d llama3.2:1b --show-draft   # drafted text in green
     """
     set_verbose(verbose)
     options = Options.of(context)
@@ -78,6 +82,9 @@ def chat(
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
     speculative = draft_model is not None or draft is not None
+    if show_draft and not speculative:
+        raise click.UsageError("--show-draft needs --draft: without one the target writes every token")
+    colour = show_draft and colour_on()
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
         conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)
         if interactive:
@@ -88,8 +95,10 @@ def chat(
                 + f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.",
                 err=True,
             )
+        if show_draft:
+            click.echo(legend(colour), err=True)
         for line in _joined(_lines(interactive)):
-            if not _turn(conversation, line.strip(), interactive, speculative=speculative):
+            if not _turn(conversation, line.strip(), interactive, speculative=speculative, colour=colour):
                 break
 
 
@@ -158,7 +167,7 @@ def _start_history():
     return save
 
 
-def _turn(conversation: Conversation, line: str, interactive: bool, *, speculative: bool) -> bool:
+def _turn(conversation: Conversation, line: str, interactive: bool, *, speculative: bool, colour: bool = False) -> bool:
     """Run one line: a command or a user turn. False to quit."""
     if not line:
         return True
@@ -184,11 +193,11 @@ def _turn(conversation: Conversation, line: str, interactive: bool, *, speculati
     elif line.startswith("/") and " " not in command[1:] and command[1:].isalpha():
         click.echo(f"unknown command {command}; /help lists them", err=True)
     else:
-        _answer(conversation, line, interactive)
+        _answer(conversation, line, interactive, colour)
     return True
 
 
-def _answer(conversation: Conversation, text: str, interactive: bool) -> None:
+def _answer(conversation: Conversation, text: str, interactive: bool, colour: bool = False) -> None:
     n_ctx = conversation.engine.target.n_ctx
     if (length := conversation.prompt_length(text)) >= n_ctx:
         if not conversation.messages:  # nothing earlier to forget: /reset cannot help
@@ -203,7 +212,7 @@ def _answer(conversation: Conversation, text: str, interactive: bool) -> None:
             )
         return
     generation = conversation.ask(text)
-    pieces = iter(generation)
+    pieces = printed(generation, colour)
     stopped = False
     try:
         for piece in pieces:

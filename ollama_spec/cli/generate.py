@@ -18,11 +18,13 @@ from ollama_spec.cli.options import (
     models_dir_option,
     preset_option,
     sampling_options,
+    show_draft_option,
     speculation_options,
     think_option,
     verbose_option,
 )
 from ollama_spec.cli.settings import Options, engine_settings, is_ngram, request_settings
+from ollama_spec.cli.show_draft import colour_on, legend, printed
 from ollama_spec.cli.targets import apply_preset, resolve_draft
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
@@ -37,6 +39,7 @@ from ollama_spec.llama.backends import unused_gpu_warning
 from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.resolve import resolve_model, template_warning
 from ollama_spec.prompting.messages import ChatMessage
+from ollama_spec.prompting.text_stream import Run, drafted_spans
 
 
 @click.command()
@@ -66,7 +69,14 @@ from ollama_spec.prompting.messages import ChatMessage
     is_flag=True,
     help="Run the target alone first, then with the draft; print both speeds and the speed-up.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (text + statistics) at the end.")
+@show_draft_option
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object (text + statistics) at the end; with --show-draft, the drafted text's "
+    "character spans as draft_spans.",
+)
 @verbose_option
 @models_dir_option
 @click.pass_context
@@ -81,6 +91,7 @@ def generate(
     suffix,
     stats,
     compare,
+    show_draft,
     as_json,
     verbose,
     models_dir,
@@ -97,6 +108,7 @@ def generate(
       echo "def fib(n):" | ollama-spec generate qwen2.5-coder:32b -d qwen2.5-coder:0.5b --raw -t 0
       ollama-spec generate llama3.1:8b -d llama3.2:1b -k 8 --stats "Explain KV caches."   # fixed K
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
+      ollama-spec generate llama3.1:8b -d llama3.2:1b --show-draft "Write a haiku."   # drafted text in green
       ollama-spec generate qwen2.5-coder:32b -d ngram "Rename x to count in: $(cat f.py)"   # no draft model
       ollama-spec generate -f llama3.1-70b "Why is the sky blue?"   # a shipped preset (modelfiles/)
       ollama-spec generate llama3.1:8b -d llama3.2:1b --format person.schema.json "Invent a person."
@@ -133,13 +145,18 @@ def generate(
     speculative = draft_model is not None or is_ngram(draft)
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
+    if show_draft and not speculative:
+        raise click.UsageError("--show-draft needs --draft: without one the target writes every token")
+    colour, runs = show_draft and not as_json and colour_on(), [] if show_draft and as_json else None
     if compare and (busy := busy_machine_note()) is not None:
         click.echo(f"note: {busy}", err=True)
     if (warning := unused_gpu_warning()) is not None:
         click.echo(f"warning: {warning}", err=True)
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
-        result = _stream(engine.generate(request), quiet=as_json)
+        if show_draft and not as_json:
+            click.echo(legend(colour), err=True)
+        result = _stream(engine.generate(request), quiet=as_json, colour=colour, runs=runs)
         margins, batch_size = [], None
         if baseline is not None and request.sampling.greedy and baseline.tokens != result.tokens:
             prompt = engine.prompt_tokens(request)
@@ -152,6 +169,8 @@ def generate(
         data = result_json(
             target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result
         )
+        if runs is not None:
+            data["draft_spans"] = drafted_spans(runs)
         if baseline is not None:
             data["baseline"] = result_json(target_model.name, None, baseline)
             data["speedup"] = speedup(baseline, result)
@@ -170,11 +189,15 @@ def generate(
         click.echo(format_stats(result, speculative=speculative), err=True)
 
 
-def _stream(generation: Generation, *, quiet: bool) -> Result:
-    """Print the text as it is accepted (unless quiet); return the finished result."""
+def _stream(generation: Generation, *, quiet: bool, colour: bool = False, runs: list[Run] | None = None) -> Result:
+    """Print the text as it is accepted (unless quiet; drafted text coloured with `colour`); return the
+    finished result. Quiet, with a `runs` list: the text's runs gathered into it instead."""
+    if runs is not None:
+        runs.extend(generation.pieces())
+        return generation.result
     wrote = False
     try:
-        for piece in generation:
+        for piece in printed(generation, colour):
             if not quiet:
                 click.echo(piece, nl=False)
                 sys.stdout.flush()

@@ -292,3 +292,10 @@ think_option = click.option(
     help="A thinking model (Qwen3, DeepSeek-R1): think before answering, or answer at once (its chat template "
     "is told, as Ollama's --think=false does). Default: the model's own.",
 )
+
+show_draft_option = click.option(
+    "--show-draft",
+    is_flag=True,
+    help="On a terminal, print the text of accepted draft tokens in green and the target's own plain "
+    "(no colour when standard output is not a terminal, or with NO_COLOR set).",
+)
