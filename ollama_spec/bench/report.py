@@ -1,4 +1,4 @@
-"""Benchmark results as a terminal table, results.json, results.md and a PNG plot."""
+"""Benchmark results as a terminal table, results.json, results.md, a PNG plot and sample.html."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from ollama_spec.bench.model import efficiency, predicted_speedup_from_step_length
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.runner import Costs
+from ollama_spec.bench.sample_html import sample_page, shown_sample
 from ollama_spec.bench.samples import (
     AUTO,
     BASELINE,
@@ -407,10 +408,15 @@ def plot(report: BenchReport, path: Path) -> None:
 
 
 def write_outputs(report: BenchReport, out: Path) -> list[Path]:
-    """results.json, results.md and bench.png in `out` (created if needed)."""
+    """results.json, results.md, bench.png and (where a row kept one) sample.html in `out` (created if needed)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "results.json", out / "results.md", out / "bench.png"]
     paths[0].write_text(json.dumps(report_json(report), indent=2) + "\n", encoding="utf-8")
     paths[1].write_text(report_markdown(report), encoding="utf-8")
     plot(report, paths[2])
+    if (shown := shown_sample(report.rows, report.best)) is not None:
+        row, sample = shown
+        prompt = next((p for p in report.prompts if p.name == sample.prompt), None)
+        paths.append(out / "sample.html")
+        paths[-1].write_text(sample_page(report.target, report.draft, row, sample, prompt), encoding="utf-8")
     return paths

@@ -35,6 +35,7 @@ from ollama_spec.llama.calibration import measure_step_costs
 from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.planning.placement import Placement
+from ollama_spec.prompting.text_stream import Run, merge_runs
 
 Progress = Callable[[str], None]
 # Times one row on one prompt: (prompt, max_tokens, run) -> the sample. What the reference phase
@@ -292,19 +293,31 @@ def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row 
     )
 
 
-def _generate(engine: Engine, request: Request, row: Row) -> tuple[Result, float]:
-    """Run one generation; return its result and the seconds both models spent inside llama.cpp."""
+def _generate(engine: Engine, request: Request, row: Row, runs: list[Run] | None = None) -> tuple[Result, float]:
+    """Run one generation; return its result and the seconds both models spent inside llama.cpp.
+    With a `runs` list, the text's runs (who wrote what) are gathered into it."""
     engine.clear_cache()  # every row reads its prompt: rows share one engine and the same prompts
     models = [m for m in (engine.target, engine.draft) if m is not None]
     busy = sum(m.busy_seconds for m in models)
     generation = engine.generate(request, use_draft=row.kind not in (BASELINE, LOCAL_BASELINE, BESIDE_BASELINE))
-    for _ in generation:
-        pass
+    if runs is not None:
+        runs.extend(generation.pieces())
+    else:
+        for _ in generation:
+            pass
     return generation.result, sum(m.busy_seconds for m in models) - busy
 
 
+# Rows that keep one sample's text by who wrote it, for sample.html: a list built per token, microseconds
+# beside a model's milliseconds, once per row.
+_SHOWN_KINDS = (SPECULATIVE, AUTO, NGRAM)
+
+
 def _timed(engine: Engine, row: Row, prompt: Prompt, settings: BenchSettings, max_tokens: int, run: int) -> Sample:
-    return _sample(*_generate(engine, _request(prompt, settings, max_tokens, row), row), prompt.name, run)
+    runs = [] if row.kind in _SHOWN_KINDS and not any(s.runs for s in row.samples) else None
+    sample = _sample(*_generate(engine, _request(prompt, settings, max_tokens, row), row, runs), prompt.name, run)
+    sample.runs = tuple(merge_runs(runs or ()))
+    return sample
 
 
 def _sample(result: Result, llama_s: float, prompt: str, run: int) -> Sample:

@@ -11,6 +11,7 @@ import psutil
 
 from ollama_spec.decoding.k_policy import estimate_alpha
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference
+from ollama_spec.prompting.text_stream import Run
 
 BASELINE = "baseline"
 LOCAL_BASELINE = "baseline without RPC"  # beside --rpc rows: the target on this machine only
@@ -44,6 +45,7 @@ class Sample:
     draft_s: float = 0.0
     verify_s: float = 0.0
     llama_s: float = 0.0  # inside llama.cpp (decode and logits copies), both models
+    runs: tuple[Run, ...] = ()  # the text by who wrote it, kept for one sample per speculative row (sample.html)
 
     @property
     def decode_s(self) -> float:

@@ -90,6 +90,8 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
     assert data["mismatches"] == []
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| target alone |" in (out / "results.md").read_text()
+    page = (out / "sample.html").read_text()  # the best K's output, the draft's text marked
+    assert f"<dd>speculative K={best}</dd>" in page and page.count('<mark class="draft">') > 1
 
 
 def test_without_room_for_a_second_copy_the_phases_compare_over_their_own_baselines(
