@@ -343,5 +343,11 @@ def format_stats(result: Result, *, speculative: bool) -> str:
         )
         chosen = ", ".join(f"K={k} ×{n}" for k, n in sorted(spec.k_chosen.items()))
         lines.append(f"tokens drafted per step: {chosen}; α (accepted / tried) {spec.alpha or 0:.2f}")
+        if len(spec.drafted_by_source) > 1:  # --ngram beside a draft model: who proposed what was accepted
+            sources = ", ".join(
+                f"{source} {spec.accepted_by_source[source]} of {drafted}"
+                for source, drafted in sorted(spec.drafted_by_source.items())
+            )
+            lines.append(f"accepted by source: {sources}")
         lines.append(f"time: draft {spec.draft_seconds:.2f} s, verify {spec.verify_seconds:.2f} s")
     return "\n".join(lines)

@@ -152,7 +152,7 @@ preset_option = preset_option_with(
 
 
 def speculation_options(function):
-    """--draft, -k, --draft-p-min, --ngram-size."""
+    """--draft, -k, --draft-p-min, --ngram-size, --ngram."""
     from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, MAX_NUM_SPECULATIVE_TOKENS
     from ollama_spec.decoding.proposers import DEFAULT_NGRAM_SIZE
 
@@ -188,7 +188,15 @@ def speculation_options(function):
             type=int,
             default=DEFAULT_NGRAM_SIZE,
             show_default=True,
-            help=f"With --draft {NGRAM}: the longest n-gram looked up in the text so far.",
+            help=f"With --draft {NGRAM} or --ngram: the longest n-gram looked up in the text so far.",
+        ),
+        click.option(
+            "--ngram",
+            "with_ngram",
+            is_flag=True,
+            help="With a draft model: also look the text so far up for what followed its last words (prompt "
+            "lookup), and each step verify whichever proposal is expected to get more tokens accepted; "
+            "pays where the answer copies its input (edits of a text or code, quotes, RAG answers).",
         ),
     )(function)
 

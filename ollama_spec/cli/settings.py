@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.cli.options import NGRAM, RPC_ENVVAR
-from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.loop import HYBRID, MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.decoding.penalties import Penalties
 from ollama_spec.decoding.sampling import (
@@ -108,9 +108,8 @@ def speculation_settings(params: Mapping, options: Options) -> SpeculationSettin
         )
         k = MAX_NUM_SPECULATIVE_TOKENS
     draft = options["draft"]
-    return SpeculationSettings(
-        k, options["draft_p_min"], proposer=NGRAM if is_ngram(draft) else "draft", ngram_size=options["ngram_size"]
-    )
+    proposer = NGRAM if is_ngram(draft) else HYBRID if options.values.get("with_ngram") else "draft"
+    return SpeculationSettings(k, options["draft_p_min"], proposer=proposer, ngram_size=options["ngram_size"])
 
 
 def placement_settings(options: Options) -> Placement:

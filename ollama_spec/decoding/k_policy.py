@@ -134,7 +134,8 @@ class KPolicy(Protocol):
     keep_drafting: Callable[[int, float | None], bool] | None
 
     def next_k(self) -> int: ...
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None: ...
+    # source: who proposed the step's tokens, "draft" (the draft model) or "ngram" (prompt lookup)
+    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None: ...
 
 
 @dataclass
@@ -145,7 +146,7 @@ class FixedK:
     def next_k(self) -> int:
         return self.k
 
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
         pass
 
 
@@ -408,7 +409,16 @@ class AutoK:
         prompt after the code one: 0.99x against 1.05x)."""
         self.by_margin = copy.deepcopy(earlier.by_margin)
 
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
+        if source == "ngram" and self.confidence_stops:
+            # A lookup step beside the draft model (HybridProposer): its verify batch is timed like any,
+            # but its acceptance and its free drafting say nothing of the draft model's.
+            if drafted and self.learn_costs:
+                n = min(drafted, self.costs.k_max)
+                self._line.add(n, _bounded(verify_s, self.costs.verify_s[n]))
+                self.costs = replace(self.costs, verify_s=_consistent((self.costs.verify_s[0], *self._line.verify_s())))
+            self._steps_without_draft = 0
+            return
         self.estimator.observe(drafted, accepted)
         self.by_position.observe(drafted, accepted)
         self.by_margin.observe(self._margins[:drafted], accepted)

@@ -11,7 +11,14 @@ import numpy as np
 from ollama_spec.decoding.grammar import TokenGrammar, masked_rows
 from ollama_spec.decoding.k_policy import FixedK, KPolicy, estimate_alpha
 from ollama_spec.decoding.penalties import adjusted_rows
-from ollama_spec.decoding.proposers import DEFAULT_NGRAM_SIZE, DraftModelProposer, Model, Proposer, keep_common_prefix
+from ollama_spec.decoding.proposers import (
+    DEFAULT_NGRAM_SIZE,
+    DraftModelProposer,
+    Model,
+    NgramProposer,
+    Proposer,
+    keep_common_prefix,
+)
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, token_logprobs
 from ollama_spec.decoding.verify import verify_greedy, verify_rejection
 from ollama_spec.errors import InferenceError, InvalidSetting
@@ -22,7 +29,8 @@ DEFAULT_MAX_SPECULATIVE_TOKENS = 16
 # The largest fixed K: the K drafts and the token before them are one verify batch, which llama.cpp
 # decodes in one pass and the memory check plans for, up to N_UBATCH tokens.
 MAX_NUM_SPECULATIVE_TOKENS = N_UBATCH - 1
-PROPOSERS = ("draft", "ngram")
+HYBRID = "draft+ngram"  # the draft model and prompt lookup, whichever is expected to get more accepted
+PROPOSERS = ("draft", "ngram", HYBRID)
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,8 @@ class SpeculationSettings:
     # this (llama.cpp's --draft-p-min); 0 always drafts K tokens.
     draft_p_min: float = 0.0
     max_speculative_tokens: int = DEFAULT_MAX_SPECULATIVE_TOKENS  # auto's upper bound
-    # "draft": the draft model proposes; "ngram": prompt lookup proposes (no draft model needed).
+    # "draft": the draft model proposes; "ngram": prompt lookup proposes (no draft model needed);
+    # "draft+ngram": each step, whichever of the two is expected to get more tokens accepted.
     proposer: str = "draft"
     ngram_size: int = DEFAULT_NGRAM_SIZE
 
@@ -69,6 +78,9 @@ class SpeculationStats:
     accepted_by_position: list[int] = field(default_factory=list)
     drafted_by_position: list[int] = field(default_factory=list)
     k_chosen: dict[int, int] = field(default_factory=dict)  # K -> steps that drafted K tokens
+    # by who proposed them ("draft", "ngram"): with both at work, which source each accepted token came from
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     @property
     def acceptance_rate(self) -> float:
@@ -84,8 +96,11 @@ class SpeculationStats:
         """Tokens emitted per target pass: accepted drafts plus the target's own token."""
         return self.generated / self.steps if self.steps else 0.0
 
-    def record(self, n_drafted: int, n_accepted: int, k: int | None = None) -> None:
+    def record(self, n_drafted: int, n_accepted: int, k: int | None = None, source: str | None = None) -> None:
         self.steps += 1
+        if source is not None and n_drafted:
+            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + n_drafted
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + n_accepted
         self.drafted += n_drafted
         self.accepted += n_accepted
         self.rejections += n_accepted < n_drafted
@@ -170,8 +185,9 @@ def generate_tokens(
         else:
             stats.draft_seconds += middle - start
             stats.verify_seconds += end - middle
-            stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None)
-            policy.observe(len(drafted), n_accepted, middle - start, end - middle)
+            source = getattr(proposer, "source", "ngram" if isinstance(proposer, NgramProposer) else "draft")
+            stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None, source)
+            policy.observe(len(drafted), n_accepted, middle - start, end - middle, source)
         reading_prompt = False
 
         if grammar is not None:

@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from ollama_spec.decoding.grammar import TokenGrammar
+from ollama_spec.decoding.k_policy import AcceptanceByPosition, AlphaEstimator, expected_tokens_by_position
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
 from ollama_spec.errors import InferenceError
@@ -162,6 +163,77 @@ class NgramProposer:
 
     def accepted(self, seq):
         pass
+
+
+# The lookup's acceptance before any of its proposals was tried: a repeated 2-4-gram is followed by
+# what followed it before most of the time where text repeats (code edits, quoting), and each
+# proposal that misses teaches it otherwise.
+NGRAM_PRIOR_ALPHA = 0.8
+# A lookup proposal is cut where the chance that all of it is accepted falls below this: past it, the
+# verify batch grows for tokens that are mostly rejected.
+NGRAM_SURVIVAL_FLOOR = 0.3
+DRAFT_RUN_DECAY = 0.9  # per draft-model step: the draft's accepted run follows the last ~10 steps
+
+
+class HybridProposer:
+    """The draft model and prompt lookup together (--draft MODEL --ngram). Each step the lookup's
+    proposal, free to make, is taken when the tokens it is expected to get accepted (its own
+    acceptance by position, learned from its earlier proposals) are at least the draft model's
+    recent accepted run; else the draft model drafts. Where the answer copies its input (edits,
+    quotes, RAG), long lookups win; elsewhere matches are short or miss and the draft model runs.
+
+    The choice depends only on the text so far, so each step's proposal is an ordinary proposal and
+    verification stays exact (greedy) or distribution-preserving (one-hot q for lookups). The draft
+    model is not fed during lookup steps: it reads what it missed in one batch when it drafts again.
+    `source` says who proposed the last step's tokens ("draft" or "ngram")."""
+
+    def __init__(self, draft: DraftModelProposer, ngram: NgramProposer):
+        self.draft, self.ngram = draft, ngram
+        self.source = "draft"
+        self.lookup_pooled = AlphaEstimator(NGRAM_PRIOR_ALPHA)
+        self.lookup_by_position = AcceptanceByPosition()
+        self.draft_run = 1.0  # accepted tokens per draft-model step, decayed
+        self._proposed, self._length = 0, 0
+
+    def reset(self, seq: list[int]) -> None:
+        self.draft.reset(seq)
+
+    def lookup_alphas(self, n: int) -> list[float]:
+        return self.lookup_by_position.alphas(n, self.lookup_pooled.alpha)
+
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None):
+        self._length = len(seq)
+        lookup, _ = self.ngram.propose(seq, k, sampling, rng)
+        n = self._worth_verifying(len(lookup))
+        if n and expected_tokens_by_position(self.lookup_alphas(n), n) - 1 >= self.draft_run:
+            self.source, self._proposed = "ngram", n
+            return lookup[:n], None
+        self.source = "draft"
+        tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar)
+        self._proposed = len(tokens)
+        return tokens, q
+
+    def _worth_verifying(self, available: int) -> int:
+        """How much of a lookup of `available` tokens to propose: up to where all of it being accepted
+        becomes less likely than NGRAM_SURVIVAL_FLOOR."""
+        survival, n = 1.0, 0
+        for alpha in self.lookup_alphas(available):
+            survival *= alpha
+            if survival < NGRAM_SURVIVAL_FLOOR:
+                break
+            n += 1
+        return n
+
+    def accepted(self, seq):
+        accepted = len(seq) - self._length - 1  # the target's own token follows the accepted drafts
+        if self._proposed:
+            if self.source == "ngram":
+                self.lookup_pooled.observe(self._proposed, accepted)
+                self.lookup_by_position.observe(self._proposed, accepted)
+            else:
+                self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
+        self._proposed = 0
+        self.draft.accepted(seq)
 
 
 def keep_common_prefix(model: Model, seq: Sequence[int]) -> int:

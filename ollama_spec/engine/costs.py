@@ -40,7 +40,7 @@ class LearnedCosts:
         learn = sampling.greedy or sampling.seed is None
         costs = self._learned_or(calibrated, key) if learn else calibrated
         policy = AutoK(
-            costs, learn_costs=learn, confidence_stops=speculation.proposer == "draft", calibrated=calibrated
+            costs, learn_costs=learn, confidence_stops=speculation.proposer != "ngram", calibrated=calibrated
         )
         earlier, learned = self.last_policies.get(key), self.cache.get_acceptance(key)
         if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history

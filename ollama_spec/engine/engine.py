@@ -13,8 +13,8 @@ from functools import partial
 
 import numpy as np
 
-from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.proposers import DraftModelProposer, NgramProposer, Proposer
+from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, HYBRID, SpeculationSettings
+from ollama_spec.decoding.proposers import DraftModelProposer, HybridProposer, NgramProposer, Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
@@ -195,7 +195,10 @@ class Engine:
         if self.draft is None:
             return None
         draft = self.draft if self.slots == 1 else self.draft.sequence(slot)
-        return DraftModelProposer(draft, self.target.n_vocab, speculation.draft_p_min)
+        drafting = DraftModelProposer(draft, self.target.n_vocab, speculation.draft_p_min)
+        if speculation.proposer == HYBRID:
+            return HybridProposer(drafting, NgramProposer(speculation.ngram_size))
+        return drafting
 
     @contextmanager
     def run_in_slot(self, prompt: Sequence[int]) -> Iterator[int]:

@@ -4,7 +4,7 @@ tests are in test_loop.py)."""
 import numpy as np
 
 from ollama_spec.decoding.loop import SpeculationSettings
-from ollama_spec.decoding.proposers import NgramProposer
+from ollama_spec.decoding.proposers import DraftModelProposer, HybridProposer, NgramProposer
 from ollama_spec.decoding.sampling import SamplingSettings
 from tests.decoding.test_loop import assert_first_two_tokens_follow_the_target, run
 
@@ -51,3 +51,99 @@ def test_ngram_lookup_keeps_the_target_distribution(baseline_engine):
     assert_first_two_tokens_follow_the_target(
         baseline_engine.target, NgramProposer(), sampling, SpeculationSettings(3), prompt=REPETITIVE
     )
+
+
+HYBRID = SpeculationSettings(None, proposer="draft+ngram")
+
+
+def test_draft_model_and_lookup_together_are_exact_and_both_propose(baseline_engine, spec_engine):
+    expected = run(baseline_engine, REPETITIVE, raw=True, max_tokens=48, ignore_eos=True).tokens
+    for k in (None, 2, 4):
+        speculation = SpeculationSettings(k, proposer="draft+ngram")
+        result = run(spec_engine, REPETITIVE, raw=True, max_tokens=48, ignore_eos=True, speculation=speculation)
+        assert result.tokens == expected
+        stats = result.speculation
+        assert sum(stats.drafted_by_source.values()) == stats.drafted
+        assert sum(stats.accepted_by_source.values()) == stats.accepted
+        if k is not None:  # (auto may find that drafting does not pay for the tiny pair: K=0 throughout)
+            assert stats.drafted_by_source.get("ngram", 0) > 0  # the repeated sentence is looked up
+
+
+def test_draft_model_and_lookup_keep_the_target_distribution(spec_engine):
+    sampling = SamplingSettings(temperature=1.0, top_k=4, top_p=1.0)
+    proposer = spec_engine.proposer(HYBRID)
+    assert isinstance(proposer, HybridProposer)
+    assert_first_two_tokens_follow_the_target(
+        spec_engine.target, proposer, sampling, SpeculationSettings(3), prompt=REPETITIVE
+    )
+
+
+class _ScriptedDraft:
+    """Stands in for the draft model's proposer where only the hybrid's choice is tested."""
+
+    def __init__(self, tokens):
+        self.tokens, self.calls = tokens, 0
+
+    def reset(self, seq):
+        pass
+
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None):
+        self.calls += 1
+        return self.tokens[:k], None
+
+    def accepted(self, seq):
+        pass
+
+
+def _step(hybrid, seq, k, accepted_of_proposal):
+    tokens, _ = hybrid.propose(seq, k, GREEDY, np.random.default_rng(0))
+    seq = [*seq, *tokens[:accepted_of_proposal], 99]
+    hybrid.accepted(seq)
+    return tokens, seq
+
+
+def test_hybrid_takes_a_long_lookup_and_learns_when_lookups_miss():
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]  # "1 2 3" repeats: the lookup offers 4..12
+    draft = _ScriptedDraft([50, 51])
+    hybrid = HybridProposer(draft, NgramProposer(3))
+    tokens, _ = _step(hybrid, text, 8, accepted_of_proposal=0)
+    assert hybrid.source == "ngram" and tokens == [4, 5, 6, 7, 8][: len(tokens)] and draft.calls == 0
+    for _ in range(30):  # every lookup misses at once: the lookup's acceptance falls, the draft takes over
+        _step(hybrid, text, 8, accepted_of_proposal=0)
+    _step(hybrid, text, 8, accepted_of_proposal=0)
+    assert hybrid.source == "draft" and draft.calls > 0
+
+
+def test_hybrid_leaves_text_without_repeats_to_the_draft_model():
+    draft = _ScriptedDraft([50, 51, 52])
+    hybrid = HybridProposer(draft, NgramProposer(3))
+    tokens, _ = _step(hybrid, [1, 2, 3, 4, 5, 6], 4, accepted_of_proposal=2)
+    assert hybrid.source == "draft" and tokens == [50, 51, 52]
+
+
+def test_after_steps_without_drafting_the_draft_catches_up_in_one_batch(spec_engine):
+    """K=0 costs the draft nothing: it is not fed while the target runs alone, and reads the tokens it
+    missed in one evaluation when it drafts again."""
+    draft = spec_engine.draft
+    proposer = DraftModelProposer(draft, spec_engine.target.n_vocab)
+    seq = spec_engine.target.tokenize("The quick brown fox", add_bos=True, special=False)
+    proposer.reset(seq)
+    proposer.propose(seq, 2, GREEDY, np.random.default_rng(0))
+    calls = []
+    real_eval = draft.eval
+
+    def counted(tokens, **kwargs):
+        calls.append(len(tokens))
+        return real_eval(tokens, **kwargs)
+
+    draft.eval = counted
+    try:
+        for token in (11, 12, 13, 14, 15, 16):  # six K=0 steps: the target's tokens, the draft untouched
+            seq = [*seq, token]
+            proposer.accepted(seq)
+        assert calls == []
+        proposer.propose(seq, 1, GREEDY, np.random.default_rng(0))
+    finally:
+        del draft.eval
+    assert calls[0] >= 6 and len(calls) == 1  # one catch-up batch, which also yields the first draft
+    assert draft.n_past == len(seq)
