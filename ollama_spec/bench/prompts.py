@@ -42,6 +42,45 @@ BUILTIN_PROMPTS = (
 )
 
 
+_ESSAY = (
+    "Lighthouses were once kept by families who lived beside the lamp. Each evening the keeper climbed "
+    "the tower, trimmed the wick, wound the clockwork that turned the lens, and wrote the weather in the "
+    "log. In a storm the keeper stayed awake all night, because a lamp that failed could cost a ship. "
+    "Today most lighthouses run themselves, and their logs are kept in museums."
+)
+_CODE = (
+    "def mean(values):\n"
+    "    total = 0\n"
+    "    for value in values:\n"
+    "        total = total + value\n"
+    "    return total / len(values)\n"
+    "\n\n"
+    "def variance(values):\n"
+    "    m = mean(values)\n"
+    "    total = 0\n"
+    "    for value in values:\n"
+    "        total = total + (value - m) * (value - m)\n"
+    "    return total / len(values)\n"
+)
+
+# Answers that copy most of their input: where prompt lookup (--ngram) proposes long runs.
+REWRITE_PROMPTS = (
+    Prompt("edit-text", f"Rewrite this text in the past tense, changing nothing else:\n\n{_ESSAY}"),
+    Prompt("edit-code", f"Add type hints to this Python code and return the whole file:\n\n{_CODE}"),
+    Prompt("quote", f"Repeat the following paragraph exactly, then give it a title:\n\n{_ESSAY}"),
+)
+PROMPT_SETS = {"default": BUILTIN_PROMPTS, "rewrite": REWRITE_PROMPTS}
+
+
+def prompts_for(name_or_path: str | None) -> tuple[Prompt, ...]:
+    """A built-in set by name ("default", "rewrite"), else a prompts file; None: the default set."""
+    if name_or_path is None:
+        return BUILTIN_PROMPTS
+    if name_or_path in PROMPT_SETS and not Path(name_or_path).exists():
+        return PROMPT_SETS[name_or_path]
+    return load_prompts(name_or_path)
+
+
 def load_prompts(path: str | Path) -> tuple[Prompt, ...]:
     """Read a prompts file (JSON lines or plain lines, see the module docstring)."""
     path = Path(path)

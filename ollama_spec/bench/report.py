@@ -19,6 +19,7 @@ from ollama_spec.bench.samples import (
     BESIDE_AUTO,
     BESIDE_BASELINE,
     BESIDE_SPECULATIVE,
+    HYBRID,
     LLAMA_CPP_BASELINE,
     LLAMA_CPP_DRAFT,
     LOCAL_BASELINE,
@@ -147,7 +148,8 @@ def summary_lines(report: BenchReport) -> list[str]:
         lines.append(
             f"time outside llama.cpp per target pass (the loop's own cost): {overhead * 1000:.2f} ms at K={best.k}"
         )
-    lines += _auto_lines(report) + _reference_lines(report) + _ngram_lines(report) + _rpc_lines(report)
+    lines += _auto_lines(report) + _hybrid_lines(report) + _reference_lines(report) + _ngram_lines(report)
+    lines += _rpc_lines(report)
     if report.load_average and max(report.load_average) > 0.5:
         lines.append(
             f"load average {report.load_average[0]:.2f} at the start, {report.load_average[1]:.2f} at the end "
@@ -176,6 +178,21 @@ def _auto_lines(report: BenchReport) -> list[str]:
             f"the best fixed K (K={best.k}); steps by K: {chosen}"
         ),
         "K=auto per prompt: " + "; ".join(per_prompt),
+    ]
+
+
+def _hybrid_lines(report: BenchReport) -> list[str]:
+    """--ngram beside the draft model against the better of the two alone, both at K=auto."""
+    rows = {r.kind: r for r in report.rows if r.kind in (AUTO, NGRAM, HYBRID) and r.tokens_per_second}
+    if len(rows) < 3:
+        return []
+    hybrid = rows[HYBRID]
+    alone = max(rows[AUTO], rows[NGRAM], key=lambda r: r.tokens_per_second)
+    by_source = hybrid.accepted_by_source
+    return [
+        f"draft + n-gram (--ngram): {hybrid.tokens_per_second:.1f} tok/s, "
+        f"{hybrid.tokens_per_second / alone.tokens_per_second:.2f}x the better of the two alone ({alone.label}); "
+        "accepted tokens by source: " + ", ".join(f"{k} {v}" for k, v in sorted(by_source.items()))
     ]
 
 

@@ -20,6 +20,7 @@ from ollama_spec.bench.samples import (
     BESIDE_AUTO,
     BESIDE_BASELINE,
     BESIDE_SPECULATIVE,
+    HYBRID,
     LOCAL_BASELINE,
     NGRAM,
     SPECULATIVE,
@@ -29,6 +30,7 @@ from ollama_spec.bench.samples import (
 )
 from ollama_spec.bench.settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.loop import HYBRID as HYBRID_PROPOSER
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
 from ollama_spec.llama.calibration import measure_step_costs
@@ -96,6 +98,7 @@ def run_engine_rows(
             rows.append(Row("speculative K=auto", AUTO))
         if settings.ngram:
             rows.append(Row("n-gram lookup K=auto", NGRAM))
+            rows.append(Row("draft + n-gram K=auto (--ngram)", HYBRID))
         requests = {p.name: _request(p, settings, settings.max_tokens) for p in prompts}
         prompt_tokens = {name: engine.prompt_tokens(r) for name, r in requests.items()}
         prompt_texts = {name: native_prompt_text(engine.target, tokens) for name, tokens in prompt_tokens.items()}
@@ -280,9 +283,8 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
 
 
 def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row | None = None) -> Request:
-    speculation = SpeculationSettings(
-        row.k if row else None, proposer="ngram" if row and row.kind == NGRAM else "draft"
-    )
+    proposer = {NGRAM: "ngram", HYBRID: HYBRID_PROPOSER}.get(row.kind, "draft") if row else "draft"
+    speculation = SpeculationSettings(row.k if row else None, proposer=proposer)
     return Request(
         prompt.prompt,
         system=prompt.system,
@@ -310,7 +312,7 @@ def _generate(engine: Engine, request: Request, row: Row, runs: list[Run] | None
 
 # Rows that keep one sample's text by who wrote it, for sample.html: a list built per token, microseconds
 # beside a model's milliseconds, once per row.
-_SHOWN_KINDS = (SPECULATIVE, AUTO, NGRAM)
+_SHOWN_KINDS = (SPECULATIVE, AUTO, NGRAM, HYBRID)
 
 
 def _timed(engine: Engine, row: Row, prompt: Prompt, settings: BenchSettings, max_tokens: int, run: int) -> Sample:
@@ -333,6 +335,7 @@ def _sample(result: Result, llama_s: float, prompt: str, run: int) -> Sample:
         accepted=spec.accepted,
         rejections=spec.rejections,
         k_chosen=dict(spec.k_chosen),
+        accepted_by_source=dict(spec.accepted_by_source),
         draft_s=spec.draft_seconds,
         verify_s=spec.verify_seconds,
         llama_s=llama_s,

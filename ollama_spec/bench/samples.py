@@ -19,6 +19,7 @@ LLAMA_CPP_BASELINE = "llama-cpp-python target alone"  # the reference rows' own 
 SPECULATIVE = "speculative"
 AUTO = "speculative, K chosen each step"
 NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
+HYBRID = "draft model and n-gram lookup"  # ours: --ngram beside the draft, K=auto
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
 PROMPT_LOOKUP = "prompt lookup"
 NATIVE = "llama.cpp speculative-simple"  # llama.cpp's own C++ loop, timed only
@@ -42,6 +43,7 @@ class Sample:
     accepted: int = 0
     rejections: int = 0
     k_chosen: dict[int, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # "draft", "ngram": who proposed them
     draft_s: float = 0.0
     verify_s: float = 0.0
     llama_s: float = 0.0  # inside llama.cpp (decode and logits copies), both models
@@ -109,6 +111,14 @@ class Row:
         for sample in self.samples:
             for k, n in sample.k_chosen.items():
                 counts[k] = counts.get(k, 0) + n
+        return counts
+
+    @property
+    def accepted_by_source(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for sample in self.samples:
+            for source, n in sample.accepted_by_source.items():
+                counts[source] = counts.get(source, 0) + n
         return counts
 
     @property

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ollama_spec.bench.prompts import BUILTIN_PROMPTS, load_prompts
+from ollama_spec.bench.prompts import prompts_for
 from ollama_spec.bench.settings import (
     DEFAULT_BENCH_TOKENS,
     DEFAULT_KS,
@@ -76,8 +76,9 @@ from ollama_spec.models.resolve import looks_like_path, resolve_model
 @click.option(
     "--prompts",
     "prompts_file",
-    help='Prompts file: JSON lines {"prompt", "system", "name"} '
-    "or plain lines (default: a built-in set of code, factual, explanation, translation, creative).",
+    help='Prompts file (JSON lines {"prompt", "system", "name"} or plain lines), or a built-in set: '
+    "default (code, factual, explanation, translation, creative) or rewrite (answers that copy their "
+    "input: edit a text, edit code, quote; where --ngram pays).",
 )
 @click.option("--out", type=click.Path(file_okay=False), help="Write results.json, results.md and bench.png here.")
 @click.option(
@@ -162,7 +163,7 @@ def bench(
     """
     set_verbose(verbose)
     options = Options.of(context)
-    prompts = load_prompts(prompts_file) if prompts_file else BUILTIN_PROMPTS
+    prompts = prompts_for(prompts_file)
     if out:
         _make_out_dir(Path(out))  # before minutes of timing, not after
     if url:

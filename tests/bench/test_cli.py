@@ -45,6 +45,7 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
         "speculative K=auto",
         "K=auto per prompt: fox ",
         "n-gram lookup: ours ",
+        "draft + n-gram (--ngram): ",
     ):
         assert label in result.output
 
@@ -56,6 +57,7 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
         "speculative",
         "speculative, K chosen each step",
         "n-gram lookup",
+        "draft model and n-gram lookup",
         "llama-cpp-python target alone",
         "llama-cpp-python draft_model",
         "prompt lookup",
