@@ -438,7 +438,8 @@ class AutoK:
             return
         draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:
-            draft_step = _blend(draft_step, draft_s / max(self._draft_steps, drafted))
+            if not self._probing:  # a probe's draft time is mostly the catch-up on what K=0 skipped
+                draft_step = _blend(draft_step, draft_s / max(self._draft_steps, drafted))
             n = min(drafted, self.costs.k_max)
             self._line.add(n, _bounded(verify_s, verify[n]))
             verify = (verify[0], *self._line.verify_s())

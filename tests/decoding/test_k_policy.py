@@ -362,3 +362,14 @@ def test_one_outlier_step_cannot_lock_the_target_alone_out():
     assert policy.next_k() == 0
     learned = AutoK(StepCosts(0.001, (0.130, *costs.verify_s[1:])), prior_alpha=0.1)  # saved by an older run
     assert learned.costs.verify_s[0] <= costs.verify_s[1] and learned.next_k() == 0
+
+
+def test_a_probes_catch_up_is_not_learned_as_the_draft_step():
+    """After K=0 steps the probe's draft reads every token it skipped in one batch: that time is the
+    catch-up's, not what a draft step costs."""
+    policy = AutoK(SLOW_DRAFT, prior_alpha=0.9)
+    while policy.next_k() == 0:
+        policy.observe(0, 0, 0.0, 0.030)
+    before = policy.costs.draft_step_s
+    policy.observe(1, 1, 0.300, 0.031)  # the probe: 10 draft steps' worth of catch-up
+    assert policy.costs.draft_step_s == before
