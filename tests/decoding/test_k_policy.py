@@ -373,3 +373,12 @@ def test_a_probes_catch_up_is_not_learned_as_the_draft_step():
     before = policy.costs.draft_step_s
     policy.observe(1, 1, 0.300, 0.031)  # the probe: 10 draft steps' worth of catch-up
     assert policy.costs.draft_step_s == before
+
+
+def test_learned_costs_stay_within_reach_of_the_calibration():
+    """An earlier run saved a draft step 10x dear (its probes' catch-ups): drafting must still be
+    tried, or nothing would ever relearn it."""
+    saved = StepCosts(0.040, CPU.verify_s)
+    policy = AutoK(saved, prior_alpha=0.9, calibrated=CPU)
+    assert policy.costs.draft_step_s <= 2 * CPU.draft_step_s
+    assert policy.next_k() > 0
