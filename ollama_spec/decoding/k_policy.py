@@ -281,11 +281,8 @@ class AutoK:
         self._line = VerifyLine(costs.verify_s)
         # per batch size as timed, with the kernels' own bumps (see _free_next); `costs` may be a learned line
         self._calibrated = (calibrated or costs).verify_s
-        self._calibrated_draft_s = (calibrated or costs).draft_step_s
         # what it decides by: the draft step and the target alone as calibrated, the batches as a line
-        self.costs = self._near_calibration(
-            replace(costs, verify_s=_consistent((costs.verify_s[0], *self._line.verify_s())))
-        )
+        self.costs = replace(costs, verify_s=_consistent((costs.verify_s[0], *self._line.verify_s())))
         self.learn_costs = learn_costs
         self.confidence_stops = confidence_stops
         self.estimator = AlphaEstimator(prior_alpha)
@@ -441,24 +438,18 @@ class AutoK:
             return
         draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:
-            if not self._probing:  # a probe's draft time is mostly the catch-up on what K=0 skipped
-                draft_step = _blend(draft_step, draft_s / max(self._draft_steps, drafted))
+            measured = _blend(draft_step, draft_s / max(self._draft_steps, drafted))
+            # A probe's draft time is mostly the catch-up on what K=0 skipped: it may only say the draft
+            # step is cheaper than thought. Only drafting steps relearn it otherwise, so a draft step
+            # learned far too dear (a busy spell, an earlier run's cache) would keep K at 0 for good:
+            # that kept the weak pair at K=0, 0.66x of K=8.
+            draft_step = min(draft_step, measured) if self._probing else measured
             n = min(drafted, self.costs.k_max)
             self._line.add(n, _bounded(verify_s, verify[n]))
             verify = (verify[0], *self._line.verify_s())
         else:
             verify = (_blend(verify[0], verify_s), *verify[1:])
-        self.costs = self._near_calibration(replace(self.costs, draft_step_s=draft_step, verify_s=_consistent(verify)))
-
-    def _near_calibration(self, costs: StepCosts) -> StepCosts:
-        """The draft step and the target alone within OUTLIER_FACTOR of their calibrated times. Each is
-        relearned only by the steps it prices (drafting steps, K=0 steps), so a learned value gone far
-        wrong (a busy spell; an earlier run's cache) would otherwise shut those steps out for good: a
-        draft step learned 5x dear kept a pair at K=0 where K=8 was 1.5x faster."""
-        if self._calibrated_draft_s > 0:
-            costs = replace(costs, draft_step_s=_bounded(costs.draft_step_s, self._calibrated_draft_s))
-        target_alone = _bounded(costs.verify_s[0], self._calibrated[0])
-        return replace(costs, verify_s=_consistent((target_alone, *costs.verify_s[1:])))
+        self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=_consistent(verify))
 
 
 # One step's time may be far off its kind's (a pause of the process, another program's burst on a
