@@ -83,7 +83,7 @@ PAIRS: dict[str, PairSpec] = {
         draft_layers=2,
         vocab_size=2048,
         n_merges=600,
-        recipe=_recipe(13, 2048, 600, dtype="F16", residual_scale=0.05),
+        recipe=_recipe(13, 2048, 600, dtype="F16", residual_scale=0.25),
         description="0.5B F16 target + 2-layer draft that agrees with it on about half the tokens",
     ),
     "quant": PairSpec(
