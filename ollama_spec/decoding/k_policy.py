@@ -410,15 +410,14 @@ class AutoK:
         self.by_margin = copy.deepcopy(earlier.by_margin)
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
-        if source == "ngram" and self.confidence_stops:
+        if source == "ngram" and drafted and self.confidence_stops:
             # A lookup step beside the draft model (HybridProposer): its verify batch is timed like any,
             # but its acceptance and its free drafting say nothing of the draft model's.
-            if drafted and self.learn_costs:
+            if self.learn_costs:
                 n = min(drafted, self.costs.k_max)
                 self._line.add(n, _bounded(verify_s, self.costs.verify_s[n]))
                 self.costs = replace(self.costs, verify_s=_consistent((self.costs.verify_s[0], *self._line.verify_s())))
-            self._steps_without_draft = 0
-            return
+            return  # (nor does it count as a probe of the draft model: those still come while K=0)
         self.estimator.observe(drafted, accepted)
         self.by_position.observe(drafted, accepted)
         self.by_margin.observe(self._margins[:drafted], accepted)

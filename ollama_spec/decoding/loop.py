@@ -13,6 +13,7 @@ from ollama_spec.decoding.k_policy import FixedK, KPolicy, estimate_alpha
 from ollama_spec.decoding.penalties import adjusted_rows
 from ollama_spec.decoding.proposers import (
     DEFAULT_NGRAM_SIZE,
+    FREE_LOOKUP_TOKENS,
     DraftModelProposer,
     Model,
     NgramProposer,
@@ -164,10 +165,11 @@ def generate_tokens(
             return  # context full: the caller reports it
         chosen = policy.next_k() if proposer is not None and not reading_prompt else 0
         k = min(chosen, room)
+        propose = proposer.propose if proposer is not None else None
+        if k == 0 and not reading_prompt and hasattr(proposer, "lookup"):  # no draft step: worth it at K=0
+            propose, k = proposer.lookup, min(FREE_LOOKUP_TOKENS, room)
         start = time.perf_counter()
-        drafted, draft_probs = (
-            proposer.propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0 else ([], None)
-        )
+        drafted, draft_probs = propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0 else ([], None)
         middle = time.perf_counter()
         logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
         if sampling.penalties.active:

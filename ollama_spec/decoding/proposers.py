@@ -173,6 +173,10 @@ NGRAM_PRIOR_ALPHA = 0.8
 # verify batch grows for tokens that are mostly rejected.
 NGRAM_SURVIVAL_FLOOR = 0.3
 DRAFT_RUN_DECAY = 0.9  # per draft-model step: the draft's accepted run follows the last ~10 steps
+# While the K policy says the draft model does not pay (K=0), a lookup of up to this many tokens is
+# still verified when at least one of them is expected to be accepted (HybridProposer.lookup): it
+# costs no draft step, only a longer verify batch.
+FREE_LOOKUP_TOKENS = 8
 
 
 class HybridProposer:
@@ -201,13 +205,22 @@ class HybridProposer:
     def lookup_alphas(self, n: int) -> list[float]:
         return self.lookup_by_position.alphas(n, self.lookup_pooled.alpha)
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None):
+    def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None):
+        """A step where the K policy chose K=0 (the draft model does not pay): the lookup's proposal
+        if at least one of its tokens is expected to be accepted, else nothing."""
+        return self.propose(seq, k, sampling, rng, keep_drafting, grammar, lookup_only=True)
+
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, *, lookup_only=False):
         self._length = len(seq)
         lookup, _ = self.ngram.propose(seq, k, sampling, rng)
         n = self._worth_verifying(len(lookup))
-        if n and expected_tokens_by_position(self.lookup_alphas(n), n) - 1 >= self.draft_run:
+        expected = expected_tokens_by_position(self.lookup_alphas(n), n) - 1 if n else 0.0
+        if n and expected >= (1.0 if lookup_only else self.draft_run):
             self.source, self._proposed = "ngram", n
             return lookup[:n], None
+        if lookup_only:
+            self.source, self._proposed = "ngram", 0
+            return [], None
         self.source = "draft"
         tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar)
         self._proposed = len(tokens)

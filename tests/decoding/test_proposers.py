@@ -147,3 +147,36 @@ def test_after_steps_without_drafting_the_draft_catches_up_in_one_batch(spec_eng
         del draft.eval
     assert calls[0] >= 6 and len(calls) == 1  # one catch-up batch, which also yields the first draft
     assert draft.n_past == len(seq)
+
+
+def test_at_k0_the_hybrid_still_offers_a_lookup_worth_a_token():
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]
+    draft = _ScriptedDraft([50, 51])
+    hybrid = HybridProposer(draft, NgramProposer(3))
+    tokens, _ = hybrid.lookup(text, 8, GREEDY, np.random.default_rng(0))
+    assert tokens and hybrid.source == "ngram" and draft.calls == 0
+    nothing, _ = hybrid.lookup([1, 2, 3, 4, 5, 6], 8, GREEDY, np.random.default_rng(0))
+    assert nothing == [] and draft.calls == 0  # no match: no draft model either, K is 0
+
+
+def test_the_loop_verifies_lookups_while_the_draft_model_does_not_pay(baseline_engine, spec_engine):
+    """K=0 from the policy (a draft that never pays), yet the repeated sentence is looked up."""
+    from ollama_spec.decoding.k_policy import FixedK
+    from ollama_spec.decoding.loop import SpeculationStats, generate_tokens
+
+    expected = run(baseline_engine, REPETITIVE, raw=True, max_tokens=32, ignore_eos=True).tokens
+    prompt = spec_engine.target.tokenize(REPETITIVE, add_bos=True, special=False)
+    stats = SpeculationStats()
+    tokens = generate_tokens(
+        spec_engine.target,
+        spec_engine.proposer(HYBRID),
+        prompt,
+        GREEDY,
+        HYBRID,
+        stats,
+        FixedK(0),
+    )
+    got = [next(tokens).id for _ in range(32)]
+    tokens.close()
+    assert got == expected
+    assert stats.drafted_by_source.get("ngram", 0) > 0 and "draft" not in stats.drafted_by_source
