@@ -389,3 +389,14 @@ def test_probes_bring_a_draft_step_learned_far_too_dear_back_down():
         ks.append(k)
         policy.observe(k, k, 0.004 * max(k, 1), CPU.verify_s[k])  # every tried draft accepted, steps as on CPU
     assert ks[0] == 0 and policy.costs.draft_step_s < 0.008 and ks[-1] >= 2
+
+
+def test_the_wait_between_probes_carries_to_the_next_request():
+    earlier = AutoK(CPU, prior_alpha=0.8)
+    for _ in range(300):
+        k = earlier.next_k()
+        earlier.observe(k, 0, 0.004 * k, 0.030 * (1 + 0.4 * k))
+    later = AutoK(CPU, prior_alpha=0.1)
+    later.carry_over(earlier)
+    ks = [later.next_k() for _ in range(PROBE_MAX_EVERY)]
+    assert ks.count(1) == 1 and ks[-1] == 1  # the first probe after 64 steps, not 8
