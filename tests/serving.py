@@ -64,16 +64,19 @@ def post(url: str, **kwargs) -> httpx.Response:
 
 
 @contextmanager
-def running_store(models_dir, scheduler=None, max_queue: int = 8, **pairs):
+def running_store(models_dir, scheduler=None, max_queue: int = 8, upstream: str | None = None, api_key=None, **pairs):
     """Yield (base URL, ServerState) of a live server over the whole store at `models_dir`, its models
-    loaded on demand (`scheduler`: SchedulerSettings; `pairs`: StorePairs' fields); stop it afterwards."""
+    loaded on demand (`scheduler`: SchedulerSettings; `upstream`: the URL of a daemon to stand in front
+    of, as serve --upstream; `pairs`: StorePairs' fields); stop it afterwards."""
     from ollama_spec.server.pairs import StorePairs
     from ollama_spec.server.scheduler import Scheduler, SchedulerSettings
+    from ollama_spec.server.upstream import Upstream
     from tests.conftest import engine_settings
 
     pairs = {"engine": engine_settings(parallel=1)} | pairs
     store = StorePairs(models_dir=str(models_dir), **pairs)
-    settings = ServerSettings(sampling=SamplingSettings(temperature=0), max_queue=max_queue)
+    settings = ServerSettings(sampling=SamplingSettings(temperature=0), max_queue=max_queue, api_key=api_key)
     state = ServerState(None, settings, Scheduler(store, scheduler or SchedulerSettings(), None, max_queue))
+    state.upstream = Upstream(upstream, own_key=bool(api_key)) if upstream else None
     with _serving(state) as url:
         yield url, state

@@ -43,7 +43,10 @@ class UpstreamDaemon(TestServer):
         body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
         self.asked.append(Asked(method, handler.path, {k.lower(): v for k, v in handler.headers.items()}, body))
         path = handler.path.split("?")[0]
-        doc = json.loads(body) if body else {}
+        try:
+            doc = json.loads(body) if body else {}
+        except ValueError:  # a blob's bytes
+            doc = {}
         if path == "/api/tags":
             return self.send_json(handler, 200, {"models": [ps_entry(name, 1, 0) for name in self.tags]})
         if path == "/api/ps":
@@ -57,7 +60,13 @@ class UpstreamDaemon(TestServer):
             chunks = [{"model": doc.get("model"), "message": {"role": "assistant", "content": p}} for p in self.pieces]
             if doc.get("stream") is False:
                 return self.send_json(
-                    handler, 200, {"model": doc.get("model"), "message": {"content": "".join(self.pieces)}}
+                    handler,
+                    200,
+                    {
+                        "model": doc.get("model"),
+                        "message": {"role": "assistant", "content": "".join(self.pieces)},
+                        "done": True,
+                    },
                 )
             done = {"model": doc.get("model"), "message": {"role": "assistant", "content": ""}, "done": True}
             lines = [json.dumps(c) + "\n" for c in [*chunks, done]]

@@ -116,6 +116,15 @@ from ollama_spec.server.core.settings import (
     help="Web pages (origins, comma-separated, * for any) whose scripts may call the server, beside "
     "localhost's and apps', which always may, as with Ollama [env: OLLAMA_ORIGINS].",
 )
+@click.option(
+    "--upstream",
+    metavar="URL",
+    envvar="OLLAMA_SPEC_UPSTREAM",
+    help="The Ollama daemon to stand in front of: what this server cannot run or does not serve goes "
+    "there unchanged, and /api/tags lists its models after ours (default: $OLLAMA_HOST when an Ollama "
+    "daemon answers there) [env: OLLAMA_SPEC_UPSTREAM].",
+)
+@click.option("--no-upstream", is_flag=True, help="Forward nothing: answer only what this server serves.")
 @parallel_option_with(
     "Requests that run at once, each in a slot of its own (its own --ctx tokens in both models' caches); "
     "their draft and verify passes run as one batch (default: as many as the memory check fits, up to 4)."
@@ -124,7 +133,7 @@ from ollama_spec.server.core.settings import (
 @models_dir_option
 @click.pass_context
 def serve(
-    context: click.Context, target, preset, draft, host, port, verbose, models_dir, **_
+    context: click.Context, target, preset, draft, host, port, verbose, models_dir, upstream, no_upstream, **_
 ) -> None:  # **_: see Options
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs; without TARGET, the whole store.
 
@@ -137,8 +146,12 @@ def serve(
 
     With TARGET (or -f), that pair loads once (after the memory check) and answers every model name.
     Routes: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models,
-    /api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps. JSON output (Ollama's
-    format, OpenAI's response_format) is kept to by a grammar.
+    /api/chat, /api/generate, /api/embed, /api/tags, /api/show, /api/ps, /api/pull, /api/delete,
+    /api/copy. JSON output (Ollama's format, OpenAI's response_format) is kept to by a grammar.
+    In front of a running Ollama (--upstream URL; by default $OLLAMA_HOST when a daemon answers
+    there): models this server cannot run and routes it does not serve go to the daemon unchanged,
+    /api/tags and /v1/models list its models after ours, and a model the daemon holds is unloaded
+    there before it loads here.
     Up to --parallel requests run at once, each in a slot of its own, their draft and verify passes
     batched together; a request goes to the slot that holds most of its prompt (a chat's next turn
     evaluates only the new tokens), and prefixes that lose their slot are kept in host RAM. Sampling
@@ -153,6 +166,7 @@ def serve(
       ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
       ollama-spec serve qwen2.5-coder:32b -d ngram   # draftless prompt lookup
       ollama-spec serve -f llama3.3-70b   # a shipped preset: target, draft and parameters
+      ollama-spec serve --upstream http://127.0.0.1:11434   # in front of a running Ollama
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
     """
     from ollama_spec.server import serve as run_server
@@ -165,6 +179,7 @@ def serve(
         state = store_state(options, models_dir)
         sock = bind(host, port)
         try:
+            state.upstream = daemon_upstream(upstream, no_upstream, host, sock.getsockname()[1], state)
             run_server(state, sock)
         finally:
             sock.close()
@@ -182,9 +197,35 @@ def serve(
         engine_config = pinned_engine_settings(target_model, draft_model, options, settings)
         with Engine(target_model, draft_model, engine_config, notice=notice) as engine:
             engine.costs.prepare(settings.speculation)  # before /health answers: not on the first request
-            run_server(ServerState(engine, settings), sock)
+            state = ServerState(engine, settings)
+            state.models_dir = models_dir  # where /api/pull, /api/delete and /api/copy act
+            state.upstream = daemon_upstream(upstream, no_upstream, host, sock.getsockname()[1], state)
+            run_server(state, sock)
     finally:
         sock.close()
+
+
+def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: ServerState):
+    """The Upstream for --upstream URL (else $OLLAMA_HOST's daemon, if one answers there), or None."""
+    from ollama_spec.server.upstream import Upstream, default_upstream, is_own_address, ollama_host_url
+
+    if off:
+        if url:
+            raise click.UsageError("give --upstream URL or --no-upstream, not both")
+        return None
+    if url:
+        url = ollama_host_url(url)
+        if is_own_address(url, host, port):
+            raise click.UsageError(f"--upstream {url} is this server's own address: it would forward to itself")
+    else:
+        url = default_upstream(host, port)
+        if url is None:
+            return None
+    upstream = Upstream(url, own_key=bool(state.settings.api_key))
+    logging.getLogger("ollama_spec.server").info(
+        "in front of the Ollama daemon at %s: models and routes not served here go there", url
+    )
+    return upstream
 
 
 def pinned_engine_settings(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):

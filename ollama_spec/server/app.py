@@ -23,22 +23,25 @@ from ollama_spec import __version__
 from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
 from ollama_spec.server.core.errors import ApiError, openai_error
 from ollama_spec.server.core.state import HELD, ServerState
+from ollama_spec.server.forwarding import Forwarding
 from ollama_spec.server.metrics import CONTENT_TYPE
 from ollama_spec.server.ollama import embeddings as ollama_embeddings
-from ollama_spec.server.ollama import generate, models
+from ollama_spec.server.ollama import generate, manage, models
 from ollama_spec.server.openai import chat, completions, responses
 from ollama_spec.server.openai import embeddings as openai_embeddings
 
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
+OWN = {"health", "metrics"}  # the app's own routes, beside the routers'
 
 
 def create_app(state: ServerState) -> FastAPI:
     """The server's ASGI app; `state` holds the loaded engine and the worker that runs it."""
     app = FastAPI(title="ollama-spec", version=__version__, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = state
-    for route in (chat, completions, responses, openai_embeddings, ollama_embeddings, models):
-        app.include_router(route.router)
-    app.include_router(generate.router)  # last: its catch-all answers Ollama's model-management routes
+    routers = [r.router for r in (chat, completions, responses, openai_embeddings, ollama_embeddings, models, manage)]
+    routers.append(generate.router)  # last: its catch-all answers the routes no other one does
+    for router in routers:
+        app.include_router(router)
 
     @app.get("/health")
     async def health() -> dict:
@@ -71,6 +74,11 @@ def create_app(state: ServerState) -> FastAPI:
     app.add_middleware(Leases, state=state)
     app.add_middleware(JsonBodies)
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)  # outside JsonBodies, which buffers
+    # outside both: what goes to the upstream daemon goes as it came (a blob upload, any size, any type)
+    served = [route for router in routers for route in router.routes]
+    app.add_middleware(
+        Forwarding, state=state, routes=[*served, *(r for r in app.router.routes if getattr(r, "name", None) in OWN)]
+    )
     if state.settings.api_key:
         app.add_middleware(BearerAuth, api_key=state.settings.api_key)
     # a browser's preflight carries no API key and must be answered before BearerAuth

@@ -105,6 +105,18 @@ class StorePairs:
                 found.append(model)
         return found
 
+    def can_run(self, name: str) -> bool:
+        """Whether `name` is a model of the store that runnable() lists (False: not in the store, a cloud
+        model, one llama.cpp cannot load here)."""
+        try:
+            store = self.store()
+            stored = store.resolve(name)
+        except OllamaSpecError:
+            return False
+        if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
+            return False
+        return self._resolved(store, stored) is not None
+
     def _resolved(self, store: Store, stored: StoredModel) -> ResolvedModel | None:
         try:
             key = (str(stored.manifest_path), stored.manifest_path.stat().st_mtime_ns)

@@ -11,6 +11,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from ollama_spec.engine.engine import Engine
@@ -58,6 +59,8 @@ class Scheduler:
         self._lock: asyncio.Lock | None = None
         self._reaper: asyncio.Task | None = None
         self._devices: tuple[list[Device], list[str]] | None = None
+        # called with a model's stored name before it loads: serve --upstream asks the daemon to let go of it
+        self.before_load: Callable[[str], Awaitable[object]] | None = None
 
     async def canonical(self, name: str) -> str:
         """The stored name for a requested one: 404 as Ollama answers when the store has none."""
@@ -131,6 +134,8 @@ class Scheduler:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one load at a time, as Ollama's scheduler
+            if self.before_load is not None:  # before the plan: the devices are first measured there
+                await self.before_load(key)
             pair = await self._plan(key)
             await self._make_room(pair)
             started = time.monotonic()

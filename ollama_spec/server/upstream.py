@@ -14,7 +14,7 @@ import asyncio
 import ipaddress
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 import httpx
 from starlette.background import BackgroundTask
@@ -51,10 +51,13 @@ DEFAULT_PORT = "11434"
 
 
 class Upstream:
-    """The Ollama daemon at `base_url`, over one `httpx.AsyncClient` (close it with `aclose`)."""
+    """The Ollama daemon at `base_url`, over one `httpx.AsyncClient` (close it with `aclose`). With
+    `own_key` (the server has --api-key), a client's Authorization header is ours, not the daemon's:
+    it is not passed on."""
 
-    def __init__(self, base_url: str, client: httpx.AsyncClient | None = None):
+    def __init__(self, base_url: str, client: httpx.AsyncClient | None = None, own_key: bool = False):
         self.base_url = base_url.rstrip("/")
+        self.dropped = HOP_BY_HOP | {"authorization"} if own_key else HOP_BY_HOP
         self._client = client or httpx.AsyncClient(
             base_url=self.base_url, timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT)
         )
@@ -70,10 +73,13 @@ class Upstream:
             return []
         return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
-    async def forward(self, http_request: Request, body: bytes) -> Response:
-        """`http_request` (its `body` already read) sent on to the daemon; the answer streamed back."""
+    async def forward(self, http_request: Request, body: bytes | AsyncIterable[bytes]) -> Response:
+        """`http_request` sent on to the daemon with `body` (read already, or streamed on as it arrives: a
+        blob's upload); the answer streamed back."""
         url = httpx.URL(path=http_request.url.path, query=http_request.url.query.encode())
-        headers = [(k, v) for k, v in http_request.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        headers = [(k, v) for k, v in http_request.headers.raw if k.decode("latin-1").lower() not in self.dropped]
+        if not isinstance(body, bytes) and (length := http_request.headers.get("content-length")):
+            headers.append((b"content-length", length.encode()))  # streamed on as sent, not re-chunked
         request = self._client.build_request(http_request.method, url, headers=headers, content=body)
         try:
             answer = await self._client.send(request, stream=True)
@@ -139,10 +145,10 @@ class Upstream:
 
 def merge_tags(ours: list[dict], theirs: list[dict]) -> list[dict]:
     """Our /api/tags models first, then the daemon's that we do not list (names compared as Ollama's)."""
-    seen = {name_key(_name(m)) for m in ours}
+    seen = {name_key(tag_name(m)) for m in ours}
     merged = list(ours)
     for model in theirs:
-        key = name_key(_name(model))
+        key = name_key(tag_name(model))
         if key not in seen:
             seen.add(key)
             merged.append(model)
@@ -157,7 +163,8 @@ def name_key(name: str) -> tuple[str, ...]:
         return (name.strip().lower(),)
 
 
-def _name(model: Mapping) -> str:
+def tag_name(model: Mapping) -> str:
+    """An /api/tags entry's name ("" when it has none)."""
     name = model.get("name") or model.get("model")
     return name if isinstance(name, str) else ""
 

@@ -83,3 +83,31 @@ def test_a_manifests_draft_and_go_template_are_used_and_logged(invoke, tiny_stor
     assert seen["state"].engine.draft_model.name == "bare-drafted:latest (its draft layer)"
     assert seen["state"].settings.speculation.num_speculative_tokens == 4
     assert any("bare-drafted:latest has no chat template in its GGUF" in r.getMessage() for r in caplog.records)
+
+
+def test_upstream_from_the_flag_or_ollama_host_or_none(invoke, tiny_store, monkeypatch):
+    from tests.pull_servers import closed_port
+    from tests.upstream_daemon import UpstreamDaemon
+
+    seen = []
+    monkeypatch.setattr(ollama_spec.server, "serve", lambda state, sock: seen.append(state.upstream))
+    store = ("--port", "0", "--models-dir", str(tiny_store))
+    daemon = UpstreamDaemon()
+    try:
+        monkeypatch.setenv("OLLAMA_HOST", f"http://127.0.0.1:{closed_port()}")
+        assert invoke("serve", *store).exit_code == 0 and seen[-1] is None  # nobody there: nothing forwarded
+        monkeypatch.setenv("OLLAMA_HOST", daemon.url)
+        assert invoke("serve", *store).exit_code == 0 and seen[-1].base_url == daemon.url
+        assert invoke("serve", "--no-upstream", *store).exit_code == 0 and seen[-1] is None
+        monkeypatch.delenv("OLLAMA_HOST")
+        given = invoke("serve", "--upstream", daemon.url.removeprefix("http://"), *store)
+        assert given.exit_code == 0 and seen[-1].base_url == daemon.url
+        pinned = invoke("serve", "tiny-target", "--no-check", "--upstream", daemon.url, *store)
+        assert pinned.exit_code == 0 and seen[-1].base_url == daemon.url
+    finally:
+        daemon.close()
+    both = invoke("serve", "--upstream", "http://127.0.0.1:1", "--no-upstream", *store)
+    assert both.exit_code == 2 and "give --upstream URL or --no-upstream, not both" in both.output
+    port = str(closed_port())
+    itself = invoke("serve", "--upstream", f"localhost:{port}", "--port", port, "--models-dir", str(tiny_store))
+    assert itself.exit_code == 2 and "this server's own address" in itself.output

@@ -148,12 +148,13 @@ def test_short_header_arrays_are_shown_as_ollama_shows_them(tmp_path):
     assert shown["llama.rope.dimension_sections"] == [16, 24, 24, 0]
 
 
-def test_pull_succeeds_for_any_name_and_management_routes_say_why_not(client, server):
-    assert client.pull("llama3.2").status == "success"  # every name is answered by the loaded pair
-    assert [p.status for p in client.pull("llama3.2", stream=True)] == ["success"]
+def test_routes_not_served_say_why_and_the_store_routes_act(client, server):
     with pytest.raises(ollama.ResponseError) as error:
-        client.delete("llama3.2")
-    assert error.value.status_code == 501 and "ollama-spec serve" in error.value.error
+        client.delete("llama3.2")  # a real delete now: the store has no such model
+    assert error.value.status_code == 404 and error.value.error == "model 'llama3.2' not found"
+    with pytest.raises(ollama.ResponseError) as error:
+        client.push("llama3.2")
+    assert error.value.status_code == 501 and "--upstream" in error.value.error
     assert httpx.post(server[0] + "/api/nothing", json={}, timeout=60).status_code == 404
 
 

@@ -107,17 +107,22 @@ def test_an_unknown_model_is_ollamas_404_on_both_apis(tiny_store):
         assert get(url + "/v1/models/nope").status_code == 404
 
 
-def test_a_model_that_cannot_run_is_a_400_and_the_rest_still_serve(store_copy, tmp_path):
+def add_adapter_only(store, tmp_path, name: str = "adapter-only") -> None:
+    """A model whose GGUF is a LoRA adapter (no vocabulary): in the store, but nothing llama.cpp can run."""
     from ollama_spec.synthetic.catalog import PAIRS
 
     arch = PAIRS["tiny"].arch
-    write_lora_gguf(tmp_path / "lora.gguf", arch=arch, n_layer=arch.n_layer)  # no vocabulary: nothing to run
+    write_lora_gguf(tmp_path / "lora.gguf", arch=arch, n_layer=arch.n_layer)
     variant(
-        store_copy,
-        "adapter-only",
+        store,
+        name,
         keep=lambda layer: not layer["mediaType"].endswith(".model"),
         extra=[("model", (tmp_path / "lora.gguf").read_bytes())],
     )
+
+
+def test_a_model_that_cannot_run_is_a_400_and_the_rest_still_serve(store_copy, tmp_path):
+    add_adapter_only(store_copy, tmp_path)
     with running_store(store_copy, no_draft=True) as (url, _):
         assert "adapter-only:latest" not in [m["name"] for m in get(url + "/api/tags").json()["models"]]
         answer = ask(url, "adapter-only")

@@ -4,6 +4,7 @@ pair that answers a name, and use what it gives them (core/loaded.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import time
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ from ollama_spec.server.metrics import Metrics
 if TYPE_CHECKING:
     from ollama_spec.models.resolve import ResolvedModel
     from ollama_spec.server.scheduler import Scheduler
+    from ollama_spec.server.upstream import Upstream
 
 # The pairs the current HTTP request holds: set by the Leases middleware, released when its answer ends.
 HELD: contextvars.ContextVar[list[Served] | None] = contextvars.ContextVar("held", default=None)
@@ -27,12 +29,21 @@ HELD: contextvars.ContextVar[list[Served] | None] = contextvars.ContextVar("held
 
 class ServerState:
     """What the routes share. With an `engine`: that pair, pinned, answers every model name (serve
-    TARGET). Without: `scheduler` loads the store's models as they are asked for (serve)."""
+    TARGET). Without: `scheduler` loads the store's models as they are asked for (serve). `upstream`:
+    the Ollama daemon this server stands in front of (serve --upstream), or None."""
 
-    def __init__(self, engine: Engine | None, settings: ServerSettings, scheduler: Scheduler | None = None):
+    def __init__(
+        self,
+        engine: Engine | None,
+        settings: ServerSettings,
+        scheduler: Scheduler | None = None,
+        upstream: Upstream | None = None,
+    ):
         assert (engine is None) != (scheduler is None), "a pinned engine or a scheduler"
         self.settings = settings
         self.scheduler = scheduler
+        self._upstream: Upstream | None = None
+        self.upstream = upstream
         self.started = time.time()
         self.metrics = Metrics(lambda: self.waiting)
         if scheduler is not None:
@@ -40,6 +51,16 @@ class ServerState:
         self.pinned = Served(engine, settings, self.metrics, pinned=True) if engine is not None else None
         # the store root as resolve_model takes it (None: $OLLAMA_MODELS, then the defaults)
         self.models_dir: str | None = scheduler.pairs.models_dir if scheduler is not None else None
+
+    @property
+    def upstream(self) -> Upstream | None:
+        return self._upstream
+
+    @upstream.setter
+    def upstream(self, upstream: Upstream | None) -> None:
+        self._upstream = upstream
+        if self.scheduler is not None:  # the daemon lets go of a model before it loads here
+            self.scheduler.before_load = upstream.unload_if_loaded if upstream is not None else None
 
     # --- one pinned pair: what `serve TARGET` and the tests' running_server hold ------------------
 
@@ -97,6 +118,13 @@ class ServerState:
         if self.pinned is not None:
             return [self.pinned]
         return list(self.scheduler.loaded.values())
+
+    async def serves(self, name: str) -> bool:
+        """Whether this server answers `name` itself: a pinned pair answers every name; the store, the
+        models it can run (the others go to the upstream daemon, when there is one)."""
+        if self.pinned is not None:
+            return True
+        return await asyncio.to_thread(self.scheduler.pairs.can_run, name)
 
     def runnable(self) -> list[ResolvedModel]:
         """The models clients may ask for, as /api/tags and /v1/models list them."""

@@ -1,5 +1,5 @@
 """Ollama's generation routes: /api/chat and /api/generate (NDJSON streaming by default), and the answer
-to its model-management routes. (/api/tags, /api/show, /api/ps and the rest: models.py.)"""
+to the routes not served here. (/api/tags, /api/show, /api/ps: models.py; pull, delete, copy: manage.py.)"""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from ollama_spec.server.worker import Job
 
 router = APIRouter()
 
-MANAGEMENT = ("create", "copy", "delete", "push", "blobs")  # Ollama's routes that change its store
+MANAGEMENT = ("create", "push", "blobs")  # Ollama's routes that change its store and are not served here
 
 
 @router.post("/api/chat")
@@ -156,14 +156,14 @@ def _finished(state: Served, body: InferenceRequest, fields: dict, result: Resul
 
 @router.api_route("/api/{action:path}", methods=["POST", "DELETE", "HEAD"], include_in_schema=False)
 async def unsupported(action: str):
-    """Last of the routes, so that it answers only what no other route does. Model management
-    (create, copy, delete, push, blobs) is Ollama's: this server serves one pair."""
+    """Last of the routes, so that it answers only what no other route does (with --upstream, the daemon
+    answers these instead: server/forwarding.py). Ollama's create, push and blobs stay Ollama's."""
     if action.split("/")[0] not in MANAGEMENT:
         raise ApiError(404, "Not Found")
     raise ApiError(
         501,
-        f"/api/{action.split('/')[0]} is not supported by ollama-spec serve, which serves one "
-        "loaded pair; manage models with Ollama itself (ollama create, cp, rm, push)",
+        f"/api/{action.split('/')[0]} is not supported by ollama-spec serve; use Ollama itself "
+        "(ollama create, ollama push), or start serve with --upstream URL to pass it on to a running Ollama",
     )
 
 

@@ -1,6 +1,6 @@
-"""Ollama's model routes: /api/tags, /api/show, /api/ps, /api/version, /api/pull and the "Ollama is
-running" probe: the store's runnable models (or the one pinned pair), and what is loaded. Field names
-follow Ollama's api/types.go."""
+"""Ollama's model routes: /api/tags, /api/show, /api/ps, /api/version and the "Ollama is running" probe:
+the store's runnable models (or the one pinned pair; with --upstream, the daemon's after ours), and what
+is loaded. Field names follow Ollama's api/types.go. (/api/pull, /api/delete, /api/copy: manage.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import json
 import math
 import re
 import time
-from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,10 +22,10 @@ from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.server.core.errors import ApiError
-from ollama_spec.server.core.framing import ndjson
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.ollama.protocol import PullRequest, ShowRequest, iso
+from ollama_spec.server.ollama.protocol import ShowRequest, iso
+from ollama_spec.server.upstream import merge_tags
 
 router = APIRouter()
 
@@ -56,12 +55,11 @@ async def tags(http_request: HTTPRequest) -> dict:
         }
     loaded = {served.name: served for served in state.loaded()}
     models = await asyncio.to_thread(state.runnable)
-    return {
-        "models": [
-            _model_entry(model, model.name) | {"capabilities": _capabilities(loaded.get(model.name), model.info)}
-            for model in models
-        ]
-    }
+    ours = [
+        _model_entry(model, model.name) | {"capabilities": _capabilities(loaded.get(model.name), model.info)}
+        for model in models
+    ]
+    return {"models": merge_tags(ours, await state.upstream.tags()) if state.upstream else ours}
 
 
 @router.api_route("/api/ps", methods=["GET", "HEAD"])
@@ -190,20 +188,6 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
             "num_speculative_tokens": k.num_speculative_tokens if k is not None else None,
         },
     }
-
-
-@router.post("/api/pull")
-async def pull(body: PullRequest):
-    """Every name is answered by the loaded pair, so every name is already here: front-ends that pull
-    before they chat go on to chat. (`ollama-spec pull` puts models into the store.)"""
-    done = {"status": "success"}
-    if body.stream:
-        return ndjson(_once(done))
-    return done
-
-
-async def _once(chunk: dict) -> AsyncIterator[dict]:
-    yield chunk
 
 
 def _model_entry(model: ResolvedModel, name: str) -> dict:

@@ -27,6 +27,7 @@ from ollama_spec.server.openai.protocol import (
     text_only,
     tool_calls,
 )
+from ollama_spec.server.upstream import merge_tags, tag_name
 
 router = APIRouter(prefix="/v1")
 
@@ -39,10 +40,12 @@ async def list_models(http_request: HTTPRequest) -> dict:
         names = state.pinned.model_names
     else:
         names = [model.name for model in await asyncio.to_thread(state.runnable)]
-    return {
-        "object": "list",
-        "data": [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"} for name in names],
-    }
+    data = [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"} for name in names]
+    if state.pinned is None and state.upstream is not None:  # the daemon's models after ours, as /api/tags
+        ours = [{"name": name} for name in names]
+        theirs = merge_tags(ours, await state.upstream.tags())[len(ours) :]
+        data += [{"id": tag_name(m), "object": "model", "created": created, "owned_by": "ollama"} for m in theirs]
+    return {"object": "list", "data": data}
 
 
 @router.get("/models/{model:path}")

@@ -1,0 +1,62 @@
+"""/api/pull, /api/delete and /api/copy on a real serve over the store: the listing follows each write,
+a pulled or copied model answers by its name, a deleted one is unloaded and gone, its shared blobs kept."""
+
+from __future__ import annotations
+
+import ollama
+import pytest
+
+from ollama_spec.models.store import Store, StoreRoot
+from tests.pull_servers import registry_alone, snapshot
+from tests.serving import get, post, running_store
+
+CHAT = {"messages": [{"role": "user", "content": "Hi"}], "stream": False, "options": {"num_predict": 3}}
+
+
+@pytest.fixture
+def registry(tiny_store, monkeypatch):
+    with registry_alone(tiny_store, monkeypatch) as server:
+        yield server
+
+
+def names(url: str) -> list[str]:
+    return [m["name"] for m in get(url + "/api/tags").json()["models"]]
+
+
+def test_a_pulled_model_is_listed_and_answers(store_copy, registry):
+    with running_store(store_copy, no_draft=True) as (url, _):
+        name = f"{registry.host}/library/tiny-target:latest"
+        assert name not in names(url)
+        parts = list(ollama.Client(host=url).pull(name, insecure=True, stream=True))
+        assert parts[0].status == "pulling manifest" and parts[-1].status == "success"
+        assert name in names(url)  # the listing was refreshed
+        answer = post(url + "/api/chat", json={"model": name} | CHAT)
+        assert answer.status_code == 200, answer.text
+        assert name in [m["name"] for m in get(url + "/api/ps").json()["models"]]
+
+
+def test_delete_unloads_keeps_shared_blobs_and_the_model_is_gone(store_copy):
+    with running_store(store_copy, no_draft=True) as (url, _):
+        assert post(url + "/api/chat", json={"model": "tiny-draft"} | CHAT).status_code == 200
+        blobs = snapshot(store_copy / "blobs")
+        ollama.Client(host=url).delete("tiny-draft")
+        assert get(url + "/api/ps").json()["models"] == []  # unloaded before its files went
+        assert "tiny-draft:latest" not in names(url) and "tiny-target:latest" in names(url)
+        assert len(snapshot(store_copy / "blobs")) < len(blobs)
+        Store(StoreRoot(store_copy, "test")).resolve("tiny-draft:q4_0").model_info()  # its blobs stayed
+        assert post(url + "/api/chat", json={"model": "tiny-target"} | CHAT).status_code == 200
+        gone = post(url + "/api/chat", json={"model": "tiny-draft"} | CHAT)
+        assert gone.status_code == 404 and gone.json()["error"].startswith('model "tiny-draft" not found')
+        again = ollama.Client(host=url)
+        with pytest.raises(ollama.ResponseError) as missing:
+            again.delete("tiny-draft")
+        assert missing.value.status_code == 404
+
+
+def test_a_copy_answers_by_its_new_name(store_copy):
+    with running_store(store_copy, no_draft=True) as (url, _):
+        ollama.Client(host=url).copy("tiny-target", "mine/target:v2")
+        assert "mine/target:v2" in names(url)
+        answer = post(url + "/api/chat", json={"model": "mine/target:v2"} | CHAT)
+        assert answer.status_code == 200, answer.text
+        assert [m["name"] for m in get(url + "/api/ps").json()["models"]] == ["mine/target:v2"]
