@@ -55,3 +55,35 @@ def test_each_targets_draft_comes_in_order(store_copy):
     assert store.describe("drafted")[2] == "the draft layer in its manifest"
     assert store.describe("tiny-target:q8_0")[2].startswith("the store's best compatible draft")
     assert StorePairs(models_dir=str(store_copy), no_draft=True).describe("drafted")[1:] == (None, "--no-draft")
+
+
+def test_the_budget_lowers_the_default_context_and_says_so(tiny_store, caplog):
+    """A 24 GiB GPU makes the default 32k, capped at the trained 8192; the GPU's free memory and the RAM
+    (which a GPU plan needs too: the host's buffers grow with the context) fit 4096 and not 8192, nor
+    a layer split at 8192: the context goes a tier down, with a log line."""
+    import logging
+
+    from ollama_spec.planning.devices import CUDA_RESERVE, Device
+
+    engine = engine_settings(parallel=1, memory_check=True)
+    sized = {
+        ctx: StorePairs(models_dir=str(tiny_store), no_draft=True, engine=engine, ctx=ctx)
+        .plan("tiny-target", [nvidia_gpu(24), system_ram(64)])
+        .plan
+        for ctx in (SMALL_CTX, 2 * SMALL_CTX)
+    }
+    small, large = sized[SMALL_CTX], sized[2 * SMALL_CTX]
+    assert small.gpu_bytes < large.gpu_bytes and small.host_bytes < large.host_bytes
+    gpu_free = CUDA_RESERVE + (small.gpu_bytes + large.gpu_bytes) // 2
+    gpu = Device("24 GiB GPU", "cuda", 24 << 30, gpu_free, CUDA_RESERVE)
+    ram = system_ram(1)
+    ram = Device(ram.name, ram.kind, ram.total, (small.host_bytes + large.host_bytes) // 2)
+    store = StorePairs(models_dir=str(tiny_store), no_draft=True, engine=engine)
+    with caplog.at_level(logging.INFO, "ollama_spec.server"):
+        pair = store.plan("tiny-target", [gpu, ram])
+    assert pair.target.info.context_length == 2 * SMALL_CTX and pair.engine.n_ctx == SMALL_CTX
+    assert pair.plan.fits and "capped at the model's trained length" in pair.ctx_why
+    assert "tiny-target:latest: context lowered from 8192 to 4096 tokens" in caplog.text
+    roomy = Device(gpu.name, gpu.kind, gpu.total, CUDA_RESERVE + 2 * large.gpu_bytes, CUDA_RESERVE)
+    big_ram = Device(ram.name, ram.kind, ram.total, 2 * large.host_bytes)
+    assert store.plan("tiny-target", [roomy, big_ram]).engine.n_ctx == 2 * SMALL_CTX  # room: not lowered
