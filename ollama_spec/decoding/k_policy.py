@@ -42,6 +42,11 @@ PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to ke
 # costs a draft catch-up and a verify batch of 2, so on a pair where drafting never pays (a quantized
 # target on a CPU) probes every 8 steps cost 0.82x of the target alone, every 64 about 0.98x.
 PROBE_MAX_EVERY = 64
+# Drafting is chosen only where the model says it beats the target alone by this much: the modelled
+# gain of a barely-paying pair is within the model's error (per-step overheads, the draft's first step
+# reading two tokens), and there it lost. On the weak pair (α ≈ 0.5) the model said K=1 gives 1.04x;
+# measured, every fixed K was 0.46-0.81x of the target alone, and auto 0.82x.
+DRAFT_GAIN_MARGIN = 0.1
 # While learning costs: every so many drafting steps try a neighbouring K (one more, then one fewer;
 # with confidence stops, one token past the stop), so that its cost is measured again too. Otherwise
 # a calibration that made K+1 look dear (a busy moment, a stale cache) would never be corrected:
@@ -317,7 +322,14 @@ class AutoK:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
         self._probing = False
-        k = best_k_by_position(self.alphas(), self.costs)
+        alphas = self.alphas()
+        k = best_k_by_position(alphas, self.costs)
+        if (
+            k
+            and expected_tokens_by_position(alphas, k) / self.costs.step_s(k)
+            < (1 + DRAFT_GAIN_MARGIN) / (self.costs.verify_s[0])
+        ):
+            k = 0  # too close to call: the target alone is the safe side
         if k == 0:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.

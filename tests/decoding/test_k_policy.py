@@ -400,3 +400,12 @@ def test_the_wait_between_probes_carries_to_the_next_request():
     later.carry_over(earlier)
     ks = [later.next_k() for _ in range(PROBE_MAX_EVERY)]
     assert ks.count(1) == 1 and ks[-1] == 1  # the first probe after 64 steps, not 8
+
+
+def test_a_gain_within_the_models_error_is_not_taken():
+    """The weak pair's costs (target 26 ms, a batch of 2 34 ms, draft step 6.5 ms) at α 0.6: K=1 is
+    modelled at 1.04x the target alone, inside the model's error; measured it lost. K=0."""
+    weak = StepCosts(0.0065, (0.026, 0.034, *(0.034 + 0.005 * n for n in range(1, 8))))
+    assert best_k(0.6, weak) == 1
+    assert AutoK(weak, prior_alpha=0.6).next_k() == 0
+    assert AutoK(weak, prior_alpha=0.9).next_k() > 0  # a clear gain is taken
