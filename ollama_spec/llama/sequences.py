@@ -40,8 +40,16 @@ class SequenceView:
         return rows
 
     def truncate(self, n_tokens: int) -> None:
-        # no batch runs meanwhile: one runs only while every joined slot, this one too, waits in eval
-        self.model.truncate(n_tokens, self.seq)
+        # No batch runs meanwhile while this slot has joined (one runs only while every joined slot,
+        # this one too, waits in eval), but another slot may be cutting its own cells right now, and
+        # llama.cpp's cache is not safe to cut from two threads at once (a segfault in the tests):
+        # one cut at a time, under the lock batches run under.
+        batcher = self.model.batcher
+        if batcher is None:
+            self.model.truncate(n_tokens, self.seq)
+            return
+        with batcher.exclusive():
+            self.model.truncate(n_tokens, self.seq)
 
     def __getattr__(self, name: str) -> Any:  # tokenize, token_piece, vocab, add_bos, ...
         return getattr(self.model, name)
