@@ -76,7 +76,7 @@ def test_greedy_with_penalties_is_the_target_alones_penalized_answer(spec_engine
     assert expected.tokens != plain.tokens  # the penalties do change the answer...
     _, result = _generate(spec_engine, STRONG, speculation=SpeculationSettings(k))
     assert_greedy_identical(spec_engine, request, expected.tokens, result.tokens)  # ...and speculation keeps it
-    assert result.speculation.drafted > 0
+    assert result.speculation.drafted > 0 or k is None  # auto may find the tiny pair's drafts do not pay
 
 
 def test_a_repeat_penalty_without_end_forbids_repeats_in_its_window(spec_engine):

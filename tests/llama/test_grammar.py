@@ -97,7 +97,8 @@ def test_greedy_json_is_the_target_alones_constrained_answer(spec_engine, k):
     assert answer["colour"] in ("red", "green", "blue") and 0 <= answer["n"] <= 99
     _, result, spec_text = _generate(spec_engine, grammar, speculation=SpeculationSettings(k))
     assert_greedy_identical(spec_engine, request, expected.tokens, result.tokens)
-    assert result.speculation.drafted > 0 and json.loads(spec_text) is not None
+    # auto may find that the tiny pair's drafts do not pay on this machine (K=0 throughout): exact all the same
+    assert (result.speculation.drafted > 0 or k is None) and json.loads(spec_text) is not None
 
 
 @pytest.mark.parametrize("proposer", ["draft", "ngram"])
