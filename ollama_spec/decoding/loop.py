@@ -189,10 +189,7 @@ def generate_tokens(
             stats.verify_seconds += end - middle
             source = getattr(proposer, "source", "ngram" if isinstance(proposer, NgramProposer) else "draft")
             stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None, source)
-            # Beside other slots (serve --parallel) a verify pass holds their tokens too: the policy
-            # prices this slot's step by its share of that batch, or every drafted token would look free.
-            share = getattr(target, "last_eval_share", 1.0)
-            policy.observe(len(drafted), n_accepted, middle - start, (end - middle) * share, source)
+            policy.observe(len(drafted), n_accepted, middle - start, end - middle, source)
         reading_prompt = False
 
         if grammar is not None:

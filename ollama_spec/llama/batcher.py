@@ -34,7 +34,6 @@ class _Wanted:
     rows: np.ndarray | None = None
     error: BaseException | None = None
     done: bool = False
-    share: float = 1.0  # its tokens' part of the batch it ran in
 
 
 @dataclass
@@ -69,9 +68,8 @@ class StepBatcher:
     def joined(self) -> bool:
         return threading.get_ident() in self._joined
 
-    def evaluate(self, model: BatchModel, seq: int, tokens: Sequence[int], n_rows: int) -> tuple[np.ndarray, float]:
-        """`model`'s logits rows for `tokens` appended to sequence `seq`, in the next batch of its kind,
-        and the share of that batch's tokens they were."""
+    def evaluate(self, model: BatchModel, seq: int, tokens: Sequence[int], n_rows: int) -> np.ndarray:
+        """`model`'s logits rows for `tokens` appended to sequence `seq`, in the next batch of its kind."""
         wanted = _Wanted(seq, list(tokens), n_rows)
         with self._cond:
             self._pending.setdefault(self.models.index(model), []).append(wanted)
@@ -80,7 +78,7 @@ class StepBatcher:
                 self._cond.wait()
         if wanted.error is not None:
             raise wanted.error
-        return wanted.rows, wanted.share
+        return wanted.rows
 
     def _run_ready(self) -> None:
         """With the lock held: while every joined slot waits, run the first model's waiting batch.
@@ -90,9 +88,6 @@ class StepBatcher:
         while (waiting := sum(map(len, self._pending.values()))) and waiting >= len(self._joined):
             index = min(self._pending)
             batch = self._pending.pop(index)
-            total = sum(len(w.tokens) for w in batch) or 1
-            for wanted in batch:
-                wanted.share = len(wanted.tokens) / total
             try:
                 rows = self.models[index].decode_many([(w.seq, w.tokens, w.n_rows) for w in batch])
                 for wanted, result in zip(batch, rows):

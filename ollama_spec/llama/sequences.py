@@ -18,9 +18,6 @@ class SequenceView:
     def __init__(self, model: Any, seq: int):
         self.model, self.seq = model, seq
         self.n_ctx, self.n_vocab = model.n_ctx, model.n_vocab
-        # this sequence's share of the tokens in the batch its last evaluation ran in (1: alone); the K
-        # policy prices a step by it, since the other slots' tokens are not this slot's to pay for
-        self.last_eval_share = 1.0
 
     @property
     def cached(self) -> list[int]:
@@ -33,11 +30,9 @@ class SequenceView:
     def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
         batcher = self.model.batcher
         if batcher is None or not batcher.joined():
-            self.last_eval_share = 1.0
             return self.model.eval(tokens, logits=logits, seq=self.seq)
         n_rows = self.model.rows_asked(tokens, logits, self.seq)
-        rows, self.last_eval_share = batcher.evaluate(self.model, self.seq, tokens, n_rows)
-        return rows
+        return batcher.evaluate(self.model, self.seq, tokens, n_rows)
 
     def truncate(self, n_tokens: int) -> None:
         # No batch runs meanwhile while this slot has joined (one runs only while every joined slot,
