@@ -12,8 +12,9 @@ from typing import Protocol
 
 import numpy as np
 
+from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.grammar import TokenGrammar
-from ollama_spec.decoding.k_policy import AcceptanceByPosition, AlphaEstimator, expected_tokens_by_position
+from ollama_spec.decoding.k_policy import expected_tokens_by_position
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
 from ollama_spec.errors import InferenceError

@@ -19,7 +19,8 @@ import llama_cpp
 import numpy as np
 
 from ollama_spec.config import cache_dir
-from ollama_spec.decoding.k_policy import MARGIN_EDGES, StepCosts
+from ollama_spec.decoding.acceptance import MARGIN_EDGES
+from ollama_spec.decoding.k_policy import StepCosts
 from ollama_spec.decoding.proposers import Model
 
 CALIBRATION_REPEATS = 5

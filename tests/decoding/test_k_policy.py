@@ -3,14 +3,11 @@
 import numpy as np
 import pytest
 
+from ollama_spec.decoding.acceptance import MARGIN_EDGES, AcceptanceByMargin, AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.k_policy import (
     EXPLORE_EVERY,
-    MARGIN_EDGES,
     PROBE_EVERY,
     PROBE_MAX_EVERY,
-    AcceptanceByMargin,
-    AcceptanceByPosition,
-    AlphaEstimator,
     AutoK,
     FixedK,
     StepCosts,

@@ -34,7 +34,7 @@ def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, t
 
 
 def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models, tmp_path):
-    from ollama_spec.decoding.k_policy import MARGIN_PRIOR
+    from ollama_spec.decoding.acceptance import MARGIN_PRIOR
     from ollama_spec.llama.calibration import StepCostCache
 
     request = Request(
