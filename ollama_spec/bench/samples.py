@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import psutil
@@ -107,19 +107,11 @@ class Row:
     @property
     def k_chosen(self) -> dict[int, int]:
         """Steps per K, over every sample (K=auto chooses anew each step)."""
-        counts: dict[int, int] = {}
-        for sample in self.samples:
-            for k, n in sample.k_chosen.items():
-                counts[k] = counts.get(k, 0) + n
-        return counts
+        return _summed(sample.k_chosen for sample in self.samples)
 
     @property
     def accepted_by_source(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for sample in self.samples:
-            for source, n in sample.accepted_by_source.items():
-                counts[source] = counts.get(source, 0) + n
-        return counts
+        return _summed(sample.accepted_by_source for sample in self.samples)
 
     @property
     def alpha(self) -> float | None:
@@ -218,3 +210,12 @@ def compare_tokens(
             )
         else:
             row.mismatches.append(message + (f" (logit margin {margin[0]:.3f})" if margin else ""))
+
+
+def _summed(counts: Iterable[dict]) -> dict:
+    """Counts by key, added up over several dicts of them."""
+    total: dict = {}
+    for each in counts:
+        for key, n in each.items():
+            total[key] = total.get(key, 0) + n
+    return total

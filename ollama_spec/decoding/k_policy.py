@@ -120,10 +120,13 @@ def expected_tokens_by_position(alphas: Sequence[float], k: int) -> float:
     return total
 
 
-def best_k_by_position(alphas: Sequence[float], costs: StepCosts) -> int:
-    """best_k with an acceptance for each position (alphas[i]: the (i+1)-th drafted token's)."""
+def best_k_by_position(alphas: Sequence[float], costs: StepCosts, margin: float = 0.0) -> int:
+    """best_k with an acceptance for each position (alphas[i]: the (i+1)-th drafted token's); 0 unless
+    the best K beats the target alone by `margin` (0.1: 10 %)."""
     k_max = min(costs.k_max, len(alphas))
-    return max(range(k_max + 1), key=lambda k: (expected_tokens_by_position(alphas, k) / costs.step_s(k), -k))
+    rates = [expected_tokens_by_position(alphas, k) / costs.step_s(k) for k in range(k_max + 1)]
+    k = max(range(k_max + 1), key=lambda k: (rates[k], -k))
+    return k if rates[k] >= (1 + margin) * rates[0] else 0
 
 
 class KPolicy(Protocol):
@@ -238,14 +241,7 @@ class AutoK:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
         self._probing = False
-        alphas = self.alphas()
-        k = best_k_by_position(alphas, self.costs)
-        if (
-            k
-            and expected_tokens_by_position(alphas, k) / self.costs.step_s(k)
-            < (1 + DRAFT_GAIN_MARGIN) / (self.costs.verify_s[0])
-        ):
-            k = 0  # too close to call: the target alone is the safe side
+        k = best_k_by_position(self.alphas(), self.costs, DRAFT_GAIN_MARGIN)  # too close to call: K=0
         if k == 0:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.
@@ -347,9 +343,7 @@ class AutoK:
             # A lookup step beside the draft model (HybridProposer): its verify batch is timed like any,
             # but its acceptance and its free drafting say nothing of the draft model's.
             if self.learn_costs:
-                n = min(drafted, self.costs.k_max)
-                self._line.add(n, _bounded(verify_s, self.costs.verify_s[n]))
-                self.costs = replace(self.costs, verify_s=_consistent((self.costs.verify_s[0], *self._line.verify_s())))
+                self.costs = replace(self.costs, verify_s=self._learn_verify(drafted, verify_s))
             return  # (nor does it count as a probe of the draft model: those still come while K=0)
         self.estimator.observe(drafted, accepted)
         self.by_position.observe(drafted, accepted)
@@ -376,12 +370,16 @@ class AutoK:
             # learned far too dear (a busy spell, an earlier run's cache) would keep K at 0 for good:
             # that kept the weak pair at K=0, 0.66x of K=8.
             draft_step = min(draft_step, measured) if self._probing else measured
-            n = min(drafted, self.costs.k_max)
-            self._line.add(n, _bounded(verify_s, verify[n]))
-            verify = (verify[0], *self._line.verify_s())
+            verify = self._learn_verify(drafted, verify_s)
         else:
-            verify = (_blend(verify[0], verify_s), *verify[1:])
-        self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=_consistent(verify))
+            verify = _consistent((_blend(verify[0], verify_s), *verify[1:]))
+        self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=verify)
+
+    def _learn_verify(self, drafted: int, seconds: float) -> tuple[float, ...]:
+        """The verify costs once a batch with `drafted` drafts took `seconds` (bounded, into the line)."""
+        n = min(drafted, self.costs.k_max)
+        self._line.add(n, _bounded(seconds, self.costs.verify_s[n]))
+        return _consistent((self.costs.verify_s[0], *self._line.verify_s()))
 
 
 # One step's time may be far off its kind's (a pause of the process, another program's burst on a

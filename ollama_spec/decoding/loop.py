@@ -16,7 +16,6 @@ from ollama_spec.decoding.proposers import (
     FREE_LOOKUP_TOKENS,
     DraftModelProposer,
     Model,
-    NgramProposer,
     Proposer,
     keep_common_prefix,
 )
@@ -187,7 +186,7 @@ def generate_tokens(
         else:
             stats.draft_seconds += middle - start
             stats.verify_seconds += end - middle
-            source = getattr(proposer, "source", "ngram" if isinstance(proposer, NgramProposer) else "draft")
+            source = proposer.source if proposer is not None else None
             stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None, source)
             policy.observe(len(drafted), n_accepted, middle - start, end - middle, source)
         reading_prompt = False

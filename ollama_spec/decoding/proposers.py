@@ -14,7 +14,6 @@ import numpy as np
 
 from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.grammar import TokenGrammar
-from ollama_spec.decoding.k_policy import expected_tokens_by_position
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
 from ollama_spec.errors import InferenceError
@@ -52,6 +51,8 @@ KeepDrafting = Callable[[int, "float | None"], bool]
 
 
 class Proposer(Protocol):
+    source: str  # who proposed the last step's tokens: "draft" (a draft model) or "ngram" (lookup)
+
     def reset(self, seq: list[int]) -> None:
         """A new sequence starts with `seq` (what is cached of it may be kept)."""
 
@@ -80,6 +81,8 @@ class DraftModelProposer:
     proposes only ids both models have, so q lives on the shared ids (the verifier gives the
     target's extra ids q = 0), and the target's ids the draft lacks are fed to it as a stand-in.
     """
+
+    source = "draft"
 
     def __init__(self, draft: Model, target_vocab: int, draft_p_min: float = 0.0):
         self.draft, self.draft_p_min = draft, draft_p_min
@@ -144,6 +147,8 @@ class NgramProposer:
 
     The first occurrence, not the latest: a match just behind the end has only a few tokens after
     it to propose (measured on the bench's creative prompt: 52-54 tok/s against 42-44)."""
+
+    source = "ngram"
 
     def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE):
         self.ngram_size = ngram_size
@@ -214,8 +219,7 @@ class HybridProposer:
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, *, lookup_only=False):
         self._length = len(seq)
         lookup, _ = self.ngram.propose(seq, k, sampling, rng)
-        n = self._worth_verifying(len(lookup))
-        expected = expected_tokens_by_position(self.lookup_alphas(n), n) - 1 if n else 0.0
+        n, expected = self._worth_verifying(len(lookup))
         if n and expected >= (1.0 if lookup_only else self.draft_run):
             self.source, self._proposed = "ngram", n
             return lookup[:n], None
@@ -227,16 +231,16 @@ class HybridProposer:
         self._proposed = len(tokens)
         return tokens, q
 
-    def _worth_verifying(self, available: int) -> int:
-        """How much of a lookup of `available` tokens to propose: up to where all of it being accepted
-        becomes less likely than NGRAM_SURVIVAL_FLOOR."""
-        survival, n = 1.0, 0
+    def _worth_verifying(self, available: int) -> tuple[int, float]:
+        """How much of a lookup of `available` tokens to propose (up to where all of it being accepted
+        becomes less likely than NGRAM_SURVIVAL_FLOOR), and how many of those are expected accepted."""
+        survival, n, expected = 1.0, 0, 0.0
         for alpha in self.lookup_alphas(available):
             survival *= alpha
             if survival < NGRAM_SURVIVAL_FLOOR:
                 break
-            n += 1
-        return n
+            n, expected = n + 1, expected + survival
+        return n, expected
 
     def accepted(self, seq):
         accepted = len(seq) - self._length - 1  # the target's own token follows the accepted drafts
