@@ -22,7 +22,7 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.cli.targets import apply_preset, require_draft, resolve_draft
 from ollama_spec.config import cache_dir
 from ollama_spec.engine.conversation import Conversation
 from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
@@ -82,8 +82,14 @@ def chat(
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
     speculative = draft_model is not None or draft is not None
-    if show_draft and not speculative:
-        raise click.UsageError("--show-draft needs --draft: without one the target writes every token")
+    if show_draft:
+        require_draft("--show-draft", speculative, "without one the target writes every token")
+    if options["with_ngram"]:
+        require_draft(
+            "--ngram",
+            draft_model is not None,
+            "it looks the text up beside a draft model (lookup alone: --draft ngram)",
+        )
     colour = show_draft and colour_on()
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
         conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)

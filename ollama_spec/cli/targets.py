@@ -72,3 +72,9 @@ def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedMod
         click.echo(f"draft: {choice.name} (auto: 1:{choice.ratio:.0f} of the target's size{note})", err=True)
         return resolve_model(choice.name, store=store)
     return resolve_model(draft, models_dir)
+
+
+def require_draft(flag: str, has_draft: bool, why: str) -> None:
+    """A flag that means something only beside a draft: a usage error without one."""
+    if not has_draft:
+        raise click.UsageError(f"{flag} needs --draft: {why}")

@@ -286,3 +286,11 @@ def test_ctrl_c_ends_the_partial_answers_line(invoke, tiny_store, monkeypatch):
     result = gen(invoke, tiny_store, "tiny-target", "Hi", "-n", "5")
     assert result.exit_code == 130
     assert result.stdout == "a partial answer\n" and result.stderr.strip() == "Interrupted."
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_ngram_beside_a_draft_needs_a_draft_model(invoke, tiny_store, command):
+    args = ("tiny-target", "Hi") if command == "generate" else ("tiny-target",)
+    result = invoke(command, *args, "--ngram", "--models-dir", tiny_store, "--no-check", input="Hi\n")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "Error: --ngram needs --draft: it looks the text up beside a draft model" in result.stderr
