@@ -22,7 +22,7 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, require_draft, resolve_draft
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
 from ollama_spec.config import cache_dir
 from ollama_spec.engine.conversation import Conversation
 from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
@@ -82,14 +82,9 @@ def chat(
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
     speculative = draft_model is not None or draft is not None
-    if show_draft:
-        require_draft("--show-draft", speculative, "without one the target writes every token")
-    if options["with_ngram"]:
-        require_draft(
-            "--ngram",
-            draft_model is not None,
-            "it looks the text up beside a draft model (lookup alone: --draft ngram)",
-        )
+    check_draft_flags(
+        show_draft=show_draft, ngram=options["with_ngram"], speculative=speculative, draft_model=draft_model
+    )
     colour = show_draft and colour_on()
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
         conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)

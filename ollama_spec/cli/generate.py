@@ -25,7 +25,7 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, engine_settings, is_ngram, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, require_draft, resolve_draft
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
     NEAR_TIE_LOGITS,
@@ -145,14 +145,9 @@ def generate(
     speculative = draft_model is not None or is_ngram(draft)
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
-    if show_draft:
-        require_draft("--show-draft", speculative, "without one the target writes every token")
-    if options["with_ngram"]:
-        require_draft(
-            "--ngram",
-            draft_model is not None,
-            "it looks the text up beside a draft model (lookup alone: --draft ngram)",
-        )
+    check_draft_flags(
+        show_draft=show_draft, ngram=options["with_ngram"], speculative=speculative, draft_model=draft_model
+    )
     colour, runs = show_draft and not as_json and colour_on(), [] if show_draft and as_json else None
     if compare and (busy := busy_machine_note()) is not None:
         click.echo(f"note: {busy}", err=True)

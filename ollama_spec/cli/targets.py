@@ -74,7 +74,11 @@ def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedMod
     return resolve_model(draft, models_dir)
 
 
-def require_draft(flag: str, has_draft: bool, why: str) -> None:
-    """A flag that means something only beside a draft: a usage error without one."""
-    if not has_draft:
-        raise click.UsageError(f"{flag} needs --draft: {why}")
+def check_draft_flags(*, show_draft: bool, ngram: bool, speculative: bool, draft_model: ResolvedModel | None) -> None:
+    """Flags that mean something only beside a draft: a usage error without one."""
+    if show_draft and not speculative:
+        raise click.UsageError("--show-draft needs --draft: without one the target writes every token")
+    if ngram and draft_model is None:
+        raise click.UsageError(
+            "--ngram needs --draft: it looks the text up beside a draft model (lookup alone: --draft ngram)"
+        )
