@@ -92,7 +92,7 @@ def run_engine_rows(
     progress: Progress = lambda label: None,
 ) -> EngineRun:
     """Warm up, calibrate step costs, then time target alone and each K over runs x prompts."""
-    with Engine(target, draft, _engine_settings(settings)) as engine, PeakMemory() as memory:
+    with Engine(target, draft, engine_settings(settings)) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
         if settings.auto:
             rows.append(Row("speculative K=auto", AUTO))
@@ -142,7 +142,7 @@ def run_local_baseline(
     """The target alone on this machine only: beside rows whose target is spread over RPC servers,
     what the network hop costs (its own engine, so after the others, not interleaved with them)."""
     row = Row("target alone, no RPC", LOCAL_BASELINE)
-    with Engine(target, None, _engine_settings(settings, Placement())) as engine, PeakMemory() as memory:
+    with Engine(target, None, engine_settings(settings, Placement())) as engine, PeakMemory() as memory:
         _warm_up(engine, [row], prompts, settings, progress)
         _time_rows(engine, [row], prompts, settings, memory, progress)
     return row
@@ -162,7 +162,7 @@ def can_time_beside(target: ResolvedModel, draft: ResolvedModel) -> bool:
 
 def beside_engine(target: ResolvedModel, draft: ResolvedModel, settings: BenchSettings) -> Engine:
     """Ours loaded again, as the rows' engine was (close it, or use it in a `with`)."""
-    return Engine(target, draft, _engine_settings(settings))
+    return Engine(target, draft, engine_settings(settings))
 
 
 def beside_rows(engine: Engine, best_k: int, settings: BenchSettings) -> list[tuple[Row, RowTimer]]:
@@ -221,7 +221,8 @@ def local_baseline_units(settings: BenchSettings, n_prompts: int) -> int:
     return (1 if settings.warmup else 0) + settings.runs * n_prompts
 
 
-def _engine_settings(settings: BenchSettings, placement: Placement | None = None) -> EngineSettings:
+def engine_settings(settings: BenchSettings, placement: Placement | None = None) -> EngineSettings:
+    """How every row's pair loads (one slot; the served bench asks for more)."""
     return EngineSettings(
         n_ctx=settings.context,
         n_threads=settings.n_threads,
@@ -251,7 +252,7 @@ class BatchChoice:
         key = (prompt, at, token)
         if key not in self._seen:
             if self._engine is None:
-                self._engine = Engine(self.target, None, _engine_settings(self.settings))
+                self._engine = Engine(self.target, None, engine_settings(self.settings))
             largest = max((*self.settings.ks, DEFAULT_MAX_SPECULATIVE_TOKENS if self.settings.auto else 0)) + 1
             self._seen[key] = self._engine.chosen_in_a_batch(
                 self.prompt_tokens[prompt], self.expected[prompt], at, token, max_batch=largest

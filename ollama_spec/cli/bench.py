@@ -17,10 +17,10 @@ from ollama_spec.bench.settings import (
     BenchSettings,
     parse_k_list,
 )
+from ollama_spec.cli.bench_http import bench_remote, bench_served, refuse_local_options, refuse_row_options
 from ollama_spec.cli.common import open_store
 from ollama_spec.cli.options import (
     AUTO,
-    RPC_ENVVAR,
     ctx_option_with,
     flash_attn_option,
     models_dir_option,
@@ -91,8 +91,11 @@ from ollama_spec.models.resolve import looks_like_path, resolve_model
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="With --url: clients streaming at once, each the whole prompt set --runs times; prints the tok/s of "
-    "all together, per request, p50/p95 latency and time to first token.",
+    help="Clients streaming chat completions at once, each the whole prompt set --runs times; prints the tok/s "
+    "of all together, per request, p50/p95 latency and time to first token. With --url, from that server; "
+    "without it, above 1, from TARGET and --draft served in this process as `serve --parallel N` serves them "
+    "(127.0.0.1, a free port, stopped afterwards; one K: -k's one value, else auto). 1 without --url: the "
+    "in-process rows, which time the decoding itself, without HTTP and scheduling to blur it.",
 )
 @threads_option
 @ctx_option_with("Context length (default: max(4096, max-tokens + 1024)).")
@@ -151,13 +154,15 @@ def bench(
     the speed-up predicted from the measured acceptance and step costs. Greedy runs must give
     the target's exact tokens; any difference is reported and the exit status is 1.
 
-    With --url, times streaming chat completions from any OpenAI-compatible server instead.
+    With --url, times streaming chat completions from any OpenAI-compatible server instead; with
+    --concurrency N (above 1) and no --url, from the pair served in this process, N clients at once.
 
     \b
     Examples:
       ollama-spec bench llama3.1:8b --draft llama3.2:1b
       ollama-spec bench llama3.1:70b -d llama3.2:1b -k 2,4,6 --max-tokens 128 --out bench-results
       ollama-spec bench llama3.1:8b --url http://localhost:8080/v1 --runs 5
+      ollama-spec bench llama3.1:8b -d llama3.2:1b --concurrency 4   # served here, 4 clients at once
       ollama-spec bench -f llama3.1-70b --max-tokens 128   # the preset's target and draft
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
     """
@@ -167,12 +172,15 @@ def bench(
     if out:
         _make_out_dir(Path(out))  # before minutes of timing, not after
     if url:
-        _refuse_local_options(context.command, options)
-        _bench_remote(
+        refuse_local_options(context.command, options)
+        bench_remote(
             target, url, prompts, max_tokens, runs, temperature, seed, warmup, out, context.params["concurrency"]
         )
         return
-    if out:
+    served = context.params["concurrency"] > 1
+    if served:
+        refuse_row_options(context.command, options)
+    elif out:
         import matplotlib  # noqa: F401  (bench.png: without the bench extra that is said now, not after the timing)
     k_list = parse_k_list(ks)
     if not draft and looks_like_path(target):
@@ -182,7 +190,8 @@ def bench(
     target_model = apply_preset(resolve_model(target, store=store), preset)
     if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    settings = bench_settings(options, k_list)
+    # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
+    settings = bench_settings(options, (DEFAULT_KS, True) if served else k_list)
     draft_model = resolve_draft(draft, models_dir, target_model)
     if draft_model is None:
         raise InvalidSetting("bench needs a draft model; the n-gram lookup row is always measured (--ngram)")
@@ -193,6 +202,9 @@ def bench(
         from ollama_spec.bench.native import check_native
 
         check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
+    if served:
+        bench_served(target_model, draft_model, ks if options.given("ks") else None, prompts, settings, out, options)
+        return
     report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
 
     from ollama_spec.bench.report import format_report, write_outputs
@@ -326,21 +338,6 @@ def _measure(
     return report
 
 
-# What only a pair timed here uses: with --url the server's own options choose its draft and devices.
-_LOCAL_ONLY = ("draft", "ks", "native", "rpc", "tensor_split", "split_mode", "main_gpu", "threads", "ctx", "preset")
-
-
-def _refuse_local_options(command: click.Command, options: Options) -> None:
-    flags = [max(p.opts, key=len) for p in command.params if p.name in _LOCAL_ONLY and options.given(p.name)]
-    if flags:
-        raise InvalidSetting(
-            f"--url times a server as it runs (its own options choose its draft and devices), so "
-            f"{', '.join(flags)} would be ignored: drop {'them' if len(flags) > 1 else 'it'}"
-        )
-    if os.environ.get(RPC_ENVVAR, "").strip():  # set for the shell, not for this command: said, not refused
-        click.echo(f"note: ${RPC_ENVVAR} is not used with --url: the server places its own model", err=True)
-
-
 def _make_out_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -350,34 +347,3 @@ def _make_out_dir(out: Path) -> None:
 
 def _load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # not on Windows
-
-
-def _bench_remote(model, url, prompts, max_tokens, runs, temperature, seed, warmup, out, concurrency) -> None:
-    from ollama_spec.bench.remote import RemoteSettings, planned_remote_units, run_remote
-    from ollama_spec.bench.remote_report import format_remote, write_remote_outputs
-
-    settings = RemoteSettings(
-        url=url,
-        model=model,
-        max_tokens=max_tokens,
-        runs=runs,
-        temperature=temperature,
-        seed=seed,
-        warmup=warmup,
-        concurrency=concurrency,
-    )
-    if max_tokens < 2 or runs < 1:
-        raise InvalidSetting("--max-tokens must be at least 2 and --runs at least 1")
-    with click.progressbar(
-        length=planned_remote_units(settings, len(prompts)),
-        label=f"benchmarking {url}",
-        file=sys.stderr,
-        show_pos=True,
-        hidden=not sys.stderr.isatty(),
-        item_show_func=lambda label: label,
-    ) as bar:
-        result = run_remote(settings, prompts, lambda label: bar.update(1, label))
-    click.echo(format_remote(result))
-    if out:
-        paths = write_remote_outputs(result, Path(out))
-        click.echo(f"wrote {', '.join(str(p) for p in paths)}", err=True)
