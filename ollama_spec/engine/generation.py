@@ -84,7 +84,7 @@ class Generation:
                 piece, special = target.token_piece(token.id)
                 if runs:
                     for run in stream.push_runs(piece, special=special, drafted=token.from_draft):
-                        result.text += run.text
+                        _add_run(result, run)
                         yield run
                 elif text := stream.push(piece, special=special):
                     result.text += text
@@ -97,7 +97,7 @@ class Generation:
                     break
             if runs:
                 for run in stream.finish_runs():
-                    result.text += run.text
+                    _add_run(result, run)
                     yield run
             elif text := stream.finish():
                 result.text += text
@@ -108,6 +108,11 @@ class Generation:
                 grammar.close()
             self.costs.keep_learned(request.speculation, policy)
             result.total_seconds = time.perf_counter() - start
+
+
+def _add_run(result: Result, run: Run) -> None:
+    result.text += run.text
+    result.drafted += [run.from_draft] * len(run.text)
 
 
 def token_runs(target: LoadedModel, tokens: Iterable[Token], stops: Sequence[str] = ()) -> list[Run]:

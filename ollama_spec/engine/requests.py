@@ -29,6 +29,9 @@ class Request:
     logprobs: int | None = None  # report each token's log-probability and this many alternatives (None: off)
     think: bool | None = None  # a thinking model: think (True), answer at once (False), or its default (None)
     suffix: str | None = None  # fill in the middle: the text after the gap, `prompt` being the text before it
+    # the server's show_draft: its worker iterates Generation.pieces, so that each piece says which of
+    # its text the draft wrote (the tokens are the same either way)
+    show_draft: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -56,6 +59,8 @@ class Result:
     total_seconds: float = 0.0
     speculation: SpeculationStats = field(default_factory=SpeculationStats)
     scored: list[Token] = field(default_factory=list)  # with Request.logprobs: each token, scored by the target
+    # iterated by Generation.pieces: per character of text, whether an accepted draft token wrote it
+    drafted: list[bool] = field(default_factory=list)
 
     @property
     def tokens_per_second(self) -> float:

@@ -21,6 +21,7 @@ from typing import TypeVar
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.errors import OllamaSpecError
+from ollama_spec.server.core.draft_spans import Marks
 
 log = logging.getLogger("ollama_spec.server")
 T = TypeVar("T")
@@ -47,6 +48,7 @@ SHUTTING_DOWN = "the server is shutting down"
 class Piece:
     text: str
     scored: tuple[Token, ...] = ()  # with logprobs asked for: the tokens since the last piece
+    drafted: Marks | None = None  # with show_draft: per character of text, whether the draft wrote it
 
 
 @dataclass(frozen=True)
@@ -187,13 +189,17 @@ class Worker:
                 generation = self.engine.generate(job.request, slot=slot)
                 scored = generation.result.scored
                 sent = 0
-                pieces = iter(generation)
+                show_draft = job.request.show_draft
+                pieces = generation.pieces() if show_draft else iter(generation)
                 try:
                     for piece in pieces:
                         if job.cancelled:
                             generation.result.finish_reason = "cancelled"
                             break
-                        job.put(Piece(piece, tuple(scored[sent:])))
+                        text, drafted = (
+                            (piece.text, (piece.from_draft,) * len(piece.text)) if show_draft else (piece, None)
+                        )
+                        job.put(Piece(text, tuple(scored[sent:]), drafted))
                         sent = len(scored)
                 finally:
                     pieces.close()

@@ -83,6 +83,7 @@ def test_pieces_are_the_same_text_split_by_which_model_wrote_it(spec_engine, sto
         expected.append(all(flags[at : at + len(c.encode())]))
         at += len(c.encode())
     assert [run.from_draft for run in runs for _ in run.text] == expected
+    assert generation.result.drafted == expected and plain.result.drafted == []  # only pieces() marks the text
 
 
 def test_a_target_alone_writes_no_drafted_run(baseline_engine):
@@ -91,3 +92,4 @@ def test_a_target_alone_writes_no_drafted_run(baseline_engine):
     runs = list(generation.pieces())
     assert runs and not any(run.from_draft for run in runs)
     assert "".join(run.text for run in runs) == generation.result.text
+    assert generation.result.drafted == [False] * len(generation.result.text)

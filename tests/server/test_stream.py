@@ -32,6 +32,14 @@ def test_pieces_become_parts_and_the_last_carries_the_result():
     assert job.cancelled  # the driver always lets go of the job
 
 
+def test_a_pieces_draft_marks_go_with_its_content():
+    drafted = [Piece("ab", drafted=(True, False)), Piece("<tool", drafted=(True,) * 5), Piece("!", drafted=(False,))]
+    parts, _ = _parts([*drafted, Finished(Result(finish_reason="stop"))], TOOLS)
+    # "<tool" may open a call: held, then sent with its own marks once "!" says it does not
+    assert [(p.text, p.drafted) for p in parts] == [("ab", (True, False)), ("<tool!", (True,) * 5 + (False,)), ("", ())]
+    assert all(p.drafted is None for p in _parts([Piece("ab"), Finished(Result())])[0])  # not asked for
+
+
 def test_held_back_text_comes_as_calls_and_a_cut_call_only_where_asked():
     parts, _ = _parts([Piece('{"name": "now", "arguments": {}}'), Finished(Result(finish_reason="stop"))], TOOLS)
     assert len(parts) == 1 and parts[0].calls == [ToolCall("now", {})]

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.prompting.thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
-from ollama_spec.prompting.tools import OPENING, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
+from ollama_spec.prompting.tools import BLOCK, OPENING, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
+from ollama_spec.server.core.draft_spans import HeldMarks, Marks, joined
 
 
 class HeldForToolCalls:
@@ -48,28 +49,75 @@ class HeldForToolCalls:
 
 
 class AnswerParts:
-    """A streamed answer as the APIs return it: thinking, content, and tool calls read from the content."""
+    """A streamed answer as the APIs return it: thinking, content, and tool calls read from the content.
+
+    The `_marked` methods take and give the text's draft marks too (show_draft: draft_spans.py): the
+    marks of the content they return, or None where they cannot be told."""
 
     def __init__(self, tools: Sequence[dict] = (), thinking: ThinkingSplit | None = None):
         self.calls, self.thinking = HeldForToolCalls(tools), thinking
+        self._thinking_marks, self._calls_marks = HeldMarks(), HeldMarks()  # each stage's held text, marked
 
     def push(self, text: str) -> tuple[str, str]:
         """(thinking, content) to send now."""
-        thought, text = self.thinking.push(text) if self.thinking else ("", text)
-        return thought, self.calls.push(text) if text else ""
+        return self.push_marked(text, None)[:2]
+
+    def push_marked(self, text: str, marks: Marks | None) -> tuple[str, str, Marks | None]:
+        thought = ""
+        if self.thinking:
+            thought, content = self.thinking.push(text)
+            text, marks = content, self._thinking_marks.take(text, marks, content, self.thinking.held)
+        content = self.calls.push(text) if text else ""
+        return thought, content, self._calls_marks.take(text, marks, content, self.calls.held)
 
     def finish(self, cut: bool = False) -> tuple[str, str, list[ToolCall]]:
         """(thinking, content) still to send, and the tool calls (`cut`: see HeldForToolCalls.finish)."""
-        thought, text = self.thinking.finish() if self.thinking else ("", "")
+        return self.finish_marked(cut)[:3]
+
+    def finish_marked(self, cut: bool = False) -> tuple[str, str, list[ToolCall], Marks | None]:
+        thought, text, marks = "", "", ()
+        if self.thinking:
+            thought, text = self.thinking.finish()
+            marks = self._thinking_marks.take("", (), text, "")
         sent = self.calls.push(text) if text else ""
+        sent_marks = self._calls_marks.take(text, marks, sent, self.calls.held)
+        held = self._calls_marks.release()
         rest, calls = self.calls.finish(cut)
-        return thought, sent + rest, calls
+        return thought, sent + rest, calls, joined(sent_marks, _rest_marks(held, rest, calls))
 
     def whole(self, text: str, cut: bool = False) -> tuple[str, str, list[ToolCall]]:
         """A whole answer: its thinking, its content (around the calls) and its tool calls."""
-        thought, content = self.push(text)
-        more_thought, rest, calls = self.finish(cut)
-        return thought + more_thought, content + rest, calls
+        return self.whole_marked(text, None, cut)[:3]
+
+    def whole_marked(
+        self, text: str, marks: Marks | None, cut: bool = False
+    ) -> tuple[str, str, list[ToolCall], Marks | None]:
+        thought, content, content_marks = self.push_marked(text, marks)
+        more_thought, rest, calls, rest_marks = self.finish_marked(cut)
+        return thought + more_thought, content + rest, calls, joined(content_marks, rest_marks)
+
+
+def _rest_marks(held: tuple[str, Marks] | None, rest: str, calls: list[ToolCall]) -> Marks | None:
+    """The marks of the text HeldForToolCalls.finish gives back from what it held: all of it (no call),
+    none of it (a bare JSON call), or what parse_tool_calls leaves around <tool_call> blocks, found
+    here the way it finds it (blocks cut out, then the ends stripped) and checked against it."""
+    if held is None:
+        return None
+    text, marks = held
+    if rest == text:
+        return marks
+    if not rest:
+        return ()
+    if not calls:
+        return None
+    kept, at = [], 0
+    for block in BLOCK.finditer(text):
+        kept += range(at, block.start())
+        at = block.end()
+    kept += range(at, len(text))
+    left = "".join(text[i] for i in kept)
+    start, end = len(left) - len(left.lstrip()), len(left.rstrip())
+    return tuple(marks[i] for i in kept[start:end]) if left[start:end] == rest else None
 
 
 def answer_parts(engine: Engine, request: Request) -> AnswerParts:

@@ -55,6 +55,7 @@ class Asked:
     # prompt still too long is cut as Ollama's runner cuts it
     truncate: bool = False
     penalties: dict[str, Any] | None = None  # Penalties fields (logit_bias as (token id, bias) pairs)
+    show_draft: bool = False  # say which characters of the content the draft wrote (draft_spans.py)
 
 
 def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
@@ -119,6 +120,7 @@ def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Reques
         think=asked.think,
         suffix=asked.suffix,
         tokens=tuple(asked.tokens),
+        show_draft=asked.show_draft,
     )
 
 

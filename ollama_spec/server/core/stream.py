@@ -13,6 +13,7 @@ from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Result
 from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server.core.answer import AnswerParts
+from ollama_spec.server.core.draft_spans import Marks
 from ollama_spec.server.core.errors import failure
 from ollama_spec.server.worker import Failed, Finished, Job, Piece
 
@@ -20,13 +21,15 @@ from ollama_spec.server.worker import Failed, Finished, Job, Piece
 @dataclass(frozen=True)
 class Part:
     """What of the answer goes out now: thinking, content and the tokens scored since the last part.
-    The last part carries the result, and the tool calls read from the answer."""
+    The last part carries the result, and the tool calls read from the answer. `drafted`: the
+    content's draft marks (show_draft; None when not asked, or not known)."""
 
     thought: str
     text: str
     scored: tuple[Token, ...] = ()
     calls: list[ToolCall] = field(default_factory=list)
     result: Result | None = None
+    drafted: Marks | None = None
 
 
 async def answer_stream(job: Job, parts: AnswerParts, cut: bool = True) -> AsyncIterator[Part]:
@@ -38,12 +41,13 @@ async def answer_stream(job: Job, parts: AnswerParts, cut: bool = True) -> Async
             if isinstance(event, Failed):
                 raise failure(event.error)
             if isinstance(event, Piece):
-                thought, text = parts.push(event.text)
+                thought, text, drafted = parts.push_marked(event.text, event.drafted)
                 if thought or text:
-                    yield Part(thought, text, event.scored)
+                    yield Part(thought, text, event.scored, drafted=drafted)
             else:
-                thought, text, calls = parts.finish(cut=cut and event.result.finish_reason == "length")
-                yield Part(thought, text, event.scored, calls, event.result)
+                cut_call = cut and event.result.finish_reason == "length"
+                thought, text, calls, drafted = parts.finish_marked(cut=cut_call)
+                yield Part(thought, text, event.scored, calls, event.result, drafted)
     finally:
         job.cancel()  # a no-op once finished; stops the generation when the client has gone
 

@@ -13,13 +13,14 @@ from ollama_spec.engine.engine import Result
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server.core.answer import AnswerParts, answer_parts
+from ollama_spec.server.core.draft_spans import result_marks, spans_field
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import ndjson
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.logprobs import scored
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.core.stream import answer_stream, run_to_end
+from ollama_spec.server.core.stream import Part, answer_stream, run_to_end
 from ollama_spec.server.ollama import go_template
 from ollama_spec.server.ollama.protocol import (
     ChatRequest,
@@ -53,6 +54,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
             logprobs=body.logprob_count,
             think=body.thinks,
             truncate=body.truncate,
+            show_draft=body.show_draft,
             **Options.from_map(body.options).asked(),
         )
     )
@@ -73,8 +75,9 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
     if body.stream:
         return ndjson(_chunks(served, body, job, answer_parts(served.engine, request), piece))
     result = await run_to_end(job, http_request)
-    thought, text, calls = answer_parts(served.engine, request).whole(result.text)
-    return _finished(served, body, piece(text, thought, calls) | _logprobs(served, body, result), result)
+    thought, text, calls, drafted = answer_parts(served.engine, request).whole_marked(result.text, result_marks(result))
+    fields = piece(text, thought, calls) | spans_field(body.show_draft, drafted) | _logprobs(served, body, result)
+    return _finished(served, body, fields, result)
 
 
 @router.post("/api/generate")
@@ -99,6 +102,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
             suffix=body.suffix or None,
             tokens=_templated(served, body),
             truncate=body.truncate,
+            show_draft=body.show_draft,
             **Options.from_map(body.options).asked(),
         )
     )
@@ -114,8 +118,9 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
     if body.stream:
         return ndjson(_chunks(served, body, job, answer_parts(served.engine, request), piece, ending))
     result = await run_to_end(job, http_request)
-    thought, text, _ = answer_parts(served.engine, request).whole(result.text)
-    return _finished(served, body, piece(text, thought) | ending(result) | _logprobs(served, body, result), result)
+    thought, text, _, drafted = answer_parts(served.engine, request).whole_marked(result.text, result_marks(result))
+    fields = piece(text, thought) | spans_field(body.show_draft, drafted) | ending(result)
+    return _finished(served, body, fields | _logprobs(served, body, result), result)
 
 
 async def _load(state: ServerState, body: InferenceRequest) -> str:
@@ -176,17 +181,19 @@ async def _chunks(
     ending: Callable[[Result], dict] = lambda result: {},
 ) -> AsyncIterator[dict]:
     """The NDJSON objects: text pieces (with their tokens' logprobs when asked; a thinking model's
-    thinking apart; tool calls, when the answer was one, as Ollama sends them: in a piece of their
+    thinking apart; with `show_draft`, the draft's characters of each piece's content as
+    `draft_spans`; tool calls, when the answer was one, as Ollama sends them: in a piece of their
     own), then the final object with the counts."""
 
-    def chunk(fields: dict, tokens: tuple) -> dict:
-        extra = {"logprobs": scored(state.engine.target, tokens)} if body.logprobs and tokens else {}
-        return {"model": body.model, "created_at": now()} | fields | extra | {"done": False}
+    def chunk(fields: dict, part: Part) -> dict:
+        extra = {"logprobs": scored(state.engine.target, part.scored)} if body.logprobs and part.scored else {}
+        spans = spans_field(body.show_draft and bool(part.text), part.drafted)
+        return {"model": body.model, "created_at": now()} | fields | extra | spans | {"done": False}
 
     async for part in answer_stream(job, parts, cut=False):
         if part.result is None:
-            yield chunk(piece(part.text, part.thought), part.scored)
+            yield chunk(piece(part.text, part.thought), part)
             continue
         if part.thought or part.text or part.calls or (body.logprobs and part.scored):
-            yield chunk(piece(part.text, part.thought, part.calls), part.scored)
+            yield chunk(piece(part.text, part.thought, part.calls), part)
         yield _finished(state, body, piece("") | ending(part.result), part.result)

@@ -159,6 +159,7 @@ class InferenceRequest(NullsAsDefaults):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     think: bool | Literal["low", "medium", "high", "max"] | None = None  # levels (gpt-oss) think as true does
+    show_draft: bool = False  # ours: draft_spans, the characters of the content the draft wrote (draft_spans.py)
 
     @field_validator("keep_alive", mode="before")
     @classmethod

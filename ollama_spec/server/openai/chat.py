@@ -11,6 +11,7 @@ from fastapi import Request as HTTPRequest
 
 from ollama_spec.engine.engine import Result
 from ollama_spec.server.core.answer import answer_parts
+from ollama_spec.server.core.draft_spans import result_marks, spans_field
 from ollama_spec.server.core.framing import sse
 from ollama_spec.server.core.logprobs import scored
 from ollama_spec.server.core.request import Asked, think_if_able
@@ -81,6 +82,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
             tools=tools,
             logprobs=top,
             think=think_if_able(served.engine, body.think()),
+            show_draft=body.show_draft,
             **sampling,
         )
     )
@@ -101,17 +103,19 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
                 opening,
                 answer_parts(served.engine, request),
                 scores,
+                body.show_draft,
             )
         )
 
     def choice(result: Result) -> tuple[dict, str | None]:
-        thought, text, calls = answer_parts(served.engine, request).whole(
-            result.text, cut=result.finish_reason == "length"
+        thought, text, calls, drafted = answer_parts(served.engine, request).whole_marked(
+            result.text, result_marks(result), cut=result.finish_reason == "length"
         )
         message = {"role": "assistant", "content": text or None if calls else text} | reasoning(thought)
         if calls:
             message["tool_calls"] = tool_calls(calls)
-        return {"message": message, "logprobs": scores(result.scored) if scores else None}, calls_finish(calls, result)
+        answer = {"message": message, "logprobs": scores(result.scored) if scores else None}
+        return answer | spans_field(body.show_draft, drafted), calls_finish(calls, result)
 
     results = await run_all(served, http_request, copies(request, body.n), "/v1/chat/completions")
     return answers(served, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)

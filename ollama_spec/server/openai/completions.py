@@ -8,6 +8,7 @@ import uuid
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 
+from ollama_spec.server.core.draft_spans import joined, result_marks, spans_field
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import sse
 from ollama_spec.server.core.logprobs import LegacyLogprobs, scored
@@ -56,6 +57,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
                 logprobs=body.logprobs,
                 suffix=body.suffix or None,
                 default_max_tokens=COMPLETIONS_MAX_TOKENS,
+                show_draft=body.show_draft,
                 **body.sampling(),
             )
         )
@@ -80,13 +82,21 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     if body.stream:
         one_stream(len(requests) * body.n)
         job = served.submit(requests[0], "/v1/completions")
-        opening = {"index": 0, **_text(prompts[0]), "finish_reason": None} if body.echo else None
-        return sse(chunks(served, job, meta, _text, body.include_usage, opening, scores=scores()))
+        echo = _text(prompts[0]) | spans_field(body.show_draft, ())  # the prompt: none of it drafted
+        opening = {"index": 0, **echo, "finish_reason": None} if body.echo else None
+        return sse(
+            chunks(served, job, meta, _text, body.include_usage, opening, scores=scores(), show_draft=body.show_draft)
+        )
     runs = [copy for request in requests for copy in copies(request, body.n)]  # prompt by prompt, as OpenAI orders
     results = await run_all(served, http_request, runs, "/v1/completions")
     echoed = [prompt if body.echo else "" for prompt in prompts for _ in range(body.n)]
     choices = [
-        (_text(echo + r.text) | {"logprobs": score(r.scored) if (score := scores()) else None}, None)
+        (
+            _text(echo + r.text)
+            | {"logprobs": score(r.scored) if (score := scores()) else None}
+            | spans_field(body.show_draft, joined((False,) * len(echo), result_marks(r))),
+            None,
+        )
         for echo, r in zip(echoed, results)
     ]
     return answers(served, meta, choices, results, body.n)

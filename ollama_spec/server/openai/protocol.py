@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ollama_spec.engine.engine import Request, Result
 from ollama_spec.prompting.messages import ChatMessage, ToolCall
 from ollama_spec.server.core.answer import AnswerParts
+from ollama_spec.server.core.draft_spans import Marks, spans_field
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.protocol import NullsAsDefaults, ToolCallIn, chat_role
@@ -108,6 +109,7 @@ class CommonParams(NullsAsDefaults):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None  # token id (as text) -> -100..100 added to its logit
+    show_draft: bool = False  # ours: each choice's draft_spans, the characters the draft wrote (draft_spans.py)
 
     def penalties(self) -> dict:
         """OpenAI's penalties as llama.cpp's (which llama.cpp's own server maps them to); a bias of -100
@@ -318,15 +320,17 @@ async def chunks(
     opening: dict | None = None,
     parts: AnswerParts | None = None,
     scores: Callable[[tuple], dict] | None = None,
+    show_draft: bool = False,
 ) -> AsyncIterator[dict]:
     """The streamed chunks: text pieces (with their tokens' logprobs when asked; a thinking model's
-    thinking as `reasoning`; tool calls, when the answer was one), the finish reason with the
-    speculation field, then usage if asked."""
+    thinking as `reasoning`; with `show_draft`, the draft's characters of each piece's content as
+    `draft_spans`; tool calls, when the answer was one), the finish reason with the speculation
+    field, then usage if asked."""
     if include_usage:  # as OpenAI: every chunk has the key, null but in the last
         meta = meta | {"usage": None}
 
-    def piece(thought: str, text: str, scored: tuple) -> dict:
-        body = choice(text)
+    def piece(thought: str, text: str, scored: tuple, drafted: Marks | None) -> dict:
+        body = choice(text) | spans_field(show_draft and bool(text), drafted)
         if thought:
             body["delta"] = body.get("delta", {}) | reasoning(thought)
         extra = {"logprobs": scores(scored)} if scores and scored else {}
@@ -337,10 +341,10 @@ async def chunks(
     async for part in answer_stream(job, parts or AnswerParts()):
         result = part.result
         if result is None:
-            yield piece(part.thought, part.text, part.scored)
+            yield piece(part.thought, part.text, part.scored, part.drafted)
             continue
         if part.thought or part.text or part.scored:
-            yield piece(part.thought, part.text, part.scored)
+            yield piece(part.thought, part.text, part.scored, part.drafted)
         if part.calls:
             delta = {"delta": {"tool_calls": tool_calls(part.calls, streamed=True)}}
             yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}
