@@ -42,9 +42,10 @@ COST_DECAY = 0.8  # per observation: step times follow the context depth and the
 LINE_DECAY = 0.97  # per drafting step: the verify line follows the last ~30 steps
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
 # Each probe that finds drafting still does not pay doubles the wait for the next, up to this: a probe
-# costs a draft catch-up and a verify batch of 2, so on a pair where drafting never pays (a quantized
-# target on a CPU) probes every 8 steps cost 0.82x of the target alone, every 64 about 0.98x.
-PROBE_MAX_EVERY = 64
+# costs the draft a short read (proposers.PROBE_WINDOW) and a step, and a verify batch of 2, so on a
+# pair where drafting never pays (the quantized synth pair, 2-core CPU) probes every 64 steps cost
+# 0.94x of the target alone, every 128 0.97x (interleaved runs, two each).
+PROBE_MAX_EVERY = 128
 # Drafting is chosen only where the model says it beats the target alone by this much: the modelled
 # gain of a barely-paying pair is within the model's error (per-step overheads, the draft's first step
 # reading two tokens), and there it lost. On the weak pair (α ≈ 0.5) the model said K=1 gives 1.04x;
@@ -136,6 +137,7 @@ class KPolicy(Protocol):
     (None: always draft K, and the proposer need not work out margins)."""
 
     keep_drafting: Callable[[int, float | None], bool] | None
+    probing: bool  # this step drafts only to see whether drafting pays again (after K=0 steps)
 
     def next_k(self) -> int: ...
     # source: who proposed the step's tokens, "draft" (the draft model) or "ngram" (prompt lookup)
@@ -146,6 +148,7 @@ class KPolicy(Protocol):
 class FixedK:
     k: int
     keep_drafting = None  # every step drafts k
+    probing = False
 
     def next_k(self) -> int:
         return self.k
@@ -214,7 +217,7 @@ class AutoK:
         self.by_position = AcceptanceByPosition()
         self._steps_without_draft = 0
         self._probe_every = PROBE_EVERY
-        self._probing = False  # this step drafts one token only to see whether drafting pays again
+        self.probing = False  # this step drafts one token only to see whether drafting pays again
         self._drafting_steps = 0
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
@@ -240,14 +243,14 @@ class AutoK:
     def next_k(self) -> int:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
-        self._probing = False
+        self.probing = False
         k = best_k_by_position(self.alphas(), self.costs, DRAFT_GAIN_MARGIN)  # too close to call: K=0
         if k == 0:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.
             self._steps_without_draft += 1
             if self._steps_without_draft >= self._probe_every:
-                self._probing = True
+                self.probing = True
                 return 1
             return 0
         self._drafting_steps += 1
@@ -332,8 +335,8 @@ class AutoK:
         K carrying the margins, α and the rate, 1.08x carrying the margins alone (the factual
         prompt after the code one: 0.99x against 1.05x).
 
-        The wait between probes carries too: where drafting does not pay it takes ~120 steps to back
-        off from every 8th step to every 64th, and a request of 160 tokens starting afresh each time
+        The wait between probes carries too: where drafting does not pay it takes ~250 steps to back
+        off from every 8th step to every 128th, and a request of 160 tokens starting afresh each time
         spent 5 % of its time on probes (quantized pair, 0.88x of the target alone)."""
         self.by_margin = copy.deepcopy(earlier.by_margin)
         self._probe_every = earlier._probe_every
@@ -348,7 +351,7 @@ class AutoK:
         self.estimator.observe(drafted, accepted)
         self.by_position.observe(drafted, accepted)
         self.by_margin.observe(self._margins[:drafted], accepted)
-        if self._probing:
+        if self.probing:
             # A probe that paid for itself (its tokens, at the target alone's step cost, against its
             # draft catch-up and verify batch) says the costs or α are off: probe often, they are
             # being learned. One that did not: wait twice as long for the next.
@@ -369,7 +372,7 @@ class AutoK:
             # step is cheaper than thought. Only drafting steps relearn it otherwise, so a draft step
             # learned far too dear (a busy spell, an earlier run's cache) would keep K at 0 for good:
             # that kept the weak pair at K=0, 0.66x of K=8.
-            draft_step = min(draft_step, measured) if self._probing else measured
+            draft_step = min(draft_step, measured) if self.probing else measured
             verify = self._learn_verify(drafted, verify_s)
         else:
             verify = _consistent((_blend(verify[0], verify_s), *verify[1:]))

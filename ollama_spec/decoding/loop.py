@@ -168,7 +168,9 @@ def generate_tokens(
         if k == 0 and not reading_prompt and hasattr(proposer, "lookup"):  # no draft step: worth it at K=0
             propose, k = proposer.lookup, min(FREE_LOOKUP_TOKENS, room)
         start = time.perf_counter()
-        drafted, draft_probs = propose(seq, k, sampling, rng, policy.keep_drafting, grammar) if k > 0 else ([], None)
+        drafted, draft_probs = (
+            propose(seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing) if k > 0 else ([], None)
+        )
         middle = time.perf_counter()
         logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
         if sampling.penalties.active:

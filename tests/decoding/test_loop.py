@@ -159,6 +159,8 @@ class MarginRule:
     """Drafts a second token only where the draft's margin for it is wide: a stop that depends on
     the prefix drawn so far, as AutoK's confidence stops do."""
 
+    probing = False
+
     def __init__(self, log):
         self.log = log
 
@@ -175,6 +177,42 @@ class MarginRule:
 
     def observe(self, *args):
         pass
+
+
+class ProbesAfterGaps:
+    """K=0 for 20 steps, a one-token probe, then three steps drafting 3: the windowed probe's read
+    and the full catch-up after it, again and again."""
+
+    keep_drafting = None
+
+    def __init__(self):
+        self.step, self.probing = 0, False
+
+    def next_k(self):
+        phase, self.step = self.step % 24, self.step + 1
+        self.probing = phase == 20
+        return 0 if phase < 20 else 1 if self.probing else 3
+
+    def observe(self, drafted, accepted, draft_s, verify_s, source="draft"):
+        pass
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SamplingSettings(temperature=0.8, seed=3)])
+def test_probes_after_long_gaps_leave_the_output_unchanged(baseline_engine, spec_engine, sampling):
+    """A probe reads only the end of what the draft missed and cuts it off again: the text is the
+    target's all the same (greedy: token for token; seeded sampling: the verify draws differ, so
+    only the greedy text is compared, and sampling must simply run)."""
+    prompt = spec_engine.prompt_tokens(request(PROMPTS[1]))
+    stats = SpeculationStats()
+    tokens = generate_tokens(
+        spec_engine.target, spec_engine.draft, prompt, sampling, SpeculationSettings(None), stats, ProbesAfterGaps()
+    )
+    got = [next(tokens).id for _ in range(100)]
+    tokens.close()
+    assert stats.k_chosen.get(1, 0) >= 3 and stats.k_chosen.get(3, 0) >= 3
+    if sampling.greedy:
+        expected = run(baseline_engine, PROMPTS[1], max_tokens=100, ignore_eos=True).tokens
+        assert_same_greedy(baseline_engine, PROMPTS[1], expected, got, max_tokens=100, ignore_eos=True)
 
 
 def test_stopping_by_margin_keeps_the_target_distribution(spec_engine):

@@ -1,10 +1,12 @@
 """Proposers on their own: n-gram lookup on token lists, then through the loop (the draft model's
 tests are in test_loop.py)."""
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from ollama_spec.decoding.loop import SpeculationSettings
-from ollama_spec.decoding.proposers import DraftModelProposer, HybridProposer, NgramProposer
+from ollama_spec.decoding.proposers import PROBE_WINDOW, DraftModelProposer, HybridProposer, NgramProposer
 from ollama_spec.decoding.sampling import SamplingSettings
 from tests.decoding.test_loop import assert_first_two_tokens_follow_the_target, run
 
@@ -87,7 +89,7 @@ class _ScriptedDraft:
     def reset(self, seq):
         pass
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None):
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
         self.calls += 1
         return self.tokens[:k], None
 
@@ -121,6 +123,22 @@ def test_hybrid_leaves_text_without_repeats_to_the_draft_model():
     assert hybrid.source == "draft" and tokens == [50, 51, 52]
 
 
+@contextmanager
+def counted_evals(model):
+    """The lengths of the batches `model` evaluates inside the block."""
+    calls, real_eval = [], model.eval
+
+    def counted(tokens, **kwargs):
+        calls.append(len(tokens))
+        return real_eval(tokens, **kwargs)
+
+    model.eval = counted
+    try:
+        yield calls
+    finally:
+        del model.eval
+
+
 def test_after_steps_without_drafting_the_draft_catches_up_in_one_batch(spec_engine):
     """K=0 costs the draft nothing: it is not fed while the target runs alone, and reads the tokens it
     missed in one evaluation when it drafts again."""
@@ -129,24 +147,41 @@ def test_after_steps_without_drafting_the_draft_catches_up_in_one_batch(spec_eng
     seq = spec_engine.target.tokenize("The quick brown fox", add_bos=True, special=False)
     proposer.reset(seq)
     proposer.propose(seq, 2, GREEDY, np.random.default_rng(0))
-    calls = []
-    real_eval = draft.eval
-
-    def counted(tokens, **kwargs):
-        calls.append(len(tokens))
-        return real_eval(tokens, **kwargs)
-
-    draft.eval = counted
-    try:
+    with counted_evals(draft) as calls:
         for token in (11, 12, 13, 14, 15, 16):  # six K=0 steps: the target's tokens, the draft untouched
             seq = [*seq, token]
             proposer.accepted(seq)
         assert calls == []
         proposer.propose(seq, 1, GREEDY, np.random.default_rng(0))
-    finally:
-        del draft.eval
     assert calls[0] >= 6 and len(calls) == 1  # one catch-up batch, which also yields the first draft
     assert draft.n_past == len(seq)
+
+
+def test_a_probe_after_a_long_gap_reads_only_its_end_and_gives_it_back(spec_engine):
+    """A probe (the K policy asking whether drafting pays again) does not catch the draft up on all it
+    missed: it reads the last PROBE_WINDOW tokens after what the draft holds, drafts, and the cache is
+    cut back to the synced part; a real drafting step then reads the whole gap."""
+    draft = spec_engine.draft
+    proposer = DraftModelProposer(draft, spec_engine.target.n_vocab)
+    seq = spec_engine.target.tokenize("The quick brown fox", add_bos=True, special=False)
+    proposer.reset(seq)
+    proposer.propose(seq, 1, GREEDY, np.random.default_rng(0))
+    synced = draft.n_past
+    seq = [*seq, *range(20, 20 + PROBE_WINDOW + 10)]  # a long stretch at K=0
+    proposer.accepted(seq)
+    with counted_evals(draft) as calls:
+        drafted, _ = proposer.propose(seq, 1, GREEDY, np.random.default_rng(0), probe=True)
+        assert calls == [PROBE_WINDOW] and len(drafted) == 1
+        proposer.accepted([*seq, 7])  # the probe's draft rejected, the target's own token instead
+        assert draft.n_past == synced and list(draft.cached) == seq[:synced]
+        calls.clear()
+        proposer.propose([*seq, 7], 1, GREEDY, np.random.default_rng(0))
+        assert calls == [len(seq) + 1 - synced]  # drafting again: the whole gap in one batch
+    short = [*seq, 7, 8, 9]  # a probe after a gap shorter than the window reads all of it, as usual
+    proposer.accepted(short)
+    proposer.propose(short, 1, GREEDY, np.random.default_rng(0), probe=True)
+    proposer.accepted([*short, 1])
+    assert draft.n_past == len(short)
 
 
 def test_at_k0_the_hybrid_still_offers_a_lookup_worth_a_token():

@@ -27,9 +27,11 @@ def request(prompt, **fields):
     return Request(prompt, raw=True, **fields)
 
 
-def run(engine, req, results, key, stop_after=None):
+def run(engine, req, results, key, stop_after=None, barrier=None):
     prompt = engine.prompt_tokens(req)
     with engine.run_in_slot(prompt) as slot:
+        if barrier is not None:  # every request holds its slot before any starts (and could finish)
+            barrier.wait(60)
         generation = engine.generate(req, slot=slot)
         for i, _ in enumerate(generation):
             if stop_after is not None and i >= stop_after:
@@ -58,7 +60,8 @@ def test_four_slots_together_write_what_each_writes_alone(engine):
     requests = {p: request(p) for p in PROMPTS}
     expected = {p: alone(engine, r) for p, r in requests.items()}
     before = engine.batcher.decodes
-    got = together(engine, requests)
+    barrier = threading.Barrier(len(requests))
+    got = together(engine, requests, **{p: {"barrier": barrier} for p in requests})
     assert {p: tokens for p, (tokens, _) in got.items()} == expected
     assert len({slot for _, slot in got.values()}) == 4  # each its own slot
     # batched: far fewer passes than four requests' worth one at a time
