@@ -158,6 +158,9 @@ def generate_tokens(
     if proposer is not None:
         proposer.reset(seq)
     reading_prompt = True
+    # A slot batched with others times its steps on its own clock (llama/sequences.py): the policy
+    # prices what its own tokens cost, not the other slots' part of the batch.
+    clock = getattr(target, "clock", time.perf_counter)
     while True:
         room = target.n_ctx - len(seq)  # the batch caches what the target lacks of seq, and k drafts
         if room < 0:
@@ -167,11 +170,11 @@ def generate_tokens(
         propose = proposer.propose if proposer is not None else None
         if k == 0 and not reading_prompt and hasattr(proposer, "lookup"):  # no draft step: worth it at K=0
             propose, k = proposer.lookup, min(FREE_LOOKUP_TOKENS, room)
-        start = time.perf_counter()
+        start = clock()
         drafted, draft_probs = (
             propose(seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing) if k > 0 else ([], None)
         )
-        middle = time.perf_counter()
+        middle = clock()
         logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
         if sampling.penalties.active:
             logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
@@ -182,7 +185,7 @@ def generate_tokens(
         else:
             target_probs = np.stack([logits_to_probs(row, sampling) for row in logits])
             n_accepted, next_token = verify_rejection(drafted, draft_probs, target_probs, rng)
-        end = time.perf_counter()
+        end = clock()
         if reading_prompt:  # a target pass, but no draft-verify step: its time is the prompt's
             stats.record(0, 0)
         else:

@@ -49,11 +49,15 @@ class LearnedCosts:
             policy.seed_acceptance(learned)
         return policy
 
-    def keep_learned(self, speculation: SpeculationSettings, policy: KPolicy | None) -> None:
-        """After a request: the costs an AutoK refined seed the next request's, and the cache on `save`."""
+    def keep_learned(self, speculation: SpeculationSettings, policy: KPolicy | None, shared: bool = False) -> None:
+        """After a request: the costs an AutoK refined seed the next request's, and the cache on `save`;
+        `shared`: it ran beside other slots, and learned its part of shared batches, not the costs of a
+        step (only what it learned of the acceptance carries)."""
         if isinstance(policy, AutoK) and policy.learn_costs:
             key = self.key(self._draft_for(speculation))
             self.last_policies[key] = policy
+            if shared:
+                return
             base = self.learned.get(key) or self.cache.get_learned(key) or self.cache.get(key)
             self.learned[key] = _overlay(base, policy.costs)
 

@@ -71,6 +71,10 @@ class Generation:
             request.logprobs,
         )
         result.finish_reason = "context"
+        # a slot that shared its batches learns its costs as its part of them: good for its own steps,
+        # not for the pair's (a lone request pays the whole batch)
+        others = getattr(target, "others_seconds", lambda: 0.0)
+        others_before = others()
         try:
             for token in tokens:
                 if not result.tokens:
@@ -106,7 +110,7 @@ class Generation:
             tokens.close()
             if grammar is not None:
                 grammar.close()
-            self.costs.keep_learned(request.speculation, policy)
+            self.costs.keep_learned(request.speculation, policy, shared=others() > others_before)
             result.total_seconds = time.perf_counter() - start
 
 

@@ -12,6 +12,7 @@ A thread that has not joined (a single request, calibration, the CLI) evaluates 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +35,31 @@ class _Wanted:
     rows: np.ndarray | None = None
     error: BaseException | None = None
     done: bool = False
+    own_seconds: float = 0.0  # its tokens' part of the time of the batch it ran in
+
+
+LINE_DECAY = 0.98  # per batch: the fit follows the last ~50 batches of a model
+
+
+class _BatchLine:
+    """A model's batch seconds as a + c·tokens, fitted to its batches, to split each batch's time
+    between the slots in it: the fixed part a (reading the weights) in equal shares, the part c·n
+    that a slot's n tokens add to it. A slot's step then costs it what one more token really adds
+    (its K policy's question), not the batch's average per token, which carries a share of a too."""
+
+    def __init__(self) -> None:
+        self._sums = np.zeros(5)  # Σw, Σw·n, Σw·n², Σw·t, Σw·n·t
+
+    def split(self, seconds: float, tokens: Sequence[int]) -> list[float]:
+        total = sum(tokens)
+        self._sums = LINE_DECAY * self._sums + np.array([1.0, total, total * total, seconds, total * seconds])
+        w, wn, wnn, wt, wnt = self._sums
+        spread = w * wnn - wn * wn
+        per_token = (w * wnt - wn * wt) / spread if spread > 1e-9 * w * w else 0.0
+        # never more than the batch's own seconds, nor less than nothing (a fit off on a noisy machine)
+        per_token = min(max(per_token, 0.0), seconds / total)
+        fixed = (seconds - per_token * total) / len(tokens)
+        return [fixed + per_token * n for n in tokens]
 
 
 @dataclass
@@ -45,6 +71,8 @@ class StepBatcher:
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _joined: set[int] = field(default_factory=set)  # thread ids
     _pending: dict[int, list[_Wanted]] = field(default_factory=dict)  # by model index
+    _others: dict[int, float] = field(default_factory=dict)  # by thread id: see others_seconds
+    _lines: dict[int, _BatchLine] = field(default_factory=dict)  # by model index
 
     @contextmanager
     def slot(self) -> Iterator[None]:
@@ -68,14 +96,25 @@ class StepBatcher:
     def joined(self) -> bool:
         return threading.get_ident() in self._joined
 
+    def others_seconds(self) -> float:
+        """Seconds this thread has spent on the other slots: waiting while their work ran, and their
+        tokens' part of the batches its own ran in. A slot's K policy times its steps without them:
+        what it decides is what its own tokens cost, and with four slots a step's wall time is
+        mostly the others' (timed whole, a verify batch of 4 tokens read as 200 ms, not 40)."""
+        return self._others.get(threading.get_ident(), 0.0)
+
     def evaluate(self, model: BatchModel, seq: int, tokens: Sequence[int], n_rows: int) -> np.ndarray:
         """`model`'s logits rows for `tokens` appended to sequence `seq`, in the next batch of its kind."""
         wanted = _Wanted(seq, list(tokens), n_rows)
+        started = time.perf_counter()
         with self._cond:
             self._pending.setdefault(self.models.index(model), []).append(wanted)
             self._run_ready()
             while not wanted.done:
                 self._cond.wait()
+            waited = time.perf_counter() - started
+            me = threading.get_ident()
+            self._others[me] = self._others.get(me, 0.0) + max(0.0, waited - wanted.own_seconds)
         if wanted.error is not None:
             raise wanted.error
         return wanted.rows
@@ -88,6 +127,7 @@ class StepBatcher:
         while (waiting := sum(map(len, self._pending.values()))) and waiting >= len(self._joined):
             index = min(self._pending)
             batch = self._pending.pop(index)
+            started = time.perf_counter()
             try:
                 rows = self.models[index].decode_many([(w.seq, w.tokens, w.n_rows) for w in batch])
                 for wanted, result in zip(batch, rows):
@@ -95,6 +135,10 @@ class StepBatcher:
             except BaseException as exc:  # noqa: BLE001 - each slot raises it in its own thread
                 for wanted in batch:
                     wanted.error = exc
+            elapsed = time.perf_counter() - started
+            line = self._lines.setdefault(index, _BatchLine())
+            for wanted, seconds in zip(batch, line.split(elapsed, [len(w.tokens) for w in batch])):
+                wanted.own_seconds = seconds
             self.decodes += 1
             for wanted in batch:
                 wanted.done = True

@@ -8,6 +8,7 @@ token text) is the model's own.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,15 @@ class SequenceView:
             return self.model.eval(tokens, logits=logits, seq=self.seq)
         n_rows = self.model.rows_asked(tokens, logits, self.seq)
         return batcher.evaluate(self.model, self.seq, tokens, n_rows)
+
+    def clock(self) -> float:
+        """A clock for this slot's own steps: the time spent on the other slots' work does not run."""
+        return time.perf_counter() - self.others_seconds()
+
+    def others_seconds(self) -> float:
+        """What this slot's thread has spent on other slots' work so far (StepBatcher.others_seconds)."""
+        batcher = self.model.batcher
+        return batcher.others_seconds() if batcher is not None else 0.0
 
     def truncate(self, n_tokens: int) -> None:
         # No batch runs meanwhile while this slot has joined (one runs only while every joined slot,

@@ -87,3 +87,36 @@ def test_prepare_times_the_steps_before_any_request(tiny_models, tmp_path, monke
         monkeypatch.setattr(costs_module, "measure_step_costs", measured_again)
         request = Request("Hi", raw=True, max_tokens=8, sampling=GREEDY, speculation=SpeculationSettings(None))
         "".join(engine.generate(request))
+
+
+def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_models, tmp_path):
+    """Beside another slot a request learns its part of the joint batches (its own clock leaves the
+    other's part out): right for its own steps, wrong for a lone request's, so it is not kept."""
+    import threading
+
+    from ollama_spec.llama.calibration import StepCostCache
+
+    request = Request(
+        "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
+    )
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=2, n_ctx=512)) as engine:
+        engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
+        key = engine.costs.key(engine.draft)
+        engine.costs.prepare(request.speculation)
+        barrier = threading.Barrier(2)
+
+        def run():
+            with engine.run_in_slot(engine.prompt_tokens(request)) as slot:
+                barrier.wait(60)  # both hold their slots before either starts: their steps are batched
+                "".join(engine.generate(request, slot=slot))
+
+        threads = [threading.Thread(target=run) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert key in engine.costs.last_policies  # what they learned of the acceptance carries
+        assert key not in engine.costs.learned
+        "".join(engine.generate(request))  # alone, its costs are the pair's
+        assert key in engine.costs.learned
+    assert cache.get_learned(key) is not None
