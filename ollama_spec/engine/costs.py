@@ -16,6 +16,10 @@ from ollama_spec.planning.placement import Placement
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly over the hills. "
 
 
+# A learned verify batch this many times dearer than the calibration's is not a cost of the pair's.
+LEARNED_AT_MOST = 2.0
+
+
 class LearnedCosts:
     """The step costs of one loaded pair: as calibrated, and as requests have learned them since."""
 
@@ -70,6 +74,10 @@ class LearnedCosts:
         """What requests learned (this process's, else the last one's) up to calibrated's K_max, else calibrated."""
         learned = self.learned.get(key) or self.cache.get_learned(key)
         if learned is None or learned.k_max < calibrated.k_max:
+            return calibrated
+        if learned.verify_s[1] > LEARNED_AT_MOST * calibrated.verify_s[1]:
+            # far dearer than timed: learned from batches shared with other slots before each slot
+            # had its own clock (a batch of 2 saved as 200 ms where it takes 40), not the pair's
             return calibrated
         return StepCosts(learned.draft_step_s, learned.verify_s[: calibrated.k_max + 1])
 

@@ -120,3 +120,19 @@ def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_
         "".join(engine.generate(request))  # alone, its costs are the pair's
         assert key in engine.costs.learned
     assert cache.get_learned(key) is not None
+
+
+def test_learned_costs_far_dearer_than_the_calibration_are_set_aside(tiny_models, tmp_path):
+    """A cache whose learned verify batches are many times the timed ones (learned from batches shared
+    with other slots, by an older version) does not seed the next request."""
+    from ollama_spec.decoding.k_policy import StepCosts
+    from ollama_spec.llama.calibration import StepCostCache
+
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
+        key, n = engine.costs.key(engine.draft), DEFAULT_MAX_SPECULATIVE_TOKENS + 1
+        cache.put(key, StepCosts(0.001, tuple(0.01 + 0.001 * i for i in range(n))))
+        cache.put_learned(key, StepCosts(0.001, (0.05, *(0.2 + 0.001 * i for i in range(1, n)))))
+        assert engine.costs.step_costs(engine.draft, n - 1).verify_s[1] == pytest.approx(0.011)
+        cache.put_learned(key, StepCosts(0.001, tuple(0.012 + 0.001 * i for i in range(n))))  # plausible: kept
+        assert engine.costs.step_costs(engine.draft, n - 1).verify_s[1] == pytest.approx(0.013)
