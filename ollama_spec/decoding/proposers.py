@@ -156,37 +156,6 @@ class DraftModelProposer:
         self.draft.truncate(min(self.draft.n_past, len(seq) - 1) if synced is None else synced)
 
 
-class NgramProposer:
-    """Prompt lookup: find the first earlier occurrence of the text's last n tokens (n = size down to
-    2, or 1 when size is 1) and propose what followed it. Free to run, and strong wherever the answer
-    repeats its input (code edits, summaries, quoting); proposals are certain, so q is one-hot.
-
-    The first occurrence, not the latest: a match just behind the end has only a few tokens after
-    it to propose (measured on the bench's creative prompt: 52-54 tok/s against 42-44)."""
-
-    source = "ngram"
-
-    def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE):
-        self.ngram_size = ngram_size
-        self.min_size = min(MIN_NGRAM_SIZE, ngram_size)
-
-    def reset(self, seq: list[int]) -> None:
-        pass
-
-    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
-        ids = np.asarray(seq)
-        for n in range(min(self.ngram_size, len(ids) - 1), self.min_size - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
-            hits = np.flatnonzero((windows == ids[-n:]).all(axis=1))
-            if hits.size:
-                start = int(hits[0]) + n
-                return [int(t) for t in ids[start : start + k]], None
-        return [], None
-
-    def accepted(self, seq):
-        pass
-
-
 # The lookup's acceptance before any of its proposals was tried: a repeated 2-4-gram is followed by
 # what followed it before most of the time where text repeats (code edits, quoting), and each
 # proposal that misses teaches it otherwise.
@@ -195,10 +164,97 @@ NGRAM_PRIOR_ALPHA = 0.8
 # verify batch grows for tokens that are mostly rejected.
 NGRAM_SURVIVAL_FLOOR = 0.3
 DRAFT_RUN_DECAY = 0.9  # per draft-model step: the draft's accepted run follows the last ~10 steps
-# While the K policy says the draft model does not pay (K=0), a lookup of up to this many tokens is
-# still verified when at least one of them is expected to be accepted (HybridProposer.lookup): it
-# costs no draft step, only a longer verify batch.
+# While the K policy says drafting does not pay (K=0), a lookup of up to this many tokens is still
+# verified when at least one of them is expected to be accepted (NgramProposer.lookup): it costs no
+# draft step, only a longer verify batch.
 FREE_LOOKUP_TOKENS = 8
+
+
+class NgramProposer:
+    """Prompt lookup: find the first earlier occurrence of the text's last n tokens (n = size down to
+    2, or 1 when size is 1) and propose what followed it. Free to run, and strong wherever the answer
+    repeats its input (code edits, summaries, quoting); proposals are certain, so q is one-hot.
+
+    The first occurrence, not the latest: a match just behind the end has only a few tokens after
+    it to propose (measured on the bench's creative prompt: 52-54 tok/s against 42-44).
+
+    It learns its own acceptance by position from the proposals it made, so that a step at K=0 can
+    still verify a lookup where one is expected to pay (`lookup`): the K policy's α covers steps,
+    but whether a lookup pays depends on this step's match, which only the lookup sees."""
+
+    source = "ngram"
+
+    def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE):
+        self.ngram_size = ngram_size
+        self.min_size = min(MIN_NGRAM_SIZE, ngram_size)
+        # by the size of the match: a 4-gram found again in a quote is followed as before nearly
+        # always, a lone 2-gram in new text seldom; pooled, the misses of one would silence the other
+        self.pooled = {n: AlphaEstimator(NGRAM_PRIOR_ALPHA) for n in range(1, ngram_size + 1)}
+        self.by_position = {n: AcceptanceByPosition() for n in range(1, ngram_size + 1)}
+        self.matched = 0  # the size of the last lookup's match (0: none)
+        self._proposed, self._length, self._size = 0, 0, 0
+
+    def reset(self, seq: list[int]) -> None:
+        pass
+
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
+        found = self.find(seq, k)
+        self.note(seq, len(found))
+        return found, None
+
+    def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
+        """A step where the K policy chose K=0: the lookup's proposal if at least one of its tokens is
+        expected to be accepted, else nothing."""
+        found = self.find(seq, k)
+        n, expected = self.worth_verifying(len(found))
+        n = n if expected >= 1.0 else 0
+        self.note(seq, n)
+        return found[:n], None
+
+    def find(self, seq: Sequence[int], k: int) -> list[int]:
+        """Up to k tokens that followed the first earlier occurrence of the longest matching suffix
+        (its size in `matched`)."""
+        ids = np.asarray(seq)
+        for n in range(min(self.ngram_size, len(ids) - 1), self.min_size - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
+            hits = np.flatnonzero((windows == ids[-n:]).all(axis=1))
+            if hits.size:
+                start = int(hits[0]) + n
+                self.matched = n
+                return [int(t) for t in ids[start : start + k]]
+        self.matched = 0
+        return []
+
+    def alphas(self, n: int) -> list[float]:
+        """Each position's acceptance for a lookup whose match is the size of the last one found."""
+        size = max(self.matched, 1)
+        return self.by_position[size].alphas(n, self.pooled[size].alpha)
+
+    def worth_verifying(self, available: int) -> tuple[int, float]:
+        """How much of a lookup of `available` tokens to propose (up to where all of it being accepted
+        becomes less likely than NGRAM_SURVIVAL_FLOOR), and how many of those are expected accepted.
+
+        Not priced by the verify batch's cost: on the 2-core CPU, where a batch of 2 costs two
+        steps of SmolLM2, lookups priced so were refused until the acceptance had been learned, and
+        the rewrite set ran at 1.00x of the target alone; taken whenever a token is expected, 1.17x."""
+        survival, n, expected = 1.0, 0, 0.0
+        for alpha in self.alphas(available):
+            survival *= alpha
+            if survival < NGRAM_SURVIVAL_FLOOR:
+                break
+            n, expected = n + 1, expected + survival
+        return n, expected
+
+    def note(self, seq: Sequence[int], n: int) -> None:
+        """This step proposes n tokens of the last lookup after `seq` (accepted() learns from them)."""
+        self._length, self._proposed, self._size = len(seq), n, max(self.matched, 1)
+
+    def accepted(self, seq):
+        if self._proposed:
+            accepted = len(seq) - self._length - 1  # the target's own token follows the accepted drafts
+            self.pooled[self._size].observe(self._proposed, accepted)
+            self.by_position[self._size].observe(self._proposed, accepted)
+        self._proposed = 0
 
 
 class HybridProposer:
@@ -216,57 +272,36 @@ class HybridProposer:
     def __init__(self, draft: DraftModelProposer, ngram: NgramProposer):
         self.draft, self.ngram = draft, ngram
         self.source = "draft"
-        self.lookup_pooled = AlphaEstimator(NGRAM_PRIOR_ALPHA)
-        self.lookup_by_position = AcceptanceByPosition()
         self.draft_run = 1.0  # accepted tokens per draft-model step, decayed
-        self._proposed, self._length = 0, 0
+        self._length, self._drafted = 0, 0  # the last step's: the text's length, the draft model's tokens
 
     def reset(self, seq: list[int]) -> None:
         self.draft.reset(seq)
 
-    def lookup_alphas(self, n: int) -> list[float]:
-        return self.lookup_by_position.alphas(n, self.lookup_pooled.alpha)
-
     def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
-        """A step where the K policy chose K=0 (the draft model does not pay): the lookup's proposal
-        if at least one of its tokens is expected to be accepted, else nothing."""
-        return self.propose(seq, k, sampling, rng, keep_drafting, grammar, lookup_only=True)
+        """A step where the K policy chose K=0 (the draft model does not pay): the lookup's, as
+        NgramProposer.lookup decides."""
+        self.source, self._length, self._drafted = "ngram", len(seq), 0
+        return self.ngram.lookup(seq, k, sampling, rng)
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False, *, lookup_only=False):
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
         self._length = len(seq)
-        lookup, _ = self.ngram.propose(seq, k, sampling, rng)
-        n, expected = self._worth_verifying(len(lookup))
-        if n and expected >= (1.0 if lookup_only else self.draft_run):
-            self.source, self._proposed = "ngram", n
+        lookup = self.ngram.find(seq, k)
+        n, expected = self.ngram.worth_verifying(len(lookup))
+        if n and expected >= self.draft_run:
+            self.source, self._drafted = "ngram", 0
+            self.ngram.note(seq, n)
             return lookup[:n], None
-        if lookup_only:
-            self.source, self._proposed = "ngram", 0
-            return [], None
         self.source = "draft"
         tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
-        self._proposed = len(tokens)
+        self._drafted = len(tokens)
         return tokens, q
 
-    def _worth_verifying(self, available: int) -> tuple[int, float]:
-        """How much of a lookup of `available` tokens to propose (up to where all of it being accepted
-        becomes less likely than NGRAM_SURVIVAL_FLOOR), and how many of those are expected accepted."""
-        survival, n, expected = 1.0, 0, 0.0
-        for alpha in self.lookup_alphas(available):
-            survival *= alpha
-            if survival < NGRAM_SURVIVAL_FLOOR:
-                break
-            n, expected = n + 1, expected + survival
-        return n, expected
-
     def accepted(self, seq):
-        accepted = len(seq) - self._length - 1  # the target's own token follows the accepted drafts
-        if self._proposed:
-            if self.source == "ngram":
-                self.lookup_pooled.observe(self._proposed, accepted)
-                self.lookup_by_position.observe(self._proposed, accepted)
-            else:
-                self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
-        self._proposed = 0
+        if self.source == "draft" and self._drafted:
+            accepted = len(seq) - self._length - 1
+            self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
+        self.ngram.accepted(seq)
         self.draft.accepted(seq)
 
 

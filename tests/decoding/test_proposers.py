@@ -4,6 +4,7 @@ tests are in test_loop.py)."""
 from contextlib import contextmanager
 
 import numpy as np
+import pytest
 
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.proposers import PROBE_WINDOW, DraftModelProposer, HybridProposer, NgramProposer
@@ -116,6 +117,23 @@ def test_hybrid_takes_a_long_lookup_and_learns_when_lookups_miss():
     assert hybrid.source == "draft" and draft.calls > 0
 
 
+def test_lookups_learn_their_acceptance_by_the_size_of_their_match():
+    """Short matches that miss do not silence long ones: a 2-gram found in new text is seldom followed
+    as before, a 4-gram in a quote nearly always."""
+    ngram = NgramProposer(4)
+    short = [5, 6, 1, 2, 7, 8, 9, 1, 2]  # ends in "1 2", seen once before: a 2-gram match
+    for _ in range(20):
+        tokens, _ = ngram.propose(short, 4, GREEDY, np.random.default_rng(0))
+        assert ngram.matched == 2 and tokens
+        ngram.accepted([*short, 99])  # missed at once
+    assert ngram.alphas(1)[0] < 0.2
+    quote = [1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4]  # ends in "1 2 3 4": a 4-gram match
+    tokens, _ = ngram.lookup(quote, 8, GREEDY, np.random.default_rng(0))
+    assert ngram.matched == 4 and tokens and tokens == [5, 6, 7, 1, 2, 3, 4][: len(tokens)]  # still proposed
+    nothing, _ = ngram.lookup(short, 8, GREEDY, np.random.default_rng(0))
+    assert nothing == []  # the 2-gram's misses: not worth a verify batch at K=0
+
+
 def test_hybrid_leaves_text_without_repeats_to_the_draft_model():
     draft = _ScriptedDraft([50, 51, 52])
     hybrid = HybridProposer(draft, NgramProposer(3))
@@ -194,8 +212,10 @@ def test_at_k0_the_hybrid_still_offers_a_lookup_worth_a_token():
     assert nothing == [] and draft.calls == 0  # no match: no draft model either, K is 0
 
 
-def test_the_loop_verifies_lookups_while_the_draft_model_does_not_pay(baseline_engine, spec_engine):
-    """K=0 from the policy (a draft that never pays), yet the repeated sentence is looked up."""
+@pytest.mark.parametrize("speculation", [HYBRID, SpeculationSettings(None, proposer="ngram")], ids=["hybrid", "ngram"])
+def test_the_loop_verifies_lookups_while_drafting_does_not_pay(baseline_engine, spec_engine, speculation):
+    """K=0 from the policy (drafting never pays), yet the repeated sentence is looked up: a lookup
+    costs no draft step, and whether it pays depends on this step's match, not on the policy's α."""
     from ollama_spec.decoding.k_policy import FixedK
     from ollama_spec.decoding.loop import SpeculationStats, generate_tokens
 
@@ -204,10 +224,10 @@ def test_the_loop_verifies_lookups_while_the_draft_model_does_not_pay(baseline_e
     stats = SpeculationStats()
     tokens = generate_tokens(
         spec_engine.target,
-        spec_engine.proposer(HYBRID),
+        spec_engine.proposer(speculation),
         prompt,
         GREEDY,
-        HYBRID,
+        speculation,
         stats,
         FixedK(0),
     )
