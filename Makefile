@@ -9,7 +9,7 @@ BENCH_ARGS ?=
 # cpu, cuda, metal, rocm, or auto: what this machine has (scripts/install-backend.sh)
 BACKEND ?= auto
 
-.PHONY: install demo test bench serve gpu-bench gpu-bundle clean
+.PHONY: install demo test bench bench-auto-k serve gpu-bench gpu-bundle clean
 
 # The backend check runs every time: a build made for the wrong backend is replaced.
 install: $(VENV)/.installed
@@ -37,6 +37,11 @@ bench: install
 	@if [ "$(TARGET)" = "synth-target" ]; then $(BIN)/ollama-spec demo-store $(DEMO_STORE); fi
 	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) $(BIN)/ollama-spec bench $(TARGET) --draft $(DRAFT) --out bench-results $(BENCH_ARGS)
 	$(if $(filter synth-target,$(TARGET)),OLLAMA_MODELS=$(DEMO_STORE)) scripts/bench-serve.sh $(BIN) $(TARGET) $(DRAFT)
+
+# -k auto on three synthetic pairs it was not tuned on (strong, weak, quantized draft), and the hybrid
+# on the rewrite prompts: scripts/bench-auto-k.sh (about 15 minutes on 2 cores).
+bench-auto-k: install
+	scripts/bench-auto-k.sh $(BIN)
 
 # The OpenAI- and Ollama-compatible server on the demo pair: http://127.0.0.1:$(PORT) (Ctrl-C stops it).
 PORT ?= 8000
