@@ -117,6 +117,8 @@ class DraftModelProposer:
             # every probe: a fixed share of the target's time, however rarely it probes. The probe reads
             # the gap's end after what the draft holds instead, and `accepted` cuts that off again.
             self._synced, missed = draft.n_past, missed[-PROBE_WINDOW:]
+            if not self._synced:  # a draft that has read nothing still starts from the text's first
+                missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
         logits = draft.eval(as_draft_tokens(missed, draft.n_vocab))[-1][: self.shared_vocab]
         tokens: list[int] = []
         probs: list[np.ndarray] = []

@@ -200,6 +200,13 @@ def test_a_probe_after_a_long_gap_reads_only_its_end_and_gives_it_back(spec_engi
     proposer.propose(short, 1, GREEDY, np.random.default_rng(0), probe=True)
     proposer.accepted([*short, 1])
     assert draft.n_past == len(short)
+    fresh = DraftModelProposer(draft, spec_engine.target.n_vocab)
+    fresh.reset([])  # a draft that has read nothing of this text: the probe reads its first token too
+    with counted_evals(draft) as calls:
+        fresh.propose(seq, 1, GREEDY, np.random.default_rng(0), probe=True)
+    assert calls == [PROBE_WINDOW + 1] and draft.cached[0] == seq[0]
+    fresh.accepted([*seq, 7])
+    assert draft.n_past == 0
 
 
 def test_at_k0_the_hybrid_still_offers_a_lookup_worth_a_token():
