@@ -217,6 +217,7 @@ class AutoK:
         self.by_position = AcceptanceByPosition()
         self._steps_without_draft = 0
         self._probe_every = PROBE_EVERY
+        self._probe_paid = False  # the last probe paid for itself: probe again at once
         self.probing = False  # this step drafts one token only to see whether drafting pays again
         self._drafting_steps = 0
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
@@ -249,7 +250,7 @@ class AutoK:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.
             self._steps_without_draft += 1
-            if self._steps_without_draft >= self._probe_every:
+            if self._steps_without_draft >= self._probe_every or self._probe_paid:
                 self.probing = True
                 return 1
             return 0
@@ -357,8 +358,12 @@ class AutoK:
             # being learned. One that did not: wait twice as long for the next.
             paid = (accepted + 1) * self.costs.verify_s[0] >= draft_s + verify_s
             self._probe_every = PROBE_EVERY if paid else min(2 * self._probe_every, PROBE_MAX_EVERY)
+            # and one that paid is followed by another at once, until one does not pay or α says
+            # draft: each costs less than the target alone would, and waiting 8 steps between them
+            # kept K at 0 for ~40 steps after a quote the draft could not follow (the copy pair)
+            self._probe_paid = paid
         elif drafted:
-            self._probe_every = PROBE_EVERY
+            self._probe_every, self._probe_paid = PROBE_EVERY, False
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
         self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))
         if drafted:

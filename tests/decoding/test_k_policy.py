@@ -406,3 +406,26 @@ def test_a_gain_within_the_models_error_is_not_taken():
     assert best_k(0.6, weak) == 1
     assert AutoK(weak, prior_alpha=0.6).next_k() == 0
     assert AutoK(weak, prior_alpha=0.9).next_k() > 0  # a clear gain is taken
+
+
+def test_a_probe_that_paid_is_followed_by_another_at_once():
+    """After text the draft could not follow (a quote), each probe that pays for itself is followed by
+    the next at once, not 8 steps later, until α says draft: a paying probe costs less than the target
+    alone would have."""
+    policy = AutoK(CPU, prior_alpha=0.8)
+    for _ in range(30):  # the draft fails: K falls to 0, probes back off
+        k = policy.next_k()
+        policy.observe(k, 0, 0.004 * k, 0.030 * (1 + 0.4 * k))
+    ks = []
+    for _ in range(40):  # the text turns easy, and a probe costs less than its two tokens alone
+        k = policy.next_k()
+        ks.append(k)
+        policy.observe(k, k, 0.001 * k, 0.030 * (1 + 0.2 * k))
+    first = ks.index(1)
+    assert ks[first + 1] >= 1  # the next step probes (or drafts) again at once
+    assert max(ks) >= 2  # and drafting resumes within the 40 steps
+    unpaid = AutoK(CPU, prior_alpha=0.8)
+    for _ in range(30):
+        k = unpaid.next_k()
+        unpaid.observe(k, 0, 0.004 * k, 0.030 * (1 + 0.4 * k))
+    assert [unpaid.next_k() for _ in range(3)] == [0, 0, 0]  # one that did not pay: the wait stands
