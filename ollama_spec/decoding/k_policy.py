@@ -125,7 +125,11 @@ def best_k_by_position(alphas: Sequence[float], costs: StepCosts, margin: float 
     """best_k with an acceptance for each position (alphas[i]: the (i+1)-th drafted token's); 0 unless
     the best K beats the target alone by `margin` (0.1: 10 %)."""
     k_max = min(costs.k_max, len(alphas))
-    rates = [expected_tokens_by_position(alphas, k) / costs.step_s(k) for k in range(k_max + 1)]
+    expected, survival = [1.0], 1.0  # expected_tokens_by_position for every k, in one pass
+    for alpha in alphas[:k_max]:
+        survival *= alpha
+        expected.append(expected[-1] + survival)
+    rates = [tokens / costs.step_s(k) for k, tokens in enumerate(expected)]
     k = max(range(k_max + 1), key=lambda k: (rates[k], -k))
     return k if rates[k] >= (1 + margin) * rates[0] else 0
 
