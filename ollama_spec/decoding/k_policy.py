@@ -114,21 +114,23 @@ def best_k(alpha: float, costs: StepCosts) -> int:
 def expected_tokens_by_position(alphas: Sequence[float], k: int) -> float:
     """Mean tokens per target pass when position i's draft is accepted with probability alphas[i] given
     that those before it were: 1 + α0 + α0·α1 + ... (k terms after the 1)."""
-    total, survival = 1.0, 1.0
-    for alpha in alphas[:k]:
+    return expected_tokens_for_each_k(alphas[:k])[-1]
+
+
+def expected_tokens_for_each_k(alphas: Sequence[float]) -> list[float]:
+    """expected_tokens_by_position(alphas, k) for k = 0..len(alphas), summed in one pass."""
+    expected, survival = [1.0], 1.0
+    for alpha in alphas:
         survival *= alpha
-        total += survival
-    return total
+        expected.append(expected[-1] + survival)
+    return expected
 
 
 def best_k_by_position(alphas: Sequence[float], costs: StepCosts, margin: float = 0.0) -> int:
     """best_k with an acceptance for each position (alphas[i]: the (i+1)-th drafted token's); 0 unless
     the best K beats the target alone by `margin` (0.1: 10 %)."""
     k_max = min(costs.k_max, len(alphas))
-    expected, survival = [1.0], 1.0  # expected_tokens_by_position for every k, in one pass
-    for alpha in alphas[:k_max]:
-        survival *= alpha
-        expected.append(expected[-1] + survival)
+    expected = expected_tokens_for_each_k(alphas[:k_max])
     rates = [tokens / costs.step_s(k) for k, tokens in enumerate(expected)]
     k = max(range(k_max + 1), key=lambda k: (rates[k], -k))
     return k if rates[k] >= (1 + margin) * rates[0] else 0
