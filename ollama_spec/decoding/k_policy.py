@@ -46,6 +46,13 @@ PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to ke
 # pair where drafting never pays (the quantized synth pair, 2-core CPU) probes every 64 steps cost
 # 0.94x of the target alone, every 128 0.97x (interleaved runs, two each).
 PROBE_MAX_EVERY = 128
+# Where no acceptance at all would make drafting pay at the costs seen (every draft accepted, and still
+# under DRAFT_GAIN_MARGIN: a compute-bound CPU verifying a quantized target), probes can learn nothing
+# that changes K: only this rarely one still runs, to time a draft step and a batch of 2 again. On the
+# quantized pair its 8 probes in 950 steps had cost 2.5 % of the target's time. Only once the probes
+# have backed off to PROBE_MAX_EVERY, each timed as not paying: costs calibrated or saved too dear (a
+# busy moment) are relearned by probes that pay, as before.
+PROBE_CEILING_EVERY = 1024
 # Drafting is chosen only where the model says it beats the target alone by this much: the modelled
 # gain of a barely-paying pair is within the model's error (per-step overheads, the draft's first step
 # reading two tokens), and there it lost. On the weak pair (α ≈ 0.5) the model said K=1 gives 1.04x;
@@ -129,11 +136,26 @@ def expected_tokens_for_each_k(alphas: Sequence[float]) -> list[float]:
 def best_k_by_position(alphas: Sequence[float], costs: StepCosts, margin: float = 0.0) -> int:
     """best_k with an acceptance for each position (alphas[i]: the (i+1)-th drafted token's); 0 unless
     the best K beats the target alone by `margin` (0.1: 10 %)."""
-    k_max = min(costs.k_max, len(alphas))
-    expected = expected_tokens_for_each_k(alphas[:k_max])
-    rates = [tokens / costs.step_s(k) for k, tokens in enumerate(expected)]
-    k = max(range(k_max + 1), key=lambda k: (rates[k], -k))
-    return k if rates[k] >= (1 + margin) * rates[0] else 0
+    k, rate = best_drafting_k(alphas, costs)
+    return k if beats_target_alone(rate, costs, margin) else 0
+
+
+def best_drafting_k(alphas: Sequence[float], costs: StepCosts) -> tuple[int, float]:
+    """The K ≥ 1 with the most expected tokens per second (the smaller K on a tie), and that rate;
+    (0, 0.0) where nothing can be drafted."""
+    expected = expected_tokens_for_each_k(alphas[: min(costs.k_max, len(alphas))])
+    best, best_rate = 0, 0.0
+    for k in range(1, len(expected)):
+        rate = expected[k] / costs.step_s(k)
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best, best_rate
+
+
+def beats_target_alone(rate: float, costs: StepCosts, margin: float = 0.0) -> bool:
+    """Are `rate` tokens per second more than the target alone's, and by `margin` (0.1: 10 %)?"""
+    alone = 1 / costs.verify_s[0]
+    return rate > alone and rate >= (1 + margin) * alone
 
 
 class KPolicy(Protocol):
@@ -226,6 +248,7 @@ class AutoK:
         self._probe_paid = False  # the last probe paid for itself: probe again at once
         self.probing = False  # this step drafts one token only to see whether drafting pays again
         self._drafting_steps = 0
+        self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
         k = max(1, best_k(prior_alpha, self.costs))
@@ -251,12 +274,23 @@ class AutoK:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
         self.probing = False
-        k = best_k_by_position(self.alphas(), self.costs, DRAFT_GAIN_MARGIN)  # too close to call: K=0
+        # A step at K=0 changes only the target alone's cost: the best drafting K is kept until a step
+        # drafts (9.5 µs a step to work out again, against a 2 ms step of a small quantized target).
+        if self._drafting is None:
+            self._drafting = best_drafting_k(self.alphas(), self.costs)
+        k, rate = self._drafting
+        if not beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN):  # too close to call: K=0
+            k = 0
         if k == 0:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.
             self._steps_without_draft += 1
-            if self._steps_without_draft >= self._probe_every or self._probe_paid:
+            due = self._steps_without_draft >= self._probe_every or self._probe_paid
+            if due and (
+                self._probe_every < PROBE_MAX_EVERY
+                or self._could_pay()
+                or self._steps_without_draft >= PROBE_CEILING_EVERY
+            ):
                 self.probing = True
                 return 1
             return 0
@@ -271,6 +305,11 @@ class AutoK:
             if 1 <= neighbour <= self.costs.k_max:
                 return neighbour
         return k
+
+    def _could_pay(self) -> bool:
+        """Would drafting beat the target alone by the margin at these costs if every draft were accepted?"""
+        _, rate = best_drafting_k([1.0] * self.costs.k_max, self.costs)
+        return beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN)
 
     def keep_drafting(self, drafted: int, margin: float | None) -> bool:
         """After `drafted` tokens this step: take the next one, whose margin is `margin`? Or, with
@@ -349,6 +388,8 @@ class AutoK:
         self._probe_every = earlier._probe_every
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
+        if drafted:  # the acceptance and the costs of drafting move
+            self._drafting = None
         if source == "ngram" and drafted and self.confidence_stops:
             # A lookup step beside the draft model (HybridProposer): its verify batch is timed like any,
             # but its acceptance and its free drafting say nothing of the draft model's.
@@ -360,10 +401,13 @@ class AutoK:
         self.by_margin.observe(self._margins[:drafted], accepted)
         if self.probing:
             # A probe that paid for itself (its tokens, at the target alone's step cost, against its
-            # draft catch-up and verify batch) says the costs or α are off: probe often, they are
-            # being learned. One that did not: wait twice as long for the next.
+            # draft catch-up and verify batch) says the costs or α may be off: halve the wait for the
+            # next. One that did not: wait twice as long. (Back to every 8th step at once, as before,
+            # a pair with α ≈ 0.5, where half the probes pay by chance, kept probing 8 % of its steps,
+            # each a loss: 1.5 tokens for the price of 1.7.)
             paid = (accepted + 1) * self.costs.verify_s[0] >= draft_s + verify_s
-            self._probe_every = PROBE_EVERY if paid else min(2 * self._probe_every, PROBE_MAX_EVERY)
+            wait = max(PROBE_EVERY, self._probe_every // 2) if paid else 2 * self._probe_every
+            self._probe_every = min(wait, PROBE_MAX_EVERY)
             # and one that paid is followed by another at once, until one does not pay or α says
             # draft: each costs less than the target alone would, and waiting 8 steps between them
             # kept K at 0 for ~40 steps after a quote the draft could not follow (the copy pair)

@@ -1,11 +1,15 @@
 """Choosing K: the cost model on hand-made cost curves, and α estimated from simulated steps."""
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
 from ollama_spec.decoding.acceptance import MARGIN_EDGES, AcceptanceByMargin, AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.k_policy import (
+    DRAFT_GAIN_MARGIN,
     EXPLORE_EVERY,
+    PROBE_CEILING_EVERY,
     PROBE_EVERY,
     PROBE_MAX_EVERY,
     AutoK,
@@ -429,3 +433,62 @@ def test_a_probe_that_paid_is_followed_by_another_at_once():
         k = unpaid.next_k()
         unpaid.observe(k, 0, 0.004 * k, 0.030 * (1 + 0.4 * k))
     assert [unpaid.next_k() for _ in range(3)] == [0, 0, 0]  # one that did not pay: the wait stands
+
+
+def _probe_waits(policy: AutoK, steps: int, accepted: Callable[[int], int], costs: StepCosts) -> list[int]:
+    """The steps between probes (K > 0 steps) over `steps` steps timed as `costs` says."""
+    waits, since = [], 0
+    for _ in range(steps):
+        k = policy.next_k()
+        since += 1
+        if k:
+            waits.append(since)
+            since = 0
+        policy.observe(k, accepted(k), costs.draft_step_s * k, costs.verify_s[k])
+    return waits
+
+
+def test_probes_all_but_stop_where_no_acceptance_could_make_drafting_pay():
+    """A draft as dear as the target: even with every draft accepted K=0 wins, so once the probes have
+    backed off without paying, one comes only every PROBE_CEILING_EVERY steps."""
+    policy = AutoK(SLOW_DRAFT, prior_alpha=0.9)
+    waits = _probe_waits(policy, 3000, lambda k: 0, SLOW_DRAFT)
+    assert waits[:4] == [PROBE_EVERY * 2**i for i in range(4)]  # 8 .. 64, each timed as not paying
+    assert waits[4:] == [PROBE_CEILING_EVERY] * len(waits[4:]) and len(waits) > 5
+
+
+def test_probes_keep_coming_where_drafting_would_pay_at_a_better_acceptance():
+    """The CPU's costs with every draft rejected: acceptance could still make drafting pay, so the probes
+    stay at every PROBE_MAX_EVERY steps."""
+    waits = _probe_waits(AutoK(CPU, prior_alpha=0.8), 1200, lambda k: 0, CPU)
+    assert waits[-1] == PROBE_MAX_EVERY and max(waits) == PROBE_MAX_EVERY
+
+
+def test_a_probe_that_paid_halves_the_wait_for_the_next():
+    """With α ≈ 0.5 about half the probes pay by chance: each halves the wait, it does not return to every
+    8th step (which kept such a pair probing 8 % of its steps, each a loss)."""
+    policy = AutoK(CPU, prior_alpha=0.8)
+    _probe_waits(policy, 300, lambda k: 0, CPU)  # backed off to PROBE_MAX_EVERY
+    assert policy._probe_every == PROBE_MAX_EVERY
+    cheap = StepCosts(0.001, tuple(0.030 * (1 + 0.1 * n) for n in range(9)))  # a probe that pays for itself
+    while policy.next_k() == 0:
+        policy.observe(0, 0, 0.0, CPU.verify_s[0])
+    policy.observe(1, 1, cheap.draft_step_s, cheap.verify_s[1])
+    assert policy._probe_every == PROBE_MAX_EVERY // 2
+
+
+def test_the_kept_drafting_choice_is_what_working_it_out_again_gives():
+    """next_k keeps the best drafting K between drafting steps: at every step its choice to draft or
+    not is still the one best_k_by_position makes from the acceptance and costs of that moment."""
+    rng = np.random.default_rng(7)
+    policy = AutoK(CPU, prior_alpha=0.6)
+    decisions = set()
+    for step in range(2000):
+        alpha = 0.9 if (step // 150) % 2 else 0.3  # easy and hard stretches: K moves both ways
+        fresh = best_k_by_position(policy.alphas(), policy.costs, DRAFT_GAIN_MARGIN)
+        k = policy.next_k()
+        assert (fresh == 0) == (k == 0 or policy.probing)
+        decisions.add(fresh > 0)
+        accepted = next((i for i in range(k) if rng.random() > alpha), k)
+        policy.observe(k, accepted, 0.004 * k, 0.030 * (1 + 0.4 * k) * rng.uniform(0.8, 1.2))
+    assert decisions == {True, False}
