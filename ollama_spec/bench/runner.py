@@ -32,8 +32,8 @@ from ollama_spec.bench.settings import CALIBRATION_REPEATS, WARMUP_TOKENS, Bench
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.decoding.loop import HYBRID as HYBRID_PROPOSER
 from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.calibration import measure_step_costs
 from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
-from ollama_spec.llama.calibration import measure_step_costs
 from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.planning.placement import Placement

@@ -1,1 +1,1 @@
-"""The one seam to llama.cpp: loading, evaluating, grammars, RPC, embeddings, calibration."""
+"""The one seam to llama.cpp: loading, evaluating, grammars, RPC, embeddings."""

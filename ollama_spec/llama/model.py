@@ -58,6 +58,7 @@ def extra_bufts_default(enabled: bool) -> Iterator[None]:
         bindings.llama_model_default_params = original
 
 
+LLAMA_CPP_VERSION = llama_cpp.__version__  # part of cache keys: another build may time steps otherwise
 KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 FLASH_ATTENTION = {
     "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,

@@ -21,7 +21,7 @@ from ollama_spec.decoding.k_policy import (
     expected_tokens_by_position,
     expected_tokens_per_step,
 )
-from ollama_spec.llama.calibration import batch_sizes_to_time
+from ollama_spec.engine.calibration import batch_sizes_to_time
 
 # A GPU: a batch of up to 9 tokens costs what one does; the draft step is 1/20 of a target step.
 GPU = StepCosts(draft_step_s=0.001, verify_s=(0.020,) * 9)

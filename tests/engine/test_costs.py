@@ -12,7 +12,7 @@ GREEDY = SamplingSettings(temperature=0)
 
 def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, tmp_path):
     from ollama_spec.decoding.k_policy import StepCosts
-    from ollama_spec.llama.calibration import StepCostCache
+    from ollama_spec.engine.calibration import StepCostCache
 
     request = Request(
         "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
@@ -35,7 +35,7 @@ def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, t
 
 def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models, tmp_path):
     from ollama_spec.decoding.acceptance import MARGIN_PRIOR
-    from ollama_spec.llama.calibration import StepCostCache
+    from ollama_spec.engine.calibration import StepCostCache
 
     request = Request(
         "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
@@ -58,7 +58,7 @@ def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models,
 
 
 def test_a_calibration_is_announced_while_it_happens(tiny_models, tmp_path):
-    from ollama_spec.llama.calibration import StepCostCache
+    from ollama_spec.engine.calibration import StepCostCache
 
     notes = []
     with Engine(tiny_models[0], tiny_models[1], engine_settings(), notice=notes.append) as engine:
@@ -72,7 +72,7 @@ def test_prepare_times_the_steps_before_any_request(tiny_models, tmp_path, monke
     """serve calls it while loading: the first request then measures nothing (and no timing runs
     while other slots' batches do)."""
     from ollama_spec.engine import costs as costs_module
-    from ollama_spec.llama.calibration import StepCostCache
+    from ollama_spec.engine.calibration import StepCostCache
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         engine.costs.cache = StepCostCache(tmp_path / "costs.json")
@@ -94,7 +94,7 @@ def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_
     other's part out): right for its own steps, wrong for a lone request's, so it is not kept."""
     import threading
 
-    from ollama_spec.llama.calibration import StepCostCache
+    from ollama_spec.engine.calibration import StepCostCache
 
     request = Request(
         "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
@@ -126,7 +126,7 @@ def test_learned_costs_far_dearer_than_the_calibration_are_set_aside(tiny_models
     """A cache whose learned verify batches are many times the timed ones (learned from batches shared
     with other slots, by an older version) does not seed the next request."""
     from ollama_spec.decoding.k_policy import StepCosts
-    from ollama_spec.llama.calibration import StepCostCache
+    from ollama_spec.engine.calibration import StepCostCache
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")

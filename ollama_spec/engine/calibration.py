@@ -15,13 +15,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 
 from ollama_spec.config import cache_dir
 from ollama_spec.decoding.acceptance import MARGIN_EDGES
 from ollama_spec.decoding.k_policy import StepCosts
 from ollama_spec.decoding.proposers import Model
+from ollama_spec.llama.model import LLAMA_CPP_VERSION
 
 CALIBRATION_REPEATS = 5
 CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a typical mid-answer position
@@ -167,6 +167,6 @@ def cost_key(target: Path, draft: Path | None, **setup) -> str:
         except OSError:
             return path.name
 
-    parts = [describe(target), describe(draft) if draft else "ngram", f"llama_cpp={llama_cpp.__version__}"]
+    parts = [describe(target), describe(draft) if draft else "ngram", f"llama_cpp={LLAMA_CPP_VERSION}"]
     parts += [f"{name}={value}" for name, value in sorted(setup.items())]
     return " ".join(parts)

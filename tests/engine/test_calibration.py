@@ -1,7 +1,7 @@
 """The step-cost cache: calibrations, what runs learned beside them, and acceptance by margin."""
 
 from ollama_spec.decoding.k_policy import StepCosts
-from ollama_spec.llama.calibration import StepCostCache
+from ollama_spec.engine.calibration import StepCostCache
 
 CALIBRATED = StepCosts(0.002, (0.030, 0.036, 0.040))
 LEARNED = StepCosts(0.0025, (0.031, 0.035, 0.039))
