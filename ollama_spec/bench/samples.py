@@ -22,6 +22,8 @@ NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
 HYBRID = "draft model and n-gram lookup"  # ours: --ngram beside the draft, K=auto
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
 PROMPT_LOOKUP = "prompt lookup"
+# llama-cpp-python's own rows: how its Llama evaluates (its batches, its rounding) is not ours to vouch for
+REFERENCES = (LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP)
 NATIVE = "llama.cpp speculative-simple"  # llama.cpp's own C++ loop, timed only
 # Ours again, timed interleaved with the reference rows in their phase (see bench.runner.beside_rows)
 BESIDE_BASELINE = "target alone, beside the references"
@@ -65,6 +67,11 @@ class Row:
     predicted_speedup: float | None = None
     mismatches: list[str] = field(default_factory=list)
     near_ties: list[str] = field(default_factory=list)  # differences explained by rounding, see NEAR_TIE_LOGITS
+
+    @property
+    def is_reference(self) -> bool:
+        """One of llama-cpp-python's own rows, timed for comparison."""
+        return self.kind in REFERENCES
 
     @property
     def is_baseline(self) -> bool:

@@ -256,6 +256,31 @@ def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file
     assert result.output.rstrip().endswith("Error: speculative output differs from the target alone (see above)")
 
 
+def test_a_difference_in_llama_cpp_pythons_own_rows_is_a_note_not_a_failure(
+    invoke, tiny_store, prompts_file, monkeypatch
+):
+    """llama-cpp-python's rows evaluate in its Llama's own batches, whose rounding the near-tie check
+    cannot replay (seen: its prompt lookup on a Q4_0 target, at a 0.026-logit margin): reported, but
+    the bench of ollama-spec's own rows still passes."""
+    from ollama_spec.bench import reference
+
+    real_generate = reference._generate
+
+    def corrupted(llm, draft, prompt, max_tokens, settings, name, run):
+        sample = real_generate(llm, draft, prompt, max_tokens, settings, name, run)
+        if draft is not None and name == "fox":  # their speculative rows only
+            sample.tokens[5] += 1
+        return sample
+
+    monkeypatch.setattr(reference, "_generate", corrupted)
+    result = invoke(
+        "bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *ARGS, "--prompts", prompts_file
+    )
+    assert result.exit_code == 0, result.output
+    assert "greedy outputs of llama-cpp-python's own rows differ from the target alone" in result.output
+    assert "prompt lookup K=" in result.output and "WARNING" not in result.output
+
+
 def test_compare_tokens_finds_the_first_difference():
     from ollama_spec.bench.samples import SPECULATIVE, Row, Sample, compare_tokens
 
