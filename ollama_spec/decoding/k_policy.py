@@ -44,8 +44,10 @@ PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to ke
 # Each probe that finds drafting still does not pay doubles the wait for the next, up to this: a probe
 # costs the draft a short read (proposers.PROBE_WINDOW) and a step, and a verify batch of 2, so on a
 # pair where drafting never pays (the quantized synth pair, 2-core CPU) probes every 64 steps cost
-# 0.94x of the target alone, every 128 0.97x (interleaved runs, two each).
-PROBE_MAX_EVERY = 128
+# 0.94x of the target alone, every 128 0.97x (interleaved runs, two each). The first probe of a request
+# whose draft has read nothing reads the whole text (DraftModelProposer), ~20 ms there: at every 128th
+# step that was once in each answer of 192 tokens, 5 % of the time; every 256th, 1.5 %.
+PROBE_MAX_EVERY = 256
 # Where no acceptance at all would make drafting pay at the costs seen (every draft accepted, and still
 # under DRAFT_GAIN_MARGIN: a compute-bound CPU verifying a quantized target), probes can learn nothing
 # that changes K: only this rarely one still runs, to time a draft step and a batch of 2 again. On the
@@ -53,6 +55,12 @@ PROBE_MAX_EVERY = 128
 # have backed off to PROBE_MAX_EVERY, each timed as not paying: costs calibrated or saved too dear (a
 # busy moment) are relearned by probes that pay, as before.
 PROBE_CEILING_EVERY = 1024
+# What a probe asks, as KPolicy.probing says it to the proposer. Where some acceptance would make
+# drafting pay, whether the draft's acceptance is back: its guess must come from the whole text
+# (DraftModelProposer). Where none would, only what a draft step and a batch of 2 cost now: a guess
+# from the text's end will do, and its acceptance, not the draft's with the whole text, is not learned.
+PROBE_ACCEPTANCE = "acceptance"
+PROBE_COSTS = "costs"
 # Drafting is chosen only where the model says it beats the target alone by this much: the modelled
 # gain of a barely-paying pair is within the model's error (per-step overheads, the draft's first step
 # reading two tokens), and there it lost. On the weak pair (α ≈ 0.5) the model said K=1 gives 1.04x;
@@ -165,7 +173,9 @@ class KPolicy(Protocol):
     (None: always draft K, and the proposer need not work out margins)."""
 
     keep_drafting: Callable[[int, float | None], bool] | None
-    probing: bool  # this step drafts only to see whether drafting pays again (after K=0 steps)
+    # this step drafts only to see whether drafting pays again (after K=0 steps): PROBE_ACCEPTANCE or
+    # PROBE_COSTS, what the probe asks; "" on other steps
+    probing: str
 
     def next_k(self) -> int: ...
     # source: who proposed the step's tokens, "draft" (the draft model) or "ngram" (prompt lookup)
@@ -176,7 +186,7 @@ class KPolicy(Protocol):
 class FixedK:
     k: int
     keep_drafting = None  # every step drafts k
-    probing = False
+    probing = ""  # never probes
 
     def next_k(self) -> int:
         return self.k
@@ -246,7 +256,7 @@ class AutoK:
         self._steps_without_draft = 0
         self._probe_every = PROBE_EVERY
         self._probe_paid = False  # the last probe paid for itself: probe again at once
-        self.probing = False  # this step drafts one token only to see whether drafting pays again
+        self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps = 0
         self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
@@ -273,7 +283,7 @@ class AutoK:
     def next_k(self) -> int:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
-        self.probing = False
+        self.probing = ""
         # A step at K=0 changes only the target alone's cost: the best drafting K is kept until a step
         # drafts (9.5 µs a step to work out again, against a 2 ms step of a small quantized target).
         if self._drafting is None:
@@ -285,14 +295,11 @@ class AutoK:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.
             self._steps_without_draft += 1
-            due = self._steps_without_draft >= self._probe_every or self._probe_paid
-            if due and (
-                self._probe_every < PROBE_MAX_EVERY
-                or self._could_pay()
-                or self._steps_without_draft >= PROBE_CEILING_EVERY
-            ):
-                self.probing = True
-                return 1
+            if self._steps_without_draft >= self._probe_every or self._probe_paid:
+                could_pay = self._could_pay()
+                if could_pay or self._probe_every < PROBE_MAX_EVERY or self._steps_without_draft >= PROBE_CEILING_EVERY:
+                    self.probing = PROBE_ACCEPTANCE if could_pay else PROBE_COSTS
+                    return 1
             return 0
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
@@ -396,9 +403,10 @@ class AutoK:
             if self.learn_costs:
                 self.costs = replace(self.costs, verify_s=self._learn_verify(drafted, verify_s))
             return  # (nor does it count as a probe of the draft model: those still come while K=0)
-        self.estimator.observe(drafted, accepted)
-        self.by_position.observe(drafted, accepted)
-        self.by_margin.observe(self._margins[:drafted], accepted)
+        if self.probing != PROBE_COSTS:  # a guess from the text's end is not the draft's
+            self.estimator.observe(drafted, accepted)
+            self.by_position.observe(drafted, accepted)
+            self.by_margin.observe(self._margins[:drafted], accepted)
         if self.probing:
             # A probe that paid for itself (its tokens, at the target alone's step cost, against its
             # draft catch-up and verify batch) says the costs or α may be off: halve the wait for the

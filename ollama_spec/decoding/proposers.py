@@ -14,6 +14,7 @@ import numpy as np
 
 from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.grammar import TokenGrammar
+from ollama_spec.decoding.k_policy import PROBE_COSTS
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
 from ollama_spec.errors import InferenceError
@@ -100,7 +101,7 @@ class DraftModelProposer:
         self._synced = None
         keep_common_prefix(self.draft, as_draft_tokens(seq, self.draft.n_vocab))
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         state = grammar.copy() if grammar is not None else None  # drafted tokens advance a copy only
         try:
             return self._propose(seq, k, sampling, rng, keep_drafting, state, probe)
@@ -112,10 +113,14 @@ class DraftModelProposer:
         draft, penalties = self.draft, sampling.penalties
         tail = list(penalties.window(seq)) if penalties.active else []
         missed = seq[draft.n_past :]
-        if probe and len(missed) > PROBE_WINDOW:
+        if probe and len(missed) > PROBE_WINDOW and (draft.n_past or probe == PROBE_COSTS):
             # Catching up on everything K=0 skipped would cost the draft a batch as long as the gap, at
             # every probe: a fixed share of the target's time, however rarely it probes. The probe reads
             # the gap's end after what the draft holds instead, and `accepted` cuts that off again.
+            # A probe of the acceptance does not while the draft holds nothing (a request at K=0 from
+            # its first step): a guess from 16 tokens without the prompt is another model's, rejected
+            # where the draft with the whole text agreed 96 % of the time (the strong pair), which
+            # kept K at 0 for whole requests. It reads the whole text, once.
             self._synced, missed = draft.n_past, missed[-PROBE_WINDOW:]
             if not self._synced:  # a draft that has read nothing still starts from the text's first
                 missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
@@ -199,12 +204,12 @@ class NgramProposer:
     def reset(self, seq: list[int]) -> None:
         pass
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         found = self.find(seq, k)
         self.note(seq, len(found))
         return found, None
 
-    def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
+    def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         """A step where the K policy chose K=0: the lookup's proposal if at least one of its tokens is
         expected to be accepted, else nothing."""
         found = self.find(seq, k)
@@ -280,13 +285,13 @@ class HybridProposer:
     def reset(self, seq: list[int]) -> None:
         self.draft.reset(seq)
 
-    def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
+    def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         """A step where the K policy chose K=0 (the draft model does not pay): the lookup's, as
         NgramProposer.lookup decides."""
         self.source, self._length, self._drafted = "ngram", len(seq), 0
         return self.ngram.lookup(seq, k, sampling, rng)
 
-    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=False):
+    def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         self._length = len(seq)
         lookup = self.ngram.find(seq, k)
         n, expected = self.ngram.worth_verifying(len(lookup))

@@ -9,7 +9,9 @@ from ollama_spec.decoding.acceptance import MARGIN_EDGES, AcceptanceByMargin, Ac
 from ollama_spec.decoding.k_policy import (
     DRAFT_GAIN_MARGIN,
     EXPLORE_EVERY,
+    PROBE_ACCEPTANCE,
     PROBE_CEILING_EVERY,
+    PROBE_COSTS,
     PROBE_EVERY,
     PROBE_MAX_EVERY,
     AutoK,
@@ -487,8 +489,24 @@ def test_the_kept_drafting_choice_is_what_working_it_out_again_gives():
         alpha = 0.9 if (step // 150) % 2 else 0.3  # easy and hard stretches: K moves both ways
         fresh = best_k_by_position(policy.alphas(), policy.costs, DRAFT_GAIN_MARGIN)
         k = policy.next_k()
-        assert (fresh == 0) == (k == 0 or policy.probing)
+        assert (fresh == 0) == (k == 0 or bool(policy.probing))
         decisions.add(fresh > 0)
         accepted = next((i for i in range(k) if rng.random() > alpha), k)
         policy.observe(k, accepted, 0.004 * k, 0.030 * (1 + 0.4 * k) * rng.uniform(0.8, 1.2))
     assert decisions == {True, False}
+
+
+def test_a_probe_asks_for_the_acceptance_only_where_some_acceptance_would_pay():
+    """Where no acceptance would make drafting pay, a probe asks only what the steps cost (its guess,
+    from the text's end, is not the draft's): what it finds is not learned as the draft's acceptance."""
+    cpu = AutoK(CPU, prior_alpha=0.3)  # drafting would pay at a better acceptance
+    while cpu.next_k() == 0:
+        cpu.observe(0, 0, 0.0, CPU.verify_s[0])
+    assert cpu.probing == PROBE_ACCEPTANCE
+    slow = AutoK(SLOW_DRAFT, prior_alpha=0.9)  # no acceptance pays
+    while slow.next_k() == 0:
+        slow.observe(0, 0, 0.0, SLOW_DRAFT.verify_s[0])
+    assert slow.probing == PROBE_COSTS
+    before = slow.alphas()
+    slow.observe(1, 0, SLOW_DRAFT.draft_step_s, SLOW_DRAFT.verify_s[1])
+    assert slow.alphas() == before

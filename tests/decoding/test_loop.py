@@ -5,6 +5,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE, PROBE_COSTS
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, generate_tokens
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs
 from ollama_spec.engine.engine import NEAR_TIE_LOGITS, Engine, Request
@@ -159,7 +160,7 @@ class MarginRule:
     """Drafts a second token only where the draft's margin for it is wide: a stop that depends on
     the prefix drawn so far, as AutoK's confidence stops do."""
 
-    probing = False
+    probing = ""
 
     def __init__(self, log):
         self.log = log
@@ -181,16 +182,17 @@ class MarginRule:
 
 class ProbesAfterGaps:
     """K=0 for 20 steps, a one-token probe, then three steps drafting 3: the windowed probe's read
-    and the full catch-up after it, again and again."""
+    and the full catch-up after it, again and again; the probes ask for the costs and for the
+    acceptance in turn (the first, of a draft that has read nothing, a window after BOS)."""
 
     keep_drafting = None
 
     def __init__(self):
-        self.step, self.probing = 0, False
+        self.step, self.probing = 0, ""
 
     def next_k(self):
-        phase, self.step = self.step % 24, self.step + 1
-        self.probing = phase == 20
+        phase, cycle, self.step = self.step % 24, self.step // 24, self.step + 1
+        self.probing = "" if phase != 20 else PROBE_COSTS if cycle % 2 == 0 else PROBE_ACCEPTANCE
         return 0 if phase < 20 else 1 if self.probing else 3
 
     def observe(self, drafted, accepted, draft_s, verify_s, source="draft"):

@@ -6,6 +6,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
+from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE, PROBE_COSTS
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.proposers import PROBE_WINDOW, DraftModelProposer, HybridProposer, NgramProposer
 from ollama_spec.decoding.sampling import SamplingSettings
@@ -188,7 +189,7 @@ def test_a_probe_after_a_long_gap_reads_only_its_end_and_gives_it_back(spec_engi
     seq = [*seq, *range(20, 20 + PROBE_WINDOW + 10)]  # a long stretch at K=0
     proposer.accepted(seq)
     with counted_evals(draft) as calls:
-        drafted, _ = proposer.propose(seq, 1, GREEDY, np.random.default_rng(0), probe=True)
+        drafted, _ = proposer.propose(seq, 1, GREEDY, np.random.default_rng(0), probe=PROBE_ACCEPTANCE)
         assert calls == [PROBE_WINDOW] and len(drafted) == 1
         proposer.accepted([*seq, 7])  # the probe's draft rejected, the target's own token instead
         assert draft.n_past == synced and list(draft.cached) == seq[:synced]
@@ -197,15 +198,22 @@ def test_a_probe_after_a_long_gap_reads_only_its_end_and_gives_it_back(spec_engi
         assert calls == [len(seq) + 1 - synced]  # drafting again: the whole gap in one batch
     short = [*seq, 7, 8, 9]  # a probe after a gap shorter than the window reads all of it, as usual
     proposer.accepted(short)
-    proposer.propose(short, 1, GREEDY, np.random.default_rng(0), probe=True)
+    proposer.propose(short, 1, GREEDY, np.random.default_rng(0), probe=PROBE_ACCEPTANCE)
     proposer.accepted([*short, 1])
     assert draft.n_past == len(short)
     fresh = DraftModelProposer(draft, spec_engine.target.n_vocab)
-    fresh.reset([])  # a draft that has read nothing of this text: the probe reads its first token too
-    with counted_evals(draft) as calls:
-        fresh.propose(seq, 1, GREEDY, np.random.default_rng(0), probe=True)
-    assert calls == [PROBE_WINDOW + 1] and draft.cached[0] == seq[0]
+    fresh.reset([])  # a draft that has read nothing of this text (K=0 since the first step): the probe
+    with counted_evals(draft) as calls:  # reads all of it, for a guess from the whole text and not 16 tokens
+        fresh.propose(seq, 1, GREEDY, np.random.default_rng(0), probe=PROBE_ACCEPTANCE)
+    assert calls == [len(seq)] and list(draft.cached[: len(seq)]) == seq
     fresh.accepted([*seq, 7])
+    assert draft.n_past == len(seq)  # and keeps it: later probes read only the end of what follows
+    cheap = DraftModelProposer(draft, spec_engine.target.n_vocab)
+    cheap.reset([])  # a probe of the costs only (no acceptance would make drafting pay): the window after BOS
+    with counted_evals(draft) as calls:
+        cheap.propose(seq, 1, GREEDY, np.random.default_rng(0), probe=PROBE_COSTS)
+    assert calls == [PROBE_WINDOW + 1] and draft.cached[0] == seq[0]
+    cheap.accepted([*seq, 7])
     assert draft.n_past == 0
 
 
