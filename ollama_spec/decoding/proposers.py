@@ -200,9 +200,14 @@ class NgramProposer:
         self.by_position = {n: AcceptanceByPosition() for n in range(1, ngram_size + 1)}
         self.matched = 0  # the size of the last lookup's match (0: none)
         self._proposed, self._length, self._size = 0, 0, 0
+        # Where each n-gram of the text first ended, kept up as the text grows: a search of the whole
+        # text at every step cost ~60 µs at 350 tokens (3 % of a 2 ms step of a small quantized target,
+        # at every K=0 step where the hybrid looks up), and more the longer the text.
+        self._first_end: dict[int, dict[tuple[int, ...], int]] = {}
+        self._indexed = (0, None, None)  # the text the index covers: its length, first and last token
 
     def reset(self, seq: list[int]) -> None:
-        pass
+        self._first_end, self._indexed = {}, (0, None, None)
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         found = self.find(seq, k)
@@ -221,16 +226,26 @@ class NgramProposer:
     def find(self, seq: Sequence[int], k: int) -> list[int]:
         """Up to k tokens that followed the first earlier occurrence of the longest matching suffix
         (its size in `matched`)."""
-        ids = np.asarray(seq)
-        for n in range(min(self.ngram_size, len(ids) - 1), self.min_size - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
-            hits = np.flatnonzero((windows == ids[-n:]).all(axis=1))
-            if hits.size:
-                start = int(hits[0]) + n
+        self._index(seq)
+        for n in range(min(self.ngram_size, len(seq) - 1), self.min_size - 1, -1):
+            end = self._first_end[n].get(tuple(seq[-n:]))
+            if end is not None and end < len(seq):  # an occurrence before the text's own end
                 self.matched = n
-                return [int(t) for t in ids[start : start + k]]
+                return [int(t) for t in seq[end : end + k]]
         self.matched = 0
         return []
+
+    def _index(self, seq: Sequence[int]) -> None:
+        """Bring the first ends up to `seq`: only its new tokens, where it extends the text indexed
+        (the loop's text only grows within a request), else all of it again."""
+        done, first, last = self._indexed
+        if done > len(seq) or (done and (seq[0] != first or seq[done - 1] != last)):
+            self._first_end, done = {}, 0
+        for n in range(self.min_size, self.ngram_size + 1):
+            first_end = self._first_end.setdefault(n, {})
+            for end in range(max(done + 1, n), len(seq) + 1):
+                first_end.setdefault(tuple(seq[end - n : end]), end)
+        self._indexed = (len(seq), seq[0], seq[-1]) if seq else (0, None, None)
 
     def alphas(self, n: int) -> list[float]:
         """Each position's acceptance for a lookup whose match is the size of the last one found."""
@@ -284,6 +299,7 @@ class HybridProposer:
 
     def reset(self, seq: list[int]) -> None:
         self.draft.reset(seq)
+        self.ngram.reset(seq)
 
     def lookup(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         """A step where the K policy chose K=0 (the draft model does not pay): the lookup's, as

@@ -250,3 +250,31 @@ def test_the_loop_verifies_lookups_while_drafting_does_not_pay(baseline_engine, 
     tokens.close()
     assert got == expected
     assert stats.drafted_by_source.get("ngram", 0) > 0 and "draft" not in stats.drafted_by_source
+
+
+def _first_earlier_match(seq, k, size, min_size=2):
+    """The lookup by brute force: the first earlier occurrence of the longest suffix, what followed it."""
+    for n in range(min(size, len(seq) - 1), min_size - 1, -1):
+        for start in range(len(seq) - n):
+            if seq[start : start + n] == seq[-n:]:
+                return n, seq[start + n : start + n + k]
+    return 0, []
+
+
+def test_the_lookup_kept_up_as_the_text_grows_finds_what_a_full_search_finds():
+    """The n-gram index is brought up to each new text, not rebuilt: the same match and proposal as a
+    search of the whole text, as the text grows, and for another text given without a reset."""
+    rng = np.random.default_rng(1)
+    proposer = NgramProposer(4)
+    matched = 0
+    for _ in range(40):
+        vocab = int(rng.integers(3, 20))
+        seq = [int(t) for t in rng.integers(0, vocab, int(rng.integers(2, 6)))]
+        for _ in range(40):
+            found = proposer.find(seq, 8)
+            assert (proposer.matched, found) == _first_earlier_match(seq, 8, 4)
+            matched += proposer.matched > 0
+            seq += [int(t) for t in rng.integers(0, vocab, int(rng.integers(1, 4)))]
+    assert matched > 100  # the texts repeat enough to match often
+    proposer.reset([])
+    assert proposer.find([5, 6, 7, 5, 6], 3) == [7, 5, 6] and proposer.matched == 2
