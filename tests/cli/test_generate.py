@@ -294,3 +294,21 @@ def test_ngram_beside_a_draft_needs_a_draft_model(invoke, tiny_store, command):
     result = invoke(command, *args, "--ngram", "--models-dir", tiny_store, "--no-check", input="Hi\n")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "Error: --ngram needs --draft: it looks the text up beside a draft model" in result.stderr
+
+
+def test_compare_warms_both_up_before_timing_either(invoke, tiny_store, monkeypatch):
+    """The first run after loading is slower than the next: --compare first runs a few untimed tokens
+    with the target alone and with the draft, so neither timed run pays for the load."""
+    from ollama_spec.engine.engine import Engine
+
+    runs = []
+    real = Engine.generate
+
+    def recording(self, request, *, use_draft=True, slot=0):
+        runs.append((request.max_tokens, use_draft))
+        return real(self, request, use_draft=use_draft, slot=slot)
+
+    monkeypatch.setattr(Engine, "generate", recording)
+    result = gen(invoke, tiny_store, "tiny-target", "Hi", "-d", "tiny-draft", "--compare", "-n", "40")
+    assert result.exit_code == 0, result.output
+    assert runs == [(16, False), (16, True), (40, False), (40, True)]
