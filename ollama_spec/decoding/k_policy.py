@@ -388,9 +388,10 @@ class AutoK:
         K carrying the margins, α and the rate, 1.08x carrying the margins alone (the factual
         prompt after the code one: 0.99x against 1.05x).
 
-        The wait between probes carries too: where drafting does not pay it takes ~250 steps to back
-        off from every 8th step to every 128th, and a request of 160 tokens starting afresh each time
-        spent 5 % of its time on probes (quantized pair, 0.88x of the target alone)."""
+        The wait between probes carries too: where drafting does not pay it takes ~500 steps to back
+        off from every 8th step to every 256th, and a request of 160 tokens starting afresh each time
+        (then backing off to every 128th) spent 5 % of its time on probes (quantized pair, 0.88x of
+        the target alone)."""
         self.by_margin = copy.deepcopy(earlier.by_margin)
         self._probe_every = earlier._probe_every
 

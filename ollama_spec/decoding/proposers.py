@@ -70,13 +70,14 @@ class Proposer(Protocol):
         rng: np.random.Generator,
         keep_drafting: KeepDrafting | None = None,
         grammar: TokenGrammar | None = None,
-        probe: bool = False,
+        probe: str = "",
     ) -> tuple[list[int], np.ndarray | None]:
         """Up to k tokens to follow `seq`, and q: one row per token, or None for one-hot proposals.
 
         A proposer that knows its confidence in each token asks `keep_drafting` before drafting it.
         Under a `grammar` (structured output), one that can drafts only tokens it allows. A `probe`
-        (the K policy asking whether drafting pays again) may be proposed more cheaply than usual."""
+        (KPolicy.probing: the K policy asking whether drafting pays again, PROBE_ACCEPTANCE or
+        PROBE_COSTS; "" on other steps) may be proposed more cheaply than usual."""
 
     def accepted(self, seq: list[int]) -> None:
         """`seq` is what the target accepted; forget anything proposed past it."""

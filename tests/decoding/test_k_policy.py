@@ -311,15 +311,7 @@ def test_auto_k_learns_where_acceptance_falls_and_drafts_that_far():
 
 
 def test_probes_back_off_while_drafting_keeps_not_paying():
-    policy = AutoK(CPU, prior_alpha=0.8)
-    waits, since = [], 0
-    for _ in range(600):
-        k = policy.next_k()
-        since += 1
-        if k:
-            waits.append(since)
-            since = 0
-        policy.observe(k, 0, 0.004 * k, 0.030 * (1 + 0.4 * k))  # every tried draft rejected
+    waits = _probe_waits(AutoK(CPU, prior_alpha=0.8), 600, lambda k: 0, CPU)  # every tried draft rejected
     probes = waits[1:]  # after the first step (K=2) taught it α is low
     assert probes[0] == PROBE_EVERY and probes[1] == 2 * PROBE_EVERY
     assert max(probes) == PROBE_MAX_EVERY and probes[-1] == PROBE_MAX_EVERY
@@ -342,15 +334,8 @@ def test_a_probe_that_paid_for_itself_keeps_probes_frequent():
     """A calibration that made drafting look dear (a busy moment): the probes' own timings say
     otherwise, so they keep coming every PROBE_EVERY steps while the costs are relearned."""
     stale = StepCosts(0.002, tuple(0.030 * (1 + 1.0 * n) for n in range(9)))
-    policy = AutoK(stale, prior_alpha=0.95)
-    since, waits = 0, []
-    for _ in range(5 * PROBE_EVERY):
-        k = policy.next_k()
-        since += 1
-        if k:
-            waits.append(since)
-            since = 0
-        policy.observe(k, k, 0.002 * k, 0.030 * (1 + 0.05 * k))
+    timed = StepCosts(0.002, tuple(0.030 * (1 + 0.05 * n) for n in range(9)))  # what the steps take
+    waits = _probe_waits(AutoK(stale, prior_alpha=0.95), 5 * PROBE_EVERY, lambda k: k, timed)
     assert waits[0] == PROBE_EVERY and max(waits) <= PROBE_EVERY and len(waits) > 5
 
 
