@@ -31,12 +31,14 @@ from ollama_spec.cli.options import (
     threads_option,
     verbose_option,
 )
-from ollama_spec.cli.settings import Options, bench_settings
+from ollama_spec.cli.settings import Options, bench_settings, is_ngram
 from ollama_spec.cli.targets import apply_preset, resolve_draft
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.resolve import looks_like_path, resolve_model
+
+NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
 
 
 @click.command()
@@ -185,6 +187,8 @@ def bench(
     k_list = parse_k_list(ks)
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
+    if is_ngram(draft):
+        raise InvalidSetting(NGRAM_ONLY)
     paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
     store = None if paths else open_store(models_dir)
     target_model = apply_preset(resolve_model(target, store=store), preset)
@@ -194,7 +198,7 @@ def bench(
     settings = bench_settings(options, (DEFAULT_KS, True) if served else k_list)
     draft_model = resolve_draft(draft, models_dir, target_model)
     if draft_model is None:
-        raise InvalidSetting("bench needs a draft model; the n-gram lookup row is always measured (--ngram)")
+        raise InvalidSetting(NGRAM_ONLY)
     draft = draft_model.name if not draft or draft.lower() == AUTO else draft
     if native and settings.placement.rpc_servers:
         raise InvalidSetting("--native times llama.cpp's own binary on this machine: run it without --rpc")

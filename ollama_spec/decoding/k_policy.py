@@ -66,6 +66,9 @@ PROBE_COSTS = "costs"
 # reading two tokens), and there it lost. On the weak pair (α ≈ 0.5) the model said K=1 gives 1.04x;
 # measured, every fixed K was 0.46-0.81x of the target alone, and auto 0.82x.
 DRAFT_GAIN_MARGIN = 0.1
+# A lookup at K=0 costs no draft step, only a longer verify batch, and its acceptance is learned from
+# its own proposals: it is taken for a smaller expected gain.
+LOOKUP_GAIN_MARGIN = 0.05
 # While learning costs: every so many drafting steps try a neighbouring K (one more, then one fewer;
 # with confidence stops, one token past the stop), so that its cost is measured again too. Otherwise
 # a calibration that made K+1 look dear (a busy moment, a stale cache) would never be corrected:
@@ -166,6 +169,12 @@ def beats_target_alone(rate: float, costs: StepCosts, margin: float = 0.0) -> bo
     return rate > alone and rate >= (1 + margin) * alone
 
 
+def worth_a_token(alphas: Sequence[float]) -> int:
+    """A lookup's length without step costs: all of it, where at least one of its tokens is expected
+    accepted; else 0."""
+    return len(alphas) if expected_tokens_for_each_k(alphas)[-1] >= 2.0 else 0
+
+
 class KPolicy(Protocol):
     """What the loop asks before each step and tells after it.
 
@@ -178,6 +187,9 @@ class KPolicy(Protocol):
     probing: str
 
     def next_k(self) -> int: ...
+    # a step at K=0 with a prompt lookup's match: how many of its tokens to verify, given each one's
+    # acceptance (the chance that position i is accepted given those before it were)
+    def lookup_worth(self, alphas: Sequence[float]) -> int: ...
     # source: who proposed the step's tokens, "draft" (the draft model) or "ngram" (prompt lookup)
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None: ...
 
@@ -190,6 +202,10 @@ class FixedK:
 
     def next_k(self) -> int:
         return self.k
+
+    @staticmethod
+    def lookup_worth(alphas: Sequence[float]) -> int:
+        return worth_a_token(alphas)
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
         pass
@@ -312,6 +328,18 @@ class AutoK:
             if 1 <= neighbour <= self.costs.k_max:
                 return neighbour
         return k
+
+    def lookup_worth(self, alphas: Sequence[float]) -> int:
+        """The lookup's length (up to len(alphas)) with the most expected tokens per second of verify
+        batch, if that beats the target alone by LOOKUP_GAIN_MARGIN; else 0. Priced, not taken
+        whenever a token is expected: on the quantized pair a batch of 6 costs 3 steps of the target
+        alone, and lookups of 5 at α ≈ 0.4 (the default prompts) lost 2-4 % against the target alone."""
+        verify_s = self.costs.verify_s
+        expected = expected_tokens_for_each_k(alphas[: self.costs.k_max])
+        best = max(range(len(expected)), key=lambda n: (expected[n] / verify_s[n], -n))
+        return (
+            best if best and beats_target_alone(expected[best] / verify_s[best], self.costs, LOOKUP_GAIN_MARGIN) else 0
+        )
 
     def _could_pay(self) -> bool:
         """Would drafting beat the target alone by the margin at these costs if every draft were accepted?"""

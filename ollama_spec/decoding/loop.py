@@ -167,13 +167,15 @@ def generate_tokens(
             return  # context full: the caller reports it
         chosen = policy.next_k() if proposer is not None and not reading_prompt else 0
         k = min(chosen, room)
-        propose = proposer.propose if proposer is not None else None
-        if k == 0 and not reading_prompt and hasattr(proposer, "lookup"):  # no draft step: worth it at K=0
-            propose, k = proposer.lookup, min(FREE_LOOKUP_TOKENS, room)
         start = clock()
-        drafted, draft_probs = (
-            propose(seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing) if k > 0 else ([], None)
-        )
+        if k == 0 and not reading_prompt and hasattr(proposer, "lookup"):  # no draft step: worth it at K=0?
+            drafted, draft_probs = proposer.lookup(seq, min(FREE_LOOKUP_TOKENS, room), policy.lookup_worth), None
+        elif k > 0:
+            drafted, draft_probs = proposer.propose(
+                seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing
+            )
+        else:
+            drafted, draft_probs = [], None
         middle = clock()
         logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
         if sampling.penalties.active:

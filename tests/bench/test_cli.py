@@ -222,6 +222,16 @@ def test_draft_is_required_without_url(invoke, tiny_store):
     assert result.output.strip() == "Error: bench needs --draft DRAFT (or --url to time a server)"
 
 
+def test_ngram_is_no_draft_to_bench_even_without_a_store(invoke, tmp_path, monkeypatch):
+    """A GGUF path with --draft ngram needs no store, and says what bench needs instead."""
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "no-store"))
+    result = invoke("bench", str(tmp_path / "model.gguf"), "--draft", "ngram")
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "Error: bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
+    )
+
+
 def test_a_greedy_difference_is_reported_loudly(invoke, tiny_store, prompts_file, monkeypatch):
     from ollama_spec.bench import runner
 

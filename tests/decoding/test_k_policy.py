@@ -497,3 +497,18 @@ def test_a_probe_asks_for_the_acceptance_only_where_some_acceptance_would_pay():
     before = slow.alphas()
     slow.observe(1, 0, SLOW_DRAFT.draft_step_s, SLOW_DRAFT.verify_s[1])
     assert slow.alphas() == before
+
+
+def test_a_lookup_at_k0_is_priced_by_its_verify_batch():
+    """Where a batch costs little more than one token, the whole lookup is verified; where each token
+    in a batch costs 0.4 of a step (a CPU), only as much as beats the target alone by the margin; where
+    tokens are as dear as steps (a quantized target on a CPU), none. FixedK, with no costs, verifies
+    all of it where one token is expected accepted."""
+    alphas = [0.9, 0.8, 0.6, 0.5, 0.4]
+    assert AutoK(GPU).lookup_worth(alphas) == 5
+    assert AutoK(CPU).lookup_worth(alphas) == 2  # (1 + .9 + .72) / 1.8 = 1.46 per step, the best
+    dear = StepCosts(0.004, tuple(0.030 * (1 + n) for n in range(9)))
+    assert AutoK(dear).lookup_worth(alphas) == 0
+    assert AutoK(CPU).lookup_worth([0.1, 0.1]) == 0
+    assert AutoK(CPU).lookup_worth([]) == 0
+    assert FixedK(0).lookup_worth(alphas) == 5 and FixedK(0).lookup_worth([0.5, 0.3]) == 0

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE, PROBE_COSTS
+from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE, PROBE_COSTS, FixedK
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.proposers import PROBE_WINDOW, DraftModelProposer, HybridProposer, NgramProposer
 from ollama_spec.decoding.sampling import SamplingSettings
@@ -129,9 +129,9 @@ def test_lookups_learn_their_acceptance_by_the_size_of_their_match():
         ngram.accepted([*short, 99])  # missed at once
     assert ngram.alphas(1)[0] < 0.2
     quote = [1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4]  # ends in "1 2 3 4": a 4-gram match
-    tokens, _ = ngram.lookup(quote, 8, GREEDY, np.random.default_rng(0))
+    tokens = ngram.lookup(quote, 8, FixedK.lookup_worth)
     assert ngram.matched == 4 and tokens and tokens == [5, 6, 7, 1, 2, 3, 4][: len(tokens)]  # still proposed
-    nothing, _ = ngram.lookup(short, 8, GREEDY, np.random.default_rng(0))
+    nothing = ngram.lookup(short, 8, FixedK.lookup_worth)
     assert nothing == []  # the 2-gram's misses: not worth a verify batch at K=0
 
 
@@ -221,9 +221,9 @@ def test_at_k0_the_hybrid_still_offers_a_lookup_worth_a_token():
     text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]
     draft = _ScriptedDraft([50, 51])
     hybrid = HybridProposer(draft, NgramProposer(3))
-    tokens, _ = hybrid.lookup(text, 8, GREEDY, np.random.default_rng(0))
+    tokens = hybrid.lookup(text, 8, FixedK.lookup_worth)
     assert tokens and hybrid.source == "ngram" and draft.calls == 0
-    nothing, _ = hybrid.lookup([1, 2, 3, 4, 5, 6], 8, GREEDY, np.random.default_rng(0))
+    nothing = hybrid.lookup([1, 2, 3, 4, 5, 6], 8, FixedK.lookup_worth)
     assert nothing == [] and draft.calls == 0  # no match: no draft model either, K is 0
 
 
@@ -231,7 +231,6 @@ def test_at_k0_the_hybrid_still_offers_a_lookup_worth_a_token():
 def test_the_loop_verifies_lookups_while_drafting_does_not_pay(baseline_engine, spec_engine, speculation):
     """K=0 from the policy (drafting never pays), yet the repeated sentence is looked up: a lookup
     costs no draft step, and whether it pays depends on this step's match, not on the policy's α."""
-    from ollama_spec.decoding.k_policy import FixedK
     from ollama_spec.decoding.loop import SpeculationStats, generate_tokens
 
     expected = run(baseline_engine, REPETITIVE, raw=True, max_tokens=32, ignore_eos=True).tokens
@@ -250,6 +249,47 @@ def test_the_loop_verifies_lookups_while_drafting_does_not_pay(baseline_engine, 
     tokens.close()
     assert got == expected
     assert stats.drafted_by_source.get("ngram", 0) > 0 and "draft" not in stats.drafted_by_source
+
+
+QUOTE = [1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4]  # ends in "1 2 3 4": a 4-gram match, followed by 5 6 7 1 2 ...
+
+
+def _settle_one_lookup(ngram: NgramProposer, followed: int) -> None:
+    """One 4-gram lookup at K=0, taken at the prior, whose first `followed` tokens are accepted."""
+    proposal = ngram.lookup(QUOTE, 8, lambda alphas: pytest.fail("priced before any lookup was settled"))
+    assert proposal == [5, 6, 7, 1, 2]  # at the prior, wherever a token is expected: 0.8^6 < the floor
+    ngram.accepted([*QUOTE, *proposal[:followed], 99])
+    ngram.reset([])
+
+
+def test_a_lookup_at_k0_proposes_as_many_tokens_as_the_policy_says_pay():
+    """Once a lookup of its size has been settled, the lookup hands the policy each position's
+    acceptance (cut at the survival floor) and proposes as many tokens as it answers."""
+    ngram = NgramProposer(4)
+    _settle_one_lookup(ngram, followed=5)
+    asked = []
+    assert ngram.lookup(QUOTE, 8, lambda alphas: asked.append(list(alphas)) or 2) == [5, 6]
+    assert len(asked) == 1 and len(asked[0]) > 5 and min(asked[0]) > 0.8  # learned: all five were accepted
+    assert ngram.lookup(QUOTE, 8, lambda alphas: 0) == []
+
+
+@pytest.mark.parametrize("went_on, learns", [([5, 6, 7, 1, 2, 3, 4, 5], "more"), ([5, 9], "less")])
+def test_a_lookup_left_unverified_is_learned_from_how_the_text_went_on(went_on, learns):
+    """A lookup the policy refused still teaches: once the text has followed all of it, or parted
+    from it, that counts as a proposal accepted that far. Else a lookup priced as not paying would
+    never learn that the answer has begun to quote."""
+    ngram = NgramProposer(4)
+    _settle_one_lookup(ngram, followed=1)
+    before = ngram.pooled[4].alpha
+    offered = ngram.worth_verifying(8)[0]
+    assert ngram.lookup(QUOTE, 8, lambda alphas: 0) == []
+    seq = list(QUOTE)
+    for token in went_on:  # the target alone, a token a step
+        seq.append(token)
+        ngram.accepted(seq)
+        settled = ngram.pooled[4].alpha != before
+        assert settled == (len(seq) - len(QUOTE) >= min(offered, len(went_on)))  # not before the text says
+    assert (ngram.pooled[4].alpha > before) == (learns == "more")
 
 
 def _first_earlier_match(seq, k, size, min_size=2):
