@@ -234,8 +234,10 @@ def engine_settings(settings: BenchSettings, placement: Placement | None = None)
 
 
 class BatchChoice:
-    """Engine.chosen_in_a_batch for bench's greedy comparison: the target alone, loaded again only if a
-    difference needs it (the rows' engines are gone by then), each difference tested once."""
+    """Why the target itself may pick a speculative run's token where the target alone picked another,
+    for bench's greedy comparison: in some verify batch (Engine.chosen_in_a_batch), or on a cache
+    built in the run's own batches (Engine.chosen_as_batched). The target alone, loaded again only
+    if a difference needs it (the rows' engines are gone by then), each difference tested once."""
 
     def __init__(
         self,
@@ -248,16 +250,23 @@ class BatchChoice:
         self._engine: Engine | None = None
         self._seen: dict[tuple[str, int, int], int | None] = {}
 
-    def __call__(self, prompt: str, at: int, token: int) -> int | None:
+    def __call__(self, prompt: str, at: int, token: int, batches: Sequence[tuple[int, int]] = ()) -> str | None:
+        """Where the target picks `token` for position `at` of `prompt`'s text: words for the report, or None."""
+        if self._engine is None:
+            self._engine = Engine(self.target, None, engine_settings(self.settings))
         key = (prompt, at, token)
         if key not in self._seen:
-            if self._engine is None:
-                self._engine = Engine(self.target, None, engine_settings(self.settings))
             largest = max((*self.settings.ks, DEFAULT_MAX_SPECULATIVE_TOKENS if self.settings.auto else 0)) + 1
             self._seen[key] = self._engine.chosen_in_a_batch(
                 self.prompt_tokens[prompt], self.expected[prompt], at, token, max_batch=largest
             )
-        return self._seen[key]
+        if (size := self._seen[key]) is not None:
+            return f"the target itself picks the same token in a batch of {size}"
+        if batches and self._engine.chosen_as_batched(
+            self.prompt_tokens[prompt], self.expected[prompt], batches, at, token
+        ):
+            return "the target itself picks the same token on a cache built in the run's own batches"
+        return None
 
     def close(self) -> None:
         if self._engine is not None:
@@ -293,6 +302,7 @@ def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row 
         ignore_eos=True,
         sampling=sampling_for(settings),
         speculation=speculation,
+        trace_batches=settings.greedy,  # to replay a greedy difference as the run batched it
     )
 
 
@@ -340,4 +350,5 @@ def _sample(result: Result, llama_s: float, prompt: str, run: int) -> Sample:
         draft_s=spec.draft_seconds,
         verify_s=spec.verify_seconds,
         llama_s=llama_s,
+        batches=list(spec.batches or ()),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import psutil
@@ -50,6 +50,7 @@ class Sample:
     verify_s: float = 0.0
     llama_s: float = 0.0  # inside llama.cpp (decode and logits copies), both models
     runs: tuple[Run, ...] = ()  # the text by who wrote it, kept for one sample per speculative row (sample.html)
+    batches: list[tuple[int, int]] = field(default_factory=list)  # the target's, to replay a greedy difference
 
     @property
     def decode_s(self) -> float:
@@ -188,13 +189,14 @@ def compare_tokens(
     row: Row,
     expected: dict[str, list[int]],
     margins: dict[str, list[float]] | None = None,
-    batch_choice: Callable[[str, int, int], int | None] | None = None,
+    batch_choice: Callable[[str, int, int, Sequence[tuple[int, int]]], str | None] | None = None,
 ) -> None:
     """Greedy runs: record every sample whose tokens differ from the target alone's.
 
     A difference that rounding explains is recorded apart, as not a verification error: at a
-    near-tie of the target's top-1 minus top-2 logits, or where `batch_choice(prompt, at, token)`
-    finds a batch size in which the target itself picks the token (Engine.chosen_in_a_batch).
+    near-tie of the target's top-1 minus top-2 logits, or where `batch_choice(prompt, at, token,
+    batches)` finds that the target itself picks the token in a verify batch, or on a cache built
+    in the sample's own batches (runner.BatchChoice: it says which).
     """
     for sample in row.samples:
         want = expected.get(sample.prompt)
@@ -209,11 +211,14 @@ def compare_tokens(
         if margin and margin[0] < NEAR_TIE_LOGITS:
             row.near_ties.append(f"{message}, where the target's two best logits are {margin[0]:.4f} apart (near-tie)")
             continue
-        size = batch_choice(sample.prompt, at, sample.tokens[at]) if batch_choice and at < len(sample.tokens) else None
-        if size is not None:
+        picked = (
+            batch_choice(sample.prompt, at, sample.tokens[at], sample.batches)
+            if batch_choice and at < len(sample.tokens)
+            else None
+        )
+        if picked is not None:
             row.near_ties.append(
-                f"{message}, where the target itself picks the same token in a batch of {size} "
-                f"(batch rounding{f'; logit margin {margin[0]:.3f}' if margin else ''})"
+                f"{message}, where {picked} (batch rounding{f'; logit margin {margin[0]:.3f}' if margin else ''})"
             )
         else:
             row.mismatches.append(message + (f" (logit margin {margin[0]:.3f})" if margin else ""))

@@ -81,6 +81,9 @@ class SpeculationStats:
     # by who proposed them ("draft", "ngram"): with both at work, which source each accepted token came from
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
+    # with Request.trace_batches: each target batch as (its first position, its tokens), in order, so
+    # that a greedy difference can be replayed on a cache built as this run built it (near_ties.py)
+    batches: list[tuple[int, int]] | None = None
 
     @property
     def acceptance_rate(self) -> float:
@@ -177,6 +180,8 @@ def generate_tokens(
         else:
             drafted, draft_probs = [], None
         middle = clock()
+        if stats.batches is not None:
+            stats.batches.append((target.n_past, len(seq) - target.n_past + len(drafted)))
         logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
         if sampling.penalties.active:
             logits = adjusted_rows(logits, seq, drafted, sampling.penalties)

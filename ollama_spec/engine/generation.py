@@ -36,6 +36,8 @@ class Generation:
         self.target, self.request, self.prompt = target, request, prompt
         self.end_of_turn, self.proposer, self.costs = end_of_turn, proposer, costs
         self.result = Result()
+        if request.trace_batches:
+            self.result.speculation.batches = []
 
     def __iter__(self) -> Iterator[str]:
         return self._generate(runs=False)

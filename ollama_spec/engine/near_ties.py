@@ -90,6 +90,46 @@ def chosen_in_a_batch(
     return None
 
 
+def chosen_as_batched(
+    target: LoadedModel,
+    prompt: list[int],
+    tokens: list[int],
+    batches: Sequence[tuple[int, int]],
+    at: int,
+    token: int,
+    request: Request | None = None,
+) -> bool:
+    """Does the target itself pick `token` for `tokens[at]` when its cache is built in `batches`, a
+    speculative run's own target batches in order (SpeculationStats.batches: first position, size)?
+
+    chosen_in_a_batch tries the position in every batch, but on a cache built in other batches:
+    the cells a run verified in batches round apart from those it read one at a time, and after
+    ~190 tokens of a Q4_0 target that tipped a 0.026-logit margin. Each batch is evaluated as the
+    loop evaluated it, with the rows it asked for (the first, which read the prompt, only its last);
+    the drafts it rejected stand in as the text's own tokens (a row's rounding depends on the
+    batch's size, not on the other rows' tokens). Cells the run found cached are read in one batch.
+    """
+    seq = [*prompt, *tokens]
+    position = len(prompt) - 1 + at  # the input whose logits choose tokens[at]
+    with _RowsAsChosen(target, request, prompt) as chosen:
+        for earlier in tokens[:at]:
+            chosen.advance(earlier)
+        target.truncate(0)
+        for index, (start, size) in enumerate(batches):
+            if start > position:
+                break
+            target.truncate(start)
+            if target.n_past < start:
+                target.eval(seq[target.n_past : start])
+            batch = seq[start : start + size]
+            batch += [batch[-1]] * (size - len(batch))  # drafts past the end of the text as compared
+            rows = target.eval(batch, logits="last" if index == 0 else "all")
+            if start <= position < start + size:
+                row = rows[-1] if index == 0 else rows[position - start]
+                return int(np.argmax(chosen.row(row))) == token
+    return False
+
+
 class _RowsAsChosen:
     """A greedy request's rows as its loop chose from them: penalized by the text before each row and
     masked by its output grammar after it (`advance` moves past each emitted token). Without a

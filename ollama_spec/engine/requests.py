@@ -22,6 +22,7 @@ class Request:
     max_tokens: int = DEFAULT_MAX_TOKENS
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # benchmarks: always generate max_tokens
+    trace_batches: bool = False  # benchmarks: record the target's batches (SpeculationStats.batches)
     sampling: SamplingSettings = SamplingSettings()
     speculation: SpeculationSettings = SpeculationSettings()
     grammar: str | None = None  # GBNF the output must match (structured output: see grammar.py)

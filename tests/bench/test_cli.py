@@ -299,6 +299,33 @@ def test_compare_tokens_finds_the_first_difference():
     assert row.mismatches == ["speculative K=2: prompt 'b' run 1 differs from the target alone at token 2 of 3"]
 
 
+def test_a_difference_the_runs_own_batches_explain_is_batch_rounding():
+    """The sample's traced batches reach the batch choice, whose words go into the note."""
+    from ollama_spec.bench.samples import SPECULATIVE, Row, Sample, compare_tokens
+
+    asked = []
+
+    def batch_choice(prompt, at, token, batches):
+        asked.append((prompt, at, token, list(batches)))
+        return "the target itself picks the same token on a cache built in the run's own batches" if batches else None
+
+    traced = Sample("a", 0, [1, 2, 9], 0, 1, batches=[(0, 3), (3, 2)])
+    row = Row("speculative K=auto", SPECULATIVE, None, [traced, Sample("b", 0, [1, 2, 9], 0, 1)])
+    compare_tokens(
+        row, {"a": [1, 2, 3], "b": [1, 2, 3]}, {"a": [5.0, 4.0, 0.026], "b": [5.0, 4.0, 0.026]}, batch_choice
+    )
+    assert asked == [("a", 2, 9, [(0, 3), (3, 2)]), ("b", 2, 9, [])]
+    assert row.near_ties == [
+        (
+            "speculative K=auto: prompt 'a' run 1 differs from the target alone at token 2 of 3, where the target "
+            "itself picks the same token on a cache built in the run's own batches (batch rounding; logit margin 0.026)"
+        )
+    ]
+    assert row.mismatches == [
+        "speculative K=auto: prompt 'b' run 1 differs from the target alone at token 2 of 3 (logit margin 0.026)"
+    ]
+
+
 def test_differences_at_a_near_tie_are_told_apart_from_real_ones():
     from ollama_spec.bench.samples import SPECULATIVE, Row, Sample, compare_tokens
 

@@ -168,6 +168,37 @@ def test_chosen_in_a_batch_finds_the_targets_own_choice_and_nothing_else(baselin
     assert baseline_engine.chosen_in_a_batch(prompt, tokens, at, worst, max_batch=4) is None
 
 
+def test_a_speculative_runs_own_batches_are_replayed_and_explain_its_choice_only(baseline_engine, spec_engine):
+    """A greedy run traces its target batches; replayed on the target alone, they give the run's own
+    token at every position (margins here are far above rounding) and never a token it ranks low."""
+    import numpy as np
+
+    request = Request(
+        "The quick brown fox",
+        max_tokens=16,
+        sampling=GREEDY,
+        ignore_eos=True,
+        speculation=SpeculationSettings(3),
+        trace_batches=True,
+    )
+    generation = spec_engine.generate(request)
+    "".join(generation)
+    prompt, tokens = spec_engine.prompt_tokens(request), generation.result.tokens
+    batches = generation.result.speculation.batches
+    cached = generation.result.speculation.prompt_cached  # kept from an earlier test's request: read in one batch
+    assert batches[0] == (cached, len(prompt) - cached) and any(size > 2 for _, size in batches[1:])
+    assert all(later[0] > start for start, later in zip((s for s, _ in batches), batches[1:]))
+    for at in (0, 5, 11):
+        assert baseline_engine.chosen_as_batched(prompt, tokens, batches, at, tokens[at])
+    target = baseline_engine.target
+    target.truncate(0)
+    worst = int(np.argmin(target.eval([*prompt, *tokens[:5]])[-1]))
+    assert not baseline_engine.chosen_as_batched(prompt, tokens, batches, 5, worst)
+    untraced = spec_engine.generate(replace(request, trace_batches=False))
+    "".join(untraced)
+    assert untraced.result.speculation.batches is None
+
+
 def test_stop_strings_match_special_tokens_which_are_never_shown(baseline_engine, spec_engine):
     """Greedy, "Once upon a time" makes the tiny target write `<|end_header_id|>` as its 12th token:
     Ollama's Llama 3 params stop there; without that stop the token's text stays out of the answer."""
