@@ -159,14 +159,20 @@ def generate(
         baseline = _run_baseline(engine, request, as_json) if compare else None
         if show_draft and not as_json:
             click.echo(legend(colour), err=True)
-        result = _stream(engine.generate(request), quiet=as_json, colour=colour, runs=runs)
-        margins, batch_size = [], None
+        # compared: the run's target batches are kept, to replay a greedy difference as it batched
+        traced = replace(request, trace_batches=True) if baseline is not None else request
+        result = _stream(engine.generate(traced), quiet=as_json, colour=colour, runs=runs)
+        margins, batch_size, replayed = [], None, False
         if baseline is not None and request.sampling.greedy and baseline.tokens != result.tokens:
             prompt = engine.prompt_tokens(request)
             margins = engine.greedy_margins(prompt, baseline.tokens, request=request)
             at = first_difference(baseline.tokens, result.tokens)
             if at < min(len(margins), len(result.tokens)) and margins[at] >= NEAR_TIE_LOGITS:
-                batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, result.tokens[at], request=request)
+                token = result.tokens[at]
+                batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, token, request=request)
+                replayed = batch_size is None and engine.chosen_as_batched(
+                    prompt, baseline.tokens, result.speculation.batches or (), at, token, request=request
+                )
         n_ctx = engine.target.n_ctx
     if as_json:
         data = result_json(
@@ -183,7 +189,14 @@ def generate(
     sys.stdout.flush()
     if baseline is not None:
         click.echo(
-            format_comparison(baseline, result, greedy=request.sampling.greedy, margins=margins, batch_size=batch_size),
+            format_comparison(
+                baseline,
+                result,
+                greedy=request.sampling.greedy,
+                margins=margins,
+                batch_size=batch_size,
+                replayed=replayed,
+            ),
             err=True,
         )
     if result.finish_reason == "context":
@@ -276,11 +289,18 @@ def busy_machine_note() -> str | None:
 
 
 def format_comparison(
-    baseline: Result, result: Result, *, greedy: bool, margins: list[float] = (), batch_size: int | None = None
+    baseline: Result,
+    result: Result,
+    *,
+    greedy: bool,
+    margins: list[float] = (),
+    batch_size: int | None = None,
+    replayed: bool = False,
 ) -> str:
     """Both speeds, the speed-up, and for greedy runs whether the outputs agree; where they part, whether
-    rounding explains it (a near-tie, or `batch_size`: a batch in which the target itself picks the
-    speculative token, see Engine.chosen_in_a_batch)."""
+    rounding explains it (a near-tie; `batch_size`: a batch in which the target itself picks the
+    speculative token, see Engine.chosen_in_a_batch; `replayed`: the target picks it on a cache built
+    in the run's own batches, see Engine.chosen_as_batched)."""
     ratio = speedup(baseline, result)
     spec = result.speculation
     told = f"speed-up {ratio:.2f}x" if ratio is not None else "no speed-up to tell (a run wrote under 2 tokens)"
@@ -307,6 +327,12 @@ def format_comparison(
                 f"outputs part at token {at}, where the target itself picks the speculative token in a "
                 f"batch of {batch_size} (logit margin {margin:.3f}): llama.cpp rounds a batch differently "
                 "from a single token, not a verification error"
+            )
+        elif replayed:
+            lines.append(
+                f"outputs part at token {at}, where the target itself picks the speculative token on a cache "
+                f"built in this run's own batches (logit margin {margin:.3f}): llama.cpp rounds cells read in a "
+                "batch differently from cells read one at a time, not a verification error"
             )
         else:
             lines.append(f"WARNING: outputs differ from token {at} on")

@@ -277,11 +277,17 @@ class Engine:
         return near_ties.chosen_in_a_batch(self.target, prompt, tokens, at, token, max_batch, request)
 
     def chosen_as_batched(
-        self, prompt: list[int], tokens: list[int], batches: Sequence[tuple[int, int]], at: int, token: int
+        self,
+        prompt: list[int],
+        tokens: list[int],
+        batches: Sequence[tuple[int, int]],
+        at: int,
+        token: int,
+        request: Request | None = None,
     ) -> bool:
         """Does the target pick `token` for `tokens[at]` on a cache built in a run's own `batches`
         (near_ties.chosen_as_batched)?"""
-        return near_ties.chosen_as_batched(self.target, prompt, tokens, batches, at, token)
+        return near_ties.chosen_as_batched(self.target, prompt, tokens, batches, at, token, request)
 
     def embed(self, text: str | Sequence[int], *, truncate: bool = True) -> tuple[np.ndarray, int]:
         """The target's embedding of `text` (or of token ids), not normalized, and the tokens it read.

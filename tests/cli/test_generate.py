@@ -147,6 +147,11 @@ def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
         "outputs part at token 2, where the target itself picks the "
         "speculative token in a batch of 3 (logit margin 0.500)"
     )
+    replayed = format_comparison(base, other, greedy=True, margins=[3.0, 2.0, 0.026, 1.0], replayed=True)
+    assert replayed.splitlines()[-1].startswith(
+        "outputs part at token 2, where the target itself picks the speculative token on a cache built in "
+        "this run's own batches (logit margin 0.026)"
+    )
     same = format_comparison(base, base, greedy=True)
     assert same.splitlines()[-1] == "outputs are token-identical"
 
