@@ -67,7 +67,7 @@ PROBE_COSTS = "costs"
 # measured, every fixed K was 0.46-0.81x of the target alone, and auto 0.82x.
 DRAFT_GAIN_MARGIN = 0.1
 # A lookup at K=0 costs no draft step, only a longer verify batch, and its acceptance is learned from
-# its own proposals: it is taken for a smaller expected gain.
+# this text's own matches (those it proposed and those it left): it is taken for a smaller gain.
 LOOKUP_GAIN_MARGIN = 0.05
 # While learning costs: every so many drafting steps try a neighbouring K (one more, then one fewer;
 # with confidence stops, one token past the stop), so that its cost is measured again too. Otherwise
