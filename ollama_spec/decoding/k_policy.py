@@ -333,13 +333,10 @@ class AutoK:
         """The lookup's length (up to len(alphas)) with the most expected tokens per second of verify
         batch, if that beats the target alone by LOOKUP_GAIN_MARGIN; else 0. Priced, not taken
         whenever a token is expected: on the quantized pair a batch of 6 costs 3 steps of the target
-        alone, and lookups of 5 at α ≈ 0.4 (the default prompts) lost 2-4 % against the target alone."""
-        verify_s = self.costs.verify_s
-        expected = expected_tokens_for_each_k(alphas[: self.costs.k_max])
-        best = max(range(len(expected)), key=lambda n: (expected[n] / verify_s[n], -n))
-        return (
-            best if best and beats_target_alone(expected[best] / verify_s[best], self.costs, LOOKUP_GAIN_MARGIN) else 0
-        )
+        alone, and lookups of 5 at α ≈ 0.4 (the default prompts) lost 2-4 % against the target alone.
+        The best drafting K, with drafting free: a lookup runs no draft step."""
+        n, rate = best_drafting_k(alphas, replace(self.costs, draft_step_s=0.0))
+        return n if beats_target_alone(rate, self.costs, LOOKUP_GAIN_MARGIN) else 0
 
     def _could_pay(self) -> bool:
         """Would drafting beat the target alone by the margin at these costs if every draft were accepted?"""

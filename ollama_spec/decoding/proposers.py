@@ -295,19 +295,21 @@ class NgramProposer:
     def accepted(self, seq):
         if self._proposed:
             accepted = len(seq) - self._length - 1  # the target's own token follows the accepted drafts
-            self.pooled[self._size].observe(self._proposed, accepted)
-            self.by_position[self._size].observe(self._proposed, accepted)
-            self._settled[self._size] += 1
+            self._learn(self._size, self._proposed, accepted)
         self._proposed = 0
         if self._shadow is not None:
             start, tokens, size = self._shadow
             went_on = seq[start : start + len(tokens)]
             followed = next((i for i, (a, b) in enumerate(zip(went_on, tokens)) if a != b), len(went_on))
             if followed < len(went_on) or len(went_on) == len(tokens):  # parted from it, or followed all of it
-                self.pooled[size].observe(len(tokens), followed)
-                self.by_position[size].observe(len(tokens), followed)
-                self._settled[size] += 1
+                self._learn(size, len(tokens), followed)
                 self._shadow = None
+
+    def _learn(self, size: int, proposed: int, accepted: int) -> None:
+        """A lookup of `proposed` tokens after a match of `size`, the first `accepted` of them accepted."""
+        self.pooled[size].observe(proposed, accepted)
+        self.by_position[size].observe(proposed, accepted)
+        self._settled[size] += 1
 
 
 class HybridProposer:
