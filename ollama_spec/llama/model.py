@@ -349,7 +349,7 @@ class LoadedModel:
         size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, seq)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buffer, size, seq)
-        return bytes(buffer[:written])
+        return ctypes.string_at(buffer, written)  # slicing the array would build a list of ints: 55 ms for 4 MB
 
     def restore_sequence(self, seq: int, state: bytes, tokens: Sequence[int]) -> bool:
         """Sequence `seq` as `save_sequence` gave it when it held `tokens`; False (and the sequence
