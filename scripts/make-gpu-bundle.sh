@@ -4,10 +4,10 @@
 #   scripts/make-gpu-bundle.sh [OUT_DIR]      (default gpu-bundle; ignored by git, carried with the repo)
 #
 # - llama_cpp_python-VERSION.tar.gz: the installed version's sdist without what a CUDA build never
-#   reads (.git, models, docs, examples, tests, tools other than mtmd, the other GPU backends):
-#   ~220 MB unpacked -> a few MB;
-# - wheels/: the project's pure-Python dependencies that a CUDA/PyTorch image usually lacks, for
-#   CPython 3.12 on x86-64 Linux, plus scikit-build-core for building the sdist.
+#   reads (.git, models, docs, examples, tests, the other GPU backends): ~220 MB unpacked -> ~9 MB.
+#   tools/ and scripts/ stay: llama-server (`gpu-bench.sh --llama-server`) is built from them;
+# - wheels/: the project's pure-Python dependencies that a CUDA/PyTorch image usually lacks (serve's
+#   too), for CPython 3.12 on x86-64 Linux, plus scikit-build-core for building the sdist.
 # Prints the total size: it must stay well under the 64 MiB a GPU session can carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,8 +28,7 @@ tar -xzf "$tmp/llama_cpp_python-$version.tar.gz" -C "$tmp"
 src=$tmp/llama_cpp_python-$version
 vendor=$src/vendor/llama.cpp
 rm -rf "$src"/{.git,docs,examples,tests,docker}
-rm -rf "$vendor"/{.git,.github,models,docs,examples,tests,benches,media,app,pocs,gguf-py,conversion,skills,scripts,ci,grammars}
-find "$vendor/tools" -mindepth 1 -maxdepth 1 ! -name mtmd ! -name CMakeLists.txt -exec rm -rf {} +
+rm -rf "$vendor"/{.git,.github,models,docs,examples,tests,benches,media,app,pocs,gguf-py,conversion,skills,ci,grammars}
 for backend in cann et hexagon hip metal musa opencl openvino sycl virtgpu vulkan webgpu zdnn zendnn; do
     rm -rf "$vendor/ggml/src/ggml-$backend"
 done
@@ -37,7 +36,7 @@ tar -czf "$out/llama_cpp_python-$version.tar.gz" -C "$tmp" "llama_cpp_python-$ve
 
 echo "wheels for CPython $pyver" >&2
 packages=(gguf ollama diskcache pydantic pydantic_core annotated_types typing_inspection typing_extensions
-          scikit_build_core pathspec packaging)
+          scikit_build_core pathspec packaging fastapi starlette uvicorn annotated_doc opentelemetry_api)
 specs=()
 for name in "${packages[@]}"; do
     have=$(version_of "$name" 2>/dev/null || true)
