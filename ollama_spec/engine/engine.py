@@ -217,6 +217,8 @@ class Engine:
     def close(self) -> None:
         self.costs.save()  # what this session measured, for the next one
         self.embeddings.close()
+        if self.batcher is not None:
+            self.batcher.close()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()

@@ -73,3 +73,35 @@ def test_a_slots_clock_leaves_out_the_time_spent_on_the_others(monkeypatch):
     assert spent[0][-1] == pytest.approx(last - (0.01 + 0.005 * 1), abs=1e-9)
     assert spent[1][-1] == pytest.approx(last - (0.01 + 0.005 * 9), abs=1e-9)
     assert batcher.others_seconds() == 0  # a thread that never joined spent nothing on anyone
+
+
+def test_every_batch_runs_on_the_batchers_own_thread():
+    """Not on the slot thread that arrived last: llama.cpp's OpenMP keeps a team of workers per calling
+    thread, and the teams of earlier callers spin on the cores the next batch needs."""
+    callers = []
+
+    class Recording(SlowModel):
+        def decode_many(self, items):
+            callers.append(threading.get_ident())
+            return super().decode_many(items)
+
+    model = Recording(FakeClock())
+    batcher = StepBatcher([model])
+    slot_threads = set()
+    ready = threading.Barrier(3)
+
+    def slot(seq):
+        slot_threads.add(threading.get_ident())
+        with batcher.slot():
+            for _ in range(5):
+                ready.wait()
+                batcher.evaluate(model, seq, [0], 1)
+
+    threads = [threading.Thread(target=slot, args=(seq,)) for seq in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    batcher.close()
+    assert len(model.batches) == 5 and all(len(batch) == 3 for batch in model.batches)
+    assert len(set(callers)) == 1 and not set(callers) & slot_threads
