@@ -4,6 +4,7 @@
 #   scripts/bench-serve.sh BIN TARGET DRAFT [serve flags...]     (OLLAMA_MODELS as for serve)
 # BIN holds `python` and `ollama-spec` (a venv's bin). Environment, all optional:
 #   CLIENTS="1 4"   the client counts, each a run of the bench prompts by that many clients at once
+#   ROUNDS=1        rounds of ours then llama-server: this machine's speed drifts, a ratio per round holds
 #   LLAMA_SERVER    a llama-server binary: serves the same two GGUF blobs, --spec-type draft-simple
 #                   --spec-draft-n-max 6 -np 4 (issue #28's reference), after ours has stopped
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
@@ -29,31 +30,60 @@ wait_up() {  # the health URL answers, or the server's log and a failure
     return 1
 }
 
-measure() {  # NAME: every client count against the server on $port
+declare -A rate  # "server round clients" -> tok/s: a request's with one client, all together with more
+
+measure() {  # KEY NAME ROUND: every client count against the server on $port
+    local n out
     for n in $clients; do
-        echo "== $1, $n client(s) at once"
-        "$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs 1 --max-tokens 96 \
-            --concurrency "$n" | tail -2
+        echo "== $2, $n client(s) at once${rounds_note}"
+        out=$("$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs 1 --max-tokens 96 \
+            --concurrency "$n" | tail -2)
+        echo "$out"
+        if [ "$n" = 1 ]; then
+            rate["$1 $3 $n"]=$(sed -n 's/.*median \([0-9.]*\) tok\/s a request.*/\1/p' <<<"$out" | tail -1)
+        else
+            rate["$1 $3 $n"]=$(sed -n 's/.* at once: \([0-9.]*\) tok\/s in all.*/\1/p' <<<"$out" | tail -1)
+        fi
     done
 }
 
+blob() { "$bin/python" -c "from ollama_spec import resolve_model; print(resolve_model('$1').path)"; }
 threads=()
 [ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
-"$bin/ollama-spec" serve "$target" --draft "$draft" --port "$port" --parallel 4 --ctx "$slot_ctx" "${threads[@]}" "$@" \
-    >"$log" 2>&1 &
-server=$!
-wait_up "http://127.0.0.1:$port/health"
-measure "ollama-spec serve --parallel 4"
-stop
-
-if [ -n "${LLAMA_SERVER:-}" ]; then
-    blob() { "$bin/python" -c "from ollama_spec import resolve_model; print(resolve_model('$1').path)"; }
-    ngl=${NGL:-99}
-    "$LLAMA_SERVER" -m "$(blob "$target")" -md "$(blob "$draft")" --spec-type draft-simple --spec-draft-n-max 6 \
-        -np 4 -c $((4 * slot_ctx)) -ngl "$ngl" -ngld "$ngl" --temp 0 ${THREADS:+-t "$THREADS"} \
-        --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
+rounds=${ROUNDS:-1}
+for round in $(seq 1 "$rounds"); do
+    rounds_note=""
+    [ "$rounds" -gt 1 ] && rounds_note=" (round $round of $rounds)"
+    "$bin/ollama-spec" serve "$target" --draft "$draft" --port "$port" --parallel 4 --ctx "$slot_ctx" \
+        "${threads[@]}" "$@" >"$log" 2>&1 &
     server=$!
     wait_up "http://127.0.0.1:$port/health"
-    measure "llama-server -np 4, the same draft"
+    measure ours "ollama-spec serve --parallel 4" "$round"
     stop
+
+    if [ -n "${LLAMA_SERVER:-}" ]; then
+        ngl=${NGL:-99}
+        "$LLAMA_SERVER" -m "$(blob "$target")" -md "$(blob "$draft")" --spec-type draft-simple --spec-draft-n-max 6 \
+            -np 4 -c $((4 * slot_ctx)) -ngl "$ngl" -ngld "$ngl" --temp 0 ${THREADS:+-t "$THREADS"} \
+            --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
+        server=$!
+        wait_up "http://127.0.0.1:$port/health"
+        measure native "llama-server -np 4, the same draft" "$round"
+        stop
+    fi
+done
+
+if [ -n "${LLAMA_SERVER:-}" ]; then
+    echo "== ours / llama-server, tok/s (1 client: a request's; more: all clients' together), by round"
+    for n in $clients; do
+        line="$n client(s):"
+        for round in $(seq 1 "$rounds"); do
+            ours=${rate["ours $round $n"]:-} native=${rate["native $round $n"]:-}
+            line="$line  ${ours:-?} / ${native:-?}"
+            if [ -n "$ours" ] && [ -n "$native" ]; then
+                line="$line = $(awk -v a="$ours" -v b="$native" 'BEGIN { printf "%.2fx", a / b }')"
+            fi
+        done
+        echo "$line"
+    done
 fi
