@@ -278,6 +278,7 @@ class NgramProposer:
     def worth_verifying(self, available: int) -> tuple[int, float]:
         """How much of a lookup of `available` tokens to propose (up to where all of it being accepted
         becomes less likely than NGRAM_SURVIVAL_FLOOR), and how many of those are expected accepted.
+
         Not priced here: at K=0 the K policy, which knows the verify batches' costs, says how much
         of it pays (KPolicy.lookup_worth); the hybrid takes it where it beats the draft's run."""
         survival, n, expected = 1.0, 0, 0.0
@@ -300,7 +301,7 @@ class NgramProposer:
         if self._shadow is not None:
             start, tokens, size = self._shadow
             went_on = seq[start : start + len(tokens)]
-            followed = next((i for i, (a, b) in enumerate(zip(went_on, tokens)) if a != b), len(went_on))
+            followed = common_prefix(went_on, tokens)
             if followed < len(went_on) or len(went_on) == len(tokens):  # parted from it, or followed all of it
                 self._learn(size, len(tokens), followed)
                 self._shadow = None
@@ -362,15 +363,20 @@ class HybridProposer:
         self.draft.accepted(seq)
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens `a` and `b` share from their start."""
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
 def keep_common_prefix(model: Model, seq: Sequence[int]) -> int:
     """Cut the model's cache back to what it shares with `seq[:-1]`; return how many tokens that keeps.
 
     A recurrent model's cache cannot be cut, only emptied (or kept whole when all of it is shared).
     """
-    cached, limit = model.cached, min(model.n_past, len(seq) - 1)
-    n = 0
-    while n < limit and cached[n] == seq[n]:
-        n += 1
+    n = common_prefix(model.cached[: model.n_past], seq[:-1])
     try:
         model.truncate(n)
     except InferenceError:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS
 from ollama_spec.decoding.penalties import adjusted
-from ollama_spec.decoding.proposers import keep_common_prefix
+from ollama_spec.decoding.proposers import common_prefix, keep_common_prefix
 from ollama_spec.engine.requests import Request
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel
@@ -21,9 +21,7 @@ NEAR_TIE_LOGITS = 0.02
 
 def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     """Where two token lists first differ (the shorter one's length when one extends the other); None when equal."""
-    if list(a) == list(b):
-        return None
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return None if list(a) == list(b) else common_prefix(a, b)
 
 
 def greedy_margins(

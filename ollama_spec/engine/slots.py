@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ollama_spec.decoding.proposers import common_prefix
+
 DEFAULT_SAVED_MIB = 1024
 # A cache shorter than this is not worth saving: re-reading it costs less than the copy.
 MIN_SAVED_TOKENS = 64
@@ -39,13 +41,6 @@ class _Saved:
     @property
     def size(self) -> int:
         return sum(len(state) for state, _ in self.states)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n, limit = 0, min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
 
 
 class SlotPool:
