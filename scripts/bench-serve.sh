@@ -10,8 +10,13 @@
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
 set -euo pipefail
+if [ $# -lt 3 ]; then echo "usage: scripts/bench-serve.sh BIN TARGET DRAFT [serve flags...]" >&2; exit 2; fi
 bin=$1 target=$2 draft=$3
 shift 3
+if [ -n "${LLAMA_SERVER:-}" ] && [ ! -x "$LLAMA_SERVER" ]; then
+    echo "LLAMA_SERVER=$LLAMA_SERVER is not an executable (scripts/build-native-speculative.sh builds one)" >&2
+    exit 2
+fi
 clients=${CLIENTS:-1 4}
 slot_ctx=${SLOT_CTX:-2048}
 port=$("$bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
