@@ -5,7 +5,7 @@ Clients keep one address: `/api/tags` lists ours first, then the daemon's (`merg
 other request the server does not answer itself is `forward`ed: method, path, query, body and headers
 as they came (less the hop-by-hop ones and Host), the answer relayed chunk by chunk as the daemon
 sends it, so NDJSON and SSE streams arrive as they are made. A daemon that is down is a 502 with one
-line, in the shape of the API that was called.
+line, in the shape of the API that was called; one that breaks off an answer breaks off ours (`Relayed`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import asyncio
 import ipaddress
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, Mapping
 
+import anyio
 import httpx
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Send
 
 from ollama_spec.config import ollama_var
 from ollama_spec.errors import InvalidModelName, one_line
@@ -87,21 +88,7 @@ class Upstream:
             message = f"the Ollama daemon at {self.base_url} does not answer ({_why(exc)})"
             log.warning("%s: %s %s not forwarded", message, http_request.method, http_request.url.path)
             return bad_gateway(http_request.url.path, message)
-        relayed = StreamingResponse(
-            self._relay(answer), status_code=answer.status_code, background=BackgroundTask(answer.aclose)
-        )
-        relayed.raw_headers = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
-        return relayed
-
-    async def _relay(self, answer: httpx.Response) -> AsyncIterator[bytes]:
-        """The daemon's bytes as they come (still encoded: Content-Encoding is passed on with them)."""
-        try:
-            async for chunk in answer.aiter_raw():
-                yield chunk
-        except httpx.HTTPError as exc:  # the status line is out: the answer can only stop short
-            log.warning("the Ollama daemon at %s broke off an answer (%s)", self.base_url, _why(exc))
-        finally:
-            await answer.aclose()
+        return Relayed(answer, self.base_url)
 
     async def unload_if_loaded(self, name: str) -> bool:
         """If the daemon holds `name` (its /api/ps), ask it to unload it (keep_alive 0) and wait until it
@@ -141,6 +128,31 @@ class Upstream:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+class Relayed(StreamingResponse):
+    """The daemon's answer as it comes (still encoded: Content-Encoding is passed on with it). If the daemon
+    breaks off mid-body, this answer ends without its last message: the ASGI server then closes the
+    connection, so the client sees a body cut short (as behind Go's ReverseProxy), not a complete 200."""
+
+    def __init__(self, answer: httpx.Response, base_url: str):
+        super().__init__(answer.aiter_raw(), status_code=answer.status_code)
+        self.raw_headers = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        self.answer, self.base_url = answer, base_url
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            try:
+                async for chunk in self.body_iterator:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as exc:  # the status line is out: all that is left is to stop short
+                log.warning("the Ollama daemon at %s broke off an answer (%s)", self.base_url, _why(exc))
+                return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:  # also when our client hangs up: the daemon then stops generating for nobody
+            with anyio.CancelScope(shield=True):
+                await self.answer.aclose()
 
 
 def merge_tags(ours: list[dict], theirs: list[dict]) -> list[dict]:

@@ -135,3 +135,12 @@ def test_a_pinned_pair_answers_every_name_and_forwards_only_unserved_routes(tiny
         assert names(url) == [state.model_name]  # not merged: every name is the pair's
         assert post(url + "/api/push", json={"model": "x"}).json() == {"error": "path /api/push not found"}
         assert daemon.requests_to("/api/push") and not daemon.requests_to("/api/chat")
+
+
+def test_an_answer_the_daemon_breaks_off_breaks_off_here_too(tiny_store, daemon):
+    daemon.cut = True  # half a Content-Length body, or two NDJSON chunks, then the connection drops
+    with running_store(tiny_store, upstream=daemon.url, no_draft=True) as (url, _):
+        for stream in (False, True):
+            with pytest.raises(httpx.RemoteProtocolError):
+                list(ollama.Client(host=url).chat(model="qwen3:8b", stream=stream, **CHAT))
+        assert get(url + "/health").status_code == 200  # the server carries on

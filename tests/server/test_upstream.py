@@ -162,3 +162,17 @@ def test_own_address():
     assert is_own_address("http://localhost:11434", "127.0.0.1", 11434)
     assert not is_own_address("http://127.0.0.1:11434", "127.0.0.1", 8000)
     assert not is_own_address("http://gpu-box:11434", "127.0.0.1", 11434)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["content-length", "chunked"])
+def test_an_answer_the_daemon_breaks_off_ends_in_an_error_here(daemon, stream, caplog):
+    daemon.cut = True  # Content-Length declared and half sent / two NDJSON chunks, then the connection drops
+    body = {"model": "qwen3:8b", "stream": stream}
+    with caplog.at_level(logging.WARNING, "ollama_spec.server"), front(daemon.url) as url:
+        with httpx.stream("POST", f"{url}/api/chat", json=body, timeout=30) as answer:
+            assert answer.status_code == 200  # the status line was out before the daemon broke off
+            with pytest.raises(httpx.RemoteProtocolError):
+                answer.read()
+        with pytest.raises(httpx.RemoteProtocolError):
+            list(ollama.Client(host=url).chat(model="qwen3:8b", messages=[], stream=stream))
+    assert "broke off an answer" in caplog.text
