@@ -7,7 +7,11 @@
 # $CUDA_PATH or /usr/local/cuda) -> cuda; an AMD GPU with ROCm (hipcc) -> rocm; else cpu. A GPU
 # without its toolkit gets the CPU build and a line saying what to install.
 #
-# Every build has llama.cpp's RPC backend (-DGGML_RPC=ON: `ollama-spec rpc-server`, `--rpc`).
+# Every build has llama.cpp's RPC backend (-DGGML_RPC=ON: `ollama-spec rpc-server`, `--rpc`), and
+# none has what ollama-spec never loads: llama-cpp-python's multimodal library (mtmd, for its
+# Llava chat handlers) and llama.cpp's `common` library (scripts/llama-slim.cmake), two thirds of the
+# compile (docs/install.md). The compile shows one progress line; its log stays beside the wheel
+# (build.log), and on failure its last lines are printed (scripts/build_progress.py).
 # Builds compile llama.cpp from source once per (backend, flags, Python) and are kept as wheels in
 # our own cache, $OLLAMA_SPEC_WHEELS (default ~/.cache/ollama-spec/wheels), in a folder named by
 # the flags: pip's cache is keyed by the sdist alone, so it would hand back a CPU wheel for a CUDA
@@ -123,9 +127,26 @@ case $wanted in
     *) say "unknown BACKEND '$wanted' (cpu, cuda, metal, rocm or auto)"; exit 2 ;;
 esac
 args="-DGGML_RPC=ON${args:+ $args}${CMAKE_ARGS:+ $CMAKE_ARGS}"
+# Left out of the build, first so that $CMAKE_ARGS can turn mtmd back on (-DLLAVA_BUILD=ON). Not part
+# of the recorded flags: an installed build that has these libraries too is as good.
+slim_cmake=$root/scripts/llama-slim.cmake
+slim="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$slim_cmake"
+
+# The wheel for these flags and this Python (its ctypes bindings are py3, its libraries are not
+# for every platform): from our cache, else built into it.
+pytag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+# The include file counts by its content, not its path: every clone shares one cached wheel.
+slim_key="${slim//$slim_cmake/llama-slim.cmake:$(sha256sum < "$slim_cmake" | cut -c1-12)}"
+key=$(printf '%s %s %s %s %s' "$spec" "$wanted" "$args" "$slim_key" "$pytag" | sha256sum | cut -c1-12)
+cache=${OLLAMA_SPEC_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/ollama-spec/wheels}/$wanted-$key
 
 have=$(installed_backend)
-if [ -n "${DRY_RUN:-}" ]; then echo "installed: $have; wanted: $wanted; CMAKE_ARGS: $args"; exit 0; fi
+if [ -n "${DRY_RUN:-}" ]; then
+    echo "left out: $slim"
+    echo "wheel cache: $cache"
+    echo "installed: $have; wanted: $wanted; CMAKE_ARGS: $args"
+    exit 0
+fi
 recorded=$(sed -n 's/^cmake_args=//p' "$stamp" 2>/dev/null || true)
 record() {
     local version
@@ -137,27 +158,29 @@ if [ "$have" = "$wanted" ] && [ "$recorded" = "$args" ] && has_rpc; then
     exit 0  # already right: every `make test` passes here in well under a second
 fi
 
-# The wheel for these flags and this Python (its ctypes bindings are py3, its libraries are not
-# for every platform): from our cache, else built into it.
-pytag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-key=$(printf '%s %s %s %s' "$spec" "$wanted" "$args" "$pytag" | sha256sum | cut -c1-12)
-cache=${OLLAMA_SPEC_WHEELS:-${XDG_CACHE_HOME:-$HOME/.cache}/ollama-spec/wheels}/$wanted-$key
 wheel=$(ls "$cache"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
 if [ -z "$wheel" ]; then
-    say "building llama-cpp-python for $wanted (CMAKE_ARGS=$args); this compiles llama.cpp: 5-30 minutes, once"
+    say "building llama-cpp-python for $wanted (CMAKE_ARGS=$args); this compiles llama.cpp once:"
+    say "  about 3 minutes for the CPU on 2 cores, 5-30 for a GPU; later installs take the wheel in seconds"
     mkdir -p "$cache"
     building=$(mktemp -d "$cache/.build.XXXXXX")
     trap 'rm -rf "$building"' EXIT
-    CMAKE_ARGS="$args" "$python" -m pip wheel -q --no-deps --no-cache-dir -w "$building" "$spec"
+    # -v: the compiler's lines go to the log, where the progress line reads its counter
+    CMAKE_ARGS="$slim $args" "$python" "$root/scripts/build_progress.py" --log "$cache/build.log" \
+        --label "building llama-cpp-python" -- "$python" -m pip wheel -v --no-deps --no-cache-dir -w "$building" "$spec"
     mv "$building"/llama_cpp_python-*.whl "$cache"/  # only a finished wheel enters the cache
     printf '%s\n' "$args" > "$cache/cmake-args"
     wheel=$(ls "$cache"/llama_cpp_python-*.whl | head -1)
 fi
+install_wheel() {
+    "$python" "$root/scripts/build_progress.py" --log "$cache/install.log" --label "installing llama-cpp-python" \
+        -- "$python" -m pip install "$@" "$wheel"
+}
 if [ "$have" = none ]; then
-    "$python" -m pip install -q "$wheel"  # a fresh venv: llama-cpp-python's own dependencies too
+    install_wheel  # a fresh venv: llama-cpp-python's own dependencies too
 else
     say "replacing the $have build of llama-cpp-python (flags: ${recorded:-none recorded}) with a $wanted build ($args)"
-    "$python" -m pip install -q --force-reinstall --no-deps "$wheel"
+    install_wheel --force-reinstall --no-deps
 fi
 version=$(record)
 now=$(installed_backend)

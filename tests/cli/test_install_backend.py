@@ -2,6 +2,7 @@
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,36 @@ def test_backend_override_and_bad_names(tmp_path):
     assert bad.returncode == 2 and "unknown BACKEND 'tpu' (cpu, cuda, metal, rocm or auto)" in bad.stderr
     missing = plan(tmp_path, "cuda")
     assert missing.returncode == 1 and "no nvcc found" in missing.stderr
+
+
+def test_every_build_leaves_out_the_libraries_ollama_spec_never_loads_and_a_gpu_keeps_its_flags(tmp_path):
+    home = toolkit(tmp_path / "cuda", cublas=True, libcuda=True)
+    result = plan(tmp_path, gpu=True, cuda_home=home)
+    slim_cmake = SCRIPT.parent / "llama-slim.cmake"
+    assert f"left out: -DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE={slim_cmake}\n" in result.stdout
+    assert "set(LLAMA_BUILD_COMMON OFF)" in slim_cmake.read_text()
+    assert result.stdout.endswith(f"CMAKE_ARGS: -DGGML_RPC=ON -DGGML_CUDA=on -DCMAKE_CUDA_COMPILER={home}/bin/nvcc\n")
+
+
+def test_two_clones_share_one_cached_wheel_and_other_flags_get_their_own(tmp_path):
+    repo = SCRIPT.parents[1]
+
+    def cache_of(clone: Path, **env: str) -> str:
+        if not clone.exists():
+            (clone / "scripts").mkdir(parents=True)
+            for name in ("install-backend.sh", "llama-slim.cmake", "build_progress.py"):
+                shutil.copy(repo / "scripts" / name, clone / "scripts" / name)
+            shutil.copy(repo / "pyproject.toml", clone / "pyproject.toml")
+        result = subprocess.run(
+            ["bash", str(clone / "scripts" / "install-backend.sh"), sys.executable, "cpu"],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "DRY_RUN": "1", "HOME": str(tmp_path)} | env,
+            timeout=60,
+        )
+        return result.stdout.split("wheel cache: ")[1].split("\n")[0]
+
+    first = cache_of(tmp_path / "a")
+    assert first.startswith(f"{tmp_path}/.cache/ollama-spec/wheels/cpu-")
+    assert cache_of(tmp_path / "b") == first
+    assert cache_of(tmp_path / "a", CMAKE_ARGS="-DGGML_NATIVE=OFF") != first
