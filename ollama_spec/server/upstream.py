@@ -3,9 +3,10 @@ daemon unchanged, streams included, and a model the daemon holds is unloaded the
 
 Clients keep one address: `/api/tags` lists ours first, then the daemon's (`merge_tags`), and every
 other request the server does not answer itself is `forward`ed: method, path, query, body and headers
-as they came (less the hop-by-hop ones and Host), the answer relayed chunk by chunk as the daemon
-sends it, so NDJSON and SSE streams arrive as they are made. A daemon that is down is a 502 with one
-line, in the shape of the API that was called; one that breaks off an answer breaks off ours (`Relayed`).
+as they came (less Host and the hop-by-hop ones, those `Connection` names among them), the answer
+relayed chunk by chunk as the daemon sends it, so NDJSON and SSE streams arrive as they are made. A
+daemon that is down is a 502 with one line, in the shape of the API that was called; one that breaks
+off an answer breaks off ours (`Relayed`).
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ class Upstream:
     async def forward(self, http_request: Request, body: bytes | AsyncIterable[bytes]) -> Response:
         """`http_request` sent on to the daemon with `body` (read already, or streamed on as it arrives: a
         blob's upload); the answer streamed back."""
-        url = httpx.URL(path=http_request.url.path, query=http_request.url.query.encode())
-        headers = [(k, v) for k, v in http_request.headers.raw if k.decode("latin-1").lower() not in self.dropped]
+        url = httpx.URL(path=http_request.url.path)
+        if query := http_request.url.query:  # httpx writes an empty query as a bare "?"
+            url = url.copy_with(query=query.encode())
+        headers = one_hop_left_out(http_request.headers.raw, self.dropped)
         if not isinstance(body, bytes) and (length := http_request.headers.get("content-length")):
             headers.append((b"content-length", length.encode()))  # streamed on as sent, not re-chunked
         request = self._client.build_request(http_request.method, url, headers=headers, content=body)
@@ -137,7 +140,7 @@ class Relayed(StreamingResponse):
 
     def __init__(self, answer: httpx.Response, base_url: str):
         super().__init__(answer.aiter_raw(), status_code=answer.status_code)
-        self.raw_headers = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in HOP_BY_HOP]
+        self.raw_headers = one_hop_left_out(answer.headers.raw, HOP_BY_HOP)
         self.answer, self.base_url = answer, base_url
 
     async def stream_response(self, send: Send) -> None:
@@ -153,6 +156,15 @@ class Relayed(StreamingResponse):
         finally:  # also when our client hangs up: the daemon then stops generating for nobody
             with anyio.CancelScope(shield=True):
                 await self.answer.aclose()
+
+
+def one_hop_left_out(headers: list[tuple[bytes, bytes]], dropped: frozenset[str]) -> list[tuple[bytes, bytes]]:
+    """`headers` less those for this hop alone: `dropped` and any the Connection header names (RFC 9110
+    §7.6.1), so a header one side meant for us never reaches the other."""
+    named = {
+        token.strip().lower() for key, value in headers if key.lower() == b"connection" for token in value.split(b",")
+    }
+    return [(k, v) for k, v in headers if k.decode("latin-1").lower() not in dropped and k.lower() not in named]
 
 
 def merge_tags(ours: list[dict], theirs: list[dict]) -> list[dict]:

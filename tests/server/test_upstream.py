@@ -176,3 +176,18 @@ def test_an_answer_the_daemon_breaks_off_ends_in_an_error_here(daemon, stream, c
         with pytest.raises(httpx.RemoteProtocolError):
             list(ollama.Client(host=url).chat(model="qwen3:8b", messages=[], stream=stream))
     assert "broke off an answer" in caplog.text
+
+
+def test_headers_for_one_hop_stay_on_it_both_ways(daemon):
+    daemon.answer_headers = {"Connection": "X-Daemon-Hop", "X-Daemon-Hop": "1", "X-Daemon-Kept": "2"}
+    headers = {"Connection": "keep-alive, X-Client-Hop", "X-Client-Hop": "1", "X-Client": "webui"}
+    headers |= {"Proxy-Authorization": "Basic x", "Keep-Alive": "timeout=5"}
+    with front(daemon.url) as url:
+        for stream in (False, True):
+            answer = httpx.post(f"{url}/api/chat", json={"model": "qwen3:8b", "stream": stream}, headers=headers)
+            assert answer.status_code == 200 and answer.headers["x-daemon-kept"] == "2"
+            assert "x-daemon-hop" not in answer.headers
+    for asked in daemon.requests_to("/api/chat"):
+        assert asked.headers["x-client"] == "webui"
+        assert not {"x-client-hop", "proxy-authorization", "keep-alive"} & set(asked.headers)
+        assert asked.path == "/api/chat"  # no query: no "?" either
