@@ -15,21 +15,28 @@ BACKEND ?= auto
 install: $(VENV)/.installed
 	@scripts/install-backend.sh $(BIN)/python $(BACKEND)
 
+# A step's output goes to $(VENV)/logs/NAME.log; the screen gets one progress line, and the log's last
+# lines if it fails (scripts/build_progress.py). [test] holds the server and bench extras: every command.
+step = $(BIN)/python scripts/build_progress.py --log $(VENV)/logs/$(1).log --label "$(2)" --
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	@echo "installing ollama-spec and llama-cpp-python (the first build of llama-cpp-python takes ~5 minutes)"
-	scripts/install-backend.sh $(BIN)/python $(BACKEND)
-	$(BIN)/python -m pip install -q -e '.[test]'  # test includes the server and bench extras: every command
-	touch $@
+	@$(call step,pip,upgrading pip) $(BIN)/python -m pip install --upgrade pip
+	@scripts/install-backend.sh $(BIN)/python $(BACKEND)
+	@$(call step,ollama-spec,installing ollama-spec and its dependencies) $(BIN)/python -m pip install -e '.[test]'
+	@touch $@
 
 DEMO_PROMPT ?= Explain the difference between a process and a thread.
+# -k auto: what generate does without -k; the target alone first (--compare), then the pair
 
 demo: install
 	$(BIN)/ollama-spec demo-store $(DEMO_STORE)
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec list
 	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec pair $(TARGET) $(DRAFT)
-	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec generate $(TARGET) --draft $(DRAFT) -k 5 -t 0 -n 128 --compare "$(DEMO_PROMPT)" < /dev/null
+	OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec generate $(TARGET) --draft $(DRAFT) -k auto -t 0 -n 128 --compare "$(DEMO_PROMPT)" < /dev/null
+	@echo "try next: make serve  (this pair behind OpenAI- and Ollama-compatible APIs, http://127.0.0.1:$(PORT))"
+	@echo "          OLLAMA_MODELS=$(DEMO_STORE) $(BIN)/ollama-spec chat $(TARGET) --draft $(DRAFT)"
+	@echo "          $(BIN)/ollama-spec generate MODEL --draft auto --compare \"a prompt\"  (MODEL: one your Ollama pulled)"
 
 # Benchmark: the synthetic 0.6B F16 pair by default, in process, then served to 1 and 4 clients at once; `make bench TARGET=llama3.1:70b DRAFT=llama3.2:1b`
 # for real models in your Ollama store. With llama.cpp's own server built (scripts/build-native-speculative.sh),
