@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import time
 from collections.abc import AsyncIterable, Mapping
@@ -46,10 +47,15 @@ HOP_BY_HOP = frozenset(
         "content-length",
     }
 )
-PROBE_TIMEOUT = 2.0  # seconds for /api/tags and /api/ps: a daemon answers them in milliseconds
+PROBE_TIMEOUT = 2.0  # seconds for all of /api/tags or /api/ps: a daemon answers them in milliseconds
+LIST_LIMIT = 2 << 20  # bytes of a daemon's list (~5,000 models); a longer one is left out, not merged
 CONNECT_TIMEOUT = 5.0  # a forwarded request may then wait as long as the daemon takes (a model loading)
 UNLOAD_WAIT = 15.0  # seconds to wait for the daemon to let go of a model it was asked to unload
 DEFAULT_PORT = "11434"
+
+
+class ListingFailed(Exception):
+    """The daemon's /api/tags or /api/ps could not be read: why, in a few words."""
 
 
 class Upstream:
@@ -65,15 +71,32 @@ class Upstream:
         )
 
     async def tags(self) -> list[dict]:
-        """The daemon's `/api/tags` models; [] (with a warning in the log) when it does not answer."""
+        """The daemon's `/api/tags` models; [] (with a warning in the log) when it does not answer, or not
+        in time, or with more than LIST_LIMIT bytes."""
         try:
-            answer = await self._client.get("/api/tags", timeout=PROBE_TIMEOUT)
-            answer.raise_for_status()
-            models = answer.json().get("models")
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
-            log.warning("the Ollama daemon at %s did not list its models (%s)", self.base_url, _why(exc))
+            return await self._list("/api/tags")
+        except ListingFailed as exc:
+            log.warning("the Ollama daemon at %s did not list its models (%s)", self.base_url, exc)
             return []
-        return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+
+    async def _list(self, path: str) -> list[dict]:
+        """The `models` of the daemon's list at `path`, read whole within PROBE_TIMEOUT seconds (a
+        trickle of bytes would defeat a timeout per read) and LIST_LIMIT bytes; else ListingFailed."""
+        try:
+            body = await asyncio.wait_for(self._read_list(path), PROBE_TIMEOUT)
+            return await asyncio.to_thread(_models, body)
+        except (httpx.HTTPError, ValueError, AttributeError, asyncio.TimeoutError) as exc:
+            raise ListingFailed(_why(exc)) from exc
+
+    async def _read_list(self, path: str) -> bytes:
+        async with self._client.stream("GET", path, timeout=PROBE_TIMEOUT) as answer:
+            answer.raise_for_status()
+            body = bytearray()
+            async for chunk in answer.aiter_bytes():
+                body += chunk
+                if len(body) > LIST_LIMIT:
+                    raise ListingFailed(f"its answer is longer than {LIST_LIMIT >> 20} MiB")
+        return bytes(body)
 
     async def forward(self, http_request: Request, body: bytes | AsyncIterable[bytes]) -> Response:
         """`http_request` sent on to the daemon with `body` (read already, or streamed on as it arrives: a
@@ -117,14 +140,13 @@ class Upstream:
     async def _held(self, name: str) -> str | None:
         """The name the daemon lists `name` under in /api/ps, or None (not held, or no answer)."""
         try:
-            answer = await self._client.get("/api/ps", timeout=PROBE_TIMEOUT)
-            answer.raise_for_status()
-            models = answer.json().get("models") or []
-        except (httpx.HTTPError, ValueError, AttributeError):
+            models = await self._list("/api/ps")
+        except ListingFailed as exc:
+            log.warning("the Ollama daemon at %s did not list its running models (%s)", self.base_url, exc)
             return None
         wanted = name_key(name)
-        for model in models if isinstance(models, list) else []:
-            listed = (model.get("model") or model.get("name")) if isinstance(model, dict) else None
+        for model in models:
+            listed = model.get("model") or model.get("name")
             if isinstance(listed, str) and name_key(listed) == wanted:
                 return listed
         return None
@@ -156,6 +178,13 @@ class Relayed(StreamingResponse):
         finally:  # also when our client hangs up: the daemon then stops generating for nobody
             with anyio.CancelScope(shield=True):
                 await self.answer.aclose()
+
+
+def _models(body: bytes) -> list[dict]:
+    """The `models` of a daemon's list. Run in a thread: json's C parser holds the GIL all the same, so
+    LIST_LIMIT is what keeps that short (2 MiB: ~40 ms); the rest lets the event loop in."""
+    models = json.loads(body).get("models")
+    return [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
 
 
 def one_hop_left_out(headers: list[tuple[bytes, bytes]], dropped: frozenset[str]) -> list[tuple[bytes, bytes]]:
@@ -271,7 +300,7 @@ def _local(host: str) -> bool:
 
 
 def _why(exc: Exception) -> str:
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError)):
         return "no answer in time"
     if isinstance(exc, httpx.ConnectError):
         return "nothing answers there"

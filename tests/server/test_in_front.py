@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import ollama
 import pytest
 
+from ollama_spec.server.upstream import PROBE_TIMEOUT
 from tests.pull_servers import closed_port
 from tests.server.test_scheduler import add_adapter_only
 from tests.serving import get, post, running_store
-from tests.upstream_daemon import UpstreamDaemon
+from tests.upstream_daemon import UpstreamDaemon, huge_listing
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
@@ -144,3 +146,27 @@ def test_an_answer_the_daemon_breaks_off_breaks_off_here_too(tiny_store, daemon)
             with pytest.raises(httpx.RemoteProtocolError):
                 list(ollama.Client(host=url).chat(model="qwen3:8b", stream=stream, **CHAT))
         assert get(url + "/health").status_code == 200  # the server carries on
+
+
+@pytest.mark.parametrize("fault", ["huge", "trickling"])
+def test_a_huge_or_trickling_daemon_list_leaves_ours_listed_in_time_and_health_answering(tiny_store, daemon, fault):
+    if fault == "huge":
+        daemon.tags_body = huge_listing(24 << 20)  # ~100,000 distinct models, far past the bound on what is merged
+    else:
+        daemon.trickle = 0.05  # seconds a byte: every read comes well inside a per-read timeout
+    with running_store(tiny_store, upstream=daemon.url, no_draft=True) as (url, state):
+        ours = [model.name for model in state.runnable()]
+        with ThreadPoolExecutor(1) as pool:
+            started = time.monotonic()
+            listing = pool.submit(httpx.get, url + "/api/tags", timeout=60)
+            waits = []
+            while not listing.done():
+                asked = time.monotonic()
+                assert httpx.get(url + "/health", timeout=30).status_code == 200
+                waits.append(time.monotonic() - asked)
+                time.sleep(0.05)
+            listed = [m["name"] for m in listing.result().json()["models"]]
+            took = time.monotonic() - started
+    assert sorted(listed) == sorted(ours) and "tiny-target:latest" in ours  # ours alone: no daemon model
+    assert took < PROBE_TIMEOUT + 3, took  # a deadline for the whole answer, not for each read
+    assert max(waits) < 2, waits  # the event loop kept answering while the list was read

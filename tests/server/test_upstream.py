@@ -14,6 +14,8 @@ import pytest
 from fastapi import FastAPI, Request
 
 from ollama_spec.server.upstream import (
+    LIST_LIMIT,
+    PROBE_TIMEOUT,
     Upstream,
     default_upstream,
     is_own_address,
@@ -22,7 +24,7 @@ from ollama_spec.server.upstream import (
 )
 from tests.live_app import serving_app
 from tests.pull_servers import closed_port
-from tests.upstream_daemon import UpstreamDaemon
+from tests.upstream_daemon import UpstreamDaemon, huge_listing
 
 
 @pytest.fixture
@@ -191,3 +193,21 @@ def test_headers_for_one_hop_stay_on_it_both_ways(daemon):
         assert asked.headers["x-client"] == "webui"
         assert not {"x-client-hop", "proxy-authorization", "keep-alive"} & set(asked.headers)
         assert asked.path == "/api/chat"  # no query: no "?" either
+
+
+def test_a_huge_daemon_list_is_not_merged_and_says_why(daemon, caplog):
+    daemon.tags_body = huge_listing(2 * LIST_LIMIT)
+    with caplog.at_level(logging.WARNING, "ollama_spec.server"):
+        assert run(lambda up: up.tags(), daemon.url) == []
+    assert f"did not list its models (its answer is longer than {LIST_LIMIT >> 20} MiB)" in caplog.text
+
+
+def test_a_trickling_daemon_costs_a_listing_or_a_load_its_deadline_at_most(daemon, caplog):
+    daemon.trickle = 0.05  # seconds a byte: each read comes well inside a per-read timeout
+    with caplog.at_level(logging.WARNING, "ollama_spec.server"):
+        for ask in (lambda up: up.tags(), lambda up: up.unload_if_loaded("tiny-target")):
+            started = time.monotonic()
+            assert not run(ask, daemon.url)  # nothing listed, nothing unloaded
+            assert time.monotonic() - started < PROBE_TIMEOUT + 2
+    assert "did not list its models (no answer in time)" in caplog.text
+    assert "did not list its running models (no answer in time)" in caplog.text
