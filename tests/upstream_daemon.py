@@ -1,5 +1,6 @@
 """A stand-in Ollama daemon over real HTTP on 127.0.0.1, for `serve --upstream`: /api/tags, /api/ps,
-/api/version, /api/generate (keep_alive 0 unloads), /api/chat and /v1/chat/completions streaming slowly.
+/api/version, /api/generate (keep_alive 0 unloads), /api/delete and /api/copy (of its `tags`), /api/chat and
+/v1/chat/completions streaming slowly.
 
 Knobs are attributes (`tags`, `loaded`, `delay`, and the faults: `cut`, `trickle`, `tags_body`,
 `answer_headers`); every request is recorded with its headers and body.
@@ -69,6 +70,8 @@ class UpstreamDaemon(TestServer):
         if path == "/api/generate" and doc.get("keep_alive") == 0:
             threading.Timer(self.unload_lag, self._unload, [doc.get("model")]).start()
             return self.send_json(handler, 200, {"model": doc.get("model"), "done": True, "done_reason": "unload"})
+        if path in ("/api/delete", "/api/copy"):
+            return self._edit(handler, path, doc)
         if path == "/api/chat":
             chunks = [{"model": doc.get("model"), "message": {"role": "assistant", "content": p}} for p in self.pieces]
             if doc.get("stream") is False:
@@ -81,6 +84,16 @@ class UpstreamDaemon(TestServer):
             lines = [f"data: {json.dumps({'choices': [{'delta': {'content': p}}]})}\n\n" for p in self.pieces]
             return self._stream(handler, "text/event-stream", [*lines, "data: [DONE]\n\n"])
         self.send_json(handler, 404, {"error": f"path {path} not found"})
+
+    def _edit(self, handler, path: str, doc: dict) -> None:
+        """Delete or copy one of `tags`, as Ollama answers: 200 with no body, or its 404."""
+        name = doc.get("source") if path == "/api/copy" else doc.get("model") or doc.get("name")
+        if name not in self.tags:
+            return self.send_json(handler, 404, {"error": f"model '{name}' not found"})
+        self.tags = [*self.tags, doc["destination"]] if path == "/api/copy" else [t for t in self.tags if t != name]
+        handler.send_response(200)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
 
     def _unload(self, name) -> None:
         self.loaded = [n for n in self.loaded if n != name]

@@ -1,10 +1,12 @@
 """What goes on to the upstream Ollama daemon (serve --upstream), decided before any route reads a request:
 a route this server does not serve (/api/create, /api/push, /api/blobs/..., any other path), and, when
-serving the store, a request for a model it cannot run here (not in its store, a cloud or MLX model).
-The request goes on unchanged (upstream.Upstream.forward), its answer streamed back."""
+serving the store, a request for a model it cannot run here (not in its store, a cloud or MLX model),
+or a delete or copy of a model its store does not have (`ollama rm` through our address). The request
+goes on unchanged (upstream.Upstream.forward), its answer streamed back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 
@@ -12,6 +14,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ollama_spec.errors import ModelNotFound, OllamaSpecError, StoreNotFound
 from ollama_spec.server.core.state import ServerState
 
 # The routes whose JSON body names the model to answer: (method, path) -> the body fields that may name it.
@@ -25,6 +28,11 @@ MODEL_ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", "/v1/completions"): ("model",),
     ("POST", "/v1/embeddings"): ("model",),
     ("POST", "/v1/responses"): ("model",),
+}
+# The store's edits of a model that exists: (method, path) -> the body fields that may name it.
+STORE_ROUTES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("DELETE", "/api/delete"): ("model", "name"),
+    ("POST", "/api/copy"): ("source",),
 }
 MODEL_CARD = "/v1/models/"  # GET /v1/models/{id}: the model is in the path
 FALLBACK_ROUTES = {"unsupported"}  # the catch-all that answers 404/501 when nothing is forwarded
@@ -47,7 +55,9 @@ class Forwarding:
             return await answer(scope, receive, send)
         if self.state.pinned is not None:  # a pinned pair answers every model name
             return await self.app(scope, receive, send)
-        fields = MODEL_ROUTES.get((scope["method"], scope["path"]))
+        route = (scope["method"], scope["path"])
+        fields = MODEL_ROUTES.get(route) or STORE_ROUTES.get(route)
+        ours = self.state.serves if route in MODEL_ROUTES else self._stored
         if scope["method"] == "GET" and scope["path"].startswith(MODEL_CARD):
             name = scope["path"][len(MODEL_CARD) :]
             if name and not await self.state.serves(name):
@@ -56,12 +66,22 @@ class Forwarding:
         elif fields is not None:
             messages, complete = await _read(receive, self.state.settings.max_body_bytes)
             name = _model_named(messages, fields) if complete else None
-            if name is not None and not await self.state.serves(name):
+            if name is not None and not await ours(name):
                 body = b"".join(m.get("body", b"") for m in messages)
                 answer = await upstream.forward(Request(scope, receive), body)
                 return await answer(scope, receive, send)
             receive = _replayed(messages, receive)
         await self.app(scope, receive, send)
+
+    async def _stored(self, name: str) -> bool:
+        """Whether the store has `name`."""
+        try:
+            await asyncio.to_thread(self.state.scheduler.pairs.canonical, name)
+        except (ModelNotFound, StoreNotFound):
+            return False
+        except OllamaSpecError:  # a bad name, a broken manifest: the route answers it
+            pass
+        return True
 
 
 async def _streamed(receive: Receive) -> AsyncIterator[bytes]:

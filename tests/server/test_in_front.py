@@ -109,6 +109,26 @@ def test_routes_we_do_not_serve_are_forwarded(tiny_store, daemon):
         assert get(url + "/api/version", headers=key).json()["ollama_spec"]  # ours stays ours
 
 
+def test_delete_and_copy_of_a_model_only_the_daemon_has_go_to_it(store_copy, daemon):
+    with running_store(store_copy, upstream=daemon.url, no_draft=True) as (url, state):
+        client = ollama.Client(host=url)
+        assert client.copy("qwen3:8b", "qwen3:mine").status == "success"
+        assert client.delete("qwen3:8b").status == "success"  # `ollama rm` through our address
+        assert daemon.tags == ["Tiny-Target:latest", "qwen3:mine"]
+        assert "qwen3:mine" in names(url) and "qwen3:8b" not in names(url)
+        with pytest.raises(ollama.ResponseError) as nobody:
+            client.delete("nobody-has:this")
+        assert (
+            nobody.value.status_code == 404
+            and daemon.requests_to("/api/delete")[-1].json()["model"] == "nobody-has:this"
+        )
+        asked = len(daemon.asked)
+        assert client.copy("tiny-target", "tiny-copy").status == "success"  # ours stays ours, named by any spelling
+        assert client.delete("TINY-COPY").status == "success"
+        assert not [a for a in daemon.asked[asked:] if a.path in ("/api/copy", "/api/delete")]
+        assert "tiny-target:latest" in [m.name for m in state.runnable()]
+
+
 def test_without_an_upstream_unserved_routes_are_501_and_unknown_models_404(tiny_store):
     with running_store(tiny_store) as (url, _):
         create = post(url + "/api/create", json={"model": "mine"})
