@@ -44,6 +44,33 @@ def isolated_user_paths(tmp_path, monkeypatch, user_cache):
     return home
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "breaks_store: the test leaves a store inconsistent on purpose")
+
+
+@pytest.fixture(autouse=True)
+def consistent_stores(request, monkeypatch):
+    """After every test that wrote to a store (a pull, a delete, a copy), each manifest there names blobs that
+    exist with the right sha256. A test that breaks a store on purpose says so: @pytest.mark.breaks_store."""
+    from ollama_spec.pull.writer import StoreWriter
+    from tests.stores import inconsistencies
+
+    written: set[Path] = set()
+    writing = StoreWriter.writing
+
+    def recorded(self, *args, **kwargs):
+        written.add(self.path)
+        return writing(self, *args, **kwargs)
+
+    monkeypatch.setattr(StoreWriter, "writing", recorded)
+    yield
+    if request.node.get_closest_marker("breaks_store"):
+        return
+    for root in sorted(written):
+        if (root / "manifests").is_dir():
+            assert not inconsistencies(root), f"the store {root} is left inconsistent: {inconsistencies(root)}"
+
+
 @pytest.fixture(scope="session")
 def sparse_dir(tmp_path_factory) -> Path:
     """A folder whose files keep holes: header-only 40 GB models take kilobytes. Skips where they wouldn't."""

@@ -51,3 +51,22 @@ def lora_variant(root, name, scratch, base="tiny-target", **lora):
     write_lora_gguf(path, **({"arch": spec.arch, "n_layer": spec.arch.n_layer} | lora))
     variant(root, name, base=base, extra=[("adapter", path.read_bytes())])
     return path
+
+
+def inconsistencies(root) -> list[str]:
+    """What is wrong with a store: each manifest's layers and config whose blob is missing or whose sha256
+    differs from its digest. Manifests that are not JSON name nothing (as Ollama reads them)."""
+    import hashlib
+    from pathlib import Path
+
+    from ollama_spec.pull.writer import named_blobs
+
+    root, found = Path(root), []
+    for manifest in sorted(p for p in (root / "manifests").rglob("*") if p.is_file()):
+        for blob in named_blobs(manifest.read_bytes()):
+            path = root / "blobs" / blob.digest.replace(":", "-")
+            if not path.is_file():
+                found.append(f"{manifest.relative_to(root)} names {blob.digest}, which is missing")
+            elif hashlib.sha256(path.read_bytes()).hexdigest() != blob.hex:
+                found.append(f"{manifest.relative_to(root)} names {blob.digest}, whose file has another sha256")
+    return found

@@ -14,16 +14,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ollama_spec.errors import InvalidManifest, ModelNotFound
+from ollama_spec.errors import InvalidManifest, ModelNotFound, StoreNotWritable
 from ollama_spec.models.manifest import DIGEST, TooLarge, read_small
 from ollama_spec.models.names import ModelRef, parse_model_name
 from ollama_spec.models.store import blob_path, find_store_root
-from ollama_spec.pull.writer import Blob, StoreWriter
+from ollama_spec.pull.writer import Blob, BlobsGone, StoreWriter
 
 log = logging.getLogger("ollama_spec.pull")
 
@@ -44,25 +46,43 @@ def stored_name(name: str, models_dir: str | None = None) -> str:
     return _existing(writer, ref, name)[1].display
 
 
+def deletable_name(name: str, models_dir: str | None = None) -> str:
+    """The model's name as the store spells it (`Llama3` finds `llama3:latest`; ModelNotFound if none),
+    checked deletable first: StoreNotWritable when its manifest's folder or `blobs/` is
+    not writable by this user (a read-only mount, another owner), before anything is unloaded for it."""
+    writer = _writer(models_dir)
+    path, ref = _existing(writer, parse_model_name(name), name)
+    for folder in (path.parent, writer.path / "blobs"):
+        if not os.access(folder, os.W_OK):
+            raise StoreNotWritable(
+                f"cannot delete {ref.display}: {folder} is not writable by you (a read-only store, or another "
+                "user's); delete it as the store's owner, or through the Ollama daemon (ollama rm)"
+            )
+    return ref.display
+
+
 def delete_model(name: str, models_dir: str | None = None) -> Deleted:
-    """Remove `name`'s manifest, then every blob it named that no remaining manifest names."""
+    """Remove `name`'s manifest, then every blob it named that no remaining manifest names.
+
+    The blobs are looked up in the other manifests while their locks are held (those a pull holds are
+    kept): a pull writes its manifest under the same locks, so it is either seen here or finds the blob
+    gone and fetches it again, never a manifest naming a deleted blob."""
     writer = _writer(models_dir)
     path, ref = _existing(writer, parse_model_name(name), name)
     digests = _named_digests(path) or set()  # an unreadable manifest is removed all the same
-    with writer.writing():
+    with writer.writing(then="delete it again"):
         path.unlink()
         _prune_empty(path.parent, writer.path / "manifests")
-    still_named = _digests_in_use(writer.path / "manifests")
-    if still_named is None:
-        log.warning("kept every blob of %s: a manifest in %s could not be read", ref.display, writer.path)
-        return Deleted(ref.display, path, (), tuple(sorted(digests)))
-    removed, kept = [], []
-    for digest in sorted(digests):
-        if digest in still_named or not _remove_blob(writer, digest):
-            kept.append(digest)
-        else:
-            removed.append(digest)
-    return Deleted(ref.display, path, tuple(removed), tuple(kept))
+    with _unheld(writer, digests) as free:
+        still_named = _digests_in_use(writer.path / "manifests")
+        if still_named is None:
+            log.warning("kept every blob of %s: a manifest in %s could not be read", ref.display, writer.path)
+            return Deleted(ref.display, path, (), tuple(sorted(digests)))
+        removed = sorted(free - still_named)
+        with writer.writing(then="delete it again"):
+            for digest in removed:
+                blob_path(writer.path, f"sha256:{digest}").unlink(missing_ok=True)
+    return Deleted(ref.display, path, tuple(removed), tuple(sorted(digests - set(removed))))
 
 
 def copy_model(source: str, destination: str, models_dir: str | None = None) -> str:
@@ -84,8 +104,15 @@ def copy_model(source: str, destination: str, models_dir: str | None = None) -> 
     except OSError as exc:
         raise InvalidManifest(f"{source}: its manifest {source_path} cannot be read ({exc.strerror or exc})") from None
     writer.prepare(target)
-    writer.write_manifest(target, data)
+    try:
+        writer.write_manifest(target, data, then="copy it again")
+    except BlobsGone as gone:  # the source's own blobs are missing (or were deleted meanwhile)
+        raise InvalidManifest(f"{source}: {_missing(gone)}; nothing was copied") from None
     return stored.display
+
+
+def _missing(gone: BlobsGone) -> str:
+    return "its blob " + ", ".join(blob.digest for blob in gone.blobs[:3]) + " is missing from the store"
 
 
 def _writer(models_dir: str | None) -> StoreWriter:
@@ -140,21 +167,20 @@ def _raise(exc: OSError) -> None:
     raise exc
 
 
-def _remove_blob(writer: StoreWriter, hex_digest: str) -> bool:
-    """Delete one blob unless a pull holds its lock right now; True when it is gone."""
-    blob = Blob(f"sha256:{hex_digest}", 0)
-    lock = FileLock(str(writer.lock_path(blob)), mode=0o666)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return False
-    try:
-        path = blob_path(writer.path, blob.digest)
-        with writer.writing():
-            path.unlink(missing_ok=True)
-        return True
-    finally:
-        lock.release()
+@contextmanager
+def _unheld(writer: StoreWriter, hex_digests: set[str]) -> Iterator[set[str]]:
+    """The locks of the blobs no pull holds right now, taken without waiting: the digests it got."""
+    with ExitStack() as stack:
+        free = set()
+        for digest in sorted(hex_digests):
+            lock = FileLock(str(writer.lock_path(Blob(f"sha256:{digest}", 0))), mode=0o666)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue
+            stack.callback(lock.release)
+            free.add(digest)
+        yield free
 
 
 def _prune_empty(folder: Path, manifests: Path) -> None:

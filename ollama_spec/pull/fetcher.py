@@ -1,4 +1,5 @@
-"""Download a model's blobs a few at a time; Ctrl-C or the first error stops them all cleanly."""
+"""Download a model's blobs a few at a time; Ctrl-C or the first error stops them all cleanly. Then the
+manifest, under the locks of every blob it names."""
 
 from __future__ import annotations
 
@@ -13,9 +14,37 @@ from ollama_spec.models.names import ModelRef
 from ollama_spec.pull.download import BlobProgress, Cancelled, fetch_blob
 from ollama_spec.pull.progress import PullEvent
 from ollama_spec.pull.settings import PullSettings
-from ollama_spec.pull.writer import Blob, StoreWriter
+from ollama_spec.pull.writer import Blob, BlobsGone, StoreWriter
 
 CANCEL_GRACE = 2.0  # seconds the downloads get to stop between chunks after Ctrl-C or an error
+REFETCHES = 2  # times a pull fetches again the blobs a concurrent delete removed before its manifest
+
+
+def fetch_and_write(
+    client: httpx.Client,
+    urls: Mapping[Blob, str],
+    writer: StoreWriter,
+    settings: PullSettings,
+    ref: ModelRef,
+    report: Callable[[PullEvent], None],
+    cancel: threading.Event,
+    manifest: Callable[[Mapping[Blob, Path | None]], bytes],
+) -> None:
+    """Fetch every blob, then write the manifest that `manifest(downloads)` builds (it may add small layers).
+
+    The blobs found present were checked without a lock; a delete of a model sharing one may remove it
+    before the manifest is written, which `write_manifest` sees under the locks: those are fetched again."""
+    for attempt in range(REFETCHES + 1):
+        downloads = fetch_all(client, urls, writer, settings, ref, report, cancel)
+        data = manifest(downloads)
+        report(PullEvent(ref.display, "writing manifest"))
+        try:
+            writer.write_manifest(ref, data, downloads)
+            return
+        except BlobsGone as gone:
+            if attempt == REFETCHES:
+                raise BlobsGone(gone.blobs, "no manifest was written; run the same pull again") from None
+            report(PullEvent(ref.display, f"{gone}: fetching again"))
 
 
 def fetch_all(
@@ -26,11 +55,12 @@ def fetch_all(
     ref: ModelRef,
     report: Callable[[PullEvent], None],
     cancel: threading.Event,
-) -> None:
-    """Fetch and verify every blob (at most `settings.concurrency` at once), then move them all into `blobs/`.
+) -> dict[Blob, Path | None]:
+    """Fetch and verify every blob (at most `settings.concurrency` at once): each blob's verified download,
+    None for those the store has already. `write_manifest` moves them into `blobs/`.
 
-    Nothing enters `blobs/` until every blob of the model is verified. On an error or Ctrl-C the
-    other downloads stop at their next chunk, keeping their partial files for the next pull.
+    On an error or Ctrl-C the other downloads stop at their next chunk, keeping their partial files for
+    the next pull.
     """
 
     def progress(event: BlobProgress) -> None:
@@ -79,9 +109,7 @@ def fetch_all(
     if failures:
         raise next((f for f in failures if not isinstance(f, Cancelled)), failures[0])
     report(PullEvent(ref.display, "verifying sha256 digest"))
-    for blob in urls:
-        if results[blob] is not None:
-            writer.commit_blob(blob, results[blob])
+    return {blob: results[blob] for blob in urls}
 
 
 def _join(workers: list[threading.Thread], seconds: float) -> None:

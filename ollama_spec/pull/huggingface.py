@@ -16,8 +16,9 @@ import json
 import os
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from huggingface_hub import HfApi, hf_hub_url
@@ -29,7 +30,7 @@ from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.models.manifest import MEDIA_TYPE_PREFIX
 from ollama_spec.models.names import ModelRef
 from ollama_spec.pull.download import http_client, http_errors
-from ollama_spec.pull.fetcher import fetch_all
+from ollama_spec.pull.fetcher import fetch_and_write
 from ollama_spec.pull.progress import PullEvent
 from ollama_spec.pull.settings import PullSettings
 from ollama_spec.pull.writer import Blob, StoreWriter
@@ -175,26 +176,30 @@ def pull_from_huggingface(
         if projector is not None:
             urls[projector] = hf_hub_url(repo_id, projector_file.name, revision=revision, endpoint=endpoint)
         writer.check_free_space(urls)
-        fetch_all(client, urls, writer, settings, ref, report, cancel)
-    layers = [
-        _layer("model", model),
-        *([_layer("projector", projector)] if projector else []),
-        *(_layer(kind, writer.add_bytes(data)) for kind, data in extras),
-    ]
-    try:
-        config = writer.add_bytes(json.dumps(_config(writer, model, gguf, layers)).encode())
-    except OllamaSpecError as exc:  # its sha256 matched, but it is no GGUF that llama.cpp could read
-        raise PullError(
-            f"hf.co/{repo_id}: {gguf.name} is not a readable GGUF ({one_line(str(exc))}); no manifest was written"
-        ) from None
-    manifest = {
-        "schemaVersion": 2,
-        "mediaType": MANIFEST_MEDIA_TYPE,
-        "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": config.digest, "size": config.size},
-        "layers": layers,
-    }
-    report(PullEvent(ref.display, "writing manifest"))
-    writer.write_manifest(ref, json.dumps(manifest).encode())
+
+        def manifest(downloads: Mapping[Blob, Path | None]) -> bytes:
+            layers = [
+                _layer("model", model),
+                *([_layer("projector", projector)] if projector else []),
+                *(_layer(kind, writer.add_bytes(data)) for kind, data in extras),
+            ]
+            gguf_path = downloads.get(model) or writer.blob_path(model)
+            try:
+                config = writer.add_bytes(json.dumps(_config(gguf_path, model, gguf, layers)).encode())
+            except OllamaSpecError as exc:  # its sha256 matched, but it is no GGUF that llama.cpp could read
+                raise PullError(
+                    f"hf.co/{repo_id}: {gguf.name} is not a readable GGUF ({one_line(str(exc))}); "
+                    "no manifest was written"
+                ) from None
+            doc = {
+                "schemaVersion": 2,
+                "mediaType": MANIFEST_MEDIA_TYPE,
+                "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": config.digest, "size": config.size},
+                "layers": layers,
+            }
+            return json.dumps(doc).encode()
+
+        fetch_and_write(client, urls, writer, settings, ref, report, cancel, manifest)
     if not any(kind == "template" for kind, _ in extras):
         report(
             PullEvent(
@@ -241,8 +246,8 @@ def _layer(kind: str, blob: Blob) -> dict:
     return {"mediaType": MEDIA_TYPE_PREFIX + kind, "digest": blob.digest, "size": blob.size}
 
 
-def _config(writer: StoreWriter, model: Blob, gguf: RepoFile, layers: list[dict]) -> dict:
-    info = read_model_info(writer.blob_path(model), read_vocab=False)
+def _config(gguf_path: Path, model: Blob, gguf: RepoFile, layers: list[dict]) -> dict:
+    info = read_model_info(gguf_path, read_vocab=False)
     return {
         "model_format": "gguf",
         "model_family": info.architecture,

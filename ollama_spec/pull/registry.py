@@ -13,7 +13,7 @@ from ollama_spec.errors import InvalidManifest, ModelNotFound, PullError
 from ollama_spec.models.names import ModelRef
 from ollama_spec.models.store import blob_path
 from ollama_spec.pull.download import http_client, http_errors, short_text
-from ollama_spec.pull.fetcher import fetch_all
+from ollama_spec.pull.fetcher import fetch_and_write
 from ollama_spec.pull.huggingface import is_huggingface
 from ollama_spec.pull.progress import PullEvent
 from ollama_spec.pull.settings import PullSettings
@@ -41,11 +41,8 @@ def pull_from_registry(
         data = _get_manifest(client, ref, f"{repo}/manifests/{ref.tag}")
         blobs = manifest_blobs(data, f"{repo}/manifests/{ref.tag}", writer.path)
         writer.check_free_space(blobs)
-        fetch_all(
-            client, {blob: f"{repo}/blobs/{blob.digest}" for blob in blobs}, writer, settings, ref, report, cancel
-        )
-    report(PullEvent(ref.display, "writing manifest"))
-    writer.write_manifest(ref, data)
+        urls = {blob: f"{repo}/blobs/{blob.digest}" for blob in blobs}
+        fetch_and_write(client, urls, writer, settings, ref, report, cancel, lambda _: data)
     report(PullEvent(ref.display, "success"))
 
 

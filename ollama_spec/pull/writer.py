@@ -10,25 +10,31 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
-from contextlib import contextmanager, suppress
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
 from ollama_spec.config import ollama_var
-from ollama_spec.errors import InsufficientDisk, StoreNotWritable
+from ollama_spec.errors import InsufficientDisk, PullError, StoreNotWritable
 from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.models.manifest import DIGEST
 from ollama_spec.models.names import ModelRef
 from ollama_spec.models.store import HOME_STORE, SERVICE_STORE, StoreRoot, blob_path, find_store_root
 
 PARTIAL_DIR = ".ollama-spec-partial"
 # Headroom kept free beyond the blobs themselves (manifests, filesystem metadata, other writers).
 DISK_MARGIN = 64 << 20
+# A staged manifest or layer lives for milliseconds; one this old was left by a writer that was killed.
+STALE_STAGED_SECONDS = 600
+PULL_AGAIN = "run the same pull again (finished blobs and partial downloads are kept)"
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,9 @@ def writable_store_root(models_dir: str | None = None, environ: Mapping[str, str
 
 
 @contextmanager
-def _writing(root: StoreRoot, what: str = "the model store"):
-    """Turn permission and disk-full errors into the one-line errors the CLI prints."""
+def _writing(root: StoreRoot, what: str = "the model store", then: str = PULL_AGAIN):
+    """Turn permission and disk-full errors into the one-line errors the CLI prints; `then` is what to do
+    once there is space again."""
     try:
         yield
     except PermissionError:
@@ -75,10 +82,7 @@ def _writing(root: StoreRoot, what: str = "the model store"):
         if exc.errno == errno.EROFS:
             raise StoreNotWritable(_not_writable(root, what)) from None
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise InsufficientDisk(
-                f"the disk holding {root.path} is full; free some space and run the same pull again "
-                "(finished blobs and partial downloads are kept)"
-            ) from None
+            raise InsufficientDisk(f"the disk holding {root.path} is full; free some space and {then}") from None
         raise
 
 
@@ -104,8 +108,8 @@ class StoreWriter:
     def partial_dir(self) -> Path:
         return self.path / PARTIAL_DIR
 
-    def writing(self, what: str = "the model store"):
-        return _writing(self.root, what)
+    def writing(self, what: str = "the model store", then: str = PULL_AGAIN):
+        return _writing(self.root, what, then)
 
     def prepare(self, ref: ModelRef | None = None) -> None:
         """Create blobs/, manifests/ and the partial folder; fail early, before any download, if any
@@ -122,6 +126,16 @@ class StoreWriter:
                 fd, probe = tempfile.mkstemp(dir=folder, prefix=".ollama-spec-probe-")
                 os.close(fd)
                 os.unlink(probe)
+            self._remove_stale_staged()
+
+    def _remove_stale_staged(self) -> None:
+        """Staged manifests and layers a killed writer left (partial downloads are kept: they resume)."""
+        cutoff = time.time() - STALE_STAGED_SECONDS
+        for pattern in ("manifest-*", "layer-*"):
+            for staged in self.partial_dir.glob(pattern):
+                with suppress(OSError):
+                    if staged.stat().st_mtime < cutoff:
+                        staged.unlink()
 
     def blob_path(self, blob: Blob) -> Path:
         return blob_path(self.path, blob.digest)
@@ -188,6 +202,15 @@ class StoreWriter:
         finally:
             lock.release()
 
+    @contextmanager
+    def holding(self, blobs: Iterable[Blob]) -> Iterator[None]:
+        """Hold every blob's lock at once, taken in digest order so that two holders never wait on each
+        other. While they are held no delete removes any of these blobs (it skips a locked one)."""
+        with ExitStack() as stack:
+            for digest in sorted({blob.digest for blob in blobs}):
+                stack.enter_context(self.blob_lock(Blob(digest, 0)))
+            yield
+
     def check_free_space(self, blobs: Iterable[Blob]) -> int:
         """Raise InsufficientDisk unless the missing blobs fit; return the bytes still to download."""
         needed = sum(max(0, b.size - self.partial_size(b)) for b in set(blobs) if not self.has_blob(b))
@@ -204,8 +227,13 @@ class StoreWriter:
 
         Under the blob's lock: another pull of a model sharing this blob may have moved it first.
         """
+        with self.blob_lock(blob):
+            return self._move_in(blob, verified_file)
+
+    def _move_in(self, blob: Blob, verified_file: Path) -> Path:
+        """`commit_blob` for a caller that holds the blob's lock."""
         target = self.blob_path(blob)
-        with self.blob_lock(blob), self.writing():
+        with self.writing():
             if self.has_blob(blob):
                 verified_file.unlink(missing_ok=True)
                 return target
@@ -220,8 +248,8 @@ class StoreWriter:
             self.commit_blob(blob, self._staged(data, "layer-"))
         return blob
 
-    def _staged(self, data: bytes, prefix: str) -> Path:
-        with self.writing():
+    def _staged(self, data: bytes, prefix: str, then: str = PULL_AGAIN) -> Path:
+        with self.writing(then=then):
             fd, staged = tempfile.mkstemp(dir=self.partial_dir, prefix=prefix)
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -244,18 +272,63 @@ class StoreWriter:
             path = exact
         return path
 
-    def write_manifest(self, ref: ModelRef, data: bytes) -> Path:
-        """Write the manifest last, atomically: staged in the partial folder, renamed into place."""
+    def write_manifest(
+        self, ref: ModelRef, data: bytes, downloads: Mapping[Blob, Path | None] | None = None, then: str = PULL_AGAIN
+    ) -> Path:
+        """Write the manifest last, atomically (staged in the partial folder, renamed into place), under the
+        locks of every blob it names: the verified `downloads` are moved into `blobs/` and each named blob is
+        checked present at that moment. A delete of another model sharing a blob has then either removed it
+        before (BlobsGone: fetch it again) or keeps it, as it skips locked blobs and sees this manifest after."""
         path = self.manifest_path(ref)
-        staged = self._staged(data, "manifest-")
+        downloads = downloads or {}
+        named = named_blobs(data)
+        staged = self._staged(data, "manifest-", then)
         try:
-            with self.writing():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                os.chmod(staged, 0o644)
-                os.replace(staged, path)
+            with self.holding([*named, *downloads]):
+                for blob, verified in downloads.items():
+                    if verified is not None:
+                        self._move_in(blob, verified)
+                gone = [blob for blob in named if not self._present(blob)]
+                if gone:
+                    raise BlobsGone(gone)
+                with self.writing(then=then):
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.chmod(staged, 0o644)
+                    os.replace(staged, path)
         finally:
             staged.unlink(missing_ok=True)
         return path
+
+    def _present(self, blob: Blob) -> bool:
+        return self.has_blob(blob) if blob.size >= 0 else self.blob_path(blob).is_file()
+
+
+class BlobsGone(PullError):
+    """Blobs a manifest names went missing before it was written (a delete of a model sharing them)."""
+
+    def __init__(self, blobs: list[Blob], then: str = ""):
+        self.blobs = blobs
+        shown = ", ".join(blob.digest for blob in blobs[:3]) + (" ..." if len(blobs) > 3 else "")
+        said = f"{shown} left the store before the manifest was written (a delete of a model sharing it)"
+        super().__init__(f"{said}; {then}" if then else said)
+
+
+def named_blobs(data: bytes) -> list[Blob]:
+    """The blobs a manifest's layers and config name, read leniently (size -1 where it gives none)."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return []
+    if not isinstance(doc, dict):
+        return []
+    layers = doc.get("layers") if isinstance(doc.get("layers"), list) else []
+    found: dict[str, Blob] = {}
+    for entry in [*layers, doc.get("config")]:
+        if isinstance(entry, dict) and isinstance(entry.get("digest"), str) and DIGEST.fullmatch(entry["digest"]):
+            size = entry.get("size")
+            digest = "sha256:" + DIGEST.fullmatch(entry["digest"]).group(1)
+            found[digest] = Blob(digest, size if isinstance(size, int) and not isinstance(size, bool) else -1)
+    return list(found.values())
 
 
 def free_bytes(path: Path) -> int:

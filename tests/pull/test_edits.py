@@ -12,7 +12,7 @@ from filelock import FileLock
 from ollama_spec.errors import InvalidModelName, ModelNotFound
 from ollama_spec.models.store import Store, StoreRoot
 from ollama_spec.pull import edits
-from ollama_spec.pull.edits import copy_model, delete_model, stored_name
+from ollama_spec.pull.edits import copy_model, deletable_name, delete_model
 from ollama_spec.pull.writer import PARTIAL_DIR, Blob, StoreWriter
 from tests.pull_servers import snapshot
 
@@ -70,7 +70,7 @@ def test_last_tag_removes_its_folders_and_every_blob_it_alone_named(store):
 
 
 def test_delete_matches_names_as_ollama_does(store):
-    assert stored_name("TINY-Draft:Q4_0", str(store)) == "tiny-draft:q4_0"
+    assert deletable_name("TINY-Draft:Q4_0", str(store)) == "tiny-draft:q4_0"
     assert delete_model("TINY-Draft:Q4_0", str(store)).name == "tiny-draft:q4_0"
     assert not (store / LIBRARY / "tiny-draft" / "q4_0").exists()
 
@@ -168,3 +168,37 @@ def test_copy_onto_itself_changes_nothing(store):
     before = snapshot(store)
     assert copy_model("tiny-draft", "Tiny-Draft:latest", str(store)) == "tiny-draft:latest"
     assert snapshot(store) == before
+
+
+def test_a_copy_on_a_full_disk_says_to_copy_again_not_to_pull(store, monkeypatch):
+    import errno
+    import os as real_os
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(real_os, "replace", full)
+    from ollama_spec.errors import InsufficientDisk
+
+    with pytest.raises(InsufficientDisk) as refused:
+        copy_model("tiny-draft", "other:copy", str(store))
+    assert "copy it again" in str(refused.value) and "pull" not in str(refused.value)
+    assert not (store / LIBRARY / "other" / "copy").exists()
+
+
+def test_staged_manifests_a_killed_writer_left_are_cleaned_at_the_next_write(store):
+    import os as real_os
+    import time
+
+    partial = store / PARTIAL_DIR
+    partial.mkdir(exist_ok=True)
+    old, fresh, download = partial / "manifest-abc123", partial / "layer-def456", partial / "sha256-00.partial"
+    for path in (old, fresh, download):
+        path.write_bytes(b"{}")
+    long_ago = time.time() - 3600
+    for path in (old, download):
+        real_os.utime(path, (long_ago, long_ago))
+    copy_model("tiny-draft", "other:copy", str(store))
+    assert not old.exists()  # staged an hour ago: its writer is gone
+    assert fresh.exists()  # may be another writer's, being written now
+    assert download.exists()  # a partial download is kept: the next pull resumes it

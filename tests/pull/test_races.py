@@ -1,0 +1,100 @@
+"""Pulls, deletes and copies at the same time on one store: every manifest written names blobs that exist.
+
+The pull here comes from a real registry on 127.0.0.1 into a store that already holds a model sharing its
+blobs (the tiny pair under Ollama's default registry), so the pull finds them present and skips them, the
+way the race was found: the delete of the other model runs between that check and the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from ollama_spec.errors import InvalidManifest
+from ollama_spec.pull import PullSettings, pull_models
+from ollama_spec.pull.edits import copy_model, delete_model
+from tests.pull_servers import Registry, closed_port
+from tests.stores import inconsistencies
+
+LIBRARY = Path("manifests/registry.ollama.ai/library")
+
+
+@pytest.fixture
+def registry(tiny_store, monkeypatch):
+    server = Registry(tiny_store)
+    monkeypatch.setenv("OLLAMA_HOST", f"http://127.0.0.1:{closed_port()}")  # no daemon: the registry path
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def store(tiny_store, tmp_path) -> Path:
+    root = tmp_path / "store"
+    shutil.copytree(tiny_store, root)
+    return root
+
+
+def pull(registry, store: Path, model: str, report=lambda event: None) -> None:
+    pull_models([f"{registry.host}/library/{model}:latest"], PullSettings(insecure=True), report, str(store))
+
+
+def test_a_delete_after_the_pull_found_its_blobs_present_is_fetched_again(registry, store):
+    """The delete runs in the gap the race needs: the pull has found every blob present and not yet written
+    its manifest. The pull notices the deleted blobs, fetches them again and its manifest is whole."""
+    statuses = []
+
+    def report(event) -> None:
+        statuses.append(event.status)
+        if event.status == "verifying sha256 digest" and statuses.count(event.status) == 1:
+            delete_model("tiny-draft", str(store))  # shares every blob with the model being pulled
+
+    pull(registry, store, "tiny-draft", report)
+    assert not (store / LIBRARY / "tiny-draft" / "latest").exists()
+    assert statuses[-1] == "success"
+    assert any("fetching again" in status for status in statuses)
+    assert inconsistencies(store) == []
+    fetched = [path for _, path, _ in registry.requests if "/blobs/" in path]
+    assert fetched  # the blobs the delete removed came from the registry
+
+
+def test_deletes_and_pulls_of_models_sharing_blobs_in_threads_leave_the_store_whole(registry, store):
+    """The race as found: a delete fired while a pull of a model sharing its blobs runs, many times over."""
+    pulled = store / "manifests" / registry.host / "library" / "tiny-draft" / "latest"
+    for _ in range(12):
+        if not (store / LIBRARY / "tiny-draft" / "latest").exists():
+            copy_model(f"{registry.host}/library/tiny-draft:latest", "tiny-draft", str(store))
+        if pulled.exists():
+            delete_model(f"{registry.host}/library/tiny-draft:latest", str(store))
+        errors: list[BaseException] = []
+
+        def run(job, errors=errors) -> None:
+            try:
+                job()
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=run, args=(lambda: pull(registry, store, "tiny-draft"),)),
+            threading.Thread(target=run, args=(lambda: delete_model("tiny-draft", str(store)),)),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not errors, errors
+        assert pulled.exists()
+        assert inconsistencies(store) == []
+
+
+def test_a_copy_of_a_model_whose_blob_is_missing_writes_nothing(store):
+    doc = json.loads((store / LIBRARY / "tiny-draft" / "latest").read_text())
+    model = doc["layers"][0]["digest"]
+    (store / "blobs" / model.replace(":", "-")).unlink()
+    with pytest.raises(InvalidManifest, match=f"tiny-draft: its blob {model} is missing from the store"):
+        copy_model("tiny-draft", "other:copy", str(store))
+    assert not (store / LIBRARY / "other").exists()
+    (store / LIBRARY / "tiny-draft" / "latest").unlink()  # what the test broke on purpose, for the store check
