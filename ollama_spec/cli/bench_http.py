@@ -56,7 +56,7 @@ def bench_served(
 ) -> None:
     """The pair served in this process with --concurrency slots, timed by as many clients as --url times a
     server (`ks`: -k as given, None if not)."""
-    from ollama_spec.bench.local_server import served_k, served_pair
+    from ollama_spec.cli.bench_server import served_k, served_pair
 
     concurrency = options["concurrency"]
     k = served_k(ks, target_model.params)

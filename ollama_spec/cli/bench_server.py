@@ -1,5 +1,7 @@
 """`bench --concurrency N` without --url: the pair served in this process as `serve` serves it, on
-127.0.0.1 at a free port, for the --url bench to time over HTTP; stopped however the bench ends."""
+127.0.0.1 at a free port, for the --url bench to time over HTTP; stopped however the bench ends.
+
+It joins two faces, `bench/` and `server/`, so it lives in `cli/`, the one face that imports others."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ollama_spec.bench.local_server import served_k
+from ollama_spec.cli.bench_server import served_k
 from ollama_spec.errors import InvalidSetting
 
 # One short prompt, one run, K fixed (no calibration): seconds, not minutes, on a shared 2-core machine.
@@ -80,22 +80,22 @@ def test_ctrl_c_mid_bench_stops_the_server(invoke, tiny_store, one_prompt, monke
     ],
 )
 def test_options_of_the_rows_are_one_line_before_any_load(invoke, tiny_store, one_prompt, monkeypatch, args, message):
-    from ollama_spec.bench import local_server
+    from ollama_spec.cli import bench_server
 
-    monkeypatch.setattr(local_server, "Engine", None)  # loading would fail loudly
+    monkeypatch.setattr(bench_server, "Engine", None)  # loading would fail loudly
     result = served(invoke, tiny_store, one_prompt, "--concurrency", "2", *args)
     assert result.exit_code == 1
     assert result.output.strip() == message
 
 
 def test_a_memory_refusal_names_the_bench_flag(invoke, tiny_store, one_prompt, monkeypatch):
-    from ollama_spec.bench import local_server
+    from ollama_spec.cli import bench_server
     from ollama_spec.errors import InsufficientMemory
 
     def refused(*args, **kwargs):
         raise InsufficientMemory("8 slots do not fit in RAM; try: --parallel 2 fits in RAM")
 
-    monkeypatch.setattr(local_server, "Engine", refused)
+    monkeypatch.setattr(bench_server, "Engine", refused)
     result = served(invoke, tiny_store, one_prompt, "--concurrency", "8")
     assert result.exit_code == 1
     assert result.output.strip() == "Error: 8 slots do not fit in RAM; try: --concurrency 2 fits in RAM"
