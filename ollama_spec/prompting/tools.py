@@ -14,7 +14,6 @@ import re
 from typing import Any
 
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.prompting.messages import ChatMessage, ToolCall, name_tool_answers
 
 BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
@@ -125,9 +124,9 @@ def could_be_tool_call(text: str) -> bool:
     return OPENING.startswith(start[: len(OPENING)])
 
 
-def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
-    """GBNF for one call, {"name": ..., "arguments": {...}}, to any offered tool or to `only`
-    (OpenAI's tool_choice "required", or a named function)."""
+def forced_call_schema(tools: list[dict], only: str | None = None) -> dict:
+    """The JSON Schema of one call, {"name": ..., "arguments": {...}}, to any offered tool or to `only`
+    (OpenAI's tool_choice "required", or a named function): llama/grammar makes the grammar of it."""
     names = tool_names(tools)
     if only is not None and only not in names:
         raise InvalidSetting(f"tool_choice names '{only}', which is not among the tools offered")
@@ -143,7 +142,7 @@ def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
                 }
             )
     schema = choices[0] if len(choices) == 1 else {"anyOf": choices}
-    return grammar_for_json({**schema, "$defs": defs} if defs else schema)
+    return {**schema, "$defs": defs} if defs else schema
 
 
 _DEFS = ("$defs", "definitions")

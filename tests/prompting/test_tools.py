@@ -8,12 +8,20 @@ from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.messages import ChatMessage, ToolCall
 from ollama_spec.prompting.tools import (
     could_be_tool_call,
-    forced_call_grammar,
+    forced_call_schema,
     parse_tool_calls,
     template_takes_tools,
     tools_in_messages,
 )
 from tests.grammars import matches
+
+
+def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
+    """The grammar the server forces a call with (server/core/request.offer_tools)."""
+    from ollama_spec.llama.grammar import grammar_for_json
+
+    return grammar_for_json(forced_call_schema(tools, only))
+
 
 NAMES = ["get_weather", "add"]
 

@@ -13,7 +13,7 @@ from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.thinking import template_thinks
-from ollama_spec.prompting.tools import forced_call_grammar, tool_names
+from ollama_spec.prompting.tools import forced_call_schema, tool_names
 from ollama_spec.server.core.errors import TOO_LONG, ApiError
 from ollama_spec.server.core.settings import ServerSettings
 
@@ -248,7 +248,7 @@ def offer_tools(
     if constrained:
         raise ApiError(400, "a forced tool call and an output format or grammar cannot be combined", "tool_choice")
     try:
-        return tools, forced_call_grammar(tools, only)
+        return tools, grammar_for_json(forced_call_schema(tools, only))
     except InvalidSetting as exc:
         raise ApiError(400, str(exc), "tool_choice") from None
 
