@@ -119,9 +119,10 @@ class DraftLength(click.ParamType):
 def _load_preset(ctx: click.Context, param: click.Parameter, value: str | None):
     if value is None:
         return None
+    from ollama_spec.decoding.parameters import refusal
     from ollama_spec.models.modelfile import load_modelfile
 
-    preset = load_modelfile(value)
+    preset = load_modelfile(value, refusal)
     defaults = {
         "target": preset.model,
         "draft": preset.draft,

@@ -20,6 +20,7 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, engine_settings, server_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.decoding.parameters import refusal
 from ollama_spec.engine.engine import Engine
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.backends import discover_devices
@@ -256,7 +257,7 @@ def store_state(options: Options, models_dir: str | None) -> ServerState:
         pairs[name.strip()] = draft.strip()
     presets = {}
     for path in options["presets"]:
-        modelfile = load_modelfile(path)
+        modelfile = load_modelfile(path, refusal)
         presets[modelfile.model] = modelfile
     settings = server_settings({}, options)
 

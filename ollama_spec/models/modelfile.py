@@ -8,13 +8,11 @@ Ollama's `DRAFT` takes a file path; ours takes a model name or a path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ollama_spec.decoding.loop import SpeculationSettings
-from ollama_spec.decoding.penalties import MIN_REPEAT_PENALTY, Penalties
-from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.messages import ChatMessage
 
@@ -76,20 +74,9 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     },
     "use_mmap": (_boolean, "true or false"),
 }
-# The used parameters' ranges, checked as the file is read, so that every command that takes -f refuses
-# the same file with the same line (check and vllm build no sampling settings). The rule is the one those
-# settings hold flags and requests to: PARAMETER name -> (settings, what the error says it must be).
-RANGES: dict[str, tuple[type, str]] = {
-    "temperature": (SamplingSettings, ">= 0"),
-    "top_k": (SamplingSettings, ">= 0 (0 turns it off)"),
-    "top_p": (SamplingSettings, "in (0, 1]"),
-    "min_p": (SamplingSettings, "in [0, 1]"),
-    "draft_p_min": (SpeculationSettings, "in [0, 1)"),
-    "repeat_penalty": (Penalties, f"in {MIN_REPEAT_PENALTY:g}..{1 / MIN_REPEAT_PENALTY:g} (1 turns it off)"),
-    "repeat_last_n": (Penalties, "-1 (the whole text), 0 (off) or more"),
-    "presence_penalty": (Penalties, "a finite number"),
-    "frequency_penalty": (Penalties, "a finite number"),
-}
+# A used PARAMETER's range is the rule of the settings it becomes (decoding/parameters.refusal), which a
+# Modelfile is read before: the caller passes it in. (name, typed value) -> what it must be, or None.
+Refusal = Callable[[str, Any], str | None]
 # Parameters Ollama has dropped: `ollama create` warns and skips them (its parser/parser.go), so
 # Modelfiles written for older Ollamas still load; here too, with a note.
 DEPRECATED_PARAMETERS = (
@@ -149,7 +136,7 @@ def find_modelfile(name: str) -> Path:
     )
 
 
-def load_modelfile(name: str) -> Modelfile:
+def load_modelfile(name: str, refusal: Refusal | None = None) -> Modelfile:
     """Find (see find_modelfile) and parse a Modelfile; errors name the file and the line."""
     path = find_modelfile(name)
     try:
@@ -164,14 +151,15 @@ def load_modelfile(name: str) -> Modelfile:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InvalidSetting(f"{path}, line {line}: not UTF-8 text") from None
-    return parse_modelfile(text, path)
+    return parse_modelfile(text, path, refusal)
 
 
-def parse_modelfile(text: str, path: Path) -> Modelfile:
-    """Parse Modelfile `text` (read from `path`, which relative model paths are taken from)."""
+def parse_modelfile(text: str, path: Path, refusal: Refusal | None = None) -> Modelfile:
+    """Parse Modelfile `text` (read from `path`, which relative model paths are taken from); a PARAMETER
+    that `refusal` refuses is an error at its line."""
     try:
         commands = _commands(text)
-        return _build(commands, path)
+        return _build(commands, path, refusal)
     except _Error as exc:
         raise InvalidSetting(f"{path}, line {exc.line}: {exc}") from None
 
@@ -256,7 +244,7 @@ def _value(text: str, i: int, line: int) -> tuple[str, int]:
     return text[i:end].strip(), end
 
 
-def _build(commands: list[tuple[int, str, str, str]], path: Path) -> Modelfile:
+def _build(commands: list[tuple[int, str, str, str]], path: Path, refusal: Refusal | None) -> Modelfile:
     fields: dict[str, Any] = {"parameters": {}, "license": [], "messages": [], "adapters": []}
     for line, directive, key, value in commands:
         if directive in ("from", "draft"):
@@ -271,7 +259,7 @@ def _build(commands: list[tuple[int, str, str, str]], path: Path) -> Modelfile:
                 )
             fields["adapters"].append(Path(_model_reference(value, path)))
         elif directive == "parameter":
-            _parameter(fields["parameters"], key, value, line)
+            _parameter(fields["parameters"], key, value, line, refusal)
         elif directive == "message":
             if key not in MESSAGE_ROLES:
                 raise _Error(line, f"MESSAGE role must be one of {', '.join(MESSAGE_ROLES)}, got {key!r}")
@@ -288,7 +276,7 @@ def _build(commands: list[tuple[int, str, str, str]], path: Path) -> Modelfile:
     return Modelfile(path=path, **fields)
 
 
-def _parameter(parameters: dict[str, Any], key: str, value: str, line: int) -> None:
+def _parameter(parameters: dict[str, Any], key: str, value: str, line: int, refusal: Refusal | None) -> None:
     if key in DEPRECATED_PARAMETERS:
         parameters.setdefault(_DEPRECATED, []).append(key)
         return
@@ -299,12 +287,9 @@ def _parameter(parameters: dict[str, Any], key: str, value: str, line: int) -> N
         typed = convert(value)
     except ValueError:
         raise _Error(line, f"PARAMETER {key} must be {expected}, got {value!r}") from None
-    if key in RANGES:
-        settings, within = RANGES[key]
-        try:
-            settings(**{key: typed})  # the fields carry the PARAMETERs' names
-        except InvalidSetting:
-            raise _Error(line, f"PARAMETER {key} must be {within}, got {value!r}") from None
+    within = refusal(key, typed) if refusal is not None else None
+    if within is not None:
+        raise _Error(line, f"PARAMETER {key} must be {within}, got {value!r}")
     if key == "stop":
         parameters.setdefault("stop", []).append(typed)
     else:

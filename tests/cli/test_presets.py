@@ -198,6 +198,15 @@ def test_every_command_refuses_an_out_of_range_preset_alike(invoke, tiny_store, 
     assert result.output == f"Error: {path}, line 3: {message}\n"
 
 
+def test_serve_refuses_an_out_of_range_store_preset_as_minus_f_does(invoke, tiny_store, tmp_path, monkeypatch):
+    monkeypatch.setattr("ollama_spec.server.serve", lambda *args: pytest.fail("served with a refused preset"))
+    path = tmp_path / "bad.Modelfile"
+    path.write_text("FROM tiny-target\nDRAFT tiny-draft\nPARAMETER temperature nan\n")
+    result = invoke("serve", "--preset", path, "--models-dir", tiny_store, "--port", "0")  # the store: no TARGET
+    assert result.exit_code == 1
+    assert result.output == f"Error: {path}, line 3: PARAMETER temperature must be >= 0, got 'nan'\n"
+
+
 EDGES = (
     "PARAMETER temperature 0\nPARAMETER top_p 1\nPARAMETER min_p 1\nPARAMETER top_k 0\n"
     "PARAMETER draft_p_min 0.99\nPARAMETER repeat_last_n -1\nPARAMETER num_ctx 1024\n"

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from ollama_spec.decoding.parameters import refusal
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.modelfile import PRESETS_DIR, find_modelfile, load_modelfile, parse_modelfile, shipped_presets
 from ollama_spec.prompting.messages import ChatMessage
@@ -20,7 +21,7 @@ EXPECTED_PAIRS = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PAIRS))
 def test_every_shipped_preset_parses(name):
-    preset = load_modelfile(name)
+    preset = load_modelfile(name, refusal)
     assert (preset.model, preset.draft) == EXPECTED_PAIRS[name]
     assert preset.parameters["num_speculative_tokens"] == "auto" and preset.parameters["num_ctx"] >= 4096
     assert preset.parameters["stop"] and preset.system
@@ -149,8 +150,15 @@ def test_not_utf8_names_the_line(tmp_path):
 )
 def test_values_the_settings_refuse_are_refused_as_the_file_is_read(parameter, message):
     with pytest.raises(InvalidSetting) as caught:
-        parse_modelfile(f"FROM a\nPARAMETER {parameter}\n", PATH)
+        parse_modelfile(f"FROM a\nPARAMETER {parameter}\n", PATH, refusal)
     assert str(caught.value) == f"{PATH}, line 2: {message}"
+
+
+def test_the_ranges_are_the_callers_and_checked_in_the_files_order():
+    # models/ types the values as Ollama does; what they may be is the settings' rule, handed in
+    assert parse_modelfile("FROM a\nPARAMETER temperature -0.1\n", PATH).parameters == {"temperature": -0.1}
+    with pytest.raises(InvalidSetting, match="line 2: PARAMETER temperature must be >= 0"):
+        parse_modelfile("FROM a\nPARAMETER temperature -0.1\nPARAMETER nope 1\n", PATH, refusal)
 
 
 def test_values_at_the_edges_of_the_ranges_are_read():
@@ -159,7 +167,7 @@ def test_values_at_the_edges_of_the_ranges_are_read():
         "PARAMETER draft_p_min 0.999\nPARAMETER repeat_penalty 0.001\nPARAMETER repeat_last_n -1\n"
         "PARAMETER num_ctx 1\nPARAMETER seed -1\nPARAMETER presence_penalty -2\n"
     )
-    assert parse_modelfile(text, PATH).parameters == {
+    assert parse_modelfile(text, PATH, refusal).parameters == {
         "temperature": 0.0,
         "top_k": 0,
         "top_p": 1.0,
