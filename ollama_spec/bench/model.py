@@ -7,7 +7,7 @@ of a target step, c = draft step / target step and v_K = verify(K+1) / target st
 
     predicted speed-up = (1 - α^(K+1)) / ((1 - α) * (K*c + v_K)).
 
-α is accepted / tried (k_policy.estimate_alpha), not accepted / drafted: the drafts after a
+α is accepted / tried (step_costs.estimate_alpha), not accepted / drafted: the drafts after a
 rejection are never tried, so the acceptance rate understates α more as K grows.
 
 The paper assumes v_K = 1 (a batch costs one step, true when memory-bound); on a CPU it does not,
@@ -16,7 +16,7 @@ so v_K is measured.
 
 from __future__ import annotations
 
-from ollama_spec.decoding.k_policy import expected_tokens_per_step
+from ollama_spec.decoding.step_costs import expected_tokens_per_step
 
 __all__ = ["efficiency", "expected_tokens_per_step", "predicted_speedup", "predicted_speedup_from_step_length"]
 

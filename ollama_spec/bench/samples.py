@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ollama_spec.decoding.k_policy import estimate_alpha
+from ollama_spec.decoding.step_costs import estimate_alpha
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference
 from ollama_spec.prompting.text_stream import Run
 

@@ -1,14 +1,8 @@
 """How many tokens to draft each step: a fixed K, or the K that a measured cost model says is fastest.
 
-The best K depends on the hardware more than on the pair: a GPU verifies K+1 tokens for about the
-price of one, a CPU pays more for every token in the batch. With α the probability that a tried
-draft token is accepted, a step that drafts K tokens emits E(α, K) = (1 − α^(K+1)) / (1 − α)
-tokens and costs K draft steps plus one target batch of K+1 tokens, so
-
-    tokens per second(K) = E(α, K) / (K · t_draft + t_verify(K+1)),
-
-and K = 0 (the target alone, t_verify(1) per token) is the answer when the draft does not pay.
-`AutoK` keeps α and the costs up to date from the steps it sees and picks K before each step.
+The cost model and the costs as learned from timed steps are `step_costs`'s: K = 0 (the target alone)
+is the answer when the draft does not pay. `AutoK` keeps α and the costs up to date from the steps it
+sees and picks K before each step.
 
 With a draft model it does better than one K per step: α is not the same for every token. How
 far the draft's best token leads its second (the margin, p1 − p2) tells an easy token from a
@@ -28,8 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-import numpy as np
-
 from ollama_spec.decoding.acceptance import (
     PRIOR_ALPHA,
     PRIOR_WEIGHT,
@@ -37,9 +29,19 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
+from ollama_spec.decoding.step_costs import (
+    StepCosts,
+    VerifyLine,
+    beats_target_alone,
+    best_drafting_k,
+    best_k,
+    blend,
+    bounded,
+    consistent,
+    expected_tokens_per_step,
+    worth_a_token,
+)
 
-COST_DECAY = 0.8  # per observation: step times follow the context depth and the machine's load
-LINE_DECAY = 0.97  # per drafting step: the verify line follows the last ~30 steps
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
 # Each probe that finds drafting still does not pay doubles the wait for the next, up to this: a probe
 # costs the draft a short read (proposers.PROBE_WINDOW) and a step, and a verify batch of 2, so on a
@@ -78,103 +80,6 @@ SEEDED_WEIGHT = 16.0  # a band's acceptance from an earlier run counts for this 
 RATE_DECAY = 0.9  # per step: the rate a next token must beat follows the last ~10 steps
 
 
-def expected_tokens_per_step(alpha: float, k: int) -> float:
-    """Mean tokens emitted per target pass: accepted drafts plus the target's own token."""
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"acceptance must be in [0, 1], got {alpha}")
-    if alpha == 1:
-        return float(k + 1)  # the limit of the geometric sum
-    return (1 - alpha ** (k + 1)) / (1 - alpha)
-
-
-def estimate_alpha(accepted: int, rejections: int) -> float | None:
-    """α as the formula defines it: accepted / tried, where the drafts after a rejection were never tried.
-
-    accepted / drafted understates it, more so as K grows. None when nothing was tried.
-    """
-    tried = accepted + rejections
-    return accepted / tried if tried else None
-
-
-@dataclass(frozen=True)
-class StepCosts:
-    """Seconds for one draft step and for target batches of 1..k_max+1 tokens (verify[n-1]: n tokens)."""
-
-    draft_step_s: float
-    verify_s: tuple[float, ...]
-
-    def __post_init__(self) -> None:
-        if not self.verify_s or self.draft_step_s < 0 or min(self.verify_s) <= 0:
-            raise ValueError("step costs must be positive")
-
-    @property
-    def k_max(self) -> int:
-        return len(self.verify_s) - 1
-
-    def tokens_per_second(self, alpha: float, k: int) -> float:
-        return expected_tokens_per_step(alpha, k) / self.step_s(k)
-
-    def step_s(self, k: int) -> float:
-        """Seconds for a step that drafts k tokens."""
-        return k * self.draft_step_s + self.verify_s[k]
-
-    def added_verify_s(self, n: int, more: int) -> float:
-        """What `more` tokens add to a verify batch of n; never negative (a dip in the curve is no saving
-        to count on: the tokens before it still cost their rise)."""
-        return max(0.0, max(self.verify_s[: n + more]) - max(self.verify_s[:n]))
-
-
-def best_k(alpha: float, costs: StepCosts) -> int:
-    """The K in 0..k_max with the most expected tokens per second (the smaller K on a tie)."""
-    return max(range(costs.k_max + 1), key=lambda k: (costs.tokens_per_second(alpha, k), -k))
-
-
-def expected_tokens_by_position(alphas: Sequence[float], k: int) -> float:
-    """Mean tokens per target pass when position i's draft is accepted with probability alphas[i] given
-    that those before it were: 1 + α0 + α0·α1 + ... (k terms after the 1)."""
-    return expected_tokens_for_each_k(alphas[:k])[-1]
-
-
-def expected_tokens_for_each_k(alphas: Sequence[float]) -> list[float]:
-    """expected_tokens_by_position(alphas, k) for k = 0..len(alphas), summed in one pass."""
-    expected, survival = [1.0], 1.0
-    for alpha in alphas:
-        survival *= alpha
-        expected.append(expected[-1] + survival)
-    return expected
-
-
-def best_k_by_position(alphas: Sequence[float], costs: StepCosts, margin: float = 0.0) -> int:
-    """best_k with an acceptance for each position (alphas[i]: the (i+1)-th drafted token's); 0 unless
-    the best K beats the target alone by `margin` (0.1: 10 %)."""
-    k, rate = best_drafting_k(alphas, costs)
-    return k if beats_target_alone(rate, costs, margin) else 0
-
-
-def best_drafting_k(alphas: Sequence[float], costs: StepCosts) -> tuple[int, float]:
-    """The K ≥ 1 with the most expected tokens per second (the smaller K on a tie), and that rate;
-    (0, 0.0) where nothing can be drafted."""
-    expected = expected_tokens_for_each_k(alphas[: min(costs.k_max, len(alphas))])
-    best, best_rate = 0, 0.0
-    for k in range(1, len(expected)):
-        rate = expected[k] / costs.step_s(k)
-        if rate > best_rate:
-            best, best_rate = k, rate
-    return best, best_rate
-
-
-def beats_target_alone(rate: float, costs: StepCosts, margin: float = 0.0) -> bool:
-    """Are `rate` tokens per second more than the target alone's, and by `margin` (0.1: 10 %)?"""
-    alone = 1 / costs.verify_s[0]
-    return rate > alone and rate >= (1 + margin) * alone
-
-
-def worth_a_token(alphas: Sequence[float]) -> int:
-    """A lookup's length without step costs: all of it, where at least one of its tokens is expected
-    accepted; else 0."""
-    return len(alphas) if expected_tokens_for_each_k(alphas)[-1] >= 2.0 else 0
-
-
 class KPolicy(Protocol):
     """What the loop asks before each step and tells after it.
 
@@ -211,35 +116,6 @@ class FixedK:
         pass
 
 
-class VerifyLine:
-    """The seconds of a verify batch with k ≥ 1 drafted tokens as a line, a + b·k (b ≥ 0), fitted by
-    least squares to the steps seen, each weighing LINE_DECAY of the next, with the calibration's
-    sizes as the first points.
-
-    Not one running cost per size: each is learned from single steps that a shared CPU times ±10 %,
-    so one size soon looks a few percent dearer than the next and reads as a cliff to stop before
-    (seen on the bench pair: a third of all steps stopping at K=3). A line has no cliffs, and every
-    step refines it, whatever its K. The real curve's bumps (a batch of 8 can cost more than one of
-    9) are not in the line; AutoK reads them from the calibration (`_free_next`)."""
-
-    def __init__(self, verify_s: Sequence[float]):
-        self.k_max = len(verify_s) - 1
-        self._sums = np.zeros(5)  # Σw, Σw·k, Σw·k², Σw·t, Σw·k·t
-        for k, seconds in enumerate(verify_s[1:], 1):
-            self.add(k, seconds, decay=1.0)
-
-    def add(self, k: int, seconds: float, decay: float = LINE_DECAY) -> None:
-        self._sums = decay * self._sums + np.array([1.0, k, k * k, seconds, k * seconds])
-
-    def verify_s(self) -> tuple[float, ...]:
-        """The line at 1..k_max drafted tokens."""
-        w, wk, wkk, wt, wkt = self._sums
-        spread = w * wkk - wk * wk
-        slope = max(0.0, (w * wkt - wk * wt) / spread) if spread > 1e-12 * w * w else 0.0
-        intercept = (wt - slope * wk) / w
-        return tuple(max(float(intercept + slope * k), 1e-9) for k in range(1, self.k_max + 1))
-
-
 class AutoK:
     """Picks K before each step from a live α and step costs seeded by calibration.
 
@@ -263,7 +139,7 @@ class AutoK:
         # per batch size as timed, with the kernels' own bumps (see _free_next); `costs` may be a learned line
         self._calibrated = (calibrated or costs).verify_s
         # what it decides by: the draft step and the target alone as calibrated, the batches as a line
-        self.costs = replace(costs, verify_s=_consistent((costs.verify_s[0], *self._line.verify_s())))
+        self.costs = replace(costs, verify_s=consistent((costs.verify_s[0], *self._line.verify_s())))
         self.learn_costs = learn_costs
         self.confidence_stops = confidence_stops
         self.estimator = AlphaEstimator(prior_alpha)
@@ -456,7 +332,7 @@ class AutoK:
             return
         draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:
-            measured = _blend(draft_step, draft_s / max(self._draft_steps, drafted))
+            measured = blend(draft_step, draft_s / max(self._draft_steps, drafted))
             # A probe's draft time is mostly the catch-up on what K=0 skipped: it may only say the draft
             # step is cheaper than thought. Only drafting steps relearn it otherwise, so a draft step
             # learned far too dear (a busy spell, an earlier run's cache) would keep K at 0 for good:
@@ -464,34 +340,11 @@ class AutoK:
             draft_step = min(draft_step, measured) if self.probing else measured
             verify = self._learn_verify(drafted, verify_s)
         else:
-            verify = _consistent((_blend(verify[0], verify_s), *verify[1:]))
+            verify = consistent((blend(verify[0], verify_s), *verify[1:]))
         self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=verify)
 
     def _learn_verify(self, drafted: int, seconds: float) -> tuple[float, ...]:
         """The verify costs once a batch with `drafted` drafts took `seconds` (bounded, into the line)."""
         n = min(drafted, self.costs.k_max)
-        self._line.add(n, _bounded(seconds, self.costs.verify_s[n]))
-        return _consistent((self.costs.verify_s[0], *self._line.verify_s()))
-
-
-# One step's time may be far off its kind's (a pause of the process, another program's burst on a
-# shared CPU): it moves the learned cost by at most this factor of what was expected. Unbounded, one
-# 130 ms pause once made the target alone look 60x dearer than it was, and since only K=0 steps
-# relearn that cost, K=0 was never chosen again (and the cost was saved for the next run).
-OUTLIER_FACTOR = 2.0
-
-
-def _bounded(seconds: float, expected: float) -> float:
-    return min(max(seconds, expected / OUTLIER_FACTOR), expected * OUTLIER_FACTOR)
-
-
-def _blend(old: float, new: float) -> float:
-    return COST_DECAY * old + (1 - COST_DECAY) * _bounded(new, old) if new > 0 else old
-
-
-def _consistent(verify_s: tuple[float, ...]) -> tuple[float, ...]:
-    """A batch of one token costs no more than one of two: a learned target-alone cost above that
-    is an outlier, which would keep K=0 from ever being chosen (and so relearned)."""
-    if len(verify_s) > 1 and verify_s[0] > verify_s[1]:
-        return (verify_s[1], *verify_s[1:])
-    return verify_s
+        self._line.add(n, bounded(seconds, self.costs.verify_s[n]))
+        return consistent((self.costs.verify_s[0], *self._line.verify_s()))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ollama_spec.decoding.grammar import TokenGrammar, masked_rows
-from ollama_spec.decoding.k_policy import FixedK, KPolicy, estimate_alpha
+from ollama_spec.decoding.k_policy import FixedK, KPolicy
 from ollama_spec.decoding.penalties import adjusted_rows
 from ollama_spec.decoding.proposers import (
     DEFAULT_NGRAM_SIZE,
@@ -20,6 +20,7 @@ from ollama_spec.decoding.proposers import (
     keep_common_prefix,
 )
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, token_logprobs
+from ollama_spec.decoding.step_costs import estimate_alpha
 from ollama_spec.decoding.verify import verify_greedy, verify_rejection
 from ollama_spec.errors import InferenceError, InvalidSetting
 from ollama_spec.planning.needs import N_UBATCH

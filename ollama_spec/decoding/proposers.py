@@ -14,9 +14,10 @@ import numpy as np
 
 from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.grammar import TokenGrammar
-from ollama_spec.decoding.k_policy import PROBE_COSTS, worth_a_token
+from ollama_spec.decoding.k_policy import PROBE_COSTS
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
+from ollama_spec.decoding.step_costs import worth_a_token
 from ollama_spec.errors import InferenceError
 
 # What the draft reads in place of a target token it does not have (a padded id): any id works,

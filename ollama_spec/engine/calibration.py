@@ -19,8 +19,8 @@ import numpy as np
 
 from ollama_spec.config import cache_dir
 from ollama_spec.decoding.acceptance import MARGIN_EDGES
-from ollama_spec.decoding.k_policy import StepCosts
 from ollama_spec.decoding.proposers import Model
+from ollama_spec.decoding.step_costs import StepCosts
 from ollama_spec.llama.model import LLAMA_CPP_VERSION
 
 CALIBRATION_REPEATS = 5

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy, StepCosts
+from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.decoding.step_costs import StepCosts
 from ollama_spec.engine.calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from ollama_spec.llama.model import LoadedModel
 from ollama_spec.planning.placement import Placement

@@ -1,6 +1,6 @@
 """The step-cost cache: calibrations, what runs learned beside them, and acceptance by margin."""
 
-from ollama_spec.decoding.k_policy import StepCosts
+from ollama_spec.decoding.step_costs import StepCosts
 from ollama_spec.engine.calibration import StepCostCache
 
 CALIBRATED = StepCosts(0.002, (0.030, 0.036, 0.040))

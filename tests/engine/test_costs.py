@@ -11,7 +11,7 @@ GREEDY = SamplingSettings(temperature=0)
 
 
 def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, tmp_path):
-    from ollama_spec.decoding.k_policy import StepCosts
+    from ollama_spec.decoding.step_costs import StepCosts
     from ollama_spec.engine.calibration import StepCostCache
 
     request = Request(
@@ -35,7 +35,7 @@ def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, t
 
 def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models, tmp_path):
     from ollama_spec.decoding.acceptance import MARGIN_PRIOR
-    from ollama_spec.decoding.k_policy import StepCosts
+    from ollama_spec.decoding.step_costs import StepCosts
     from ollama_spec.engine.calibration import StepCostCache
 
     request = Request(
@@ -129,7 +129,7 @@ def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_
 def test_learned_costs_far_dearer_than_the_calibration_are_set_aside(tiny_models, tmp_path):
     """A cache whose learned verify batches are many times the timed ones (learned from batches shared
     with other slots, by an older version) does not seed the next request."""
-    from ollama_spec.decoding.k_policy import StepCosts
+    from ollama_spec.decoding.step_costs import StepCosts
     from ollama_spec.engine.calibration import StepCostCache
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
