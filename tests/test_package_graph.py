@@ -1,0 +1,166 @@
+"""The packages follow the data's walk: no import cycle between modules or packages, the faces apart, small files.
+
+Read from the source alone (ast, every import statement, those inside functions too: a lazy import is still
+a dependency), so it holds without importing anything. `python -m tests.test_package_graph` prints the graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from collections import defaultdict
+from functools import cache
+from itertools import pairwise
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent / "ollama_spec"
+MAX_LINES = 450  # a module is split before it passes ~400 lines (docs/architecture.md)
+
+# The walk, from the ground up: a package imports only packages of the layers below its own. A top-level
+# module (errors.py) is a package of its own here; the package's own __init__ hands names on by string.
+WALK = (
+    ("errors", "config"),
+    ("prompting",),  # chat messages, templates, text: no model, no llama.cpp
+    ("models",),
+    ("planning", "synthetic", "pull"),
+    ("llama",),
+    ("decoding",),
+    ("engine", "integrations", "doctor"),
+    ("server", "bench"),
+    ("cli",),
+    ("__main__",),
+)
+FACES = ("cli", "server", "bench")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def _files() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(ROOT.rglob("*.py"))}
+
+
+def _imported(path: Path, name: str) -> list[tuple[str, int]]:
+    """(module of ollama_spec, line) for each name `path` imports from the package."""
+    files = _files()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            # `from ollama_spec.server import run` imports the module run; `... import ServerState`, the package
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in files else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target not in files and "." in target:
+                target = target.rpartition(".")[0]
+            if target in files and target != "ollama_spec" and target != name:
+                found.append((target, node.lineno))
+    return found
+
+
+@cache
+def module_imports() -> dict[str, dict[str, int]]:
+    """module -> {module it imports: the first line that does}."""
+    graph = {}
+    for name, path in _files().items():
+        graph[name] = {}
+        for target, line in _imported(path, name):
+            graph[name].setdefault(target, line)
+    return graph
+
+
+def package_of(module: str) -> str:
+    """`ollama_spec.server.core.state` -> `server`; a top-level module is its own package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+@cache
+def package_imports() -> dict[str, dict[str, str]]:
+    """package -> {package it imports: one `file:line` that does}."""
+    graph: dict[str, dict[str, str]] = defaultdict(dict)
+    for module, targets in module_imports().items():
+        source = package_of(module)
+        if not source:
+            continue
+        graph[source]  # every package is a node, the ones that import nothing too
+        for target, line in targets.items():
+            if package_of(target) != source:
+                where = f"{_files()[module].relative_to(ROOT.parent)}:{line}"
+                graph[source].setdefault(package_of(target), where)
+    return dict(graph)
+
+
+def _cycle(graph: dict[str, dict[str, str]] | dict[str, dict[str, int]]) -> list[str]:
+    try:
+        graphlib.TopologicalSorter({node: set(targets) for node, targets in graph.items()}).prepare()
+    except graphlib.CycleError as error:  # each node of its cycle is imported by the next: turn it round
+        return error.args[1][::-1]
+    return []
+
+
+def _shown(cycle: list[str], graph: dict) -> str:
+    return "; ".join(f"{a} -> {b} ({graph[a][b]})" for a, b in pairwise(cycle))
+
+
+def test_no_module_imports_itself_back():
+    cycle = _cycle(module_imports())
+    assert not cycle, f"modules import each other in a circle: {_shown(cycle, module_imports())}"
+
+
+def test_no_package_imports_itself_back_through_any_chain():
+    graph = package_imports()
+    cycle = _cycle(graph)
+    assert not cycle, f"packages import each other in a circle: {_shown(cycle, graph)}"
+
+
+def test_every_package_has_its_place_in_the_walk():
+    placed = [package for layer in WALK for package in layer]
+    assert sorted(placed) == sorted(package_imports()), "a package new to the walk: give it its layer in WALK"
+
+
+def test_a_package_imports_only_the_layers_below_its_own():
+    layer = {package: n for n, packages in enumerate(WALK) for package in packages}
+    upward = [
+        f"{source} -> {target} ({where})"
+        for source, targets in package_imports().items()
+        for target, where in targets.items()
+        if layer.get(target, -1) >= layer.get(source, len(WALK))
+    ]
+    assert not upward, "imports against the walk: " + "; ".join(upward)
+
+
+def test_only_cli_imports_the_other_faces():
+    crossing = [
+        f"{source} -> {target} ({where})"
+        for source, targets in package_imports().items()
+        for target, where in targets.items()
+        if target in FACES and source not in ("cli", "__main__")
+    ]
+    assert not crossing, "only cli/ (and `python -m`) may import a face: " + "; ".join(crossing)
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {
+        str(path.relative_to(ROOT.parent)): lines
+        for path in _files().values()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these before they pass {MAX_LINES} lines: {long}"
+
+
+if __name__ == "__main__":
+    for number, packages in reversed(list(enumerate(WALK))):
+        for package in packages:
+            targets = sorted(package_imports().get(package, {}))
+            print(f"{number}  {package:<13} -> {', '.join(targets) or '-'}")
