@@ -17,10 +17,10 @@ install: $(VENV)/.installed
 
 # A step's output goes to $(VENV)/logs/NAME.log; the screen gets one progress line, and the log's last
 # lines if it fails (scripts/build_progress.py). [test] holds the server and bench extras: every command.
-step = $(BIN)/python scripts/build_progress.py --log $(VENV)/logs/$(1).log --label "$(2)" --
+step = $(PYTHON) scripts/build_progress.py --log $(VENV)/logs/$(1).log --label "$(2)" --
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@$(call step,venv,creating $(VENV)) $(PYTHON) -m venv $(VENV)
 	@$(call step,pip,upgrading pip) $(BIN)/python -m pip install --upgrade pip
 	@scripts/install-backend.sh $(BIN)/python $(BACKEND)
 	@$(call step,ollama-spec,installing ollama-spec and its dependencies) $(BIN)/python -m pip install -e '.[test]'
