@@ -9,7 +9,7 @@ import json
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fastapi import APIRouter
@@ -31,7 +31,8 @@ router = APIRouter()
 
 # The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
 OLLAMA_API_VERSION = "0.12.0"
-FOREVER = "2099-01-01T00:00:00Z"
+# Ollama keeps a model "forever" for Go's longest duration (2^63-1 ns, about 292 years) and shows that expiry
+GO_FOREVER = timedelta(microseconds=(2**63 - 1) // 1000)
 
 
 @router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
@@ -78,11 +79,19 @@ def _running(served: Served) -> dict:
     return _model_entry(engine.target_model, served.model_name) | {
         "size": sum(model.info.file_size for model, _, _ in pair),
         "size_vram": sum(_on_gpu(*loaded) for loaded in pair),
-        # kept forever (a pinned pair, keep_alive -1): a far expiry, as Ollama shows one
-        "expires_at": iso(datetime.fromtimestamp(expires, timezone.utc)) if math.isfinite(expires) else FOREVER,
+        "expires_at": _expiry(expires),
         "context_length": engine.target.n_ctx,
         "draft": {"model": served.proposer_name, "reason": served.draft_why or None},
     }
+
+
+def _expiry(expires: float) -> str:
+    """When a model is unloaded, as Ollama writes it; kept forever (a pinned pair, a keep_alive of -1 or
+    past Go's longest duration): now plus that longest duration, as Ollama shows it ("Forever")."""
+    now = datetime.now(timezone.utc)
+    if math.isfinite(expires) and expires - now.timestamp() < GO_FOREVER.total_seconds():
+        return iso(datetime.fromtimestamp(expires, timezone.utc))
+    return iso(now + GO_FOREVER)
 
 
 def _capabilities(served: Served | None, info) -> list[str]:

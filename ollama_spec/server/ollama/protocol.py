@@ -3,22 +3,20 @@ names follow Ollama's api/types.go, so Ollama's own clients and front-ends parse
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.engine.engine import Result
 from ollama_spec.prompting.messages import ROLES, ChatMessage
 from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.keep_alive import KeepAlive
 from ollama_spec.server.core.protocol import FunctionCall, NullsAsDefaults, ToolCallIn, chat_role
 from ollama_spec.server.core.request import json_grammar
 
-# Go's time.ParseDuration syntax: "0", or numbers each with a unit ("1h30m", "-1s", "2.5m").
-GO_DURATION = re.compile(r"[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)")
 # A cancelled generation never reaches a client as finished: it ends with an error (see worker.py).
 DONE_REASONS = {"stop": "stop", "length": "length", "context": "length"}
 
@@ -152,7 +150,7 @@ class InferenceRequest(NullsAsDefaults):
     model_config = ConfigDict(extra="ignore")
 
     model: str
-    keep_alive: int | float | str | None = None  # how long the model stays loaded after this request
+    keep_alive: KeepAlive = None  # seconds the model stays loaded after this request
     stream: bool = True
     options: dict[str, Any] | None = None  # Options, typed by Options.from_map as Ollama types them
     format: str | dict[str, Any] | None = None  # "json", or a JSON schema: the output is constrained to it
@@ -160,18 +158,6 @@ class InferenceRequest(NullsAsDefaults):
     top_logprobs: int | None = Field(None, ge=0, le=20)
     think: bool | Literal["low", "medium", "high", "max"] | None = None  # levels (gpt-oss) think as true does
     show_draft: bool = False  # ours: draft_spans, the characters of the content the draft wrote (draft_spans.py)
-
-    @field_validator("keep_alive", mode="before")
-    @classmethod
-    def _a_duration(cls, value: Any) -> Any:
-        """Seconds, or a Go duration ("5m", "1h30m", "-1s"), as Ollama's api.Duration reads it."""
-        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ValueError(  # noqa: TRY004 - pydantic turns a ValueError, not a TypeError, into a 400
-                f'unsupported type {type(value).__name__}: give seconds or a duration such as "5m"'
-            )
-        if isinstance(value, str) and not GO_DURATION.fullmatch(value.strip()):
-            raise ValueError(f'time: invalid duration "{value}"')  # Go's words
-        return value
 
     @property
     def thinks(self) -> bool | None:
@@ -181,8 +167,7 @@ class InferenceRequest(NullsAsDefaults):
     def load_reason(self) -> str:
         """A request with nothing to generate: Ollama's way to load a model, or with keep_alive 0 to
         unload it."""
-        unload = str(self.keep_alive).strip().rstrip("smh") in ("0", "0.0") if self.keep_alive is not None else False
-        return "unload" if unload else "load"
+        return "unload" if self.keep_alive == 0 else "load"
 
     @property
     def logprob_count(self) -> int | None:
@@ -232,7 +217,7 @@ class EmbedRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # options
 
     model: str
-    keep_alive: int | float | str | None = None
+    keep_alive: KeepAlive = None
     input: str | list[str] = Field(default_factory=list)
     truncate: bool = True
     dimensions: int | None = None  # used only between 0 and the vector's size, as Ollama does
@@ -242,7 +227,7 @@ class EmbeddingsRequest(BaseModel):  # the older route: one prompt, a vector as 
     model_config = ConfigDict(extra="ignore")
 
     model: str
-    keep_alive: int | float | str | None = None
+    keep_alive: KeepAlive = None
     prompt: str = ""
 
 
