@@ -2,9 +2,10 @@
 
 Each running request has its own thread, its own sequence in both models' caches and its own
 draft/verify loop (decoding/loop.py, unchanged). When every slot that has joined is waiting for an
-evaluation, the waiting evaluations of one model run as one llama_decode: the slots draft their
-next token together, then verify together, as llama-server's slots do. Draft batches go first: a
-slot still drafting would otherwise hold up the verify pass of the others.
+evaluation, the waiting evaluations of one model run as one llama_decode (padded to one shape, so
+that each slot's rows are the ones it gets alone: passes.py): the slots draft their next token
+together, then verify together, as llama-server's slots do. Draft batches go first: a slot still
+drafting would otherwise hold up the verify pass of the others.
 
 A thread that has not joined (a single request, calibration, the CLI) evaluates directly.
 

@@ -25,6 +25,7 @@ from ollama_spec.errors import ContextFull, InferenceError, InvalidSetting, Mode
 from ollama_spec.llama.backends import has_local_gpu
 from ollama_spec.llama.load_params import apply_lora_adapters, apply_placement, kv_override_array
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
+from ollama_spec.llama.passes import Entry, chunked, piece_size, plan_passes
 from ollama_spec.llama.sequences import SequenceView
 from ollama_spec.planning.placement import Placement
 
@@ -131,13 +132,14 @@ class LoadedModel:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {last_error(mark) or exc}") from None
         threads = settings.n_threads or default_threads()
         ctx_params = llama_cpp.llama_context_default_params()
-        # room for every sequence's n_ctx tokens, in one unified cache: llama.cpp splits a batch over
-        # separate per-sequence caches into one pass per sequence, which would undo the batching
+        # room for every sequence's n_ctx tokens, each in a stream of its own (llama-server's -np N):
+        # in one unified cache a sequence's cells land wherever others left room, and its rows' sums
+        # then depend on what other requests ran (issue #45); passes.py keeps the passes whole
         ctx_params.n_ctx = settings.n_ctx * settings.n_seq
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
         ctx_params.n_seq_max = settings.n_seq
-        ctx_params.kv_unified = settings.n_seq > 1
+        ctx_params.kv_unified = False
         # A sliding-window model (Gemma, gpt-oss) with a window-sized cache reuses the cells of
         # tokens that no later token can see. A cache cut back past them would attend over a window
         # with holes: `truncate` then starts over, which a draft, cut back after every step, cannot
@@ -177,6 +179,10 @@ class LoadedModel:
         self.n_threads = threads
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
+        self._stream = self._ctx.n_ctx() // settings.n_seq  # positions each sequence's stream holds
+        self._piece = piece_size(self.n_batch, settings.n_seq)
+        # without flash attention, attention's own products over one row of a sequence take vec_dot
+        self._min_rows = 2 if settings.flash_attention == "off" else 1
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         # each sequence's token ids in the KV cache, in order: a next request may reuse them
         self._cached: list[list[int]] = [[] for _ in range(settings.n_seq)]
@@ -293,22 +299,27 @@ class LoadedModel:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens. One llama_decode for all of them (more where they pass n_batch)."""
         started = time.perf_counter()
-        flat = [
-            (index, seq, token, i >= len(tokens) - n_rows)
-            for index, (seq, tokens, n_rows) in enumerate(items)
-            for i, token in enumerate(tokens)
-        ]
+        passes = self._passes(items)
         rows: list[list[np.ndarray]] = [[] for _ in items]
-        for start in range(0, len(flat), self.n_batch):
-            chunk = flat[start : start + self.n_batch]
-            self._decode([(seq, token, want) for _, seq, token, want in chunk])
-            wanted = [index for index, _, _, want in chunk if want]
+        for entries in passes:
+            self._decode(entries)
+            wanted = [entry for entry in entries if entry.logits]
             if wanted:
-                block = self._read_logits(len(wanted))
-                for row, index in enumerate(wanted):
-                    rows[index].append(block[row])
+                for row, entry in zip(self._read_logits(len(wanted)), wanted):
+                    if entry.row:
+                        rows[entry.item].append(row)
         self.busy_seconds += time.perf_counter() - started
         return [np.stack(item_rows) for item_rows in rows]
+
+    def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
+        """With several sequences, passes whose rows each get the kernels they get alone (passes.py);
+        else (one sequence, or no room left for padding at a context's end) n_batch chunks as they come."""
+        if self.n_seq > 1:
+            room = lambda seq: self._stream - len(self._cached[seq])
+            planned = plan_passes(items, self._piece, room, self.n_batch, min_rows=self._min_rows)
+            if planned is not None:
+                return planned
+        return chunked(items, self.n_batch)
 
     def truncate(self, n_tokens: int, seq: int = 0) -> None:
         """Forget sequence `seq`'s cache entries from position `n_tokens` on (speculation rollback, a
@@ -379,28 +390,32 @@ class LoadedModel:
             self.clear_sequence(seq)  # a recurrent cache: start over
         self._unsettled.discard(seq)
 
-    def _decode(self, tokens: Sequence[tuple[int, int, bool]]) -> None:
-        """One llama_decode of (sequence, token, logits wanted?), each after what its sequence holds."""
-        seqs = {seq for seq, _, _ in tokens}
+    def _decode(self, entries: Sequence[Entry]) -> None:
+        """One llama_decode of `entries`, each after what its sequence holds; padding is cut off after."""
+        seqs = {entry.seq for entry in entries}
         for seq in seqs:
             self._settle(seq)
         batch, next_pos = self._batch, {seq: len(self._cached[seq]) for seq in seqs}
-        batch.n_tokens = len(tokens)
-        for i, (seq, token, want) in enumerate(tokens):
-            batch.token[i] = token
-            batch.pos[i] = next_pos[seq]
-            next_pos[seq] += 1
+        batch.n_tokens = len(entries)
+        for i, entry in enumerate(entries):
+            batch.token[i] = entry.token
+            batch.pos[i] = next_pos[entry.seq]
+            next_pos[entry.seq] += 1
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq
-            batch.logits[i] = want
+            batch.seq_id[i][0] = entry.seq
+            batch.logits[i] = entry.logits
         self._unsettled |= seqs  # until `cached` says what llama.cpp holds now
         code = llama_cpp.llama_decode(self._ctx.ctx, batch)
         if code == 1:
             raise ContextFull(f"llama.cpp found no room in the KV cache of {self.path.name} (context full)")
         if code != 0:
-            raise InferenceError(f"llama.cpp could not evaluate a batch of {len(tokens)} tokens (llama_decode: {code})")
+            raise InferenceError(
+                f"llama.cpp could not evaluate a batch of {len(entries)} tokens (llama_decode: {code})"
+            )
         for seq in seqs:
-            self._cached[seq].extend(token for s, token, _ in tokens if s == seq)
+            self._cached[seq].extend(entry.token for entry in entries if entry.seq == seq and entry.item is not None)
+            if next_pos[seq] > len(self._cached[seq]):  # padding: gone again before anything reads the cache
+                llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, len(self._cached[seq]), -1)
         self._unsettled -= seqs
 
     def _read_logits(self, n_rows: int) -> np.ndarray:

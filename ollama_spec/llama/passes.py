@@ -1,0 +1,101 @@
+"""Several sequences' evaluations laid out so that each row's arithmetic is the one it gets alone.
+
+With one KV stream per sequence (model.py), a row's result still depends on the pass it runs in,
+because llama.cpp's CPU kernels change with the shape of the pass (ggml-cpu, llama.cpp 0.3.36):
+
+- a matrix product over one row takes ggml's vec_dot, over two or more llamafile's tinyBLAS, which
+  sums in another order; the last layer and the output matrix run over the rows whose logits are
+  read, so those count apart;
+- flash attention over 64 or more rows of one sequence takes a tiled kernel, and one row of one
+  sequence over 512 or more cells splits the cells between threads: both sum in other orders than
+  the row-by-row kernel every verify batch gets;
+- llama.cpp splits a batch over several streams into passes of equally many tokens per sequence, of
+  consecutive sequences only, leaving odd rows alone in passes of their own.
+
+So every pass here is one llama.cpp computes whole, and each row gets the same kernels whatever
+else runs: a pass takes at most `piece` (< 64) tokens of each sequence, every sequence from the
+lowest to the highest in it the same number, made up with padding tokens after a sequence's own
+(causal attention: nothing real sees them, and they are cut off after the pass); at least two rows
+in all, and two rows of logits whenever any is read. A row is then computed the same way alone, beside
+other slots, in a verify batch of any size or in a prompt read in pieces from a cached prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+FLASH_TILE_ROWS = 64  # ggml-cpu's GGML_FA_TILE_Q: from this many rows of a sequence, the tiled kernel
+
+
+@dataclass(frozen=True)
+class Entry:
+    seq: int
+    token: int
+    logits: bool  # llama.cpp computes its row of logits
+    item: int | None  # the item whose token it is; None: padding, cut off after the pass
+    row: bool = False  # its row of logits goes to the item (else it is read only to make two rows)
+
+
+def piece_size(n_batch: int, n_seq: int) -> int:
+    """Tokens of each sequence in one pass: under the tiled kernel's threshold, all sequences in n_batch."""
+    return max(1, min(FLASH_TILE_ROWS - 1, n_batch // n_seq))
+
+
+def plan_passes(
+    items: Sequence[tuple[int, Sequence[int], int]],
+    piece: int,
+    room: Callable[[int], int],
+    limit: int,
+    *,
+    pad_token: int = 0,
+    min_rows: int = 1,
+) -> list[list[Entry]] | None:
+    """The passes for (sequence, tokens, rows of logits) items, each a list of entries in the order
+    llama.cpp reads them (sequence by sequence); None where no such layout exists: two items of one
+    sequence, no room in a sequence's stream for its padding (`room(seq)`: positions left), or a
+    pass over `limit` tokens (the context's batch).
+    `min_rows`: tokens each sequence brings to a pass at least (2 where attention runs without flash
+    attention: its products over one row of a sequence take vec_dot too)."""
+    seqs = [seq for seq, _, _ in items]
+    if len(set(seqs)) != len(seqs):
+        return None
+    queue = {seq: _entries(index, seq, tokens, n_rows) for index, (seq, tokens, n_rows) in enumerate(items)}
+    used = dict.fromkeys(queue, 0)  # positions each sequence's passes have taken so far (padding is cut off)
+    passes = []
+    while active := sorted(seq for seq, left in queue.items() if left):
+        lowest, highest = active[0], active[-1]
+        width = max(min(piece, len(queue[seq])) for seq in active)
+        width = max(width, min_rows, 2 if lowest == highest else 1)  # two rows at least: never vec_dot
+        entries: list[Entry] = []
+        for seq in range(lowest, highest + 1):  # consecutive: a sequence between them takes padding only
+            if room(seq) - used.get(seq, 0) < width:
+                return None
+            own = queue.get(seq, [])[:width]
+            if own:
+                del queue[seq][: len(own)]
+                used[seq] += len(own)
+            entries += own + [Entry(seq, pad_token, False, None)] * (width - len(own))
+        if sum(entry.logits for entry in entries) == 1:  # one row of logits would go through vec_dot
+            spare = next(i for i, entry in enumerate(entries) if not entry.logits)
+            entries[spare] = replace(entries[spare], logits=True)
+        if len(entries) > limit:
+            return None
+        passes.append(entries)
+    return passes
+
+
+def chunked(items: Sequence[tuple[int, Sequence[int], int]], n_batch: int) -> list[list[Entry]]:
+    """The items' tokens as they come, in passes of n_batch: one sequence's layout (llama.cpp splits
+    a pass over several streams as it must)."""
+    flat = [
+        entry for index, (seq, tokens, n_rows) in enumerate(items) for entry in _entries(index, seq, tokens, n_rows)
+    ]
+    return [flat[start : start + n_batch] for start in range(0, len(flat), n_batch)]
+
+
+def _entries(index: int, seq: int, tokens: Sequence[int], n_rows: int) -> list[Entry]:
+    """Item `index`'s tokens, the last `n_rows` with their rows of logits read and returned."""
+    return [
+        Entry(seq, token, i >= len(tokens) - n_rows, index, i >= len(tokens) - n_rows) for i, token in enumerate(tokens)
+    ]

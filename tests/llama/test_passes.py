@@ -1,0 +1,65 @@
+"""The passes several sequences' evaluations are laid out in (llama/passes.py), without llama.cpp."""
+
+from ollama_spec.llama.passes import piece_size, plan_passes
+
+ROOM = 4096
+
+
+def plan(items, piece=63, room=lambda seq: ROOM, limit=512, **kwargs):
+    return plan_passes(items, piece, room, limit, **kwargs)
+
+
+def layout(passes):
+    """Per pass: each sequence's (real tokens, padding) counts."""
+    out = []
+    for entries in passes:
+        seqs = {}
+        for entry in entries:
+            real, pad = seqs.get(entry.seq, (0, 0))
+            seqs[entry.seq] = (real + (entry.item is not None), pad + (entry.item is None))
+        out.append(seqs)
+    return out
+
+
+def test_verify_batches_of_other_lengths_are_padded_to_one_pass_of_equal_lengths():
+    passes = plan([(2, [1, 2, 3], 3), (0, [4] * 7, 7), (1, [5], 1)])
+    assert layout(passes) == [{0: (7, 0), 1: (1, 6), 2: (3, 4)}]
+    assert [entry.seq for entry in passes[0]] == [0] * 7 + [1] * 7 + [2] * 7  # sequence by sequence
+
+
+def test_a_sequence_between_two_others_takes_padding_only():
+    assert layout(plan([(0, [1], 1), (3, [2], 1)])) == [{0: (1, 0), 1: (0, 1), 2: (0, 1), 3: (1, 0)}]
+
+
+def test_one_token_alone_gets_a_second_row_and_a_second_row_of_logits():
+    [entries] = plan([(1, [9], 1)])
+    assert [(e.item, e.logits, e.row) for e in entries] == [(0, True, True), (None, True, False)]
+
+
+def test_a_long_prompt_goes_in_pieces_under_the_tiled_kernels_threshold_with_its_last_rows_read():
+    passes = plan([(0, list(range(150)), 1)])
+    assert [len(entries) for entries in passes] == [63, 63, 24]
+    rows = [entry for entries in passes for entry in entries if entry.row]
+    assert [entry.token for entry in rows] == [149]
+    assert sum(entry.logits for entry in passes[-1]) == 2  # a second row read, not returned
+
+
+def test_rows_go_to_the_items_that_asked_for_them_in_order():
+    passes = plan([(0, [10, 11, 12], 2), (1, [20, 21], 1)])
+    rows = [(entry.item, entry.token) for entries in passes for entry in entries if entry.row]
+    assert rows == [(0, 11), (0, 12), (1, 21)]
+
+
+def test_no_layout_for_two_items_of_one_sequence_no_room_for_padding_or_too_big_a_pass():
+    assert plan([(0, [1], 1), (0, [2], 1)]) is None
+    assert plan([(0, [1] * 5, 5), (1, [2], 1)], room=lambda seq: 3 if seq == 1 else ROOM) is None
+    assert plan([(0, [1] * 5, 5), (1, [2], 1)], limit=8) is None
+
+
+def test_without_flash_attention_each_sequence_brings_two_rows():
+    assert layout(plan([(0, [1], 1), (1, [2], 1)], min_rows=2)) == [{0: (1, 1), 1: (1, 1)}]
+
+
+def test_pieces_fit_every_sequence_in_the_batch_under_64_rows():
+    assert piece_size(512, 4) == 63
+    assert piece_size(512, 16) == 32
