@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from starlette.responses import JSONResponse
+
 from ollama_spec.errors import OllamaSpecError
 from ollama_spec.server.worker import Cancelled, QueueFull
 
@@ -42,6 +44,15 @@ def openai_error(status: int, message: str, param: str | None = None, code: str 
         "param": param,
         "code": code or OPENAI_ERROR_CODES.get(status),
     }
+
+
+def error_response(
+    path: str, status: int, message: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    """An error answered in the format of the API at `path`: OpenAI's under /v1, Ollama's elsewhere."""
+    if path.startswith("/v1/"):
+        return JSONResponse({"error": openai_error(status, message, param, code)}, status_code=status)
+    return JSONResponse({"error": message}, status_code=status)
 
 
 def failure(error: Exception) -> ApiError:

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.server.bodies import MAX_NESTING, nesting
 
 
 class NullsAsDefaults(BaseModel):
@@ -46,8 +47,11 @@ def tool_arguments(arguments: str | dict) -> dict | str:
     """A call's arguments from the history: a JSON object as the object (what chat templates read);
     anything else as the text the model wrote (a call cut short, or not JSON at all), which the
     client sends back with its answer that the call was invalid. Templates take such text as
-    transformers passes it, a string."""
+    transformers passes it, a string; so is JSON nested deeper than a request body may be (the body's
+    check sees only a string), which Python's decoder and the templates could not walk."""
     if isinstance(arguments, dict):
+        return arguments
+    if nesting(arguments.encode("utf-8", "surrogatepass")) > MAX_NESTING:
         return arguments
     try:
         value = json.loads(arguments or "{}")
