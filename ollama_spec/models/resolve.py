@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -11,11 +12,22 @@ from typing import Any
 from ollama_spec.errors import InvalidManifest, ModelNotFound, NotGGUF, OllamaSpecError, UnusableModel
 from ollama_spec.models.gguf_header import shown
 from ollama_spec.models.gguf_info import ModelInfo, read_model_info
+from ollama_spec.models.manifest import TooLarge, read_small
 from ollama_spec.models.store import Store, StoredModel, blob_path, find_store_root
 from ollama_spec.prompting.messages import ChatMessage
 
 # A blob's own file name, as `show` prints it: given with a folder, it is a path, not a model name.
 _BLOB_FILE = re.compile(r"sha256[-:][0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A stored model as Ollama's /api/tags gives it, read with its manifest (so that /api/ps reads no
+    file): the sha256 of the manifest's bytes, the size of every layer and the config, the manifest's mtime."""
+
+    digest: str
+    size: int
+    modified: float
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,7 @@ class ResolvedModel:
     # Ollama's adapter layers: GGUF LoRA adapters, applied over the weights in order as Ollama does
     adapters: tuple[ModelInfo, ...] = ()
     license: str | None = None  # Ollama's license layers, joined (what /api/show says)
+    listing: Listing | None = None  # what /api/tags says of it (a .gguf file: its blob name's digest, if any)
 
     @property
     def adapter_paths(self) -> tuple[Path, ...]:
@@ -78,7 +91,9 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
     """Resolve an Ollama model name; a path to an existing .gguf file is used as it is."""
     candidate = gguf_file(name)
     if candidate is not None:
-        return ResolvedModel(name=candidate.name, path=candidate, info=read_model_info(candidate))
+        info = read_model_info(candidate)
+        hex_name = candidate.name.removeprefix("sha256-") if _BLOB_FILE.fullmatch(candidate.name) else ""
+        return ResolvedModel(candidate.name, candidate, info, listing=_listing(candidate, hex_name, info.file_size))
     store = store or Store(find_store_root(models_dir))
     stored = store.resolve(name)
     info = stored.model_info()
@@ -99,7 +114,20 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
         stored_draft=blob_path(stored.root, draft.digest) if draft is not None else None,
         adapters=adapters,
         license=_licenses(stored),
+        listing=_listing(
+            stored.manifest_path, None, stored.size + (stored.config_layer.size if stored.config_layer else 0)
+        ),
     )
+
+
+def _listing(path: Path, digest: str | None, size: int) -> Listing | None:
+    """The Listing of a manifest (`digest` None: its bytes' sha256) or of a GGUF file."""
+    try:
+        modified = path.stat().st_mtime
+        digest = hashlib.sha256(read_small(path)).hexdigest() if digest is None else digest
+    except (OSError, TooLarge):  # changed since it was read: listed without
+        return None
+    return Listing(digest, size, modified)
 
 
 def _licenses(stored) -> str | None:

@@ -58,7 +58,7 @@ async def tags(http_request: HTTPRequest) -> dict:
     models = await asyncio.to_thread(state.runnable)
     ours = [
         _model_entry(model, model.name) | {"capabilities": _capabilities(loaded.get(model.name), model.info)}
-        for model in models
+        for model in newest_first(models)
     ]
     return {"models": merge_tags(ours, await state.upstream.tags()) if state.upstream else ours}
 
@@ -200,13 +200,15 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
 
 
 def _model_entry(model: ResolvedModel, name: str) -> dict:
-    digest = model.path.name.replace("sha256-", "") if model.path.name.startswith("sha256-") else ""
+    """A model as /api/tags and /api/ps name it, from what was read with its manifest (no file is read
+    here): Ollama's digest is the sha256 of the manifest, its size every layer's."""
+    listing = model.listing
     return {
         "name": name,
         "model": name,
         "modified_at": _mtime(model),
-        "size": model.info.file_size,
-        "digest": digest,
+        "size": listing.size if listing else model.info.file_size,
+        "digest": listing.digest if listing else "",
         "details": _details(model),
     }
 
@@ -256,5 +258,15 @@ def _modelfile(model: ResolvedModel, params: list[tuple[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def newest_first(models: list[ResolvedModel]) -> list[ResolvedModel]:
+    """The store's models in the order Ollama lists them (/api/tags, /v1/models): the latest manifest first."""
+    return sorted(models, key=_modified, reverse=True)
+
+
+def _modified(model: ResolvedModel) -> float:
+    """When the model's manifest was written, as Ollama's modified_at says (0: not known)."""
+    return model.listing.modified if model.listing else 0.0
+
+
 def _mtime(model: ResolvedModel) -> str:
-    return iso(datetime.fromtimestamp(model.path.stat().st_mtime, timezone.utc))
+    return iso(datetime.fromtimestamp(_modified(model), timezone.utc))

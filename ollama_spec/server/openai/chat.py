@@ -16,6 +16,7 @@ from ollama_spec.server.core.framing import sse
 from ollama_spec.server.core.logprobs import scored
 from ollama_spec.server.core.request import Asked, think_if_able
 from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.ollama.models import newest_first
 from ollama_spec.server.openai.protocol import (
     ChatCompletionRequest,
     answers,
@@ -40,7 +41,7 @@ async def list_models(http_request: HTTPRequest) -> dict:
     if state.pinned is not None:
         names = state.pinned.model_names
     else:
-        names = [model.name for model in await asyncio.to_thread(state.runnable)]
+        names = [model.name for model in newest_first(await asyncio.to_thread(state.runnable))]
     data = [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"} for name in names]
     if state.pinned is None and state.upstream is not None:  # the daemon's models after ours, as /api/tags
         ours = [{"name": name} for name in names]
