@@ -47,7 +47,7 @@ STAGES = (
 class Progress:
     """What the build has said so far, read from its output one line at a time."""
 
-    stage: str = "starting"
+    stage: str = ""  # until the output says which: "configuring (cmake)", "compiling", ...
     counter: str = ""  # "[ 58%] 120/205" as the build tool counts
     what: str = ""  # the file being compiled or the library being linked
     lines: int = 0
@@ -69,8 +69,9 @@ class Progress:
         self.what = short_name(self.what)
 
     def line(self, label: str, elapsed: float) -> str:
-        parts = [f"{label}: {self.stage}", self.counter if self.stage == "compiling" else "", self.what]
-        return " ".join(p for p in parts if p) + f"  ({clock(elapsed)})"
+        parts = [self.stage, self.counter if self.stage == "compiling" else "", self.what]
+        said = " ".join(p for p in parts if p)
+        return f"{label}{': ' + said if said else ''}  ({clock(elapsed)})"
 
 
 def short_name(description: str) -> str:

@@ -58,6 +58,10 @@ def test_the_line_says_the_stage_the_build_tools_counter_what_compiles_and_the_t
     assert not any("Location" in line for line in seen)  # pip's warnings stay in the log
 
 
+def test_before_the_output_says_anything_the_line_is_the_label_and_the_time():
+    assert build_progress.Progress().line("creating .venv", 11) == "creating .venv  (11s)"
+
+
 def test_makes_percentages_and_ninja_descriptions_read_as_well():
     assert read_all("[ 58%] Building CXX object src/CMakeFiles/llama.dir/llama-model.cpp.o")[-1] == (
         "building: compiling [ 58%] llama: llama-model.cpp  (1m15s)"
