@@ -17,13 +17,15 @@ install: $(VENV)/.installed
 
 # A step's output goes to $(VENV)/logs/NAME.log; the screen gets one progress line, and the log's last
 # lines if it fails (scripts/build_progress.py). [test] holds the server and bench extras: every command.
+# --no-compile: Python compiles each module when it is first imported instead, which halves pip's
+# CPU time here (26 s -> 12 s for '.[test]' on 2 cores), most of it for modules nothing here imports.
 step = $(PYTHON) scripts/build_progress.py --log $(VENV)/logs/$(1).log --label "$(2)" --
 
 $(VENV)/.installed: pyproject.toml
 	@$(call step,venv,creating $(VENV)) $(PYTHON) -m venv $(VENV)
-	@$(call step,pip,upgrading pip) $(BIN)/python -m pip install --upgrade pip
+	@$(call step,pip,upgrading pip) $(BIN)/python -m pip install --no-compile --upgrade pip
 	@scripts/install-backend.sh $(BIN)/python $(BACKEND)
-	@$(call step,ollama-spec,installing ollama-spec and its dependencies) $(BIN)/python -m pip install -e '.[test]'
+	@$(call step,ollama-spec,installing ollama-spec and its dependencies) $(BIN)/python -m pip install --no-compile -e '.[test]'
 	@touch $@
 
 DEMO_PROMPT ?= Explain the difference between a process and a thread.

@@ -174,7 +174,7 @@ if [ -z "$wheel" ]; then
 fi
 install_wheel() {
     "$python" "$root/scripts/build_progress.py" --log "$cache/install.log" --label "installing llama-cpp-python" \
-        -- "$python" -m pip install "$@" "$wheel"
+        -- "$python" -m pip install --no-compile "$@" "$wheel"  # no-compile: see the Makefile
 }
 if [ "$have" = none ]; then
     install_wheel  # a fresh venv: llama-cpp-python's own dependencies too
