@@ -40,12 +40,6 @@ class Deleted:
     kept: tuple[str, ...]  # digests still named by another manifest (or in use by a pull)
 
 
-def stored_name(name: str, models_dir: str | None = None) -> str:
-    """The model's name as the store spells it (`Llama3` finds `llama3:latest`); ModelNotFound if none."""
-    writer, ref = _writer(models_dir), parse_model_name(name)
-    return _existing(writer, ref, name)[1].display
-
-
 def deletable_name(name: str, models_dir: str | None = None) -> str:
     """The model's name as the store spells it (`Llama3` finds `llama3:latest`; ModelNotFound if none),
     checked deletable first: StoreNotWritable when its manifest's folder or `blobs/` is

@@ -5,13 +5,14 @@ request defaults."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ollama_spec.engine.engine import EngineSettings, plan_pair, slot_choices
-from ollama_spec.errors import IncompatibleDraft, InsufficientMemory, OllamaSpecError, one_line
+from ollama_spec.errors import IncompatibleDraft, InsufficientMemory, ModelNotFound, OllamaSpecError, one_line
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.compat import require_compatible
 from ollama_spec.models.drafts import best_draft, find_drafts
@@ -86,6 +87,16 @@ class StorePairs:
     def canonical(self, name: str) -> str:
         """The stored name for `name` (ModelNotFound when the store has none)."""
         return self.store().resolve(name).name
+
+    def identify(self, name: str) -> tuple[str, str]:
+        """The stored name for `name` and the sha256 of its manifest, as Ollama's digest (ModelNotFound when the
+        store has none): a copy or a pull over the name gives another digest, and the model is loaded again."""
+        stored = self.store().resolve(name)
+        try:
+            data = stored.manifest_path.read_bytes()
+        except OSError:  # deleted since: as good as not found
+            raise ModelNotFound(f"model '{name}' not found") from None
+        return stored.name, hashlib.sha256(data).hexdigest()
 
     def changed(self) -> None:
         """The store was written: read the models again."""

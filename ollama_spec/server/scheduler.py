@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from ollama_spec.engine.engine import Engine
 from ollama_spec.errors import (
@@ -34,6 +34,7 @@ log = logging.getLogger("ollama_spec.server")
 MODELS_PER_GPU = 3  # Ollama's defaultModelsPerGPU, when OLLAMA_MAX_LOADED_MODELS is unset
 REAP_SECONDS = 0.2  # how often expired models are looked for
 WAIT_SECONDS = 0.1  # how often a load waiting for a busy model to finish looks again
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,20 @@ def not_found(name: str) -> ApiError:
 
 
 class Scheduler:
-    """The loaded pairs by stored name."""
+    """The loaded pairs by stored name, and the one owner of loading, evicting, unloading and deleting them.
+
+    All four run under one lock, so no load sees room that a closing pair still takes. A pair leaves
+    `loaded` when it is evicted, expires, is asked to unload, is deleted or its manifest changes (a copy or
+    a pull over its name); while requests still use it, it waits in `retiring`, still counted as taking
+    its memory, and closes when the last of them ends: a running stream is never cut."""
 
     def __init__(self, pairs: StorePairs, settings: SchedulerSettings, metrics: Metrics, max_queue: int):
         self.pairs, self.settings, self.metrics, self.max_queue = pairs, settings, metrics, max_queue
         self.loaded: dict[str, Served] = {}
+        self._retiring: list[Served] = []  # out of `loaded`, closed when their requests end
         self._loading: dict[str, asyncio.Future[Served]] = {}
         self._wanted: Counter[str] = Counter()  # requests waiting for a load: their model is not evicted
+        self._deleting: set[str] = set()  # stored names a delete is removing: requests for them are 404s
         self._lock: asyncio.Lock | None = None
         self._reaper: asyncio.Task | None = None
         self._devices: tuple[list[Device], list[str]] | None = None
@@ -64,76 +72,124 @@ class Scheduler:
 
     async def canonical(self, name: str) -> str:
         """The stored name for a requested one: 404 as Ollama answers when the store has none."""
+        return (await self._identify(name))[0]
+
+    async def _identify(self, name: str) -> tuple[str, str]:
+        """The stored name and its manifest's digest, in one read of the store."""
         try:
-            return await asyncio.to_thread(self.pairs.canonical, name)
+            key, digest = await asyncio.to_thread(self.pairs.identify, name)
         except (ModelNotFound, InvalidModelName):
             raise not_found(name) from None
         except OllamaSpecError as exc:
             raise ApiError(500, one_line(str(exc))) from None
+        if key in self._deleting:
+            raise not_found(name)
+        return key, digest
 
     async def acquire(self, name: str, keep_alive: float | None) -> Served:
-        """The loaded pair for `name`, loaded now if need be; the caller holds it (`users`) until `release`."""
-        key = await self.canonical(name)
+        """The loaded pair for `name`, loaded now if need be (again, if its manifest changed since); the
+        caller holds it (`users`) until `release`."""
         self._start_reaper()
-        self._wanted[key] += 1
-        try:
-            served = self.loaded.get(key)
-            if served is None or served.closed:
-                future = self._loading.get(key)
-                if future is None:
-                    future = self._loading[key] = asyncio.ensure_future(self._load(key))
-                    future.add_done_callback(lambda _: self._loading.pop(key, None))
-                served = await asyncio.shield(future)
-        finally:
-            self._wanted[key] -= 1
+        while True:  # again if a delete closed the pair between its load and this request's turn
+            key, digest = await self._identify(name)
+            self._wanted[key] += 1
+            try:
+                served = self.loaded.get(key)
+                if served is None or served.closed or served.manifest_digest != digest:
+                    future = self._loading.get(key)
+                    if future is None:
+                        future = self._loading[key] = asyncio.ensure_future(self._load(key, digest))
+                        future.add_done_callback(lambda _, key=key: self._loading.pop(key, None))
+                    served = await asyncio.shield(future)
+            finally:
+                self._wanted[key] -= 1
+            if not served.closed:
+                break
         served.users += 1
         served.keep_alive = self.settings.keep_alive if keep_alive is None else keep_alive
         served.touch()
         return served
 
     async def release(self, served: Served) -> None:
-        """A request that held `served` ended: its keep_alive counts from now (0: unloaded at once)."""
+        """A request that held `served` ended: its keep_alive counts from now (0: unloaded at once); a
+        retiring pair closes with its last request."""
         served.users -= 1
         served.touch()
-        if served.keep_alive == 0 and served.idle and self.loaded.get(served.name) is served:
-            await self._unload(served, "keep_alive 0")
+        if served.idle and (served in self._retiring or served.keep_alive == 0):
+            async with self._locked():
+                if served in self._retiring:
+                    await self._close_retired()
+                elif served.keep_alive == 0 and served.idle and self.loaded.get(served.name) is served:
+                    await self._unload(served, "keep_alive 0")
 
-    async def unload(self, name: str, wait: float = 30.0) -> bool:
-        """Unload `name` if it is loaded (after its running requests end, waiting up to `wait` seconds);
-        False if it was not loaded."""
+    async def unload(self, name: str) -> bool:
+        """Unload `name` if it is loaded: now if idle, else when its running requests end (as Ollama's
+        keep_alive 0); False if it was not loaded."""
         try:
             key = await asyncio.to_thread(self.pairs.canonical, name)
         except OllamaSpecError:
             key = name
-        served = self.loaded.get(key)
-        if served is None:
-            return False
-        served.keep_alive = 0
-        deadline = time.monotonic() + wait
-        while not served.idle and time.monotonic() < deadline:
-            await asyncio.sleep(WAIT_SECONDS)
-        if self.loaded.get(key) is served:
+        async with self._locked():
+            served = self.loaded.get(key)
+            if served is None:
+                return False
             await self._unload(served, "asked to")
         return True
+
+    async def store_changed(self) -> None:
+        """The store was written here (a pull, a copy, a delete): list its models afresh, and retire the
+        loaded pairs whose manifest changed, so that the next request, and /api/show, see the new model."""
+        self.pairs.changed()
+        async with self._locked():
+            for served in list(self.loaded.values()):
+                try:
+                    _, digest = await asyncio.to_thread(self.pairs.identify, served.name)
+                except OllamaSpecError:
+                    digest = None
+                if digest != served.manifest_digest:
+                    await self._unload(served, "its manifest changed" if digest else "it left the store")
+
+    async def delete(self, name: str, remove: Callable[[str], T]) -> T:
+        """Delete the stored `name` with `remove(stored name)` (on a thread), after the pairs that load it
+        (as target or draft) have finished their running requests and closed. A load in progress finishes
+        first; requests for the name meanwhile are 404s, as after the delete."""
+        key = await self.canonical(name)
+        self._deleting.add(key)
+        try:
+            async with self._locked():
+                for served in [s for s in self.loaded.values() if _loads(s, key)]:
+                    await self._unload(served, "its model is being deleted")
+            while any(not served.closed for served in self._retiring if _loads(served, key)):
+                await asyncio.sleep(WAIT_SECONDS)
+            async with self._locked():
+                return await asyncio.to_thread(remove, key)
+        finally:
+            self._deleting.discard(key)
+            self.pairs.changed()
 
     def shutdown(self) -> None:
         """Unload everything now, from outside the event loop (the server has stopped)."""
         if self._reaper is not None:
             self._reaper.cancel()
-        for served in list(self.loaded.values()):
-            self.loaded.pop(served.name, None)
+        for served in [*self.loaded.values(), *self._retiring]:
             served.close()
-
-    def cancel_all(self) -> None:
-        for served in list(self.loaded.values()):
-            served.worker.cancel_all()
+        self.loaded.clear()
+        self._retiring.clear()
 
     # --- loading ---------------------------------------------------------------------------------
 
-    async def _load(self, key: str) -> Served:
+    def _locked(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:  # one load at a time, as Ollama's scheduler
+        return self._lock
+
+    async def _load(self, key: str, digest: str) -> Served:
+        async with self._locked():  # one load at a time, as Ollama's scheduler; no unload beside it
+            current = self.loaded.get(key)
+            if current is not None and not current.closed and current.manifest_digest == digest:
+                return current  # loaded by another request while this one waited for the lock
+            if current is not None:
+                await self._unload(current, "its manifest changed")
             if self.before_load is not None:  # before the plan: the devices are first measured there
                 await self.before_load(key)
             pair = await self._plan(key)
@@ -151,6 +207,7 @@ class Scheduler:
                 draft_why=pair.draft_why,
                 keep_alive=self.settings.keep_alive,
                 memory=(pair.plan.gpu_bytes, pair.plan.host_bytes) if pair.plan else (0, 0),
+                manifest_digest=digest,
             )
             served.touch()
             self.loaded[key] = served
@@ -189,22 +246,29 @@ class Scheduler:
 
     async def _make_room(self, pair: PairPlan) -> None:
         """Unload idle models, least recently used first, until `pair` fits beside the rest; wait for busy
-        ones to become idle (up to load_timeout)."""
+        ones (and retiring ones) to become idle and close (up to load_timeout). Runs under the lock."""
         deadline = time.monotonic() + self.settings.load_timeout
         while not self._room_for(pair):
+            await self._close_retired()
             idle = [s for s in self.loaded.values() if s.idle and not self._wanted[s.name]]
             if idle:
                 victim = min(idle, key=lambda s: s.last_used)
                 await self._unload(victim, f"to make room for {pair.name}")
                 continue
+            if self._room_for(pair):
+                break
             if time.monotonic() > deadline:
                 raise ApiError(503, f"{pair.name} cannot load: the loaded models stayed busy; retry later")
             await asyncio.sleep(WAIT_SECONDS)
 
+    def _taking(self) -> list[Served]:
+        """Every pair in memory: the loaded ones and those retiring."""
+        return [*self.loaded.values(), *self._retiring]
+
     def _room_for(self, pair: PairPlan) -> bool:
-        if len(self.loaded) >= self._max_loaded():
+        if len(self._taking()) >= self._max_loaded():
             return False
-        if pair.plan is None or not self.loaded:
+        if pair.plan is None or not self._taking():
             return True
         devices, notes = self._machine()
         left = self._left(devices)
@@ -233,8 +297,8 @@ class Scheduler:
 
     def _left(self, devices: list[Device]) -> list[Device]:
         """`devices` less what the loaded pairs' plans counted: GPU bytes from the GPUs in order, RAM from RAM."""
-        gpu = sum(s.memory[0] for s in self.loaded.values())
-        host = sum(s.memory[1] for s in self.loaded.values())
+        gpu = sum(s.memory[0] for s in self._taking())
+        host = sum(s.memory[1] for s in self._taking())
         left = []
         for device in devices:
             taken = host if not device.is_gpu else min(gpu, device.free)
@@ -244,9 +308,26 @@ class Scheduler:
         return left
 
     async def _unload(self, served: Served, why: str) -> None:
+        """Take `served` out of `loaded` and close it, now if idle, else when its requests end. Under the lock."""
         if self.loaded.get(served.name) is served:
             del self.loaded[served.name]
-        log.info("unloading %s (%s)", served.name, why)
+        if served.idle:
+            log.info("unloading %s (%s)", served.name, why)
+            await self._close(served)
+        else:
+            log.info("unloading %s when its running requests end (%s)", served.name, why)
+            self._retiring.append(served)
+
+    async def _close_retired(self) -> None:
+        """Close the retiring pairs whose last request has ended. Under the lock."""
+        for served in [s for s in self._retiring if s.idle]:
+            self._retiring.remove(served)
+            log.info("unloading %s: its last request ended", served.name)
+            await self._close(served)
+
+    @staticmethod
+    async def _close(served: Served) -> None:
+        served.closed = True  # at once, on the loop: a request resuming meanwhile looks for another pair
         await asyncio.to_thread(served.close)
 
     # --- expiry ----------------------------------------------------------------------------------
@@ -256,17 +337,25 @@ class Scheduler:
             self._reaper = asyncio.ensure_future(self._reap())
 
     async def _reap(self) -> None:
-        """Unload the idle models whose keep_alive has run out."""
+        """Unload the idle models whose keep_alive has run out, and close retiring ones left idle."""
         while True:
             await asyncio.sleep(REAP_SECONDS)
-            now = time.time()
-            for served in list(self.loaded.values()):
-                if served.idle and not self._wanted[served.name] and served.expires_at <= now:
+            if not self._expired() and not any(s.idle for s in self._retiring):
+                continue
+            async with self._locked():
+                await self._close_retired()
+                for served in self._expired():
                     await self._unload(served, "its keep_alive ran out")
 
-    def expires(self, served: Served) -> float:
-        """When `served` is unloaded if it stays idle (time.time()); inf while in use or kept forever."""
-        return math.inf if served.users else served.expires_at
+    def _expired(self) -> list[Served]:
+        now = time.time()
+        return [s for s in self.loaded.values() if s.idle and not self._wanted[s.name] and s.expires_at <= now]
+
+
+def _loads(served: Served, name: str) -> bool:
+    """Whether `served` has the stored `name` loaded, as its target or its draft."""
+    draft = served.engine.draft_model
+    return name in (served.name, draft.name if draft is not None else None)
 
 
 def _refusal(exc: OllamaSpecError) -> ApiError:

@@ -29,12 +29,12 @@ class State:
         self.models_dir = str(models_dir)
         self.calls: list[tuple] = []
 
-    def store_changed(self) -> None:
+    async def store_changed(self) -> None:
         self.calls.append(("store_changed",))
 
-    async def unload(self, name: str) -> bool:
-        self.calls.append(("unload", name))
-        return True
+    async def delete(self, name: str, remove):
+        self.calls.append(("delete", name))
+        return remove(name)
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ def test_delete_unloads_then_removes_and_keeps_shared_blobs(served, store):
     target_blobs = snapshot(store / "blobs")
     answer = httpx.request("DELETE", f"{served.url}/api/delete", json={"model": "TINY-DRAFT"})
     assert answer.status_code == 200 and answer.content == b""
-    assert served.state.calls == [("unload", "tiny-draft:latest"), ("store_changed",)]
+    assert served.state.calls == [("delete", "tiny-draft:latest"), ("store_changed",)]
     assert not (store / LIBRARY / "tiny-draft" / "latest").exists()
     assert len(snapshot(store / "blobs")) < len(target_blobs)
     Store(StoreRoot(store, "test")).resolve("tiny-target").model_info()  # its shared blobs are all there

@@ -3,6 +3,7 @@ a pulled or copied model answers by its name, a deleted one is unloaded and gone
 
 from __future__ import annotations
 
+import httpx
 import ollama
 import pytest
 
@@ -60,3 +61,30 @@ def test_a_copy_answers_by_its_new_name(store_copy):
         answer = post(url + "/api/chat", json={"model": "mine/target:v2"} | CHAT)
         assert answer.status_code == 200, answer.text
         assert [m["name"] for m in get(url + "/api/ps").json()["models"]] == ["mine/target:v2"]
+
+
+def test_a_padded_name_is_refused_as_ollama_refuses_it(store_copy):
+    with running_store(store_copy, no_draft=True) as (url, _):
+        answer = httpx.request("DELETE", url + "/api/delete", json={"model": " tiny-draft:latest "}, timeout=30)
+        assert answer.status_code == 400 and answer.json() == {"error": 'name " tiny-draft:latest " is invalid'}
+        assert "tiny-draft:latest" in names(url)
+
+
+def test_a_delete_on_a_read_only_store_fails_before_unloading(store_copy, monkeypatch):
+    import os
+
+    with running_store(store_copy, no_draft=True) as (url, _):
+        assert post(url + "/api/chat", json={"model": "tiny-draft"} | CHAT).status_code == 200
+        real_access = os.access
+
+        def read_only(path, mode, *args, **kwargs):  # as access(2) answers on a read-only mount (EROFS)
+            if mode & os.W_OK and str(path).startswith(str(store_copy)):
+                return False
+            return real_access(path, mode, *args, **kwargs)
+
+        monkeypatch.setattr(os, "access", read_only)
+        answer = httpx.request("DELETE", url + "/api/delete", json={"model": "tiny-draft"}, timeout=30)
+        assert answer.status_code == 500 and "not writable" in answer.json()["error"]
+        assert "\n" not in answer.json()["error"]
+        assert [m["name"] for m in get(url + "/api/ps").json()["models"]] == ["tiny-draft:latest"]
+        assert "tiny-draft:latest" in names(url)

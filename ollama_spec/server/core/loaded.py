@@ -38,11 +38,13 @@ class Served:
     pinned: bool = False  # serve TARGET: answers every name, never unloaded
     keep_alive: float = FOREVER
     memory: tuple[int, int] = (0, 0)  # what the memory plan counted: bytes on GPUs, bytes in RAM
+    manifest_digest: str = ""  # sha256 of the target's manifest when it loaded: another one means reload
     worker: Worker = field(init=False)
     users: int = 0  # requests between their acquire and their end (streams included)
     last_used: float = field(default_factory=time.monotonic)
     expires_at: float = math.inf  # time.time() when it is unloaded if still idle; inf: never
-    closed: bool = False
+    closed: bool = False  # no request may take it any more (it is being freed, or is)
+    _freed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.worker = Worker(self.engine, self.settings.max_queue, self._finished)
@@ -103,10 +105,12 @@ class Served:
             raise failure(exc) from None
 
     def close(self) -> None:
-        """Stop its generations and free both models (blocks: run it on a thread)."""
-        if self.closed:
-            return
+        """Stop its generations and free both models (blocks: run it on a thread). Whoever decides to close
+        it sets `closed` first, on the event loop, so that no request takes it while this runs."""
         self.closed = True
+        if self._freed:
+            return
+        self._freed = True
         self.worker.close()
         if not self.pinned:  # a pinned engine is its owner's to close
             self.engine.close()

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.errors import InvalidSetting
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from ollama_spec.server.scheduler import Scheduler
     from ollama_spec.server.upstream import Upstream
 
+T = TypeVar("T")
 # The pairs the current HTTP request holds: set by the Leases middleware, released when its answer ends.
 HELD: contextvars.ContextVar[list[Served] | None] = contextvars.ContextVar("held", default=None)
 
@@ -138,17 +140,24 @@ class ServerState:
 
     # --- hooks for the store's writers (the management routes) ---------------------------------------
 
-    def store_changed(self) -> None:
-        """The store was written (a pull, a delete, a copy): list its models afresh."""
+    async def store_changed(self) -> None:
+        """The store was written (a pull, a delete, a copy): list its models afresh; a loaded model whose
+        manifest changed is loaded again for the next request."""
         if self.scheduler is not None:
-            self.scheduler.pairs.changed()
+            await self.scheduler.store_changed()
 
     async def unload(self, name: str) -> bool:
-        """Unload `name` if it is loaded (after its running requests); False if it was not. A pinned pair
-        stays: False."""
+        """Unload `name` if it is loaded (once its running requests end); False if it was not. A pinned
+        pair stays: False."""
         if self.scheduler is None:
             return False
         return await self.scheduler.unload(name)
+
+    async def delete(self, name: str, remove: Callable[[str], T]) -> T:
+        """`remove(stored name)` on a thread, once no loaded pair uses the model (the scheduler's delete)."""
+        if self.scheduler is None:
+            return await asyncio.to_thread(remove, name)
+        return await self.scheduler.delete(name, remove)
 
     # --- shutdown --------------------------------------------------------------------------------------
 

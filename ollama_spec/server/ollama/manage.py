@@ -2,7 +2,8 @@
 streamed), /api/delete and /api/copy (pull/edits), answered as Ollama's routes.go answers them.
 
 From the server's state these use only `models_dir` (the store, None: as `pull` finds it),
-`store_changed()` (after a write that succeeded) and `await unload(name)` (before a model's files go).
+`await store_changed()` (after a write that succeeded) and `await delete(name, remove)` (the scheduler's:
+the model's pairs finish their requests and close before its files go).
 Errors are `{"error": "..."}` in one line; they never leave the store half-written.
 """
 
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from ollama_spec.errors import InvalidModelName, ModelNotFound, OllamaSpecError, StoreNotFound, one_line
 from ollama_spec.models.names import parse_model_name
 from ollama_spec.pull.api_events import pull_events
-from ollama_spec.pull.edits import copy_model, delete_model, stored_name
+from ollama_spec.pull.edits import copy_model, deletable_name, delete_model
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import ndjson
 from ollama_spec.server.ollama.manage_protocol import CopyRequest, DeleteRequest, PullModelRequest
@@ -70,15 +71,13 @@ async def pull(http_request: HTTPRequest) -> Response:
 
 async def _noticed(first: dict, events: AsyncIterator[dict], state: Any) -> AsyncIterator[dict]:
     """The events with `first` in front; the server is told of the new model before "success" goes out."""
-    yield _note(first, state)
+    if first == SUCCESS:
+        await state.store_changed()
+    yield first
     async for chunk in events:
-        yield _note(chunk, state)
-
-
-def _note(chunk: dict, state: Any) -> dict:
-    if chunk == SUCCESS:
-        state.store_changed()
-    return chunk
+        if chunk == SUCCESS:
+            await state.store_changed()
+        yield chunk
 
 
 async def _streamed(first: dict, events: AsyncIterator[dict], state: Any) -> AsyncIterator[dict]:
@@ -95,22 +94,30 @@ async def _streamed(first: dict, events: AsyncIterator[dict], state: Any) -> Asy
 @router.delete("/api/delete")
 @_answered
 async def delete(http_request: HTTPRequest) -> Response:
-    """Unload the model, remove its manifest, then the blobs no other manifest names. 200 with no body."""
+    """Remove the model's manifest, then the blobs no other manifest names, once the pairs that load it have
+    ended their running requests and closed. 200 with no body."""
     state, body = http_request.app.state.server, await _read(http_request, DeleteRequest)
+    if body.asked != body.asked.strip():
+        raise Refused(400, f'name "{body.asked}" is invalid')  # Ollama's words: a padded name is no name
     try:
-        name = await asyncio.to_thread(stored_name, body.asked, state.models_dir)
-        await state.unload(name)
-        await asyncio.to_thread(delete_model, name, state.models_dir)
+        # a read-only store fails here, before anything is unloaded for it
+        name = await asyncio.to_thread(deletable_name, body.asked, state.models_dir)
+        await state.delete(name, functools.partial(delete_model, models_dir=state.models_dir))
     except (ModelNotFound, StoreNotFound):
         raise Refused(404, f"model '{body.asked}' not found") from None  # Ollama's words (its quotes, too)
-    state.store_changed()
+    except ApiError as exc:  # the scheduler's: another delete took it first
+        if exc.status == 404:
+            raise Refused(404, f"model '{body.asked}' not found") from None
+        raise
+    await state.store_changed()
     return Response(status_code=200)
 
 
 @router.post("/api/copy")
 @_answered
 async def copy(http_request: HTTPRequest) -> Response:
-    """A second name for a model: a new manifest naming the same blobs. 200 with no body."""
+    """A second name for a model: a new manifest naming the same blobs. 200 with no body. A loaded model
+    the copy replaced is loaded again for its next request."""
     state, body = http_request.app.state.server, await _read(http_request, CopyRequest)
     for kind, value in (("source", body.source), ("destination", body.destination)):
         try:
@@ -121,7 +128,7 @@ async def copy(http_request: HTTPRequest) -> Response:
         await asyncio.to_thread(copy_model, body.source, body.destination, state.models_dir)
     except (ModelNotFound, StoreNotFound):
         raise Refused(404, f'model "{body.source}" not found') from None
-    state.store_changed()
+    await state.store_changed()
     return Response(status_code=200)
 
 
