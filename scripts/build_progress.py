@@ -50,10 +50,8 @@ class Progress:
     stage: str = ""  # until the output says which: "configuring (cmake)", "compiling", ...
     counter: str = ""  # "[ 58%] 120/205" as the build tool counts
     what: str = ""  # the file being compiled or the library being linked
-    lines: int = 0
 
     def read(self, line: str) -> None:
-        self.lines += 1
         text = line.strip()
         if m := NINJA.match(text):
             done, total = int(m[1]), int(m[2])
