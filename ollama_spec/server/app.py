@@ -20,7 +20,7 @@ from ollama_spec import __version__
 from ollama_spec.server.bodies import CheckedBodies, JsonBodies
 from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
 from ollama_spec.server.core.errors import ApiError, error_response
-from ollama_spec.server.core.state import HELD, ServerState
+from ollama_spec.server.core.state import HELD, WAITED, ServerState
 from ollama_spec.server.forwarding import FALLBACK_ROUTES, Forwarding
 from ollama_spec.server.metrics import CONTENT_TYPE
 from ollama_spec.server.ollama import embeddings as ollama_embeddings
@@ -108,11 +108,12 @@ class Leases:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         held: list = []
-        token = HELD.set(held)
+        token, waited = HELD.set(held), WAITED.set([])
         try:
             await self.app(scope, receive, send)
         finally:
             HELD.reset(token)
+            WAITED.reset(waited)
             await self.state.release_all(held)
 
 

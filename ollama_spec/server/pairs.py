@@ -145,9 +145,12 @@ class StorePairs:
             self._cache[key] = model
         return model
 
-    def plan(self, name: str, devices: Sequence[Device], notes: Sequence[str] = ()) -> PairPlan:
+    def plan(
+        self, name: str, devices: Sequence[Device], notes: Sequence[str] = (), n_ctx: int | None = None
+    ) -> PairPlan:
         """The pair to load for the stored `name`, its context chosen for `devices` (the whole machine,
-        or the scheduler's budget); UnusableModel, IncompatibleDraft or InsufficientMemory when it cannot run."""
+        or the scheduler's budget): `n_ctx`, a request's num_ctx, over the model's own and --ctx (capped at
+        the trained length); UnusableModel, IncompatibleDraft or InsufficientMemory when it cannot run."""
         store = self.store()
         target = resolve_model(name, store=store)
         preset = self.presets.get(target.name)
@@ -158,8 +161,8 @@ class StorePairs:
         settings = self.defaults(target, proposer)
         return fit_context(
             PairPlan(target.name, target, draft, why, settings, self.engine),
-            given=_num_ctx(target),
-            flag=self.ctx,
+            given=n_ctx or _num_ctx(target),
+            flag=None if n_ctx else self.ctx,
             devices=devices,
             notes=notes,
         )

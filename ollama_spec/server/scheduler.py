@@ -86,19 +86,20 @@ class Scheduler:
             raise not_found(name)
         return key, digest
 
-    async def acquire(self, name: str, keep_alive: float | None) -> Served:
-        """The loaded pair for `name`, loaded now if need be (again, if its manifest changed since); the
-        caller holds it (`users`) until `release`."""
+    async def acquire(self, name: str, keep_alive: float | None, n_ctx: int | None = None) -> Served:
+        """The loaded pair for `name`, loaded now if need be: again if its manifest changed since, or with a
+        larger context when `n_ctx` asks for more than it has (and the memory plan allows it). The caller
+        holds it (`users`) until `release`."""
         self._start_reaper()
         while True:  # again if a delete closed the pair between its load and this request's turn
             key, digest = await self._identify(name)
             self._wanted[key] += 1
             try:
                 served = self.loaded.get(key)
-                if served is None or served.closed or served.manifest_digest != digest:
+                if not _answers(served, digest, n_ctx):
                     future = self._loading.get(key)
                     if future is None:
-                        future = self._loading[key] = asyncio.ensure_future(self._load(key, digest))
+                        future = self._loading[key] = asyncio.ensure_future(self._load(key, digest, n_ctx))
                         future.add_done_callback(lambda _, key=key: self._loading.pop(key, None))
                     served = await asyncio.shield(future)
             finally:
@@ -183,16 +184,25 @@ class Scheduler:
             self._lock = asyncio.Lock()
         return self._lock
 
-    async def _load(self, key: str, digest: str) -> Served:
+    async def _load(self, key: str, digest: str, n_ctx: int | None = None) -> Served:
         async with self._locked():  # one load at a time, as Ollama's scheduler; no unload beside it
             current = self.loaded.get(key)
-            if current is not None and not current.closed and current.manifest_digest == digest:
+            if _answers(current, digest, n_ctx):
                 return current  # loaded by another request while this one waited for the lock
-            if current is not None:
-                await self._unload(current, "its manifest changed")
-            if self.before_load is not None:  # before the plan: the devices are first measured there
+            larger = current is not None and not current.closed and current.manifest_digest == digest
+            if self.before_load is not None and not larger:  # before the plan: the devices are measured there
                 await self.before_load(key)
-            pair = await self._plan(key)
+            try:
+                pair = await self._plan(key, n_ctx if larger else None)
+            except ApiError as exc:
+                if not larger or exc.status != 500:
+                    raise
+                log.warning("%s: num_ctx %d does not fit (%s): it keeps context %d", key, n_ctx, exc, current.n_ctx)
+                current.refused_ctx = max(current.refused_ctx, n_ctx)
+                return current
+            if current is not None:
+                why = f"num_ctx {n_ctx} asked for, beyond its {current.n_ctx}" if larger else "its manifest changed"
+                await self._unload(current, why)
             await self._make_room(pair)
             started = time.monotonic()
             try:
@@ -232,12 +242,12 @@ class Scheduler:
             raise
         return engine
 
-    async def _plan(self, key: str) -> PairPlan:
-        """The pair and its context, planned against the whole of the (budgeted) machine: what cannot fit
-        even alone is refused here, before anything is unloaded for it."""
+    async def _plan(self, key: str, n_ctx: int | None = None) -> PairPlan:
+        """The pair and its context (`n_ctx`: a request's num_ctx), planned against the whole of the
+        (budgeted) machine: what cannot fit even alone is refused here, before anything is unloaded for it."""
         try:
             devices, notes = await asyncio.to_thread(self._machine)
-            pair = await asyncio.to_thread(self.pairs.plan, key, devices, notes)
+            pair = await asyncio.to_thread(self.pairs.plan, key, devices, notes, n_ctx)
         except ModelNotFound as exc:
             raise ApiError(404, one_line(str(exc))) from None
         except OllamaSpecError as exc:
@@ -350,6 +360,15 @@ class Scheduler:
     def _expired(self) -> list[Served]:
         now = time.time()
         return [s for s in self.loaded.values() if s.idle and not self._wanted[s.name] and s.expires_at <= now]
+
+
+def _answers(served: Served | None, digest: str, n_ctx: int | None) -> bool:
+    """Whether a loaded pair can answer a request for its model's manifest `digest` with context `n_ctx`:
+    open, the same manifest, and a context as large (or as large as its trained length, or as large as
+    fits: a larger one was refused)."""
+    if served is None or served.closed or served.manifest_digest != digest:
+        return False
+    return n_ctx is None or n_ctx <= max(served.n_ctx, served.refused_ctx) or served.n_ctx >= served.trained_ctx
 
 
 def _loads(served: Served, name: str) -> bool:

@@ -117,3 +117,56 @@ def test_requests_and_deletes_of_one_model_at_once_never_answer_500(store_copy):
         ps = get(url + "/api/ps")
         assert ps.status_code == 200 and ps.json()["models"] == []
         assert not store_copy.joinpath(*LIBRARY, "tiny-alien", "latest").exists()
+
+
+def test_load_duration_is_the_load_the_request_waited_for(store_copy):
+    """Ollama's durations, through its own client: a cold request's load is in load_duration and in its total."""
+    with running_store(store_copy, no_draft=True) as (url, _):
+        client = ollama.Client(host=url)
+        cold = client.generate("tiny-alien", "Once upon", options={"num_predict": 4, "temperature": 0})
+        warm = client.generate("tiny-alien", "Once upon", options={"num_predict": 4, "temperature": 0})
+        assert cold.load_duration > 0 and cold.total_duration >= cold.load_duration + cold.eval_duration
+        assert warm.load_duration < cold.load_duration
+        chat = client.chat("tiny-target", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2})
+        assert chat.load_duration > 0 and chat.total_duration > chat.load_duration
+
+
+def test_a_larger_num_ctx_reloads_the_model_and_ps_says_so(store_copy):
+    """Open WebUI's fix for a cut prompt: Controls -> num_ctx. The model loads again with that context (as
+    Ollama reloads its runner), a smaller one reuses the loaded pair, and past the trained length it is capped."""
+    with running_store(store_copy, no_draft=True) as (url, _):
+        client = ollama.Client(host=url)
+
+        def context() -> int:
+            return {m.model: m for m in client.ps().models}["tiny-alien:latest"].context_length
+
+        client.generate("tiny-alien", "Once", options={"num_predict": 2})
+        assert context() == 4096  # Ollama's default on a CPU
+        client.generate("tiny-alien", "Once", options={"num_predict": 2, "num_ctx": 6000})
+        assert context() == 6000
+        client.generate("tiny-alien", "Once", options={"num_predict": 2, "num_ctx": 2048})
+        assert context() == 6000  # a smaller context fits in the loaded one: no reload
+        client.generate("tiny-alien", "Once", options={"num_predict": 2})
+        assert context() == 6000
+        client.generate("tiny-alien", "Once", options={"num_predict": 2, "num_ctx": 100_000})
+        assert context() == 8192  # the model's trained length
+        client.chat("tiny-alien", messages=[{"role": "user", "content": "Hi"}], options={"num_ctx": 100_000})
+        assert context() == 8192  # no reload for what it cannot give
+
+
+def test_a_num_ctx_that_does_not_fit_keeps_the_loaded_context(store_copy):
+    """Past what the memory plan allows, the loaded pair answers (its context as before, the prompt fitted
+    to it as usual) instead of an error: the request asked for more room, not for a failure."""
+    from ollama_spec.planning.devices import system_ram
+
+    engine = engine_settings(parallel=1, memory_check=True)
+    store = StorePairs(models_dir=str(store_copy), no_draft=True, engine=engine)
+    need = {n: store.plan("tiny-alien", [system_ram(64)], n_ctx=n).plan.host_bytes for n in (4096, 8192)}
+    assert need[8192] > need[4096]
+    budget = (need[4096] + need[8192]) // 2
+    with running_store(store_copy, SchedulerSettings(memory_budget=budget), no_draft=True, engine=engine) as (url, _):
+        client = ollama.Client(host=url)
+        client.generate("tiny-alien", "Once", options={"num_predict": 2})
+        answered = client.generate("tiny-alien", "Once", options={"num_predict": 2, "num_ctx": 8192})
+        assert answered.done
+        assert [m.context_length for m in client.ps().models] == [4096]

@@ -39,6 +39,7 @@ class Served:
     keep_alive: float = FOREVER
     memory: tuple[int, int] = (0, 0)  # what the memory plan counted: bytes on GPUs, bytes in RAM
     manifest_digest: str = ""  # sha256 of the target's manifest when it loaded: another one means reload
+    refused_ctx: int = 0  # the largest num_ctx a request asked for that the memory plan refused
     worker: Worker = field(init=False)
     users: int = 0  # requests between their acquire and their end (streams included)
     last_used: float = field(default_factory=time.monotonic)
@@ -58,6 +59,16 @@ class Served:
     @property
     def model_names(self) -> list[str]:
         return list(dict.fromkeys([self.name, *self.settings.aliases]))
+
+    @property
+    def n_ctx(self) -> int:
+        """The context it was loaded with (tokens a request may hold)."""
+        return self.engine.target.n_ctx
+
+    @property
+    def trained_ctx(self) -> int:
+        """The longest context its model was trained on (0: the header does not say)."""
+        return self.engine.target_model.info.context_length or 0
 
     @property
     def proposer_name(self) -> str | None:

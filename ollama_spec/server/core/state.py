@@ -27,6 +27,13 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 # The pairs the current HTTP request holds: set by the Leases middleware, released when its answer ends.
 HELD: contextvars.ContextVar[list[Served] | None] = contextvars.ContextVar("held", default=None)
+# The seconds the current HTTP request waited for its model to load (Ollama's load_duration), per acquire.
+WAITED: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("waited", default=None)
+
+
+def load_waited() -> float:
+    """Seconds the current request waited for loads: 0 when its model was loaded already."""
+    return sum(WAITED.get() or ())
 
 
 class ServerState:
@@ -91,9 +98,11 @@ class ServerState:
 
     # --- what every route asks ------------------------------------------------------------------------
 
-    async def acquire(self, name: str, keep_alive: float | str | None = None) -> Served:
+    async def acquire(self, name: str, keep_alive: float | str | None = None, n_ctx: int | None = None) -> Served:
         """The pair that answers `name`, loaded first if need be (the first request waits for the load;
-        others for the same model share it). Held until the HTTP answer ends, streams included."""
+        others for the same model share it), again with a larger context when `n_ctx` (a request's
+        num_ctx) asks for more than the loaded one and the memory plan allows it. Held until the HTTP
+        answer ends, streams included; the time it waited counts as the request's load_duration."""
         if self.pinned is not None:
             served = self.pinned
         else:
@@ -101,7 +110,10 @@ class ServerState:
                 seconds = None if keep_alive is None else parse_keep_alive(keep_alive)
             except InvalidSetting as exc:
                 raise ApiError(400, str(exc), "keep_alive") from None
-            served = await self.scheduler.acquire(name, seconds)
+            started = time.monotonic()
+            served = await self.scheduler.acquire(name, seconds, n_ctx)
+            if (waited := WAITED.get()) is not None:
+                waited.append(time.monotonic() - started)
         held = HELD.get()
         if held is not None:
             held.append(served)

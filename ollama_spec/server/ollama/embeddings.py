@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 
 from ollama_spec.server.core.embedding import embed_all
-from ollama_spec.server.core.state import ServerState
+from ollama_spec.server.core.state import ServerState, load_waited
 from ollama_spec.server.ollama.protocol import EmbeddingsRequest, EmbedRequest
 
 router = APIRouter()
@@ -24,11 +24,12 @@ async def embed(body: EmbedRequest, http_request: HTTPRequest) -> dict:
         return {"model": body.model, "embeddings": []}
     started = time.perf_counter()
     vectors, n_tokens = await embed_all(served, texts, body.truncate, body.dimensions, fit_dimensions=True)
+    load = load_waited()  # as Ollama: the load this request waited for is in its total
     return {
         "model": body.model,
         "embeddings": [v.tolist() for v in vectors],
-        "total_duration": int((time.perf_counter() - started) * 1e9),
-        "load_duration": 0,
+        "total_duration": int((load + time.perf_counter() - started) * 1e9),
+        "load_duration": int(load * 1e9),
         "prompt_eval_count": n_tokens,
     }
 

@@ -45,7 +45,8 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         return final(body.model, {"message": {"role": "assistant", "content": ""}}, await _load(state, body))
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    served = await state.acquire(body.model, body.keep_alive)
+    options = Options.from_map(body.options).asked()  # a larger num_ctx than loaded reloads the model
+    served = await state.acquire(body.model, body.keep_alive, options["n_ctx"])
     request = await served.prepare(
         Asked(
             messages=[m.to_chat() for m in body.messages],
@@ -55,7 +56,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
             think=body.thinks,
             truncate=body.truncate,
             show_draft=body.show_draft,
-            **Options.from_map(body.options).asked(),
+            **options,
         )
     )
     job = served.submit(request, "/api/chat")
@@ -89,7 +90,8 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return final(body.model, {"response": ""}, await _load(state, body))
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    served = await state.acquire(body.model, body.keep_alive)
+    options = Options.from_map(body.options).asked()  # a larger num_ctx than loaded reloads the model
+    served = await state.acquire(body.model, body.keep_alive, options["n_ctx"])
     request = await served.prepare(
         Asked(
             prompt=body.prompt,
@@ -103,7 +105,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
             tokens=_templated(served, body),
             truncate=body.truncate,
             show_draft=body.show_draft,
-            **Options.from_map(body.options).asked(),
+            **options,
         )
     )
     job = served.submit(request, "/api/generate")
@@ -131,7 +133,7 @@ async def _load(state: ServerState, body: InferenceRequest) -> str:
             await state.scheduler.canonical(body.model)  # an unknown model is a 404, loaded or not
             await state.unload(body.model)
         return "unload"
-    await state.acquire(body.model, body.keep_alive)
+    await state.acquire(body.model, body.keep_alive, Options.from_map(body.options).as_llama_cpp_reads().num_ctx)
     return "load"
 
 
