@@ -34,6 +34,7 @@ log = logging.getLogger("ollama_spec.server")
 MODELS_PER_GPU = 3  # Ollama's defaultModelsPerGPU, when OLLAMA_MAX_LOADED_MODELS is unset
 REAP_SECONDS = 0.2  # how often expired models are looked for
 WAIT_SECONDS = 0.1  # how often a load waiting for a busy model to finish looks again
+RETRY_AFTER_BUSY = 5  # seconds a client is told to wait when no loaded model became idle in time
 T = TypeVar("T")
 
 
@@ -268,7 +269,11 @@ class Scheduler:
             if self._room_for(pair):
                 break
             if time.monotonic() > deadline:
-                raise ApiError(503, f"{pair.name} cannot load: the loaded models stayed busy; retry later")
+                raise ApiError(
+                    503,
+                    f"{pair.name} cannot load: the loaded models stayed busy; retry later",
+                    headers={"Retry-After": str(RETRY_AFTER_BUSY)},
+                )
             await asyncio.sleep(WAIT_SECONDS)
 
     def _taking(self) -> list[Served]:

@@ -170,3 +170,20 @@ def test_a_num_ctx_that_does_not_fit_keeps_the_loaded_context(store_copy):
         answered = client.generate("tiny-alien", "Once", options={"num_predict": 2, "num_ctx": 8192})
         assert answered.done
         assert [m.context_length for m in client.ps().models] == [4096]
+
+
+def test_a_load_that_waits_too_long_for_room_is_a_503_with_retry_after(store_copy):
+    async def scenario():
+        pairs = StorePairs(models_dir=str(store_copy), no_draft=True, engine=engine_settings(parallel=1))
+        owner = Scheduler(pairs, SchedulerSettings(max_loaded=1, load_timeout=0.3), Metrics(lambda: 0), 4)
+        busy = await owner.acquire("tiny-alien", None)  # a request holds the only room
+        refused = (await asyncio.gather(owner.acquire("tiny-target", None), return_exceptions=True))[0]
+        assert getattr(refused, "status", None) == 503 and refused.headers["Retry-After"].isdigit()
+        assert list(owner.loaded) == ["tiny-alien:latest"] and not busy.closed
+        await owner.release(busy)
+        served = await owner.acquire("tiny-target", None)  # room now: the idle one makes way
+        assert list(owner.loaded) == ["tiny-target:latest"] and busy.closed
+        await owner.release(served)
+        owner.shutdown()
+
+    asyncio.run(scenario())
