@@ -110,6 +110,7 @@ class Generation:
                 yield text
         finally:
             tokens.close()
+            result.speculation.keep(len(result.tokens))  # count only the drafts the answer kept
             if grammar is not None:
                 grammar.close()
             self.costs.keep_learned(request.speculation, policy, shared=others() > others_before)

@@ -33,6 +33,7 @@ class Request:
     # the server's show_draft: its worker iterates Generation.pieces, so that each piece says which of
     # its text the draft wrote (the tokens are the same either way)
     show_draft: bool = False
+    warnings: tuple[str, ...] = ()  # what the client should know of how the prompt was read (a cut one)
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -62,6 +63,7 @@ class Result:
     scored: list[Token] = field(default_factory=list)  # with Request.logprobs: each token, scored by the target
     # iterated by Generation.pieces: per character of text, whether an accepted draft token wrote it
     drafted: list[bool] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the Request's, for the response to show
 
     @property
     def tokens_per_second(self) -> float:

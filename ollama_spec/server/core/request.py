@@ -1,9 +1,8 @@
 """Request building: what a client asked (`Asked`), checked against the loaded model and turned into an
-engine Request whose prompt and max_tokens fit the context, cut as Ollama cuts what does not."""
+engine Request whose prompt and max_tokens fit the context (fitting.py: what does not fit, and the warning)."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -15,11 +14,8 @@ from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.prompting.tools import forced_call_schema, tool_names
 from ollama_spec.server.core.errors import TOO_LONG, ApiError
+from ollama_spec.server.core.fitting import fit_to_context, tools_tokens
 from ollama_spec.server.core.settings import ServerSettings
-
-log = logging.getLogger("ollama_spec.server")
-
-OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
 
 
 @dataclass(frozen=True)
@@ -51,8 +47,8 @@ class Asked:
     # a max_tokens past the room left is a cap, as Ollama's num_predict is (else a 400, as OpenAI answers)
     cap_max_tokens: bool = False
     default_max_tokens: int | None = None  # the route's own default, below the server's
-    # a conversation longer than the context loses its oldest messages, as Ollama's /api/chat does, and a
-    # prompt still too long is cut as Ollama's runner cuts it
+    # a conversation longer than the context loses its tools and oldest turns, whole, and a prompt still
+    # too long is cut as Ollama's runner cuts it (fitting.py); else such a prompt is a 400
     truncate: bool = False
     penalties: dict[str, Any] | None = None  # Penalties fields (logit_bias as (token id, bias) pairs)
     show_draft: bool = False  # say which characters of the content the draft wrote (draft_spans.py)
@@ -76,13 +72,17 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
     context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
     try:  # tokenized once: the generation, and the routes that read the prompt, take these
         request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
-        if asked.truncate and len(request.tokens) >= context and request.messages:
-            request = _dropping_oldest(engine, request, context)
         if asked.truncate and len(request.tokens) >= context:
-            request = _cut_as_ollama(engine, request, context)
+            request = fit_to_context(engine, request, context)
     except InvalidSetting as exc:
         raise ApiError(400, str(exc)) from None
-    return replace(request, max_tokens=_max_tokens(settings, asked, len(request.tokens), context))
+    n_prompt = len(request.tokens)
+    tools = (
+        f" ({tools_tokens(engine, request)} of them the {len(request.tools)} tools offered)"
+        if n_prompt >= context and request.tools
+        else ""
+    )
+    return replace(request, max_tokens=_max_tokens(settings, asked, n_prompt, context, tools))
 
 
 def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
@@ -124,12 +124,17 @@ def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Reques
     )
 
 
-def _max_tokens(settings: ServerSettings, asked: Asked, n_prompt: int, context: int) -> int:
-    """The generation's limit: what was asked, if the room left after the prompt holds it (or as a cap)."""
+def _max_tokens(settings: ServerSettings, asked: Asked, n_prompt: int, context: int, tools: str = "") -> int:
+    """The generation's limit: what was asked, if the room left after the prompt holds it (or as a cap).
+    `tools`: what the tools take of the prompt, in words, for the error that says it is too long."""
     room, max_tokens, name = context - n_prompt, asked.max_tokens, asked.max_tokens_name
     if room < 1:
+        fewer = ", offer fewer tools" if tools else ""
         raise ApiError(
-            400, f"the prompt is {n_prompt} tokens but the context holds {context}; shorten it", code=TOO_LONG
+            400,
+            f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; "
+            f"shorten it{fewer} or load the model with a larger num_ctx",
+            code=TOO_LONG,
         )
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(400, f"{name} must be at least 1, got {max_tokens}", name)
@@ -144,59 +149,6 @@ def _max_tokens(settings: ServerSettings, asked: Asked, n_prompt: int, context: 
             )
         max_tokens = room  # the generation ends there, with finish reason "length"
     return max_tokens or min(settings.max_tokens or asked.default_max_tokens or room, room)
-
-
-def _cut_as_ollama(engine: Engine, request: Request, context: int) -> Request:
-    """A prompt still longer than the context, cut as Ollama's runner cuts it: its first
-    OLLAMA_NUM_KEEP tokens (and BOS) kept, then its end, to about half the context, so that the
-    answer has the other half."""
-    tokens = request.tokens
-    keep = max(0, min(OLLAMA_NUM_KEEP + int(engine.target.add_bos), context - 1))
-    limit = context - max((context - keep) // 2, 1)
-    if limit < 1:  # Ollama's "no prompt budget": a context of one token holds no prompt and no answer
-        raise ApiError(400, f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
-    log.warning(
-        "the prompt (%d tokens) is longer than the context (%d): cut to %d, keeping its first %d",
-        len(tokens),
-        context,
-        limit,
-        keep,
-    )
-    return replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep) :])
-
-
-def _dropping_oldest(engine: Engine, request: Request, context: int) -> Request:
-    """The conversation without its oldest messages, as few dropped as make the prompt fit, always
-    keeping the system messages and the latest message (Ollama's chatPrompt). When even those do
-    not fit, the request with only those: the caller's check then refuses it."""
-    messages = request.messages
-
-    def from_(start: int) -> Request | None:  # None: the template refuses this start (an assistant turn first)
-        kept = [m for m in messages[:start] if m.role == "system"] + list(messages[start:])
-        candidate = replace(request, messages=tuple(kept), tokens=())
-        try:
-            return replace(candidate, tokens=tuple(engine.prompt_tokens(candidate)))
-        except InvalidSetting:
-            return None
-
-    # Ollama tries each start in turn; the prompt shrinks as the start moves on, so a bisection
-    # finds the same start with a handful of renderings (a refused start counts as too long).
-    too_long, fits = 0, len(messages) - 1
-    shortest = from_(fits)
-    if shortest is None or len(shortest.tokens) >= context:
-        return shortest or request
-    while fits - too_long > 1:
-        middle = (too_long + fits) // 2
-        candidate = from_(middle)
-        if candidate is not None and len(candidate.tokens) < context:
-            fits, shortest = middle, candidate
-        else:
-            too_long = middle
-    log.info(
-        "the conversation is longer than the context: its oldest %d messages were dropped",
-        len(messages) - len(shortest.messages),
-    )
-    return shortest
 
 
 def _check_token_ids(engine: Engine, ids: dict[int, float], param: str) -> None:

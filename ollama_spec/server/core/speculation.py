@@ -31,4 +31,4 @@ def summary(engine: Engine, speculation: SpeculationSettings, result: Result) ->
         "prompt_cached_tokens": spec.prompt_cached,
         "time_to_first_token_s": round(result.first_token_seconds, 4),
         "total_s": round(result.total_seconds, 4),
-    }
+    } | ({"warnings": list(result.warnings)} if result.warnings else {})

@@ -1,0 +1,125 @@
+"""A prompt longer than the context it is served with, made to fit, and said so.
+
+A conversation keeps whole messages: its system messages and its latest turn always, the tools
+offered when they fit beside those, then as many of the latest earlier turns as fit; the oldest turns
+go first, whole, as chat front-ends expect (Ollama's chatPrompt drops old messages the same way, but
+keeps the tools even when they alone overflow the context, so that its runner then cuts the prompt's
+tokens and the model sees neither its tools nor its system prompt). Only what still does not fit, and
+a prompt that is not a conversation (raw text, a template's tokens, an earlier `context`), is cut as
+Ollama's runner cuts it. Either way the request carries a warning that says what was left out and
+what num_ctx would keep it; the `speculation` field of the response shows it, and the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.server.core.errors import ApiError
+
+log = logging.getLogger("ollama_spec.server")
+
+OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
+
+
+def fit_to_context(engine: Engine, request: Request, context: int) -> Request:
+    """`request` (its tokens longer than `context`, less one for the answer) made to fit, with a warning."""
+    full, said = len(request.tokens), []
+    if request.messages:
+        request, left_out = _whole_messages(engine, request, context)
+        said += [left_out] if left_out else []
+    if len(request.tokens) >= context:
+        request, cut = _cut_as_ollama(engine, request, context)
+        said.append(cut)
+    warning = (
+        f"the prompt ({full} tokens) is longer than the context ({context} tokens): {'; '.join(said)}; "
+        f"a num_ctx over {full} would keep all of it"
+    )
+    log.warning("%s: %s", engine.target_model.name, warning)
+    return replace(request, warnings=(*request.warnings, warning))
+
+
+def tools_tokens(engine: Engine, request: Request) -> int:
+    """How many of the request's prompt tokens its tools' definitions take (0 without tools)."""
+    if not request.tools:
+        return 0
+    try:
+        return len(request.tokens) - len(engine.prompt_tokens(replace(request, tools=(), tokens=())))
+    except InvalidSetting:
+        return 0
+
+
+def _whole_messages(engine: Engine, request: Request, context: int) -> tuple[Request, str]:
+    """The conversation without the tools and oldest turns that do not fit, and what was left out.
+    When not even its system messages and last message fit, those (the caller cuts them)."""
+    messages = request.messages
+    rendered: dict[tuple[int, bool], Request | None] = {}
+
+    def from_(start: int, tools: bool) -> Request | None:  # None: the template refuses this start
+        if (start, tools) not in rendered:
+            kept = [m for m in messages[:start] if m.role == "system"] + list(messages[start:])
+            candidate = replace(request, messages=tuple(kept), tools=request.tools if tools else (), tokens=())
+            try:
+                rendered[start, tools] = replace(candidate, tokens=tuple(engine.prompt_tokens(candidate)))
+            except InvalidSetting:
+                rendered[start, tools] = None
+        return rendered[start, tools]
+
+    users = [i for i, m in enumerate(messages) if m.role == "user"]
+    latest = users[-1] if users else len(messages) - 1
+    turns = sorted({0, *users}) if users else list(range(len(messages)))  # where a whole turn begins
+    stages = [(turns, True)] if request.tools else []  # the tools before the oldest turns,
+    stages += [(turns, False), (range(latest + 1, len(messages)), False)]  # the latest turn's start last
+    for starts, tools in stages:
+        start = _first_fitting(starts, lambda s, tools=tools: from_(s, tools), context)
+        if start is not None:
+            return from_(start, tools), _left_out(engine, request, from_(start, tools))
+    shortest = from_(len(messages) - 1, False) or request  # Ollama's least: the system and last messages
+    return shortest, _left_out(engine, request, shortest)
+
+
+def _first_fitting(starts: Sequence[int], render: Callable[[int], Request | None], context: int) -> int | None:
+    """The earliest of `starts` whose prompt fits (keeps the most), None when not even the last does.
+    The prompt shrinks as the start moves on, so a bisection finds it with a handful of renderings
+    (a start the template refuses counts as too long)."""
+
+    def fits(i: int) -> bool:
+        candidate = render(starts[i])
+        return candidate is not None and len(candidate.tokens) < context
+
+    if not starts or not fits(len(starts) - 1):
+        return None
+    too_long, fitting = -1, len(starts) - 1
+    while fitting - too_long > 1:
+        middle = (too_long + fitting) // 2
+        too_long, fitting = (too_long, middle) if fits(middle) else (middle, fitting)
+    return starts[fitting]
+
+
+def _left_out(engine: Engine, request: Request, kept: Request) -> str:
+    """What `kept` leaves out of `request`, in words ("" when nothing)."""
+    parts = []
+    if request.tools and not kept.tools:
+        parts.append(f"the {len(request.tools)} tools offered ({tools_tokens(engine, request)} tokens)")
+    dropped = len(request.messages) - len(kept.messages)
+    if dropped:
+        parts.append(f"the oldest {dropped} of {len(request.messages)} messages")
+    if not parts:
+        return ""
+    return f"left out {' and '.join(parts)}, {len(request.tokens) - len(kept.tokens)} tokens in all"
+
+
+def _cut_as_ollama(engine: Engine, request: Request, context: int) -> tuple[Request, str]:
+    """A prompt still longer than the context, cut as Ollama's runner cuts it: its first
+    OLLAMA_NUM_KEEP tokens (and BOS) kept, then its end, to about half the context, so that the
+    answer has the other half; and the cut in words."""
+    tokens = request.tokens
+    keep = max(0, min(OLLAMA_NUM_KEEP + int(engine.target.add_bos), context - 1))
+    limit = context - max((context - keep) // 2, 1)
+    if limit < 1:  # Ollama's "no prompt budget": a context of one token holds no prompt and no answer
+        raise ApiError(400, f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
+    cut = replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep) :])
+    return cut, f"cut {len(tokens)} tokens to {limit}, its first {keep} and its last {limit - keep}"

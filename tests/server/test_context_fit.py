@@ -1,0 +1,136 @@
+"""A prompt longer than the context: Open WebUI's default chat (36 tools, a system prompt, a long
+history) keeps its system prompt and latest turn, whole, the tools when they fit and then the latest
+turns; what was left out is said in the response's `speculation.warnings` and the log."""
+
+import logging
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.prompting.messages import ChatMessage
+from ollama_spec.server.core.request import Asked, build_request
+from ollama_spec.server.core.settings import ServerSettings
+from tests import openwebui
+from tests.conftest import engine_settings
+from tests.serving import running_server
+
+CONTEXT = 1024  # the request's num_ctx, below the 2048 the model is loaded with: quick to evaluate
+OPTIONS = {"num_ctx": CONTEXT, "num_predict": 6, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_models):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def server(engine):
+    with running_server(engine) as (url, _):
+        yield url
+
+
+def _asked(messages: list[dict], tools: list[dict], context: int = CONTEXT) -> Asked:
+    return Asked(
+        messages=[ChatMessage(m["role"], m["content"]) for m in messages], tools=tools, n_ctx=context, truncate=True
+    )
+
+
+def _length(engine: Engine, messages: list[dict], tools: list[dict] = ()) -> int:
+    conversation = tuple(ChatMessage(m["role"], m["content"]) for m in messages)
+    return len(engine.prompt_tokens(Request(messages=conversation, tools=tuple(tools))))
+
+
+def _post(url: str, path: str, body: dict) -> dict:
+    response = httpx.post(url + path, json=body | {"stream": False}, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(engine, caplog):
+    messages, tools = openwebui.chat(10), openwebui.builtin_tools()
+    assert _length(engine, messages[:1] + messages[-1:], tools) > CONTEXT  # the tools alone overflow it
+    with caplog.at_level(logging.WARNING, logger="ollama_spec.server"):
+        request = build_request(engine, ServerSettings(), _asked(messages, tools))
+    kept = [{"role": m.role, "content": m.content} for m in request.messages]
+    assert request.tools == () and kept[0] == messages[0] and kept[-1] == messages[-1]
+    start = messages.index(kept[1])
+    assert messages[start]["role"] == "user" and kept == messages[:1] + messages[start:]  # whole turns
+    assert len(request.tokens) == _length(engine, kept) < CONTEXT
+    assert _length(engine, messages[:1] + messages[start - 2 :]) >= CONTEXT  # one turn more would not fit
+    full = _length(engine, messages, tools)
+    (warning,) = request.warnings
+    assert f"the prompt ({full} tokens) is longer than the context ({CONTEXT} tokens)" in warning
+    assert f"left out the 36 tools offered ({full - _length(engine, messages)} tokens)" in warning
+    assert f"the oldest {start - 1} of {len(messages)} messages" in warning
+    assert f"a num_ctx over {full} would keep all of it" in warning and "cut" not in warning
+    assert warning in caplog.text and "tiny-target" in caplog.text
+
+
+def test_tools_that_fit_stay_and_the_oldest_turns_go(engine):
+    messages, tools = openwebui.chat(10), openwebui.builtin_tools()[:1]
+    request = build_request(engine, ServerSettings(), _asked(messages, tools))
+    assert request.tools == tuple(tools) and request.messages[0].content == openwebui.SYSTEM
+    assert request.messages[-1].content == messages[-1]["content"] and len(request.tokens) < CONTEXT
+    start = len(messages) - len(request.messages) + 1
+    assert _length(engine, messages[:1] + messages[start - 2 :], tools) >= CONTEXT
+    (warning,) = request.warnings
+    assert "tools" not in warning and f"left out the oldest {start - 1} of {len(messages)} messages" in warning
+
+
+def test_a_latest_turn_too_long_for_the_context_is_cut_after_the_tools_and_history_go(engine):
+    messages = openwebui.chat(3, latest="Summarise this: " + "the tide rises and falls " * 300)
+    request = build_request(engine, ServerSettings(), _asked(messages, openwebui.builtin_tools()))
+    assert request.tools == () and len(request.tokens) < CONTEXT
+    (warning,) = request.warnings
+    assert "left out the 36 tools offered" in warning and "the oldest 6 of 8 messages" in warning
+    assert "; cut " in warning and "its first 5 and its last" in warning
+
+
+def test_open_webui_chat_through_the_ollama_client(server):
+    """The answer is the one to the kept conversation without tools, and the response says what went."""
+    messages, tools = openwebui.chat(10), openwebui.builtin_tools()
+    client = ollama.Client(host=server)
+    answer = client.chat(model="m", messages=messages, tools=tools, options=OPTIONS)
+    raw = _post(server, "/api/chat", {"model": "m", "messages": messages, "tools": tools, "options": OPTIONS})
+    (warning,) = raw["speculation"]["warnings"]
+    dropped = int(warning.split("the oldest ")[1].split(" of")[0])
+    kept = messages[:1] + messages[1 + dropped :]
+    alone = client.chat(model="m", messages=kept, options=OPTIONS)
+    assert answer.message.content == alone.message.content == raw["message"]["content"]
+    assert "left out the 36 tools offered" in warning
+
+
+def test_the_next_turn_reads_the_system_prompt_from_the_cache(server, engine):
+    """Whole turns dropped keep the prompt's start: the next turn finds it cached (a token cut kept 5)."""
+    body = {"model": "m", "tools": openwebui.builtin_tools(), "options": OPTIONS}
+    messages = openwebui.chat(10)
+    first = _post(server, "/api/chat", body | {"messages": messages})
+    turn = [first["message"], {"role": "user", "content": "And in winter?"}]
+    second = _post(server, "/api/chat", body | {"messages": messages + turn})
+    system = _length(engine, messages[:1]) - 5  # the system message as the template writes it, less its cue
+    assert second["speculation"]["prompt_cached_tokens"] >= system > 5
+
+
+def test_a_raw_prompt_too_long_is_cut_as_before_and_says_so(server):
+    prompt = "Tell a story about the sea and the sky and the wind and the rain"
+    body = {"model": "m", "prompt": prompt, "raw": True, "options": {"num_ctx": 16, "temperature": 0}}
+    answer = _post(server, "/api/generate", body)
+    assert answer["prompt_eval_count"] == 11  # Ollama's cut: the first 4 tokens and BOS, then the end
+    (warning,) = answer["speculation"]["warnings"]
+    assert warning.startswith("the prompt (") and "cut " in warning and "to 11, its first 5 and its last 6" in warning
+
+
+def test_openai_client_is_told_what_the_tools_take(server, engine):
+    """/v1/chat/completions does not cut (OpenAI refuses such a prompt): its error says why it is long."""
+    messages, tools = openwebui.chat(10), openwebui.builtin_tools()
+    client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="m", messages=messages, tools=tools, max_tokens=4)
+    full, bare = _length(engine, messages, tools), _length(engine, messages)
+    assert refused.value.code == "context_length_exceeded"
+    assert f"the prompt is {full} tokens ({full - bare} of them the 36 tools offered)" in refused.value.message
+    assert "offer fewer tools or load the model with a larger num_ctx" in refused.value.message
