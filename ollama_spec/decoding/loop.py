@@ -85,6 +85,7 @@ class SpeculationStats:
     # with Request.trace_batches: each target batch as (its first position, its tokens), in order, so
     # that a greedy difference can be replayed on a cache built as this run built it (near_ties.py)
     batches: list[tuple[int, int]] | None = None
+    last_step: tuple[int, int, str | None] = (0, 0, None)  # drafted, accepted, source: for keep()
 
     @property
     def acceptance_rate(self) -> float:
@@ -102,6 +103,7 @@ class SpeculationStats:
 
     def record(self, n_drafted: int, n_accepted: int, k: int | None = None, source: str | None = None) -> None:
         self.steps += 1
+        self.last_step = (n_drafted, n_accepted, source)
         if source is not None and n_drafted:
             self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + n_drafted
             self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + n_accepted
@@ -116,6 +118,28 @@ class SpeculationStats:
                 self.accepted_by_position.append(0)
             self.drafted_by_position[position] += 1
             self.accepted_by_position[position] += position < n_accepted
+
+    def keep(self, kept: int) -> None:
+        """The answer kept `kept` of the `generated` tokens: it ended inside the last step (max_tokens,
+        a stop, the end of turn, itself not kept). That step's drafts for places past the answer's last
+        token are not counted, accepted or not, so that accepted <= kept and the counts describe the
+        answer (before, a 24-token answer could report 28 accepted)."""
+        n_drafted, n_accepted, source = self.last_step
+        in_answer = max(0, n_accepted + 1 - (self.generated - kept))  # the last step's tokens kept
+        drafted, accepted = min(n_drafted, in_answer), min(n_accepted, in_answer)
+        self.generated = min(self.generated, kept)
+        if (drafted, accepted) == (n_drafted, n_accepted):
+            return
+        self.drafted -= n_drafted - drafted
+        self.accepted -= n_accepted - accepted
+        self.rejections -= n_accepted < n_drafted and accepted == in_answer  # the rejected draft lay past it
+        for position in range(drafted, n_drafted):
+            self.drafted_by_position[position] -= 1
+            self.accepted_by_position[position] -= position < n_accepted
+        if source is not None:
+            self.drafted_by_source[source] -= n_drafted - drafted
+            self.accepted_by_source[source] -= n_accepted - accepted
+        self.last_step = (drafted, accepted, source)
 
 
 @dataclass(frozen=True)

@@ -292,6 +292,10 @@ def answers(
     counted["prompt_tokens"] = sum(r.prompt_tokens for r in results[::n])
     counted["completion_tokens"] = sum(len(r.tokens) for r in results)
     counted["total_tokens"] = counted["prompt_tokens"] + counted["completion_tokens"]
+    counted["completion_tokens_details"] = {
+        name: sum(usage(r)["completion_tokens_details"][name] for r in results)
+        for name in counted["completion_tokens_details"]
+    }
     return meta | {
         "choices": [
             {"index": i, **choice, "finish_reason": finish or FINISH_REASONS[r.finish_reason]}
@@ -303,11 +307,18 @@ def answers(
 
 
 def usage(result: Result) -> dict:
+    """OpenAI's usage: the prompt's cached tokens, and the draft's tokens as its predicted outputs
+    (accepted: kept in the answer; rejected: drafted for it and replaced), where front-ends look."""
+    spec = result.speculation
     return {
         "prompt_tokens": result.prompt_tokens,
         "completion_tokens": len(result.tokens),
         "total_tokens": result.prompt_tokens + len(result.tokens),
-        "prompt_tokens_details": {"cached_tokens": result.speculation.prompt_cached},
+        "prompt_tokens_details": {"cached_tokens": spec.prompt_cached},
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": spec.accepted,
+            "rejected_prediction_tokens": spec.drafted - spec.accepted,
+        },
     }
 
 
