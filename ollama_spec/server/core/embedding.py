@@ -3,11 +3,28 @@ between generations, in the same bounded queue."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ollama_spec.llama.embedding import normalized
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.loaded import Served
+
+
+def texts_only(data: Any) -> Any:
+    """A request body whose `input` must be text or texts (a pydantic "before" validator's part).
+    Token ids are refused as Ollama refuses them: a client's ids are its tokenizer's (langchain-openai
+    sends cl100k's by default), and read as this model's own they would embed other tokens unsaid."""
+    given = data.get("input") if isinstance(data, dict) else None
+    if isinstance(given, list) and not all(isinstance(item, str) for item in given):
+        raise ApiError(
+            400,
+            "invalid input type: give a text or a list of texts; token ids are not read, since they would be "
+            "taken as this model's own (langchain-openai: OpenAIEmbeddings(check_embedding_ctx_length=False))",
+            "input",
+        )
+    return data
 
 
 async def embed_all(

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.engine.engine import Result
 from ollama_spec.prompting.messages import ROLES, ChatMessage
+from ollama_spec.server.core.embedding import texts_only
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.keep_alive import KeepAlive
 from ollama_spec.server.core.protocol import FunctionCall, NullsAsDefaults, ToolCallIn, chat_role
@@ -222,6 +223,8 @@ class EmbedRequest(BaseModel):
     input: str | list[str] = Field(default_factory=list)
     truncate: bool = True
     dimensions: int | None = None  # used only between 0 and the vector's size, as Ollama does
+
+    _text_only = model_validator(mode="before")(texts_only)
 
 
 class EmbeddingsRequest(BaseModel):  # the older route: one prompt, a vector as the model gives it

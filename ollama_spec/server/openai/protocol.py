@@ -17,6 +17,7 @@ from ollama_spec.engine.engine import Request, Result
 from ollama_spec.prompting.messages import ChatMessage, ToolCall
 from ollama_spec.server.core.answer import AnswerParts
 from ollama_spec.server.core.draft_spans import Marks, spans_field
+from ollama_spec.server.core.embedding import texts_only
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.protocol import NullsAsDefaults, ToolCallIn, chat_role
@@ -227,9 +228,11 @@ class EmbeddingsRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")  # user
 
     model: str
-    input: str | list[str] | list[int] | list[list[int]]
+    input: str | list[str]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
+
+    _text_only = model_validator(mode="before")(texts_only)
 
 
 def each_input(given: str | list) -> list[str | list[int]]:
