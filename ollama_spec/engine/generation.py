@@ -35,7 +35,7 @@ class Generation:
     ):
         self.target, self.request, self.prompt = target, request, prompt
         self.end_of_turn, self.proposer, self.costs = end_of_turn, proposer, costs
-        self.result = Result()
+        self.result = Result(warnings=list(request.warnings))
         if request.trace_batches:
             self.result.speculation.batches = []
 
