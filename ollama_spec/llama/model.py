@@ -25,7 +25,7 @@ from ollama_spec.errors import ContextFull, InferenceError, InvalidSetting, Mode
 from ollama_spec.llama.backends import has_local_gpu
 from ollama_spec.llama.load_params import apply_lora_adapters, apply_placement, kv_override_array
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
-from ollama_spec.llama.passes import Entry, chunked, piece_size, plan_passes
+from ollama_spec.llama.passes import Entry, PassCosts, chunked, piece_size, plan_passes
 from ollama_spec.llama.sequences import SequenceView
 from ollama_spec.planning.placement import Placement
 
@@ -105,6 +105,11 @@ class LoadSettings:
     window_cache: bool = False
     # Sequences in the cache, each of n_ctx tokens (serve's slots: requests that run together)
     n_seq: int = 1
+    # With several sequences: a stream each and passes laid out so that a sequence's rows do not
+    # depend on the others (passes.py), as a target's must, whose rows are the answer. Else one
+    # unified cache and batches as they come (no padding), enough for a draft, whose rows only
+    # choose what is proposed: the target's verdict on it is the same bits either way.
+    isolated_rows: bool = True
 
     def __post_init__(self) -> None:
         if self.n_seq < 1:
@@ -132,14 +137,14 @@ class LoadedModel:
             raise ModelLoadError(f"llama.cpp could not load {self.path}: {last_error(mark) or exc}") from None
         threads = settings.n_threads or default_threads()
         ctx_params = llama_cpp.llama_context_default_params()
-        # room for every sequence's n_ctx tokens, each in a stream of its own (llama-server's -np N):
-        # in one unified cache a sequence's cells land wherever others left room, and its rows' sums
-        # then depend on what other requests ran (issue #45); passes.py keeps the passes whole
+        # room for every sequence's n_ctx tokens; with isolated rows each in a stream of its own
+        # (llama-server's -np N): in one unified cache a sequence's cells land wherever others left
+        # room, and its rows' sums then depend on what other requests ran (issue #45)
         ctx_params.n_ctx = settings.n_ctx * settings.n_seq
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch
         ctx_params.n_seq_max = settings.n_seq
-        ctx_params.kv_unified = False
+        ctx_params.kv_unified = settings.n_seq > 1 and not settings.isolated_rows
         # A sliding-window model (Gemma, gpt-oss) with a window-sized cache reuses the cells of
         # tokens that no later token can see. A cache cut back past them would attend over a window
         # with holes: `truncate` then starts over, which a draft, cut back after every step, cannot
@@ -183,6 +188,7 @@ class LoadedModel:
         self._piece = piece_size(self.n_batch, settings.n_seq)
         # without flash attention, attention's own products over one row of a sequence take vec_dot
         self._min_rows = 2 if settings.flash_attention == "off" else 1
+        self.pass_costs = PassCosts()  # what a pass more costs, for the passes' layout
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
         # each sequence's token ids in the KV cache, in order: a next request may reuse them
         self._cached: list[list[int]] = [[] for _ in range(settings.n_seq)]
@@ -302,7 +308,9 @@ class LoadedModel:
         passes = self._passes(items)
         rows: list[list[np.ndarray]] = [[] for _ in items]
         for entries in passes:
+            begun = time.perf_counter()
             self._decode(entries)
+            self.pass_costs.observe(len(entries), time.perf_counter() - begun)
             wanted = [entry for entry in entries if entry.logits]
             if wanted:
                 for row, entry in zip(self._read_logits(len(wanted)), wanted):
@@ -314,9 +322,10 @@ class LoadedModel:
     def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
         """With several sequences, passes whose rows each get the kernels they get alone (passes.py);
         else (one sequence, or no room left for padding at a context's end) n_batch chunks as they come."""
-        if self.n_seq > 1:
+        if self.n_seq > 1 and self.settings.isolated_rows:
             room = lambda seq: self._stream - len(self._cached[seq])
-            planned = plan_passes(items, self._piece, room, self.n_batch, min_rows=self._min_rows)
+            pass_rows = self.pass_costs.pass_rows
+            planned = plan_passes(items, self._piece, room, self.n_batch, pass_rows=pass_rows, min_rows=self._min_rows)
             if planned is not None:
                 return planned
         return chunked(items, self.n_batch)

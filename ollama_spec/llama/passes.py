@@ -25,7 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 FLASH_TILE_ROWS = 64  # ggml-cpu's GGML_FA_TILE_Q: from this many rows of a sequence, the tiled kernel
+PASS_DECAY = 0.95  # per pass: the fit follows a model's last ~20 passes
+DEFAULT_PASS_ROWS = 16.0  # before any pass was timed: a CPU's is a few rows, a GPU's far more
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ def plan_passes(
     room: Callable[[int], int],
     limit: int,
     *,
+    pass_rows: float = DEFAULT_PASS_ROWS,
     pad_token: int = 0,
     min_rows: int = 1,
 ) -> list[list[Entry]] | None:
@@ -56,7 +61,8 @@ def plan_passes(
     sequence, no room in a sequence's stream for its padding (`room(seq)`: positions left), or a
     pass over `limit` tokens (the context's batch).
     `min_rows`: tokens each sequence brings to a pass at least (2 where attention runs without flash
-    attention: its products over one row of a sequence take vec_dot too)."""
+    attention: its products over one row of a sequence take vec_dot too). `pass_rows`: what one pass
+    more costs, in rows (PassCosts): each pass takes the width that costs least (`_width`)."""
     seqs = [seq for seq, _, _ in items]
     if len(set(seqs)) != len(seqs):
         return None
@@ -65,7 +71,7 @@ def plan_passes(
     passes = []
     while active := sorted(seq for seq, left in queue.items() if left):
         lowest, highest = active[0], active[-1]
-        width = max(min(piece, len(queue[seq])) for seq in active)
+        width = _width([min(piece, len(queue[seq])) for seq in active], highest - lowest + 1, pass_rows)
         width = max(width, min_rows, 2 if lowest == highest else 1)  # two rows at least: never vec_dot
         entries: list[Entry] = []
         for seq in range(lowest, highest + 1):  # consecutive: a sequence between them takes padding only
@@ -83,6 +89,40 @@ def plan_passes(
             return None
         passes.append(entries)
     return passes
+
+
+def _width(lengths: Sequence[int], span: int, pass_rows: float) -> int:
+    """Tokens of each sequence in the next pass: the longest one's (the others padded up to it), or a
+    shorter one that leaves the longer ones' rest to another pass, whichever costs fewer rows with the
+    pass that rest takes. A prompt read beside verify batches gets a pass of its own for the most
+    of it (four slots padded to a 50-token prompt: 200 rows, not 28 + 43 and a pass); verify batches
+    of 3 to 9 tokens get one padded pass where a pass costs more than a few rows."""
+
+    def cost(width: int) -> float:
+        rest = sum(max(0, n - width) for n in lengths)
+        return span * width + (pass_rows + rest if rest else 0.0)
+
+    return min(sorted(set(lengths), reverse=True), key=cost)
+
+
+class PassCosts:
+    """A model's pass seconds as a + c·rows, fitted to its passes: what a pass more costs, in rows (a/c)."""
+
+    def __init__(self) -> None:
+        self._sums = np.zeros(5)  # Σw, Σw·n, Σw·n², Σw·t, Σw·n·t
+
+    def observe(self, rows: int, seconds: float) -> None:
+        self._sums = PASS_DECAY * self._sums + np.array([1.0, rows, rows * rows, seconds, rows * seconds])
+
+    @property
+    def pass_rows(self) -> float:
+        w, wn, wnn, wt, wnt = self._sums
+        spread = w * wnn - wn * wn
+        if spread <= 1e-9 * max(w * w, 1e-30):
+            return DEFAULT_PASS_ROWS  # all passes of one size so far: nothing to tell a from c
+        per_row = (w * wnt - wn * wt) / spread
+        fixed = (wt - per_row * wn) / w
+        return DEFAULT_PASS_ROWS if per_row <= 0 else max(0.0, fixed / per_row)
 
 
 def chunked(items: Sequence[tuple[int, Sequence[int], int]], n_batch: int) -> list[list[Entry]]:

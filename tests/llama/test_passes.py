@@ -1,6 +1,8 @@
 """The passes several sequences' evaluations are laid out in (llama/passes.py), without llama.cpp."""
 
-from ollama_spec.llama.passes import piece_size, plan_passes
+import pytest
+
+from ollama_spec.llama.passes import DEFAULT_PASS_ROWS, PassCosts, piece_size, plan_passes
 
 ROOM = 4096
 
@@ -25,6 +27,21 @@ def test_verify_batches_of_other_lengths_are_padded_to_one_pass_of_equal_lengths
     passes = plan([(2, [1, 2, 3], 3), (0, [4] * 7, 7), (1, [5], 1)])
     assert layout(passes) == [{0: (7, 0), 1: (1, 6), 2: (3, 4)}]
     assert [entry.seq for entry in passes[0]] == [0] * 7 + [1] * 7 + [2] * 7  # sequence by sequence
+
+
+def test_a_prompt_read_beside_verify_batches_gets_a_pass_of_its_own_for_the_rest_of_it():
+    items = [(0, [1] * 7, 7), (1, [2] * 7, 7), (2, [3] * 7, 7), (3, [4] * 50, 1)]
+    assert layout(plan(items)) == [{0: (7, 0), 1: (7, 0), 2: (7, 0), 3: (7, 0)}, {3: (43, 0)}]
+    # where a pass costs more than 170 rows of it, padding the others to 50 costs less
+    assert layout(plan(items, pass_rows=500)) == [{0: (7, 43), 1: (7, 43), 2: (7, 43), 3: (50, 0)}]
+
+
+def test_pass_costs_tell_a_pass_from_a_row_once_passes_of_two_sizes_were_timed():
+    costs = PassCosts()
+    assert costs.pass_rows == DEFAULT_PASS_ROWS
+    for rows in (4, 28, 7, 28, 4):
+        costs.observe(rows, 0.036 + 0.008 * rows)  # the synth target on 2 cores: 36 ms a pass, 8 ms a row
+    assert costs.pass_rows == pytest.approx(4.5)
 
 
 def test_a_sequence_between_two_others_takes_padding_only():
