@@ -22,7 +22,7 @@ from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_p
 from ollama_spec.server.core.errors import ApiError, error_response
 from ollama_spec.server.core.state import HELD, WAITED, ServerState
 from ollama_spec.server.forwarding import FALLBACK_ROUTES, Forwarding
-from ollama_spec.server.metrics import CONTENT_TYPE
+from ollama_spec.server.metrics import CONTENT_TYPE, CountRefusals
 from ollama_spec.server.ollama import embeddings as ollama_embeddings
 from ollama_spec.server.ollama import generate, manage, models
 from ollama_spec.server.openai import chat, completions, responses
@@ -76,6 +76,7 @@ def create_app(state: ServerState) -> FastAPI:
     # outside that: a body for one of the app's own routes is checked before it is answered or forwarded
     own = [route for route in routes if getattr(route, "name", None) not in FALLBACK_ROUTES]
     app.add_middleware(CheckedBodies, routes=own, max_bytes=state.settings.max_body_bytes)
+    app.add_middleware(CountRefusals, metrics=state.metrics)  # outside it: malformed bodies are refusals too
     if state.settings.api_key:
         app.add_middleware(BearerAuth, api_key=state.settings.api_key)
     # a browser's preflight carries no API key and must be answered before BearerAuth

@@ -7,12 +7,18 @@ from collections.abc import Callable
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ollama_spec.engine.engine import Result
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format every Prometheus scraper reads
 # Without this every counter gets a `_created` timestamp series too: noise for a single server.
 prometheus_client.disable_created_metrics()
+# The routes that generate: their requests are counted by outcome, the refused ones too (CountRefusals).
+GENERATION_ROUTES = frozenset(
+    ("/api/chat", "/api/generate", "/v1/chat/completions", "/v1/completions", "/v1/responses")
+)
+REFUSED = "refused"  # the outcome of a generation request answered with a 4xx
 
 
 class Metrics:
@@ -21,7 +27,7 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "ollama_spec_requests",
-            "Generation requests finished, by API route and outcome.",
+            "Generation requests, by API route and outcome: a finish reason, cancelled, or refused (a 4xx).",
             ["route", "outcome"],
             registry=r,
         )
@@ -56,3 +62,23 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class CountRefusals:
+    """ASGI middleware: a generation route answered with a 4xx (a malformed body, a bad option, an
+    unknown model, a prompt too long) counts as that route's request with the outcome "refused". Such
+    a request never finished a generation, so the worker never counted it."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in GENERATION_ROUTES:
+            return await self.app(scope, receive, send)
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start" and 400 <= message["status"] < 500:
+                self.metrics.requests.labels(scope["path"], REFUSED).inc()
+            await send(message)
+
+        await self.app(scope, receive, counted)

@@ -59,7 +59,7 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
     parse the output grammar."""
     request = _unchecked(engine, settings, asked)
     if asked.think and not template_thinks(engine.target_model.info.chat_template):
-        raise ApiError(400, f"{engine.target_model.name} does not support thinking", "think")
+        raise ApiError(400, f'"{engine.target_model.name}" does not support thinking', "think")  # Ollama: %q
     if asked.tools:
         _check_tools(engine, asked.tools)
     if asked.context:
