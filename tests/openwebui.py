@@ -89,9 +89,10 @@ def history(turns: int, words: int = 40) -> list[dict]:
     return messages
 
 
-def chat(turns: int, latest: str = "And what happens at night?") -> list[dict]:
-    """The messages of a chat `turns` exchanges long, with its system prompt and the latest question."""
-    return [{"role": "system", "content": SYSTEM}, *history(turns), {"role": "user", "content": latest}]
+def chat(turns: int, latest: str = "And what happens at night?", words: int = 40) -> list[dict]:
+    """The messages of a chat `turns` exchanges long (of about `words` words each way), with its system
+    prompt and the latest question."""
+    return [{"role": "system", "content": SYSTEM}, *history(turns, words), {"role": "user", "content": latest}]
 
 
 if __name__ == "__main__":

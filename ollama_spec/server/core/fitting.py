@@ -12,17 +12,24 @@ what num_ctx would keep it; the `speculation` field of the response shows it, an
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.errors import InvalidSetting
+from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.server.core.errors import ApiError
 
 log = logging.getLogger("ollama_spec.server")
 
 OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
+# History is dropped in stretches of a quarter of the context or more, so that the next turns find the
+# whole prompt but their own messages in the prompt cache (dropping just enough would move the prompt's
+# start on every turn, and every turn would read it all again after the system message)
+DROP_SHARE = 4
 
 
 def fit_to_context(engine: Engine, request: Request, context: int) -> Request:
@@ -71,6 +78,7 @@ def _whole_messages(engine: Engine, request: Request, context: int) -> tuple[Req
     users = [i for i, m in enumerate(messages) if m.role == "user"]
     latest = users[-1] if users else len(messages) - 1
     turns = sorted({0, *users}) if users else list(range(len(messages)))  # where a whole turn begins
+    turns = _anchors(engine, messages, turns, max(1, context // DROP_SHARE))
     stages = [(turns, True)] if request.tools else []  # the tools before the oldest turns,
     stages += [(turns, False), (range(latest + 1, len(messages)), False)]  # the latest turn's start last
     for starts, tools in stages:
@@ -79,6 +87,23 @@ def _whole_messages(engine: Engine, request: Request, context: int) -> tuple[Req
             return from_(start, tools), _left_out(engine, request, from_(start, tools))
     shortest = from_(len(messages) - 1, False) or request  # Ollama's least: the system and last messages
     return shortest, _left_out(engine, request, shortest)
+
+
+def _anchors(engine: Engine, messages: Sequence[ChatMessage], starts: list[int], step: int) -> list[int]:
+    """The `starts` where the history before them first reaches each multiple of `step` tokens, and
+    the last. They depend on the history alone, which a chat only adds to: from them the start stays
+    where it was while the chat grows, and then moves on by a step or more."""
+    tokenize = engine.target.tokenize
+    sizes = [
+        len(tokenize(m.content + "".join(json.dumps(c.arguments) for c in m.tool_calls), add_bos=False, special=False))
+        for m in messages
+    ]
+    before = list(itertools.accumulate(sizes, initial=0))
+    anchors: list[int] = []
+    for start in starts:
+        if not anchors or before[start] // step > before[anchors[-1]] // step:
+            anchors.append(start)
+    return anchors if anchors[-1] == starts[-1] else [*anchors, starts[-1]]
 
 
 def _first_fitting(starts: Sequence[int], render: Callable[[int], Request | None], context: int) -> int | None:
