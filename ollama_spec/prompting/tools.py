@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ollama_spec.errors import InvalidSetting
@@ -143,6 +144,57 @@ def forced_call_schema(tools: list[dict], only: str | None = None) -> dict:
             )
     schema = choices[0] if len(choices) == 1 else {"anyOf": choices}
     return {**schema, "$defs": defs} if defs else schema
+
+
+# A forced call's opening as the grammar writes it: the name first (the schema's order), then the
+# arguments' key; the lookahead waits for the arguments' first character.
+_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
+
+
+@dataclass(frozen=True)
+class CallPiece:
+    """A piece of a call being written: its name in the first piece only, then its arguments' JSON text."""
+
+    name: str | None
+    arguments: str
+
+
+class ForcedCallText:
+    """The one call a grammar forces (forced_call_schema), read as it is written: its name once whole,
+    then its arguments' JSON piece by piece, up to the brace that closes them (the wrapper's own `}`
+    after it is no part of them). Joined, the pieces are the arguments' text as the model wrote it."""
+
+    def __init__(self, names: list[str]):
+        self.names, self.text, self.name, self.at = names, "", None, 0
+        self.depth, self.in_string, self.escaped, self.closed = 0, False, False, False
+
+    def push(self, text: str) -> list[CallPiece]:
+        self.text += text
+        named = self.name is None
+        if named:
+            head = _CALL_HEAD.match(self.text)
+            if head is None or (name := _loads(f'"{head.group(1)}"')) not in self.names:
+                return []
+            self.name, self.at = name, head.end()
+        start = self.at
+        while self.at < len(self.text) and not self.closed:
+            self._scan(self.text[self.at])
+            self.at += 1
+        piece = self.text[start : self.at]
+        return [CallPiece(self.name if named else None, piece)] if named or piece else []
+
+    def _scan(self, c: str) -> None:
+        """One character of the arguments: strings (with their escapes) hide brackets; the arguments
+        close where the depth they opened comes back to 0."""
+        if self.in_string:
+            self.escaped, self.in_string = (False, True) if self.escaped else (c == "\\", c != '"')
+        elif c == '"':
+            self.in_string = True
+        elif c in "{[":
+            self.depth += 1
+        elif c in "}]":
+            self.depth -= 1
+            self.closed = self.depth == 0
 
 
 _DEFS = ("$defs", "definitions")

@@ -8,7 +8,16 @@ from collections.abc import Sequence
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.prompting.thinking import ThinkingSplit, opened_by_prompt, partial_suffix, template_thinks
-from ollama_spec.prompting.tools import BLOCK, OPENING, could_be_tool_call, cut_tool_call, parse_tool_calls, tool_names
+from ollama_spec.prompting.tools import (
+    BLOCK,
+    OPENING,
+    CallPiece,
+    ForcedCallText,
+    could_be_tool_call,
+    cut_tool_call,
+    parse_tool_calls,
+    tool_names,
+)
 from ollama_spec.server.core.draft_spans import HeldMarks, Marks, joined
 
 
@@ -52,11 +61,25 @@ class AnswerParts:
     """A streamed answer as the APIs return it: thinking, content, and tool calls read from the content.
 
     The `_marked` methods take and give the text's draft marks too (show_draft: draft_spans.py): the
-    marks of the content they return, or None where they cannot be told."""
+    marks of the content they return, or None where they cannot be told. `forced`: a grammar forces
+    one call, so it is read as it is written too, for streams to send in pieces (`call_pieces`)."""
 
-    def __init__(self, tools: Sequence[dict] = (), thinking: ThinkingSplit | None = None):
+    def __init__(self, tools: Sequence[dict] = (), thinking: ThinkingSplit | None = None, forced: bool = False):
         self.calls, self.thinking = HeldForToolCalls(tools), thinking
         self._thinking_marks, self._calls_marks = HeldMarks(), HeldMarks()  # each stage's held text, marked
+        self._forced = ForcedCallText(self.calls.names) if forced and self.calls.names else None
+        self._pieces: list[CallPiece] = []
+
+    def call_pieces(self) -> list[CallPiece]:
+        """The forced call's pieces written since last asked (none without a forced call)."""
+        pieces, self._pieces = self._pieces, []
+        return pieces
+
+    def _content(self, text: str) -> str:
+        """The content after the thinking, to the tool-call stage (and the forced call's reader)."""
+        if self._forced is not None and text:
+            self._pieces += self._forced.push(text)
+        return self.calls.push(text) if text else ""
 
     def push(self, text: str) -> tuple[str, str]:
         """(thinking, content) to send now."""
@@ -67,7 +90,7 @@ class AnswerParts:
         if self.thinking:
             thought, content = self.thinking.push(text)
             text, marks = content, self._thinking_marks.take(text, marks, content, self.thinking.held)
-        content = self.calls.push(text) if text else ""
+        content = self._content(text)
         return thought, content, self._calls_marks.take(text, marks, content, self.calls.held)
 
     def finish(self, cut: bool = False) -> tuple[str, str, list[ToolCall]]:
@@ -79,7 +102,7 @@ class AnswerParts:
         if self.thinking:
             thought, text = self.thinking.finish()
             marks = self._thinking_marks.take("", (), text, "")
-        sent = self.calls.push(text) if text else ""
+        sent = self._content(text)
         sent_marks = self._calls_marks.take(text, marks, sent, self.calls.held)
         held = self._calls_marks.release()
         rest, calls = self.calls.finish(cut)
@@ -120,11 +143,12 @@ def _rest_marks(held: tuple[str, Marks] | None, rest: str, calls: list[ToolCall]
     return tuple(marks[i] for i in kept[start:end]) if left[start:end] == rest else None
 
 
-def answer_parts(engine: Engine, request: Request) -> AnswerParts:
+def answer_parts(engine: Engine, request: Request, forced: bool = False) -> AnswerParts:
     """How this request's answer is split for the client: a thinking model's thinking apart (unless
-    it was told not to think), tool calls held back when tools were offered."""
+    it was told not to think), tool calls held back when tools were offered (`forced`: the grammar
+    forces one, read as it is written)."""
     thinking = None
     if not request.raw and request.think is not False and template_thinks(engine.target_model.info.chat_template):
         end = engine.target.detokenize(engine.prompt_tokens(request)[-8:], special=True)
         thinking = ThinkingSplit(thinking=opened_by_prompt(end))
-    return AnswerParts(request.tools, thinking)
+    return AnswerParts(request.tools, thinking, forced)

@@ -12,6 +12,7 @@ from starlette.requests import Request as HTTPRequest
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Result
 from ollama_spec.prompting.messages import ToolCall
+from ollama_spec.prompting.tools import CallPiece
 from ollama_spec.server.core.answer import AnswerParts
 from ollama_spec.server.core.draft_spans import Marks
 from ollama_spec.server.core.errors import failure
@@ -22,7 +23,8 @@ from ollama_spec.server.worker import Failed, Finished, Job, Piece
 class Part:
     """What of the answer goes out now: thinking, content and the tokens scored since the last part.
     The last part carries the result, and the tool calls read from the answer. `drafted`: the
-    content's draft marks (show_draft; None when not asked, or not known)."""
+    content's draft marks (show_draft; None when not asked, or not known). `call_pieces`: a forced
+    call's name and arguments as they were written since the last part."""
 
     thought: str
     text: str
@@ -30,6 +32,7 @@ class Part:
     calls: list[ToolCall] = field(default_factory=list)
     result: Result | None = None
     drafted: Marks | None = None
+    call_pieces: tuple[CallPiece, ...] = ()
 
 
 async def answer_stream(job: Job, parts: AnswerParts, cut: bool = True) -> AsyncIterator[Part]:
@@ -42,12 +45,13 @@ async def answer_stream(job: Job, parts: AnswerParts, cut: bool = True) -> Async
                 raise failure(event.error)
             if isinstance(event, Piece):
                 thought, text, drafted = parts.push_marked(event.text, event.drafted)
-                if thought or text:
-                    yield Part(thought, text, event.scored, drafted=drafted)
+                pieces = tuple(parts.call_pieces())
+                if thought or text or pieces:
+                    yield Part(thought, text, event.scored, drafted=drafted, call_pieces=pieces)
             else:
                 cut_call = cut and event.result.finish_reason == "length"
                 thought, text, calls, drafted = parts.finish_marked(cut=cut_call)
-                yield Part(thought, text, event.scored, calls, event.result, drafted)
+                yield Part(thought, text, event.scored, calls, event.result, drafted, tuple(parts.call_pieces()))
     finally:
         job.cancel()  # a no-op once finished; stops the generation when the client has gone
 

@@ -102,7 +102,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
                 _delta,
                 body.include_usage,
                 opening,
-                answer_parts(served.engine, request),
+                answer_parts(served.engine, request, forced=bool(forced)),
                 scores,
                 body.show_draft,
             )

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ollama_spec.engine.engine import Request, Result
 from ollama_spec.prompting.messages import ChatMessage, ToolCall
+from ollama_spec.prompting.tools import CallPiece
 from ollama_spec.server.core.answer import AnswerParts
 from ollama_spec.server.core.draft_spans import Marks, spans_field
 from ollama_spec.server.core.embedding import texts_only
@@ -350,16 +351,25 @@ async def chunks(
         extra = {"logprobs": scores(scored)} if scores and scored else {}
         return meta | {"choices": [{"index": 0, **body, **extra, "finish_reason": None}]}
 
+    def call_piece(call: CallPiece) -> dict:  # a forced call's name (with its id) first, then its arguments
+        head = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function"} if call.name is not None else {}
+        function = {"name": call.name} if call.name is not None else {}
+        delta = {"tool_calls": [{"index": 0, **head, "function": function | {"arguments": call.arguments}}]}
+        return meta | {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+
     if opening:
         yield meta | {"choices": [opening]}
+    streamed_call = False
     async for part in answer_stream(job, parts or AnswerParts()):
         result = part.result
+        if part.thought or part.text or (result is not None and part.scored):
+            yield piece(part.thought, part.text, part.scored, part.drafted)
+        for call in part.call_pieces:
+            streamed_call = True
+            yield call_piece(call)
         if result is None:
-            yield piece(part.thought, part.text, part.scored, part.drafted)
             continue
-        if part.thought or part.text or part.scored:
-            yield piece(part.thought, part.text, part.scored, part.drafted)
-        if part.calls:
+        if part.calls and not streamed_call:  # a call read from the answer's text: whole, at its end
             delta = {"delta": {"tool_calls": tool_calls(part.calls, streamed=True)}}
             yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}
         final = answers(state, meta, [(choice(""), calls_finish(part.calls, result))], [result])
