@@ -82,13 +82,20 @@ def test_tools_that_fit_stay_and_the_oldest_turns_go(engine):
     assert "tools" not in warning and f"left out the oldest {start - 1} of {len(messages)} messages" in warning
 
 
-def test_a_latest_turn_too_long_for_the_context_is_cut_after_the_tools_and_history_go(engine):
+def test_a_latest_turn_too_long_is_cut_after_the_tools_and_history_go_and_keeps_the_system_prompt(engine):
     messages = openwebui.chat(3, latest="Summarise this: " + "the tide rises and falls " * 300)
     request = build_request(engine, ServerSettings(), _asked(messages, openwebui.builtin_tools()))
     assert request.tools == () and len(request.tokens) < CONTEXT
     (warning,) = request.warnings
     assert "left out the 36 tools offered" in warning and "the oldest 6 of 8 messages" in warning
-    assert "; cut " in warning and "its first 5 and its last" in warning
+    text = engine.target.detokenize(list(request.tokens), special=True)
+    assert text.startswith(f"<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{openwebui.SYSTEM}")
+    assert text.endswith("the tide rises and falls<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert "Summarise this" not in text  # the start of the latest message is what goes
+    kept = len(engine.target.tokenize(text.split("<|start_header_id|>user")[0], add_bos=False, special=True))
+    assert f"; cut {_length(engine, messages[:1] + messages[-1:])} tokens to " in warning
+    first = int(warning.split("its first ")[1].split()[0])
+    assert kept < first <= kept + 8  # all up to the latest message's text: its header too
 
 
 def test_open_webui_chat_through_the_ollama_client(server):

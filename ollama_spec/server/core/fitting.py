@@ -2,12 +2,14 @@
 
 A conversation keeps whole messages: its system messages and its latest turn always, the tools
 offered when they fit beside those, then as many of the latest earlier turns as fit; the oldest turns
-go first, whole, as chat front-ends expect (Ollama's chatPrompt drops old messages the same way, but
-keeps the tools even when they alone overflow the context, so that its runner then cuts the prompt's
-tokens and the model sees neither its tools nor its system prompt). Only what still does not fit, and
-a prompt that is not a conversation (raw text, a template's tokens, an earlier `context`), is cut as
-Ollama's runner cuts it. Either way the request carries a warning that says what was left out and
-what num_ctx would keep it; the `speculation` field of the response shows it, and the log.
+go first, whole, in stretches (DROP_SHARE), as chat front-ends expect. Ollama's chatPrompt drops old
+messages too, but keeps the tools even when they alone overflow the context, so that its runner then
+cuts the prompt's tokens and the model sees neither its tools nor its system prompt. What still does
+not fit is cut as Ollama's runner cuts a prompt, except that a conversation keeps what comes before
+its last message's text (the system prompt) and loses the start of that text; a prompt that is not a
+conversation (raw text, a template's tokens, an earlier `context`) is cut as Ollama's runner cuts it.
+Either way the request carries a warning that says what was left out and what num_ctx would keep it:
+the `speculation` field of the response shows it, and the log.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def fit_to_context(engine: Engine, request: Request, context: int) -> Request:
         request, left_out = _whole_messages(engine, request, context)
         said += [left_out] if left_out else []
     if len(request.tokens) >= context:
-        request, cut = _cut_as_ollama(engine, request, context)
+        keep = _before_last_message(engine, request) if request.messages else 0
+        request, cut = _cut_as_ollama(engine, request, context, keep if keep <= context // 2 else 0)
         said.append(cut)
     warning = (
         f"the prompt ({full} tokens) is longer than the context ({context} tokens): {'; '.join(said)}; "
@@ -137,12 +140,25 @@ def _left_out(engine: Engine, request: Request, kept: Request) -> str:
     return f"left out {' and '.join(parts)}, {len(request.tokens) - len(kept.tokens)} tokens in all"
 
 
-def _cut_as_ollama(engine: Engine, request: Request, context: int) -> tuple[Request, str]:
-    """A prompt still longer than the context, cut as Ollama's runner cuts it: its first
-    OLLAMA_NUM_KEEP tokens (and BOS) kept, then its end, to about half the context, so that the
-    answer has the other half; and the cut in words."""
+def _before_last_message(engine: Engine, request: Request) -> int:
+    """How many of the prompt's first tokens come before its last message's text (the system prompt
+    and the template's opening of that message): those of the prompt without that text."""
+    last = request.messages[-1]
+    try:
+        without = engine.prompt_tokens(
+            replace(request, messages=(*request.messages[:-1], replace(last, content="")), tokens=())
+        )
+    except InvalidSetting:
+        return 0
+    return next((i for i, (a, b) in enumerate(zip(without, request.tokens)) if a != b), len(without))
+
+
+def _cut_as_ollama(engine: Engine, request: Request, context: int, keep: int = 0) -> tuple[Request, str]:
+    """A prompt still longer than the context, cut as Ollama's runner cuts it: its first `keep` tokens
+    (a chat's, up to its last message's text; else Ollama's OLLAMA_NUM_KEEP and BOS) kept, then its
+    end, to about half the context, so that the answer has the other half; and the cut in words."""
     tokens = request.tokens
-    keep = max(0, min(OLLAMA_NUM_KEEP + int(engine.target.add_bos), context - 1))
+    keep = max(0, min(keep or OLLAMA_NUM_KEEP + int(engine.target.add_bos), context - 1))
     limit = context - max((context - keep) // 2, 1)
     if limit < 1:  # Ollama's "no prompt budget": a context of one token holds no prompt and no answer
         raise ApiError(400, f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
