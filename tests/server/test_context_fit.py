@@ -2,6 +2,7 @@
 history) keeps its system prompt and latest turn, whole, the tools when they fit and then the latest
 turns; what was left out is said in the response's `speculation.warnings` and the log."""
 
+import json
 import logging
 
 import httpx
@@ -67,7 +68,9 @@ def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(en
     assert f"the prompt ({full} tokens) is longer than the context ({CONTEXT} tokens)" in warning
     assert f"left out the 36 tools offered ({full - _length(engine, messages)} tokens)" in warning
     assert f"the oldest {start - 1} of {len(messages)} messages" in warning
-    assert f"a num_ctx over {full} would keep all of it" in warning and "cut" not in warning
+    assert "cut" not in warning and warning.endswith(
+        "; not even the model's trained context (8192 tokens) holds all of it: offer fewer tools or start a new chat"
+    )
     assert warning in caplog.text and "tiny-target" in caplog.text
 
 
@@ -80,6 +83,7 @@ def test_tools_that_fit_stay_and_the_oldest_turns_go(engine):
     assert len(request.tokens) > CONTEXT * 3 // 4 - _length(engine, messages[1:3])
     (warning,) = request.warnings
     assert "tools" not in warning and f"left out the oldest {start - 1} of {len(messages)} messages" in warning
+    assert warning.endswith(f"; a num_ctx over {_length(engine, messages, tools)} would keep all of it")
 
 
 def test_a_latest_turn_too_long_is_cut_after_the_tools_and_history_go_and_keeps_the_system_prompt(engine):
@@ -133,6 +137,8 @@ def test_a_raw_prompt_too_long_is_cut_as_before_and_says_so(server):
     assert answer["prompt_eval_count"] == 11  # Ollama's cut: the first 4 tokens and BOS, then the end
     (warning,) = answer["speculation"]["warnings"]
     assert warning.startswith("the prompt (") and "cut " in warning and "to 11, its first 5 and its last 6" in warning
+    streamed = httpx.post(server + "/api/generate", json=body, timeout=120).text.splitlines()  # streams by default
+    assert json.loads(streamed[-1])["speculation"]["warnings"] == [warning]  # the last chunk carries it too
 
 
 def test_openai_client_is_told_what_the_tools_take(server, engine):

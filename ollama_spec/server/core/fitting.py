@@ -36,7 +36,7 @@ DROP_SHARE = 4
 
 def fit_to_context(engine: Engine, request: Request, context: int) -> Request:
     """`request` (its tokens longer than `context`, less one for the answer) made to fit, with a warning."""
-    full, said = len(request.tokens), []
+    full, said, tools, chat = len(request.tokens), [], bool(request.tools), bool(request.messages)
     if request.messages:
         request, left_out = _whole_messages(engine, request, context)
         said += [left_out] if left_out else []
@@ -44,10 +44,12 @@ def fit_to_context(engine: Engine, request: Request, context: int) -> Request:
         keep = _before_last_message(engine, request) if request.messages else 0
         request, cut = _cut_as_ollama(engine, request, context, keep if keep <= context // 2 else 0)
         said.append(cut)
-    warning = (
-        f"the prompt ({full} tokens) is longer than the context ({context} tokens): {'; '.join(said)}; "
-        f"a num_ctx over {full} would keep all of it"
-    )
+    fix = f"a num_ctx over {full} would keep all of it"
+    trained = engine.target_model.info.context_length
+    if trained and full >= trained:  # no num_ctx can help: say what would
+        shorter = ("offer fewer tools or " if tools else "") + ("start a new chat" if chat else "shorten it")
+        fix = f"not even the model's trained context ({trained} tokens) holds all of it: {shorter}"
+    warning = f"the prompt ({full} tokens) is longer than the context ({context} tokens): {'; '.join(said)}; {fix}"
     log.warning("%s: %s", engine.target_model.name, warning)
     return replace(request, warnings=(*request.warnings, warning))
 
