@@ -136,6 +136,9 @@ class SpeculationStats:
         for position in range(drafted, n_drafted):
             self.drafted_by_position[position] -= 1
             self.accepted_by_position[position] -= position < n_accepted
+        while self.drafted_by_position and not self.drafted_by_position[-1]:  # a place only that step drafted
+            self.drafted_by_position.pop()
+            self.accepted_by_position.pop()
         if source is not None:
             self.drafted_by_source[source] -= n_drafted - drafted
             self.accepted_by_source[source] -= n_accepted - accepted

@@ -91,10 +91,11 @@ def test_keep_drops_the_last_step_s_drafts_past_the_answer():
     stats = SpeculationStats()
     stats.record(0, 0)  # the prompt's pass: one token
     stats.record(4, 2, 4, "draft")  # two drafts accepted, the third rejected: three tokens
-    stats.record(4, 4, 4, "draft")  # all four accepted: five tokens, of which the answer keeps two
-    stats.generated = 9
+    stats.record(6, 6, 6, "draft")  # all six accepted: seven tokens, of which the answer keeps two
+    stats.generated = 11
     stats.keep(6)
     assert (stats.drafted, stats.accepted, stats.rejections, stats.generated) == (6, 4, 1, 6)
+    # the places only the last step drafted are gone: no position drafted 0 times (a rate of 0/0)
     assert stats.drafted_by_position == [2, 2, 1, 1] and stats.accepted_by_position == [2, 2, 0, 0]
     assert stats.accepted_by_source == {"draft": 4}
     stats.keep(6)  # once is enough: again changes nothing
