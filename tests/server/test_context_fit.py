@@ -61,8 +61,9 @@ def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(en
     start = messages.index(kept[1])
     assert messages[start]["role"] == "user" and kept == messages[:1] + messages[start:]  # whole turns
     assert len(request.tokens) == _length(engine, kept) < CONTEXT
-    # history goes in stretches of a quarter of the context or more (for the prompt cache), not much more
-    assert len(request.tokens) > CONTEXT * 3 // 4 - _length(engine, messages[1:3])
+    # a quarter of the context for the answer; history goes in stretches of a quarter of the context or
+    # more (for the prompt cache), not much more
+    assert CONTEXT // 2 - _length(engine, messages[1:3]) < len(request.tokens) <= CONTEXT * 3 // 4
     full = _length(engine, messages, tools)
     (warning,) = request.warnings
     assert f"the prompt ({full} tokens) is longer than the context ({CONTEXT} tokens)" in warning
@@ -76,14 +77,14 @@ def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(en
 
 def test_tools_that_fit_stay_and_the_oldest_turns_go(engine):
     messages, tools = openwebui.chat(10), openwebui.builtin_tools()[:1]
-    request = build_request(engine, ServerSettings(), _asked(messages, tools))
+    request = build_request(engine, ServerSettings(), _asked(messages, tools, 2048))
     assert request.tools == tuple(tools) and request.messages[0].content == openwebui.SYSTEM
-    assert request.messages[-1].content == messages[-1]["content"] and len(request.tokens) < CONTEXT
+    assert request.messages[-1].content == messages[-1]["content"]
+    assert 1024 - _length(engine, messages[1:3]) < len(request.tokens) <= 1536
     start = len(messages) - len(request.messages) + 1
-    assert len(request.tokens) > CONTEXT * 3 // 4 - _length(engine, messages[1:3])
     (warning,) = request.warnings
     assert "tools" not in warning and f"left out the oldest {start - 1} of {len(messages)} messages" in warning
-    assert warning.endswith(f"; a num_ctx over {_length(engine, messages, tools)} would keep all of it")
+    assert warning.endswith(f"; a num_ctx of {_length(engine, messages, tools) + 512} or more would keep all of it")
 
 
 def test_a_latest_turn_too_long_is_cut_after_the_tools_and_history_go_and_keeps_the_system_prompt(engine):
@@ -114,6 +115,21 @@ def test_open_webui_chat_through_the_ollama_client(server):
     alone = client.chat(model="m", messages=kept, options=OPTIONS)
     assert answer.message.content == alone.message.content == raw["message"]["content"]
     assert "left out the 36 tools offered" in warning
+
+
+def test_a_chat_that_leaves_its_answer_too_little_room_loses_old_turns(server, engine):
+    """Ollama's runner shifts the context to go on writing; here the answer would end at the context's
+    end, so a chat that fits but leaves num_predict no room drops old turns first."""
+    messages = openwebui.chat(3)
+    while _length(engine, messages) < CONTEXT - 30:
+        messages[-1] = {"role": "user", "content": messages[-1]["content"] + " and then"}
+    assert _length(engine, messages) < CONTEXT  # it fits, with fewer than 30 tokens left
+    options = OPTIONS | {"num_predict": 40}
+    answer = ollama.Client(host=server).chat(model="m", messages=messages, options=options)
+    assert answer.prompt_eval_count <= CONTEXT - 40 and (answer.eval_count == 40 or answer.done_reason == "stop")
+    raw = _post(server, "/api/chat", {"model": "m", "messages": messages, "options": options})
+    (warning,) = raw["speculation"]["warnings"]
+    assert warning.startswith(f"the prompt ({_length(engine, messages)} tokens) leaves the answer fewer than 40 of")
 
 
 def test_the_next_turns_find_their_prompt_in_the_cache(server):

@@ -28,28 +28,49 @@ from ollama_spec.server.core.errors import ApiError
 log = logging.getLogger("ollama_spec.server")
 
 OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
+# A chat fitted to the context leaves its answer the room asked for (num_predict, max_tokens), else a
+# quarter of the context, at most half: Ollama's runner shifts the context to go on writing an answer
+# that reaches its end, and here an answer ends there
+ANSWER_SHARE = 4
 # History is dropped in stretches of a quarter of the context or more, so that the next turns find the
 # whole prompt but their own messages in the prompt cache (dropping just enough would move the prompt's
 # start on every turn, and every turn would read it all again after the system message)
 DROP_SHARE = 4
 
 
-def fit_to_context(engine: Engine, request: Request, context: int) -> Request:
-    """`request` (its tokens longer than `context`, less one for the answer) made to fit, with a warning."""
+def answer_room(max_tokens: int | None, context: int) -> int:
+    """The room a fitted chat leaves its answer: `max_tokens` (asked, or the server's), else
+    ANSWER_SHARE's part of the context; at most half of it."""
+    return max(1, min(max_tokens or context // ANSWER_SHARE, context // 2))
+
+
+def needs_fitting(request: Request, context: int, answer: int) -> bool:
+    """Does the prompt (its tokens) need fitting: longer than the context, or a chat that leaves its
+    answer fewer than `answer` tokens (a prompt that is not a chat is cut only when it must be)."""
+    return len(request.tokens) >= context or bool(request.messages) and len(request.tokens) + answer > context
+
+
+def fit_to_context(engine: Engine, request: Request, context: int, answer: int = 1) -> Request:
+    """`request` made to fit `context` with room for `answer` tokens (a chat: whole messages; what is
+    still too long, or not a chat: cut to the context's first half), with a warning that says how."""
     full, said, tools, chat = len(request.tokens), [], bool(request.tools), bool(request.messages)
     if request.messages:
-        request, left_out = _whole_messages(engine, request, context)
+        request, left_out = _whole_messages(engine, request, context - answer + 1)
         said += [left_out] if left_out else []
     if len(request.tokens) >= context:
         keep = _before_last_message(engine, request) if request.messages else 0
         request, cut = _cut_as_ollama(engine, request, context, keep if keep <= context // 2 else 0)
         said.append(cut)
-    fix = f"a num_ctx over {full} would keep all of it"
+    fix = f"a num_ctx of {full + answer} or more would keep all of it"
     trained = engine.target_model.info.context_length
-    if trained and full >= trained:  # no num_ctx can help: say what would
+    if trained and full + answer > trained:  # no num_ctx can help: say what would
         shorter = ("offer fewer tools or " if tools else "") + ("start a new chat" if chat else "shorten it")
         fix = f"not even the model's trained context ({trained} tokens) holds all of it: {shorter}"
-    warning = f"the prompt ({full} tokens) is longer than the context ({context} tokens): {'; '.join(said)}; {fix}"
+    if full >= context:
+        why = f"is longer than the context ({context} tokens)"
+    else:
+        why = f"leaves the answer fewer than {answer} of the context's {context} tokens"
+    warning = f"the prompt ({full} tokens) {why}: {'; '.join(said)}; {fix}"
     log.warning("%s: %s", engine.target_model.name, warning)
     return replace(request, warnings=(*request.warnings, warning))
 

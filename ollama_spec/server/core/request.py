@@ -14,7 +14,7 @@ from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.prompting.tools import forced_call_schema, tool_names
 from ollama_spec.server.core.errors import TOO_LONG, ApiError
-from ollama_spec.server.core.fitting import fit_to_context, tools_tokens
+from ollama_spec.server.core.fitting import answer_room, fit_to_context, needs_fitting, tools_tokens
 from ollama_spec.server.core.settings import ServerSettings
 
 
@@ -72,8 +72,9 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
     context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
     try:  # tokenized once: the generation, and the routes that read the prompt, take these
         request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
-        if asked.truncate and len(request.tokens) >= context:
-            request = fit_to_context(engine, request, context)
+        answer = answer_room(asked.max_tokens or settings.max_tokens, context)
+        if asked.truncate and needs_fitting(request, context, answer):
+            request = fit_to_context(engine, request, context, answer)
     except InvalidSetting as exc:
         raise ApiError(400, str(exc)) from None
     n_prompt = len(request.tokens)
