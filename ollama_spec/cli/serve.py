@@ -195,8 +195,8 @@ def serve(
     settings = server_settings(target_model.params, options)
     sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
-        engine_config = pinned_engine_settings(target_model, draft_model, options, settings)
-        with Engine(target_model, draft_model, engine_config, notice=notice) as engine:
+        pair = pinned_pair(target_model, draft_model, options, settings)
+        with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
             engine.costs.prepare(settings.speculation)  # before /health answers: not on the first request
             state = ServerState(engine, settings)
             state.models_dir = models_dir  # where /api/pull, /api/delete and /api/copy act
@@ -229,17 +229,16 @@ def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: Ser
     return upstream
 
 
-def pinned_engine_settings(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):
-    """The loading flags, the context chosen as Ollama chooses it and lowered until the pair fits."""
+def pinned_pair(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):
+    """The pair with the loading flags and its fit: the context chosen as Ollama chooses it, lowered until
+    the pair fits, and the slots that fit (the engine loads with these and does not plan again)."""
     from ollama_spec.server.pairs import PairPlan, fit_context
 
     engine_config = engine_settings(target.params, options)
     given = target.params.get("num_ctx")
     flag = options["ctx"]
     devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])
-    pair = PairPlan(target.name, target, draft, "", settings, engine_config)
-    fitted = fit_context(pair, given, devices, notes, flag=flag).engine
-    return replace(engine_config, n_ctx=fitted.n_ctx)
+    return fit_context(PairPlan(target.name, target, draft, "", settings, engine_config), given, devices, notes, flag)
 
 
 def store_state(options: Options, models_dir: str | None) -> ServerState:

@@ -35,7 +35,8 @@ from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_wind
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.models.usable import require_usable
-from ollama_spec.planning.memory import MemoryPlan, ensure_fits, plan_memory
+from ollama_spec.planning.context import ContextChoice
+from ollama_spec.planning.fit import Fit, PairFacts, fit_pair
 from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.messages import ChatMessage
 
@@ -73,33 +74,25 @@ def slot_choices(target: ResolvedModel, settings: EngineSettings) -> list[int]:
     return [settings.parallel] if settings.parallel else list(range(AUTO_PARALLEL, 0, -1))
 
 
-def plan_pair(
+def pair_facts(
     target: ResolvedModel,
     draft: ResolvedModel | None,
     settings: EngineSettings,
-    slots: int,
-    devices,
-    notes=(),
     repack: bool | None = None,
     placement: Placement | None = None,
-) -> MemoryPlan:
-    """The memory plan the engine makes before loading, for `slots` sequences of n_ctx tokens each
-    (the server's scheduler plans with it too, against the memory its loaded pairs leave)."""
+) -> PairFacts:
+    """What the memory plan reads of this pair as these settings load it (planning/fit.py decides the fit)."""
     placement = settings.placement if placement is None else placement
-    return plan_memory(
+    return PairFacts(
         target.loaded_info,
         draft.loaded_info if draft else None,
-        settings.n_ctx,
         settings.kv_type,
-        devices,
-        notes=notes,
         repack=decide_repack(settings.repack).enabled if repack is None else repack,
         features=backends.cpu_features(),
         flash_attention=None if settings.flash_attention == "auto" else settings.flash_attention == "on",
         tensor_split=placement.tensor_split,
-        remote=remote_devices(placement.rpc_servers),
+        remote=tuple(remote_devices(placement.rpc_servers)),
         main_device=placement.main_device,
-        n_seq=slots,
     )
 
 
@@ -112,7 +105,10 @@ class Engine:
         draft: ResolvedModel | None = None,
         settings: EngineSettings = EngineSettings(),
         notice: Callable[[str], None] = lambda text: None,
+        fit: Fit | None = None,
     ):
+        """`fit`: the context, slots and memory plan decided before (the server's); None: decided here, for
+        this machine as it is now (the CLI)."""
         self.target_model, self.draft_model, self.settings = target, draft, settings
         self.notice = notice  # what a user should hear about while it happens (a calibration's pause)
         require_usable(target.name, target.info, "target", llama_cpp_knows)
@@ -122,15 +118,11 @@ class Engine:
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
         self.placement = settings.placement
-        asked = slot_choices(target, settings)
-        self.slots = asked[0]
-        if settings.memory_check:
-            devices, notes = backends.discover_devices()
-            for self.slots in asked:  # the most slots that fit (each holds n_ctx tokens of both models)
-                plan = self._plan(target, draft, devices, notes)
-                if plan.fits:
-                    break
-            ensure_fits(plan)
+        fit = fit or self._fit(target, draft)
+        self.slots, plan = fit.slots, fit.plan
+        if fit.n_ctx != settings.n_ctx:
+            self.settings = settings = replace(settings, n_ctx=fit.n_ctx)
+        if plan is not None:
             if target_gpu_layers is None and plan.gpu_layers is not None:
                 target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
             if plan.tensor_split and not self.placement.tensor_split:  # the draft-aware split, not llama.cpp's
@@ -165,9 +157,15 @@ class Engine:
             model.batcher = self.batcher
         self.pool = SlotPool(loaded, self.slots)
 
-    def _plan(self, target: ResolvedModel, draft: ResolvedModel | None, devices, notes) -> MemoryPlan:
-        """The memory plan for both models with `self.slots` sequences of n_ctx tokens each."""
-        return plan_pair(target, draft, self.settings, self.slots, devices, notes, self.repack.enabled, self.placement)
+    def _fit(self, target: ResolvedModel, draft: ResolvedModel | None) -> Fit:
+        """The most slots that fit at the asked context (each holds n_ctx tokens of both models) on this
+        machine now; without the memory check, the first slot count asked."""
+        asked = slot_choices(target, self.settings)
+        if not self.settings.memory_check:
+            return Fit(self.settings.n_ctx, asked[0])
+        devices, notes = backends.discover_devices()
+        facts = pair_facts(target, draft, self.settings, self.repack.enabled, self.placement)
+        return fit_pair(facts, ContextChoice(self.settings.n_ctx, False, "asked"), asked, devices, notes)
 
     def _load(
         self,

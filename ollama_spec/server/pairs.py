@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ollama_spec.engine.engine import EngineSettings, plan_pair, slot_choices
-from ollama_spec.errors import IncompatibleDraft, InsufficientMemory, ModelNotFound, OllamaSpecError, one_line
+from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
+from ollama_spec.errors import IncompatibleDraft, ModelNotFound, OllamaSpecError, one_line
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.compat import require_compatible
 from ollama_spec.models.drafts import best_draft, find_drafts
@@ -20,9 +20,10 @@ from ollama_spec.models.modelfile import Modelfile
 from ollama_spec.models.resolve import ResolvedModel, resolve_model, stored_draft_model
 from ollama_spec.models.store import Store, StoredModel, find_store_root
 from ollama_spec.models.usable import require_usable, usability_problems
-from ollama_spec.planning.context import choose_context, lower_context
+from ollama_spec.planning.context import choose_context
 from ollama_spec.planning.devices import Device
-from ollama_spec.planning.memory import MemoryPlan, ensure_fits
+from ollama_spec.planning.fit import Fit, fit_pair
+from ollama_spec.planning.memory import MemoryPlan
 from ollama_spec.server.core.settings import ServerSettings
 
 log = logging.getLogger("ollama_spec.server")
@@ -42,6 +43,11 @@ class PairPlan:
     engine: EngineSettings
     ctx_why: str = ""
     plan: MemoryPlan | None = None
+
+    @property
+    def fit(self) -> Fit:
+        """What the engine loads with, as decided here: it does not plan again."""
+        return Fit(self.engine.n_ctx, self.engine.parallel or 1, self.plan)
 
 
 def request_defaults(model: ResolvedModel, proposer: str | None) -> ServerSettings:
@@ -215,33 +221,30 @@ def _num_ctx(model: ResolvedModel) -> int | None:
 
 
 def fit_context(
-    pair: PairPlan, given: int | None, devices: Sequence[Device], notes: Sequence[str] = (), flag: int | None = None
+    pair: PairPlan,
+    given: int | None,
+    devices: Sequence[Device],
+    notes: Sequence[str] = (),
+    flag: int | None = None,
 ) -> PairPlan:
-    """`pair` with its context (Ollama's rule: planning/context.py) and slots chosen: the most slots that
-    fit, and an automatic context lowered a tier at a time (with a log line) until the pair fits.
-    Without the memory check, the context as chosen and the slots asked for. InsufficientMemory, in the
-    plan's words, when nothing fits."""
+    """`pair` with its context (Ollama's rule: planning/context.py) and slots chosen by the one fit
+    (planning/fit.py): the most slots that fit, and an automatic context lowered a tier at a time (with
+    a log line) until the pair fits. Without the memory check, the context as
+    chosen and the slots asked for. InsufficientMemory, in the plan's words, when nothing fits."""
     choice = choose_context(given, pair.target.info.context_length or None, devices, flag=flag)
-    settings = replace(pair.engine, n_ctx=choice.n_ctx)
+    settings, slot_counts = pair.engine, slot_choices(pair.target, pair.engine)
     if not settings.memory_check:
-        return replace(pair, engine=settings, ctx_why=choice.why)
-    n_ctx: int | None = choice.n_ctx
-    plan = None
-    while n_ctx is not None:
-        settings = replace(settings, n_ctx=n_ctx)
-        for slots in slot_choices(pair.target, settings):
-            plan = plan_pair(pair.target, pair.draft, settings, slots, devices, notes)
-            if plan.fits:
-                if n_ctx != choice.n_ctx:
-                    log.info(
-                        "%s: context lowered from %d to %d tokens: the pair would not fit at %d",
-                        pair.name,
-                        choice.n_ctx,
-                        n_ctx,
-                        choice.n_ctx,
-                    )
-                return replace(pair, engine=replace(settings, parallel=slots), ctx_why=choice.why, plan=plan)
-        n_ctx = lower_context(n_ctx) if choice.auto else None
-    assert plan is not None
-    ensure_fits(plan)
-    raise InsufficientMemory(plan.summary)  # ensure_fits raised already: a plan that fits was returned above
+        fit = Fit(choice.n_ctx, slot_counts[0])
+    else:
+        facts = pair_facts(pair.target, pair.draft, settings)
+        fit = fit_pair(facts, choice, slot_counts, devices, notes)
+    if fit.lowered_from is not None:
+        log.info(
+            "%s: context lowered from %d to %d tokens: the pair would not fit at %d",
+            pair.name,
+            fit.lowered_from,
+            fit.n_ctx,
+            fit.lowered_from,
+        )
+    engine = replace(settings, n_ctx=fit.n_ctx, parallel=fit.slots)
+    return replace(pair, engine=engine, ctx_why=choice.why, plan=fit.plan)

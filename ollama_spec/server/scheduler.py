@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from ollama_spec.engine.engine import Engine
+from ollama_spec.engine.engine import Engine, pair_facts
 from ollama_spec.errors import (
     InsufficientMemory,
     InvalidModelName,
@@ -23,7 +23,9 @@ from ollama_spec.errors import (
     one_line,
 )
 from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.planning.context import ContextChoice
 from ollama_spec.planning.devices import Device
+from ollama_spec.planning.fit import fit_pair
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.keep_alive import DEFAULT_KEEP_ALIVE
 from ollama_spec.server.core.loaded import Served
@@ -204,7 +206,7 @@ class Scheduler:
             if current is not None:
                 why = f"num_ctx {n_ctx} asked for, beyond its {current.n_ctx}" if larger else "its manifest changed"
                 await self._unload(current, why)
-            await self._make_room(pair)
+            pair = await self._make_room(pair)
             started = time.monotonic()
             try:
                 engine = await asyncio.to_thread(self._open, pair)
@@ -235,7 +237,7 @@ class Scheduler:
             return served
 
     def _open(self, pair: PairPlan) -> Engine:
-        engine = Engine(pair.target, pair.draft, pair.engine, notice=log.info)
+        engine = Engine(pair.target, pair.draft, pair.engine, notice=log.info, fit=pair.fit)
         try:
             engine.costs.prepare(pair.settings.speculation)
         except BaseException:
@@ -255,18 +257,19 @@ class Scheduler:
             raise _refusal(exc) from None
         return replace(pair, settings=replace(pair.settings, max_queue=self.max_queue))
 
-    async def _make_room(self, pair: PairPlan) -> None:
+    async def _make_room(self, pair: PairPlan) -> PairPlan:
         """Unload idle models, least recently used first, until `pair` fits beside the rest; wait for busy
-        ones (and retiring ones) to become idle and close (up to load_timeout). Runs under the lock."""
+        ones (and retiring ones) to become idle and close (up to load_timeout). Runs under the lock. The
+        pair with its fit beside what stays loaded: what the engine loads with."""
         deadline = time.monotonic() + self.settings.load_timeout
-        while not self._room_for(pair):
+        while (fitted := self._room_for(pair)) is None:
             await self._close_retired()
             idle = [s for s in self.loaded.values() if s.idle and not self._wanted[s.name]]
             if idle:
                 victim = min(idle, key=lambda s: s.last_used)
                 await self._unload(victim, f"to make room for {pair.name}")
                 continue
-            if self._room_for(pair):
+            if (fitted := self._room_for(pair)) is not None:
                 break
             if time.monotonic() > deadline:
                 raise ApiError(
@@ -275,22 +278,30 @@ class Scheduler:
                     headers={"Retry-After": str(RETRY_AFTER_BUSY)},
                 )
             await asyncio.sleep(WAIT_SECONDS)
+        return fitted
 
     def _taking(self) -> list[Served]:
         """Every pair in memory: the loaded ones and those retiring."""
         return [*self.loaded.values(), *self._retiring]
 
-    def _room_for(self, pair: PairPlan) -> bool:
-        if len(self._taking()) >= self._max_loaded():
-            return False
-        if pair.plan is None or not self._taking():
-            return True
+    def _room_for(self, pair: PairPlan) -> PairPlan | None:
+        """`pair` with its fit on the memory the loaded pairs leave (its context and slots as planned for
+        the whole machine), or None while it does not fit beside them."""
+        taking = self._taking()
+        if len(taking) >= self._max_loaded():
+            return None
+        if pair.plan is None or not taking:
+            return pair
         devices, notes = self._machine()
-        left = self._left(devices)
-        from ollama_spec.engine.engine import plan_pair
-
-        plan = plan_pair(pair.target, pair.draft, pair.engine, pair.engine.parallel or 1, left, notes)
-        return plan.fits
+        taken = (sum(s.memory[0] for s in taking), sum(s.memory[1] for s in taking))
+        fixed = ContextChoice(pair.engine.n_ctx, False, pair.ctx_why)
+        try:
+            fit = fit_pair(
+                pair_facts(pair.target, pair.draft, pair.engine), fixed, [pair.fit.slots], devices, notes, taken
+            )
+        except InsufficientMemory:
+            return None
+        return replace(pair, plan=fit.plan)
 
     def _max_loaded(self) -> int:
         if self.settings.max_loaded > 0:
@@ -309,18 +320,6 @@ class Scheduler:
                 notes = [*notes, f"memory budget: {format_bytes(budget)} a device"]
             self._devices = (devices, notes)
         return self._devices
-
-    def _left(self, devices: list[Device]) -> list[Device]:
-        """`devices` less what the loaded pairs' plans counted: GPU bytes from the GPUs in order, RAM from RAM."""
-        gpu = sum(s.memory[0] for s in self._taking())
-        host = sum(s.memory[1] for s in self._taking())
-        left = []
-        for device in devices:
-            taken = host if not device.is_gpu else min(gpu, device.free)
-            if device.is_gpu:
-                gpu -= taken
-            left.append(replace(device, free=max(device.free - taken, 0)))
-        return left
 
     async def _unload(self, served: Served, why: str) -> None:
         """Take `served` out of `loaded` and close it, now if idle, else when its requests end. Under the lock."""
