@@ -10,7 +10,7 @@ from openai import OpenAI
 
 from ollama_spec.engine.engine import Engine
 from tests.conftest import engine_settings
-from tests.server.test_tools import ADD, TOOLS_TEMPLATE, USER, WEATHER
+from tests.server.test_tools import ADD, FLAT_WEATHER, TOOLS_TEMPLATE, USER, WEATHER
 from tests.serving import running_server
 
 
@@ -50,3 +50,22 @@ def test_the_openai_stream_helper_sees_the_arguments_grow(client):
     assert len(partial) > 1 and len(set(partial)) == len(partial)  # each one longer than the last
     done = next(e for e in events if e.type == "tool_calls.function.arguments.done")
     assert json.loads(done.arguments) == json.loads(final.choices[0].message.tool_calls[0].function.arguments)
+
+
+def test_a_forced_function_call_streams_its_arguments_on_the_responses_api(client):
+    flat_add = {"type": "function", "name": "add", "parameters": ADD["function"]["parameters"]}
+    asked = {"model": "gpt-5", "input": USER, "tools": [FLAT_WEATHER, flat_add], "temperature": 0}
+    whole = next(
+        i for i in client.responses.create(**asked, tool_choice="required").output if i.type == "function_call"
+    )
+    events = list(client.responses.create(**asked, tool_choice="required", stream=True))
+    added = next(e for e in events if e.type == "response.output_item.added")
+    deltas = [e for e in events if e.type == "response.function_call_arguments.delta"]
+    assert added.item.name == whole.name and added.item.arguments == "" and len(deltas) > 1
+    assert all(d.item_id == added.item.id for d in deltas)
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert done.arguments == "".join(d.delta for d in deltas)
+    assert json.loads(done.arguments) == json.loads(whole.arguments)
+    final = events[-1].response
+    assert events[-1].type == "response.completed" and final.output[0].id == added.item.id
+    assert final.output[0].call_id == added.item.call_id and final.output[0].arguments == done.arguments

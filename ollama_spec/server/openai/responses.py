@@ -173,7 +173,8 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(served, body, ids, "in_progress")
     if body.stream:
-        return sse_events(_events(served, body, ids, job, opening, answer_parts(served.engine, request)))
+        parts = answer_parts(served.engine, request, forced=bool(forced))
+        return sse_events(_events(served, body, ids, job, opening, parts))
     result = await run_to_end(job, http_request)
     thought, text, calls = answer_parts(served.engine, request).whole(result.text, cut=result.finish_reason == "length")
     return _response(
@@ -282,8 +283,10 @@ async def _events(
 ) -> AsyncIterator[dict]:
     """The Responses event sequence, as OpenAI streams it: a text message opened with its first text,
     then each function call, then the final response (a thinking model's thinking comes whole, as a
-    reasoning item of the final response)."""
+    reasoning item of the final response). A forced call is streamed as it is written: its item
+    added with its name, then its arguments in deltas."""
     sent, thought, opened = "", "", False
+    streamed: dict | None = None  # the forced call's item, while its arguments come
     where = {"item_id": ids["message"], "output_index": 0, "content_index": 0}
     yield {"type": "response.created", "response": opening}
     yield {"type": "response.in_progress", "response": opening}
@@ -300,9 +303,20 @@ async def _events(
         if part.text:
             sent += part.text
             yield {"type": "response.output_text.delta", **where, "delta": part.text, "logprobs": []}
+        for piece in part.call_pieces:
+            if piece.name is not None:
+                streamed = _function_calls([ToolCall(piece.name, {}, cut_arguments="")])[0] | {"status": "in_progress"}
+                yield {"type": "response.output_item.added", "output_index": int(opened), "item": dict(streamed)}
+            if piece.arguments:
+                streamed["arguments"] += piece.arguments
+                at = {"item_id": streamed["id"], "output_index": int(opened)}
+                yield {"type": "response.function_call_arguments.delta", **at, "delta": piece.arguments}
         if part.result is None:
             continue
         items = _function_calls(part.calls)
+        if streamed is not None:  # the item already announced, with the arguments as they were sent
+            done = items[0]["status"] if items else "incomplete"
+            items = [streamed | {"status": done}, *items[1:]]
         final = _response(
             state, body, ids, _status(part.result, part.calls), part.result, sent, thought, items, with_message=opened
         )
@@ -312,13 +326,14 @@ async def _events(
             yield {"type": "response.content_part.done", **where, "part": message["content"][0]}
             yield {"type": "response.output_item.done", "output_index": 0, "item": message}
         for index, item in enumerate(items, start=int(opened)):
-            yield {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": item | {"arguments": "", "status": "in_progress"},
-            }
             at = {"item_id": item["id"], "output_index": index}
-            yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
+            if streamed is None or index > int(opened):
+                yield {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": item | {"arguments": "", "status": "in_progress"},
+                }
+                yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
             yield {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
             yield {"type": "response.output_item.done", "output_index": index, "item": item}
         yield {"type": f"response.{final['status']}", "response": final}
