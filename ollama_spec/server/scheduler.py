@@ -23,6 +23,7 @@ from ollama_spec.errors import (
     one_line,
 )
 from ollama_spec.models.gguf_info import format_bytes
+from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.planning.context import ContextChoice
 from ollama_spec.planning.devices import Device
 from ollama_spec.planning.fit import fit_pair
@@ -76,6 +77,14 @@ class Scheduler:
     async def canonical(self, name: str) -> str:
         """The stored name for a requested one: 404 as Ollama answers when the store has none."""
         return (await self._identify(name))[0]
+
+    def can_run(self, name: str) -> bool:
+        """Whether `name` is a model of the store that can run here (blocks: run it on a thread)."""
+        return self.pairs.can_run(name)
+
+    def runnable(self) -> list[ResolvedModel]:
+        """The store's models that can run here, as /api/tags and /v1/models list them."""
+        return self.pairs.runnable()
 
     async def _identify(self, name: str) -> tuple[str, str]:
         """The stored name and its manifest's digest, in one read of the store."""

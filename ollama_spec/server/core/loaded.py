@@ -43,6 +43,7 @@ class Served:
     worker: Worker = field(init=False)
     users: int = 0  # requests between their acquire and their end (streams included)
     last_used: float = field(default_factory=time.monotonic)
+    loaded_at: float = field(default_factory=time.monotonic)  # made once its engine had loaded
     expires_at: float = math.inf  # time.time() when it is unloaded if still idle; inf: never
     closed: bool = False  # no request may take it any more (it is being freed, or is)
     _freed: bool = field(default=False, init=False, repr=False)

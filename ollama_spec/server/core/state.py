@@ -15,6 +15,7 @@ from ollama_spec.errors import InvalidSetting
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.loaded import Served
+from ollama_spec.server.core.pinned import PinnedPair
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.settings import ServerSettings
 from ollama_spec.server.metrics import Metrics
@@ -38,8 +39,9 @@ def load_waited() -> float:
 
 class ServerState:
     """What the routes share. With an `engine`: that pair, pinned, answers every model name (serve
-    TARGET). Without: `scheduler` loads the store's models as they are asked for (serve). `upstream`:
-    the Ollama daemon this server stands in front of (serve --upstream), or None."""
+    TARGET). Without: `scheduler` loads the store's models as they are asked for (serve). Either is
+    `serving` (core/pinned.PinnedPair or server/scheduler.Scheduler: one interface), and this state never
+    asks which. `upstream`: the Ollama daemon this server stands in front of (serve --upstream), or None."""
 
     def __init__(
         self,
@@ -50,14 +52,15 @@ class ServerState:
     ):
         assert (engine is None) != (scheduler is None), "a pinned engine or a scheduler"
         self.settings = settings
-        self.scheduler = scheduler
-        self._upstream: Upstream | None = None
-        self.upstream = upstream
         self.started = time.time()
         self.metrics = Metrics(lambda: self.waiting)
+        self.scheduler = scheduler
+        self.pinned = Served(engine, settings, self.metrics, pinned=True) if engine is not None else None
+        self.serving: PinnedPair | Scheduler = PinnedPair(self.pinned) if self.pinned is not None else scheduler
         if scheduler is not None:
             scheduler.metrics = self.metrics
-        self.pinned = Served(engine, settings, self.metrics, pinned=True) if engine is not None else None
+        self._upstream: Upstream | None = None
+        self.upstream = upstream
         # the store root as resolve_model takes it (None: $OLLAMA_MODELS, then the defaults)
         self.models_dir: str | None = scheduler.pairs.models_dir if scheduler is not None else None
 
@@ -68,8 +71,8 @@ class ServerState:
     @upstream.setter
     def upstream(self, upstream: Upstream | None) -> None:
         self._upstream = upstream
-        if self.scheduler is not None:  # the daemon lets go of a model before it loads here
-            self.scheduler.before_load = upstream.unload_if_loaded if upstream is not None else None
+        # the daemon lets go of a model before it loads here
+        self.serving.before_load = upstream.unload_if_loaded if upstream is not None else None
 
     # --- one pinned pair: what `serve TARGET` and the tests' running_server hold ------------------
 
@@ -103,48 +106,42 @@ class ServerState:
         others for the same model share it), again with a larger context when `n_ctx` (a request's
         num_ctx) asks for more than the loaded one and the memory plan allows it. Held until the HTTP
         answer ends, streams included; the time it waited counts as the request's load_duration."""
-        if self.pinned is not None:
-            served = self.pinned
-        else:
-            try:
-                seconds = None if keep_alive is None else parse_keep_alive(keep_alive)
-            except InvalidSetting as exc:
-                raise ApiError(400, str(exc), "keep_alive") from None
-            started = time.monotonic()
-            served = await self.scheduler.acquire(name, seconds, n_ctx)
-            if (waited := WAITED.get()) is not None:
-                waited.append(time.monotonic() - started)
+        try:
+            seconds = None if keep_alive is None else parse_keep_alive(keep_alive)
+        except InvalidSetting as exc:
+            raise ApiError(400, str(exc), "keep_alive") from None
+        started = time.monotonic()
+        served = await self.serving.acquire(name, seconds, n_ctx)
+        if served.loaded_at >= started and (waited := WAITED.get()) is not None:  # it loaded for this request
+            waited.append(time.monotonic() - started)
         held = HELD.get()
         if held is not None:
             held.append(served)
-        elif self.pinned is None:  # no middleware (a direct call): the keep_alive counts from now
-            await self.scheduler.release(served)
+        else:  # no middleware (a direct call): the keep_alive counts from now
+            await self.serving.release(served)
         return served
 
     async def release_all(self, held: list[Served]) -> None:
         """The answer that held these ended."""
         for served in held:
-            if self.scheduler is not None and not served.pinned:
-                await self.scheduler.release(served)
+            await self.serving.release(served)
+
+    async def canonical(self, name: str) -> str:
+        """The stored name for `name` (a pinned pair's name for any): a 404 as Ollama's when there is none."""
+        return await self.serving.canonical(name)
 
     def loaded(self) -> list[Served]:
         """The pairs in memory now."""
-        if self.pinned is not None:
-            return [self.pinned]
-        return list(self.scheduler.loaded.values())
+        return list(self.serving.loaded.values())
 
     async def serves(self, name: str) -> bool:
         """Whether this server answers `name` itself: a pinned pair answers every name; the store, the
         models it can run (the others go to the upstream daemon, when there is one)."""
-        if self.pinned is not None:
-            return True
-        return await asyncio.to_thread(self.scheduler.pairs.can_run, name)
+        return await asyncio.to_thread(self.serving.can_run, name)
 
     def runnable(self) -> list[ResolvedModel]:
         """The models clients may ask for, as /api/tags and /v1/models list them."""
-        if self.pinned is not None:
-            return [self.pinned.engine.target_model]
-        return self.scheduler.pairs.runnable()
+        return self.serving.runnable()
 
     @property
     def waiting(self) -> int:
@@ -155,21 +152,16 @@ class ServerState:
     async def store_changed(self) -> None:
         """The store was written (a pull, a delete, a copy): list its models afresh; a loaded model whose
         manifest changed is loaded again for the next request."""
-        if self.scheduler is not None:
-            await self.scheduler.store_changed()
+        await self.serving.store_changed()
 
     async def unload(self, name: str) -> bool:
         """Unload `name` if it is loaded (once its running requests end); False if it was not. A pinned
         pair stays: False."""
-        if self.scheduler is None:
-            return False
-        return await self.scheduler.unload(name)
+        return await self.serving.unload(name)
 
     async def delete(self, name: str, remove: Callable[[str], T]) -> T:
         """`remove(stored name)` on a thread, once no loaded pair uses the model (the scheduler's delete)."""
-        if self.scheduler is None:
-            return await asyncio.to_thread(remove, name)
-        return await self.scheduler.delete(name, remove)
+        return await self.serving.delete(name, remove)
 
     # --- shutdown --------------------------------------------------------------------------------------
 
@@ -180,7 +172,4 @@ class ServerState:
 
     def close(self) -> None:
         """Stop the workers and unload what the scheduler loaded (a pinned engine is its owner's to close)."""
-        if self.pinned is not None:
-            self.pinned.close()
-        else:
-            self.scheduler.shutdown()
+        self.serving.shutdown()
