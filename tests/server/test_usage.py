@@ -75,6 +75,31 @@ def test_ollama_counts_the_answer_s_drafts_and_the_cached_prompt_apart(server):
     assert final["prompt_eval_cached_count"] == final["prompt_eval_count"] - 1 == spec["prompt_cached_tokens"]
 
 
+def test_llama_server_timings_give_the_rate_of_the_evaluated_prompt(server):
+    """Open WebUI merges llama-server's `timings` into the usage it shows (its "# llama.cpp" branch):
+    its prompt tokens/s there is over the tokens evaluated, not the cached ones (it read 21,823 tok/s
+    from prompt_eval_count on a cache hit)."""
+    client = OpenAI(base_url=server[0] + "/v1", api_key="x")
+    messages = [{"role": "user", "content": "Tell me a story about a dog"}]
+    client.chat.completions.create(model="m", messages=messages, max_tokens=3, temperature=0)
+    chunks = list(
+        client.chat.completions.create(
+            model="m",
+            messages=messages,
+            max_tokens=3,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    timings = next(c.model_extra["timings"] for c in chunks if c.model_extra.get("timings"))
+    usage = chunks[-1].usage
+    assert timings["cache_n"] == usage.prompt_tokens_details.cached_tokens == usage.prompt_tokens - 1
+    assert timings["prompt_n"] == 1 and timings["predicted_n"] == usage.completion_tokens == 3
+    assert timings["prompt_per_second"] == pytest.approx(1000 / timings["prompt_ms"], rel=0.01)
+    assert timings["draft_n_accepted"] == usage.completion_tokens_details.accepted_prediction_tokens
+
+
 def test_a_pair_that_rejects_never_counts_more_accepted_than_generated(tiny_models):
     """The tiny target drafted by another model: drafts are rejected, and the answer's counts stay
     within it whatever its length cuts."""

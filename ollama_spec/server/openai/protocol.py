@@ -307,6 +307,7 @@ def answers(
         ],
         "usage": counted,
         "speculation": state.summary(results[0]),
+        "timings": timings(results[0]),
     }
 
 
@@ -323,6 +324,28 @@ def usage(result: Result) -> dict:
             "accepted_prediction_tokens": spec.accepted,
             "rejected_prediction_tokens": spec.drafted - spec.accepted,
         },
+    }
+
+
+def timings(result: Result) -> dict:
+    """llama-server's `timings`, which Open WebUI merges into the usage it shows: the prompt's rate
+    over the tokens evaluated (prompt_n), the cached ones apart (cache_n), and the draft's counts."""
+    spec = result.speculation
+    prompt_ms, predicted_ms = (
+        1000 * result.first_token_seconds,
+        1000 * (result.total_seconds - result.first_token_seconds),
+    )
+    evaluated, generated = result.prompt_tokens - spec.prompt_cached, len(result.tokens)
+    return {
+        "cache_n": spec.prompt_cached,
+        "prompt_n": evaluated,
+        "prompt_ms": round(prompt_ms, 3),
+        "prompt_per_second": round(1000 * evaluated / prompt_ms, 2) if prompt_ms > 0 else 0.0,
+        "predicted_n": generated,
+        "predicted_ms": round(predicted_ms, 3),
+        "predicted_per_second": round(result.tokens_per_second, 2),
+        "draft_n": spec.drafted,
+        "draft_n_accepted": spec.accepted,
     }
 
 
