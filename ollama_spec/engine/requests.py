@@ -34,6 +34,7 @@ class Request:
     # its text the draft wrote (the tokens are the same either way)
     show_draft: bool = False
     warnings: tuple[str, ...] = ()  # what the client should know of how the prompt was read (a cut one)
+    context_wanted: int = 0  # a prompt fitted into the context: the context that would hold it whole
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

@@ -187,3 +187,23 @@ def test_a_load_that_waits_too_long_for_room_is_a_503_with_retry_after(store_cop
         owner.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_copy):
+    """Open WebUI's long chats: instead of dropping turns, the model loads again with a context that holds the
+    whole prompt (up to the trained length, where the memory plan allows it), and no warning is needed."""
+    with running_store(store_copy, no_draft=True) as (url, _):
+        client = ollama.Client(host=url)
+        client.generate("tiny-alien", "Once", options={"num_predict": 2})
+        history = []
+        for turn in range(24):
+            history += [
+                {"role": "user", "content": f"Tell me more about the river, part {turn}. " * 12},
+                {"role": "assistant", "content": "The river ran past the old mill and on to the sea. " * 12},
+            ]
+        messages = [*history, {"role": "user", "content": "And then?"}]
+        answer = client.chat("tiny-alien", messages=messages, options={"num_predict": 4, "temperature": 0})
+        loaded = {m.model: m.context_length for m in client.ps().models}["tiny-alien:latest"]
+        assert answer.prompt_eval_count > 4096 and loaded > answer.prompt_eval_count
+        speculation = answer.model_dump().get("speculation") or {}
+        assert not speculation.get("warnings")  # nothing was left out

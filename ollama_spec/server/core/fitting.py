@@ -72,7 +72,7 @@ def fit_to_context(engine: Engine, request: Request, context: int, answer: int =
         why = f"leaves the answer fewer than {answer} of the context's {context} tokens"
     warning = f"the prompt ({full} tokens) {why}: {'; '.join(said)}; {fix}"
     log.warning("%s: %s", engine.target_model.name, warning)
-    return replace(request, warnings=(*request.warnings, warning))
+    return replace(request, warnings=(*request.warnings, warning), context_wanted=full + answer)
 
 
 def tools_tokens(engine: Engine, request: Request) -> int:

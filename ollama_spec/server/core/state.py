@@ -121,6 +121,28 @@ class ServerState:
             await self.serving.release(served)
         return served
 
+    async def prepare(
+        self, name: str, keep_alive: float | str | None, n_ctx: int | None, ask: Callable[[Served], Asked]
+    ) -> tuple[Served, Request]:
+        """The pair for `name` (with at least `n_ctx`, a request's num_ctx, as `acquire` gives it) and what
+        `ask(pair)` asks, as its checked Request. A prompt that had to be fitted into the loaded context
+        loads the model again with the context that holds it whole (up to the trained length) where the
+        memory plan allows it, as a larger num_ctx would; else it stays fitted, with its warning."""
+        served = await self.acquire(name, keep_alive, n_ctx)
+        request = await served.prepare(ask(served))
+        if request.context_wanted <= served.n_ctx:
+            return served, request
+        await self._let_go(served)  # its room may be what the larger one needs
+        larger = await self.acquire(name, keep_alive, request.context_wanted)
+        return larger, request if larger is served else await larger.prepare(ask(larger))
+
+    async def _let_go(self, served: Served) -> None:
+        """Release `served` before the answer ends (the request goes on with another pair)."""
+        held = HELD.get()
+        if held is not None and served in held:
+            held.remove(served)
+            await self.serving.release(served)
+
     async def release_all(self, held: list[Served]) -> None:
         """The answer that held these ended."""
         for served in held:

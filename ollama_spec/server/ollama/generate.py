@@ -45,10 +45,12 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
         return final(body.model, {"message": {"role": "assistant", "content": ""}}, await _load(state, body))
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    options = Options.from_map(body.options).asked()  # a larger num_ctx than loaded reloads the model
-    served = await state.acquire(body.model, body.keep_alive, options["n_ctx"])
-    request = await served.prepare(
-        Asked(
+    options = Options.from_map(body.options).asked()
+    served, request = await state.prepare(  # a larger num_ctx, or a prompt that needs one, may reload the model
+        body.model,
+        body.keep_alive,
+        options["n_ctx"],
+        lambda served: Asked(
             messages=[m.to_chat() for m in body.messages],
             grammar=body.grammar(),
             tools=body.tools or [],
@@ -57,7 +59,7 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
             truncate=body.truncate,
             show_draft=body.show_draft,
             **options,
-        )
+        ),
     )
     job = served.submit(request, "/api/chat")
 
@@ -90,10 +92,12 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return final(body.model, {"response": ""}, await _load(state, body))
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
-    options = Options.from_map(body.options).asked()  # a larger num_ctx than loaded reloads the model
-    served = await state.acquire(body.model, body.keep_alive, options["n_ctx"])
-    request = await served.prepare(
-        Asked(
+    options = Options.from_map(body.options).asked()
+    served, request = await state.prepare(  # a larger num_ctx, or a prompt that needs one, may reload the model
+        body.model,
+        body.keep_alive,
+        options["n_ctx"],
+        lambda served: Asked(  # a template's tokens are the pair's
             prompt=body.prompt,
             system=body.system,
             raw=body.raw or bool(body.template),
@@ -106,7 +110,7 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
             truncate=body.truncate,
             show_draft=body.show_draft,
             **options,
-        )
+        ),
     )
     job = served.submit(request, "/api/generate")
     prompt = request.tokens
