@@ -43,9 +43,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict:
-        if state.pinned is not None:
-            return {"status": "ok", "model": state.model_name, "waiting": state.waiting}
-        return {"status": "ok", "loaded": [served.name for served in state.loaded()], "waiting": state.waiting}
+        return {"status": "ok", **state.serving.health(), "waiting": state.waiting}
 
     @app.get("/metrics")
     async def metrics() -> Response:

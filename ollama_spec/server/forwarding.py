@@ -14,7 +14,6 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ollama_spec.errors import ModelNotFound, OllamaSpecError, StoreNotFound
 from ollama_spec.server.core.state import ServerState
 
 # The routes whose JSON body names the model to answer: (method, path) -> the body fields that may name it.
@@ -53,7 +52,7 @@ class Forwarding:
         if not any(route.matches(scope)[0] is Match.FULL for route in self.routes):
             answer = await upstream.forward(Request(scope, receive), _streamed(receive))
             return await answer(scope, receive, send)
-        if self.state.pinned is not None:  # a pinned pair answers every model name
+        if self.state.serving.answers_every_name:  # a pinned pair
             return await self.app(scope, receive, send)
         route = (scope["method"], scope["path"])
         fields = MODEL_ROUTES.get(route) or STORE_ROUTES.get(route)
@@ -74,14 +73,8 @@ class Forwarding:
         await self.app(scope, receive, send)
 
     async def _stored(self, name: str) -> bool:
-        """Whether the store has `name`."""
-        try:
-            await asyncio.to_thread(self.state.scheduler.pairs.canonical, name)
-        except (ModelNotFound, StoreNotFound):
-            return False
-        except OllamaSpecError:  # a bad name, a broken manifest: the route answers it
-            pass
-        return True
+        """Whether the store has `name` (a bad name, a broken manifest: yes, the route answers it)."""
+        return await asyncio.to_thread(self.state.serving.has_model, name)
 
 
 async def _streamed(receive: Receive) -> AsyncIterator[bytes]:

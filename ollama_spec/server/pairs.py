@@ -111,7 +111,8 @@ class StorePairs:
 
     def runnable(self) -> list[ResolvedModel]:
         """Every model in the store that can run as a target here (a broken manifest, a cloud model, a file
-        llama.cpp cannot load are left out), headers read once per manifest version."""
+        llama.cpp cannot load are left out), headers read once per manifest version; newest first, the
+        order Ollama lists them in (/api/tags, /v1/models)."""
         found = []
         store = self.store()
         for stored in store.models():
@@ -120,7 +121,7 @@ class StorePairs:
             model = self._resolved(store, stored)
             if model is not None:
                 found.append(model)
-        return found
+        return sorted(found, key=_modified, reverse=True)
 
     def can_run(self, name: str) -> bool:
         """Whether `name` is a model of the store that runnable() lists (False: not in the store, a cloud
@@ -213,6 +214,11 @@ class StorePairs:
             return None, None, f"the target alone: {one_line(str(exc))}"
         note = f"; {choice.note}" if choice.note else ""
         return draft, None, f"the store's best compatible draft: {draft.name} (1:{choice.ratio:.0f} of its size{note})"
+
+
+def _modified(model: ResolvedModel) -> float:
+    """When the model's manifest was written, as Ollama's modified_at says (0: not known)."""
+    return model.listing.modified if model.listing else 0.0
 
 
 def _num_ctx(model: ResolvedModel) -> int | None:

@@ -60,12 +60,7 @@ def serve(state: ServerState, sock: socket.socket, log_level: str = "info") -> N
     """Serve on `sock` until a signal; the worker is closed afterwards."""
     server = build_server(state, log_level)
     host, port = sock.getsockname()[:2]
-    if state.pinned is not None:
-        slots = state.pinned.worker.slots
-        what = f"{state.model_name}, {slots} slot{'' if slots == 1 else 's'},"
-    else:
-        what = f"the models of {state.scheduler.pairs.store().path} as they are asked for"
-    log.info("serving %s on http://%s:%d (OpenAI API at /v1, Ollama API at /api)", what, host, port)
+    log.info("serving %s on http://%s:%d (OpenAI API at /v1, Ollama API at /api)", state.serving, host, port)
     try:
         server.run(sockets=[sock])
     finally:

@@ -20,6 +20,7 @@ from ollama_spec.errors import (
     InvalidModelName,
     ModelNotFound,
     OllamaSpecError,
+    StoreNotFound,
     one_line,
 )
 from ollama_spec.models.gguf_info import format_bytes
@@ -82,9 +83,41 @@ class Scheduler:
         """Whether `name` is a model of the store that can run here (blocks: run it on a thread)."""
         return self.pairs.can_run(name)
 
-    def runnable(self) -> list[ResolvedModel]:
-        """The store's models that can run here, as /api/tags and /v1/models list them."""
-        return self.pairs.runnable()
+    answers_every_name = False  # a name the store cannot run goes to the upstream daemon, when there is one
+
+    def has_model(self, name: str) -> bool:
+        """Whether the store has `name`: False when it has no such model (or there is no store), True for
+        a bad name or a broken manifest too, which the routes answer (blocks: run it on a thread)."""
+        try:
+            self.pairs.canonical(name)
+        except (ModelNotFound, StoreNotFound):
+            return False
+        except OllamaSpecError:
+            pass
+        return True
+
+    def listed(self) -> list[tuple[str, ResolvedModel]]:
+        """The store's models that can run here by name, newest first, as /api/tags and /v1/models list
+        them (blocks: run it on a thread)."""
+        return [(model.name, model) for model in self.pairs.runnable()]
+
+    async def describe(self, name: str) -> tuple[Served | None, ResolvedModel, str | None, str]:
+        """What /api/show says of `name`: the loaded pair if it is loaded, its model, its draft and why."""
+        key = await self.canonical(name)
+        served = self.loaded.get(key)
+        if served is not None:
+            return served, served.engine.target_model, served.proposer_name, served.draft_why
+        try:
+            model, draft, why = await asyncio.to_thread(self.pairs.describe, key)
+        except OllamaSpecError as exc:
+            raise ApiError(400, one_line(str(exc))) from None
+        return None, model, draft, why
+
+    def health(self) -> dict:
+        return {"loaded": list(self.loaded)}
+
+    def __str__(self) -> str:
+        return f"the models of {self.pairs.store().path} as they are asked for"
 
     async def _identify(self, name: str) -> tuple[str, str]:
         """The stored name and its manifest's digest, in one read of the store."""

@@ -126,7 +126,7 @@ def test_delete_and_copy_of_a_model_only_the_daemon_has_go_to_it(store_copy, dae
         assert client.copy("tiny-target", "tiny-copy").status == "success"  # ours stays ours, named by any spelling
         assert client.delete("TINY-COPY").status == "success"
         assert not [a for a in daemon.asked[asked:] if a.path in ("/api/copy", "/api/delete")]
-        assert "tiny-target:latest" in [m.name for m in state.runnable()]
+        assert "tiny-target:latest" in [name for name, _ in state.listed()]
 
 
 def test_without_an_upstream_unserved_routes_are_501_and_unknown_models_404(tiny_store):
@@ -175,7 +175,7 @@ def test_a_huge_or_trickling_daemon_list_leaves_ours_listed_in_time_and_health_a
     else:
         daemon.trickle = 0.05  # seconds a byte: every read comes well inside a per-read timeout
     with running_store(tiny_store, upstream=daemon.url, no_draft=True) as (url, state):
-        ours = [model.name for model in state.runnable()]
+        ours = [name for name, _ in state.listed()]
         with ThreadPoolExecutor(1) as pool:
             started = time.monotonic()
             listing = pool.submit(httpx.get, url + "/api/tags", timeout=60)

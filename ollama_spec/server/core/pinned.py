@@ -18,6 +18,8 @@ T = TypeVar("T")
 class PinnedPair:
     """The one pair of `serve TARGET`: what it answers, holds and lists."""
 
+    answers_every_name = True  # no request goes to an upstream daemon for a model name
+
     def __init__(self, served: Served):
         self.served = served
         self.before_load: Callable[[str], Awaitable[object]] | None = None  # nothing loads after the start
@@ -27,8 +29,13 @@ class PinnedPair:
         return {self.served.name: self.served}
 
     async def canonical(self, name: str) -> str:
-        """Any name is this pair's."""
-        return self.served.name
+        """Any name is this pair's, as asked."""
+        return name
+
+    async def describe(self, name: str) -> tuple[Served | None, ResolvedModel, str | None, str]:
+        """What /api/show says of any name: this pair, its draft and why."""
+        served = self.served
+        return served, served.engine.target_model, served.proposer_name, served.draft_why
 
     async def acquire(self, name: str, keep_alive: float | None, n_ctx: int | None = None) -> Served:
         """The pair, whatever the name; its context is the one it was started with."""
@@ -51,8 +58,19 @@ class PinnedPair:
     def can_run(self, name: str) -> bool:
         return True
 
-    def runnable(self) -> list[ResolvedModel]:
-        return [self.served.engine.target_model]
+    def has_model(self, name: str) -> bool:
+        return True
+
+    def listed(self) -> list[tuple[str, ResolvedModel]]:
+        """Its names (--served-model-name, else the model's), each the one model."""
+        return [(name, self.served.engine.target_model) for name in self.served.model_names]
+
+    def health(self) -> dict:
+        return {"model": self.served.model_name}
+
+    def __str__(self) -> str:
+        slots = self.served.worker.slots
+        return f"{self.served.model_name}, {slots} slot{'' if slots == 1 else 's'},"
 
     def shutdown(self) -> None:
         """Stop its worker (the engine is its owner's to close)."""

@@ -161,9 +161,13 @@ class ServerState:
         models it can run (the others go to the upstream daemon, when there is one)."""
         return await asyncio.to_thread(self.serving.can_run, name)
 
-    def runnable(self) -> list[ResolvedModel]:
-        """The models clients may ask for, as /api/tags and /v1/models list them."""
-        return self.serving.runnable()
+    def listed(self) -> list[tuple[str, ResolvedModel]]:
+        """The names clients may ask for and their models, as /api/tags and /v1/models list them (blocks)."""
+        return self.serving.listed()
+
+    async def describe(self, name: str) -> tuple[Served | None, ResolvedModel, str | None, str]:
+        """What /api/show says of `name`: its loaded pair (None: not loaded), its model, draft and why."""
+        return await self.serving.describe(name)
 
     @property
     def waiting(self) -> int:

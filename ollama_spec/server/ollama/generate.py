@@ -133,9 +133,8 @@ async def _load(state: ServerState, body: InferenceRequest) -> str:
     """A request with nothing to generate: load the model ("load"), or with keep_alive 0 unload it
     ("unload"), as Ollama answers both. A pinned pair is never unloaded."""
     if body.load_reason == "unload":
-        if state.pinned is None:
-            await state.scheduler.canonical(body.model)  # an unknown model is a 404, loaded or not
-            await state.unload(body.model)
+        await state.canonical(body.model)  # an unknown model is a 404, loaded or not
+        await state.unload(body.model)  # a pinned pair stays
         return "unload"
     await state.acquire(body.model, body.keep_alive, Options.from_map(body.options).as_llama_cpp_reads().num_ctx)
     return "load"

@@ -17,7 +17,6 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import PlainTextResponse
 
 from ollama_spec import __version__
-from ollama_spec.errors import OllamaSpecError, one_line
 from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.prompting.thinking import template_thinks
@@ -48,19 +47,14 @@ async def version() -> dict:
 @router.api_route("/api/tags", methods=["GET", "HEAD"])
 async def tags(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
-    if state.pinned is not None:
-        model = state.pinned.engine.target_model
-        capabilities = _capabilities(state.pinned, model.info)
-        return {
-            "models": [_model_entry(model, name) | {"capabilities": capabilities} for name in state.pinned.model_names]
-        }
     loaded = {served.name: served for served in state.loaded()}
-    models = await asyncio.to_thread(state.runnable)
     ours = [
-        _model_entry(model, model.name) | {"capabilities": _capabilities(loaded.get(model.name), model.info)}
-        for model in newest_first(models)
+        _model_entry(model, name) | {"capabilities": _capabilities(loaded.get(model.name), model.info)}
+        for name, model in await asyncio.to_thread(state.listed)
     ]
-    return {"models": merge_tags(ours, await state.upstream.tags()) if state.upstream else ours}
+    if state.upstream is None or state.serving.answers_every_name:
+        return {"models": ours}
+    return {"models": merge_tags(ours, await state.upstream.tags())}
 
 
 @router.api_route("/api/ps", methods=["GET", "HEAD"])
@@ -151,21 +145,10 @@ def _on_gpu(model: ResolvedModel, loaded: LoadedModel, remote: bool) -> int:
 async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> dict:
     state: ServerState = http_request.app.state.server
     name = body.model or body.name if body is not None else None
-    if (body is not None or state.pinned is None) and not name:
+    if (body is not None or not state.serving.answers_every_name) and not name:
         raise ApiError(400, "model is required", "model")  # Ollama's words; a GET without a body shows the pair
-    served = state.pinned
-    if served is None:
-        key = await state.scheduler.canonical(name)
-        served = next((s for s in state.loaded() if s.name == key), None)
-    if served is not None:
-        model, draft, why = served.engine.target_model, served.proposer_name, served.draft_why
-        capabilities, k = _capabilities(served, served.engine.target_model.info), served.settings.speculation
-    else:
-        try:
-            model, draft, why = await asyncio.to_thread(state.scheduler.pairs.describe, key)
-        except OllamaSpecError as exc:
-            raise ApiError(400, one_line(str(exc))) from None
-        capabilities, k = _capabilities(None, model.info), None
+    served, model, draft, why = await state.describe(name or "")
+    capabilities, k = _capabilities(served, model.info), served.settings.speculation if served else None
     info = model.info
     pairs = [
         (key, value)
@@ -258,15 +241,5 @@ def _modelfile(model: ResolvedModel, params: list[tuple[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def newest_first(models: list[ResolvedModel]) -> list[ResolvedModel]:
-    """The store's models in the order Ollama lists them (/api/tags, /v1/models): the latest manifest first."""
-    return sorted(models, key=_modified, reverse=True)
-
-
-def _modified(model: ResolvedModel) -> float:
-    """When the model's manifest was written, as Ollama's modified_at says (0: not known)."""
-    return model.listing.modified if model.listing else 0.0
-
-
 def _mtime(model: ResolvedModel) -> str:
-    return iso(datetime.fromtimestamp(_modified(model), timezone.utc))
+    return iso(datetime.fromtimestamp(model.listing.modified if model.listing else 0.0, timezone.utc))

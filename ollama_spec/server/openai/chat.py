@@ -16,7 +16,6 @@ from ollama_spec.server.core.framing import sse
 from ollama_spec.server.core.logprobs import scored
 from ollama_spec.server.core.request import Asked, think_if_able
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.ollama.models import newest_first
 from ollama_spec.server.openai.protocol import (
     ChatCompletionRequest,
     answers,
@@ -38,12 +37,9 @@ router = APIRouter(prefix="/v1")
 async def list_models(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
     created = int(state.started)
-    if state.pinned is not None:
-        names = state.pinned.model_names
-    else:
-        names = [model.name for model in newest_first(await asyncio.to_thread(state.runnable))]
+    names = [name for name, _ in await asyncio.to_thread(state.listed)]
     data = [{"id": name, "object": "model", "created": created, "owned_by": "ollama-spec"} for name in names]
-    if state.pinned is None and state.upstream is not None:  # the daemon's models after ours, as /api/tags
+    if state.upstream is not None and not state.serving.answers_every_name:  # the daemon's after ours, as /api/tags
         ours = [{"name": name} for name in names]
         theirs = merge_tags(ours, await state.upstream.tags())[len(ours) :]
         data += [{"id": tag_name(m), "object": "model", "created": created, "owned_by": "ollama"} for m in theirs]
@@ -55,8 +51,7 @@ async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
     """One model's card: any name is answered by a pinned pair (as the completion routes do); the store's
     names otherwise."""
     state: ServerState = http_request.app.state.server
-    if state.pinned is None:
-        model = await state.scheduler.canonical(model)
+    model = await state.canonical(model)
     return {"id": model, "object": "model", "created": int(state.started), "owned_by": "ollama-spec"}
 
 
