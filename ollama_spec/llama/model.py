@@ -303,7 +303,7 @@ class LoadedModel:
 
     def decode_many(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
-        its last `rows` tokens. One llama_decode for all of them (more where they pass n_batch)."""
+        its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
         started = time.perf_counter()
         passes = self._passes(items)
         rows: list[list[np.ndarray]] = [[] for _ in items]
