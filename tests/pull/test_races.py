@@ -17,7 +17,7 @@ import pytest
 from ollama_spec.errors import InvalidManifest
 from ollama_spec.pull import PullSettings, pull_models
 from ollama_spec.pull.edits import copy_model, delete_model
-from tests.pull_servers import Registry, closed_port
+from tests.pull_servers import registry_alone
 from tests.stores import inconsistencies
 
 LIBRARY = Path("manifests/registry.ollama.ai/library")
@@ -25,10 +25,8 @@ LIBRARY = Path("manifests/registry.ollama.ai/library")
 
 @pytest.fixture
 def registry(tiny_store, monkeypatch):
-    server = Registry(tiny_store)
-    monkeypatch.setenv("OLLAMA_HOST", f"http://127.0.0.1:{closed_port()}")  # no daemon: the registry path
-    yield server
-    server.close()
+    with registry_alone(tiny_store, monkeypatch) as server:  # no daemon: the registry path
+        yield server
 
 
 @pytest.fixture
