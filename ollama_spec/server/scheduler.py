@@ -62,6 +62,8 @@ class Scheduler:
     a pull over its name); while requests still use it, it waits in `retiring`, still counted as taking
     its memory, and closes when the last of them ends: a running stream is never cut."""
 
+    answers_every_name = False  # a name the store cannot run goes to the upstream daemon, when there is one
+
     def __init__(self, pairs: StorePairs, settings: SchedulerSettings, metrics: Metrics, max_queue: int):
         self.pairs, self.settings, self.metrics, self.max_queue = pairs, settings, metrics, max_queue
         self.loaded: dict[str, Served] = {}
@@ -82,8 +84,6 @@ class Scheduler:
     def can_run(self, name: str) -> bool:
         """Whether `name` is a model of the store that can run here (blocks: run it on a thread)."""
         return self.pairs.can_run(name)
-
-    answers_every_name = False  # a name the store cannot run goes to the upstream daemon, when there is one
 
     def has_model(self, name: str) -> bool:
         """Whether the store has `name`: False when it has no such model (or there is no store), True for
