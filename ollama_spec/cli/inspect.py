@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ollama_spec.cli.common import echo_json, open_store
+from ollama_spec.cli.common import Notes, echo_json, open_store
 from ollama_spec.cli.options import json_option, models_dir_option
 from ollama_spec.errors import IncompatibleDraft, OllamaSpecError, one_line
 from ollama_spec.llama.backends import llama_cpp_knows
@@ -345,8 +345,9 @@ def demo_store(directory: str | None, tiny_only: bool, nested: str | None) -> No
     if nested:
         from ollama_spec.synthetic.nested import build_nested_store
 
-        names = build_nested_store(root, nested, progress=lambda msg: click.echo(msg, err=True))
+        names = build_nested_store(root, nested, progress=Notes(prefix=""))
         click.echo(f"demo store ready at {root}: {', '.join(names)}")
         return
-    names = build_demo_store(root, include_bench=not tiny_only, progress=lambda msg: click.echo(msg, err=True))
+    # each layer's progress: in place on a terminal, a line every few seconds in a log
+    names = build_demo_store(root, include_bench=not tiny_only, progress=Notes(prefix=""))
     click.echo(f"demo store ready at {root}: {', '.join(names)}")

@@ -114,16 +114,33 @@ def build_pair_store(
         return names
     vocab = build_vocabulary(spec.vocab_size, spec.n_merges)
     progress(f"generating weights for {spec.target_name} ({spec.description})")
-    weights = make_weights(spec.arch, vocab.size, spec.recipe, spec.draft_layers)
+
+    def made(done: int, total: int) -> None:
+        progress(f"generating {spec.target_name}'s weights: layer {done} of {total}")
+
+    weights = make_weights(spec.arch, vocab.size, spec.recipe, spec.draft_layers, layer_done=made)
     dtype = spec.recipe.dtype
     models = [(spec.target_name, spec.arch.n_layer, dtype), (spec.draft_name, spec.draft_layers, dtype)]
     models += [(f"{name}:{q.lower()}", n_layer, q) for q in spec.quantized for name, n_layer, _ in models[:2]]
     for name, n_layer, dtype in models:
-        progress(f"writing {name} ({n_layer} layers, {dtype})")
+        progress(f"writing {name}: {n_layer} layers, {dtype}")
+
+        def written(done: int, total: int, name: str = name, dtype: str = dtype) -> None:
+            progress(f"writing {name}: layer {done} of {total}, {dtype}")  # on a terminal, in place of the last
+
         with tempfile.TemporaryDirectory(dir=root, prefix=".staging-") as tmp:
             path = Path(tmp) / "model.gguf"
-            write_gguf(path, name=name, arch=spec.arch, n_layer=n_layer, vocab=vocab, weights=weights, dtype=dtype)
-            write_model(root, name, path)
+            write_gguf(
+                path,
+                name=name,
+                arch=spec.arch,
+                n_layer=n_layer,
+                vocab=vocab,
+                weights=weights,
+                dtype=dtype,
+                layer_done=written,
+            )
+            write_model(root, name, path)  # its sha256: a second or two for the 0.6B target
     if pair == "tiny":
         alien_vocab = build_vocabulary(*ALIEN_VOCAB)
         alien_weights = make_weights(spec.arch, alien_vocab.size, _recipe(3, *ALIEN_VOCAB), 1)

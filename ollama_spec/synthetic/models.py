@@ -10,6 +10,7 @@ sizes, and temperature-1 sampling still has a real distribution to sample from.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +75,15 @@ def _output_matrix(embeddings: np.ndarray, raw: np.ndarray, recipe: WeightRecipe
     return out.astype(raw.dtype)
 
 
-def make_weights(arch: Architecture, vocab_size: int, recipe: WeightRecipe, draft_layers: int) -> dict[str, np.ndarray]:
-    """All target tensors (numpy shapes are [out, in]); the draft takes a subset by name."""
+def make_weights(
+    arch: Architecture,
+    vocab_size: int,
+    recipe: WeightRecipe,
+    draft_layers: int,
+    layer_done: Callable[[int, int], None] = lambda done, total: None,
+) -> dict[str, np.ndarray]:
+    """All target tensors (numpy shapes are [out, in]); the draft takes a subset by name.
+    `layer_done(done, total)` after each layer (the demo target's take a second each)."""
     dtype = np.float16 if recipe.dtype == "F16" else np.float32
     d, kv = arch.n_embd, arch.n_kv_head * arch.head_dim
 
@@ -106,6 +114,7 @@ def make_weights(arch: Architecture, vocab_size: int, recipe: WeightRecipe, draf
             p + "ffn_up.weight": normal(p + "up", (arch.n_ff, d), 1 / np.sqrt(d)),
             p + "ffn_down.weight": normal(p + "down", (d, arch.n_ff), out_scale / np.sqrt(arch.n_ff)),
         }
+        layer_done(i + 1, arch.n_layer)
     return tensors
 
 
@@ -156,8 +165,10 @@ def write_gguf(
     chat_template: str | None = LLAMA3_CHAT_TEMPLATE,
     llama3_metadata_gap: bool = False,
     fim_ids: tuple[int, int, int] | None = None,
+    layer_done: Callable[[int, int], None] = lambda done, total: None,
 ) -> None:
-    """Write a llama GGUF using the first `n_layer` blocks of `weights`, stored as `dtype` (FILE_TYPES).
+    """Write a llama GGUF using the first `n_layer` blocks of `weights`, stored as `dtype` (FILE_TYPES);
+    `layer_done(done, n_layer)` as each block is on disk.
 
     `llama3_metadata_gap` reproduces some published Llama 3 GGUFs: no `tokenizer.ggml.pre`, no
     EOT id, and EOS pointing at `<|end_of_text|>`.
@@ -173,14 +184,38 @@ def write_gguf(
             (Keys.Tokenizer.FIM_PRE_ID, Keys.Tokenizer.FIM_SUF_ID, Keys.Tokenizer.FIM_MID_ID), fim_ids
         ):
             writer.add_uint32(key, token)
-    for tensor_name, array in weights.items():
-        if not tensor_name.startswith("blk.") or int(tensor_name.split(".")[1]) < n_layer:
-            if dtype in QUANTIZED and array.ndim == 2:
-                qtype = QUANTIZED[dtype]
-                writer.add_tensor(tensor_name, quants.quantize(array.astype(np.float32), qtype), raw_dtype=qtype)
-            else:
-                writer.add_tensor(tensor_name, array)
+    kept = {name: a for name, a in weights.items() if not name.startswith("blk.") or _block(name) < n_layer}
+    last_of_block = {_block(name): name for name in kept if name.startswith("blk.")}
+    for tensor_name, array in kept.items():
+        raw_dtype = None
+        if dtype in QUANTIZED and array.ndim == 2:
+            raw_dtype = QUANTIZED[dtype]
+            array = quants.quantize(array.astype(np.float32), raw_dtype)
+        if tensor_name.startswith("blk.") and last_of_block[block := _block(tensor_name)] == tensor_name:
+            array = _Announced.of(array, lambda done=block + 1: layer_done(done, n_layer))
+        writer.add_tensor(tensor_name, array, raw_dtype=raw_dtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _block(tensor_name: str) -> int:
+    return int(tensor_name.split(".")[1])  # "blk.3.attn_q.weight" -> 3
+
+
+class _Announced(np.ndarray):
+    """An array that calls `written()` once GGUFWriter has written it: the writer writes every tensor with
+    `tofile`, and has no hook of its own but a tqdm bar."""
+
+    written: Callable[[], None]
+
+    @classmethod
+    def of(cls, array: np.ndarray, written: Callable[[], None]) -> _Announced:
+        view = array.view(cls)  # the same memory, no copy
+        view.written = written
+        return view
+
+    def tofile(self, *args, **kwargs) -> None:
+        super().tofile(*args, **kwargs)
+        self.written()

@@ -117,10 +117,9 @@ def test_demo_store_says_what_it_writes_and_nothing_of_the_gguf_writers(invoke, 
     assert result.exit_code == 0
     for line in ("This GGUF file is for Little Endian only", "Writing the following files"):
         assert line not in result.output and line not in caplog.text
-    assert result.stderr.splitlines()[:2] == [
-        "generating weights for tiny-target (tiny F32 pair for tests (builds in well under a second))",
-        "writing tiny-target (4 layers, F32)",
-    ]
+    lines = result.stderr.splitlines()
+    assert lines[0] == "generating weights for tiny-target (tiny F32 pair for tests (builds in well under a second))"
+    assert "writing tiny-target: 4 layers, F32" in lines
 
 
 # --- the store/CLI audit ------------------------------------------------------------------------

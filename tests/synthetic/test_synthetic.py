@@ -53,3 +53,18 @@ def test_rebuilding_gives_identical_blobs(tiny_store, tmp_path):
     assert sorted(p.name for p in (tmp_path / "blobs").iterdir()) == sorted(
         p.name for p in (tiny_store / "blobs").iterdir()
     )
+
+
+def test_a_pair_says_each_layer_it_generates_and_writes(tmp_path):
+    """Issue 42: the demo target's 13 layers take 20 s or more to make and write; the build says each one."""
+    from ollama_spec.synthetic import build_pair_store
+
+    notes = []
+    build_pair_store(tmp_path, "tiny", progress=notes.append)
+    assert [n for n in notes if n.startswith("generating tiny-target's")] == [
+        f"generating tiny-target's weights: layer {i} of 4" for i in range(1, 5)
+    ]
+    assert [n for n in notes if n.startswith("writing tiny-target:q8_0:")] == [
+        "writing tiny-target:q8_0: 4 layers, Q8_0"
+    ] + [f"writing tiny-target:q8_0: layer {i} of 4, Q8_0" for i in range(1, 5)]
+    assert "writing tiny-draft: layer 1 of 1, F32" in notes
