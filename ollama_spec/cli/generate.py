@@ -155,7 +155,10 @@ def generate(
         click.echo(f"note: {busy}", err=True)
     if (warning := unused_gpu_warning()) is not None:
         click.echo(f"warning: {warning}", err=True)
-    with Engine(target_model, draft_model, settings, notice=notice) as engine:
+    loading = " and ".join(model.name for model in (target_model, draft_model) if model is not None)
+    with notice.ticking(f"loading {loading}"):  # a large model's load is silent in llama.cpp
+        engine = Engine(target_model, draft_model, settings, notice=notice)
+    with engine:
         baseline = _run_baseline(engine, request, as_json) if compare else None
         if show_draft and not as_json:
             click.echo(legend(colour), err=True)
@@ -226,7 +229,9 @@ def _stream(generation: Generation, *, quiet: bool, colour: bool = False, runs: 
 
 
 def _run_baseline(engine: Engine, request: Request, quiet: bool) -> Result:
-    _warm_up(engine, request)
+    engine.costs.prepare(request.speculation)  # -k auto's timing now, with its own notes: not in the warm-up's
+    with notice.ticking("warming up both models (untimed)"):
+        _warm_up(engine, request)
     if not quiet:
         click.echo("--- target alone ---", err=True)
     result = _stream(engine.generate(request, use_draft=False), quiet=quiet)

@@ -12,7 +12,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -51,9 +51,11 @@ def measure_step_costs(
     repeats: int = CALIBRATION_REPEATS,
     *,
     every_size: bool = False,
+    progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> StepCosts:
     """Median seconds of one draft step and of target batches of 1..k_max+1 tokens after `context`
-    (`every_size`: all timed, as a benchmark reports them; else some interpolated).
+    (`every_size`: all timed, as a benchmark reports them; else some interpolated). `progress(done,
+    total)` after each timed step, outside its timing (a long calibration says how far it is).
 
     The measurements go round-robin, so a busy moment on a shared machine skews none of them alone.
     Both caches are emptied afterwards. Without a draft model (n-gram lookup) drafting is free.
@@ -68,12 +70,14 @@ def measure_step_costs(
     steps = [(draft, lambda: draft.eval([token]))] if draft is not None else []
     steps += [(target, lambda n=n: target.eval([token] * n, logits="all")) for n in sizes]
     times: list[list[float]] = [[] for _ in steps]
-    for _ in range(repeats):
-        for (model, step), samples in zip(steps, times):
+    total = repeats * len(steps)
+    for repeat in range(repeats):
+        for i, ((model, step), samples) in enumerate(zip(steps, times)):
             start = time.perf_counter()
             step()
             samples.append(time.perf_counter() - start)
             model.truncate(len(context))
+            progress(repeat * len(steps) + i + 1, total)
     for model in models:
         model.truncate(0)  # the next request must not find the filler in the cache
     medians = [statistics.median(samples) for samples in times]

@@ -3,6 +3,7 @@ timed once (then cached on disk), refined by every request's AutoK, and kept for
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy
@@ -19,6 +20,9 @@ CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun se
 
 # A learned verify batch this many times dearer than the calibration's is not a cost of the pair's.
 LEARNED_AT_MOST = 2.0
+# A calibration says how far it is this often: a 0.6B pair's takes 40 s on an idle 2-core CPU, and
+# minutes on a loaded one, where a user must tell it from a hang (issue 42). The steps cost the same.
+NOTICE_EVERY_S = 4.0
 
 
 class LearnedCosts:
@@ -95,7 +99,9 @@ class LearnedCosts:
             )
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
-            costs = measure_step_costs(self.target, draft, k_max, context)
+            progress = _Progress(self.notice)
+            costs = measure_step_costs(self.target, draft, k_max, context, progress=progress)
+            progress.finish()
             self.cache.put(key, costs)
             self.learned.pop(key, None)
         return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
@@ -144,3 +150,22 @@ def _overlay(base: StepCosts | None, learned: StepCosts) -> StepCosts:
     if base is None or base.k_max <= learned.k_max:
         return learned
     return StepCosts(learned.draft_step_s, learned.verify_s + base.verify_s[learned.k_max + 1 :])
+
+
+class _Progress:
+    """A calibration's progress as notes, at most one every NOTICE_EVERY_S; how long it took, if it said."""
+
+    def __init__(self, notice: Callable[[str], None]):
+        self.notice = notice
+        self.start = self.said_at = time.monotonic()
+        self.said = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.said_at >= NOTICE_EVERY_S:
+            self.said_at, self.said = now, True
+            self.notice(f"timing steps for -k auto: {done} of {total}, {now - self.start:.0f} s")
+
+    def finish(self) -> None:
+        if self.said:  # a short one said its one line; a long one says it is over, and what it cost
+            self.notice(f"timed this machine's steps for -k auto in {time.monotonic() - self.start:.0f} s")

@@ -1,6 +1,7 @@
 """How `generate` loads its models: GGUF paths without a store, drafts and targets refused before
 loading, the memory check and the plan's layer split between GPU and RAM, and what a model's
-manifest says beyond its weights (its draft, messages and params layers, a Go template alone)."""
+manifest says beyond its weights (its draft, messages and params layers, a Go template alone), and what it
+says while it loads, times -k auto and warms up."""
 
 import json
 
@@ -259,3 +260,33 @@ def test_a_bad_num_ctx_in_the_params_names_the_params(invoke, layered_store):
     assert result.output.strip() == (
         "Error: the model's params set num_ctx 0, not a positive number of tokens; give --ctx to override it"
     )
+
+
+def test_generate_says_what_it_waits_on_and_its_json_stays_clean(invoke, tiny_store, monkeypatch):
+    """Loading, -k auto's first timing and --compare's warm-up each report on stderr while they last
+    (here made slow, and the notes frequent); stdout holds the JSON alone."""
+    import time
+
+    from ollama_spec.cli import common
+    from ollama_spec.engine import costs
+    from ollama_spec.engine.engine import Engine
+
+    monkeypatch.setattr(common, "TICK_S", 0.02)
+    monkeypatch.setattr(common, "PLAIN_EVERY_S", 0.0)
+    monkeypatch.setattr(costs, "NOTICE_EVERY_S", 0.0)
+    load, clear = Engine._load, Engine.clear_cache
+    monkeypatch.setattr(Engine, "_load", lambda self, *a, **k: time.sleep(0.1) or load(self, *a, **k))
+    monkeypatch.setattr(Engine, "clear_cache", lambda self, *a, **k: time.sleep(0.1) or clear(self, *a, **k))
+    result = gen(invoke, tiny_store, "tiny-target", "Hi", "-d", "tiny-draft", "--compare", "--json", "-n", "8")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["generated_tokens"] == 8 and "note:" not in result.stdout
+    notes = result.stderr.splitlines()
+    assert "note: loading tiny-target:latest and tiny-draft:latest: 0 s so far" in notes
+    assert any(n.startswith("note: loading tiny-target:latest and tiny-draft:latest took ") for n in notes)
+    assert any(n.startswith("note: timing steps for -k auto: 1 of ") for n in notes)
+    assert any(n.startswith("note: timed this machine's steps for -k auto in ") for n in notes)
+    assert "note: warming up both models (untimed): 0 s so far" in notes
+    # in order: the load, then the timing, then the warm-up (none of them inside another)
+    first = [next(i for i, n in enumerate(notes) if word in n) for word in ("loading", "timing", "warming")]
+    assert first == sorted(first)

@@ -72,6 +72,24 @@ def test_a_calibration_is_announced_while_it_happens(tiny_models, tmp_path):
     assert len(notes) == 1 and "-k auto" in notes[0]
 
 
+def test_a_long_calibration_says_how_far_it_is_and_when_it_is_done(tiny_models, tmp_path, monkeypatch):
+    """Issue 42: a 0.6B pair's calibration takes 40 s to minutes; it reports every NOTICE_EVERY_S (here
+    every step) through the engine's notice, counting the steps, and says when it is over."""
+    from ollama_spec.engine import costs as costs_module
+    from ollama_spec.engine.calibration import CALIBRATION_REPEATS, StepCostCache, batch_sizes_to_time
+
+    monkeypatch.setattr(costs_module, "NOTICE_EVERY_S", 0.0)
+    notes = []
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(), notice=notes.append) as engine:
+        engine.costs.cache = StepCostCache(tmp_path / "costs.json")
+        engine.costs.prepare(SpeculationSettings(None))
+    steps = CALIBRATION_REPEATS * (1 + len(batch_sizes_to_time(DEFAULT_MAX_SPECULATIVE_TOKENS + 1)))
+    assert notes[0].startswith("timing this machine's draft and verify steps for -k auto (")
+    counts = [note.rsplit(", ", 1)[0] for note in notes[1:-1]]
+    assert counts == [f"timing steps for -k auto: {n} of {steps}" for n in range(1, steps + 1)]
+    assert notes[-1].startswith("timed this machine's steps for -k auto in ")
+
+
 def test_prepare_times_the_steps_before_any_request(tiny_models, tmp_path, monkeypatch):
     """serve calls it while loading: the first request then measures nothing (and no timing runs
     while other slots' batches do)."""
