@@ -20,8 +20,9 @@ CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun se
 
 # A learned verify batch this many times dearer than the calibration's is not a cost of the pair's.
 LEARNED_AT_MOST = 2.0
-# A calibration says how far it is this often: a 0.6B pair's takes 40 s on an idle 2-core CPU, and
-# minutes on a loaded one, where a user must tell it from a hang (issue 42). The steps cost the same.
+# A calibration says how far it is this often: the demo pair's 90 timed steps take 10 s on an idle
+# 2-core VM and 3 minutes on a loaded one, where a user must tell it from a hang (issue 42). Each note
+# is made between steps, outside their timing.
 NOTICE_EVERY_S = 4.0
 
 
