@@ -8,7 +8,6 @@ way the race was found: the delete of the other model runs between that check an
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from pathlib import Path
 
@@ -29,18 +28,11 @@ def registry(tiny_store, monkeypatch):
         yield server
 
 
-@pytest.fixture
-def store(tiny_store, tmp_path) -> Path:
-    root = tmp_path / "store"
-    shutil.copytree(tiny_store, root)
-    return root
-
-
 def pull(registry, store: Path, model: str, report=lambda event: None) -> None:
     pull_models([f"{registry.host}/library/{model}:latest"], PullSettings(insecure=True), report, str(store))
 
 
-def test_a_delete_after_the_pull_found_its_blobs_present_is_fetched_again(registry, store):
+def test_a_delete_after_the_pull_found_its_blobs_present_is_fetched_again(registry, store_copy):
     """The delete runs in the gap the race needs: the pull has found every blob present and not yet written
     its manifest. The pull notices the deleted blobs, fetches them again and its manifest is whole."""
     statuses = []
@@ -48,25 +40,25 @@ def test_a_delete_after_the_pull_found_its_blobs_present_is_fetched_again(regist
     def report(event) -> None:
         statuses.append(event.status)
         if event.status == "verifying sha256 digest" and statuses.count(event.status) == 1:
-            delete_model("tiny-draft", str(store))  # shares every blob with the model being pulled
+            delete_model("tiny-draft", str(store_copy))  # shares every blob with the model being pulled
 
-    pull(registry, store, "tiny-draft", report)
-    assert not (store / LIBRARY / "tiny-draft" / "latest").exists()
+    pull(registry, store_copy, "tiny-draft", report)
+    assert not (store_copy / LIBRARY / "tiny-draft" / "latest").exists()
     assert statuses[-1] == "success"
     assert any("fetching again" in status for status in statuses)
-    assert inconsistencies(store) == []
+    assert inconsistencies(store_copy) == []
     fetched = [path for _, path, _ in registry.requests if "/blobs/" in path]
     assert fetched  # the blobs the delete removed came from the registry
 
 
-def test_deletes_and_pulls_of_models_sharing_blobs_in_threads_leave_the_store_whole(registry, store):
+def test_deletes_and_pulls_of_models_sharing_blobs_in_threads_leave_the_store_whole(registry, store_copy):
     """The race as found: a delete fired while a pull of a model sharing its blobs runs, many times over."""
-    pulled = store / "manifests" / registry.host / "library" / "tiny-draft" / "latest"
+    pulled = store_copy / "manifests" / registry.host / "library" / "tiny-draft" / "latest"
     for _ in range(12):
-        if not (store / LIBRARY / "tiny-draft" / "latest").exists():
-            copy_model(f"{registry.host}/library/tiny-draft:latest", "tiny-draft", str(store))
+        if not (store_copy / LIBRARY / "tiny-draft" / "latest").exists():
+            copy_model(f"{registry.host}/library/tiny-draft:latest", "tiny-draft", str(store_copy))
         if pulled.exists():
-            delete_model(f"{registry.host}/library/tiny-draft:latest", str(store))
+            delete_model(f"{registry.host}/library/tiny-draft:latest", str(store_copy))
         errors: list[BaseException] = []
 
         def run(job, errors=errors) -> None:
@@ -76,8 +68,8 @@ def test_deletes_and_pulls_of_models_sharing_blobs_in_threads_leave_the_store_wh
                 errors.append(exc)
 
         threads = [
-            threading.Thread(target=run, args=(lambda: pull(registry, store, "tiny-draft"),)),
-            threading.Thread(target=run, args=(lambda: delete_model("tiny-draft", str(store)),)),
+            threading.Thread(target=run, args=(lambda: pull(registry, store_copy, "tiny-draft"),)),
+            threading.Thread(target=run, args=(lambda: delete_model("tiny-draft", str(store_copy)),)),
         ]
         for thread in threads:
             thread.start()
@@ -85,14 +77,14 @@ def test_deletes_and_pulls_of_models_sharing_blobs_in_threads_leave_the_store_wh
             thread.join(timeout=60)
         assert not errors, errors
         assert pulled.exists()
-        assert inconsistencies(store) == []
+        assert inconsistencies(store_copy) == []
 
 
-def test_a_copy_of_a_model_whose_blob_is_missing_writes_nothing(store):
-    doc = json.loads((store / LIBRARY / "tiny-draft" / "latest").read_text())
+def test_a_copy_of_a_model_whose_blob_is_missing_writes_nothing(store_copy):
+    doc = json.loads((store_copy / LIBRARY / "tiny-draft" / "latest").read_text())
     model = doc["layers"][0]["digest"]
-    (store / "blobs" / model.replace(":", "-")).unlink()
+    (store_copy / "blobs" / model.replace(":", "-")).unlink()
     with pytest.raises(InvalidManifest, match=f"tiny-draft: its blob {model} is missing from the store"):
-        copy_model("tiny-draft", "other:copy", str(store))
-    assert not (store / LIBRARY / "other").exists()
-    (store / LIBRARY / "tiny-draft" / "latest").unlink()  # what the test broke on purpose, for the store check
+        copy_model("tiny-draft", "other:copy", str(store_copy))
+    assert not (store_copy / LIBRARY / "other").exists()
+    (store_copy / LIBRARY / "tiny-draft" / "latest").unlink()  # what the test broke on purpose, for the store check
