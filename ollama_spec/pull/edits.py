@@ -11,7 +11,6 @@ touched. Copy writes the destination manifest as StoreWriter writes a pulled one
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Iterator
@@ -22,10 +21,10 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ollama_spec.errors import InvalidManifest, ModelNotFound, StoreNotWritable
-from ollama_spec.models.manifest import DIGEST, TooLarge, read_small
+from ollama_spec.models.manifest import TooLarge, read_small
 from ollama_spec.models.names import ModelRef, parse_model_name
 from ollama_spec.models.store import blob_path, find_store_root
-from ollama_spec.pull.writer import Blob, BlobsGone, StoreWriter
+from ollama_spec.pull.writer import Blob, BlobsGone, StoreWriter, named_blobs
 
 log = logging.getLogger("ollama_spec.pull")
 
@@ -122,24 +121,16 @@ def _existing(writer: StoreWriter, ref: ModelRef, name: str) -> tuple[Path, Mode
 
 
 def _named_digests(path: Path) -> set[str] | None:
-    """The well-formed digests a manifest's layers and config name; None when it cannot be read.
+    """The well-formed digests (hex) a manifest's layers and config name; None when it cannot be read.
 
     A file that is not JSON names nothing (as Ollama, which skips corrupt manifests)."""
     try:
-        doc = json.loads(read_small(path))
-    except (ValueError, RecursionError, TooLarge):
+        data = read_small(path)
+    except TooLarge:
         return set()
     except OSError:
         return None
-    if not isinstance(doc, dict):
-        return set()
-    layers = doc.get("layers") if isinstance(doc.get("layers"), list) else []
-    entries = [*layers, doc.get("config")]
-    return {
-        DIGEST.fullmatch(entry["digest"]).group(1)
-        for entry in entries
-        if isinstance(entry, dict) and isinstance(entry.get("digest"), str) and DIGEST.fullmatch(entry["digest"])
-    }
+    return {blob.hex for blob in named_blobs(data)}
 
 
 def _digests_in_use(manifests: Path) -> set[str] | None:
