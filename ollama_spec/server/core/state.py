@@ -149,7 +149,7 @@ class ServerState:
             await self.serving.release(served)
 
     async def canonical(self, name: str) -> str:
-        """The stored name for `name` (a pinned pair's name for any): a 404 as Ollama's when there is none."""
+        """The stored name for `name` (a pinned pair takes any name as asked): a 404 as Ollama's when there is none."""
         return await self.serving.canonical(name)
 
     def loaded(self) -> list[Served]:
