@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import click
 
-from ollama_spec.config import ollama_var
+from ollama_spec.models.daemon import ollama_host
 from ollama_spec.models.gguf_info import format_bytes
 
 PADDING = "    "  # Ollama's table: no borders, columns four spaces apart
@@ -23,7 +23,7 @@ host_option = click.option(
 def _client(host: str | None):
     import ollama
 
-    return ollama.Client(host=host or ollama_var("OLLAMA_HOST") or None, timeout=600)._client
+    return ollama.Client(host=ollama_host(host), timeout=600)._client
 
 
 def _call(host: str | None, method: str, path: str, **kwargs) -> dict:

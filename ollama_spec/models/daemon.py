@@ -5,10 +5,15 @@ by default), and that GPU memory is gone for ollama-spec. `check` and `doctor` a
 so a short GPU can be explained and freed; `pull` asks the same to learn whether a daemon can
 pull for it (`answered`), and `is_ollama_spec` whether that is ollama-spec's own server. Never
 raises: no daemon is a normal state.
+
+Where the daemon is, is read here alone (`ollama_host`): `serve --upstream`, `pull`, `check`, `doctor`,
+`ps` and `stop` all reach the URL Ollama's own client would for the same OLLAMA_HOST.
 """
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -17,6 +22,52 @@ import ollama
 from ollama_spec.config import ollama_var
 
 PROBE_TIMEOUT = 2.0  # seconds: a daemon answers in milliseconds on this machine, in tens across a LAN
+DEFAULT_PORT = "11434"
+
+
+def ollama_host(host: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The Ollama daemon's URL: `host` (a --host) when given, else $OLLAMA_HOST, read by `ollama_host_url`.
+    ollama-python reads OLLAMA_HOST raw and its own way ("::1", "host:notaport" raise): never hand it that."""
+    return ollama_host_url(host or ollama_var("OLLAMA_HOST", environ))
+
+
+def ollama_host_url(value: str) -> str:
+    """OLLAMA_HOST as Ollama's envconfig.Host() reads it: scheme http unless given, port 11434 unless
+    given (80/443 with an explicit http/https), `ollama.com` over https; e.g. `0.0.0.0` ->
+    `http://0.0.0.0:11434` (Go dials it as this machine), `:8080` -> `http://127.0.0.1:8080`."""
+    text = value.strip().strip("\"'").strip()
+    scheme, sep, hostport = text.partition("://")
+    default_port = DEFAULT_PORT
+    if not sep:
+        scheme, hostport = ("https", "ollama.com:443") if text == "ollama.com" else ("http", text)
+    elif scheme in ("http", "https"):
+        default_port = "80" if scheme == "http" else "443"
+    hostport, _, path = hostport.partition("/")
+    split = _split_host_port(hostport)
+    if split is None:
+        host, port = "127.0.0.1", default_port
+        try:
+            host = str(ipaddress.ip_address(hostport.strip("[]")))
+        except ValueError:
+            host = hostport or host
+    else:
+        host, port = split
+    if not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        port = default_port
+    host = host or "127.0.0.1"  # Go dials ":8080" as the local machine
+    joined = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"{scheme}://{joined}" + (f"/{path}" if path else "")
+
+
+def _split_host_port(hostport: str) -> tuple[str, str] | None:
+    """Go's net.SplitHostPort: `host:port` or `[v6]:port`; None where it fails (no port, bare IPv6)."""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0 or hostport[end + 1 : end + 2] != ":":
+            return None
+        return hostport[1:end], hostport[end + 2 :]
+    host, sep, port = hostport.rpartition(":")
+    return None if not sep or ":" in host else (host, port)
 
 
 @dataclass(frozen=True)
@@ -55,9 +106,8 @@ class DaemonStatus:
 
 def daemon_status(host: str | None = None, timeout: float = PROBE_TIMEOUT) -> DaemonStatus:
     """Ask the daemon at `host` (default: $OLLAMA_HOST as Ollama reads it, else 127.0.0.1:11434) what it holds."""
-    # ollama-python reads OLLAMA_HOST raw; Ollama trims spaces and quotes first
-    client = ollama.Client(host=host or ollama_var("OLLAMA_HOST") or None, timeout=timeout)
-    where = str(client._client.base_url).rstrip("/")  # the client's own reading of OLLAMA_HOST
+    where = ollama_host(host)
+    client = ollama.Client(host=where, timeout=timeout)
     try:
         response = client.ps()
     except (ConnectionError, httpx.HTTPError) as exc:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ollama_spec.config import ollama_var
+from ollama_spec.models.daemon import ollama_host
 
 VIAS = ("ollama", "registry", "hf")
-DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 DEFAULT_CONCURRENCY = 4
 
 
@@ -22,4 +21,5 @@ class PullSettings:
 
     @property
     def daemon_host(self) -> str:
-        return self.ollama_host or ollama_var("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST
+        """The daemon's URL: --host, else $OLLAMA_HOST, as Ollama reads them."""
+        return ollama_host(self.ollama_host)

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Send
 
-from ollama_spec.config import ollama_var
 from ollama_spec.errors import InvalidModelName, one_line
+from ollama_spec.models.daemon import ollama_host, ollama_host_url  # noqa: F401 (cli/serve.py reads --upstream by it)
 from ollama_spec.models.names import parse_model_name
 from ollama_spec.pull.daemon import Daemon, probe_daemon
 
@@ -51,7 +51,6 @@ PROBE_TIMEOUT = 2.0  # seconds for all of /api/tags or /api/ps: a daemon answers
 LIST_LIMIT = 2 << 20  # bytes of a daemon's list (~5,000 models); a longer one is left out, not merged
 CONNECT_TIMEOUT = 5.0  # a forwarded request may then wait as long as the daemon takes (a model loading)
 UNLOAD_WAIT = 15.0  # seconds to wait for the daemon to let go of a model it was asked to unload
-DEFAULT_PORT = "11434"
 
 
 class ListingFailed(Exception):
@@ -232,49 +231,10 @@ def bad_gateway(path: str, message: str) -> JSONResponse:
     return JSONResponse(body, status_code=502)
 
 
-def ollama_host_url(value: str) -> str:
-    """OLLAMA_HOST as Ollama's envconfig.Host() reads it: scheme http unless given, port 11434 unless
-    given (80/443 with an explicit http/https), `ollama.com` over https; e.g. `0.0.0.0` ->
-    `http://0.0.0.0:11434`, `:8080` -> `http://127.0.0.1:8080`."""
-    text = value.strip().strip("\"'").strip()
-    scheme, sep, hostport = text.partition("://")
-    default_port = DEFAULT_PORT
-    if not sep:
-        scheme, hostport = ("https", "ollama.com:443") if text == "ollama.com" else ("http", text)
-    elif scheme in ("http", "https"):
-        default_port = "80" if scheme == "http" else "443"
-    hostport, _, path = hostport.partition("/")
-    split = _split_host_port(hostport)
-    if split is None:
-        host, port = "127.0.0.1", default_port
-        try:
-            host = str(ipaddress.ip_address(hostport.strip("[]")))
-        except ValueError:
-            host = hostport or host
-    else:
-        host, port = split
-    if not (port.isascii() and port.isdigit() and int(port) <= 65535):
-        port = default_port
-    host = host or "127.0.0.1"  # Go dials ":8080" as the local machine
-    joined = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return f"{scheme}://{joined}" + (f"/{path}" if path else "")
-
-
-def _split_host_port(hostport: str) -> tuple[str, str] | None:
-    """Go's net.SplitHostPort: `host:port` or `[v6]:port`; None where it fails (no port, bare IPv6)."""
-    if hostport.startswith("["):
-        end = hostport.find("]")
-        if end < 0 or hostport[end + 1 : end + 2] != ":":
-            return None
-        return hostport[1:end], hostport[end + 2 :]
-    host, sep, port = hostport.rpartition(":")
-    return None if not sep or ":" in host else (host, port)
-
-
 def default_upstream(own_host: str, own_port: int, environ: Mapping[str, str] | None = None) -> str | None:
     """The daemon `serve` puts itself in front of by default: OLLAMA_HOST (as Ollama reads it) when an
     Ollama daemon answers there and it is not this server's own address; else None."""
-    url = ollama_host_url(ollama_var("OLLAMA_HOST", environ))
+    url = ollama_host(environ=environ)
     if is_own_address(url, own_host, own_port):
         return None
     return url if probe_daemon(url) is Daemon.OLLAMA else None  # another ollama-spec: no forwarding loops
