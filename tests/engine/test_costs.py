@@ -138,6 +138,7 @@ def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_
         for thread in threads:
             thread.join(120)
         assert key in engine.costs.last_policies  # what they learned of the acceptance carries
+        assert len(engine.costs.batch) == 0  # each policy left the batch's company when its request ended
         assert key not in engine.costs.learned
         "".join(engine.generate(request))  # alone, its costs are the pair's
         assert key in engine.costs.learned
