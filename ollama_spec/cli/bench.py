@@ -22,6 +22,7 @@ from ollama_spec.cli.common import open_store
 from ollama_spec.cli.options import (
     AUTO,
     ctx_option_with,
+    draft_option,
     flash_attn_option,
     models_dir_option,
     no_check_option,
@@ -44,12 +45,7 @@ NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measure
 @click.command()
 @click.argument("target")
 @preset_option
-@click.option(
-    "--draft",
-    "-d",
-    help=f"Draft model (required unless --url or TARGET's manifest has a draft layer), "
-    f"or '{AUTO}': the store's best-sized compatible one.",
-)
+@draft_option("Required unless --url or TARGET's manifest has a draft layer.", ngram=False)
 @click.option(
     "-k",
     "ks",

@@ -7,7 +7,9 @@ import click
 from ollama_spec.cli.common import echo_json
 from ollama_spec.cli.options import (
     NGRAM,
+    WITHOUT_DRAFT,
     ctx_option,
+    draft_option,
     flash_attn_option,
     json_option,
     kv_type_option,
@@ -35,12 +37,7 @@ from ollama_spec.planning.needs import ModelNeeds
 @click.command()
 @click.argument("target")
 @preset_option
-@click.option(
-    "--draft",
-    "-d",
-    help="Draft model (name or .gguf path) that will run next to TARGET; 'auto' picks "
-    f"the store's best-sized compatible one; '{NGRAM}' needs no draft model.",
-)
+@draft_option(f"Its memory is planned beside TARGET's. {WITHOUT_DRAFT}", names="a name or a .gguf path")
 @ctx_option
 @kv_type_option
 @repack_option

@@ -14,6 +14,8 @@ from ollama_spec.planning.placement import SPLIT_MODES
 NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft model
 AUTO = "auto"  # --draft auto: the store's best-sized compatible model (drafts.best_draft)
 RPC_ENVVAR = "OLLAMA_SPEC_RPC"
+# What a command that runs (or plans) a pair does when --draft is not given: `targets.resolve_draft`.
+WITHOUT_DRAFT = "Without it: the draft the target's manifest carries (Ollama's DRAFT layer), else the target alone."
 
 
 def _stack(*decorators):
@@ -94,6 +96,26 @@ def kv_type_option(function):
     )(function)
 
 
+class DraftOption(click.Option):
+    """The one --draft: `draft_option` makes every command's, so tests can find them all by class."""
+
+
+def draft_option(tail: str = "", *, names: str = "", auto: bool = True, ngram: bool = True, required: bool = False):
+    """--draft (-d): the same name, short flag and account of its values in every command that takes a
+    draft; a command says which names it resolves, which of `auto`/`ngram` it accepts, and what it does
+    with the draft (or without one) in `tail`."""
+    what = f"small, same vocabulary as the target: {names}" if names else "small, same vocabulary as the target"
+    values = [f"'{AUTO}' for the store's best-sized compatible one"] if auto else []
+    if ngram:
+        values.append(f"'{NGRAM}' for draftless prompt lookup (no draft model)")
+    text = f"Draft model ({what})"
+    if values:
+        text += ", " + (", or ".join(values) if len(values) == 2 else "or " + values[0])
+    return click.option(
+        "--draft", "-d", cls=DraftOption, required=required, help=f"{text}." + (f" {tail}" if tail else "")
+    )
+
+
 class DraftLength(click.ParamType):
     """`-k`: a positive number of draft tokens, or `auto` (None: chosen each step from measured costs)."""
 
@@ -158,13 +180,7 @@ def speculation_options(function):
     from ollama_spec.decoding.proposers import DEFAULT_NGRAM_SIZE
 
     return _stack(
-        click.option(
-            "--draft",
-            "-d",
-            help=f"Draft model (small, same vocabulary), '{AUTO}' for the store's best-sized compatible one, or "
-            f"'{NGRAM}' for draftless prompt lookup. Without it: the draft the target's manifest carries (Ollama's "
-            "DRAFT layer), else the target alone.",
-        ),
+        draft_option(WITHOUT_DRAFT),
         click.option(
             "-k",
             "--num-speculative-tokens",

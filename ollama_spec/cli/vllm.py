@@ -7,7 +7,7 @@ import shlex
 import click
 
 from ollama_spec.cli.common import echo_json
-from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, json_option, preset_option_with
+from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, draft_option, json_option, preset_option_with
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.integrations.vllm import (
     DEFAULT_HOST,
@@ -30,7 +30,7 @@ from ollama_spec.integrations.vllm_repos import to_hf
     "override them. Its SYSTEM and sampling PARAMETERs are not `vllm serve` options: a client "
     "sends them with each request."
 )
-@click.option("--draft", "-d", required=True, help="Draft model: an Ollama name or a Hugging Face org/name.")
+@draft_option(names="an Ollama name or a Hugging Face org/name", auto=False, ngram=False, required=True)
 @click.option(
     "-k",
     "--num-speculative-tokens",
