@@ -51,18 +51,16 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def api_error(request: HTTPRequest, exc: ApiError) -> JSONResponse:
-        answer = error_response(request.url.path, exc.status, exc.message, exc.param, exc.code)
-        answer.headers.update(exc.headers)
-        return answer
+        return error_response(request.url.path, exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: HTTPRequest, exc: RequestValidationError) -> JSONResponse:
         message, param = describe_validation_error(exc)
-        return error_response(request.url.path, 400, message, param)
+        return error_response(request.url.path, ApiError(400, message, param))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: HTTPRequest, exc: HTTPException) -> JSONResponse:
-        return error_response(request.url.path, exc.status_code, str(exc.detail))
+        return error_response(request.url.path, ApiError(exc.status_code, str(exc.detail)))
 
     # innermost first: each add_middleware wraps what was added before it
     app.add_middleware(Leases, state=state)
@@ -128,5 +126,5 @@ class BearerAuth:
             # RFC 7235: the scheme is case-insensitive ("bearer KEY" is as good as "Bearer KEY")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.expected):
                 message = "a valid API key is needed: send the header 'Authorization: Bearer KEY'"
-                return await error_response(scope["path"], 401, message)(scope, receive, send)
+                return await error_response(scope["path"], ApiError(401, message))(scope, receive, send)
         await self.app(scope, receive, send)

@@ -21,13 +21,14 @@ from collections.abc import AsyncIterable, Mapping
 import anyio
 import httpx
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
 from ollama_spec.errors import InvalidModelName, one_line
 from ollama_spec.models.daemon import ollama_host, ollama_host_url  # noqa: F401 (cli/serve.py reads --upstream by it)
 from ollama_spec.models.names import parse_model_name
 from ollama_spec.pull.daemon import Daemon, probe_daemon
+from ollama_spec.server.core.errors import ApiError, error_response
 
 log = logging.getLogger("ollama_spec.server")
 
@@ -112,7 +113,7 @@ class Upstream:
         except httpx.HTTPError as exc:
             message = f"the Ollama daemon at {self.base_url} does not answer ({_why(exc)})"
             log.warning("%s: %s %s not forwarded", message, http_request.method, http_request.url.path)
-            return bad_gateway(http_request.url.path, message)
+            return error_response(http_request.url.path, ApiError(502, one_line(message)))
         return Relayed(answer, self.base_url)
 
     async def unload_if_loaded(self, name: str) -> bool:
@@ -219,16 +220,6 @@ def tag_name(model: Mapping) -> str:
     """An /api/tags entry's name ("" when it has none)."""
     name = model.get("name") or model.get("model")
     return name if isinstance(name, str) else ""
-
-
-def bad_gateway(path: str, message: str) -> JSONResponse:
-    """502 in the shape of the API that was called: OpenAI's error object under /v1/, else Ollama's."""
-    message = one_line(message)
-    if path.startswith("/v1/"):
-        body = {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
-    else:
-        body = {"error": message}
-    return JSONResponse(body, status_code=502)
 
 
 def default_upstream(own_host: str, own_port: int, environ: Mapping[str, str] | None = None) -> str | None:

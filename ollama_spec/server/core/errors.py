@@ -1,4 +1,9 @@
-"""HTTP errors, answered in the format of the API that was called, and a generation's error as one."""
+"""HTTP errors, answered in the format of the API that was called, and a generation's error as one.
+
+Every error body is built here, one function for each API (`ollama_error_body`, `openai_error_body`),
+and every error answer is `error_response` of an ApiError: the app's handlers, the middlewares that
+answer before any route (body checks, the API key), the store routes and the upstream's 502 alike.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from ollama_spec.server.worker import Cancelled, QueueFull
 TOO_LONG = "context_length_exceeded"  # OpenAI's code for a prompt (plus max_tokens) past the context
 # OpenAI's error types and codes by status, where the error brings none of its own: OpenAI answers a bad key
 # as an invalid request with the code "invalid_api_key"; its codes are strings, or null.
-OPENAI_ERROR_TYPES = {500: "server_error", 503: "server_overloaded"}
+OPENAI_ERROR_TYPES = {500: "server_error", 502: "server_error", 503: "server_overloaded"}
 OPENAI_ERROR_CODES = {401: "invalid_api_key"}
 
 
@@ -46,13 +51,28 @@ def openai_error(status: int, message: str, param: str | None = None, code: str 
     }
 
 
-def error_response(
-    path: str, status: int, message: str, param: str | None = None, code: str | None = None
-) -> JSONResponse:
-    """An error answered in the format of the API at `path`: OpenAI's under /v1, Ollama's elsewhere."""
+def openai_error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`."""
+    return {"error": openai_error(status, message, param, code)}
+
+
+def ollama_error_body(message: str) -> dict:
+    """Ollama's error body: `{"error": "..."}` (its api.StatusError), in a stream's last line too."""
+    return {"error": message}
+
+
+def error_body(path: str, status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
+    """An error's body in the format of the API at `path`: OpenAI's under /v1/, Ollama's elsewhere."""
     if path.startswith("/v1/"):
-        return JSONResponse({"error": openai_error(status, message, param, code)}, status_code=status)
-    return JSONResponse({"error": message}, status_code=status)
+        return openai_error_body(status, message, param, code)
+    return ollama_error_body(message)
+
+
+def error_response(path: str, error: ApiError) -> JSONResponse:
+    """The one answer to an ApiError, in the format of the API at `path`, with its headers (Retry-After)."""
+    answer = JSONResponse(error_body(path, error.status, error.message, error.param, error.code), error.status)
+    answer.headers.update(error.headers)  # after the answer's own headers
+    return answer
 
 
 def failure(error: Exception) -> ApiError:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 
-from ollama_spec.server.core.errors import ApiError, openai_error
+from ollama_spec.server.core.errors import ApiError, ollama_error_body, openai_error
 
 EVENT_STREAM = {"media_type": "text/event-stream", "headers": {"Cache-Control": "no-cache"}}
 
@@ -48,7 +48,7 @@ def ndjson(chunks: AsyncIterator[dict]) -> StreamingResponse:
     return _framed(
         chunks,
         lambda chunk, _: json.dumps(chunk) + "\n",
-        lambda exc, _: json.dumps({"error": exc.message}) + "\n",
+        lambda exc, _: json.dumps(ollama_error_body(exc.message)) + "\n",
         media_type="application/x-ndjson",
     )
 

@@ -4,7 +4,8 @@ streamed), /api/delete and /api/copy (pull/edits), answered as Ollama's routes.g
 From the server's state these use only `models_dir` (the store, None: as `pull` finds it),
 `await store_changed()` (after a write that succeeded) and `await delete(name, remove)` (the scheduler's:
 the model's pairs finish their requests and close before its files go).
-Errors are `{"error": "..."}` in one line; they never leave the store half-written.
+Errors are `{"error": "..."}` in one line (core/errors' ApiError, answered by its error_response); they never
+leave the store half-written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ollama_spec.errors import InvalidModelName, ModelNotFound, OllamaSpecError,
 from ollama_spec.models.names import parse_model_name
 from ollama_spec.pull.api_events import pull_events
 from ollama_spec.pull.edits import copy_model, deletable_name, delete_model
-from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.errors import ApiError, error_response
 from ollama_spec.server.core.framing import ndjson
 from ollama_spec.server.ollama.manage_protocol import CopyRequest, DeleteRequest, PullModelRequest
 
@@ -33,24 +34,26 @@ SUCCESS = {"status": "success"}
 
 
 def _answered(route: Callable[[HTTPRequest], Awaitable[Response]]) -> Callable[[HTTPRequest], Awaitable[Response]]:
-    """The routes' one error boundary: a refusal or an OllamaSpecError becomes `{"error": ...}`."""
+    """The routes' errors answered as the app answers every ApiError (here too, for the routes alone
+    on an app of their own); an OllamaSpecError is one: a bad name a 400, a pull's before its first line
+    (Ollama's status: 500) or the store's, a 500."""
 
     @functools.wraps(route)
     async def answer(http_request: HTTPRequest) -> Response:
         try:
             return await route(http_request)
-        except Refused as exc:
-            return _error(exc.status, exc.message)
-        except OllamaSpecError as exc:  # a pull's before its first line (Ollama's status: 500), a store's
-            return _error(400 if isinstance(exc, InvalidModelName) else 500, str(exc))
+        except ApiError as exc:
+            return error_response(http_request.url.path, exc)
+        except OllamaSpecError as exc:
+            status = 400 if isinstance(exc, InvalidModelName) else 500
+            return error_response(http_request.url.path, _refused(status, str(exc)))
 
     return answer
 
 
-class Refused(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status, self.message = status, one_line(message)
+def _refused(status: int, message: str) -> ApiError:
+    """A refusal in one line: its message quotes the names asked, which may hold any character."""
+    return ApiError(status, one_line(message))
 
 
 @router.post("/api/pull")
@@ -98,16 +101,16 @@ async def delete(http_request: HTTPRequest) -> Response:
     ended their running requests and closed. 200 with no body."""
     state, body = http_request.app.state.server, await _read(http_request, DeleteRequest)
     if body.asked != body.asked.strip():
-        raise Refused(400, f'name "{body.asked}" is invalid')  # Ollama's words: a padded name is no name
+        raise _refused(400, f'name "{body.asked}" is invalid')  # Ollama's words: a padded name is no name
     try:
         # a read-only store fails here, before anything is unloaded for it
         name = await asyncio.to_thread(deletable_name, body.asked, state.models_dir)
         await state.delete(name, functools.partial(delete_model, models_dir=state.models_dir))
     except (ModelNotFound, StoreNotFound):
-        raise Refused(404, f"model '{body.asked}' not found") from None  # Ollama's words (its quotes, too)
+        raise _refused(404, f"model '{body.asked}' not found") from None  # Ollama's words (its quotes, too)
     except ApiError as exc:  # the scheduler's: another delete took it first
         if exc.status == 404:
-            raise Refused(404, f"model '{body.asked}' not found") from None
+            raise _refused(404, f"model '{body.asked}' not found") from None
         raise
     await state.store_changed()
     return Response(status_code=200)
@@ -123,11 +126,11 @@ async def copy(http_request: HTTPRequest) -> Response:
         try:
             parse_model_name(value)
         except InvalidModelName:
-            raise Refused(400, f'{kind} "{value}" is invalid') from None
+            raise _refused(400, f'{kind} "{value}" is invalid') from None
     try:
         await asyncio.to_thread(copy_model, body.source, body.destination, state.models_dir)
     except (ModelNotFound, StoreNotFound):
-        raise Refused(404, f'model "{body.source}" not found') from None
+        raise _refused(404, f'model "{body.source}" not found') from None
     await state.store_changed()
     return Response(status_code=200)
 
@@ -136,14 +139,10 @@ async def _read(http_request: HTTPRequest, model: type[Body]) -> Body:
     """The JSON body as `model`; refused as Ollama refuses it ("missing request body" included)."""
     raw = await http_request.body()
     if not raw.strip():
-        raise Refused(400, "missing request body")
+        raise _refused(400, "missing request body")
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
-        raise Refused(400, f"{where}: {error['msg']}" if where else f"invalid request body: {error['msg']}") from None
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": one_line(message)}, status_code=status)
+        raise _refused(400, f"{where}: {error['msg']}" if where else f"invalid request body: {error['msg']}") from None
