@@ -95,6 +95,13 @@ NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measure
     "(127.0.0.1, a free port, stopped afterwards; one K: -k's one value, else auto). 1 without --url: the "
     "in-process rows, which time the decoding itself, without HTTP and scheduling to blur it.",
 )
+@click.option(
+    "--in-process",
+    is_flag=True,
+    help="With --concurrency N: the clients run in this process on N slots, without HTTP, at 1, 2, 4 ... N "
+    "clients, each -k row (default auto,2,4,6) interleaved round by round, beside the ceiling an ideal "
+    "schedule reaches on the same llama.cpp passes.",
+)
 @threads_option
 @ctx_option_with("Context length (default: max(4096, max-tokens + 1024)).")
 @click.option(
@@ -161,6 +168,7 @@ def bench(
       ollama-spec bench llama3.1:70b -d llama3.2:1b -k 2,4,6 --max-tokens 128 --out bench-results
       ollama-spec bench llama3.1:8b --url http://localhost:8080/v1 --runs 5
       ollama-spec bench llama3.1:8b -d llama3.2:1b --concurrency 4   # served here, 4 clients at once
+      ollama-spec bench llama3.1:8b -d llama3.2:1b --concurrency 8 --in-process   # 1-8 clients, no HTTP
       ollama-spec bench -f llama3.1-70b --max-tokens 128   # the preset's target and draft
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
     """
@@ -176,6 +184,9 @@ def bench(
         )
         return
     served = context.params["concurrency"] > 1
+    in_process = context.params["in_process"]
+    if in_process and (not served or url):
+        raise InvalidSetting("--in-process times several clients here: give --concurrency N (above 1), no --url")
     if served:
         refuse_row_options(context.command, options)
     elif out:
@@ -202,6 +213,12 @@ def bench(
         from ollama_spec.bench.native import check_native
 
         check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
+    if in_process:
+        from ollama_spec.cli.bench_local import bench_in_process
+
+        ks_given = ks if options.given("ks") else None
+        bench_in_process(target_model, draft_model, ks_given, prompts, settings, context.params["concurrency"], out)
+        return
     if served:
         bench_served(target_model, draft_model, ks if options.given("ks") else None, prompts, settings, out, options)
         return

@@ -46,6 +46,18 @@ class _Wanted:
     own_seconds: float = 0.0  # its tokens' part of the time of the batch it ran in
 
 
+@dataclass(frozen=True)
+class Pass:
+    """One batch as it ran: which model (its index in StepBatcher.models), how many sequences, how many
+    tokens and logits rows in all, and its seconds."""
+
+    model: int
+    sequences: int
+    tokens: int
+    rows: int
+    seconds: float
+
+
 LINE_DECAY = 0.98  # per batch: the fit follows the last ~50 batches of a model
 
 
@@ -76,6 +88,8 @@ class StepBatcher:
 
     models: list[BatchModel]
     decodes: int = 0  # batches run (the tests read it)
+    # when a list: every batch run, as a Pass (bench's ceiling is priced from them)
+    passes: list[Pass] | None = None
     _cond: threading.Condition = field(default_factory=threading.Condition)
     _joined: set[int] = field(default_factory=set)  # thread ids
     _pending: dict[int, list[_Wanted]] = field(default_factory=dict)  # by model index
@@ -156,6 +170,9 @@ class StepBatcher:
             for wanted, seconds in zip(batch, line.split(elapsed, [len(w.tokens) for w in batch])):
                 wanted.own_seconds = seconds
             self.decodes += 1
+            if self.passes is not None:
+                tokens, rows = sum(len(w.tokens) for w in batch), sum(w.n_rows for w in batch)
+                self.passes.append(Pass(index, len(batch), tokens, rows, elapsed))
             for wanted in batch:
                 wanted.done = True
             self._cond.notify_all()

@@ -1,0 +1,264 @@
+"""`bench --concurrency N` in process: N clients at once on the engine's slots, no HTTP, and the ceiling.
+
+Each client is a thread that runs the prompt set in turn (client i starting at prompt i), every
+request in a slot of its own whose evaluations join the others' batches, as `serve --parallel`
+runs them; the rate is all clients' tokens over the wall time. Rows (-k auto and fixed Ks) and
+client counts are interleaved round by round, so the machine's drift falls on all of them alike.
+
+The ceiling is what an ideal schedule would make of the same passes: every batch the engine ran is
+timed (StepBatcher.passes) and fitted as a line per model (seconds = a + c·tokens), the acceptance
+by position is each prompt's as the longest fixed K measured it (greedy: the draft's guesses do not
+depend on K), and each step gives every slot its best K for the whole batch, with no time outside
+llama.cpp. Ours (and a server's) as a fraction of it says how near the machine's limit we are.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.settings import BenchSettings
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.llama.batcher import Pass
+
+WARMUP_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Line:
+    """Seconds of a pass as a + c·n (n: tokens, or sequences for the draft's proposals)."""
+
+    fixed_s: float
+    per_s: float
+
+    def __call__(self, n: float) -> float:
+        return self.fixed_s + self.per_s * n
+
+    @classmethod
+    def fit(cls, points: Sequence[tuple[int, float]]) -> Line | None:
+        """The line through each size's median (a pass the machine paused in is one of many of its
+        size), each size weighed by how many passes it had."""
+        by_size: dict[int, list[float]] = {}
+        for n, seconds in points:
+            by_size.setdefault(n, []).append(seconds)
+        if not by_size:
+            return None
+        sizes = np.array(sorted(by_size), dtype=float)
+        medians = np.array([statistics.median(by_size[int(n)]) for n in sizes])
+        if len(sizes) < 2:  # one size only: no slope to tell, all of it fixed
+            return cls(float(medians[0]), 0.0)
+        weights = np.sqrt([len(by_size[int(n)]) for n in sizes])
+        slope, intercept = np.polyfit(sizes, medians, 1, w=weights)
+        return cls(max(float(intercept), 0.0), max(float(slope), 0.0))
+
+
+@dataclass
+class Cell:
+    """One row at one client count: its rate in each round, and what its runs drafted and accepted."""
+
+    rates: list[float] = field(default_factory=list)
+    # by prompt name: steps that drafted each position, and that accepted it (fixed K: survival)
+    drafted: dict[str, list[int]] = field(default_factory=dict)
+    accepted: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+
+@dataclass
+class ConcurrentReport:
+    model: str
+    slots: int
+    max_tokens: int
+    rows: list[int | None]  # None: auto
+    clients: list[int]
+    cells: dict[tuple[int, int | None], Cell] = field(default_factory=dict)
+    passes: dict[int, list[Pass]] = field(default_factory=dict)  # by client count
+    mismatches: list[str] = field(default_factory=list)  # greedy texts that differ between rows
+    target_index: int = 1  # StepBatcher.models: the draft's batches first
+
+    def lines(self, clients: int) -> tuple[Line | None, Line | None]:
+        """The target's verify passes and the draft's proposals at this client count, as lines."""
+        passes = self.passes.get(clients, [])
+        target = [(p.tokens, p.seconds) for p in passes if p.model == self.target_index and p.rows == p.tokens]
+        draft = [(p.sequences, p.seconds) for p in passes if p.model != self.target_index and p.tokens == p.sequences]
+        return Line.fit(target), Line.fit(draft)
+
+    def survival(self) -> dict[str, list[float]]:
+        """Each prompt's chance that drafts 1..K are all accepted, from the longest fixed K measured."""
+        fixed = [k for k in self.rows if k is not None]
+        if not fixed:
+            return {}
+        out: dict[str, list[float]] = {}
+        for clients in self.clients:
+            cell = self.cells.get((clients, max(fixed)))
+            for name, drafted in (cell.drafted if cell else {}).items():
+                if name in out:
+                    continue
+                accepted = cell.accepted[name]
+                out[name] = [a / d if d else 0.0 for a, d in zip(accepted, drafted)]
+        return out
+
+    def ceiling(self, clients: int) -> tuple[float, int] | None:
+        """Tokens per second of the ideal schedule at this client count, and the largest K it drafts."""
+        target, draft = self.lines(clients)
+        survival = self.survival()
+        if target is None or not survival:
+            return None
+        names = sorted(survival)
+        tokens = seconds = 0.0
+        deepest = 0
+        for start in range(len(names)):  # the client i runs prompt i + j: every mix in turn
+            slots = [survival[names[(start + i) % len(names)]] for i in range(clients)]
+            step_tokens, step_seconds, k = best_step(slots, target, draft)
+            tokens, seconds, deepest = tokens + step_tokens, seconds + step_seconds, max(deepest, k)
+        return tokens / seconds, deepest
+
+
+def best_step(slots: Sequence[Sequence[float]], target: Line, draft: Line | None) -> tuple[float, float, int]:
+    """The step with the most expected tokens per second when slot i's j-th draft survives with
+    slots[i][j]: each slot its own K, up to the deepest, D draft passes of every slot and one verify
+    pass of all tokens. Returns (expected tokens, seconds, D)."""
+    n = len(slots)
+    best = (float(n), target(n), 0)
+    for deepest in range(1, max(map(len, slots), default=0) + 1):
+        if draft is None:
+            break
+        gains = sorted((g for s in slots for g in s[:deepest]), reverse=True)
+        fixed_s = deepest * draft(n)
+        tokens = float(n)
+        for taken, gain in enumerate(gains, 1):
+            tokens += gain
+            seconds = fixed_s + target(n + taken)
+            if tokens / seconds > best[0] / best[1]:
+                best = (tokens, seconds, deepest)
+    return best
+
+
+def run_concurrent(
+    engine: Engine,
+    prompts: Sequence[Prompt],
+    settings: BenchSettings,
+    clients: Sequence[int],
+    rows: Sequence[int | None],
+    progress: Callable[[str], None] = lambda label: None,
+) -> ConcurrentReport:
+    """Time every row at every client count, `settings.runs` rounds, interleaved (see the module)."""
+    report = ConcurrentReport(engine.target_model.name, engine.slots, settings.max_tokens, list(rows), list(clients))
+    batcher = engine.batcher
+    texts: dict[tuple[str, int], tuple[int, list[int]]] = {}  # (prompt, run) -> the first row's tokens
+    if settings.warmup:
+        for k in rows:
+            _clients(engine, prompts, settings, 1, k, WARMUP_TOKENS, 0)
+    for run in range(settings.runs):
+        for n in clients:
+            for k in rows:
+                progress(f"round {run + 1}: {n} client(s), K={k or 'auto'}")
+                if batcher is not None:
+                    batcher.passes = report.passes.setdefault(n, [])
+                try:
+                    seconds, results = _clients(engine, prompts, settings, n, k, settings.max_tokens, run)
+                finally:
+                    if batcher is not None:
+                        batcher.passes = None
+                cell = report.cells.setdefault((n, k), Cell())
+                cell.rates.append(sum(len(r.tokens) for _, r in results) / seconds)
+                for prompt, result in results:
+                    _count(cell, prompt.name, result)
+                    if settings.greedy:
+                        _compare(texts, report.mismatches, prompt.name, k, result.tokens)
+    return report
+
+
+def _clients(engine, prompts, settings, n: int, k: int | None, max_tokens: int, run: int):
+    """n client threads at once, client i running the prompts from prompt i on; (wall seconds, results)."""
+    results: list[tuple[Prompt, object]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        try:
+            for j in range(len(prompts)):
+                prompt = prompts[(i + j) % len(prompts)]
+                request = Request(
+                    prompt.prompt,
+                    system=prompt.system,
+                    max_tokens=max_tokens,
+                    ignore_eos=True,
+                    sampling=SamplingSettings(temperature=settings.temperature, seed=settings.seed + run),
+                    speculation=SpeculationSettings(k),
+                )
+                with engine.run_in_slot(engine.prompt_tokens(request)) as slot:
+                    generation = engine.generate(request, slot=slot)
+                    for _ in generation:
+                        pass
+                with lock:
+                    results.append((prompt, generation.result))
+        except BaseException as exc:  # noqa: BLE001 - raised again on the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(i,), name=f"bench-client-{i}") for i in range(n)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return seconds, results
+
+
+def _count(cell: Cell, name: str, result) -> None:
+    spec = result.speculation
+    drafted, accepted = cell.drafted.setdefault(name, []), cell.accepted.setdefault(name, [])
+    for position, (d, a) in enumerate(zip(spec.drafted_by_position, spec.accepted_by_position)):
+        if position == len(drafted):
+            drafted.append(0)
+            accepted.append(0)
+        drafted[position] += d
+        accepted[position] += a
+
+
+def _compare(texts, mismatches: list[str], name: str, k: int | None, tokens: list[int]) -> None:
+    first = texts.setdefault(name, (k, list(tokens)))
+    if first[1] != list(tokens):
+        at = next((i for i, (a, b) in enumerate(zip(first[1], tokens)) if a != b), min(len(first[1]), len(tokens)))
+        mismatches.append(f"{name}: K={k or 'auto'} parts from K={first[0] or 'auto'} at token {at}")
+
+
+def format_concurrent(report: ConcurrentReport) -> str:
+    """The table: each client count's rows, median tok/s in all (min–max), and the ceiling with its share."""
+    label = {None: "auto"} | {k: f"K={k}" for k in report.rows if k is not None}
+    rounds = max((len(cell.rates) for cell in report.cells.values()), default=0)
+    head = f"{report.model}, in process (no HTTP), {report.slots} slots, {report.max_tokens} tokens a request"
+    out = [
+        f"{head}, {rounds} round(s) interleaved",
+        f"{'clients':>7}  {'row':<8} {'tok/s in all':>12}  {'min–max':<13} {'÷ ceiling':>9}",
+    ]
+    for n in report.clients:
+        ceiling = report.ceiling(n)
+        for k in report.rows:
+            cell = report.cells[(n, k)]
+            share = f"{cell.median / ceiling[0]:.2f}" if ceiling else "-"
+            spread = f"{min(cell.rates):.1f}–{max(cell.rates):.1f}"
+            out.append(f"{n:>7}  {label[k]:<8} {cell.median:>12.1f}  {spread:<13} {share:>9}")
+        if ceiling:
+            target, draft = report.lines(n)
+            costs = f"target {target.fixed_s * 1e3:.1f} ms + {target.per_s * 1e3:.2f} ms/token"
+            if draft is not None:
+                costs += f", draft {draft.fixed_s * 1e3:.1f} ms + {draft.per_s * 1e3:.2f} ms/sequence"
+            out.append(f"{n:>7}  {'ceiling':<8} {ceiling[0]:>12.1f}  (best K per slot, up to {ceiling[1]}; {costs})")
+    if report.mismatches:
+        out.append(f"greedy texts that differ between rows: {len(report.mismatches)}")
+        out.extend(f"  {line}" for line in report.mismatches)
+    return "\n".join(out)

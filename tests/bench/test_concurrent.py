@@ -1,0 +1,74 @@
+"""The in-process concurrency bench: clients on the engine's slots, no HTTP, and the ideal schedule's ceiling."""
+
+import pytest
+
+from ollama_spec.bench.concurrent import ConcurrentReport, Line, best_step, run_concurrent
+from ollama_spec.bench.prompts import Prompt
+from ollama_spec.bench.settings import BenchSettings
+from ollama_spec.cli.bench_local import client_counts
+from ollama_spec.engine.engine import Engine
+from tests.conftest import engine_settings
+
+FAST = ("--no-check", "--threads", "1", "--max-tokens", "6", "--runs", "1", "--no-warmup")
+
+
+def test_a_pass_line_goes_through_each_sizes_median_so_one_pause_does_not_bend_it():
+    points = [(n, 0.010 + 0.001 * n) for n in (1, 2, 4, 8) for _ in range(5)] + [(8, 5.0)]
+    line = Line.fit(points)
+    assert line.fixed_s == pytest.approx(0.010, abs=1e-6) and line.per_s == pytest.approx(0.001, abs=1e-6)
+    assert Line.fit([(3, 0.02), (3, 0.04)]) == Line(0.03, 0.0) and Line.fit([]) is None
+
+
+def test_the_ideal_step_drafts_deep_where_a_pass_costs_the_same_whatever_its_size():
+    flat = Line(0.020, 0.0)  # a GPU: the weights' read is the whole pass
+    tokens, seconds, deepest = best_step([[0.9, 0.8, 0.7, 0.6]] * 4, flat, Line(0.001, 0.0))
+    assert deepest == 4 and tokens == pytest.approx(4 * (1 + 0.9 + 0.8 + 0.7 + 0.6))
+
+
+def test_the_ideal_step_gives_a_draft_that_misses_no_tokens_and_one_that_hits_its_own():
+    steep = Line(0.010, 0.010)  # a CPU: every token in the batch costs as much as the weights' read
+    tokens, seconds, deepest = best_step([[0.95, 0.9], [0.0, 0.0]], steep, Line(0.001, 0.0))
+    assert deepest == 2 and tokens == pytest.approx(2 + 0.95 + 0.9)  # the second slot's drafts not taken
+    tokens, _, deepest = best_step([[0.1, 0.01]] * 2, steep, Line(0.001, 0.0))
+    assert deepest == 0 and tokens == 2  # drafts that do not pay: the target alone
+
+
+def test_client_counts_double_up_to_the_most():
+    assert client_counts(8) == [1, 2, 4, 8] and client_counts(6) == [1, 2, 4, 6] and client_counts(2) == [1, 2]
+
+
+def test_two_clients_in_process_give_each_row_a_rate_and_a_ceiling(tiny_models):
+    prompts = [Prompt("fox", "The quick brown fox"), Prompt("sky", "The sky is")]
+    settings = BenchSettings(max_tokens=8, runs=2, warmup=False, n_ctx=512)
+    with Engine(*tiny_models, engine_settings(parallel=2, n_ctx=512)) as engine:
+        report = run_concurrent(engine, prompts, settings, [1, 2], [None, 2])
+        assert engine.batcher.passes is None  # recorded only while the bench times a row
+    assert isinstance(report, ConcurrentReport) and not report.mismatches  # greedy: one text a prompt
+    for n in (1, 2):
+        for k in (None, 2):
+            assert len(report.cells[(n, k)].rates) == 2 and min(report.cells[(n, k)].rates) > 0
+        assert {p.sequences for p in report.passes[n]} <= set(range(1, n + 1))
+        rate, deepest = report.ceiling(n)
+        assert rate > 0 and 0 <= deepest <= 2
+    assert max(p.sequences for p in report.passes[2]) == 2  # two clients' steps ran as one batch
+
+
+def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The quick brown fox\n", encoding="utf-8")
+    args = ("bench", "tiny-target", "-d", "tiny-draft", "--models-dir", tiny_store, *FAST, "--prompts", prompts)
+    result = invoke(*args, "--concurrency", "2", "--in-process", "-k", "2", "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "in process (no HTTP), 2 slots" in result.output
+    assert [line.split()[:2] for line in result.output.splitlines() if line.strip().startswith(("1 ", "2 "))] == [
+        ["1", "K=2"],
+        ["1", "ceiling"],
+        ["2", "K=2"],
+        ["2", "ceiling"],
+    ]
+    assert (tmp_path / "out" / "results-concurrent.json").exists()
+    refused = invoke(*args, "--in-process")
+    assert refused.exit_code != 0
+    assert refused.output.strip().splitlines()[-1] == (
+        "Error: --in-process times several clients here: give --concurrency N (above 1), no --url"
+    )
