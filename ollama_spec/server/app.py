@@ -13,6 +13,7 @@ from fastapi import Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -21,7 +22,7 @@ from ollama_spec.server.bodies import CheckedBodies, JsonBodies
 from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
 from ollama_spec.server.core.errors import ApiError, error_response
 from ollama_spec.server.core.state import HELD, WAITED, ServerState
-from ollama_spec.server.forwarding import FALLBACK_ROUTES, Forwarding
+from ollama_spec.server.forwarding import Forwarding, route_table
 from ollama_spec.server.metrics import CONTENT_TYPE, CountRefusals
 from ollama_spec.server.ollama import embeddings as ollama_embeddings
 from ollama_spec.server.ollama import generate, manage, models
@@ -29,7 +30,6 @@ from ollama_spec.server.openai import chat, completions, responses
 from ollama_spec.server.openai import embeddings as openai_embeddings
 
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
-OWN = {"health", "metrics"}  # the app's own routes, beside the routers'
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -65,13 +65,14 @@ def create_app(state: ServerState) -> FastAPI:
     # innermost first: each add_middleware wraps what was added before it
     app.add_middleware(Leases, state=state)
     app.add_middleware(JsonBodies)
-    # outside it: what goes to the upstream daemon goes as it came (a blob upload, any size, any type)
-    served = [route for router in routers for route in router.routes]
-    routes = [*served, *(r for r in app.router.routes if getattr(r, "name", None) in OWN)]
-    app.add_middleware(Forwarding, state=state, routes=routes)
+    # outside it: what goes to the upstream daemon goes as it came (a blob upload, any size, any type);
+    # how each route is forwarded is read off the route table here, so a route nobody classified fails now
+    own = [route for route in app.router.routes if isinstance(route, APIRoute)]  # beside the included routers
+    table = route_table([*(route for router in routers for route in router.routes), *own])
+    app.state.forwarding = table
+    app.add_middleware(Forwarding, state=state, table=table)
     # outside that: a body for one of the app's own routes is checked before it is answered or forwarded
-    own = [route for route in routes if getattr(route, "name", None) not in FALLBACK_ROUTES]
-    app.add_middleware(CheckedBodies, routes=own, max_bytes=state.settings.max_body_bytes)
+    app.add_middleware(CheckedBodies, routes=[route for route, _ in table], max_bytes=state.settings.max_body_bytes)
     app.add_middleware(CountRefusals, metrics=state.metrics)  # outside it: malformed bodies are refusals too
     if state.settings.api_key:
         app.add_middleware(BearerAuth, api_key=state.settings.api_key)

@@ -26,6 +26,7 @@ from ollama_spec.pull.api_events import pull_events
 from ollama_spec.pull.edits import copy_model, deletable_name, delete_model
 from ollama_spec.server.core.errors import ApiError, error_response
 from ollama_spec.server.core.framing import ndjson
+from ollama_spec.server.forwarding import HERE, STORE, forwarded
 from ollama_spec.server.ollama.manage_protocol import CopyRequest, DeleteRequest, PullModelRequest
 
 router = APIRouter()
@@ -57,6 +58,7 @@ def _refused(status: int, message: str) -> ApiError:
 
 
 @router.post("/api/pull")
+@forwarded(HERE)  # the server pulls into its own store, with or without a daemon
 @_answered
 async def pull(http_request: HTTPRequest) -> Response:
     """Stream the pull's progress (NDJSON) unless `stream` is false: then its last object, or its error."""
@@ -95,6 +97,7 @@ async def _streamed(first: dict, events: AsyncIterator[dict], state: Any) -> Asy
 
 
 @router.delete("/api/delete")
+@forwarded(STORE, "model", "name")  # `ollama rm` of a model only the daemon has
 @_answered
 async def delete(http_request: HTTPRequest) -> Response:
     """Remove the model's manifest, then the blobs no other manifest names, once the pairs that load it have
@@ -117,6 +120,7 @@ async def delete(http_request: HTTPRequest) -> Response:
 
 
 @router.post("/api/copy")
+@forwarded(STORE, "source")
 @_answered
 async def copy(http_request: HTTPRequest) -> Response:
     """A second name for a model: a new manifest naming the same blobs. 200 with no body. A loaded model
