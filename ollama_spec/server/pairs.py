@@ -24,6 +24,7 @@ from ollama_spec.planning.context import choose_context
 from ollama_spec.planning.devices import Device
 from ollama_spec.planning.fit import Fit, fit_pair
 from ollama_spec.planning.memory import MemoryPlan
+from ollama_spec.server.core.defaults import RequestDefaults
 from ollama_spec.server.core.settings import ServerSettings
 
 log = logging.getLogger("ollama_spec.server")
@@ -50,15 +51,6 @@ class PairPlan:
         return Fit(self.engine.n_ctx, self.engine.parallel or 1, self.plan)
 
 
-def request_defaults(model: ResolvedModel, proposer: str | None) -> ServerSettings:
-    """The defaults when the command gives none: the model's stop strings, Ollama's sampling, and n-gram
-    lookup when that is the pair's proposer."""
-    from ollama_spec.decoding.loop import SpeculationSettings
-
-    stops = tuple(s for s in model.params.get("stop", []) if isinstance(s, str))
-    return ServerSettings(stop=stops, speculation=SpeculationSettings(proposer=proposer or "draft"))
-
-
 def preset_overlay(model: ResolvedModel, preset: Modelfile) -> ResolvedModel:
     """A preset's parameters and SYSTEM over the model's own (the CLI lays the whole preset: targets.apply_preset)."""
     system = preset.system if preset.system is not None else model.system
@@ -68,8 +60,9 @@ def preset_overlay(model: ResolvedModel, preset: Modelfile) -> ResolvedModel:
 @dataclass
 class StorePairs:
     """The store's models and how each is served. `pairs`: --pair TARGET=DRAFT (DRAFT may be "ngram");
-    `presets`: -f presets by the name of the model they are FROM; `defaults(model, proposer)`: a model's
-    request defaults (the command's flags over its params); `engine`: the loading flags, `ctx` --ctx."""
+    `presets`: -f presets by the name of the model they are FROM; `defaults`: the command's flags, laid
+    over each model's params for its requests, in `settings` (the server's); `engine`: the loading flags,
+    `ctx` --ctx."""
 
     models_dir: str | None = None
     pairs: Mapping[str, str] = field(default_factory=dict)
@@ -77,7 +70,8 @@ class StorePairs:
     no_draft: bool = False
     engine: EngineSettings = field(default_factory=lambda: EngineSettings(parallel=None))
     ctx: int | None = None
-    defaults: Callable[[ResolvedModel, str | None], ServerSettings] = request_defaults
+    settings: ServerSettings = field(default_factory=ServerSettings)
+    defaults: RequestDefaults = field(default_factory=RequestDefaults)
     overlay: Callable[[ResolvedModel, Modelfile], ResolvedModel] = preset_overlay
     _cache: dict = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -165,7 +159,7 @@ class StorePairs:
             target = self.overlay(target, preset)
         require_usable(target.name, target.info, "target", llama_cpp_knows)
         draft, proposer, why = self._draft(store, target, preset)
-        settings = self.defaults(target, proposer)
+        settings = self.defaults.over(target.params, self.settings, proposer)
         return fit_context(
             PairPlan(target.name, target, draft, why, settings, self.engine),
             given=n_ctx or _num_ctx(target),

@@ -7,8 +7,9 @@ def test_flags_become_the_server_settings(invoke, tiny_store, monkeypatch):
     seen = {}
 
     def capture(state, sock):
-        seen["settings"], seen["engine"], seen["address"] = state.settings, state.engine, sock.getsockname()
-        seen["n_ctx"] = state.engine.target.n_ctx
+        engine = state.serving.served.engine  # the pinned pair's
+        seen["settings"], seen["engine"], seen["address"] = state.settings, engine, sock.getsockname()
+        seen["n_ctx"] = engine.target.n_ctx
 
     monkeypatch.setattr(ollama_spec.server, "serve", capture)
     monkeypatch.setenv("OLLAMA_SPEC_API_KEY", "sekret")
@@ -80,7 +81,7 @@ def test_a_manifests_draft_and_go_template_are_used_and_logged(invoke, tiny_stor
     result = invoke("serve", "bare-drafted", "--threads", "1", "--no-check", "--port", "0", "--models-dir", root)
     assert result.exit_code == 0, result.output
     assert "note: drafting with the draft stored in bare-drafted:latest's manifest" in result.stderr
-    assert seen["state"].engine.draft_model.name == "bare-drafted:latest (its draft layer)"
+    assert seen["state"].serving.served.engine.draft_model.name == "bare-drafted:latest (its draft layer)"
     assert seen["state"].settings.speculation.num_speculative_tokens == 4
     assert any("bare-drafted:latest has no chat template in its GGUF" in r.getMessage() for r in caplog.records)
 
@@ -111,3 +112,33 @@ def test_upstream_from_the_flag_or_ollama_host_or_none(invoke, tiny_store, monke
     port = str(closed_port())
     itself = invoke("serve", "--upstream", f"localhost:{port}", "--port", port, "--models-dir", str(tiny_store))
     assert itself.exit_code == 2 and "this server's own address" in itself.output
+
+
+def test_without_a_target_the_flags_reach_the_store_as_data(invoke, tiny_store, monkeypatch):
+    """serve's sampling and speculation flags are a RequestDefaults the store lays over each model's params
+    (no callback into the command); --ngram drafts with n-gram lookup beside each model's draft."""
+    from ollama_spec.planning.devices import system_ram
+    from ollama_spec.server.core.defaults import RequestDefaults
+
+    seen = {}
+    monkeypatch.setattr(ollama_spec.server, "serve", lambda state, sock: seen.update(state=state))
+    flags = ("-t", "0.3", "--top-k", "7", "-k", "4", "--ngram", "--max-queue", "2", "--no-check")
+    result = invoke("serve", *flags, "--port", "0", "--models-dir", tiny_store)
+    assert result.exit_code == 0, result.output
+    store = seen["state"].serving.pairs
+    assert isinstance(store.defaults, RequestDefaults) and not callable(store.defaults)
+    assert (store.defaults.temperature, store.defaults.top_k, store.defaults.top_p) == (0.3, 7, None)
+    assert (store.defaults.num_speculative_tokens, store.defaults.proposer) == (4, "draft+ngram")
+    settings = store.plan("tiny-target", [system_ram(64)]).settings
+    assert (settings.sampling.temperature, settings.sampling.top_k, settings.sampling.top_p) == (0.3, 7, 0.9)
+    assert settings.speculation.num_speculative_tokens == 4 and settings.speculation.proposer == "draft+ngram"
+    assert settings.stop == ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")  # the model's own
+
+
+def test_a_pinned_pair_drafts_as_its_flags_say(invoke, tiny_store, monkeypatch):
+    seen = []
+    monkeypatch.setattr(ollama_spec.server, "serve", lambda state, sock: seen.append(state.settings.speculation))
+    common = ("--threads", "1", "--no-check", "--port", "0", "--models-dir", tiny_store)
+    assert invoke("serve", "tiny-target", "-d", "ngram", "--ngram-size", "2", *common).exit_code == 0
+    assert invoke("serve", "tiny-target", "-d", "tiny-draft", "--ngram", *common).exit_code == 0
+    assert [(s.proposer, s.ngram_size) for s in seen] == [("ngram", 2), ("draft+ngram", 4)]
