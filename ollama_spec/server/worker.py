@@ -113,7 +113,7 @@ class Worker:
     own, their evaluations batched: see Engine.run_in_slot); at most `max_queue` wait for a free
     slot, generations and embeddings alike."""
 
-    def __init__(self, engine: Engine, max_queue: int, on_finished: Callable[[Job, Result], None] = lambda j, r: None):
+    def __init__(self, engine: Engine, max_queue: int, on_finished: Callable[[Job, Result], None]):
         self.engine, self.max_queue, self.on_finished = engine, max_queue, on_finished
         self.slots = engine.slots
         self._executor = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="ollama-spec-slot")

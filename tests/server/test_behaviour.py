@@ -291,7 +291,7 @@ def test_an_answer_cut_short_by_shutdown_ends_with_an_error_not_a_finish(engine,
             "temperature": 0,
         }
         ollama_body = {"model": "m", "prompt": "Once", "options": {"num_predict": 1900, "temperature": 0}}
-        threading.Timer(0.5, state.worker.cancel_all).start()
+        threading.Timer(0.5, state.serving.served.worker.cancel_all).start()
         whole = httpx.post(url + "/v1/completions", json=openai_body | {"stream": False}, timeout=60)
         assert whole.status_code == 503 and "shutting down" in whole.json()["error"]["message"]
         for path, body in [("/v1/completions", openai_body), ("/api/generate", ollama_body)]:
@@ -300,7 +300,7 @@ def test_an_answer_cut_short_by_shutdown_ends_with_an_error_not_a_finish(engine,
                 for line in filter(None, response.iter_lines()):
                     lines.append(line)
                     if len(lines) == 5:
-                        state.worker.cancel_all()  # what SIGTERM and Ctrl-C do first
+                        state.serving.served.worker.cancel_all()  # what SIGTERM and Ctrl-C do first
             if path == "/api/generate":
                 assert "the server is shutting down" in json.loads(lines[-1])["error"]
                 assert not any(json.loads(line).get("done") for line in lines)
@@ -321,15 +321,15 @@ def test_a_models_message_history_comes_first_as_ollama_puts_it(engine, monkeypa
 
     history = (ChatMessage("user", "Ahoy"), ChatMessage("assistant", "Arr"))
     monkeypatch.setattr(engine, "target_model", replace(engine.target_model, messages=history))
-    state = ServerState(engine, ServerSettings())
+    served = ServerState(engine, ServerSettings()).serving.served  # the pinned pair
     try:
-        chat = state.build_request(Asked(messages=[ChatMessage("user", "Hi")]))
+        chat = served.build_request(Asked(messages=[ChatMessage("user", "Hi")]))
         assert chat.messages == (*history, ChatMessage("user", "Hi"))
-        prompt = state.build_request(Asked(prompt="Hi"))
+        prompt = served.build_request(Asked(prompt="Hi"))
         assert prompt.messages == (*history, ChatMessage("user", "Hi"))
-        assert state.build_request(Asked(prompt="Hi", raw=True)).messages == ()
+        assert served.build_request(Asked(prompt="Hi", raw=True)).messages == ()
     finally:
-        state.worker.close()
+        served.worker.close()
 
 
 def test_the_speculation_field_names_ngram_lookup_and_gives_its_k(baseline_engine):
@@ -344,9 +344,9 @@ def test_the_speculation_field_names_ngram_lookup_and_gives_its_k(baseline_engin
         (SpeculationSettings(4, proposer="ngram"), 4, "ngram"),
         (SpeculationSettings(3), 0, None),
     ):
-        state = ServerState(engine, ServerSettings(speculation=speculation))
+        served = ServerState(engine, ServerSettings(speculation=speculation)).serving.served
         try:
-            assert state.summary(Result())["num_speculative_tokens"] == k
-            assert state.summary(Result())["draft"] == draft
+            assert served.summary(Result())["num_speculative_tokens"] == k
+            assert served.summary(Result())["draft"] == draft
         finally:
-            state.worker.close()
+            served.worker.close()

@@ -22,7 +22,7 @@ def test_ollama_embed_as_the_docs_show(server):
     client = ollama.Client(host=server[0])
     response = client.embed(model="llama3.2", input=TEXTS)
     vectors = np.array(response.embeddings)
-    width = server[1].engine.target_model.info.embedding_length
+    width = server[1].serving.served.engine.target_model.info.embedding_length
     assert vectors.shape == (3, width)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)  # normalized, as Ollama returns them
     assert response.prompt_eval_count >= 3 * 5

@@ -154,7 +154,7 @@ def test_a_pinned_pair_answers_every_name_and_forwards_only_unserved_routes(tiny
         state.upstream = Upstream(daemon.url)
         answer = post(url + "/api/chat", json={"model": "qwen3:8b", "stream": False} | CHAT)
         assert answer.status_code == 200 and "speculation" in answer.json()  # the pinned pair's answer
-        assert names(url) == [state.model_name]  # not merged: every name is the pair's
+        assert names(url) == [state.serving.served.model_name]  # not merged: every name is the pair's
         assert post(url + "/api/push", json={"model": "x"}).json() == {"error": "path /api/push not found"}
         assert daemon.requests_to("/api/push") and not daemon.requests_to("/api/chat")
 

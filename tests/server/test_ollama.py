@@ -246,7 +246,7 @@ def test_a_template_override_lays_out_the_prompt(client):
 
 def test_ps_reports_the_pair_and_what_is_on_a_gpu(server):
     models = httpx.get(server[0] + "/api/ps").json()["models"]
-    engine = server[1].engine
+    engine = server[1].serving.served.engine
     assert models[0]["size"] == engine.target_model.info.file_size + engine.draft_model.info.file_size
     assert models[0]["size_vram"] == 0  # these tests load on the CPU
     assert httpx.head(server[0] + "/api/ps").status_code == 200
@@ -255,7 +255,7 @@ def test_ps_reports_the_pair_and_what_is_on_a_gpu(server):
 def test_gpu_bytes_are_the_offloaded_share_of_the_layers(server, monkeypatch):
     from ollama_spec.server.ollama import models as routes
 
-    engine = server[1].engine
+    engine = server[1].serving.served.engine
     size, blocks = engine.target_model.info.file_size, engine.target_model.info.block_count
     monkeypatch.setattr(routes, "gpu_offload_supported", lambda: True)
     assert routes._on_gpu(engine.target_model, engine.target, False) == size  # -1: every layer
@@ -270,8 +270,8 @@ def test_penalty_options_change_the_answer_and_keep_it_the_targets(client, serve
     options = GREEDY | {"repeat_penalty": 2.0, "repeat_last_n": 32, "frequency_penalty": 1.0}
     penalized = client.generate(model="x", prompt="Once upon a time", options=options)
     assert penalized.response != plain.response
-    engine = server[1].engine
-    request = server[1].build_request(
+    engine = server[1].serving.served.engine
+    request = server[1].serving.served.build_request(
         Asked(
             prompt="Once upon a time",
             max_tokens=40,

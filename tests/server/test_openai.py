@@ -214,12 +214,12 @@ def test_penalties_and_logit_bias_apply(client, server):
 
     plain = completion().choices[0].text
     assert completion(frequency_penalty=2.0, presence_penalty=1.0).choices[0].text != plain
-    state = server[1]
-    request = state.build_request(Asked(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0))
-    generation = state.engine.generate(request, use_draft=False)
+    served = server[1].serving.served  # the pinned pair
+    request = served.build_request(Asked(prompt="Once upon a time", raw=True, max_tokens=20, temperature=0))
+    generation = served.engine.generate(request, use_draft=False)
     assert "".join(generation) == plain
     first = generation.result.tokens[0]
-    request = state.build_request(
+    request = served.build_request(
         Asked(
             prompt="Once upon a time",
             raw=True,
@@ -228,7 +228,7 @@ def test_penalties_and_logit_bias_apply(client, server):
             penalties={"logit_bias": ((first, float("-inf")),)},
         )
     )
-    banned = state.engine.generate(request, use_draft=False)
+    banned = served.engine.generate(request, use_draft=False)
     expected = "".join(banned)
     assert first not in banned.result.tokens
     assert completion(logit_bias={str(first): -100}).choices[0].text == expected
@@ -268,7 +268,7 @@ def test_nulls_in_optional_fields_are_the_defaults(server):
 
 def test_completions_take_prompts_as_token_ids(client, server):
     """This model's own ids, as vLLM reads them: one prompt, or several."""
-    target = server[1].engine.target
+    target = server[1].serving.served.engine.target
     ids = target.tokenize("Once upon a time", add_bos=target.add_bos, special=False)
     as_text = client.completions.create(model="m", prompt="Once upon a time", max_tokens=6, temperature=0)
     as_ids = client.completions.create(model="m", prompt=ids, max_tokens=6, temperature=0)

@@ -33,13 +33,13 @@ def test_four_concurrent_greedy_requests_give_what_each_gives_alone(served):
         complete(url, prompt, alone)
     together = {}
     threads = [threading.Thread(target=complete, args=(url, prompt, together)) for prompt in PROMPTS]
-    decodes = state.engine.batcher.decodes
+    decodes = state.serving.served.engine.batcher.decodes
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
     assert together == alone
-    assert state.engine.batcher.decodes > decodes  # they ran as batches
+    assert state.serving.served.engine.batcher.decodes > decodes  # they ran as batches
 
 
 def test_health_counts_running_and_waiting_per_slot(served):
@@ -102,7 +102,7 @@ def test_one_slot_keeps_the_chat_in_host_ram(tiny_models):
         with running_server(engine) as (url, state):
             prompt, cached = _openai_session(url)
             assert cached >= 0.9 * prompt, (cached, prompt)
-            assert state.engine.pool.restored_tokens > 0
+            assert state.serving.served.engine.pool.restored_tokens > 0
 
 
 def test_embeddings_at_once_in_several_slots_all_answer(served):

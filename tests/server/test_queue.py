@@ -38,7 +38,7 @@ def test_queue_is_bounded_and_answers_503(engine, monkeypatch):
             thread.start()
             time.sleep(0.2)
         deadline = time.monotonic() + 10
-        while state.worker.waiting < 1:
+        while state.serving.served.worker.waiting < 1:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         busy = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)

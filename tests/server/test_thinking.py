@@ -59,9 +59,10 @@ def test_openai_reasoning_apart_from_content(servers):
 
 def test_think_false_is_told_to_the_template(servers):
     url, state = servers["qwen"]
-    prompt = state.engine.target.detokenize(state.engine.prompt_tokens(Request("Hi", think=False)), special=True)
+    engine = state.serving.served.engine
+    prompt = engine.target.detokenize(engine.prompt_tokens(Request("Hi", think=False)), special=True)
     assert prompt.endswith("<think>\n\n</think>\n\n")
-    default = state.engine.target.detokenize(state.engine.prompt_tokens(Request("Hi")), special=True)
+    default = engine.target.detokenize(engine.prompt_tokens(Request("Hi")), special=True)
     assert "</think>" not in default
     answer = ollama.Client(host=url).chat(
         model="qwen3", messages=USER, think=False, options={"num_predict": 8, "temperature": 0}

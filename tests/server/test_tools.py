@@ -69,7 +69,7 @@ def client(server):
 
 
 def test_the_tools_reach_the_chat_template(server):
-    engine = server[1].engine
+    engine = server[1].serving.served.engine
     request = Request(messages=(), prompt="Hi", tools=(WEATHER,))
     prompt = engine.target.detokenize(engine.prompt_tokens(request), special=True)
     assert '"name": "get_weather"' in prompt and "The weather in a city" in prompt
@@ -320,7 +320,7 @@ def test_a_call_whose_arguments_are_not_json_goes_back_as_its_text(client, serve
     ]
     answer = client.chat.completions.create(model="m", messages=history, tools=[ADD], max_tokens=4, temperature=0)
     assert answer.choices[0].finish_reason in ("length", "stop", "tool_calls")
-    engine = server[1].engine
+    engine = server[1].serving.served.engine
     prompt = engine.target.detokenize(
         engine.prompt_tokens(
             Request(
@@ -352,7 +352,7 @@ def test_a_template_without_tools_gets_them_in_the_system_message(tiny_models):
             ChatMessage("assistant", "", (ToolCall("add", {"a": 2, "b": 3}),)),
             ChatMessage("tool", "5"),
         )
-        engine = state.engine
+        engine = state.serving.served.engine
         prompt = engine.target.detokenize(engine.prompt_tokens(Request(messages=history, tools=(ADD,))), special=True)
         assert "You can call these tools" in prompt and '"name": "add"' in prompt
         assert '{"name": "add", "arguments": {"a": 2, "b": 3}}' in prompt and "The tool add answered: 5" in prompt

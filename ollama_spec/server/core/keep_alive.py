@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-from ollama_spec.config import ollama_var
 from ollama_spec.errors import InvalidSetting
 
 DEFAULT_KEEP_ALIVE = 300.0  # Ollama's 5m
@@ -66,14 +64,3 @@ def _request_keep_alive(value: Any) -> float | None:
 
 # A request's keep_alive, as seconds (FOREVER, or None: the server's default), read as Ollama's api.Duration.
 KeepAlive = Annotated[float | None, BeforeValidator(_request_keep_alive)]
-
-
-def default_keep_alive(environ: Mapping[str, str] | None = None) -> float:
-    """OLLAMA_KEEP_ALIVE, else 5 minutes; a value Ollama could not read leaves the default, as Ollama does."""
-    text = ollama_var("OLLAMA_KEEP_ALIVE", environ)
-    if not text:
-        return DEFAULT_KEEP_ALIVE
-    try:
-        return parse_keep_alive(text)
-    except InvalidSetting:
-        return DEFAULT_KEEP_ALIVE

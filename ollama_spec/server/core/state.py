@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from ollama_spec.engine.engine import Engine, Request, Result
+from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.keep_alive import parse_keep_alive
@@ -54,10 +54,10 @@ class ServerState:
         self.settings = settings
         self.started = time.time()
         self.metrics = Metrics(lambda: self.waiting)
-        self.scheduler = scheduler
-        self.pinned = Served(engine, settings, self.metrics, pinned=True) if engine is not None else None
-        self.serving: PinnedPair | Scheduler = PinnedPair(self.pinned) if self.pinned is not None else scheduler
-        if scheduler is not None:
+        if engine is not None:
+            self.serving: PinnedPair | Scheduler = PinnedPair(Served(engine, settings, self.metrics, pinned=True))
+        else:
+            self.serving = scheduler
             scheduler.metrics = self.metrics
         self._upstream: Upstream | None = None
         self.upstream = upstream
@@ -73,31 +73,6 @@ class ServerState:
         self._upstream = upstream
         # the daemon lets go of a model before it loads here
         self.serving.before_load = upstream.unload_if_loaded if upstream is not None else None
-
-    # --- one pinned pair: what `serve TARGET` and the tests' running_server hold ------------------
-
-    @property
-    def engine(self) -> Engine:
-        return self._only().engine
-
-    @property
-    def worker(self):
-        return self._only().worker
-
-    @property
-    def model_name(self) -> str:
-        return self.pinned.model_name if self.pinned else "ollama-spec"
-
-    def summary(self, result: Result) -> dict:
-        return self._only().summary(result)
-
-    def build_request(self, asked: Asked) -> Request:
-        return self._only().build_request(asked)
-
-    def _only(self) -> Served:
-        if self.pinned is None:
-            raise AttributeError("this server loads models on demand: ask state.acquire(name) for one")
-        return self.pinned
 
     # --- what every route asks ------------------------------------------------------------------------
 
