@@ -9,6 +9,8 @@
 #                   --spec-draft-n-max 6 -np 4 (issue #28's reference), after ours has stopped
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
+#   CEILING         a results-concurrent.json of `bench --concurrency N --in-process`: each rate is also
+#                   given as a share of the ideal schedule's ceiling at that client count
 set -euo pipefail
 if [ $# -lt 3 ]; then echo "usage: scripts/bench-serve.sh BIN TARGET DRAFT [serve flags...]" >&2; exit 2; fi
 bin=$1 target=$2 draft=$3
@@ -77,6 +79,27 @@ for round in $(seq 1 "$rounds"); do
         stop
     fi
 done
+
+ceiling() {  # the ideal schedule's tok/s at $1 clients, from $CEILING; empty if none
+    [ -n "${CEILING:-}" ] && [ -f "$CEILING" ] || return 0
+    "$bin/python" -c "import json, sys; c = json.load(open(sys.argv[1]))['ceiling'].get(sys.argv[2]); print(f'{c:.1f}' if c else '')" \
+        "$CEILING" "$1"
+}
+if [ -n "${CEILING:-}" ] && [ -f "$CEILING" ]; then
+    echo "== share of the ideal schedule's ceiling ($CEILING), by round"
+    for n in $clients; do
+        top=$(ceiling "$n")
+        [ -n "$top" ] || continue
+        line="$n client(s), ceiling $top tok/s:"
+        for round in $(seq 1 "$rounds"); do
+            for who in ours native; do
+                r=${rate["$who $round $n"]:-}
+                [ -n "$r" ] && line="$line  $who $(awk -v a="$r" -v b="$top" 'BEGIN { printf "%.2f", a / b }')"
+            done
+        done
+        echo "$line"
+    done
+fi
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
     echo "== ours / llama-server, tok/s (1 client: a request's; more: all clients' together), by round"

@@ -98,7 +98,7 @@ NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measure
 @click.option(
     "--in-process",
     is_flag=True,
-    help="With --concurrency N: the clients run in this process on N slots, without HTTP, at 1, 2, 4 ... N "
+    help="--concurrency N clients in this process on N slots, without HTTP, at 1, 2, 4 ... N "
     "clients, each -k row (default auto,2,4,6) interleaved round by round, beside the ceiling an ideal "
     "schedule reaches on the same llama.cpp passes.",
 )
@@ -177,6 +177,8 @@ def bench(
     prompts = prompts_for(prompts_file)
     if out:
         _make_out_dir(Path(out))  # before minutes of timing, not after
+    if url and context.params["in_process"]:
+        raise InvalidSetting("--in-process times clients in this process: drop --url (or --in-process)")
     if url:
         refuse_local_options(context.command, options)
         bench_remote(
@@ -185,9 +187,7 @@ def bench(
         return
     served = context.params["concurrency"] > 1
     in_process = context.params["in_process"]
-    if in_process and (not served or url):
-        raise InvalidSetting("--in-process times several clients here: give --concurrency N (above 1), no --url")
-    if served:
+    if served or in_process:
         refuse_row_options(context.command, options)
     elif out:
         import matplotlib  # noqa: F401  (bench.png: without the bench extra that is said now, not after the timing)
@@ -202,7 +202,7 @@ def bench(
     if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
-    settings = bench_settings(options, (DEFAULT_KS, True) if served else k_list)
+    settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
     draft_model = resolve_draft(draft, models_dir, target_model)
     if draft_model is None:
         raise InvalidSetting(NGRAM_ONLY)

@@ -67,8 +67,14 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
         ["2", "ceiling"],
     ]
     assert (tmp_path / "out" / "results-concurrent.json").exists()
-    refused = invoke(*args, "--in-process")
+    refused = invoke(*args, "--in-process", "--url", "http://127.0.0.1:9/v1")
     assert refused.exit_code != 0
     assert refused.output.strip().splitlines()[-1] == (
-        "Error: --in-process times several clients here: give --concurrency N (above 1), no --url"
+        "Error: --in-process times clients in this process: drop --url (or --in-process)"
     )
+    alone = invoke(*args, "--in-process", "-k", "auto,2")  # one client on one slot: the rows, no ceiling
+    assert alone.exit_code == 0, alone.output
+    assert [line.split()[:2] for line in alone.output.splitlines() if line.strip().startswith("1 ")] == [
+        ["1", "auto"],
+        ["1", "K=2"],
+    ]
