@@ -30,7 +30,9 @@ from ollama_spec.bench.samples import (
 )
 from ollama_spec.bench.settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.loop import HYBRID as HYBRID_PROPOSER
+from ollama_spec.decoding.proposers import DRAFT
+from ollama_spec.decoding.proposers import HYBRID as HYBRID_PROPOSER
+from ollama_spec.decoding.proposers import NGRAM as LOOKUP
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.calibration import measure_step_costs
 from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
@@ -293,7 +295,7 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
 
 
 def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row | None = None) -> Request:
-    proposer = {NGRAM: "ngram", HYBRID: HYBRID_PROPOSER}.get(row.kind, "draft") if row else "draft"
+    proposer = {NGRAM: LOOKUP, HYBRID: HYBRID_PROPOSER}.get(row.kind, DRAFT) if row else DRAFT
     speculation = SpeculationSettings(row.k if row else None, proposer=proposer)
     return Request(
         prompt.prompt,

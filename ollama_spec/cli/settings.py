@@ -17,9 +17,11 @@ from click.core import ParameterSource
 
 from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.cli.options import NGRAM, RPC_ENVVAR
-from ollama_spec.decoding.loop import HYBRID, MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.decoding.penalties import Penalties
+from ollama_spec.decoding.proposers import DRAFT, HYBRID
+from ollama_spec.decoding.proposers import NGRAM as LOOKUP
 from ollama_spec.decoding.sampling import (
     DEFAULT_MIN_P,
     DEFAULT_TEMPERATURE,
@@ -108,7 +110,7 @@ def speculation_settings(params: Mapping, options: Options) -> SpeculationSettin
         )
         k = MAX_NUM_SPECULATIVE_TOKENS
     draft = options["draft"]
-    proposer = NGRAM if is_ngram(draft) else HYBRID if options.values.get("with_ngram") else "draft"
+    proposer = LOOKUP if is_ngram(draft) else HYBRID if options.values.get("with_ngram") else DRAFT
     return SpeculationSettings(k, options["draft_p_min"], proposer=proposer, ngram_size=options["ngram_size"])
 
 

@@ -11,10 +11,12 @@ import numpy as np
 from ollama_spec.decoding.grammar import TokenGrammar, masked_rows
 from ollama_spec.decoding.k_policy import FixedK, KPolicy
 from ollama_spec.decoding.penalties import adjusted_rows
+from ollama_spec.decoding.proposer_table import PROPOSERS, build_proposer
 from ollama_spec.decoding.proposers import (
     DEFAULT_NGRAM_SIZE,
+    DRAFT,
     FREE_LOOKUP_TOKENS,
-    DraftModelProposer,
+    HYBRID,  # noqa: F401 - callers take it from here
     Model,
     Proposer,
     keep_common_prefix,
@@ -30,8 +32,6 @@ DEFAULT_MAX_SPECULATIVE_TOKENS = 16
 # The largest fixed K: the K drafts and the token before them are one verify batch, which llama.cpp
 # decodes in one pass and the memory check plans for, up to N_UBATCH tokens.
 MAX_NUM_SPECULATIVE_TOKENS = N_UBATCH - 1
-HYBRID = "draft+ngram"  # the draft model and prompt lookup, whichever is expected to get more accepted
-PROPOSERS = ("draft", "ngram", HYBRID)
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,9 @@ class SpeculationSettings:
     # this (llama.cpp's --draft-p-min); 0 always drafts K tokens.
     draft_p_min: float = 0.0
     max_speculative_tokens: int = DEFAULT_MAX_SPECULATIVE_TOKENS  # auto's upper bound
-    # "draft": the draft model proposes; "ngram": prompt lookup proposes (no draft model needed);
-    # "draft+ngram": each step, whichever of the two is expected to get more tokens accepted.
-    proposer: str = "draft"
+    # A name in PROPOSERS: "draft", the draft model proposes; "ngram", prompt lookup (no draft model
+    # needed); "draft+ngram", each step whichever of the two is expected to get more tokens accepted.
+    proposer: str = DRAFT
     ngram_size: int = DEFAULT_NGRAM_SIZE
 
     def __post_init__(self) -> None:
@@ -64,6 +64,13 @@ class SpeculationSettings:
     @property
     def auto(self) -> bool:
         return self.num_speculative_tokens is None
+
+    def proposer_over(self, draft: Model | None, target_vocab: int) -> Proposer | None:
+        """The proposer these settings name (PROPOSERS), drafting with `draft` where it needs a draft
+        model; None where it needs one and there is none."""
+        return build_proposer(
+            self.proposer, draft, target_vocab, draft_p_min=self.draft_p_min, ngram_size=self.ngram_size
+        )
 
 
 @dataclass
@@ -166,11 +173,12 @@ def generate_tokens(
 ) -> Iterator[Token]:
     """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
 
-    `draft` is a draft model or any proposer (n-gram lookup); without one this is plain decoding
-    with the target, the baseline. Invariant at the top of each step after the first: the target's
-    cache holds `seq[:-1]`. The first step reads the prompt and drafts nothing, so the first token
-    comes as soon as the target has read it, as with the target alone. Whatever the caches already
-    hold of the prompt (an earlier turn of the same chat) is kept. `policy` chooses K each step (the
+    `draft` is a proposer, or a draft model that the proposer `speculation.proposer` names drafts
+    with; without one this is plain decoding with the target, the baseline. Invariant at the top of
+    each step after the first: the target's cache holds `seq[:-1]`. The first step reads the prompt
+    and drafts nothing, so the first token comes as soon as the target has read it, as with the
+    target alone. Whatever the caches already hold of the prompt (an earlier turn of the same chat)
+    is kept. `policy` chooses K each step (the
     engine passes `AutoK` for "auto"); by default K is fixed. A `grammar` (structured output) masks the target's rows before verification and
     advances with every emitted token. With `logprobs` (how many alternatives), each token carries
     its log-probability under the target, from the verify row that chose it.
@@ -179,9 +187,7 @@ def generate_tokens(
     if policy is None:
         policy = FixedK(speculation.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
     proposer = (
-        draft
-        if draft is None or hasattr(draft, "propose")
-        else (DraftModelProposer(draft, target.n_vocab, speculation.draft_p_min))
+        draft if draft is None or isinstance(draft, Proposer) else speculation.proposer_over(draft, target.n_vocab)
     )
     rng = np.random.default_rng(sampling.seed)
     seq = list(prompt)
@@ -199,7 +205,7 @@ def generate_tokens(
         chosen = policy.next_k() if proposer is not None and not reading_prompt else 0
         k = min(chosen, room)
         start = clock()
-        if k == 0 and not reading_prompt and hasattr(proposer, "lookup"):  # no draft step: worth it at K=0?
+        if k == 0 and not reading_prompt and proposer is not None:  # no draft step: a lookup worth it at K=0?
             drafted, draft_probs = proposer.lookup(seq, min(FREE_LOOKUP_TOKENS, room), policy.lookup_worth), None
         elif k > 0:
             drafted, draft_probs = proposer.propose(

@@ -2,13 +2,14 @@
 
 Both answer `propose(seq, k)` with up to k tokens and the distributions they were drawn from
 (None: proposed with certainty, a one-hot q), and hear `accepted(seq)` after each verification,
-so the loop, the verifier and the statistics are the same for both.
+so the loop, the verifier and the statistics are the same for both. They are built by name
+(SpeculationSettings.proposer) from proposer_table.PROPOSERS.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -20,6 +21,8 @@ from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sam
 from ollama_spec.decoding.step_costs import worth_a_token
 from ollama_spec.errors import InferenceError
 
+# The proposers' names (PROPOSERS) and the sources a step's tokens come from (Proposer.source).
+DRAFT, NGRAM, HYBRID = "draft", "ngram", "draft+ngram"
 # What the draft reads in place of a target token it does not have (a padded id): any id works,
 # since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
 DRAFT_STAND_IN = 0
@@ -57,11 +60,24 @@ class Model(Protocol):
 KeepDrafting = Callable[[int, "float | None"], bool]
 
 
+# A lookup's acceptance by position -> how many of its tokens to verify (KPolicy.lookup_worth).
+LookupWorth = Callable[[Sequence[float]], int]
+
+
+@runtime_checkable  # the loop tells a proposer from a bare draft model (Model) by it
 class Proposer(Protocol):
-    source: str  # who proposed the last step's tokens: "draft" (a draft model) or "ngram" (lookup)
+    """What the loop asks of whoever proposes tokens. A proposer subclasses it and so takes its
+    defaults: nothing to reset or forget, and no lookup at K=0."""
+
+    source: str  # who proposed the last step's tokens: DRAFT (a draft model) or NGRAM (lookup)
 
     def reset(self, seq: list[int]) -> None:
         """A new sequence starts with `seq` (what is cached of it may be kept)."""
+
+    def lookup(self, seq: list[int], k: int, worth: LookupWorth) -> list[int]:
+        """A step where the K policy chose K=0: tokens that cost no draft step (a lookup in the text),
+        as many as `worth` says pay; none from a proposer that has nothing of the kind."""
+        return []
 
     def propose(
         self,
@@ -84,7 +100,7 @@ class Proposer(Protocol):
         """`seq` is what the target accepted; forget anything proposed past it."""
 
 
-class DraftModelProposer:
+class DraftModelProposer(Proposer):
     """A small model with the target's vocabulary drafts, token by token, from its own cache.
 
     llama.cpp pairs vocabularies up to 128 tokens apart (Qwen2.5 7B+ pads past 0.5B): the draft
@@ -92,7 +108,7 @@ class DraftModelProposer:
     target's extra ids q = 0), and the target's ids the draft lacks are fed to it as a stand-in.
     """
 
-    source = "draft"
+    source = DRAFT
 
     def __init__(self, draft: Model, target_vocab: int, draft_p_min: float = 0.0):
         self.draft, self.draft_p_min = draft, draft_p_min
@@ -177,11 +193,9 @@ DRAFT_RUN_DECAY = 0.9  # per draft-model step: the draft's accepted run follows 
 # verified where the K policy says its tokens pay for the longer verify batch (NgramProposer.lookup):
 # it costs no draft step.
 FREE_LOOKUP_TOKENS = 8
-# A lookup's acceptance by position -> how many of its tokens to verify (KPolicy.lookup_worth).
-LookupWorth = Callable[[Sequence[float]], int]
 
 
-class NgramProposer:
+class NgramProposer(Proposer):
     """Prompt lookup: find the first earlier occurrence of the text's last n tokens (n = size down to
     2, or 1 when size is 1) and propose what followed it. Free to run, and strong wherever the answer
     repeats its input (code edits, summaries, quoting); proposals are certain, so q is one-hot.
@@ -199,7 +213,7 @@ class NgramProposer:
     as not paying would never teach otherwise: SmolLM2 quoting ran at 1.02-1.05x of the target
     alone, against 1.19-1.24x learning from the lookups it left (and the prior rule below)."""
 
-    source = "ngram"
+    source = NGRAM
 
     def __init__(self, ngram_size: int = DEFAULT_NGRAM_SIZE):
         self.ngram_size = ngram_size
@@ -314,7 +328,7 @@ class NgramProposer:
         self._settled[size] += 1
 
 
-class HybridProposer:
+class HybridProposer(Proposer):
     """The draft model and prompt lookup together (--draft MODEL --ngram). Each step the lookup's
     proposal, free to make, is taken when the tokens it is expected to get accepted (its own
     acceptance by position, learned from its earlier proposals) are at least the draft model's
@@ -328,7 +342,7 @@ class HybridProposer:
 
     def __init__(self, draft: DraftModelProposer, ngram: NgramProposer):
         self.draft, self.ngram = draft, ngram
-        self.source = "draft"
+        self.source = DRAFT
         self.draft_run = 1.0  # accepted tokens per draft-model step, decayed
         self._length, self._drafted = 0, 0  # the last step's: the text's length, the draft model's tokens
 
@@ -339,7 +353,7 @@ class HybridProposer:
     def lookup(self, seq: list[int], k: int, worth: LookupWorth) -> list[int]:
         """A step where the K policy chose K=0 (the draft model does not pay): the lookup's, as
         NgramProposer.lookup decides."""
-        self.source, self._length, self._drafted = "ngram", len(seq), 0
+        self.source, self._length, self._drafted = NGRAM, len(seq), 0
         return self.ngram.lookup(seq, k, worth)
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
@@ -347,17 +361,17 @@ class HybridProposer:
         lookup = self.ngram.find(seq, k)
         n, expected = self.ngram.worth_verifying(len(lookup))
         if n and expected >= self.draft_run:
-            self.source, self._drafted = "ngram", 0
+            self.source, self._drafted = NGRAM, 0
             self.ngram.note(seq, n)
             return lookup[:n], None
         self.ngram.shadow(seq, lookup[: max(n, 1)])
-        self.source = "draft"
+        self.source = DRAFT
         tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
         self._drafted = len(tokens)
         return tokens, q
 
     def accepted(self, seq):
-        if self.source == "draft" and self._drafted:
+        if self.source == DRAFT and self._drafted:
             accepted = len(seq) - self._length - 1
             self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
         self.ngram.accepted(seq)

@@ -13,8 +13,8 @@ from functools import partial
 
 import numpy as np
 
-from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, HYBRID, SpeculationSettings
-from ollama_spec.decoding.proposers import DraftModelProposer, HybridProposer, NgramProposer, Proposer
+from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
@@ -195,16 +195,10 @@ class Engine:
         )
 
     def proposer(self, speculation: SpeculationSettings, slot: int = 0) -> Proposer | None:
-        """Who proposes tokens for this request: n-gram lookup, the draft model, or nobody."""
-        if speculation.proposer == "ngram":
-            return NgramProposer(speculation.ngram_size)
-        if self.draft is None:
-            return None
-        draft = self.draft if self.slots == 1 else self.draft.sequence(slot)
-        drafting = DraftModelProposer(draft, self.target.n_vocab, speculation.draft_p_min)
-        if speculation.proposer == HYBRID:
-            return HybridProposer(drafting, NgramProposer(speculation.ngram_size))
-        return drafting
+        """Who proposes tokens for this request: the proposer its settings name, over slot `slot` of
+        the draft model, or nobody (one that needs a draft model, and none is loaded)."""
+        draft = self.draft if self.draft is None or self.slots == 1 else self.draft.sequence(slot)
+        return speculation.proposer_over(draft, self.target.n_vocab)
 
     @contextmanager
     def run_in_slot(self, prompt: Sequence[int]) -> Iterator[int]:

@@ -195,6 +195,9 @@ class ProbesAfterGaps:
         self.probing = "" if phase != 20 else PROBE_COSTS if cycle % 2 == 0 else PROBE_ACCEPTANCE
         return 0 if phase < 20 else 1 if self.probing else 3
 
+    def lookup_worth(self, alphas):  # KPolicy's: the loop offers it at K=0; a draft model looks nothing up
+        return 0
+
     def observe(self, drafted, accepted, draft_s, verify_s, source="draft"):
         pass
 

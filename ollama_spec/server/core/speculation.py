@@ -4,13 +4,14 @@ response carries."""
 from __future__ import annotations
 
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.proposer_table import PROPOSERS
 from ollama_spec.engine.engine import Engine, Result
 
 
 def proposer_name(engine: Engine, speculation: SpeculationSettings) -> str | None:
     """Who drafts: the draft model's name, "ngram" for prompt lookup (--draft ngram), or None."""
-    if speculation.proposer == "ngram":
-        return "ngram"
+    if not PROPOSERS[speculation.proposer].needs_draft:  # draftless: named by its proposer
+        return speculation.proposer
     return engine.draft_model.name if engine.draft_model else None
 
 
