@@ -6,7 +6,8 @@ runs them; the rate is all clients' tokens over the wall time. Rows (-k auto and
 client counts are interleaved round by round, so the machine's drift falls on all of them alike.
 
 The ceiling is what an ideal schedule would make of the same passes: every batch the engine ran is
-timed (StepBatcher.passes) and fitted as a line per model (seconds = a + c·tokens), the acceptance
+timed (StepBatcher.passes) and fitted as a line per model (seconds = a + c·tokens, from the passes
+without padding), the acceptance
 by position is each prompt's as the longest fixed K measured it (greedy: the draft's guesses do not
 depend on K), and each step gives every slot its best K for the whole batch, with no time outside
 llama.cpp. Ours (and a server's) as a fraction of it says how near the machine's limit we are.
@@ -89,7 +90,12 @@ class ConcurrentReport:
     def lines(self, clients: int) -> tuple[Line | None, Line | None]:
         """The target's verify passes and the draft's proposals at this client count, as lines."""
         passes = self.passes.get(clients, [])
-        target = [(p.tokens, p.seconds) for p in passes if p.model == self.target_index and p.rows == p.tokens]
+        # verify passes (every row read: no prompt) whose sequences brought as many tokens each (no padding)
+        target = [
+            (p.tokens, p.seconds)
+            for p in passes
+            if p.model == self.target_index and p.rows == p.tokens == p.widest * p.sequences
+        ]
         draft = [(p.sequences, p.seconds) for p in passes if p.model != self.target_index and p.tokens == p.sequences]
         return Line.fit(target), Line.fit(draft)
 

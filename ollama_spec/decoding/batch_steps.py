@@ -1,44 +1,56 @@
-"""The slots whose steps run as one batch, as each slot's K policy sees the others.
+"""One K for every slot of a batch step, priced by what the step costs the whole batch.
 
-With B slots batched (llama/batcher.py), a step is every slot's draft passes and one verify pass
-for all of them. A slot's drafts pay when they make the batch's step yield more tokens per second,
-not when they beat what this slot would make alone: a slot whose drafts are seldom accepted drafts
-nothing while the others draft, and a slot's next token must beat the rate of the whole batch.
+With B slots batched (llama/batcher.py), a step is D draft passes of every slot that drafts, then one
+target pass over every slot's tokens. And the target's pass is laid out by llama/passes.py so that
+each row gets the kernels it gets alone: every sequence in it brings as many tokens as the widest
+one, padding made up after its own. So a slot's drafts below the widest slot's are free in the
+verify pass (they take the place of padding), and a slot drafting past the others makes every
+slot pay a padded column. Per-slot policies priced as if alone got this wrong both ways: at 4
+clients on the demo pair `-k auto` made 57 tok/s where a fixed K=4 made 70.
 
-Each AutoK keeps its own decayed tokens and seconds per step, the seconds being its part of the
-batches as its own clock times them (StepBatcher.others_seconds: the slots' parts add up to the
-batch's time). The batch's step is then the sum of the slots' steps, and `beside(slot)` is the sum
-of the others'. A slot alone has nothing beside it, and its rule is the single-slot one.
+So beside other slots the K of a step is one for all of them: the K that maximises
+
+    Σ_slots E_i(K) / (K · t_draft(B) + t_verify(B · (K + 1))),
+
+with E_i each slot's expected tokens at its own acceptance by position, t_verify the target's pass
+over that many tokens and t_draft the draft's over B rows, from the pair's calibrated costs (by
+batch size, a line past the longest timed). K = 0 unless it beats the target alone by the margin.
+A slot alone has nothing to share a step with: with B = 1 this is the single-slot rule
+(step_costs.best_drafting_k), which a lone AutoK refines token by token by the draft's margins.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Sequence
 from typing import Protocol
 
-from ollama_spec.decoding.step_costs import ALONE, Beside
+from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 
 
-class SlotSteps(Protocol):
-    def per_step(self) -> tuple[float, float]:
-        """This slot's expected tokens per step, and its seconds of each step."""
+class Slot(Protocol):
+    costs: StepCosts
+
+    def alphas(self) -> list[float]:
+        """Each position's acceptance, given the ones before it were accepted."""
         ...
 
 
 class BatchSteps:
-    """The K policies of the requests running at once on one engine's slots."""
+    """The K policies of the requests running at once on one engine's slots, and the pair's pass costs."""
 
-    def __init__(self) -> None:
+    def __init__(self, prices: StepCosts | None = None) -> None:
+        self.prices = prices  # one sequence's draft step and target passes by size, as calibrated
         self._lock = threading.Lock()
         # weak: a policy whose request failed before it could leave goes with its request
-        self._members: weakref.WeakSet[SlotSteps] = weakref.WeakSet()
+        self._members: weakref.WeakSet[Slot] = weakref.WeakSet()
 
-    def join(self, member: SlotSteps) -> None:
+    def join(self, member: Slot) -> None:
         with self._lock:
             self._members.add(member)
 
-    def leave(self, member: SlotSteps) -> None:
+    def leave(self, member: Slot) -> None:
         with self._lock:
             self._members.discard(member)
 
@@ -46,14 +58,44 @@ class BatchSteps:
         with self._lock:
             return len(self._members)
 
-    def beside(self, member: SlotSteps) -> Beside:
-        """What the other members yield and cost per step, summed."""
+    def step_k(self, margin: float) -> int | None:
+        """The K for every slot's next step (see the module); None for a slot alone, or before any
+        costs were calibrated: then each slot decides as a lone request does."""
         with self._lock:
-            others = [m for m in self._members if m is not member]
-        if not others:
-            return ALONE
-        tokens = seconds = 0.0
-        for other in others:
-            t, s = other.per_step()
-            tokens, seconds = tokens + t, seconds + s
-        return Beside(tokens, seconds)
+            members = list(self._members)
+        if len(members) < 2 or self.prices is None:
+            return None
+        return best_shared_k([m.alphas() for m in members], self.prices, margin)
+
+    def pass_s(self, tokens: int) -> float:
+        return pass_seconds(self.prices, tokens)
+
+
+def pass_seconds(prices: StepCosts, tokens: int) -> float:
+    """The target's pass over `tokens` tokens: as timed up to the longest calibrated batch, then on
+    the line through the upper half of the timed sizes (a CPU pays each token more, a GPU little)."""
+    timed = prices.verify_s
+    if tokens <= len(timed):
+        return timed[max(tokens, 1) - 1]
+    mid = len(timed) // 2
+    slope = max(0.0, (timed[-1] - timed[mid]) / max(len(timed) - 1 - mid, 1))
+    return timed[-1] + slope * (tokens - len(timed))
+
+
+def best_shared_k(alphas: Sequence[Sequence[float]], prices: StepCosts, margin: float) -> int:
+    """The one K for slots with these acceptances by position (the module's rule)."""
+    slots = len(alphas)
+    k_max = min([prices.k_max, *map(len, alphas)])
+    expected = [0.0] * (k_max + 1)
+    for slot in alphas:
+        for k, tokens in enumerate(expected_tokens_for_each_k(slot[:k_max])):
+            expected[k] += tokens
+    alone = pass_seconds(prices, slots)
+    # the draft's pass grows with its rows as the target's does: both mostly read their weights
+    draft_s = prices.draft_step_s * alone / prices.verify_s[0]
+    best, best_rate = 0, expected[0] / alone
+    for k in range(1, k_max + 1):
+        rate = expected[k] / (k * draft_s + pass_seconds(prices, slots * (k + 1)))
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best if best_rate >= (1 + margin) * expected[0] / alone else 0

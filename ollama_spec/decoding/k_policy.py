@@ -31,7 +31,6 @@ from ollama_spec.decoding.acceptance import (
 )
 from ollama_spec.decoding.batch_steps import BatchSteps
 from ollama_spec.decoding.step_costs import (
-    ALONE,
     StepCosts,
     VerifyLine,
     beats_target_alone,
@@ -159,7 +158,6 @@ class AutoK:
         k = max(1, best_k(prior_alpha, self.costs))
         self._rate_tokens = PRIOR_WEIGHT * expected_tokens_per_step(prior_alpha, k)
         self._rate_seconds = PRIOR_WEIGHT * costs.step_s(k)
-        self._rate_steps = PRIOR_WEIGHT  # the decayed count of steps those sums hold
         self._draft_steps = 0  # this step's: the first, which reads the last accepted token, and each one asked for
         self._margins: list[float] = []  # this step's drafted tokens' margins
         self._survival = 1.0  # the chance that every token drafted so far this step is accepted
@@ -167,26 +165,19 @@ class AutoK:
         # "armed": this step goes one token past the stop ("take": the next token is taken whatever its
         # margin; "done": it has); "": it stops where the margins say
         self._explore = ""
-        # the requests batched with this one (their steps run as one): K is chosen for the batch's step
+        # the requests batched with this one: beside others, the step's K is the batch's (batch_steps)
         self.batch = batch
-        self._beside = ALONE  # what they yield and cost per step, as of this step's next_k
         if batch is not None:
             batch.join(self)
 
     def leave(self) -> None:
-        """The request is over: the others' steps no longer count this one's."""
+        """The request is over: the batch's K no longer counts this one's acceptance."""
         if self.batch is not None:
             self.batch.leave(self)
 
-    def per_step(self) -> tuple[float, float]:
-        """Tokens per step and seconds of each (this slot's part of them), as the recent steps went."""
-        return self._rate_tokens / self._rate_steps, self._rate_seconds / self._rate_steps
-
     @property
     def rate(self) -> float:
-        """The tokens per second a further draft token must beat: the batch's step (this slot's alone)."""
-        tokens, seconds = self.per_step()
-        return (self._beside.tokens + tokens) / (self._beside.seconds + seconds)
+        return self._rate_tokens / self._rate_seconds
 
     def alphas(self) -> list[float]:
         """Each position's acceptance, given the ones before it were accepted."""
@@ -196,15 +187,17 @@ class AutoK:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
         self.probing = ""
-        beside = self.batch.beside(self) if self.batch is not None else ALONE
-        # A step at K=0 alone changes only the target alone's cost: the best drafting K is kept until a
-        # step drafts (9.5 µs a step to work out again, against a 2 ms step of a small quantized target)
-        # or the other slots' steps change.
-        if self._drafting is None or beside != self._beside:
-            self._beside = beside
-            self._drafting = best_drafting_k(self.alphas(), self.costs, beside)
+        shared = self.batch.step_k(DRAFT_GAIN_MARGIN) if self.batch is not None else None
+        if shared:
+            # Beside other slots: the batch's one K, drafted whole (a shorter draft leaves padding in
+            # the verify pass, not time). At 0, the probes below keep α current as alone.
+            return shared
+        # A step at K=0 changes only the target alone's cost: the best drafting K is kept until a step
+        # drafts (9.5 µs a step to work out again, against a 2 ms step of a small quantized target).
+        if self._drafting is None:
+            self._drafting = best_drafting_k(self.alphas(), self.costs)
         k, rate = self._drafting
-        if not beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN, beside):  # too close to call: K=0
+        if shared == 0 or not beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN):  # too close to call: K=0
             k = 0
         if k == 0:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
@@ -234,13 +227,13 @@ class AutoK:
         whenever a token is expected: on the quantized pair a batch of 6 costs 3 steps of the target
         alone, and lookups of 5 at α ≈ 0.4 (the default prompts) lost 2-4 % against the target alone.
         The best drafting K, with drafting free: a lookup runs no draft step."""
-        n, rate = best_drafting_k(alphas, replace(self.costs, draft_step_s=0.0), self._beside)
-        return n if beats_target_alone(rate, self.costs, LOOKUP_GAIN_MARGIN, self._beside) else 0
+        n, rate = best_drafting_k(alphas, replace(self.costs, draft_step_s=0.0))
+        return n if beats_target_alone(rate, self.costs, LOOKUP_GAIN_MARGIN) else 0
 
     def _could_pay(self) -> bool:
         """Would drafting beat the target alone by the margin at these costs if every draft were accepted?"""
-        _, rate = best_drafting_k([1.0] * self.costs.k_max, self.costs, self._beside)
-        return beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN, self._beside)
+        _, rate = best_drafting_k([1.0] * self.costs.k_max, self.costs)
+        return beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN)
 
     def keep_drafting(self, drafted: int, margin: float | None) -> bool:
         """After `drafted` tokens this step: take the next one, whose margin is `margin`? Or, with
@@ -349,7 +342,6 @@ class AutoK:
             self._probe_every, self._probe_paid = PROBE_EVERY, False
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
         self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))
-        self._rate_steps = RATE_DECAY * self._rate_steps + 1
         if drafted:
             self._steps_without_draft = 0
         if not self.learn_costs:

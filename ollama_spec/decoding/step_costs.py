@@ -95,43 +95,22 @@ def best_k_by_position(alphas: Sequence[float], costs: StepCosts, margin: float 
     return k if beats_target_alone(rate, costs, margin) else 0
 
 
-@dataclass(frozen=True)
-class Beside:
-    """What the other slots batched with this one yield and cost in a step: their expected tokens and
-    their part of the step's seconds (decoding/batch_steps.py). A step of the batch is theirs plus
-    this slot's, so the K that makes the batch fastest is the one that maximises
-
-        (tokens + E(K)) / (seconds + step_s(K)),
-
-    which with nothing beside is the single-slot rule above."""
-
-    tokens: float = 0.0
-    seconds: float = 0.0
-
-
-ALONE = Beside()
-
-
-def best_drafting_k(alphas: Sequence[float], costs: StepCosts, beside: Beside = ALONE) -> tuple[int, float]:
-    """The K ≥ 1 with the most expected tokens per second of the batch's step (the smaller K on a tie),
-    and that rate; (0, 0.0) where nothing can be drafted."""
+def best_drafting_k(alphas: Sequence[float], costs: StepCosts) -> tuple[int, float]:
+    """The K ≥ 1 with the most expected tokens per second (the smaller K on a tie), and that rate;
+    (0, 0.0) where nothing can be drafted."""
     expected = expected_tokens_for_each_k(alphas[: min(costs.k_max, len(alphas))])
     best, best_rate = 0, 0.0
     for k in range(1, len(expected)):
-        rate = (beside.tokens + expected[k]) / (beside.seconds + costs.step_s(k))
+        rate = expected[k] / costs.step_s(k)
         if rate > best_rate:
             best, best_rate = k, rate
     return best, best_rate
 
 
-def beats_target_alone(rate: float, costs: StepCosts, margin: float = 0.0, beside: Beside = ALONE) -> bool:
-    """Are `rate` tokens per second more than the batch makes with this slot's target alone, and by
-    `margin` (0.1: 10 %) of this slot's part of it? The margin is the model's error on this slot's
-    own gain: with others beside, it is their step's too, so it weighs by this slot's share."""
-    alone_s = costs.verify_s[0]
-    alone = (beside.tokens + 1) / (beside.seconds + alone_s)
-    share = alone_s / (beside.seconds + alone_s)
-    return rate > alone and rate >= (1 + margin * share) * alone
+def beats_target_alone(rate: float, costs: StepCosts, margin: float = 0.0) -> bool:
+    """Are `rate` tokens per second more than the target alone's, and by `margin` (0.1: 10 %)?"""
+    alone = 1 / costs.verify_s[0]
+    return rate > alone and rate >= (1 + margin) * alone
 
 
 def worth_a_token(alphas: Sequence[float]) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ollama_spec.decoding.batch_steps import BatchSteps
 from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.proposer_table import PROPOSERS
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.step_costs import StepCosts
 from ollama_spec.engine.calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
@@ -51,10 +52,12 @@ class LearnedCosts:
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
         costs = self._learned_or(calibrated, key) if learn else calibrated
+        if learn:
+            self.batch.prices = calibrated  # the passes' costs by size, for the K of a shared step
         policy = AutoK(
             costs,
             learn_costs=learn,
-            confidence_stops=speculation.proposer != "ngram",
+            confidence_stops=PROPOSERS[speculation.proposer].needs_draft,
             calibrated=calibrated,
             # a seeded sample's K must not depend on what else runs: its text would
             batch=self.batch if learn else None,
@@ -123,7 +126,7 @@ class LearnedCosts:
             self.calibrated(self._draft_for(speculation), speculation.max_speculative_tokens)
 
     def _draft_for(self, speculation: SpeculationSettings) -> LoadedModel | None:
-        return None if speculation.proposer == "ngram" else self.draft
+        return self.draft if PROPOSERS[speculation.proposer].needs_draft else None
 
     def key(self, draft: LoadedModel | None) -> str:
         """The cache key of this setup with `draft` (None: the target alone, as n-gram lookup runs it)."""

@@ -49,12 +49,14 @@ class _Wanted:
 @dataclass(frozen=True)
 class Pass:
     """One batch as it ran: which model (its index in StepBatcher.models), how many sequences, how many
-    tokens and logits rows in all, and its seconds."""
+    tokens and logits rows in all, the most tokens of one sequence (the others' are padded up to it:
+    passes.py), and its seconds."""
 
     model: int
     sequences: int
     tokens: int
     rows: int
+    widest: int
     seconds: float
 
 
@@ -172,7 +174,8 @@ class StepBatcher:
             self.decodes += 1
             if self.passes is not None:
                 tokens, rows = sum(len(w.tokens) for w in batch), sum(w.n_rows for w in batch)
-                self.passes.append(Pass(index, len(batch), tokens, rows, elapsed))
+                widest = max(len(w.tokens) for w in batch)
+                self.passes.append(Pass(index, len(batch), tokens, rows, widest, elapsed))
             for wanted in batch:
                 wanted.done = True
             self._cond.notify_all()

@@ -1,86 +1,70 @@
-"""K for the batch's step: a slot's drafts priced against what the slots batched with it yield and cost."""
+"""One K for every slot of a batch step, priced by what the step costs the whole batch."""
 
 import gc
 
-from ollama_spec.decoding.batch_steps import BatchSteps
-from ollama_spec.decoding.k_policy import AutoK
-from ollama_spec.decoding.step_costs import ALONE, Beside, StepCosts, beats_target_alone, best_drafting_k
+import pytest
 
-# a slot's own part of the batches: a draft step, and its tokens' part of a verify pass
-OWN = StepCosts(draft_step_s=0.1, verify_s=tuple(1.0 + 0.1 * n for n in range(9)))
+from ollama_spec.decoding.batch_steps import BatchSteps, best_shared_k, pass_seconds
+from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
+from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k
 
-
-class Steady:
-    """Another slot whose steps yield `tokens` in `seconds` (its part of each)."""
-
-    def __init__(self, tokens: float, seconds: float):
-        self.tokens, self.seconds = tokens, seconds
-
-    def per_step(self) -> tuple[float, float]:
-        return self.tokens, self.seconds
+# a CPU: a verify pass of n tokens costs 30 ms + 7 ms a token (the demo pair's, roughly)
+CPU = StepCosts(draft_step_s=0.004, verify_s=tuple(0.030 + 0.007 * n for n in range(1, 10)))
+GPU = StepCosts(draft_step_s=0.001, verify_s=(0.020,) * 9)
 
 
-def script(policy: AutoK, steps: int = 60) -> list[int]:
-    """The Ks a policy picks over steps that accept half their drafts."""
-    ks = []
-    for _ in range(steps):
-        k = policy.next_k()
-        ks.append(k)
-        policy.observe(k, k // 2, 0.1 * k, 1.0 + 0.1 * k)
-    return ks
+def test_passes_longer_than_the_calibrated_ones_follow_the_line_of_the_longest():
+    assert pass_seconds(CPU, 3) == CPU.verify_s[2]
+    assert pass_seconds(CPU, 36) == pytest.approx(0.030 + 0.007 * 36)
+    assert pass_seconds(GPU, 40) == 0.020
 
 
-def test_a_slot_alone_in_a_batch_chooses_as_a_lone_request_does():
-    batch = BatchSteps()
-    lone, batched = AutoK(OWN, 0.6), AutoK(OWN, 0.6, batch=batch)
-    ks = script(lone)
-    assert ks == script(batched) and len(batch) == 1
-    assert 0 < sum(ks) < 8 * len(ks)  # it chose, and not one K throughout
+def test_one_slot_comes_out_of_the_single_slot_rule():
+    for alpha in (0.3, 0.6, 0.9):
+        alphas = [alpha] * CPU.k_max
+        k, rate = best_drafting_k(alphas, CPU)
+        lone = k if rate >= (1 + DRAFT_GAIN_MARGIN) / CPU.verify_s[0] else 0
+        assert best_shared_k([alphas], CPU, DRAFT_GAIN_MARGIN) == lone
 
 
-def test_a_weak_draft_drafts_nothing_beside_slots_that_make_tokens_faster():
-    alphas = [0.5] * 8
-    # alone, one token at α=0.5 pays: 1.5 tokens in 1.2 s against 1 in 1.0 s
-    k, rate = best_drafting_k(alphas, OWN)
-    assert k >= 1 and beats_target_alone(rate, OWN, 0.1)
-    # beside slots making 4 tokens in 1 s of the step, the same token adds 0.5 in 0.2 s: the batch's rate
-    beside = Beside(tokens=4.0, seconds=1.0)
-    k, rate = best_drafting_k(alphas, OWN, beside)
-    assert not beats_target_alone(rate, OWN, 0.0, beside)
-
-    batch = BatchSteps()
-    other = Steady(4.0, 1.0)
-    batch.join(other)
-    weak = AutoK(OWN, 0.5, batch=batch)
-    assert weak.next_k() == 0
-    batch.leave(other)
-    assert AutoK(OWN, 0.5, batch=batch).next_k() >= 1  # once alone, it drafts again
+def test_more_slots_draft_less_where_every_token_of_a_pass_costs_and_as_much_where_none_does():
+    alphas = [0.8] * 8
+    ks = [best_shared_k([alphas] * n, CPU, DRAFT_GAIN_MARGIN) for n in (1, 2, 4, 8)]
+    assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1]
+    assert {best_shared_k([alphas] * n, GPU, DRAFT_GAIN_MARGIN) for n in (1, 4, 8)} == {8}
 
 
-def test_a_good_draft_keeps_drafting_beside_slots_that_make_tokens_slower():
-    batch = BatchSteps()
-    batch.join(Steady(1.0, 1.0))
-    assert AutoK(OWN, 0.9, batch=batch).next_k() >= 1
+def test_a_weak_slot_lowers_the_batch_k_but_does_not_stop_it():
+    good, weak = [0.9] * 8, [0.1] * 8
+    both = best_shared_k([good, weak], CPU, 0.0)
+    assert 1 <= both < best_shared_k([good, good], CPU, 0.0)
 
 
-def test_a_further_token_must_beat_the_rate_of_the_whole_batch():
-    batch = BatchSteps()
-    policy = AutoK(OWN, 0.6, batch=batch)
-    policy.next_k()
-    alone = policy.rate
-    fast = Steady(8.0, 1.0)
-    batch.join(fast)
-    policy.next_k()
-    tokens, seconds = policy.per_step()
-    assert policy.rate == (8.0 + tokens) / (1.0 + seconds) > alone
+def test_policies_beside_others_draft_the_batch_k_whole_and_alone_their_own():
+    batch = BatchSteps(CPU)
+    one = AutoK(CPU, 0.8, confidence_stops=True, batch=batch)
+    assert batch.step_k(DRAFT_GAIN_MARGIN) is None  # alone: its own rule, token by token
+    two = AutoK(CPU, 0.8, confidence_stops=True, batch=batch)
+    k = one.next_k()
+    assert k == two.next_k() == best_shared_k([one.alphas(), two.alphas()], CPU, DRAFT_GAIN_MARGIN) >= 1
+    assert all(one.keep_drafting(i, 0.0) for i in range(k))  # no stop by margin: the column is paid
+    two.leave()
+    assert batch.step_k(DRAFT_GAIN_MARGIN) is None
+    assert BatchSteps().step_k(0.0) is None  # nothing calibrated yet: each slot decides alone
+
+
+def test_beside_others_a_batch_k_of_zero_still_probes():
+    batch = BatchSteps(StepCosts(0.004, tuple(0.030 * n for n in range(1, 10))))  # every token a full pass
+    policies = [AutoK(batch.prices, 0.3, batch=batch) for _ in range(2)]
+    ks = [policies[0].next_k() for _ in range(40)]
+    assert set(ks) == {0, 1} and ks.count(1) >= 2  # K=0 for the batch, and a probe now and then
 
 
 def test_policies_leave_when_their_request_ends_or_is_dropped():
-    batch = BatchSteps()
-    one, two = AutoK(OWN, batch=batch), AutoK(OWN, batch=batch)
-    assert batch.beside(one) != ALONE and len(batch) == 2
+    batch = BatchSteps(CPU)
+    one, two = AutoK(CPU, batch=batch), AutoK(CPU, batch=batch)
+    assert len(batch) == 2
     one.leave()
-    assert batch.beside(two) == ALONE
     del two  # a request that failed before it could leave
     gc.collect()
     assert len(batch) == 0
