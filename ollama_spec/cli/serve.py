@@ -271,7 +271,6 @@ def store_state(options: Options, models_dir: str | None) -> ServerState:
         ctx=options["ctx"],
         settings=settings,
         defaults=request_defaults(options, settings),
-        overlay=apply_preset,
     )
     try:
         keep_alive = parse_keep_alive(options["keep_alive"])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import click
 
 from ollama_spec.cli.common import open_store
@@ -13,41 +11,13 @@ from ollama_spec.errors import ModelNotFound
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.drafts import best_draft, find_drafts
 from ollama_spec.models.modelfile import Modelfile
-from ollama_spec.models.resolve import ResolvedModel, lora_adapter, resolve_model, stored_draft_model
+from ollama_spec.models.presets import lay_preset
+from ollama_spec.models.resolve import ResolvedModel, resolve_model, stored_draft_model
 
 
 def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedModel:
-    """The target with the preset's parameters over its own, and the preset's SYSTEM, MESSAGEs and (Jinja) TEMPLATE."""
-    if preset is None:
-        return model
-    info = model.info
-    for name in preset.deprecated:
-        click.echo(
-            f"note: {preset.path}: PARAMETER {name} is one Ollama no longer takes; ignored, as 'ollama create' does",
-            err=True,
-        )
-    if preset.template is not None:
-        if "{%" in preset.template or "messages" in preset.template:  # a Hugging Face (Jinja) chat template
-            info = dataclasses.replace(info, chat_template=preset.template)
-        else:
-            click.echo(
-                f"note: {preset.path}: TEMPLATE is an Ollama Go template; the model's own chat template "
-                "is used instead",
-                err=True,
-            )
-    # As `ollama create` does: the file's MESSAGE lines replace the model's own history, if it has any,
-    # and its ADAPTER lines add to the model's own adapters.
-    adapters = tuple(
-        lora_adapter(adapter, model.info, f"{preset.path}: ADAPTER {adapter}") for adapter in preset.adapters
-    )
-    return dataclasses.replace(
-        model,
-        info=info,
-        params={**model.params, **preset.parameters},
-        system=preset.system if preset.system is not None else model.system,
-        messages=preset.messages or model.messages,
-        adapters=model.adapters + adapters,
-    )
+    """The target with the -f preset laid over it (models/presets.py), its notes on stderr."""
+    return lay_preset(model, preset, lambda text: click.echo(f"note: {text}", err=True))
 
 
 def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedModel) -> ResolvedModel | None:

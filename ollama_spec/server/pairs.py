@@ -4,11 +4,10 @@ request defaults."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
@@ -17,6 +16,7 @@ from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.compat import require_compatible
 from ollama_spec.models.drafts import best_draft, find_drafts
 from ollama_spec.models.modelfile import Modelfile
+from ollama_spec.models.presets import lay_preset
 from ollama_spec.models.resolve import ResolvedModel, resolve_model, stored_draft_model
 from ollama_spec.models.store import Store, StoredModel, find_store_root
 from ollama_spec.models.usable import require_usable, usability_problems
@@ -51,12 +51,6 @@ class PairPlan:
         return Fit(self.engine.n_ctx, self.engine.parallel or 1, self.plan)
 
 
-def preset_overlay(model: ResolvedModel, preset: Modelfile) -> ResolvedModel:
-    """A preset's parameters and SYSTEM over the model's own (the CLI lays the whole preset: targets.apply_preset)."""
-    system = preset.system if preset.system is not None else model.system
-    return dataclasses.replace(model, params={**model.params, **preset.parameters}, system=system)
-
-
 @dataclass
 class StorePairs:
     """The store's models and how each is served. `pairs`: --pair TARGET=DRAFT (DRAFT may be "ngram");
@@ -72,7 +66,6 @@ class StorePairs:
     ctx: int | None = None
     settings: ServerSettings = field(default_factory=ServerSettings)
     defaults: RequestDefaults = field(default_factory=RequestDefaults)
-    overlay: Callable[[ResolvedModel, Modelfile], ResolvedModel] = preset_overlay
     _cache: dict = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
@@ -156,7 +149,7 @@ class StorePairs:
         target = resolve_model(name, store=store)
         preset = self.presets.get(target.name)
         if preset is not None:
-            target = self.overlay(target, preset)
+            target = lay_preset(target, preset, log.info)
         require_usable(target.name, target.info, "target", llama_cpp_knows)
         draft, proposer, why = self._draft(store, target, preset)
         settings = self.defaults.over(target.params, self.settings, proposer)
@@ -175,7 +168,7 @@ class StorePairs:
         target = resolve_model(name, store=store)
         preset = self.presets.get(target.name)
         if preset is not None:
-            target = self.overlay(target, preset)
+            target = lay_preset(target, preset, log.info)
         draft, proposer, why = self._draft(store, target, preset)
         return target, draft.name if draft else proposer, why
 

@@ -87,3 +87,26 @@ def test_the_budget_lowers_the_default_context_and_says_so(tiny_store, caplog):
     roomy = Device(gpu.name, gpu.kind, gpu.total, CUDA_RESERVE + 2 * large.gpu_bytes, CUDA_RESERVE)
     big_ram = Device(ram.name, ram.kind, ram.total, 2 * large.host_bytes)
     assert store.plan("tiny-target", [roomy, big_ram]).engine.n_ctx == 2 * SMALL_CTX  # room: not lowered
+
+
+def test_a_served_preset_is_laid_whole_as_the_commands_lay_it(tiny_store, tmp_path, caplog):
+    """The server lays a -f preset with the same function as the commands (models/presets), not a
+    lighter copy of its own: the MESSAGEs and a Jinja TEMPLATE too, its notes in the log."""
+    from ollama_spec.models.modelfile import Modelfile
+    from ollama_spec.prompting.messages import ChatMessage
+
+    preset = Modelfile(
+        tmp_path / "Modelfile",
+        "tiny-target",
+        parameters={"temperature": 0.2},
+        system="Be brief.",
+        template="{% for m in messages %}{{ m.content }}{% endfor %}",
+        messages=(ChatMessage("user", "hi"), ChatMessage("assistant", "hello")),
+        deprecated=("mirostat",),
+    )
+    pairs = StorePairs(models_dir=str(tiny_store), presets={"tiny-target": preset}, engine=engine_settings())
+    with caplog.at_level("INFO", logger="ollama_spec.server"):
+        target, _, _ = pairs.describe("tiny-target")
+    assert target.params["temperature"] == 0.2 and target.system == "Be brief."
+    assert target.messages == preset.messages and target.info.chat_template == preset.template
+    assert "PARAMETER mirostat is one Ollama no longer takes" in caplog.text
