@@ -69,3 +69,17 @@ def test_a_prefix_brought_back_is_the_last_to_go():
     model.seqs[0] = chat(9000)
     pool.release(pool.acquire(chat(0) + [1]))  # chat 0 comes back: 9000 is saved, 1000 goes
     assert [key[0] for key in pool._saved] == [0, 9000] and model.seqs[0] == chat(0)
+
+
+def test_a_prompt_goes_next_to_the_busy_slots_and_its_prefix_comes_along():
+    """Every batch pass spans the busy slots from the lowest to the highest, each idle one between them
+    padded (llama/passes.py): a request takes a slot next to the busy ones, and the prefix a far slot
+    holds is brought to it through host RAM."""
+    model = Model(4)
+    pool = SlotPool([model], 4)
+    model.seqs[3] = chat(0)
+    first = pool.acquire([5, 6, 7])  # nothing busy: any slot will do, an empty one first
+    assert first == 0
+    seq = pool.acquire(chat(0) + [7])
+    assert seq == 1 and model.seqs[1] == chat(0) and pool.restored_tokens == LONG
+    assert pool.acquire(chat(5000)) == 2  # next to them again, though 3 has the older cache
