@@ -45,14 +45,18 @@ class BatchSteps:
         self._lock = threading.Lock()
         # weak: a policy whose request failed before it could leave goes with its request
         self._members: weakref.WeakSet[Slot] = weakref.WeakSet()
+        # the K decided for the step under way, and how many more slots take it before the next decision
+        self._k, self._left = 0, 0
 
     def join(self, member: Slot) -> None:
         with self._lock:
             self._members.add(member)
+            self._left = 0  # a new slot: decide again
 
     def leave(self, member: Slot) -> None:
         with self._lock:
             self._members.discard(member)
+            self._left = 0
 
     def __len__(self) -> int:
         with self._lock:
@@ -63,9 +67,15 @@ class BatchSteps:
         costs were calibrated: then each slot decides as a lone request does."""
         with self._lock:
             members = list(self._members)
-        if len(members) < 2 or self.prices is None:
-            return None
-        return best_shared_k([m.alphas() for m in members], self.prices, margin)
+            if len(members) < 2 or self.prices is None:
+                self._left = 0
+                return None
+            if self._left:  # one decision a step: every slot asks once, and all draft the same K
+                self._left -= 1
+                return self._k
+            self._k = best_shared_k([m.alphas() for m in members], self.prices, margin)
+            self._left = len(members) - 1
+            return self._k
 
     def pass_s(self, tokens: int) -> float:
         return pass_seconds(self.prices, tokens)

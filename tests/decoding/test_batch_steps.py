@@ -68,3 +68,15 @@ def test_policies_leave_when_their_request_ends_or_is_dropped():
     del two  # a request that failed before it could leave
     gc.collect()
     assert len(batch) == 0
+
+
+def test_one_decision_a_step_whatever_each_slot_learned_in_between():
+    """Slots ask in turn after the same verify pass, each having learned from its own: had each decided
+    on what it knew when it asked, two slots could draft two Ks, and the shorter pays padding."""
+    batch = BatchSteps(CPU)
+    one, two = AutoK(CPU, 0.8, batch=batch), AutoK(CPU, 0.8, batch=batch)
+    first = one.next_k()
+    for _ in range(30):
+        one.observe(first, 0, 0.004 * first, 0.05)  # slot one's drafts all rejected since
+    assert two.next_k() == first  # the same step: the same K
+    assert one.next_k() < first  # the next step decides again, on what both know now
