@@ -167,6 +167,7 @@ class AutoK:
         self._explore = ""
         # the requests batched with this one: beside others, the step's K is the batch's (batch_steps)
         self.batch = batch
+        self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
         if batch is not None:
             batch.join(self)
 
@@ -313,6 +314,7 @@ class AutoK:
         self._probe_every = earlier._probe_every
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
+        self.observed += 1
         if drafted:  # the acceptance and the costs of drafting move
             self._drafting = None
         if source == "ngram" and drafted and self.confidence_stops:

@@ -80,3 +80,14 @@ def test_one_decision_a_step_whatever_each_slot_learned_in_between():
         one.observe(first, 0, 0.004 * first, 0.05)  # slot one's drafts all rejected since
     assert two.next_k() == first  # the same step: the same K
     assert one.next_k() < first  # the next step decides again, on what both know now
+
+
+def test_a_fresh_slot_takes_the_others_acceptance_until_it_has_its_own():
+    batch = BatchSteps(GPU)
+    seasoned = AutoK(GPU, 0.8, batch=batch)
+    for _ in range(40):  # its drafts past the first are rejected
+        seasoned.observe(3, 1, 0.012, 0.05)
+    alone = best_shared_k([seasoned.alphas(), seasoned.alphas()], GPU, DRAFT_GAIN_MARGIN)
+    fresh = AutoK(GPU, 0.8, batch=batch)  # its prior would ask for more
+    assert best_shared_k([seasoned.alphas(), fresh.alphas()], GPU, DRAFT_GAIN_MARGIN) > alone
+    assert fresh.next_k() == alone
