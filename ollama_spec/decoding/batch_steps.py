@@ -83,9 +83,6 @@ class BatchSteps:
             self._left = len(members) - 1
             return self._k
 
-    def pass_s(self, tokens: int) -> float:
-        return pass_seconds(self.prices, tokens)
-
 
 def _acceptances(members: Sequence[Slot]) -> list[list[float]]:
     """Each slot's acceptance by position; a slot that has seen too few steps takes the others' mean."""
