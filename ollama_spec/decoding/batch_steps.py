@@ -35,7 +35,6 @@ SEASONED_STEPS = 8
 
 
 class Slot(Protocol):
-    costs: StepCosts
     observed: int  # steps seen
 
     def alphas(self) -> list[float]:
@@ -86,11 +85,12 @@ class BatchSteps:
 
 def _acceptances(members: Sequence[Slot]) -> list[list[float]]:
     """Each slot's acceptance by position; a slot that has seen too few steps takes the others' mean."""
-    seasoned = [m.alphas() for m in members if m.observed >= SEASONED_STEPS]
+    own = [m.alphas() for m in members]
+    seasoned = [alphas for m, alphas in zip(members, own) if m.observed >= SEASONED_STEPS]
     if not seasoned:
-        return [m.alphas() for m in members]
+        return own
     mean = [sum(column) / len(column) for column in zip(*seasoned)]
-    return [m.alphas() if m.observed >= SEASONED_STEPS else mean for m in members]
+    return [alphas if m.observed >= SEASONED_STEPS else mean for m, alphas in zip(members, own)]
 
 
 def pass_seconds(prices: StepCosts, tokens: int) -> float:
