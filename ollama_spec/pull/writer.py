@@ -123,9 +123,7 @@ class StoreWriter:
             if ref is not None:
                 folders.append(next(p for p in self.manifest_path(ref).parents if p.is_dir()))
             for folder in folders:
-                fd, probe = tempfile.mkstemp(dir=folder, prefix=".ollama-spec-probe-")
-                os.close(fd)
-                os.unlink(probe)
+                probe_writable(folder)
             self._remove_stale_staged()
 
     def _remove_stale_staged(self) -> None:
@@ -301,6 +299,25 @@ class StoreWriter:
 
     def _present(self, blob: Blob) -> bool:
         return self.has_blob(blob) if blob.size >= 0 else self.blob_path(blob).is_file()
+
+
+def probe_writable(folder: Path) -> None:
+    """Raise as a write into `folder` would (PermissionError, EROFS, ENOSPC) unless a file can be made there,
+    leaving no name behind, even if the process is killed meanwhile: Ollama reads manifests/ and blobs/, and
+    a stray file there stops its pruning. Linux makes the file without a name (O_TMPFILE); elsewhere, or
+    on a filesystem without it, access(2) answers."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            os.close(os.open(folder, flag | os.O_WRONLY, 0o600))
+            return
+        except FileNotFoundError:
+            return  # a delete pruned the folder meanwhile: the manifest's write makes it again
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
 
 
 class BlobsGone(PullError):
