@@ -229,14 +229,19 @@ class StoreWriter:
             return self._move_in(blob, verified_file)
 
     def _move_in(self, blob: Blob, verified_file: Path) -> Path:
-        """`commit_blob` for a caller that holds the blob's lock."""
+        """`commit_blob` for a caller that holds the blob's lock. Two pulls sharing a blob may hold the same
+        verified file: the first moves it in, and when a delete has removed it from `blobs/` since, the
+        second finds neither (BlobsGone: it is fetched again)."""
         target = self.blob_path(blob)
         with self.writing():
             if self.has_blob(blob):
                 verified_file.unlink(missing_ok=True)
                 return target
-            os.chmod(verified_file, 0o644)
-            os.replace(verified_file, target)
+            try:
+                os.chmod(verified_file, 0o644)
+                os.replace(verified_file, target)
+            except FileNotFoundError:
+                raise BlobsGone([blob]) from None
         return target
 
     def add_bytes(self, data: bytes) -> Blob:
@@ -266,7 +271,7 @@ class StoreWriter:
         for part in ref.manifest_parts:
             exact = path / part
             if not exact.exists() and path.is_dir():
-                exact = next((entry for entry in sorted(path.iterdir()) if entry.name.lower() == part.lower()), exact)
+                exact = next((entry for entry in _entries(path) if entry.name.lower() == part.lower()), exact)
             path = exact
         return path
 
@@ -290,9 +295,8 @@ class StoreWriter:
                 if gone:
                     raise BlobsGone(gone)
                 with self.writing(then=then):
-                    path.parent.mkdir(parents=True, exist_ok=True)
                     os.chmod(staged, 0o644)
-                    os.replace(staged, path)
+                    _replace_into(staged, path)
         finally:
             staged.unlink(missing_ok=True)
         return path
@@ -328,6 +332,27 @@ class BlobsGone(PullError):
         shown = ", ".join(blob.digest for blob in blobs[:3]) + (" ..." if len(blobs) > 3 else "")
         said = f"{shown} left the store before the manifest was written (a delete of a model sharing it)"
         super().__init__(f"{said}; {then}" if then else said)
+
+
+def _entries(folder: Path) -> list[Path]:
+    """`folder`'s entries in order; none when a delete removed it meanwhile."""
+    try:
+        return sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _replace_into(staged: Path, path: Path, tries: int = 5) -> None:
+    """Rename `staged` to `path`, making its folders: a delete of the last model in one removes it when it finds
+    it empty, which may fall between the two steps; the folder is then made again."""
+    for attempt in range(tries):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(staged, path)
+            return
+        except FileNotFoundError:
+            if attempt == tries - 1 or not staged.exists():
+                raise
 
 
 def named_blobs(data: bytes) -> list[Blob]:
