@@ -27,6 +27,7 @@ from ollama_spec.llama.load_params import apply_lora_adapters, apply_placement, 
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry, PassCosts, chunked, piece_size, plan_passes
 from ollama_spec.llama.sequences import SequenceView
+from ollama_spec.llama.tokenizing import Tokenizer
 from ollama_spec.planning.placement import Placement
 
 
@@ -197,10 +198,11 @@ class LoadedModel:
         self.batcher = None  # a StepBatcher while slots run together (see llama/batcher.py)
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
+        self._tokenizer = Tokenizer(self._model)
 
     # --- text <-> tokens -------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
-        return self._model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+        return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """The token's text as raw bytes (a piece may hold part of a UTF-8 character).
