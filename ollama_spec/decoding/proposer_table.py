@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ollama_spec.decoding.eagle3 import HEAD, Eagle3Proposer
 from ollama_spec.decoding.proposers import (
     DEFAULT_NGRAM_SIZE,
     DRAFT,
@@ -35,6 +36,12 @@ PROPOSERS: dict[str, ProposerKind] = {
     # each step whichever of the two is expected to get more tokens accepted (--draft MODEL --ngram)
     HYBRID: ProposerKind(
         lambda draft, vocab, p_min, size: HybridProposer(DraftModelProposer(draft, vocab, p_min), NgramProposer(size)),
+        True,
+    ),
+    # an EAGLE-3 head (the "draft" it is built over: one sequence of a loaded head), alone or with lookup
+    HEAD: ProposerKind(lambda head, vocab, p_min, size: Eagle3Proposer(head, vocab, p_min), True),
+    f"{HEAD}+{NGRAM}": ProposerKind(
+        lambda head, vocab, p_min, size: HybridProposer(Eagle3Proposer(head, vocab, p_min), NgramProposer(size)),
         True,
     ),
 }

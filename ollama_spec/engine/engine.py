@@ -10,11 +10,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
+from ollama_spec.decoding.eagle3 import HEAD
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.proposers import Proposer
+from ollama_spec.decoding.proposer_table import build_proposer
+from ollama_spec.decoding.proposers import DRAFT, HYBRID, NGRAM, Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
@@ -28,6 +31,7 @@ from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.batcher import StepBatcher
 from ollama_spec.llama.canary import decide_repack
+from ollama_spec.llama.eagle3 import Eagle3Head, HeadCalibration
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
 from ollama_spec.llama.rpc import remote_devices
@@ -41,6 +45,8 @@ from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.messages import ChatMessage
 
 DEFAULT_CTX = 4096
+# With an EAGLE-3 head loaded, the proposer each speculation setting names drafts with the head
+HEAD_PROPOSERS = {DRAFT: HEAD, HYBRID: f"{HEAD}+{NGRAM}"}
 AUTO_PARALLEL = 4  # as llama-server's and Ollama's defaults go: more slots than clients cost only memory
 
 
@@ -58,6 +64,8 @@ class EngineSettings:
     # Slots: requests that run together, each its own sequence of n_ctx tokens in both caches
     # (serve --parallel); None: as many as the memory plan fits, up to AUTO_PARALLEL
     parallel: int | None = 1
+    # An EAGLE-3 head's GGUF: it drafts for the target (in place of a draft model), reading its hidden states
+    head: Path | None = None
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -112,6 +120,15 @@ class Engine:
         self.target_model, self.draft_model, self.settings = target, draft, settings
         self.notice = notice  # what a user should hear about while it happens (a calibration's pause)
         require_usable(target.name, target.info, "target", llama_cpp_knows)
+        if settings.head is not None and draft is not None:
+            raise InvalidSetting("a draft model and an EAGLE-3 head cannot both draft: choose one")
+        if settings.head is not None and (
+            is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
+        ):
+            raise InvalidSetting(
+                f"{target.name} is a recurrent or hybrid model: its cache cannot be cut back after each "
+                "step, so an EAGLE-3 head cannot draft for it"
+            )
         if draft is not None:
             require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
             require_compatible(target.name, target.info, draft.name, draft.info)
@@ -141,14 +158,19 @@ class Engine:
             window_cache=takes_window_cache(target.info.architecture),
             isolated_rows=True,
         )
-        self.draft = None
-        if draft is not None:
-            try:
+        self.draft = self.head = None
+        try:
+            if draft is not None:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
-            except BaseException:
-                self.target.close()
-                raise
-        self.costs = LearnedCosts(self.target, self.draft, settings.placement, notice)  # as asked: see its key
+            if settings.head is not None:
+                self.head = Eagle3Head(settings.head, self.target, n_gpu_layers=settings.draft_gpu_layers)
+        except BaseException:
+            self.target.close()
+            raise
+        # -k auto prices a head's draft steps as a draft model's; its work beside each target pass is
+        # inside the verify batches' timings
+        drafter = HeadCalibration(self.head) if self.head is not None else self.draft
+        self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
         # with several slots, their evaluations run as one batch a model (drafts first: see batcher.py)
@@ -197,6 +219,15 @@ class Engine:
     def proposer(self, speculation: SpeculationSettings, slot: int = 0) -> Proposer | None:
         """Who proposes tokens for this request: the proposer its settings name, over slot `slot` of
         the draft model, or nobody (one that needs a draft model, and none is loaded)."""
+        if self.head is not None:  # the head drafts where a draft model would
+            name = HEAD_PROPOSERS.get(speculation.proposer, speculation.proposer)
+            return build_proposer(
+                name,
+                self.head.sequence(slot),
+                self.target.n_vocab,
+                draft_p_min=speculation.draft_p_min,
+                ngram_size=speculation.ngram_size,
+            )
         draft = self.draft if self.draft is None or self.slots == 1 else self.draft.sequence(slot)
         return speculation.proposer_over(draft, self.target.n_vocab)
 
@@ -219,6 +250,8 @@ class Engine:
         self.embeddings.close()
         if self.batcher is not None:
             self.batcher.close()
+        if self.head is not None:
+            self.head.close()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()

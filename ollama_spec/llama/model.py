@@ -195,8 +195,15 @@ class LoadedModel:
         self._window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
         self._unsettled: set[int] = set()  # sequences a decode ran on whose tokens `cached` may not hold yet
         self.batcher = None  # a StepBatcher while slots run together (see llama/batcher.py)
+        # An EAGLE-3 head beside this target (llama/eagle3.py): told of every pass and every cut
+        self.observer = None
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
+
+    @property
+    def llama_context(self):
+        """llama.cpp's context (for a head that reads this target's captured rows: llama/eagle3.py)."""
+        return self._ctx.ctx
 
     # --- text <-> tokens -------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
@@ -351,6 +358,8 @@ class LoadedModel:
                 "(a recurrent or hybrid model): it cannot be used for speculative decoding"
             )
         del cached[n_tokens:]
+        if self.observer is not None:
+            self.observer.truncated(seq, n_tokens)
         if self._window and not self._window_whole(seq):
             self.clear_sequence(seq)  # callers evaluate what they lack
 
@@ -362,6 +371,8 @@ class LoadedModel:
             llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
         self._cached[seq].clear()
         self._unsettled.discard(seq)
+        if self.observer is not None:
+            self.observer.truncated(seq, 0)
 
     def save_sequence(self, seq: int) -> bytes:
         """Sequence `seq`'s cells, to restore later (engine/slots.py keeps prefixes in host RAM)."""
@@ -421,11 +432,14 @@ class LoadedModel:
             raise InferenceError(
                 f"llama.cpp could not evaluate a batch of {len(entries)} tokens (llama_decode: {code})"
             )
+        positions = [batch.pos[i] for i in range(len(entries))] if self.observer is not None else []
         for seq in seqs:
             self._cached[seq].extend(entry.token for entry in entries if entry.seq == seq and entry.item is not None)
             if next_pos[seq] > len(self._cached[seq]):  # padding: gone again before anything reads the cache
                 llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, len(self._cached[seq]), -1)
         self._unsettled -= seqs
+        if self.observer is not None:  # the head reads this pass's captured rows before the next pass
+            self.observer.passed(entries, positions)
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)

