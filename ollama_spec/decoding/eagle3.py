@@ -15,7 +15,7 @@ import numpy as np
 
 from ollama_spec.decoding.proposers import Proposer, draft_tokens
 
-HEAD = "eagle3"  # the source of its tokens (Proposer.source) and its name in PROPOSERS
+HEAD = "eagle3"  # the source of its tokens (Proposer.source)
 
 
 class HeadModel(Protocol):

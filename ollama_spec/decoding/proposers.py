@@ -312,7 +312,7 @@ class HybridProposer(Proposer):
 
     def __init__(self, draft: Proposer, ngram: NgramProposer):
         self.draft, self.ngram = draft, ngram
-        self.source = draft.source
+        self.drafter = self.source = getattr(draft, "source", DRAFT)  # who drafts: a draft model, a head
         self.draft_run = 1.0  # accepted tokens per draft-model step, decayed
         self._length, self._drafted = 0, 0  # the last step's: the text's length, the draft model's tokens
 
@@ -335,13 +335,13 @@ class HybridProposer(Proposer):
             self.ngram.note(seq, n)
             return lookup[:n], None
         self.ngram.shadow(seq, lookup[: max(n, 1)])
-        self.source = self.draft.source
+        self.source = self.drafter
         tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
         self._drafted = len(tokens)
         return tokens, q
 
     def accepted(self, seq):
-        if self.source == self.draft.source and self._drafted:
+        if self.source == self.drafter and self._drafted:
             accepted = len(seq) - self._length - 1
             self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
         self.ngram.accepted(seq)

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ollama_spec.decoding.eagle3 import HEAD
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.decoding.proposer_table import build_proposer
-from ollama_spec.decoding.proposers import DRAFT, HYBRID, NGRAM, Proposer
+from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
@@ -45,8 +44,6 @@ from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.messages import ChatMessage
 
 DEFAULT_CTX = 4096
-# With an EAGLE-3 head loaded, the proposer each speculation setting names drafts with the head
-HEAD_PROPOSERS = {DRAFT: HEAD, HYBRID: f"{HEAD}+{NGRAM}"}
 AUTO_PARALLEL = 4  # as llama-server's and Ollama's defaults go: more slots than clients cost only memory
 
 
@@ -220,13 +217,13 @@ class Engine:
         """Who proposes tokens for this request: the proposer its settings name, over slot `slot` of
         the draft model, or nobody (one that needs a draft model, and none is loaded)."""
         if self.head is not None:  # the head drafts where a draft model would
-            name = HEAD_PROPOSERS.get(speculation.proposer, speculation.proposer)
             return build_proposer(
-                name,
+                speculation.proposer,
                 self.head.sequence(slot),
                 self.target.n_vocab,
                 draft_p_min=speculation.draft_p_min,
                 ngram_size=speculation.ngram_size,
+                head=True,
             )
         draft = self.draft if self.draft is None or self.slots == 1 else self.draft.sequence(slot)
         return speculation.proposer_over(draft, self.target.n_vocab)

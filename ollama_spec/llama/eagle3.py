@@ -69,6 +69,7 @@ class Eagle3Head:
             self._model.close()
             raise
         self.n_embd = llama_cpp.llama_model_n_embd(self._model.model)
+        self._zero = np.zeros(self.n_embd, dtype=np.float32)
         self.n_vocab = target.n_vocab
         self.n_batch = llama_cpp.llama_n_ubatch(self._ctx.ctx)
         self._batch = llama_cpp.llama_batch_ext_init(self._ctx.ctx)
@@ -140,12 +141,10 @@ class Eagle3Head:
                 state = self._state[seq]
                 if state.end > first:
                     self._cut(seq, first)
-                if state.pending is not None and state.pending[0] == first - 1 and state.end == first - 1:
-                    pairs.append((seq, first - 1, tokens[0], state.pending[1]))
+                pairs += self._gap(seq, first)
                 pairs += [(seq, positions[i], tokens[k + 1], seq_g[k]) for k, i in enumerate(rows[:-1])]
                 state.rows, state.pending = (first, seq_g), (last, seq_g[-1])
-            for start in range(0, len(pairs), self.n_batch):
-                self._decode(pairs[start : start + self.n_batch], outputs=False)
+            self._decode_all(pairs)
 
     def truncated(self, seq: int, n_tokens: int) -> None:
         """The target's sequence `seq` now holds `n_tokens` tokens: drop the pairs that read a token
@@ -159,6 +158,21 @@ class Eagle3Head:
             state.pending = None
             if state.rows is not None and 0 <= boundary - state.rows[0] < len(state.rows[1]):
                 state.pending = (boundary, state.rows[1][boundary - state.rows[0]])
+
+    def _gap(self, seq: int, position: int) -> list[tuple[int, int, int, np.ndarray]]:
+        """The pairs the head lacks before `position` (llama.cpp takes a sequence's positions only in
+        order): the pending g where it waits there, else a zero g (a cache cut or restored past
+        what the head kept: only the drafts' quality can suffer), each with the target's next token."""
+        state, cached = self._state[seq], self.target.cached_of(seq)
+        pairs = []
+        for p in range(state.end, position):
+            pending = state.pending is not None and state.pending[0] == p
+            pairs.append((seq, p, cached[p + 1], state.pending[1] if pending else self._zero))
+        return pairs
+
+    def _decode_all(self, pairs: Sequence[tuple[int, int, int, np.ndarray]]) -> None:
+        for start in range(0, len(pairs), self.n_batch):
+            self._decode(pairs[start : start + self.n_batch], outputs=False)
 
     def _cut(self, seq: int, position: int) -> None:
         state = self._state[seq]
@@ -230,6 +244,7 @@ class Eagle3Head:
         its pre-norm state (the next position's g)."""
         with self._lock:
             self._cut(seq, position)
+            self._decode_all(self._gap(seq, position))
             self._decode([(seq, position, token, g)], outputs=True)
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, 0), shape=(self.n_vocab,))
             state = np.ctypeslib.as_array(self.calls.get_nextn_ith(self._ctx.ctx, 0), shape=(self.n_embd,))

@@ -57,5 +57,35 @@ def test_acceptance_at_k1_is_the_heads(kind, low, high, heads, tiny_models):
         for prompt in PROMPTS[1:]:
             stats = answer(engine, request(prompt, 1, max_tokens=100)).speculation
             drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
-    assert drafted > 200
+    assert drafted > 150
     assert low <= accepted / drafted <= high, (kind, accepted / drafted)
+
+
+def in_slot(engine, prompt, k, barrier, results):
+    req = request(prompt, k)
+    try:
+        with engine.run_in_slot(engine.prompt_tokens(req)) as slot:
+            barrier.wait(60)
+            results[prompt] = answer(engine, req, slot).tokens
+    except Exception as exc:  # noqa: BLE001 - shown by the test's assertion
+        results[prompt] = repr(exc)
+
+
+@pytest.mark.parametrize("kind", ["random", "crafted", "reduced"])
+def test_four_slots_together_write_the_targets_text(kind, heads, tiny_models):
+    """One head sequence a slot: each slot's greedy text is the target's alone (with four slots a
+    row's sums are those of a sequence in a stream of its own: llama/passes.py), at every K."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads[kind], parallel=4)) as engine:
+        expected = {}
+        for prompt in PROMPTS:
+            generation = engine.generate(request(prompt), use_draft=False)
+            "".join(generation)
+            expected[prompt] = generation.result.tokens
+        for k in (1, 2, 4, 8):
+            results, barrier = {}, threading.Barrier(len(PROMPTS))
+            threads = [threading.Thread(target=in_slot, args=(engine, p, k, barrier, results)) for p in PROMPTS]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(180)
+            assert results == expected, (kind, k)
