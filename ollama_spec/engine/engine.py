@@ -36,6 +36,7 @@ from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_atte
 from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
+from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.models.usable import require_usable
 from ollama_spec.planning.context import ContextChoice
@@ -88,9 +89,11 @@ def pair_facts(
 ) -> PairFacts:
     """What the memory plan reads of this pair as these settings load it (planning/fit.py decides the fit)."""
     placement = settings.placement if placement is None else placement
+    # an EAGLE-3 head is planned as a draft model of one layer is, with the rows its target captures for it
+    drafter = draft.loaded_info if draft else read_model_info(settings.head) if settings.head else None
     return PairFacts(
         target.loaded_info,
-        draft.loaded_info if draft else None,
+        drafter,
         settings.kv_type,
         repack=decide_repack(settings.repack).enabled if repack is None else repack,
         features=backends.cpu_features(),

@@ -6,9 +6,15 @@ import threading
 
 import pytest
 
+from ollama_spec.decoding.eagle3 import HEAD
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.penalties import Penalties
+from ollama_spec.decoding.proposers import HYBRID, NGRAM
 from ollama_spec.decoding.sampling import SamplingSettings
-from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.engine.engine import Engine, Request, pair_facts
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.planning.needs import captured_rows_bytes, model_needs
 from tests.builders.eagle3_heads import build_heads
 from tests.conftest import engine_settings
 
@@ -89,3 +95,35 @@ def test_four_slots_together_write_the_targets_text(kind, heads, tiny_models):
             for thread in threads:
                 thread.join(180)
             assert results == expected, (kind, k)
+
+
+def test_grammar_penalties_and_lookup_beside_the_head(heads, tiny_models, baseline_engine):
+    """Structured output, a repeat penalty, and prompt lookup with the head (draft+ngram): each
+    greedy text is the target's alone."""
+    cases = {
+        "grammar": request(PROMPTS[1], grammar=grammar_for_json(), ignore_eos=False),
+        "penalty": request(
+            PROMPTS[2], sampling=SamplingSettings(temperature=0, penalties=Penalties(repeat_penalty=1.3))
+        ),
+        "lookup": request(LONG, speculation=SpeculationSettings(4, proposer=HYBRID)),
+    }
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
+        for name, req in cases.items():
+            got = answer(engine, req)
+            assert got.tokens == answer(baseline_engine, req).tokens, name
+            assert got.speculation.drafted_by_source, name
+        assert set(got.speculation.drafted_by_source) <= {HEAD, NGRAM}
+
+
+def test_the_memory_plan_counts_the_head_and_the_rows_its_target_captures(heads, tiny_models):
+    settings = engine_settings(head=heads["crafted"])
+    facts = pair_facts(tiny_models[0], None, settings)
+    assert facts.draft.architecture == "eagle3"
+    assert captured_rows_bytes(facts.draft) == 3 * tiny_models[0].info.embedding_length * 512 * 4
+    needs = model_needs(facts.draft, 2048)
+    assert needs.kv > 0 and needs.output_buffer > captured_rows_bytes(facts.draft)
+
+
+def test_a_head_and_a_draft_model_together_are_refused(heads, tiny_models):
+    with pytest.raises(InvalidSetting, match="a draft model and an EAGLE-3 head cannot both draft"):
+        Engine(tiny_models[0], tiny_models[1], engine_settings(head=heads["crafted"]))
