@@ -12,6 +12,9 @@ predicts the token after that token. Three kinds for tests and demos:
   (`norm_before_residual` with a zero hidden norm), so the head is a bigram table run as a transformer.
 - `reduced`: the crafted head over the tokens in `draft_vocab` only (an `output` of fewer rows, `d2t`
   naming each row's target id), as published heads for 128k vocabularies are.
+- `bag`: each position attends to every position its cache holds alike (q = k = 0), and its logits
+  are each token's code against the mean of the codes there: they say exactly which tokens the
+  head's cache pairs with which positions (a test of the (t[P+1], g[P]) pairing).
 
 The keys are plain strings: gguf 0.19 has no EAGLE-3 constants (../shared/HEADS.md).
 """
@@ -26,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
 
-HEAD_KINDS = ("random", "crafted", "reduced")
+HEAD_KINDS = ("random", "crafted", "reduced", "bag")
 ARCH = "eagle3"
 # The crafted head's RoPE: distances other than 0 then turn q·k to pseudo-random angles, so a
 # position attends to itself (every other score well under its own).
@@ -63,11 +66,14 @@ def write_eagle3_head(
     target_layers: tuple[int, int, int] | None = None,
     shape: HeadShape = HeadShape(),
     seed: int = 5,
+    fc_first_layer_only: bool = False,
 ) -> None:
     """Write an EAGLE-3 head for the llama GGUF `target_gguf` (its tokenizer copied) to `path`.
 
     `next_token[t]` (crafted, reduced): the token the head predicts after t; `draft_vocab`
-    (reduced): the target ids the head can propose, in the order of its output rows."""
+    (reduced): the target ids the head can propose, in the order of its output rows.
+    `fc_first_layer_only`: the encoder reads the first named layer's input alone (with layer 0, the
+    target's token embedding: a test can compute each g from the target's weights)."""
     if kind not in HEAD_KINDS:
         raise ValueError(f"unknown head kind {kind!r}: choose {', '.join(HEAD_KINDS)}")
     reader = GGUFReader(target_gguf)
@@ -78,6 +84,12 @@ def write_eagle3_head(
     layers = target_layers or default_target_layers(n_layer)
     if kind == "random":
         tensors, flags = _random_tensors(shape, n_tgt, n_vocab, seed), {}
+    elif kind == "bag":
+        tensors, flags = _crafted_tensors(shape, n_tgt, n_vocab, np.arange(n_vocab), None, seed)
+        half = shape.n_embd // 2
+        tensors["blk.0.attn_q.weight"] = np.zeros_like(tensors["blk.0.attn_q.weight"])
+        tensors["blk.0.attn_k.weight"] = np.zeros_like(tensors["blk.0.attn_k.weight"])
+        tensors["output.weight"][:, half:] = tensors["token_embd.weight"][:, half:]
     else:
         if next_token is None:
             raise ValueError("a crafted head needs next_token")
@@ -100,6 +112,8 @@ def write_eagle3_head(
     for key, value in flags.items():
         writer.add_bool(f"{ARCH}.{key}", value)
     _copy_tokenizer(reader, writer)
+    if fc_first_layer_only:
+        tensors["fc.weight"][:, n_tgt:] = 0.0
     for name, array in tensors.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
