@@ -117,7 +117,7 @@ def test_each_g_is_encoded_from_its_own_positions_rows(tiny_models, tmp_path):
     with LoadedModel(tiny_models[0].path, LoadSettings(n_ctx=256, n_threads=1, n_seq=2)) as target:
         head = Eagle3Head(path, target)
         try:
-            texts = ["The quick brown fox jumps over the lazy dog", "Once upon a time"]
+            texts = ["Once upon a time", "The quick brown fox jumps over the lazy dog"]  # the first padded
             prompts = [target.tokenize(text, add_bos=True, special=False) for text in texts]
             target.decode_many([(seq, prompt, 1) for seq, prompt in enumerate(prompts)])
             for seq, prompt in enumerate(prompts):
