@@ -143,7 +143,10 @@ class Eagle3Head:
                     self._cut(seq, first)
                 pairs += self._gap(seq, first)
                 pairs += [(seq, positions[i], tokens[k + 1], seq_g[k]) for k, i in enumerate(rows[:-1])]
-                state.rows, state.pending = (first, seq_g), (last, seq_g[-1])
+                # the rows a cut may take the pending g from: this pass's, and the g that waited before it
+                before = state.pending is not None and state.pending[0] == first - 1
+                state.rows = (first - 1, np.vstack([state.pending[1], seq_g])) if before else (first, seq_g)
+                state.pending = (last, seq_g[-1])
             self._decode_all(pairs)
 
     def truncated(self, seq: int, n_tokens: int) -> None:

@@ -127,3 +127,16 @@ def test_the_memory_plan_counts_the_head_and_the_rows_its_target_captures(heads,
 def test_a_head_and_a_draft_model_together_are_refused(heads, tiny_models):
     with pytest.raises(InvalidSetting, match="a draft model and an EAGLE-3 head cannot both draft"):
         Engine(tiny_models[0], tiny_models[1], engine_settings(head=heads["crafted"]))
+
+
+def test_auto_k_prices_the_heads_steps(heads, tiny_models, expected, monkeypatch):
+    """-k auto times a head's draft step (the calibration runs the head's decoder at the target's
+    boundary, each time the target's passes were cut back) and keeps the target's greedy text."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
+        steps = []
+        draft_step = engine.head.draft_step
+        monkeypatch.setattr(engine.head, "draft_step", lambda *args: steps.append(args[1]) or draft_step(*args))
+        engine.costs.calibrated(engine.costs.draft, 8)
+        assert len(steps) >= 5 and len(set(steps)) == 1  # every timed step at the same boundary
+        for prompt in PROMPTS[1:]:
+            assert answer(engine, request(prompt, None)).tokens == expected[prompt]
