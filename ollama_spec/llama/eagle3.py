@@ -100,6 +100,17 @@ class Eagle3Head:
                 f"the head {self.path} reads target layers {list(self.layers)}: an EAGLE-3 head reads 3 "
                 f"layers of its target, which has {self.target_layers}"
             )
+        llama_cpp.llama_model_meta_val_str(self._model.model, b"eagle3.target_hidden_size", buffer, 64)
+        width = int(buffer.value or 0)
+        if width != self.n_target_embd:
+            raise ModelLoadError(
+                f"the head {self.path} was made for a target {width} wide; this target is {self.n_target_embd}"
+            )
+        vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model.model))
+        if vocab != self.target.n_vocab:
+            raise ModelLoadError(
+                f"the head {self.path} has a vocabulary of {vocab} tokens; its target's has {self.target.n_vocab}"
+            )
 
     def _context(self, mark) -> LlamaContext:
         target = self.target

@@ -140,3 +140,30 @@ def test_auto_k_prices_the_heads_steps(heads, tiny_models, expected, monkeypatch
         assert len(steps) >= 5 and len(set(steps)) == 1  # every timed step at the same boundary
         for prompt in PROMPTS[1:]:
             assert answer(engine, request(prompt, None)).tokens == expected[prompt]
+
+
+def test_a_head_for_a_recurrent_target_is_refused(heads, tmp_path):
+    from ollama_spec.models.resolve import resolve_model
+    from tests.builders.recurrent import write_mamba_gguf
+
+    path = tmp_path / "mamba.gguf"
+    write_mamba_gguf(path)
+    with pytest.raises(InvalidSetting, match="recurrent or hybrid model: .* an EAGLE-3 head cannot draft for it"):
+        Engine(resolve_model(str(path)), None, engine_settings(head=heads["crafted"]))
+
+
+def test_a_head_for_another_target_is_refused_at_load(tiny_models, tiny_store, tmp_path):
+    """A head whose target layers lie past the target's, or made for another vocabulary: one line each."""
+    from ollama_spec.errors import ModelLoadError
+    from ollama_spec.models.resolve import resolve_model
+    from ollama_spec.synthetic.catalog import ALIEN_NAME
+    from ollama_spec.synthetic.eagle3_head import write_eagle3_head
+
+    path = tmp_path / "deep.gguf"
+    write_eagle3_head(path, tiny_models[0].path, "random", target_layers=(2, 16, 29))
+    with pytest.raises(ModelLoadError, match=r"reads target layers \[2, 16, 29\].*which has 4"):
+        Engine(tiny_models[0], None, engine_settings(head=path))
+    alien = tmp_path / "alien.gguf"
+    write_eagle3_head(alien, resolve_model(ALIEN_NAME, str(tiny_store)).path, "random", target_layers=(0, 0, 0))
+    with pytest.raises(ModelLoadError, match="has a vocabulary of 1024 tokens; its target's has 512"):
+        Engine(tiny_models[0], None, engine_settings(head=alien))
