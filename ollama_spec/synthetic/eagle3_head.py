@@ -67,13 +67,16 @@ def write_eagle3_head(
     shape: HeadShape = HeadShape(),
     seed: int = 5,
     fc_first_layer_only: bool = False,
+    borrow_embeddings: bool = False,
 ) -> None:
     """Write an EAGLE-3 head for the llama GGUF `target_gguf` (its tokenizer copied) to `path`.
 
     `next_token[t]` (crafted, reduced): the token the head predicts after t; `draft_vocab`
     (reduced): the target ids the head can propose, in the order of its output rows.
     `fc_first_layer_only`: the encoder reads the first named layer's input alone (with layer 0, the
-    target's token embedding: a test can compute each g from the target's weights)."""
+    target's token embedding: a test can compute each g from the target's weights).
+    `borrow_embeddings` (random): no token embeddings or output matrix of its own: llama.cpp takes the
+    target's (as the published Llama 3.1 8B head does its embeddings)."""
     if kind not in HEAD_KINDS:
         raise ValueError(f"unknown head kind {kind!r}: choose {', '.join(HEAD_KINDS)}")
     reader = GGUFReader(target_gguf)
@@ -114,6 +117,10 @@ def write_eagle3_head(
     _copy_tokenizer(reader, writer)
     if fc_first_layer_only:
         tensors["fc.weight"][:, n_tgt:] = 0.0
+    if borrow_embeddings:
+        if kind != "random" or shape.n_embd != n_tgt:
+            raise ValueError("only a random head as wide as its target borrows the target's embeddings")
+        del tensors["token_embd.weight"], tensors["output.weight"]
     for name, array in tensors.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()

@@ -1,14 +1,16 @@
-"""The three synthetic EAGLE-3 heads over tiny-target (synthetic/eagle3_head.py): random, crafted from
-the target's own greedy bigrams, and the crafted one over a reduced vocabulary with d2t."""
+"""The synthetic EAGLE-3 heads over tiny-target (synthetic/eagle3_head.py): random, crafted from the
+target's own greedy bigrams, the crafted one over a reduced vocabulary with d2t, and a random one that
+borrows the target's embeddings and output matrix."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+from gguf import GGUFReader
 
 from ollama_spec.llama.model import LoadedModel, LoadSettings
-from ollama_spec.synthetic.eagle3_head import write_eagle3_head
+from ollama_spec.synthetic.eagle3_head import HeadShape, write_eagle3_head
 
 TARGET_LAYERS = (0, 2, 3)  # tiny-target has 4 layers: the first's input is the token embedding
 BIGRAM_PROMPTS = [f"Text number {i}: " + "abcdefghijklmnopqrstuvwxyz"[i % 26] * (i % 5 + 1) for i in range(24)]
@@ -48,4 +50,15 @@ def build_heads(target_path: Path, root: Path) -> dict[str, Path]:
         write_eagle3_head(
             paths[kind], target_path, kind, next_token=table, draft_vocab=draft_vocab, target_layers=TARGET_LAYERS
         )
+    # a random head that reads the target's token embeddings and output matrix (ctx_other)
+    paths["borrowing"] = root / "head-borrowing.gguf"
+    n_embd = next(t.shape[0] for t in GGUFReader(target_path).tensors if t.name == "token_embd.weight")
+    write_eagle3_head(
+        paths["borrowing"],
+        target_path,
+        "random",
+        target_layers=TARGET_LAYERS,
+        shape=HeadShape(n_embd=int(n_embd)),
+        borrow_embeddings=True,
+    )
     return paths

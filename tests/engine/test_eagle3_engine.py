@@ -45,7 +45,7 @@ def answer(engine, req, slot=0):
     return generation.result
 
 
-@pytest.mark.parametrize("kind", ["random", "crafted", "reduced"])
+@pytest.mark.parametrize("kind", ["random", "crafted", "reduced", "borrowing"])
 def test_greedy_text_is_the_targets_at_every_k(kind, heads, tiny_models, expected):
     with Engine(tiny_models[0], None, engine_settings(head=heads[kind])) as engine:
         assert len(engine.prompt_tokens(request(LONG))) > 512
