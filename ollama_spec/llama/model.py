@@ -11,8 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,12 @@ from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import ContextFull, InferenceError, InvalidSetting, ModelLoadError
 from ollama_spec.llama.backends import has_local_gpu
-from ollama_spec.llama.load_params import apply_lora_adapters, apply_placement, kv_override_array
+from ollama_spec.llama.load_params import (  # noqa: F401 - extra_bufts_default: callers take it from here
+    apply_lora_adapters,
+    apply_placement,
+    extra_bufts_default,
+    kv_override_array,
+)
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry, PassCosts, chunked, piece_size, plan_passes
 from ollama_spec.llama.sequences import SequenceView
@@ -39,24 +43,6 @@ def gpu_offload_supported() -> bool:
     """Can this build put layers on a GPU of this machine? (Not llama_supports_gpu_offload: with the
     RPC backend built in, it says yes on every machine.)"""
     return has_local_gpu()
-
-
-@contextmanager
-def extra_bufts_default(enabled: bool) -> Iterator[None]:
-    """Make `llama_cpp.Llama` (which has no such argument) load with use_extra_bufts = `enabled`."""
-    bindings = llama_cpp.llama_cpp  # the module llama.py calls it through, on each load
-    original = bindings.llama_model_default_params
-
-    def params():
-        p = original()
-        p.use_extra_bufts = enabled
-        return p
-
-    bindings.llama_model_default_params = params
-    try:
-        yield
-    finally:
-        bindings.llama_model_default_params = original
 
 
 LLAMA_CPP_VERSION = llama_cpp.__version__  # part of cache keys: another build may time steps otherwise
