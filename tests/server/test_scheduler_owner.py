@@ -5,6 +5,7 @@ a request. Real engines over a copy of the tiny store, driven on one event loop 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import ollama
@@ -189,9 +190,11 @@ def test_a_load_that_waits_too_long_for_room_is_a_503_with_retry_after(store_cop
     asyncio.run(scenario())
 
 
-def test_a_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_copy):
+def test_a_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_copy, caplog):
     """Open WebUI's long chats: instead of dropping turns, the model loads again with a context that holds the
-    whole prompt (up to the trained length, where the memory plan allows it), and no warning is needed."""
+    whole prompt (up to the trained length, where the memory plan allows it), and no warning is needed. The
+    log says that the prompt chose the context, not a num_ctx (the request sent none)."""
+    caplog.set_level(logging.INFO, logger="ollama_spec.server")
     with running_store(store_copy, no_draft=True) as (url, _):
         client = ollama.Client(host=url)
         client.generate("tiny-alien", "Once", options={"num_predict": 2})
@@ -207,3 +210,6 @@ def test_a_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_
         assert answer.prompt_eval_count > 4096 and loaded > answer.prompt_eval_count
         speculation = answer.model_dump().get("speculation") or {}
         assert not speculation.get("warnings")  # nothing was left out
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith(("loaded tiny-alien", "unloading"))]
+    assert "context 8192 for a prompt that needs " in logged[1] and "beyond its 4096" in logged[1], logged
+    assert "context 8192 (a prompt that needs " in logged[2] and not any("asked for" in line for line in logged)
