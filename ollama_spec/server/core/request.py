@@ -13,8 +13,8 @@ from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.prompting.tools import forced_call_schema, tool_names
-from ollama_spec.server.core.errors import TOO_LONG, ApiError
-from ollama_spec.server.core.fitting import fit_to_context, needs_fitting, tools_tokens
+from ollama_spec.server.core.errors import ApiError, TooLong
+from ollama_spec.server.core.fitting import context_for, fit_to_context, needs_fitting, tools_tokens
 from ollama_spec.server.core.settings import ServerSettings
 
 
@@ -139,19 +139,17 @@ def _max_tokens(
             fix = f"shorten it{fewer}: it is past the model's trained context ({trained} tokens), which no num_ctx changes"
         else:
             fix = f"shorten it{fewer.replace(' or', ',')} or load the model with a larger num_ctx"
-        raise ApiError(
-            400, f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; {fix}", code=TOO_LONG
-        )
+        wanted = context_for(n_prompt, max_tokens or settings.max_tokens)
+        raise TooLong(f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; {fix}", wanted)
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(400, f"{name} must be at least 1, got {max_tokens}", name)
     if max_tokens is not None and max_tokens > room:
         if not asked.cap_max_tokens:
-            raise ApiError(
-                400,
+            raise TooLong(
                 f"{name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
                 f"{context} tokens, which leaves {room}",
+                n_prompt + max_tokens,
                 name,
-                TOO_LONG,
             )
         max_tokens = room  # the generation ends there, with finish reason "length"
     return max_tokens or min(settings.max_tokens or asked.default_max_tokens or room, room)

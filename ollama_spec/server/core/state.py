@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.errors import ApiError, TooLong
 from ollama_spec.server.core.fitting import reload_size
 from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.loaded import Served
@@ -141,16 +141,23 @@ class ServerState:
         `ask(pair)` asks, as its checked Request. A prompt that had to be fitted into the loaded context
         (and asked no num_ctx) loads the model again with one that holds it whole (fitting.reload_size, up
         to the trained length) where the memory plan allows it, as a larger num_ctx would; else it stays
-        fitted. The warnings of the request as it runs are logged, once."""
+        fitted. A prompt a route refuses as too long (TooLong: OpenAI's routes) loads it again the same
+        way before it is refused. The warnings of the request as it runs are logged, once."""
         served = await self.acquire(name, keep_alive, n_ctx)
-        request = await served.prepare(ask(served))
-        if request.context_wanted > served.n_ctx and not n_ctx:  # a request's num_ctx is the client's say
+        refused: TooLong | None = None
+        try:
+            request = await served.prepare(ask(served))
+            wanted = request.context_wanted
+        except TooLong as exc:  # a route that does not fit prompts (OpenAI's): a larger context may hold it
+            request, wanted, refused = None, exc.wanted, exc
+        if wanted > served.n_ctx and not n_ctx:  # a request's num_ctx is the client's say
             await self._let_go(served)  # its room may be what the larger one needs
-            size = reload_size(served.n_ctx, request.context_wanted, served.trained_ctx)
-            why = f"a prompt that needs {request.context_wanted}"
-            larger = await self.acquire(name, keep_alive, size, why)
+            size = reload_size(served.n_ctx, wanted, served.trained_ctx)
+            larger = await self.acquire(name, keep_alive, size, f"a prompt that needs {wanted}")
             if larger is not served:
                 served, request = larger, await larger.prepare(ask(larger))
+        if request is None:
+            raise refused
         for warning in request.warnings:  # once, for the request as it runs
             log.warning("%s: %s", served.name, warning)
         return served, request
