@@ -12,7 +12,7 @@ import pytest
 
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.prompting.messages import ChatMessage
-from ollama_spec.server.core.fitting import context_for
+from ollama_spec.server.core.fitting import context_for, needs_fitting, reload_size
 from ollama_spec.server.core.request import Asked, build_request
 from ollama_spec.server.core.settings import ServerSettings
 from tests import openwebui
@@ -50,6 +50,24 @@ def _post(url: str, path: str, body: dict) -> dict:
     response = httpx.post(url + path, json=body | {"stream": False}, timeout=120)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+@pytest.mark.parametrize("max_tokens", [None, 40, 3000])
+def test_the_context_a_prompt_asks_for_is_one_the_fitter_keeps_it_whole_in(max_tokens):
+    """One rule: in the context context_for gives (the one a warning names, the least a reload asks for),
+    and in every larger one, needs_fitting keeps the prompt; one token less and it would not."""
+    for prompt in (100, 1500, 6604, 7180, 30_000):
+        chat = Request(messages=(ChatMessage("user", "Hi"),), tokens=tuple(range(prompt)))
+        wanted = context_for(prompt, max_tokens)
+        assert needs_fitting(chat, wanted - 1, max_tokens)
+        assert not any(needs_fitting(chat, c, max_tokens) for c in (wanted, wanted + 1, wanted * 2, 131_072))
+    assert context_for(6604, None) <= 8192  # Open WebUI's tools on SmolLM2, as found: 8192 holds them
+
+
+def test_a_reload_doubles_the_loaded_context_up_to_the_trained_length():
+    assert reload_size(4096, 7628, 8192) == 8192 and reload_size(4096, 4200, 131_072) == 8192
+    assert reload_size(4096, 20_000, 131_072) == 32_768 and reload_size(4096, 20_000, 8192) == 8192
+    assert reload_size(4096, 20_000, 0) == 32_768  # the trained length unknown
 
 
 def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(engine):
