@@ -39,8 +39,10 @@ def test_a_request_queued_behind_a_long_one_counts_its_wait(url):
     thread.join(60)
     answer = answers["short"]
     assert waited > 0.3, "the long generation ended too soon to hold the short one up"
-    assert answer.total_duration / 1e9 >= 0.8 * waited  # its wait is in its total, as Ollama's is
-    assert answer.prompt_eval_duration / 1e9 >= 0.8 * waited - answer.load_duration / 1e9
+    # its wait is in its total, as Ollama's is (not all of it: it reached the server after `sent`, how
+    # long after depends on the machine's load); its own generation alone takes milliseconds
+    assert answer.total_duration / 1e9 >= 0.5 * waited
+    assert answer.prompt_eval_duration / 1e9 >= 0.5 * waited - answer.load_duration / 1e9
     parts = answer.load_duration + answer.prompt_eval_duration + answer.eval_duration
     assert 0 < answer.eval_duration and parts <= answer.total_duration
 
