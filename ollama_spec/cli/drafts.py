@@ -48,6 +48,7 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
                         "parameters": c.info.parameter_label,
                         "ratio": round(c.ratio, 2),
                         "note": c.note,
+                        "eagle3_head": c.is_head,
                         "auto": c is best,
                     }
                     for c in candidates

@@ -4,6 +4,9 @@ A draft is read once per proposed token and the target once per step, so what a 
 its size next to the target's (bytes of weights read, file sizes here). A draft about 1:20 to
 1:50 of the target (Llama 3.2 1B for a 70B) is the useful range; one over a tenth of the target
 rarely pays, and a much smaller one agrees with the target less often.
+
+An EAGLE-3 head made for the target (models/heads) reads the target's own hidden state, so it agrees with the
+target more often than a separate model of its size: when the store has one, it is the one `auto` picks.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 from ollama_spec.errors import OllamaSpecError
 from ollama_spec.models.compat import MAX_VOCAB_SIZE_DIFFERENCE, check_compatibility
 from ollama_spec.models.gguf_info import ModelInfo
+from ollama_spec.models.heads import head_facts, is_head
 from ollama_spec.models.store import Store, StoredModel
 from ollama_spec.models.usable import usability_problems
 
@@ -29,13 +33,21 @@ class DraftCandidate:
     ratio: float  # target file size / draft file size
 
     @property
+    def is_head(self) -> bool:
+        """An EAGLE-3 head made for this target (the size rules are for separate draft models)."""
+        return is_head(self.info)
+
+    @property
     def note(self) -> str | None:
-        """Why this size is outside the useful range, or None inside it."""
-        return size_note(self.ratio)
+        """Why this size is outside the useful range, or None inside it; for a head, what it reads."""
+        facts = head_facts(self.info)
+        return f"EAGLE-3 head: {facts.describe()}" if facts else size_note(self.ratio)
 
     @property
     def distance(self) -> float:
-        """How far (in log size) the ratio lies outside the useful range; 0 inside it."""
+        """How far (in log size) the ratio lies outside the useful range; 0 inside it (and for a head)."""
+        if self.is_head:
+            return 0.0
         low, high = USEFUL_RATIO
         return max(0.0, math.log(low / self.ratio), math.log(self.ratio / high))
 
@@ -76,9 +88,10 @@ def find_drafts(store: Store, target: ModelInfo, knows: Callable[[str], bool]) -
 
 
 def best_draft(candidates: list[DraftCandidate]) -> DraftCandidate | None:
-    """The candidate nearest the useful size range; among equals the largest (it agrees most often)."""
+    """A head made for the target, else the candidate nearest the useful size range; among equals the largest
+    (it agrees most often)."""
     usable = [c for c in candidates if c.ratio >= 2]  # half the target's size saves nothing
-    return min(usable, key=lambda c: (c.distance, -c.info.file_size), default=None)
+    return min(usable, key=lambda c: (not c.is_head, c.distance, -c.info.file_size), default=None)
 
 
 def _may_match(target: ModelInfo, draft: ModelInfo) -> bool:

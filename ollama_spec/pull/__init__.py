@@ -13,13 +13,14 @@ from ollama_spec.errors import InvalidSetting, ModelNotFound, OllamaSpecError, S
 from ollama_spec.models.names import ModelRef, parse_model_name
 from ollama_spec.models.store import Store, find_store_root
 from ollama_spec.pull.daemon import Daemon, probe_daemon, pull_through_daemon
+from ollama_spec.pull.head_pull import Verify, pull_head
 from ollama_spec.pull.huggingface import endpoint_overridden, is_huggingface, pull_from_huggingface
 from ollama_spec.pull.progress import PullEvent, make_reporter
 from ollama_spec.pull.registry import pull_from_registry
 from ollama_spec.pull.settings import VIAS, PullSettings
 from ollama_spec.pull.writer import StoreWriter, writable_store_root
 
-__all__ = ["VIAS", "PullEvent", "PullSettings", "choose_via", "make_reporter", "pull_models"]
+__all__ = ["VIAS", "PullEvent", "PullSettings", "choose_via", "make_reporter", "pull_head_model", "pull_models"]
 
 
 def choose_via(ref: ModelRef, settings: PullSettings, daemon_up: Callable[[], bool]) -> str:
@@ -85,6 +86,24 @@ def pull_models(
             pull(ref, writer, settings, report, threading.Event())
         taken.append((ref.display, via))
     return taken
+
+
+def pull_head_model(
+    source: str,
+    target: str,
+    settings: PullSettings,
+    report: Callable[[PullEvent], None],
+    models_dir: str | None = None,
+    *,
+    name: str | None = None,
+    verify: Verify | None = None,
+) -> str:
+    """Convert the EAGLE-3 head at `source` (hf.co/<user>/<repo> or a folder) for `target` into the store that
+    holds `target`, straight (the daemon cannot convert); return the name it is stored as."""
+    if settings.via == "ollama":
+        raise InvalidSetting("--head-for converts the head here and writes the store itself: drop --via ollama")
+    writer = StoreWriter(writable_store_root(models_dir))
+    return pull_head(source, target, writer, settings, report, threading.Event(), name=name, verify=verify)
 
 
 def _warn_unless_readable(ref: ModelRef, host: str, report: Callable[[PullEvent], None]) -> None:
