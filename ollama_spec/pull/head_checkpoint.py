@@ -12,6 +12,7 @@ Tensors come from `*.safetensors` files (gguf's own reader, memory-mapped) or fr
 from __future__ import annotations
 
 import json
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,7 @@ def iter_tensors(files: list[Path], source: str) -> Iterator[SourceTensor]:
     if not files:
         raise PullError(f"{source} has no weights (*.safetensors or pytorch_model.bin)")
     for path in files:
-        if path.suffix == ".bin":
+        if zipfile.is_zipfile(path):  # torch.save's format, whatever the file is called (downloads are not)
             yield from (SourceTensor(*found) for found in read_torch_checkpoint(path))
             continue
         try:

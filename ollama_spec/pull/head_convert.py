@@ -83,6 +83,11 @@ def convert_head(
     layers = config.target_layers(target.block_count)
     if len(layers) != HEAD_TARGET_LAYERS:
         raise PullError(f"{config.source} names {len(layers)} target layers {layers}; an EAGLE-3 head reads exactly 3")
+    if not all(0 <= layer <= target.block_count for layer in layers):
+        raise PullError(
+            f"{config.source} reads target layers {layers} but {target_name} has {target.block_count} layers: "
+            "it is no head for this target"
+        )
     planned = _plan(config, tensors, n_head, n_kv, target.vocab_size)
     fc = next((p for p in planned if p.name == "fc.weight"), None)
     if fc is None or fc.shape != (n_embd, HEAD_TARGET_LAYERS * width):
