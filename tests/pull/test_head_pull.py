@@ -140,3 +140,32 @@ def test_a_head_named_as_a_draft_for_another_target_is_refused(invoke, hub, stor
 def test_head_for_takes_one_model(invoke, store_copy):
     result = invoke("pull", "a", "b", "--head-for", "tiny-target", "--models-dir", store_copy)
     assert result.exit_code == 2 and "--head-for converts one head at a time" in result.output
+
+
+def test_a_preset_and_serve_name_a_stored_head(invoke, hub, store_copy, tmp_path):
+    from ollama_spec.server.pairs import StorePairs
+
+    assert (
+        invoke("pull", "hf.co/user/head-eagle3", "--head-for", "tiny-target", "--models-dir", store_copy).exit_code == 0
+    )
+    preset = tmp_path / "head.Modelfile"
+    preset.write_text("FROM tiny-target\nDRAFT hf.co/user/head-eagle3\n")
+    checked = invoke("check", "-f", preset, "--models-dir", store_copy)
+    assert checked.exit_code == 0, checked.output
+    assert "note: hf.co/user/head-eagle3:latest is an EAGLE-3 head: it reads target layers [2, 2, 1]" in checked.output
+    preset.write_text("FROM tiny-draft\nDRAFT hf.co/user/head-eagle3\n")
+    assert "cannot draft for tiny-draft:latest" in one_error_line(
+        invoke("check", "-f", preset, "--models-dir", store_copy)
+    )
+
+    store = StorePairs(models_dir=str(store_copy))
+    assert store.describe("tiny-target")[1:] == (
+        "hf.co/user/head-eagle3:latest",
+        (
+            "the store's EAGLE-3 head made for it: hf.co/user/head-eagle3:latest (EAGLE-3 head: reads target layers "
+            "[2, 2, 1], 64 wide; 200-token draft vocabulary (d2t))"
+        ),
+    )
+    paired = StorePairs(models_dir=str(store_copy), pairs={"tiny-target": "hf.co/user/head-eagle3"})
+    assert paired.describe("tiny-target")[1] == "hf.co/user/head-eagle3:latest"
+    assert store.describe("tiny-draft")[1] == "tiny-draft:q4_0"  # the head reads layers tiny-draft lacks
