@@ -78,3 +78,12 @@ def test_a_head_with_a_recurrent_target_is_refused(head, tmp_path):
 
 def test_a_head_is_no_target(head, target):
     assert "the target is an EAGLE-3 head" in problems(read_model_info(head), head)[0]
+
+
+def test_a_head_cannot_be_the_target(head):
+    from ollama_spec.errors import UnusableModel
+    from ollama_spec.models.usable import require_usable
+
+    with pytest.raises(UnusableModel, match="cannot be the target: it has an EAGLE-3 head's single layer"):
+        require_usable("head", read_model_info(head), "target", lambda name: True)
+    require_usable("head", read_model_info(head), "draft", lambda name: True)

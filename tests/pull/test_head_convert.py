@@ -155,3 +155,14 @@ def test_a_file_llama_cpp_refuses_raises_a_load_error(tmp_path):
     path.write_bytes(b"GGUF" + b"\0" * 60)
     with pytest.raises(ModelLoadError, match="llama.cpp cannot load"):
         probe_model(path)
+
+
+def test_llama3_rope_scaling_becomes_rope_freqs_llama_cpp_reads(tmp_path, target):
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    config = {"rope_scaling": rope | {"original_max_position_embeddings": 256}}
+    folder = write_head_checkpoint(tmp_path / "ckpt", head_for(PAIRS["tiny"]), config=config)
+    out = convert(folder, target, tmp_path / "head.gguf")
+    freqs = np.asarray(tensors_of(out)["rope_freqs.weight"].data)
+    assert freqs.shape == (8,) and freqs[0] == 1.0 and freqs[-1] == 8.0  # 16-wide heads: 8 frequencies
+    assert "d2t" not in tensors_of(out)  # the target's own vocabulary: no map
+    assert probe_model(out).n_layer == 1
