@@ -169,3 +169,15 @@ def test_a_preset_and_serve_name_a_stored_head(invoke, hub, store_copy, tmp_path
     paired = StorePairs(models_dir=str(store_copy), pairs={"tiny-target": "hf.co/user/head-eagle3"})
     assert paired.describe("tiny-target")[1] == "hf.co/user/head-eagle3:latest"
     assert store.describe("tiny-draft")[1] == "tiny-draft:q4_0"  # the head reads layers tiny-draft lacks
+
+
+def test_pair_refuses_a_head_with_two_target_layers(invoke, store_copy, tmp_path):
+    from tests.builders.heads import converted_head, rewritten
+
+    head = converted_head(store_copy, tmp_path / "head.gguf")
+    two = rewritten(head, tmp_path / "two.gguf", eagle3__target_layers=[1, 2])
+    line = one_error_line(invoke("pair", "tiny-target", two, "--models-dir", store_copy))
+    assert line == (
+        "Error: two.gguf cannot draft for tiny-target:latest: the head reads 2 target layers [1, 2]; "
+        "an EAGLE-3 head reads exactly 3"
+    )
