@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf import GGUFReader
 
 LAYOUTS = {"eagle": ("midlayer.", "LlamaForCausalLMEagle3"), "speculators": ("layers.0.", "Eagle3Speculator")}
 SAFETENSORS_NAMES = {np.dtype("<f2"): "F16", np.dtype("<f4"): "F32", np.dtype("<i8"): "I64", np.dtype("?"): "BOOL"}
 TORCH_STORAGES = {"F16": "HalfStorage", "BF16": "BFloat16Storage", "F32": "FloatStorage", "I64": "LongStorage"}
 TORCH_STORAGES["BOOL"] = "BoolStorage"
+BF16 = 30  # GGMLQuantizationType.BF16: GGUFReader gives its data as bytes
 
 
 @dataclass(frozen=True)
@@ -202,3 +204,96 @@ def _text(value: str) -> bytes:
 
 def _int(value: int) -> bytes:
     return b"J" + struct.pack("<i", value)  # BININT
+
+
+def checkpoint_from_gguf(head_gguf: Path, folder: Path, layout: str = "eagle") -> Path:
+    """The checkpoint a head GGUF was converted from, as `layout` publishes it: the inverse of pull/head_convert
+    (names back, q/k rows back in Hugging Face's RoPE order, d2t back to offsets, t2d rebuilt). Any head
+    written with `gguf` (a crafted one) thus becomes a checkpoint to convert and compare."""
+    reader = GGUFReader(head_gguf)
+    meta = {name: field.contents() for name, field in reader.fields.items() if not name.startswith("GGUF.")}
+    arch = meta["general.architecture"]
+
+    def key(name, default=None):
+        return meta.get(f"{arch}.{name}", default)
+
+    n_head = key("attention.head_count")
+    n_kv = key("attention.head_count_kv", n_head)
+    n_vocab = len(meta["tokenizer.ggml.tokens"])
+    prefix, _ = LAYOUTS[layout]
+    names = {gguf: hf for hf, gguf in _HF_TO_GGUF.items()}
+    tensors: dict[str, tuple[str, np.ndarray]] = {}
+    for t in reader.tensors:
+        data = np.asarray(t.data)
+        data = (data.view("<u2") if int(t.tensor_type) == BF16 else data).reshape(tuple(reversed(t.shape.tolist())))
+        if t.name == "d2t":
+            ids = data.astype(np.int64)
+            tensors["d2t"] = ("I64", ids - np.arange(ids.size, dtype=np.int64))
+            mask = np.zeros(n_vocab, dtype=bool)
+            mask[ids] = True
+            tensors["t2d"] = ("BOOL", mask)
+            continue
+        if t.name not in names:
+            raise ValueError(f"{head_gguf}: {t.name} has no place in a published head checkpoint")
+        if t.name == "blk.0.attn_q.weight":
+            data = _unpermute(data, n_head)
+        elif t.name == "blk.0.attn_k.weight":
+            data = _unpermute(data, n_kv)
+        kind = {0: "F32", 1: "F16", BF16: "BF16"}[int(t.tensor_type)]
+        name = names[t.name]
+        tensors[prefix + name.removeprefix("layer.") if name.startswith("layer.") else name] = (kind, data)
+    draft_vocab = len(tensors["d2t"][1]) if "d2t" in tensors else n_vocab
+    dtypes = {kind for kind, a in tensors.values() if a.ndim == 2}
+    head = HeadCheckpoint(
+        target_width=key("target_hidden_size"),
+        target_vocab=n_vocab,
+        n_embd=key("embedding_length"),
+        n_head=n_head,
+        n_kv_head=n_kv,
+        n_ff=key("feed_forward_length"),
+        draft_vocab=draft_vocab,
+        target_layers=tuple(int(v) for v in key("target_layers")),
+        dtype=dtypes.pop() if len(dtypes) == 1 else "F32",
+    )
+    config = head_config(head, layout)
+    flags = {
+        "rms_norm_eps": float(key("attention.layer_norm_rms_epsilon")),
+        "rope_theta": float(key("rope.freq_base", 10000.0)),
+        "max_position_embeddings": int(key("context_length", 2048)),
+    }
+    if layout == "eagle":
+        config |= flags
+    else:
+        config["transformer_layer_config"] |= flags
+    config["target_hidden_size"] = key("target_hidden_size")
+    config["norm_before_residual"] = bool(key("norm_before_residual", False))
+    config["norm_before_fc"] = bool(key("norm_before_fc", False))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    write_safetensors(folder / "model.safetensors", tensors)
+    return folder
+
+
+_HF_TO_GGUF = {
+    "fc.weight": "fc.weight",
+    "norm.weight": "output_norm.weight",
+    "lm_head.weight": "output.weight",
+    "embed_tokens.weight": "token_embd.weight",
+    "input_norm.weight": "enc.output_norm.weight",
+    "layer.input_layernorm.weight": "blk.0.attn_norm.weight",
+    "layer.hidden_norm.weight": "blk.0.attn_norm_2.weight",
+    "layer.post_attention_layernorm.weight": "blk.0.ffn_norm.weight",
+    "layer.self_attn.q_proj.weight": "blk.0.attn_q.weight",
+    "layer.self_attn.k_proj.weight": "blk.0.attn_k.weight",
+    "layer.self_attn.v_proj.weight": "blk.0.attn_v.weight",
+    "layer.self_attn.o_proj.weight": "blk.0.attn_output.weight",
+    "layer.mlp.gate_proj.weight": "blk.0.ffn_gate.weight",
+    "layer.mlp.up_proj.weight": "blk.0.ffn_up.weight",
+    "layer.mlp.down_proj.weight": "blk.0.ffn_down.weight",
+}
+
+
+def _unpermute(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """Hugging Face's q/k row order from llama.cpp's (the inverse of head_convert.permute)."""
+    rows = weights.shape[0]
+    return weights.reshape(n_head, rows // n_head // 2, 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)

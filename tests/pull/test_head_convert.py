@@ -166,3 +166,20 @@ def test_llama3_rope_scaling_becomes_rope_freqs_llama_cpp_reads(tmp_path, target
     assert freqs.shape == (8,) and freqs[0] == 1.0 and freqs[-1] == 8.0  # 16-wide heads: 8 frequencies
     assert "d2t" not in tensors_of(out)  # the target's own vocabulary: no map
     assert probe_model(out).n_layer == 1
+
+
+@pytest.mark.parametrize("layout", ["eagle", "speculators"])
+@pytest.mark.parametrize("dtype", ["F16", "BF16"])
+def test_a_head_gguf_written_back_as_a_checkpoint_converts_to_itself(tmp_path, target, layout, dtype):
+    from ollama_spec.synthetic.eagle3_checkpoint import checkpoint_from_gguf
+
+    head = head_for(PAIRS["tiny"], draft_vocab=150, dtype=dtype, target_layers=(0, 3, 4), seed=9)
+    first = convert(write_head_checkpoint(tmp_path / "ckpt", head, "eagle"), target, tmp_path / "first.gguf")
+    again = convert(checkpoint_from_gguf(first, tmp_path / "back", layout), target, tmp_path / "again.gguf")
+    a, b = tensors_of(first), tensors_of(again)
+    assert set(a) == set(b)
+    for name in a:
+        assert a[name].tensor_type == b[name].tensor_type, name
+        np.testing.assert_array_equal(np.asarray(a[name].data), np.asarray(b[name].data), err_msg=name)
+    first_facts, again_facts = head_facts(read_model_info(first)), head_facts(read_model_info(again))
+    assert first_facts == again_facts and first_facts.target_layers == (0, 3, 4)
