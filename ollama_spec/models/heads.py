@@ -45,7 +45,7 @@ class HeadFacts:
 
 def is_head(info: ModelInfo) -> bool:
     """True for an EAGLE-3 head's GGUF."""
-    return info.architecture == EAGLE3_ARCH
+    return info.is_eagle3_head
 
 
 def head_facts(info: ModelInfo) -> HeadFacts | None:
