@@ -250,7 +250,9 @@ def _verify_layers(stored: StoredModel) -> None:
 def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None:
     """Check that DRAFT can speculate for TARGET (same vocabulary rules as llama.cpp).
 
-    Exits 0 when the pair is usable, 1 with the reason when it is not.
+    DRAFT may be an EAGLE-3 head: then it also says which target layers the head reads, and refuses a
+    head made for another width, layer count or vocabulary. Exits 0 when the pair is usable, 1 with the
+    reason when it is not.
 
     \b
     Examples:
