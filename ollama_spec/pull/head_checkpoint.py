@@ -68,6 +68,8 @@ def read_head_config(path: Path, source: str) -> HeadConfig:
     """config.json of a head checkpoint; PullError when it is unreadable or describes no EAGLE-3 head."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PullError(f"{source} has no config.json: it is no head checkpoint") from None
     except (OSError, ValueError) as exc:
         raise PullError(f"{source}: cannot read config.json ({exc})") from None
     if not isinstance(raw, dict):

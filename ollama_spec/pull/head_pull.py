@@ -75,6 +75,8 @@ def pull_head(
         config = read_head_config(folder / "config.json", str(folder))
         _store_head(config, weight_files(folder), str(folder), target, ref, writer, report, verify)
         return ref.display
+    if source.startswith(("/", "./", "../", "~")) or Path(source).exists():
+        raise PullError(f"--head-for: {source} is no folder (a head checkpoint is a folder with config.json)")
     ref = parse_model_name(source)
     if not is_huggingface(ref):
         raise PullError(

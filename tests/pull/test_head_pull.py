@@ -181,3 +181,17 @@ def test_pair_refuses_a_head_with_two_target_layers(invoke, store_copy, tmp_path
         "Error: two.gguf cannot draft for tiny-target:latest: the head reads 2 target layers [1, 2]; "
         "an EAGLE-3 head reads exactly 3"
     )
+
+
+def test_a_source_that_is_no_checkpoint_gets_one_line(invoke, store_copy, tmp_path):
+    def pulled(source):
+        return one_error_line(invoke("pull", source, "--head-for", "tiny-target", "--models-dir", store_copy))
+
+    assert pulled(tmp_path / "nothing") == f"Error: --head-for: {tmp_path / 'nothing'} is no folder (a head " + (
+        "checkpoint is a folder with config.json)"
+    )
+    assert pulled(tmp_path) == f"Error: {tmp_path} has no config.json: it is no head checkpoint"
+    assert "'llama3.1:8b' is neither" in pulled("llama3.1:8b")
+    assert "model 'llama3.1:8b' not found" in one_error_line(
+        invoke("pull", tmp_path, "--head-for", "llama3.1:8b", "--models-dir", store_copy)
+    )
