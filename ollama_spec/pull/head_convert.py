@@ -76,10 +76,13 @@ def convert_head(
     n_embd, n_head = config.count("hidden_size"), config.count("num_attention_heads")
     n_kv = config.count("num_key_value_heads", n_head)
     head_dim = config.count("head_dim", n_embd // n_head)
-    width = config.count("target_hidden_size", target.embedding_length) if hp.get("target_hidden_size") else None
-    width = width or target.embedding_length
+    width = target.embedding_length
     if target.block_count is None or width is None:
         raise PullError(f"{target_name} has no layer count or width in its header: it cannot be a head's target")
+    if hp.get("target_hidden_size") not in (None, width):
+        raise PullError(
+            f"{config.source} was made for a target {hp['target_hidden_size']} wide; {target_name} is {width} wide"
+        )
     layers = config.target_layers(target.block_count)
     if len(layers) != HEAD_TARGET_LAYERS:
         raise PullError(f"{config.source} names {len(layers)} target layers {layers}; an EAGLE-3 head reads exactly 3")

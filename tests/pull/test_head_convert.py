@@ -126,6 +126,9 @@ def test_a_head_made_for_another_width_is_refused(tmp_path, target):
     folder = write_head_checkpoint(tmp_path / "ckpt", head_for(PAIRS["tiny"], target_width=128))
     with pytest.raises(PullError, match=r"fc.weight is \[64, 384\]; a head for tiny-target:latest \(64 wide\)"):
         convert(folder, target, tmp_path / "head.gguf")
+    named = write_head_checkpoint(tmp_path / "named", head_for(PAIRS["tiny"]), config={"target_hidden_size": 4096})
+    with pytest.raises(PullError, match="was made for a target 4096 wide; tiny-target:latest is 64 wide"):
+        convert(named, target, tmp_path / "head.gguf")
 
 
 def test_tensors_a_head_does_not_have_are_refused(tmp_path, target):
