@@ -94,7 +94,8 @@ def pull_head(
     files = sorted(downloads.values())
     _store_head(config, files, config.source, target, stored_as, writer, report, verify)
     for path in files:
-        path.unlink(missing_ok=True)  # converted and stored: the checkpoint is no blob Ollama would keep
+        if path.parent == writer.partial_dir:  # a file the store already had as a blob stays
+            path.unlink(missing_ok=True)  # converted and stored: the checkpoint is no blob Ollama would keep
     return stored_as.display
 
 
