@@ -195,3 +195,13 @@ def test_a_source_that_is_no_checkpoint_gets_one_line(invoke, store_copy, tmp_pa
     assert "model 'llama3.1:8b' not found" in one_error_line(
         invoke("pull", tmp_path, "--head-for", "llama3.1:8b", "--models-dir", store_copy)
     )
+
+
+def test_weights_the_store_has_as_a_blob_are_read_there_and_kept(invoke, hub, store_copy):
+    from ollama_spec.synthetic.layout import add_blob
+
+    digest, _ = add_blob(store_copy, hub.repos["user/head-eagle3"]["model.safetensors"])
+    result = invoke("pull", "hf.co/user/head-eagle3", "--head-for", "tiny-target", "--models-dir", store_copy)
+    assert result.exit_code == 0, result.output
+    assert hub.blob_gets("model.safetensors") == []
+    assert (store_copy / "blobs" / digest.replace(":", "-")).is_file()
