@@ -11,10 +11,12 @@ the wrong size or ids past the vocabulary: these rules refuse it from the header
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ollama_spec.models.gguf_info import ModelInfo, TensorInfo
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EAGLE3_ARCH = "eagle3"
 HEAD_TARGET_LAYERS = 3  # llama.cpp refuses a head that does not list exactly three
@@ -131,6 +133,8 @@ def read_d2t(head: ModelInfo, tensor: TensorInfo) -> np.ndarray | None:
     """The head's d2t map (absolute target ids, one per draft token) read from its file; None unless I64."""
     if tensor.type_name != "I64" or len(tensor.shape) != 1:
         return None
+    import numpy as np  # only here: `list` and `show` start without numpy
+
     return np.fromfile(head.path, dtype="<i8", count=tensor.shape[0], offset=head.data_offset + tensor.offset)
 
 

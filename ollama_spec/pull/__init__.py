@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ollama_spec.config import ollama_var
 from ollama_spec.errors import InvalidSetting, ModelNotFound, OllamaSpecError, StoreNotFound
 from ollama_spec.models.names import ModelRef, parse_model_name
 from ollama_spec.models.store import Store, find_store_root
 from ollama_spec.pull.daemon import Daemon, probe_daemon, pull_through_daemon
-from ollama_spec.pull.head_pull import Verify, pull_head
 from ollama_spec.pull.huggingface import endpoint_overridden, is_huggingface, pull_from_huggingface
 from ollama_spec.pull.progress import PullEvent, make_reporter
 from ollama_spec.pull.registry import pull_from_registry
@@ -96,12 +96,14 @@ def pull_head_model(
     models_dir: str | None = None,
     *,
     name: str | None = None,
-    verify: Verify | None = None,
+    verify: Callable[[Path], object] | None = None,
 ) -> str:
     """Convert the EAGLE-3 head at `source` (hf.co/<user>/<repo> or a folder) for `target` into the store that
     holds `target`, straight (the daemon cannot convert); return the name it is stored as."""
     if settings.via == "ollama":
         raise InvalidSetting("--head-for converts the head here and writes the store itself: drop --via ollama")
+    from ollama_spec.pull.head_pull import pull_head  # numpy and gguf: only when converting
+
     writer = StoreWriter(writable_store_root(models_dir))
     return pull_head(source, target, writer, settings, report, threading.Event(), name=name, verify=verify)
 
