@@ -188,7 +188,8 @@ def _store_head(config, files, source, target, ref, writer, report, verify) -> N
         writer.write_manifest(ref, json.dumps(manifest).encode(), {blob: out})
     finally:
         out.unlink(missing_ok=True)
-    report(PullEvent(ref.display, f"success: an EAGLE-3 head for {target.name}"))
+    report(PullEvent(ref.display, f"stored as an EAGLE-3 head for {target.name}"))
+    report(PullEvent(ref.display, "success"))  # the last event, as Ollama's own pull stream ends
 
 
 def _verify(out: Path, source: str, target: ResolvedModel, verify: Verify | None) -> None:

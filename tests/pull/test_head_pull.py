@@ -53,7 +53,7 @@ def stored_head(store, *parts):
 def test_pull_converts_a_published_head_into_the_store(invoke, hub, store_copy, repo):
     result = invoke("pull", f"hf.co/user/{repo}", "--head-for", "tiny-target", "--models-dir", store_copy)
     assert result.exit_code == 0, result.output
-    assert "converting to GGUF" in result.output and "an EAGLE-3 head for tiny-target:latest" in result.output
+    assert "converting to GGUF" in result.output and "stored as an EAGLE-3 head for tiny-target:latest" in result.output
     info = stored_head(store_copy, "hf.co", "user", repo, "latest")
     assert head_facts(info).target_layers == (2, 2, 1) and head_facts(info).draft_vocab_size == 200
     assert not list((store_copy / ".ollama-spec-partial").iterdir())  # the checkpoint is not kept once stored
