@@ -40,7 +40,7 @@ def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedMod
                 f"(see `ollama-spec drafts {target.name}`); try --draft {NGRAM}"
             )
         facts = head_facts(choice.info)
-        if facts is not None:
+        if facts is not None and choice.made_for_target:
             click.echo(
                 f"draft: {choice.name} (auto: the EAGLE-3 head made for this target; it {facts.describe()})", err=True
             )

@@ -31,10 +31,11 @@ class DraftCandidate:
     name: str
     info: ModelInfo
     ratio: float  # target file size / draft file size
+    made_for_target: bool = False  # an EAGLE-3 head converted for this very model (heads.HeadFacts.made_for)
 
     @property
     def is_head(self) -> bool:
-        """An EAGLE-3 head made for this target (the size rules are for separate draft models)."""
+        """An EAGLE-3 head that fits this target (the size rules are for separate draft models)."""
         return is_head(self.info)
 
     @property
@@ -45,8 +46,9 @@ class DraftCandidate:
 
     @property
     def distance(self) -> float:
-        """How far (in log size) the ratio lies outside the useful range; 0 inside it (and for a head)."""
-        if self.is_head:
+        """How far (in log size) the ratio lies outside the useful range; 0 inside it (and for a head made for the
+        target)."""
+        if self.made_for_target:
             return 0.0
         low, high = USEFUL_RATIO
         return max(0.0, math.log(low / self.ratio), math.log(self.ratio / high))
@@ -83,15 +85,18 @@ def find_drafts(store: Store, target: ModelInfo, knows: Callable[[str], bool]) -
             continue
         if usability_problems(info, knows) or not check_compatibility(target, info).ok:
             continue
-        candidates.append(DraftCandidate(model.name, info, target.file_size / max(info.file_size, 1)))
+        facts = head_facts(info)
+        made_for = facts is not None and facts.made_for_model(target)
+        candidates.append(DraftCandidate(model.name, info, target.file_size / max(info.file_size, 1), made_for))
     return sorted(candidates, key=lambda c: (c.info.file_size, c.name))
 
 
 def best_draft(candidates: list[DraftCandidate]) -> DraftCandidate | None:
     """A head made for the target, else the candidate nearest the useful size range; among equals the largest
-    (it agrees most often)."""
+    (it agrees most often). A head that fits the target's shape but was converted for another model (Llama 3's
+    8B for Llama 3.1's) is lossless too, but is taken only as a draft model of its size would be."""
     usable = [c for c in candidates if c.ratio >= 2]  # half the target's size saves nothing
-    return min(usable, key=lambda c: (not c.is_head, c.distance, -c.info.file_size), default=None)
+    return min(usable, key=lambda c: (not c.made_for_target, c.distance, -c.info.file_size), default=None)
 
 
 def _may_match(target: ModelInfo, draft: ModelInfo) -> bool:

@@ -32,6 +32,12 @@ class HeadFacts:
     has_d2t: bool
     own_embeddings: bool  # its own token_embd; otherwise it borrows the target's
     own_output: bool  # its own output matrix; otherwise it borrows the target's
+    made_for: str | None = None  # the target's general.name when the converter recorded it (general.base_model)
+
+    def made_for_model(self, target: ModelInfo) -> bool:
+        """Made for this very model (any quantization of it), as far as the header says: the name recorded at
+        conversion is the target's; a head that records none is taken at its shape's word."""
+        return self.made_for is None or self.made_for == target.name
 
     def describe(self) -> str:
         """`reads target layers [2, 16, 29], 4096 wide; 32,000-token draft vocabulary (d2t)`."""
@@ -42,7 +48,8 @@ class HeadFacts:
             if self.draft_vocab_size
             else ""
         )
-        return f"reads target layers {layers}{width}{vocab}"
+        made_for = f"; converted for {self.made_for}" if self.made_for else ""
+        return f"reads target layers {layers}{width}{vocab}{made_for}"
 
 
 def is_head(info: ModelInfo) -> bool:
@@ -67,6 +74,7 @@ def head_facts(info: ModelInfo) -> HeadFacts | None:
         has_d2t=d2t is not None,
         own_embeddings="token_embd.weight" in tensors,
         own_output=output is not None,
+        made_for=made_for if isinstance(made_for := meta.get("general.base_model.0.name"), str) else None,
     )
 
 

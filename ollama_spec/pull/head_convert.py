@@ -106,6 +106,9 @@ def convert_head(
     writer = GGUFWriter(out_path, arch=EAGLE3_ARCH)
     try:
         writer.add_name(f"EAGLE-3 head for {target_name}")
+        if target.name:  # the model it was made for, by its own general.name: what `auto` matches heads by
+            writer.add_base_model_count(1)
+            writer.add_base_model_name(0, target.name)
         writer.add_file_type(FILE_TYPES[kind])
         writer.add_context_length(config.count("max_position_embeddings", target.context_length or 2048))
         writer.add_embedding_length(n_embd)

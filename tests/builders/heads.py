@@ -23,7 +23,7 @@ def converted_head(store: Path, out: Path, target: str = "tiny-target", layout: 
 
 
 def rewritten(source: Path, out: Path, **metadata) -> Path:
-    """A copy of the GGUF `source` with `metadata` keys (dots written as `__`) set: ints and lists of ints."""
+    """A copy of the GGUF `source` with `metadata` keys (dots written as `__`) set: ints, strings, lists of ints."""
     changes = {key.replace("__", "."): value for key, value in metadata.items()}
     reader = GGUFReader(source)
     arch = reader.fields["general.architecture"].contents()
@@ -36,6 +36,8 @@ def rewritten(source: Path, out: Path, **metadata) -> Path:
     for name, value in changes.items():
         if isinstance(value, list):
             writer.add_array(name, value)
+        elif isinstance(value, str):
+            writer.add_string(name, value)
         else:
             writer.add_uint32(name, value)
     for tensor in reader.tensors:

@@ -31,7 +31,10 @@ def test_a_head_says_what_it_reads(head, target):
     facts = head_facts(read_model_info(head))
     assert facts.target_layers == (2, 2, 1) and facts.target_hidden_size == 64
     assert facts.draft_vocab_size == 300 and facts.has_d2t and not facts.own_embeddings and facts.own_output
-    assert facts.describe() == "reads target layers [2, 2, 1], 64 wide; 300-token draft vocabulary (d2t)"
+    assert facts.describe() == (
+        "reads target layers [2, 2, 1], 64 wide; 300-token draft vocabulary (d2t); converted for tiny-target"
+    )
+    assert facts.made_for == "tiny-target" and facts.made_for_model(target)
     assert problems(target, head) == ()
     assert head_facts(target) is None and head_problems(target, target) == []
 

@@ -163,7 +163,7 @@ def test_a_preset_and_serve_name_a_stored_head(invoke, hub, store_copy, tmp_path
         "hf.co/user/head-eagle3:latest",
         (
             "the store's EAGLE-3 head made for it: hf.co/user/head-eagle3:latest (EAGLE-3 head: reads target layers "
-            "[2, 2, 1], 64 wide; 200-token draft vocabulary (d2t))"
+            "[2, 2, 1], 64 wide; 200-token draft vocabulary (d2t); converted for tiny-target)"
         ),
     )
     paired = StorePairs(models_dir=str(store_copy), pairs={"tiny-target": "hf.co/user/head-eagle3"})
@@ -205,3 +205,19 @@ def test_weights_the_store_has_as_a_blob_are_read_there_and_kept(invoke, hub, st
     assert result.exit_code == 0, result.output
     assert hub.blob_gets("model.safetensors") == []
     assert (store_copy / "blobs" / digest.replace(":", "-")).is_file()
+
+
+def test_auto_prefers_only_a_head_converted_for_the_target(invoke, store_copy, tmp_path):
+    from ollama_spec.synthetic.layout import write_model
+    from tests.builders.heads import converted_head, rewritten
+
+    head = converted_head(store_copy, tmp_path / "head.gguf")
+    write_model(store_copy, "other-head", rewritten(head, tmp_path / "other.gguf", general__base_model__0__name="x"))
+    listed = json.loads(invoke("drafts", "tiny-target", "--json", "--models-dir", store_copy).output)
+    (auto,) = [d for d in listed["drafts"] if d["auto"]]
+    assert auto["model"] == "tiny-draft:q4_0"  # the head fits the shape, but was converted for model "x"
+    (other,) = [d for d in listed["drafts"] if d["model"] == "other-head:latest"]
+    assert other["eagle3_head"] and other["note"].endswith("; converted for x")
+    write_model(store_copy, "own-head", head)
+    listed = json.loads(invoke("drafts", "tiny-target", "--json", "--models-dir", store_copy).output)
+    assert [d["model"] for d in listed["drafts"] if d["auto"]] == ["own-head:latest"]
