@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 
 from ollama_spec.errors import PullError
 from ollama_spec.models.gguf_info import ModelInfo
 from ollama_spec.models.heads import EAGLE3_ARCH, HEAD_TARGET_LAYERS
+from ollama_spec.pull.gguf_keys import read_keys
 from ollama_spec.pull.head_checkpoint import HeadConfig, SourceTensor
 
 LAYER_PREFIXES = ("midlayer.", "layers.0.", "model.layers.0.")
@@ -145,13 +146,8 @@ def convert_head(
 
 def copy_tokenizer(target_path: Path, writer: GGUFWriter) -> None:
     """Every `tokenizer.*` key of the target's GGUF, with its GGUF types, into `writer`."""
-    reader = GGUFReader(target_path)
-    for name, field in reader.fields.items():
-        if not name.startswith("tokenizer.") or not field.types:
-            continue
-        vtype = field.types[0]
-        sub_type = field.types[-1] if vtype == GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), vtype, sub_type)
+    for key, vtype, item_type, value in read_keys(target_path, lambda key: key.startswith("tokenizer.")):
+        writer.add_key_value(key, value, vtype, item_type)
 
 
 def _plan(config: HeadConfig, tensors: list[SourceTensor], n_head: int, n_kv: int, n_vocab: int) -> list[_Planned]:

@@ -186,3 +186,21 @@ def test_a_head_gguf_written_back_as_a_checkpoint_converts_to_itself(tmp_path, t
         np.testing.assert_array_equal(np.asarray(a[name].data), np.asarray(b[name].data), err_msg=name)
     first_facts, again_facts = head_facts(read_model_info(first)), head_facts(read_model_info(again))
     assert first_facts == again_facts and first_facts.target_layers == (0, 3, 4)
+
+
+def test_the_targets_tokenizer_keys_are_copied_with_their_types(tmp_path, target):
+    from ollama_spec.pull.gguf_keys import read_keys
+
+    out = convert(write_head_checkpoint(tmp_path / "ckpt", head_for(PAIRS["tiny"])), target, tmp_path / "head.gguf")
+
+    def tokenizer(path):
+        fields = GGUFReader(path).fields
+        return {
+            name: (field.types, field.contents()) for name, field in fields.items() if name.startswith("tokenizer.")
+        }
+
+    expected = tokenizer(target.path)
+    assert len(expected) >= 8 and tokenizer(out) == expected  # gguf's own reader sees the same keys and types
+    read = {key: (vtype, item, value) for key, vtype, item, value in read_keys(target.path, lambda k: True)}
+    assert set(read) == set(GGUFReader(target.path).fields) - {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}
+    assert read["tokenizer.ggml.tokens"][2] == list(target.info.tokens)
