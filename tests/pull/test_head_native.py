@@ -95,3 +95,51 @@ def test_llama_server_serves_with_a_converted_head(tiny_store, tmp_path):
         finally:
             server.terminate()
             server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("kind", ["crafted", "reduced"])
+def test_a_crafted_head_written_back_as_checkpoints_converts_to_the_same_drafts(tiny_store, tmp_path, kind):
+    """The run-time side's crafted heads (written with gguf, independently of the converter) go back to
+    checkpoints in both layouts and through the converter: the same file, and llama.cpp accepts as many."""
+    builders = pytest.importorskip("tests.builders.eagle3_heads")
+    from gguf import GGUFReader
+
+    from ollama_spec.pull.head_checkpoint import iter_tensors, read_head_config, weight_files
+    from ollama_spec.pull.head_convert import convert_head
+    from ollama_spec.synthetic.eagle3_checkpoint import checkpoint_from_gguf
+
+    target = resolve_model("tiny-target", str(tiny_store))
+    original = builders.build_heads(target.path, tmp_path)[kind]
+    converted = []
+    for layout in ("eagle", "speculators"):
+        folder = checkpoint_from_gguf(original, tmp_path / layout, layout)
+        config = read_head_config(folder / "config.json", str(folder))
+        out = tmp_path / f"{layout}.gguf"
+        convert_head(config, list(iter_tensors(weight_files(folder), str(folder))), target.info, target.name, out)
+        a, b = ({t.name: t for t in GGUFReader(path).tensors} for path in (original, out))
+        assert set(a) == set(b)
+        assert all(bytes(a[n].data) == bytes(b[n].data) and a[n].tensor_type == b[n].tensor_type for n in a)
+        converted.append(out)
+    binary = native_binary("llama-speculative-simple")
+    if binary is None:
+        return
+    counts = [native_counts(binary, target.path, head) for head in [original, *converted]]
+    assert counts[0][1] > 0 and len(set(counts)) == 1, counts  # (drafted, accepted) alike, and some accepted
+
+
+def native_counts(binary: Path, target: Path, head: Path) -> tuple[int, int]:
+    args = ["-m", target, "-md", head, "--spec-type", "draft-eagle3", "--spec-draft-n-max", "4"]
+    args += ["-p", "Hello there", "-n", "48", "-t", "1", "--temp", "0"]
+    for _ in range(3):  # llama.cpp's logger now and then loses the report at exit
+        done = subprocess.run(
+            [str(binary), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            env=native_env(binary),
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        found = [re.search(rf"{name}\s*=\s*(\d+)", done.stderr + done.stdout) for name in ("n_drafted", "n_accept")]
+        if all(found):
+            return int(found[0].group(1)), int(found[1].group(1))
+    pytest.fail("llama-speculative-simple reported no counts in three runs")
