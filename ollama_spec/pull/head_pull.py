@@ -28,12 +28,13 @@ from ollama_spec.models.architectures import has_recurrent_state
 from ollama_spec.models.compat import check_compatibility
 from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.models.heads import is_head
+from ollama_spec.models.manifest import MEDIA_TYPE_PREFIX
 from ollama_spec.models.names import ModelRef, parse_model_name
 from ollama_spec.models.resolve import ResolvedModel, resolve_model
 from ollama_spec.models.store import Store
 from ollama_spec.pull.download import http_client
 from ollama_spec.pull.fetcher import fetch_all
-from ollama_spec.pull.head_checkpoint import iter_tensors, read_head_config, weight_files
+from ollama_spec.pull.head_checkpoint import HeadConfig, iter_tensors, read_head_config, weight_files
 from ollama_spec.pull.head_convert import convert_head
 from ollama_spec.pull.huggingface import (
     CONFIG_MEDIA_TYPE,
@@ -47,7 +48,7 @@ from ollama_spec.pull.progress import PullEvent
 from ollama_spec.pull.settings import PullSettings
 from ollama_spec.pull.writer import Blob, StoreWriter
 
-MODEL_MEDIA_TYPE = "application/vnd.ollama.image.model"
+MODEL_MEDIA_TYPE = MEDIA_TYPE_PREFIX + "model"
 _WEIGHTS = re.compile(r"^[^/]*\.safetensors$")
 _TORCH_WEIGHTS = re.compile(r"^pytorch_model[^/]*\.bin$")
 Verify = Callable[[Path], object]  # raises OllamaSpecError when the file does not load
@@ -150,7 +151,16 @@ def _download(
     return {"config.json": Path(staged), **found}
 
 
-def _store_head(config, files, source, target, ref, writer, report, verify) -> None:
+def _store_head(
+    config: HeadConfig,
+    files: list[Path],
+    source: str,
+    target: ResolvedModel,
+    ref: ModelRef,
+    writer: StoreWriter,
+    report: Callable[[PullEvent], None],
+    verify: Verify | None,
+) -> None:
     """Convert into the partial folder, check, then the blob and its manifest into the store."""
     with writer.writing():
         fd, staged = tempfile.mkstemp(dir=writer.partial_dir, prefix="layer-head-")
