@@ -204,3 +204,12 @@ def test_the_targets_tokenizer_keys_are_copied_with_their_types(tmp_path, target
     read = {key: (vtype, item, value) for key, vtype, item, value in read_keys(target.path, lambda k: True)}
     assert set(read) == set(GGUFReader(target.path).fields) - {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}
     assert read["tokenizer.ggml.tokens"][2] == list(target.info.tokens)
+
+
+def test_a_truncated_target_header_is_a_pull_error(tmp_path, target):
+    from ollama_spec.pull.gguf_keys import read_keys
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(target.path.read_bytes()[:3000])
+    with pytest.raises(PullError, match="cannot read the metadata of"):
+        read_keys(cut, lambda key: key.startswith("tokenizer."))
