@@ -110,6 +110,10 @@ class Scheduler:
         try:
             model, draft, why = await asyncio.to_thread(self.pairs.describe, key)
         except OllamaSpecError as exc:
+            # a delete since the name was found takes its files at any point of the read: not found, as after it
+            # (a missing draft is the pair's 400)
+            if not await asyncio.to_thread(self.has_model, key):
+                raise not_found(name) from None
             raise ApiError(400, one_line(str(exc))) from None
         return None, model, draft, why
 
