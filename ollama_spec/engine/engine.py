@@ -37,6 +37,7 @@ from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
 from ollama_spec.models.gguf_info import read_model_info
+from ollama_spec.models.heads import is_head
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.models.usable import require_usable
 from ollama_spec.planning.context import ContextChoice
@@ -117,6 +118,10 @@ class Engine:
     ):
         """`fit`: the context, slots and memory plan decided before (the server's); None: decided here, for
         this machine as it is now (the CLI)."""
+        if draft is not None and settings.head is None and is_head(draft.info):
+            # a head named as the draft (--draft, a pair, a preset, the store's pick) drafts as a head
+            require_compatible(target.name, target.info, draft.name, draft.info)
+            draft, settings = None, replace(settings, head=draft.path)
         self.target_model, self.draft_model, self.settings = target, draft, settings
         self.notice = notice  # what a user should hear about while it happens (a calibration's pause)
         require_usable(target.name, target.info, "target", llama_cpp_knows)

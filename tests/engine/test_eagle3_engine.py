@@ -167,3 +167,16 @@ def test_a_head_for_another_target_is_refused_at_load(tiny_models, tiny_store, t
     write_eagle3_head(alien, resolve_model(ALIEN_NAME, str(tiny_store)).path, "random", target_layers=(0, 0, 0))
     with pytest.raises(ModelLoadError, match="has a vocabulary of 1024 tokens; its target's has 512"):
         Engine(tiny_models[0], None, engine_settings(head=alien))
+
+
+def test_a_head_given_as_the_draft_drafts_as_the_head(heads, tiny_models, expected):
+    """--draft HEAD, a pair or the store's pick hands the Engine a head as its draft model: it loads as the head."""
+    from ollama_spec.models.resolve import resolve_model
+
+    head = resolve_model(str(heads["crafted"]))
+    with Engine(tiny_models[0], head, engine_settings()) as engine:
+        assert engine.draft is None and engine.head is not None
+        assert engine.settings.head == heads["crafted"]
+        result = answer(engine, request(PROMPTS[1], 2))
+    assert result.tokens == expected[PROMPTS[1]]
+    assert result.speculation.accepted > 0
