@@ -18,6 +18,7 @@ from ollama_spec.bench.samples import NATIVE, Row, Sample
 from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.model import choose_flash_attention, default_threads
+from ollama_spec.models.heads import is_head
 from ollama_spec.models.resolve import ResolvedModel
 
 NATIVE_TIMEOUT_S = 600
@@ -93,7 +94,7 @@ def _run(
         "-md",
         str(draft.path),
         "--spec-type",
-        "draft-simple",
+        "draft-eagle3" if is_head(draft.info) else "draft-simple",  # a head is never auto-detected
         "--spec-draft-n-max",
         str(k),
         "-p",

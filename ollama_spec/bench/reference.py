@@ -29,7 +29,8 @@ from ollama_spec.llama.load_params import apply_lora_adapters
 from ollama_spec.llama.log import log_mark
 from ollama_spec.llama.model import choose_flash_attention, default_threads, extra_bufts_default
 from ollama_spec.models.compat import load_kv_overrides
-from ollama_spec.models.resolve import ResolvedModel
+from ollama_spec.models.heads import is_head
+from ollama_spec.models.resolve import ResolvedModel, resolve_model
 
 
 class CountingDraft(LlamaDraftModel):
@@ -69,17 +70,27 @@ def run_reference_rows(
     """llama-cpp-python's target alone, its draft_model path (OllamaDraftModel, K drafts) and prompt lookup
     (K tokens), and the `beside` rows (ours again, llama.cpp's own loop), all interleaved."""
     threads = settings.n_threads or default_threads()  # the engine's default too
-    draft = OllamaDraftModel(
-        draft_name,
-        num_pred_tokens=k,
-        models_dir=models_dir,
-        n_ctx=settings.context,
-        n_threads=threads,
-        repack=settings.repack,
+    # llama-cpp-python's draft_model path runs a draft model only: an EAGLE-3 head gets no row there
+    head = is_head(resolve_model(draft_name, models_dir).info)
+    draft = (
+        None
+        if head
+        else OllamaDraftModel(
+            draft_name,
+            num_pred_tokens=k,
+            models_dir=models_dir,
+            n_ctx=settings.context,
+            n_threads=threads,
+            repack=settings.repack,
+        )
     )
     rows = [
         (Row("llama-cpp-python target alone", LLAMA_CPP_BASELINE), None),
-        (Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), CountingDraft(draft)),
+        *(
+            []
+            if draft is None
+            else [(Row(f"llama-cpp-python draft_model K={k}", LLAMA_CPP_DRAFT, k), CountingDraft(draft))]
+        ),
         (Row(f"prompt lookup K={k}", PROMPT_LOOKUP, k), CountingDraft(LlamaPromptLookupDecoding(num_pred_tokens=k))),
     ]
     try:
@@ -90,7 +101,8 @@ def run_reference_rows(
         finally:
             llm.close()
     finally:
-        draft.close()
+        if draft is not None:
+            draft.close()
     return [row for row, _ in rows] + [row for row, _ in beside]
 
 

@@ -36,6 +36,7 @@ from ollama_spec.decoding.proposers import NGRAM as LOOKUP
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.calibration import measure_step_costs
 from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
+from ollama_spec.llama.eagle3 import HeadCalibration
 from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.planning.placement import Placement
@@ -284,9 +285,8 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
     room = engine.target.n_ctx - k_max - 2
     position = min(len(prompt) + settings.max_tokens // 2, room)
     context = (prompt * (position // max(len(prompt), 1) + 1))[:position]
-    measured = measure_step_costs(
-        engine.target, engine.draft, k_max, context, repeats=CALIBRATION_REPEATS, every_size=True
-    )
+    drafter = HeadCalibration(engine.head) if engine.head is not None else engine.draft  # as -k auto times it
+    measured = measure_step_costs(engine.target, drafter, k_max, context, repeats=CALIBRATION_REPEATS, every_size=True)
     return Costs(
         target_step_s=measured.verify_s[0],
         draft_step_s=measured.draft_step_s,
