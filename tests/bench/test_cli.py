@@ -386,3 +386,21 @@ def test_every_row_runs_the_model_with_all_its_adapters(invoke, store_copy, prom
     assert result.exit_code == 0, result.output
     rows = {row["label"]: row for row in json.loads((out / "results.json").read_text())["rows"]}
     assert rows["llama-cpp-python target alone"]["identical_to_target_alone"] is True
+
+
+def test_bench_with_an_eagle3_head_as_the_draft(invoke, tiny_store, tiny_models, prompts_file, tmp_path):
+    """--draft HEAD.gguf: the speculative rows draft with the head (greedy output still the target's), its
+    draft step is timed, and llama-cpp-python's draft_model row, which cannot run a head, is left out."""
+    from ollama_spec.synthetic.eagle3_head import write_eagle3_head
+
+    head = tmp_path / "head.gguf"
+    write_eagle3_head(head, tiny_models[0].path, "random", target_layers=(0, 2, 3))
+    result = invoke(
+        "bench", "tiny-target", "--draft", head, "--models-dir", tiny_store, *ARGS, "--prompts", prompts_file
+    )
+    assert result.exit_code == 0, result.output
+    assert "speculative K=1" in result.output and "draft head.gguf" in result.output
+    assert "llama-cpp-python draft_model" not in result.output
+    assert "prompt lookup K=" in result.output
+    costs = next(line for line in result.output.splitlines() if line.startswith("step costs:"))
+    assert "draft 0.00 ms" not in costs, costs

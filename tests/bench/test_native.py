@@ -97,3 +97,16 @@ def test_a_model_with_an_adapter_is_refused_by_native_before_any_timing(invoke, 
     assert result.exit_code == 1 and result.output.strip() == (
         "Error: --native runs models without LoRA adapters: leave it out for a model with an adapter layer"
     )
+
+
+def test_a_head_runs_as_llama_cpps_eagle3_draft(tmp_path, tiny_models):
+    from ollama_spec.models.resolve import resolve_model
+    from ollama_spec.synthetic.eagle3_head import write_eagle3_head
+
+    target = tiny_models[0]
+    write_eagle3_head(tmp_path / "head.gguf", target.path, "random", target_layers=(0, 2, 3))
+    head = resolve_model(str(tmp_path / "head.gguf"))
+    settings = BenchSettings(ks=(3,), max_tokens=64, runs=1, n_threads=2)
+    run_native_row(fake_binary(tmp_path, REPORT), target, head, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--spec-type") + 1] == "draft-eagle3" and str(head.path) in args
