@@ -6,7 +6,9 @@
 #   CLIENTS="1 4"   the client counts, each a run of the bench prompts by that many clients at once
 #   ROUNDS=1        rounds of ours then llama-server: this machine's speed drifts, a ratio per round holds
 #   LLAMA_SERVER    a llama-server binary: serves the same two GGUF blobs, --spec-type draft-simple
-#                   --spec-draft-n-max 6 -np 4 (issue #28's reference), after ours has stopped
+#                   (draft-eagle3 when DRAFT is an EAGLE-3 head) --spec-draft-n-max K -np 4, after ours
+#                   has stopped
+#   K               the draft length for both servers (ours: -k K); unset: ours chooses, llama-server 6
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
 #   CEILING         a results-concurrent.json of `bench --concurrency N --in-process`: each rate is also
@@ -55,6 +57,12 @@ measure() {  # KEY NAME ROUND: every client count against the server on $port
 }
 
 blob() { "$bin/python" -c "from ollama_spec import resolve_model; print(resolve_model('$1').path)"; }
+spec_type() {  # llama-server never detects a head: it is asked for by --spec-type
+    "$bin/python" -c "from ollama_spec import resolve_model; from ollama_spec.models.heads import is_head
+print('draft-eagle3' if is_head(resolve_model('$1').info) else 'draft-simple')"
+}
+ours_k=()
+[ -n "${K:-}" ] && ours_k=(-k "$K")
 threads=()
 [ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
 rounds=${ROUNDS:-1}
@@ -62,7 +70,7 @@ for round in $(seq 1 "$rounds"); do
     rounds_note=""
     [ "$rounds" -gt 1 ] && rounds_note=" (round $round of $rounds)"
     "$bin/ollama-spec" serve "$target" --draft "$draft" --port "$port" --parallel 4 --ctx "$slot_ctx" \
-        "${threads[@]}" "$@" >"$log" 2>&1 &
+        "${threads[@]}" "${ours_k[@]}" "$@" >"$log" 2>&1 &
     server=$!
     wait_up "http://127.0.0.1:$port/health"
     measure ours "ollama-spec serve --parallel 4" "$round"
@@ -70,7 +78,8 @@ for round in $(seq 1 "$rounds"); do
 
     if [ -n "${LLAMA_SERVER:-}" ]; then
         ngl=${NGL:-99}
-        "$LLAMA_SERVER" -m "$(blob "$target")" -md "$(blob "$draft")" --spec-type draft-simple --spec-draft-n-max 6 \
+        "$LLAMA_SERVER" -m "$(blob "$target")" -md "$(blob "$draft")" --spec-type "$(spec_type "$draft")" \
+            --spec-draft-n-max "${K:-6}" \
             -np 4 -c $((4 * slot_ctx)) -ngl "$ngl" -ngld "$ngl" --temp 0 ${THREADS:+-t "$THREADS"} \
             --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
         server=$!
