@@ -33,6 +33,7 @@ from ollama_spec.llama.canary import decide_repack
 from ollama_spec.llama.eagle3 import Eagle3Head, HeadCalibration
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
+from ollama_spec.llama.mtp import MtpHead
 from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
@@ -65,6 +66,8 @@ class EngineSettings:
     parallel: int | None = 1
     # An EAGLE-3 head's GGUF: it drafts for the target (in place of a draft model), reading its hidden states
     head: Path | None = None
+    # Draft with the target's own MTP (NextN) layers (llama/mtp.py), in place of a draft model
+    mtp: bool = False
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -127,6 +130,8 @@ class Engine:
         require_usable(target.name, target.info, "target", llama_cpp_knows)
         if settings.head is not None and draft is not None:
             raise InvalidSetting("a draft model and an EAGLE-3 head cannot both draft: choose one")
+        if settings.mtp and (draft is not None or settings.head is not None):
+            raise InvalidSetting("the target's MTP layers draft alone: leave out the draft model or head")
         if settings.head is not None and (
             is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
         ):
@@ -162,6 +167,7 @@ class Engine:
             self.placement,
             window_cache=takes_window_cache(target.info.architecture),
             isolated_rows=True,
+            load_mtp=settings.mtp,
         )
         self.draft = self.head = None
         try:
@@ -169,6 +175,8 @@ class Engine:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
             if settings.head is not None:
                 self.head = Eagle3Head(settings.head, self.target, n_gpu_layers=settings.draft_gpu_layers)
+            if settings.mtp:  # the protocol is a head's: it drafts through the same proposers
+                self.head = MtpHead(self.target)
         except BaseException:
             self.target.close()
             raise
@@ -202,6 +210,7 @@ class Engine:
         *,
         window_cache: bool = False,
         isolated_rows: bool = False,  # the target's: its rows are the answer (llama/passes.py)
+        load_mtp: bool = False,
     ) -> LoadedModel:
         return LoadedModel(
             model.path,
@@ -217,6 +226,7 @@ class Engine:
                 lora_adapters=model.adapter_paths,
                 window_cache=window_cache,
                 isolated_rows=isolated_rows,
+                load_mtp=load_mtp,
                 n_seq=self.slots,
             ),
         )

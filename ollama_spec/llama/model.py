@@ -97,6 +97,9 @@ class LoadSettings:
     # unified cache and batches as they come (no padding), enough for a draft, whose rows only
     # choose what is proposed: the target's verdict on it is the same bits either way.
     isolated_rows: bool = True
+    # Load the model's MTP (NextN) layers too, for a draft context over them (mtp.py); llama.cpp
+    # skips them otherwise
+    load_mtp: bool = False
 
     def __post_init__(self) -> None:
         if self.n_seq < 1:
@@ -114,6 +117,7 @@ class LoadedModel:
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
         model_params.use_extra_bufts = settings.use_extra_bufts
+        model_params.load_mtp = settings.load_mtp
         self._placement_arrays = apply_placement(model_params, settings.placement)
         self._overrides = kv_override_array(settings.kv_overrides)
         if self._overrides is not None:

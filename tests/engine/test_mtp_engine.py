@@ -1,0 +1,66 @@
+"""The target's own MTP (NextN) layer drafting for it: greedy text is the target's alone at every K,
+on one slot and on four, with a prompt longer than one batch."""
+
+import pytest
+
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.models.resolve import resolve_model
+from ollama_spec.synthetic.mtp_target import write_mtp_target
+from tests.conftest import engine_settings
+
+GREEDY = SamplingSettings(temperature=0)
+LONG = " ".join(f"item {i} is {'odd' if i % 2 else 'even'};" for i in range(130))
+PROMPTS = [LONG, "The quick brown fox", "Once upon a time"]
+
+
+@pytest.fixture(scope="module")
+def mtp_target(tiny_models, tmp_path_factory):
+    path = write_mtp_target(tmp_path_factory.mktemp("mtp") / "mtp-target.gguf", tiny_models[0].path)
+    return resolve_model(str(path))
+
+
+def request(prompt, k):
+    return Request(
+        prompt, raw=True, max_tokens=24, ignore_eos=True, sampling=GREEDY, speculation=SpeculationSettings(k)
+    )
+
+
+def answer(engine, req, slot=0):
+    generation = engine.generate(req, slot=slot)
+    "".join(generation)
+    return generation.result
+
+
+@pytest.fixture(scope="module")
+def expected(mtp_target):
+    with Engine(mtp_target, None, engine_settings()) as engine:
+        return {p: answer(engine, request(p, None)).tokens for p in PROMPTS}
+
+
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_greedy_text_is_the_targets_at_every_k(mtp_target, expected, parallel):
+    with Engine(mtp_target, None, engine_settings(mtp=True, parallel=parallel)) as engine:
+        assert engine.head is not None
+        assert len(engine.prompt_tokens(request(LONG, 1))) > 512
+        drafted = 0
+        for k in (1, 2, 4, 8):
+            for prompt in PROMPTS:
+                result = answer(engine, request(prompt, k), slot=parallel - 1)
+                assert result.tokens == expected[prompt], (k, prompt)
+                drafted += result.speculation.drafted
+        assert drafted > 0
+
+
+def test_mtp_beside_a_draft_model_is_refused(mtp_target, tiny_models):
+    with pytest.raises(InvalidSetting, match="MTP layers draft alone"):
+        Engine(mtp_target, tiny_models[1], engine_settings(mtp=True))
+
+
+def test_a_target_without_nextn_layers_says_so(tiny_models):
+    from ollama_spec.errors import ModelLoadError
+
+    with pytest.raises(ModelLoadError, match="no MTP .NextN. layers"):
+        Engine(tiny_models[0], None, engine_settings(mtp=True))
