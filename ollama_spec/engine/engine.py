@@ -132,12 +132,13 @@ class Engine:
             raise InvalidSetting("a draft model and an EAGLE-3 head cannot both draft: choose one")
         if settings.mtp and (draft is not None or settings.head is not None):
             raise InvalidSetting("the target's MTP layers draft alone: leave out the draft model or head")
-        if settings.head is not None and (
+        if (settings.head is not None or settings.mtp) and (
             is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
         ):
+            drafter = "an EAGLE-3 head" if settings.head is not None else "its MTP layers"
             raise InvalidSetting(
                 f"{target.name} is a recurrent or hybrid model: its cache cannot be cut back after each "
-                "step, so an EAGLE-3 head cannot draft for it"
+                f"step, so {drafter} cannot draft for it"
             )
         if draft is not None:
             require_usable(draft.name, draft.info, "draft", llama_cpp_knows)

@@ -64,3 +64,12 @@ def test_a_target_without_nextn_layers_says_so(tiny_models):
 
     with pytest.raises(ModelLoadError, match="no MTP .NextN. layers"):
         Engine(tiny_models[0], None, engine_settings(mtp=True))
+
+
+def test_mtp_for_a_recurrent_target_is_refused(tmp_path):
+    from tests.builders.recurrent import write_mamba_gguf
+
+    path = tmp_path / "mamba.gguf"
+    write_mamba_gguf(path)
+    with pytest.raises(InvalidSetting, match="recurrent or hybrid model: .* its MTP layers cannot draft for it"):
+        Engine(resolve_model(str(path)), None, engine_settings(mtp=True))
