@@ -34,7 +34,7 @@ def test_chat_as_the_docs_show(client):
     assert response.done and response.done_reason == "length" and response.model == "llama3.2"
     assert response.eval_count == 40 and response.prompt_eval_count > 10
     assert response.total_duration >= response.eval_duration > 0
-    assert response.prompt_eval_duration > 0 and response.load_duration == 0
+    assert response.prompt_eval_duration > 0 and 0 <= response.load_duration < response.total_duration
 
 
 def test_final_object_carries_the_speculation_extension(server):
