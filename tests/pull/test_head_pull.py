@@ -221,3 +221,30 @@ def test_auto_prefers_only_a_head_converted_for_the_target(invoke, store_copy, t
     write_model(store_copy, "own-head", head)
     listed = json.loads(invoke("drafts", "tiny-target", "--json", "--models-dir", store_copy).output)
     assert [d["model"] for d in listed["drafts"] if d["auto"]] == ["own-head:latest"]
+
+
+def test_pulled_heads_draft_with_draft_name(invoke, store_copy, tmp_path):
+    """Heads written by the run-time side's builder, published as checkpoints and pulled, draft with --draft NAME
+    as EAGLE-3 heads: one that borrows the target's embeddings and output (which only a head's context can), and
+    the crafted one (it knows the target's bigrams). Greedy text is the target's own."""
+    from ollama_spec.models.resolve import resolve_model
+    from ollama_spec.synthetic.eagle3_checkpoint import checkpoint_from_gguf
+    from tests.builders.eagle3_heads import build_heads
+
+    heads = build_heads(resolve_model("tiny-target", str(store_copy)).path, tmp_path)
+
+    def generate(*draft):
+        args = ["generate", "tiny-target", "The quick brown fox", "-n", "24", "-t", "0", "--raw", "--json"]
+        result = invoke(*args, "--threads", "1", "--no-check", "--models-dir", store_copy, *draft)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    alone = generate()["text"]
+    for kind, layout in (("borrowing", "eagle"), ("crafted", "speculators")):
+        folder = checkpoint_from_gguf(heads[kind], tmp_path / f"{kind}-ckpt", layout)
+        pulled = invoke("pull", folder, "--head-for", "tiny-target", "--name", kind, "--models-dir", store_copy)
+        assert pulled.exit_code == 0, pulled.output
+        drafted = generate("--draft", kind, "-k", "4")
+        assert drafted["text"] == alone and drafted["draft"] == f"{kind}:latest" and drafted["drafted"] > 0
+        if kind == "crafted":
+            assert drafted["accepted"] > 0, drafted
