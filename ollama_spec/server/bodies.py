@@ -21,7 +21,8 @@ import numpy as np
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ollama_spec.server.core.errors import ApiError, error_response
+from ollama_spec.errors import BodyTooLarge, InvalidRequest
+from ollama_spec.server.core.errors import error_response
 
 MAX_NESTING = 100
 MAX_DIGITS = 4300  # Python's own limit for reading an integer (sys.int_max_str_digits), said in our words
@@ -150,7 +151,7 @@ class CheckedBodies:
             try:
                 checked_body(body)
             except Malformed as exc:
-                refused = ApiError(400, str(exc), exc.field)
+                refused = InvalidRequest(str(exc), exc.field)
                 return await error_response(scope["path"], refused)(scope, receive, send)
         replayed = False
 
@@ -165,7 +166,7 @@ class CheckedBodies:
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"the request body is larger than {self.max_bytes} bytes"
-        await error_response(scope["path"], ApiError(413, message))(scope, receive, send)
+        await error_response(scope["path"], BodyTooLarge(message))(scope, receive, send)
 
 
 class JsonBodies:
