@@ -80,6 +80,16 @@ def slot_choices(target: ResolvedModel, settings: EngineSettings) -> list[int]:
     return [settings.parallel] if settings.parallel else list(range(AUTO_PARALLEL, 0, -1))
 
 
+def as_head(draft: ResolvedModel | None, settings: EngineSettings) -> tuple[ResolvedModel | None, EngineSettings]:
+    """A draft whose GGUF is an EAGLE-3 head (named by --draft, --pair, a preset's DRAFT or auto) drafts as the
+    head (EngineSettings.head), not as a draft model: the draft model to load, and the settings."""
+    if draft is None or not draft.info.is_eagle3_head:
+        return draft, settings
+    if settings.head is not None:
+        raise InvalidSetting(f"{draft.name} is an EAGLE-3 head and another head is set: choose one")
+    return None, replace(settings, head=draft.path)
+
+
 def pair_facts(
     target: ResolvedModel,
     draft: ResolvedModel | None,
@@ -132,6 +142,8 @@ class Engine:
         if draft is not None:
             require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
             require_compatible(target.name, target.info, draft.name, draft.info)
+        draft, settings = as_head(draft, settings)
+        self.settings = settings
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
         self.placement = settings.placement

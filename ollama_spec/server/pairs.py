@@ -205,6 +205,8 @@ class StorePairs:
             require_compatible(target.name, target.info, draft.name, draft.info)
         except (IncompatibleDraft, OllamaSpecError) as exc:
             return None, None, f"the target alone: {one_line(str(exc))}"
+        if choice.made_for_target:
+            return draft, None, f"the store's EAGLE-3 head made for it: {draft.name} ({choice.note})"
         note = f"; {choice.note}" if choice.note else ""
         return draft, None, f"the store's best compatible draft: {draft.name} (1:{choice.ratio:.0f} of its size{note})"
 
