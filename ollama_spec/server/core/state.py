@@ -19,13 +19,12 @@ from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.pinned import PinnedPair
 from ollama_spec.server.core.request import Asked
+from ollama_spec.server.core.serving import OnDemand, Serving, Upstream
 from ollama_spec.server.core.settings import ServerSettings
 from ollama_spec.server.metrics import Metrics
 
 if TYPE_CHECKING:
     from ollama_spec.models.resolve import ResolvedModel
-    from ollama_spec.server.scheduler import Scheduler
-    from ollama_spec.server.upstream import Upstream
 
 T = TypeVar("T")
 log = logging.getLogger("ollama_spec.server")
@@ -82,7 +81,7 @@ class ServerState:
         self,
         engine: Engine | None,
         settings: ServerSettings,
-        scheduler: Scheduler | None = None,
+        scheduler: OnDemand | None = None,
         upstream: Upstream | None = None,
     ):
         assert (engine is None) != (scheduler is None), "a pinned engine or a scheduler"
@@ -90,7 +89,7 @@ class ServerState:
         self.started = time.time()
         self.metrics = Metrics(lambda: self.waiting)
         if engine is not None:
-            self.serving: PinnedPair | Scheduler = PinnedPair(Served(engine, settings, self.metrics, pinned=True))
+            self.serving: Serving = PinnedPair(Served(engine, settings, self.metrics, pinned=True))
         else:
             self.serving = scheduler
             scheduler.metrics = self.metrics
