@@ -9,6 +9,7 @@
 #                   (draft-eagle3 when DRAFT is an EAGLE-3 head) --spec-draft-n-max K -np 4, after ours
 #                   has stopped
 #   K               the draft length for both servers (ours: -k K); unset: ours chooses, llama-server 6
+#                   (its best draft length on the demo pair)
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
 #   CEILING         a results-concurrent.json of `bench --concurrency N --in-process`: each rate is also
