@@ -8,12 +8,13 @@ so the loop, the verifier and the statistics are the same for both. They are bui
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
+from ollama_spec.decoding.evals import Eval, run_evals
 from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.k_policy import PROBE_COSTS
 from ollama_spec.decoding.penalties import adjusted
@@ -96,6 +97,21 @@ class Proposer(Protocol):
         (KPolicy.probing: the K policy asking whether drafting pays again, PROBE_ACCEPTANCE or
         PROBE_COSTS; "" on other steps) may be proposed more cheaply than usual."""
 
+    def propose_steps(
+        self,
+        seq: list[int],
+        k: int,
+        sampling: SamplingSettings,
+        rng: np.random.Generator,
+        keep_drafting: KeepDrafting | None = None,
+        grammar: TokenGrammar | None = None,
+        probe: str = "",
+    ) -> Generator[Eval, np.ndarray, tuple[list[int], np.ndarray | None]]:
+        """`propose` as steps (decoding/evals.py): each evaluation it needs yielded, its rows sent
+        back, the proposal returned. A proposer that evaluates nothing proposes at once."""
+        return self.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
+        yield  # a generator
+
     def accepted(self, seq: list[int]) -> None:
         """`seq` is what the target accepted; forget anything proposed past it."""
 
@@ -120,9 +136,12 @@ class DraftModelProposer(Proposer):
         keep_common_prefix(self.draft, as_draft_tokens(seq, self.draft.n_vocab))
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
+        return run_evals(self.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe))
+
+    def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         state = grammar.copy() if grammar is not None else None  # drafted tokens advance a copy only
         try:
-            return self._propose(seq, k, sampling, rng, keep_drafting, state, probe)
+            return (yield from self._propose(seq, k, sampling, rng, keep_drafting, state, probe))
         finally:
             if state is not None:
                 state.close()
@@ -142,7 +161,7 @@ class DraftModelProposer(Proposer):
             self._synced, missed = draft.n_past, missed[-PROBE_WINDOW:]
             if not self._synced:  # a draft that has read nothing still starts from the text's first
                 missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
-        logits = draft.eval(as_draft_tokens(missed, draft.n_vocab))[-1][: self.shared_vocab]
+        logits = (yield Eval(draft, as_draft_tokens(missed, draft.n_vocab)))[-1][: self.shared_vocab]
         tokens: list[int] = []
         probs: list[np.ndarray] = []
         while True:
@@ -173,7 +192,7 @@ class DraftModelProposer(Proposer):
                 grammar.accept(token)
             if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
                 break
-            logits = draft.eval([token])[-1][: self.shared_vocab]
+            logits = (yield Eval(draft, [token]))[-1][: self.shared_vocab]
         return tokens, np.array(probs) if probs else None
 
     def accepted(self, seq):
@@ -357,6 +376,9 @@ class HybridProposer(Proposer):
         return self.ngram.lookup(seq, k, worth)
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
+        return run_evals(self.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe))
+
+    def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         self._length = len(seq)
         lookup = self.ngram.find(seq, k)
         n, expected = self.ngram.worth_verifying(len(lookup))
@@ -366,7 +388,7 @@ class HybridProposer(Proposer):
             return lookup[:n], None
         self.ngram.shadow(seq, lookup[: max(n, 1)])
         self.source = DRAFT
-        tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
+        tokens, q = yield from self.draft.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe)
         self._drafted = len(tokens)
         return tokens, q
 
