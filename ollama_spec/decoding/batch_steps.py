@@ -1,6 +1,6 @@
 """One K for every slot of a batch step, priced by what the step costs the whole batch.
 
-With B slots batched (llama/batcher.py), a step is D draft passes of every slot that drafts, then one
+With B slots in one step (engine/step_loop.py), a step is D draft passes of every slot that drafts, then one
 target pass over every slot's tokens. And the target's pass is laid out by llama/passes.py so that
 each row gets the kernels it gets alone: every sequence in it brings as many tokens as the widest
 one, padding made up after its own. So a slot's drafts below the widest slot's are free in the
@@ -21,8 +21,6 @@ A slot alone has nothing to share a step with: with B = 1 this is the single-slo
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -42,48 +40,12 @@ class Slot(Protocol):
         ...
 
 
-class BatchSteps:
-    """The K policies of the requests running at once on one engine's slots, and the pair's pass costs."""
-
-    def __init__(self, prices: StepCosts | None = None) -> None:
-        self.prices = prices  # one sequence's draft step and target passes by size, as calibrated
-        self._lock = threading.Lock()
-        # weak: a policy whose request failed before it could leave goes with its request
-        self._members: weakref.WeakSet[Slot] = weakref.WeakSet()
-        # the K decided for the step under way, and how many more slots take it before the next decision
-        self._k, self._left = 0, 0
-
-    def join(self, member: Slot) -> None:
-        with self._lock:
-            self._members.add(member)
-            self._left = 0  # a new slot: decide again
-
-    def leave(self, member: Slot) -> None:
-        with self._lock:
-            self._members.discard(member)
-            self._left = 0
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._members)
-
-    def step_k(self, margin: float) -> int | None:
-        """The K for every slot's next step (see the module); None for a slot alone, or before any
-        costs were calibrated: then each slot decides as a lone request does."""
-        with self._lock:
-            members = list(self._members)
-            if len(members) < 2 or self.prices is None:
-                self._left = 0
-                return None
-            if self._left:  # one decision a step: every slot asks once, and all draft the same K
-                self._left -= 1
-                return self._k
-            self._k = best_shared_k(_acceptances(members), self.prices, margin)
-            self._left = len(members) - 1
-            return self._k
+def step_k(members: Sequence[Slot], prices: StepCosts, margin: float) -> int:
+    """The one K for the next step of the slots whose policies are `members` (see the module)."""
+    return best_shared_k(acceptances(members), prices, margin)
 
 
-def _acceptances(members: Sequence[Slot]) -> list[list[float]]:
+def acceptances(members: Sequence[Slot]) -> list[list[float]]:
     """Each slot's acceptance by position; a slot that has seen too few steps takes the others' mean."""
     own = [m.alphas() for m in members]
     seasoned = [alphas for m, alphas in zip(members, own) if m.observed >= SEASONED_STEPS]

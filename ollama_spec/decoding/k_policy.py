@@ -29,7 +29,6 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
-from ollama_spec.decoding.batch_steps import BatchSteps
 from ollama_spec.decoding.step_costs import (
     StepCosts,
     VerifyLine,
@@ -135,7 +134,6 @@ class AutoK:
         learn_costs: bool = True,
         confidence_stops: bool = False,
         calibrated: StepCosts | None = None,
-        batch: BatchSteps | None = None,
     ):
         self._line = VerifyLine(costs.verify_s)
         # per batch size as timed, with the kernels' own bumps (see _free_next); `costs` may be a learned line
@@ -165,16 +163,10 @@ class AutoK:
         # "armed": this step goes one token past the stop ("take": the next token is taken whatever its
         # margin; "done": it has); "": it stops where the margins say
         self._explore = ""
-        # the requests batched with this one: beside others, the step's K is the batch's (batch_steps)
-        self.batch = batch
+        # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
+        # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
+        self.shared_k: int | None = None
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
-        if batch is not None:
-            batch.join(self)
-
-    def leave(self) -> None:
-        """The request is over: the batch's K no longer counts this one's acceptance."""
-        if self.batch is not None:
-            self.batch.leave(self)
 
     @property
     def rate(self) -> float:
@@ -188,7 +180,7 @@ class AutoK:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
         self.probing = ""
-        shared = self.batch.step_k(DRAFT_GAIN_MARGIN) if self.batch is not None else None
+        shared = self.shared_k
         if shared:
             # Beside other slots: the batch's one K, drafted whole (a shorter draft leaves padding in
             # the verify pass, not time). At 0, the probes below keep α current as alone.
@@ -346,8 +338,8 @@ class AutoK:
         self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))
         if drafted:
             self._steps_without_draft = 0
-        if not self.learn_costs:
-            return
+        if not self.learn_costs or self.shared_k is not None:
+            return  # a step beside others is timed whole, theirs too: not what this one's steps cost
         draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:
             measured = blend(draft_step, draft_s / max(self._draft_steps, drafted))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ollama_spec.decoding.batch_steps import BatchSteps
 from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.proposer_table import PROPOSERS
@@ -40,7 +39,9 @@ class LearnedCosts:
         self.cache = StepCostCache()
         self.learned: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
         self.last_policies: dict[str, AutoK] = {}  # by cost key: what the last request learned of α and margins
-        self.batch = BatchSteps()  # the auto policies of the requests running now, which share the batches
+        # one sequence's draft step and target passes by size, as calibrated: the step loop prices a
+        # step that several requests share by them (engine/step_loop.py)
+        self.prices: StepCosts | None = None
 
     def k_policy(self, speculation: SpeculationSettings, sampling: SamplingSettings) -> KPolicy:
         """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
@@ -53,14 +54,12 @@ class LearnedCosts:
         learn = sampling.greedy or sampling.seed is None
         costs = self._learned_or(calibrated, key) if learn else calibrated
         if learn:
-            self.batch.prices = calibrated  # the passes' costs by size, for the K of a shared step
+            self.prices = calibrated  # the passes' costs by size, for the K of a shared step
         policy = AutoK(
             costs,
             learn_costs=learn,
             confidence_stops=PROPOSERS[speculation.proposer].needs_draft,
             calibrated=calibrated,
-            # a seeded sample's K must not depend on what else runs: its text would
-            batch=self.batch if learn else None,
         )
         earlier, learned = self.last_policies.get(key), self.cache.get_acceptance(key)
         if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
@@ -73,8 +72,6 @@ class LearnedCosts:
         """After a request: the costs an AutoK refined seed the next request's, and the cache on `save`;
         `shared`: it ran beside other slots, and learned its part of shared batches, not the costs of a
         step (only what it learned of the acceptance carries)."""
-        if isinstance(policy, AutoK):
-            policy.leave()
         if isinstance(policy, AutoK) and policy.learn_costs:
             key = self.key(self._draft_for(speculation))
             self.last_policies[key] = policy

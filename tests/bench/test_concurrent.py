@@ -42,7 +42,7 @@ def test_two_clients_in_process_give_each_row_a_rate_and_a_ceiling(tiny_models):
     settings = BenchSettings(max_tokens=8, runs=2, warmup=False, n_ctx=512)
     with Engine(*tiny_models, engine_settings(parallel=2, n_ctx=512)) as engine:
         report = run_concurrent(engine, prompts, settings, [1, 2], [None, 2])
-        assert engine.batcher.passes is None  # recorded only while the bench times a row
+        assert engine.loop.passes is None  # recorded only while the bench times a row
     assert isinstance(report, ConcurrentReport) and not report.mismatches  # greedy: one text a prompt
     for n in (1, 2):
         for k in (None, 2):
@@ -72,9 +72,10 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
     assert refused.output.strip().splitlines()[-1] == (
         "Error: --in-process times clients in this process: drop --url (or --in-process)"
     )
-    alone = invoke(*args, "--in-process", "-k", "auto,2")  # one client on one slot: the rows, no ceiling
+    alone = invoke(*args, "--in-process", "-k", "auto,2")  # one client on one slot: the same loop, its ceiling
     assert alone.exit_code == 0, alone.output
     assert [line.split()[:2] for line in alone.output.splitlines() if line.strip().startswith("1 ")] == [
         ["1", "auto"],
         ["1", "K=2"],
+        ["1", "ceiling"],
     ]
