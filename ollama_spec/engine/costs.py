@@ -119,8 +119,13 @@ class LearnedCosts:
     def prepare(self, speculation: SpeculationSettings) -> None:
         """Time this machine's steps now if -k auto will want them (a server does it while loading:
         its first request then waits for nothing, and no timing runs beside other slots' batches)."""
-        if speculation.auto:
+        if speculation.auto and self.drafts(speculation):
             self.calibrated(self._draft_for(speculation), speculation.max_speculative_tokens)
+
+    def drafts(self, speculation: SpeculationSettings) -> bool:
+        """Will anything propose tokens under these settings? Not where the proposer needs a draft
+        model and none is loaded: then the target runs alone, and nothing is worth timing."""
+        return self.draft is not None or not PROPOSERS[speculation.proposer].needs_draft
 
     def _draft_for(self, speculation: SpeculationSettings) -> LoadedModel | None:
         return self.draft if PROPOSERS[speculation.proposer].needs_draft else None

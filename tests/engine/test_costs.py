@@ -111,6 +111,22 @@ def test_prepare_times_the_steps_before_any_request(tiny_models, tmp_path, monke
         "".join(engine.generate(request))
 
 
+def test_a_model_served_without_a_draft_times_nothing(tiny_models, tmp_path, monkeypatch):
+    """With no draft loaded, -k auto has nothing to draft with: a fresh cache stays empty at load and
+    after a request, and no draft or verify step is timed."""
+    from ollama_spec.engine import costs as costs_module
+    from ollama_spec.engine.calibration import StepCostCache
+
+    timed = []
+    monkeypatch.setattr(costs_module, "measure_step_costs", lambda *args, **kwargs: timed.append(args))
+    with Engine(tiny_models[0], None, engine_settings()) as engine:
+        engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
+        engine.costs.prepare(SpeculationSettings(None))  # as serve and the scheduler do while loading
+        request = Request("Hi", raw=True, max_tokens=8, sampling=GREEDY, speculation=SpeculationSettings(None))
+        assert len("".join(engine.generate(request))) > 0
+    assert timed == [] and cache.get(engine.costs.key(None)) is None
+
+
 def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_models, tmp_path):
     """Beside another slot a request's steps are timed whole, the other's part too: not a lone
     request's costs, so they are not kept."""
