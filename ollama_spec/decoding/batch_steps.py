@@ -13,8 +13,8 @@ So beside other slots the K of a step is one for all of them: the K that maximis
     Σ_slots E_i(K) / (K · t_draft(B) + t_verify(B · (K + 1))),
 
 with E_i each slot's expected tokens at its own acceptance by position, t_verify the target's pass
-over that many tokens and t_draft the draft's over B rows, from the pair's calibrated costs (by
-batch size, a line past the longest timed). K = 0 unless it beats the target alone by the margin.
+over that many tokens and t_draft the draft's over B rows, as the step loop's own passes timed them
+(decoding/pass_prices.py; a calibration is only their prior). K = 0 unless it beats the target alone by the margin.
 A slot alone has nothing to share a step with: with B = 1 this is the single-slot rule
 (step_costs.best_drafting_k), which a lone AutoK refines token by token by the draft's margins.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ollama_spec.decoding.pass_prices import PassPrices, pass_seconds  # noqa: F401 - callers take it from here
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 
 # A slot's own acceptance counts in the batch's K once it has seen this many steps; before, it takes
@@ -40,9 +41,9 @@ class Slot(Protocol):
         ...
 
 
-def step_k(members: Sequence[Slot], prices: StepCosts, margin: float) -> int:
+def step_k(members: Sequence[Slot], prices: StepCosts | PassPrices, margin: float, k_max: int) -> int:
     """The one K for the next step of the slots whose policies are `members` (see the module)."""
-    return best_shared_k(acceptances(members), prices, margin)
+    return best_shared_k(acceptances(members), prices, margin, k_max)
 
 
 def acceptances(members: Sequence[Slot]) -> list[list[float]]:
@@ -55,31 +56,24 @@ def acceptances(members: Sequence[Slot]) -> list[list[float]]:
     return [alphas if m.observed >= SEASONED_STEPS else mean for m, alphas in zip(members, own)]
 
 
-def pass_seconds(prices: StepCosts, tokens: int) -> float:
-    """The target's pass over `tokens` tokens: as timed up to the longest calibrated batch, then on
-    the line through the upper half of the timed sizes (a CPU pays each token more, a GPU little)."""
-    timed = prices.verify_s
-    if tokens <= len(timed):
-        return timed[max(tokens, 1) - 1]
-    mid = len(timed) // 2
-    slope = max(0.0, (timed[-1] - timed[mid]) / max(len(timed) - 1 - mid, 1))
-    return timed[-1] + slope * (tokens - len(timed))
-
-
-def best_shared_k(alphas: Sequence[Sequence[float]], prices: StepCosts, margin: float) -> int:
-    """The one K for slots with these acceptances by position (the module's rule)."""
+def best_shared_k(
+    alphas: Sequence[Sequence[float]], prices: StepCosts | PassPrices, margin: float, k_max: int | None = None
+) -> int:
+    """The one K (up to `k_max`, else the calibration's) for slots with these acceptances by position
+    (the module's rule), priced by the passes as learned, or by calibrated one-sequence costs."""
+    if isinstance(prices, StepCosts):
+        k_max = prices.k_max if k_max is None else min(k_max, prices.k_max)
+        prices = PassPrices(prior=prices)
     slots = len(alphas)
-    k_max = min([prices.k_max, *map(len, alphas)])
+    k_max = min([k_max or 0, *map(len, alphas)])
     expected = [0.0] * (k_max + 1)
     for slot in alphas:
         for k, tokens in enumerate(expected_tokens_for_each_k(slot[:k_max])):
             expected[k] += tokens
-    alone = pass_seconds(prices, slots)
-    # the draft's pass grows with its rows as the target's does: both mostly read their weights
-    draft_s = prices.draft_step_s * alone / prices.verify_s[0]
+    alone = prices.target_pass(slots)
     best, best_rate = 0, expected[0] / alone
     for k in range(1, k_max + 1):
-        rate = expected[k] / (k * draft_s + pass_seconds(prices, slots * (k + 1)))
+        rate = expected[k] / (k * prices.draft_pass(slots) + prices.target_pass(slots * (k + 1)))
         if rate > best_rate:
             best, best_rate = k, rate
     return best if best_rate >= (1 + margin) * expected[0] / alone else 0

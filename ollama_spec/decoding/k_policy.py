@@ -94,6 +94,16 @@ class KPolicy(Protocol):
     def next_k(self) -> int: ...
     # a step at K=0 with a prompt lookup's match: how many of its tokens to verify, given each one's
     # acceptance (the chance that position i is accepted given those before it were)
+    def reprice(self, costs: StepCosts) -> None:
+        """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
+        alone): those replace what this policy would learn from its own step times."""
+        if costs.k_max < self.costs.k_max:
+            return
+        costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
+        self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
+        self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
+        self._drafting = None
+
     def lookup_worth(self, alphas: Sequence[float]) -> int: ...
     # source: who proposed the step's tokens, "draft" (the draft model) or "ngram" (prompt lookup)
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None: ...
@@ -166,6 +176,7 @@ class AutoK:
         # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
         # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
         self.shared_k: int | None = None
+        self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
 
     @property
@@ -213,6 +224,16 @@ class AutoK:
             if 1 <= neighbour <= self.costs.k_max:
                 return neighbour
         return k
+
+    def reprice(self, costs: StepCosts) -> None:
+        """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
+        alone): those replace what this policy would learn from its own step times."""
+        if costs.k_max < self.costs.k_max:
+            return
+        costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
+        self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
+        self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
+        self._drafting = None
 
     def lookup_worth(self, alphas: Sequence[float]) -> int:
         """The lookup's length (up to len(alphas)) with the most expected tokens per second of verify
@@ -338,7 +359,7 @@ class AutoK:
         self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))
         if drafted:
             self._steps_without_draft = 0
-        if not self.learn_costs or self.shared_k is not None:
+        if not self.learn_costs or self.shared_k is not None or self._priced:
             return  # a step beside others is timed whole, theirs too: not what this one's steps cost
         draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.proposer_table import PROPOSERS
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.step_costs import StepCosts
@@ -39,22 +40,30 @@ class LearnedCosts:
         self.cache = StepCostCache()
         self.learned: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
         self.last_policies: dict[str, AutoK] = {}  # by cost key: what the last request learned of α and margins
-        # one sequence's draft step and target passes by size, as calibrated: the step loop prices a
-        # step that several requests share by them (engine/step_loop.py)
-        self.prices: StepCosts | None = None
+        # what the step loop's passes cost, learned as they run (engine/step_loop.py): it prices each
+        # step by them, a calibration only their prior
+        self.passes = PassPrices()
+        # no timing before a request: without a calibration cached, -k auto starts from the passes'
+        # prior shape and the step loop prices it from its first passes (serve: no wait at load)
+        self.online = False
 
     def k_policy(self, speculation: SpeculationSettings, sampling: SamplingSettings) -> KPolicy:
         """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
         if not speculation.auto:
             return FixedK(speculation.num_speculative_tokens)
         draft, k_max = self._draft_for(speculation), speculation.max_speculative_tokens
-        key, calibrated = self.key(draft), self.calibrated(draft, k_max)
+        key = self.key(draft)
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
-        costs = self._learned_or(calibrated, key) if learn else calibrated
-        if learn:
-            self.prices = calibrated  # the passes' costs by size, for the K of a shared step
+        if learn and self.online and self.cache.get(key) is None:
+            # the step loop reprices it as it runs
+            calibrated = costs = self.passes.step_costs(k_max, drafts=draft is not None)
+        else:
+            calibrated = self.calibrated(draft, k_max)
+            costs = self._learned_or(calibrated, key) if learn else calibrated
+            if learn:
+                self.passes.set_prior(calibrated)
         policy = AutoK(
             costs,
             learn_costs=learn,

@@ -182,15 +182,22 @@ class StepLoop:
             self._advance(slot, None)
 
     def _choose_k(self) -> None:
-        """One K for every drafting slot's next step, priced for them all; alone, each slot's own rule."""
+        """One K for every drafting slot's next step, priced by the passes as timed; alone, the slot's
+        own rule (token by token), priced by them too."""
         policies = [
             s.ticket.generation.policy
             for s in self._slots.values()
             if isinstance(s.ticket.generation.policy, AutoK) and s.ticket.generation.policy.learn_costs
         ]
-        prices = self.engine.costs.prices
+        prices = self.engine.costs.passes
         shared = len(self._slots) > 1
-        k = step_k(policies, prices, DRAFT_GAIN_MARGIN) if shared and policies and prices is not None else None
+        if not policies or not prices.known:
+            k = None
+        elif shared:
+            k = step_k(policies, prices, DRAFT_GAIN_MARGIN, min(p.costs.k_max for p in policies))
+        else:
+            k, lone = None, policies[0]
+            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
         for policy in policies:
             policy.shared_k = k
         for slot in self._slots.values():
@@ -210,10 +217,12 @@ class StepLoop:
             return
         seconds = time.perf_counter() - started
         self.decodes += 1
+        draft = model is self.engine.draft
+        widest = max(len(tokens) for _, tokens, _ in items)
+        self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
-            widest = max(len(t) for _, t, _ in items)
-            self.passes.append(Pass(int(model is self.engine.draft), len(items), tokens, n_rows, widest, seconds))
+            self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
         for slot, slot_rows in zip(slots, rows):
             self._advance(slot, slot_rows)
 

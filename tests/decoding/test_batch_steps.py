@@ -40,7 +40,7 @@ def test_a_weak_slot_lowers_the_batch_k_but_does_not_stop_it():
 
 def test_policies_beside_others_draft_the_shared_k_whole_and_alone_their_own():
     one, two = AutoK(CPU, 0.8, confidence_stops=True), AutoK(CPU, 0.8, confidence_stops=True)
-    k = step_k([one, two], CPU, DRAFT_GAIN_MARGIN)
+    k = step_k([one, two], CPU, DRAFT_GAIN_MARGIN, CPU.k_max)
     assert k == best_shared_k([one.alphas(), two.alphas()], CPU, DRAFT_GAIN_MARGIN) >= 1
     one.shared_k = two.shared_k = k
     assert one.next_k() == two.next_k() == k
@@ -52,7 +52,7 @@ def test_policies_beside_others_draft_the_shared_k_whole_and_alone_their_own():
 def test_beside_others_a_shared_k_of_zero_still_probes():
     prices = StepCosts(0.004, tuple(0.030 * n for n in range(1, 10)))  # every token a full pass
     policies = [AutoK(prices, 0.3) for _ in range(2)]
-    assert step_k(policies, prices, DRAFT_GAIN_MARGIN) == 0
+    assert step_k(policies, prices, DRAFT_GAIN_MARGIN, prices.k_max) == 0
     policies[0].shared_k = 0
     ks = [policies[0].next_k() for _ in range(40)]
     assert set(ks) == {0, 1} and ks.count(1) >= 2  # K=0 for the batch, and a probe now and then
@@ -75,4 +75,4 @@ def test_a_fresh_slot_takes_the_others_acceptance_until_it_has_its_own():
     alone = best_shared_k([seasoned.alphas(), seasoned.alphas()], GPU, DRAFT_GAIN_MARGIN)
     fresh = AutoK(GPU, 0.8)  # its prior would ask for more
     assert best_shared_k([seasoned.alphas(), fresh.alphas()], GPU, DRAFT_GAIN_MARGIN) > alone
-    assert step_k([seasoned, fresh], GPU, DRAFT_GAIN_MARGIN) == alone
+    assert step_k([seasoned, fresh], GPU, DRAFT_GAIN_MARGIN, GPU.k_max) == alone
