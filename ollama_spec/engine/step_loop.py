@@ -141,7 +141,11 @@ class StepLoop:
                     self._lock.wait()
                 if self._closed and not self._slots and not self._waiting:
                     return
-            self.turn()
+            try:
+                self.turn()
+            except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
+                for slot in list(self._slots.values()):
+                    self._fail(slot, exc)
 
     def turn(self) -> None:
         """One step for every slot: admit, choose K, the draft passes, one target pass, the tokens."""
