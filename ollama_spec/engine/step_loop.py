@@ -3,11 +3,13 @@
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
 1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule),
-2. chooses one K for every slot that drafts, from each slot's acceptance by position and the costs
-   of this step's shapes (decoding/batch_steps.py: the most accepted tokens per second of the step),
-3. runs the draft passes of every drafting slot together, one llama_decode a draft token, then one
-   target pass with every slot's verify rows and the next chunk of each prompt still being read,
-4. hands each request its verified tokens as text, through its own sink.
+2. runs the draft passes of every drafting slot together, one llama_decode a draft token,
+3. chooses one K for every slot's next step, from each slot's acceptance by position and the costs
+   of the step's shapes as its passes timed them (decoding/batch_steps.py, pass_prices.py: the most
+   accepted tokens per second of the step),
+4. runs one target pass with every slot's verify rows and the next chunk of each prompt being read,
+5. hands each request its verified tokens as text, through its own sink; each slot then starts its
+   next step at the K of step 3.
 
 A request is plain state: its Generation's steps (a generator that yields each evaluation it needs:
 decoding/evals.py), which the loop runs in the pass of its kind and answers with its rows. No thread
@@ -148,19 +150,22 @@ class StepLoop:
                     self._fail(slot, exc)
 
     def turn(self) -> None:
-        """One step for every slot: admit, choose K, the draft passes, one target pass, the tokens."""
+        """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
+        slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
         self._admit()
-        self._choose_k()
         while True:
-            wanting = [slot for slot in self._slots.values() if slot.wanted is not None and not slot.ticket.cancelled]
             for slot in [s for s in self._slots.values() if s.ticket.cancelled]:
                 self._finish(slot)
+            wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
             if not wanting:
                 return
             drafting = [slot for slot in wanting if _model_of(slot.wanted)[0] is self.engine.draft]
-            self._pass(drafting or wanting)
-            if not drafting:
-                return  # the target's pass ends the step
+            if drafting:
+                self._pass(drafting)
+                continue
+            self._choose_k()
+            self._pass(wanting)
+            return  # the target's pass ends the step
 
     def _admit(self) -> None:
         free = self.engine.slots - len(self._slots)

@@ -75,13 +75,22 @@ class Job:
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._cancelled = threading.Event()
         self.ticket: Ticket | None = None  # its place in the engine's step loop
+        self.reason = SHUTTING_DOWN  # why it was cancelled, for a client still listening
         self._sent = 0  # logprobs: the tokens handed on with a piece so far
 
-    def cancel(self) -> None:
-        """Stop generating at the next step (or skip the job if it has not started)."""
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop generating at the next step (or skip the job if it has not started); `reason`: what a
+        client still listening is told (the server is stopping, its model is being deleted)."""
+        if reason is not None and not self.cancelled:
+            self.reason = reason
         self._cancelled.set()
         if self.ticket is not None:
             self.ticket.cancel()
+
+    @property
+    def started(self) -> bool:
+        """A slot took it: it holds a slot, not a place in the queue."""
+        return self.ticket is not None and self.ticket.generation is not None
 
     @property
     def cancelled(self) -> bool:
@@ -122,13 +131,18 @@ class Worker:
     @property
     def waiting(self) -> int:
         with self._lock:
-            return max(len(self._jobs) - self.slots, 0)
+            return max(len(self._holding()) - self.slots, 0)
 
     @property
     def busy(self) -> int:
         """Jobs running or waiting: 0 when the engine is idle."""
         with self._lock:
-            return len(self._jobs)
+            return len(self._holding())
+
+    def _holding(self) -> list[Job | object]:
+        """The entries that hold a slot or a place in the queue: a job cancelled before it started (its
+        client left) gives its place back at once, though the loop skips it only at its next turn."""
+        return [entry for entry in self._jobs if not isinstance(entry, Job) or entry.started or not entry.cancelled]
 
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
@@ -160,8 +174,7 @@ class Worker:
 
     def _enqueue(self, entry: Job | object) -> None:
         with self._lock:
-            if len(self._jobs) >= self.slots + self.max_queue:
-                ahead = len(self._jobs)
+            if (ahead := len(self._holding())) >= self.slots + self.max_queue:
                 raise QueueFull(
                     f"the server is busy: {ahead - self.slots} requests are already waiting "
                     f"(--max-queue {self.max_queue}); retry later",
@@ -178,14 +191,15 @@ class Worker:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
             self._lock.notify_all()
 
-    def cancel_all(self) -> None:
-        """Stop the running generations and skip the waiting ones (shutdown).
+    def cancel_all(self, reason: str = SHUTTING_DOWN) -> None:
+        """Stop the running generations and skip the waiting ones (shutdown, a delete of the model);
+        `reason`: what their clients are told.
 
         Called from the signal handler, on the main thread, which may be holding the lock (in
         `submit`): so no lock here. Copying the list is atomic, and a job only sets flags."""
         for job in list(self._jobs):
             if isinstance(job, Job):
-                job.cancel()
+                job.cancel(reason)
 
     def close(self) -> None:
         """Cancel every job and wait until each has ended (its slot freed at the loop's next step)."""
@@ -215,14 +229,14 @@ class _Sink:
         if result.finish_reason == "cancelled":
             # A client that left hears nothing; one still listening (the server is stopping) must not
             # take a cut-short answer for a finished one, so it gets an error, not a finish.
-            job.put(Failed(Cancelled(f"{SHUTTING_DOWN}: the answer was cut short after {len(result.tokens)} tokens")))
+            job.put(Failed(Cancelled(f"{job.reason}: the answer was cut short after {len(result.tokens)} tokens")))
             return
         job.put(Finished(result, tuple(result.scored[job._sent :])))
 
     def fail(self, ticket: Ticket, error: Exception) -> None:
         self.worker._done(self.job)
         if ticket.generation is None and ticket.cancelled:
-            error = Cancelled(SHUTTING_DOWN)
+            error = Cancelled(self.job.reason)
         elif not isinstance(error, OllamaSpecError):  # the request fails; the server keeps serving
             log.error("generation failed", exc_info=error)
         self.job.put(Failed(error))
