@@ -19,14 +19,16 @@ from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.k_policy import PROBE_COSTS
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
+from ollama_spec.decoding.sequences import (
+    Model,
+    as_draft_tokens,
+    common_prefix,
+    keep_common_prefix,
+)
 from ollama_spec.decoding.step_costs import worth_a_token
-from ollama_spec.errors import InferenceError
 
 # The proposers' names (PROPOSERS) and the sources a step's tokens come from (Proposer.source).
 DRAFT, NGRAM, HYBRID = "draft", "ngram", "draft+ngram"
-# What the draft reads in place of a target token it does not have (a padded id): any id works,
-# since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
-DRAFT_STAND_IN = 0
 DEFAULT_NGRAM_SIZE = 4
 # A lone matching token ("the", a newline) predicts what follows it about as well as a guess, and
 # each such proposal costs a bigger verify batch and drags the acceptance estimate down, so K=auto
@@ -40,19 +42,6 @@ MIN_NGRAM_SIZE = 2
 # catch-up costs a batch as long as the gap at every probe, however rare: on the quantized synth pair
 # (drafting never pays) 9 % of the target's time, 15 ms a probe; reading 16 tokens, 4 ms.
 PROBE_WINDOW = 16
-
-
-class Model(Protocol):
-    """What the loop needs from a loaded model (runtime.LoadedModel provides it)."""
-
-    n_past: int
-    n_ctx: int
-    n_vocab: int
-    cached: Sequence[int]  # the token ids in its KV cache
-
-    # logits: "last", "all" or the last n rows
-    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray: ...
-    def truncate(self, n_tokens: int) -> None: ...
 
 
 # Asked before each drafted token: (tokens drafted so far this step, the draft's margin p1 − p2 for
@@ -97,16 +86,7 @@ class Proposer(Protocol):
         (KPolicy.probing: the K policy asking whether drafting pays again, PROBE_ACCEPTANCE or
         PROBE_COSTS; "" on other steps) may be proposed more cheaply than usual."""
 
-    def propose_steps(
-        self,
-        seq: list[int],
-        k: int,
-        sampling: SamplingSettings,
-        rng: np.random.Generator,
-        keep_drafting: KeepDrafting | None = None,
-        grammar: TokenGrammar | None = None,
-        probe: str = "",
-    ) -> Generator[Eval, np.ndarray, tuple[list[int], np.ndarray | None]]:
+    def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe="") -> Generator:
         """`propose` as steps (decoding/evals.py): each evaluation it needs yielded, its rows sent
         back, the proposal returned. A proposer that evaluates nothing proposes at once."""
         return self.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
@@ -398,32 +378,6 @@ class HybridProposer(Proposer):
             self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
         self.ngram.accepted(seq)
         self.draft.accepted(seq)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens `a` and `b` share from their start."""
-    n, limit = 0, min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def keep_common_prefix(model: Model, seq: Sequence[int]) -> int:
-    """Cut the model's cache back to what it shares with `seq[:-1]`; return how many tokens that keeps.
-
-    A recurrent model's cache cannot be cut, only emptied (or kept whole when all of it is shared).
-    """
-    n = common_prefix(model.cached[: model.n_past], seq[:-1])
-    try:
-        model.truncate(n)
-    except InferenceError:
-        model.truncate(0)
-    return model.n_past  # a window cache cut back past the cells it reused keeps nothing
-
-
-def as_draft_tokens(tokens: Sequence[int], n_vocab: int) -> list[int]:
-    """Target tokens as the draft may read them: an id past its vocabulary becomes the stand-in."""
-    return [token if token < n_vocab else DRAFT_STAND_IN for token in tokens]
 
 
 def _top_prob_and_margin(logits: np.ndarray) -> tuple[float, float]:
