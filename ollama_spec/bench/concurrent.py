@@ -84,6 +84,8 @@ class ConcurrentReport:
     cells: dict[tuple[int, int | None], Cell] = field(default_factory=dict)
     passes: dict[int, list[Pass]] = field(default_factory=dict)  # by client count
     mismatches: list[str] = field(default_factory=list)  # greedy texts that differ between rows
+    # by client count: the step loop's steps and their seconds outside llama.cpp's passes
+    outside: dict[int, tuple[int, float]] = field(default_factory=dict)
     target_index: int = 0  # step_loop.Pass.model: 0 the target, 1 the draft
 
     def lines(self, clients: int) -> tuple[Line | None, Line | None]:
@@ -169,10 +171,13 @@ def run_concurrent(
             for k in rows:
                 progress(f"round {run + 1}: {n} client(s), K={k or 'auto'}")
                 loop.passes = report.passes.setdefault(n, [])
+                steps, outside = loop.steps, loop.outside_s
                 try:
                     seconds, results = _clients(engine, prompts, settings, n, k, settings.max_tokens, run)
                 finally:
                     loop.passes = None
+                done, spent = report.outside.get(n, (0, 0.0))
+                report.outside[n] = (done + loop.steps - steps, spent + loop.outside_s - outside)
                 cell = report.cells.setdefault((n, k), Cell())
                 cell.rates.append(sum(len(r.tokens) for _, r in results) / seconds)
                 for prompt, result in results:
@@ -260,6 +265,9 @@ def format_concurrent(report: ConcurrentReport) -> str:
             if draft is not None:
                 costs += f", draft {draft.fixed_s * 1e3:.1f} ms + {draft.per_s * 1e3:.2f} ms/sequence"
             out.append(f"{n:>7}  {'ceiling':<8} {ceiling[0]:>12.1f}  (best K per slot, up to {ceiling[1]}; {costs})")
+        steps, outside = report.outside.get(n, (0, 0.0))
+        if steps:
+            out.append(f"{n:>7}  {'python':<8} {outside / steps * 1e3:>12.2f}  ms a step outside llama.cpp's passes")
     if report.mismatches:
         out.append(f"greedy texts that differ between rows: {len(report.mismatches)}")
         out.extend(f"  {line}" for line in report.mismatches)

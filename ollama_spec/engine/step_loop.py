@@ -94,6 +94,9 @@ class StepLoop:
     engine: Any
     decodes: int = 0  # llama_decode calls made through the loop (the tests read it)
     passes: list[Pass] | None = None  # when a list: every pass run, as a Pass (bench's ceiling)
+    steps: int = 0  # turns that ended in a target pass
+    outside_s: float = 0.0  # their seconds outside llama.cpp's passes: the Python of the steps
+    _passes_s: float = 0.0
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, _Slot] = field(default_factory=dict)
@@ -152,6 +155,7 @@ class StepLoop:
     def turn(self) -> None:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
         slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
+        started, self._passes_s = time.perf_counter(), 0.0
         self._admit()
         while True:
             for slot in [s for s in self._slots.values() if s.ticket.cancelled]:
@@ -165,6 +169,8 @@ class StepLoop:
                 continue
             self._choose_k()
             self._pass(wanting)
+            self.steps += 1
+            self.outside_s += time.perf_counter() - started - self._passes_s
             return  # the target's pass ends the step
 
     def _admit(self) -> None:
@@ -225,7 +231,7 @@ class StepLoop:
                 self._fail(slot, exc)
             return
         seconds = time.perf_counter() - started
-        self.decodes += 1
+        self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
         draft = model is self.engine.draft
         widest = max(len(tokens) for _, tokens, _ in items)
         self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)

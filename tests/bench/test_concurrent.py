@@ -50,6 +50,8 @@ def test_two_clients_in_process_give_each_row_a_rate_and_a_ceiling(tiny_models):
         assert {p.sequences for p in report.passes[n]} <= set(range(1, n + 1))
         rate, deepest = report.ceiling(n)
         assert rate > 0 and 0 <= deepest <= 2
+        steps, outside = report.outside[n]  # the Python of each step, outside llama.cpp's passes
+        assert steps > 0 and outside > 0
     assert max(p.sequences for p in report.passes[2]) == 2  # two clients' steps ran as one batch
 
 
@@ -63,8 +65,10 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
     assert [line.split()[:2] for line in result.output.splitlines() if line.strip().startswith(("1 ", "2 "))] == [
         ["1", "K=2"],
         ["1", "ceiling"],
+        ["1", "python"],
         ["2", "K=2"],
         ["2", "ceiling"],
+        ["2", "python"],
     ]
     assert (tmp_path / "out" / "results-concurrent.json").exists()
     refused = invoke(*args, "--in-process", "--url", "http://127.0.0.1:9/v1")
@@ -78,4 +82,5 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
         ["1", "auto"],
         ["1", "K=2"],
         ["1", "ceiling"],
+        ["1", "python"],
     ]
