@@ -96,11 +96,15 @@ class Job:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def put(self, event: Event) -> None:
+    def put(self, *events: Event) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+            self._loop.call_soon_threadsafe(self._put_all, events)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self.cancel()
+
+    def _put_all(self, events: tuple[Event, ...]) -> None:
+        for event in events:
+            self._events.put_nowait(event)
 
     async def events(self) -> AsyncIterator[Event]:
         """Pieces of text, then one Finished or Failed."""
@@ -216,11 +220,15 @@ class _Sink:
     def __init__(self, worker: Worker, job: Job):
         self.worker, self.job = worker, job
 
-    def piece(self, ticket: Ticket, piece) -> None:
+    def pieces(self, ticket: Ticket, pieces: list) -> None:
+        """A step's pieces, each with the scored tokens it completes: one wake-up of the event loop."""
         job, scored = self.job, ticket.generation.result.scored
-        text, drafted = (piece.text, (piece.from_draft,) * len(piece.text)) if ticket.runs else (piece, None)
-        job.put(Piece(text, tuple(scored[job._sent :]), drafted))
-        job._sent = len(scored)
+        events = []
+        for piece, upto in pieces:
+            text, drafted = (piece.text, (piece.from_draft,) * len(piece.text)) if ticket.runs else (piece, None)
+            events.append(Piece(text, tuple(scored[job._sent : upto]), drafted))
+            job._sent = upto
+        job.put(*events)
 
     def end(self, ticket: Ticket) -> None:
         job, result = self.job, ticket.generation.result

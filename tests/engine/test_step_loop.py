@@ -1,7 +1,5 @@
 """The step loop: one thread owns the slots, runs every pass, and learns the passes' costs online."""
 
-import pytest
-
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
@@ -45,9 +43,9 @@ def test_a_drafting_pair_with_nothing_cached_times_nothing_and_prices_auto_from_
         ticket, text = run(engine, request("The quick brown fox"))
         assert text and ticket.generation.result.speculation.drafted > 0
         policy = ticket.generation.policy
-        seen = engine.costs.passes.target_pass(1)
-        # priced by the passes (milliseconds on the tiny pair), not by the prior's shape (a second a pass)
-        assert policy.costs.verify_s[0] == pytest.approx(seen, rel=0.5) and seen < 0.1
+        # priced by the passes (about a millisecond on the tiny pair), not by the prior's shape (a
+        # second a pass), and not by its own step times (timed alone, it learns nothing of its own)
+        assert policy._priced and policy.costs.verify_s[0] < 0.5
 
 
 def test_a_long_prompt_is_read_in_chunks_inside_the_other_slots_passes(tiny_models, monkeypatch):
