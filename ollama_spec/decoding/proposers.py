@@ -14,11 +14,15 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
+from ollama_spec.decoding.drafting import (  # noqa: F401 - callers take them from here
+    KeepDrafting,
+    draft_token_steps,
+    draft_tokens,
+)
 from ollama_spec.decoding.evals import Eval, run_evals
 from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.k_policy import PROBE_COSTS
-from ollama_spec.decoding.penalties import adjusted
-from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
+from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.sequences import (
     Model,
     as_draft_tokens,
@@ -42,12 +46,6 @@ MIN_NGRAM_SIZE = 2
 # catch-up costs a batch as long as the gap at every probe, however rare: on the quantized synth pair
 # (drafting never pays) 9 % of the target's time, 15 ms a probe; reading 16 tokens, 4 ms.
 PROBE_WINDOW = 16
-
-
-# Asked before each drafted token: (tokens drafted so far this step, the draft's margin p1 − p2 for
-# the next one) -> take it?, and before each draft step past the first, with margin None -> run it?
-# The K policy's keep_drafting.
-KeepDrafting = Callable[[int, "float | None"], bool]
 
 
 # A lookup's acceptance by position -> how many of its tokens to verify (KPolicy.lookup_worth).
@@ -142,38 +140,15 @@ class DraftModelProposer(Proposer):
             if not self._synced:  # a draft that has read nothing still starts from the text's first
                 missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
         logits = (yield Eval(draft, as_draft_tokens(missed, draft.n_vocab)))[-1][: self.shared_vocab]
-        tokens: list[int] = []
-        probs: list[np.ndarray] = []
-        while True:
-            if penalties.active:  # as the target's rows will be: proposals that follow them get accepted
-                logits = adjusted(logits, [*tail, *tokens], penalties)
-            if grammar is not None and not sampling.greedy:
-                logits = grammar.mask(logits)
-                if not np.isfinite(logits.max()):
-                    break
-            q = None if sampling.greedy else logits_to_probs(logits, sampling)
-            # Decide from the distribution alone, before sampling: a rule that looked at the sampled
-            # token would keep tokens from q cut to its confident part while acceptance divides by q.
-            if keep_drafting is not None or self.draft_p_min > 0:
-                best, margin = _top_prob_and_margin(logits) if q is None else _top_and_margin(q)
-                if tokens and best < self.draft_p_min:
-                    break
-                if keep_drafting is not None and not keep_drafting(len(tokens), margin):
-                    break
-            if q is None:
-                token = int(logits.argmax()) if grammar is None else grammar.best(logits)
-                if token is None:
-                    break
-            else:
-                token = sample(q, rng)
-                probs.append(q)
-            tokens.append(token)
-            if grammar is not None:
-                grammar.accept(token)
-            if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
-                break
-            logits = (yield Eval(draft, [token]))[-1][: self.shared_vocab]
-        return tokens, np.array(probs) if probs else None
+
+        def following(token: int) -> Generator[Eval, np.ndarray, np.ndarray]:
+            return (yield Eval(draft, [token]))[-1][: self.shared_vocab]
+
+        return (
+            yield from draft_token_steps(
+                logits, following, k, sampling, rng, keep_drafting, grammar, self.draft_p_min, tail
+            )
+        )
 
     def accepted(self, seq):
         synced, self._synced = self._synced, None
@@ -339,9 +314,9 @@ class HybridProposer(Proposer):
     model is not fed during lookup steps: it reads what it missed in one batch when it drafts again.
     `source` says who proposed the last step's tokens ("draft" or "ngram")."""
 
-    def __init__(self, draft: DraftModelProposer, ngram: NgramProposer):
+    def __init__(self, draft: Proposer, ngram: NgramProposer):
         self.draft, self.ngram = draft, ngram
-        self.source = DRAFT
+        self.drafter = self.source = getattr(draft, "source", DRAFT)  # who drafts: a draft model, a head
         self.draft_run = 1.0  # accepted tokens per draft-model step, decayed
         self._length, self._drafted = 0, 0  # the last step's: the text's length, the draft model's tokens
 
@@ -367,30 +342,14 @@ class HybridProposer(Proposer):
             self.ngram.note(seq, n)
             return lookup[:n], None
         self.ngram.shadow(seq, lookup[: max(n, 1)])
-        self.source = DRAFT
+        self.source = self.drafter
         tokens, q = yield from self.draft.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe)
         self._drafted = len(tokens)
         return tokens, q
 
     def accepted(self, seq):
-        if self.source == DRAFT and self._drafted:
+        if self.source == self.drafter and self._drafted:
             accepted = len(seq) - self._length - 1
             self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
         self.ngram.accepted(seq)
         self.draft.accepted(seq)
-
-
-def _top_prob_and_margin(logits: np.ndarray) -> tuple[float, float]:
-    """The softmax's largest probability and its lead over the second, without a copy of the vocabulary
-    beyond one exp (~80 µs for 128k logits)."""
-    best = int(logits.argmax())
-    e = np.exp(logits - logits[best])
-    total = float(e.sum())
-    e[best] = 0.0
-    return 1.0 / total, (1.0 - float(e.max(initial=0.0))) / total
-
-
-def _top_and_margin(probs: np.ndarray) -> tuple[float, float]:
-    best = int(probs.argmax())
-    top = float(probs[best])
-    return top, top - float(np.delete(probs, best).max(initial=0.0))
