@@ -39,6 +39,7 @@ MODELS_PER_GPU = 3  # Ollama's defaultModelsPerGPU, when OLLAMA_MAX_LOADED_MODEL
 REAP_SECONDS = 0.2  # how often expired models are looked for
 WAIT_SECONDS = 0.1  # how often a load waiting for a busy model to finish looks again
 RETRY_AFTER_BUSY = 5  # seconds a client is told to wait when no loaded model became idle in time
+DELETE_WAIT_SECONDS = 30.0  # how long a delete waits for its model's cut-short requests to end
 T = TypeVar("T")
 
 
@@ -115,6 +116,11 @@ class Scheduler:
 
     def health(self) -> dict:
         return {"loaded": list(self.loaded)}
+
+    @property
+    def unloading(self) -> list[Served]:
+        """The pairs out of `loaded` that still take memory: they close when their running requests end."""
+        return list(self._retiring)
 
     def __str__(self) -> str:
         return f"the models of {self.pairs.store().path} as they are asked for"
@@ -197,15 +203,26 @@ class Scheduler:
 
     async def delete(self, name: str, remove: Callable[[str], T]) -> T:
         """Delete the stored `name` with `remove(stored name)` (on a thread), after the pairs that load it
-        (as target or draft) have finished their running requests and closed. A load in progress finishes
-        first; requests for the name meanwhile are 404s, as after the delete."""
+        (as target or draft) have closed: their running requests are cut short (as Ollama's delete ends
+        them), each at its next step, with an error that says why. A load in progress finishes first;
+        requests for the name meanwhile are 404s, as after the delete. 503 if they have not ended within
+        DELETE_WAIT_SECONDS (nothing is deleted then)."""
         key = await self.canonical(name)
         self._deleting.add(key)
         try:
             async with self._locked():
                 for served in [s for s in self.loaded.values() if _loads(s, key)]:
                     await self._unload(served, "its model is being deleted")
-            while any(not served.closed for served in self._retiring if _loads(served, key)):
+            deadline = time.monotonic() + DELETE_WAIT_SECONDS
+            while busy := [served for served in self._retiring if _loads(served, key) and not served.closed]:
+                for served in busy:
+                    served.worker.cancel_all(f'model "{name}" is being deleted')
+                if time.monotonic() > deadline:
+                    raise ApiError(
+                        503,
+                        f'model "{name}" is still in use: its requests did not end; retry later',
+                        headers={"Retry-After": str(RETRY_AFTER_BUSY)},
+                    )
                 await asyncio.sleep(WAIT_SECONDS)
             async with self._locked():
                 return await asyncio.to_thread(remove, key)
@@ -372,6 +389,7 @@ class Scheduler:
             await self._close(served)
         else:
             log.info("unloading %s when its running requests end (%s)", served.name, why)
+            served.unloading_since = time.time()
             self._retiring.append(served)
 
     async def _close_retired(self) -> None:
