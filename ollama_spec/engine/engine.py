@@ -301,9 +301,11 @@ class Engine:
         """A grammar over the target's vocabulary; InvalidSetting when llama.cpp cannot parse it."""
         return Grammar.for_model(self.target, gbnf)
 
-    def generate(self, request: Request, *, use_draft: bool = True, slot: int = 0) -> Generation:
+    def generate(
+        self, request: Request, *, use_draft: bool = True, slot: int = 0, stop: Callable[[], bool] | None = None
+    ) -> Generation:
         """Stream the answer in sequence `slot` of both models (see run_in_slot); `use_draft=False`
-        runs the loaded target alone (the baseline)."""
+        runs the loaded target alone (the baseline); `stop`: whether the request was cancelled."""
         return Generation(
             self.target if self.slots == 1 else self.target.sequence(slot),
             request,
@@ -311,4 +313,5 @@ class Engine:
             end_of_turn=self.is_end_of_turn,
             proposer=self.proposer(request.speculation, slot) if use_draft else None,
             costs=self.costs,
+            stop=stop,
         )

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Engine, Request, Result
-from ollama_spec.errors import OllamaSpecError
+from ollama_spec.errors import OllamaSpecError, Stopped
 from ollama_spec.server.core.draft_spans import Marks
 
 log = logging.getLogger("ollama_spec.server")
@@ -201,7 +201,7 @@ class Worker:
                 return
             prompt = job.request.tokens or self.engine.prompt_tokens(job.request)
             with self.engine.run_in_slot(prompt) as slot:
-                generation = self.engine.generate(job.request, slot=slot)
+                generation = self.engine.generate(job.request, slot=slot, stop=lambda: job.cancelled)
                 scored = generation.result.scored
                 sent = 0
                 show_draft = job.request.show_draft
@@ -227,6 +227,8 @@ class Worker:
                 return
             job.put(Finished(generation.result, tuple(scored[sent:])))
         except Exception as exc:  # the request fails; the server keeps serving
+            if isinstance(exc, Stopped):  # cancelled while a step waited: what a client still listening hears
+                exc = Cancelled(job.reason)
             if not isinstance(exc, OllamaSpecError):
                 log.exception("generation failed")
             job.put(Failed(exc))
