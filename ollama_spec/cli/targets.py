@@ -10,6 +10,7 @@ from ollama_spec.cli.settings import is_ngram
 from ollama_spec.errors import ModelNotFound
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.drafts import best_draft, find_drafts
+from ollama_spec.models.heads import head_facts
 from ollama_spec.models.modelfile import Modelfile
 from ollama_spec.models.presets import lay_preset
 from ollama_spec.models.resolve import ResolvedModel, resolve_model, stored_draft_model
@@ -38,8 +39,14 @@ def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedMod
                 f"--draft auto: no model in {store.path} can draft for {target.name} "
                 f"(see `ollama-spec drafts {target.name}`); try --draft {NGRAM}"
             )
-        note = f"; {choice.note}" if choice.note else ""
-        click.echo(f"draft: {choice.name} (auto: 1:{choice.ratio:.0f} of the target's size{note})", err=True)
+        facts = head_facts(choice.info)
+        if facts is not None and choice.made_for_target:
+            click.echo(
+                f"draft: {choice.name} (auto: the EAGLE-3 head made for this target; it {facts.describe()})", err=True
+            )
+        else:
+            note = f"; {choice.note}" if choice.note else ""
+            click.echo(f"draft: {choice.name} (auto: 1:{choice.ratio:.0f} of the target's size{note})", err=True)
         return resolve_model(choice.name, store=store)
     return resolve_model(draft, models_dir)
 
