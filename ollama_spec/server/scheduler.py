@@ -61,15 +61,15 @@ class Scheduler:
 
     All four run under one lock, so no load sees room that a closing pair still takes. A pair leaves
     `loaded` when it is evicted, expires, is asked to unload, is deleted or its manifest changes (a copy or
-    a pull over its name); while requests still use it, it waits in `retiring`, still counted as taking
-    its memory, and closes when the last of them ends: a running stream is never cut."""
+    a pull over its name); while requests still use it, it waits in `unloading`, still counted as taking
+    its memory, and closes when the last of them ends (a delete ends them at their next step)."""
 
     answers_every_name = False  # a name the store cannot run goes to the upstream daemon, when there is one
 
     def __init__(self, pairs: StorePairs, settings: SchedulerSettings, metrics: Metrics, max_queue: int):
         self.pairs, self.settings, self.metrics, self.max_queue = pairs, settings, metrics, max_queue
         self.loaded: dict[str, Served] = {}
-        self._retiring: list[Served] = []  # out of `loaded`, closed when their requests end
+        self.unloading: list[Served] = []  # out of `loaded`, closed when their requests end
         self._loading: dict[str, asyncio.Future[Served]] = {}
         self._wanted: Counter[str] = Counter()  # requests waiting for a load: their model is not evicted
         self._deleting: set[str] = set()  # stored names a delete is removing: requests for them are 404s
@@ -122,11 +122,6 @@ class Scheduler:
     def health(self) -> dict:
         return {"loaded": list(self.loaded)}
 
-    @property
-    def unloading(self) -> list[Served]:
-        """The pairs out of `loaded` that still take memory: they close when their running requests end."""
-        return list(self._retiring)
-
     def __str__(self) -> str:
         return f"the models of {self.pairs.store().path} as they are asked for"
 
@@ -173,9 +168,9 @@ class Scheduler:
         retiring pair closes with its last request."""
         served.users -= 1
         served.touch()
-        if served.idle and (served in self._retiring or served.keep_alive == 0):
+        if served.idle and (served in self.unloading or served.keep_alive == 0):
             async with self._locked():
-                if served in self._retiring:
+                if served in self.unloading:
                     await self._close_retired()
                 elif served.keep_alive == 0 and served.idle and self.loaded.get(served.name) is served:
                     await self._unload(served, "keep_alive 0")
@@ -208,11 +203,10 @@ class Scheduler:
                     await self._unload(served, "its manifest changed" if digest else "it left the store")
 
     async def delete(self, name: str, remove: Callable[[str], T]) -> T:
-        """Delete the stored `name` with `remove(stored name)` (on a thread), after the pairs that load it
-        (as target or draft) have closed: their running requests are cut short (as Ollama's delete ends
-        them), each at its next step, with an error that says why. A load in progress finishes first;
-        requests for the name meanwhile are 404s, as after the delete. 503 if they have not ended within
-        DELETE_WAIT_SECONDS (nothing is deleted then)."""
+        """Delete the stored `name` with `remove(stored name)` (on a thread), once the pairs that load it (as
+        target or draft) have closed: their running requests end at their next step, as Ollama's delete ends
+        them (503, nothing deleted, if they have not within DELETE_WAIT_SECONDS). A load in progress finishes
+        first; requests for the name meanwhile are 404s, as after the delete."""
         key = await self.canonical(name)
         self._deleting.add(key)
         try:
@@ -220,15 +214,11 @@ class Scheduler:
                 for served in [s for s in self.loaded.values() if _loads(s, key)]:
                     await self._unload(served, "its model is being deleted")
             deadline = time.monotonic() + DELETE_WAIT_SECONDS
-            while busy := [served for served in self._retiring if _loads(served, key) and not served.closed]:
+            while busy := [served for served in self.unloading if _loads(served, key) and not served.closed]:
                 for served in busy:
                     served.worker.cancel_all(f'model "{name}" is being deleted')
                 if time.monotonic() > deadline:
-                    raise ApiError(
-                        503,
-                        f'model "{name}" is still in use: its requests did not end; retry later',
-                        headers={"Retry-After": str(RETRY_AFTER_BUSY)},
-                    )
+                    raise _busy(f'model "{name}" is still in use: its requests did not end; retry later')
                 await asyncio.sleep(WAIT_SECONDS)
             async with self._locked():
                 return await asyncio.to_thread(remove, key)
@@ -240,10 +230,10 @@ class Scheduler:
         """Unload everything now, from outside the event loop (the server has stopped)."""
         if self._reaper is not None:
             self._reaper.cancel()
-        for served in [*self.loaded.values(), *self._retiring]:
+        for served in [*self.loaded.values(), *self.unloading]:
             served.close()
         self.loaded.clear()
-        self._retiring.clear()
+        self.unloading.clear()
 
     # --- loading ---------------------------------------------------------------------------------
 
@@ -341,17 +331,13 @@ class Scheduler:
             if (fitted := self._room_for(pair)) is not None:
                 break
             if time.monotonic() > deadline:
-                raise ApiError(
-                    503,
-                    f"{pair.name} cannot load: the loaded models stayed busy; retry later",
-                    headers={"Retry-After": str(RETRY_AFTER_BUSY)},
-                )
+                raise _busy(f"{pair.name} cannot load: the loaded models stayed busy; retry later")
             await asyncio.sleep(WAIT_SECONDS)
         return fitted
 
     def _taking(self) -> list[Served]:
         """Every pair in memory: the loaded ones and those retiring."""
-        return [*self.loaded.values(), *self._retiring]
+        return [*self.loaded.values(), *self.unloading]
 
     def _room_for(self, pair: PairPlan) -> PairPlan | None:
         """`pair` with its fit on the memory the loaded pairs leave (its context and slots as planned for
@@ -400,12 +386,12 @@ class Scheduler:
         else:
             log.info("unloading %s when its running requests end (%s)", served.name, why)
             served.unloading_since = time.time()
-            self._retiring.append(served)
+            self.unloading.append(served)
 
     async def _close_retired(self) -> None:
         """Close the retiring pairs whose last request has ended. Under the lock."""
-        for served in [s for s in self._retiring if s.idle]:
-            self._retiring.remove(served)
+        for served in [s for s in self.unloading if s.idle]:
+            self.unloading.remove(served)
             log.info("unloading %s: its last request ended", served.name)
             await self._close(served)
 
@@ -424,7 +410,7 @@ class Scheduler:
         """Unload the idle models whose keep_alive has run out, and close retiring ones left idle."""
         while True:
             await asyncio.sleep(REAP_SECONDS)
-            if not self._expired() and not any(s.idle for s in self._retiring):
+            if not self._expired() and not any(s.idle for s in self.unloading):
                 continue
             async with self._locked():
                 await self._close_retired()
@@ -449,6 +435,10 @@ def _loads(served: Served, name: str) -> bool:
     """Whether `served` has the stored `name` loaded, as its target or its draft."""
     draft = served.engine.draft_model
     return name in (served.name, draft.name if draft is not None else None)
+
+
+def _busy(message: str) -> ApiError:
+    return ApiError(503, message, headers={"Retry-After": str(RETRY_AFTER_BUSY)})
 
 
 def _refusal(exc: OllamaSpecError) -> ApiError:
