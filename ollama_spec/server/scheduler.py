@@ -16,10 +16,13 @@ from typing import TypeVar
 
 from ollama_spec.engine.engine import Engine, pair_facts
 from ollama_spec.errors import (
+    Busy,
     InsufficientMemory,
     InvalidModelName,
+    InvalidRequest,
     ModelNotFound,
     OllamaSpecError,
+    ServerFault,
     StoreNotFound,
     one_line,
 )
@@ -28,7 +31,6 @@ from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.planning.context import ContextChoice
 from ollama_spec.planning.devices import Device
 from ollama_spec.planning.fit import fit_pair
-from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.keep_alive import DEFAULT_KEEP_ALIVE
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.metrics import Metrics
@@ -52,8 +54,8 @@ class SchedulerSettings:
     load_timeout: float = 300.0  # how long a load waits for busy models to make room (OLLAMA_LOAD_TIMEOUT)
 
 
-def not_found(name: str) -> ApiError:
-    return ApiError(404, f'model "{name}" not found, try pulling it first')  # Ollama's words
+def not_found(name: str) -> ModelNotFound:
+    return ModelNotFound(f'model "{name}" not found, try pulling it first')  # Ollama's words
 
 
 class Scheduler:
@@ -116,7 +118,7 @@ class Scheduler:
             # (a missing draft is the pair's 400)
             if not await asyncio.to_thread(self.has_model, key):
                 raise not_found(name) from None
-            raise ApiError(400, one_line(str(exc))) from None
+            raise InvalidRequest(one_line(str(exc))) from None
         return None, model, draft, why
 
     def health(self) -> dict:
@@ -132,7 +134,7 @@ class Scheduler:
         except (ModelNotFound, InvalidModelName):
             raise not_found(name) from None
         except OllamaSpecError as exc:
-            raise ApiError(500, one_line(str(exc))) from None
+            raise ServerFault(one_line(str(exc))) from None
         if key in self._deleting:
             raise not_found(name)
         return key, digest
@@ -218,7 +220,9 @@ class Scheduler:
                 for served in busy:
                     served.worker.cancel_all(f'model "{name}" is being deleted')
                 if time.monotonic() > deadline:
-                    raise _busy(f'model "{name}" is still in use: its requests did not end; retry later')
+                    raise Busy(
+                        f'model "{name}" is still in use: its requests did not end; retry later', RETRY_AFTER_BUSY
+                    )
                 await asyncio.sleep(WAIT_SECONDS)
             async with self._locked():
                 return await asyncio.to_thread(remove, key)
@@ -252,8 +256,8 @@ class Scheduler:
                 await self.before_load(key)
             try:
                 pair = await self._plan(key, n_ctx if larger else None, ctx_why or REQUEST_CHOSE)
-            except ApiError as exc:
-                if not larger or exc.status != 500:
+            except ServerFault as exc:
+                if not larger:
                     raise
                 log.warning("%s: num_ctx %d does not fit (%s): it keeps context %d", key, n_ctx, exc, current.n_ctx)
                 current.refused_ctx = max(current.refused_ctx, n_ctx)
@@ -311,7 +315,7 @@ class Scheduler:
             devices, notes = await asyncio.to_thread(self._machine)
             pair = await asyncio.to_thread(self.pairs.plan, key, devices, notes, n_ctx, ctx_why)
         except ModelNotFound as exc:
-            raise ApiError(404, one_line(str(exc))) from None
+            raise ModelNotFound(one_line(str(exc))) from None
         except OllamaSpecError as exc:
             raise _refusal(exc) from None
         return replace(pair, settings=replace(pair.settings, max_queue=self.max_queue))
@@ -331,7 +335,7 @@ class Scheduler:
             if (fitted := self._room_for(pair)) is not None:
                 break
             if time.monotonic() > deadline:
-                raise _busy(f"{pair.name} cannot load: the loaded models stayed busy; retry later")
+                raise Busy(f"{pair.name} cannot load: the loaded models stayed busy; retry later", RETRY_AFTER_BUSY)
             await asyncio.sleep(WAIT_SECONDS)
         return fitted
 
@@ -437,12 +441,8 @@ def _loads(served: Served, name: str) -> bool:
     return name in (served.name, draft.name if draft is not None else None)
 
 
-def _busy(message: str) -> ApiError:
-    return ApiError(503, message, headers={"Retry-After": str(RETRY_AFTER_BUSY)})
-
-
-def _refusal(exc: OllamaSpecError) -> ApiError:
-    """A model that cannot run as Ollama answers it: too big for this machine is a 500 in the memory plan's
-    words; anything else about the model (not usable, a draft that does not fit it) a 400."""
-    status = 500 if isinstance(exc, InsufficientMemory) else 400
-    return ApiError(status, one_line(str(exc)))
+def _refusal(exc: OllamaSpecError) -> OllamaSpecError:
+    """A model that cannot run as Ollama answers it: too big for this machine is the server's fault (500) in
+    the memory plan's words; anything else about the model (not usable, a draft that does not fit it) a 400."""
+    kind = ServerFault if isinstance(exc, InsufficientMemory) else InvalidRequest
+    return kind(one_line(str(exc)))

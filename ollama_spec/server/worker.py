@@ -21,10 +21,10 @@ from typing import TypeVar
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.errors import OllamaSpecError, Stopped
-from ollama_spec.server.core.draft_spans import Marks
 
 log = logging.getLogger("ollama_spec.server")
 T = TypeVar("T")
+Marks = tuple[bool, ...]  # per character of a text: True where an accepted draft token wrote it
 
 
 class QueueFull(OllamaSpecError):

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ollama_spec.engine.engine import Engine, Request, Result
-from ollama_spec.errors import OllamaSpecError
 from ollama_spec.server.core import speculation
-from ollama_spec.server.core.errors import ApiError, failure
 from ollama_spec.server.core.keep_alive import FOREVER
 from ollama_spec.server.core.request import Asked, build_request
 from ollama_spec.server.core.settings import ServerSettings
@@ -104,18 +102,17 @@ class Served:
         """Queue the request; 503 when the queue is full."""
         try:
             return self.worker.submit(request, route)
-        except QueueFull as exc:
+        except QueueFull:
             self.metrics.rejected.inc()
-            raise ApiError.busy(exc) from None
+            raise
 
     async def call(self, work: Callable[[], T]) -> T:
-        """Run other work on the engine (an embedding) in the same queue; its error as an HTTP error."""
+        """Run other work on the engine (an embedding) in the same queue."""
         try:
             return await self.worker.call(work)
-        except OllamaSpecError as exc:
-            if isinstance(exc, QueueFull):
-                self.metrics.rejected.inc()
-            raise failure(exc) from None
+        except QueueFull:
+            self.metrics.rejected.inc()
+            raise
 
     def close(self) -> None:
         """Stop its generations and free both models (blocks: run it on a thread). Whoever decides to close
