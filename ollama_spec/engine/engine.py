@@ -335,10 +335,12 @@ class Engine:
         """A grammar over the target's vocabulary; InvalidSetting when llama.cpp cannot parse it."""
         return Grammar.for_model(self.target, gbnf)
 
-    def generate(self, request: Request, *, use_draft: bool = True, slot: int = 0) -> Generation:
+    def generate(
+        self, request: Request, *, use_draft: bool = True, slot: int = 0, stop: Callable[[], bool] | None = None
+    ) -> Generation:
         """The answer in sequence `slot` of both models, run here as it is iterated (a request alone;
         beside others, `submit` runs it in the step loop); `use_draft=False` runs the loaded target
-        alone (the baseline)."""
+        alone (the baseline); `stop`: whether the request was cancelled."""
         generation = Generation(
             self.target if self.slots == 1 else self.target.sequence(slot),
             request,
@@ -346,6 +348,7 @@ class Engine:
             end_of_turn=self.is_end_of_turn,
             proposer=self.proposer(request.speculation, slot) if use_draft else None,
             costs=self.costs,
+            stop=stop,
         )
         if self.slots > 1:  # a long prompt is read a pass's piece at a time, beside the other slots' steps
             generation.prompt_chunk = piece_size(self.target.n_batch, self.slots)

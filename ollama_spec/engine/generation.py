@@ -22,7 +22,8 @@ class Generation:
     """Iterate for text pieces as they are accepted; `result` holds tokens, reason and stats.
 
     `prompt` builds the prompt's tokens when iteration starts; without a `proposer` the target
-    runs alone. `end_of_turn` says which tokens end the answer."""
+    runs alone. `end_of_turn` says which tokens end the answer; `stop`, whether its request was cancelled
+    (then a step waiting for its output grammar raises Stopped)."""
 
     def __init__(
         self,
@@ -33,9 +34,11 @@ class Generation:
         end_of_turn: Callable[[int], bool],
         proposer: Proposer | None,
         costs: LearnedCosts,
+        stop: Callable[[], bool] | None = None,
     ):
         self.target, self.request, self.prompt = target, request, prompt
         self.end_of_turn, self.proposer, self.costs = end_of_turn, proposer, costs
+        self.stop = stop  # whether the request was cancelled: a long grammar check stops waiting then
         self.result = Result(warnings=list(request.warnings))
         self.prompt_chunk: int | None = None  # the most prompt tokens an evaluation reads (step_loop.py)
         self.shared = False  # some of its steps ran beside other requests' (step_loop.py)
@@ -68,7 +71,7 @@ class Generation:
         stream = TextStream(request.stop)
         policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
         self.policy = policy
-        grammar = Grammar.for_model(target, request.grammar) if request.grammar else None
+        grammar = Grammar.for_model(target, request.grammar, self.stop) if request.grammar else None
         tokens = generate_steps(
             target,
             proposer,

@@ -199,7 +199,9 @@ class StepLoop:
                 ticket.sink.fail(ticket, exc)
                 continue
             ticket.slot = seq
-            ticket.generation = generation = self.engine.generate(ticket.request, use_draft=ticket.use_draft, slot=seq)
+            ticket.generation = generation = self.engine.generate(
+                ticket.request, use_draft=ticket.use_draft, slot=seq, stop=lambda ticket=ticket: ticket.cancelled
+            )
             generation.prompt = lambda prompt=ticket.prompt: prompt
             slot = _Slot(seq, ticket, generation.steps(runs=ticket.runs))
             self._slots[seq] = slot

@@ -21,11 +21,11 @@ from typing import TypeVar
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.engine.step_loop import Ticket
-from ollama_spec.errors import OllamaSpecError
-from ollama_spec.server.core.draft_spans import Marks
+from ollama_spec.errors import OllamaSpecError, Stopped
 
 log = logging.getLogger("ollama_spec.server")
 T = TypeVar("T")
+Marks = tuple[bool, ...]  # per character of a text: True where an accepted draft token wrote it
 
 
 class QueueFull(OllamaSpecError):
@@ -243,8 +243,8 @@ class _Sink:
 
     def fail(self, ticket: Ticket, error: Exception) -> None:
         self.worker._done(self.job)
-        if ticket.generation is None and ticket.cancelled:
-            error = Cancelled(self.job.reason)
+        if (ticket.generation is None and ticket.cancelled) or isinstance(error, Stopped):
+            error = Cancelled(self.job.reason)  # cancelled before it began, or while a step waited
         elif not isinstance(error, OllamaSpecError):  # the request fails; the server keeps serving
             log.error("generation failed", exc_info=error)
         self.job.put(Failed(error))
