@@ -69,6 +69,11 @@ class InferenceError(OllamaSpecError):
     """llama.cpp refused to evaluate a batch or to cut a cache back."""
 
 
+class Stopped(OllamaSpecError):
+    """A generation stopped before its end because its request was cancelled (its client left, its model
+    is being deleted, the server is stopping)."""
+
+
 class PullError(OllamaSpecError):
     """A pull failed: registry, daemon or Hugging Face unreachable or answering with an error."""
 

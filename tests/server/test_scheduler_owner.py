@@ -69,7 +69,7 @@ def test_a_delete_during_the_models_own_load_waits_for_it_and_leaves_nothing_loa
             await owner.release(got)
         await asyncio.wait_for(deleting, 60)
         assert isinstance(got, Exception) or got.closed
-        assert owner.loaded == {} and owner._retiring == []
+        assert owner.loaded == {} and owner.unloading == []
         assert not store_copy.joinpath(*LIBRARY, "tiny-alien", "latest").exists()
         owner.shutdown()
 

@@ -44,6 +44,7 @@ class Served:
     loaded_at: float = field(default_factory=time.monotonic)  # made once its engine had loaded
     expires_at: float = math.inf  # time.time() when it is unloaded if still idle; inf: never
     closed: bool = False  # no request may take it any more (it is being freed, or is)
+    unloading_since: float = 0.0  # time.time() when it was set to unload once its running requests end
     _freed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:

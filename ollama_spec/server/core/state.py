@@ -177,8 +177,12 @@ class ServerState:
         return await self.serving.canonical(name)
 
     def loaded(self) -> list[Served]:
-        """The pairs in memory now."""
+        """The pairs loaded now, that requests may take."""
         return list(self.serving.loaded.values())
+
+    def in_memory(self) -> list[Served]:
+        """The pairs that take memory now: the loaded ones, then those unloading once their requests end."""
+        return [*self.loaded(), *self.serving.unloading]
 
     async def serves(self, name: str) -> bool:
         """Whether this server answers `name` itself: a pinned pair answers every name; the store, the
@@ -195,7 +199,7 @@ class ServerState:
 
     @property
     def waiting(self) -> int:
-        return sum(served.worker.waiting for served in self.loaded())
+        return sum(served.worker.waiting for served in self.in_memory())
 
     # --- hooks for the store's writers (the management routes) ---------------------------------------
 
@@ -217,7 +221,7 @@ class ServerState:
 
     def cancel_all(self) -> None:
         """Stop every generation (a signal: the streams end now)."""
-        for served in self.loaded():
+        for served in self.in_memory():
             served.worker.cancel_all()
 
     def close(self) -> None:
