@@ -460,7 +460,9 @@ def test_a_cache_that_cannot_be_cut_raises(spec_engine, monkeypatch):
         run(spec_engine, PROMPTS[0], max_tokens=40, ignore_eos=True)
 
 
-def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(tiny_models, baseline_engine, monkeypatch):
+def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(
+    tiny_models, baseline_engine, monkeypatch, own_cache
+):
     from ollama_spec.engine import costs as engine_module
 
     calibrations = []
