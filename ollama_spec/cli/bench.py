@@ -20,7 +20,6 @@ from ollama_spec.bench.settings import (
 from ollama_spec.cli.bench_http import bench_remote, bench_served, refuse_local_options, refuse_row_options
 from ollama_spec.cli.common import open_store
 from ollama_spec.cli.options import (
-    AUTO,
     ctx_option_with,
     draft_option,
     flash_attn_option,
@@ -32,8 +31,9 @@ from ollama_spec.cli.options import (
     threads_option,
     verbose_option,
 )
-from ollama_spec.cli.settings import Options, bench_settings, is_ngram
+from ollama_spec.cli.settings import Options, bench_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.decoding.proposer_table import is_auto, named_source
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.log import set_verbose
@@ -194,7 +194,7 @@ def bench(
     k_list = parse_k_list(ks)
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    if is_ngram(draft):
+    if named_source(draft) is not None:
         raise InvalidSetting(NGRAM_ONLY)
     paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
     store = None if paths else open_store(models_dir)
@@ -206,7 +206,7 @@ def bench(
     draft_model = resolve_draft(draft, models_dir, target_model)
     if draft_model is None:
         raise InvalidSetting(NGRAM_ONLY)
-    draft = draft_model.name if not draft or draft.lower() == AUTO else draft
+    draft = draft_model.name if not draft or is_auto(draft) else draft
     if native and settings.placement.rpc_servers:
         raise InvalidSetting("--native times llama.cpp's own binary on this machine: run it without --rpc")
     if native:

@@ -6,7 +6,6 @@ import click
 
 from ollama_spec.cli.common import echo_json
 from ollama_spec.cli.options import (
-    NGRAM,
     WITHOUT_DRAFT,
     ctx_option,
     draft_option,
@@ -19,8 +18,9 @@ from ollama_spec.cli.options import (
     preset_option,
     repack_option,
 )
-from ollama_spec.cli.settings import Options, is_ngram, placement_settings, repack_setting
+from ollama_spec.cli.settings import Options, placement_settings, repack_setting
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.decoding.proposer_table import named_source
 from ollama_spec.engine.engine import DEFAULT_CTX
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
@@ -86,8 +86,8 @@ def check(
     if draft_model is not None:
         require_compatible(target_model.name, target_model.info, draft_model.name, draft_model.info)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
-    if is_ngram(draft):
-        click.echo(f"note: --draft {NGRAM} loads no draft model: the plan is for the target alone", err=True)
+    if (source := named_source(draft)) is not None:
+        click.echo(f"note: --draft {source} loads no draft model: the plan is for the target alone", err=True)
     decision = repack_setting(repack)
     placement = placement_settings(Options.of(context))
     devices, notes = backends.discover_devices()

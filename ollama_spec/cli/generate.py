@@ -13,7 +13,6 @@ import click
 from ollama_spec.bench.settings import WARMUP_TOKENS
 from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
-    NGRAM,
     ctx_option,
     format_option,
     loading_options,
@@ -25,9 +24,10 @@ from ollama_spec.cli.options import (
     think_option,
     verbose_option,
 )
-from ollama_spec.cli.settings import Options, engine_settings, is_ngram, request_settings
+from ollama_spec.cli.settings import Options, engine_settings, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
 from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
+from ollama_spec.decoding.proposer_table import named_source
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
     NEAR_TIE_LOGITS,
@@ -144,7 +144,7 @@ def generate(
         raw=raw,
         suffix=suffix,
     )
-    speculative = draft_model is not None or is_ngram(draft)
+    speculative = draft_model is not None or named_source(draft) is not None
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
     check_draft_flags(
@@ -178,9 +178,7 @@ def generate(
                 )
         n_ctx = engine.target.n_ctx
     if as_json:
-        data = result_json(
-            target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result
-        )
+        data = result_json(target_model.name, draft_model.name if draft_model else named_source(draft), result)
         if runs is not None:
             data["draft_spans"] = drafted_spans(runs)
         if baseline is not None:

@@ -29,7 +29,7 @@ from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.modelfile import load_modelfile
 from ollama_spec.models.resolve import ResolvedModel, resolve_model, template_warning
 from ollama_spec.server import ServerState
-from ollama_spec.server.core.defaults import AUTO, SAMPLING, RequestDefaults
+from ollama_spec.server.core.defaults import AUTO_K, SAMPLING, RequestDefaults
 from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.settings import (
     DEFAULT_HOST,
@@ -287,7 +287,7 @@ def request_defaults(options: Options, flags: ServerSettings) -> RequestDefaults
     k = flags.speculation.num_speculative_tokens
     return RequestDefaults(
         **{name: options[name] for name in (*SAMPLING, *PENALTY_OPTIONS)},
-        num_speculative_tokens=None if options.sources.get("k") is ParameterSource.DEFAULT else k or AUTO,
+        num_speculative_tokens=None if options.sources.get("k") is ParameterSource.DEFAULT else k or AUTO_K,
         draft_p_min=flags.speculation.draft_p_min,
         ngram_size=flags.speculation.ngram_size,
         proposer=flags.speculation.proposer,  # --draft ngram, --ngram

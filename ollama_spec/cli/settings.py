@@ -16,12 +16,11 @@ import click
 from click.core import ParameterSource
 
 from ollama_spec.bench.settings import BenchSettings
-from ollama_spec.cli.options import NGRAM, RPC_ENVVAR
+from ollama_spec.cli.options import RPC_ENVVAR
 from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.decoding.penalties import Penalties
-from ollama_spec.decoding.proposers import DRAFT, HYBRID
-from ollama_spec.decoding.proposers import NGRAM as LOOKUP
+from ollama_spec.decoding.proposer_table import proposer_for
 from ollama_spec.decoding.sampling import (
     DEFAULT_MIN_P,
     DEFAULT_TEMPERATURE,
@@ -69,10 +68,6 @@ def first_set(*values):
     return next((v for v in values if v is not None), None)
 
 
-def is_ngram(draft: str | None) -> bool:
-    return draft is not None and draft.lower() == NGRAM
-
-
 def sampling_settings(params: Mapping, options: Options) -> SamplingSettings:
     """The sampling flags, else the model's Ollama params, else Ollama's defaults."""
     return SamplingSettings(
@@ -109,8 +104,7 @@ def speculation_settings(params: Mapping, options: Options) -> SpeculationSettin
             err=True,
         )
         k = MAX_NUM_SPECULATIVE_TOKENS
-    draft = options["draft"]
-    proposer = LOOKUP if is_ngram(draft) else HYBRID if options.values.get("with_ngram") else DRAFT
+    proposer = proposer_for(options["draft"], with_ngram=bool(options.values.get("with_ngram")))
     return SpeculationSettings(k, options["draft_p_min"], proposer=proposer, ngram_size=options["ngram_size"])
 
 

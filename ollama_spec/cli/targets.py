@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from ollama_spec.cli.common import open_store
-from ollama_spec.cli.options import AUTO, NGRAM
-from ollama_spec.cli.settings import is_ngram
+from ollama_spec.decoding.proposer_table import NGRAM, is_auto, named_source
 from ollama_spec.errors import ModelNotFound
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.drafts import best_draft, find_drafts
@@ -23,14 +22,14 @@ def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedMode
 def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedModel) -> ResolvedModel | None:
     """The draft model to load: none for n-gram lookup; without --draft, the draft the target's manifest
     carries (Ollama's DRAFT), if any; `auto` prefers that one, else picks one from the store and says which."""
-    if is_ngram(draft):
+    if named_source(draft) is not None:
         return None
-    if (not draft or draft.lower() == AUTO) and target.stored_draft is not None:
+    if (not draft or is_auto(draft)) and target.stored_draft is not None:
         click.echo(f"note: drafting with the draft stored in {target.name}'s manifest", err=True)
         return stored_draft_model(target)
     if not draft:
         return None
-    if draft.lower() == AUTO:
+    if is_auto(draft):
         store = open_store(models_dir)
         choice = best_draft(find_drafts(store, target.info, llama_cpp_knows))
         if choice is None:

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ollama_spec.decoding.proposer_table import PROPOSERS, named_source
 from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
 from ollama_spec.errors import IncompatibleDraft, ModelNotFound, OllamaSpecError, one_line
 from ollama_spec.llama.backends import llama_cpp_knows
@@ -28,7 +29,6 @@ from ollama_spec.server.core.defaults import RequestDefaults
 from ollama_spec.server.core.settings import ServerSettings
 
 log = logging.getLogger("ollama_spec.server")
-NGRAM = "ngram"
 
 
 @dataclass(frozen=True)
@@ -184,8 +184,8 @@ class StorePairs:
         if chosen is None and preset is not None and preset.draft:
             chosen, how = preset.draft, f"the preset {preset.path}"
         if chosen is not None:
-            if chosen.lower() == NGRAM:
-                return None, NGRAM, f"{how}: n-gram prompt lookup"
+            if (source := named_source(chosen)) is not None:
+                return None, source, f"{how}: {PROPOSERS[source].describe}"
             draft = resolve_model(chosen, store=store)
             return draft, None, f"{how}: {draft.name}"
         if target.stored_draft is not None:

@@ -176,7 +176,7 @@ class MarginRule:
             self.log.append(keep)
         return keep
 
-    def observe(self, *args):
+    def observe(self, *args, **kwargs):
         pass
 
 
@@ -198,7 +198,7 @@ class ProbesAfterGaps:
     def lookup_worth(self, alphas):  # KPolicy's: the loop offers it at K=0; a draft model looks nothing up
         return 0
 
-    def observe(self, drafted, accepted, draft_s, verify_s, source="draft"):
+    def observe(self, drafted, accepted, draft_s, verify_s, *, lookup=False):
         pass
 
 

@@ -5,7 +5,7 @@ import json
 
 from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.planning.devices import system_ram
-from ollama_spec.server.core.defaults import AUTO, RequestDefaults
+from ollama_spec.server.core.defaults import AUTO_K, RequestDefaults
 from ollama_spec.server.core.request import Asked, build_request
 from ollama_spec.server.core.settings import ServerSettings
 from ollama_spec.server.pairs import StorePairs
@@ -37,7 +37,7 @@ def test_the_flags_beat_the_models_params_and_those_beat_ollamas_defaults():
 def test_k_given_beats_draft_num_predict_auto_too_and_is_capped():
     base = ServerSettings()
     assert RequestDefaults(num_speculative_tokens=3).over(PARAMS, base).speculation.num_speculative_tokens == 3
-    assert RequestDefaults(num_speculative_tokens=AUTO).over(PARAMS, base).speculation.num_speculative_tokens is None
+    assert RequestDefaults(num_speculative_tokens=AUTO_K).over(PARAMS, base).speculation.num_speculative_tokens is None
     huge = RequestDefaults().over({"draft_num_predict": 10**5}, base).speculation.num_speculative_tokens
     assert huge == MAX_NUM_SPECULATIVE_TOKENS
 

@@ -15,7 +15,7 @@ from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.server.core.settings import ServerSettings
 
 log = logging.getLogger("ollama_spec.server")
-AUTO = "auto"  # -k auto given: K is chosen each step, whatever the model's draft_num_predict says
+AUTO_K = "auto"  # -k auto given: K is chosen each step, whatever the model's draft_num_predict says
 SAMPLING = ("temperature", "top_k", "top_p", "min_p", "seed")  # flags named as Ollama's params are
 
 
@@ -32,7 +32,7 @@ class RequestDefaults:
     repeat_last_n: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    num_speculative_tokens: int | str | None = None  # -k: a number, or AUTO
+    num_speculative_tokens: int | str | None = None  # -k: a number, or AUTO_K
     draft_p_min: float | None = None
     ngram_size: int | None = None
     proposer: str | None = None  # "ngram" (--draft ngram), "draft+ngram" (--ngram): the pair's wins
@@ -63,7 +63,7 @@ class RequestDefaults:
         if k is None:  # no -k: Ollama's own speculation length for this model, else auto
             stored = params.get("draft_num_predict")
             k = stored if isinstance(stored, int) and stored > 0 else None
-        elif k == AUTO:
+        elif k == AUTO_K:
             k = None
         if k is not None and k > MAX_NUM_SPECULATIVE_TOKENS:  # the flag's was capped by the command
             log.info("the model's draft_num_predict %d is capped to %d draft tokens", k, MAX_NUM_SPECULATIVE_TOKENS)
