@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ollama_spec.decoding.parameters import as_layer, sampling_settings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import grammar_for_json
@@ -96,10 +97,10 @@ def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Reques
         "seed": asked.seed,
     }
     try:
-        sampling = replace(settings.sampling, **{k: v for k, v in given.items() if v is not None})
         if asked.penalties:
             _check_token_ids(engine, dict(asked.penalties.get("logit_bias", ())), "logit_bias")
-            sampling = replace(sampling, penalties=replace(sampling.penalties, **asked.penalties))
+        # the request's options over the model's settings (the flags over its params), by the one rule
+        sampling = sampling_settings(given | dict(asked.penalties or {}), as_layer(settings.sampling))
     except InvalidSetting as exc:
         raise ApiError(400, str(exc)) from None
     messages = asked.messages
