@@ -7,7 +7,6 @@ import sys
 import click
 
 from ollama_spec.cli.common import notice
-from ollama_spec.cli.generate import format_stats
 from ollama_spec.cli.options import (
     ctx_option,
     format_option,
@@ -20,6 +19,7 @@ from ollama_spec.cli.options import (
     think_option,
     verbose_option,
 )
+from ollama_spec.cli.results import format_stats
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
 from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
