@@ -37,7 +37,7 @@ from ollama_spec.decoding.proposer_table import is_auto, named_source
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.log import set_verbose
-from ollama_spec.models.resolve import looks_like_path, resolve_model
+from ollama_spec.models.resolve import ResolvedModel, looks_like_path, resolve_model
 
 NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
 
@@ -144,12 +144,23 @@ def bench(
     prompts_file,
     out,
     url,
+    concurrency,
+    in_process,
+    threads,
+    ctx,
     native,
+    ngram,
     warmup,
+    no_check,
+    repack,
+    flash_attn,
+    rpc,
+    tensor_split,
+    split_mode,
+    main_gpu,
     verbose,
     models_dir,
-    **_,
-) -> None:  # **_: the loading options, read through Options
+) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -173,25 +184,45 @@ def bench(
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
     """
     set_verbose(verbose)
+    # the loading options go to the settings with where each came from (the command line, the default)
     options = Options.of(context)
     prompts = prompts_for(prompts_file)
     if out:
         _make_out_dir(Path(out))  # before minutes of timing, not after
-    if url and context.params["in_process"]:
+    if url and in_process:
         raise InvalidSetting("--in-process times clients in this process: drop --url (or --in-process)")
     if url:
         refuse_local_options(context.command, options)
-        bench_remote(
-            target, url, prompts, max_tokens, runs, temperature, seed, warmup, out, context.params["concurrency"]
-        )
+        bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out, concurrency)
         return
-    served = context.params["concurrency"] > 1
-    in_process = context.params["in_process"]
+    served = concurrency > 1
     if served or in_process:
         refuse_row_options(context.command, options)
     elif out:
         import matplotlib  # noqa: F401  (bench.png: without the bench extra that is said now, not after the timing)
     k_list = parse_k_list(ks)
+    target_model = _target(target, preset, draft, models_dir)
+    # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
+    settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
+    draft_model = resolve_draft(draft, models_dir, target_model)
+    if draft_model is None:
+        raise InvalidSetting(NGRAM_ONLY)
+    if native:
+        _check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
+    ks_given = ks if options.given("ks") else None
+    if in_process:
+        from ollama_spec.cli.bench_local import bench_in_process
+
+        bench_in_process(target_model, draft_model, ks_given, prompts, settings, concurrency, out)
+    elif served:
+        bench_served(target_model, draft_model, ks_given, prompts, settings, out, options)
+    else:
+        draft_name = draft_model.name if not draft or is_auto(draft) else draft
+        _print_report(_measure(target_model, draft_model, draft_name, models_dir, prompts, settings, native), out)
+
+
+def _target(target: str, preset, draft: str | None, models_dir: str | None) -> ResolvedModel:
+    """TARGET with its preset laid over it, where bench has a draft for it (--draft, or its manifest's)."""
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     if named_source(draft) is not None:
@@ -201,29 +232,21 @@ def bench(
     target_model = apply_preset(resolve_model(target, store=store), preset)
     if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
-    settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
-    draft_model = resolve_draft(draft, models_dir, target_model)
-    if draft_model is None:
-        raise InvalidSetting(NGRAM_ONLY)
-    draft = draft_model.name if not draft or is_auto(draft) else draft
-    if native and settings.placement.rpc_servers:
+    return target_model
+
+
+def _check_native(native: Path, settings: BenchSettings, target_model, draft_model) -> None:
+    """--native: llama.cpp's own binary, usable here for this pair (it runs on this machine alone)."""
+    from ollama_spec.bench.native import check_native
+
+    if settings.placement.rpc_servers:
         raise InvalidSetting("--native times llama.cpp's own binary on this machine: run it without --rpc")
-    if native:
-        from ollama_spec.bench.native import check_native
+    check_native(native, settings, target_model, draft_model)
 
-        check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
-    if in_process:
-        from ollama_spec.cli.bench_local import bench_in_process
 
-        ks_given = ks if options.given("ks") else None
-        bench_in_process(target_model, draft_model, ks_given, prompts, settings, context.params["concurrency"], out)
-        return
-    if served:
-        bench_served(target_model, draft_model, ks if options.given("ks") else None, prompts, settings, out, options)
-        return
-    report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
-
+def _print_report(report, out: str | None) -> None:
+    """The report and its files; then the greedy outputs that part from the target alone, and why: rounding
+    (a note) or a verification error (a warning, and the exit status 1)."""
     from ollama_spec.bench.report import format_report, write_outputs
 
     click.echo(format_report(report))
