@@ -56,11 +56,14 @@ def check(
     kv_type: str,
     repack: bool | None,
     flash_attn: str,
+    rpc: str | None,
+    tensor_split: str | None,
+    split_mode: str | None,
+    main_gpu: int | None,
     parallel: int,
     as_json: bool,
     models_dir: str | None,
-    **_,
-) -> None:  # **_: placement
+) -> None:  # the placement options go to placement_settings with where each came from
     """Check that TARGET (and --draft) fit in GPU memory before loading anything.
 
     Reads only GGUF headers: weights, KV cache and compute buffers per model, the free memory of

@@ -134,8 +134,53 @@ from ollama_spec.server.core.settings import (
 @models_dir_option
 @click.pass_context
 def serve(
-    context: click.Context, target, preset, draft, host, port, verbose, models_dir, upstream, no_upstream, **_
-) -> None:  # **_: see Options
+    context: click.Context,
+    target,
+    preset,
+    draft,
+    k,
+    draft_p_min,
+    ngram_size,
+    with_ngram,
+    temperature,
+    top_k,
+    top_p,
+    min_p,
+    seed,
+    repeat_penalty,
+    repeat_last_n,
+    presence_penalty,
+    frequency_penalty,
+    ctx,
+    n_gpu_layers,
+    draft_n_gpu_layers,
+    threads,
+    kv_type,
+    no_check,
+    repack,
+    flash_attn,
+    rpc,
+    tensor_split,
+    split_mode,
+    main_gpu,
+    host,
+    port,
+    api_key,
+    aliases,
+    max_queue,
+    pairs,
+    presets,
+    no_draft,
+    keep_alive,
+    max_loaded,
+    max_body,
+    origins,
+    upstream,
+    no_upstream,
+    parallel,
+    verbose,
+    models_dir,
+) -> None:
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs; without TARGET, the whole store.
 
     Without TARGET, as Ollama does: /api/tags and /v1/models list every model of the store that can
@@ -175,6 +220,8 @@ def serve(
 
     set_verbose(verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    # the shared options go to the settings with where each came from (the command line, a -f preset, the
+    # default): the rule that picks between them needs both
     options = Options.of(context)
     if target is None:
         state = store_state(options, models_dir)
