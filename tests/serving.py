@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -80,3 +83,25 @@ def running_store(models_dir, scheduler=None, max_queue: int = 8, upstream: str 
     state.upstream = Upstream(upstream, own_key=bool(api_key)) if upstream else None
     with _serving(state) as url:
         yield url, state
+
+
+@contextmanager
+def serve_process(models_dir, *args: str):
+    """Yield (base URL, Popen) of `ollama-spec serve ARGS` in a process of its own on 127.0.0.1 (a free
+    port), so that what would end it (a crash, a signal) ends only it; kill it afterwards."""
+    command = [sys.executable, "-c", "from ollama_spec.cli import main; main()", "serve", *args, "--port", "0",
+               "--threads", "1", "--no-check", "--models-dir", str(models_dir)]  # fmt: skip
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for line in process.stderr:
+            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "the server did not say where it listens"
+        threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
+        yield url, process
+    finally:
+        process.kill()
+        process.wait()

@@ -21,6 +21,7 @@ import llama_cpp
 import numpy as np
 
 from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.grammar_limits import check_gbnf, check_schema
 from ollama_spec.llama.json_schema import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from ollama_spec.llama.log import last_error, log_mark
 
@@ -35,6 +36,7 @@ def grammar_for_json(schema: Any = None) -> str:
         return JSON_OBJECT_GBNF
     if not isinstance(schema, dict):
         raise InvalidSetting(f"a JSON schema must be an object, got {json.dumps(schema)[:80]}")
+    check_schema(schema)
     try:
         return json_schema_to_gbnf(schema)
     except Exception as exc:  # noqa: BLE001 - the converter raises bare errors (KeyError, ValueError, ...) on schemas it cannot do
@@ -43,7 +45,8 @@ def grammar_for_json(schema: Any = None) -> str:
 
 def new_grammar_sampler(vocab: Any, gbnf: str) -> Any:
     """llama.cpp's grammar sampler for `gbnf` over `vocab`; InvalidSetting with llama.cpp's reason when
-    it cannot parse the grammar."""
+    it cannot parse the grammar, or with the bound it passed (grammar_limits) before llama.cpp sees it."""
+    check_gbnf(gbnf)
     mark = log_mark()
     sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode("utf-8"), b"root")
     if not sampler:

@@ -6,8 +6,6 @@ import asyncio
 import json
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -18,7 +16,7 @@ from openai import OpenAI
 
 from ollama_spec.engine.engine import Engine
 from tests.conftest import engine_settings
-from tests.serving import running_server
+from tests.serving import running_server, serve_process
 
 QUESTION = {"role": "user", "content": "Explain the difference between a process and a thread."}
 
@@ -212,34 +210,7 @@ def test_fifty_concurrent_requests_all_complete_unmixed(server):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_streams_and_exits_0(tiny_store, sig):
-    command = [
-        sys.executable,
-        "-c",
-        "from ollama_spec.cli import main; main()",
-        "serve",
-        "tiny-target",
-        "-d",
-        "tiny-draft",
-        "--port",
-        "0",
-        "--threads",
-        "1",
-        "--no-check",
-        "--ctx",
-        "16384",
-        "--models-dir",
-        str(tiny_store),
-    ]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
-        url = None
-        for line in process.stderr:
-            found = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-            if found:
-                url = found.group(1)
-                break
-        assert url, "the server did not say where it listens"
-        threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe drained
+    with serve_process(tiny_store, "tiny-target", "-d", "tiny-draft", "--ctx", "16384") as (url, process):
         # Greedy: a sampled answer sometimes hit one of the model's stop strings (<|eot_id|>) within
         # 20 tokens, which ignore_eos does not lift, so the stream ended before the signal was sent.
         body = {
@@ -262,9 +233,6 @@ def test_a_signal_ends_streams_and_exits_0(tiny_store, sig):
         last = json.loads([line for line in lines if line.startswith("data: {")][-1][6:])
         assert "the server is shutting down" in last["error"]["message"]  # not a finish_reason: it was cut short
         assert not any('"finish_reason": "stop"' in line for line in lines)
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_a_taken_port_is_one_line(invoke, tiny_store):
