@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import click
@@ -218,7 +216,10 @@ def bench(
         bench_served(target_model, draft_model, ks_given, prompts, settings, out, options)
     else:
         draft_name = draft_model.name if not draft or is_auto(draft) else draft
-        _print_report(_measure(target_model, draft_model, draft_name, models_dir, prompts, settings, native), out)
+        from ollama_spec.cli.bench_rows import measure  # the rows' modules: loaded when rows are timed
+
+        report = measure(target_model, draft_model, draft_name, models_dir, prompts, settings, native)
+        _print_report(report, out)
 
 
 def _target(target: str, preset, draft: str | None, models_dir: str | None) -> ResolvedModel:
@@ -285,115 +286,8 @@ def _print_report(report, out: str | None) -> None:
         raise click.ClickException("speculative output differs from the target alone (see above)")
 
 
-def _measure(
-    target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings, native: str | None = None
-):
-    from ollama_spec.bench.native import native_row, run_native_row
-    from ollama_spec.bench.reference import run_reference_rows
-    from ollama_spec.bench.report import BenchReport, best_speculative
-    from ollama_spec.bench.runner import (
-        BatchChoice,
-        beside_engine,
-        beside_rows,
-        can_time_beside,
-        local_baseline_units,
-        planned_units,
-        run_engine_rows,
-        run_local_baseline,
-    )
-    from ollama_spec.bench.samples import NATIVE, compare_tokens
-
-    load_start = _load_average()
-    # With --rpc the references are replaced by the target alone on this machine: llama-cpp-python's
-    # own path cannot keep its draft off the RPC servers, and the row that matters is the hop's cost.
-    rpc = bool(settings.placement.rpc_servers)
-    # Where a second copy of the pair fits, ours (and the native loop) run again in the references'
-    # phase, interleaved with them: the comparisons then do not span the drift between phases.
-    beside = not rpc and can_time_beside(target_model, draft_model)
-    n_beside = (2 + settings.auto + bool(native)) if beside else 0
-    units = (
-        planned_units(settings, len(prompts), with_reference=not rpc, beside=n_beside)
-        + (settings.runs * len(prompts) if native and not beside else 0)
-        + (local_baseline_units(settings, len(prompts)) if rpc else 0)
-    )
-    with click.progressbar(
-        length=units,
-        label="benchmarking",
-        file=sys.stderr,
-        show_pos=True,
-        hidden=not sys.stderr.isatty(),
-        item_show_func=lambda label: label,
-    ) as bar:
-
-        def advance(label: str) -> None:
-            bar.update(1, label)
-
-        engine_run = run_engine_rows(target_model, draft_model, prompts, settings, advance)
-        best = best_speculative(engine_run.rows)
-        if rpc:
-            rows = engine_run.rows + [run_local_baseline(target_model, prompts, settings, advance)]
-        elif beside:
-            with beside_engine(target_model, draft_model, settings) as engine:
-                extra = beside_rows(engine, best.k, settings)
-                if native:
-                    extra.append(
-                        native_row(Path(native), target_model, draft_model, best.k, engine_run.prompt_texts, settings)
-                    )
-                rows = engine_run.rows + run_reference_rows(
-                    target_model,
-                    draft_name,
-                    models_dir,
-                    best.k,
-                    prompts,
-                    engine_run.prompt_tokens,
-                    settings,
-                    advance,
-                    beside=extra,
-                )
-        else:
-            rows = engine_run.rows + run_reference_rows(
-                target_model, draft_name, models_dir, best.k, prompts, engine_run.prompt_tokens, settings, advance
-            )
-        if native and not beside:
-            rows.append(
-                run_native_row(
-                    Path(native), target_model, draft_model, best.k, prompts, engine_run.prompt_texts, settings, advance
-                )
-            )
-    report = BenchReport(
-        target_model.name,
-        draft_model.name,
-        settings,
-        tuple(prompts),
-        rows,
-        engine_run.costs,
-        load_average=(load_start, _load_average()) if load_start is not None else None,
-    )
-    if settings.greedy:
-        baseline = report.baseline
-        expected = {}
-        for sample in baseline.samples:  # greedy: every run of the target alone must agree too
-            if expected.setdefault(sample.prompt, sample.tokens) != sample.tokens:
-                baseline.mismatches.append(f"target alone: prompt '{sample.prompt}' is not deterministic across runs")
-        batch_choice = BatchChoice(target_model, settings, engine_run.prompt_tokens, expected)
-        try:
-            for row in rows:
-                if row is not baseline and row.kind != NATIVE:  # the native row gives counts, not tokens
-                    compare_tokens(row, expected, engine_run.margins, batch_choice)
-        finally:
-            batch_choice.close()
-        report.mismatches = [m for row in rows if not row.is_reference for m in row.mismatches]
-        report.reference_mismatches = [m for row in rows if row.is_reference for m in row.mismatches]
-        report.near_ties = [m for row in rows for m in row.near_ties]
-    return report
-
-
 def _make_out_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidSetting(f"--out {out}: cannot create the folder ({exc.strerror or exc})") from None
-
-
-def _load_average() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # not on Windows
