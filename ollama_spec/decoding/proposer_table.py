@@ -1,6 +1,7 @@
 """The draft sources, in one registry: each source's name, what it needs, how its proposer is built and
 whether `--draft auto` may choose it. Whoever builds a proposer (the engine, the loop given a bare draft
-model) builds it from `PROPOSERS`, and whoever reads a draft as a user named it (--draft, --pair
+model) builds it from `PROPOSERS` (or, where an EAGLE-3 head drafts in place of a draft model, from
+`HEAD_PROPOSERS`, under the same names), and whoever reads a draft as a user named it (--draft, --pair
 TARGET=DRAFT, a preset's DRAFT line) asks `named_source` and `is_auto` here, so a new source is one
 entry, not a string compared in every module that chooses."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ollama_spec.decoding.eagle3 import Eagle3Proposer
 from ollama_spec.decoding.proposers import (
     DEFAULT_NGRAM_SIZE,
     DRAFT,
@@ -60,13 +62,30 @@ PROPOSERS: dict[str, ProposerKind] = {
         describe="a draft model and n-gram prompt lookup",
     ),
 }
+# The same names where an EAGLE-3 head drafts in place of a draft model (built over one sequence of a
+# loaded head): "draft" is the head's, "draft+ngram" the head's or the lookup's each step.
+HEAD_PROPOSERS: dict[str, ProposerKind] = {
+    DRAFT: ProposerKind(lambda head, vocab, p_min, size: Eagle3Proposer(head, vocab, p_min), True),
+    NGRAM: PROPOSERS[NGRAM],
+    HYBRID: ProposerKind(
+        lambda head, vocab, p_min, size: HybridProposer(Eagle3Proposer(head, vocab, p_min), NgramProposer(size)),
+        True,
+    ),
+}
 
 
 def build_proposer(
-    name: str, draft: Model | None, target_vocab: int, *, draft_p_min: float = 0.0, ngram_size: int = DEFAULT_NGRAM_SIZE
+    name: str,
+    draft: Model | None,
+    target_vocab: int,
+    *,
+    draft_p_min: float = 0.0,
+    ngram_size: int = DEFAULT_NGRAM_SIZE,
+    head: bool = False,
 ) -> Proposer | None:
-    """The proposer registered as `name` over `draft`; None where it needs a draft model and has none."""
-    kind = PROPOSERS[name]
+    """The proposer registered as `name` over `draft` (with `head`, a sequence of an EAGLE-3 head: the
+    name's entry in HEAD_PROPOSERS); None where it needs a draft model and has none."""
+    kind = (HEAD_PROPOSERS if head else PROPOSERS)[name]
     return None if kind.needs_draft and draft is None else kind.build(draft, target_vocab, draft_p_min, ngram_size)
 
 

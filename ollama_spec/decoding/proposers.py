@@ -143,38 +143,8 @@ class DraftModelProposer(Proposer):
             if not self._synced:  # a draft that has read nothing still starts from the text's first
                 missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
         logits = draft.eval(as_draft_tokens(missed, draft.n_vocab))[-1][: self.shared_vocab]
-        tokens: list[int] = []
-        probs: list[np.ndarray] = []
-        while True:
-            if penalties.active:  # as the target's rows will be: proposals that follow them get accepted
-                logits = adjusted(logits, [*tail, *tokens], penalties)
-            if grammar is not None and not sampling.greedy:
-                logits = grammar.mask(logits)
-                if not np.isfinite(logits.max()):
-                    break
-            q = None if sampling.greedy else logits_to_probs(logits, sampling)
-            # Decide from the distribution alone, before sampling: a rule that looked at the sampled
-            # token would keep tokens from q cut to its confident part while acceptance divides by q.
-            if keep_drafting is not None or self.draft_p_min > 0:
-                best, margin = _top_prob_and_margin(logits) if q is None else _top_and_margin(q)
-                if tokens and best < self.draft_p_min:
-                    break
-                if keep_drafting is not None and not keep_drafting(len(tokens), margin):
-                    break
-            if q is None:
-                token = int(logits.argmax()) if grammar is None else grammar.best(logits)
-                if token is None:
-                    break
-            else:
-                token = sample(q, rng)
-                probs.append(q)
-            tokens.append(token)
-            if grammar is not None:
-                grammar.accept(token)
-            if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
-                break
-            logits = draft.eval([token])[-1][: self.shared_vocab]
-        return tokens, np.array(probs) if probs else None
+        following = lambda token: draft.eval([token])[-1][: self.shared_vocab]
+        return draft_tokens(logits, following, k, sampling, rng, keep_drafting, grammar, self.draft_p_min, tail)
 
     def accepted(self, seq):
         synced, self._synced = self._synced, None
@@ -340,9 +310,9 @@ class HybridProposer(Proposer):
     model is not fed during lookup steps: it reads what it missed in one batch when it drafts again.
     `source` says who proposed the last step's tokens ("draft" or "ngram")."""
 
-    def __init__(self, draft: DraftModelProposer, ngram: NgramProposer):
+    def __init__(self, draft: Proposer, ngram: NgramProposer):
         self.draft, self.ngram = draft, ngram
-        self.source = DRAFT
+        self.drafter = self.source = getattr(draft, "source", DRAFT)  # who drafts: a draft model, a head
         self.draft_run = 1.0  # accepted tokens per draft-model step, decayed
         self._length, self._drafted = 0, 0  # the last step's: the text's length, the draft model's tokens
 
@@ -365,17 +335,66 @@ class HybridProposer(Proposer):
             self.ngram.note(seq, n)
             return lookup[:n], None
         self.ngram.shadow(seq, lookup[: max(n, 1)])
-        self.source = DRAFT
+        self.source = self.drafter
         tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
         self._drafted = len(tokens)
         return tokens, q
 
     def accepted(self, seq):
-        if self.source == DRAFT and self._drafted:
+        if self.source == self.drafter and self._drafted:
             accepted = len(seq) - self._length - 1
             self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
         self.ngram.accepted(seq)
         self.draft.accepted(seq)
+
+
+def draft_tokens(
+    logits: np.ndarray,
+    following: Callable[[int], np.ndarray],
+    k: int,
+    sampling: SamplingSettings,
+    rng: np.random.Generator,
+    keep_drafting: KeepDrafting | None,
+    grammar: TokenGrammar | None,
+    p_min: float,
+    tail: list[int],
+) -> tuple[list[int], np.ndarray | None]:
+    """Draft up to k tokens from a model's first `logits`, each next row from `following(token)`:
+    greedy or sampled as `sampling` says, under the penalties (over `tail`, the text's window) and
+    the `grammar` (advanced as tokens are drafted), stopping where `keep_drafting` or `p_min` say."""
+    penalties = sampling.penalties
+    tokens: list[int] = []
+    probs: list[np.ndarray] = []
+    while True:
+        if penalties.active:  # as the target's rows will be: proposals that follow them get accepted
+            logits = adjusted(logits, [*tail, *tokens], penalties)
+        if grammar is not None and not sampling.greedy:
+            logits = grammar.mask(logits)
+            if not np.isfinite(logits.max()):
+                break
+        q = None if sampling.greedy else logits_to_probs(logits, sampling)
+        # Decide from the distribution alone, before sampling: a rule that looked at the sampled
+        # token would keep tokens from q cut to its confident part while acceptance divides by q.
+        if keep_drafting is not None or p_min > 0:
+            best, margin = _top_prob_and_margin(logits) if q is None else _top_and_margin(q)
+            if tokens and best < p_min:
+                break
+            if keep_drafting is not None and not keep_drafting(len(tokens), margin):
+                break
+        if q is None:
+            token = int(logits.argmax()) if grammar is None else grammar.best(logits)
+            if token is None:
+                break
+        else:
+            token = sample(q, rng)
+            probs.append(q)
+        tokens.append(token)
+        if grammar is not None:
+            grammar.accept(token)
+        if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
+            break
+        logits = following(token)
+    return tokens, np.array(probs) if probs else None
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

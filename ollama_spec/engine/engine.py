@@ -10,10 +10,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.decoding.proposer_table import build_proposer
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
@@ -28,11 +30,13 @@ from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.batcher import StepBatcher
 from ollama_spec.llama.canary import decide_repack
+from ollama_spec.llama.eagle3 import Eagle3Head, HeadCalibration
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
 from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
+from ollama_spec.models.gguf_info import read_model_info
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.models.usable import require_usable
 from ollama_spec.planning.context import ContextChoice
@@ -58,6 +62,8 @@ class EngineSettings:
     # Slots: requests that run together, each its own sequence of n_ctx tokens in both caches
     # (serve --parallel); None: as many as the memory plan fits, up to AUTO_PARALLEL
     parallel: int | None = 1
+    # An EAGLE-3 head's GGUF: it drafts for the target (in place of a draft model), reading its hidden states
+    head: Path | None = None
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -83,9 +89,11 @@ def pair_facts(
 ) -> PairFacts:
     """What the memory plan reads of this pair as these settings load it (planning/fit.py decides the fit)."""
     placement = settings.placement if placement is None else placement
+    # an EAGLE-3 head is planned as a draft model of one layer is, with the rows its target captures for it
+    drafter = draft.loaded_info if draft else read_model_info(settings.head) if settings.head else None
     return PairFacts(
         target.loaded_info,
-        draft.loaded_info if draft else None,
+        drafter,
         settings.kv_type,
         repack=decide_repack(settings.repack).enabled if repack is None else repack,
         features=backends.cpu_features(),
@@ -112,6 +120,15 @@ class Engine:
         self.target_model, self.draft_model, self.settings = target, draft, settings
         self.notice = notice  # what a user should hear about while it happens (a calibration's pause)
         require_usable(target.name, target.info, "target", llama_cpp_knows)
+        if settings.head is not None and draft is not None:
+            raise InvalidSetting("a draft model and an EAGLE-3 head cannot both draft: choose one")
+        if settings.head is not None and (
+            is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
+        ):
+            raise InvalidSetting(
+                f"{target.name} is a recurrent or hybrid model: its cache cannot be cut back after each "
+                "step, so an EAGLE-3 head cannot draft for it"
+            )
         if draft is not None:
             require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
             require_compatible(target.name, target.info, draft.name, draft.info)
@@ -141,14 +158,19 @@ class Engine:
             window_cache=takes_window_cache(target.info.architecture),
             isolated_rows=True,
         )
-        self.draft = None
-        if draft is not None:
-            try:
+        self.draft = self.head = None
+        try:
+            if draft is not None:
                 self.draft = self._load(draft, settings.draft_gpu_layers)
-            except BaseException:
-                self.target.close()
-                raise
-        self.costs = LearnedCosts(self.target, self.draft, settings.placement, notice)  # as asked: see its key
+            if settings.head is not None:
+                self.head = Eagle3Head(settings.head, self.target, n_gpu_layers=settings.draft_gpu_layers)
+        except BaseException:
+            self.target.close()
+            raise
+        # -k auto prices a head's draft steps as a draft model's; its work beside each target pass is
+        # inside the verify batches' timings
+        drafter = HeadCalibration(self.head) if self.head is not None else self.draft
+        self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
         # with several slots, their evaluations run as one batch a model (drafts first: see batcher.py)
@@ -197,6 +219,15 @@ class Engine:
     def proposer(self, speculation: SpeculationSettings, slot: int = 0) -> Proposer | None:
         """Who proposes tokens for this request: the proposer its settings name, over slot `slot` of
         the draft model, or nobody (one that needs a draft model, and none is loaded)."""
+        if self.head is not None:  # the head drafts where a draft model would
+            return build_proposer(
+                speculation.proposer,
+                self.head.sequence(slot),
+                self.target.n_vocab,
+                draft_p_min=speculation.draft_p_min,
+                ngram_size=speculation.ngram_size,
+                head=True,
+            )
         draft = self.draft if self.draft is None or self.slots == 1 else self.draft.sequence(slot)
         return speculation.proposer_over(draft, self.target.n_vocab)
 
@@ -219,6 +250,8 @@ class Engine:
         self.embeddings.close()
         if self.batcher is not None:
             self.batcher.close()
+        if self.head is not None:
+            self.head.close()
         for model in (self.draft, self.target):
             if model is not None:
                 model.close()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import llama_cpp
@@ -95,3 +96,21 @@ def kv_override_array(overrides):
             ctypes.memmove(address, raw, 128)
     array[-1].key = b"\0"
     return array
+
+
+@contextmanager
+def extra_bufts_default(enabled: bool) -> Iterator[None]:
+    """Make `llama_cpp.Llama` (which has no such argument) load with use_extra_bufts = `enabled`."""
+    bindings = llama_cpp.llama_cpp  # the module llama.py calls it through, on each load
+    original = bindings.llama_model_default_params
+
+    def params():
+        p = original()
+        p.use_extra_bufts = enabled
+        return p
+
+    bindings.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = original

@@ -11,8 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +22,16 @@ from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import ContextFull, InferenceError, InvalidSetting, ModelLoadError
 from ollama_spec.llama.backends import has_local_gpu
-from ollama_spec.llama.load_params import apply_lora_adapters, apply_placement, kv_override_array
+from ollama_spec.llama.load_params import (  # noqa: F401 - extra_bufts_default: callers take it from here
+    apply_lora_adapters,
+    apply_placement,
+    extra_bufts_default,
+    kv_override_array,
+)
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry, PassCosts, chunked, piece_size, plan_passes
 from ollama_spec.llama.sequences import SequenceView
+from ollama_spec.llama.tokenizing import Tokenizer
 from ollama_spec.planning.placement import Placement
 
 
@@ -39,24 +44,6 @@ def gpu_offload_supported() -> bool:
     """Can this build put layers on a GPU of this machine? (Not llama_supports_gpu_offload: with the
     RPC backend built in, it says yes on every machine.)"""
     return has_local_gpu()
-
-
-@contextmanager
-def extra_bufts_default(enabled: bool) -> Iterator[None]:
-    """Make `llama_cpp.Llama` (which has no such argument) load with use_extra_bufts = `enabled`."""
-    bindings = llama_cpp.llama_cpp  # the module llama.py calls it through, on each load
-    original = bindings.llama_model_default_params
-
-    def params():
-        p = original()
-        p.use_extra_bufts = enabled
-        return p
-
-    bindings.llama_model_default_params = params
-    try:
-        yield
-    finally:
-        bindings.llama_model_default_params = original
 
 
 LLAMA_CPP_VERSION = llama_cpp.__version__  # part of cache keys: another build may time steps otherwise
@@ -195,12 +182,20 @@ class LoadedModel:
         self._window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
         self._unsettled: set[int] = set()  # sequences a decode ran on whose tokens `cached` may not hold yet
         self.batcher = None  # a StepBatcher while slots run together (see llama/batcher.py)
+        # An EAGLE-3 head beside this target (llama/eagle3.py): told of every pass and every cut
+        self.observer = None
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._pieces: dict[tuple[int, bool], bytes] = {}
+        self._tokenizer = Tokenizer(self._model)
+
+    @property
+    def llama_context(self):
+        """llama.cpp's context (for a head that reads this target's captured rows: llama/eagle3.py)."""
+        return self._ctx.ctx
 
     # --- text <-> tokens -------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool, special: bool) -> list[int]:
-        return self._model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+        return self._tokenizer.tokenize(text, add_bos=add_bos, special=special)
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """The token's text as raw bytes (a piece may hold part of a UTF-8 character).
@@ -351,6 +346,8 @@ class LoadedModel:
                 "(a recurrent or hybrid model): it cannot be used for speculative decoding"
             )
         del cached[n_tokens:]
+        if self.observer is not None:
+            self.observer.truncated(seq, n_tokens)
         if self._window and not self._window_whole(seq):
             self.clear_sequence(seq)  # callers evaluate what they lack
 
@@ -362,6 +359,8 @@ class LoadedModel:
             llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, -1, -1)
         self._cached[seq].clear()
         self._unsettled.discard(seq)
+        if self.observer is not None:
+            self.observer.truncated(seq, 0)
 
     def save_sequence(self, seq: int) -> bytes:
         """Sequence `seq`'s cells, to restore later (engine/slots.py keeps prefixes in host RAM)."""
@@ -421,11 +420,14 @@ class LoadedModel:
             raise InferenceError(
                 f"llama.cpp could not evaluate a batch of {len(entries)} tokens (llama_decode: {code})"
             )
+        positions = [batch.pos[i] for i in range(len(entries))] if self.observer is not None else []
         for seq in seqs:
             self._cached[seq].extend(entry.token for entry in entries if entry.seq == seq and entry.item is not None)
             if next_pos[seq] > len(self._cached[seq]):  # padding: gone again before anything reads the cache
                 llama_cpp.llama_memory_seq_rm(self._ctx.memory, seq, len(self._cached[seq]), -1)
         self._unsettled -= seqs
+        if self.observer is not None:  # the head reads this pass's captured rows before the next pass
+            self.observer.passed(entries, positions)
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits(self._ctx.ctx)

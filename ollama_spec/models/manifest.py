@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ollama_spec.errors import InvalidManifest, StoreUnreadable
+from ollama_spec.errors import InvalidManifest, ModelNotFound, StoreUnreadable
 from ollama_spec.models.gguf_header import shown
 from ollama_spec.models.gguf_info import format_bytes
 
@@ -56,6 +56,8 @@ def read_manifest(name: str, path: Path) -> tuple[tuple[Layer, ...], Layer | Non
 
     try:
         doc = json.loads(read_small(path))
+    except FileNotFoundError:  # deleted since its path was found
+        raise ModelNotFound(f"model '{name}' not found: its manifest {path} was deleted") from None
     except PermissionError:
         raise StoreUnreadable(
             f"{name}: its manifest {path} is not readable by you; add yourself to group ollama"

@@ -10,7 +10,9 @@ from ollama_spec.errors import InvalidModelName
 DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
 DEFAULT_TAG = "latest"
-MAX_PART_LENGTH = 128  # Ollama's MaxNamePartLen
+# Ollama's isValidLen (types/model/name.go): a host of up to 350 characters, every other part up to 80
+MAX_HOST_LENGTH = 350
+MAX_PART_LENGTH = 80
 
 # Character sets follow Ollama's isValidByteFor: namespaces may not contain dots; hosts may
 # carry a port. Every part must start with a letter, digit or underscore, which (with the
@@ -109,16 +111,20 @@ def is_valid_ref(parts: tuple[str, ...]) -> bool:
         return False
     kinds = ("host", "namespace", "model", "tag")
     return all(
-        0 < len(p) <= MAX_PART_LENGTH and ".." not in p and _PART_PATTERNS[k].fullmatch(p) for k, p in zip(kinds, parts)
+        0 < len(p) <= _max_length(k) and ".." not in p and _PART_PATTERNS[k].fullmatch(p) for k, p in zip(kinds, parts)
     )
+
+
+def _max_length(kind: str) -> int:
+    return MAX_HOST_LENGTH if kind == "host" else MAX_PART_LENGTH
 
 
 def _check_part(original: str, kind: str, part: str) -> None:
     if not part:
         raise InvalidModelName(f"invalid model name '{original}': the {kind} is empty")
-    if len(part) > MAX_PART_LENGTH:
+    if len(part) > _max_length(kind):
         raise InvalidModelName(
-            f"invalid model name '{original}': the {kind} is longer than {MAX_PART_LENGTH} characters"
+            f"invalid model name '{original}': the {kind} is longer than {_max_length(kind)} characters"
         )
     if ".." in part or not _PART_PATTERNS[kind].fullmatch(part):
         raise InvalidModelName(f"invalid model name '{original}': {kind} '{part}' has characters Ollama does not allow")

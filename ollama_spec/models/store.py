@@ -298,14 +298,18 @@ class Store:
         if manifest is None:
             raise ModelNotFound(self._not_found_message(name, ref))
         # the stored spelling, as Ollama's getExistingName: `TINY-TARGET` is shown as tiny-target:latest
-        return self._load(ModelRef(*manifest.relative_to(self.path / "manifests").parts), manifest)
+        try:
+            return self._load(ModelRef(*manifest.relative_to(self.path / "manifests").parts), manifest)
+        except ModelNotFound:  # deleted since it was found
+            raise ModelNotFound(self._not_found_message(name, ref)) from None
 
     def models(self) -> Iterator[StoredModel | BrokenModel]:
         """Every manifest in the store; one that cannot be read comes back as a BrokenModel.
 
         As in Ollama's manifest listing, a path that is not a valid name (`.DS_Store`, `bad name`,
         `-partial`) is no model; nor is an editor's or a writer's `*.tmp` file. A folder that
-        cannot be read is an error, not an empty store.
+        cannot be read is an error, not an empty store. A model deleted while the store is listed is
+        left out.
         """
         for path in sorted(self._manifest_paths()):
             parts = path.relative_to(self.path / "manifests").parts
@@ -314,6 +318,8 @@ class Store:
             ref = ModelRef(*parts)
             try:
                 yield self._load(ref, path)
+            except ModelNotFound:
+                continue
             except OllamaSpecError as exc:
                 yield BrokenModel(ref, path, exc)
 
@@ -337,7 +343,7 @@ class Store:
                     continue
                 if not current.is_dir():
                     return None
-                folded = [entry for entry in current.iterdir() if entry.name.lower() == part.lower()]
+                folded = [entry for entry in _entries(current) if entry.name.lower() == part.lower()]
                 if not folded:
                     return None
                 current = folded[0]
@@ -368,10 +374,14 @@ class Store:
 
 
 def _entries(folder: Path) -> list[Path]:
+    """What `folder` holds; nothing when a delete removed it since it was found (a model's folder goes
+    with its last tag)."""
     try:
         return list(folder.iterdir())
     except PermissionError:
         raise unreadable(folder) from None
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _is(path: Path, test, folder: Path) -> bool:

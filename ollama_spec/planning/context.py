@@ -52,14 +52,15 @@ def choose_context(
     environ: Mapping[str, str] | None = None,
     *,
     flag: int | None = None,
+    given_why: str = "asked for",
 ) -> ContextChoice:
     """The context for a model trained on `trained` tokens: a command's `flag` (--ctx) as it is; else
-    `given` (a preset, the params layer), else OLLAMA_CONTEXT_LENGTH, else the VRAM tier, capped at
+    `given` (a preset, the params layer, a request: `given_why` says which), else OLLAMA_CONTEXT_LENGTH, else the VRAM tier, capped at
     `trained` as Ollama's runner caps it."""
     if flag is not None:
         return ContextChoice(flag, False, "--ctx")
     if given is not None:
-        n_ctx, auto, why = given, False, "asked for"
+        n_ctx, auto, why = given, False, given_why
     elif (from_env := environment_context(environ)) is not None:
         n_ctx, auto, why = from_env, False, "OLLAMA_CONTEXT_LENGTH"
     else:

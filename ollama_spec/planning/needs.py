@@ -33,6 +33,14 @@ N_UBATCH = 512  # llama.cpp's default n_ubatch, and runtime.LoadSettings' n_batc
 OUTPUT_ROWS = 16  # logits rows the speculative loop reads per step (K + 1), kept in RAM
 
 
+def captured_rows_bytes(info: ModelInfo) -> int:
+    """What an EAGLE-3 head makes its target keep in RAM: the inputs of the head's 3 target layers for
+    every token of a batch (llama.cpp's layer-input buffers, f32); 0 for any other model."""
+    if info.architecture != "eagle3":
+        return 0
+    return 3 * int(info.metadata.get("eagle3.target_hidden_size") or 0) * N_UBATCH * 4
+
+
 @dataclass(frozen=True)
 class ModelNeeds:
     """What one model needs at one context size; bytes."""
@@ -196,7 +204,7 @@ def model_needs(
         window_cells=window_cells,
         compute=compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2,
-        output_buffer=vocab * 4 * OUTPUT_ROWS,
+        output_buffer=vocab * 4 * OUTPUT_ROWS + captured_rows_bytes(info),
         layer_weights=tuple(layers),
         output_weights=output,
         largest_layer_tensor=largest,

@@ -64,7 +64,10 @@ def delete_model(name: str, models_dir: str | None = None) -> Deleted:
     path, ref = _existing(writer, parse_model_name(name), name)
     digests = _named_digests(path) or set()  # an unreadable manifest is removed all the same
     with writer.writing(then="delete it again"):
-        path.unlink()
+        try:
+            path.unlink()
+        except FileNotFoundError:  # another delete took it first
+            raise ModelNotFound(f"model '{name}' not found in {writer.path} (from {writer.root.source})") from None
         _prune_empty(path.parent, writer.path / "manifests")
     with _unheld(writer, digests) as free:
         still_named = _digests_in_use(writer.path / "manifests")
@@ -123,10 +126,11 @@ def _existing(writer: StoreWriter, ref: ModelRef, name: str) -> tuple[Path, Mode
 def _named_digests(path: Path) -> set[str] | None:
     """The well-formed digests (hex) a manifest's layers and config name; None when it cannot be read.
 
-    A file that is not JSON names nothing (as Ollama, which skips corrupt manifests)."""
+    A file that is not JSON names nothing (as Ollama, which skips corrupt manifests); nor does one deleted
+    since it was found."""
     try:
         data = read_small(path)
-    except TooLarge:
+    except (TooLarge, FileNotFoundError):
         return set()
     except OSError:
         return None
@@ -134,7 +138,8 @@ def _named_digests(path: Path) -> set[str] | None:
 
 
 def _digests_in_use(manifests: Path) -> set[str] | None:
-    """Every digest any file under `manifests/` names; None when a folder or a file cannot be read."""
+    """Every digest any file under `manifests/` names; None when a folder or a file cannot be read (one
+    that another delete removed meanwhile names nothing)."""
     named: set[str] = set()
     try:
         for folder, _, files in os.walk(manifests, onerror=_raise):
@@ -149,7 +154,8 @@ def _digests_in_use(manifests: Path) -> set[str] | None:
 
 
 def _raise(exc: OSError) -> None:
-    raise exc
+    if not isinstance(exc, FileNotFoundError):
+        raise exc
 
 
 @contextmanager

@@ -123,9 +123,7 @@ class StoreWriter:
             if ref is not None:
                 folders.append(next(p for p in self.manifest_path(ref).parents if p.is_dir()))
             for folder in folders:
-                fd, probe = tempfile.mkstemp(dir=folder, prefix=".ollama-spec-probe-")
-                os.close(fd)
-                os.unlink(probe)
+                probe_writable(folder)
             self._remove_stale_staged()
 
     def _remove_stale_staged(self) -> None:
@@ -231,14 +229,19 @@ class StoreWriter:
             return self._move_in(blob, verified_file)
 
     def _move_in(self, blob: Blob, verified_file: Path) -> Path:
-        """`commit_blob` for a caller that holds the blob's lock."""
+        """`commit_blob` for a caller that holds the blob's lock. Two pulls sharing a blob may hold the same
+        verified file: the first moves it in, and when a delete has removed it from `blobs/` since, the
+        second finds neither (BlobsGone: it is fetched again)."""
         target = self.blob_path(blob)
         with self.writing():
             if self.has_blob(blob):
                 verified_file.unlink(missing_ok=True)
                 return target
-            os.chmod(verified_file, 0o644)
-            os.replace(verified_file, target)
+            try:
+                os.chmod(verified_file, 0o644)
+                os.replace(verified_file, target)
+            except FileNotFoundError:
+                raise BlobsGone([blob]) from None
         return target
 
     def add_bytes(self, data: bytes) -> Blob:
@@ -268,7 +271,7 @@ class StoreWriter:
         for part in ref.manifest_parts:
             exact = path / part
             if not exact.exists() and path.is_dir():
-                exact = next((entry for entry in sorted(path.iterdir()) if entry.name.lower() == part.lower()), exact)
+                exact = next((entry for entry in _entries(path) if entry.name.lower() == part.lower()), exact)
             path = exact
         return path
 
@@ -292,15 +295,33 @@ class StoreWriter:
                 if gone:
                     raise BlobsGone(gone)
                 with self.writing(then=then):
-                    path.parent.mkdir(parents=True, exist_ok=True)
                     os.chmod(staged, 0o644)
-                    os.replace(staged, path)
+                    _replace_into(staged, path)
         finally:
             staged.unlink(missing_ok=True)
         return path
 
     def _present(self, blob: Blob) -> bool:
         return self.has_blob(blob) if blob.size >= 0 else self.blob_path(blob).is_file()
+
+
+def probe_writable(folder: Path) -> None:
+    """Raise as a write into `folder` would (PermissionError, EROFS, ENOSPC) unless a file can be made there,
+    leaving no name behind, even if the process is killed meanwhile: Ollama reads manifests/ and blobs/, and
+    a stray file there stops its pruning. Linux makes the file without a name (O_TMPFILE); elsewhere, or
+    on a filesystem without it, access(2) answers."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if flag:
+        try:
+            os.close(os.open(folder, flag | os.O_WRONLY, 0o600))
+            return
+        except FileNotFoundError:
+            return  # a delete pruned the folder meanwhile: the manifest's write makes it again
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
 
 
 class BlobsGone(PullError):
@@ -311,6 +332,27 @@ class BlobsGone(PullError):
         shown = ", ".join(blob.digest for blob in blobs[:3]) + (" ..." if len(blobs) > 3 else "")
         said = f"{shown} left the store before the manifest was written (a delete of a model sharing it)"
         super().__init__(f"{said}; {then}" if then else said)
+
+
+def _entries(folder: Path) -> list[Path]:
+    """`folder`'s entries in order; none when a delete removed it meanwhile."""
+    try:
+        return sorted(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _replace_into(staged: Path, path: Path, tries: int = 5) -> None:
+    """Rename `staged` to `path`, making its folders: a delete of the last model in one removes it when it finds
+    it empty, which may fall between the two steps; the folder is then made again."""
+    for attempt in range(tries):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(staged, path)
+            return
+        except FileNotFoundError:
+            if attempt == tries - 1 or not staged.exists():
+                raise
 
 
 def named_blobs(data: bytes) -> list[Blob]:

@@ -21,7 +21,7 @@ from ollama_spec import __version__
 from ollama_spec.server.bodies import CheckedBodies, JsonBodies
 from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
 from ollama_spec.server.core.errors import ApiError, error_response
-from ollama_spec.server.core.state import HELD, WAITED, ServerState
+from ollama_spec.server.core.state import CLOCK, HELD, Clock, ServerState
 from ollama_spec.server.forwarding import Forwarding, route_table
 from ollama_spec.server.metrics import CONTENT_TYPE, CountRefusals
 from ollama_spec.server.ollama import embeddings as ollama_embeddings
@@ -106,12 +106,12 @@ class Leases:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         held: list = []
-        token, waited = HELD.set(held), WAITED.set([])
+        token, clock = HELD.set(held), CLOCK.set(Clock())
         try:
             await self.app(scope, receive, send)
         finally:
             HELD.reset(token)
-            WAITED.reset(waited)
+            CLOCK.reset(clock)
             await self.state.release_all(held)
 
 

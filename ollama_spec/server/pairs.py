@@ -138,10 +138,15 @@ class StorePairs:
         return model
 
     def plan(
-        self, name: str, devices: Sequence[Device], notes: Sequence[str] = (), n_ctx: int | None = None
+        self,
+        name: str,
+        devices: Sequence[Device],
+        notes: Sequence[str] = (),
+        n_ctx: int | None = None,
+        ctx_why: str = "a request's num_ctx",
     ) -> PairPlan:
         """The pair to load for the stored `name`, its context chosen for `devices` (the whole machine,
-        or the scheduler's budget): `n_ctx`, a request's num_ctx, over the model's own and --ctx (capped at
+        or the scheduler's budget): `n_ctx` (chosen by `ctx_why`) over the model's own and --ctx (capped at
         the trained length); UnusableModel, IncompatibleDraft or InsufficientMemory when it cannot run."""
         store = self.store()
         target = resolve_model(name, store=store)
@@ -157,6 +162,7 @@ class StorePairs:
             flag=None if n_ctx else self.ctx,
             devices=devices,
             notes=notes,
+            given_why=ctx_why if n_ctx else "the model's num_ctx parameter",
         )
 
     def describe(self, name: str) -> tuple[ResolvedModel, str | None, str]:
@@ -201,12 +207,14 @@ def fit_context(
     devices: Sequence[Device],
     notes: Sequence[str] = (),
     flag: int | None = None,
+    given_why: str = "asked for",
 ) -> PairPlan:
     """`pair` with its context (Ollama's rule: planning/context.py) and slots chosen by the one fit
     (planning/fit.py): the most slots that fit, and an automatic context lowered a tier at a time (with
     a log line) until the pair fits. Without the memory check, the context as
     chosen and the slots asked for. InsufficientMemory, in the plan's words, when nothing fits."""
-    choice = choose_context(given, pair.target.info.context_length or None, devices, flag=flag)
+    trained = pair.target.info.context_length or None
+    choice = choose_context(given, trained, devices, flag=flag, given_why=given_why)
     settings, slot_counts = pair.engine, slot_choices(pair.target, pair.engine)
     if not settings.memory_check:
         fit = Fit(choice.n_ctx, slot_counts[0])

@@ -38,6 +38,7 @@ log = logging.getLogger("ollama_spec.server")
 MODELS_PER_GPU = 3  # Ollama's defaultModelsPerGPU, when OLLAMA_MAX_LOADED_MODELS is unset
 REAP_SECONDS = 0.2  # how often expired models are looked for
 WAIT_SECONDS = 0.1  # how often a load waiting for a busy model to finish looks again
+REQUEST_CHOSE = "a request's num_ctx"  # who chose a larger context, unless the caller says
 RETRY_AFTER_BUSY = 5  # seconds a client is told to wait when no loaded model became idle in time
 T = TypeVar("T")
 
@@ -110,6 +111,10 @@ class Scheduler:
         try:
             model, draft, why = await asyncio.to_thread(self.pairs.describe, key)
         except OllamaSpecError as exc:
+            # a delete since the name was found takes its files at any point of the read: not found, as after it
+            # (a missing draft is the pair's 400)
+            if not await asyncio.to_thread(self.has_model, key):
+                raise not_found(name) from None
             raise ApiError(400, one_line(str(exc))) from None
         return None, model, draft, why
 
@@ -131,10 +136,11 @@ class Scheduler:
             raise not_found(name)
         return key, digest
 
-    async def acquire(self, name: str, keep_alive: float | None, n_ctx: int | None = None) -> Served:
+    async def acquire(self, name: str, keep_alive: float | None, n_ctx: int | None = None, ctx_why: str = "") -> Served:
         """The loaded pair for `name`, loaded now if need be: again if its manifest changed since, or with a
-        larger context when `n_ctx` asks for more than it has (and the memory plan allows it). The caller
-        holds it (`users`) until `release`."""
+        larger context when `n_ctx` asks for more than it has (and the memory plan allows it). `ctx_why`:
+        who chose `n_ctx` (default: a request's num_ctx), for the log. The caller holds it (`users`) until
+        `release`."""
         self._start_reaper()
         while True:  # again if a delete closed the pair between its load and this request's turn
             key, digest = await self._identify(name)
@@ -144,7 +150,7 @@ class Scheduler:
                 if not _answers(served, digest, n_ctx):
                     future = self._loading.get(key)
                     if future is None:
-                        future = self._loading[key] = asyncio.ensure_future(self._load(key, digest, n_ctx))
+                        future = self._loading[key] = asyncio.ensure_future(self._load(key, digest, n_ctx, ctx_why))
                         future.add_done_callback(lambda _, key=key: self._loading.pop(key, None))
                     served = await asyncio.shield(future)
             finally:
@@ -229,7 +235,7 @@ class Scheduler:
             self._lock = asyncio.Lock()
         return self._lock
 
-    async def _load(self, key: str, digest: str, n_ctx: int | None = None) -> Served:
+    async def _load(self, key: str, digest: str, n_ctx: int | None = None, ctx_why: str = "") -> Served:
         async with self._locked():  # one load at a time, as Ollama's scheduler; no unload beside it
             current = self.loaded.get(key)
             if _answers(current, digest, n_ctx):
@@ -238,7 +244,7 @@ class Scheduler:
             if self.before_load is not None and not larger:  # before the plan: the devices are measured there
                 await self.before_load(key)
             try:
-                pair = await self._plan(key, n_ctx if larger else None)
+                pair = await self._plan(key, n_ctx if larger else None, ctx_why or REQUEST_CHOSE)
             except ApiError as exc:
                 if not larger or exc.status != 500:
                     raise
@@ -246,7 +252,11 @@ class Scheduler:
                 current.refused_ctx = max(current.refused_ctx, n_ctx)
                 return current
             if current is not None:
-                why = f"num_ctx {n_ctx} asked for, beyond its {current.n_ctx}" if larger else "its manifest changed"
+                why = (
+                    f"context {n_ctx} for {ctx_why or REQUEST_CHOSE}, beyond its {current.n_ctx}"
+                    if larger
+                    else "its manifest changed"
+                )
                 await self._unload(current, why)
             pair = await self._make_room(pair)
             started = time.monotonic()
@@ -287,12 +297,12 @@ class Scheduler:
             raise
         return engine
 
-    async def _plan(self, key: str, n_ctx: int | None = None) -> PairPlan:
-        """The pair and its context (`n_ctx`: a request's num_ctx), planned against the whole of the
+    async def _plan(self, key: str, n_ctx: int | None = None, ctx_why: str = "") -> PairPlan:
+        """The pair and its context (`n_ctx`, chosen by `ctx_why`), planned against the whole of the
         (budgeted) machine: what cannot fit even alone is refused here, before anything is unloaded for it."""
         try:
             devices, notes = await asyncio.to_thread(self._machine)
-            pair = await asyncio.to_thread(self.pairs.plan, key, devices, notes, n_ctx)
+            pair = await asyncio.to_thread(self.pairs.plan, key, devices, notes, n_ctx, ctx_why)
         except ModelNotFound as exc:
             raise ApiError(404, one_line(str(exc))) from None
         except OllamaSpecError as exc:

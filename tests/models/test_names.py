@@ -37,7 +37,10 @@ def test_parses_every_name_form(name, expected):
         ("ns/", "the model is empty"),
         ("bad name", "model 'bad name' has characters Ollama does not allow"),
         ("ns.with.dots/model", "namespace 'ns.with.dots' has characters Ollama does not allow"),
-        ("m" * 129, "the model is longer than 128 characters"),
+        ("m" * 81, "the model is longer than 80 characters"),  # Ollama's isValidLen
+        ("n" * 81 + "/m", "the namespace is longer than 80 characters"),
+        ("m:" + "t" * 81, "the tag is longer than 80 characters"),
+        ("h" * 351 + "/n/m", "the host is longer than 350 characters"),
         ("a/b/c/d", "expected [host/][namespace/]model[:tag]"),
         ("model@sha256:abc", "has characters Ollama does not allow"),
     ],
@@ -82,13 +85,21 @@ def test_both_source_suffixes_are_refused():
         parse_model_name("llama3.2:local:cloud")
 
 
+def test_parts_up_to_ollamas_lengths_pass():
+    ref = parse_model_name(f"{'h' * 350}/{'n' * 80}/{'m' * 80}:{'t' * 80}")
+    assert (len(ref.host), len(ref.namespace), len(ref.model), len(ref.tag)) == (350, 80, 80, 80)
+
+
 def test_valid_refs_are_what_ollama_lists():
     assert is_valid_ref(("registry.ollama.ai", "library", "llama3.2", "1b"))
+    assert is_valid_ref(("h" * 350, "n" * 80, "m" * 80, "t" * 80))
     for parts in (
         ("registry.ollama.ai", "library", "x", ".DS_Store"),
         ("registry.ollama.ai", "library", "x", "-p"),
         ("registry.ollama.ai", "library", "bad name", "latest"),
         ("h", "ns.dot", "m", "t"),
         ("h", "m", "t"),
+        ("registry.ollama.ai", "library", "m" * 81, "latest"),
+        ("h" * 351, "n", "m", "t"),
     ):
         assert not is_valid_ref(parts), parts

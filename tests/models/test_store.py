@@ -12,6 +12,8 @@ import pytest
 from ollama_spec.errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF
 from ollama_spec.models.store import (
     Store,
+    StoredModel,
+    StoreRoot,
     blob_path,
     find_store_root,
     verify_blob,
@@ -355,3 +357,18 @@ def test_a_missing_config_blob_is_a_config_problem(store_copy):
 
 def test_names_resolve_to_their_stored_spelling(tiny_store):
     assert Store(find_store_root(tiny_store)).resolve("TINY-Target:LATEST").name == "tiny-target:latest"
+
+
+def test_a_model_deleted_while_the_store_is_listed_is_left_out(store_copy):
+    """The listing found every manifest, then a delete took one before it was read: it is left out, not listed
+    as broken; resolving it is ModelNotFound."""
+    store = Store(StoreRoot(store_copy, "test"))
+    listing = store.models()
+    first = next(listing)
+    gone = store_copy / "manifests/registry.ollama.ai/library/tiny-target/latest"
+    gone.unlink()
+    rest = list(listing)
+    assert first.name != "tiny-target:latest" and all(isinstance(m, StoredModel) for m in [first, *rest])
+    assert "tiny-target:latest" not in {m.name for m in rest} and "tiny-target:q4_0" in {m.name for m in rest}
+    with pytest.raises(ModelNotFound):
+        store.resolve("tiny-target")

@@ -202,3 +202,28 @@ def test_staged_manifests_a_killed_writer_left_are_cleaned_at_the_next_write(sto
     assert not old.exists()  # staged an hour ago: its writer is gone
     assert fresh.exists()  # may be another writer's, being written now
     assert download.exists()  # a partial download is kept: the next pull resumes it
+
+
+def test_deletes_at_once_remove_the_blobs_each_alone_named(store, monkeypatch):
+    """Other deletes remove manifests and their folders while this delete looks for the blobs still named:
+    what they removed names nothing, so the blob the deleted model alone named goes, not kept for ever."""
+    own = {d for d in digests(store, "tiny-draft") if d not in everyone_else(store, ("tiny-draft", "latest"))}
+    deleted_one = store / LIBRARY / "tiny-draft" / "latest"
+    read = edits._named_digests
+    walked: list[Path] = []
+
+    def others_deleted_meanwhile(path: Path):
+        if path != deleted_one:
+            walked.append(path)
+            if len(walked) == 1:  # the walk is under way: every other model's folder goes, unwalked ones too
+                for folder in (store / LIBRARY).iterdir():
+                    if folder != path.parent:
+                        shutil.rmtree(folder)
+            elif len(walked) == 2:
+                path.unlink()  # and a manifest between being listed and being read
+        return read(path)
+
+    monkeypatch.setattr(edits, "_named_digests", others_deleted_meanwhile)
+    deleted = delete_model("tiny-draft", str(store))
+    assert walked and own and set(deleted.removed) >= {d.removeprefix("sha256:") for d in own}
+    assert not any(blob_file(store, d).exists() for d in own)

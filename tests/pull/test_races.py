@@ -88,3 +88,25 @@ def test_a_copy_of_a_model_whose_blob_is_missing_writes_nothing(store_copy):
         copy_model("tiny-draft", "other:copy", str(store_copy))
     assert not (store_copy / LIBRARY / "other").exists()
     (store_copy / LIBRARY / "tiny-draft" / "latest").unlink()  # what the test broke on purpose, for the store check
+
+
+def test_two_pulls_sharing_a_blob_while_one_model_is_deleted(registry, tmp_path):
+    """Pull A has verified its downloads; pull B of a model sharing blobs with it takes A's finished partial
+    files (the same files), moves them into blobs/ with its manifest, and B's model is deleted, blobs and all,
+    before A writes its manifest. A finds its verified files gone: it fetches those blobs again, and the store
+    is whole."""
+    store = tmp_path / "store"
+    statuses: list[str] = []
+
+    def report(event) -> None:
+        statuses.append(event.status)
+        if event.status == "verifying sha256 digest" and statuses.count(event.status) == 1:
+            pull(registry, store, "tiny-draft")  # shares the template, params and license blobs
+            delete_model(f"{registry.host}/library/tiny-draft:latest", str(store))
+
+    pull(registry, store, "tiny-target", report)
+    assert statuses[-1] == "success"
+    assert any("fetching again" in status for status in statuses)
+    assert (store / "manifests" / registry.host / "library" / "tiny-target" / "latest").is_file()
+    assert not (store / "manifests" / registry.host / "library" / "tiny-draft").exists()
+    assert inconsistencies(store) == []

@@ -275,6 +275,7 @@ def test_failures_leave_the_store_exactly_as_it_was(invoke, registry, store, tin
             raise PermissionError(13, "Permission denied")
 
         monkeypatch.setattr("ollama_spec.pull.writer.tempfile.mkstemp", refuse)
+        monkeypatch.setattr("ollama_spec.pull.writer.probe_writable", refuse)
     elif setup == "http-without-insecure":
         args = [f"http://{name(registry, model)}"]
     before = snapshot(store)
@@ -294,10 +295,11 @@ def test_failures_leave_the_store_exactly_as_it_was(invoke, registry, store, tin
 
 
 def test_not_writable_says_how_to_fix(invoke, registry, store, monkeypatch):
-    monkeypatch.setattr(
-        "ollama_spec.pull.writer.tempfile.mkstemp",
-        lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")),
-    )
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("ollama_spec.pull.writer.tempfile.mkstemp", refuse)
+    monkeypatch.setattr("ollama_spec.pull.writer.probe_writable", refuse)
     result = pull(invoke, store, name(registry, "tiny-target"))
     assert "group ollama" in result.output and "OLLAMA_MODELS=" in result.output
 

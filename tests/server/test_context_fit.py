@@ -12,6 +12,7 @@ import pytest
 
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.prompting.messages import ChatMessage
+from ollama_spec.server.core.fitting import context_for, needs_fitting, reload_size
 from ollama_spec.server.core.request import Asked, build_request
 from ollama_spec.server.core.settings import ServerSettings
 from tests import openwebui
@@ -51,11 +52,28 @@ def _post(url: str, path: str, body: dict) -> dict:
     return response.json()
 
 
-def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(engine, caplog):
+@pytest.mark.parametrize("max_tokens", [None, 40, 3000])
+def test_the_context_a_prompt_asks_for_is_one_the_fitter_keeps_it_whole_in(max_tokens):
+    """One rule: in the context context_for gives (the one a warning names, the least a reload asks for),
+    and in every larger one, needs_fitting keeps the prompt; one token less and it would not."""
+    for prompt in (100, 1500, 6604, 7180, 30_000):
+        chat = Request(messages=(ChatMessage("user", "Hi"),), tokens=tuple(range(prompt)))
+        wanted = context_for(prompt, max_tokens)
+        assert needs_fitting(chat, wanted - 1, max_tokens)
+        assert not any(needs_fitting(chat, c, max_tokens) for c in (wanted, wanted + 1, wanted * 2, 131_072))
+    assert context_for(6604, None) <= 8192  # Open WebUI's tools on SmolLM2, as found: 8192 holds them
+
+
+def test_a_reload_doubles_the_loaded_context_up_to_the_trained_length():
+    assert reload_size(4096, 7628, 8192) == 8192 and reload_size(4096, 4200, 131_072) == 8192
+    assert reload_size(4096, 20_000, 131_072) == 32_768 and reload_size(4096, 20_000, 8192) == 8192
+    assert reload_size(4096, 20_000, 0) == 32_768  # the trained length unknown
+
+
+def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(engine):
     messages, tools = openwebui.chat(10), openwebui.builtin_tools()
     assert _length(engine, messages[:1] + messages[-1:], tools) > CONTEXT  # the tools alone overflow it
-    with caplog.at_level(logging.WARNING, logger="ollama_spec.server"):
-        request = build_request(engine, ServerSettings(), _asked(messages, tools))
+    request = build_request(engine, ServerSettings(), _asked(messages, tools))
     kept = [{"role": m.role, "content": m.content} for m in request.messages]
     assert request.tools == () and kept[0] == messages[0] and kept[-1] == messages[-1]
     start = messages.index(kept[1])
@@ -72,7 +90,6 @@ def test_tools_that_cannot_fit_go_and_the_system_prompt_and_latest_turns_stay(en
     assert "cut" not in warning and warning.endswith(
         "; not even the model's trained context (8192 tokens) holds all of it: offer fewer tools or start a new chat"
     )
-    assert warning in caplog.text and "tiny-target" in caplog.text
 
 
 def test_tools_that_fit_stay_and_the_oldest_turns_go(engine):
@@ -84,7 +101,9 @@ def test_tools_that_fit_stay_and_the_oldest_turns_go(engine):
     start = len(messages) - len(request.messages) + 1
     (warning,) = request.warnings
     assert "tools" not in warning and f"left out the oldest {start - 1} of {len(messages)} messages" in warning
-    assert warning.endswith(f"; a num_ctx of {_length(engine, messages, tools) + 512} or more would keep all of it")
+    wanted = context_for(_length(engine, messages, tools), None)
+    assert warning.endswith(f"; a num_ctx of {wanted} or more would keep all of it")
+    assert request.context_wanted == wanted
 
 
 def test_a_latest_turn_too_long_is_cut_after_the_tools_and_history_go_and_keeps_the_system_prompt(engine):
@@ -132,6 +151,29 @@ def test_a_chat_that_leaves_its_answer_too_little_room_loses_old_turns(server, e
     assert warning.startswith(f"the prompt ({_length(engine, messages)} tokens) leaves the answer fewer than 40 of")
 
 
+def test_a_long_message_that_fits_with_nothing_to_leave_out_stays_without_a_warning(server, engine, caplog):
+    """One message that fits the context (2048) but leaves its answer less than the room it would get: with
+    nothing it could leave out, it stays whole and the answer has what is left; no warning says nothing."""
+    messages = [{"role": "user", "content": "Summarise this: " + "the tide rises and falls " * 135}]
+    n = _length(engine, messages)
+    assert 2048 - 512 < n < 2048
+    options = {"temperature": 0, "num_predict": 600}  # more than is left: the answer ends at the context's end
+    with caplog.at_level(logging.WARNING, logger="ollama_spec.server"):
+        answer = ollama.Client(host=server).chat(model="m", messages=messages, options=options)
+        raw = _post(server, "/api/chat", {"model": "m", "messages": messages, "options": options})
+    assert answer.prompt_eval_count == raw["prompt_eval_count"] == n
+    assert answer.eval_count <= 2048 - n and "warnings" not in raw["speculation"]
+    assert not caplog.records
+
+
+def test_a_warning_is_logged_once_for_the_request_as_it_runs(server, engine, caplog):
+    messages, tools = openwebui.chat(10), openwebui.builtin_tools()
+    body = {"model": "m", "messages": messages, "tools": tools, "options": OPTIONS}
+    with caplog.at_level(logging.WARNING, logger="ollama_spec.server"):
+        (warning,) = _post(server, "/api/chat", body)["speculation"]["warnings"]
+    assert [r.getMessage() for r in caplog.records] == [f"tiny-target:latest: {warning}"]
+
+
 def test_the_next_turns_find_their_prompt_in_the_cache(server):
     """Old turns dropped whole, in stretches, keep the prompt's start where it was: a turn re-reads its own
     messages, not the whole prompt (as a token cut did, or dropping just enough on every turn would)."""
@@ -157,13 +199,20 @@ def test_a_raw_prompt_too_long_is_cut_as_before_and_says_so(server):
     assert json.loads(streamed[-1])["speculation"]["warnings"] == [warning]  # the last chunk carries it too
 
 
-def test_openai_client_is_told_what_the_tools_take(server, engine):
-    """/v1/chat/completions does not cut (OpenAI refuses such a prompt): its error says why it is long."""
+def test_openai_client_is_told_what_the_tools_take_and_whether_a_num_ctx_helps(server, engine):
+    """/v1/chat/completions does not cut (OpenAI refuses such a prompt): its error says why it is long, and
+    advises a larger num_ctx only below the model's trained context (8192), where one can help."""
     messages, tools = openwebui.chat(10), openwebui.builtin_tools()
     client = openai.OpenAI(base_url=server + "/v1", api_key="unused")
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model="m", messages=messages, tools=tools, max_tokens=4)
     full, bare = _length(engine, messages, tools), _length(engine, messages)
-    assert refused.value.code == "context_length_exceeded"
+    assert full > 8192 and refused.value.code == "context_length_exceeded"
     assert f"the prompt is {full} tokens ({full - bare} of them the 36 tools offered)" in refused.value.message
-    assert "offer fewer tools or load the model with a larger num_ctx" in refused.value.message
+    assert "num_ctx" in refused.value.message and "larger num_ctx" not in refused.value.message
+    assert "shorten it or offer fewer tools: it is past the model's trained context (8192 tokens)" in str(refused.value)
+    longer = openwebui.chat(20)  # past the loaded 2048 tokens, within the trained 8192
+    assert engine.target.n_ctx < _length(engine, longer) < 8192
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="m", messages=longer, max_tokens=4)
+    assert "shorten it or load the model with a larger num_ctx" in refused.value.message

@@ -51,3 +51,10 @@ def test_values_are_never_read_as_template_text():
 def test_anything_else_is_refused(template):
     with pytest.raises(InvalidSetting, match="template"):
         render(template, prompt="p", system="s")
+
+
+def test_ifs_nest_as_deep_as_the_template_writes_them():
+    depth = 50_000
+    template = "{{ if .System }}" * depth + "{{ .System }}" + "{{ else }}none{{ end }}" * depth
+    assert render(template, prompt="p", system="s") == "s"
+    assert render(template, prompt="p", system="") == "none"

@@ -34,7 +34,7 @@ def test_chat_as_the_docs_show(client):
     assert response.done and response.done_reason == "length" and response.model == "llama3.2"
     assert response.eval_count == 40 and response.prompt_eval_count > 10
     assert response.total_duration >= response.eval_duration > 0
-    assert response.prompt_eval_duration > 0 and response.load_duration == 0
+    assert response.prompt_eval_duration > 0 and 0 <= response.load_duration < response.total_duration
 
 
 def test_final_object_carries_the_speculation_extension(server):
@@ -242,6 +242,39 @@ def test_a_template_override_lays_out_the_prompt(client):
     laid_out = client.generate(model="m", prompt="Hi", system="Be brief.", template=template, options=options)
     by_hand = client.generate(model="m", prompt="System: Be brief.\nUser: Hi\nAssistant:", raw=True, options=options)
     assert (laid_out.prompt_eval_count, laid_out.response) == (by_hand.prompt_eval_count, by_hand.response)
+
+
+def test_a_template_nested_deep_renders_as_go_renders_it(client):
+    """1,000 and 20,000 nested ifs (300 KB of template): the prompt as Go's text/template lays it out, never a 500."""
+    options = GREEDY | {"num_predict": 2}
+    by_hand = client.generate(model="m", prompt="System: brief\nUser: Hi", raw=True, options=options)
+    for depth in (1_000, 20_000):
+        template = "{{ if .System }}" * depth + "System: {{ .System }}\n" + "{{ end }}" * depth + "User: {{ .Prompt }}"
+        nested = client.generate(model="m", prompt="Hi", system="brief", template=template, options=options)
+        assert (nested.prompt_eval_count, nested.response) == (by_hand.prompt_eval_count, by_hand.response)
+    with pytest.raises(ollama.ResponseError) as unclosed:
+        client.generate(model="m", prompt="Hi", template="{{ if .System }}" * 1_000 + "x", options=options)
+    assert unclosed.value.status_code == 400 and "{{ end }}" in unclosed.value.error
+
+
+def test_a_chat_of_20000_messages_is_tokenized_in_pieces(client, server, monkeypatch):
+    """Its 1.4 MB prompt never reaches llama.cpp's tokenizer whole (whose cost grows with the square of the
+    special tokens in one text: 20,000 messages took 16.5 s there); the latest turns that fit are answered."""
+    from llama_cpp._internals import LlamaModel
+
+    sizes: list[int] = []
+    tokenize = LlamaModel.tokenize
+
+    def recorded(self, text, add_bos, special):
+        sizes.append(len(text))
+        return tokenize(self, text, add_bos, special)
+
+    monkeypatch.setattr(LlamaModel, "tokenize", recorded)
+    roles = ("user", "assistant")
+    messages = [{"role": roles[i % 2], "content": f"message {i} hello"} for i in range(20_000)]
+    answer = client.chat(model="m", messages=[*messages, {"role": "user", "content": "Hi"}], options=GREEDY)
+    assert answer.done and 0 < answer.prompt_eval_count <= server[1].serving.served.engine.target.n_ctx
+    assert sum(sizes) > 1_000_000 and max(sizes) <= 64 * 1024
 
 
 def test_ps_reports_the_pair_and_what_is_on_a_gpu(server):

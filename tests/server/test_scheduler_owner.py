@@ -5,9 +5,12 @@ a request. Real engines over a copy of the tiny store, driven on one event loop 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import ollama
+import openai
+import pytest
 
 from ollama_spec.pull.edits import delete_model
 from ollama_spec.server.metrics import Metrics
@@ -189,9 +192,11 @@ def test_a_load_that_waits_too_long_for_room_is_a_503_with_retry_after(store_cop
     asyncio.run(scenario())
 
 
-def test_a_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_copy):
+def test_a_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_copy, caplog):
     """Open WebUI's long chats: instead of dropping turns, the model loads again with a context that holds the
-    whole prompt (up to the trained length, where the memory plan allows it), and no warning is needed."""
+    whole prompt (up to the trained length, where the memory plan allows it), and no warning is needed. The
+    log says that the prompt chose the context, not a num_ctx (the request sent none)."""
+    caplog.set_level(logging.INFO, logger="ollama_spec.server")
     with running_store(store_copy, no_draft=True) as (url, _):
         client = ollama.Client(host=url)
         client.generate("tiny-alien", "Once", options={"num_predict": 2})
@@ -207,3 +212,28 @@ def test_a_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_
         assert answer.prompt_eval_count > 4096 and loaded > answer.prompt_eval_count
         speculation = answer.model_dump().get("speculation") or {}
         assert not speculation.get("warnings")  # nothing was left out
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith(("loaded tiny-alien", "unloading"))]
+    assert "context 8192 for a prompt that needs " in logged[1] and "beyond its 4096" in logged[1], logged
+    assert "context 8192 (a prompt that needs " in logged[2] and not any("asked for" in line for line in logged)
+
+
+def test_an_openai_chat_longer_than_the_loaded_context_loads_the_context_it_needs(store_copy):
+    """/v1 never cuts a prompt, and an OpenAI client has no num_ctx to send: a chat past the loaded context
+    loads the model again with one that holds it (as on Ollama's routes), and only past the trained
+    length is it a 400."""
+    with running_store(store_copy, no_draft=True) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+        ollama.Client(host=url).generate("tiny-alien", "Once", options={"num_predict": 2})
+        history = []
+        for turn in range(10):
+            history += [
+                {"role": "user", "content": f"Tell me more about the river, part {turn}. " * 12},
+                {"role": "assistant", "content": "The river ran past the old mill and on to the sea. " * 12},
+            ]
+        messages = [*history, {"role": "user", "content": "And then?"}]
+        answer = client.chat.completions.create(model="tiny-alien", messages=messages, max_tokens=4)
+        assert answer.usage.prompt_tokens > 4096
+        assert [m.context_length for m in ollama.Client(host=url).ps().models] == [8192]
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model="tiny-alien", messages=history * 2, max_tokens=4)
+        assert refused.value.code == "context_length_exceeded" and "trained context (8192" in refused.value.message

@@ -88,3 +88,26 @@ def test_a_delete_on_a_read_only_store_fails_before_unloading(store_copy, monkey
         assert "\n" not in answer.json()["error"]
         assert [m["name"] for m in get(url + "/api/ps").json()["models"]] == ["tiny-draft:latest"]
         assert "tiny-draft:latest" in names(url)
+
+
+def test_padded_and_overlong_names_are_refused_on_copy_and_show(store_copy):
+    """A name with spaces around it, or a part past Ollama's 80 characters, names no model: copy and show
+    answer 400 (through Ollama's client) and the store gains nothing."""
+    with running_store(store_copy, no_draft=True) as (url, _):
+        client = ollama.Client(host=url)
+        refusals = [
+            (lambda: client.copy(" tiny-target", "mine:copy"), 'source " tiny-target" is invalid'),
+            (lambda: client.copy("tiny-target", "mine:copy "), 'destination "mine:copy " is invalid'),
+            (lambda: client.copy("tiny-target", "m" * 81), f'destination "{"m" * 81}" is invalid'),
+            (lambda: client.copy("tiny-target", "mine:" + "t" * 81), "is invalid"),
+            (lambda: client.show(" tiny-target:latest "), "has no spaces around it"),
+            (lambda: client.show("m" * 81), "the model is longer than 80 characters"),
+        ]
+        for call, words in refusals:
+            with pytest.raises(ollama.ResponseError) as refused:
+                call()
+            assert refused.value.status_code == 400 and words in refused.value.error, refused.value.error
+        assert not [name for name in names(url) if name.startswith(("mine", "m" * 80))]
+        assert client.show("tiny-target").details.family  # the name as it is still answers
+        client.copy("tiny-target", "m" * 80)  # Ollama's longest model part
+        assert f"{'m' * 80}:latest" in names(url)

@@ -41,6 +41,15 @@ class ApiError(Exception):
         return cls(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
 
 
+class TooLong(ApiError):
+    """A prompt (and its max_tokens) past the context, as OpenAI answers it (400, context_length_exceeded);
+    `wanted`: the context that would hold it, which a server may load the model again with."""
+
+    def __init__(self, message: str, wanted: int, param: str | None = None):
+        super().__init__(400, message, param, TOO_LONG)
+        self.wanted = wanted
+
+
 def openai_error(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     """OpenAI's error object: `code` a string or null, never the HTTP status (typed clients parse it as text)."""
     return {

@@ -9,14 +9,14 @@ not fit is cut as Ollama's runner cuts a prompt, except that a conversation keep
 its last message's text (the system prompt) and loses the start of that text; a prompt that is not a
 conversation (raw text, a template's tokens, an earlier `context`) is cut as Ollama's runner cuts it.
 Either way the request carries a warning that says what was left out and what num_ctx would keep it:
-the `speculation` field of the response shows it, and the log.
+the `speculation` field of the response shows it, and the server logs it once for the request as it
+runs (core/state.py, after any reload for a larger context).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -25,13 +25,14 @@ from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.server.core.errors import ApiError
 
-log = logging.getLogger("ollama_spec.server")
-
 OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
 # A chat fitted to the context leaves its answer the room asked for (num_predict, max_tokens), else a
-# quarter of the context, at most half: Ollama's runner shifts the context to go on writing an answer
-# that reaches its end, and here an answer ends there
+# quarter of the context up to ANSWER_TOKENS; at most half of it. Ollama's runner shifts the context to
+# go on writing an answer that reaches its end; here an answer ends there. The room is the least an
+# answer gets (it may go on into whatever else is free), so it does not grow with the context: a larger
+# context holds a longer prompt, and tools that fit beside a chat are not left out to keep more room
 ANSWER_SHARE = 4
+ANSWER_TOKENS = 512  # about 380 words: a chat answer
 # History is dropped in stretches of a quarter of the context or more, so that the next turns find the
 # whole prompt but their own messages in the prompt cache (dropping just enough would move the prompt's
 # start on every turn, and every turn would read it all again after the system message)
@@ -39,31 +40,58 @@ DROP_SHARE = 4
 
 
 def answer_room(max_tokens: int | None, context: int) -> int:
-    """The room a fitted chat leaves its answer: `max_tokens` (asked, or the server's), else
-    ANSWER_SHARE's part of the context; at most half of it."""
-    return max(1, min(max_tokens or context // ANSWER_SHARE, context // 2))
+    """The room a fitted chat leaves its answer in `context`: `max_tokens` (asked, or the server's), else
+    ANSWER_SHARE's part of the context up to ANSWER_TOKENS; at most half of it."""
+    return max(1, min(max_tokens or min(context // ANSWER_SHARE, ANSWER_TOKENS), context // 2))
 
 
-def needs_fitting(request: Request, context: int, answer: int) -> bool:
+def context_for(prompt: int, max_tokens: int | None) -> int:
+    """The smallest context that holds `prompt` tokens with answer_room's room beside them, and so the
+    one in which needs_fitting keeps them whole (as does every larger one: the room grows more slowly
+    than the context): what a warning says would keep all of it, and the least a reload asks for."""
+    context = prompt + 1
+    while (needed := prompt + answer_room(max_tokens, context)) > context:  # the room grows with the context
+        context = needed
+    return context
+
+
+def reload_size(loaded: int, wanted: int, trained: int) -> int:
+    """The context to load a model again with for a prompt that needs `wanted` (context_for) when it has
+    `loaded`: the loaded one doubled until it holds that, so that a chat growing a turn at a time reloads
+    a few times, not on every turn; at most the `trained` length (0: unknown)."""
+    size = max(loaded, 1)
+    while size < wanted:
+        size *= 2
+    return min(size, trained) if trained else size
+
+
+def needs_fitting(request: Request, context: int, max_tokens: int | None) -> bool:
     """Does the prompt (its tokens) need fitting: longer than the context, or a chat that leaves its
-    answer fewer than `answer` tokens (a prompt that is not a chat is cut only when it must be)."""
-    return len(request.tokens) >= context or bool(request.messages) and len(request.tokens) + answer > context
+    answer less than answer_room (a prompt that is not a chat is cut only when it must be)."""
+    n = len(request.tokens)
+    return n >= context or bool(request.messages) and n + answer_room(max_tokens, context) > context
 
 
-def fit_to_context(engine: Engine, request: Request, context: int, answer: int = 1) -> Request:
-    """`request` made to fit `context` with room for `answer` tokens (a chat: whole messages; what is
-    still too long, or not a chat: cut to the context's first half), with a warning that says how."""
+def fit_to_context(engine: Engine, request: Request, context: int, max_tokens: int | None = None) -> Request:
+    """`request` made to fit `context` with answer_room's room for its answer (a chat: whole messages;
+    what is still too long, or not a chat: cut to the context's first half), with a warning that says
+    how, and the context that would hold it whole (`context_wanted`). A chat that fits but leaves its
+    answer less room, and has nothing it can leave out, stays as it is, without a warning."""
     full, said, tools, chat = len(request.tokens), [], bool(request.tools), bool(request.messages)
+    answer, wanted = answer_room(max_tokens, context), context_for(full, max_tokens)
+    fitted = request
     if request.messages:
-        request, left_out = _whole_messages(engine, request, context - answer + 1)
+        fitted, left_out = _whole_messages(engine, request, context - answer + 1)
         said += [left_out] if left_out else []
-    if len(request.tokens) >= context:
-        keep = _before_last_message(engine, request) if request.messages else 0
-        request, cut = _cut_as_ollama(engine, request, context, keep if keep <= context // 2 else 0)
+    if len(fitted.tokens) >= context:
+        keep = _before_last_message(engine, fitted) if fitted.messages else 0
+        fitted, cut = _cut_as_ollama(engine, fitted, context, keep if keep <= context // 2 else 0)
         said.append(cut)
-    fix = f"a num_ctx of {full + answer} or more would keep all of it"
+    if not said:  # it fits: the answer has what is left
+        return replace(request, context_wanted=wanted)
+    fix = f"a num_ctx of {wanted} or more would keep all of it"
     trained = engine.target_model.info.context_length
-    if trained and full + answer > trained:  # no num_ctx can help: say what would
+    if trained and wanted > trained:  # no num_ctx can help: say what would
         shorter = ("offer fewer tools or " if tools else "") + ("start a new chat" if chat else "shorten it")
         fix = f"not even the model's trained context ({trained} tokens) holds all of it: {shorter}"
     if full >= context:
@@ -71,8 +99,7 @@ def fit_to_context(engine: Engine, request: Request, context: int, answer: int =
     else:
         why = f"leaves the answer fewer than {answer} of the context's {context} tokens"
     warning = f"the prompt ({full} tokens) {why}: {'; '.join(said)}; {fix}"
-    log.warning("%s: %s", engine.target_model.name, warning)
-    return replace(request, warnings=(*request.warnings, warning), context_wanted=full + answer)
+    return replace(fitted, warnings=(*fitted.warnings, warning), context_wanted=wanted)
 
 
 def tools_tokens(engine: Engine, request: Request) -> int:

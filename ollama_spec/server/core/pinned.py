@@ -37,7 +37,7 @@ class PinnedPair:
         served = self.served
         return served, served.engine.target_model, served.proposer_name, served.draft_why
 
-    async def acquire(self, name: str, keep_alive: float | None, n_ctx: int | None = None) -> Served:
+    async def acquire(self, name: str, keep_alive: float | None, n_ctx: int | None = None, ctx_why: str = "") -> Served:
         """The pair, whatever the name; its context is the one it was started with."""
         return self.served
 

@@ -14,8 +14,8 @@ from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.prompting.tools import forced_call_schema, tool_names
-from ollama_spec.server.core.errors import TOO_LONG, ApiError
-from ollama_spec.server.core.fitting import answer_room, fit_to_context, needs_fitting, tools_tokens
+from ollama_spec.server.core.errors import ApiError, TooLong
+from ollama_spec.server.core.fitting import context_for, fit_to_context, needs_fitting, tools_tokens
 from ollama_spec.server.core.settings import ServerSettings
 
 
@@ -73,9 +73,9 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
     context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
     try:  # tokenized once: the generation, and the routes that read the prompt, take these
         request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
-        answer = answer_room(asked.max_tokens or settings.max_tokens, context)
-        if asked.truncate and needs_fitting(request, context, answer):
-            request = fit_to_context(engine, request, context, answer)
+        max_tokens = asked.max_tokens or settings.max_tokens
+        if asked.truncate and needs_fitting(request, context, max_tokens):
+            request = fit_to_context(engine, request, context, max_tokens)
     except InvalidSetting as exc:
         raise ApiError(400, str(exc)) from None
     n_prompt = len(request.tokens)
@@ -84,7 +84,8 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
         if n_prompt >= context and request.tools
         else ""
     )
-    return replace(request, max_tokens=_max_tokens(settings, asked, n_prompt, context, tools))
+    trained = engine.target_model.info.context_length or 0
+    return replace(request, max_tokens=_max_tokens(settings, asked, n_prompt, context, tools, trained))
 
 
 def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
@@ -126,28 +127,30 @@ def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Reques
     )
 
 
-def _max_tokens(settings: ServerSettings, asked: Asked, n_prompt: int, context: int, tools: str = "") -> int:
+def _max_tokens(
+    settings: ServerSettings, asked: Asked, n_prompt: int, context: int, tools: str = "", trained: int = 0
+) -> int:
     """The generation's limit: what was asked, if the room left after the prompt holds it (or as a cap).
-    `tools`: what the tools take of the prompt, in words, for the error that says it is too long."""
+    `tools`: what the tools take of the prompt, in words, for the error that says it is too long;
+    `trained`: the model's trained context (0: unknown), past which no num_ctx helps."""
     room, max_tokens, name = context - n_prompt, asked.max_tokens, asked.max_tokens_name
     if room < 1:
-        fewer = ", offer fewer tools" if tools else ""
-        raise ApiError(
-            400,
-            f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; "
-            f"shorten it{fewer} or load the model with a larger num_ctx",
-            code=TOO_LONG,
-        )
+        fewer = " or offer fewer tools" if tools else ""
+        if trained and n_prompt >= trained:
+            fix = f"shorten it{fewer}: it is past the model's trained context ({trained} tokens), which no num_ctx changes"
+        else:
+            fix = f"shorten it{fewer.replace(' or', ',')} or load the model with a larger num_ctx"
+        wanted = context_for(n_prompt, max_tokens or settings.max_tokens)
+        raise TooLong(f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; {fix}", wanted)
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(400, f"{name} must be at least 1, got {max_tokens}", name)
     if max_tokens is not None and max_tokens > room:
         if not asked.cap_max_tokens:
-            raise ApiError(
-                400,
+            raise TooLong(
                 f"{name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
                 f"{context} tokens, which leaves {room}",
+                n_prompt + max_tokens,
                 name,
-                TOO_LONG,
             )
         max_tokens = room  # the generation ends there, with finish reason "length"
     return max_tokens or min(settings.max_tokens or asked.default_max_tokens or room, room)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
-from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.server.core.errors import ApiError
+from ollama_spec.server.core.errors import ApiError, TooLong
+from ollama_spec.server.core.fitting import reload_size
 from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.pinned import PinnedPair
@@ -26,15 +29,48 @@ if TYPE_CHECKING:
     from ollama_spec.server.upstream import Upstream
 
 T = TypeVar("T")
+log = logging.getLogger("ollama_spec.server")
 # The pairs the current HTTP request holds: set by the Leases middleware, released when its answer ends.
 HELD: contextvars.ContextVar[list[Served] | None] = contextvars.ContextVar("held", default=None)
-# The seconds the current HTTP request waited for its model to load (Ollama's load_duration), per acquire.
-WAITED: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("waited", default=None)
 
 
-def load_waited() -> float:
-    """Seconds the current request waited for loads: 0 when its model was loaded already."""
-    return sum(WAITED.get() or ())
+@dataclass
+class Clock:
+    """When the current HTTP request arrived and when it last got its model: Ollama's checkpointStart and
+    checkpointLoaded, from which its durations count."""
+
+    arrived: float = field(default_factory=time.monotonic)
+    acquired: float | None = None
+
+
+@dataclass(frozen=True)
+class Durations:
+    """A request's seconds as Ollama reports them: `total` from its arrival; `load` until it had its model
+    (a load it waited for, a larger context); `prompt` from then to its first token (the queue for a slot,
+    the prompt's rendering and reading); `eval` the rest of the generation."""
+
+    total: float
+    load: float = 0.0
+    prompt: float = 0.0
+    eval: float = 0.0
+
+
+# The current HTTP request's clock: set by the Leases middleware.
+CLOCK: contextvars.ContextVar[Clock | None] = contextvars.ContextVar("clock", default=None)
+
+
+def durations(result: Result | None = None) -> Durations:
+    """The current request's durations up to now, `result` its generation (None: work without one, such
+    as an embedding). Outside an HTTP request, the generation's own."""
+    generating = (result.total_seconds - result.first_token_seconds) if result is not None else 0.0
+    clock = CLOCK.get()
+    if clock is None:
+        first = result.first_token_seconds if result is not None else 0.0
+        return Durations(first + generating, 0.0, first, generating)
+    total = time.monotonic() - clock.arrived
+    load = (clock.acquired or clock.arrived) - clock.arrived
+    generating = min(generating, total - load)
+    return Durations(total, load, total - load - generating, generating)
 
 
 class ServerState:
@@ -76,19 +112,21 @@ class ServerState:
 
     # --- what every route asks ------------------------------------------------------------------------
 
-    async def acquire(self, name: str, keep_alive: float | str | None = None, n_ctx: int | None = None) -> Served:
+    async def acquire(
+        self, name: str, keep_alive: float | str | None = None, n_ctx: int | None = None, ctx_why: str = ""
+    ) -> Served:
         """The pair that answers `name`, loaded first if need be (the first request waits for the load;
         others for the same model share it), again with a larger context when `n_ctx` (a request's
-        num_ctx) asks for more than the loaded one and the memory plan allows it. Held until the HTTP
-        answer ends, streams included; the time it waited counts as the request's load_duration."""
+        num_ctx, or what `ctx_why` says chose it) asks for more than the loaded one and the memory plan
+        allows it. Held until the HTTP answer ends, streams included; the time from the request's
+        arrival to here is its load_duration."""
         try:
             seconds = None if keep_alive is None else parse_keep_alive(keep_alive)
         except InvalidSetting as exc:
             raise ApiError(400, str(exc), "keep_alive") from None
-        started = time.monotonic()
-        served = await self.serving.acquire(name, seconds, n_ctx)
-        if served.loaded_at >= started and (waited := WAITED.get()) is not None:  # it loaded for this request
-            waited.append(time.monotonic() - started)
+        served = await self.serving.acquire(name, seconds, n_ctx, ctx_why)
+        if (clock := CLOCK.get()) is not None:
+            clock.acquired = time.monotonic()
         held = HELD.get()
         if held is not None:
             held.append(served)
@@ -101,15 +139,28 @@ class ServerState:
     ) -> tuple[Served, Request]:
         """The pair for `name` (with at least `n_ctx`, a request's num_ctx, as `acquire` gives it) and what
         `ask(pair)` asks, as its checked Request. A prompt that had to be fitted into the loaded context
-        loads the model again with the context that holds it whole (up to the trained length) where the
-        memory plan allows it, as a larger num_ctx would; else it stays fitted, with its warning."""
+        (and asked no num_ctx) loads the model again with one that holds it whole (fitting.reload_size, up
+        to the trained length) where the memory plan allows it, as a larger num_ctx would; else it stays
+        fitted. A prompt a route refuses as too long (TooLong: OpenAI's routes) loads it again the same
+        way before it is refused. The warnings of the request as it runs are logged, once."""
         served = await self.acquire(name, keep_alive, n_ctx)
-        request = await served.prepare(ask(served))
-        if request.context_wanted <= served.n_ctx:
-            return served, request
-        await self._let_go(served)  # its room may be what the larger one needs
-        larger = await self.acquire(name, keep_alive, request.context_wanted)
-        return larger, request if larger is served else await larger.prepare(ask(larger))
+        refused: TooLong | None = None
+        try:
+            request = await served.prepare(ask(served))
+            wanted = request.context_wanted
+        except TooLong as exc:  # a route that does not fit prompts (OpenAI's): a larger context may hold it
+            request, wanted, refused = None, exc.wanted, exc
+        if wanted > served.n_ctx and not n_ctx:  # a request's num_ctx is the client's say
+            await self._let_go(served)  # its room may be what the larger one needs
+            size = reload_size(served.n_ctx, wanted, served.trained_ctx)
+            larger = await self.acquire(name, keep_alive, size, f"a prompt that needs {wanted}")
+            if larger is not served:
+                served, request = larger, await larger.prepare(ask(larger))
+        if request is None:
+            raise refused
+        for warning in request.warnings:  # once, for the request as it runs
+            log.warning("%s: %s", served.name, warning)
+        return served, request
 
     async def _let_go(self, served: Served) -> None:
         """Release `served` before the answer ends (the request goes on with another pair)."""

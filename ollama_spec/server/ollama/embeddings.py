@@ -3,13 +3,11 @@ model gives it)."""
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 
 from ollama_spec.server.core.embedding import embed_all
-from ollama_spec.server.core.state import ServerState, load_waited
+from ollama_spec.server.core.state import ServerState, durations
 from ollama_spec.server.ollama.protocol import EmbeddingsRequest, EmbedRequest
 
 router = APIRouter()
@@ -22,14 +20,13 @@ async def embed(body: EmbedRequest, http_request: HTTPRequest) -> dict:
     texts = [body.input] if isinstance(body.input, str) else body.input
     if not any(texts):  # Ollama's way to load an embedding model: nothing to embed
         return {"model": body.model, "embeddings": []}
-    started = time.perf_counter()
     vectors, n_tokens = await embed_all(served, texts, body.truncate, body.dimensions, fit_dimensions=True)
-    load = load_waited()  # as Ollama: the load this request waited for is in its total
+    took = durations()  # as Ollama: from the request's arrival, waits included
     return {
         "model": body.model,
         "embeddings": [v.tolist() for v in vectors],
-        "total_duration": int((load + time.perf_counter() - started) * 1e9),
-        "load_duration": int(load * 1e9),
+        "total_duration": int(took.total * 1e9),
+        "load_duration": int(took.load * 1e9),
         "prompt_eval_count": n_tokens,
     }
 

@@ -39,10 +39,15 @@ def render(template: str, *, prompt: str, system: str) -> str:
 
 
 def _render(nodes: list, values: dict) -> list[str]:
-    out = []
-    for node in nodes:
-        if isinstance(node, _If):
-            out += _render(node.then if values.get(node.field) else node.otherwise, values)
+    """The text of `nodes`, walked with a stack of its own: ifs nest as deep as a template writes them."""
+    out: list[str] = []
+    pending = [iter(nodes)]
+    while pending:
+        node = next(pending[-1], None)
+        if node is None:
+            pending.pop()
+        elif isinstance(node, _If):
+            pending.append(iter(node.then if values.get(node.field) else node.otherwise))
         elif isinstance(node, _Field):  # Response was cut away by the parser
             out.append(values[node.name])
         else:

@@ -128,6 +128,8 @@ async def copy(http_request: HTTPRequest) -> Response:
     state, body = http_request.app.state.server, await _read(http_request, CopyRequest)
     for kind, value in (("source", body.source), ("destination", body.destination)):
         try:
+            if value != value.strip():  # Ollama's ParseName trims nothing: a padded name is no name
+                raise InvalidModelName(value)
             parse_model_name(value)
         except InvalidModelName:
             raise _refused(400, f'{kind} "{value}" is invalid') from None

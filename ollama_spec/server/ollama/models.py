@@ -17,7 +17,9 @@ from fastapi import Request as HTTPRequest
 from fastapi.responses import PlainTextResponse
 
 from ollama_spec import __version__
+from ollama_spec.errors import InvalidModelName, one_line
 from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
+from ollama_spec.models.names import parse_model_name
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.server.core.errors import ApiError
@@ -147,6 +149,8 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
     name = body.model or body.name if body is not None else None
     if (body is not None or not state.serving.answers_every_name) and not name:
         raise ApiError(400, "model is required", "model")  # Ollama's words; a GET without a body shows the pair
+    if name and (problem := _name_problem(name, state.serving.answers_every_name)):
+        raise ApiError(400, one_line(f"invalid model name {json.dumps(name, ensure_ascii=False)}: {problem}"), "model")
     served, model, draft, why = await state.describe(name or "")
     capabilities, k = _capabilities(served, model.info), served.settings.speculation if served else None
     info = model.info
@@ -180,6 +184,20 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
             "num_speculative_tokens": k.num_speculative_tokens if k is not None else None,
         },
     }
+
+
+def _name_problem(name: str, any_name: bool) -> str | None:
+    """Why /api/show refuses `name` (Ollama's "invalid model name"), or None: spaces around it (no stored
+    name has them), or, where names are the store's (`any_name` False), a name Ollama would not parse."""
+    if name != name.strip():
+        return "a model name has no spaces around it"
+    if any_name:
+        return None
+    try:
+        parse_model_name(name)
+    except InvalidModelName as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
 
 
 def _model_entry(model: ResolvedModel, name: str) -> dict:

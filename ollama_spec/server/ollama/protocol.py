@@ -17,7 +17,7 @@ from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.keep_alive import KeepAlive
 from ollama_spec.server.core.protocol import FunctionCall, NullsAsDefaults, ToolCallIn, chat_role
 from ollama_spec.server.core.request import json_grammar
-from ollama_spec.server.core.state import load_waited
+from ollama_spec.server.core.state import durations
 
 # A cancelled generation never reaches a client as finished: it ends with an error (see worker.py).
 DONE_REASONS = {"stop": "stop", "length": "length", "context": "length"}
@@ -237,18 +237,18 @@ class EmbeddingsRequest(BaseModel):  # the older route: one prompt, a vector as 
 
 def finished(model: str, fields: dict, result: Result, speculation: dict) -> dict:
     """Ollama's final object: done, done_reason and its counts and durations (nanoseconds)."""
-    ns, load = 1_000_000_000, load_waited()  # as Ollama: the load this request waited for is in its total
+    ns, took = 1_000_000_000, durations(result)  # as Ollama: from the request's arrival, waits included
     return final(model, fields, DONE_REASONS[result.finish_reason]) | {
-        "total_duration": int((load + result.total_seconds) * ns),
-        "load_duration": int(load * ns),
+        "total_duration": int(took.total * ns),
+        "load_duration": int(took.load * ns),
         # the whole prompt, cached or not, as Ollama counts it (Open WebUI takes it for the context's
         # size); the cached part apart, under Ollama's name for it (PR #17943); the duration is the
         # evaluation's alone, so a rate must divide by the evaluated tokens (count - cached)
         "prompt_eval_count": result.prompt_tokens,
         "prompt_eval_cached_count": result.speculation.prompt_cached,
-        "prompt_eval_duration": int(result.first_token_seconds * ns),
+        "prompt_eval_duration": int(took.prompt * ns),
         "eval_count": len(result.tokens),
-        "eval_duration": int((result.total_seconds - result.first_token_seconds) * ns),
+        "eval_duration": int(took.eval * ns),
         "speculation": speculation,
     }
 

@@ -58,7 +58,6 @@ async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    served = await state.acquire(body.model)
     text_only(body.messages)
     limit, name = (
         (body.max_completion_tokens, "max_completion_tokens")
@@ -70,8 +69,11 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     if forced:
         sampling["grammar"] = forced
     top = (body.top_logprobs or 0) if body.logprobs else None
-    request = await served.prepare(
-        Asked(
+    served, request = await state.prepare(  # a prompt longer than the loaded context may reload the model
+        body.model,
+        None,
+        None,
+        lambda served: Asked(
             messages=[m.to_chat() for m in body.messages],
             max_tokens=limit,
             max_tokens_name=name,
@@ -80,7 +82,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
             think=think_if_able(served.engine, body.think()),
             show_draft=body.show_draft,
             **sampling,
-        )
+        ),
     )
     target = served.engine.target
     scores = None if top is None else lambda tokens: {"content": scored(target, tokens), "refusal": None}

@@ -154,11 +154,13 @@ class ResponsesRequest(NullsAsDefaults):
 @router.post("/responses")
 async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    served = await state.acquire(body.model)
     own = body.grammar()
     tools, forced = body.offered_tools(own is not None)
-    request = await served.prepare(
-        Asked(
+    served, request = await state.prepare(  # a prompt longer than the loaded context may reload the model
+        body.model,
+        None,
+        None,
+        lambda served: Asked(
             messages=body.messages(),
             max_tokens=body.max_output_tokens,
             max_tokens_name="max_output_tokens",
@@ -167,7 +169,7 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
             seed=body.seed,
             grammar=forced or own,
             tools=tools,
-        )
+        ),
     )
     job = served.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}

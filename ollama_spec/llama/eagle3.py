@@ -1,0 +1,330 @@
+"""An EAGLE-3 draft head beside a loaded target: its own llama.cpp context over the head's GGUF.
+
+The head follows every target pass (`passed`, called by the target after each llama_decode): the
+target captures the inputs of the head's three layers for every token it reads; the head's encoder
+turns each row into g, and its decoder cache takes the pair (next token, g) at each position whose
+next token the pass holds. At memory position P the decoder reads (t[P+1], g[P]) (llama.cpp's
+convention, common/speculative.cpp): the last position of a pass has no next token yet, so its g
+waits (`pending`) until a draft step completes it with the target's latest token, or the next pass
+(a prompt read in chunks) with its first. When the target's cache is cut back (`truncated`: after
+verification, a reused prefix), the head cuts its own and takes the pending g from the last pass's
+rows at the new boundary. Drafting (`HeadSequence`) runs the decoder on its own output: each step's
+pre-norm state is the next step's g; afterwards the head keeps only what the target read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+from llama_cpp._internals import LlamaContext, LlamaModel
+
+from ollama_spec.errors import InferenceError, ModelLoadError
+from ollama_spec.llama.head_calls import head_calls
+from ollama_spec.llama.log import is_verbose, last_error, log_mark
+from ollama_spec.llama.passes import Entry
+
+ARCHITECTURE = "eagle3"
+
+
+@dataclass(frozen=True)
+class HeadSettings:
+    n_gpu_layers: int = -1  # as a draft model's: part of -k auto's cost key
+
+
+@dataclass
+class _Sequence:
+    """One sequence's head state: the g waiting for its next token, the last pass's g rows, and
+    where the head's cache ends."""
+
+    pending: tuple[int, np.ndarray] | None = None  # (position, g)
+    rows: tuple[int, np.ndarray] | None = None  # the last pass's (first position, g rows)
+    end: int = 0  # 1 + the last position the head's cache holds
+
+
+class Eagle3Head:
+    """The head's model and context, tied to `target` (a llama.model.LoadedModel): it borrows the
+    target's token embeddings and output matrix where it has none of its own (ctx_other)."""
+
+    def __init__(self, path, target, *, n_gpu_layers: int = -1):
+        self.calls = head_calls()
+        self.path, self.target = Path(path), target
+        self.settings = HeadSettings(n_gpu_layers)
+        mark = log_mark()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        try:
+            self._model = LlamaModel(path_model=str(path), params=params, verbose=is_verbose())
+        except ValueError as exc:
+            raise ModelLoadError(f"llama.cpp could not load the head {path}: {last_error(mark) or exc}") from None
+        try:
+            self._check_model()
+            self._ctx = self._context(mark)
+        except ModelLoadError:
+            self._model.close()
+            raise
+        self.n_embd = llama_cpp.llama_model_n_embd(self._model.model)
+        self._zero = np.zeros(self.n_embd, dtype=np.float32)
+        self.n_vocab = target.n_vocab
+        self.n_batch = llama_cpp.llama_n_ubatch(self._ctx.ctx)
+        self._batch = llama_cpp.llama_batch_ext_init(self._ctx.ctx)
+        self._state = [_Sequence() for _ in range(target.n_seq)]
+        self._lock = threading.RLock()  # target passes (the batch's thread) and drafts (slots' threads)
+        self.calls.set_nextn(self._ctx.ctx, True, True)  # g and pre-norm states, of output rows only
+        tgt = target.llama_context
+        for layer in self.layers:
+            if layer < self.target_layers:
+                self.calls.set_layer_inp(tgt, layer, True)
+            else:  # the target's final pre-norm state
+                self.calls.set_nextn(tgt, True, False)
+        target.observer = self
+
+    def _check_model(self) -> None:
+        buffer = ctypes.create_string_buffer(64)
+        llama_cpp.llama_model_meta_val_str(self._model.model, b"general.architecture", buffer, 64)
+        arch = buffer.value.decode()
+        if arch != ARCHITECTURE:
+            raise ModelLoadError(f"{self.path} is a {arch or 'unknown'} model, not an EAGLE-3 head")
+        n = self.calls.target_layer_ids_n(self._model.model)
+        ids = self.calls.target_layer_ids(self._model.model)
+        self.layers = tuple(int(ids[i]) for i in range(n))
+        self.target_layers = llama_cpp.llama_model_n_layer(self.target.llama_model.model)
+        self.n_target_embd = llama_cpp.llama_model_n_embd(self.target.llama_model.model)
+        if n != 3 or max(self.layers) > self.target_layers:
+            raise ModelLoadError(
+                f"the head {self.path} reads target layers {list(self.layers)}: an EAGLE-3 head reads 3 "
+                f"layers of its target, which has {self.target_layers}"
+            )
+        llama_cpp.llama_model_meta_val_str(self._model.model, b"eagle3.target_hidden_size", buffer, 64)
+        width = int(buffer.value or 0)
+        if width != self.n_target_embd:
+            raise ModelLoadError(
+                f"the head {self.path} was made for a target {width} wide; this target is {self.n_target_embd}"
+            )
+        vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model.model))
+        if vocab != self.target.n_vocab:
+            raise ModelLoadError(
+                f"the head {self.path} has a vocabulary of {vocab} tokens; its target's has {self.target.n_vocab}"
+            )
+
+    def _context(self, mark) -> LlamaContext:
+        target = self.target
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = target.settings.n_ctx * target.n_seq
+        # a target pass of n_batch tokens and the pending pair before it
+        params.n_batch = params.n_ubatch = target.n_batch + 1
+        params.n_seq_max = target.n_seq
+        params.kv_unified = target.n_seq > 1  # its rows only choose what is proposed (LoadSettings.isolated_rows)
+        params.n_threads = params.n_threads_batch = target.n_threads
+        params.no_perf = True
+        params.ctx_other = target.llama_context
+        try:
+            return LlamaContext(model=self._model, params=params, verbose=is_verbose())
+        except ValueError:
+            raise ModelLoadError(
+                f"llama.cpp could not create a context for the head {self.path}: {last_error(mark) or 'out of memory?'}"
+            ) from None
+
+    # --- following the target -------------------------------------------------------------
+    def passed(self, entries: Sequence[Entry], positions: Sequence[int]) -> None:
+        """After a target llama_decode of `entries` at `positions`: encode their captured rows and
+        cache the pairs whose next token the pass holds (padding entries are skipped)."""
+        by_seq: dict[int, list[int]] = {}
+        for i, entry in enumerate(entries):
+            if entry.item is not None:
+                by_seq.setdefault(entry.seq, []).append(i)
+        if not by_seq:
+            return
+        order = [i for rows in by_seq.values() for i in rows]
+        with self._lock:
+            g = self._encode(self._features(len(entries), order))
+            pairs: list[tuple[int, int, int, np.ndarray]] = []  # (seq, position, token, g)
+            offset = 0
+            for seq, rows in by_seq.items():
+                seq_g, offset = g[offset : offset + len(rows)], offset + len(rows)
+                tokens = [entries[i].token for i in rows]
+                first, last = positions[rows[0]], positions[rows[-1]]
+                state = self._state[seq]
+                if state.end > first:
+                    self._cut(seq, first)
+                pairs += self._gap(seq, first)
+                pairs += [(seq, positions[i], tokens[k + 1], seq_g[k]) for k, i in enumerate(rows[:-1])]
+                # the rows a cut may take the pending g from: this pass's, and the g that waited before it
+                before = state.pending is not None and state.pending[0] == first - 1
+                state.rows = (first - 1, np.vstack([state.pending[1], seq_g])) if before else (first, seq_g)
+                state.pending = (last, seq_g[-1])
+            self._decode_all(pairs)
+
+    def truncated(self, seq: int, n_tokens: int) -> None:
+        """The target's sequence `seq` now holds `n_tokens` tokens: drop the pairs that read a token
+        past them, and take the pending g at the new boundary from the last pass's rows."""
+        with self._lock:
+            state = self._state[seq]
+            self._cut(seq, max(n_tokens - 1, 0))
+            boundary = n_tokens - 1
+            if state.pending is not None and state.pending[0] == boundary:
+                return
+            state.pending = None
+            if state.rows is not None and 0 <= boundary - state.rows[0] < len(state.rows[1]):
+                state.pending = (boundary, state.rows[1][boundary - state.rows[0]])
+
+    def _gap(self, seq: int, position: int) -> list[tuple[int, int, int, np.ndarray]]:
+        """The pairs the head lacks before `position` (llama.cpp takes a sequence's positions only in
+        order): the pending g where it waits there, else a zero g (a cache cut or restored past
+        what the head kept: only the drafts' quality can suffer), each with the target's next token."""
+        state, cached = self._state[seq], self.target.cached_of(seq)
+        pairs = []
+        for p in range(state.end, position):
+            pending = state.pending is not None and state.pending[0] == p
+            pairs.append((seq, p, cached[p + 1], state.pending[1] if pending else self._zero))
+        return pairs
+
+    def _decode_all(self, pairs: Sequence[tuple[int, int, int, np.ndarray]]) -> None:
+        for start in range(0, len(pairs), self.n_batch):
+            self._decode(pairs[start : start + self.n_batch], outputs=False)
+
+    def _cut(self, seq: int, position: int) -> None:
+        state = self._state[seq]
+        if state.end > position:
+            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx.ctx), seq, position, -1)
+            state.end = position
+
+    def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
+        """The captured rows of entries `order`: the three layers' inputs side by side."""
+        tgt, parts = self.target.llama_context, []
+        for layer in self.layers:
+            ptr = self.calls.get_layer_inp(tgt, layer) if layer < self.target_layers else self.calls.get_nextn(tgt)
+            if not ptr:
+                raise InferenceError(f"the target captured no input of layer {layer} for the EAGLE-3 head")
+            parts.append(np.ctypeslib.as_array(ptr, shape=(n_entries, self.n_target_embd))[order])
+        return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+    def _encode(self, features: np.ndarray) -> np.ndarray:
+        """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
+        out = np.empty((len(features), self.n_embd), dtype=np.float32)
+        width = features.shape[1]
+        for start in range(0, len(features), self.n_batch):
+            chunk = features[start : start + self.n_batch]
+            llama_cpp.llama_batch_ext_clear(self._batch)
+            # the encoder reads no positions, but a batch's must follow what sequence 0 holds
+            after = llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self._ctx.ctx), 0) + 1
+            for j in range(len(chunk)):
+                embd = llama_cpp.llama_embd(chunk[j].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)
+                idx = llama_cpp.llama_batch_ext_add_embd(self._batch, 0, embd)
+                llama_cpp.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(llama_cpp.llama_pos(after + j)))
+                llama_cpp.llama_batch_ext_set_output_embd(self._batch, idx, True)
+            self._process(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE, len(chunk))
+            ptr = self.calls.get_nextn(self._ctx.ctx)
+            out[start : start + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_embd))
+        return out
+
+    def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool) -> None:
+        """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
+        pre-norm states for every pair."""
+        llama_cpp.llama_batch_ext_clear(self._batch)
+        keep = []  # the g rows llama.cpp reads by pointer, alive until the pass is done
+        for seq, position, token, g in pairs:
+            g = np.ascontiguousarray(g, dtype=np.float32)
+            keep.append(g)
+            idx = llama_cpp.llama_batch_ext_add_token(self._batch, seq, token)
+            llama_cpp.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(llama_cpp.llama_pos(position)))
+            embd = llama_cpp.llama_embd(g.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
+            llama_cpp.llama_batch_ext_set_embd_token(self._batch, idx, embd)
+            if outputs:
+                llama_cpp.llama_batch_ext_set_output_logits(self._batch, idx, True)
+            state = self._state[seq]
+            state.end = max(state.end, position + 1)
+        self._process(llama_cpp.LLAMA_PROCESS_TYPE_DECODE, len(pairs))
+
+    def _process(self, kind: int, n: int) -> None:
+        code = llama_cpp.llama_process(self._ctx.ctx, kind, self._batch)
+        if code != 0:
+            stage = "encoder" if kind == llama_cpp.LLAMA_PROCESS_TYPE_ENCODE else "decoder"
+            raise InferenceError(
+                f"llama.cpp could not run the EAGLE-3 head's {stage} on {n} rows (llama_process: {code})"
+            )
+
+    # --- drafting --------------------------------------------------------------------------
+    def sequence(self, seq: int) -> HeadSequence:
+        return HeadSequence(self, seq)
+
+    def draft_step(self, seq: int, position: int, token: int, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The decoder at `position` reading (token, g): its logits over the target's vocabulary and
+        its pre-norm state (the next position's g)."""
+        with self._lock:
+            self._cut(seq, position)
+            self._decode_all(self._gap(seq, position))
+            self._decode([(seq, position, token, g)], outputs=True)
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, 0), shape=(self.n_vocab,))
+            state = np.ctypeslib.as_array(self.calls.get_nextn_ith(self._ctx.ctx, 0), shape=(self.n_embd,))
+            return logits.copy(), state.copy()
+
+    def seed(self, seq: int, n_tokens: int) -> np.ndarray | None:
+        """The pending g at the boundary of a target that holds `n_tokens` tokens, or None when the
+        head has none there (the target has not read that far with the head beside it)."""
+        with self._lock:
+            pending = self._state[seq].pending
+            return pending[1] if pending is not None and pending[0] == n_tokens - 1 else None
+
+    def drafted(self, seq: int, n_tokens: int) -> None:
+        """Drafting from a target that holds `n_tokens` is over: keep the pair that completed the
+        boundary (it reads the target's own token), drop the drafts' pairs."""
+        with self._lock:
+            self._cut(seq, n_tokens)
+
+    def close(self) -> None:
+        if getattr(self.target, "observer", None) is self:
+            self.target.observer = None
+        if self._batch is not None:
+            llama_cpp.llama_batch_ext_free(self._batch)
+            self._batch = None
+        self._ctx.close()
+        self._model.close()
+
+
+class HeadSequence:
+    """One sequence of the head, as the EAGLE-3 proposer (decoding/) drafts with it."""
+
+    def __init__(self, head: Eagle3Head, seq: int):
+        self.head, self.seq, self.n_vocab = head, seq, head.n_vocab
+
+    def start(self, n_tokens: int, last_token: int) -> np.ndarray | None:
+        """The first draft's logits after a text of `n_tokens + 1` tokens whose first `n_tokens` the
+        target holds; None when the head has nothing to draft from there."""
+        g = self.head.seed(self.seq, n_tokens)
+        if g is None:
+            return None
+        self._position = n_tokens - 1
+        logits, self._g = self.head.draft_step(self.seq, self._position, last_token, g)
+        return logits
+
+    def step(self, token: int) -> np.ndarray:
+        """The logits after drafting `token`."""
+        self._position += 1
+        logits, self._g = self.head.draft_step(self.seq, self._position, token, self._g)
+        return logits
+
+    def finish(self, n_tokens: int) -> None:
+        self.head.drafted(self.seq, n_tokens)
+
+
+class HeadCalibration:
+    """The head as -k auto's calibration times a draft model (engine/calibration.py): a one-token
+    `eval` is one draft step at the boundary of sequence 0 of the target, `truncate` drops it."""
+
+    def __init__(self, head: Eagle3Head):
+        self.head, self.path = head, head.path
+        self.settings = head.settings
+
+    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray | None:
+        if len(tokens) != 1:  # the head read the context beside the target already
+            return None
+        return self.head.sequence(0).start(self.head.target.n_past, tokens[0])
+
+    def truncate(self, n_tokens: int) -> None:
+        self.head.drafted(0, n_tokens)

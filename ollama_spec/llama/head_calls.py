@@ -1,0 +1,115 @@
+"""The llama.cpp calls an EAGLE-3 head needs that llama-cpp-python does not bind, found at run time.
+
+`llama-ext.h` declares them without `extern "C"`, so a build exports them under C++ names: Itanium
+on Linux and macOS, MSVC on Windows; a build may also export plain names. Each is looked up under
+all three; a build that has none of them cannot run a head, and says which version can.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+import llama_cpp
+
+try:
+    from llama_cpp import llama_cpp_ext
+except ImportError:  # a build from before the staging calls: head_calls says what to install
+    llama_cpp_ext = None
+
+from ollama_spec.errors import ModelLoadError
+
+# The first llama-cpp-python whose library exports the layer-input calls (0.3.36 vendors llama.cpp 0c1e570).
+NEEDED_VERSION = "0.3.36"
+
+
+class MissingHeadCalls(ModelLoadError):
+    """The installed llama-cpp-python's library lacks a call an EAGLE-3 head needs."""
+
+
+_ctx = llama_cpp.llama_context_p_ctypes
+_model = llama_cpp.llama_model_p_ctypes
+_SIGNATURES = {
+    "llama_set_embeddings_layer_inp": (
+        (
+            "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+            "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z",
+        ),
+        [_ctx, ctypes.c_uint32, ctypes.c_bool],
+        None,
+    ),
+    "llama_get_embeddings_layer_inp": (
+        (
+            "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+            "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z",
+        ),
+        [_ctx, ctypes.c_uint32],
+        ctypes.POINTER(ctypes.c_float),
+    ),
+    "llama_model_target_layer_ids": (
+        ("_Z28llama_model_target_layer_idsPK11llama_model", "?llama_model_target_layer_ids@@YAPEBHPEBUllama_model@@@Z"),
+        [_model],
+        ctypes.POINTER(ctypes.c_int32),
+    ),
+    "llama_model_target_layer_ids_n": (
+        (
+            "_Z30llama_model_target_layer_ids_nPK11llama_model",
+            "?llama_model_target_layer_ids_n@@YAIPEBUllama_model@@@Z",
+        ),
+        [_model],
+        ctypes.c_uint32,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class HeadCalls:
+    set_layer_inp: Callable[..., None]
+    get_layer_inp: Callable[..., ctypes.POINTER(ctypes.c_float)]
+    target_layer_ids: Callable[..., ctypes.POINTER(ctypes.c_int32)]
+    target_layer_ids_n: Callable[..., int]
+    set_nextn: Callable[..., None]
+    get_nextn: Callable[..., ctypes.POINTER(ctypes.c_float)]
+    get_nextn_ith: Callable[..., ctypes.POINTER(ctypes.c_float)]
+
+
+def find_symbol(library: ctypes.CDLL, names: tuple[str, ...], argtypes: list, restype) -> Callable | None:
+    """The first of `names` the library exports, typed; None when it has none of them."""
+    for name in names:
+        try:
+            function = getattr(library, name)
+        except AttributeError:
+            continue
+        function.argtypes, function.restype = argtypes, restype
+        return function
+    return None
+
+
+@cache
+def head_calls() -> HeadCalls:
+    """The calls, bound once; MissingHeadCalls (one line) where the installed build lacks any."""
+    found, missing = {}, []
+    for plain, (mangled, argtypes, restype) in _SIGNATURES.items():
+        function = find_symbol(llama_cpp.llama_cpp._lib, (plain, *mangled), argtypes, restype)
+        if function is None:
+            missing.append(plain)
+        found[plain] = function
+    nextn = [
+        getattr(llama_cpp_ext, name, None) for name in ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn")
+    ]
+    nextn.append(getattr(llama_cpp_ext, "llama_get_embeddings_nextn_ith", None))
+    if missing or None in nextn or not hasattr(llama_cpp, "llama_process"):
+        missing += [] if missing else ["llama_get_embeddings_nextn / llama_process"]
+        raise MissingHeadCalls(
+            f"this llama-cpp-python ({llama_cpp.__version__}) lacks {', '.join(missing)}, which an EAGLE-3 "
+            f"head needs: install llama-cpp-python >= {NEEDED_VERSION}"
+        )
+    return HeadCalls(
+        found["llama_set_embeddings_layer_inp"],
+        found["llama_get_embeddings_layer_inp"],
+        found["llama_model_target_layer_ids"],
+        found["llama_model_target_layer_ids_n"],
+        *nextn,
+    )

@@ -1,0 +1,169 @@
+"""An EAGLE-3 head drafting for tiny-target: greedy text is the target's alone, whatever the head and K,
+on one slot and on four, with prompts longer than one batch; a crafted head gets most of its drafts
+accepted, a random one next to none; a seeded sample follows the target's own distribution."""
+
+import threading
+
+import pytest
+
+from ollama_spec.decoding.eagle3 import HEAD
+from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.penalties import Penalties
+from ollama_spec.decoding.proposers import HYBRID, NGRAM
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.engine import Engine, Request, pair_facts
+from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.planning.needs import captured_rows_bytes, model_needs
+from tests.builders.eagle3_heads import build_heads
+from tests.conftest import engine_settings
+
+GREEDY = SamplingSettings(temperature=0)
+# over 512 tokens: the prompt is read in two batches, and the head follows both
+LONG = " ".join(f"item {i} is {'odd' if i % 2 else 'even'};" for i in range(130))
+PROMPTS = [LONG, "The quick brown fox", "Once upon a time", "def main():\n    return 4"]
+
+
+@pytest.fixture(scope="module")
+def heads(tiny_models, tmp_path_factory):
+    return build_heads(tiny_models[0].path, tmp_path_factory.mktemp("heads"))
+
+
+@pytest.fixture(scope="module")
+def expected(baseline_engine):
+    return {p: answer(baseline_engine, request(p)).tokens for p in PROMPTS}
+
+
+def request(prompt, k=4, **fields):
+    fields = {"max_tokens": 40, "ignore_eos": True, "sampling": GREEDY, "speculation": SpeculationSettings(k)} | fields
+    return Request(prompt, raw=True, **fields)
+
+
+def answer(engine, req, slot=0):
+    generation = engine.generate(req, slot=slot)
+    "".join(generation)
+    return generation.result
+
+
+@pytest.mark.parametrize("kind", ["random", "crafted", "reduced", "borrowing"])
+def test_greedy_text_is_the_targets_at_every_k(kind, heads, tiny_models, expected):
+    with Engine(tiny_models[0], None, engine_settings(head=heads[kind])) as engine:
+        assert len(engine.prompt_tokens(request(LONG))) > 512
+        for k in (1, 2, 4, 8):
+            for prompt in PROMPTS:
+                assert answer(engine, request(prompt, k)).tokens == expected[prompt], (kind, k, prompt)
+
+
+@pytest.mark.parametrize(("kind", "low", "high"), [("random", 0.0, 0.2), ("crafted", 0.5, 1.0), ("reduced", 0.5, 1.0)])
+def test_acceptance_at_k1_is_the_heads(kind, low, high, heads, tiny_models):
+    """The crafted heads know the target's bigrams (the head reads the right token at each position);
+    the random one guesses."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads[kind])) as engine:
+        drafted = accepted = 0
+        for prompt in PROMPTS[1:]:
+            stats = answer(engine, request(prompt, 1, max_tokens=100)).speculation
+            drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+    assert drafted > 150
+    assert low <= accepted / drafted <= high, (kind, accepted / drafted)
+
+
+def in_slot(engine, prompt, k, barrier, results):
+    req = request(prompt, k)
+    try:
+        with engine.run_in_slot(engine.prompt_tokens(req)) as slot:
+            barrier.wait(60)
+            results[prompt] = answer(engine, req, slot).tokens
+    except Exception as exc:  # noqa: BLE001 - shown by the test's assertion
+        results[prompt] = repr(exc)
+
+
+@pytest.mark.parametrize("kind", ["random", "crafted", "reduced"])
+def test_four_slots_together_write_the_targets_text(kind, heads, tiny_models):
+    """One head sequence a slot: each slot's greedy text is the target's alone (with four slots a
+    row's sums are those of a sequence in a stream of its own: llama/passes.py), at every K."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads[kind], parallel=4)) as engine:
+        expected = {}
+        for prompt in PROMPTS:
+            generation = engine.generate(request(prompt), use_draft=False)
+            "".join(generation)
+            expected[prompt] = generation.result.tokens
+        for k in (1, 2, 4, 8):
+            results, barrier = {}, threading.Barrier(len(PROMPTS))
+            threads = [threading.Thread(target=in_slot, args=(engine, p, k, barrier, results)) for p in PROMPTS]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(180)
+            assert results == expected, (kind, k)
+
+
+def test_grammar_penalties_and_lookup_beside_the_head(heads, tiny_models, baseline_engine):
+    """Structured output, a repeat penalty, and prompt lookup with the head (draft+ngram): each
+    greedy text is the target's alone."""
+    cases = {
+        "grammar": request(PROMPTS[1], grammar=grammar_for_json(), ignore_eos=False),
+        "penalty": request(
+            PROMPTS[2], sampling=SamplingSettings(temperature=0, penalties=Penalties(repeat_penalty=1.3))
+        ),
+        "lookup": request(LONG, speculation=SpeculationSettings(4, proposer=HYBRID)),
+    }
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
+        for name, req in cases.items():
+            got = answer(engine, req)
+            assert got.tokens == answer(baseline_engine, req).tokens, name
+            assert got.speculation.drafted_by_source, name
+        assert set(got.speculation.drafted_by_source) <= {HEAD, NGRAM}
+
+
+def test_the_memory_plan_counts_the_head_and_the_rows_its_target_captures(heads, tiny_models):
+    settings = engine_settings(head=heads["crafted"])
+    facts = pair_facts(tiny_models[0], None, settings)
+    assert facts.draft.architecture == "eagle3"
+    assert captured_rows_bytes(facts.draft) == 3 * tiny_models[0].info.embedding_length * 512 * 4
+    needs = model_needs(facts.draft, 2048)
+    assert needs.kv > 0 and needs.output_buffer > captured_rows_bytes(facts.draft)
+
+
+def test_a_head_and_a_draft_model_together_are_refused(heads, tiny_models):
+    with pytest.raises(InvalidSetting, match="a draft model and an EAGLE-3 head cannot both draft"):
+        Engine(tiny_models[0], tiny_models[1], engine_settings(head=heads["crafted"]))
+
+
+def test_auto_k_prices_the_heads_steps(heads, tiny_models, expected, monkeypatch):
+    """-k auto times a head's draft step (the calibration runs the head's decoder at the target's
+    boundary, each time the target's passes were cut back) and keeps the target's greedy text."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
+        steps = []
+        draft_step = engine.head.draft_step
+        monkeypatch.setattr(engine.head, "draft_step", lambda *args: steps.append(args[1]) or draft_step(*args))
+        engine.costs.calibrated(engine.costs.draft, 8)
+        assert len(steps) >= 5 and len(set(steps)) == 1  # every timed step at the same boundary
+        for prompt in PROMPTS[1:]:
+            assert answer(engine, request(prompt, None)).tokens == expected[prompt]
+
+
+def test_a_head_for_a_recurrent_target_is_refused(heads, tmp_path):
+    from ollama_spec.models.resolve import resolve_model
+    from tests.builders.recurrent import write_mamba_gguf
+
+    path = tmp_path / "mamba.gguf"
+    write_mamba_gguf(path)
+    with pytest.raises(InvalidSetting, match="recurrent or hybrid model: .* an EAGLE-3 head cannot draft for it"):
+        Engine(resolve_model(str(path)), None, engine_settings(head=heads["crafted"]))
+
+
+def test_a_head_for_another_target_is_refused_at_load(tiny_models, tiny_store, tmp_path):
+    """A head whose target layers lie past the target's, or made for another vocabulary: one line each."""
+    from ollama_spec.errors import ModelLoadError
+    from ollama_spec.models.resolve import resolve_model
+    from ollama_spec.synthetic.catalog import ALIEN_NAME
+    from ollama_spec.synthetic.eagle3_head import write_eagle3_head
+
+    path = tmp_path / "deep.gguf"
+    write_eagle3_head(path, tiny_models[0].path, "random", target_layers=(2, 16, 29))
+    with pytest.raises(ModelLoadError, match=r"reads target layers \[2, 16, 29\].*which has 4"):
+        Engine(tiny_models[0], None, engine_settings(head=path))
+    alien = tmp_path / "alien.gguf"
+    write_eagle3_head(alien, resolve_model(ALIEN_NAME, str(tiny_store)).path, "random", target_layers=(0, 0, 0))
+    with pytest.raises(ModelLoadError, match="has a vocabulary of 1024 tokens; its target's has 512"):
+        Engine(tiny_models[0], None, engine_settings(head=alien))

@@ -1,0 +1,129 @@
+"""The EAGLE-3 head beside a loaded target: the unbound calls found at run time (or one line naming the
+version that has them), the head's layers, a GGUF that is no head refused, and the head's cache
+following the target's passes and cuts."""
+
+import numpy as np
+import pytest
+from gguf import GGUFReader
+
+from ollama_spec.errors import ModelLoadError
+from ollama_spec.llama import head_calls
+from ollama_spec.llama.eagle3 import Eagle3Head
+from ollama_spec.llama.model import LoadedModel, LoadSettings
+from ollama_spec.synthetic.eagle3_head import write_eagle3_head
+from tests.builders.eagle3_heads import TARGET_LAYERS, build_heads
+
+
+@pytest.fixture(scope="module")
+def heads(tiny_models, tmp_path_factory):
+    return build_heads(tiny_models[0].path, tmp_path_factory.mktemp("heads"))
+
+
+@pytest.fixture
+def target(tiny_models):
+    with LoadedModel(tiny_models[0].path, LoadSettings(n_ctx=1024, n_threads=1)) as model:
+        yield model
+
+
+def test_the_calls_are_found_in_this_build():
+    calls = head_calls.head_calls()
+    assert calls.set_layer_inp is not None and calls.target_layer_ids_n is not None
+
+
+def test_a_build_without_the_calls_says_which_version_has_them(monkeypatch):
+    head_calls.head_calls.cache_clear()
+    monkeypatch.setattr(head_calls, "find_symbol", lambda *args: None)
+    try:
+        with pytest.raises(head_calls.MissingHeadCalls, match=r"lacks llama_set_embeddings_layer_inp.*>= 0\.3\.36"):
+            head_calls.head_calls()
+    finally:
+        head_calls.head_calls.cache_clear()
+
+
+def test_the_head_reads_the_layers_its_gguf_names(heads, target):
+    head = Eagle3Head(heads["random"], target)
+    try:
+        assert head.layers == TARGET_LAYERS and target.observer is head
+    finally:
+        head.close()
+    assert target.observer is None
+
+
+def test_a_model_that_is_no_head_is_refused(tiny_models, target):
+    with pytest.raises(ModelLoadError, match="is a llama model, not an EAGLE-3 head"):
+        Eagle3Head(tiny_models[1].path, target)
+
+
+def test_the_heads_cache_follows_the_targets_passes_and_cuts(heads, target):
+    head = Eagle3Head(heads["crafted"], target)
+    try:
+        prompt = target.tokenize("The quick brown fox jumps", add_bos=True, special=False)
+        target.eval(prompt)
+        state = head._state[0]
+        # pairs (t[P+1], g[P]) for every position but the last, whose g waits for the next token
+        assert state.end == len(prompt) - 1 and state.pending[0] == len(prompt) - 1
+        sequence = head.sequence(0)
+        logits = sequence.start(len(prompt), 42)
+        assert logits.shape == (target.n_vocab,)
+        sequence.step(int(logits.argmax()))
+        sequence.finish(len(prompt))
+        assert state.end == len(prompt)  # the pair that completed the boundary reads the target's token
+        target.eval([42, 7, 9])  # a verify pass of the boundary token and two drafts
+        target.truncate(len(prompt) + 2)  # the second draft rejected
+        assert state.end == len(prompt) + 1 and state.pending[0] == len(prompt) + 1
+        assert sequence.start(len(prompt) + 1, 3) is None  # the head waits at another boundary
+    finally:
+        head.close()
+
+
+def test_each_cached_position_pairs_the_next_token_with_its_g(tiny_models, target, tmp_path):
+    """The bag head's logits are S·codes·m/rms(m), m the mean of the codes of the tokens its cache
+    pairs at positions 0..P: after a prompt read in two passes and a draft step, exactly t[1..P+1]."""
+    path = tmp_path / "bag.gguf"
+    write_eagle3_head(path, tiny_models[0].path, "bag", target_layers=TARGET_LAYERS)
+    tensors = {t.name: np.array(t.data) for t in GGUFReader(path).tensors}
+    half = tensors["token_embd.weight"].shape[1] // 2
+    codes, output = tensors["token_embd.weight"][:, half:], tensors["output.weight"][:, half:]
+
+    def bag_logits(tokens):
+        m = codes[tokens].mean(axis=0)
+        return output @ (m / np.sqrt((m @ m) / (2 * half) + 1e-5))
+
+    head = Eagle3Head(path, target)
+    try:
+        prompt = target.tokenize("The quick brown fox jumps over the lazy dog", add_bos=True, special=False)
+        target.eval(prompt[:5])
+        target.eval(prompt[5:])  # the pair at the first pass's last position waits for this one's first token
+        logits = head.sequence(0).start(len(prompt), 42)
+        # position P holds t[P+1]; the draft step's own position reads 42 (V is cached as f16: 1e-3)
+        np.testing.assert_allclose(logits, bag_logits([*prompt[1:], 42]), atol=0.01)
+        assert np.abs(logits - bag_logits([*prompt[:-1], 42])).max() > 0.05  # shifted by one: another bag
+        head.sequence(0).finish(len(prompt))
+        target.eval([42, 7, 9])  # verified: 7 accepted, 9 rejected
+        target.truncate(len(prompt) + 2)
+        logits = head.sequence(0).start(len(prompt) + 2, 11)
+        np.testing.assert_allclose(logits, bag_logits([*prompt[1:], 42, 7, 11]), atol=0.01)
+    finally:
+        head.close()
+
+
+def test_each_g_is_encoded_from_its_own_positions_rows(tiny_models, tmp_path):
+    """With two sequences read in the same passes, each position's g is fc of that position's own
+    captured rows: here fc reads layer 0's input alone, the target's embedding of the token."""
+    path = tmp_path / "first-layer.gguf"
+    write_eagle3_head(path, tiny_models[0].path, "random", target_layers=TARGET_LAYERS, fc_first_layer_only=True)
+    fc = next(np.array(t.data) for t in GGUFReader(path).tensors if t.name == "fc.weight")
+    embd = next(np.array(t.data) for t in GGUFReader(tiny_models[0].path).tensors if t.name == "token_embd.weight")
+    with LoadedModel(tiny_models[0].path, LoadSettings(n_ctx=256, n_threads=1, n_seq=2)) as target:
+        head = Eagle3Head(path, target)
+        try:
+            texts = ["Once upon a time", "The quick brown fox jumps over the lazy dog"]  # the first padded
+            prompts = [target.tokenize(text, add_bos=True, special=False) for text in texts]
+            target.decode_many([(seq, prompt, 1) for seq, prompt in enumerate(prompts)])
+            for seq, prompt in enumerate(prompts):
+                first, rows = head._state[seq].rows
+                positions = range(first, len(prompt))
+                expected = embd[[prompt[p] for p in positions]] @ fc[:, : embd.shape[1]].T
+                np.testing.assert_allclose(rows, expected, rtol=1e-4, atol=1e-4)
+        finally:
+            head.close()
