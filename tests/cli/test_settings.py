@@ -1,5 +1,6 @@
 """cli/settings.py: parsed options (and where each came from) onto the core's settings, without click running."""
 
+import click
 import pytest
 from click.core import ParameterSource
 
@@ -87,6 +88,7 @@ PRESET = (
 def face_settings(face: str, flags: tuple[str, ...], preset, store) -> tuple:
     """(temperature, top_p, K, draft) as `face` resolves them from its command line, parsed by click as the
     command parses it, through the face's own code (nothing loads)."""
+    from ollama_spec.cli import cli
     from ollama_spec.cli.bench import bench
     from ollama_spec.cli.bench_server import served_k
     from ollama_spec.cli.chat import chat
@@ -98,8 +100,10 @@ def face_settings(face: str, flags: tuple[str, ...], preset, store) -> tuple:
     from ollama_spec.planning.devices import system_ram
 
     models = ("--models-dir", str(store))
+    # under the group's own context, as the CLI parses them (its -h: a command caches its help option)
+    parent = click.Context(cli, info_name="ollama-spec", **cli.context_settings)
     if face == "serve --preset":  # the whole store, the preset laid over the model it is FROM
-        ctx = serve.make_context("serve", ["--preset", str(preset), "--no-check", *flags, *models])
+        ctx = serve.make_context("serve", ["--preset", str(preset), "--no-check", *flags, *models], parent=parent)
         state = store_state(Options.of(ctx), str(store))
         try:
             pair = state.serving.pairs.plan("tiny-target", [system_ram(64)])
@@ -109,7 +113,7 @@ def face_settings(face: str, flags: tuple[str, ...], preset, store) -> tuple:
         return sampling.temperature, sampling.top_p, speculation.num_speculative_tokens, pair.draft.name
     command = {"generate": generate, "chat": chat, "serve": serve, "bench": bench}[face]
     args = ["tiny-target", "Hello"] if face == "generate" else ["tiny-target"]
-    ctx = command.make_context(face, [*args, "-f", str(preset), *flags, *models])
+    ctx = command.make_context(face, [*args, "-f", str(preset), *flags, *models], parent=parent)
     options = Options.of(ctx)
     target = apply_preset(resolve_model("tiny-target", str(store)), ctx.params["preset"])
     draft = resolve_draft(options["draft"], str(store), target).name
