@@ -69,6 +69,11 @@ class InferenceError(OllamaSpecError):
     """llama.cpp refused to evaluate a batch or to cut a cache back."""
 
 
+class Stopped(OllamaSpecError):
+    """A generation stopped before its end because its request was cancelled (its client left, its model
+    is being deleted, the server is stopping)."""
+
+
 class PullError(OllamaSpecError):
     """A pull failed: registry, daemon or Hugging Face unreachable or answering with an error."""
 
@@ -95,3 +100,41 @@ class NoHfRepo(OllamaSpecError):
 
 class VllmUnavailable(OllamaSpecError):
     """vLLM is not installed, or too old for speculative decoding with a draft model."""
+
+
+class InvalidRequest(OllamaSpecError):
+    """A request that cannot be served as asked; `param`: the field at fault, where there is one."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class PromptTooLong(InvalidRequest):
+    """A prompt (and the tokens asked for after it) past the context; `wanted`: the context that would
+    hold it, which a server may load the model again with."""
+
+    def __init__(self, message: str, wanted: int, param: str | None = None):
+        super().__init__(message, param)
+        self.wanted = wanted
+
+
+class BodyTooLarge(OllamaSpecError):
+    """A request body past the server's limit."""
+
+
+class ServerFault(OllamaSpecError):
+    """A valid request the server cannot serve: its store unreadable, no memory for the model, a generation
+    that failed."""
+
+
+class Busy(OllamaSpecError):
+    """The server cannot take the request now; `retry_after`: the seconds to wait before asking again."""
+
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class UpstreamUnreachable(OllamaSpecError):
+    """The Ollama daemon a request is forwarded to does not answer."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# -k auto on pairs it was not tuned on (issue #30's benchmark): each pair's target alone, auto and
+# -k auto on pairs it was not tuned on: each pair's target alone, auto and
 # fixed K=2,3,5,8, greedy, interleaved runs, in one `bench` process per pair; then the hybrid
 # (--draft MODEL --ngram) against draft-only and n-gram-only on the rewrite prompts, with the copy pair
 # (a target that repeats its input, and a draft that writes the rest) and the strong pair.

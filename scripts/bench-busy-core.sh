@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# -k auto beside the fixed Ks while another process keeps one core busy (issue #39: a policy that learns its
+# -k auto beside the fixed Ks while another process keeps one core busy (a policy that learns its
 # costs from the clock must not lock onto a noisy stretch). The in-process bench, its rows interleaved, with a
 # spinning process started before and stopped after, however the bench ends.
 #   scripts/bench-busy-core.sh BIN TARGET DRAFT [bench flags...]     (OLLAMA_MODELS as for bench)

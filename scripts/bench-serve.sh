@@ -6,7 +6,7 @@
 #   CLIENTS="1 4"   the client counts, each a run of the bench prompts by that many clients at once
 #   ROUNDS=1        rounds of ours then llama-server: this machine's speed drifts, a ratio per round holds
 #   LLAMA_SERVER    a llama-server binary: serves the same two GGUF blobs, --spec-type draft-simple
-#                   --spec-draft-n-max 6 -np 4 (issue #28's reference), after ours has stopped
+#                   --spec-draft-n-max 6 -np 4 (its best draft length on the demo pair), after ours has stopped
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
 #   CEILING         a results-concurrent.json of `bench --concurrency N --in-process`: each rate is also

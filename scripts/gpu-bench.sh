@@ -12,7 +12,7 @@
 # (`demo-store --nested`); (3) `check` against the real device; (4) both models loaded with full
 # offload, checked in llama.cpp's load log; (5) `bench`; (6) `serve --parallel 4` timed by 1 and 4
 # clients at once (scripts/bench-serve.sh), and with --llama-server llama.cpp's own server with the
-# same draft next (issue #28's comparison; built once, with llama-cpp-python's llama.cpp, into
+# same draft next (built once, with llama-cpp-python's llama.cpp, into
 # .gpu-work/native-BACKEND: a second compile of the CUDA kernels, so a command of its own).
 # Each step keeps its result under .gpu-work/, so a rerun on the same machine continues.
 # --no-build: use the llama-cpp-python $PYTHON already has. GPU_BENCH_ARGS replaces the bench flags;

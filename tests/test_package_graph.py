@@ -13,6 +13,8 @@ from functools import cache
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent / "ollama_spec"
 MAX_LINES = 450  # a module is split before it passes ~400 lines (docs/architecture.md)
 
@@ -122,6 +124,38 @@ def test_no_package_imports_itself_back_through_any_chain():
     graph = package_imports()
     cycle = _cycle(graph)
     assert not cycle, f"packages import each other in a circle: {_shown(cycle, graph)}"
+
+
+def room_of(module: str, package: str) -> str | None:
+    """The room of `package` that `module` is in: its sub-package or module right below the package
+    (`ollama_spec.server.core.state` -> `core` in `server`); None outside it, or for the package's own face."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == package else None
+
+
+def room_imports(package: str) -> dict[str, dict[str, str]]:
+    """room of `package` -> {room of it that it imports: one `file:line` that does}."""
+    graph: dict[str, dict[str, str]] = defaultdict(dict)
+    for module, targets in module_imports().items():
+        if (source := room_of(module, package)) is None:
+            continue
+        graph[source]
+        for target, line in targets.items():
+            if (room := room_of(target, package)) not in (None, source):
+                graph[source].setdefault(room, f"{_files()[module].relative_to(ROOT.parent)}:{line}")
+    return dict(graph)
+
+
+@pytest.mark.parametrize("package", ["server"])
+def test_no_room_inside_a_package_imports_another_back(package):
+    graph = room_imports(package)
+    cycle = _cycle(graph)
+    assert not cycle, f"rooms of {package}/ import each other in a circle: {_shown(cycle, graph)}"
+
+
+def test_a_circle_of_rooms_is_found():
+    graph = {"core": {"worker": "core/errors.py:1"}, "worker": {"core": "worker.py:2"}, "app": {"core": "app.py:3"}}
+    assert sorted(_cycle(graph)[:2]) == ["core", "worker"]
 
 
 def test_every_package_has_its_place_in_the_walk():

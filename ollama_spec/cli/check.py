@@ -28,6 +28,7 @@ from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.compat import require_compatible
 from ollama_spec.models.daemon import daemon_status, freeing_advice
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes
+from ollama_spec.models.heads import head_facts
 from ollama_spec.models.resolve import resolve_model
 from ollama_spec.models.usable import require_usable
 from ollama_spec.planning.memory import FULL_OFFLOAD, MemoryPlan, plan_memory
@@ -86,8 +87,11 @@ def check(
     for role, model in (("target", target_model), ("draft", draft_model)):
         if model is not None:
             require_usable(model.name, model.info, role, llama_cpp_knows)
+    head = head_facts(draft_model.info) if draft_model is not None else None
     if draft_model is not None:
         require_compatible(target_model.name, target_model.info, draft_model.name, draft_model.info)
+    if head is not None and not as_json:
+        click.echo(f"note: {draft_model.name} is an EAGLE-3 head: it {head.describe()}", err=True)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
     if (source := named_source(draft)) is not None:
         click.echo(f"note: --draft {source} loads no draft model: the plan is for the target alone", err=True)
@@ -121,6 +125,8 @@ def check(
         data["target"]["model"] = target_model.name
         if draft_model:
             data["draft"]["model"] = draft_model.name
+        if head is not None:
+            data["draft"]["eagle3_target_layers"] = list(head.target_layers or ())
         echo_json(data)
     else:
         models = [(m.name, m.info) for m in (target_model, draft_model) if m is not None]

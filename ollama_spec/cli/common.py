@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ollama_spec.models.store import Store
 
 PLAIN_EVERY_S = 3.0  # not a terminal: at most one line a step this often (its first always shows)
-TICK_S = 4.0  # a step the CLI waits on says how long it has taken this often (issue 42: never 15 s silent)
+TICK_S = 4.0  # a step the CLI waits on says how long it has taken this often (never 15 s silent)
 
 
 def open_store(models_dir: str | None) -> Store:

@@ -23,6 +23,8 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     (target file : draft file); about 1:20 to 1:50 is the useful range, and a draft over a tenth
     of the target's size rarely pays. `--draft auto` on generate, chat, bench, check and serve
     takes the row marked "auto", or, when TARGET's manifest carries a draft layer (Ollama's DRAFT), that draft.
+    An EAGLE-3 head made for TARGET (ollama-spec pull <head> --head-for TARGET) is listed with the target
+    layers it reads, and auto takes it before any draft model.
 
     \b
     Examples:
@@ -48,6 +50,7 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
                         "parameters": c.info.parameter_label,
                         "ratio": round(c.ratio, 2),
                         "note": c.note,
+                        "eagle3_head": c.is_head,
                         "auto": c is best,
                     }
                     for c in candidates

@@ -14,6 +14,7 @@ from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.compat import check_compatibility, llama3_metadata_fixes
 from ollama_spec.models.drafts import size_note
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes, read_model_info
+from ollama_spec.models.heads import HeadFacts, head_facts
 from ollama_spec.models.resolve import gguf_file, lora_adapter, resolve_model
 from ollama_spec.models.store import BrokenModel, StoredModel, blob_path, verify_blob
 from ollama_spec.models.usable import require_usable, usability_problems
@@ -249,7 +250,9 @@ def _verify_layers(stored: StoredModel) -> None:
 def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None:
     """Check that DRAFT can speculate for TARGET (same vocabulary rules as llama.cpp).
 
-    Exits 0 when the pair is usable, 1 with the reason when it is not.
+    DRAFT may be an EAGLE-3 head: then it also says which target layers the head reads, and refuses a
+    head made for another width, layer count or vocabulary. Exits 0 when the pair is usable, 1 with the
+    reason when it is not.
 
     \b
     Examples:
@@ -267,6 +270,7 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
             err=True,
         )
     verdict = check_compatibility(target_info, draft_info)
+    head = head_facts(draft_info)
     fixes = [
         f"{name}: {fix.description}"
         for name, info in ((target, target_info), (draft, draft_info))
@@ -279,6 +283,7 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
                 "draft": draft,
                 "compatible": verdict.ok,
                 "problems": list(verdict.problems),
+                "eagle3_head": _head_json(head),
                 "load_fixes": fixes,
             }
         )
@@ -291,9 +296,23 @@ def pair(target: str, draft: str, models_dir: str | None, as_json: bool) -> None
         f"{draft} can draft for {target}: same {target_info.vocab_type} vocabulary "
         f"({target_info.vocab_size} vs {draft_info.vocab_size} tokens), same BOS/EOS"
     )
-    click.echo(_size_line(target_info.tensor_bytes / max(draft_info.tensor_bytes, 1)))
+    if head is not None:
+        click.echo(f"{draft} is an EAGLE-3 head made for {target}'s shape: it {head.describe()}")
+    else:
+        click.echo(_size_line(target_info.tensor_bytes / max(draft_info.tensor_bytes, 1)))
     for fix in fixes:
         click.echo(f"load fix: {fix}")
+
+
+def _head_json(head: HeadFacts | None) -> dict | None:
+    if head is None:
+        return None
+    return {
+        "target_layers": list(head.target_layers) if head.target_layers is not None else None,
+        "target_hidden_size": head.target_hidden_size,
+        "draft_vocab_size": head.draft_vocab_size,
+        "d2t": head.has_d2t,
+    }
 
 
 def _size_line(ratio: float) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ollama_spec.cli.options import json_option, models_dir_option_with
-from ollama_spec.pull import VIAS, PullSettings, make_reporter, pull_models
+from ollama_spec.pull import VIAS, PullSettings, make_reporter, pull_head_model, pull_models
 from ollama_spec.pull.settings import DEFAULT_CONCURRENCY
 
 
@@ -32,6 +32,15 @@ from ollama_spec.pull.settings import DEFAULT_CONCURRENCY
 )
 # OLLAMA_HOST is read by PullSettings, trimmed of spaces and quotes as Ollama does (not raw, as envvar= would)
 @click.option("--host", "ollama_host", default=None, help="Ollama daemon [env: OLLAMA_HOST].")
+@click.option(
+    "--head-for",
+    "head_for",
+    metavar="TARGET",
+    default=None,
+    help="MODEL is an EAGLE-3 head checkpoint (hf.co/<user>/<repo> or a folder with config.json and "
+    "safetensors or pytorch_model.bin) made for TARGET, a model in the store: convert it to GGUF and store it.",
+)
+@click.option("--name", "store_name", default=None, help="With --head-for: the name to store the head as.")
 @json_option
 def pull(
     models: tuple[str, ...],
@@ -40,6 +49,8 @@ def pull(
     concurrency: int,
     models_dir: str | None,
     ollama_host: str | None,
+    head_for: str | None,
+    store_name: str | None,
     as_json: bool,
 ) -> None:
     """Pull MODELS into Ollama's store, exactly as 'ollama pull' lays them out.
@@ -57,11 +68,30 @@ def pull(
       ollama-spec pull hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q8_0
       ollama-spec pull --via registry --models-dir /data/ollama qwen2.5-coder:7b
       ollama-spec pull --insecure localhost:5000/library/mymodel:latest --json
+      ollama-spec pull hf.co/yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --head-for llama3.1:8b
+      ollama-spec pull ./my-eagle3-head --head-for llama3.1:8b --name llama3.1-eagle3:8b
+
+    With --head-for TARGET, MODEL is an EAGLE-3 draft head's checkpoint (EAGLE's own layout or vLLM
+    speculators'), from the Hugging Face Hub or a folder: it is converted to GGUF without torch, checked
+    against TARGET (its width, layers and vocabulary) and loaded once by llama.cpp, then stored beside
+    TARGET like any pulled model. Use it with --draft NAME (or --draft auto, which prefers it).
     """
     settings = PullSettings(via=via, insecure=insecure, concurrency=concurrency, ollama_host=ollama_host)
+    if store_name and not head_for:
+        raise click.UsageError("--name goes with --head-for")
+    if head_for and len(models) != 1:
+        raise click.UsageError("--head-for converts one head at a time: name one MODEL")
     reporter = make_reporter(as_json)
     try:
-        taken = pull_models(models, settings, reporter, models_dir)
+        if head_for:
+            from ollama_spec.llama.probe import probe_model  # llama.cpp loads the converted head once
+
+            name = pull_head_model(
+                models[0], head_for, settings, reporter, models_dir, name=store_name, verify=probe_model
+            )
+            taken = [(name, "conversion")]
+        else:
+            taken = pull_models(models, settings, reporter, models_dir)
     except KeyboardInterrupt:
         click.echo(
             "pull interrupted; finished blobs and partial downloads are kept: run the same pull to resume", err=True

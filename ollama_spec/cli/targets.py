@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ollama_spec.engine.pairing import STORED, choose_draft
+from ollama_spec.models.heads import head_facts
 from ollama_spec.models.modelfile import Modelfile
 from ollama_spec.models.presets import lay_preset
 from ollama_spec.models.resolve import ResolvedModel
@@ -23,9 +24,14 @@ def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedMod
     if choice.how == STORED:
         click.echo(f"note: drafting with the draft stored in {target.name}'s manifest", err=True)
     elif choice.pick is not None:
-        pick = choice.pick
-        note = f"; {pick.note}" if pick.note else ""
-        click.echo(f"draft: {pick.name} (auto: 1:{pick.ratio:.0f} of the target's size{note})", err=True)
+        pick, facts = choice.pick, head_facts(choice.pick.info)
+        if facts is not None and pick.made_for_target:
+            click.echo(
+                f"draft: {pick.name} (auto: the EAGLE-3 head made for this target; it {facts.describe()})", err=True
+            )
+        else:
+            note = f"; {pick.note}" if pick.note else ""
+            click.echo(f"draft: {pick.name} (auto: 1:{pick.ratio:.0f} of the target's size{note})", err=True)
     return choice.model
 
 

@@ -53,10 +53,10 @@ PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to ke
 PROBE_MAX_EVERY = 256
 # Where no acceptance at all would make drafting pay at the costs seen (every draft accepted, and still
 # under DRAFT_GAIN_MARGIN: a compute-bound CPU verifying a quantized target), probes can learn nothing
-# that changes K: only this rarely one still runs, to time a draft step and a batch of 2 again. On the
-# quantized pair its 8 probes in 950 steps had cost 2.5 % of the target's time. Only once the probes
-# have backed off to PROBE_MAX_EVERY, each timed as not paying: costs calibrated or saved too dear (a
-# busy moment) are relearned by probes that pay, as before.
+# that changes K: only this rarely one still runs, to time a draft step and a batch of 2 again (on the
+# quantized pair, 8 probes in 950 steps cost 2.5 % of the target's time). Only once the probes have
+# backed off to PROBE_MAX_EVERY, each timed as not paying, so that costs calibrated or saved too dear
+# (a busy moment) are still relearned by probes that pay.
 PROBE_CEILING_EVERY = 1024
 # What a probe asks, as KPolicy.probing says it to the proposer. Where some acceptance would make
 # drafting pay, whether the draft's acceptance is back: its guess must come from the whole text
@@ -66,8 +66,8 @@ PROBE_ACCEPTANCE = "acceptance"
 PROBE_COSTS = "costs"
 # Drafting is chosen only where the model says it beats the target alone by this much: the modelled
 # gain of a barely-paying pair is within the model's error (per-step overheads, the draft's first step
-# reading two tokens), and there it lost. On the weak pair (α ≈ 0.5) the model said K=1 gives 1.04x;
-# measured, every fixed K was 0.46-0.81x of the target alone, and auto 0.82x.
+# reading two tokens), and there drafting loses. On the weak pair (α ≈ 0.5) the model says K=1 gives
+# 1.04x; measured, every fixed K is 0.46-0.81x of the target alone.
 DRAFT_GAIN_MARGIN = 0.1
 # A lookup at K=0 costs no draft step, only a longer verify batch, and its acceptance is learned from
 # this text's own matches (those it proposed and those it left): it is taken for a smaller gain.
@@ -332,15 +332,15 @@ class AutoK:
         if self.probing:
             # A probe that paid for itself (its tokens, at the target alone's step cost, against its
             # draft catch-up and verify batch) says the costs or α may be off: halve the wait for the
-            # next. One that did not: wait twice as long. (Back to every 8th step at once, as before,
-            # a pair with α ≈ 0.5, where half the probes pay by chance, kept probing 8 % of its steps,
-            # each a loss: 1.5 tokens for the price of 1.7.)
+            # next. One that did not: wait twice as long. (Going back to every 8th step at once, a pair
+            # with α ≈ 0.5, where half the probes pay by chance, probes 8 % of its steps, each a loss:
+            # 1.5 tokens for the price of 1.7.)
             paid = (accepted + 1) * self.costs.verify_s[0] >= draft_s + verify_s
             wait = max(PROBE_EVERY, self._probe_every // 2) if paid else 2 * self._probe_every
             self._probe_every = min(wait, PROBE_MAX_EVERY)
             # and one that paid is followed by another at once, until one does not pay or α says
             # draft: each costs less than the target alone would, and waiting 8 steps between them
-            # kept K at 0 for ~40 steps after a quote the draft could not follow (the copy pair)
+            # keeps K at 0 for ~40 steps after a quote the draft could not follow (the copy pair)
             self._probe_paid = paid
         elif drafted:
             self._probe_every, self._probe_paid = PROBE_EVERY, False
@@ -355,8 +355,8 @@ class AutoK:
             measured = blend(draft_step, draft_s / max(self._draft_steps, drafted))
             # A probe's draft time is mostly the catch-up on what K=0 skipped: it may only say the draft
             # step is cheaper than thought. Only drafting steps relearn it otherwise, so a draft step
-            # learned far too dear (a busy spell, an earlier run's cache) would keep K at 0 for good:
-            # that kept the weak pair at K=0, 0.66x of K=8.
+            # learned far too dear (a busy spell, an earlier run's cache) would keep K at 0 for good
+            # (on the weak pair, 0.66x of K=8).
             draft_step = min(draft_step, measured) if self.probing else measured
             verify = self._learn_verify(drafted, verify_s)
         else:

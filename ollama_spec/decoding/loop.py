@@ -130,7 +130,7 @@ class SpeculationStats:
         """The answer kept `kept` of the `generated` tokens: it ended inside the last step (max_tokens,
         a stop, the end of turn, itself not kept). That step's drafts for places past the answer's last
         token are not counted, accepted or not, so that accepted <= kept and the counts describe the
-        answer (before, a 24-token answer could report 28 accepted)."""
+        answer (counting them, a 24-token answer could report 28 accepted)."""
         n_drafted, n_accepted, source = self.last_step
         in_answer = max(0, n_accepted + 1 - (self.generated - kept))  # the last step's tokens kept
         drafted, accepted = min(n_drafted, in_answer), min(n_accepted, in_answer)

@@ -216,8 +216,8 @@ class NgramProposer(Proposer):
         found = self.find(seq, k)
         offered = self.worth_verifying(len(found))[0]
         # Before its first lookup of this size is settled only the prior speaks for it: one is verified
-        # wherever a token is expected, as a draft probe would be. Priced at once, SmolLM2 quoting lost
-        # the first span of each answer while the lookups it left were settled (1.12-1.14x, not 1.19-1.24x).
+        # wherever a token is expected, as a draft probe would be. Priced at once, SmolLM2 quoting loses
+        # the first span of each answer while the lookups it left are settled (1.12-1.14x, not 1.19-1.24x).
         priced = worth if self._settled[max(self.matched, 1)] else worth_a_token
         n = priced(self.alphas(offered)) if found else 0
         self.note(seq, n)

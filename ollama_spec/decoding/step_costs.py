@@ -150,8 +150,8 @@ class VerifyLine:
 
 # One step's time may be far off its kind's (a pause of the process, another program's burst on a
 # shared CPU): it moves the learned cost by at most this factor of what was expected. Unbounded, one
-# 130 ms pause once made the target alone look 60x dearer than it was, and since only K=0 steps
-# relearn that cost, K=0 was never chosen again (and the cost was saved for the next run).
+# 130 ms pause can make the target alone look 60x dearer than it is, and since only K=0 steps
+# relearn that cost, K=0 would never be chosen again (and the cost would be saved for the next run).
 OUTLIER_FACTOR = 2.0
 
 

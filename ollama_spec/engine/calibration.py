@@ -31,8 +31,8 @@ CALIBRATION_DEPTH = 256  # tokens already in the cache when steps are timed: a t
 # Every batch size up to this one is timed (every K that -k auto may choose by default); past it,
 # for a larger --max-speculative-tokens, every few sizes, with the sizes between interpolated. Each
 # size is timed, not drawn from a curve: llama.cpp's kernels have bumps (on a 2-core CPU a batch of
-# 9 costs less than one of 8), and a K chosen from an extrapolated cost was where auto lost most
-# (K=16 chosen where the measured speed peaked at K=5).
+# 9 costs less than one of 8), and a K chosen from an extrapolated cost can be far off (K=16 where
+# the measured speed peaks at K=5).
 DENSE_UP_TO = 17
 SPARSE_STEP = 4
 

@@ -23,7 +23,7 @@ CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun se
 # A learned verify batch this many times dearer than the calibration's is not a cost of the pair's.
 LEARNED_AT_MOST = 2.0
 # A calibration says how far it is this often: the demo pair's 90 timed steps take 10 s on an idle
-# 2-core VM and 3 minutes on a loaded one, where a user must tell it from a hang (issue 42). Each note
+# 2-core VM and 3 minutes on a loaded one, where a user must tell it from a hang. Each note
 # is made between steps, outside their timing.
 NOTICE_EVERY_S = 4.0
 

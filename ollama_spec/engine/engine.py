@@ -80,6 +80,16 @@ def slot_choices(target: ResolvedModel, settings: EngineSettings) -> list[int]:
     return [settings.parallel] if settings.parallel else list(range(AUTO_PARALLEL, 0, -1))
 
 
+def as_head(draft: ResolvedModel | None, settings: EngineSettings) -> tuple[ResolvedModel | None, EngineSettings]:
+    """A draft whose GGUF is an EAGLE-3 head (named by --draft, --pair, a preset's DRAFT or auto) drafts as the
+    head (EngineSettings.head), not as a draft model: the draft model to load, and the settings."""
+    if draft is None or not draft.info.is_eagle3_head:
+        return draft, settings
+    if settings.head is not None:
+        raise InvalidSetting(f"{draft.name} is an EAGLE-3 head and another head is set: choose one")
+    return None, replace(settings, head=draft.path)
+
+
 def pair_facts(
     target: ResolvedModel,
     draft: ResolvedModel | None,
@@ -132,6 +142,8 @@ class Engine:
         if draft is not None:
             require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
             require_compatible(target.name, target.info, draft.name, draft.info)
+        draft, settings = as_head(draft, settings)
+        self.settings = settings
         target_gpu_layers = settings.target_gpu_layers
         self.repack = decide_repack(settings.repack)
         self.placement = settings.placement
@@ -334,9 +346,11 @@ class Engine:
         """A grammar over the target's vocabulary; InvalidSetting when llama.cpp cannot parse it."""
         return Grammar.for_model(self.target, gbnf)
 
-    def generate(self, request: Request, *, use_draft: bool = True, slot: int = 0) -> Generation:
+    def generate(
+        self, request: Request, *, use_draft: bool = True, slot: int = 0, stop: Callable[[], bool] | None = None
+    ) -> Generation:
         """Stream the answer in sequence `slot` of both models (see run_in_slot); `use_draft=False`
-        runs the loaded target alone (the baseline)."""
+        runs the loaded target alone (the baseline); `stop`: whether the request was cancelled."""
         return Generation(
             self.target if self.slots == 1 else self.target.sequence(slot),
             request,
@@ -344,4 +358,5 @@ class Engine:
             end_of_turn=self.is_end_of_turn,
             proposer=self.proposer(request.speculation, slot) if use_draft else None,
             costs=self.costs,
+            stop=stop,
         )

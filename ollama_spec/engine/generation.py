@@ -21,7 +21,8 @@ class Generation:
     """Iterate for text pieces as they are accepted; `result` holds tokens, reason and stats.
 
     `prompt` builds the prompt's tokens when iteration starts; without a `proposer` the target
-    runs alone. `end_of_turn` says which tokens end the answer."""
+    runs alone. `end_of_turn` says which tokens end the answer; `stop`, whether its request was cancelled
+    (then a step waiting for its output grammar raises Stopped)."""
 
     def __init__(
         self,
@@ -32,9 +33,11 @@ class Generation:
         end_of_turn: Callable[[int], bool],
         proposer: Proposer | None,
         costs: LearnedCosts,
+        stop: Callable[[], bool] | None = None,
     ):
         self.target, self.request, self.prompt = target, request, prompt
         self.end_of_turn, self.proposer, self.costs = end_of_turn, proposer, costs
+        self.stop = stop  # whether the request was cancelled: a long grammar check stops waiting then
         self.result = Result(warnings=list(request.warnings))
         if request.trace_batches:
             self.result.speculation.batches = []
@@ -60,7 +63,7 @@ class Generation:
             )
         stream = TextStream(request.stop)
         policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
-        grammar = Grammar.for_model(target, request.grammar) if request.grammar else None
+        grammar = Grammar.for_model(target, request.grammar, self.stop) if request.grammar else None
         tokens = generate_tokens(
             target,
             proposer,

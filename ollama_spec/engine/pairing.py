@@ -74,6 +74,10 @@ def _auto(target: ResolvedModel, store: Store, *, strict: bool) -> DraftChoice:
             require_compatible(target.name, target.info, draft.name, draft.info)
         except OllamaSpecError as exc:
             return DraftChoice(None, None, ALONE, f"the target alone: {one_line(str(exc))}")
+    if pick.made_for_target:
+        return DraftChoice(
+            draft, None, AUTO_PICK, f"the store's EAGLE-3 head made for it: {draft.name} ({pick.note})", pick
+        )
     note = f"; {pick.note}" if pick.note else ""
     why = f"the store's best compatible draft: {draft.name} (1:{pick.ratio:.0f} of its size{note})"
     return DraftChoice(draft, None, AUTO_PICK, why, pick)

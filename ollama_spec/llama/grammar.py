@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import ctypes
 import json
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import llama_cpp
 import numpy as np
 
 from ollama_spec.errors import InvalidSetting
+from ollama_spec.llama.grammar_calls import GrammarCalls, grammar_vocab
 from ollama_spec.llama.grammar_limits import check_gbnf, check_schema
 from ollama_spec.llama.json_schema import JSON_OBJECT_GBNF, json_schema_to_gbnf
 from ollama_spec.llama.log import last_error, log_mark
+from ollama_spec.llama.sequences import SequenceView
 
 # llama_token_data, as numpy sees it: the whole vocabulary is handed to the grammar in one call.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)], align=True)
@@ -55,20 +59,37 @@ def new_grammar_sampler(vocab: Any, gbnf: str) -> Any:
 
 
 class Grammar:
-    """A llama.cpp grammar over a model's vocabulary, in the state after the tokens it has accepted."""
+    """A llama.cpp grammar over a model's vocabulary, in the state after the tokens it has accepted.
 
-    def __init__(self, vocab: Any, gbnf: str | None = None, *, _sampler: Any = None):
-        self._vocab, self._sampler = vocab, None
+    Its llama.cpp calls run on `calls` (grammar_calls.GrammarCalls, shared with its copies): one check
+    may take minutes for some grammars, and the generation must be able to stop waiting for it."""
+
+    def __init__(
+        self,
+        vocab: Any,
+        gbnf: str | None = None,
+        *,
+        calls: GrammarCalls | None = None,
+        _sampler: Any = None,
+        _owner: Any = None,
+    ):
+        self._vocab, self._sampler, self._owner = vocab, None, _owner  # _owner: what keeps `vocab` alive
+        self._owns_calls = _sampler is None  # a copy shares its original's calls, which end with it
+        self._calls = calls if calls is not None else GrammarCalls()
         self._sampler = _sampler if _sampler is not None else new_grammar_sampler(vocab, gbnf)
 
     @classmethod
-    def for_model(cls, model: Any, gbnf: str) -> Grammar:
-        """The grammar over a loaded model's vocabulary (runtime.LoadedModel)."""
-        return cls(model.vocab, gbnf)
+    def for_model(cls, model: Any, gbnf: str, stop: Callable[[], bool] | None = None) -> Grammar:
+        """The grammar over a loaded model's vocabulary (model.LoadedModel, or a sequence of one), read from
+        a vocabulary of its own (grammar_calls.grammar_vocab), so that a check still running after its
+        request ended never reads a model that was unloaded. `stop`: whether the request was cancelled."""
+        owner = grammar_vocab(model.model if isinstance(model, SequenceView) else model)
+        return cls(owner.vocab, gbnf, calls=GrammarCalls(stop), _owner=owner)
 
     def copy(self) -> Grammar:
         """An independent copy in the same state (the draft drafts under one)."""
-        return Grammar(self._vocab, _sampler=llama_cpp.llama_sampler_clone(self._sampler))
+        sampler = self._calls.call(partial(llama_cpp.llama_sampler_clone, self._sampler))
+        return Grammar(self._vocab, calls=self._calls, _sampler=sampler, _owner=self._owner)
 
     def allows(self, token: int) -> bool:
         data = np.zeros(1, dtype=_TOKEN_DATA)
@@ -98,12 +119,15 @@ class Grammar:
 
     def accept(self, token: int) -> None:
         """Advance past `token`, which must be allowed (llama.cpp aborts on a forbidden one)."""
-        llama_cpp.llama_sampler_accept(self._sampler, token)
+        self._calls.call(partial(llama_cpp.llama_sampler_accept, self._sampler, token))
 
     def close(self) -> None:
-        if self._sampler:
-            llama_cpp.llama_sampler_free(self._sampler)
-            self._sampler = None
+        """Free the sampler once no call uses it any more (the copies' calls end with the grammar's own)."""
+        sampler, owner, self._sampler = self._sampler, self._owner, None
+        if sampler:
+            self._calls.later(partial(_free, sampler, owner))
+        if self._owns_calls:
+            self._calls.end()
 
     def __del__(self) -> None:
         self.close()
@@ -115,4 +139,14 @@ class Grammar:
             selected=-1,
             sorted=False,
         )
-        llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
+        # `data` and `array` stay alive with the call, which may outlive this frame
+        self._calls.call(partial(_apply, self._sampler, data, array))
+
+
+def _apply(sampler: Any, data: np.ndarray, array: Any) -> None:
+    llama_cpp.llama_sampler_apply(sampler, ctypes.byref(array))
+
+
+def _free(sampler: Any, owner: Any) -> None:
+    """Free `sampler`; `owner` (its vocabulary's) is held until then."""
+    llama_cpp.llama_sampler_free(sampler)

@@ -126,7 +126,7 @@ class LoadedModel:
         ctx_params = llama_cpp.llama_context_default_params()
         # room for every sequence's n_ctx tokens; with isolated rows each in a stream of its own
         # (llama-server's -np N): in one unified cache a sequence's cells land wherever others left
-        # room, and its rows' sums then depend on what other requests ran (issue #45)
+        # room, and its rows' sums then depend on what other requests ran
         ctx_params.n_ctx = settings.n_ctx * settings.n_seq
         ctx_params.n_batch = settings.n_batch
         ctx_params.n_ubatch = settings.n_batch

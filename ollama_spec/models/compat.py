@@ -3,7 +3,9 @@
 The rules are llama.cpp's `common_speculative_are_compatible` (common/speculative.cpp): same
 vocabulary type, same add-BOS/add-EOS flags and ids, vocab sizes within 128 of each other, and
 identical token text from id 5 up to the smaller vocabulary. We report every difference found,
-and one more limit of our own loop: recurrent and hybrid models cannot roll their cache back.
+and one more limit of our own loop: recurrent and hybrid models cannot roll their cache back. An EAGLE-3
+head is held to the same vocabulary rules and to those of models/heads (the target's width, depth and
+vocabulary it was made for).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from ollama_spec.errors import IncompatibleDraft
 from ollama_spec.models.architectures import has_recurrent_state, is_recurrent
 from ollama_spec.models.gguf_info import ModelInfo
+from ollama_spec.models.heads import head_problems, is_head
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 FIRST_CHECKED_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID
@@ -37,6 +40,9 @@ def check_compatibility(target: ModelInfo, draft: ModelInfo) -> Compatibility:
         for role, info in (("target", target), ("draft", draft))
         if has_recurrent_state(info.architecture)
     ]
+    if is_head(target):
+        problems.append("the target is an EAGLE-3 head, which drafts for a target and cannot be one")
+    problems += head_problems(target, draft)
     if target.vocab_type != draft.vocab_type:
         problems.append(f"vocabulary types differ: '{target.vocab_type}' in target, '{draft.vocab_type}' in draft")
     if bool(target.add_bos) != bool(draft.add_bos) or (target.add_bos and target.bos_id != draft.bos_id):

@@ -111,6 +111,11 @@ class ModelInfo:
         return self.tokens[token_id]
 
     @property
+    def is_eagle3_head(self) -> bool:
+        """An EAGLE-3 draft head (models/heads has what it reads and the rules its target must meet)."""
+        return self.architecture == "eagle3"
+
+    @property
     def sliding_window(self) -> int | None:
         """Tokens the window layers of a sliding-window model (Gemma, gpt-oss) attend over, as the header says."""
         window = self.metadata.get(f"{self.architecture}.attention.sliding_window")

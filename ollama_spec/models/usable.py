@@ -15,6 +15,7 @@ from collections.abc import Callable
 from ollama_spec.errors import UnusableModel
 from ollama_spec.models.gguf_header import MAX_LAYERS, shown
 from ollama_spec.models.gguf_info import ModelInfo
+from ollama_spec.models.heads import is_head
 
 # Ollama's own converter writes a multimodal model (gemma3, mistral-small3.1, qwen2.5vl, llama4)
 # as one file, its vision or audio tower beside the text model; llama.cpp loads only text-model
@@ -65,5 +66,7 @@ def usability_problems(info: ModelInfo, knows: Callable[[str], bool]) -> tuple[s
 def require_usable(name: str, info: ModelInfo, role: str, knows: Callable[[str], bool]) -> None:
     """Raise UnusableModel naming `name` and everything it lacks to run as `role` (target, draft)."""
     problems = usability_problems(info, knows)
+    if role == "target" and is_head(info):
+        problems += ("an EAGLE-3 head's single layer, which drafts for a target (name it with --draft)",)
     if problems:
         raise UnusableModel(f"{name} cannot be the {role}: it has " + ", ".join(problems))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from ollama_spec.errors import InsufficientMemory, InvalidSetting
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes
+from ollama_spec.models.heads import is_head
 from ollama_spec.planning.devices import CPU_PLAN_NOTE, Device
 from ollama_spec.planning.kv_cache import CTX_PAD, KV_TYPES, check_cache_shape, kv_type_problem
 from ollama_spec.planning.needs import ModelNeeds, model_needs
@@ -183,7 +184,7 @@ def plan_memory(
         f"--ctx {n_ctx} is larger than {m.name or m.path.name}'s trained context ({m.context_length} tokens); "
         "output quality may drop past it"
         for m in models
-        if m.context_length and n_ctx > m.context_length
+        if m.context_length and n_ctx > m.context_length and not is_head(m)  # a head's only risk is acceptance
     ]
     features = features if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU

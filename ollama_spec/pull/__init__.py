@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ollama_spec.config import ollama_var
 from ollama_spec.errors import InvalidSetting, ModelNotFound, OllamaSpecError, StoreNotFound
@@ -19,7 +20,7 @@ from ollama_spec.pull.registry import pull_from_registry
 from ollama_spec.pull.settings import VIAS, PullSettings
 from ollama_spec.pull.writer import StoreWriter, writable_store_root
 
-__all__ = ["VIAS", "PullEvent", "PullSettings", "choose_via", "make_reporter", "pull_models"]
+__all__ = ["VIAS", "PullEvent", "PullSettings", "choose_via", "make_reporter", "pull_head_model", "pull_models"]
 
 
 def choose_via(ref: ModelRef, settings: PullSettings, daemon_up: Callable[[], bool]) -> str:
@@ -85,6 +86,26 @@ def pull_models(
             pull(ref, writer, settings, report, threading.Event())
         taken.append((ref.display, via))
     return taken
+
+
+def pull_head_model(
+    source: str,
+    target: str,
+    settings: PullSettings,
+    report: Callable[[PullEvent], None],
+    models_dir: str | None = None,
+    *,
+    name: str | None = None,
+    verify: Callable[[Path], object] | None = None,
+) -> str:
+    """Convert the EAGLE-3 head at `source` (hf.co/<user>/<repo> or a folder) for `target` into the store that
+    holds `target`, straight (the daemon cannot convert); return the name it is stored as."""
+    if settings.via == "ollama":
+        raise InvalidSetting("--head-for converts the head here and writes the store itself: drop --via ollama")
+    from ollama_spec.pull.head_pull import pull_head  # numpy and gguf: only when converting
+
+    writer = StoreWriter(writable_store_root(models_dir))
+    return pull_head(source, target, writer, settings, report, threading.Event(), name=name, verify=verify)
 
 
 def _warn_unless_readable(ref: ModelRef, host: str, report: Callable[[PullEvent], None]) -> None:

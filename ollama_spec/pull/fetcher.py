@@ -35,7 +35,7 @@ def fetch_and_write(
     The blobs found present were checked without a lock; a delete of a model sharing one may remove it
     before the manifest is written, which `write_manifest` sees under the locks: those are fetched again."""
     for attempt in range(REFETCHES + 1):
-        downloads = _fetch_all(client, urls, writer, settings, ref, report, cancel)
+        downloads = fetch_all(client, urls, writer, settings, ref, report, cancel)
         data = manifest(downloads)
         report(PullEvent(ref.display, "writing manifest"))
         try:
@@ -47,7 +47,7 @@ def fetch_and_write(
             report(PullEvent(ref.display, f"{gone}: fetching again"))
 
 
-def _fetch_all(
+def fetch_all(
     client: httpx.Client,
     urls: Mapping[Blob, str],
     writer: StoreWriter,

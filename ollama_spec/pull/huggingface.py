@@ -158,7 +158,7 @@ def pull_from_huggingface(
     repo_id = f"{ref.namespace}/{ref.model}"
     endpoint = hf_endpoint()
     report(PullEvent(ref.display, "pulling manifest"))
-    revision, files = _list_repo(repo_id, endpoint)
+    revision, files = list_repo(repo_id, endpoint)
     gguf = select_gguf(repo_id, files, ref.tag)
     model = Blob(f"sha256:{gguf.sha256}", gguf.size)
     projector_file = select_projector(files)
@@ -168,7 +168,7 @@ def pull_from_huggingface(
     with http_client() as client:
         client.headers.update(build_hf_headers())  # a token, when the user has one (gated repos)
         extras = [
-            (kind, _small_file(client, hf_hub_url(repo_id, kind, revision=revision, endpoint=endpoint), kind))
+            (kind, small_file(client, hf_hub_url(repo_id, kind, revision=revision, endpoint=endpoint), kind))
             for kind in EXTRA_LAYERS
             if any(f.name == kind for f in files)
         ]
@@ -211,7 +211,7 @@ def pull_from_huggingface(
     report(PullEvent(ref.display, "success"))
 
 
-def _list_repo(repo_id: str, endpoint: str) -> tuple[str | None, list[RepoFile]]:
+def list_repo(repo_id: str, endpoint: str) -> tuple[str | None, list[RepoFile]]:
     try:
         info = HfApi(endpoint=endpoint).model_info(repo_id, files_metadata=True)
     except (RepositoryNotFoundError, RevisionNotFoundError):
@@ -229,7 +229,7 @@ def _list_repo(repo_id: str, endpoint: str) -> tuple[str | None, list[RepoFile]]
     return info.sha, files
 
 
-def _small_file(client: httpx.Client, url: str, kind: str) -> bytes:
+def small_file(client: httpx.Client, url: str, kind: str) -> bytes:
     with http_errors(url, "Hugging Face"):
         response = client.get(url)
     if response.status_code >= 400:

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ollama_spec import __version__
+from ollama_spec.errors import OllamaSpecError
 from ollama_spec.server.bodies import CheckedBodies, JsonBodies
 from ollama_spec.server.browsers import BrowserGuard, is_loopback_bind, origin_pattern
 from ollama_spec.server.core.errors import ApiError, error_response
@@ -50,7 +51,8 @@ def create_app(state: ServerState) -> FastAPI:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.exception_handler(ApiError)
-    async def api_error(request: HTTPRequest, exc: ApiError) -> JSONResponse:
+    @app.exception_handler(OllamaSpecError)  # the core's typed errors, each by its class
+    async def api_error(request: HTTPRequest, exc: Exception) -> JSONResponse:
         return error_response(request.url.path, exc)
 
     @app.exception_handler(RequestValidationError)

@@ -17,21 +17,19 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ollama_spec.server.core.errors import ApiError, error_response
+from ollama_spec.errors import BodyTooLarge, InvalidRequest
+from ollama_spec.server.core.errors import error_response
+from ollama_spec.server.core.protocol import MAX_NESTING, nesting
 
-MAX_NESTING = 100
 MAX_DIGITS = 4300  # Python's own limit for reading an integer (sys.int_max_str_digits), said in our words
 # A surrogate can reach JSON text only as a \uD800-\uDFFF escape once the bytes are strict UTF-8.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads joins a proper pair into one character
 # A body's bytes as the shape of its numbers: digits as 1, e and E as e, signs as s, anything else a space.
 _NUMBER_SHAPE = bytes(49 if 48 <= i <= 57 else 101 if i in b"eE" else 115 if i in b"+-" else 32 for i in range(256))
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
-_NOT_BRACKETS = bytes(i for i in range(256) if i not in b"[]{}")
 _TOO_DEEP = f"the request body nests arrays and objects more than {MAX_NESTING} deep"
 
 
@@ -77,13 +75,6 @@ def _long_number(body: bytes) -> bool:
     (a string that looks like one counts too): a search of its bytes, far quicker than a regex."""
     shape = body.translate(_NUMBER_SHAPE)
     return b"1" * 300 in shape or b"e111" in shape or b"es111" in shape
-
-
-def nesting(body: bytes) -> int:
-    """How deep arrays and objects nest in JSON text; brackets inside strings do not count."""
-    brackets = np.frombuffer(_STRING.sub(b"", body).translate(None, _NOT_BRACKETS), np.uint8)
-    steps = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1)
-    return int(steps.cumsum().max(initial=0))
 
 
 def _not_json(constant: str) -> Any:
@@ -150,7 +141,7 @@ class CheckedBodies:
             try:
                 checked_body(body)
             except Malformed as exc:
-                refused = ApiError(400, str(exc), exc.field)
+                refused = InvalidRequest(str(exc), exc.field)
                 return await error_response(scope["path"], refused)(scope, receive, send)
         replayed = False
 
@@ -165,7 +156,7 @@ class CheckedBodies:
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"the request body is larger than {self.max_bytes} bytes"
-        await error_response(scope["path"], ApiError(413, message))(scope, receive, send)
+        await error_response(scope["path"], BodyTooLarge(message))(scope, receive, send)
 
 
 class JsonBodies:

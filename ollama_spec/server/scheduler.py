@@ -16,10 +16,13 @@ from typing import TypeVar
 
 from ollama_spec.engine.engine import Engine, pair_facts
 from ollama_spec.errors import (
+    Busy,
     InsufficientMemory,
     InvalidModelName,
+    InvalidRequest,
     ModelNotFound,
     OllamaSpecError,
+    ServerFault,
     StoreNotFound,
     one_line,
 )
@@ -28,7 +31,6 @@ from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.planning.context import ContextChoice
 from ollama_spec.planning.devices import Device
 from ollama_spec.planning.fit import fit_pair
-from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.keep_alive import DEFAULT_KEEP_ALIVE
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.metrics import Metrics
@@ -40,6 +42,7 @@ REAP_SECONDS = 0.2  # how often expired models are looked for
 WAIT_SECONDS = 0.1  # how often a load waiting for a busy model to finish looks again
 REQUEST_CHOSE = "a request's num_ctx"  # who chose a larger context, unless the caller says
 RETRY_AFTER_BUSY = 5  # seconds a client is told to wait when no loaded model became idle in time
+DELETE_WAIT_SECONDS = 30.0  # how long a delete waits for its model's cut-short requests to end
 T = TypeVar("T")
 
 
@@ -51,8 +54,8 @@ class SchedulerSettings:
     load_timeout: float = 300.0  # how long a load waits for busy models to make room (OLLAMA_LOAD_TIMEOUT)
 
 
-def not_found(name: str) -> ApiError:
-    return ApiError(404, f'model "{name}" not found, try pulling it first')  # Ollama's words
+def not_found(name: str) -> ModelNotFound:
+    return ModelNotFound(f'model "{name}" not found, try pulling it first')  # Ollama's words
 
 
 class Scheduler:
@@ -60,15 +63,15 @@ class Scheduler:
 
     All four run under one lock, so no load sees room that a closing pair still takes. A pair leaves
     `loaded` when it is evicted, expires, is asked to unload, is deleted or its manifest changes (a copy or
-    a pull over its name); while requests still use it, it waits in `retiring`, still counted as taking
-    its memory, and closes when the last of them ends: a running stream is never cut."""
+    a pull over its name); while requests still use it, it waits in `unloading`, still counted as taking
+    its memory, and closes when the last of them ends (a delete ends them at their next step)."""
 
     answers_every_name = False  # a name the store cannot run goes to the upstream daemon, when there is one
 
     def __init__(self, pairs: StorePairs, settings: SchedulerSettings, metrics: Metrics, max_queue: int):
         self.pairs, self.settings, self.metrics, self.max_queue = pairs, settings, metrics, max_queue
         self.loaded: dict[str, Served] = {}
-        self._retiring: list[Served] = []  # out of `loaded`, closed when their requests end
+        self.unloading: list[Served] = []  # out of `loaded`, closed when their requests end
         self._loading: dict[str, asyncio.Future[Served]] = {}
         self._wanted: Counter[str] = Counter()  # requests waiting for a load: their model is not evicted
         self._deleting: set[str] = set()  # stored names a delete is removing: requests for them are 404s
@@ -115,7 +118,7 @@ class Scheduler:
             # (a missing draft is the pair's 400)
             if not await asyncio.to_thread(self.has_model, key):
                 raise not_found(name) from None
-            raise ApiError(400, one_line(str(exc))) from None
+            raise InvalidRequest(one_line(str(exc))) from None
         return None, model, draft, why
 
     def health(self) -> dict:
@@ -131,7 +134,7 @@ class Scheduler:
         except (ModelNotFound, InvalidModelName):
             raise not_found(name) from None
         except OllamaSpecError as exc:
-            raise ApiError(500, one_line(str(exc))) from None
+            raise ServerFault(one_line(str(exc))) from None
         if key in self._deleting:
             raise not_found(name)
         return key, digest
@@ -167,9 +170,9 @@ class Scheduler:
         retiring pair closes with its last request."""
         served.users -= 1
         served.touch()
-        if served.idle and (served in self._retiring or served.keep_alive == 0):
+        if served.idle and (served in self.unloading or served.keep_alive == 0):
             async with self._locked():
-                if served in self._retiring:
+                if served in self.unloading:
                     await self._close_retired()
                 elif served.keep_alive == 0 and served.idle and self.loaded.get(served.name) is served:
                     await self._unload(served, "keep_alive 0")
@@ -202,8 +205,9 @@ class Scheduler:
                     await self._unload(served, "its manifest changed" if digest else "it left the store")
 
     async def delete(self, name: str, remove: Callable[[str], T]) -> T:
-        """Delete the stored `name` with `remove(stored name)` (on a thread), after the pairs that load it
-        (as target or draft) have finished their running requests and closed. A load in progress finishes
+        """Delete the stored `name` with `remove(stored name)` (on a thread), once the pairs that load it (as
+        target or draft) have closed: their running requests end at their next step, as Ollama's delete ends
+        them (503, nothing deleted, if they have not within DELETE_WAIT_SECONDS). A load in progress finishes
         first; requests for the name meanwhile are 404s, as after the delete."""
         key = await self.canonical(name)
         self._deleting.add(key)
@@ -211,7 +215,14 @@ class Scheduler:
             async with self._locked():
                 for served in [s for s in self.loaded.values() if _loads(s, key)]:
                     await self._unload(served, "its model is being deleted")
-            while any(not served.closed for served in self._retiring if _loads(served, key)):
+            deadline = time.monotonic() + DELETE_WAIT_SECONDS
+            while busy := [served for served in self.unloading if _loads(served, key) and not served.closed]:
+                for served in busy:
+                    served.worker.cancel_all(f'model "{name}" is being deleted')
+                if time.monotonic() > deadline:
+                    raise Busy(
+                        f'model "{name}" is still in use: its requests did not end; retry later', RETRY_AFTER_BUSY
+                    )
                 await asyncio.sleep(WAIT_SECONDS)
             async with self._locked():
                 return await asyncio.to_thread(remove, key)
@@ -223,10 +234,10 @@ class Scheduler:
         """Unload everything now, from outside the event loop (the server has stopped)."""
         if self._reaper is not None:
             self._reaper.cancel()
-        for served in [*self.loaded.values(), *self._retiring]:
+        for served in [*self.loaded.values(), *self.unloading]:
             served.close()
         self.loaded.clear()
-        self._retiring.clear()
+        self.unloading.clear()
 
     # --- loading ---------------------------------------------------------------------------------
 
@@ -245,8 +256,8 @@ class Scheduler:
                 await self.before_load(key)
             try:
                 pair = await self._plan(key, n_ctx if larger else None, ctx_why or REQUEST_CHOSE)
-            except ApiError as exc:
-                if not larger or exc.status != 500:
+            except ServerFault as exc:
+                if not larger:
                     raise
                 log.warning("%s: num_ctx %d does not fit (%s): it keeps context %d", key, n_ctx, exc, current.n_ctx)
                 current.refused_ctx = max(current.refused_ctx, n_ctx)
@@ -304,7 +315,7 @@ class Scheduler:
             devices, notes = await asyncio.to_thread(self._machine)
             pair = await asyncio.to_thread(self.pairs.plan, key, devices, notes, n_ctx, ctx_why)
         except ModelNotFound as exc:
-            raise ApiError(404, one_line(str(exc))) from None
+            raise ModelNotFound(one_line(str(exc))) from None
         except OllamaSpecError as exc:
             raise _refusal(exc) from None
         return replace(pair, settings=replace(pair.settings, max_queue=self.max_queue))
@@ -324,17 +335,13 @@ class Scheduler:
             if (fitted := self._room_for(pair)) is not None:
                 break
             if time.monotonic() > deadline:
-                raise ApiError(
-                    503,
-                    f"{pair.name} cannot load: the loaded models stayed busy; retry later",
-                    headers={"Retry-After": str(RETRY_AFTER_BUSY)},
-                )
+                raise Busy(f"{pair.name} cannot load: the loaded models stayed busy; retry later", RETRY_AFTER_BUSY)
             await asyncio.sleep(WAIT_SECONDS)
         return fitted
 
     def _taking(self) -> list[Served]:
         """Every pair in memory: the loaded ones and those retiring."""
-        return [*self.loaded.values(), *self._retiring]
+        return [*self.loaded.values(), *self.unloading]
 
     def _room_for(self, pair: PairPlan) -> PairPlan | None:
         """`pair` with its fit on the memory the loaded pairs leave (its context and slots as planned for
@@ -382,12 +389,13 @@ class Scheduler:
             await self._close(served)
         else:
             log.info("unloading %s when its running requests end (%s)", served.name, why)
-            self._retiring.append(served)
+            served.unloading_since = time.time()
+            self.unloading.append(served)
 
     async def _close_retired(self) -> None:
         """Close the retiring pairs whose last request has ended. Under the lock."""
-        for served in [s for s in self._retiring if s.idle]:
-            self._retiring.remove(served)
+        for served in [s for s in self.unloading if s.idle]:
+            self.unloading.remove(served)
             log.info("unloading %s: its last request ended", served.name)
             await self._close(served)
 
@@ -406,7 +414,7 @@ class Scheduler:
         """Unload the idle models whose keep_alive has run out, and close retiring ones left idle."""
         while True:
             await asyncio.sleep(REAP_SECONDS)
-            if not self._expired() and not any(s.idle for s in self._retiring):
+            if not self._expired() and not any(s.idle for s in self.unloading):
                 continue
             async with self._locked():
                 await self._close_retired()
@@ -433,8 +441,8 @@ def _loads(served: Served, name: str) -> bool:
     return name in (served.name, draft.name if draft is not None else None)
 
 
-def _refusal(exc: OllamaSpecError) -> ApiError:
-    """A model that cannot run as Ollama answers it: too big for this machine is a 500 in the memory plan's
-    words; anything else about the model (not usable, a draft that does not fit it) a 400."""
-    status = 500 if isinstance(exc, InsufficientMemory) else 400
-    return ApiError(status, one_line(str(exc)))
+def _refusal(exc: OllamaSpecError) -> OllamaSpecError:
+    """A model that cannot run as Ollama answers it: too big for this machine is the server's fault (500) in
+    the memory plan's words; anything else about the model (not usable, a draft that does not fit it) a 400."""
+    kind = ServerFault if isinstance(exc, InsufficientMemory) else InvalidRequest
+    return kind(one_line(str(exc)))

@@ -24,11 +24,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Send
 
-from ollama_spec.errors import InvalidModelName, one_line
+from ollama_spec.errors import InvalidModelName, UpstreamUnreachable, one_line
 from ollama_spec.models.daemon import ollama_host, ollama_host_url  # noqa: F401 (cli/serve.py reads --upstream by it)
 from ollama_spec.models.names import parse_model_name
 from ollama_spec.pull.daemon import Daemon, probe_daemon
-from ollama_spec.server.core.errors import ApiError, error_response
+from ollama_spec.server.core.errors import error_response
 
 log = logging.getLogger("ollama_spec.server")
 
@@ -113,7 +113,7 @@ class Upstream:
         except httpx.HTTPError as exc:
             message = f"the Ollama daemon at {self.base_url} does not answer ({_why(exc)})"
             log.warning("%s: %s %s not forwarded", message, http_request.method, http_request.url.path)
-            return error_response(http_request.url.path, ApiError(502, one_line(message)))
+            return error_response(http_request.url.path, UpstreamUnreachable(one_line(message)))
         return Relayed(answer, self.base_url)
 
     async def unload_if_loaded(self, name: str) -> bool:

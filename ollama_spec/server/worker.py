@@ -20,11 +20,11 @@ from typing import TypeVar
 
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Engine, Request, Result
-from ollama_spec.errors import OllamaSpecError
-from ollama_spec.server.core.draft_spans import Marks
+from ollama_spec.errors import OllamaSpecError, Stopped
 
 log = logging.getLogger("ollama_spec.server")
 T = TypeVar("T")
+Marks = tuple[bool, ...]  # per character of a text: True where an accepted draft token wrote it
 
 
 class QueueFull(OllamaSpecError):
@@ -73,9 +73,14 @@ class Job:
         self._loop = loop
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._cancelled = threading.Event()
+        self.started = False  # a slot took it: it holds a slot, not a place in the queue
+        self.reason = SHUTTING_DOWN  # why it was cancelled, for a client still listening
 
-    def cancel(self) -> None:
-        """Stop generating at the next token (or skip the job if it has not started)."""
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop generating at the next token (or skip the job if it has not started); `reason`: what a
+        client still listening is told (the server is stopping, its model is being deleted)."""
+        if reason is not None and not self.cancelled:
+            self.reason = reason
         self._cancelled.set()
 
     @property
@@ -100,7 +105,10 @@ class Job:
 class _Call:
     """Other work on the engine (an embedding): it waits in the same queue as generations."""
 
-    def cancel(self) -> None:
+    started = False
+    cancelled = False
+
+    def cancel(self, reason: str | None = None) -> None:
         pass
 
 
@@ -124,13 +132,18 @@ class Worker:
     @property
     def waiting(self) -> int:
         with self._lock:
-            return max(len(self._jobs) - self.slots, 0)
+            return max(len(self._holding()) - self.slots, 0)
 
     @property
     def busy(self) -> int:
         """Jobs running or waiting: 0 when the engine is idle."""
         with self._lock:
-            return len(self._jobs)
+            return len(self._holding())
+
+    def _holding(self) -> list[Job | _Call]:
+        """The entries that hold a slot or a place in the queue: a job cancelled before it started (its
+        client left) gives its place back at once, though its entry waits for a slot to be skipped."""
+        return [entry for entry in self._jobs if entry.started or not entry.cancelled]
 
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
@@ -148,8 +161,7 @@ class Worker:
 
     def _enqueue(self, entry: Job | _Call) -> None:
         with self._lock:
-            if len(self._jobs) >= self.slots + self.max_queue:
-                ahead = len(self._jobs)
+            if (ahead := len(self._holding())) >= self.slots + self.max_queue:
                 raise QueueFull(
                     f"the server is busy: {ahead - self.slots} requests are already waiting "
                     f"(--max-queue {self.max_queue}); retry later",
@@ -160,6 +172,8 @@ class Worker:
     def _timed(self, run: Callable[[Job | _Call], T], entry: Job | _Call) -> T:
         """Run one queued entry; it leaves the queue when done, and its time joins the average."""
         started = time.monotonic()
+        with self._lock:
+            entry.started = True
         try:
             return run(entry)
         finally:
@@ -167,13 +181,14 @@ class Worker:
                 self._jobs.remove(entry)
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - started)
 
-    def cancel_all(self) -> None:
-        """Stop the running generation and skip the waiting ones (shutdown).
+    def cancel_all(self, reason: str = SHUTTING_DOWN) -> None:
+        """Stop the running generations and skip the waiting ones (shutdown, a delete of the model);
+        `reason`: what their clients are told.
 
         Called from the signal handler, on the main thread, which may be holding the lock (in
         `submit`): so no lock here. Copying the list is atomic, and a job only sets an event."""
         for job in list(self._jobs):
-            job.cancel()
+            job.cancel(reason)
 
     def close(self) -> None:
         self.cancel_all()
@@ -182,11 +197,11 @@ class Worker:
     def _run(self, job: Job) -> None:
         try:
             if job.cancelled:
-                job.put(Failed(Cancelled(SHUTTING_DOWN)))
+                job.put(Failed(Cancelled(job.reason)))
                 return
             prompt = job.request.tokens or self.engine.prompt_tokens(job.request)
             with self.engine.run_in_slot(prompt) as slot:
-                generation = self.engine.generate(job.request, slot=slot)
+                generation = self.engine.generate(job.request, slot=slot, stop=lambda: job.cancelled)
                 scored = generation.result.scored
                 sent = 0
                 show_draft = job.request.show_draft
@@ -207,16 +222,13 @@ class Worker:
             if generation.result.finish_reason == "cancelled":
                 # A client that left hears nothing; one still listening (the server is stopping) must
                 # not take a cut-short answer for a finished one, so it gets an error, not a finish.
-                job.put(
-                    Failed(
-                        Cancelled(
-                            f"{SHUTTING_DOWN}: the answer was cut short after {len(generation.result.tokens)} tokens"
-                        )
-                    )
-                )
+                cut = len(generation.result.tokens)
+                job.put(Failed(Cancelled(f"{job.reason}: the answer was cut short after {cut} tokens")))
                 return
             job.put(Finished(generation.result, tuple(scored[sent:])))
         except Exception as exc:  # the request fails; the server keeps serving
+            if isinstance(exc, Stopped):  # cancelled while a step waited: what a client still listening hears
+                exc = Cancelled(job.reason)
             if not isinstance(exc, OllamaSpecError):
                 log.exception("generation failed")
             job.put(Failed(exc))

@@ -65,7 +65,7 @@ PAIRS: dict[str, PairSpec] = {
         description="0.6B F16 target + 1-layer draft: memory-bound on a CPU, like a GPU",
     ),
     # Pairs for -k auto's benchmark (scripts/bench-auto-k.sh): other shapes, quantizations and draft
-    # strengths than the bench pair, which auto was first tuned on.
+    # strengths than the bench pair, on which auto's constants are set.
     "strong": PairSpec(
         target_name="strong-target",
         draft_name="strong-draft",

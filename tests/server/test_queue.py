@@ -2,10 +2,14 @@
 wait in the same queue as generations, and a chat template that renders forever cannot freeze the
 server (it renders off the event loop, with a time limit)."""
 
+import json
+import socket
 import threading
 import time
 
 import httpx
+import openai
+import pytest
 
 from ollama_spec.engine.engine import Engine
 from tests.conftest import engine_settings
@@ -127,3 +131,82 @@ def test_a_chat_template_that_runs_forever_cannot_freeze_the_server(tiny_models,
         chat.join(30)
         assert answers[0].status_code == 400
         assert answers[0].json()["error"].startswith("the model's chat template took longer than 3 s to render")
+
+
+def _leaving_client(url: str, path: str, body: dict) -> socket.socket:
+    """A client that sends its request and will hang up without reading the answer (closed by the test)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    payload = json.dumps(body).encode()
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    return sock
+
+
+def test_clients_that_leave_the_queue_give_their_places_back(engine, monkeypatch):
+    """Waiting clients that hang up (streamed or not, either API) free their places at once, while the one
+    slot is still busy: new requests queue instead of getting 503 "already waiting"."""
+    release = threading.Event()
+    real_generate = engine.generate
+    held_once = threading.Event()
+
+    def held(request, **kwargs):  # the first generation holds the slot until the test lets it go
+        if not held_once.is_set():
+            held_once.set()
+            release.wait(60)
+        return real_generate(request, **kwargs)
+
+    monkeypatch.setattr(engine, "generate", held)
+    with running_server(engine, max_queue=2) as (url, state):
+        worker = state.serving.served.worker
+        client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=60)
+        answers = []
+
+        def ask():
+            answers.append(client.chat.completions.create(model="m", messages=[QUESTION], max_tokens=5))
+
+        first = threading.Thread(target=ask)
+        first.start()
+        _wait_for(lambda: held_once.is_set())
+        leaving = [
+            _leaving_client(url, "/api/chat", {"model": "m", "messages": [QUESTION]}),
+            _leaving_client(url, "/v1/chat/completions", {"model": "m", "messages": [QUESTION], "stream": True}),
+        ]
+        _wait_for(lambda: worker.waiting == 2)
+        for sock in leaving:
+            sock.close()
+        _wait_for(lambda: httpx.get(url + "/health").json()["waiting"] == 0)
+        later = [threading.Thread(target=ask) for _ in range(2)]
+        try:
+            for thread in later:
+                thread.start()
+            _wait_for(lambda: worker.waiting == 2 or not all(t.is_alive() for t in later))
+        finally:
+            release.set()
+            for thread in [first, *later]:
+                thread.join(60)
+        assert len(answers) == 3, "a request was refused although the clients ahead had left"
+        with pytest.raises(openai.APIStatusError) as refused:  # the queue still has its bound
+            release.clear()
+            held_once.clear()
+            blocked = [threading.Thread(target=ask) for _ in range(3)]
+            for thread in blocked:
+                thread.start()
+            try:
+                _wait_for(lambda: worker.waiting == 2)
+                ask()
+            finally:
+                release.set()
+                for thread in blocked:
+                    thread.join(60)
+        assert refused.value.status_code == 503
+
+
+def _wait_for(condition, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from ollama_spec.pull.edits import delete_model
+from ollama_spec.server.core.errors import api_error
 from ollama_spec.server.metrics import Metrics
 from ollama_spec.server.pairs import StorePairs
 from ollama_spec.server.scheduler import Scheduler, SchedulerSettings
@@ -43,7 +44,7 @@ def test_a_delete_waits_for_the_running_request_then_closes_and_removes(store_co
         assert not deleting.done() and not served.closed  # never closed under a running request
         assert "tiny-alien:latest" not in owner.loaded  # but no new request gets it
         refused = await asyncio.gather(owner.acquire("tiny-alien", None), return_exceptions=True)
-        assert getattr(refused[0], "status", None) == 404
+        assert api_error(refused[0]).status == 404  # the answer it gets
         assert store_copy.joinpath(*LIBRARY, "tiny-alien", "latest").exists()
         await owner.release(served)
         deleted = await asyncio.wait_for(deleting, 30)
@@ -63,12 +64,12 @@ def test_a_delete_during_the_models_own_load_waits_for_it_and_leaves_nothing_loa
         deleting = asyncio.ensure_future(owner.delete("tiny-alien", lambda key: delete_model(key, str(store_copy))))
         got = (await asyncio.gather(loading, return_exceptions=True))[0]
         if isinstance(got, Exception):  # the delete took the pair before the request resumed: 404, as after it
-            assert getattr(got, "status", None) == 404, got
+            assert api_error(got).status == 404, got
         else:
             await owner.release(got)
         await asyncio.wait_for(deleting, 60)
         assert isinstance(got, Exception) or got.closed
-        assert owner.loaded == {} and owner._retiring == []
+        assert owner.loaded == {} and owner.unloading == []
         assert not store_copy.joinpath(*LIBRARY, "tiny-alien", "latest").exists()
         owner.shutdown()
 
@@ -181,7 +182,8 @@ def test_a_load_that_waits_too_long_for_room_is_a_503_with_retry_after(store_cop
         owner = Scheduler(pairs, SchedulerSettings(max_loaded=1, load_timeout=0.3), Metrics(lambda: 0), 4)
         busy = await owner.acquire("tiny-alien", None)  # a request holds the only room
         refused = (await asyncio.gather(owner.acquire("tiny-target", None), return_exceptions=True))[0]
-        assert getattr(refused, "status", None) == 503 and refused.headers["Retry-After"].isdigit()
+        answered = api_error(refused)
+        assert answered.status == 503 and answered.headers["Retry-After"].isdigit()
         assert list(owner.loaded) == ["tiny-alien:latest"] and not busy.closed
         await owner.release(busy)
         served = await owner.acquire("tiny-target", None)  # room now: the idle one makes way

@@ -3,10 +3,15 @@ a pulled or copied model answers by its name, a deleted one is unloaded and gone
 
 from __future__ import annotations
 
+import threading
+import time
+from datetime import datetime, timezone
+
 import httpx
 import ollama
 import pytest
 
+from ollama_spec.engine.generation import Generation
 from ollama_spec.models.store import Store, StoreRoot
 from tests.pull_servers import registry_alone, snapshot
 from tests.serving import get, post, running_store
@@ -88,6 +93,77 @@ def test_a_delete_on_a_read_only_store_fails_before_unloading(store_copy, monkey
         assert "\n" not in answer.json()["error"]
         assert [m["name"] for m in get(url + "/api/ps").json()["models"]] == ["tiny-draft:latest"]
         assert "tiny-draft:latest" in names(url)
+
+
+@pytest.fixture
+def slow_pieces(monkeypatch):
+    """Each generation's text comes a piece every 50 ms (a slow model), until the test sets the event."""
+    fast = threading.Event()
+    real = Generation._generate
+
+    def slowed(self, *, runs):
+        for piece in real(self, runs=runs):
+            yield piece
+            fast.wait(0.05)
+
+    monkeypatch.setattr(Generation, "_generate", slowed)
+    return fast
+
+
+def _streamed_chat(url: str, model: str, num_predict: int, started: threading.Event, outcome: list) -> None:
+    chunks = ollama.Client(host=url, timeout=120).chat(
+        model=model, messages=[{"role": "user", "content": "Hi"}], stream=True, options={"num_predict": num_predict}
+    )
+    try:
+        for _ in chunks:
+            started.set()
+        outcome.append("finished")
+    except ollama.ResponseError as exc:
+        outcome.append(exc.error)
+
+
+def test_a_delete_ends_the_running_stream_of_its_model(store_copy, slow_pieces):
+    """As Ollama's delete: the model's running stream ends now with an error that says why, and the delete
+    goes through without waiting for the stream's whole answer (about 100 s of pieces here)."""
+    with running_store(store_copy, no_draft=True) as (url, _):
+        started, outcome = threading.Event(), []
+        stream = threading.Thread(target=_streamed_chat, args=(url, "tiny-target", 100_000, started, outcome))
+        stream.start()
+        assert started.wait(60)
+        deleted = []
+        delete = threading.Thread(
+            target=lambda: deleted.append(ollama.Client(host=url, timeout=120).delete("tiny-target"))
+        )
+        delete.start()
+        delete.join(20)
+        slow_pieces.set()
+        stream.join(60)
+        delete.join(60)
+        assert deleted and deleted[0].status == "success"
+        assert len(outcome) == 1 and "is being deleted" in outcome[0], outcome
+        assert "tiny-target:latest" not in names(url)
+        assert get(url + "/api/ps").json()["models"] == []
+
+
+def test_a_model_unloading_after_its_stream_is_listed_as_stopping(store_copy, slow_pieces):
+    """/api/ps keeps listing a model told to unload while a stream still runs on it, with an expiry in the
+    past (what `ollama ps` shows as "Stopping..."); it leaves the list when the stream ends."""
+    with running_store(store_copy, no_draft=True) as (url, _):
+        started, outcome = threading.Event(), []
+        stream = threading.Thread(target=_streamed_chat, args=(url, "tiny-target", 400, started, outcome))
+        stream.start()
+        assert started.wait(60)
+        assert post(url + "/api/generate", json={"model": "tiny-target", "keep_alive": 0}).status_code == 200
+        listed = ollama.Client(host=url).ps().models
+        slow_pieces.set()
+        stream.join(60)
+        assert [m.model for m in listed] == ["tiny-target:latest"]
+        assert listed[0].expires_at < datetime.now(timezone.utc)
+        assert outcome == ["finished"]
+        deadline = time.monotonic() + 20
+        while get(url + "/api/ps").json()["models"]:
+            assert time.monotonic() < deadline, "the model stayed listed after its last request ended"
+            time.sleep(0.05)
 
 
 def test_padded_and_overlong_names_are_refused_on_copy_and_show(store_copy):

@@ -6,9 +6,9 @@ import asyncio
 import pytest
 
 from ollama_spec.engine.engine import Request, Result
+from ollama_spec.errors import ServerFault
 from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server.core.answer import AnswerParts
-from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.stream import answer_stream
 from ollama_spec.server.worker import Failed, Finished, Job, Piece
 
@@ -48,6 +48,6 @@ def test_held_back_text_comes_as_calls_and_a_cut_call_only_where_asked():
     assert _parts(cut, TOOLS, cut=False)[0][-1].calls == []
 
 
-def test_a_failure_is_raised_as_an_api_error():
-    with pytest.raises(ApiError, match="generation failed: RuntimeError: boom"):
+def test_a_failure_is_raised_as_the_cores_error():
+    with pytest.raises(ServerFault, match="generation failed: RuntimeError: boom"):
         _parts([Piece("a"), Failed(RuntimeError("boom"))])

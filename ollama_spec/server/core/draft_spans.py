@@ -13,8 +13,7 @@ from __future__ import annotations
 from itertools import groupby
 
 from ollama_spec.engine.engine import Result
-
-Marks = tuple[bool, ...]  # per character of a text: True where an accepted draft token wrote it
+from ollama_spec.server.worker import Marks
 
 
 class HeldMarks:

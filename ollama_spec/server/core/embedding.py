@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ollama_spec.errors import InvalidRequest
 from ollama_spec.llama.embedding import normalized
-from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.loaded import Served
 
 
@@ -18,8 +18,7 @@ def texts_only(data: Any) -> Any:
     sends cl100k's by default), and read as this model's own they would embed other tokens unsaid."""
     given = data.get("input") if isinstance(data, dict) else None
     if isinstance(given, list) and not all(isinstance(item, str) for item in given):
-        raise ApiError(
-            400,
+        raise InvalidRequest(
             "invalid input type: give a text or a list of texts; token ids are not read, since they would be "
             "taken as this model's own (langchain-openai: OpenAIEmbeddings(check_embedding_ctx_length=False))",
             "input",
@@ -33,9 +32,9 @@ async def embed_all(
     """Each input (text, or token ids) embedded and normalized, cut to `dimensions` first if asked
     (`fit_dimensions`: Ollama's way, a size that is not less than the vector's leaves it whole)."""
     if not inputs:
-        raise ApiError(400, "input is empty: give a text or a list of texts", "input")
+        raise InvalidRequest("input is empty: give a text or a list of texts", "input")
     if any(isinstance(text, str) and not text for text in inputs):
-        raise ApiError(400, "input holds an empty text", "input")
+        raise InvalidRequest("input holds an empty text", "input")
     vectors, total = [], 0
     for item in inputs:
         vector, n = await state.call(lambda item=item: state.engine.embed(item, truncate=truncate))
@@ -43,7 +42,7 @@ async def embed_all(
             dimensions = None
         if dimensions is not None:
             if dimensions > vector.size:
-                raise ApiError(400, f"dimensions {dimensions} is more than the model's {vector.size}", "dimensions")
+                raise InvalidRequest(f"dimensions {dimensions} is more than the model's {vector.size}", "dimensions")
             vector = vector[:dimensions]
         vectors.append(normalized(vector))
         total += n

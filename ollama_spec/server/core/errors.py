@@ -1,15 +1,27 @@
-"""HTTP errors, answered in the format of the API that was called, and a generation's error as one.
+"""HTTP errors, answered in the format of the API that was called: the one place the core's typed errors
+become a status and a body.
 
-Every error body is built here, one function for each API (`ollama_error_body`, `openai_error_body`),
-and every error answer is `error_response` of an ApiError: the app's handlers, the middlewares that
-answer before any route (body checks, the API key), the store routes and the upstream's 502 alike.
+The serving core raises OllamaSpecError subclasses; `api_error` maps each to its status (`STATUSES`),
+and only the route modules raise an ApiError of their own. Every error body is built here, one function
+for each API (`ollama_error_body`, `openai_error_body`), and every error answer is `error_response`: the
+app's handlers, the middlewares that answer before any route (body checks, the API key), the store routes
+and the upstream's 502 alike.
 """
 
 from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
-from ollama_spec.errors import OllamaSpecError
+from ollama_spec.errors import (
+    BodyTooLarge,
+    Busy,
+    InvalidRequest,
+    ModelNotFound,
+    OllamaSpecError,
+    PromptTooLong,
+    ServerFault,
+    UpstreamUnreachable,
+)
 from ollama_spec.server.worker import Cancelled, QueueFull
 
 TOO_LONG = "context_length_exceeded"  # OpenAI's code for a prompt (plus max_tokens) past the context
@@ -17,6 +29,15 @@ TOO_LONG = "context_length_exceeded"  # OpenAI's code for a prompt (plus max_tok
 # as an invalid request with the code "invalid_api_key"; its codes are strings, or null.
 OPENAI_ERROR_TYPES = {500: "server_error", 502: "server_error", 503: "server_overloaded"}
 OPENAI_ERROR_CODES = {401: "invalid_api_key"}
+# the status of each typed error, the first class that matches; any other OllamaSpecError is the client's (400)
+STATUSES: tuple[tuple[type[OllamaSpecError], int], ...] = (
+    (Cancelled, 503),  # a generation the server stopped: it is shutting down
+    (InvalidRequest, 400),
+    (ModelNotFound, 404),
+    (BodyTooLarge, 413),
+    (ServerFault, 500),
+    (UpstreamUnreachable, 502),
+)
 
 
 class ApiError(Exception):
@@ -34,20 +55,6 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.headers = headers or {}
-
-    @classmethod
-    def busy(cls, exc: QueueFull) -> ApiError:
-        """503 for a full queue, with the seconds to wait in Retry-After."""
-        return cls(503, str(exc), headers={"Retry-After": str(exc.retry_after)})
-
-
-class TooLong(ApiError):
-    """A prompt (and its max_tokens) past the context, as OpenAI answers it (400, context_length_exceeded);
-    `wanted`: the context that would hold it, which a server may load the model again with."""
-
-    def __init__(self, message: str, wanted: int, param: str | None = None):
-        super().__init__(400, message, param, TOO_LONG)
-        self.wanted = wanted
 
 
 def openai_error(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
@@ -77,20 +84,33 @@ def error_body(path: str, status: int, message: str, param: str | None = None, c
     return ollama_error_body(message)
 
 
-def error_response(path: str, error: ApiError) -> JSONResponse:
-    """The one answer to an ApiError, in the format of the API at `path`, with its headers (Retry-After)."""
+def error_response(path: str, error: Exception) -> JSONResponse:
+    """The one answer to an error (an ApiError, or the core's as `api_error` maps it), in the format of the
+    API at `path`, with its headers (Retry-After)."""
+    error = api_error(error)
     answer = JSONResponse(error_body(path, error.status, error.message, error.param, error.code), error.status)
     answer.headers.update(error.headers)  # after the answer's own headers
     return answer
 
 
-def failure(error: Exception) -> ApiError:
-    """A generation's error as an HTTP error: the client's fault (400), ours (500), or a generation the
-    server stopped (503: it is shutting down)."""
-    if isinstance(error, Cancelled):
-        return ApiError(503, str(error))
-    if isinstance(error, QueueFull):
-        return ApiError.busy(error)
+def api_error(error: Exception) -> ApiError:
+    """Any error as the HTTP error it is answered with: a typed error of the core by its class (`STATUSES`);
+    anything else a generation raised, the server's fault (500)."""
+    if isinstance(error, ApiError):
+        return error
+    message = str(error)
+    if isinstance(error, (Busy, QueueFull)):
+        return ApiError(503, message, headers={"Retry-After": str(error.retry_after)})
+    if isinstance(error, PromptTooLong):
+        return ApiError(400, message, error.param, TOO_LONG)
+    if not isinstance(error, OllamaSpecError):
+        return ApiError(500, f"generation failed: {type(error).__name__}: {error}")
+    status = next((status for kind, status in STATUSES if isinstance(error, kind)), 400)
+    return ApiError(status, message, getattr(error, "param", None))
+
+
+def failure(error: Exception) -> OllamaSpecError:
+    """A generation's error as the core's: itself where it is one, else a ServerFault that names it."""
     if isinstance(error, OllamaSpecError):
-        return ApiError(400, str(error))
-    return ApiError(500, f"generation failed: {type(error).__name__}: {error}")
+        return error
+    return ServerFault(f"generation failed: {type(error).__name__}: {error}")

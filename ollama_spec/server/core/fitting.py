@@ -21,9 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.errors import InvalidSetting
+from ollama_spec.errors import InvalidRequest, InvalidSetting
 from ollama_spec.prompting.messages import ChatMessage
-from ollama_spec.server.core.errors import ApiError
 
 OLLAMA_NUM_KEEP = 4  # Ollama's default num_keep: the prompt's first tokens a cut keeps
 # A chat fitted to the context leaves its answer the room asked for (num_predict, max_tokens), else a
@@ -211,6 +210,6 @@ def _cut_as_ollama(engine: Engine, request: Request, context: int, keep: int = 0
     keep = max(0, min(keep or OLLAMA_NUM_KEEP + int(engine.target.add_bos), context - 1))
     limit = context - max((context - keep) // 2, 1)
     if limit < 1:  # Ollama's "no prompt budget": a context of one token holds no prompt and no answer
-        raise ApiError(400, f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
+        raise InvalidRequest(f"a context of {context} token leaves no room for a prompt; raise num_ctx", "num_ctx")
     cut = replace(request, tokens=tokens[:keep] + tokens[len(tokens) - (limit - keep) :])
     return cut, f"cut {len(tokens)} tokens to {limit}, its first {keep} and its last {limit - keep}"

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 
-from ollama_spec.server.core.errors import ApiError, ollama_error_body, openai_error
+from ollama_spec.errors import OllamaSpecError
+from ollama_spec.server.core.errors import ApiError, api_error, ollama_error_body, openai_error
 
 EVENT_STREAM = {"media_type": "text/event-stream", "headers": {"Cache-Control": "no-cache"}}
 
@@ -60,8 +61,8 @@ def _framed(
     end: str = "",
     **response,
 ) -> StreamingResponse:
-    """`frame` each chunk (with its number); an ApiError raised meanwhile ends the stream as `error`
-    frames it (the status line is sent), then `end`."""
+    """`frame` each chunk (with its number); an error of the core or an ApiError raised meanwhile ends the
+    stream as `error` frames it (the status line is sent), then `end`."""
 
     async def lines() -> AsyncIterator[str]:
         number = 0
@@ -69,8 +70,8 @@ def _framed(
             async for chunk in chunks:
                 yield frame(chunk, number)
                 number += 1
-        except ApiError as exc:
-            yield error(exc, number)
+        except (ApiError, OllamaSpecError) as exc:
+            yield error(api_error(exc), number)
         if end:
             yield end
 

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ollama_spec.engine.engine import Engine, Request, Result
-from ollama_spec.errors import OllamaSpecError
 from ollama_spec.server.core import speculation
-from ollama_spec.server.core.errors import ApiError, failure
 from ollama_spec.server.core.keep_alive import FOREVER
 from ollama_spec.server.core.request import Asked, build_request
 from ollama_spec.server.core.settings import ServerSettings
@@ -46,6 +44,7 @@ class Served:
     loaded_at: float = field(default_factory=time.monotonic)  # made once its engine had loaded
     expires_at: float = math.inf  # time.time() when it is unloaded if still idle; inf: never
     closed: bool = False  # no request may take it any more (it is being freed, or is)
+    unloading_since: float = 0.0  # time.time() when it was set to unload once its running requests end
     _freed: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -103,18 +102,17 @@ class Served:
         """Queue the request; 503 when the queue is full."""
         try:
             return self.worker.submit(request, route)
-        except QueueFull as exc:
+        except QueueFull:
             self.metrics.rejected.inc()
-            raise ApiError.busy(exc) from None
+            raise
 
     async def call(self, work: Callable[[], T]) -> T:
-        """Run other work on the engine (an embedding) in the same queue; its error as an HTTP error."""
+        """Run other work on the engine (an embedding) in the same queue."""
         try:
             return await self.worker.call(work)
-        except OllamaSpecError as exc:
-            if isinstance(exc, QueueFull):
-                self.metrics.rejected.inc()
-            raise failure(exc) from None
+        except QueueFull:
+            self.metrics.rejected.inc()
+            raise
 
     def close(self) -> None:
         """Stop its generations and free both models (blocks: run it on a thread). Whoever decides to close

@@ -68,6 +68,11 @@ class PinnedPair:
     def health(self) -> dict:
         return {"model": self.served.model_name}
 
+    @property
+    def unloading(self) -> list[Served]:
+        """Never unloaded: none."""
+        return []
+
     def __str__(self) -> str:
         slots = self.served.worker.slots
         return f"{self.served.model_name}, {slots} slot{'' if slots == 1 else 's'},"

@@ -4,12 +4,25 @@ tool calls of an earlier answer that a client sends back in the history."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ollama_spec.prompting.messages import ToolCall
-from ollama_spec.server.bodies import MAX_NESTING, nesting
+
+# how deep a request body's arrays and objects may nest (server/bodies.py says why); tool calls' arguments too
+MAX_NESTING = 100
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+_NOT_BRACKETS = bytes(i for i in range(256) if i not in b"[]{}")
+
+
+def nesting(body: bytes) -> int:
+    """How deep arrays and objects nest in JSON text; brackets inside strings do not count."""
+    brackets = np.frombuffer(_STRING.sub(b"", body).translate(None, _NOT_BRACKETS), np.uint8)
+    steps = np.where((brackets == ord("[")) | (brackets == ord("{")), 1, -1)
+    return int(steps.cumsum().max(initial=0))
 
 
 class NullsAsDefaults(BaseModel):

@@ -9,12 +9,11 @@ from typing import Any
 
 from ollama_spec.decoding.parameters import as_layer, sampling_settings
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.errors import InvalidSetting
+from ollama_spec.errors import InvalidRequest, InvalidSetting, PromptTooLong
 from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.prompting.tools import forced_call_schema, tool_names
-from ollama_spec.server.core.errors import ApiError, TooLong
 from ollama_spec.server.core.fitting import context_for, fit_to_context, needs_fitting, tools_tokens
 from ollama_spec.server.core.settings import ServerSettings
 
@@ -60,24 +59,19 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
     parse the output grammar."""
     request = _unchecked(engine, settings, asked)
     if asked.think and not template_thinks(engine.target_model.info.chat_template):
-        raise ApiError(400, f'"{engine.target_model.name}" does not support thinking', "think")  # Ollama: %q
+        raise InvalidRequest(f'"{engine.target_model.name}" does not support thinking', "think")  # Ollama: %q
     if asked.tools:
         _check_tools(engine, asked.tools)
     if asked.context:
         request = replace(request, tokens=tuple(_after_context(engine, asked.context, request)))
     if asked.grammar is not None:
-        try:
-            engine.grammar(asked.grammar).close()
-        except InvalidSetting as exc:
-            raise ApiError(400, str(exc)) from None
+        engine.grammar(asked.grammar).close()  # an InvalidSetting: the grammar llama.cpp cannot parse
     context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
-    try:  # tokenized once: the generation, and the routes that read the prompt, take these
-        request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
-        max_tokens = asked.max_tokens or settings.max_tokens
-        if asked.truncate and needs_fitting(request, context, max_tokens):
-            request = fit_to_context(engine, request, context, max_tokens)
-    except InvalidSetting as exc:
-        raise ApiError(400, str(exc)) from None
+    # tokenized once: the generation, and the routes that read the prompt, take these
+    request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
+    max_tokens = asked.max_tokens or settings.max_tokens
+    if asked.truncate and needs_fitting(request, context, max_tokens):
+        request = fit_to_context(engine, request, context, max_tokens)
     n_prompt = len(request.tokens)
     tools = (
         f" ({tools_tokens(engine, request)} of them the {len(request.tools)} tools offered)"
@@ -97,13 +91,10 @@ def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Reques
         "min_p": asked.min_p,
         "seed": asked.seed,
     }
-    try:
-        if asked.penalties:
-            _check_token_ids(engine, dict(asked.penalties.get("logit_bias", ())), "logit_bias")
-        # the request's options over the model's settings (the flags over its params), by the one rule
-        sampling = sampling_settings(given | dict(asked.penalties or {}), as_layer(settings.sampling))
-    except InvalidSetting as exc:
-        raise ApiError(400, str(exc)) from None
+    if asked.penalties:
+        _check_token_ids(engine, dict(asked.penalties.get("logit_bias", ())), "logit_bias")
+    # the request's options over the model's settings (the flags over its params), by the one rule
+    sampling = sampling_settings(given | dict(asked.penalties or {}), as_layer(settings.sampling))
     messages = asked.messages
     history = engine.target_model.messages  # a Modelfile's MESSAGE lines: Ollama puts them first
     if history and not asked.raw and not asked.tokens and not asked.context and asked.suffix is None:
@@ -141,12 +132,12 @@ def _max_tokens(
         else:
             fix = f"shorten it{fewer.replace(' or', ',')} or load the model with a larger num_ctx"
         wanted = context_for(n_prompt, max_tokens or settings.max_tokens)
-        raise TooLong(f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; {fix}", wanted)
+        raise PromptTooLong(f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; {fix}", wanted)
     if max_tokens is not None and max_tokens < 1:
-        raise ApiError(400, f"{name} must be at least 1, got {max_tokens}", name)
+        raise InvalidRequest(f"{name} must be at least 1, got {max_tokens}", name)
     if max_tokens is not None and max_tokens > room:
         if not asked.cap_max_tokens:
-            raise TooLong(
+            raise PromptTooLong(
                 f"{name} {max_tokens} is beyond the context: the prompt takes {n_prompt} of its "
                 f"{context} tokens, which leaves {room}",
                 n_prompt + max_tokens,
@@ -160,29 +151,26 @@ def _check_token_ids(engine: Engine, ids: dict[int, float], param: str) -> None:
     n_vocab = engine.target.n_vocab
     wrong = next((token for token in ids if not 0 <= token < n_vocab), None)
     if wrong is not None:
-        raise ApiError(400, f"{param}: token id {wrong} is not in the model's vocabulary (0..{n_vocab - 1})", param)
+        raise InvalidRequest(f"{param}: token id {wrong} is not in the model's vocabulary (0..{n_vocab - 1})", param)
 
 
 def _check_tools(engine: Engine, tools: Sequence[dict]) -> None:
     try:
         tool_names(list(tools))
     except InvalidSetting as exc:
-        raise ApiError(400, str(exc), "tools") from None
+        raise InvalidRequest(str(exc), "tools") from None
     if not engine.target_model.info.chat_template:
-        raise ApiError(400, f"{engine.target_model.name} does not support tools: it has no chat template", "tools")
+        raise InvalidRequest(f"{engine.target_model.name} does not support tools: it has no chat template", "tools")
 
 
 def _after_context(engine: Engine, context: Sequence[int], request: Request) -> list[int]:
     """An earlier exchange's tokens, then this prompt's."""
     target = engine.target
     if any(not 0 <= token < target.n_vocab for token in context):
-        raise ApiError(
-            400, f"context holds token ids outside this model's vocabulary (0..{target.n_vocab - 1})", "context"
+        raise InvalidRequest(
+            f"context holds token ids outside this model's vocabulary (0..{target.n_vocab - 1})", "context"
         )
-    try:
-        prompt = engine.prompt_tokens(request)
-    except InvalidSetting as exc:
-        raise ApiError(400, str(exc)) from None
+    prompt = engine.prompt_tokens(request)
     if prompt and target.add_bos and prompt[0] == target.bos_token:
         prompt = prompt[1:]  # one BOS, at the start of the context
     return [*context, *prompt]
@@ -203,11 +191,11 @@ def offer_tools(
     if choice in (None, "auto"):
         return tools, None
     if constrained:
-        raise ApiError(400, "a forced tool call and an output format or grammar cannot be combined", "tool_choice")
+        raise InvalidRequest("a forced tool call and an output format or grammar cannot be combined", "tool_choice")
     try:
         return tools, grammar_for_json(forced_call_schema(tools, only))
     except InvalidSetting as exc:
-        raise ApiError(400, str(exc), "tool_choice") from None
+        raise InvalidRequest(str(exc), "tool_choice") from None
 
 
 def json_grammar(schema: object = None, param: str = "format") -> str:
@@ -215,4 +203,4 @@ def json_grammar(schema: object = None, param: str = "format") -> str:
     try:
         return grammar_for_json(schema)
     except InvalidSetting as exc:
-        raise ApiError(400, str(exc), param) from None
+        raise InvalidRequest(str(exc), param) from None

@@ -13,20 +13,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from ollama_spec.engine.engine import Engine, Request, Result
-from ollama_spec.errors import InvalidSetting
-from ollama_spec.server.core.errors import ApiError, TooLong
+from ollama_spec.errors import InvalidRequest, InvalidSetting, PromptTooLong
 from ollama_spec.server.core.fitting import reload_size
 from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.pinned import PinnedPair
 from ollama_spec.server.core.request import Asked
+from ollama_spec.server.core.serving import OnDemand, Serving, Upstream
 from ollama_spec.server.core.settings import ServerSettings
 from ollama_spec.server.metrics import Metrics
 
 if TYPE_CHECKING:
     from ollama_spec.models.resolve import ResolvedModel
-    from ollama_spec.server.scheduler import Scheduler
-    from ollama_spec.server.upstream import Upstream
 
 T = TypeVar("T")
 log = logging.getLogger("ollama_spec.server")
@@ -83,7 +81,7 @@ class ServerState:
         self,
         engine: Engine | None,
         settings: ServerSettings,
-        scheduler: Scheduler | None = None,
+        scheduler: OnDemand | None = None,
         upstream: Upstream | None = None,
     ):
         assert (engine is None) != (scheduler is None), "a pinned engine or a scheduler"
@@ -91,7 +89,7 @@ class ServerState:
         self.started = time.time()
         self.metrics = Metrics(lambda: self.waiting)
         if engine is not None:
-            self.serving: PinnedPair | Scheduler = PinnedPair(Served(engine, settings, self.metrics, pinned=True))
+            self.serving: Serving = PinnedPair(Served(engine, settings, self.metrics, pinned=True))
         else:
             self.serving = scheduler
             scheduler.metrics = self.metrics
@@ -123,7 +121,7 @@ class ServerState:
         try:
             seconds = None if keep_alive is None else parse_keep_alive(keep_alive)
         except InvalidSetting as exc:
-            raise ApiError(400, str(exc), "keep_alive") from None
+            raise InvalidRequest(str(exc), "keep_alive") from None
         served = await self.serving.acquire(name, seconds, n_ctx, ctx_why)
         if (clock := CLOCK.get()) is not None:
             clock.acquired = time.monotonic()
@@ -141,14 +139,14 @@ class ServerState:
         `ask(pair)` asks, as its checked Request. A prompt that had to be fitted into the loaded context
         (and asked no num_ctx) loads the model again with one that holds it whole (fitting.reload_size, up
         to the trained length) where the memory plan allows it, as a larger num_ctx would; else it stays
-        fitted. A prompt a route refuses as too long (TooLong: OpenAI's routes) loads it again the same
+        fitted. A prompt a route refuses as too long (PromptTooLong: OpenAI's routes) loads it again the same
         way before it is refused. The warnings of the request as it runs are logged, once."""
         served = await self.acquire(name, keep_alive, n_ctx)
-        refused: TooLong | None = None
+        refused: PromptTooLong | None = None
         try:
             request = await served.prepare(ask(served))
             wanted = request.context_wanted
-        except TooLong as exc:  # a route that does not fit prompts (OpenAI's): a larger context may hold it
+        except PromptTooLong as exc:  # a route that does not fit prompts (OpenAI's): a larger context may hold it
             request, wanted, refused = None, exc.wanted, exc
         if wanted > served.n_ctx and not n_ctx:  # a request's num_ctx is the client's say
             await self._let_go(served)  # its room may be what the larger one needs
@@ -179,8 +177,12 @@ class ServerState:
         return await self.serving.canonical(name)
 
     def loaded(self) -> list[Served]:
-        """The pairs in memory now."""
+        """The pairs loaded now, that requests may take."""
         return list(self.serving.loaded.values())
+
+    def in_memory(self) -> list[Served]:
+        """The pairs that take memory now: the loaded ones, then those unloading once their requests end."""
+        return [*self.loaded(), *self.serving.unloading]
 
     async def serves(self, name: str) -> bool:
         """Whether this server answers `name` itself: a pinned pair answers every name; the store, the
@@ -197,7 +199,7 @@ class ServerState:
 
     @property
     def waiting(self) -> int:
-        return sum(served.worker.waiting for served in self.loaded())
+        return sum(served.worker.waiting for served in self.in_memory())
 
     # --- hooks for the store's writers (the management routes) ---------------------------------------
 
@@ -219,7 +221,7 @@ class ServerState:
 
     def cancel_all(self) -> None:
         """Stop every generation (a signal: the streams end now)."""
-        for served in self.loaded():
+        for served in self.in_memory():
             served.worker.cancel_all()
 
     def close(self) -> None:

@@ -37,7 +37,7 @@ class Part:
 
 async def answer_stream(job: Job, parts: AnswerParts, cut: bool = True) -> AsyncIterator[Part]:
     """The job's answer, part by part (none while everything is held back), then the last part; a
-    failure mid-stream is raised as an ApiError. `cut`: a call begun and cut short by the answer's
+    failure mid-stream is raised as the core's error (`failure`). `cut`: a call begun and cut short by the answer's
     length counts as a call (OpenAI's routes), not as text (Ollama's)."""
     try:
         async for event in job.events():

@@ -109,12 +109,8 @@ async def delete(http_request: HTTPRequest) -> Response:
         # a read-only store fails here, before anything is unloaded for it
         name = await asyncio.to_thread(deletable_name, body.asked, state.models_dir)
         await state.delete(name, functools.partial(delete_model, models_dir=state.models_dir))
-    except (ModelNotFound, StoreNotFound):
+    except (ModelNotFound, StoreNotFound):  # the scheduler's too: another delete took it first
         raise _refused(404, f"model '{body.asked}' not found") from None  # Ollama's words (its quotes, too)
-    except ApiError as exc:  # the scheduler's: another delete took it first
-        if exc.status == 404:
-            raise _refused(404, f"model '{body.asked}' not found") from None
-        raise
     await state.store_changed()
     return Response(status_code=200)
 

@@ -62,16 +62,20 @@ async def tags(http_request: HTTPRequest) -> dict:
 @router.api_route("/api/ps", methods=["GET", "HEAD"])
 async def ps(http_request: HTTPRequest) -> dict:
     state: ServerState = http_request.app.state.server
-    return {"models": [_running(served) for served in state.loaded()]}
+    return {"models": [_running(served) for served in state.in_memory()]}
 
 
 def _running(served: Served) -> dict:
-    """One loaded pair as Ollama's /api/ps lists it, with its draft and why."""
+    """One pair in memory as Ollama's /api/ps lists it, with its draft and why. One unloading once its
+    running requests end expires when it was told to: in the past, which `ollama ps` shows as "Stopping..."."""
     engine = served.engine
     pair = [(engine.target_model, engine.target, bool(engine.placement.rpc_servers))]
     if engine.draft_model is not None and engine.draft is not None:
         pair.append((engine.draft_model, engine.draft, False))
-    expires = time.time() + served.keep_alive if served.users else served.expires_at
+    if served.unloading_since:
+        expires = served.unloading_since
+    else:
+        expires = time.time() + served.keep_alive if served.users else served.expires_at
     return _model_entry(engine.target_model, served.model_name) | {
         "size": sum(model.info.file_size for model, _, _ in pair),
         "size_vram": sum(_on_gpu(*loaded) for loaded in pair),
