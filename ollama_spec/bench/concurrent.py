@@ -1,12 +1,11 @@
 """`bench --concurrency N` in process: N clients at once on the engine's slots, no HTTP, and the ceiling.
 
 Each client is a thread that runs the prompt set in turn (client i starting at prompt i), every
-request in a slot of its own whose evaluations join the others' batches, as `serve --parallel`
-runs them; the rate is all clients' tokens over the wall time. Rows (-k auto and fixed Ks) and
+request in a slot of the engine's step loop beside the others, as `serve --parallel` runs them; the rate is all clients' tokens over the wall time. Rows (-k auto and fixed Ks) and
 client counts are interleaved round by round, so the machine's drift falls on all of them alike.
 
 The ceiling is what an ideal schedule would make of the same passes: every batch the engine ran is
-timed (StepBatcher.passes) and fitted as a line per model (seconds = a + c·tokens, from the passes
+timed (StepLoop.passes) and fitted as a line per model (seconds = a + c·tokens, from the passes
 without padding), the acceptance
 by position is each prompt's as the longest fixed K measured it (greedy: the draft's guesses do not
 depend on K), and each step gives every slot its best K for the whole batch, with no time outside
@@ -28,7 +27,7 @@ from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.llama.batcher import Pass
+from ollama_spec.engine.step_loop import Pass, stream
 
 WARMUP_TOKENS = 16
 
@@ -85,7 +84,9 @@ class ConcurrentReport:
     cells: dict[tuple[int, int | None], Cell] = field(default_factory=dict)
     passes: dict[int, list[Pass]] = field(default_factory=dict)  # by client count
     mismatches: list[str] = field(default_factory=list)  # greedy texts that differ between rows
-    target_index: int = 1  # StepBatcher.models: the draft's batches first
+    # by client count: the step loop's steps and their seconds outside llama.cpp's passes
+    outside: dict[int, tuple[int, float]] = field(default_factory=dict)
+    target_index: int = 0  # step_loop.Pass.model: 0 the target, 1 the draft
 
     def lines(self, clients: int) -> tuple[Line | None, Line | None]:
         """The target's verify passes and the draft's proposals at this client count, as lines."""
@@ -160,7 +161,7 @@ def run_concurrent(
 ) -> ConcurrentReport:
     """Time every row at every client count, `settings.runs` rounds, interleaved (see the module)."""
     report = ConcurrentReport(engine.target_model.name, engine.slots, settings.max_tokens, list(rows), list(clients))
-    batcher = engine.batcher
+    loop = engine.loop
     texts: dict[tuple[str, int], tuple[int, list[int]]] = {}  # (prompt, run) -> the first row's tokens
     if settings.warmup:
         for k in rows:
@@ -169,13 +170,14 @@ def run_concurrent(
         for n in clients:
             for k in rows:
                 progress(f"round {run + 1}: {n} client(s), K={k or 'auto'}")
-                if batcher is not None:
-                    batcher.passes = report.passes.setdefault(n, [])
+                loop.passes = report.passes.setdefault(n, [])
+                steps, outside = loop.steps, loop.outside_s
                 try:
                     seconds, results = _clients(engine, prompts, settings, n, k, settings.max_tokens, run)
                 finally:
-                    if batcher is not None:
-                        batcher.passes = None
+                    loop.passes = None
+                done, spent = report.outside.get(n, (0, 0.0))
+                report.outside[n] = (done + loop.steps - steps, spent + loop.outside_s - outside)
                 cell = report.cells.setdefault((n, k), Cell())
                 cell.rates.append(sum(len(r.tokens) for _, r in results) / seconds)
                 for prompt, result in results:
@@ -203,12 +205,11 @@ def _clients(engine, prompts, settings, n: int, k: int | None, max_tokens: int, 
                     sampling=SamplingSettings(temperature=settings.temperature, seed=settings.seed + run),
                     speculation=SpeculationSettings(k),
                 )
-                with engine.run_in_slot(engine.prompt_tokens(request)) as slot:
-                    generation = engine.generate(request, slot=slot)
-                    for _ in generation:
-                        pass
+                ticket, pieces = stream(engine.loop, request, engine.prompt_tokens(request))
+                for _ in pieces:
+                    pass
                 with lock:
-                    results.append((prompt, generation.result))
+                    results.append((prompt, ticket.generation.result))
         except BaseException as exc:  # noqa: BLE001 - raised again on the calling thread
             errors.append(exc)
 
@@ -264,6 +265,9 @@ def format_concurrent(report: ConcurrentReport) -> str:
             if draft is not None:
                 costs += f", draft {draft.fixed_s * 1e3:.1f} ms + {draft.per_s * 1e3:.2f} ms/sequence"
             out.append(f"{n:>7}  {'ceiling':<8} {ceiling[0]:>12.1f}  (best K per slot, up to {ceiling[1]}; {costs})")
+        steps, outside = report.outside.get(n, (0, 0.0))
+        if steps:
+            out.append(f"{n:>7}  {'python':<8} {outside / steps * 1e3:>12.2f}  ms a step outside llama.cpp's passes")
     if report.mismatches:
         out.append(f"greedy texts that differ between rows: {len(report.mismatches)}")
         out.extend(f"  {line}" for line in report.mismatches)

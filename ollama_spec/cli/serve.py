@@ -245,7 +245,7 @@ def serve(
     try:
         pair = pinned_pair(target_model, draft_model, options, settings)
         with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
-            engine.costs.prepare(settings.speculation)  # before /health answers: not on the first request
+            engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
             state.models_dir = models_dir  # where /api/pull, /api/delete and /api/copy act
             state.upstream = daemon_upstream(upstream, no_upstream, host, sock.getsockname()[1], state)

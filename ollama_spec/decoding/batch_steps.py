@@ -1,6 +1,6 @@
 """One K for every slot of a batch step, priced by what the step costs the whole batch.
 
-With B slots batched (llama/batcher.py), a step is D draft passes of every slot that drafts, then one
+With B slots in one step (engine/step_loop.py), a step is D draft passes of every slot that drafts, then one
 target pass over every slot's tokens. And the target's pass is laid out by llama/passes.py so that
 each row gets the kernels it gets alone: every sequence in it brings as many tokens as the widest
 one, padding made up after its own. So a slot's drafts below the widest slot's are free in the
@@ -13,19 +13,18 @@ So beside other slots the K of a step is one for all of them: the K that maximis
     Σ_slots E_i(K) / (K · t_draft(B) + t_verify(B · (K + 1))),
 
 with E_i each slot's expected tokens at its own acceptance by position, t_verify the target's pass
-over that many tokens and t_draft the draft's over B rows, from the pair's calibrated costs (by
-batch size, a line past the longest timed). K = 0 unless it beats the target alone by the margin.
+over that many tokens and t_draft the draft's over B rows, as the step loop's own passes timed them
+(decoding/pass_prices.py; a calibration is only their prior). K = 0 unless it beats the target alone by the margin.
 A slot alone has nothing to share a step with: with B = 1 this is the single-slot rule
 (step_costs.best_drafting_k), which a lone AutoK refines token by token by the draft's margins.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import Protocol
 
+from ollama_spec.decoding.pass_prices import PassPrices, pass_seconds  # noqa: F401 - callers take it from here
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 
 # A slot's own acceptance counts in the batch's K once it has seen this many steps; before, it takes
@@ -42,48 +41,12 @@ class Slot(Protocol):
         ...
 
 
-class BatchSteps:
-    """The K policies of the requests running at once on one engine's slots, and the pair's pass costs."""
-
-    def __init__(self, prices: StepCosts | None = None) -> None:
-        self.prices = prices  # one sequence's draft step and target passes by size, as calibrated
-        self._lock = threading.Lock()
-        # weak: a policy whose request failed before it could leave goes with its request
-        self._members: weakref.WeakSet[Slot] = weakref.WeakSet()
-        # the K decided for the step under way, and how many more slots take it before the next decision
-        self._k, self._left = 0, 0
-
-    def join(self, member: Slot) -> None:
-        with self._lock:
-            self._members.add(member)
-            self._left = 0  # a new slot: decide again
-
-    def leave(self, member: Slot) -> None:
-        with self._lock:
-            self._members.discard(member)
-            self._left = 0
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._members)
-
-    def step_k(self, margin: float) -> int | None:
-        """The K for every slot's next step (see the module); None for a slot alone, or before any
-        costs were calibrated: then each slot decides as a lone request does."""
-        with self._lock:
-            members = list(self._members)
-            if len(members) < 2 or self.prices is None:
-                self._left = 0
-                return None
-            if self._left:  # one decision a step: every slot asks once, and all draft the same K
-                self._left -= 1
-                return self._k
-            self._k = best_shared_k(_acceptances(members), self.prices, margin)
-            self._left = len(members) - 1
-            return self._k
+def step_k(members: Sequence[Slot], prices: StepCosts | PassPrices, margin: float, k_max: int) -> int:
+    """The one K for the next step of the slots whose policies are `members` (see the module)."""
+    return best_shared_k(acceptances(members), prices, margin, k_max)
 
 
-def _acceptances(members: Sequence[Slot]) -> list[list[float]]:
+def acceptances(members: Sequence[Slot]) -> list[list[float]]:
     """Each slot's acceptance by position; a slot that has seen too few steps takes the others' mean."""
     own = [m.alphas() for m in members]
     seasoned = [alphas for m, alphas in zip(members, own) if m.observed >= SEASONED_STEPS]
@@ -93,31 +56,24 @@ def _acceptances(members: Sequence[Slot]) -> list[list[float]]:
     return [alphas if m.observed >= SEASONED_STEPS else mean for m, alphas in zip(members, own)]
 
 
-def pass_seconds(prices: StepCosts, tokens: int) -> float:
-    """The target's pass over `tokens` tokens: as timed up to the longest calibrated batch, then on
-    the line through the upper half of the timed sizes (a CPU pays each token more, a GPU little)."""
-    timed = prices.verify_s
-    if tokens <= len(timed):
-        return timed[max(tokens, 1) - 1]
-    mid = len(timed) // 2
-    slope = max(0.0, (timed[-1] - timed[mid]) / max(len(timed) - 1 - mid, 1))
-    return timed[-1] + slope * (tokens - len(timed))
-
-
-def best_shared_k(alphas: Sequence[Sequence[float]], prices: StepCosts, margin: float) -> int:
-    """The one K for slots with these acceptances by position (the module's rule)."""
+def best_shared_k(
+    alphas: Sequence[Sequence[float]], prices: StepCosts | PassPrices, margin: float, k_max: int | None = None
+) -> int:
+    """The one K (up to `k_max`, else the calibration's) for slots with these acceptances by position
+    (the module's rule), priced by the passes as learned, or by calibrated one-sequence costs."""
+    if isinstance(prices, StepCosts):
+        k_max = prices.k_max if k_max is None else min(k_max, prices.k_max)
+        prices = PassPrices(prior=prices)
     slots = len(alphas)
-    k_max = min([prices.k_max, *map(len, alphas)])
+    k_max = min([k_max or 0, *map(len, alphas)])
     expected = [0.0] * (k_max + 1)
     for slot in alphas:
         for k, tokens in enumerate(expected_tokens_for_each_k(slot[:k_max])):
             expected[k] += tokens
-    alone = pass_seconds(prices, slots)
-    # the draft's pass grows with its rows as the target's does: both mostly read their weights
-    draft_s = prices.draft_step_s * alone / prices.verify_s[0]
+    alone = prices.target_pass(slots)
     best, best_rate = 0, expected[0] / alone
     for k in range(1, k_max + 1):
-        rate = expected[k] / (k * draft_s + pass_seconds(prices, slots * (k + 1)))
+        rate = expected[k] / (k * prices.draft_pass(slots) + prices.target_pass(slots * (k + 1)))
         if rate > best_rate:
             best, best_rate = k, rate
     return best if best_rate >= (1 + margin) * expected[0] / alone else 0

@@ -29,7 +29,6 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
-from ollama_spec.decoding.batch_steps import BatchSteps
 from ollama_spec.decoding.step_costs import (
     StepCosts,
     VerifyLine,
@@ -137,7 +136,6 @@ class AutoK:
         learn_costs: bool = True,
         confidence_stops: bool = False,
         calibrated: StepCosts | None = None,
-        batch: BatchSteps | None = None,
     ):
         self._line = VerifyLine(costs.verify_s)
         # per batch size as timed, with the kernels' own bumps (see _free_next); `costs` may be a learned line
@@ -167,16 +165,11 @@ class AutoK:
         # "armed": this step goes one token past the stop ("take": the next token is taken whatever its
         # margin; "done": it has); "": it stops where the margins say
         self._explore = ""
-        # the requests batched with this one: beside others, the step's K is the batch's (batch_steps)
-        self.batch = batch
+        # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
+        # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
+        self.shared_k: int | None = None
+        self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
-        if batch is not None:
-            batch.join(self)
-
-    def leave(self) -> None:
-        """The request is over: the batch's K no longer counts this one's acceptance."""
-        if self.batch is not None:
-            self.batch.leave(self)
 
     @property
     def rate(self) -> float:
@@ -190,7 +183,7 @@ class AutoK:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self._draft_steps = 1
         self.probing = ""
-        shared = self.batch.step_k(DRAFT_GAIN_MARGIN) if self.batch is not None else None
+        shared = self.shared_k
         if shared:
             # Beside other slots: the batch's one K, drafted whole (a shorter draft leaves padding in
             # the verify pass, not time). At 0, the probes below keep α current as alone.
@@ -223,6 +216,16 @@ class AutoK:
             if 1 <= neighbour <= self.costs.k_max:
                 return neighbour
         return k
+
+    def reprice(self, costs: StepCosts) -> None:
+        """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
+        alone): those replace what this policy would learn from its own step times."""
+        if costs.k_max < self.costs.k_max:
+            return
+        costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
+        self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
+        self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
+        self._drafting = None
 
     def lookup_worth(self, alphas: Sequence[float]) -> int:
         """The lookup's length (up to len(alphas)) with the most expected tokens per second of verify
@@ -348,8 +351,8 @@ class AutoK:
         self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))
         if drafted:
             self._steps_without_draft = 0
-        if not self.learn_costs:
-            return
+        if not self.learn_costs or self.shared_k is not None or self._priced:
+            return  # a step beside others is timed whole, theirs too: not what this one's steps cost
         draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:
             measured = blend(draft_step, draft_s / max(self._draft_steps, drafted))

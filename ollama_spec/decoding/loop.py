@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ollama_spec.decoding.evals import Eval, evaluated
 from ollama_spec.decoding.grammar import TokenGrammar, masked_rows
 from ollama_spec.decoding.k_policy import FixedK, KPolicy
 from ollama_spec.decoding.penalties import adjusted_rows
@@ -171,17 +172,37 @@ def generate_tokens(
     grammar: TokenGrammar | None = None,
     logprobs: int | None = None,
 ) -> Iterator[Token]:
-    """Yield the target's continuation of `prompt`, token by token, forever (the caller stops).
+    """Yield the target's continuation of `prompt`, token by token, forever (the caller stops): the
+    steps of `generate_steps`, each evaluation run directly (a request alone)."""
+    return evaluated(generate_steps(target, draft, prompt, sampling, speculation, stats, policy, grammar, logprobs))
+
+
+def generate_steps(
+    target: Model,
+    draft: Model | Proposer | None,
+    prompt: Sequence[int],
+    sampling: SamplingSettings,
+    speculation: SpeculationSettings,
+    stats: SpeculationStats | None = None,
+    policy: KPolicy | None = None,
+    grammar: TokenGrammar | None = None,
+    logprobs: int | None = None,
+    prompt_chunk: int | None = None,
+) -> Generator[Eval | Token, np.ndarray | None, None]:
+    """The target's continuation of `prompt` as steps: each evaluation yielded as an `Eval` (its rows
+    sent back: decoding/evals.py), each token as a `Token`, forever (the caller stops).
 
     `draft` is a proposer, or a draft model that the proposer `speculation.proposer` names drafts
     with; without one this is plain decoding with the target, the baseline. Invariant at the top of
     each step after the first: the target's cache holds `seq[:-1]`. The first step reads the prompt
     and drafts nothing, so the first token comes as soon as the target has read it, as with the
-    target alone. Whatever the caches already hold of the prompt (an earlier turn of the same chat)
-    is kept. `policy` chooses K each step (the
-    engine passes `AutoK` for "auto"); by default K is fixed. A `grammar` (structured output) masks the target's rows before verification and
-    advances with every emitted token. With `logprobs` (how many alternatives), each token carries
-    its log-probability under the target, from the verify row that chose it.
+    target alone; with `prompt_chunk`, it reads at most that many tokens an evaluation, so that a
+    long prompt shares the passes with other requests' steps. Whatever the caches already hold of
+    the prompt (an earlier turn of the same chat) is kept. `policy` chooses K each step (the engine
+    passes `AutoK` for "auto"); by default K is fixed. A `grammar` (structured output) masks the
+    target's rows before verification and advances with every emitted token. With `logprobs` (how
+    many alternatives), each token carries its log-probability under the target, from the verify
+    row that chose it.
     """
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
@@ -194,10 +215,11 @@ def generate_tokens(
     stats.prompt_cached = keep_common_prefix(target, seq)
     if proposer is not None:
         proposer.reset(seq)
+    if prompt_chunk:
+        while len(seq) - 1 - target.n_past > prompt_chunk:  # the last piece is the first step's
+            yield Eval(target, seq[target.n_past : target.n_past + prompt_chunk])
     reading_prompt = True
-    # A slot batched with others times its steps on its own clock (llama/sequences.py): the policy
-    # prices what its own tokens cost, not the other slots' part of the batch.
-    clock = getattr(target, "clock", time.perf_counter)
+    clock = time.perf_counter
     while True:
         room = target.n_ctx - len(seq)  # the batch caches what the target lacks of seq, and k drafts
         if room < 0:
@@ -208,7 +230,7 @@ def generate_tokens(
         if k == 0 and not reading_prompt and proposer is not None:  # no draft step: a lookup worth it at K=0?
             drafted, draft_probs = proposer.lookup(seq, min(FREE_LOOKUP_TOKENS, room), policy.lookup_worth), None
         elif k > 0:
-            drafted, draft_probs = proposer.propose(
+            drafted, draft_probs = yield from proposer.propose_steps(
                 seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing
             )
         else:
@@ -216,7 +238,7 @@ def generate_tokens(
         middle = clock()
         if stats.batches is not None:
             stats.batches.append((target.n_past, len(seq) - target.n_past + len(drafted)))
-        logits = target.eval([*seq[target.n_past :], *drafted], logits=len(drafted) + 1)
+        logits = yield Eval(target, [*seq[target.n_past :], *drafted], len(drafted) + 1)
         if sampling.penalties.active:
             logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
         if grammar is not None:  # greedy skips masking rows whose best token is allowed, unless logprobs read them

@@ -8,24 +8,31 @@ so the loop, the verifier and the statistics are the same for both. They are bui
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
+from ollama_spec.decoding.drafting import (  # noqa: F401 - callers take them from here
+    KeepDrafting,
+    draft_token_steps,
+    draft_tokens,
+)
+from ollama_spec.decoding.evals import Eval, run_evals
 from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.k_policy import PROBE_COSTS
-from ollama_spec.decoding.penalties import adjusted
-from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
+from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.decoding.sequences import (
+    Model,
+    as_draft_tokens,
+    common_prefix,
+    keep_common_prefix,
+)
 from ollama_spec.decoding.step_costs import worth_a_token
-from ollama_spec.errors import InferenceError
 
 # The proposers' names (PROPOSERS) and the sources a step's tokens come from (Proposer.source).
 DRAFT, NGRAM, HYBRID = "draft", "ngram", "draft+ngram"
-# What the draft reads in place of a target token it does not have (a padded id): any id works,
-# since the draft only proposes and the target decides; 0 is a normal token in every vocabulary.
-DRAFT_STAND_IN = 0
 DEFAULT_NGRAM_SIZE = 4
 # A lone matching token ("the", a newline) predicts what follows it about as well as a guess, and
 # each such proposal costs a bigger verify batch and drags the acceptance estimate down, so K=auto
@@ -39,25 +46,6 @@ MIN_NGRAM_SIZE = 2
 # catch-up costs a batch as long as the gap at every probe, however rare: on the quantized synth pair
 # (drafting never pays) 9 % of the target's time, 15 ms a probe; reading 16 tokens, 4 ms.
 PROBE_WINDOW = 16
-
-
-class Model(Protocol):
-    """What the loop needs from a loaded model (runtime.LoadedModel provides it)."""
-
-    n_past: int
-    n_ctx: int
-    n_vocab: int
-    cached: Sequence[int]  # the token ids in its KV cache
-
-    # logits: "last", "all" or the last n rows
-    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray: ...
-    def truncate(self, n_tokens: int) -> None: ...
-
-
-# Asked before each drafted token: (tokens drafted so far this step, the draft's margin p1 − p2 for
-# the next one) -> take it?, and before each draft step past the first, with margin None -> run it?
-# The K policy's keep_drafting.
-KeepDrafting = Callable[[int, "float | None"], bool]
 
 
 # A lookup's acceptance by position -> how many of its tokens to verify (KPolicy.lookup_worth).
@@ -96,6 +84,12 @@ class Proposer(Protocol):
         (KPolicy.probing: the K policy asking whether drafting pays again, PROBE_ACCEPTANCE or
         PROBE_COSTS; "" on other steps) may be proposed more cheaply than usual."""
 
+    def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe="") -> Generator:
+        """`propose` as steps (decoding/evals.py): each evaluation it needs yielded, its rows sent
+        back, the proposal returned. A proposer that evaluates nothing proposes at once."""
+        return self.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
+        yield  # a generator
+
     def accepted(self, seq: list[int]) -> None:
         """`seq` is what the target accepted; forget anything proposed past it."""
 
@@ -120,9 +114,12 @@ class DraftModelProposer(Proposer):
         keep_common_prefix(self.draft, as_draft_tokens(seq, self.draft.n_vocab))
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
+        return run_evals(self.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe))
+
+    def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         state = grammar.copy() if grammar is not None else None  # drafted tokens advance a copy only
         try:
-            return self._propose(seq, k, sampling, rng, keep_drafting, state, probe)
+            return (yield from self._propose(seq, k, sampling, rng, keep_drafting, state, probe))
         finally:
             if state is not None:
                 state.close()
@@ -142,9 +139,16 @@ class DraftModelProposer(Proposer):
             self._synced, missed = draft.n_past, missed[-PROBE_WINDOW:]
             if not self._synced:  # a draft that has read nothing still starts from the text's first
                 missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
-        logits = draft.eval(as_draft_tokens(missed, draft.n_vocab))[-1][: self.shared_vocab]
-        following = lambda token: draft.eval([token])[-1][: self.shared_vocab]
-        return draft_tokens(logits, following, k, sampling, rng, keep_drafting, grammar, self.draft_p_min, tail)
+        logits = (yield Eval(draft, as_draft_tokens(missed, draft.n_vocab)))[-1][: self.shared_vocab]
+
+        def following(token: int) -> Generator[Eval, np.ndarray, np.ndarray]:
+            return (yield Eval(draft, [token]))[-1][: self.shared_vocab]
+
+        return (
+            yield from draft_token_steps(
+                logits, following, k, sampling, rng, keep_drafting, grammar, self.draft_p_min, tail
+            )
+        )
 
     def accepted(self, seq):
         synced, self._synced = self._synced, None
@@ -327,6 +331,9 @@ class HybridProposer(Proposer):
         return self.ngram.lookup(seq, k, worth)
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
+        return run_evals(self.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe))
+
+    def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         self._length = len(seq)
         lookup = self.ngram.find(seq, k)
         n, expected = self.ngram.worth_verifying(len(lookup))
@@ -336,7 +343,7 @@ class HybridProposer(Proposer):
             return lookup[:n], None
         self.ngram.shadow(seq, lookup[: max(n, 1)])
         self.source = self.drafter
-        tokens, q = self.draft.propose(seq, k, sampling, rng, keep_drafting, grammar, probe)
+        tokens, q = yield from self.draft.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe)
         self._drafted = len(tokens)
         return tokens, q
 
@@ -346,94 +353,3 @@ class HybridProposer(Proposer):
             self.draft_run = DRAFT_RUN_DECAY * self.draft_run + (1 - DRAFT_RUN_DECAY) * accepted
         self.ngram.accepted(seq)
         self.draft.accepted(seq)
-
-
-def draft_tokens(
-    logits: np.ndarray,
-    following: Callable[[int], np.ndarray],
-    k: int,
-    sampling: SamplingSettings,
-    rng: np.random.Generator,
-    keep_drafting: KeepDrafting | None,
-    grammar: TokenGrammar | None,
-    p_min: float,
-    tail: list[int],
-) -> tuple[list[int], np.ndarray | None]:
-    """Draft up to k tokens from a model's first `logits`, each next row from `following(token)`:
-    greedy or sampled as `sampling` says, under the penalties (over `tail`, the text's window) and
-    the `grammar` (advanced as tokens are drafted), stopping where `keep_drafting` or `p_min` say."""
-    penalties = sampling.penalties
-    tokens: list[int] = []
-    probs: list[np.ndarray] = []
-    while True:
-        if penalties.active:  # as the target's rows will be: proposals that follow them get accepted
-            logits = adjusted(logits, [*tail, *tokens], penalties)
-        if grammar is not None and not sampling.greedy:
-            logits = grammar.mask(logits)
-            if not np.isfinite(logits.max()):
-                break
-        q = None if sampling.greedy else logits_to_probs(logits, sampling)
-        # Decide from the distribution alone, before sampling: a rule that looked at the sampled
-        # token would keep tokens from q cut to its confident part while acceptance divides by q.
-        if keep_drafting is not None or p_min > 0:
-            best, margin = _top_prob_and_margin(logits) if q is None else _top_and_margin(q)
-            if tokens and best < p_min:
-                break
-            if keep_drafting is not None and not keep_drafting(len(tokens), margin):
-                break
-        if q is None:
-            token = int(logits.argmax()) if grammar is None else grammar.best(logits)
-            if token is None:
-                break
-        else:
-            token = sample(q, rng)
-            probs.append(q)
-        tokens.append(token)
-        if grammar is not None:
-            grammar.accept(token)
-        if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
-            break
-        logits = following(token)
-    return tokens, np.array(probs) if probs else None
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens `a` and `b` share from their start."""
-    n, limit = 0, min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def keep_common_prefix(model: Model, seq: Sequence[int]) -> int:
-    """Cut the model's cache back to what it shares with `seq[:-1]`; return how many tokens that keeps.
-
-    A recurrent model's cache cannot be cut, only emptied (or kept whole when all of it is shared).
-    """
-    n = common_prefix(model.cached[: model.n_past], seq[:-1])
-    try:
-        model.truncate(n)
-    except InferenceError:
-        model.truncate(0)
-    return model.n_past  # a window cache cut back past the cells it reused keeps nothing
-
-
-def as_draft_tokens(tokens: Sequence[int], n_vocab: int) -> list[int]:
-    """Target tokens as the draft may read them: an id past its vocabulary becomes the stand-in."""
-    return [token if token < n_vocab else DRAFT_STAND_IN for token in tokens]
-
-
-def _top_prob_and_margin(logits: np.ndarray) -> tuple[float, float]:
-    """The softmax's largest probability and its lead over the second, without a copy of the vocabulary
-    beyond one exp (~80 µs for 128k logits)."""
-    best = int(logits.argmax())
-    e = np.exp(logits - logits[best])
-    total = float(e.sum())
-    e[best] = 0.0
-    return 1.0 / total, (1.0 - float(e.max(initial=0.0))) / total
-
-
-def _top_and_margin(probs: np.ndarray) -> tuple[float, float]:
-    best = int(probs.argmax())
-    top = float(probs[best])
-    return top, top - float(np.delete(probs, best).max(initial=0.0))

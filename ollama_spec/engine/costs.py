@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from ollama_spec.decoding.batch_steps import BatchSteps
 from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.proposer_table import PROPOSERS
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.step_costs import StepCosts
@@ -40,27 +40,35 @@ class LearnedCosts:
         self.cache = StepCostCache()
         self.learned: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
         self.last_policies: dict[str, AutoK] = {}  # by cost key: what the last request learned of α and margins
-        self.batch = BatchSteps()  # the auto policies of the requests running now, which share the batches
+        # what the step loop's passes cost, learned as they run (engine/step_loop.py): it prices each
+        # step by them, a calibration only their prior
+        self.passes = PassPrices()
+        # no timing before a request: without a calibration cached, -k auto starts from the passes'
+        # prior shape and the step loop prices it from its first passes (serve: no wait at load)
+        self.online = False
 
     def k_policy(self, speculation: SpeculationSettings, sampling: SamplingSettings) -> KPolicy:
         """Fixed K, or for "auto" a policy seeded with this machine's measured step costs."""
         if not speculation.auto:
             return FixedK(speculation.num_speculative_tokens)
         draft, k_max = self._draft_for(speculation), speculation.max_speculative_tokens
-        key, calibrated = self.key(draft), self.calibrated(draft, k_max)
+        key = self.key(draft)
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
-        costs = self._learned_or(calibrated, key) if learn else calibrated
-        if learn:
-            self.batch.prices = calibrated  # the passes' costs by size, for the K of a shared step
+        if learn and self.online and self.cache.get(key) is None:
+            # the step loop reprices it as it runs
+            calibrated = costs = self.passes.step_costs(k_max, drafts=draft is not None)
+        else:
+            calibrated = self.calibrated(draft, k_max)
+            costs = self._learned_or(calibrated, key) if learn else calibrated
+            if learn:
+                self.passes.set_prior(calibrated)
         policy = AutoK(
             costs,
             learn_costs=learn,
             confidence_stops=PROPOSERS[speculation.proposer].needs_draft,
             calibrated=calibrated,
-            # a seeded sample's K must not depend on what else runs: its text would
-            batch=self.batch if learn else None,
         )
         earlier, learned = self.last_policies.get(key), self.cache.get_acceptance(key)
         if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
@@ -73,8 +81,6 @@ class LearnedCosts:
         """After a request: the costs an AutoK refined seed the next request's, and the cache on `save`;
         `shared`: it ran beside other slots, and learned its part of shared batches, not the costs of a
         step (only what it learned of the acceptance carries)."""
-        if isinstance(policy, AutoK):
-            policy.leave()
         if isinstance(policy, AutoK) and policy.learn_costs:
             key = self.key(self._draft_for(speculation))
             self.last_policies[key] = policy
@@ -122,8 +128,13 @@ class LearnedCosts:
     def prepare(self, speculation: SpeculationSettings) -> None:
         """Time this machine's steps now if -k auto will want them (a server does it while loading:
         its first request then waits for nothing, and no timing runs beside other slots' batches)."""
-        if speculation.auto:
+        if speculation.auto and self.drafts(speculation):
             self.calibrated(self._draft_for(speculation), speculation.max_speculative_tokens)
+
+    def drafts(self, speculation: SpeculationSettings) -> bool:
+        """Will anything propose tokens under these settings? Not where the proposer needs a draft
+        model and none is loaded: then the target runs alone, and nothing is worth timing."""
+        return self.draft is not None or not PROPOSERS[speculation.proposer].needs_draft
 
     def _draft_for(self, speculation: SpeculationSettings) -> LoadedModel | None:
         return self.draft if PROPOSERS[speculation.proposer].needs_draft else None

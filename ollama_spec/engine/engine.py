@@ -6,8 +6,7 @@ The Engine is the one face the CLI, the server and the benchmark hold; prompt bu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -25,14 +24,15 @@ from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # no
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
 from ollama_spec.engine.slots import SlotPool
+from ollama_spec.engine.step_loop import Sink, StepLoop, Ticket
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
-from ollama_spec.llama.batcher import StepBatcher
 from ollama_spec.llama.canary import decide_repack
 from ollama_spec.llama.eagle3 import Eagle3Head, HeadCalibration
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
+from ollama_spec.llama.passes import piece_size
 from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
@@ -185,11 +185,8 @@ class Engine:
         self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
-        # with several slots, their evaluations run as one batch a model (drafts first: see batcher.py)
-        self.batcher = StepBatcher(loaded[::-1]) if self.slots > 1 else None
-        for model in loaded:
-            model.batcher = self.batcher
         self.pool = SlotPool(loaded, self.slots)
+        self.loop = StepLoop(self)  # requests run together: one thread owns the slots and every pass
 
     def _fit(self, target: ResolvedModel, draft: ResolvedModel | None) -> Fit:
         """The most slots that fit at the asked context (each holds n_ctx tokens of both models) on this
@@ -243,25 +240,17 @@ class Engine:
         draft = self.draft if self.draft is None or self.slots == 1 else self.draft.sequence(slot)
         return speculation.proposer_over(draft, self.target.n_vocab)
 
-    @contextmanager
-    def run_in_slot(self, prompt: Sequence[int]) -> Iterator[int]:
-        """A slot for a request whose prompt is `prompt` (the one whose cache shares most of it, see
-        slots.py); while the body runs, the slot's evaluations join the other running slots' batches.
-        Run each slot's request on a thread of its own, at most `slots` at once."""
-        batched = self.batcher is not None
-        with self.batcher.exclusive() if batched else nullcontext():  # saving or restoring cells: no batch meanwhile
-            slot = self.pool.acquire(prompt)
-        try:
-            with self.batcher.slot() if batched else nullcontext():
-                yield slot
-        finally:
-            self.pool.release(slot)
+    def submit(
+        self, request: Request, sink: Sink, *, prompt: Sequence[int] | None = None, runs: bool = False
+    ) -> Ticket:
+        """Run `request` in the step loop beside the other requests (step_loop.py), its answer to
+        `sink`; `prompt`: its tokens when the caller has them already (else built here)."""
+        return self.loop.submit(request, list(prompt or request.tokens or self.prompt_tokens(request)), sink, runs=runs)
 
     def close(self) -> None:
+        self.loop.close()
         self.costs.save()  # what this session measured, for the next one
         self.embeddings.close()
-        if self.batcher is not None:
-            self.batcher.close()
         if self.head is not None:
             self.head.close()
         for model in (self.draft, self.target):
@@ -349,9 +338,10 @@ class Engine:
     def generate(
         self, request: Request, *, use_draft: bool = True, slot: int = 0, stop: Callable[[], bool] | None = None
     ) -> Generation:
-        """Stream the answer in sequence `slot` of both models (see run_in_slot); `use_draft=False`
-        runs the loaded target alone (the baseline); `stop`: whether the request was cancelled."""
-        return Generation(
+        """The answer in sequence `slot` of both models, run here as it is iterated (a request alone;
+        beside others, `submit` runs it in the step loop); `use_draft=False` runs the loaded target
+        alone (the baseline); `stop`: whether the request was cancelled."""
+        generation = Generation(
             self.target if self.slots == 1 else self.target.sequence(slot),
             request,
             partial(self.prompt_tokens, request),
@@ -360,3 +350,6 @@ class Engine:
             costs=self.costs,
             stop=stop,
         )
+        if self.slots > 1:  # a long prompt is read a pass's piece at a time, beside the other slots' steps
+            generation.prompt_chunk = piece_size(self.target.n_batch, self.slots)
+        return generation

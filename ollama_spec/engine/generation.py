@@ -5,9 +5,10 @@ that say which of it the draft proposed (`Generation.pieces`, `token_runs`)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
-from ollama_spec.decoding.loop import Token, generate_tokens
+from ollama_spec.decoding.evals import Eval, evaluated
+from ollama_spec.decoding.loop import Token, generate_steps
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.requests import Request, Result
@@ -39,18 +40,24 @@ class Generation:
         self.end_of_turn, self.proposer, self.costs = end_of_turn, proposer, costs
         self.stop = stop  # whether the request was cancelled: a long grammar check stops waiting then
         self.result = Result(warnings=list(request.warnings))
+        self.prompt_chunk: int | None = None  # the most prompt tokens an evaluation reads (step_loop.py)
+        self.shared = False  # some of its steps ran beside other requests' (step_loop.py)
+        self.policy = None  # its K policy, once it runs (the step loop sets a shared step's K on it)
         if request.trace_batches:
             self.result.speculation.batches = []
 
     def __iter__(self) -> Iterator[str]:
-        return self._generate(runs=False)
+        return evaluated(self.steps(runs=False))
 
     def pieces(self) -> Iterator[Run]:
         """Iterate instead of `iter()` for the same text as runs, each all from accepted draft tokens
         (`from_draft`) or all from the target's own; joined, they are the text `iter()` yields."""
-        return self._generate(runs=True)
+        return evaluated(self.steps(runs=True))
 
-    def _generate(self, *, runs: bool) -> Iterator:
+    def steps(self, *, runs: bool = False) -> Generator:
+        """The generation as steps (decoding/evals.py): each evaluation yielded as an `Eval` for the
+        driver to run (alone, or in one pass with other requests': engine/step_loop.py), and each
+        piece of text (a `Run` with `runs`) as it is accepted."""
         target, request, result, proposer = self.target, self.request, self.result, self.proposer
         start = time.perf_counter()
         prompt = self.prompt()
@@ -63,8 +70,9 @@ class Generation:
             )
         stream = TextStream(request.stop)
         policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
+        self.policy = policy
         grammar = Grammar.for_model(target, request.grammar, self.stop) if request.grammar else None
-        tokens = generate_tokens(
+        tokens = generate_steps(
             target,
             proposer,
             prompt,
@@ -74,14 +82,20 @@ class Generation:
             policy,
             grammar,
             request.logprobs,
+            self.prompt_chunk,
         )
         result.finish_reason = "context"
-        # a slot that shared its batches learns its costs as its part of them: good for its own steps,
-        # not for the pair's (a lone request pays the whole batch)
-        others = getattr(target, "others_seconds", lambda: 0.0)
-        others_before = others()
+        rows = None
         try:
-            for token in tokens:
+            while True:
+                try:
+                    token = tokens.send(rows)
+                except StopIteration:
+                    break  # the context is full
+                rows = None
+                if isinstance(token, Eval):
+                    rows = yield token  # the driver runs it and sends its rows back, on to the steps
+                    continue
                 if not result.tokens:
                     result.first_token_seconds = time.perf_counter() - start
                 if not request.ignore_eos and self.end_of_turn(token.id):
@@ -116,7 +130,8 @@ class Generation:
             result.speculation.keep(len(result.tokens))  # count only the drafts the answer kept
             if grammar is not None:
                 grammar.close()
-            self.costs.keep_learned(request.speculation, policy, shared=others() > others_before)
+            # a request that shared its steps with others timed them whole: not what its own steps cost
+            self.costs.keep_learned(request.speculation, policy, shared=self.shared)
             result.total_seconds = time.perf_counter() - start
 
 

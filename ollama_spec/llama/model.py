@@ -181,7 +181,6 @@ class LoadedModel:
         self._cached: list[list[int]] = [[] for _ in range(settings.n_seq)]
         self._window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
         self._unsettled: set[int] = set()  # sequences a decode ran on whose tokens `cached` may not hold yet
-        self.batcher = None  # a StepBatcher while slots run together (see llama/batcher.py)
         # An EAGLE-3 head beside this target (llama/eagle3.py): told of every pass and every cut
         self.observer = None
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
@@ -273,8 +272,7 @@ class LoadedModel:
         return self._cached[seq]
 
     def sequence(self, seq: int) -> SequenceView:
-        """Sequence `seq` as the draft/verify loop sees a model; its evaluations join the others'
-        batch while a StepBatcher runs the slots together."""
+        """Sequence `seq` as the draft/verify loop sees a model (a slot's view)."""
         return SequenceView(self, seq)
 
     def eval(self, tokens: Sequence[int], *, logits: str | int = "last", seq: int = 0) -> np.ndarray:

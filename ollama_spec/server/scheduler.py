@@ -302,7 +302,7 @@ class Scheduler:
     def _open(self, pair: PairPlan) -> Engine:
         engine = Engine(pair.target, pair.draft, pair.engine, notice=log.info, fit=pair.fit)
         try:
-            engine.costs.prepare(pair.settings.speculation)
+            engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
         except BaseException:
             engine.close()
             raise

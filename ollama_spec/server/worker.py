@@ -1,9 +1,9 @@
 """The engine's slots, filled in arrival order: a bounded FIFO of generations (and embeddings).
 
-The HTTP handlers live on the asyncio loop; llama.cpp calls block, so each generation runs on a
-thread of its own, in a slot of its own (its own sequence in both KV caches), and hands its text
-pieces back through an asyncio queue. The slots' evaluations run as one batch (Engine.run_in_slot);
-a request waits only while every slot is busy, and never shares a slot's cache with another.
+The HTTP handlers live on the asyncio loop; llama.cpp calls block, so generations run in the
+engine's step loop (engine/step_loop.py: one thread, every slot's step in the same passes), each in
+a slot of its own (its own sequence in both KV caches), and hand their text pieces back through an
+asyncio queue each. A request waits only while every slot is busy, and never shares a slot's cache.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Engine, Request, Result
+from ollama_spec.engine.step_loop import Ticket
 from ollama_spec.errors import OllamaSpecError, Stopped
 
 log = logging.getLogger("ollama_spec.server")
@@ -73,25 +74,37 @@ class Job:
         self._loop = loop
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._cancelled = threading.Event()
-        self.started = False  # a slot took it: it holds a slot, not a place in the queue
+        self.ticket: Ticket | None = None  # its place in the engine's step loop
         self.reason = SHUTTING_DOWN  # why it was cancelled, for a client still listening
+        self._sent = 0  # logprobs: the tokens handed on with a piece so far
 
     def cancel(self, reason: str | None = None) -> None:
-        """Stop generating at the next token (or skip the job if it has not started); `reason`: what a
+        """Stop generating at the next step (or skip the job if it has not started); `reason`: what a
         client still listening is told (the server is stopping, its model is being deleted)."""
         if reason is not None and not self.cancelled:
             self.reason = reason
         self._cancelled.set()
+        if self.ticket is not None:
+            self.ticket.cancel()
+
+    @property
+    def started(self) -> bool:
+        """A slot took it: it holds a slot, not a place in the queue."""
+        return self.ticket is not None and self.ticket.generation is not None
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def put(self, event: Event) -> None:
+    def put(self, *events: Event) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+            self._loop.call_soon_threadsafe(self._put_all, events)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             self.cancel()
+
+    def _put_all(self, events: tuple[Event, ...]) -> None:
+        for event in events:
+            self._events.put_nowait(event)
 
     async def events(self) -> AsyncIterator[Event]:
         """Pieces of text, then one Finished or Failed."""
@@ -102,31 +115,21 @@ class Job:
                 return
 
 
-class _Call:
-    """Other work on the engine (an embedding): it waits in the same queue as generations."""
-
-    started = False
-    cancelled = False
-
-    def cancel(self, reason: str | None = None) -> None:
-        pass
-
-
 # Before any job has finished, the work ahead is guessed at a second a job.
 FIRST_GUESS_SECONDS = 1.0
 
 
 class Worker:
-    """Runs jobs in arrival order, as many at once as the engine has slots (each on a thread of its
-    own, their evaluations batched: see Engine.run_in_slot); at most `max_queue` wait for a free
-    slot, generations and embeddings alike."""
+    """Runs jobs in arrival order in the engine's step loop, as many at once as it has slots; at
+    most `max_queue` wait for a free slot, generations and embeddings alike. Embeddings (a context
+    of their own) run one at a time on a thread beside the loop."""
 
     def __init__(self, engine: Engine, max_queue: int, on_finished: Callable[[Job, Result], None]):
         self.engine, self.max_queue, self.on_finished = engine, max_queue, on_finished
         self.slots = engine.slots
-        self._executor = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="ollama-spec-slot")
-        self._lock = threading.Lock()
-        self._jobs: list[Job | _Call] = []  # running first, then waiting
+        self._calls = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ollama-spec-call")
+        self._lock = threading.Condition()
+        self._jobs: list[Job | object] = []  # running first, then waiting
         self._mean_seconds = FIRST_GUESS_SECONDS  # a job's time, averaged over the recent ones
 
     @property
@@ -140,26 +143,40 @@ class Worker:
         with self._lock:
             return len(self._holding())
 
-    def _holding(self) -> list[Job | _Call]:
+    def _holding(self) -> list[Job | object]:
         """The entries that hold a slot or a place in the queue: a job cancelled before it started (its
-        client left) gives its place back at once, though its entry waits for a slot to be skipped."""
-        return [entry for entry in self._jobs if entry.started or not entry.cancelled]
+        client left) gives its place back at once, though the loop skips it only at its next turn."""
+        return [entry for entry in self._jobs if not isinstance(entry, Job) or entry.started or not entry.cancelled]
 
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
         job = Job(request, asyncio.get_running_loop(), label)
         self._enqueue(job)
-        self._executor.submit(self._timed, self._run, job)
+        try:
+            job.ticket = self.engine.submit(request, _Sink(self, job), runs=request.show_draft)
+        except BaseException:
+            self._done(job)
+            raise
+        if job.cancelled:  # cancelled (shutdown) while it was being queued
+            job.ticket.cancel()
         return job
 
     async def call(self, work: Callable[[], T]) -> T:
-        """Run `work` (an embedding, on a context of its own) in a slot's thread, after the jobs queued
-        before it; QueueFull as for a generation."""
-        entry = _Call()
+        """Run `work` (an embedding, on a context of its own) after the calls queued before it; QueueFull
+        as for a generation."""
+        entry = object()
         self._enqueue(entry)
-        return await asyncio.wrap_future(self._executor.submit(self._timed, lambda _: work(), entry))
+        started = time.monotonic()
 
-    def _enqueue(self, entry: Job | _Call) -> None:
+        def run() -> T:
+            try:
+                return work()
+            finally:
+                self._done(entry, time.monotonic() - started)
+
+        return await asyncio.wrap_future(self._calls.submit(run))
+
+    def _enqueue(self, entry: Job | object) -> None:
         with self._lock:
             if (ahead := len(self._holding())) >= self.slots + self.max_queue:
                 raise QueueFull(
@@ -169,66 +186,65 @@ class Worker:
                 )
             self._jobs.append(entry)
 
-    def _timed(self, run: Callable[[Job | _Call], T], entry: Job | _Call) -> T:
-        """Run one queued entry; it leaves the queue when done, and its time joins the average."""
-        started = time.monotonic()
+    def _done(self, entry: Job | object, seconds: float | None = None) -> None:
+        """The entry leaves the queue; its time (when it ran) joins the average."""
         with self._lock:
-            entry.started = True
-        try:
-            return run(entry)
-        finally:
-            with self._lock:
+            if entry in self._jobs:
                 self._jobs.remove(entry)
-                self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.monotonic() - started)
+            if seconds is not None:
+                self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
+            self._lock.notify_all()
 
     def cancel_all(self, reason: str = SHUTTING_DOWN) -> None:
         """Stop the running generations and skip the waiting ones (shutdown, a delete of the model);
         `reason`: what their clients are told.
 
         Called from the signal handler, on the main thread, which may be holding the lock (in
-        `submit`): so no lock here. Copying the list is atomic, and a job only sets an event."""
+        `submit`): so no lock here. Copying the list is atomic, and a job only sets flags."""
         for job in list(self._jobs):
-            job.cancel(reason)
+            if isinstance(job, Job):
+                job.cancel(reason)
 
     def close(self) -> None:
+        """Cancel every job and wait until each has ended (its slot freed at the loop's next step)."""
         self.cancel_all()
-        self._executor.shutdown(wait=True)
+        with self._lock:
+            while any(isinstance(job, Job) for job in self._jobs):
+                self._lock.wait()
+        self._calls.shutdown(wait=True)
 
-    def _run(self, job: Job) -> None:
-        try:
-            if job.cancelled:
-                job.put(Failed(Cancelled(job.reason)))
-                return
-            prompt = job.request.tokens or self.engine.prompt_tokens(job.request)
-            with self.engine.run_in_slot(prompt) as slot:
-                generation = self.engine.generate(job.request, slot=slot, stop=lambda: job.cancelled)
-                scored = generation.result.scored
-                sent = 0
-                show_draft = job.request.show_draft
-                pieces = generation.pieces() if show_draft else iter(generation)
-                try:
-                    for piece in pieces:
-                        if job.cancelled:
-                            generation.result.finish_reason = "cancelled"
-                            break
-                        text, drafted = (
-                            (piece.text, (piece.from_draft,) * len(piece.text)) if show_draft else (piece, None)
-                        )
-                        job.put(Piece(text, tuple(scored[sent:]), drafted))
-                        sent = len(scored)
-                finally:
-                    pieces.close()
-            self.on_finished(job, generation.result)
-            if generation.result.finish_reason == "cancelled":
-                # A client that left hears nothing; one still listening (the server is stopping) must
-                # not take a cut-short answer for a finished one, so it gets an error, not a finish.
-                cut = len(generation.result.tokens)
-                job.put(Failed(Cancelled(f"{job.reason}: the answer was cut short after {cut} tokens")))
-                return
-            job.put(Finished(generation.result, tuple(scored[sent:])))
-        except Exception as exc:  # the request fails; the server keeps serving
-            if isinstance(exc, Stopped):  # cancelled while a step waited: what a client still listening hears
-                exc = Cancelled(job.reason)
-            if not isinstance(exc, OllamaSpecError):
-                log.exception("generation failed")
-            job.put(Failed(exc))
+
+class _Sink:
+    """A job's answer as the step loop hands it over (step_loop.Sink), turned into the job's events."""
+
+    def __init__(self, worker: Worker, job: Job):
+        self.worker, self.job = worker, job
+
+    def pieces(self, ticket: Ticket, pieces: list) -> None:
+        """A step's pieces, each with the scored tokens it completes: one wake-up of the event loop."""
+        job, scored = self.job, ticket.generation.result.scored
+        events = []
+        for piece, upto in pieces:
+            text, drafted = (piece.text, (piece.from_draft,) * len(piece.text)) if ticket.runs else (piece, None)
+            events.append(Piece(text, tuple(scored[job._sent : upto]), drafted))
+            job._sent = upto
+        job.put(*events)
+
+    def end(self, ticket: Ticket) -> None:
+        job, result = self.job, ticket.generation.result
+        self.worker._done(job, result.total_seconds)
+        self.worker.on_finished(job, result)
+        if result.finish_reason == "cancelled":
+            # A client that left hears nothing; one still listening (the server is stopping) must not
+            # take a cut-short answer for a finished one, so it gets an error, not a finish.
+            job.put(Failed(Cancelled(f"{job.reason}: the answer was cut short after {len(result.tokens)} tokens")))
+            return
+        job.put(Finished(result, tuple(result.scored[job._sent :])))
+
+    def fail(self, ticket: Ticket, error: Exception) -> None:
+        self.worker._done(self.job)
+        if (ticket.generation is None and ticket.cancelled) or isinstance(error, Stopped):
+            error = Cancelled(self.job.reason)  # cancelled before it began, or while a step waited
+        elif not isinstance(error, OllamaSpecError):  # the request fails; the server keeps serving
+            log.error("generation failed", exc_info=error)
+        self.job.put(Failed(error))

@@ -42,7 +42,7 @@ def test_two_clients_in_process_give_each_row_a_rate_and_a_ceiling(tiny_models):
     settings = BenchSettings(max_tokens=8, runs=2, warmup=False, n_ctx=512)
     with Engine(*tiny_models, engine_settings(parallel=2, n_ctx=512)) as engine:
         report = run_concurrent(engine, prompts, settings, [1, 2], [None, 2])
-        assert engine.batcher.passes is None  # recorded only while the bench times a row
+        assert engine.loop.passes is None  # recorded only while the bench times a row
     assert isinstance(report, ConcurrentReport) and not report.mismatches  # greedy: one text a prompt
     for n in (1, 2):
         for k in (None, 2):
@@ -50,6 +50,8 @@ def test_two_clients_in_process_give_each_row_a_rate_and_a_ceiling(tiny_models):
         assert {p.sequences for p in report.passes[n]} <= set(range(1, n + 1))
         rate, deepest = report.ceiling(n)
         assert rate > 0 and 0 <= deepest <= 2
+        steps, outside = report.outside[n]  # the Python of each step, outside llama.cpp's passes
+        assert steps > 0 and outside > 0
     assert max(p.sequences for p in report.passes[2]) == 2  # two clients' steps ran as one batch
 
 
@@ -63,8 +65,10 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
     assert [line.split()[:2] for line in result.output.splitlines() if line.strip().startswith(("1 ", "2 "))] == [
         ["1", "K=2"],
         ["1", "ceiling"],
+        ["1", "python"],
         ["2", "K=2"],
         ["2", "ceiling"],
+        ["2", "python"],
     ]
     assert (tmp_path / "out" / "results-concurrent.json").exists()
     refused = invoke(*args, "--in-process", "--url", "http://127.0.0.1:9/v1")
@@ -72,9 +76,11 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
     assert refused.output.strip().splitlines()[-1] == (
         "Error: --in-process times clients in this process: drop --url (or --in-process)"
     )
-    alone = invoke(*args, "--in-process", "-k", "auto,2")  # one client on one slot: the rows, no ceiling
+    alone = invoke(*args, "--in-process", "-k", "auto,2")  # one client on one slot: the same loop, its ceiling
     assert alone.exit_code == 0, alone.output
     assert [line.split()[:2] for line in alone.output.splitlines() if line.strip().startswith("1 ")] == [
         ["1", "auto"],
         ["1", "K=2"],
+        ["1", "ceiling"],
+        ["1", "python"],
     ]

@@ -1,10 +1,8 @@
 """One K for every slot of a batch step, priced by what the step costs the whole batch."""
 
-import gc
-
 import pytest
 
-from ollama_spec.decoding.batch_steps import BatchSteps, best_shared_k, pass_seconds
+from ollama_spec.decoding.batch_steps import best_shared_k, pass_seconds, step_k
 from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k
 
@@ -40,54 +38,41 @@ def test_a_weak_slot_lowers_the_batch_k_but_does_not_stop_it():
     assert 1 <= both < best_shared_k([good, good], CPU, 0.0)
 
 
-def test_policies_beside_others_draft_the_batch_k_whole_and_alone_their_own():
-    batch = BatchSteps(CPU)
-    one = AutoK(CPU, 0.8, confidence_stops=True, batch=batch)
-    assert batch.step_k(DRAFT_GAIN_MARGIN) is None  # alone: its own rule, token by token
-    two = AutoK(CPU, 0.8, confidence_stops=True, batch=batch)
-    k = one.next_k()
-    assert k == two.next_k() == best_shared_k([one.alphas(), two.alphas()], CPU, DRAFT_GAIN_MARGIN) >= 1
+def test_policies_beside_others_draft_the_shared_k_whole_and_alone_their_own():
+    one, two = AutoK(CPU, 0.8, confidence_stops=True), AutoK(CPU, 0.8, confidence_stops=True)
+    k = step_k([one, two], CPU, DRAFT_GAIN_MARGIN, CPU.k_max)
+    assert k == best_shared_k([one.alphas(), two.alphas()], CPU, DRAFT_GAIN_MARGIN) >= 1
+    one.shared_k = two.shared_k = k
+    assert one.next_k() == two.next_k() == k
     assert all(one.keep_drafting(i, 0.0) for i in range(k))  # no stop by margin: the column is paid
-    two.leave()
-    assert batch.step_k(DRAFT_GAIN_MARGIN) is None
-    assert BatchSteps().step_k(0.0) is None  # nothing calibrated yet: each slot decides alone
+    one.shared_k = None  # alone again: its own rule, token by token (K is only the most it may draft)
+    assert one.next_k() == CPU.k_max
 
 
-def test_beside_others_a_batch_k_of_zero_still_probes():
-    batch = BatchSteps(StepCosts(0.004, tuple(0.030 * n for n in range(1, 10))))  # every token a full pass
-    policies = [AutoK(batch.prices, 0.3, batch=batch) for _ in range(2)]
+def test_beside_others_a_shared_k_of_zero_still_probes():
+    prices = StepCosts(0.004, tuple(0.030 * n for n in range(1, 10)))  # every token a full pass
+    policies = [AutoK(prices, 0.3) for _ in range(2)]
+    assert step_k(policies, prices, DRAFT_GAIN_MARGIN, prices.k_max) == 0
+    policies[0].shared_k = 0
     ks = [policies[0].next_k() for _ in range(40)]
     assert set(ks) == {0, 1} and ks.count(1) >= 2  # K=0 for the batch, and a probe now and then
 
 
-def test_policies_leave_when_their_request_ends_or_is_dropped():
-    batch = BatchSteps(CPU)
-    one, two = AutoK(CPU, batch=batch), AutoK(CPU, batch=batch)
-    assert len(batch) == 2
-    one.leave()
-    del two  # a request that failed before it could leave
-    gc.collect()
-    assert len(batch) == 0
-
-
-def test_one_decision_a_step_whatever_each_slot_learned_in_between():
-    """Slots ask in turn after the same verify pass, each having learned from its own: had each decided
-    on what it knew when it asked, two slots could draft two Ks, and the shorter pays padding."""
-    batch = BatchSteps(CPU)
-    one, two = AutoK(CPU, 0.8, batch=batch), AutoK(CPU, 0.8, batch=batch)
-    first = one.next_k()
-    for _ in range(30):
-        one.observe(first, 0, 0.004 * first, 0.05)  # slot one's drafts all rejected since
-    assert two.next_k() == first  # the same step: the same K
-    assert one.next_k() < first  # the next step decides again, on what both know now
+def test_a_step_beside_others_learns_acceptance_not_costs():
+    """Timed whole, a shared step's seconds are every slot's: not what this request's steps cost."""
+    policy = AutoK(CPU, 0.8)
+    policy.shared_k = 3
+    costs = policy.costs
+    for _ in range(20):
+        policy.observe(3, 0, 0.5, 0.5)  # far dearer than alone, and every draft rejected
+    assert policy.costs == costs and policy.alphas()[0] < 0.5
 
 
 def test_a_fresh_slot_takes_the_others_acceptance_until_it_has_its_own():
-    batch = BatchSteps(GPU)
-    seasoned = AutoK(GPU, 0.8, batch=batch)
+    seasoned = AutoK(GPU, 0.8)
     for _ in range(40):  # its drafts past the first are rejected
         seasoned.observe(3, 1, 0.012, 0.05)
     alone = best_shared_k([seasoned.alphas(), seasoned.alphas()], GPU, DRAFT_GAIN_MARGIN)
-    fresh = AutoK(GPU, 0.8, batch=batch)  # its prior would ask for more
+    fresh = AutoK(GPU, 0.8)  # its prior would ask for more
     assert best_shared_k([seasoned.alphas(), fresh.alphas()], GPU, DRAFT_GAIN_MARGIN) > alone
-    assert fresh.next_k() == alone
+    assert step_k([seasoned, fresh], GPU, DRAFT_GAIN_MARGIN, GPU.k_max) == alone

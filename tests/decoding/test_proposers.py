@@ -8,7 +8,13 @@ import pytest
 
 from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE, PROBE_COSTS, FixedK
 from ollama_spec.decoding.loop import SpeculationSettings
-from ollama_spec.decoding.proposers import PROBE_WINDOW, DraftModelProposer, HybridProposer, NgramProposer
+from ollama_spec.decoding.proposers import (
+    PROBE_WINDOW,
+    DraftModelProposer,
+    HybridProposer,
+    NgramProposer,
+    Proposer,
+)
 from ollama_spec.decoding.sampling import SamplingSettings
 from tests.decoding.test_loop import assert_first_two_tokens_follow_the_target, run
 
@@ -82,7 +88,7 @@ def test_draft_model_and_lookup_keep_the_target_distribution(spec_engine):
     )
 
 
-class _ScriptedDraft:
+class _ScriptedDraft(Proposer):
     """Stands in for the draft model's proposer where only the hybrid's choice is tested."""
 
     def __init__(self, tokens):

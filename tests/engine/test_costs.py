@@ -111,12 +111,27 @@ def test_prepare_times_the_steps_before_any_request(tiny_models, tmp_path, monke
         "".join(engine.generate(request))
 
 
-def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_models, tmp_path):
-    """Beside another slot a request learns its part of the joint batches (its own clock leaves the
-    other's part out): right for its own steps, wrong for a lone request's, so it is not kept."""
-    import threading
-
+def test_a_model_served_without_a_draft_times_nothing(tiny_models, tmp_path, monkeypatch):
+    """With no draft loaded, -k auto has nothing to draft with: a fresh cache stays empty at load and
+    after a request, and no draft or verify step is timed."""
+    from ollama_spec.engine import costs as costs_module
     from ollama_spec.engine.calibration import StepCostCache
+
+    timed = []
+    monkeypatch.setattr(costs_module, "measure_step_costs", lambda *args, **kwargs: timed.append(args))
+    with Engine(tiny_models[0], None, engine_settings()) as engine:
+        engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
+        engine.costs.prepare(SpeculationSettings(None))  # as serve and the scheduler do while loading
+        request = Request("Hi", raw=True, max_tokens=8, sampling=GREEDY, speculation=SpeculationSettings(None))
+        assert len("".join(engine.generate(request))) > 0
+    assert timed == [] and cache.get(engine.costs.key(None)) is None
+
+
+def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_models, tmp_path):
+    """Beside another slot a request's steps are timed whole, the other's part too: not a lone
+    request's costs, so they are not kept."""
+    from ollama_spec.engine.calibration import StepCostCache
+    from ollama_spec.engine.step_loop import stream
 
     request = Request(
         "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
@@ -125,20 +140,11 @@ def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_
         engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
         key = engine.costs.key(engine.draft)
         engine.costs.prepare(request.speculation)
-        barrier = threading.Barrier(2)
-
-        def run():
-            with engine.run_in_slot(engine.prompt_tokens(request)) as slot:
-                barrier.wait(60)  # both hold their slots before either starts: their steps are batched
-                "".join(engine.generate(request, slot=slot))
-
-        threads = [threading.Thread(target=run) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
+        with engine.loop.together():  # admitted at the same turn: their steps share every pass
+            running = [stream(engine.loop, request, engine.prompt_tokens(request)) for _ in range(2)]
+        for _, pieces in running:
+            "".join(pieces)
         assert key in engine.costs.last_policies  # what they learned of the acceptance carries
-        assert len(engine.costs.batch) == 0  # each policy left the batch's company when its request ended
         assert key not in engine.costs.learned
         "".join(engine.generate(request))  # alone, its costs are the pair's
         assert key in engine.costs.learned

@@ -2,8 +2,6 @@
 on one slot and on four, with prompts longer than one batch; a crafted head gets most of its drafts
 accepted, a random one next to none; a seeded sample follows the target's own distribution."""
 
-import threading
-
 import pytest
 
 from ollama_spec.decoding.eagle3 import HEAD
@@ -12,6 +10,7 @@ from ollama_spec.decoding.penalties import Penalties
 from ollama_spec.decoding.proposers import HYBRID, NGRAM
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request, pair_facts
+from ollama_spec.engine.step_loop import stream
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.planning.needs import captured_rows_bytes, model_needs
@@ -67,16 +66,6 @@ def test_acceptance_at_k1_is_the_heads(kind, low, high, heads, tiny_models):
     assert low <= accepted / drafted <= high, (kind, accepted / drafted)
 
 
-def in_slot(engine, prompt, k, barrier, results):
-    req = request(prompt, k)
-    try:
-        with engine.run_in_slot(engine.prompt_tokens(req)) as slot:
-            barrier.wait(60)
-            results[prompt] = answer(engine, req, slot).tokens
-    except Exception as exc:  # noqa: BLE001 - shown by the test's assertion
-        results[prompt] = repr(exc)
-
-
 @pytest.mark.parametrize("kind", ["random", "crafted", "reduced"])
 def test_four_slots_together_write_the_targets_text(kind, heads, tiny_models):
     """One head sequence a slot: each slot's greedy text is the target's alone (with four slots a
@@ -88,12 +77,12 @@ def test_four_slots_together_write_the_targets_text(kind, heads, tiny_models):
             "".join(generation)
             expected[prompt] = generation.result.tokens
         for k in (1, 2, 4, 8):
-            results, barrier = {}, threading.Barrier(len(PROMPTS))
-            threads = [threading.Thread(target=in_slot, args=(engine, p, k, barrier, results)) for p in PROMPTS]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(180)
+            with engine.loop.together():  # admitted at the same turn: their steps share every pass
+                running = {p: stream(engine.loop, request(p, k), engine.prompt_tokens(request(p, k))) for p in PROMPTS}
+            results = {}
+            for prompt, (ticket, pieces) in running.items():
+                "".join(pieces)
+                results[prompt] = ticket.generation.result.tokens
             assert results == expected, (kind, k)
 
 

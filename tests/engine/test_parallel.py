@@ -1,7 +1,5 @@
-"""Slots: requests that run together, each in its own sequence, their evaluations batched: every
-slot's greedy text is the one it gives alone, and slots come and go between steps."""
-
-import threading
+"""Slots: requests that run together in the step loop, each in its own sequence, their evaluations in
+shared passes: every slot's greedy text is the one it gives alone, and slots come and go between steps."""
 
 import pytest
 
@@ -9,6 +7,7 @@ from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.penalties import Penalties
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.engine.step_loop import stream
 from ollama_spec.llama.grammar import grammar_for_json
 from tests.conftest import engine_settings
 
@@ -27,51 +26,43 @@ def request(prompt, **fields):
     return Request(prompt, raw=True, **fields)
 
 
-def run(engine, req, results, key, stop_after=None, barrier=None):
-    prompt = engine.prompt_tokens(req)
-    with engine.run_in_slot(prompt) as slot:
-        if barrier is not None:  # every request holds its slot before any starts (and could finish)
-            barrier.wait(60)
-        generation = engine.generate(req, slot=slot)
-        for i, _ in enumerate(generation):
-            if stop_after is not None and i >= stop_after:
-                break
-    results[key] = (generation.result.tokens, slot)
+def start(engine, req):
+    return stream(engine.loop, req, engine.prompt_tokens(req))
 
 
-def together(engine, requests, **kwargs):
-    results, threads = {}, []
-    for key, req in requests.items():
-        threads.append(threading.Thread(target=run, args=(engine, req, results, key), kwargs=kwargs.get(key, {})))
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    return results
+def finish(ticket, pieces, stop_after=None):
+    for i, _ in enumerate(pieces):
+        if stop_after is not None and i >= stop_after:
+            ticket.cancel()  # the slot is freed at the next step
+    return ticket.generation.result.tokens, ticket.slot
+
+
+def together(engine, requests, stop_after=None):
+    """The requests admitted at the same turn of the step loop: their steps share every pass."""
+    with engine.loop.together():
+        started = {key: start(engine, req) for key, req in requests.items()}
+    return {key: finish(*both, (stop_after or {}).get(key)) for key, both in started.items()}
 
 
 def alone(engine, req):
-    results = {}
-    run(engine, req, results, 0)
-    return results[0][0]
+    return finish(*start(engine, req))[0]
 
 
 def test_four_slots_together_write_what_each_writes_alone(engine):
     requests = {p: request(p) for p in PROMPTS}
     expected = {p: alone(engine, r) for p, r in requests.items()}
-    before = engine.batcher.decodes
-    barrier = threading.Barrier(len(requests))
-    got = together(engine, requests, **{p: {"barrier": barrier} for p in requests})
+    before = engine.loop.decodes
+    got = together(engine, requests)
     assert {p: tokens for p, (tokens, _) in got.items()} == expected
     assert len({slot for _, slot in got.values()}) == 4  # each its own slot
     # batched: far fewer passes than four requests' worth one at a time
-    assert engine.batcher.decodes - before < sum(len(t) for t in expected.values())
+    assert engine.loop.decodes - before < sum(len(t) for t in expected.values())
 
 
 def test_a_request_that_leaves_early_does_not_disturb_the_others(engine):
     requests = {p: request(p) for p in PROMPTS[:3]}
     expected = {p: alone(engine, r) for p, r in requests.items()}
-    got = together(engine, requests, **{PROMPTS[0]: {"stop_after": 3}})
+    got = together(engine, requests, stop_after={PROMPTS[0]: 3})
     assert got[PROMPTS[1]][0] == expected[PROMPTS[1]] and got[PROMPTS[2]][0] == expected[PROMPTS[2]]
     assert got[PROMPTS[0]][0] == expected[PROMPTS[0]][: len(got[PROMPTS[0]][0])]
 
@@ -104,13 +95,9 @@ def test_a_slot_reaching_its_context_end_stops_there_alone(engine):
 
 def test_a_chats_next_turn_lands_in_its_slot(engine):
     """The slot with the longest shared prefix: a longer prompt that starts with an earlier one."""
-    first = request(PROMPTS[0])
-    results = {}
-    run(engine, first, results, "first")
-    tokens, slot = results["first"]
+    tokens, slot = finish(*start(engine, request(PROMPTS[0])))
     text = engine.target.detokenize(tokens)
-    run(engine, request(PROMPTS[0] + text + " and then"), results, "next")
-    assert results["next"][1] == slot
+    assert finish(*start(engine, request(PROMPTS[0] + text + " and then")))[1] == slot
 
 
 def test_a_recurrent_target_gets_one_slot(tmp_path):
@@ -120,7 +107,7 @@ def test_a_recurrent_target_gets_one_slot(tmp_path):
 
     mamba = resolve_model(str(write_mamba_gguf(tmp_path / "mamba.gguf")))
     with Engine(mamba, None, engine_settings(parallel=4, n_ctx=256)) as engine:
-        assert engine.slots == 1 and engine.batcher is None
+        assert engine.slots == 1
         req = request("Hello there", speculation=SpeculationSettings(3), max_tokens=8)
         assert len(alone(engine, req)) == 8
 

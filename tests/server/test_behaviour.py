@@ -34,10 +34,15 @@ def server(engine):
 
 
 def count_evaluated(monkeypatch, model):
-    """Record how many tokens each eval call of `model` evaluates."""
+    """Record how many tokens each evaluation of `model` reads (one item of a pass the step loop runs)."""
     calls = []
-    real_eval = model.eval
-    monkeypatch.setattr(model, "eval", lambda tokens, **kw: calls.append(len(tokens)) or real_eval(tokens, **kw))
+    real = model.decode_many
+
+    def decode_many(items):
+        calls.extend(len(tokens) for _, tokens, _ in items)
+        return real(items)
+
+    monkeypatch.setattr(model, "decode_many", decode_many)
     return calls
 
 

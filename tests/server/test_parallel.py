@@ -33,13 +33,13 @@ def test_four_concurrent_greedy_requests_give_what_each_gives_alone(served):
         complete(url, prompt, alone)
     together = {}
     threads = [threading.Thread(target=complete, args=(url, prompt, together)) for prompt in PROMPTS]
-    decodes = state.serving.served.engine.batcher.decodes
+    decodes = state.serving.served.engine.loop.decodes
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(120)
     assert together == alone
-    assert state.serving.served.engine.batcher.decodes > decodes  # they ran as batches
+    assert state.serving.served.engine.loop.decodes > decodes  # they ran as batches
 
 
 def test_health_counts_running_and_waiting_per_slot(served):

@@ -11,6 +11,7 @@ import httpx
 import ollama
 import pytest
 
+from ollama_spec.decoding.evals import Eval
 from ollama_spec.engine.generation import Generation
 from ollama_spec.models.store import Store, StoreRoot
 from tests.pull_servers import registry_alone, snapshot
@@ -99,14 +100,25 @@ def test_a_delete_on_a_read_only_store_fails_before_unloading(store_copy, monkey
 def slow_pieces(monkeypatch):
     """Each generation's text comes a piece every 50 ms (a slow model), until the test sets the event."""
     fast = threading.Event()
-    real = Generation._generate
+    real = Generation.steps
 
-    def slowed(self, *, runs):
-        for piece in real(self, runs=runs):
-            yield piece
-            fast.wait(0.05)
+    def slowed(self, *, runs=False):
+        steps = real(self, runs=runs)
+        try:
+            item = next(steps)
+            while True:
+                if isinstance(item, Eval):  # an evaluation: its rows go on to the steps
+                    item = steps.send((yield item))
+                else:
+                    yield item
+                    fast.wait(0.05)
+                    item = next(steps)
+        except StopIteration:
+            return
+        finally:
+            steps.close()
 
-    monkeypatch.setattr(Generation, "_generate", slowed)
+    monkeypatch.setattr(Generation, "steps", slowed)
     return fast
 
 

@@ -1,0 +1,111 @@
+"""What a pass costs, learned online from the passes the step loop runs: the target's by tokens, the
+draft's by rows.
+
+A step of B slots at K is K draft passes of B rows and one target pass of B·(K+1) tokens; the step
+loop times every pass it runs (engine/step_loop.py) and tells them here, so the K it chooses is priced
+by what this machine does now. A calibration (or the costs a previous process saved) is only the
+prior: its shape stands in for the sizes not seen yet, scaled by how the sizes that were seen
+compare with it, so a calibration taken while the machine was busy does not outlive the first
+passes, and a restart does not keep slow costs. Each size follows its last ~10 passes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from ollama_spec.decoding.step_costs import StepCosts
+
+DECAY = 0.8  # per pass of a size: a size's cost follows its last ~10 passes
+# With no prior at all (no calibration yet), a target pass costs this much more per token than one
+# of a single token (a CPU's kernels; a GPU's is near 0, and the first passes say which), and a draft
+# pass this share of the target's (a draft is about a tenth of its target's size).
+PRIOR_SLOPE = 0.1
+PRIOR_DRAFT_SHARE = 0.1
+
+
+def pass_seconds(prices: StepCosts, tokens: int) -> float:
+    """A pass over `tokens` tokens by calibrated one-sequence costs: as timed up to the longest
+    calibrated batch, then on the line through the upper half of the timed sizes (a CPU pays each
+    token more, a GPU little)."""
+    timed = prices.verify_s
+    if tokens <= len(timed):
+        return timed[max(tokens, 1) - 1]
+    mid = len(timed) // 2
+    slope = max(0.0, (timed[-1] - timed[mid]) / max(len(timed) - 1 - mid, 1))
+    return timed[-1] + slope * (tokens - len(timed))
+
+
+@dataclass
+class _BySize:
+    """One model's pass seconds by size, each a decayed mean of the passes seen."""
+
+    seen: dict[int, float] = field(default_factory=dict)
+    _scale: float | None = None  # worked out once between passes
+
+    def observe(self, size: int, seconds: float) -> None:
+        old = self.seen.get(size)
+        self.seen[size] = seconds if old is None else DECAY * old + (1 - DECAY) * seconds
+        self._scale = None
+
+    def scale(self, prior) -> float:
+        """How the sizes seen compare with `prior` (1 where none was seen): the median ratio."""
+        if self._scale is None:
+            ratios = [seconds / prior(size) for size, seconds in self.seen.items() if prior(size) > 0]
+            self._scale = statistics.median(ratios) if ratios else 1.0
+        return self._scale
+
+
+@dataclass
+class PassPrices:
+    """The passes' seconds as learned (see the module); `prior`: one sequence's costs by size."""
+
+    prior: StepCosts | None = None
+    _target: _BySize = field(default_factory=_BySize)
+    _draft: _BySize = field(default_factory=_BySize)
+
+    def observe(self, draft: bool, size: int, seconds: float) -> None:
+        """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
+        if draft:
+            self._draft.observe(size, seconds)
+        else:
+            self._target.observe(size, seconds)
+            self._draft._scale = None  # with no prior, the draft's is a share of the target's
+
+    def set_prior(self, prior: StepCosts) -> None:
+        """A calibration (or the costs saved last time): the shape of the sizes not seen yet."""
+        if prior != self.prior:
+            self.prior = prior
+            self._target._scale = self._draft._scale = None
+
+    @property
+    def known(self) -> bool:
+        """Is there anything to price by: a prior, or a target pass seen?"""
+        return self.prior is not None or bool(self._target.seen)
+
+    def target_pass(self, tokens: int) -> float:
+        seen = self._target.seen.get(tokens)
+        return seen if seen is not None else self._target_prior(tokens) * self._target.scale(self._target_prior)
+
+    def draft_pass(self, rows: int) -> float:
+        seen = self._draft.seen.get(rows)
+        if seen is not None:
+            return seen
+        return self._draft_prior(rows) * self._draft.scale(self._draft_prior)
+
+    def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
+        """One sequence's draft step and target passes of 1..k_max+1 tokens, as learned; `drafts`
+        False: proposals that cost no draft pass (a lookup in the text)."""
+        draft = self.draft_pass(1) if drafts else 0.0
+        return StepCosts(draft, tuple(self.target_pass(n) for n in range(1, k_max + 2)))
+
+    def _target_prior(self, tokens: int) -> float:
+        if self.prior is not None:
+            return pass_seconds(self.prior, tokens)
+        return 1.0 + PRIOR_SLOPE * (tokens - 1)  # a shape only: scaled by the passes seen
+
+    def _draft_prior(self, rows: int) -> float:
+        # the draft's pass grows with its rows as the target's does: both mostly read their weights
+        if self.prior is not None:
+            return self.prior.draft_step_s * pass_seconds(self.prior, rows) / self.prior.verify_s[0]
+        return PRIOR_DRAFT_SHARE * self.target_pass(rows)

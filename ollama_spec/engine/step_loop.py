@@ -1,0 +1,352 @@
+"""One loop per loaded pair: the queue of admitted requests, the slot table, the step's K and every pass.
+
+As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
+
+1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule),
+2. runs the draft passes of every drafting slot together, one llama_decode a draft token,
+3. chooses one K for every slot's next step, from each slot's acceptance by position and the costs
+   of the step's shapes as its passes timed them (decoding/batch_steps.py, pass_prices.py: the most
+   accepted tokens per second of the step),
+4. runs one target pass with every slot's verify rows and the next chunk of each prompt being read,
+5. hands each request its verified tokens as text, through its own sink; each slot then starts its
+   next step at the K of step 3.
+
+A request is plain state: its Generation's steps (a generator that yields each evaluation it needs:
+decoding/evals.py), which the loop runs in the pass of its kind and answers with its rows. No thread
+per request and no barrier: what is in a pass is what every slot asked for by then.
+
+The one lock (`_lock`) guards what other threads touch: the queue of waiting tickets and the
+tickets' cancel flags. The slot table, the caches and every llama.cpp call are the loop thread's.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from ollama_spec.decoding.batch_steps import step_k
+from ollama_spec.decoding.evals import Eval
+from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
+from ollama_spec.engine.generation import Generation
+from ollama_spec.engine.requests import Request
+from ollama_spec.errors import OllamaSpecError
+
+# Python hands the GIL to a thread that waits for it only every switch interval (5 ms by default), and
+# each piece the loop hands on wakes its reader's thread (a client, the server's event loop), which
+# then waits for the GIL while the loop runs on: on the tiny pair 64 tokens took 120-750 ms through
+# the loop against 70 ms run directly, nearly all of it in those waits; at 0.5 ms, 17-32 ms.
+SWITCH_INTERVAL_S = 0.0005
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One llama_decode call as it ran: which model (0 the target, 1 the draft), how many sequences,
+    tokens and rows of logits, the most tokens of one sequence, and its seconds."""
+
+    model: int
+    sequences: int
+    tokens: int
+    rows: int
+    widest: int
+    seconds: float
+
+
+class Sink(Protocol):
+    """Where a request's answer goes, called on the loop's thread: the pieces of text (`Run`s with
+    `runs`) each step verified, in one call (each call may wake the reader's thread: once a step,
+    not once a token), each with how many of the Result's `scored` tokens it completes; then once
+    `end` (the Result is the generation's) or `fail`."""
+
+    def pieces(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None: ...
+    def end(self, ticket: Ticket) -> None: ...
+    def fail(self, ticket: Ticket, error: Exception) -> None: ...
+
+
+@dataclass
+class Ticket:
+    """One admitted request: its prompt as tokens, where its answer goes, and once it has a slot, its
+    generation (whose `result` fills as it runs)."""
+
+    request: Request
+    prompt: list[int]
+    sink: Sink
+    runs: bool = False  # pieces as Runs (which text the draft wrote), not plain text
+    use_draft: bool = True  # False: the target alone (the baseline)
+    generation: Generation | None = None
+    slot: int | None = None  # the sequence it runs in, once admitted
+    cancelled: bool = False  # set by any thread: the slot is freed at the next step
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@dataclass
+class _Slot:
+    seq: int
+    ticket: Ticket
+    steps: Iterator
+    wanted: Eval | None = None
+
+
+@dataclass
+class StepLoop:
+    """The loop of one loaded pair (see the module); `engine` is the Engine whose slots it runs."""
+
+    engine: Any
+    decodes: int = 0  # llama_decode calls made through the loop (the tests read it)
+    passes: list[Pass] | None = None  # when a list: every pass run, as a Pass (bench's ceiling)
+    steps: int = 0  # turns that ended in a target pass
+    outside_s: float = 0.0  # their seconds outside llama.cpp's passes: the Python of the steps
+    _passes_s: float = 0.0
+    _lock: threading.Condition = field(default_factory=threading.Condition)
+    _waiting: deque[Ticket] = field(default_factory=deque)
+    _slots: dict[int, _Slot] = field(default_factory=dict)
+    _thread: threading.Thread | None = None
+    _closed: bool = False
+
+    def submit(
+        self, request: Request, prompt: list[int], sink: Sink, *, runs: bool = False, use_draft: bool = True
+    ) -> Ticket:
+        """Queue a request whose prompt is `prompt` (arrival order); its answer goes to `sink`, called
+        from the loop's thread."""
+        ticket = Ticket(request, list(prompt), sink, runs, use_draft)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the step loop is closed")
+            self._waiting.append(ticket)
+            if self._thread is None:
+                sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+                self._thread = threading.Thread(target=self._run, name="ollama-spec-steps", daemon=True)
+                self._thread.start()
+            self._lock.notify()
+        return ticket
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Requests submitted in the body are admitted at the same turn (none before the body ends)."""
+        with self._lock:
+            yield
+
+    @property
+    def running(self) -> int:
+        return len(self._slots)
+
+    def close(self) -> None:
+        """Cancel every request and stop the loop's thread."""
+        with self._lock:
+            self._closed = True
+            for ticket in [*self._waiting, *(slot.ticket for slot in self._slots.values())]:
+                ticket.cancel()
+            self._lock.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._waiting and not self._slots and not self._closed:
+                    self._lock.wait()
+                if self._closed and not self._slots and not self._waiting:
+                    return
+            try:
+                self.turn()
+            except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
+                for slot in list(self._slots.values()):
+                    self._fail(slot, exc)
+
+    def turn(self) -> None:
+        """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
+        slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
+        started, self._passes_s = time.perf_counter(), 0.0
+        self._admit()
+        while True:
+            for slot in [s for s in self._slots.values() if s.ticket.cancelled]:
+                self._finish(slot)
+            wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
+            if not wanting:
+                return
+            drafting = [slot for slot in wanting if _model_of(slot.wanted)[0] is self.engine.draft]
+            if drafting:
+                self._pass(drafting)
+                continue
+            self._choose_k()
+            self._pass(wanting)
+            self.steps += 1
+            self.outside_s += time.perf_counter() - started - self._passes_s
+            return  # the target's pass ends the step
+
+    def _admit(self) -> None:
+        free = self.engine.slots - len(self._slots)
+        while free > 0:
+            with self._lock:
+                ticket = self._waiting.popleft() if self._waiting else None
+            if ticket is None:
+                return
+            if ticket.cancelled:
+                ticket.sink.fail(ticket, _cancelled())
+                continue
+            try:
+                seq = self.engine.pool.acquire(ticket.prompt)
+            except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
+                ticket.sink.fail(ticket, exc)
+                continue
+            ticket.slot = seq
+            ticket.generation = generation = self.engine.generate(
+                ticket.request, use_draft=ticket.use_draft, slot=seq, stop=lambda ticket=ticket: ticket.cancelled
+            )
+            generation.prompt = lambda prompt=ticket.prompt: prompt
+            slot = _Slot(seq, ticket, generation.steps(runs=ticket.runs))
+            self._slots[seq] = slot
+            free -= 1
+            self._advance(slot, None)
+
+    def _choose_k(self) -> None:
+        """One K for every drafting slot's next step, priced by the passes as timed; alone, the slot's
+        own rule (token by token), priced by them too."""
+        policies = [
+            s.ticket.generation.policy
+            for s in self._slots.values()
+            if isinstance(s.ticket.generation.policy, AutoK) and s.ticket.generation.policy.learn_costs
+        ]
+        prices = self.engine.costs.passes
+        shared = len(self._slots) > 1
+        if not policies or not prices.known:
+            k = None
+        elif shared:
+            k = step_k(policies, prices, DRAFT_GAIN_MARGIN, min(p.costs.k_max for p in policies))
+        else:
+            k, lone = None, policies[0]
+            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+        for policy in policies:
+            policy.shared_k = k
+        for slot in self._slots.values():
+            slot.ticket.generation.shared |= shared
+
+    def _pass(self, slots: list[_Slot]) -> None:
+        """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
+        model = _model_of(slots[0].wanted)[0]
+        items = [(seq, slot.wanted.tokens, slot.wanted.logits) for slot in slots for seq in [_model_of(slot.wanted)[1]]]
+        started = time.perf_counter()
+        try:
+            items = [(seq, tokens, model.rows_asked(tokens, logits, seq)) for seq, tokens, logits in items]
+            rows = model.decode_many(items)
+        except Exception as exc:  # noqa: BLE001 - every request in the pass fails with it
+            for slot in slots:
+                self._fail(slot, exc)
+            return
+        seconds = time.perf_counter() - started
+        self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
+        draft = model is self.engine.draft
+        widest = max(len(tokens) for _, tokens, _ in items)
+        self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
+        if self.passes is not None:
+            tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
+            self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
+        for slot, slot_rows in zip(slots, rows):
+            self._advance(slot, slot_rows)
+
+    def _advance(self, slot: _Slot, rows: np.ndarray | None) -> None:
+        """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
+        ticket, steps, pieces = slot.ticket, slot.steps, []
+        try:
+            item = steps.send(rows) if rows is not None else next(steps)
+            while not isinstance(item, Eval) and not ticket.cancelled:
+                pieces.append((item, len(ticket.generation.result.scored)))  # its tokens' logprobs: up to there
+                item = next(steps)
+            slot.wanted = item
+        except StopIteration:
+            slot.wanted = None
+        except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
+            self._hand_on(ticket, pieces)
+            self._fail(slot, exc)
+            return
+        self._hand_on(ticket, pieces)
+        if slot.wanted is None or ticket.cancelled:
+            self._finish(slot)
+
+    @staticmethod
+    def _hand_on(ticket: Ticket, pieces: list[tuple[Any, int]]) -> None:
+        if pieces:
+            ticket.sink.pieces(ticket, pieces)
+
+    def _finish(self, slot: _Slot) -> None:
+        self._release(slot)
+        result = slot.ticket.generation.result
+        if slot.ticket.cancelled:
+            result.finish_reason = "cancelled"
+        slot.ticket.sink.end(slot.ticket)
+
+    def _fail(self, slot: _Slot, error: Exception) -> None:
+        self._release(slot)
+        slot.ticket.sink.fail(slot.ticket, error)
+
+    def _release(self, slot: _Slot) -> None:
+        slot.wanted = None
+        slot.steps.close()  # the generation's own ending: statistics kept, costs learned
+        if self._slots.get(slot.seq) is slot:
+            del self._slots[slot.seq]
+            self.engine.pool.release(slot.seq)
+
+
+def _model_of(wanted: Eval) -> tuple[Any, int]:
+    """The loaded model and sequence an evaluation is for (a SequenceView is one sequence of one)."""
+    view = wanted.model
+    return (view.model, view.seq) if hasattr(view, "seq") else (view, 0)
+
+
+class NotStarted(OllamaSpecError):
+    """A request cancelled before it had a slot."""
+
+
+def _cancelled() -> Exception:
+    return NotStarted("the request was cancelled before it started")
+
+
+class Collected:
+    """A Sink for a caller on another thread (bench, tests): the answer's items in a queue, in order."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[str, Any]] = deque()
+        self._cond = threading.Condition()
+
+    def pieces(self, ticket: Ticket, pieces: list[Any]) -> None:
+        self._put(("pieces", pieces))
+
+    def end(self, ticket: Ticket) -> None:
+        self._put(("end", None))
+
+    def fail(self, ticket: Ticket, error: Exception) -> None:
+        self._put(("fail", error))
+
+    def _put(self, item: tuple[str, Any]) -> None:
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify()
+
+    def __iter__(self) -> Iterator[Any]:
+        """The pieces as they come; the request's error raised here."""
+        while True:
+            with self._cond:
+                while not self._items:
+                    self._cond.wait()
+                kind, value = self._items.popleft()
+            if kind == "fail":
+                raise value
+            if kind == "end":
+                return
+            yield from (piece for piece, _ in value)
+
+
+def stream(loop: StepLoop, request: Request, prompt: list[int], *, runs: bool = False) -> tuple[Ticket, Iterator]:
+    """Run `request` in `loop` for a caller on another thread: its ticket (the generation, once it
+    runs) and its pieces as they come."""
+    sink = Collected()
+    return loop.submit(request, prompt, sink, runs=runs), iter(sink)
