@@ -26,7 +26,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bounded"))
 
 @pytest.fixture(scope="session")
 def user_cache(tmp_path_factory) -> Path:
-    """One cache directory per session: the repack canary runs at most once."""
+    """One cache directory per session: the repack canary runs at most once, each pair's step costs are
+    measured once, and every test after the first starts from them (a test that must see them measured takes
+    `own_cache`)."""
     return tmp_path_factory.mktemp("cache")
 
 
@@ -39,9 +41,16 @@ def isolated_user_paths(tmp_path, monkeypatch, user_cache):
     monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache))
     monkeypatch.delenv("OLLAMA_MODELS", raising=False)
     monkeypatch.delenv("OLLAMA_HOST", raising=False)
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("OLLAMA_SPEC_REPACK", raising=False)
     return home
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch) -> Path:
+    """A cache of this test's own, for a test that must see the canary or a calibration run."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache
 
 
 def pytest_configure(config):

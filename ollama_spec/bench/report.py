@@ -14,19 +14,19 @@ from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.runner import Costs
 from ollama_spec.bench.sample_html import sample_page, shown_sample
 from ollama_spec.bench.samples import (
-    AUTO,
     BASELINE,
     BESIDE_AUTO,
     BESIDE_BASELINE,
     BESIDE_SPECULATIVE,
-    HYBRID,
+    DRAFT_AND_LOOKUP,
     LLAMA_CPP_BASELINE,
     LLAMA_CPP_DRAFT,
     LOCAL_BASELINE,
+    LOOKUP,
     NATIVE,
-    NGRAM,
     PROMPT_LOOKUP,
     SPECULATIVE,
+    SPECULATIVE_AUTO,
     Row,
 )
 from ollama_spec.bench.settings import BenchSettings
@@ -163,7 +163,7 @@ def summary_lines(report: BenchReport) -> list[str]:
 
 def _auto_lines(report: BenchReport) -> list[str]:
     """How K=auto compares with the best fixed K, over all prompts and on each one."""
-    auto = next((r for r in report.rows if r.kind == AUTO), None)
+    auto = next((r for r in report.rows if r.kind == SPECULATIVE_AUTO), None)
     fixed = [r for r in report.rows if r.kind == SPECULATIVE]
     if auto is None or not fixed:
         return []
@@ -186,11 +186,13 @@ def _auto_lines(report: BenchReport) -> list[str]:
 
 def _hybrid_lines(report: BenchReport) -> list[str]:
     """--ngram beside the draft model against the better of the two alone, both at K=auto."""
-    rows = {r.kind: r for r in report.rows if r.kind in (AUTO, NGRAM, HYBRID) and r.tokens_per_second}
+    rows = {
+        r.kind: r for r in report.rows if r.kind in (SPECULATIVE_AUTO, LOOKUP, DRAFT_AND_LOOKUP) and r.tokens_per_second
+    }
     if len(rows) < 3:
         return []
-    hybrid = rows[HYBRID]
-    alone = max(rows[AUTO], rows[NGRAM], key=lambda r: r.tokens_per_second)
+    hybrid = rows[DRAFT_AND_LOOKUP]
+    alone = max(rows[SPECULATIVE_AUTO], rows[LOOKUP], key=lambda r: r.tokens_per_second)
     by_source = hybrid.accepted_by_source
     return [
         f"draft + n-gram (--ngram): {hybrid.tokens_per_second:.1f} tok/s, "
@@ -205,7 +207,7 @@ def _reference_lines(report: BenchReport) -> list[str]:
     with them, where that ran; else ours from the first phase, with speed-ups over each phase's own
     target alone beside."""
     beside = {r.kind: r for r in report.rows if r.kind in (BESIDE_BASELINE, BESIDE_SPECULATIVE, BESIDE_AUTO)}
-    auto = next((r for r in report.rows if r.kind == AUTO and r.tokens_per_second), None)
+    auto = next((r for r in report.rows if r.kind == SPECULATIVE_AUTO and r.tokens_per_second), None)
     ours = (
         [(beside.get(BESIDE_SPECULATIVE), f"K={report.best.k}"), (beside.get(BESIDE_AUTO), "K=auto (the default)")]
         if beside
@@ -236,7 +238,7 @@ def _beside_baselines(report: BenchReport, ours: Row, theirs: Row) -> str:
 
 
 def _ngram_lines(report: BenchReport) -> list[str]:
-    ours = next((r for r in report.rows if r.kind == NGRAM), None)
+    ours = next((r for r in report.rows if r.kind == LOOKUP), None)
     theirs = next((r for r in report.rows if r.kind == PROMPT_LOOKUP), None)
     if ours is None or theirs is None or not theirs.tokens_per_second:
         return []

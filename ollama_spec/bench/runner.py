@@ -15,24 +15,22 @@ import psutil
 from ollama_spec.bench.model import predicted_speedup
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.samples import (
-    AUTO,
     BASELINE,
     BESIDE_AUTO,
     BESIDE_BASELINE,
     BESIDE_SPECULATIVE,
-    HYBRID,
+    DRAFT_AND_LOOKUP,
     LOCAL_BASELINE,
-    NGRAM,
+    LOOKUP,
     SPECULATIVE,
+    SPECULATIVE_AUTO,
     PeakMemory,
     Row,
     Sample,
 )
 from ollama_spec.bench.settings import CALIBRATION_REPEATS, WARMUP_TOKENS, BenchSettings
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.proposers import DRAFT
-from ollama_spec.decoding.proposers import HYBRID as HYBRID_PROPOSER
-from ollama_spec.decoding.proposers import NGRAM as LOOKUP
+from ollama_spec.decoding.proposer_table import DRAFT, HYBRID, NGRAM
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.calibration import measure_step_costs
 from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
@@ -98,10 +96,10 @@ def run_engine_rows(
     with Engine(target, draft, engine_settings(settings)) as engine, PeakMemory() as memory:
         rows = [Row("target alone", BASELINE)] + [Row(f"speculative K={k}", SPECULATIVE, k) for k in settings.ks]
         if settings.auto:
-            rows.append(Row("speculative K=auto", AUTO))
+            rows.append(Row("speculative K=auto", SPECULATIVE_AUTO))
         if settings.ngram:
-            rows.append(Row("n-gram lookup K=auto", NGRAM))
-            rows.append(Row("draft + n-gram K=auto (--ngram)", HYBRID))
+            rows.append(Row("n-gram lookup K=auto", LOOKUP))
+            rows.append(Row("draft + n-gram K=auto (--ngram)", DRAFT_AND_LOOKUP))
         requests = {p.name: _request(p, settings, settings.max_tokens) for p in prompts}
         prompt_tokens = {name: engine.prompt_tokens(r) for name, r in requests.items()}
         prompt_texts = {name: native_prompt_text(engine.target, tokens) for name, tokens in prompt_tokens.items()}
@@ -294,8 +292,12 @@ def measure_costs(engine: Engine, prompt: list[int], settings: BenchSettings) ->
     )
 
 
+# The draft source of the rows that draft with other than the draft model alone.
+_ROW_SOURCES = {LOOKUP: NGRAM, DRAFT_AND_LOOKUP: HYBRID}
+
+
 def _request(prompt: Prompt, settings: BenchSettings, max_tokens: int, row: Row | None = None) -> Request:
-    proposer = {NGRAM: LOOKUP, HYBRID: HYBRID_PROPOSER}.get(row.kind, DRAFT) if row else DRAFT
+    proposer = _ROW_SOURCES.get(row.kind, DRAFT) if row else DRAFT
     speculation = SpeculationSettings(row.k if row else None, proposer=proposer)
     return Request(
         prompt.prompt,
@@ -325,7 +327,7 @@ def _generate(engine: Engine, request: Request, row: Row, runs: list[Run] | None
 
 # Rows that keep one sample's text by who wrote it, for sample.html: a list built per token, microseconds
 # beside a model's milliseconds, once per row.
-_SHOWN_KINDS = (SPECULATIVE, AUTO, NGRAM, HYBRID)
+_SHOWN_KINDS = (SPECULATIVE, SPECULATIVE_AUTO, LOOKUP, DRAFT_AND_LOOKUP)
 
 
 def _timed(engine: Engine, row: Row, prompt: Prompt, settings: BenchSettings, max_tokens: int, run: int) -> Sample:

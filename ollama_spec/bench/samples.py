@@ -17,9 +17,9 @@ BASELINE = "baseline"
 LOCAL_BASELINE = "baseline without RPC"  # beside --rpc rows: the target on this machine only
 LLAMA_CPP_BASELINE = "llama-cpp-python target alone"  # the reference rows' own baseline
 SPECULATIVE = "speculative"
-AUTO = "speculative, K chosen each step"
-NGRAM = "n-gram lookup"  # ours: draftless, through the same loop and verifier
-HYBRID = "draft model and n-gram lookup"  # ours: --ngram beside the draft, K=auto
+SPECULATIVE_AUTO = "speculative, K chosen each step"
+LOOKUP = "n-gram lookup"  # ours: draftless, through the same loop and verifier
+DRAFT_AND_LOOKUP = "draft model and n-gram lookup"  # ours: --ngram beside the draft, K=auto
 LLAMA_CPP_DRAFT = "llama-cpp-python draft_model"
 PROMPT_LOOKUP = "prompt lookup"
 # llama-cpp-python's own rows: how its Llama evaluates (its batches, its rounding) is not ours to vouch for

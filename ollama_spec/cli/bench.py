@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import click
@@ -20,7 +18,6 @@ from ollama_spec.bench.settings import (
 from ollama_spec.cli.bench_http import bench_remote, bench_served, refuse_local_options, refuse_row_options
 from ollama_spec.cli.common import open_store
 from ollama_spec.cli.options import (
-    AUTO,
     ctx_option_with,
     draft_option,
     flash_attn_option,
@@ -32,12 +29,13 @@ from ollama_spec.cli.options import (
     threads_option,
     verbose_option,
 )
-from ollama_spec.cli.settings import Options, bench_settings, is_ngram
+from ollama_spec.cli.settings import Options, bench_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.decoding.proposer_table import is_auto, named_source
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.log import set_verbose
-from ollama_spec.models.resolve import looks_like_path, resolve_model
+from ollama_spec.models.resolve import ResolvedModel, looks_like_path, resolve_model
 
 NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
 
@@ -144,12 +142,23 @@ def bench(
     prompts_file,
     out,
     url,
+    concurrency,
+    in_process,
+    threads,
+    ctx,
     native,
+    ngram,
     warmup,
+    no_check,
+    repack,
+    flash_attn,
+    rpc,
+    tensor_split,
+    split_mode,
+    main_gpu,
     verbose,
     models_dir,
-    **_,
-) -> None:  # **_: the loading options, read through Options
+) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -173,57 +182,72 @@ def bench(
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
     """
     set_verbose(verbose)
+    # the loading options go to the settings with where each came from (the command line, the default)
     options = Options.of(context)
     prompts = prompts_for(prompts_file)
     if out:
         _make_out_dir(Path(out))  # before minutes of timing, not after
-    if url and context.params["in_process"]:
+    if url and in_process:
         raise InvalidSetting("--in-process times clients in this process: drop --url (or --in-process)")
     if url:
         refuse_local_options(context.command, options)
-        bench_remote(
-            target, url, prompts, max_tokens, runs, temperature, seed, warmup, out, context.params["concurrency"]
-        )
+        bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out, concurrency)
         return
-    served = context.params["concurrency"] > 1
-    in_process = context.params["in_process"]
+    served = concurrency > 1
     if served or in_process:
         refuse_row_options(context.command, options)
     elif out:
         import matplotlib  # noqa: F401  (bench.png: without the bench extra that is said now, not after the timing)
     k_list = parse_k_list(ks)
+    target_model = _target(target, preset, draft, models_dir)
+    # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
+    settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
+    draft_model = resolve_draft(draft, models_dir, target_model)
+    if draft_model is None:
+        raise InvalidSetting(NGRAM_ONLY)
+    if native:
+        _check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
+    ks_given = ks if options.given("ks") else None
+    if in_process:
+        from ollama_spec.cli.bench_local import bench_in_process
+
+        bench_in_process(target_model, draft_model, ks_given, prompts, settings, concurrency, out)
+    elif served:
+        bench_served(target_model, draft_model, ks_given, prompts, settings, out, options)
+    else:
+        draft_name = draft_model.name if not draft or is_auto(draft) else draft
+        from ollama_spec.cli.bench_rows import measure  # the rows' modules: loaded when rows are timed
+
+        report = measure(target_model, draft_model, draft_name, models_dir, prompts, settings, native)
+        _print_report(report, out)
+
+
+def _target(target: str, preset, draft: str | None, models_dir: str | None) -> ResolvedModel:
+    """TARGET with its preset laid over it, where bench has a draft for it (--draft, or its manifest's)."""
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    if is_ngram(draft):
+    if named_source(draft) is not None:
         raise InvalidSetting(NGRAM_ONLY)
     paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
     store = None if paths else open_store(models_dir)
     target_model = apply_preset(resolve_model(target, store=store), preset)
     if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
-    settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
-    draft_model = resolve_draft(draft, models_dir, target_model)
-    if draft_model is None:
-        raise InvalidSetting(NGRAM_ONLY)
-    draft = draft_model.name if not draft or draft.lower() == AUTO else draft
-    if native and settings.placement.rpc_servers:
+    return target_model
+
+
+def _check_native(native: Path, settings: BenchSettings, target_model, draft_model) -> None:
+    """--native: llama.cpp's own binary, usable here for this pair (it runs on this machine alone)."""
+    from ollama_spec.bench.native import check_native
+
+    if settings.placement.rpc_servers:
         raise InvalidSetting("--native times llama.cpp's own binary on this machine: run it without --rpc")
-    if native:
-        from ollama_spec.bench.native import check_native
+    check_native(native, settings, target_model, draft_model)
 
-        check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
-    if in_process:
-        from ollama_spec.cli.bench_local import bench_in_process
 
-        ks_given = ks if options.given("ks") else None
-        bench_in_process(target_model, draft_model, ks_given, prompts, settings, context.params["concurrency"], out)
-        return
-    if served:
-        bench_served(target_model, draft_model, ks if options.given("ks") else None, prompts, settings, out, options)
-        return
-    report = _measure(target_model, draft_model, draft, models_dir, prompts, settings, native)
-
+def _print_report(report, out: str | None) -> None:
+    """The report and its files; then the greedy outputs that part from the target alone, and why: rounding
+    (a note) or a verification error (a warning, and the exit status 1)."""
     from ollama_spec.bench.report import format_report, write_outputs
 
     click.echo(format_report(report))
@@ -262,115 +286,8 @@ def bench(
         raise click.ClickException("speculative output differs from the target alone (see above)")
 
 
-def _measure(
-    target_model, draft_model, draft_name, models_dir, prompts, settings: BenchSettings, native: str | None = None
-):
-    from ollama_spec.bench.native import native_row, run_native_row
-    from ollama_spec.bench.reference import run_reference_rows
-    from ollama_spec.bench.report import BenchReport, best_speculative
-    from ollama_spec.bench.runner import (
-        BatchChoice,
-        beside_engine,
-        beside_rows,
-        can_time_beside,
-        local_baseline_units,
-        planned_units,
-        run_engine_rows,
-        run_local_baseline,
-    )
-    from ollama_spec.bench.samples import NATIVE, compare_tokens
-
-    load_start = _load_average()
-    # With --rpc the references are replaced by the target alone on this machine: llama-cpp-python's
-    # own path cannot keep its draft off the RPC servers, and the row that matters is the hop's cost.
-    rpc = bool(settings.placement.rpc_servers)
-    # Where a second copy of the pair fits, ours (and the native loop) run again in the references'
-    # phase, interleaved with them: the comparisons then do not span the drift between phases.
-    beside = not rpc and can_time_beside(target_model, draft_model)
-    n_beside = (2 + settings.auto + bool(native)) if beside else 0
-    units = (
-        planned_units(settings, len(prompts), with_reference=not rpc, beside=n_beside)
-        + (settings.runs * len(prompts) if native and not beside else 0)
-        + (local_baseline_units(settings, len(prompts)) if rpc else 0)
-    )
-    with click.progressbar(
-        length=units,
-        label="benchmarking",
-        file=sys.stderr,
-        show_pos=True,
-        hidden=not sys.stderr.isatty(),
-        item_show_func=lambda label: label,
-    ) as bar:
-
-        def advance(label: str) -> None:
-            bar.update(1, label)
-
-        engine_run = run_engine_rows(target_model, draft_model, prompts, settings, advance)
-        best = best_speculative(engine_run.rows)
-        if rpc:
-            rows = engine_run.rows + [run_local_baseline(target_model, prompts, settings, advance)]
-        elif beside:
-            with beside_engine(target_model, draft_model, settings) as engine:
-                extra = beside_rows(engine, best.k, settings)
-                if native:
-                    extra.append(
-                        native_row(Path(native), target_model, draft_model, best.k, engine_run.prompt_texts, settings)
-                    )
-                rows = engine_run.rows + run_reference_rows(
-                    target_model,
-                    draft_name,
-                    models_dir,
-                    best.k,
-                    prompts,
-                    engine_run.prompt_tokens,
-                    settings,
-                    advance,
-                    beside=extra,
-                )
-        else:
-            rows = engine_run.rows + run_reference_rows(
-                target_model, draft_name, models_dir, best.k, prompts, engine_run.prompt_tokens, settings, advance
-            )
-        if native and not beside:
-            rows.append(
-                run_native_row(
-                    Path(native), target_model, draft_model, best.k, prompts, engine_run.prompt_texts, settings, advance
-                )
-            )
-    report = BenchReport(
-        target_model.name,
-        draft_model.name,
-        settings,
-        tuple(prompts),
-        rows,
-        engine_run.costs,
-        load_average=(load_start, _load_average()) if load_start is not None else None,
-    )
-    if settings.greedy:
-        baseline = report.baseline
-        expected = {}
-        for sample in baseline.samples:  # greedy: every run of the target alone must agree too
-            if expected.setdefault(sample.prompt, sample.tokens) != sample.tokens:
-                baseline.mismatches.append(f"target alone: prompt '{sample.prompt}' is not deterministic across runs")
-        batch_choice = BatchChoice(target_model, settings, engine_run.prompt_tokens, expected)
-        try:
-            for row in rows:
-                if row is not baseline and row.kind != NATIVE:  # the native row gives counts, not tokens
-                    compare_tokens(row, expected, engine_run.margins, batch_choice)
-        finally:
-            batch_choice.close()
-        report.mismatches = [m for row in rows if not row.is_reference for m in row.mismatches]
-        report.reference_mismatches = [m for row in rows if row.is_reference for m in row.mismatches]
-        report.near_ties = [m for row in rows for m in row.near_ties]
-    return report
-
-
 def _make_out_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidSetting(f"--out {out}: cannot create the folder ({exc.strerror or exc})") from None
-
-
-def _load_average() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # not on Windows

@@ -17,6 +17,7 @@ from ollama_spec.bench.remote import ServerError
 from ollama_spec.bench.runner import engine_settings
 from ollama_spec.bench.settings import BenchSettings, parse_k_list
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.parameters import K, resolve_k
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine
 from ollama_spec.errors import InsufficientMemory, InvalidSetting
@@ -31,14 +32,13 @@ STOP_TIMEOUT_S = 30.0  # past build_server's graceful shutdown (10 s)
 
 def served_k(text: str | None, params: Mapping) -> int | None:
     """The one K the server drafts at (None: auto). `text` is -k as given (None: not given); without it,
-    as serve: the model's draft_num_predict, else auto."""
+    as serve: the model's (or its preset's) K, else auto, by the rule every face resolves K by."""
     if text is None:
-        stored = params.get("draft_num_predict")
-        return stored if isinstance(stored, int) and stored > 0 else None
+        return resolve_k(params, {})
     fixed, auto = parse_k_list(text)
     if len(fixed) + auto != 1:
         raise InvalidSetting(f"-k '{text}': a server drafts at one K, so with --concurrency give -k one number or auto")
-    return fixed[0] if fixed else None
+    return resolve_k(params, {K: fixed[0] if fixed else None})
 
 
 @contextmanager

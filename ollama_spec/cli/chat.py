@@ -7,7 +7,6 @@ import sys
 import click
 
 from ollama_spec.cli.common import notice
-from ollama_spec.cli.generate import format_stats
 from ollama_spec.cli.options import (
     ctx_option,
     format_option,
@@ -20,6 +19,7 @@ from ollama_spec.cli.options import (
     think_option,
     verbose_option,
 )
+from ollama_spec.cli.results import format_stats
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
 from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
@@ -57,8 +57,43 @@ HISTORY_LINES = 1000
 @models_dir_option
 @click.pass_context
 def chat(
-    context: click.Context, target, preset, draft, system, show_draft, verbose, models_dir, **_
-) -> None:  # **_: the shared options, read through Options
+    context: click.Context,
+    target,
+    preset,
+    draft,
+    k,
+    draft_p_min,
+    ngram_size,
+    with_ngram,
+    temperature,
+    top_k,
+    top_p,
+    min_p,
+    seed,
+    repeat_penalty,
+    repeat_last_n,
+    presence_penalty,
+    frequency_penalty,
+    max_tokens,
+    ctx,
+    system,
+    output_format,
+    think,
+    n_gpu_layers,
+    draft_n_gpu_layers,
+    threads,
+    kv_type,
+    no_check,
+    repack,
+    flash_attn,
+    rpc,
+    tensor_split,
+    split_mode,
+    main_gpu,
+    show_draft,
+    verbose,
+    models_dir,
+) -> None:
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
     Answers stream as they are accepted. The conversation stays in both models' KV caches, and
@@ -73,6 +108,8 @@ def chat(
       ollama-spec chat llama3.1:8b -d llama3.2:1b --show-draft   # drafted text in green
     """
     set_verbose(verbose)
+    # the shared options go to the settings with where each came from (the command line, a -f preset, the
+    # default): the rule that picks between them needs both
     options = Options.of(context)
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if warning := template_warning(target_model, "`generate --raw` continues plain text"):

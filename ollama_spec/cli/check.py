@@ -6,7 +6,6 @@ import click
 
 from ollama_spec.cli.common import echo_json
 from ollama_spec.cli.options import (
-    NGRAM,
     WITHOUT_DRAFT,
     ctx_option,
     draft_option,
@@ -19,8 +18,9 @@ from ollama_spec.cli.options import (
     preset_option,
     repack_option,
 )
-from ollama_spec.cli.settings import Options, is_ngram, placement_settings, repack_setting
+from ollama_spec.cli.settings import Options, placement_settings, repack_setting
 from ollama_spec.cli.targets import apply_preset, resolve_draft
+from ollama_spec.decoding.proposer_table import named_source
 from ollama_spec.engine.engine import DEFAULT_CTX
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
@@ -57,11 +57,14 @@ def check(
     kv_type: str,
     repack: bool | None,
     flash_attn: str,
+    rpc: str | None,
+    tensor_split: str | None,
+    split_mode: str | None,
+    main_gpu: int | None,
     parallel: int,
     as_json: bool,
     models_dir: str | None,
-    **_,
-) -> None:  # **_: placement
+) -> None:  # the placement options go to placement_settings with where each came from
     """Check that TARGET (and --draft) fit in GPU memory before loading anything.
 
     Reads only GGUF headers: weights, KV cache and compute buffers per model, the free memory of
@@ -90,8 +93,8 @@ def check(
     if head is not None and not as_json:
         click.echo(f"note: {draft_model.name} is an EAGLE-3 head: it {head.describe()}", err=True)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
-    if is_ngram(draft):
-        click.echo(f"note: --draft {NGRAM} loads no draft model: the plan is for the target alone", err=True)
+    if (source := named_source(draft)) is not None:
+        click.echo(f"note: --draft {source} loads no draft model: the plan is for the target alone", err=True)
     decision = repack_setting(repack)
     placement = placement_settings(Options.of(context))
     devices, notes = backends.discover_devices()

@@ -6,14 +6,13 @@ import json
 import os
 import stat
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import click
 
 from ollama_spec.bench.settings import WARMUP_TOKENS
 from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
-    NGRAM,
     ctx_option,
     format_option,
     loading_options,
@@ -25,9 +24,11 @@ from ollama_spec.cli.options import (
     think_option,
     verbose_option,
 )
-from ollama_spec.cli.settings import Options, engine_settings, is_ngram, request_settings
+from ollama_spec.cli.results import busy_machine_note, format_comparison, format_stats, result_json, speedup
+from ollama_spec.cli.settings import Options, engine_settings, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
 from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
+from ollama_spec.decoding.proposer_table import named_source
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
     NEAR_TIE_LOGITS,
@@ -88,17 +89,45 @@ def generate(
     prompt,
     preset,
     draft,
+    k,
+    draft_p_min,
+    ngram_size,
+    with_ngram,
+    temperature,
+    top_k,
+    top_p,
+    min_p,
+    seed,
+    repeat_penalty,
+    repeat_last_n,
+    presence_penalty,
+    frequency_penalty,
+    max_tokens,
+    ctx,
+    stop,
     system,
     raw,
+    output_format,
+    think,
     suffix,
+    n_gpu_layers,
+    draft_n_gpu_layers,
+    threads,
+    kv_type,
+    no_check,
+    repack,
+    flash_attn,
+    rpc,
+    tensor_split,
+    split_mode,
+    main_gpu,
     stats,
     compare,
     show_draft,
     as_json,
     verbose,
     models_dir,
-    **_,
-) -> None:  # **_: the shared options, read through Options (with their sources)
+) -> None:
     """Generate text with TARGET, drafted by --draft; PROMPT or standard input.
 
     The output is exactly what TARGET alone writes (greedy: token for token; sampling: the
@@ -118,22 +147,16 @@ def generate(
     With -f, a single argument is the PROMPT (TARGET comes from the file's FROM line).
     """
     set_verbose(verbose)
+    # the sampling, speculation and loading options go to the settings with where each came from (the
+    # command line, a -f preset, the default): the rule that picks between them needs both
     options = Options.of(context)
     if preset is not None and prompt is None and options.given("target"):
         target, prompt = preset.model, target
-    if prompt is None:
-        if sys.stdin is None or sys.stdin.isatty():
-            raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
-        prompt = _read_stdin()
-        if not prompt.strip():
-            raise click.UsageError("standard input was empty: pipe a prompt, or give a PROMPT argument")
-    elif (piped := _piped_input()) is not None:
-        prompt = f"{piped} {prompt}"  # `cat file | generate M "explain this"`: the file, then the ask, as `ollama run`
+    prompt = _prompt_text(prompt)
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if not raw and suffix is None and (warning := template_warning(target_model, "use --raw to continue the text")):
         click.echo(f"warning: {warning}", err=True)
     draft_model = resolve_draft(draft, models_dir, target_model)
-    settings = engine_settings(target_model.params, options)
     history = target_model.messages if not raw else ()  # Ollama prepends a model's MESSAGE history
     request = request_settings(
         target_model,
@@ -144,68 +167,115 @@ def generate(
         raw=raw,
         suffix=suffix,
     )
-    speculative = draft_model is not None or is_ngram(draft)
+    speculative = draft_model is not None or named_source(draft) is not None
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
-    check_draft_flags(
-        show_draft=show_draft, ngram=options["with_ngram"], speculative=speculative, draft_model=draft_model
-    )
-    colour, runs = show_draft and not as_json and colour_on(), [] if show_draft and as_json else None
+    check_draft_flags(show_draft=show_draft, ngram=with_ngram, speculative=speculative, draft_model=draft_model)
+    engine = _load(target_model, draft_model, engine_settings(target_model.params, options), compare)
+    runs = [] if show_draft and as_json else None
+    with engine:
+        run = _run(engine, request, compare=compare, quiet=as_json, show_draft=show_draft, runs=runs)
+    if as_json:
+        drafter = draft_model.name if draft_model else named_source(draft)
+        click.echo(json.dumps(_json(target_model.name, drafter, run, runs), indent=2))
+        return
+    _print_outcome(run, greedy=request.sampling.greedy, stats=stats, speculative=speculative)
+
+
+@dataclass
+class _Run:
+    """A generation as generate ran it: the result, the target alone's where compared, and where a greedy
+    difference from it comes from (`margins`, `batch_size`, `replayed`: see format_comparison)."""
+
+    result: Result
+    n_ctx: int
+    baseline: Result | None = None
+    margins: list[float] = field(default_factory=list)
+    batch_size: int | None = None
+    replayed: bool = False
+
+
+def _prompt_text(prompt: str | None) -> str:
+    """PROMPT, with what a pipe holds before it; standard input alone where no PROMPT was given."""
+    if prompt is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise click.UsageError("give a PROMPT argument or pipe the prompt on standard input")
+        prompt = _read_stdin()
+        if not prompt.strip():
+            raise click.UsageError("standard input was empty: pipe a prompt, or give a PROMPT argument")
+    elif (piped := _piped_input()) is not None:
+        prompt = f"{piped} {prompt}"  # `cat file | generate M "explain this"`: the file, then the ask, as `ollama run`
+    return prompt
+
+
+def _load(target_model, draft_model, settings, compare: bool) -> Engine:
+    """The pair loaded, with the notes that go before it: a busy machine for --compare, an unused GPU."""
     if compare and (busy := busy_machine_note()) is not None:
         click.echo(f"note: {busy}", err=True)
     if (warning := unused_gpu_warning()) is not None:
         click.echo(f"warning: {warning}", err=True)
     loading = " and ".join(model.name for model in (target_model, draft_model) if model is not None)
     with notice.ticking(f"loading {loading}"):  # a large model's load is silent in llama.cpp
-        engine = Engine(target_model, draft_model, settings, notice=notice)
-    with engine:
-        baseline = _run_baseline(engine, request, as_json) if compare else None
-        if show_draft and not as_json:
-            click.echo(legend(colour), err=True)
-        # compared: the run's target batches are kept, to replay a greedy difference as it batched
-        traced = replace(request, trace_batches=True) if baseline is not None else request
-        result = _stream(engine.generate(traced), quiet=as_json, colour=colour, runs=runs)
-        margins, batch_size, replayed = [], None, False
-        if baseline is not None and request.sampling.greedy and baseline.tokens != result.tokens:
-            prompt = engine.prompt_tokens(request)
-            margins = engine.greedy_margins(prompt, baseline.tokens, request=request)
-            at = first_difference(baseline.tokens, result.tokens)
-            if at < min(len(margins), len(result.tokens)) and margins[at] >= NEAR_TIE_LOGITS:
-                token = result.tokens[at]
-                batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, token, request=request)
-                replayed = batch_size is None and engine.chosen_as_batched(
-                    prompt, baseline.tokens, result.speculation.batches or (), at, token, request=request
-                )
-        n_ctx = engine.target.n_ctx
-    if as_json:
-        data = result_json(
-            target_model.name, draft_model.name if draft_model else (NGRAM if is_ngram(draft) else None), result
+        return Engine(target_model, draft_model, settings, notice=notice)
+
+
+def _run(
+    engine: Engine, request: Request, *, compare: bool, quiet: bool, show_draft: bool, runs: list[Run] | None
+) -> _Run:
+    """Stream the generation (after the target alone's, with --compare; drafted text coloured with
+    --show-draft, or its runs gathered into `runs`); where a greedy comparison parts, find whether
+    rounding explains it."""
+    colour = show_draft and not quiet and colour_on()
+    baseline = _run_baseline(engine, request, quiet) if compare else None
+    if show_draft and not quiet:
+        click.echo(legend(colour), err=True)
+    # compared: the run's target batches are kept, to replay a greedy difference as it batched it
+    traced = replace(request, trace_batches=True) if baseline is not None else request
+    result = _stream(engine.generate(traced), quiet=quiet, colour=colour, runs=runs)
+    run = _Run(result, engine.target.n_ctx, baseline)
+    if baseline is None or not request.sampling.greedy or baseline.tokens == result.tokens:
+        return run
+    prompt = engine.prompt_tokens(request)
+    run.margins = engine.greedy_margins(prompt, baseline.tokens, request=request)
+    at = first_difference(baseline.tokens, result.tokens)
+    if at < min(len(run.margins), len(result.tokens)) and run.margins[at] >= NEAR_TIE_LOGITS:
+        token = result.tokens[at]
+        run.batch_size = engine.chosen_in_a_batch(prompt, baseline.tokens, at, token, request=request)
+        run.replayed = run.batch_size is None and engine.chosen_as_batched(
+            prompt, baseline.tokens, result.speculation.batches or (), at, token, request=request
         )
-        if runs is not None:
-            data["draft_spans"] = drafted_spans(runs)
-        if baseline is not None:
-            data["baseline"] = result_json(target_model.name, None, baseline)
-            data["speedup"] = speedup(baseline, result)
-        click.echo(json.dumps(data, indent=2))
-        return
+    return run
+
+
+def _json(target: str, draft: str | None, run: _Run, runs: list[Run] | None) -> dict:
+    """--json's object: the result, the drafted spans with --show-draft, the target alone's with --compare."""
+    data = result_json(target, draft, run.result)
+    if runs is not None:
+        data["draft_spans"] = drafted_spans(runs)
+    if run.baseline is not None:
+        data["baseline"] = result_json(target, None, run.baseline)
+        data["speedup"] = speedup(run.baseline, run.result)
+    return data
+
+
+def _print_outcome(run: _Run, *, greedy: bool, stats: bool, speculative: bool) -> None:
+    """After the streamed text: the comparison, why it stopped on a full context, the statistics."""
     click.echo()
     sys.stdout.flush()
-    if baseline is not None:
-        click.echo(
-            format_comparison(
-                baseline,
-                result,
-                greedy=request.sampling.greedy,
-                margins=margins,
-                batch_size=batch_size,
-                replayed=replayed,
-            ),
-            err=True,
+    if run.baseline is not None:
+        comparison = format_comparison(
+            run.baseline,
+            run.result,
+            greedy=greedy,
+            margins=run.margins,
+            batch_size=run.batch_size,
+            replayed=run.replayed,
         )
-    if result.finish_reason == "context":
-        click.echo(f"stopped: the context ({n_ctx} tokens) is full; raise --ctx for longer output", err=True)
+        click.echo(comparison, err=True)
+    if run.result.finish_reason == "context":
+        click.echo(f"stopped: the context ({run.n_ctx} tokens) is full; raise --ctx for longer output", err=True)
     if stats:
-        click.echo(format_stats(result, speculative=speculative), err=True)
+        click.echo(format_stats(run.result, speculative=speculative), err=True)
 
 
 def _stream(generation: Generation, *, quiet: bool, colour: bool = False, runs: list[Run] | None = None) -> Result:
@@ -271,129 +341,3 @@ def _read_stdin() -> str:
     """Standard input as text; bytes that are not UTF-8 become U+FFFD rather than a crash."""
     source = getattr(sys.stdin, "buffer", None)
     return source.read().decode("utf-8", errors="replace") if source is not None else sys.stdin.read()
-
-
-def speedup(baseline: Result, result: Result) -> float | None:
-    """The drafted run's decode speed over the target alone's; None when either wrote too little to time."""
-    if baseline.tokens_per_second <= 0 or result.tokens_per_second <= 0:
-        return None
-    return round(result.tokens_per_second / baseline.tokens_per_second, 3)
-
-
-def busy_machine_note() -> str | None:
-    """Other work on the CPUs skews a one-shot comparison: say so (bench interleaves its runs instead)."""
-    if not hasattr(os, "getloadavg"):
-        return None  # not on Windows
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
-    if load < 0.5 * cores:
-        return None
-    return (
-        f"this machine is busy (load average {load:.1f} on {cores} cores): one run each is a noisy "
-        "comparison; 'bench' interleaves several"
-    )
-
-
-def format_comparison(
-    baseline: Result,
-    result: Result,
-    *,
-    greedy: bool,
-    margins: list[float] = (),
-    batch_size: int | None = None,
-    replayed: bool = False,
-) -> str:
-    """Both speeds, the speed-up, and for greedy runs whether the outputs agree; where they part, whether
-    rounding explains it (a near-tie; `batch_size`: a batch in which the target itself picks the
-    speculative token, see Engine.chosen_in_a_batch; `replayed`: the target picks it on a cache built
-    in the run's own batches, see Engine.chosen_as_batched)."""
-    ratio = speedup(baseline, result)
-    spec = result.speculation
-    told = f"speed-up {ratio:.2f}x" if ratio is not None else "no speed-up to tell (a run wrote under 2 tokens)"
-    lines = [
-        f"target alone:   {baseline.tokens_per_second:7.1f} tok/s ({len(baseline.tokens)} tokens)",
-        f"target + draft: {result.tokens_per_second:7.1f} tok/s ({len(result.tokens)} tokens)",
-        (
-            f"{told}, {spec.acceptance_rate:.0%} of drafted tokens accepted, "
-            f"{spec.mean_accepted_per_step:.2f} tokens per target pass"
-        ),
-    ]
-    if greedy and baseline.tokens == result.tokens:
-        lines.append("outputs are token-identical")
-    elif greedy:
-        at = first_difference(baseline.tokens, result.tokens)
-        margin = margins[at] if at is not None and at < len(margins) else None
-        if margin is not None and margin < NEAR_TIE_LOGITS:
-            lines.append(
-                f"outputs part at token {at}, where the target's two best logits are {margin:.4f} apart: "
-                "a floating-point near-tie between batch sizes, not a verification error"
-            )
-        elif batch_size is not None:
-            lines.append(
-                f"outputs part at token {at}, where the target itself picks the speculative token in a "
-                f"batch of {batch_size} (logit margin {margin:.3f}): llama.cpp rounds a batch differently "
-                "from a single token, not a verification error"
-            )
-        elif replayed:
-            lines.append(
-                f"outputs part at token {at}, where the target itself picks the speculative token on a cache "
-                f"built in this run's own batches (logit margin {margin:.3f}): llama.cpp rounds cells read in a "
-                "batch differently from cells read one at a time, not a verification error"
-            )
-        else:
-            lines.append(f"WARNING: outputs differ from token {at} on")
-    return "\n".join(lines)
-
-
-def result_json(target: str, draft: str | None, result: Result) -> dict:
-    spec = result.speculation
-    return {
-        "target": target,
-        "draft": draft,
-        "text": result.text,
-        "finish_reason": result.finish_reason,
-        "prompt_tokens": result.prompt_tokens,
-        "generated_tokens": len(result.tokens),
-        "tokens_per_second": round(result.tokens_per_second, 3),
-        "time_to_first_token_s": round(result.first_token_seconds, 4),
-        "total_s": round(result.total_seconds, 4),
-        "steps": spec.steps,
-        "drafted": spec.drafted,
-        "accepted": spec.accepted,
-        "acceptance_rate": round(spec.acceptance_rate, 4),
-        "mean_tokens_per_step": round(spec.mean_accepted_per_step, 3),
-        "acceptance_by_position": [
-            round(a / d, 4) for a, d in zip(spec.accepted_by_position, spec.drafted_by_position)
-        ],
-        "alpha": None if spec.alpha is None else round(spec.alpha, 4),
-        "k_chosen": {str(k): n for k, n in sorted(spec.k_chosen.items())},
-        "draft_s": round(spec.draft_seconds, 4),
-        "verify_s": round(spec.verify_seconds, 4),
-    }
-
-
-def format_stats(result: Result, *, speculative: bool) -> str:
-    spec = result.speculation
-    lines = [
-        # the rate counts the tokens after the first (Ollama's "eval rate"); the first waits on the prompt
-        (
-            f"{len(result.tokens)} tokens in {result.total_seconds:.2f} s (decode {result.tokens_per_second:.1f} tok/s "
-            f"after a {result.first_token_seconds:.2f} s first token; prompt {result.prompt_tokens} tokens; "
-            f"finished: {result.finish_reason})"
-        )
-    ]
-    if speculative:
-        by_position = " ".join(f"{a / d:.0%}" for a, d in zip(spec.accepted_by_position, spec.drafted_by_position))
-        lines.append(
-            f"drafted {spec.drafted}, accepted {spec.accepted} ({spec.acceptance_rate:.0%}); "
-            f"{spec.mean_accepted_per_step:.2f} tokens per target pass; by position: {by_position}"
-        )
-        chosen = ", ".join(f"K={k} ×{n}" for k, n in sorted(spec.k_chosen.items()))
-        lines.append(f"tokens drafted per step: {chosen}; α (accepted / tried) {spec.alpha or 0:.2f}")
-        if len(spec.drafted_by_source) > 1:  # --ngram beside a draft model: who proposed what was accepted
-            sources = ", ".join(
-                f"{source} {spec.accepted_by_source[source]} of {drafted}"
-                for source, drafted in sorted(spec.drafted_by_source.items())
-            )
-            lines.append(f"accepted by source: {sources}")
-        lines.append(f"time: draft {spec.draft_seconds:.2f} s, verify {spec.verify_seconds:.2f} s")
-    return "\n".join(lines)

@@ -11,8 +11,6 @@ import click
 
 from ollama_spec.planning.placement import SPLIT_MODES
 
-NGRAM = "ngram"  # --draft ngram: draftless prompt lookup instead of a draft model
-AUTO = "auto"  # --draft auto: the store's best-sized compatible model (drafts.best_draft)
 RPC_ENVVAR = "OLLAMA_SPEC_RPC"
 # What a command that runs (or plans) a pair does when --draft is not given: `targets.resolve_draft`.
 WITHOUT_DRAFT = "Without it: the draft the target's manifest carries (Ollama's DRAFT layer), else the target alone."
@@ -103,11 +101,16 @@ class DraftOption(click.Option):
 def draft_option(tail: str = "", *, names: str = "", auto: bool = True, ngram: bool = True, required: bool = False):
     """--draft (-d): the same name, short flag and account of its values in every command that takes a
     draft; a command says which names it resolves, which of `auto`/`ngram` it accepts, and what it does
-    with the draft (or without one) in `tail`."""
+    with the draft (or without one) in `tail`. The names of `auto` and the draftless sources come from
+    decoding/proposer_table, imported only by a command that lists them."""
     what = f"small, same vocabulary as the target: {names}" if names else "small, same vocabulary as the target"
-    values = [f"'{AUTO}' for the store's best-sized compatible one"] if auto else []
-    if ngram:
-        values.append(f"'{NGRAM}' for draftless prompt lookup (no draft model)")
+    values = []
+    if auto or ngram:
+        from ollama_spec.decoding.proposer_table import AUTO, NGRAM
+
+        values = [f"'{AUTO}' for the store's best-sized compatible one"] if auto else []
+        if ngram:
+            values.append(f"'{NGRAM}' for draftless prompt lookup (no draft model)")
     text = f"Draft model ({what})"
     if values:
         text += ", " + (", or ".join(values) if len(values) == 2 else "or " + values[0])
@@ -177,6 +180,7 @@ preset_option = preset_option_with(
 def speculation_options(function):
     """--draft, -k, --draft-p-min, --ngram-size, --ngram."""
     from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, MAX_NUM_SPECULATIVE_TOKENS
+    from ollama_spec.decoding.proposer_table import NGRAM
     from ollama_spec.decoding.proposers import DEFAULT_NGRAM_SIZE
 
     return _stack(

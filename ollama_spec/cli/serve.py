@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 import click
-from click.core import ParameterSource
 
 from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import (
@@ -18,10 +17,9 @@ from ollama_spec.cli.options import (
     speculation_options,
     verbose_option,
 )
-from ollama_spec.cli.settings import Options, engine_settings, server_settings
+from ollama_spec.cli.settings import Options, engine_settings, flag_layer, server_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
-from ollama_spec.decoding.parameters import refusal
-from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
+from ollama_spec.decoding.parameters import K, refusal
 from ollama_spec.engine.engine import Engine
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.backends import discover_devices
@@ -29,7 +27,7 @@ from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.modelfile import load_modelfile
 from ollama_spec.models.resolve import ResolvedModel, resolve_model, template_warning
 from ollama_spec.server import ServerState
-from ollama_spec.server.core.defaults import AUTO, SAMPLING, RequestDefaults
+from ollama_spec.server.core.defaults import RequestDefaults
 from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.settings import (
     DEFAULT_HOST,
@@ -136,8 +134,53 @@ from ollama_spec.server.core.settings import (
 @models_dir_option
 @click.pass_context
 def serve(
-    context: click.Context, target, preset, draft, host, port, verbose, models_dir, upstream, no_upstream, **_
-) -> None:  # **_: see Options
+    context: click.Context,
+    target,
+    preset,
+    draft,
+    k,
+    draft_p_min,
+    ngram_size,
+    with_ngram,
+    temperature,
+    top_k,
+    top_p,
+    min_p,
+    seed,
+    repeat_penalty,
+    repeat_last_n,
+    presence_penalty,
+    frequency_penalty,
+    ctx,
+    n_gpu_layers,
+    draft_n_gpu_layers,
+    threads,
+    kv_type,
+    no_check,
+    repack,
+    flash_attn,
+    rpc,
+    tensor_split,
+    split_mode,
+    main_gpu,
+    host,
+    port,
+    api_key,
+    aliases,
+    max_queue,
+    pairs,
+    presets,
+    no_draft,
+    keep_alive,
+    max_loaded,
+    max_body,
+    origins,
+    upstream,
+    no_upstream,
+    parallel,
+    verbose,
+    models_dir,
+) -> None:
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs; without TARGET, the whole store.
 
     Without TARGET, as Ollama does: /api/tags and /v1/models list every model of the store that can
@@ -177,6 +220,8 @@ def serve(
 
     set_verbose(verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    # the shared options go to the settings with where each came from (the command line, a -f preset, the
+    # default): the rule that picks between them needs both
     options = Options.of(context)
     if target is None:
         state = store_state(options, models_dir)
@@ -194,7 +239,7 @@ def serve(
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
     draft_model = resolve_draft(draft, models_dir, target_model)
-    flags = server_settings({}, options)
+    flags = server_settings(options)
     settings = request_defaults(options, flags).over(target_model.params, flags)
     sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
@@ -261,7 +306,7 @@ def store_state(options: Options, models_dir: str | None) -> ServerState:
     for path in options["presets"]:
         modelfile = load_modelfile(path, refusal)
         presets[modelfile.model] = modelfile
-    settings = server_settings({}, options)  # the flags alone: checked now, before anything listens
+    settings = server_settings(options)  # the flags alone: checked now, before anything listens
     store = StorePairs(
         models_dir=models_dir,
         pairs=pairs,
@@ -281,14 +326,10 @@ def store_state(options: Options, models_dir: str | None) -> ServerState:
 
 
 def request_defaults(options: Options, flags: ServerSettings) -> RequestDefaults:
-    """The sampling and speculation flags as the data the server lays over each model's params: None where
-    none was given (a -f preset's num_speculative_tokens counts as given). `flags`: server_settings over no
-    params, where the flags were checked and -k capped, with its note."""
-    k = flags.speculation.num_speculative_tokens
-    return RequestDefaults(
-        **{name: options[name] for name in (*SAMPLING, *PENALTY_OPTIONS)},
-        num_speculative_tokens=None if options.sources.get("k") is ParameterSource.DEFAULT else k or AUTO,
-        draft_p_min=flags.speculation.draft_p_min,
-        ngram_size=flags.speculation.ngram_size,
-        proposer=flags.speculation.proposer,  # --draft ngram, --ngram
-    )
+    """The sampling and speculation flags given, as the layer the server lays over each model's params (a -f
+    preset's values lie in the model's params). `flags`: server_settings, where the flags were checked and
+    -k capped, with its note: the capped K is the one laid."""
+    layer = flag_layer(options)
+    if K in layer:
+        layer[K] = flags.speculation.num_speculative_tokens
+    return RequestDefaults(layer, proposer=flags.speculation.proposer)  # --draft ngram, --ngram

@@ -1,7 +1,8 @@
 """What a command parsed, turned into the core's frozen settings: one function per concern.
 
 A flag wins, then the model's Ollama params (with a -f preset's laid over them), then the core's
-defaults. Each function takes the command's `Options`, handed to it by the command.
+defaults: for sampling, K and the answer's length that rule is decoding/parameters.resolve's, which
+`flag_layer` hands the flags to by Ollama's names. Each function takes the command's `Options`.
 """
 
 from __future__ import annotations
@@ -16,19 +17,10 @@ import click
 from click.core import ParameterSource
 
 from ollama_spec.bench.settings import BenchSettings
-from ollama_spec.cli.options import NGRAM, RPC_ENVVAR
-from ollama_spec.decoding.loop import MAX_NUM_SPECULATIVE_TOKENS, SpeculationSettings
+from ollama_spec.cli.options import RPC_ENVVAR
+from ollama_spec.decoding.parameters import SAMPLING, K, Resolved, resolve
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
-from ollama_spec.decoding.penalties import Penalties
-from ollama_spec.decoding.proposers import DRAFT, HYBRID
-from ollama_spec.decoding.proposers import NGRAM as LOOKUP
-from ollama_spec.decoding.sampling import (
-    DEFAULT_MIN_P,
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_K,
-    DEFAULT_TOP_P,
-    SamplingSettings,
-)
+from ollama_spec.decoding.proposer_table import proposer_for
 from ollama_spec.engine.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, EngineSettings, Request
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.canary import RepackDecision, decide_repack
@@ -69,49 +61,34 @@ def first_set(*values):
     return next((v for v in values if v is not None), None)
 
 
-def is_ngram(draft: str | None) -> bool:
-    return draft is not None and draft.lower() == NGRAM
+def flag_layer(options: Options) -> dict[str, Any]:
+    """The flags a command was given, by Ollama's parameter names: the layer `resolve` lays over a model's
+    params. The sampling flags count where set; -k, --draft-p-min and --ngram-size only where given on the
+    command line (their defaults, and a -f preset's values, are the layers below: the preset's lie in the
+    model's params); --max-tokens is num_predict, --stop the stop strings added to the model's."""
+    values = options.values
+    layer = {name: values[name] for name in (*SAMPLING, *PENALTY_OPTIONS) if values.get(name) is not None}
+    layer |= {name: values[flag] for flag, name in _SPECULATION_FLAGS.items() if options.given(flag)}
+    if values.get("max_tokens") is not None:
+        layer["num_predict"] = values["max_tokens"]
+    if values.get("stop"):
+        layer["stop"] = tuple(values["stop"])
+    return layer
 
 
-def sampling_settings(params: Mapping, options: Options) -> SamplingSettings:
-    """The sampling flags, else the model's Ollama params, else Ollama's defaults."""
-    return SamplingSettings(
-        temperature=first_set(options["temperature"], params.get("temperature"), DEFAULT_TEMPERATURE),
-        top_k=int(first_set(options["top_k"], params.get("top_k"), DEFAULT_TOP_K)),
-        top_p=first_set(options["top_p"], params.get("top_p"), DEFAULT_TOP_P),
-        min_p=first_set(options["min_p"], params.get("min_p"), DEFAULT_MIN_P),
-        seed=first_set(options["seed"], params.get("seed")),
-        penalties=penalty_settings(params, options),
-    )
+_SPECULATION_FLAGS = {"k": K, "draft_p_min": "draft_p_min", "ngram_size": "ngram_size"}
 
 
-def penalty_settings(params: Mapping, options: Options) -> Penalties:
-    """--repeat-penalty and the rest, else the model's params, else off."""
-    defaults = Penalties()
-    return Penalties(
-        **{name: first_set(options[name], params.get(name), getattr(defaults, name)) for name in PENALTY_OPTIONS}
-    )
+def resolved(params: Mapping, options: Options) -> Resolved:
+    """The command's flags over the model's params (`params`), by the one rule every face resolves by;
+    the proposer is the one --draft names (beside --ngram's lookup where given), and a K past one verify
+    batch is capped with a note on stderr."""
+    proposer = proposer_for(options.values.get("draft"), with_ngram=bool(options.values.get("with_ngram")))
+    return resolve(params, flag_layer(options), proposer=proposer, notice=_note)
 
 
-def speculation_settings(params: Mapping, options: Options) -> SpeculationSettings:
-    """The speculation flags: K (None: auto; unset: the model's draft_num_predict; capped, with a note, at
-    MAX_NUM_SPECULATIVE_TOKENS), adaptive drafting, and which proposer."""
-    k, source = options["k"], options.sources.get("k")
-    stored_k = params.get("draft_num_predict")
-    given_as = "the preset's num_speculative_tokens" if source is ParameterSource.DEFAULT_MAP else "-k"
-    if source is ParameterSource.DEFAULT and isinstance(stored_k, int) and stored_k > 0:
-        k = stored_k  # Ollama's own speculation length for this model; -k or a preset's value wins
-        given_as = "the model's draft_num_predict"
-    if k is not None and k > MAX_NUM_SPECULATIVE_TOKENS:
-        click.echo(
-            f"note: {given_as} {k} is capped to {MAX_NUM_SPECULATIVE_TOKENS} draft tokens per step (one "
-            f"verify batch is at most {MAX_NUM_SPECULATIVE_TOKENS + 1} tokens)",
-            err=True,
-        )
-        k = MAX_NUM_SPECULATIVE_TOKENS
-    draft = options["draft"]
-    proposer = LOOKUP if is_ngram(draft) else HYBRID if options.values.get("with_ngram") else DRAFT
-    return SpeculationSettings(k, options["draft_p_min"], proposer=proposer, ngram_size=options["ngram_size"])
+def _note(text: str) -> None:
+    click.echo(f"note: {text}", err=True)
 
 
 def placement_settings(options: Options) -> Placement:
@@ -166,24 +143,28 @@ def request_settings(model: ResolvedModel, options: Options, **fields) -> Reques
     """What generate and chat ask of every generation: --max-tokens (else the model's num_predict), the
     stop strings (generate's --stop, then the model's), sampling, speculation, --format and --think;
     `fields` give the rest (the prompt, the system prompt)."""
-    params = model.params
+    chosen = resolved(model.params, options)
+    limit = chosen.max_tokens
+    if limit is None:
+        limit = UNTIL_CONTEXT_FULL if chosen.unlimited else DEFAULT_MAX_TOKENS
     return Request(
-        max_tokens=int(
-            first_set(options["max_tokens"], model_max_tokens(params, UNTIL_CONTEXT_FULL), DEFAULT_MAX_TOKENS)
-        ),
-        stop=tuple(options.values.get("stop", ())) + model_stops(params),
-        sampling=sampling_settings(params, options),
-        speculation=speculation_settings(params, options),
+        max_tokens=int(limit),
+        stop=chosen.stop,
+        sampling=chosen.sampling,
+        speculation=chosen.speculation,
         grammar=output_grammar(options["output_format"]),
         think=think_setting(options["think"], model),
         **fields,
     )
 
 
-def server_settings(params: Mapping, options: Options) -> ServerSettings:
-    """serve's flags as ServerSettings: the address, the API key, the queue, and each request's defaults."""
+def server_settings(options: Options) -> ServerSettings:
+    """serve's flags as ServerSettings: the address, the API key, the queue, and each request's defaults as
+    the flags say them over no model's params (checked now, before anything listens; each model's are laid
+    under them by server/core/defaults.RequestDefaults)."""
     from ollama_spec.server.core.settings import ServerSettings  # the server extra: only serve loads it
 
+    chosen = resolved({}, options)
     return ServerSettings(
         host=options["host"],
         port=options["port"],
@@ -192,10 +173,8 @@ def server_settings(params: Mapping, options: Options) -> ServerSettings:
         max_queue=options["max_queue"],
         max_body_bytes=options["max_body"],
         origins=tuple(o.strip() for o in options["origins"].split(",") if o.strip()),
-        sampling=sampling_settings(params, options),
-        speculation=speculation_settings(params, options),
-        stop=model_stops(params),
-        max_tokens=model_max_tokens(params),
+        sampling=chosen.sampling,
+        speculation=chosen.speculation,
     )
 
 
@@ -253,17 +232,3 @@ def output_grammar(output_format: str | None) -> str | None:
     except json.JSONDecodeError as exc:
         raise InvalidSetting(f"--format: the schema is not valid JSON: {exc}") from None
     return grammar_for_json(schema)
-
-
-def model_stops(params: Mapping) -> tuple[str, ...]:
-    """The stop strings in the model's Ollama params."""
-    return tuple(s for s in params.get("stop", []) if isinstance(s, str))
-
-
-def model_max_tokens(params: Mapping, unlimited: int | None = None) -> int | None:
-    """The model's num_predict when it is a limit; Ollama's -1 (until the context is full) and -2 (fill the
-    context) give `unlimited` (the CLI: UNTIL_CONTEXT_FULL; the server: None, up to the end of the context)."""
-    value = params.get("num_predict")
-    if isinstance(value, int) and value > 0:
-        return value
-    return unlimited if value in (-1, -2) else None

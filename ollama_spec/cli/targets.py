@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import click
 
-from ollama_spec.cli.common import open_store
-from ollama_spec.cli.options import AUTO, NGRAM
-from ollama_spec.cli.settings import is_ngram
-from ollama_spec.errors import ModelNotFound
-from ollama_spec.llama.backends import llama_cpp_knows
-from ollama_spec.models.drafts import best_draft, find_drafts
+from ollama_spec.engine.pairing import STORED, choose_draft
 from ollama_spec.models.heads import head_facts
 from ollama_spec.models.modelfile import Modelfile
 from ollama_spec.models.presets import lay_preset
-from ollama_spec.models.resolve import ResolvedModel, resolve_model, stored_draft_model
+from ollama_spec.models.resolve import ResolvedModel
 
 
 def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedModel:
@@ -22,33 +17,22 @@ def apply_preset(model: ResolvedModel, preset: Modelfile | None) -> ResolvedMode
 
 
 def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedModel) -> ResolvedModel | None:
-    """The draft model to load: none for n-gram lookup; without --draft, the draft the target's manifest
-    carries (Ollama's DRAFT), if any; `auto` prefers that one, else picks one from the store and says which."""
-    if is_ngram(draft):
-        return None
-    if (not draft or draft.lower() == AUTO) and target.stored_draft is not None:
+    """The draft model to load, as engine/pairing chooses it for every face: none for a draftless source
+    (n-gram lookup); without --draft, the draft the target's manifest carries (Ollama's DRAFT), if any;
+    `auto` prefers that one, else picks one from the store and says which."""
+    choice = choose_draft(target, draft, models_dir=models_dir)
+    if choice.how == STORED:
         click.echo(f"note: drafting with the draft stored in {target.name}'s manifest", err=True)
-        return stored_draft_model(target)
-    if not draft:
-        return None
-    if draft.lower() == AUTO:
-        store = open_store(models_dir)
-        choice = best_draft(find_drafts(store, target.info, llama_cpp_knows))
-        if choice is None:
-            raise ModelNotFound(
-                f"--draft auto: no model in {store.path} can draft for {target.name} "
-                f"(see `ollama-spec drafts {target.name}`); try --draft {NGRAM}"
-            )
-        facts = head_facts(choice.info)
-        if facts is not None and choice.made_for_target:
+    elif choice.pick is not None:
+        pick, facts = choice.pick, head_facts(choice.pick.info)
+        if facts is not None and pick.made_for_target:
             click.echo(
-                f"draft: {choice.name} (auto: the EAGLE-3 head made for this target; it {facts.describe()})", err=True
+                f"draft: {pick.name} (auto: the EAGLE-3 head made for this target; it {facts.describe()})", err=True
             )
         else:
-            note = f"; {choice.note}" if choice.note else ""
-            click.echo(f"draft: {choice.name} (auto: 1:{choice.ratio:.0f} of the target's size{note})", err=True)
-        return resolve_model(choice.name, store=store)
-    return resolve_model(draft, models_dir)
+            note = f"; {pick.note}" if pick.note else ""
+            click.echo(f"draft: {pick.name} (auto: 1:{pick.ratio:.0f} of the target's size{note})", err=True)
+    return choice.model
 
 
 def check_draft_flags(*, show_draft: bool, ngram: bool, speculative: bool, draft_model: ResolvedModel | None) -> None:

@@ -7,7 +7,8 @@ import shlex
 import click
 
 from ollama_spec.cli.common import echo_json
-from ollama_spec.cli.options import AUTO, NGRAM, DraftLength, draft_option, json_option, preset_option_with
+from ollama_spec.cli.options import DraftLength, draft_option, json_option, preset_option_with
+from ollama_spec.decoding.proposer_table import is_auto, named_source
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.integrations.vllm import (
     DEFAULT_HOST,
@@ -91,7 +92,7 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
       ollama-spec vllm qwen2.5-coder:32b -d qwen2.5-coder:0.5b -k 4 --run
       ollama-spec vllm hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4 -d llama3.2:1b --json
     """
-    if draft.lower() in (AUTO, NGRAM):
+    if is_auto(draft) or named_source(draft) is not None:
         raise InvalidSetting(
             f"--draft {draft.lower()} is ollama-spec's own; vLLM needs a draft model by name (e.g. --draft llama3.2:1b)"
         )

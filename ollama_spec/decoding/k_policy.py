@@ -94,19 +94,11 @@ class KPolicy(Protocol):
     def next_k(self) -> int: ...
     # a step at K=0 with a prompt lookup's match: how many of its tokens to verify, given each one's
     # acceptance (the chance that position i is accepted given those before it were)
-    def reprice(self, costs: StepCosts) -> None:
-        """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
-        alone): those replace what this policy would learn from its own step times."""
-        if costs.k_max < self.costs.k_max:
-            return
-        costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
-        self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
-        self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
-        self._drafting = None
-
     def lookup_worth(self, alphas: Sequence[float]) -> int: ...
-    # source: who proposed the step's tokens, "draft" (the draft model) or "ngram" (prompt lookup)
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None: ...
+    # lookup: the step's tokens came from a source free to propose (prompt lookup), not the draft model
+    def observe(
+        self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False
+    ) -> None: ...
 
 
 @dataclass
@@ -122,7 +114,7 @@ class FixedK:
     def lookup_worth(alphas: Sequence[float]) -> int:
         return worth_a_token(alphas)
 
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
+    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         pass
 
 
@@ -326,11 +318,11 @@ class AutoK:
         self.by_margin = copy.deepcopy(earlier.by_margin)
         self._probe_every = earlier._probe_every
 
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, source: str = "draft") -> None:
+    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         self.observed += 1
         if drafted:  # the acceptance and the costs of drafting move
             self._drafting = None
-        if source == "ngram" and drafted and self.confidence_stops:
+        if lookup and drafted and self.confidence_stops:
             # A lookup step beside the draft model (HybridProposer): its verify batch is timed like any,
             # but its acceptance and its free drafting say nothing of the draft model's.
             if self.learn_costs:

@@ -12,7 +12,7 @@ from ollama_spec.decoding.evals import Eval, evaluated
 from ollama_spec.decoding.grammar import TokenGrammar, masked_rows
 from ollama_spec.decoding.k_policy import FixedK, KPolicy
 from ollama_spec.decoding.penalties import adjusted_rows
-from ollama_spec.decoding.proposer_table import PROPOSERS, build_proposer
+from ollama_spec.decoding.proposer_table import PROPOSERS, build_proposer, is_lookup
 from ollama_spec.decoding.proposers import (
     DEFAULT_NGRAM_SIZE,
     DRAFT,
@@ -256,7 +256,7 @@ def generate_steps(
             stats.verify_seconds += end - middle
             source = proposer.source if proposer is not None else None
             stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None, source)
-            policy.observe(len(drafted), n_accepted, middle - start, end - middle, source)
+            policy.observe(len(drafted), n_accepted, middle - start, end - middle, lookup=is_lookup(source))
         reading_prompt = False
 
         if grammar is not None:

@@ -1,6 +1,9 @@
-"""The proposers by name (SpeculationSettings.proposer): whoever builds one (the engine, the loop given
-a bare draft model) builds it from `PROPOSERS`, and whoever asks what a name needs asks it here, so a
-new proposer is one entry, not a string compared in every module that chooses."""
+"""The draft sources, in one registry: each source's name, what it needs, how its proposer is built and
+whether `--draft auto` may choose it. Whoever builds a proposer (the engine, the loop given a bare draft
+model) builds it from `PROPOSERS` (or, where an EAGLE-3 head drafts in place of a draft model, from
+`HEAD_PROPOSERS`, under the same names), and whoever reads a draft as a user named it (--draft, --pair
+TARGET=DRAFT, a preset's DRAFT line) asks `named_source` and `is_auto` here, so a new source is one
+entry, not a string compared in every module that chooses."""
 
 from __future__ import annotations
 
@@ -20,23 +23,43 @@ from ollama_spec.decoding.proposers import (
     Proposer,
 )
 
+# Where a draft is named: the best source `auto` may choose for the target (a draft model the target's
+# manifest carries, else the store's best-sized compatible one).
+AUTO = "auto"
+
 
 @dataclass(frozen=True)
 class ProposerKind:
-    """How a named proposer is built, from (the draft model, the target's vocabulary size, draft_p_min,
-    ngram_size); `needs_draft`: it drafts with the draft model, so without one there is no proposer."""
+    """One draft source. `build` makes its proposer from (the draft model, the target's vocabulary size,
+    draft_p_min, ngram_size); `needs_draft`: it drafts with a draft model, so without one there is no
+    proposer; `auto`: `--draft auto` may choose it; `named`: a user names it where a draft model is named
+    (`--draft ngram`); `describe`: what it is, in a few words."""
 
     build: Callable[[Model, int, float, int], Proposer]
     needs_draft: bool
+    auto: bool = False
+    named: bool = False
+    describe: str = ""
 
 
 PROPOSERS: dict[str, ProposerKind] = {
-    DRAFT: ProposerKind(lambda draft, vocab, p_min, size: DraftModelProposer(draft, vocab, p_min), True),
-    NGRAM: ProposerKind(lambda draft, vocab, p_min, size: NgramProposer(size), False),
+    DRAFT: ProposerKind(
+        lambda draft, vocab, p_min, size: DraftModelProposer(draft, vocab, p_min),
+        True,
+        auto=True,
+        describe="a draft model",
+    ),
+    NGRAM: ProposerKind(
+        lambda draft, vocab, p_min, size: NgramProposer(size),
+        False,
+        named=True,
+        describe="n-gram prompt lookup",
+    ),
     # each step whichever of the two is expected to get more tokens accepted (--draft MODEL --ngram)
     HYBRID: ProposerKind(
         lambda draft, vocab, p_min, size: HybridProposer(DraftModelProposer(draft, vocab, p_min), NgramProposer(size)),
         True,
+        describe="a draft model and n-gram prompt lookup",
     ),
 }
 # The same names where an EAGLE-3 head drafts in place of a draft model (built over one sequence of a
@@ -64,3 +87,28 @@ def build_proposer(
     name's entry in HEAD_PROPOSERS); None where it needs a draft model and has none."""
     kind = (HEAD_PROPOSERS if head else PROPOSERS)[name]
     return None if kind.needs_draft and draft is None else kind.build(draft, target_vocab, draft_p_min, ngram_size)
+
+
+def named_source(draft: str | None) -> str | None:
+    """The source a draft's name names by itself (`--draft ngram`), whatever its case; None for a model's
+    name, `auto` or no name."""
+    kind = PROPOSERS.get((draft or "").lower())
+    return draft.lower() if kind is not None and kind.named else None
+
+
+def is_auto(draft: str | None) -> bool:
+    """Whether a draft's name asks for `auto`'s choice."""
+    return (draft or "").lower() == AUTO
+
+
+def proposer_for(draft: str | None, *, with_ngram: bool = False) -> str:
+    """The source that drafts for a draft named `draft`: the one it names, else the draft model, beside
+    n-gram lookup where `with_ngram` (--ngram) asks for both."""
+    return named_source(draft) or (HYBRID if with_ngram else DRAFT)
+
+
+def is_lookup(source: str | None) -> bool:
+    """Whether a step's tokens (Proposer.source) came from a registered source that needs no draft model:
+    proposals free to make, which say nothing of a draft model's acceptance."""
+    kind = PROPOSERS.get(source) if source is not None else None
+    return kind is not None and not kind.needs_draft

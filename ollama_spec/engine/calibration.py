@@ -19,6 +19,7 @@ import numpy as np
 
 from ollama_spec.config import cache_dir
 from ollama_spec.decoding.acceptance import MARGIN_EDGES
+from ollama_spec.decoding.proposer_table import NGRAM
 from ollama_spec.decoding.proposers import Model
 from ollama_spec.decoding.step_costs import StepCosts
 from ollama_spec.llama.model import LLAMA_CPP_VERSION
@@ -171,6 +172,6 @@ def cost_key(target: Path, draft: Path | None, **setup) -> str:
         except OSError:
             return path.name
 
-    parts = [describe(target), describe(draft) if draft else "ngram", f"llama_cpp={LLAMA_CPP_VERSION}"]
+    parts = [describe(target), describe(draft) if draft else NGRAM, f"llama_cpp={LLAMA_CPP_VERSION}"]
     parts += [f"{name}={value}" for name, value in sorted(setup.items())]
     return " ".join(parts)

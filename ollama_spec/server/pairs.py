@@ -11,13 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
-from ollama_spec.errors import IncompatibleDraft, ModelNotFound, OllamaSpecError, one_line
+from ollama_spec.engine.pairing import choose_draft
+from ollama_spec.errors import ModelNotFound, OllamaSpecError
 from ollama_spec.llama.backends import llama_cpp_knows
-from ollama_spec.models.compat import require_compatible
-from ollama_spec.models.drafts import best_draft, find_drafts
 from ollama_spec.models.modelfile import Modelfile
 from ollama_spec.models.presets import lay_preset
-from ollama_spec.models.resolve import ResolvedModel, resolve_model, stored_draft_model
+from ollama_spec.models.resolve import ResolvedModel, resolve_model
 from ollama_spec.models.store import Store, StoredModel, find_store_root
 from ollama_spec.models.usable import require_usable, usability_problems
 from ollama_spec.planning.context import choose_context
@@ -28,7 +27,6 @@ from ollama_spec.server.core.defaults import RequestDefaults
 from ollama_spec.server.core.settings import ServerSettings
 
 log = logging.getLogger("ollama_spec.server")
-NGRAM = "ngram"
 
 
 @dataclass(frozen=True)
@@ -181,34 +179,16 @@ class StorePairs:
     def _draft(
         self, store: Store, target: ResolvedModel, preset: Modelfile | None
     ) -> tuple[ResolvedModel | None, str | None, str]:
-        """(draft, proposer, why), in the order --no-draft, --pair, the preset, the manifest's draft layer,
-        the store's best compatible draft, the target alone."""
+        """(draft, proposer, why), in the order --no-draft, --pair, the preset, then as engine/pairing chooses
+        for every face: the manifest's draft layer, the store's best compatible draft, the target alone."""
         if self.no_draft:
             return None, None, "--no-draft"
         chosen = self.pairs.get(target.name)
         how = f"--pair {target.name}={chosen}"
         if chosen is None and preset is not None and preset.draft:
             chosen, how = preset.draft, f"the preset {preset.path}"
-        if chosen is not None:
-            if chosen.lower() == NGRAM:
-                return None, NGRAM, f"{how}: n-gram prompt lookup"
-            draft = resolve_model(chosen, store=store)
-            return draft, None, f"{how}: {draft.name}"
-        if target.stored_draft is not None:
-            return stored_draft_model(target), None, "the draft layer in its manifest"
-        choice = best_draft(find_drafts(store, target.info, llama_cpp_knows))
-        if choice is None:
-            return None, None, "the target alone: no model in the store can draft for it"
-        draft = resolve_model(choice.name, store=store)
-        try:
-            require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
-            require_compatible(target.name, target.info, draft.name, draft.info)
-        except (IncompatibleDraft, OllamaSpecError) as exc:
-            return None, None, f"the target alone: {one_line(str(exc))}"
-        if choice.made_for_target:
-            return draft, None, f"the store's EAGLE-3 head made for it: {draft.name} ({choice.note})"
-        note = f"; {choice.note}" if choice.note else ""
-        return draft, None, f"the store's best compatible draft: {draft.name} (1:{choice.ratio:.0f} of its size{note})"
+        choice = choose_draft(target, chosen, store, said=how, auto_by_default=True)
+        return choice.model, choice.source, choice.why
 
 
 def _modified(model: ResolvedModel) -> float:

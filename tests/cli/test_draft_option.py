@@ -6,7 +6,8 @@ import pytest
 
 from ollama_spec.cli import cli
 from ollama_spec.cli.main import COMMANDS
-from ollama_spec.cli.options import AUTO, NGRAM, DraftOption
+from ollama_spec.cli.options import DraftOption
+from ollama_spec.decoding.proposer_table import AUTO, NGRAM
 
 SHARED_HEAD = "Draft model (small, same vocabulary as the target"
 

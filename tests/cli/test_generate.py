@@ -131,7 +131,7 @@ def test_compare_needs_a_draft(invoke, tiny_store):
 
 
 def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
-    from ollama_spec.cli.generate import format_comparison
+    from ollama_spec.cli.results import format_comparison
     from ollama_spec.engine.engine import Result
 
     base = Result(tokens=[1, 2, 3, 4], total_seconds=1.0, first_token_seconds=0.1)
@@ -159,7 +159,7 @@ def test_compare_labels_a_near_tie_and_warns_on_a_real_difference():
 def test_compare_tells_no_speed_up_from_a_run_too_short_to_time_and_notes_a_busy_machine(
     invoke, tiny_store, monkeypatch
 ):
-    from ollama_spec.cli.generate import format_comparison
+    from ollama_spec.cli.results import format_comparison
     from ollama_spec.engine.engine import Result
 
     one = Result(tokens=[1], total_seconds=0.1, first_token_seconds=0.1)
@@ -228,7 +228,7 @@ def test_think_flags(invoke, tiny_store):
 
 
 def test_the_speed_line_says_what_its_rate_measures():
-    from ollama_spec.cli.generate import format_stats
+    from ollama_spec.cli.results import format_stats
     from ollama_spec.engine.engine import Result
 
     result = Result(

@@ -262,7 +262,7 @@ def test_a_bad_num_ctx_in_the_params_names_the_params(invoke, layered_store):
     )
 
 
-def test_generate_says_what_it_waits_on_and_its_json_stays_clean(invoke, tiny_store, monkeypatch):
+def test_generate_says_what_it_waits_on_and_its_json_stays_clean(invoke, tiny_store, monkeypatch, own_cache):
     """Loading, -k auto's first timing and --compare's warm-up each report on stderr while they last
     (here made slow, and the notes frequent); stdout holds the JSON alone."""
     import time

@@ -127,8 +127,8 @@ def test_without_a_target_the_flags_reach_the_store_as_data(invoke, tiny_store, 
     assert result.exit_code == 0, result.output
     store = seen["state"].serving.pairs
     assert isinstance(store.defaults, RequestDefaults) and not callable(store.defaults)
-    assert (store.defaults.temperature, store.defaults.top_k, store.defaults.top_p) == (0.3, 7, None)
-    assert (store.defaults.num_speculative_tokens, store.defaults.proposer) == (4, "draft+ngram")
+    assert store.defaults.flags == {"temperature": 0.3, "top_k": 7, "num_speculative_tokens": 4}
+    assert store.defaults.proposer == "draft+ngram"
     settings = store.plan("tiny-target", [system_ram(64)]).settings
     assert (settings.sampling.temperature, settings.sampling.top_k, settings.sampling.top_p) == (0.3, 7, 0.9)
     assert settings.speculation.num_speculative_tokens == 4 and settings.speculation.proposer == "draft+ngram"

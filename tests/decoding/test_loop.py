@@ -176,7 +176,7 @@ class MarginRule:
             self.log.append(keep)
         return keep
 
-    def observe(self, *args):
+    def observe(self, *args, **kwargs):
         pass
 
 
@@ -198,7 +198,7 @@ class ProbesAfterGaps:
     def lookup_worth(self, alphas):  # KPolicy's: the loop offers it at K=0; a draft model looks nothing up
         return 0
 
-    def observe(self, drafted, accepted, draft_s, verify_s, source="draft"):
+    def observe(self, drafted, accepted, draft_s, verify_s, *, lookup=False):
         pass
 
 
@@ -460,7 +460,9 @@ def test_a_cache_that_cannot_be_cut_raises(spec_engine, monkeypatch):
         run(spec_engine, PROMPTS[0], max_tokens=40, ignore_eos=True)
 
 
-def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(tiny_models, baseline_engine, monkeypatch):
+def test_auto_k_is_exact_reports_its_choices_and_calibrates_once_per_pair(
+    tiny_models, baseline_engine, monkeypatch, own_cache
+):
     from ollama_spec.engine import costs as engine_module
 
     calibrations = []

@@ -1,12 +1,24 @@
-"""Proposers by name (`proposer_table.PROPOSERS`) and the protocol's defaults: whoever builds a proposer
-(the engine, the loop given a bare draft model) builds it from the table, and the loop asks every
-proposer the same things, a lookup at K=0 included."""
+"""The draft sources by name (`proposer_table.PROPOSERS`) and the protocol's defaults: whoever builds a
+proposer (the engine, the loop given a bare draft model) builds it from the table, whoever reads a draft's
+name reads it there and nowhere else, and the loop asks every proposer the same things, a lookup at K=0
+included."""
+
+import ast
+from pathlib import Path
 
 import pytest
 
+import ollama_spec
 from ollama_spec.decoding.k_policy import FixedK
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, generate_tokens
-from ollama_spec.decoding.proposer_table import PROPOSERS, build_proposer
+from ollama_spec.decoding.proposer_table import (
+    AUTO,
+    PROPOSERS,
+    build_proposer,
+    is_auto,
+    named_source,
+    proposer_for,
+)
 from ollama_spec.decoding.proposers import (
     DRAFT,
     HYBRID,
@@ -90,3 +102,91 @@ def test_the_loop_given_a_draft_model_proposes_as_the_settings_name(baseline_eng
         assert got == expected
         sources[name] = set(stats.drafted_by_source)
     assert sources == {DRAFT: set(), HYBRID: {NGRAM}}
+
+
+# --- the registry is the one place that compares a source's name ---------------------------------------
+
+PACKAGE = Path(ollama_spec.__file__).parent
+# the registry, and the proposers, which define the names and label each step's proposal with one
+REGISTRY = (PACKAGE / "decoding" / "proposer_table.py", PACKAGE / "decoding" / "proposers.py")
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string literals an operand of a comparison is, or holds (a tuple, list or set of them)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for element in node.elts for s in _strings(element)]
+    return []
+
+
+# Names that are words with other meanings too (flash attention's auto, tool_choice's, -k's; a model's
+# role, a Modelfile's DRAFT line): compared as a source's only beside a draft, a proposer or a source.
+_WORDS = (AUTO, DRAFT)
+_CONTEXT = ("draft", "proposer", "source")
+_CONSTANTS = ("AUTO", "DRAFT", "NGRAM", "HYBRID")  # the names' constants: compared only where defined
+
+
+def compared_source_names(source: str) -> list[str]:
+    """Each comparison in `source` of a draft source's name (or `auto`) as a string."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for operand in operands:
+            others = " ".join(ast.unparse(o) for o in operands if o is not operand).lower()
+            if isinstance(operand, (ast.Name, ast.Attribute)) and ast.unparse(operand).split(".")[-1] in _CONSTANTS:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+            named = {text.lower() for text in _strings(operand)}
+            in_context = any(word in others for word in _CONTEXT)
+            if (named & set(PROPOSERS)) - set(_WORDS) or (named & set(_WORDS) and in_context):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_but_the_registry_compares_a_source_name_as_a_string():
+    offenders = {
+        str(path.relative_to(PACKAGE.parent)): hits
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path not in REGISTRY and (hits := compared_source_names(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}
+
+
+def test_the_check_finds_the_comparisons_it_forbids():
+    assert compared_source_names('if draft.lower() == "ngram": pass') != []
+    assert compared_source_names('ok = chosen in ("x", "draft+ngram")') != []
+    assert compared_source_names('if draft.lower() in ("auto", "y"): pass') != []
+    assert compared_source_names('if self.source == "draft": pass') != []
+    assert compared_source_names("if draft.lower() == NGRAM: pass") != []
+    assert compared_source_names('if flash_attention == "auto": pass') == []  # another auto
+    assert compared_source_names('if role == "draft": pass') == []  # a model's role
+    assert compared_source_names("if named_source(draft) is not None: pass") == []
+
+
+def test_auto_and_each_source_name_are_defined_once():
+    definitions = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                for name in [t.id for t in ast.walk(target) if isinstance(t, ast.Name)]:
+                    definitions.setdefault(name, []).append(str(path.relative_to(PACKAGE.parent)))
+    for name in ("AUTO", "NGRAM", "DRAFT", "HYBRID"):
+        assert len(definitions.get(name, [])) == 1, (name, definitions.get(name))
+
+
+def test_a_draft_named_by_the_user_is_read_in_the_registry():
+    assert [named_source(text) for text in ("ngram", "NGram", "auto", "llama3.2:1b", "draft", None)] == [
+        NGRAM,
+        NGRAM,
+        None,
+        None,
+        None,
+        None,
+    ]
+    assert [is_auto(text) for text in ("auto", "AUTO", "ngram", None)] == [True, True, False, False]
+    assert proposer_for("ngram", with_ngram=True) == NGRAM  # lookup alone: nothing beside it to pair with
+    assert (proposer_for("tiny-draft"), proposer_for(None, with_ngram=True)) == (DRAFT, HYBRID)
+    assert [name for name, kind in PROPOSERS.items() if kind.auto] == [DRAFT]  # auto picks a draft model

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ollama_spec.decoding.parameters import as_layer, sampling_settings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.errors import InvalidRequest, InvalidSetting, PromptTooLong
 from ollama_spec.llama.grammar import grammar_for_json
@@ -90,10 +91,10 @@ def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Reques
         "min_p": asked.min_p,
         "seed": asked.seed,
     }
-    sampling = replace(settings.sampling, **{k: v for k, v in given.items() if v is not None})
     if asked.penalties:
         _check_token_ids(engine, dict(asked.penalties.get("logit_bias", ())), "logit_bias")
-        sampling = replace(sampling, penalties=replace(sampling.penalties, **asked.penalties))
+    # the request's options over the model's settings (the flags over its params), by the one rule
+    sampling = sampling_settings(given | dict(asked.penalties or {}), as_layer(settings.sampling))
     messages = asked.messages
     history = engine.target_model.messages  # a Modelfile's MESSAGE lines: Ollama puts them first
     if history and not asked.raw and not asked.tokens and not asked.context and asked.suffix is None:
