@@ -45,7 +45,7 @@ class Facts:
 
 def gather(models_dir: str | None = None) -> Facts:
     """Read the facts from this machine (llama.cpp, NVML, the store, the Ollama daemon)."""
-    from ollama_spec.llama import model as runtime  # loads llama.cpp
+    from ollama_spec.llama import load_params as runtime  # loads llama.cpp
 
     try:
         backends = read_backends()

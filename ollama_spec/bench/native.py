@@ -17,7 +17,7 @@ from ollama_spec.bench.runner import Progress, RowTimer
 from ollama_spec.bench.samples import NATIVE, Row, Sample
 from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.errors import InvalidSetting
-from ollama_spec.llama.model import choose_flash_attention, default_threads
+from ollama_spec.llama.load_params import choose_flash_attention, default_threads
 from ollama_spec.models.heads import is_head
 from ollama_spec.models.resolve import ResolvedModel
 

@@ -25,9 +25,13 @@ from ollama_spec.bench.settings import WARMUP_TOKENS, BenchSettings
 from ollama_spec.errors import ModelLoadError
 from ollama_spec.integrations.llama_cpp_python import OllamaDraftModel
 from ollama_spec.llama.canary import decide_repack
-from ollama_spec.llama.load_params import apply_lora_adapters
+from ollama_spec.llama.load_params import (
+    apply_lora_adapters,
+    choose_flash_attention,
+    default_threads,
+    extra_bufts_default,
+)
 from ollama_spec.llama.log import log_mark
-from ollama_spec.llama.model import choose_flash_attention, default_threads, extra_bufts_default
 from ollama_spec.models.compat import load_kv_overrides
 from ollama_spec.models.heads import is_head
 from ollama_spec.models.resolve import ResolvedModel, resolve_model

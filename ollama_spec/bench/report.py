@@ -30,7 +30,7 @@ from ollama_spec.bench.samples import (
     Row,
 )
 from ollama_spec.bench.settings import BenchSettings
-from ollama_spec.llama.model import default_threads
+from ollama_spec.llama.load_params import default_threads
 from ollama_spec.models.gguf_info import format_bytes
 
 COLUMNS = (

@@ -35,7 +35,8 @@ from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.calibration import measure_step_costs
 from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
 from ollama_spec.llama.eagle3 import HeadCalibration
-from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
+from ollama_spec.llama.load_params import gpu_offload_supported
+from ollama_spec.llama.model import LoadedModel
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.text_stream import Run, merge_runs

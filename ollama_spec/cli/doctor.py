@@ -36,7 +36,7 @@ def doctor(as_json: bool, models_dir: str | None) -> None:
       ollama-spec doctor --json
     """
     try:
-        from ollama_spec.llama import model as runtime  # loads llama.cpp: doctor is the one command that must
+        from ollama_spec.llama import load_params as runtime  # loads llama.cpp: doctor is the one command that must
     except (ImportError, OSError, RuntimeError) as exc:
         raise click.ClickException(
             f"llama-cpp-python cannot be loaded ({exc}); reinstall it: pip install --force-reinstall llama-cpp-python"

@@ -62,7 +62,7 @@ def rpc_server(host: str, port: int, devices: tuple[str, ...], threads: int | No
       ollama-spec generate llama3.1:70b --draft llama3.2:1b --rpc 192.168.1.20:50052 "Hello"
     """
     from ollama_spec.llama import rpc
-    from ollama_spec.llama.model import default_threads
+    from ollama_spec.llama.load_params import default_threads
 
     endpoint = Endpoint(_listen_address(host), port)
     _require_free(endpoint)

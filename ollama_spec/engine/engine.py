@@ -31,7 +31,8 @@ from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.canary import decide_repack
 from ollama_spec.llama.eagle3 import Eagle3Head, HeadCalibration
 from ollama_spec.llama.grammar import Grammar
-from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
+from ollama_spec.llama.load_params import choose_flash_attention
+from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.llama.mtp import MtpHead
 from ollama_spec.llama.passes import piece_size
 from ollama_spec.llama.rpc import remote_devices

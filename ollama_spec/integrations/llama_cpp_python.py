@@ -24,7 +24,8 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 from ollama_spec.decoding.proposers import as_draft_tokens, keep_common_prefix
 from ollama_spec.errors import UnusableModel
 from ollama_spec.llama.canary import decide_repack
-from ollama_spec.llama.model import LoadedModel, LoadSettings, choose_flash_attention
+from ollama_spec.llama.load_params import choose_flash_attention
+from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.models.compat import load_kv_overrides
 from ollama_spec.models.resolve import resolve_model
 

@@ -130,13 +130,13 @@ def test_a_padded_vocabulary_pair_in_slots_writes_what_it_writes_alone(tiny_stor
 
 def test_flash_attention_auto_is_llama_cpps_choice_with_slots(monkeypatch):
     """On a CPU one sequence runs without it (small verify batches); several slots' batches with it."""
-    from ollama_spec.llama import model
+    from ollama_spec.llama import load_params
 
-    monkeypatch.setattr(model, "gpu_offload_supported", lambda: False)
-    assert model.choose_flash_attention("auto") == "off"
-    assert model.choose_flash_attention("auto", n_seq=4) == "auto"
-    assert model.choose_flash_attention("off", n_seq=4) == "off"
-    assert model.choose_flash_attention("auto", "q8_0") == "on"
+    monkeypatch.setattr(load_params, "gpu_offload_supported", lambda: False)
+    assert load_params.choose_flash_attention("auto") == "off"
+    assert load_params.choose_flash_attention("auto", n_seq=4) == "auto"
+    assert load_params.choose_flash_attention("off", n_seq=4) == "off"
+    assert load_params.choose_flash_attention("auto", "q8_0") == "on"
 
 
 def test_an_engine_with_slots_leaves_flash_attention_to_llama_cpp(engine):

@@ -3,7 +3,7 @@ offload to a GPU here, its CPU features, the names it knows."""
 
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows, read_backends
-from ollama_spec.llama.model import gpu_offload_supported
+from ollama_spec.llama.load_params import gpu_offload_supported
 from ollama_spec.planning.devices import nvidia_gpu
 
 

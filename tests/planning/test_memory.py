@@ -9,6 +9,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from ollama_spec.errors import InsufficientMemory, InvalidSetting
+from ollama_spec.llama import load_params
 from ollama_spec.llama import log as llama_log
 from ollama_spec.llama import model as runtime
 from ollama_spec.llama.backends import cpu_features
@@ -128,7 +129,7 @@ def test_llama_cpp_logs_a_device_for_every_layer_and_the_output(tiny_store):
     assert assigned == dict.fromkeys(range(5), "CPU")  # 4 layers and the output layer (index 4)
 
 
-@pytest.mark.skipif(not runtime.gpu_offload_supported(), reason="a CPU-only llama.cpp puts every layer on the CPU")
+@pytest.mark.skipif(not load_params.gpu_offload_supported(), reason="a CPU-only llama.cpp puts every layer on the CPU")
 @pytest.mark.parametrize("n_gpu_layers", [1, 2, 4, 5])
 def test_placement_rule_is_what_llama_cpp_does(n_gpu_layers, tiny_store):
     assigned = _assigned_devices(_tiny_path(tiny_store, "tiny-target"), n_gpu_layers)
@@ -222,7 +223,7 @@ def test_two_gpus_add_up_and_cpu_only_plans_use_ram(llama_pair):
     files = target.tensor_bytes + draft.tensor_bytes
     # compute: the target's 512 x 4 x (128256 + 2 x 8192), the draft's 512 x 4 x (128256 + 2 x 2048)
     assert cpu.host_bytes == files + 2_684_354_560 + 268_435_456 + 296_222_720 + 271_056_896 + 2 * 16 * 128256 * 4
-    # A CPU-only plan runs without flash attention by default (runtime.choose_flash_attention): every
+    # A CPU-only plan runs without flash attention by default (load_params.choose_flash_attention): every
     # head's f32 scores. Target: 512 x 4 x ((64 + 1) x 8192 + 5 x 8192 + 2 x 8 x 128 + 8) = 1,178,615,808;
     # draft: 512 x 4 x ((32 + 1) x 8192 + 5 x 2048 + 2 x 8 x 64 + 8) = 576,733,184.
     assert plan(target, draft, 8192, devices=[system_ram(64)]).host_bytes == (

@@ -18,7 +18,8 @@ from fastapi.responses import PlainTextResponse
 
 from ollama_spec import __version__
 from ollama_spec.errors import InvalidModelName, one_line
-from ollama_spec.llama.model import LoadedModel, gpu_offload_supported
+from ollama_spec.llama.load_params import gpu_offload_supported
+from ollama_spec.llama.model import LoadedModel
 from ollama_spec.models.names import parse_model_name
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.prompting.thinking import template_thinks
