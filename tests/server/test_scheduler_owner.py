@@ -58,10 +58,21 @@ def test_a_delete_waits_for_the_running_request_then_closes_and_removes(store_co
 def test_a_delete_during_the_models_own_load_waits_for_it_and_leaves_nothing_loaded(store_copy):
     async def scenario():
         owner = scheduler(store_copy)
+        started, go = asyncio.Event(), asyncio.Event()
+
+        async def held(key):  # the load waits here, holding the scheduler, until the delete has begun
+            started.set()
+            await go.wait()
+
+        owner.before_load = held
         loading = asyncio.ensure_future(owner.acquire("tiny-alien", None))
-        while not owner._loading:  # the load has started: it holds the scheduler
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(started.wait(), 60)
         deleting = asyncio.ensure_future(owner.delete("tiny-alien", lambda key: delete_model(key, str(store_copy))))
+        for _ in range(6000):  # the delete has named the model: it now waits for the load's lock
+            if owner._deleting:
+                break
+            await asyncio.sleep(0.01)
+        go.set()
         got = (await asyncio.gather(loading, return_exceptions=True))[0]
         if isinstance(got, Exception):  # the delete took the pair before the request resumed: 404, as after it
             assert api_error(got).status == 404, got
