@@ -14,8 +14,9 @@ import re
 import sys
 
 from ollama_spec.llama.backends import cpu_features, discover_devices
+from ollama_spec.llama.load_params import gpu_offload_supported
 from ollama_spec.llama.log import clear_log, recent_log
-from ollama_spec.llama.model import LoadedModel, LoadSettings, gpu_offload_supported
+from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.models.gguf_info import format_bytes
 from ollama_spec.models.resolve import resolve_model
 from ollama_spec.planning.memory import plan_memory
