@@ -51,6 +51,9 @@ class Eagle3Head:
     """The head's model and context, tied to `target` (a llama.model.LoadedModel): it borrows the
     target's token embeddings and output matrix where it has none of its own (ctx_other)."""
 
+    CONTEXT_TYPE: int | None = None  # llama.cpp's default context, reading the head's own GGUF
+    CONTEXT_NAME = "a context for the head"  # in the error when llama.cpp cannot make it
+
     def __init__(self, path, target, *, n_gpu_layers: int = -1):
         self.calls = head_calls()
         self.path, self.target = Path(path), target
@@ -115,6 +118,8 @@ class Eagle3Head:
     def _context(self, mark) -> LlamaContext:
         target = self.target
         params = llama_cpp.llama_context_default_params()
+        if self.CONTEXT_TYPE is not None:
+            params.ctx_type = self.CONTEXT_TYPE
         params.n_ctx = target.settings.n_ctx * target.n_seq
         # a target pass of n_batch tokens and the pending pair before it
         params.n_batch = params.n_ubatch = target.n_batch + 1
@@ -127,7 +132,7 @@ class Eagle3Head:
             return LlamaContext(model=self._model, params=params, verbose=is_verbose())
         except ValueError:
             raise ModelLoadError(
-                f"llama.cpp could not create a context for the head {self.path}: {last_error(mark) or 'out of memory?'}"
+                f"llama.cpp could not create {self.CONTEXT_NAME} {self.path}: {last_error(mark) or 'out of memory?'}"
             ) from None
 
     # --- following the target -------------------------------------------------------------

@@ -14,12 +14,11 @@ import threading
 
 import llama_cpp
 import numpy as np
-from llama_cpp._internals import LlamaContext
 
 from ollama_spec.errors import InferenceError, ModelLoadError
 from ollama_spec.llama.eagle3 import Eagle3Head, HeadSettings, _Sequence
 from ollama_spec.llama.head_calls import head_calls
-from ollama_spec.llama.log import is_verbose, last_error, log_mark
+from ollama_spec.llama.log import log_mark
 
 
 def nextn_layers(target) -> int:
@@ -29,6 +28,9 @@ def nextn_layers(target) -> int:
 
 class MtpHead(Eagle3Head):
     """The NextN layer of `target` (a LoadedModel loaded with load_mtp) drafting beside it."""
+
+    CONTEXT_TYPE = llama_cpp.LLAMA_CONTEXT_TYPE_MTP  # the target's NextN layer, in a context of its own
+    CONTEXT_NAME = "an MTP context for"
 
     def __init__(self, target, *, n_gpu_layers: int = -1):
         self.calls = head_calls()
@@ -49,24 +51,6 @@ class MtpHead(Eagle3Head):
         self.calls.set_nextn(self._ctx.ctx, True, True)  # each draft step's own pre-norm state
         self.calls.set_nextn(target.llama_context, True, False)  # the target's h, every row
         target.observer = self
-
-    def _context(self, mark) -> LlamaContext:
-        target = self.target
-        params = llama_cpp.llama_context_default_params()
-        params.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
-        params.n_ctx = target.settings.n_ctx * target.n_seq
-        params.n_batch = params.n_ubatch = target.n_batch + 1
-        params.n_seq_max = target.n_seq
-        params.kv_unified = target.n_seq > 1
-        params.n_threads = params.n_threads_batch = target.n_threads
-        params.no_perf = True
-        params.ctx_other = target.llama_context
-        try:
-            return LlamaContext(model=self._model, params=params, verbose=is_verbose())
-        except ValueError:
-            raise ModelLoadError(
-                f"llama.cpp could not create an MTP context for {self.path}: {last_error(mark) or 'out of memory?'}"
-            ) from None
 
     def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
         """The target's pre-norm state h of entries `order`."""
