@@ -61,6 +61,7 @@ class LoadedModel:
         # without flash attention, attention's own products over one row of a sequence take vec_dot
         self._min_rows = 2 if settings.flash_attention == "off" else 1
         self.pass_costs = PassCosts()  # what a pass more costs, for the passes' layout
+        self._plans = settings.n_seq > 1 and settings.isolated_rows  # passes laid out by plan_passes
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._bind_vocabulary(Vocabulary(self._model))
         window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
@@ -145,7 +146,8 @@ class LoadedModel:
         for entries in self._passes(items):
             begun = time.perf_counter()
             self._decode(entries)
-            self.pass_costs.observe(len(entries), time.perf_counter() - begun)
+            if self._plans:  # what a pass costs lays out the next passes (`_passes`); else unused
+                self.pass_costs.observe(len(entries), time.perf_counter() - begun)
             wanted = [entry for entry in entries if entry.logits]
             if wanted:
                 read = self._read_logits(len(wanted))
@@ -158,7 +160,7 @@ class LoadedModel:
     def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
         """With several sequences, passes whose rows each get the kernels they get alone (passes.py);
         else (one sequence, or no room left for padding at a context's end) n_batch chunks as they come."""
-        if self.n_seq > 1 and self.settings.isolated_rows:
+        if self._plans:
             room = lambda seq: self._stream - len(self._cached[seq])
             pass_rows = self.pass_costs.pass_rows
             planned = plan_passes(items, self._piece, room, self.n_batch, pass_rows=pass_rows, min_rows=self._min_rows)
