@@ -44,6 +44,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
+attempt() {  # FILE COMMAND...: the command, its output in FILE, tried up to 3 times (a busy machine
+    # sometimes loses llama-speculative-simple's report); its output's end and a failure after that
+    local n
+    for n in 1 2 3; do
+        if timeout "$limit" "${@:2}" >"$1" 2>&1; then return 0; fi
+        echo "   (attempt $n failed: $(grep -m1 -i error "$1" | cut -c1-160))" >&2
+    done
+    tail -20 "$1" >&2
+    exit 1
+}
+
 field() {  # FILE SED-EXPRESSION: the first match's captured number, or "?"
     local value
     value=$(sed -n "$2" "$1" | head -1)
@@ -52,20 +63,17 @@ field() {  # FILE SED-EXPRESSION: the first match's captured number, or "?"
 
 for round in $(seq 1 "$rounds"); do
     echo "== round $round of $rounds: in process, one stream, K=$k, against llama-speculative-simple" >&2
-    timeout "$limit" "$bin/ollama-spec" bench tiny-target -d tiny-draft -k "$k" --threads 1 --ctx 512 \
-        --max-tokens "$tokens" --runs "$runs" --no-ngram --native "$native/llama-speculative-simple" \
-        >"$out/single-$round" 2>&1 || { tail -20 "$out/single-$round" >&2; exit 1; }
+    attempt "$out/single-$round" "$bin/ollama-spec" bench tiny-target -d tiny-draft -k "$k" --threads 1 --ctx 512 \
+        --max-tokens "$tokens" --runs "$runs" --no-ngram --native "$native/llama-speculative-simple"
     grep -E "^(speculative K=|ours: K=|llama.cpp speculative|time outside|ours at K=.* vs llama.cpp)" \
         "$out/single-$round" >&2 || true
     echo "== round $round of $rounds: in process, 1, 2 and 4 clients on 4 slots, K=$k" >&2
-    timeout "$limit" "$bin/ollama-spec" bench tiny-target -d tiny-draft -k "$k" --threads 1 --ctx 512 \
-        --max-tokens "$tokens" --runs 1 --concurrency 4 --in-process \
-        >"$out/loop-$round" 2>&1 || { tail -20 "$out/loop-$round" >&2; exit 1; }
+    attempt "$out/loop-$round" "$bin/ollama-spec" bench tiny-target -d tiny-draft -k "$k" --threads 1 --ctx 512 \
+        --max-tokens "$tokens" --runs 1 --concurrency 4 --in-process
     grep -E "^ +[0-9]+  (K=|python)" "$out/loop-$round" >&2 || true
     echo "== round $round of $rounds: served, 1 and 4 clients, each server alone" >&2
     CLIENTS="1 4" ROUNDS=1 THREADS=1 K=$k SLOT_CTX=512 LLAMA_SERVER=$native/llama-server \
-        timeout "$limit" "$here/bench-serve.sh" "$bin" tiny-target tiny-draft >"$out/served-$round" 2>&1 ||
-        { tail -20 "$out/served-$round" >&2; exit 1; }
+        attempt "$out/served-$round" "$here/bench-serve.sh" "$bin" tiny-target tiny-draft
     grep -E "^[0-9] client\(s\):" "$out/served-$round" >&2 || true
 done
 
