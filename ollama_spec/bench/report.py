@@ -41,6 +41,7 @@ COLUMNS = (
     "α",
     "tok/step",
     "draft/verify",
+    "python/step",
     "TTFT",
     "peak RSS",
     "predicted",
@@ -109,6 +110,7 @@ def table_cells(report: BenchReport) -> list[tuple[str, ...]]:
                 "-" if row.alpha is None else f"{row.alpha:.2f}",
                 "-" if row.tokens_per_step is None else f"{row.tokens_per_step:.2f}",
                 split,
+                "-" if row.overhead_per_step_s is None else f"{row.overhead_per_step_s * 1000:.2f} ms",
                 f"{row.ttft_s * 1000:.0f} ms",
                 format_bytes(row.peak_rss),
                 "-" if row.predicted_speedup is None else f"{row.predicted_speedup:.2f}x",
@@ -371,6 +373,7 @@ def report_markdown(report: BenchReport) -> str:
         (
             "tok/s: generated tokens after the first / decode time, median over runs (min–max); "
             "tok/step: tokens per target pass; draft/verify: shares of generation time; "
+            "python/step: time outside llama.cpp per target pass (ours only); "
             "α: accepted / tried drafts (the drafts after a rejection are never tried); "
             "predicted: Leviathan et al. with the measured α and step costs; "
             "efficiency: measured / predicted speed-up."
