@@ -48,10 +48,6 @@ ALLOWED = {
     "planning/memory.py:_suggestions",
     "planning/needs.py:model_needs",
     "server/openai/protocol.py",
-    "synthetic/copying.py:copy_pair_weights",
-    "synthetic/eagle3_checkpoint.py:checkpoint_from_gguf",
-    "synthetic/eagle3_head.py:write_eagle3_head",
-    "synthetic/nested.py:build_nested_pair",
 }
 
 
