@@ -40,8 +40,6 @@ ALLOWED = {
     "cli/pull.py:pull",
     "cli/serve.py:serve",
     "cli/vllm.py:vllm",
-    "integrations/vllm.py:build_command",
-    "models/gguf_info.py:_model_info",
     "models/store.py",
     "planning/memory.py:plan_memory",
     "planning/memory.py:_plan",
