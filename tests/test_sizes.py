@@ -30,7 +30,6 @@ ALLOWED = {
     "server/openai/chat.py:chat_completions",
     "server/openai/completions.py:completions",
     # the faces', planning's, pull's, models' and synthetic's (#51, h51size)
-    "bench/report.py",
     "cli/bench.py:bench",
     "cli/chat.py:chat",
     "cli/check.py:check",

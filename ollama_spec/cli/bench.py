@@ -248,7 +248,8 @@ def _check_native(native: Path, settings: BenchSettings, target_model, draft_mod
 def _print_report(report, out: str | None) -> None:
     """The report and its files; then the greedy outputs that part from the target alone, and why: rounding
     (a note) or a verification error (a warning, and the exit status 1)."""
-    from ollama_spec.bench.report import format_report, write_outputs
+    from ollama_spec.bench.report import format_report
+    from ollama_spec.bench.report_files import write_outputs
 
     click.echo(format_report(report))
     if out:
