@@ -39,7 +39,6 @@ ALLOWED = {
     "cli/pull.py:pull",
     "cli/serve.py:serve",
     "cli/vllm.py:vllm",
-    "models/store.py",
     "planning/memory.py:plan_memory",
     "planning/memory.py:_plan",
     "planning/memory.py:_suggestions",
