@@ -43,7 +43,6 @@ ALLOWED = {
     "planning/memory.py:_plan",
     "planning/memory.py:_suggestions",
     "planning/needs.py:model_needs",
-    "server/openai/protocol.py",
 }
 
 
