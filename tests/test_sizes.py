@@ -31,13 +31,10 @@ ALLOWED = {
     "server/openai/completions.py:completions",
     # the faces', planning's, pull's, models' and synthetic's (#51, h51size)
     "cli/bench.py:bench",
-    "cli/chat.py:chat",
     "cli/check.py:check",
     "cli/doctor.py:doctor",
     "cli/drafts.py:drafts",
-    "cli/generate.py:generate",
     "cli/pull.py:pull",
-    "cli/serve.py:serve",
     "cli/vllm.py:vllm",
     "planning/memory.py:plan_memory",
     "planning/memory.py:_plan",
