@@ -30,8 +30,6 @@ ALLOWED = {
     "server/openai/chat.py:chat_completions",
     "server/openai/completions.py:completions",
     # the faces', planning's, pull's, models' and synthetic's (#51, h51size)
-    "cli/bench.py:bench",
-    "cli/check.py:check",
     "cli/doctor.py:doctor",
     "cli/drafts.py:drafts",
     "cli/pull.py:pull",
