@@ -30,10 +30,6 @@ ALLOWED = {
     "server/openai/chat.py:chat_completions",
     "server/openai/completions.py:completions",
     # the faces', planning's, pull's, models' and synthetic's (#51, h51size)
-    "cli/doctor.py:doctor",
-    "cli/drafts.py:drafts",
-    "cli/pull.py:pull",
-    "cli/vllm.py:vllm",
     "planning/memory.py:plan_memory",
     "planning/memory.py:_plan",
     "planning/memory.py:_suggestions",
