@@ -30,10 +30,7 @@ ALLOWED = {
     "server/openai/chat.py:chat_completions",
     "server/openai/completions.py:completions",
     # the faces', planning's, pull's, models' and synthetic's (#51, h51size)
-    "planning/memory.py:plan_memory",
-    "planning/memory.py:_plan",
     "planning/memory.py:_suggestions",
-    "planning/needs.py:model_needs",
 }
 
 
