@@ -29,7 +29,7 @@ ALLOWED = {
     "server/scheduler.py:Scheduler",
     "server/openai/chat.py:chat_completions",
     "server/openai/completions.py:completions",
-    # the faces', planning's, pull's, models' and synthetic's (#51, h51size)
+    # planning/memory.py: its suggestions, which the MTP plan shortens (#50, h50mtp)
     "planning/memory.py:_suggestions",
 }
 
