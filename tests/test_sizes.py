@@ -19,9 +19,6 @@ MAX_METHODS = 20
 # What is still being split, each by the helper who owns it; an entry goes once its piece is under the
 # limit (test_the_allowed_are_still_over_the_limit says which).
 ALLOWED = {
-    # decoding/loop.py and engine/generation.py: the step's generator (#49, h49speed)
-    "decoding/loop.py:generate_steps",
-    "engine/generation.py:Generation.steps",
     # engine/engine.py: Engine.__init__'s decisions (#51, h51resolve)
     "engine/engine.py:Engine.__init__",
     # server/scheduler.py and the OpenAI routes (#51, h51resolve)
