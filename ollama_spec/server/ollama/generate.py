@@ -18,6 +18,7 @@ from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import ndjson
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.logprobs import scored
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.core.stream import Part, answer_stream, run_to_end
@@ -33,7 +34,7 @@ from ollama_spec.server.ollama.protocol import (
 )
 from ollama_spec.server.worker import Job
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedRoute)
 
 MANAGEMENT = ("create", "push", "blobs")  # Ollama's routes that change its store and are not served here
 

@@ -14,6 +14,7 @@ from ollama_spec.server.core.answer import answer_parts
 from ollama_spec.server.core.draft_spans import result_marks, spans_field
 from ollama_spec.server.core.framing import sse
 from ollama_spec.server.core.logprobs import scored
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked, think_if_able
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.openai.protocol import (
@@ -30,7 +31,7 @@ from ollama_spec.server.openai.protocol import (
 )
 from ollama_spec.server.upstream import merge_tags, tag_name
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 
 
 @router.get("/models")

@@ -12,6 +12,7 @@ from ollama_spec.server.core.draft_spans import joined, result_marks, spans_fiel
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import sse
 from ollama_spec.server.core.logprobs import LegacyLogprobs, scored
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.openai.protocol import (
@@ -25,7 +26,7 @@ from ollama_spec.server.openai.protocol import (
     run_all,
 )
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 
 COMPLETIONS_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's reference gives it
 

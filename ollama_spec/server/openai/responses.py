@@ -25,13 +25,14 @@ from ollama_spec.server.core.answer import AnswerParts, answer_parts
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import sse_events
 from ollama_spec.server.core.loaded import Served
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.protocol import NullsAsDefaults, chat_role, tool_arguments
 from ollama_spec.server.core.request import Asked, json_grammar, offer_tools
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.core.stream import answer_stream, run_to_end
 from ollama_spec.server.worker import Job
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 
 
 class InputPart(BaseModel):
