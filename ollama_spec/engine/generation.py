@@ -71,7 +71,7 @@ class Generation:
         stream = TextStream(request.stop)
         policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
         self.policy = policy
-        grammar = Grammar.for_model(target, request.grammar, self.stop) if request.grammar else None
+        grammar = _grammar(target, request, self.stop)
         tokens = generate_steps(
             target,
             proposer,
@@ -133,6 +133,14 @@ class Generation:
             # a request that shared its steps with others timed them whole: not what its own steps cost
             self.costs.keep_learned(request.speculation, policy, shared=self.shared)
             result.total_seconds = time.perf_counter() - start
+
+
+def _grammar(target: LoadedModel, request: Request, stop: Callable[[], bool] | None) -> Grammar | None:
+    """The generation's own output grammar: a start of the one compiled when its request was checked, else
+    compiled now."""
+    if request.compiled_grammar is not None:
+        return request.compiled_grammar.started(stop)
+    return Grammar.for_model(target, request.grammar, stop) if request.grammar else None
 
 
 def _add_run(result: Result, run: Run) -> None:

@@ -64,8 +64,8 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
         _check_tools(engine, asked.tools)
     if asked.context:
         request = replace(request, tokens=tuple(_after_context(engine, asked.context, request)))
-    if asked.grammar is not None:
-        engine.grammar(asked.grammar).close()  # an InvalidSetting: the grammar llama.cpp cannot parse
+    if asked.grammar is not None:  # compiled once, here: an InvalidSetting is the grammar llama.cpp cannot parse
+        request = replace(request, compiled_grammar=engine.grammar(asked.grammar))
     context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
     # tokenized once: the generation, and the routes that read the prompt, take these
     request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
