@@ -88,8 +88,10 @@ class Engine:
             self.slots,
         )
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
-        self.target = self._load(
+        self.target = _load_model(
             target,
+            plan,
+            self.flash_attention,
             -1 if target_gpu_layers is None else target_gpu_layers,
             self.placement,
             window_cache=takes_window_cache(target.info.architecture),
@@ -99,7 +101,7 @@ class Engine:
         self.draft = self.head = None
         try:
             if draft is not None:
-                self.draft = self._load(draft, settings.draft_gpu_layers)
+                self.draft = _load_model(draft, plan, self.flash_attention, settings.draft_gpu_layers)
             if settings.head is not None:
                 self.head = Eagle3Head(settings.head, self.target, n_gpu_layers=settings.draft_gpu_layers)
             if settings.mtp:  # the protocol is a head's: it drafts through the same proposers
@@ -115,35 +117,6 @@ class Engine:
         loaded = [model for model in (self.target, self.draft) if model is not None]
         self.pool = SlotPool(loaded, self.slots)
         self.loop = StepLoop(self)  # requests run together: one thread owns the slots and every pass
-
-    def _load(
-        self,
-        model: ResolvedModel,
-        gpu_layers: int,
-        placement: Placement = Placement(),
-        *,
-        window_cache: bool = False,
-        isolated_rows: bool = False,  # the target's: its rows are the answer (llama/passes.py)
-        load_mtp: bool = False,
-    ) -> LoadedModel:
-        return LoadedModel(
-            model.path,
-            LoadSettings(
-                n_ctx=self.settings.n_ctx,
-                n_gpu_layers=gpu_layers,
-                n_threads=self.settings.n_threads,
-                kv_overrides=load_kv_overrides(model.info),
-                kv_type=self.settings.kv_type,
-                use_extra_bufts=self.repack.enabled,
-                flash_attention=self.flash_attention,
-                placement=placement,
-                lora_adapters=model.adapter_paths,
-                window_cache=window_cache,
-                isolated_rows=isolated_rows,
-                load_mtp=load_mtp,
-                n_seq=self.slots,
-            ),
-        )
 
     def proposer(self, speculation: SpeculationSettings, slot: int = 0) -> Proposer | None:
         """Who proposes tokens for this request: the proposer its settings name, over slot `slot` of
@@ -273,3 +246,36 @@ class Engine:
         if self.slots > 1:  # a long prompt is read a pass's piece at a time, beside the other slots' steps
             generation.prompt_chunk = piece_size(self.target.n_batch, self.slots)
         return generation
+
+
+def _load_model(
+    model: ResolvedModel,
+    plan: LoadPlan,
+    flash_attention: str,
+    gpu_layers: int,
+    placement: Placement = Placement(),
+    *,
+    window_cache: bool = False,
+    isolated_rows: bool = False,  # the target's: its rows are the answer (llama/passes.py)
+    load_mtp: bool = False,
+) -> LoadedModel:
+    """One model of the pair, loaded with the plan's context, slots and repack choice."""
+    settings = plan.settings
+    return LoadedModel(
+        model.path,
+        LoadSettings(
+            n_ctx=settings.n_ctx,
+            n_gpu_layers=gpu_layers,
+            n_threads=settings.n_threads,
+            kv_overrides=load_kv_overrides(model.info),
+            kv_type=settings.kv_type,
+            use_extra_bufts=plan.repack.enabled,
+            flash_attention=flash_attention,
+            placement=placement,
+            lora_adapters=model.adapter_paths,
+            window_cache=window_cache,
+            isolated_rows=isolated_rows,
+            load_mtp=load_mtp,
+            n_seq=plan.fit.slots,
+        ),
+    )
