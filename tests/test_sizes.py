@@ -22,9 +22,6 @@ ALLOWED = {
     # decoding/loop.py and engine/generation.py: the step's generator (#49, h49speed)
     "decoding/loop.py:generate_steps",
     "engine/generation.py:Generation.steps",
-    # the OpenAI routes (#51, h51resolve)
-    "server/openai/chat.py:chat_completions",
-    "server/openai/completions.py:completions",
     # the faces', planning's, pull's, models' and synthetic's (#51, h51size)
     "bench/native.py:_run",
     "bench/report.py",

@@ -157,21 +157,18 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     own = body.grammar()
     tools, forced = body.offered_tools(own is not None)
-    served, request = await state.prepare(  # a prompt longer than the loaded context may reload the model
-        body.model,
-        None,
-        None,
-        lambda served: Asked(
-            messages=body.messages(),
-            max_tokens=body.max_output_tokens,
-            max_tokens_name="max_output_tokens",
-            temperature=body.temperature,
-            top_p=body.top_p,
-            seed=body.seed,
-            grammar=forced or own,
-            tools=tools,
-        ),
+    asked = Asked(
+        messages=body.messages(),
+        max_tokens=body.max_output_tokens,
+        max_tokens_name="max_output_tokens",
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=body.seed,
+        grammar=forced or own,
+        tools=tools,
     )
+    # a prompt longer than the loaded context may reload the model
+    served, request = await state.prepare(body.model, None, None, asked)
     job = served.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(served, body, ids, "in_progress")
