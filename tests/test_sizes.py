@@ -19,13 +19,6 @@ MAX_METHODS = 20
 # What is still being split, each by the helper who owns it; an entry goes once its piece is under the
 # limit (test_the_allowed_are_still_over_the_limit says which).
 ALLOWED = {
-    # engine/engine.py: Engine.__init__'s decisions (#51, h51resolve)
-    "engine/engine.py:Engine.__init__",
-    # server/scheduler.py and the OpenAI routes (#51, h51resolve)
-    "server/scheduler.py",
-    "server/scheduler.py:Scheduler",
-    "server/openai/chat.py:chat_completions",
-    "server/openai/completions.py:completions",
     # planning/memory.py: its suggestions, which the MTP plan shortens (#50, h50mtp)
     "planning/memory.py:_suggestions",
 }

@@ -80,6 +80,7 @@ class StoredModel:
     config: Mapping[str, Any]
     layers: tuple[Layer, ...]
     config_layer: Layer | None = None  # the manifest's config blob (cloud models say so there)
+    digest: str = ""  # the sha256 of the manifest's bytes as read: a copy or a pull over the name changes it
 
     @property
     def name(self) -> str:
@@ -327,8 +328,8 @@ class Store:
         return f"model '{name}' not found in {self.path} (from {self.root.source}){hint}"
 
     def _load(self, ref: ModelRef, manifest_path: Path) -> StoredModel:
-        layers, config_layer = read_manifest(ref.display, manifest_path)
-        return StoredModel(ref, manifest_path, self.path, self._config(config_layer), layers, config_layer)
+        layers, config_layer, digest = read_manifest(ref.display, manifest_path)
+        return StoredModel(ref, manifest_path, self.path, self._config(config_layer), layers, config_layer, digest)
 
     def _config(self, layer: Layer | None) -> Mapping[str, Any]:
         # The config blob tells cloud models (remote_host) from local ones; a missing one is
