@@ -102,7 +102,7 @@ class Generation:
         """The decoding loop's steps for this request, with its K policy and output grammar."""
         request, proposer = self.request, self.proposer
         self.policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
-        self._grammar = Grammar.for_model(self.target, request.grammar, self.stop) if request.grammar else None
+        self._grammar = _grammar(self.target, request, self.stop)
         return generate_steps(
             self.target,
             proposer,
@@ -158,6 +158,14 @@ class Generation:
         # a request that shared its steps with others timed them whole: not what its own steps cost
         self.costs.keep_learned(self.request.speculation, self.policy, shared=self.shared)
         result.total_seconds = time.perf_counter() - start
+
+
+def _grammar(target: LoadedModel, request: Request, stop: Callable[[], bool] | None) -> Grammar | None:
+    """The generation's own output grammar: a start of the one compiled when its request was checked, else
+    compiled now."""
+    if request.compiled_grammar is not None:
+        return request.compiled_grammar.started(stop)
+    return Grammar.for_model(target, request.grammar, stop) if request.grammar else None
 
 
 def _add_run(result: Result, run: Run) -> None:

@@ -29,6 +29,7 @@ class DraftChoice:
     how: str
     why: str
     pick: DraftCandidate | None = None
+    checked: bool = False  # found usable and compatible while choosing: the load does not check it again
 
 
 def choose_draft(
@@ -75,12 +76,11 @@ def _auto(target: ResolvedModel, store: Store, *, strict: bool) -> DraftChoice:
         except OllamaSpecError as exc:
             return DraftChoice(None, None, ALONE, f"the target alone: {one_line(str(exc))}")
     if pick.made_for_target:
-        return DraftChoice(
-            draft, None, AUTO_PICK, f"the store's EAGLE-3 head made for it: {draft.name} ({pick.note})", pick
-        )
-    note = f"; {pick.note}" if pick.note else ""
-    why = f"the store's best compatible draft: {draft.name} (1:{pick.ratio:.0f} of its size{note})"
-    return DraftChoice(draft, None, AUTO_PICK, why, pick)
+        why = f"the store's EAGLE-3 head made for it: {draft.name} ({pick.note})"
+    else:
+        note = f"; {pick.note}" if pick.note else ""
+        why = f"the store's best compatible draft: {draft.name} (1:{pick.ratio:.0f} of its size{note})"
+    return DraftChoice(draft, None, AUTO_PICK, why, pick, checked=not strict)
 
 
 def _store(models_dir: str | None) -> Store:

@@ -178,6 +178,8 @@ class Worker:
         self._jobs: list[Job | object] = []  # running first, then waiting
         self._mean_seconds = FIRST_GUESS_SECONDS  # a job's time, averaged over the recent ones
         self._mailbox: Mailbox | None = None  # the jobs' events, to the loop that submitted them
+        # called (on the thread the last job ended on) when no job runs or waits any more
+        self.on_idle: Callable[[], None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -244,6 +246,9 @@ class Worker:
             if seconds is not None:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
             self._lock.notify_all()
+            idle = not self._holding()
+        if idle and self.on_idle is not None:
+            self.on_idle()
 
     def cancel_all(self, reason: str = SHUTTING_DOWN) -> None:
         """Stop the running generations and skip the waiting ones (shutdown, a delete of the model);
