@@ -7,9 +7,9 @@ import click
 from ollama_spec.cli.common import echo_json, open_store
 from ollama_spec.cli.options import json_option, models_dir_option
 from ollama_spec.llama.backends import llama_cpp_knows
-from ollama_spec.models.drafts import USEFUL_RATIO, best_draft, find_drafts
+from ollama_spec.models.drafts import USEFUL_RATIO, DraftCandidate, best_draft, find_drafts
 from ollama_spec.models.gguf_info import format_bytes
-from ollama_spec.models.resolve import resolve_model
+from ollama_spec.models.resolve import ResolvedModel, resolve_model
 
 
 @click.command()
@@ -38,25 +38,7 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     stored = target_model.stored_draft is not None
     best = None if stored else best_draft(candidates)
     if as_json:
-        echo_json(
-            {
-                "target": target_model.name,
-                "size": target_model.info.file_size,
-                "stored_draft": stored,
-                "drafts": [
-                    {
-                        "model": c.name,
-                        "size": c.info.file_size,
-                        "parameters": c.info.parameter_label,
-                        "ratio": round(c.ratio, 2),
-                        "note": c.note,
-                        "eagle3_head": c.is_head,
-                        "auto": c is best,
-                    }
-                    for c in candidates
-                ],
-            }
-        )
+        echo_json(_drafts_json(target_model, stored, candidates, best))
         return
     if stored:
         click.echo(f"auto: the draft stored in {target_model.name}'s manifest (also used without --draft)", err=True)
@@ -67,9 +49,36 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
             err=True,
         )
         return
+    _print_table(target_model, candidates, best)
+
+
+def _drafts_json(
+    target: ResolvedModel, stored: bool, candidates: list[DraftCandidate], best: DraftCandidate | None
+) -> dict:
+    return {
+        "target": target.name,
+        "size": target.info.file_size,
+        "stored_draft": stored,
+        "drafts": [
+            {
+                "model": c.name,
+                "size": c.info.file_size,
+                "parameters": c.info.parameter_label,
+                "ratio": round(c.ratio, 2),
+                "note": c.note,
+                "eagle3_head": c.is_head,
+                "auto": c is best,
+            }
+            for c in candidates
+        ],
+    }
+
+
+def _print_table(target: ResolvedModel, candidates: list[DraftCandidate], best: DraftCandidate | None) -> None:
+    """The drafts, one a line, the one auto takes marked."""
     low, high = USEFUL_RATIO
     click.echo(
-        f"drafts for {target_model.name} ({format_bytes(target_model.info.file_size)}); "
+        f"drafts for {target.name} ({format_bytes(target.info.file_size)}); "
         f"useful range about 1:{low:.0f} to 1:{high:.0f}"
     )
     width = max(len(c.name) for c in candidates)

@@ -132,6 +132,43 @@ class ModelNeeds:
         }
 
 
+def _shape(info: ModelInfo) -> tuple[int, int, int, bool, bool]:
+    """The embedding, feed-forward and vocabulary sizes, and whether the model has attention and
+    recurrent layers; CorruptGGUF where the header lacks a size."""
+    d, vocab = info.embedding_length, info.vocab_size
+    attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
+    ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
+    if not d or not ff or not vocab:
+        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
+    return d, ff, vocab, attention, recurrent
+
+
+def _compute_widths(
+    info: ModelInfo, ff: int, ctx: int, attention: bool, recurrent: bool, flash_attention: bool
+) -> list[int]:
+    """The widths (f32 values a row) of what a batch's graph holds at once, per part: inside an attention
+    layer, inside a recurrent one, at the output, and without flash attention the scores; the compute
+    buffer is the widest of them."""
+    d, vocab = info.embedding_length, info.vocab_size
+    # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
+    # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
+    inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
+    # A sliding-window model's graph holds two masks, the global layers' and the window layers'.
+    masks = 2 if has_sliding_window(info) else 1
+    widths = [
+        3 * ff + 4 * d + masks * ctx // 2 if attention else 0,
+        7 * inner if recurrent else 0,
+        vocab + (3 if recurrent else 2) * d,
+    ]
+    if attention and not flash_attention:
+        # Without flash attention the f32 scores of every head and f32 masks are materialised
+        # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
+        widths.append(
+            ((info.head_count or 0) + masks) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8
+        )
+    return widths
+
+
 def model_needs(
     info: ModelInfo,
     n_ctx: int,
@@ -149,11 +186,7 @@ def model_needs(
     """
     check_cache_shape(info)
     n_layer = info.block_count
-    d, vocab = info.embedding_length, info.vocab_size
-    attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
-    ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
-    if not d or not ff or not vocab:
-        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
+    d, ff, vocab, attention, recurrent = _shape(info)
     layers, repacked = [0] * n_layer, [0] * n_layer
     largest = host = output = output_repacked = 0
     tied = not any(t.name == "output.weight" for t in info.tensors)
@@ -173,22 +206,7 @@ def model_needs(
     if tied:
         output += host  # llama.cpp duplicates token_embd as the GPU output matrix
     ctx, tokens = padded(n_ctx), min(padded(n_ctx), N_UBATCH)
-    # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
-    # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
-    inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
-    # A sliding-window model's graph holds two masks, the global layers' and the window layers'.
-    masks = 2 if has_sliding_window(info) else 1
-    widths = [
-        3 * ff + 4 * d + masks * ctx // 2 if attention else 0,
-        7 * inner if recurrent else 0,
-        vocab + (3 if recurrent else 2) * d,
-    ]
-    if attention and not flash_attention:
-        # Without flash attention the f32 scores of every head and f32 masks are materialised
-        # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
-        widths.append(
-            ((info.head_count or 0) + masks) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8
-        )
+    widths = _compute_widths(info, ff, ctx, attention, recurrent, flash_attention)
     compute = tokens * 4 * max(widths)
     state = recurrent_state_bytes(info)
     kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH)
