@@ -232,7 +232,7 @@ def _serve_pair(flags: ServeFlags, options: Options) -> None:
     sock = bind(flags.host, flags.port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
         pair = pinned_pair(target_model, draft_model, options, settings)
-        with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
+        with Engine.load(pair.load, notice=notice) as engine:  # checked and planned once, in pinned_pair
             engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
             state.models_dir = flags.models_dir  # where /api/pull, /api/delete and /api/copy act
@@ -267,15 +267,20 @@ def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: Ser
 
 
 def pinned_pair(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):
-    """The pair with the loading flags and its fit: the context chosen as Ollama chooses it, lowered until
-    the pair fits, and the slots that fit (the engine loads with these and does not plan again)."""
+    """The pair checked (engine/load_plan), with the loading flags, the repack choice and its fit: the context
+    chosen as Ollama chooses it, lowered until the pair fits, and the slots that fit (the engine loads with
+    these and decides none of it again)."""
+    from ollama_spec.engine.load_plan import check_drafter, require_target
+    from ollama_spec.llama.canary import decide_repack
     from ollama_spec.server.pairs import PairPlan, fit_context
 
-    engine_config = engine_settings(target.params, options)
+    require_target(target)
+    draft, engine_config = check_drafter(target, draft, engine_settings(target.params, options))
     given = target.params.get("num_ctx")
     flag = options["ctx"]
     devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])
-    return fit_context(PairPlan(target.name, target, draft, "", settings, engine_config), given, devices, notes, flag)
+    pair = PairPlan(target.name, target, draft, "", settings, engine_config, repack=decide_repack(engine_config.repack))
+    return fit_context(pair, given, devices, notes, flag)
 
 
 def store_state(options: Options, models_dir: str | None) -> ServerState:
