@@ -133,25 +133,17 @@ def check_drafter(
     return draft, settings
 
 
-def plan_pair(
-    target: ResolvedModel,
-    draft: ResolvedModel | None,
-    settings: EngineSettings,
-    fit: Fit | None = None,
-    *,
-    draft_checked: bool = False,
-) -> LoadPlan:
-    """The pair checked (require_target, check_drafter), its repack choice, and `fit` (None: the most slots
-    that fit at the asked context on this machine now; without the memory check, the first slot count asked)."""
+def plan_pair(target: ResolvedModel, draft: ResolvedModel | None, settings: EngineSettings) -> LoadPlan:
+    """The pair checked (require_target, check_drafter), its repack choice, and its fit: the most slots that
+    fit at the asked context on this machine now (without the memory check, the first slot count asked)."""
     require_target(target)
-    draft, settings = check_drafter(target, draft, settings, draft_checked=draft_checked)
+    draft, settings = check_drafter(target, draft, settings)
     repack = decide_repack(settings.repack)
-    if fit is None:
-        asked = slot_choices(target, settings)
-        if not settings.memory_check:
-            fit = Fit(settings.n_ctx, asked[0])
-        else:
-            devices, notes = backends.discover_devices()
-            facts = pair_facts(target, draft, settings, repack.enabled)
-            fit = fit_pair(facts, ContextChoice(settings.n_ctx, False, "asked"), asked, devices, notes)
+    asked = slot_choices(target, settings)
+    if not settings.memory_check:
+        fit = Fit(settings.n_ctx, asked[0])
+    else:
+        devices, notes = backends.discover_devices()
+        facts = pair_facts(target, draft, settings, repack.enabled)
+        fit = fit_pair(facts, ContextChoice(settings.n_ctx, False, "asked"), asked, devices, notes)
     return LoadPlan(target, draft, replace(settings, n_ctx=fit.n_ctx), repack, fit)
