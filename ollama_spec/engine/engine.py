@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.proposer_table import build_proposer
+from ollama_spec.decoding.proposer_table import build_proposer, head_source
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
@@ -116,6 +116,7 @@ def pair_facts(
         tensor_split=placement.tensor_split,
         remote=tuple(remote_devices(placement.rpc_servers)),
         main_device=placement.main_device,
+        mtp=settings.mtp,
     )
 
 
@@ -247,7 +248,7 @@ class Engine:
         the draft model, or nobody (one that needs a draft model, and none is loaded)."""
         if self.head is not None:  # the head drafts where a draft model would
             return build_proposer(
-                speculation.proposer,
+                head_source(speculation.proposer, self.settings.mtp),
                 self.head.sequence(slot),
                 self.target.n_vocab,
                 draft_p_min=speculation.draft_p_min,

@@ -1,6 +1,8 @@
 """The target's own MTP (NextN) layer drafting for it: greedy text is the target's alone at every K,
 on one slot and on four, with a prompt longer than one batch."""
 
+from dataclasses import replace
+
 import pytest
 
 from ollama_spec.decoding.loop import SpeculationSettings
@@ -73,3 +75,22 @@ def test_mtp_for_a_recurrent_target_is_refused(tmp_path):
     write_mamba_gguf(path)
     with pytest.raises(InvalidSetting, match="recurrent or hybrid model: .* its MTP layers cannot draft for it"):
         Engine(resolve_model(str(path)), None, engine_settings(mtp=True))
+
+
+def test_the_mtp_head_drafts_under_each_name_that_takes_a_drafter(mtp_target):
+    from ollama_spec.decoding.eagle3 import Eagle3Proposer
+    from ollama_spec.decoding.proposer_table import MTP, MtpProposer
+    from ollama_spec.decoding.proposers import DRAFT, HYBRID, NGRAM, HybridProposer, NgramProposer
+
+    with Engine(mtp_target, None, engine_settings(mtp=True)) as engine:
+        built = {name: engine.proposer(SpeculationSettings(proposer=name)) for name in (DRAFT, MTP, HYBRID, NGRAM)}
+        assert type(built[DRAFT]) is MtpProposer and type(built[MTP]) is MtpProposer
+        assert built[DRAFT].source == MTP  # its tokens are the MTP layers', in the statistics too
+        # beside n-gram lookup, the head's proposer drafts over the MTP head
+        assert type(built[HYBRID]) is HybridProposer and isinstance(built[HYBRID].draft, Eagle3Proposer)
+        assert type(built[NGRAM]) is NgramProposer
+        # --draft mtp --ngram: greedy text is still the target's alone
+        hybrid = replace(request(PROMPTS[1], 2), speculation=SpeculationSettings(2, proposer=HYBRID))
+        result = answer(engine, hybrid)
+        assert result.speculation.drafted > 0
+        assert result.tokens[:24] == answer(engine, request(PROMPTS[1], None)).tokens[:24]
