@@ -202,7 +202,7 @@ def bench(
     target_model = _target(target, preset, draft, models_dir)
     # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
     settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
-    draft_model = resolve_draft(draft, models_dir, target_model)
+    draft_model = resolve_draft(draft, models_dir, target_model).model
     if draft_model is None:
         raise InvalidSetting(NGRAM_ONLY)
     if native:

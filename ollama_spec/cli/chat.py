@@ -114,19 +114,17 @@ def chat(
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if warning := template_warning(target_model, "`generate --raw` continues plain text"):
         click.echo(f"warning: {warning}", err=True)
-    draft_model = resolve_draft(draft, models_dir, target_model)
-    settings = engine_settings(target_model.params, options)
+    choice = resolve_draft(draft, models_dir, target_model)
+    draft_model, settings = choice.model, engine_settings(target_model.params, options, mtp=choice.mtp)
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
-    speculative = draft_model is not None or draft is not None
-    check_draft_flags(
-        show_draft=show_draft, ngram=options["with_ngram"], speculative=speculative, draft_model=draft_model
-    )
+    speculative = draft_model is not None or choice.source is not None
+    check_draft_flags(show_draft=show_draft, ngram=options["with_ngram"], choice=choice)
     colour = show_draft and colour_on()
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
         conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)
         if interactive:
-            drafter = draft_model.name if draft_model is not None else draft
+            drafter = draft_model.name if draft_model is not None else choice.source
             click.echo(
                 f"{target_model.name}"
                 + (f" drafted by {drafter}" if drafter else "")

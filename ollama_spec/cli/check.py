@@ -19,8 +19,7 @@ from ollama_spec.cli.options import (
     repack_option,
 )
 from ollama_spec.cli.settings import Options, placement_settings, repack_setting
-from ollama_spec.cli.targets import apply_preset, resolve_draft
-from ollama_spec.decoding.proposer_table import named_source
+from ollama_spec.cli.targets import apply_preset, mtp_note, resolve_draft
 from ollama_spec.engine.engine import DEFAULT_CTX
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
@@ -83,7 +82,8 @@ def check(
       ollama-spec check llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # with a second machine's GPU
     """
     target_model = apply_preset(resolve_model(target, models_dir), preset)
-    draft_model = resolve_draft(draft, models_dir, target_model)
+    choice = resolve_draft(draft, models_dir, target_model)
+    draft_model = choice.model
     for role, model in (("target", target_model), ("draft", draft_model)):
         if model is not None:
             require_usable(model.name, model.info, role, llama_cpp_knows)
@@ -93,8 +93,11 @@ def check(
     if head is not None and not as_json:
         click.echo(f"note: {draft_model.name} is an EAGLE-3 head: it {head.describe()}", err=True)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
-    if (source := named_source(draft)) is not None:
-        click.echo(f"note: --draft {source} loads no draft model: the plan is for the target alone", err=True)
+    if target_model.info.nextn_layers and not as_json:
+        planned = "the plan counts them and their cache" if choice.mtp else "not planned: another draft is chosen"
+        click.echo(f"note: {mtp_note(target_model.info)}; {planned}", err=True)
+    if choice.source is not None and not choice.mtp:
+        click.echo(f"note: --draft {choice.source} loads no draft model: the plan is for the target alone", err=True)
     decision = repack_setting(repack)
     placement = placement_settings(Options.of(context))
     devices, notes = backends.discover_devices()
@@ -112,6 +115,7 @@ def check(
         remote=remote_devices(placement.rpc_servers),
         main_device=placement.main_device,
         n_seq=parallel,
+        mtp=choice.mtp,
     )
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -127,6 +131,8 @@ def check(
             data["draft"]["model"] = draft_model.name
         if head is not None:
             data["draft"]["eagle3_target_layers"] = list(head.target_layers or ())
+        data["target"]["nextn_layers"] = target_model.info.nextn_layers
+        data["target"]["mtp"] = choice.mtp
         echo_json(data)
     else:
         models = [(m.name, m.info) for m in (target_model, draft_model) if m is not None]

@@ -6,6 +6,8 @@ import click
 
 from ollama_spec.cli.common import echo_json, open_store
 from ollama_spec.cli.options import json_option, models_dir_option
+from ollama_spec.cli.targets import mtp_note
+from ollama_spec.engine.pairing import mtp_problem
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.drafts import USEFUL_RATIO, best_draft, find_drafts
 from ollama_spec.models.gguf_info import format_bytes
@@ -24,7 +26,9 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     of the target's size rarely pays. `--draft auto` on generate, chat, bench, check and serve
     takes the row marked "auto", or, when TARGET's manifest carries a draft layer (Ollama's DRAFT), that draft.
     An EAGLE-3 head made for TARGET (ollama-spec pull <head> --head-for TARGET) is listed with the target
-    layers it reads, and auto takes it before any draft model.
+    layers it reads, and auto takes it before any draft model. A TARGET that carries its own MTP (NextN)
+    layers (Qwen3.5/3.6, GLM-4.x, DeepSeek) drafts with them (--draft mtp), and auto, or no --draft, takes
+    them before the store's drafts.
 
     \b
     Examples:
@@ -36,13 +40,16 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     candidates = find_drafts(store, target_model.info, llama_cpp_knows)
     # the draft the target's manifest carries (Ollama's DRAFT) is what auto, and no --draft, take
     stored = target_model.stored_draft is not None
-    best = None if stored else best_draft(candidates)
+    mtp = bool(target_model.info.nextn_layers) and mtp_problem(target_model) is None
+    best = None if stored or mtp else best_draft(candidates)
     if as_json:
         echo_json(
             {
                 "target": target_model.name,
                 "size": target_model.info.file_size,
                 "stored_draft": stored,
+                "nextn_layers": target_model.info.nextn_layers,
+                "mtp": mtp and not stored,
                 "drafts": [
                     {
                         "model": c.name,
@@ -60,6 +67,10 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
         return
     if stored:
         click.echo(f"auto: the draft stored in {target_model.name}'s manifest (also used without --draft)", err=True)
+    if target_model.info.nextn_layers:
+        click.echo(f"{'auto' if mtp and not stored else 'note'}: {mtp_note(target_model.info)}", err=True)
+        if (problem := mtp_problem(target_model)) is not None:
+            click.echo(f"  but {problem}", err=True)
     if not candidates:
         click.echo(
             f"no model in {store.path} can draft for {target_model.name}; pull a small model of the same "

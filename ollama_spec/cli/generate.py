@@ -28,7 +28,6 @@ from ollama_spec.cli.results import busy_machine_note, format_comparison, format
 from ollama_spec.cli.settings import Options, engine_settings, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
 from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
-from ollama_spec.decoding.proposer_table import named_source
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
     NEAR_TIE_LOGITS,
@@ -156,7 +155,8 @@ def generate(
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if not raw and suffix is None and (warning := template_warning(target_model, "use --raw to continue the text")):
         click.echo(f"warning: {warning}", err=True)
-    draft_model = resolve_draft(draft, models_dir, target_model)
+    choice = resolve_draft(draft, models_dir, target_model)
+    draft_model = choice.model
     history = target_model.messages if not raw else ()  # Ollama prepends a model's MESSAGE history
     request = request_settings(
         target_model,
@@ -167,16 +167,16 @@ def generate(
         raw=raw,
         suffix=suffix,
     )
-    speculative = draft_model is not None or named_source(draft) is not None
+    speculative = draft_model is not None or choice.source is not None
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
-    check_draft_flags(show_draft=show_draft, ngram=with_ngram, speculative=speculative, draft_model=draft_model)
-    engine = _load(target_model, draft_model, engine_settings(target_model.params, options), compare)
+    check_draft_flags(show_draft=show_draft, ngram=with_ngram, choice=choice)
+    engine = _load(target_model, draft_model, engine_settings(target_model.params, options, mtp=choice.mtp), compare)
     runs = [] if show_draft and as_json else None
     with engine:
         run = _run(engine, request, compare=compare, quiet=as_json, show_draft=show_draft, runs=runs)
     if as_json:
-        drafter = draft_model.name if draft_model else named_source(draft)
+        drafter = draft_model.name if draft_model else choice.source
         click.echo(json.dumps(_json(target_model.name, drafter, run, runs), indent=2))
         return
     _print_outcome(run, greedy=request.sampling.greedy, stats=stats, speculative=speculative)

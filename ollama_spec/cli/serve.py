@@ -238,12 +238,13 @@ def serve(
     target_model = apply_preset(resolve_model(target, models_dir), preset)
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
-    draft_model = resolve_draft(draft, models_dir, target_model)
+    choice = resolve_draft(draft, models_dir, target_model)
+    draft_model = choice.model
     flags = server_settings(options)
     settings = request_defaults(options, flags).over(target_model.params, flags)
     sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
-        pair = pinned_pair(target_model, draft_model, options, settings)
+        pair = pinned_pair(target_model, draft_model, options, settings, mtp=choice.mtp)
         with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
             engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
@@ -277,12 +278,13 @@ def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: Ser
     return upstream
 
 
-def pinned_pair(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):
+def pinned_pair(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings, *, mtp: bool = False):
     """The pair with the loading flags and its fit: the context chosen as Ollama chooses it, lowered until
-    the pair fits, and the slots that fit (the engine loads with these and does not plan again)."""
+    the pair fits, and the slots that fit (the engine loads with these and does not plan again); `mtp`: the
+    target's own MTP layers draft."""
     from ollama_spec.server.pairs import PairPlan, fit_context
 
-    engine_config = engine_settings(target.params, options)
+    engine_config = engine_settings(target.params, options, mtp=mtp)
     given = target.params.get("num_ctx")
     flag = options["ctx"]
     devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])

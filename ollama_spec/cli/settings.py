@@ -116,8 +116,9 @@ def repack_setting(force: bool | None) -> RepackDecision:
     return decision
 
 
-def engine_settings(params: Mapping, options: Options) -> EngineSettings:
-    """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX."""
+def engine_settings(params: Mapping, options: Options, *, mtp: bool = False) -> EngineSettings:
+    """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX. `mtp`: the draft
+    chosen is the target's own MTP layers (engine/pairing.DraftChoice.mtp), loaded with it."""
     ctx = options["ctx"]
     if ctx is None and params.get("num_ctx") is not None and params["num_ctx"] < 1:
         # from the model's params layer (or a preset), not from a flag: say so, and what overrides it
@@ -136,6 +137,7 @@ def engine_settings(params: Mapping, options: Options) -> EngineSettings:
         flash_attention=options["flash_attn"],
         placement=placement_settings(options),
         parallel=options.values.get("parallel", 1),  # serve: None, as many as fit up to 4
+        mtp=mtp,
     )
 
 

@@ -56,7 +56,7 @@ def choose_draft(
     without `auto`, as Ollama runs them; `mtp` named for a target without usable ones is IncompatibleDraft."""
     if (source := named_source(named)) is not None:
         if needs_nextn(source) and (problem := mtp_problem(target)) is not None:
-            raise IncompatibleDraft(f"{said} {MTP}: {problem}")
+            raise IncompatibleDraft(f"{said}: {problem}")
         return DraftChoice(None, source, NAMED, f"{said}: {PROPOSERS[source].describe}")
     if named and not is_auto(named):
         model = resolve_model(named, store=store) if store is not None else resolve_model(named, models_dir)

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ollama_spec.decoding.proposer_table import needs_nextn
 from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
 from ollama_spec.engine.pairing import choose_draft
 from ollama_spec.errors import ModelNotFound, OllamaSpecError
@@ -156,8 +157,9 @@ class StorePairs:
         require_usable(target.name, target.info, "target", llama_cpp_knows)
         draft, proposer, why = self._draft(store, target, preset)
         settings = self.defaults.over(target.params, self.settings, proposer)
+        engine = replace(self.engine, mtp=needs_nextn(proposer))  # the target's own MTP layers draft
         return fit_context(
-            PairPlan(target.name, target, draft, why, settings, self.engine),
+            PairPlan(target.name, target, draft, why, settings, engine),
             given=n_ctx or _num_ctx(target),
             flag=None if n_ctx else self.ctx,
             devices=devices,

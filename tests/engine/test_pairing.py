@@ -42,7 +42,7 @@ def test_a_named_or_stored_draft_comes_before_the_mtp_layers(mtp_store):
 
 def test_mtp_asked_of_a_target_without_nextn_layers_is_refused_with_the_reason(tiny_store):
     with pytest.raises(IncompatibleDraft) as refused:
-        choose(tiny_store, "tiny-target", "mtp")
+        choose(tiny_store, "tiny-target", "mtp", said="--draft mtp")
     assert str(refused.value) == (
         "--draft mtp: tiny-target:latest has no MTP (NextN) layers to draft with (Qwen3.5/3.6, GLM-4.x and "
         "DeepSeek GGUFs ship them); name a draft model, or --draft ngram"
@@ -73,4 +73,4 @@ def test_a_hybrid_target_s_nextn_layers_are_refused_as_a_head_is(mtp_store):
     assert "is a recurrent or hybrid model: its cache cannot be cut back after each step" in mtp_problem(qwen)
     assert choose_draft(qwen, None).how == ALONE
     with pytest.raises(IncompatibleDraft, match="--draft mtp: mtp-target:latest is a recurrent or hybrid"):
-        choose_draft(qwen, "mtp")
+        choose_draft(qwen, "mtp", said="--draft mtp")
