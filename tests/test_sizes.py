@@ -46,7 +46,6 @@ ALLOWED = {
     "models/store.py",
     "planning/memory.py:plan_memory",
     "planning/memory.py:_plan",
-    "planning/memory.py:_suggestions",
     "planning/needs.py:model_needs",
     "pull/api_events.py:pull_events",
     "pull/fetcher.py:fetch_all",
