@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -31,19 +32,20 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, bench_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
-from ollama_spec.decoding.proposer_table import is_auto, named_source
+from ollama_spec.decoding.proposer_table import MTP, is_auto, named_source, needs_nextn
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.resolve import ResolvedModel, looks_like_path, resolve_model
 
 NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
+MTP_ROWS_ONLY = "bench --draft mtp times its rows in this process: drop --concurrency, --in-process and --native"
 
 
 @click.command()
 @click.argument("target")
 @preset_option
-@draft_option("Required unless --url or TARGET's manifest has a draft layer.", ngram=False)
+@draft_option("Required unless --url, TARGET's manifest has a draft layer or TARGET has MTP layers.", ngram=False)
 @click.option(
     "-k",
     "ks",
@@ -180,6 +182,7 @@ def bench(
       ollama-spec bench llama3.1:8b -d llama3.2:1b --concurrency 8 --in-process   # 1-8 clients, no HTTP
       ollama-spec bench -f llama3.1-70b --max-tokens 128   # the preset's target and draft
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
+      ollama-spec bench glm-4.5-air -d mtp   # the target's own MTP (NextN) layers
     """
     set_verbose(verbose)
     # the loading options go to the settings with where each came from (the command line, the default)
@@ -202,9 +205,12 @@ def bench(
     target_model = _target(target, preset, draft, models_dir)
     # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
     settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
-    draft_model = resolve_draft(draft, models_dir, target_model).model
-    if draft_model is None:
+    choice = resolve_draft(draft, models_dir, target_model)
+    draft_model, settings = choice.model, replace(settings, mtp=choice.mtp)
+    if draft_model is None and not choice.mtp:
         raise InvalidSetting(NGRAM_ONLY)
+    if choice.mtp and (served or in_process or native):
+        raise InvalidSetting(MTP_ROWS_ONLY)
     if native:
         _check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
     ks_given = ks if options.given("ks") else None
@@ -215,7 +221,7 @@ def bench(
     elif served:
         bench_served(target_model, draft_model, ks_given, prompts, settings, out, options)
     else:
-        draft_name = draft_model.name if not draft or is_auto(draft) else draft
+        draft_name = MTP if choice.mtp else draft_model.name if not draft or is_auto(draft) else draft
         from ollama_spec.cli.bench_rows import measure  # the rows' modules: loaded when rows are timed
 
         report = measure(target_model, draft_model, draft_name, models_dir, prompts, settings, native)
@@ -226,12 +232,13 @@ def _target(target: str, preset, draft: str | None, models_dir: str | None) -> R
     """TARGET with its preset laid over it, where bench has a draft for it (--draft, or its manifest's)."""
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    if named_source(draft) is not None:
+    if named_source(draft) is not None and not needs_nextn(named_source(draft)):
         raise InvalidSetting(NGRAM_ONLY)
     paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
     store = None if paths else open_store(models_dir)
     target_model = apply_preset(resolve_model(target, store=store), preset)
-    if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
+    # a manifest's own draft layer will do, and so will the target's own MTP layers
+    if not draft and target_model.stored_draft is None and not target_model.info.nextn_layers:
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     return target_model
 
