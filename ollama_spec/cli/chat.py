@@ -22,7 +22,7 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.results import format_stats
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, drafter_name, resolve_draft
 from ollama_spec.config import cache_dir
 from ollama_spec.engine.conversation import Conversation
 from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
@@ -115,7 +115,7 @@ def chat(
     if warning := template_warning(target_model, "`generate --raw` continues plain text"):
         click.echo(f"warning: {warning}", err=True)
     choice = resolve_draft(draft, models_dir, target_model)
-    draft_model, settings = choice.model, engine_settings(target_model.params, options, mtp=choice.mtp)
+    draft_model, settings = choice.model, engine_settings(target_model.params, options, choice)
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
     speculative = draft_model is not None or choice.source is not None
@@ -124,7 +124,7 @@ def chat(
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
         conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)
         if interactive:
-            drafter = draft_model.name if draft_model is not None else choice.source
+            drafter = drafter_name(choice, engine.settings)
             click.echo(
                 f"{target_model.name}"
                 + (f" drafted by {drafter}" if drafter else "")

@@ -27,7 +27,7 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.results import busy_machine_note, format_comparison, format_stats, result_json, speedup
 from ollama_spec.cli.settings import Options, engine_settings, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, drafter_name, resolve_draft
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
     NEAR_TIE_LOGITS,
@@ -171,12 +171,12 @@ def generate(
     if compare and not speculative:
         raise click.UsageError("--compare needs --draft")
     check_draft_flags(show_draft=show_draft, ngram=with_ngram, choice=choice)
-    engine = _load(target_model, draft_model, engine_settings(target_model.params, options, mtp=choice.mtp), compare)
+    engine = _load(target_model, draft_model, engine_settings(target_model.params, options, choice), compare)
     runs = [] if show_draft and as_json else None
     with engine:
         run = _run(engine, request, compare=compare, quiet=as_json, show_draft=show_draft, runs=runs)
     if as_json:
-        drafter = draft_model.name if draft_model else choice.source
+        drafter = drafter_name(choice, engine.settings)
         click.echo(json.dumps(_json(target_model.name, drafter, run, runs), indent=2))
         return
     _print_outcome(run, greedy=request.sampling.greedy, stats=stats, speculative=speculative)

@@ -21,6 +21,7 @@ from ollama_spec.cli.settings import Options, engine_settings, flag_layer, serve
 from ollama_spec.cli.targets import apply_preset, resolve_draft
 from ollama_spec.decoding.parameters import K, refusal
 from ollama_spec.engine.engine import Engine
+from ollama_spec.engine.pairing import DraftChoice
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.backends import discover_devices
 from ollama_spec.llama.log import set_verbose
@@ -244,7 +245,7 @@ def serve(
     settings = request_defaults(options, flags).over(target_model.params, flags)
     sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
-        pair = pinned_pair(target_model, draft_model, options, settings, mtp=choice.mtp)
+        pair = pinned_pair(target_model, choice, options, settings)
         with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
             engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
@@ -278,17 +279,17 @@ def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: Ser
     return upstream
 
 
-def pinned_pair(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings, *, mtp: bool = False):
+def pinned_pair(target: ResolvedModel, draft: DraftChoice, options: Options, settings):
     """The pair with the loading flags and its fit: the context chosen as Ollama chooses it, lowered until
-    the pair fits, and the slots that fit (the engine loads with these and does not plan again); `mtp`: the
-    target's own MTP layers draft."""
+    the pair fits, and the slots that fit (the engine loads with these and does not plan again)."""
     from ollama_spec.server.pairs import PairPlan, fit_context
 
-    engine_config = engine_settings(target.params, options, mtp=mtp)
+    engine_config = engine_settings(target.params, options, draft)
     given = target.params.get("num_ctx")
     flag = options["ctx"]
     devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])
-    return fit_context(PairPlan(target.name, target, draft, "", settings, engine_config), given, devices, notes, flag)
+    pair = PairPlan(target.name, target, draft.model, "", settings, engine_config)
+    return fit_context(pair, given, devices, notes, flag)
 
 
 def store_state(options: Options, models_dir: str | None) -> ServerState:

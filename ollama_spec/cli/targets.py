@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ollama_spec.engine.engine import EngineSettings
 from ollama_spec.engine.pairing import AUTO_PICK, STORED, DraftChoice, choose_draft
 from ollama_spec.models.gguf_info import ModelInfo
 from ollama_spec.models.heads import head_facts
@@ -37,6 +38,14 @@ def resolve_draft(draft: str | None, models_dir: str | None, target: ResolvedMod
             note = f"; {pick.note}" if pick.note else ""
             click.echo(f"draft: {pick.name} (auto: 1:{pick.ratio:.0f} of the target's size{note})", err=True)
     return choice
+
+
+def drafter_name(choice: DraftChoice, settings: EngineSettings) -> str | None:
+    """Who drafts for an engine loaded with `settings` as `choice` says: the draft model, the draftless
+    source, "mtp" (None where the MTP layers chosen by default were let go: engine/mtp_default.py)."""
+    if choice.model is not None:
+        return choice.model.name
+    return None if choice.mtp and not settings.mtp else choice.source
 
 
 def mtp_note(info: ModelInfo) -> str:

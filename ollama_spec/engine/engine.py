@@ -20,6 +20,7 @@ from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
 from ollama_spec.engine.generation import Generation
+from ollama_spec.engine.mtp_default import keep_mtp_where_it_pays
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # noqa: F401 - callers take them from here
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
@@ -67,8 +68,10 @@ class EngineSettings:
     parallel: int | None = 1
     # An EAGLE-3 head's GGUF: it drafts for the target (in place of a draft model), reading its hidden states
     head: Path | None = None
-    # Draft with the target's own MTP (NextN) layers (llama/mtp.py), in place of a draft model
+    # Draft with the target's own MTP (NextN) layers (llama/mtp.py), in place of a draft model; chosen by
+    # default (`mtp_where_it_pays`), only where their priced goodput beats the target alone (mtp_default.py)
     mtp: bool = False
+    mtp_where_it_pays: bool = False
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -203,6 +206,8 @@ class Engine:
         loaded = [model for model in (self.target, self.draft) if model is not None]
         self.pool = SlotPool(loaded, self.slots)
         self.loop = StepLoop(self)  # requests run together: one thread owns the slots and every pass
+        if settings.mtp and settings.mtp_where_it_pays:
+            keep_mtp_where_it_pays(self)
 
     def _fit(self, target: ResolvedModel, draft: ResolvedModel | None) -> Fit:
         """The most slots that fit at the asked context (each holds n_ctx tokens of both models) on this

@@ -5,9 +5,10 @@ face's default) the store's best-sized compatible draft, else the target alone."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ollama_spec.decoding.proposer_table import MTP, NGRAM, PROPOSERS, is_auto, named_source, needs_nextn
+from ollama_spec.engine.engine import EngineSettings
 from ollama_spec.errors import IncompatibleDraft, ModelNotFound, OllamaSpecError, one_line
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.architectures import drafts_with_nextn, has_recurrent_state
@@ -37,6 +38,11 @@ class DraftChoice:
         """The target's own MTP (NextN) layers draft: the engine loads them (EngineSettings.mtp)."""
         return needs_nextn(self.source)
 
+    def engine_settings(self, settings: EngineSettings) -> EngineSettings:
+        """`settings` as this choice loads the pair: with the target's MTP layers where they draft, and,
+        where nobody named them, only where they pay (engine/mtp_default.py)."""
+        return replace(settings, mtp=self.mtp, mtp_where_it_pays=self.mtp and self.how != NAMED)
+
 
 def choose_draft(
     target: ResolvedModel,
@@ -64,7 +70,7 @@ def choose_draft(
     if target.stored_draft is not None:
         return DraftChoice(stored_draft_model(target), None, STORED, "the draft layer in its manifest")
     if target.info.nextn_layers and mtp_problem(target) is None:
-        why = f"its own MTP (NextN) layers ({target.info.nextn_layers}); -k auto drafts with them while they pay"
+        why = f"its own MTP (NextN) layers ({target.info.nextn_layers}), where their priced goodput beats it alone"
         return DraftChoice(None, MTP, AUTO_PICK, why)
     if not named and not auto_by_default:
         return DraftChoice(None, None, ALONE, "the target alone: no draft named")

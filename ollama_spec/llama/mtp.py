@@ -97,6 +97,7 @@ class MtpHead(Eagle3Head):
     def close(self) -> None:
         if getattr(self.target, "observer", None) is self:
             self.target.observer = None
+            self.calls.set_nextn(self.target.llama_context, False, False)  # the target keeps h no more
         if self._batch is not None:
             llama_cpp.llama_batch_ext_free(self._batch)
             self._batch = None

@@ -10,9 +10,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ollama_spec.decoding.proposer_table import needs_nextn
 from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
-from ollama_spec.engine.pairing import choose_draft
+from ollama_spec.engine.pairing import ALONE, DraftChoice, choose_draft
 from ollama_spec.errors import ModelNotFound, OllamaSpecError
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.modelfile import Modelfile
@@ -155,11 +154,10 @@ class StorePairs:
         if preset is not None:
             target = lay_preset(target, preset, log.info)
         require_usable(target.name, target.info, "target", llama_cpp_knows)
-        draft, proposer, why = self._draft(store, target, preset)
-        settings = self.defaults.over(target.params, self.settings, proposer)
-        engine = replace(self.engine, mtp=needs_nextn(proposer))  # the target's own MTP layers draft
+        choice = self._draft(store, target, preset)
+        settings = self.defaults.over(target.params, self.settings, choice.source)
         return fit_context(
-            PairPlan(target.name, target, draft, why, settings, engine),
+            PairPlan(target.name, target, choice.model, choice.why, settings, choice.engine_settings(self.engine)),
             given=n_ctx or _num_ctx(target),
             flag=None if n_ctx else self.ctx,
             devices=devices,
@@ -175,22 +173,20 @@ class StorePairs:
         preset = self.presets.get(target.name)
         if preset is not None:
             target = lay_preset(target, preset, log.info)
-        draft, proposer, why = self._draft(store, target, preset)
-        return target, draft.name if draft else proposer, why
+        choice = self._draft(store, target, preset)
+        return target, choice.model.name if choice.model else choice.source, choice.why
 
-    def _draft(
-        self, store: Store, target: ResolvedModel, preset: Modelfile | None
-    ) -> tuple[ResolvedModel | None, str | None, str]:
-        """(draft, proposer, why), in the order --no-draft, --pair, the preset, then as engine/pairing chooses
-        for every face: the manifest's draft layer, the store's best compatible draft, the target alone."""
+    def _draft(self, store: Store, target: ResolvedModel, preset: Modelfile | None) -> DraftChoice:
+        """The draft, in the order --no-draft, --pair, the preset, then as engine/pairing chooses for every
+        face: the manifest's draft layer, the target's own MTP layers, the store's best compatible draft, the
+        target alone."""
         if self.no_draft:
-            return None, None, "--no-draft"
+            return DraftChoice(None, None, ALONE, "--no-draft")
         chosen = self.pairs.get(target.name)
         how = f"--pair {target.name}={chosen}"
         if chosen is None and preset is not None and preset.draft:
             chosen, how = preset.draft, f"the preset {preset.path}"
-        choice = choose_draft(target, chosen, store, said=how, auto_by_default=True)
-        return choice.model, choice.source, choice.why
+        return choose_draft(target, chosen, store, said=how, auto_by_default=True)
 
 
 def _modified(model: ResolvedModel) -> float:

@@ -122,10 +122,12 @@ def test_a_target_s_mtp_layers_draft_by_pair_and_by_default(store_copy):
     store = StorePairs(models_dir=str(store_copy), pairs={"mtp-target": "mtp"}, engine=engine_settings(parallel=1))
     pair = store.plan("mtp-target", [system_ram(64)])
     assert (pair.engine.mtp, pair.draft, pair.settings.speculation.proposer) == (True, None, "mtp")
+    assert not pair.engine.mtp_where_it_pays  # named: it drafts whatever it costs
     assert pair.draft_why == "--pair mtp-target:latest=mtp: the target's own MTP (NextN) layers"
     assert store.describe("mtp-target")[1] == "mtp"
     by_default = StorePairs(models_dir=str(store_copy), engine=engine_settings(parallel=1))
-    assert by_default.plan("mtp-target", [system_ram(64)]).engine.mtp
+    default = by_default.plan("mtp-target", [system_ram(64)]).engine
+    assert default.mtp and default.mtp_where_it_pays  # by default: only where it pays (engine/mtp_default.py)
     assert not by_default.plan("tiny-target", [system_ram(64)]).engine.mtp
     refused = StorePairs(models_dir=str(store_copy), pairs={"tiny-target": "mtp"})
     with pytest.raises(IncompatibleDraft, match="^--pair tiny-target:latest=mtp: tiny-target:latest has no MTP"):

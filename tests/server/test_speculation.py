@@ -12,11 +12,11 @@ def ask(url, model):
 
 def test_the_mtp_layers_draft_as_mtp_and_a_target_without_them_is_refused(store_copy):
     build_mtp_target(store_copy)
-    with running_store(store_copy, pairs={"tiny-target": "mtp"}) as (url, _):
-        answer = ask(url, "mtp-target")  # no pair: its own MTP layers, by default
+    with running_store(store_copy, pairs={"tiny-target": "mtp", "mtp-target": "mtp"}) as (url, _):
+        answer = ask(url, "mtp-target")
         assert answer.status_code == 200, answer.text
         speculation = answer.json()["speculation"]
-        assert speculation["draft"] == "mtp" and "its own MTP (NextN) layers" in speculation["draft_reason"]
+        assert speculation["draft"] == "mtp" and "own MTP (NextN) layers" in speculation["draft_reason"]
         refused = ask(url, "tiny-target")
         assert refused.status_code == 400
         assert refused.json()["error"].startswith("--pair tiny-target:latest=mtp: tiny-target:latest has no MTP")

@@ -12,7 +12,9 @@ def proposer_name(engine: Engine, speculation: SpeculationSettings) -> str | Non
     """Who drafts: the draft model's name, "ngram" for prompt lookup (--draft ngram), "mtp" for the target's
     own MTP layers, or None."""
     source = head_source(speculation.proposer, engine.settings.mtp)
-    if not PROPOSERS[source].needs_draft or PROPOSERS[source].needs_nextn:  # named by its source
+    if PROPOSERS[source].needs_nextn:  # where they were let go (engine/mtp_default.py), nobody drafts
+        return source if engine.settings.mtp else None
+    if not PROPOSERS[source].needs_draft:  # draftless: named by its proposer
         return source
     return engine.draft_model.name if engine.draft_model else None
 
