@@ -106,6 +106,7 @@ def chat(
       ollama-spec chat -f llama3.3-70b
       printf 'Hi!\\nWhat did I just say?\\n/stats\\n' | ollama-spec chat llama3.1:8b -d llama3.2:1b -t 0
       ollama-spec chat llama3.1:8b -d llama3.2:1b --show-draft   # drafted text in green
+      ollama-spec chat glm-4.5-air -d mtp   # the target's own MTP (NextN) layers
     """
     set_verbose(verbose)
     # the shared options go to the settings with where each came from (the command line, a -f preset, the

@@ -27,8 +27,8 @@ def drafts(target: str, as_json: bool, models_dir: str | None) -> None:
     takes the row marked "auto", or, when TARGET's manifest carries a draft layer (Ollama's DRAFT), that draft.
     An EAGLE-3 head made for TARGET (ollama-spec pull <head> --head-for TARGET) is listed with the target
     layers it reads, and auto takes it before any draft model. A TARGET that carries its own MTP (NextN)
-    layers (Qwen3.5/3.6, GLM-4.x, DeepSeek) drafts with them (--draft mtp), and auto, or no --draft, takes
-    them before the store's drafts.
+    layers (GLM-4.x, DeepSeek V3) drafts with them (--draft mtp), and auto, or no --draft, takes them before
+    the store's drafts where they pay.
 
     \b
     Examples:

@@ -140,6 +140,7 @@ def generate(
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
       ollama-spec generate llama3.1:8b -d llama3.2:1b --show-draft "Write a haiku."   # drafted text in green
       ollama-spec generate qwen2.5-coder:32b -d ngram "Rename x to count in: $(cat f.py)"   # no draft model
+      ollama-spec generate glm-4.5-air -d mtp "Explain RoPE."   # the target's own MTP (NextN) layers
       ollama-spec generate -f llama3.1-70b "Why is the sky blue?"   # a shipped preset (modelfiles/)
       ollama-spec generate llama3.1:8b -d llama3.2:1b --format person.schema.json "Invent a person."
 

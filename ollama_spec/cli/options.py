@@ -123,7 +123,7 @@ def draft_option(
         if ngram:
             values.append(f"'{NGRAM}' for draftless prompt lookup (no draft model)")
         if mtp:
-            values.append(f"'{MTP}' for the target's own MTP (NextN) layers (Qwen3.5/3.6, GLM-4.x, DeepSeek)")
+            values.append(f"'{MTP}' for the target's own MTP (NextN) layers (GLM-4.x, DeepSeek V3)")
     text = f"Draft model ({what})"
     if values:
         text += ", " + (", ".join(values[:-1]) + ", or " + values[-1] if len(values) > 1 else "or " + values[0])

@@ -187,9 +187,10 @@ def serve(
     Without TARGET, as Ollama does: /api/tags and /v1/models list every model of the store that can
     run, a model loads on its first request (which waits for it), stays for its keep_alive, and idle
     ones are unloaded, least recently used first, when a new one does not fit. Each target gets its
-    draft from --pair, --preset, its manifest's draft layer or the store's best compatible draft, and
-    its context as Ollama picks it (num_ctx, else $OLLAMA_CONTEXT_LENGTH, else 4k/32k/256k by GPU
-    memory; never above what the model was trained on; lowered until the pair fits).
+    draft from --pair, --preset, its manifest's draft layer, its own MTP layers where they pay or the
+    store's best compatible draft, and its context as Ollama picks it (num_ctx, else
+    $OLLAMA_CONTEXT_LENGTH, else 4k/32k/256k by GPU memory; never above what the model was trained on;
+    lowered until the pair fits).
 
     With TARGET (or -f), that pair loads once (after the memory check) and answers every model name.
     Routes: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models,
@@ -212,6 +213,7 @@ def serve(
       ollama-spec serve llama3.1:70b --draft llama3.2:1b
       ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
       ollama-spec serve qwen2.5-coder:32b -d ngram   # draftless prompt lookup
+      ollama-spec serve --pair glm-4.5-air=mtp   # a target's own MTP (NextN) layers
       ollama-spec serve -f llama3.3-70b   # a shipped preset: target, draft and parameters
       ollama-spec serve --upstream http://127.0.0.1:11434   # in front of a running Ollama
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server

@@ -108,8 +108,8 @@ def mtp_problem(target: ResolvedModel) -> str | None:
     info = target.info
     if not info.nextn_layers:
         return (
-            f"{target.name} has no MTP (NextN) layers to draft with (Qwen3.5/3.6, GLM-4.x and DeepSeek GGUFs "
-            "ship them); name a draft model, or --draft ngram"
+            f"{target.name} has no MTP (NextN) layers to draft with (GLM-4.x and DeepSeek V3 GGUFs ship "
+            "them); name a draft model, or --draft ngram"
         )
     if not drafts_with_nextn(info.architecture):
         return f"llama.cpp has no MTP draft graph for {target.name}'s architecture ({info.architecture})"

@@ -10,8 +10,8 @@ from tests.builders.mtp import build_mtp_target
 
 BASE = ("--threads", "1", "--no-check", "-t", "0")
 NO_NEXTN = (
-    "tiny-target:latest has no MTP (NextN) layers to draft with (Qwen3.5/3.6, GLM-4.x and DeepSeek GGUFs ship "
-    "them); name a draft model, or --draft ngram"
+    "tiny-target:latest has no MTP (NextN) layers to draft with (GLM-4.x and DeepSeek V3 GGUFs ship them); "
+    "name a draft model, or --draft ngram"
 )
 
 
@@ -78,3 +78,12 @@ def test_check_and_drafts_say_the_target_carries_nextn_layers(invoke, mtp_store)
     assert "auto " not in listed.stdout  # the store's drafts come after the MTP layers
     listed = json.loads(invoke("drafts", "mtp-target", "--json", "--models-dir", mtp_store).stdout)
     assert (listed["nextn_layers"], listed["mtp"], [d["auto"] for d in listed["drafts"]].count(True)) == (1, True, 0)
+
+
+def test_a_modelfile_s_draft_mtp_line_names_the_mtp_layers(invoke, mtp_store, tmp_path):
+    preset = tmp_path / "Modelfile"
+    preset.write_text("FROM mtp-target\nDRAFT mtp\nPARAMETER num_speculative_tokens 2\n", encoding="utf-8")
+    result = invoke("generate", "-f", preset, "Hi", "-n", "8", "--json", *BASE, "--models-dir", mtp_store)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["draft"], data["drafted"] > 0) == ("mtp", True)

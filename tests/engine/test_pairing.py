@@ -44,8 +44,8 @@ def test_mtp_asked_of_a_target_without_nextn_layers_is_refused_with_the_reason(t
     with pytest.raises(IncompatibleDraft) as refused:
         choose(tiny_store, "tiny-target", "mtp", said="--draft mtp")
     assert str(refused.value) == (
-        "--draft mtp: tiny-target:latest has no MTP (NextN) layers to draft with (Qwen3.5/3.6, GLM-4.x and "
-        "DeepSeek GGUFs ship them); name a draft model, or --draft ngram"
+        "--draft mtp: tiny-target:latest has no MTP (NextN) layers to draft with (GLM-4.x and DeepSeek V3 "
+        "GGUFs ship them); name a draft model, or --draft ngram"
     )
     assert choose(tiny_store, "tiny-target").how == ALONE  # no NextN layers: nothing changes by default
 
