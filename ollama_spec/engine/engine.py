@@ -202,12 +202,12 @@ class Engine:
         # inside the verify batches' timings
         drafter = HeadCalibration(self.head) if self.head is not None else self.draft
         self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
+        if settings.mtp and settings.mtp_where_it_pays:
+            keep_mtp_where_it_pays(self)
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
         self.pool = SlotPool(loaded, self.slots)
         self.loop = StepLoop(self)  # requests run together: one thread owns the slots and every pass
-        if settings.mtp and settings.mtp_where_it_pays:
-            keep_mtp_where_it_pays(self)
 
     def _fit(self, target: ResolvedModel, draft: ResolvedModel | None) -> Fit:
         """The most slots that fit at the asked context (each holds n_ctx tokens of both models) on this
