@@ -94,3 +94,20 @@ def test_the_mtp_head_drafts_under_each_name_that_takes_a_drafter(mtp_target):
         result = answer(engine, hybrid)
         assert result.speculation.drafted > 0
         assert result.tokens[:24] == answer(engine, request(PROMPTS[1], None)).tokens[:24]
+
+
+def test_a_crafted_nextn_layer_drafts_what_the_target_writes(tiny_models, tmp_path):
+    """synthetic/mtp_target's crafted layer: most drafts accepted at K=1, and the text still the target's."""
+    from ollama_spec.synthetic.mtp_target import MtpShape
+
+    path = write_mtp_target(tmp_path / "crafted.gguf", tiny_models[0].path, MtpShape(crafted=True))
+    target = resolve_model(str(path))
+    with Engine(target, None, engine_settings()) as alone:
+        expected = {p: answer(alone, request(p, None)).tokens for p in PROMPTS[1:]}
+    with Engine(target, None, engine_settings(mtp=True)) as engine:
+        drafted = accepted = 0
+        for prompt in PROMPTS[1:]:
+            result = answer(engine, request(prompt, 1))
+            assert result.tokens == expected[prompt]
+            drafted, accepted = drafted + result.speculation.drafted, accepted + result.speculation.accepted
+    assert drafted > 20 and accepted / drafted > 0.5
