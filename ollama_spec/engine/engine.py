@@ -20,13 +20,13 @@ from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
 from ollama_spec.engine.generation import Generation
-from ollama_spec.engine.mtp_default import keep_mtp_where_it_pays
+from ollama_spec.engine.mtp_default import keep_mtp_where_it_pays, let_mtp_go
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # noqa: F401 - callers take them from here
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
 from ollama_spec.engine.slots import SlotPool
 from ollama_spec.engine.step_loop import Sink, StepLoop, Ticket
-from ollama_spec.errors import InvalidSetting
+from ollama_spec.errors import InsufficientMemory, InvalidSetting
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.canary import decide_repack
@@ -164,6 +164,7 @@ class Engine:
         self.repack = decide_repack(settings.repack)
         self.placement = settings.placement
         fit = fit or self._fit(target, draft)
+        settings = self.settings  # the fit may have let MTP layers chosen by default go (mtp_default.py)
         self.slots, plan = fit.slots, fit.plan
         if fit.n_ctx != settings.n_ctx:
             self.settings = settings = replace(settings, n_ctx=fit.n_ctx)
@@ -217,7 +218,11 @@ class Engine:
             return Fit(self.settings.n_ctx, asked[0])
         devices, notes = backends.discover_devices()
         facts = pair_facts(target, draft, self.settings, self.repack.enabled, self.placement)
-        return fit_pair(facts, ContextChoice(self.settings.n_ctx, False, "asked"), asked, devices, notes)
+        try:
+            return fit_pair(facts, ContextChoice(self.settings.n_ctx, False, "asked"), asked, devices, notes)
+        except InsufficientMemory as refused:
+            self.settings = let_mtp_go(self.settings, refused, self.notice)
+            return self._fit(target, draft)
 
     def _load(
         self,

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
+from ollama_spec.engine.mtp_default import let_mtp_go
 from ollama_spec.engine.pairing import ALONE, DraftChoice, choose_draft
-from ollama_spec.errors import ModelNotFound, OllamaSpecError
+from ollama_spec.errors import InsufficientMemory, ModelNotFound, OllamaSpecError
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.modelfile import Modelfile
 from ollama_spec.models.presets import lay_preset
@@ -217,8 +218,11 @@ def fit_context(
     if not settings.memory_check:
         fit = Fit(choice.n_ctx, slot_counts[0])
     else:
-        facts = pair_facts(pair.target, pair.draft, settings)
-        fit = fit_pair(facts, choice, slot_counts, devices, notes)
+        try:
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings), choice, slot_counts, devices, notes)
+        except InsufficientMemory as refused:  # MTP layers chosen by default that do not fit are let go
+            settings = let_mtp_go(settings, refused, lambda text: log.info("%s: %s", pair.name, text))
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings), choice, slot_counts, devices, notes)
     if fit.lowered_from is not None:
         log.info(
             "%s: context lowered from %d to %d tokens: the pair would not fit at %d",

@@ -2,6 +2,8 @@
 (engine/mtp_default.py): priced from this machine's calibrated step costs at MTP's published acceptance. Costs
 are set here, both ways, so the verdict does not depend on the machine's speed."""
 
+from dataclasses import replace
+
 import pytest
 
 from ollama_spec.decoding.loop import SpeculationSettings
@@ -63,3 +65,24 @@ def test_mtp_named_is_kept_whatever_it_costs(mtp_target, monkeypatch):
     priced(monkeypatch, DEAR)
     with Engine(mtp_target, None, engine_settings(mtp=True)) as engine:
         assert engine.head is not None
+
+
+def test_layers_that_do_not_fit_beside_the_target_are_let_go_before_loading(mtp_target, monkeypatch):
+    from ollama_spec.engine.engine import pair_facts
+    from ollama_spec.errors import InsufficientMemory
+    from ollama_spec.llama import backends
+    from ollama_spec.planning.devices import GIB, system_ram
+
+    priced(monkeypatch, CHEAP)
+    settings = engine_settings(memory_check=True, mtp=True, mtp_where_it_pays=True)
+    need = {mtp: pair_facts(mtp_target, None, replace(settings, mtp=mtp)).plan(2048, 1, [system_ram(64)]).host_bytes
+            for mtp in (False, True)}  # fmt: skip
+    assert need[True] > need[False]
+    ram = system_ram(64, (need[False] + need[True]) / 2 / GIB)  # the target fits, with its MTP layers it does not
+    monkeypatch.setattr(backends, "discover_devices", lambda: ([ram], []))
+    notes = []
+    with Engine(mtp_target, None, settings, notice=notes.append) as engine:
+        assert engine.head is None and not engine.settings.mtp
+    assert notes[0].startswith("the target's MTP layers do not fit beside it (does not fit: needs")
+    with pytest.raises(InsufficientMemory):  # named, they are not let go
+        Engine(mtp_target, None, replace(settings, mtp_where_it_pays=False))

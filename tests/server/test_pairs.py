@@ -132,3 +132,21 @@ def test_a_target_s_mtp_layers_draft_by_pair_and_by_default(store_copy):
     refused = StorePairs(models_dir=str(store_copy), pairs={"tiny-target": "mtp"})
     with pytest.raises(IncompatibleDraft, match="^--pair tiny-target:latest=mtp: tiny-target:latest has no MTP"):
         refused.plan("tiny-target", [system_ram(64)])
+
+
+def test_a_target_s_default_mtp_layers_that_do_not_fit_are_let_go(store_copy):
+    from dataclasses import replace
+
+    from ollama_spec.engine.engine import pair_facts
+    from ollama_spec.planning.devices import GIB
+    from tests.builders.mtp import build_mtp_target
+
+    build_mtp_target(store_copy)
+    store = StorePairs(models_dir=str(store_copy), engine=engine_settings(parallel=1, memory_check=True), ctx=2048)
+    roomy = store.plan("mtp-target", [system_ram(64)])
+    assert roomy.engine.mtp
+    need = {mtp: pair_facts(roomy.target, None, replace(roomy.engine, mtp=mtp)).plan(2048, 1, [system_ram(64)])
+            for mtp in (False, True)}  # fmt: skip
+    ram = system_ram(64, (need[False].host_bytes + need[True].host_bytes) / 2 / GIB)
+    tight = store.plan("mtp-target", [ram])
+    assert (tight.engine.mtp, tight.engine.n_ctx) == (False, 2048)
