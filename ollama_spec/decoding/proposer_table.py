@@ -29,6 +29,7 @@ from ollama_spec.decoding.proposers import (
 # manifest carries, else the target's own MTP layers, else the store's best-sized compatible draft).
 AUTO = "auto"
 MTP = "mtp"  # the target's own MTP (NextN) layers
+MTP_HYBRID = "mtp+ngram"  # those beside n-gram lookup (--draft mtp --ngram)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ PROPOSERS: dict[str, ProposerKind] = {
         describe="the target's own MTP (NextN) layers",
         needs_nextn=True,
     ),
+    MTP_HYBRID: ProposerKind(
+        lambda head, vocab, p_min, size: HybridProposer(MtpProposer(head, vocab, p_min), NgramProposer(size)),
+        True,
+        describe="the target's own MTP (NextN) layers and n-gram prompt lookup",
+        needs_nextn=True,
+    ),
 }
 # The same names where an EAGLE-3 head drafts in place of a draft model (built over one sequence of a
 # loaded head): "draft" is the head's, "draft+ngram" the head's or the lookup's each step.
@@ -92,6 +99,7 @@ HEAD_PROPOSERS: dict[str, ProposerKind] = {
         True,
     ),
     MTP: PROPOSERS[MTP],
+    MTP_HYBRID: PROPOSERS[MTP_HYBRID],
 }
 
 
@@ -115,8 +123,10 @@ def build_proposer(
 
 def head_source(name: str, mtp: bool) -> str:
     """The entry a loaded head drafts under for a request's source `name`: where the head is the target's
-    own MTP layers (`mtp`), a plain draft is theirs, so its tokens are labelled as theirs."""
-    return MTP if mtp and name == DRAFT else name
+    own MTP layers (`mtp`), a plain draft (beside n-gram lookup or not) is theirs, labelled as theirs."""
+    if mtp and name in (DRAFT, HYBRID):
+        return MTP if name == DRAFT else MTP_HYBRID
+    return name
 
 
 def needs_nextn(source: str | None) -> bool:

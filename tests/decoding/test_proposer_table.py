@@ -14,6 +14,7 @@ from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, gen
 from ollama_spec.decoding.proposer_table import (
     AUTO,
     MTP,
+    MTP_HYBRID,
     PROPOSERS,
     build_proposer,
     head_source,
@@ -42,11 +43,12 @@ BUILT = {DRAFT: DraftModelProposer, NGRAM: NgramProposer, HYBRID: HybridProposer
 
 
 def test_every_name_in_the_table_builds_its_proposer(spec_engine):
-    assert list(PROPOSERS) == [DRAFT, NGRAM, HYBRID, MTP]  # SpeculationSettings' error lists them in this order
+    # SpeculationSettings' error lists them in this order
+    assert list(PROPOSERS) == [DRAFT, NGRAM, HYBRID, MTP, MTP_HYBRID]
     vocab = spec_engine.target.n_vocab
     for name, kind in PROPOSERS.items():
         if kind.needs_nextn:  # over a draft model, none: only over the target's own MTP head (test_mtp_engine)
-            assert build_proposer(name, spec_engine.draft, vocab) is None and name == MTP
+            assert build_proposer(name, spec_engine.draft, vocab) is None and name in (MTP, MTP_HYBRID)
             continue
         proposer = build_proposer(name, spec_engine.draft, vocab, draft_p_min=0.2, ngram_size=3)
         assert type(proposer) is BUILT[name] and isinstance(proposer, Proposer)
@@ -55,7 +57,9 @@ def test_every_name_in_the_table_builds_its_proposer(spec_engine):
         assert (build_proposer(name, None, vocab) is None) == kind.needs_draft
     hybrid = build_proposer(HYBRID, spec_engine.draft, vocab, draft_p_min=0.2, ngram_size=3)
     assert (hybrid.draft.draft_p_min, hybrid.ngram.ngram_size) == (0.2, 3)
-    with pytest.raises(InvalidSetting, match="unknown proposer 'nope': choose draft or ngram or draft\\+ngram or mtp"):
+    with pytest.raises(
+        InvalidSetting, match="unknown proposer 'nope': choose draft or ngram or draft\\+ngram or mtp or mtp\\+ngram"
+    ):
         SpeculationSettings(proposer="nope")
 
 
@@ -132,7 +136,14 @@ def _strings(node: ast.AST) -> list[str]:
 # role, a Modelfile's DRAFT line): compared as a source's only beside a draft, a proposer or a source.
 _WORDS = (AUTO, DRAFT)
 _CONTEXT = ("draft", "proposer", "source")
-_CONSTANTS = ("AUTO", "DRAFT", "NGRAM", "HYBRID", "MTP")  # the names' constants: compared only where defined
+_CONSTANTS = (
+    "AUTO",
+    "DRAFT",
+    "NGRAM",
+    "HYBRID",
+    "MTP",
+    "MTP_HYBRID",
+)  # the names' constants: compared only where defined
 
 
 def compared_source_names(source: str) -> list[str]:
@@ -181,7 +192,7 @@ def test_auto_and_each_source_name_are_defined_once():
             for target in targets:
                 for name in [t.id for t in ast.walk(target) if isinstance(t, ast.Name)]:
                     definitions.setdefault(name, []).append(str(path.relative_to(PACKAGE.parent)))
-    for name in ("AUTO", "NGRAM", "DRAFT", "HYBRID", "MTP"):
+    for name in ("AUTO", "NGRAM", "DRAFT", "HYBRID", "MTP", "MTP_HYBRID"):
         assert len(definitions.get(name, [])) == 1, (name, definitions.get(name))
 
 
@@ -207,5 +218,5 @@ def test_the_target_s_mtp_layers_are_a_drafter_of_their_own():
     assert proposer_for("mtp", with_ngram=True) == HYBRID  # the MTP head beside n-gram lookup
     assert not is_lookup(MTP)  # its proposals cost a draft step, as a draft model's do
     # a plain draft, where the loaded head is the target's MTP layers, is theirs
-    assert [head_source(name, True) for name in (DRAFT, HYBRID, NGRAM, MTP)] == [MTP, HYBRID, NGRAM, MTP]
+    assert [head_source(name, True) for name in (DRAFT, HYBRID, NGRAM, MTP)] == [MTP, MTP_HYBRID, NGRAM, MTP]
     assert head_source(DRAFT, False) == DRAFT

@@ -4,7 +4,7 @@ response carries."""
 from __future__ import annotations
 
 from ollama_spec.decoding.loop import SpeculationSettings
-from ollama_spec.decoding.proposer_table import PROPOSERS, head_source
+from ollama_spec.decoding.proposer_table import MTP, PROPOSERS, head_source
 from ollama_spec.engine.engine import Engine, Result
 
 
@@ -13,7 +13,7 @@ def proposer_name(engine: Engine, speculation: SpeculationSettings) -> str | Non
     own MTP layers, or None."""
     source = head_source(speculation.proposer, engine.settings.mtp)
     if PROPOSERS[source].needs_nextn:  # where they were let go (engine/mtp_default.py), nobody drafts
-        return source if engine.settings.mtp else None
+        return MTP if engine.settings.mtp else None
     if not PROPOSERS[source].needs_draft:  # draftless: named by its proposer
         return source
     return engine.draft_model.name if engine.draft_model else None
