@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import click
 
 from ollama_spec.cli.common import notice
+from ollama_spec.cli.flags import RunFlags, into
 from ollama_spec.cli.options import (
     ctx_option,
     format_option,
@@ -39,6 +41,15 @@ HELP = """commands:
 HISTORY_LINES = 1000
 
 
+@dataclass(frozen=True)
+class ChatFlags(RunFlags):
+    max_tokens: int | None
+    system: str | None
+    output_format: str | None
+    think: bool | None
+    show_draft: bool
+
+
 @click.command()
 @click.argument("target")
 @preset_option
@@ -56,44 +67,8 @@ HISTORY_LINES = 1000
 @verbose_option
 @models_dir_option
 @click.pass_context
-def chat(
-    context: click.Context,
-    target,
-    preset,
-    draft,
-    k,
-    draft_p_min,
-    ngram_size,
-    with_ngram,
-    temperature,
-    top_k,
-    top_p,
-    min_p,
-    seed,
-    repeat_penalty,
-    repeat_last_n,
-    presence_penalty,
-    frequency_penalty,
-    max_tokens,
-    ctx,
-    system,
-    output_format,
-    think,
-    n_gpu_layers,
-    draft_n_gpu_layers,
-    threads,
-    kv_type,
-    no_check,
-    repack,
-    flash_attn,
-    rpc,
-    tensor_split,
-    split_mode,
-    main_gpu,
-    show_draft,
-    verbose,
-    models_dir,
-) -> None:
+@into(ChatFlags)
+def chat(context: click.Context, flags: ChatFlags) -> None:
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
     Answers stream as they are accepted. The conversation stays in both models' KV caches, and
@@ -108,22 +83,23 @@ def chat(
       ollama-spec chat llama3.1:8b -d llama3.2:1b --show-draft   # drafted text in green
       ollama-spec chat glm-4.5-air -d mtp   # the target's own MTP (NextN) layers
     """
-    set_verbose(verbose)
+    set_verbose(flags.verbose)
     # the shared options go to the settings with where each came from (the command line, a -f preset, the
     # default): the rule that picks between them needs both
     options = Options.of(context)
-    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    target_model = apply_preset(resolve_model(flags.target, flags.models_dir), flags.preset)
     if warning := template_warning(target_model, "`generate --raw` continues plain text"):
         click.echo(f"warning: {warning}", err=True)
-    choice = resolve_draft(draft, models_dir, target_model)
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
     draft_model, settings = choice.model, engine_settings(target_model.params, options, choice)
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
     speculative = draft_model is not None or choice.source is not None
-    check_draft_flags(show_draft=show_draft, ngram=options["with_ngram"], choice=choice)
-    colour = show_draft and colour_on()
+    check_draft_flags(show_draft=flags.show_draft, ngram=options["with_ngram"], choice=choice)
+    colour = flags.show_draft and colour_on()
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
-        conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)
+        system = first_set(flags.system, target_model.system)
+        conversation = Conversation(engine, defaults, system, target_model.messages)
         if interactive:
             drafter = drafter_name(choice, engine.settings)
             click.echo(
@@ -132,7 +108,7 @@ def chat(
                 + f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.",
                 err=True,
             )
-        if show_draft:
+        if flags.show_draft:
             click.echo(legend(colour), err=True)
         for line in _joined(_lines(interactive)):
             if not _turn(conversation, line.strip(), interactive, speculative=speculative, colour=colour):

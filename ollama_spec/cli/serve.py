@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import click
 
 from ollama_spec.cli.common import notice
+from ollama_spec.cli.flags import RunFlags, into
 from ollama_spec.cli.options import (
     ctx_option,
     loading_options,
@@ -37,6 +39,25 @@ from ollama_spec.server.core.settings import (
     DEFAULT_PORT,
     ServerSettings,
 )
+
+
+@dataclass(frozen=True)
+class ServeFlags(RunFlags):
+    host: str
+    port: int
+    api_key: str | None
+    aliases: tuple[str, ...]
+    max_queue: int
+    pairs: tuple[str, ...]
+    presets: tuple[str, ...]
+    no_draft: bool
+    keep_alive: str
+    max_loaded: int
+    max_body: int
+    origins: str
+    upstream: str | None
+    no_upstream: bool
+    parallel: int | None
 
 
 @click.command()
@@ -134,54 +155,8 @@ from ollama_spec.server.core.settings import (
 @verbose_option
 @models_dir_option
 @click.pass_context
-def serve(
-    context: click.Context,
-    target,
-    preset,
-    draft,
-    k,
-    draft_p_min,
-    ngram_size,
-    with_ngram,
-    temperature,
-    top_k,
-    top_p,
-    min_p,
-    seed,
-    repeat_penalty,
-    repeat_last_n,
-    presence_penalty,
-    frequency_penalty,
-    ctx,
-    n_gpu_layers,
-    draft_n_gpu_layers,
-    threads,
-    kv_type,
-    no_check,
-    repack,
-    flash_attn,
-    rpc,
-    tensor_split,
-    split_mode,
-    main_gpu,
-    host,
-    port,
-    api_key,
-    aliases,
-    max_queue,
-    pairs,
-    presets,
-    no_draft,
-    keep_alive,
-    max_loaded,
-    max_body,
-    origins,
-    upstream,
-    no_upstream,
-    parallel,
-    verbose,
-    models_dir,
-) -> None:
+@into(ServeFlags)
+def serve(context: click.Context, flags: ServeFlags) -> None:
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs; without TARGET, the whole store.
 
     Without TARGET, as Ollama does: /api/tags and /v1/models list every model of the store that can
@@ -218,41 +193,55 @@ def serve(
       ollama-spec serve --upstream http://127.0.0.1:11434   # in front of a running Ollama
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
     """
-    from ollama_spec.server import serve as run_server
-    from ollama_spec.server.run import bind
-
-    set_verbose(verbose)
+    set_verbose(flags.verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     # the shared options go to the settings with where each came from (the command line, a -f preset, the
     # default): the rule that picks between them needs both
     options = Options.of(context)
-    if target is None:
-        state = store_state(options, models_dir)
-        sock = bind(host, port)
-        try:
-            state.upstream = daemon_upstream(upstream, no_upstream, host, sock.getsockname()[1], state)
-            run_server(state, sock)
-        finally:
-            sock.close()
-        return
+    if flags.target is None:
+        _serve_store(flags, options)
+    else:
+        _serve_pair(flags, options)
+
+
+def _serve_store(flags: ServeFlags, options: Options) -> None:
+    """The whole store, its models loaded as they are asked for."""
+    from ollama_spec.server import serve as run_server
+    from ollama_spec.server.run import bind
+
+    state = store_state(options, flags.models_dir)
+    sock = bind(flags.host, flags.port)
+    try:
+        state.upstream = daemon_upstream(flags.upstream, flags.no_upstream, flags.host, sock.getsockname()[1], state)
+        run_server(state, sock)
+    finally:
+        sock.close()
+
+
+def _serve_pair(flags: ServeFlags, options: Options) -> None:
+    """TARGET and its draft, loaded once."""
+    from ollama_spec.server import serve as run_server
+    from ollama_spec.server.run import bind
+
     for name in ("pairs", "presets", "no_draft"):
         if options[name]:
             raise click.UsageError(f"--{name.rstrip('s').replace('_', '-')} is for serve without a TARGET")
-    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    target_model = apply_preset(resolve_model(flags.target, flags.models_dir), flags.preset)
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
-    choice = resolve_draft(draft, models_dir, target_model)
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
     draft_model = choice.model
-    flags = server_settings(options)
-    settings = request_defaults(options, flags).over(target_model.params, flags)
-    sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
+    server = server_settings(options)
+    settings = request_defaults(options, server).over(target_model.params, server)
+    sock = bind(flags.host, flags.port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
         pair = pinned_pair(target_model, choice, options, settings)
         with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
             engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
-            state.models_dir = models_dir  # where /api/pull, /api/delete and /api/copy act
-            state.upstream = daemon_upstream(upstream, no_upstream, host, sock.getsockname()[1], state)
+            state.models_dir = flags.models_dir  # where /api/pull, /api/delete and /api/copy act
+            port = sock.getsockname()[1]
+            state.upstream = daemon_upstream(flags.upstream, flags.no_upstream, flags.host, port, state)
             run_server(state, sock)
     finally:
         sock.close()

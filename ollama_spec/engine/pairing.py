@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ollama_spec.decoding.proposer_table import MTP, NGRAM, PROPOSERS, is_auto, named_source, needs_nextn
-from ollama_spec.engine.engine import EngineSettings
+from ollama_spec.engine.load_plan import EngineSettings
 from ollama_spec.errors import IncompatibleDraft, ModelNotFound, OllamaSpecError, one_line
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.models.architectures import drafts_with_nextn, has_recurrent_state
@@ -32,6 +32,7 @@ class DraftChoice:
     how: str
     why: str
     pick: DraftCandidate | None = None
+    checked: bool = False  # found usable and compatible while choosing: the load does not check it again
 
     @property
     def mtp(self) -> bool:
@@ -95,12 +96,11 @@ def _auto(target: ResolvedModel, store: Store, *, strict: bool) -> DraftChoice:
         except OllamaSpecError as exc:
             return DraftChoice(None, None, ALONE, f"the target alone: {one_line(str(exc))}")
     if pick.made_for_target:
-        return DraftChoice(
-            draft, None, AUTO_PICK, f"the store's EAGLE-3 head made for it: {draft.name} ({pick.note})", pick
-        )
-    note = f"; {pick.note}" if pick.note else ""
-    why = f"the store's best compatible draft: {draft.name} (1:{pick.ratio:.0f} of its size{note})"
-    return DraftChoice(draft, None, AUTO_PICK, why, pick)
+        why = f"the store's EAGLE-3 head made for it: {draft.name} ({pick.note})"
+    else:
+        note = f"; {pick.note}" if pick.note else ""
+        why = f"the store's best compatible draft: {draft.name} (1:{pick.ratio:.0f} of its size{note})"
+    return DraftChoice(draft, None, AUTO_PICK, why, pick, checked=not strict)
 
 
 def mtp_problem(target: ResolvedModel) -> str | None:

@@ -146,6 +146,72 @@ class ModelNeeds:
         }
 
 
+def _shape(info: ModelInfo) -> tuple[int, int, int, bool, bool]:
+    """The embedding, feed-forward and vocabulary sizes, and whether the model has attention and
+    recurrent layers; CorruptGGUF where the header lacks a size."""
+    d, vocab = info.embedding_length, info.vocab_size
+    attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
+    ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
+    if not d or not ff or not vocab:
+        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
+    return d, ff, vocab, attention, recurrent
+
+
+def _weights(info: ModelInfo, loaded: int, repack_features: frozenset[str]):
+    """Where the weights go: each of the first `loaded` blocks' bytes and repacked copy, the largest layer
+    tensor, token_embd (host), the output's bytes and repacked copy, and the skipped blocks' bytes (a
+    target's MTP layers where they do not draft: llama.cpp does not load them)."""
+    n_layer = info.block_count
+    layers, repacked = [0] * n_layer, [0] * n_layer
+    largest = host = output = output_repacked = skipped = 0
+    tied = not any(t.name == "output.weight" for t in info.tensors)
+    for tensor in info.tensors:
+        parts = tensor.name.split(".")
+        block = int(parts[1]) if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() else None
+        if block is not None and loaded <= block < n_layer:
+            skipped += tensor.n_bytes
+        elif block is not None and block < n_layer:
+            layers[block] += tensor.n_bytes
+            repacked[block] += repacked_bytes(tensor, repack_features)
+            largest = max(largest, tensor.n_bytes)
+        elif tensor.name == "token_embd.weight":
+            host += tensor.n_bytes
+            # tied embeddings: llama.cpp loads token_embd again as the output matrix (and may repack that)
+            output_repacked += repacked_bytes(tensor, repack_features, as_output=True) if tied else 0
+        else:
+            output += tensor.n_bytes
+            output_repacked += repacked_bytes(tensor, repack_features)
+    if tied:
+        output += host  # llama.cpp duplicates token_embd as the GPU output matrix
+    return layers, repacked, largest, host, output, output_repacked, skipped
+
+
+def _compute_widths(
+    info: ModelInfo, ff: int, ctx: int, attention: bool, recurrent: bool, flash_attention: bool
+) -> list[int]:
+    """The widths (f32 values a row) of what a batch's graph holds at once, per part: inside an attention
+    layer, inside a recurrent one, at the output, and without flash attention the scores; the compute
+    buffer is the widest of them."""
+    d, vocab = info.embedding_length, info.vocab_size
+    # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
+    # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
+    inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
+    # A sliding-window model's graph holds two masks, the global layers' and the window layers'.
+    masks = 2 if has_sliding_window(info) else 1
+    widths = [
+        3 * ff + 4 * d + masks * ctx // 2 if attention else 0,
+        7 * inner if recurrent else 0,
+        vocab + (3 if recurrent else 2) * d,
+    ]
+    if attention and not flash_attention:
+        # Without flash attention the f32 scores of every head and f32 masks are materialised
+        # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
+        widths.append(
+            ((info.head_count or 0) + masks) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8
+        )
+    return widths
+
+
 def model_needs(
     info: ModelInfo,
     n_ctx: int,
@@ -165,49 +231,11 @@ def model_needs(
     """
     check_cache_shape(info)
     n_layer = info.block_count
-    d, vocab = info.embedding_length, info.vocab_size
-    attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
-    ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
-    if not d or not ff or not vocab:
-        raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
-    layers, repacked = [0] * n_layer, [0] * n_layer
-    largest = host = output = output_repacked = skipped = 0
-    tied = not any(t.name == "output.weight" for t in info.tensors)
+    d, ff, vocab, attention, recurrent = _shape(info)
     loaded = n_layer if mtp else n_layer - min(info.nextn_layers, n_layer)  # the blocks llama.cpp loads
-    for tensor in info.tensors:
-        parts = tensor.name.split(".")
-        if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() and loaded <= int(parts[1]) < n_layer:
-            skipped += tensor.n_bytes
-        elif parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < n_layer:
-            layers[int(parts[1])] += tensor.n_bytes
-            repacked[int(parts[1])] += repacked_bytes(tensor, repack_features)
-            largest = max(largest, tensor.n_bytes)
-        elif tensor.name == "token_embd.weight":
-            host += tensor.n_bytes
-            # tied embeddings: llama.cpp loads token_embd again as the output matrix (and may repack that)
-            output_repacked += repacked_bytes(tensor, repack_features, as_output=True) if tied else 0
-        else:
-            output += tensor.n_bytes
-            output_repacked += repacked_bytes(tensor, repack_features)
-    if tied:
-        output += host  # llama.cpp duplicates token_embd as the GPU output matrix
+    layers, repacked, largest, host, output, output_repacked, skipped = _weights(info, loaded, repack_features)
     ctx, tokens = padded(n_ctx), min(padded(n_ctx), N_UBATCH)
-    # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
-    # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
-    inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
-    # A sliding-window model's graph holds two masks, the global layers' and the window layers'.
-    masks = 2 if has_sliding_window(info) else 1
-    widths = [
-        3 * ff + 4 * d + masks * ctx // 2 if attention else 0,
-        7 * inner if recurrent else 0,
-        vocab + (3 if recurrent else 2) * d,
-    ]
-    if attention and not flash_attention:
-        # Without flash attention the f32 scores of every head and f32 masks are materialised
-        # (fitted to llama.cpp's logged buffers on the synthetic models: within 3 %, over not under).
-        widths.append(
-            ((info.head_count or 0) + masks) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8
-        )
+    widths = _compute_widths(info, ff, ctx, attention, recurrent, flash_attention)
     compute = tokens * 4 * max(widths)
     # the MTP context takes llama.cpp's `auto` flash attention, on with every backend here
     mtp_compute, mtp_host = mtp_needs(info, n_ctx, max(widths[:3])) if mtp and info.nextn_layers else (0, 0)

@@ -66,11 +66,14 @@ def test_chat_drafts_with_the_mtp_layers(invoke, mtp_store):
 def test_check_and_drafts_say_the_target_carries_nextn_layers(invoke, mtp_store):
     plan = invoke("check", "mtp-target", "--json", "--models-dir", mtp_store)
     data = json.loads(plan.stdout)
-    assert (data["target"]["nextn_layers"], data["target"]["mtp"]) == (1, True)
+    assert data["mtp"] == {"nextn_layers": 1, "planned": True}
     with_draft = json.loads(
         invoke("check", "mtp-target", "-d", "tiny-draft", "--json", "--models-dir", mtp_store).stdout
     )
-    assert (with_draft["target"]["mtp"], with_draft["target"]["kv_cache"] < data["target"]["kv_cache"]) == (False, True)
+    assert (with_draft["mtp"]["planned"], with_draft["target"]["kv_cache"] < data["target"]["kv_cache"]) == (
+        False,
+        True,
+    )
     said = invoke("check", "mtp-target", "--models-dir", mtp_store)
     assert "the target carries 1 MTP (NextN) layer that draft for it (--draft mtp); the plan counts them" in said.stderr
     listed = invoke("drafts", "mtp-target", "--models-dir", mtp_store)
