@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.proposer_table import build_proposer
+from ollama_spec.decoding.proposer_table import build_proposer, head_source
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
@@ -28,6 +28,7 @@ from ollama_spec.engine.load_plan import (  # noqa: F401 - callers take them fro
     plan_pair,
     slot_choices,
 )
+from ollama_spec.engine.mtp_default import keep_mtp_where_it_pays
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # noqa: F401 - callers take them from here
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
@@ -58,7 +59,7 @@ class Engine:
     ):
         """Check the pair and plan it for this machine as it is now (load_plan.plan_pair), then load it: the
         CLI's way. A plan made before (the server's) loads with `Engine.load`."""
-        self._open(plan_pair(target, draft, settings), notice)
+        self._open(plan_pair(target, draft, settings, notice=notice), notice)
 
     @classmethod
     def load(cls, plan: LoadPlan, notice: Callable[[str], None] = lambda text: None) -> Engine:
@@ -111,6 +112,8 @@ class Engine:
         # inside the verify batches' timings
         drafter = HeadCalibration(self.head) if self.head is not None else self.draft
         self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
+        if settings.mtp and settings.mtp_where_it_pays:
+            keep_mtp_where_it_pays(self)
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
         self.pool = SlotPool(loaded, self.slots)
@@ -121,7 +124,7 @@ class Engine:
         the draft model, or nobody (one that needs a draft model, and none is loaded)."""
         if self.head is not None:  # the head drafts where a draft model would
             return build_proposer(
-                speculation.proposer,
+                head_source(speculation.proposer, self.settings.mtp),
                 self.head.sequence(slot),
                 self.target.n_vocab,
                 draft_p_min=speculation.draft_p_min,

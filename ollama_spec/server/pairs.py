@@ -17,8 +17,9 @@ from ollama_spec.engine.load_plan import (
     require_target,
     slot_choices,
 )
+from ollama_spec.engine.mtp_default import let_mtp_go
 from ollama_spec.engine.pairing import ALONE, DraftChoice, choose_draft
-from ollama_spec.errors import OllamaSpecError
+from ollama_spec.errors import InsufficientMemory, OllamaSpecError
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.canary import RepackDecision, decide_repack
 from ollama_spec.models.modelfile import Modelfile
@@ -167,7 +168,8 @@ class StorePairs:
             target = lay_preset(target, preset, log.info)
         require_target(target)
         choice = self._draft(store, target, preset)
-        draft, engine = check_drafter(target, choice.model, self.engine, draft_checked=choice.checked)
+        engine = choice.engine_settings(self.engine)  # with the target's MTP layers where they draft
+        draft, engine = check_drafter(target, choice.model, engine, draft_checked=choice.checked)
         settings = self.defaults.over(target.params, self.settings, choice.source)
         return fit_context(
             PairPlan(target.name, target, draft, choice.why, settings, engine, repack=decide_repack(engine.repack)),
@@ -191,7 +193,8 @@ class StorePairs:
 
     def _draft(self, store: Store, target: ResolvedModel, preset: Modelfile | None) -> DraftChoice:
         """The draft, in the order --no-draft, --pair, the preset, then as engine/pairing chooses for every
-        face: the manifest's draft layer, the store's best compatible draft, the target alone."""
+        face: the manifest's draft layer, the target's own MTP layers, the store's best compatible draft, the
+        target alone."""
         if self.no_draft:
             return DraftChoice(None, None, ALONE, "--no-draft")
         chosen = self.pairs.get(target.name)
@@ -229,8 +232,12 @@ def fit_context(
     if not settings.memory_check:
         fit = Fit(choice.n_ctx, slot_counts[0])
     else:
-        facts = pair_facts(pair.target, pair.draft, settings, pair.repack.enabled if pair.repack else None)
-        fit = fit_pair(facts, choice, slot_counts, devices, notes)
+        repack = pair.repack.enabled if pair.repack else None
+        try:
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings, repack), choice, slot_counts, devices, notes)
+        except InsufficientMemory as refused:  # MTP layers chosen by default that do not fit are let go
+            settings = let_mtp_go(settings, refused, lambda text: log.info("%s: %s", pair.name, text))
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings, repack), choice, slot_counts, devices, notes)
     if fit.lowered_from is not None:
         log.info(
             "%s: context lowered from %d to %d tokens: the pair would not fit at %d",
