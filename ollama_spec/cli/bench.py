@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,14 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, bench_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
-from ollama_spec.decoding.proposer_table import is_auto, named_source
+from ollama_spec.decoding.proposer_table import MTP, is_auto, named_source, needs_nextn
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.resolve import ResolvedModel, looks_like_path, resolve_model
 
 NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
+MTP_ROWS_ONLY = "bench --draft mtp times its rows in this process: drop --concurrency, --in-process and --native"
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class BenchFlags(PlacementFlags):
 @click.command()
 @click.argument("target")
 @preset_option
-@draft_option("Required unless --url or TARGET's manifest has a draft layer.", ngram=False)
+@draft_option("Required unless --url, TARGET's manifest has a draft layer or TARGET has MTP layers.", ngram=False)
 @click.option(
     "-k",
     "ks",
@@ -182,6 +183,7 @@ def bench(context: click.Context, flags: BenchFlags) -> None:
       ollama-spec bench llama3.1:8b -d llama3.2:1b --concurrency 8 --in-process   # 1-8 clients, no HTTP
       ollama-spec bench -f llama3.1-70b --max-tokens 128   # the preset's target and draft
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
+      ollama-spec bench glm-4.5-air -d mtp   # the target's own MTP (NextN) layers
     """
     set_verbose(flags.verbose)
     # the loading options go to the settings with where each came from (the command line, the default)
@@ -202,9 +204,7 @@ def bench(context: click.Context, flags: BenchFlags) -> None:
     target_model = _target(flags.target, flags.preset, flags.draft, flags.models_dir)
     # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
     settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
-    draft_model = resolve_draft(flags.draft, flags.models_dir, target_model)
-    if draft_model is None:
-        raise InvalidSetting(NGRAM_ONLY)
+    draft_model, settings, draft_name = _drafter(flags, target_model, settings, served or in_process)
     if flags.native:  # before minutes of timing, not after
         _check_native(Path(flags.native), settings, target_model, draft_model)
     ks_given = flags.ks if options.given("ks") else None
@@ -215,11 +215,24 @@ def bench(context: click.Context, flags: BenchFlags) -> None:
     elif served:
         bench_served(target_model, draft_model, ks_given, prompts, settings, out, options)
     else:
-        draft_name = draft_model.name if not flags.draft or is_auto(flags.draft) else flags.draft
         from ollama_spec.cli.bench_rows import measure  # the rows' modules: loaded when rows are timed
 
         report = measure(target_model, draft_model, draft_name, flags.models_dir, prompts, settings, flags.native)
         _print_report(report, out)
+
+
+def _drafter(flags: BenchFlags, target: ResolvedModel, settings: BenchSettings, elsewhere: bool):
+    """(the draft model, the settings, the draft's name in the report): a draft model, or the target's own
+    MTP layers (then the rows' engines load them: BenchSettings.mtp); nothing else drafts in bench's rows."""
+    choice = resolve_draft(flags.draft, flags.models_dir, target)
+    if choice.model is None and not choice.mtp:
+        raise InvalidSetting(NGRAM_ONLY)
+    if choice.mtp and (elsewhere or flags.native):
+        raise InvalidSetting(MTP_ROWS_ONLY)
+    if choice.mtp:
+        return None, replace(settings, mtp=True), MTP
+    name = choice.model.name if not flags.draft or is_auto(flags.draft) else flags.draft
+    return choice.model, settings, name
 
 
 def _bench_url(context: click.Context, options: Options, flags: BenchFlags, prompts) -> None:
@@ -245,12 +258,13 @@ def _target(target: str, preset, draft: str | None, models_dir: str | None) -> R
     """TARGET with its preset laid over it, where bench has a draft for it (--draft, or its manifest's)."""
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    if named_source(draft) is not None:
+    if named_source(draft) is not None and not needs_nextn(named_source(draft)):
         raise InvalidSetting(NGRAM_ONLY)
     paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
     store = None if paths else open_store(models_dir)
     target_model = apply_preset(resolve_model(target, store=store), preset)
-    if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
+    # a manifest's own draft layer will do, and so will the target's own MTP layers
+    if not draft and target_model.stored_draft is None and not target_model.info.nextn_layers:
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     return target_model
 

@@ -24,7 +24,7 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.results import format_stats
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, drafter_name, resolve_draft
 from ollama_spec.config import cache_dir
 from ollama_spec.engine.conversation import Conversation
 from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
@@ -81,6 +81,7 @@ def chat(context: click.Context, flags: ChatFlags) -> None:
       ollama-spec chat -f llama3.3-70b
       printf 'Hi!\\nWhat did I just say?\\n/stats\\n' | ollama-spec chat llama3.1:8b -d llama3.2:1b -t 0
       ollama-spec chat llama3.1:8b -d llama3.2:1b --show-draft   # drafted text in green
+      ollama-spec chat glm-4.5-air -d mtp   # the target's own MTP (NextN) layers
     """
     set_verbose(flags.verbose)
     # the shared options go to the settings with where each came from (the command line, a -f preset, the
@@ -89,20 +90,18 @@ def chat(context: click.Context, flags: ChatFlags) -> None:
     target_model = apply_preset(resolve_model(flags.target, flags.models_dir), flags.preset)
     if warning := template_warning(target_model, "`generate --raw` continues plain text"):
         click.echo(f"warning: {warning}", err=True)
-    draft_model = resolve_draft(flags.draft, flags.models_dir, target_model)
-    settings = engine_settings(target_model.params, options)
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
+    draft_model, settings = choice.model, engine_settings(target_model.params, options, choice)
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
-    speculative = draft_model is not None or flags.draft is not None
-    check_draft_flags(
-        show_draft=flags.show_draft, ngram=options["with_ngram"], speculative=speculative, draft_model=draft_model
-    )
+    speculative = draft_model is not None or choice.source is not None
+    check_draft_flags(show_draft=flags.show_draft, ngram=options["with_ngram"], choice=choice)
     colour = flags.show_draft and colour_on()
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
         system = first_set(flags.system, target_model.system)
         conversation = Conversation(engine, defaults, system, target_model.messages)
         if interactive:
-            drafter = draft_model.name if draft_model is not None else flags.draft
+            drafter = drafter_name(choice, engine.settings)
             click.echo(
                 f"{target_model.name}"
                 + (f" drafted by {drafter}" if drafter else "")

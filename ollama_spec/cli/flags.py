@@ -30,6 +30,7 @@ def into(flags_type: type):
                 raise TypeError(f"{function.__name__}'s options and {flags_type.__name__} differ: {differ}")
             return function(*args, flags_type(**params))
 
+        command.flags_type = flags_type  # for the test that holds each command's options to its fields
         return command
 
     return decorate

@@ -28,8 +28,7 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.results import busy_machine_note, format_comparison, format_stats, result_json, speedup
 from ollama_spec.cli.settings import Options, engine_settings, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
-from ollama_spec.decoding.proposer_table import named_source
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, drafter_name, resolve_draft
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
     NEAR_TIE_LOGITS,
@@ -115,6 +114,7 @@ def generate(context: click.Context, flags: GenerateFlags) -> None:
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
       ollama-spec generate llama3.1:8b -d llama3.2:1b --show-draft "Write a haiku."   # drafted text in green
       ollama-spec generate qwen2.5-coder:32b -d ngram "Rename x to count in: $(cat f.py)"   # no draft model
+      ollama-spec generate glm-4.5-air -d mtp "Explain RoPE."   # the target's own MTP (NextN) layers
       ollama-spec generate -f llama3.1-70b "Why is the sky blue?"   # a shipped preset (modelfiles/)
       ollama-spec generate llama3.1:8b -d llama3.2:1b --format person.schema.json "Invent a person."
 
@@ -132,7 +132,8 @@ def generate(context: click.Context, flags: GenerateFlags) -> None:
     raw, suffix = flags.raw, flags.suffix
     if not raw and suffix is None and (warning := template_warning(target_model, "use --raw to continue the text")):
         click.echo(f"warning: {warning}", err=True)
-    draft_model = resolve_draft(flags.draft, flags.models_dir, target_model)
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
+    draft_model = choice.model
     history = target_model.messages if not raw else ()  # Ollama prepends a model's MESSAGE history
     request = request_settings(
         target_model,
@@ -143,17 +144,17 @@ def generate(context: click.Context, flags: GenerateFlags) -> None:
         raw=raw,
         suffix=suffix,
     )
-    speculative = draft_model is not None or named_source(flags.draft) is not None
+    speculative = draft_model is not None or choice.source is not None
     if flags.compare and not speculative:
         raise click.UsageError("--compare needs --draft")
     show_draft, as_json = flags.show_draft, flags.as_json
-    check_draft_flags(show_draft=show_draft, ngram=flags.with_ngram, speculative=speculative, draft_model=draft_model)
-    engine = _load(target_model, draft_model, engine_settings(target_model.params, options), flags.compare)
+    check_draft_flags(show_draft=show_draft, ngram=flags.with_ngram, choice=choice)
+    engine = _load(target_model, draft_model, engine_settings(target_model.params, options, choice), flags.compare)
     runs = [] if show_draft and as_json else None
     with engine:
         run = _run(engine, request, compare=flags.compare, quiet=as_json, show_draft=show_draft, runs=runs)
     if as_json:
-        drafter = draft_model.name if draft_model else named_source(flags.draft)
+        drafter = drafter_name(choice, engine.settings)
         click.echo(json.dumps(_json(target_model.name, drafter, run, runs), indent=2))
         return
     _print_outcome(run, greedy=request.sampling.greedy, stats=flags.stats, speculative=speculative)

@@ -23,6 +23,7 @@ from ollama_spec.cli.settings import Options, engine_settings, flag_layer, serve
 from ollama_spec.cli.targets import apply_preset, resolve_draft
 from ollama_spec.decoding.parameters import K, refusal
 from ollama_spec.engine.engine import Engine
+from ollama_spec.engine.pairing import DraftChoice
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.backends import discover_devices
 from ollama_spec.llama.log import set_verbose
@@ -161,9 +162,10 @@ def serve(context: click.Context, flags: ServeFlags) -> None:
     Without TARGET, as Ollama does: /api/tags and /v1/models list every model of the store that can
     run, a model loads on its first request (which waits for it), stays for its keep_alive, and idle
     ones are unloaded, least recently used first, when a new one does not fit. Each target gets its
-    draft from --pair, --preset, its manifest's draft layer or the store's best compatible draft, and
-    its context as Ollama picks it (num_ctx, else $OLLAMA_CONTEXT_LENGTH, else 4k/32k/256k by GPU
-    memory; never above what the model was trained on; lowered until the pair fits).
+    draft from --pair, --preset, its manifest's draft layer, its own MTP layers where they pay or the
+    store's best compatible draft, and its context as Ollama picks it (num_ctx, else
+    $OLLAMA_CONTEXT_LENGTH, else 4k/32k/256k by GPU memory; never above what the model was trained on;
+    lowered until the pair fits).
 
     With TARGET (or -f), that pair loads once (after the memory check) and answers every model name.
     Routes: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models,
@@ -186,6 +188,7 @@ def serve(context: click.Context, flags: ServeFlags) -> None:
       ollama-spec serve llama3.1:70b --draft llama3.2:1b
       ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
       ollama-spec serve qwen2.5-coder:32b -d ngram   # draftless prompt lookup
+      ollama-spec serve --pair glm-4.5-air=mtp   # a target's own MTP (NextN) layers
       ollama-spec serve -f llama3.3-70b   # a shipped preset: target, draft and parameters
       ollama-spec serve --upstream http://127.0.0.1:11434   # in front of a running Ollama
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
@@ -226,13 +229,13 @@ def _serve_pair(flags: ServeFlags, options: Options) -> None:
     target_model = apply_preset(resolve_model(flags.target, flags.models_dir), flags.preset)
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
-    draft_model = resolve_draft(flags.draft, flags.models_dir, target_model)
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
     server = server_settings(options)
     settings = request_defaults(options, server).over(target_model.params, server)
     sock = bind(flags.host, flags.port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
-        pair = pinned_pair(target_model, draft_model, options, settings)
-        with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
+        pair = pinned_pair(target_model, choice, options, settings)
+        with Engine.load(pair.load, notice=notice) as engine:  # checked and planned once, in pinned_pair
             engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
             state.models_dir = flags.models_dir  # where /api/pull, /api/delete and /api/copy act
@@ -266,16 +269,21 @@ def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: Ser
     return upstream
 
 
-def pinned_pair(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):
-    """The pair with the loading flags and its fit: the context chosen as Ollama chooses it, lowered until
-    the pair fits, and the slots that fit (the engine loads with these and does not plan again)."""
+def pinned_pair(target: ResolvedModel, draft: DraftChoice, options: Options, settings):
+    """The pair checked (engine/load_plan), with the loading flags, the repack choice and its fit: the context
+    chosen as Ollama chooses it, lowered until the pair fits, and the slots that fit (the engine loads with
+    these and decides none of it again)."""
+    from ollama_spec.engine.load_plan import check_drafter, require_target
+    from ollama_spec.llama.canary import decide_repack
     from ollama_spec.server.pairs import PairPlan, fit_context
 
-    engine_config = engine_settings(target.params, options)
+    require_target(target)
+    model, engine_config = check_drafter(target, draft.model, engine_settings(target.params, options, draft))
     given = target.params.get("num_ctx")
     flag = options["ctx"]
     devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])
-    return fit_context(PairPlan(target.name, target, draft, "", settings, engine_config), given, devices, notes, flag)
+    pair = PairPlan(target.name, target, model, "", settings, engine_config, repack=decide_repack(engine_config.repack))
+    return fit_context(pair, given, devices, notes, flag)
 
 
 def store_state(options: Options, models_dir: str | None) -> ServerState:

@@ -32,7 +32,7 @@ from ollama_spec.integrations.vllm_repos import to_hf
     "override them. Its SYSTEM and sampling PARAMETERs are not `vllm serve` options: a client "
     "sends them with each request."
 )
-@draft_option(names="an Ollama name or a Hugging Face org/name", auto=False, ngram=False, required=True)
+@draft_option(names="an Ollama name or a Hugging Face org/name", auto=False, ngram=False, mtp=False, required=True)
 @click.option(
     "-k",
     "--num-speculative-tokens",

@@ -13,7 +13,7 @@ from functools import partial
 import numpy as np
 
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.proposer_table import build_proposer
+from ollama_spec.decoding.proposer_table import build_proposer, head_source
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
@@ -28,6 +28,7 @@ from ollama_spec.engine.load_plan import (  # noqa: F401 - callers take them fro
     plan_pair,
     slot_choices,
 )
+from ollama_spec.engine.mtp_default import keep_mtp_where_it_pays
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # noqa: F401 - callers take them from here
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
@@ -42,7 +43,6 @@ from ollama_spec.llama.passes import piece_size
 from ollama_spec.models.architectures import takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides
 from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.planning.fit import Fit
 from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.messages import ChatMessage
 
@@ -56,11 +56,10 @@ class Engine:
         draft: ResolvedModel | None = None,
         settings: EngineSettings = EngineSettings(),
         notice: Callable[[str], None] = lambda text: None,
-        fit: Fit | None = None,
     ):
-        """Check the pair and plan it (load_plan.plan_pair), then load it. `fit`: the context, slots and memory
-        plan decided before (serve TARGET); None: decided here, for this machine as it is now (the CLI)."""
-        self._open(plan_pair(target, draft, settings, fit), notice)
+        """Check the pair and plan it for this machine as it is now (load_plan.plan_pair), then load it: the
+        CLI's way. A plan made before (the server's) loads with `Engine.load`."""
+        self._open(plan_pair(target, draft, settings, notice=notice), notice)
 
     @classmethod
     def load(cls, plan: LoadPlan, notice: Callable[[str], None] = lambda text: None) -> Engine:
@@ -113,6 +112,8 @@ class Engine:
         # inside the verify batches' timings
         drafter = HeadCalibration(self.head) if self.head is not None else self.draft
         self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
+        if settings.mtp and settings.mtp_where_it_pays:
+            keep_mtp_where_it_pays(self)
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
         self.pool = SlotPool(loaded, self.slots)
@@ -123,7 +124,7 @@ class Engine:
         the draft model, or nobody (one that needs a draft model, and none is loaded)."""
         if self.head is not None:  # the head drafts where a draft model would
             return build_proposer(
-                speculation.proposer,
+                head_source(speculation.proposer, self.settings.mtp),
                 self.head.sequence(slot),
                 self.target.n_vocab,
                 draft_p_min=speculation.draft_p_min,

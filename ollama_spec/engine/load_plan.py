@@ -5,10 +5,12 @@ and carried as a value to Engine.load, which decides none of it again."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ollama_spec.errors import InvalidSetting
+from ollama_spec.engine.mtp_default import let_mtp_go
+from ollama_spec.errors import InsufficientMemory, InvalidSetting
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.canary import RepackDecision, decide_repack
@@ -43,8 +45,10 @@ class EngineSettings:
     parallel: int | None = 1
     # An EAGLE-3 head's GGUF: it drafts for the target (in place of a draft model), reading its hidden states
     head: Path | None = None
-    # Draft with the target's own MTP (NextN) layers (llama/mtp.py), in place of a draft model
+    # Draft with the target's own MTP (NextN) layers (llama/mtp.py), in place of a draft model; chosen by
+    # default (`mtp_where_it_pays`), only where their priced goodput beats the target alone (mtp_default.py)
     mtp: bool = False
+    mtp_where_it_pays: bool = False
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
@@ -82,6 +86,7 @@ def pair_facts(
         tensor_split=placement.tensor_split,
         remote=tuple(remote_devices(placement.rpc_servers)),
         main_device=placement.main_device,
+        mtp=settings.mtp,
     )
 
 
@@ -137,21 +142,24 @@ def plan_pair(
     target: ResolvedModel,
     draft: ResolvedModel | None,
     settings: EngineSettings,
-    fit: Fit | None = None,
     *,
-    draft_checked: bool = False,
+    notice: Callable[[str], None] = lambda text: None,
 ) -> LoadPlan:
-    """The pair checked (require_target, check_drafter), its repack choice, and `fit` (None: the most slots
-    that fit at the asked context on this machine now; without the memory check, the first slot count asked)."""
+    """The pair checked (require_target, check_drafter), its repack choice, and its fit: the most slots that
+    fit at the asked context on this machine now (without the memory check, the first slot count asked; MTP
+    layers chosen by default that do not fit beside the target let go, said to `notice`)."""
     require_target(target)
-    draft, settings = check_drafter(target, draft, settings, draft_checked=draft_checked)
+    draft, settings = check_drafter(target, draft, settings)
     repack = decide_repack(settings.repack)
-    if fit is None:
-        asked = slot_choices(target, settings)
-        if not settings.memory_check:
-            fit = Fit(settings.n_ctx, asked[0])
-        else:
-            devices, notes = backends.discover_devices()
-            facts = pair_facts(target, draft, settings, repack.enabled)
-            fit = fit_pair(facts, ContextChoice(settings.n_ctx, False, "asked"), asked, devices, notes)
+    asked = slot_choices(target, settings)
+    if not settings.memory_check:
+        fit = Fit(settings.n_ctx, asked[0])
+    else:
+        devices, notes = backends.discover_devices()
+        context = ContextChoice(settings.n_ctx, False, "asked")
+        try:
+            fit = fit_pair(pair_facts(target, draft, settings, repack.enabled), context, asked, devices, notes)
+        except InsufficientMemory as refused:  # MTP layers chosen by default that do not fit are let go
+            settings = let_mtp_go(settings, refused, notice)
+            fit = fit_pair(pair_facts(target, draft, settings, repack.enabled), context, asked, devices, notes)
     return LoadPlan(target, draft, replace(settings, n_ctx=fit.n_ctx), repack, fit)

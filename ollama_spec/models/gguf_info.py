@@ -116,6 +116,11 @@ class ModelInfo:
         return self.architecture == "eagle3"
 
     @property
+    def nextn_layers(self) -> int:
+        """The MTP (NextN) layers after the trunk (`{arch}.nextn_predict_layers`), counted in block_count."""
+        return _count(self.metadata.get(f"{self.architecture}.nextn_predict_layers")) or 0
+
+    @property
     def sliding_window(self) -> int | None:
         """Tokens the window layers of a sliding-window model (Gemma, gpt-oss) attend over, as the header says."""
         window = self.metadata.get(f"{self.architecture}.attention.sliding_window")

@@ -43,6 +43,7 @@ class MemoryPlan:
     # with several GPUs or RPC servers: each one's bytes (as `gpus` orders them) and share of the target
     device_bytes: tuple[int, ...] = ()
     tensor_split: tuple[float, ...] = ()
+    mtp: bool = False  # the target's MTP (NextN) layers draft: counted with their cache (needs.model_needs)
 
     @property
     def fits(self) -> bool:
@@ -143,6 +144,7 @@ def plan_memory(
     remote: Sequence[Device] = (),
     main_device: int | None = None,
     n_seq: int = 1,
+    mtp: bool = False,
 ) -> MemoryPlan:
     """Plan where the target (and draft) go on `devices` (GPUs, then RAM: llama/backends.discover_devices
     finds this machine's, and the `notes` it gives pass on as warnings).
@@ -155,7 +157,7 @@ def plan_memory(
     memory left once the draft is on this machine's GPUs, and the plan says that split.
     `remote`: RPC servers' devices (devices.rpc_device), before this machine's. `main_device`: with
     --split-mode none, the index of the one offload device that holds the target. `n_seq`: slots
-    (serve --parallel), each its own `n_ctx` tokens in both caches.
+    (serve --parallel), each its own `n_ctx` tokens in both caches. `mtp`: the target's MTP layers draft.
     """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
@@ -169,7 +171,7 @@ def plan_memory(
     features = features if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
         flash_attention = kv_type != "f16" or any(d.is_gpu and not d.is_remote for d in devices)
-    plan = _plan(target_info, draft_info, n_ctx * n_seq, kv_type, devices, features, flash_attention, tensor_split)
+    plan = _plan(target_info, draft_info, n_ctx * n_seq, kv_type, devices, features, flash_attention, tensor_split, mtp)
     plan = replace(plan, repack=repack, flash_attention=flash_attention, n_seq=n_seq)
     done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)
     suggestions = () if done else _suggestions(plan, target_info, draft_info, features, tensor_split)
@@ -193,6 +195,7 @@ def _plan(
     features: frozenset[str],
     flash_attention: bool = True,
     tensor_split: tuple[float, ...] = (),
+    mtp: bool = False,
 ) -> MemoryPlan:
     gpus = [d for d in devices if d.is_gpu]
     # Beside a CUDA GPU, llama.cpp picks its pinned host buffer type for CPU weights before the
@@ -200,7 +203,9 @@ def _plan(
     # "avoid using a host buffer when using mmap"): nothing is repacked. Metal has no host buffer type.
     if any(d.kind == "cuda" for d in gpus):
         features = frozenset()
-    target = model_needs(target_info, n_ctx, kv_type, features, flash_attention=flash_attention, window_cache=True)
+    target = model_needs(
+        target_info, n_ctx, kv_type, features, flash_attention=flash_attention, window_cache=True, mtp=mtp
+    )
     draft = (
         model_needs(draft_info, n_ctx, kv_type, features, flash_attention=flash_attention)
         if draft_info is not None
@@ -228,6 +233,7 @@ def _plan(
             (),
             (),
             host_repacked=repacked,
+            mtp=mtp,
         )
 
     if not gpus:
@@ -292,8 +298,8 @@ def _suggestions(
     where = "in RAM" if goal == CPU_ONLY else "with full offload"
     suggestions = []
 
-    def verdict(n_ctx: int, kv_type: str, split: tuple[float, ...] = tensor_split) -> MemoryPlan:
-        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features, plan.flash_attention, split)
+    def verdict(n_ctx: int, kv_type: str, split: tuple[float, ...] = tensor_split, cpu=features) -> MemoryPlan:
+        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, cpu, plan.flash_attention, split, plan.mtp)
 
     slot_ctx = plan.n_ctx // plan.n_seq
     fewer = next((n for n in range(plan.n_seq - 1, 0, -1) if verdict(slot_ctx * n, plan.kv_type).verdict == goal), 0)
@@ -325,16 +331,7 @@ def _suggestions(
                 f"target layers on the GPU (KV caches {kv})"
             )
     if plan.host_repacked and plan.verdict == DOES_NOT_FIT:
-        without = _plan(
-            target_info,
-            draft_info,
-            plan.n_ctx,
-            plan.kv_type,
-            plan.devices,
-            frozenset(),
-            plan.flash_attention,
-            tensor_split,
-        )
+        without = verdict(plan.n_ctx, plan.kv_type, tensor_split, frozenset())
         if without.fits:
             suggestions.append(
                 f"--no-repack fits: it skips llama.cpp's repacked copy of the CPU weights "

@@ -17,8 +17,9 @@ from ollama_spec.engine.load_plan import (
     require_target,
     slot_choices,
 )
+from ollama_spec.engine.mtp_default import let_mtp_go
 from ollama_spec.engine.pairing import ALONE, DraftChoice, choose_draft
-from ollama_spec.errors import OllamaSpecError
+from ollama_spec.errors import InsufficientMemory, OllamaSpecError
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.canary import RepackDecision, decide_repack
 from ollama_spec.models.modelfile import Modelfile
@@ -114,7 +115,7 @@ class StorePairs:
         for stored in store.models():
             if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
                 continue
-            model = self._resolved(store, stored)
+            model = self._resolved(stored)
             if model is not None:
                 found.append(model)
         return sorted(found, key=_modified, reverse=True)
@@ -129,9 +130,9 @@ class StorePairs:
             return False
         if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
             return False
-        return self._resolved(store, stored) is not None
+        return self._resolved(stored) is not None
 
-    def _resolved(self, store: Store, stored: StoredModel) -> ResolvedModel | None:
+    def _resolved(self, stored: StoredModel) -> ResolvedModel | None:
         try:
             key = (str(stored.manifest_path), stored.manifest_path.stat().st_mtime_ns)
         except OSError:
@@ -140,7 +141,7 @@ class StorePairs:
             if key in self._cache:
                 return self._cache[key]
         try:
-            model = resolve_model(stored.name, store=store)
+            model = resolve_stored(stored)  # found already: not looked up again
             model = None if usability_problems(model.info, llama_cpp_knows) else model
         except OllamaSpecError:
             model = None
@@ -167,7 +168,8 @@ class StorePairs:
             target = lay_preset(target, preset, log.info)
         require_target(target)
         choice = self._draft(store, target, preset)
-        draft, engine = check_drafter(target, choice.model, self.engine, draft_checked=choice.checked)
+        engine = choice.engine_settings(self.engine)  # with the target's MTP layers where they draft
+        draft, engine = check_drafter(target, choice.model, engine, draft_checked=choice.checked)
         settings = self.defaults.over(target.params, self.settings, choice.source)
         return fit_context(
             PairPlan(target.name, target, draft, choice.why, settings, engine, repack=decide_repack(engine.repack)),
@@ -191,7 +193,8 @@ class StorePairs:
 
     def _draft(self, store: Store, target: ResolvedModel, preset: Modelfile | None) -> DraftChoice:
         """The draft, in the order --no-draft, --pair, the preset, then as engine/pairing chooses for every
-        face: the manifest's draft layer, the store's best compatible draft, the target alone."""
+        face: the manifest's draft layer, the target's own MTP layers, the store's best compatible draft, the
+        target alone."""
         if self.no_draft:
             return DraftChoice(None, None, ALONE, "--no-draft")
         chosen = self.pairs.get(target.name)
@@ -229,8 +232,12 @@ def fit_context(
     if not settings.memory_check:
         fit = Fit(choice.n_ctx, slot_counts[0])
     else:
-        facts = pair_facts(pair.target, pair.draft, settings, pair.repack.enabled if pair.repack else None)
-        fit = fit_pair(facts, choice, slot_counts, devices, notes)
+        repack = pair.repack.enabled if pair.repack else None
+        try:
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings, repack), choice, slot_counts, devices, notes)
+        except InsufficientMemory as refused:  # MTP layers chosen by default that do not fit are let go
+            settings = let_mtp_go(settings, refused, lambda text: log.info("%s: %s", pair.name, text))
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings, repack), choice, slot_counts, devices, notes)
     if fit.lowered_from is not None:
         log.info(
             "%s: context lowered from %d to %d tokens: the pair would not fit at %d",
