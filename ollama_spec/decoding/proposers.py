@@ -52,10 +52,11 @@ PROBE_WINDOW = 16
 LookupWorth = Callable[[Sequence[float]], int]
 
 
-@runtime_checkable  # the loop tells a proposer from a bare draft model (Model) by it
+@runtime_checkable
 class Proposer(Protocol):
     """What the loop asks of whoever proposes tokens. A proposer subclasses it and so takes its
-    defaults: nothing to reset or forget, and no lookup at K=0."""
+    defaults: nothing to reset or forget, and no lookup at K=0; the loop tells one from a bare draft
+    model (Model) by that."""
 
     source: str  # who proposed the last step's tokens: DRAFT (a draft model) or NGRAM (lookup)
 
