@@ -217,7 +217,10 @@ def generate_steps(
         proposer.reset(seq)
     if prompt_chunk:
         while len(seq) - 1 - target.n_past > prompt_chunk:  # the last piece is the first step's
-            yield Eval(target, seq[target.n_past : target.n_past + prompt_chunk])
+            end = target.n_past + prompt_chunk
+            if proposer is not None:  # the draft reads the chunk too: its first draft then reads a chunk at most
+                yield from proposer.read_steps(seq, end)
+            yield Eval(target, seq[target.n_past : end])
     reading_prompt = True
     clock = time.perf_counter
     while True:
