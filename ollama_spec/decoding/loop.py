@@ -216,11 +216,7 @@ def generate_steps(
     if proposer is not None:
         proposer.reset(seq)
     if prompt_chunk:
-        while len(seq) - 1 - target.n_past > prompt_chunk:  # the last piece is the first step's
-            end = target.n_past + prompt_chunk
-            if proposer is not None:  # the draft reads the chunk too: its first draft then reads a chunk at most
-                yield from proposer.read_steps(seq, end)
-            yield Eval(target, seq[target.n_past : end])
+        yield from _prompt_chunks(target, proposer, seq, prompt_chunk)
     reading_prompt = True
     clock = time.perf_counter
     while True:
@@ -273,6 +269,17 @@ def generate_steps(
         stats.generated += n_accepted + 1
         for row, token in enumerate([*drafted[:n_accepted], next_token]):
             yield _token(token, row < n_accepted, logits[row], logprobs)
+
+
+def _prompt_chunks(target: Model, proposer: Proposer | None, seq: list[int], chunk: int) -> Generator[Eval]:
+    """The prompt read `chunk` tokens an evaluation of the target but its last piece (the first step's),
+    the proposer reading each chunk first (a draft model's cache), so that its first draft reads a
+    chunk at most, not the whole prompt in one pass beside other requests' steps."""
+    while len(seq) - 1 - target.n_past > chunk:
+        end = target.n_past + chunk
+        if proposer is not None:
+            yield from proposer.read_steps(seq, end)
+        yield Eval(target, seq[target.n_past : end])
 
 
 def _token(token: int, from_draft: bool, row: np.ndarray, logprobs: int | None) -> Token:
