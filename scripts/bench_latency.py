@@ -8,8 +8,8 @@ Loads the pair with 4 slots (as `serve --parallel 4`) and, each round (prompts n
 2. beside 3 streams: the same length of prompt arriving while 3 requests generate, its first token;
 3. a long prompt (--long, 2,000 tokens) arriving while the 3 streams generate: the streams' largest gap
    between two hand-ons while it is read, against their gap in the steps before it came;
-4. the same long prompt read with the loop idle: the time of one chunk's pass (the target's, and the
-   draft's when it reads the prompt in chunks too).
+4. the same long prompt read with the loop idle (in whole pieces: nobody to slow down): the time of one
+   piece's pass at its end (the target's, and the draft's).
 
 A "step" is one turn of the loop that ends in a target pass (`StepLoop.steps`). Prints each round and the
 medians, and the acceptance (issue 49): (2) within (1) plus two steps, and the delay in (3) at most one
@@ -218,8 +218,8 @@ def print_row(r: int, row: dict) -> None:
         f"round {r + 1}: first token alone {ms(row['alone_s'])} ({row['alone_steps']} steps), "
         f"beside {STREAMS} streams {ms(row['busy_s'])} ({row['busy_steps']} steps, a step {ms(row['step_s'])}); "
         f"long prompt: streams' largest gap {ms(row['gap_s'])}, chunk pass {ms(row['chunk_s'])} "
-        f"+ draft {ms(row['draft_chunk_s'])}, read in {row['read_steps']} steps, most prompt tokens in a "
-        f"pass {row['widest']} (draft {row['widest_draft']}), steps a stream got nothing {row['starved']}",
+        f"+ draft {ms(row['draft_chunk_s'])}, read in {row['read_steps']} steps, most tokens of one request "
+        f"in a pass {row['widest']} (draft {row['widest_draft']}), steps a stream got nothing {row['starved']}",
         flush=True,
     )
 
@@ -251,8 +251,8 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
     print(
         f"  one chunk's pass ({med['chunk']:.0f} tokens) {med['chunk_s'] * 1000:.1f} ms ({spread('chunk_s')}) "
         f"+ the draft's {med['draft_chunk_s'] * 1000:.1f} ms = {chunk * 1000:.1f} ms "
-        f"({'met' if delay <= chunk else 'over'}); most prompt tokens in one target pass "
-        f"{max(r['widest'] for r in rows)}, in one draft pass {max(r['widest_draft'] for r in rows)}; "
+        f"({'met' if delay <= chunk else 'over'}); while it was read, most tokens of one request in a "
+        f"target pass {max(r['widest'] for r in rows)}, in a draft pass {max(r['widest_draft'] for r in rows)}; "
         f"steps where a stream got no token {max(r['starved'] for r in rows)}"
     )
 
