@@ -180,6 +180,7 @@ class Bench:
             "step_s": statistics.median(before),
             "gap_s": max(during),
             "read_steps": sink.steps[0] - steps_at + 1,
+            "read_s": sink.times[0] - arrived,
             "chunk_s": chunk_s,
             "draft_chunk_s": draft_chunk_s,
             "chunk": chunk,
@@ -218,7 +219,8 @@ def print_row(r: int, row: dict) -> None:
         f"round {r + 1}: first token alone {ms(row['alone_s'])} ({row['alone_steps']} steps), "
         f"beside {STREAMS} streams {ms(row['busy_s'])} ({row['busy_steps']} steps, a step {ms(row['step_s'])}); "
         f"long prompt: streams' largest gap {ms(row['gap_s'])}, chunk pass {ms(row['chunk_s'])} "
-        f"+ draft {ms(row['draft_chunk_s'])}, read in {row['read_steps']} steps, most tokens of one request "
+        f"+ draft {ms(row['draft_chunk_s'])}, read in {row['read_steps']} steps "
+        f"({ms(row['read_s'])}), most tokens of one request "
         f"in a pass {row['widest']} (draft {row['widest_draft']}), steps a stream got nothing {row['starved']}",
         flush=True,
     )
@@ -243,6 +245,10 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
         f"({'met' if med['busy_s'] <= bound else 'over'})"
     )
     delay = med["gap_s"] - med["step_s"]
+    print(
+        f"  {args.long}-token prompt beside them: its first token {med['read_s'] * 1000:.1f} ms ({spread('read_s')}), "
+        f"{med['read_steps']:.0f} steps"
+    )
     chunk = med["chunk_s"] + med["draft_chunk_s"]
     print(
         f"  {args.long}-token prompt: streams' largest gap {med['gap_s'] * 1000:.1f} ms ({spread('gap_s')}), "
