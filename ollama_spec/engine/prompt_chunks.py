@@ -34,10 +34,11 @@ class ChunkSizer:
     _read: int = 0  # prompt tokens handed out for the turn under way
     _next_read: int = 0  # prompt tokens handed out since it began: the next turn reads them
 
-    def turn(self, now: float, generating: bool, reading: bool) -> None:
-        """A turn's passes begin at `now` (the loop's admissions done): the turn before is timed.
-        `generating`: some request is past its prompt; `reading`: some request is not."""
-        if self._started is not None and self.generating:
+    def turn(self, now: float, generating: bool, reading: bool, *, waited: bool = False) -> None:
+        """A turn's passes begin at `now` (the loop's admissions done): the turn before is timed, unless
+        the loop may have `waited` for work since. `generating`: some request is past its prompt;
+        `reading`: some request is not."""
+        if self._started is not None and self.generating and not waited:
             seconds = now - self._started
             if not self._reading:
                 self.step_s = _decayed(self.step_s, seconds)

@@ -194,10 +194,11 @@ class StepLoop:
     def _admit(self) -> None:
         """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
         turn's passes; then the turn's passes begin (`_chunks` times the turns)."""
+        waited = not self._slots  # the loop waits for work only with no slot running
         self._chunks.generating = any(s.ticket.generation.result.tokens for s in self._slots.values())
         self._admit_waiting()
         reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
-        self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading))
+        self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
 
     def _admit_waiting(self) -> None:
         free = self.engine.slots - len(self._slots)

@@ -47,3 +47,10 @@ def test_a_long_read_is_never_cut_below_the_minimum():
     sizer.turn(0.001, generating=True, reading=True)
     sizer.step_s, sizer.token_s = 0.001, 0.010
     assert sizer.take(500, 500) == MIN_CHUNK
+
+
+def test_a_wait_for_work_is_not_timed_as_a_step():
+    sizer = ChunkSizer(63)
+    now, _ = turns(sizer, 0.010, reading=False)
+    sizer.turn(now + 30.0, generating=True, reading=False, waited=True)  # the loop sat idle for 30 s
+    assert sizer.step_s < 0.011
