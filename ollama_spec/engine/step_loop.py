@@ -173,7 +173,7 @@ class StepLoop:
             wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
             if not wanting:
                 return
-            drafting = [slot for slot in wanting if _model_of(slot.wanted)[0] is self.engine.draft]
+            drafting = [slot for slot in wanting if _model_of(slot.wanted)[0] is not self.engine.target]
             if drafting:
                 self._pass(drafting)
                 continue
@@ -244,7 +244,7 @@ class StepLoop:
             return
         seconds = time.perf_counter() - started
         self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
-        draft = model is self.engine.draft
+        draft = model is not self.engine.target  # a draft model's pass, or a head's
         widest = max(len(tokens) for _, tokens, _ in items)
         self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
         if self.passes is not None:

@@ -10,6 +10,12 @@ waits (`pending`) until a draft step completes it with the target's latest token
 verification, a reused prefix), the head cuts its own and takes the pending g from the last pass's
 rows at the new boundary. Drafting (`HeadSequence`) runs the decoder on its own output: each step's
 pre-norm state is the next step's g; afterwards the head keeps only what the target read.
+
+The decoder's passes are few: the pairs a target pass completes wait (their g in the pass's rows)
+until the head's next draft step, which decodes them in the same pass as the step's own row, only as
+far as the target kept them; the next target pass decodes them where no draft step came between. A
+draft step of every drafting sequence is one pass (`decode_many`, as a draft model's: the engine's
+step loop batches the sequences' steps).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry
 
 ARCHITECTURE = "eagle3"
+# The most rows of a draft step's pass that also decodes the pairs the last target pass left waiting:
+# every row of it is an output (see decode_many), n_vocab floats each (32 MB at 64 rows of 128k).
+MERGED_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class _Sequence:
     pending: tuple[int, np.ndarray] | None = None  # (position, g)
     rows: tuple[int, np.ndarray] | None = None  # the last pass's (first position, g rows)
     end: int = 0  # 1 + the last position the head's cache holds
+    drafting: tuple[int, np.ndarray] | None = None  # a draft step's (position, g), while drafting
 
 
 class Eagle3Head:
@@ -137,8 +147,8 @@ class Eagle3Head:
 
     # --- following the target -------------------------------------------------------------
     def passed(self, entries: Sequence[Entry], positions: Sequence[int]) -> None:
-        """After a target llama_decode of `entries` at `positions`: encode their captured rows and
-        cache the pairs whose next token the pass holds (padding entries are skipped)."""
+        """After a target llama_decode of `entries` at `positions`: encode their captured rows; the pairs
+        whose next token the pass holds wait for the next draft step (padding entries are skipped)."""
         by_seq: dict[int, list[int]] = {}
         for i, entry in enumerate(entries):
             if entry.item is not None:
@@ -148,22 +158,20 @@ class Eagle3Head:
         order = [i for rows in by_seq.values() for i in rows]
         with self._lock:
             g = self._encode(self._features(len(entries), order))
-            pairs: list[tuple[int, int, int, np.ndarray]] = []  # (seq, position, token, g)
+            behind: list[tuple[int, int, int, np.ndarray]] = []  # (seq, position, token, g)
             offset = 0
             for seq, rows in by_seq.items():
                 seq_g, offset = g[offset : offset + len(rows)], offset + len(rows)
-                tokens = [entries[i].token for i in rows]
                 first, last = positions[rows[0]], positions[rows[-1]]
                 state = self._state[seq]
                 if state.end > first:
                     self._cut(seq, first)
-                pairs += self._gap(seq, first)
-                pairs += [(seq, positions[i], tokens[k + 1], seq_g[k]) for k, i in enumerate(rows[:-1])]
-                # the rows a cut may take the pending g from: this pass's, and the g that waited before it
+                behind += self._gap(seq, first)  # the last pass's pairs no draft step took: their rows go now
+                # the rows a cut and the next pairs take g from: this pass's, and the g that waited before it
                 before = state.pending is not None and state.pending[0] == first - 1
                 state.rows = (first - 1, np.vstack([state.pending[1], seq_g])) if before else (first, seq_g)
                 state.pending = (last, seq_g[-1])
-            self._decode_all(pairs)
+            self._decode_all(behind)
 
     def truncated(self, seq: int, n_tokens: int) -> None:
         """The target's sequence `seq` now holds `n_tokens` tokens: drop the pairs that read a token
@@ -180,18 +188,22 @@ class Eagle3Head:
 
     def _gap(self, seq: int, position: int) -> list[tuple[int, int, int, np.ndarray]]:
         """The pairs the head lacks before `position` (llama.cpp takes a sequence's positions only in
-        order): the pending g where it waits there, else a zero g (a cache cut or restored past
-        what the head kept: only the drafts' quality can suffer), each with the target's next token."""
+        order), each with the target's next token: g from the last pass's rows, or the pending g, else
+        a zero g (a cache cut or restored past what the head kept: only the drafts' quality can suffer)."""
         state, cached = self._state[seq], self.target.cached_of(seq)
+        first, rows = state.rows if state.rows is not None else (0, ())
         pairs = []
         for p in range(state.end, position):
-            pending = state.pending is not None and state.pending[0] == p
-            pairs.append((seq, p, cached[p + 1], state.pending[1] if pending else self._zero))
+            if 0 <= p - first < len(rows):
+                g = rows[p - first]
+            else:
+                g = state.pending[1] if state.pending is not None and state.pending[0] == p else self._zero
+            pairs.append((seq, p, cached[p + 1], g))
         return pairs
 
     def _decode_all(self, pairs: Sequence[tuple[int, int, int, np.ndarray]]) -> None:
         for start in range(0, len(pairs), self.n_batch):
-            self._decode(pairs[start : start + self.n_batch], outputs=False)
+            self._decode(pairs[start : start + self.n_batch])
 
     def _cut(self, seq: int, position: int) -> None:
         state = self._state[seq]
@@ -228,7 +240,7 @@ class Eagle3Head:
             out[start : start + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_embd))
         return out
 
-    def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool) -> None:
+    def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool = False) -> None:
         """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
         pre-norm states for every pair."""
         llama_cpp.llama_batch_ext_clear(self._batch)
@@ -258,28 +270,59 @@ class Eagle3Head:
     def sequence(self, seq: int) -> HeadSequence:
         return HeadSequence(self, seq)
 
-    def draft_step(self, seq: int, position: int, token: int, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The decoder at `position` reading (token, g): its logits over the target's vocabulary and
-        its pre-norm state (the next position's g)."""
+    def begin(self, seq: int, n_tokens: int) -> bool:
+        """Start drafting after a text of `n_tokens + 1` tokens whose first `n_tokens` the target holds:
+        the first step reads (the text's last token, the pending g at the boundary). False when the
+        head has no g there (the target has not read that far with the head beside it)."""
         with self._lock:
-            self._cut(seq, position)
-            self._decode_all(self._gap(seq, position))
-            self._decode([(seq, position, token, g)], outputs=True)
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, 0), shape=(self.n_vocab,))
-            state = np.ctypeslib.as_array(self.calls.get_nextn_ith(self._ctx.ctx, 0), shape=(self.n_embd,))
-            return logits.copy(), state.copy()
+            state = self._state[seq]
+            pending = state.pending
+            ready = pending is not None and pending[0] == n_tokens - 1
+            state.drafting = (n_tokens - 1, pending[1]) if ready else None
+            return ready
 
-    def seed(self, seq: int, n_tokens: int) -> np.ndarray | None:
-        """The pending g at the boundary of a target that holds `n_tokens` tokens, or None when the
-        head has none there (the target has not read that far with the head beside it)."""
+    def rows_asked(self, tokens: Sequence[int], logits: str | int, seq: int = 0) -> int:
+        """A draft step reads one token and gives its row (LoadedModel.rows_asked's contract)."""
+        if len(tokens) != 1 or logits not in ("last", "all", 1):
+            raise ValueError(f"a head's draft step reads one token and gives its row, not {len(tokens)}: {logits!r}")
+        return 1
+
+    def decode_many(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """One draft step of each (sequence, [token], 1), all in one decoder pass (with the pairs each
+        sequence's last target pass left waiting): each step's logits over the target's vocabulary
+        (1 × V); its pre-norm state is the sequence's next step's g."""
         with self._lock:
-            pending = self._state[seq].pending
-            return pending[1] if pending is not None and pending[0] == n_tokens - 1 else None
+            behind, steps = [], []
+            for seq, tokens, _ in items:
+                state = self._state[seq]
+                if state.drafting is None:
+                    raise InferenceError(f"the head's sequence {seq} drafts without a boundary to draft from")
+                position, g = state.drafting
+                self._cut(seq, position)
+                behind += self._gap(seq, position)
+                steps.append((seq, position, tokens[-1], g))
+            # llama.cpp's eagle3 decoder graph computes every row's logits and hands its first rows out as
+            # a pass's outputs (src/models/eagle3.cpp selects none), and a sequence's positions must rise
+            # through a pass: the waiting pairs share the steps' pass as outputs too, where they are few
+            if len(behind) + len(steps) > MERGED_ROWS:
+                self._decode_all(behind)
+                behind = []
+            pairs = sorted([*behind, *steps], key=lambda pair: pair[:2])
+            self._decode(pairs, outputs=True)
+            ctx, rows, index = self._ctx.ctx, [], {pair[:2]: i for i, pair in enumerate(pairs)}
+            for seq, position, _, _ in steps:
+                i = index[seq, position]
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(1, self.n_vocab))
+                g = np.ctypeslib.as_array(self.calls.get_nextn_ith(ctx, i), shape=(self.n_embd,))
+                self._state[seq].drafting = (position + 1, g.copy())
+                rows.append(logits.copy())
+            return rows
 
     def drafted(self, seq: int, n_tokens: int) -> None:
         """Drafting from a target that holds `n_tokens` is over: keep the pair that completed the
         boundary (it reads the target's own token), drop the drafts' pairs."""
         with self._lock:
+            self._state[seq].drafting = None
             self._cut(seq, n_tokens)
 
     def close(self) -> None:
@@ -293,29 +336,31 @@ class Eagle3Head:
 
 
 class HeadSequence:
-    """One sequence of the head, as the EAGLE-3 proposer (decoding/) drafts with it."""
+    """One sequence of the head, as the EAGLE-3 proposer (decoding/) drafts with it: `begin`, then
+    each draft step is an evaluation of one token (`eval`, or the step loop's pass of every drafting
+    sequence: `model` and `seq` name it), then `finish`."""
 
     def __init__(self, head: Eagle3Head, seq: int):
-        self.head, self.seq, self.n_vocab = head, seq, head.n_vocab
+        self.model, self.seq, self.n_vocab = head, seq, head.n_vocab
+
+    def begin(self, n_tokens: int) -> bool:
+        return self.model.begin(self.seq, n_tokens)
+
+    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
+        """The logits after drafting `tokens` (one token: the text's last, or the last draft)."""
+        return self.model.decode_many([(self.seq, tokens, self.model.rows_asked(tokens, logits))])[0]
 
     def start(self, n_tokens: int, last_token: int) -> np.ndarray | None:
         """The first draft's logits after a text of `n_tokens + 1` tokens whose first `n_tokens` the
         target holds; None when the head has nothing to draft from there."""
-        g = self.head.seed(self.seq, n_tokens)
-        if g is None:
-            return None
-        self._position = n_tokens - 1
-        logits, self._g = self.head.draft_step(self.seq, self._position, last_token, g)
-        return logits
+        return self.eval([last_token])[-1] if self.begin(n_tokens) else None
 
     def step(self, token: int) -> np.ndarray:
         """The logits after drafting `token`."""
-        self._position += 1
-        logits, self._g = self.head.draft_step(self.seq, self._position, token, self._g)
-        return logits
+        return self.eval([token])[-1]
 
     def finish(self, n_tokens: int) -> None:
-        self.head.drafted(self.seq, n_tokens)
+        self.model.drafted(self.seq, n_tokens)
 
 
 class HeadCalibration:

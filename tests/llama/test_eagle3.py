@@ -60,18 +60,22 @@ def test_the_heads_cache_follows_the_targets_passes_and_cuts(heads, target):
         prompt = target.tokenize("The quick brown fox jumps", add_bos=True, special=False)
         target.eval(prompt)
         state = head._state[0]
-        # pairs (t[P+1], g[P]) for every position but the last, whose g waits for the next token
-        assert state.end == len(prompt) - 1 and state.pending[0] == len(prompt) - 1
+        # the pass's pairs (t[P+1], g[P]) wait for the first draft step; the last g for the next token
+        assert state.end == 0 and state.rows[0] == 0 and len(state.rows[1]) == len(prompt)
+        assert state.pending[0] == len(prompt) - 1
         sequence = head.sequence(0)
         logits = sequence.start(len(prompt), 42)
         assert logits.shape == (target.n_vocab,)
+        assert state.end == len(prompt)  # the waiting pairs and the first step, in one pass
         sequence.step(int(logits.argmax()))
         sequence.finish(len(prompt))
         assert state.end == len(prompt)  # the pair that completed the boundary reads the target's token
         target.eval([42, 7, 9])  # a verify pass of the boundary token and two drafts
         target.truncate(len(prompt) + 2)  # the second draft rejected
-        assert state.end == len(prompt) + 1 and state.pending[0] == len(prompt) + 1
+        assert state.end == len(prompt) and state.pending[0] == len(prompt) + 1
         assert sequence.start(len(prompt) + 1, 3) is None  # the head waits at another boundary
+        target.eval([5])  # no draft step came between: the next pass decodes the pairs that waited
+        assert state.end == len(prompt) + 2 and state.pending[0] == len(prompt) + 2
     finally:
         head.close()
 
