@@ -224,17 +224,22 @@ class Eagle3Head:
     def _encode(self, features: np.ndarray) -> np.ndarray:
         """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
         out = np.empty((len(features), self.n_embd), dtype=np.float32)
-        width = features.shape[1]
+        batch, set_pos, set_output = (
+            self._batch,
+            llama_cpp.llama_batch_ext_set_pos,
+            llama_cpp.llama_batch_ext_set_output_embd,
+        )
+        add_embd = llama_cpp.llama_batch_ext_add_embd
         for start in range(0, len(features), self.n_batch):
             chunk = features[start : start + self.n_batch]
-            llama_cpp.llama_batch_ext_clear(self._batch)
+            llama_cpp.llama_batch_ext_clear(batch)
             # the encoder reads no positions, but a batch's must follow what sequence 0 holds
             after = llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self._ctx.ctx), 0) + 1
+            embds, pos = _embds(chunk), llama_cpp.llama_pos
             for j in range(len(chunk)):
-                embd = llama_cpp.llama_embd(chunk[j].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)
-                idx = llama_cpp.llama_batch_ext_add_embd(self._batch, 0, embd)
-                llama_cpp.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(llama_cpp.llama_pos(after + j)))
-                llama_cpp.llama_batch_ext_set_output_embd(self._batch, idx, True)
+                idx = add_embd(batch, 0, embds[j])
+                set_pos(batch, idx, ctypes.byref(pos(after + j)))
+                set_output(batch, idx, True)
             self._process(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE, len(chunk))
             ptr = self.calls.get_nextn(self._ctx.ctx)
             out[start : start + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_embd))
@@ -243,17 +248,18 @@ class Eagle3Head:
     def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool = False) -> None:
         """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
         pre-norm states for every pair."""
-        llama_cpp.llama_batch_ext_clear(self._batch)
-        keep = []  # the g rows llama.cpp reads by pointer, alive until the pass is done
-        for seq, position, token, g in pairs:
-            g = np.ascontiguousarray(g, dtype=np.float32)
-            keep.append(g)
-            idx = llama_cpp.llama_batch_ext_add_token(self._batch, seq, token)
-            llama_cpp.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(llama_cpp.llama_pos(position)))
-            embd = llama_cpp.llama_embd(g.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
-            llama_cpp.llama_batch_ext_set_embd_token(self._batch, idx, embd)
+        batch, add_token, set_pos = self._batch, llama_cpp.llama_batch_ext_add_token, llama_cpp.llama_batch_ext_set_pos
+        set_embd, set_output = llama_cpp.llama_batch_ext_set_embd_token, llama_cpp.llama_batch_ext_set_output_logits
+        llama_cpp.llama_batch_ext_clear(batch)
+        # llama.cpp reads the g rows by pointer: they stay alive until the pass is done
+        embds = _embds(np.stack([pair[3] for pair in pairs]).astype(np.float32, copy=False))
+        pos = llama_cpp.llama_pos
+        for i, (seq, position, token, _) in enumerate(pairs):
+            idx = add_token(batch, seq, token)
+            set_pos(batch, idx, ctypes.byref(pos(position)))
+            set_embd(batch, idx, embds[i])
             if outputs:
-                llama_cpp.llama_batch_ext_set_output_logits(self._batch, idx, True)
+                set_output(batch, idx, True)
             state = self._state[seq]
             state.end = max(state.end, position + 1)
         self._process(llama_cpp.LLAMA_PROCESS_TYPE_DECODE, len(pairs))
@@ -378,3 +384,16 @@ class HeadCalibration:
 
     def truncate(self, n_tokens: int) -> None:
         self.head.drafted(0, n_tokens)
+
+
+def _embds(rows: np.ndarray):
+    """A llama_embd for each row of the float32 matrix `rows`, built at once (a ctypes cast a row
+    costs more than the call that reads it); the result keeps `rows` alive."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    n, width = rows.shape
+    fields = np.empty((n, 3), dtype=np.uint64)  # struct llama_embd {const float * data; size_t n_rows, n_embd;}
+    fields[:, 0] = rows.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(width * 4)
+    fields[:, 1], fields[:, 2] = 1, width
+    embds = (llama_cpp.llama_embd * n).from_buffer(fields)
+    embds._keep = (rows, fields)
+    return embds
