@@ -1,0 +1,137 @@
+"""What each sequence of a loaded model holds in llama.cpp's KV cache: the record of its tokens, the
+passes that append to it, the cuts that shorten it, its cells saved and restored."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import llama_cpp
+from llama_cpp._internals import LlamaContext
+
+from ollama_spec.errors import ContextFull, InferenceError
+from ollama_spec.llama.passes import Entry
+
+
+class SequenceCache:
+    """The sequences of one context, `tokens[seq]` the ids in its cache, in order (a next request may
+    reuse them); `observer` (an EAGLE-3 head or MTP layers beside a target) is told of every pass
+    and every cut."""
+
+    def __init__(self, ctx: LlamaContext, n_seq: int, n_batch: int, window: int, name: str):
+        self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
+        self.unsettled: set[int] = set()  # sequences a decode ran on whose tokens `tokens` may not hold yet
+        self.observer = None
+        self._ctx, self._memory = ctx.ctx, ctx.memory
+        self._window = window  # a window cache's window (0: every position is kept)
+        self._name = name
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+
+    def decode(self, entries: Sequence[Entry]) -> None:
+        """One llama_decode of `entries`, each after what its sequence holds; padding is cut off after."""
+        seqs = {entry.seq for entry in entries}
+        for seq in seqs:
+            self.settle(seq)
+        batch, next_pos = self._batch, {seq: len(self.tokens[seq]) for seq in seqs}
+        batch.n_tokens = len(entries)
+        for i, entry in enumerate(entries):
+            batch.token[i] = entry.token
+            batch.pos[i] = next_pos[entry.seq]
+            next_pos[entry.seq] += 1
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = entry.seq
+            batch.logits[i] = entry.logits
+        self.unsettled |= seqs  # until `tokens` says what llama.cpp holds now
+        code = llama_cpp.llama_decode(self._ctx, batch)
+        if code == 1:
+            raise ContextFull(f"llama.cpp found no room in the KV cache of {self._name} (context full)")
+        if code != 0:
+            raise InferenceError(
+                f"llama.cpp could not evaluate a batch of {len(entries)} tokens (llama_decode: {code})"
+            )
+        positions = [batch.pos[i] for i in range(len(entries))] if self.observer is not None else []
+        for seq in seqs:
+            self.tokens[seq].extend(entry.token for entry in entries if entry.seq == seq and entry.item is not None)
+            if next_pos[seq] > len(self.tokens[seq]):  # padding: gone again before anything reads the cache
+                llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self.tokens[seq]), -1)
+        self.unsettled -= seqs
+        if self.observer is not None:  # the head reads this pass's captured rows before the next pass
+            self.observer.passed(entries, positions)
+
+    def truncate(self, n_tokens: int, seq: int = 0) -> None:
+        """Forget sequence `seq`'s cache entries from position `n_tokens` on (speculation rollback, a
+        reused prefix). A window cache cut back past the cells it reused keeps nothing: `n_past` says
+        what is kept.
+
+        A recurrent or hybrid model's cache can only be emptied, not cut; llama.cpp says so by
+        returning false, and going on would evaluate on top of tokens that were meant to be gone.
+        """
+        self.settle(seq)
+        cached = self.tokens[seq]
+        if n_tokens >= len(cached):
+            return
+        if n_tokens == 0:
+            self.clear(seq)
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, n_tokens, -1):
+            raise InferenceError(
+                f"llama.cpp cannot cut the cache of {self._name} back to {n_tokens} tokens "
+                "(a recurrent or hybrid model): it cannot be used for speculative decoding"
+            )
+        del cached[n_tokens:]
+        if self.observer is not None:
+            self.observer.truncated(seq, n_tokens)
+        if self._window and not self._window_whole(seq):
+            self.clear(seq)  # callers evaluate what they lack
+
+    def clear(self, seq: int) -> None:
+        """Empty sequence `seq`'s cache (the others keep theirs)."""
+        if len(self.tokens) == 1:
+            llama_cpp.llama_memory_clear(self._memory, True)
+        else:
+            llama_cpp.llama_memory_seq_rm(self._memory, seq, -1, -1)
+        self.tokens[seq].clear()
+        self.unsettled.discard(seq)
+        if self.observer is not None:
+            self.observer.truncated(seq, 0)
+
+    def save(self, seq: int) -> bytes:
+        """Sequence `seq`'s cells, to restore later (engine/slots.py keeps prefixes in host RAM)."""
+        self.settle(seq)
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, seq)
+        return ctypes.string_at(buffer, written)  # slicing the array would build a list of ints: 55 ms for 4 MB
+
+    def restore(self, seq: int, state: bytes, tokens: Sequence[int]) -> bool:
+        """Sequence `seq` as `save` gave it when it held `tokens`; False (and the sequence empty) when
+        llama.cpp cannot take it back."""
+        self.clear(seq)
+        if not state:
+            return False
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(state), seq) == 0:
+            self.clear(seq)
+            return False
+        self.tokens[seq].extend(tokens)
+        return True
+
+    def settle(self, seq: int) -> None:
+        """After a decode whose bookkeeping did not finish (Ctrl-C can land between llama_decode
+        returning and `tokens` growing), make llama.cpp's cache hold exactly `tokens` again."""
+        if seq not in self.unsettled:
+            return
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self.tokens[seq]), -1):
+            self.clear(seq)  # a recurrent cache: start over
+        self.unsettled.discard(seq)
+
+    def _window_whole(self, seq: int) -> bool:
+        """Does the window cache still hold every token the next position sees? Cut back past the
+        cells it reused (a retry of a long answer), it does not (llama-server's pos_min check)."""
+        oldest = llama_cpp.llama_memory_seq_pos_min(self._memory, seq)
+        return 0 <= oldest <= max(0, len(self.tokens[seq]) - self._window)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
