@@ -29,8 +29,9 @@ from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.canary import decide_repack
-from ollama_spec.llama.eagle3 import Eagle3Head, HeadCalibration
+from ollama_spec.llama.eagle3 import Eagle3Head
 from ollama_spec.llama.grammar import Grammar
+from ollama_spec.llama.head_sequences import HeadCalibration, HeadSlots
 from ollama_spec.llama.load_params import choose_flash_attention
 from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.llama.mtp import MtpHead
@@ -200,6 +201,8 @@ class Engine:
         self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
+        if self.head is not None:  # a slot's prefix in host RAM keeps the head's cache too
+            loaded.append(HeadSlots(self.head))
         self.pool = SlotPool(loaded, self.slots)
         self.loop = StepLoop(self)  # requests run together: one thread owns the slots and every pass
 

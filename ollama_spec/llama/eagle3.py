@@ -32,6 +32,8 @@ from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import InferenceError, ModelLoadError
 from ollama_spec.llama.head_calls import head_calls
+from ollama_spec.llama.head_rows import _Sequence, embd_rows, pack_state, unpack_state
+from ollama_spec.llama.head_sequences import HeadSequence
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry
 
@@ -44,17 +46,6 @@ MERGED_ROWS = 64
 @dataclass(frozen=True)
 class HeadSettings:
     n_gpu_layers: int = -1  # as a draft model's: part of -k auto's cost key
-
-
-@dataclass
-class _Sequence:
-    """One sequence's head state: the g waiting for its next token, the last pass's g rows, and
-    where the head's cache ends."""
-
-    pending: tuple[int, np.ndarray] | None = None  # (position, g)
-    rows: tuple[int, np.ndarray] | None = None  # the last pass's (first position, g rows)
-    end: int = 0  # 1 + the last position the head's cache holds
-    drafting: tuple[int, np.ndarray] | None = None  # a draft step's (position, g), while drafting
 
 
 class Eagle3Head:
@@ -235,7 +226,7 @@ class Eagle3Head:
             llama_cpp.llama_batch_ext_clear(batch)
             # the encoder reads no positions, but a batch's must follow what sequence 0 holds
             after = llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self._ctx.ctx), 0) + 1
-            embds, pos = _embds(chunk), llama_cpp.llama_pos
+            embds, pos = embd_rows(chunk), llama_cpp.llama_pos
             for j in range(len(chunk)):
                 idx = add_embd(batch, 0, embds[j])
                 set_pos(batch, idx, ctypes.byref(pos(after + j)))
@@ -252,7 +243,7 @@ class Eagle3Head:
         set_embd, set_output = llama_cpp.llama_batch_ext_set_embd_token, llama_cpp.llama_batch_ext_set_output_logits
         llama_cpp.llama_batch_ext_clear(batch)
         # llama.cpp reads the g rows by pointer: they stay alive until the pass is done
-        embds = _embds(np.stack([pair[3] for pair in pairs]).astype(np.float32, copy=False))
+        embds = embd_rows(np.stack([pair[3] for pair in pairs]).astype(np.float32, copy=False))
         pos = llama_cpp.llama_pos
         for i, (seq, position, token, _) in enumerate(pairs):
             idx = add_token(batch, seq, token)
@@ -274,6 +265,7 @@ class Eagle3Head:
 
     # --- drafting --------------------------------------------------------------------------
     def sequence(self, seq: int) -> HeadSequence:
+        """Sequence `seq` as the EAGLE-3 proposer drafts with it."""
         return HeadSequence(self, seq)
 
     def begin(self, seq: int, n_tokens: int) -> bool:
@@ -331,6 +323,33 @@ class Eagle3Head:
             self._state[seq].drafting = None
             self._cut(seq, n_tokens)
 
+    # --- a slot's prefix in host RAM ---------------------------------------------------------
+    def save_state(self, seq: int) -> bytes:
+        """Sequence `seq`'s cells and the g rows it drafts and cuts from (engine/slots.py keeps a
+        slot's prefix in host RAM: the head's part of it)."""
+        with self._lock:
+            state, cells = self._state[seq], b""
+            if state.end:
+                size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, seq)
+                buffer = (ctypes.c_uint8 * size)()
+                cells = ctypes.string_at(buffer, llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buffer, size, seq))
+            return pack_state(state, cells)
+
+    def restore_state(self, seq: int, saved: bytes) -> bool:
+        """Sequence `seq` as `save_state` gave it; False (and the sequence empty) when llama.cpp
+        cannot take its cells back."""
+        with self._lock:
+            self._cut(seq, 0)
+            state, cells = unpack_state(saved, self.n_embd)
+            if cells:
+                buffer = (ctypes.c_uint8 * len(cells)).from_buffer_copy(cells)
+                if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buffer, len(cells), seq) == 0:
+                    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx.ctx), seq, -1, -1)
+                    self._state[seq] = _Sequence()
+                    return False
+            self._state[seq] = state
+            return True
+
     def close(self) -> None:
         if getattr(self.target, "observer", None) is self:
             self.target.observer = None
@@ -339,61 +358,3 @@ class Eagle3Head:
             self._batch = None
         self._ctx.close()
         self._model.close()
-
-
-class HeadSequence:
-    """One sequence of the head, as the EAGLE-3 proposer (decoding/) drafts with it: `begin`, then
-    each draft step is an evaluation of one token (`eval`, or the step loop's pass of every drafting
-    sequence: `model` and `seq` name it), then `finish`."""
-
-    def __init__(self, head: Eagle3Head, seq: int):
-        self.model, self.seq, self.n_vocab = head, seq, head.n_vocab
-
-    def begin(self, n_tokens: int) -> bool:
-        return self.model.begin(self.seq, n_tokens)
-
-    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
-        """The logits after drafting `tokens` (one token: the text's last, or the last draft)."""
-        return self.model.decode_many([(self.seq, tokens, self.model.rows_asked(tokens, logits))])[0]
-
-    def start(self, n_tokens: int, last_token: int) -> np.ndarray | None:
-        """The first draft's logits after a text of `n_tokens + 1` tokens whose first `n_tokens` the
-        target holds; None when the head has nothing to draft from there."""
-        return self.eval([last_token])[-1] if self.begin(n_tokens) else None
-
-    def step(self, token: int) -> np.ndarray:
-        """The logits after drafting `token`."""
-        return self.eval([token])[-1]
-
-    def finish(self, n_tokens: int) -> None:
-        self.model.drafted(self.seq, n_tokens)
-
-
-class HeadCalibration:
-    """The head as -k auto's calibration times a draft model (engine/calibration.py): a one-token
-    `eval` is one draft step at the boundary of sequence 0 of the target, `truncate` drops it."""
-
-    def __init__(self, head: Eagle3Head):
-        self.head, self.path = head, head.path
-        self.settings = head.settings
-
-    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray | None:
-        if len(tokens) != 1:  # the head read the context beside the target already
-            return None
-        return self.head.sequence(0).start(self.head.target.n_past, tokens[0])
-
-    def truncate(self, n_tokens: int) -> None:
-        self.head.drafted(0, n_tokens)
-
-
-def _embds(rows: np.ndarray):
-    """A llama_embd for each row of the float32 matrix `rows`, built at once (a ctypes cast a row
-    costs more than the call that reads it); the result keeps `rows` alive."""
-    rows = np.ascontiguousarray(rows, dtype=np.float32)
-    n, width = rows.shape
-    fields = np.empty((n, 3), dtype=np.uint64)  # struct llama_embd {const float * data; size_t n_rows, n_embd;}
-    fields[:, 0] = rows.ctypes.data + np.arange(n, dtype=np.uint64) * np.uint64(width * 4)
-    fields[:, 1], fields[:, 2] = 1, width
-    embds = (llama_cpp.llama_embd * n).from_buffer(fields)
-    embds._keep = (rows, fields)
-    return embds
