@@ -22,7 +22,7 @@ HEAD = "eagle3"  # the source of its tokens (Proposer.source)
 
 
 class HeadModel(Protocol):
-    """One sequence of a loaded head, as llama.eagle3.HeadSequence provides it: `begin` at the
+    """One sequence of a loaded head, as llama.head_sequences.HeadSequence provides it: `begin` at the
     target's boundary (False: nothing to draft from there), then each draft step is an `eval` of one
     token (the text's last, then each drafted one), then `finish`."""
 
