@@ -13,7 +13,8 @@ pre-norm state is the next step's g; afterwards the head keeps only what the tar
 
 The decoder's passes are few: the pairs a target pass completes wait (their g in the pass's rows)
 until the head's next draft step, which decodes them in the same pass as the step's own row, only as
-far as the target kept them; the next target pass decodes them where no draft step came between. A
+far as the target kept them; where no draft step came between (K=0), the rows wait on with the next
+pass's, up to a batch of them, so a step without drafting costs the head its encoder pass only. A
 draft step of every drafting sequence is one pass (`decode_many`, as a draft model's: the engine's
 step loop batches the sequences' steps).
 """
@@ -157,8 +158,15 @@ class Eagle3Head:
                 state = self._state[seq]
                 if state.end > first:
                     self._cut(seq, first)
-                behind += self._gap(seq, first)  # the last pass's pairs no draft step took: their rows go now
-                # the rows a cut and the next pairs take g from: this pass's, and the g that waited before it
+                # the rows a cut and the next pairs take g from: the pairs no draft step took (at K=0) and
+                # the g that waited at the boundary, then this pass's, up to a batch of them
+                start, kept = min(state.end, first - 1), state.rows
+                waits = kept is not None and kept[0] <= start and kept[0] + len(kept[1]) == first
+                if waits and first - start + len(rows) <= self.n_batch:
+                    state.rows = (start, np.vstack([kept[1][start - kept[0] :], seq_g]))
+                    state.pending = (last, seq_g[-1])
+                    continue
+                behind += self._gap(seq, first)  # decoded now: their rows go
                 before = state.pending is not None and state.pending[0] == first - 1
                 state.rows = (first - 1, np.vstack([state.pending[1], seq_g])) if before else (first, seq_g)
                 state.pending = (last, seq_g[-1])
@@ -171,6 +179,9 @@ class Eagle3Head:
             state = self._state[seq]
             self._cut(seq, max(n_tokens - 1, 0))
             boundary = n_tokens - 1
+            if state.rows is not None:  # the rows past the boundary read tokens that are gone
+                first, rows = state.rows
+                state.rows = (first, rows[: n_tokens - first]) if n_tokens > first else None
             if state.pending is not None and state.pending[0] == boundary:
                 return
             state.pending = None

@@ -74,8 +74,11 @@ def test_the_heads_cache_follows_the_targets_passes_and_cuts(heads, target):
         target.truncate(len(prompt) + 2)  # the second draft rejected
         assert state.end == len(prompt) and state.pending[0] == len(prompt) + 1
         assert sequence.start(len(prompt) + 1, 3) is None  # the head waits at another boundary
-        target.eval([5])  # no draft step came between: the next pass decodes the pairs that waited
-        assert state.end == len(prompt) + 2 and state.pending[0] == len(prompt) + 2
+        target.eval([5])  # no draft step came between: the pairs wait on, with the new pass's
+        assert state.end == len(prompt) and state.pending[0] == len(prompt) + 2
+        assert state.rows[0] == len(prompt) and len(state.rows[1]) == 3
+        sequence.start(len(prompt) + 3, 6)
+        assert state.end == len(prompt) + 3  # all of them, and the step, in one pass
     finally:
         head.close()
 
