@@ -22,6 +22,7 @@ from ollama_spec.models.heads import is_head
 from ollama_spec.models.resolve import ResolvedModel
 
 NATIVE_TIMEOUT_S = 600
+NATIVE_TRIES = 3  # runs of one prompt that may end without llama.cpp's report (see _report)
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _COUNT = {name: re.compile(rf"{name}\s*=\s*(\d+)") for name in ("n_drafted", "n_accept")}
@@ -86,8 +87,54 @@ def _run(
     run: int,
     max_tokens: int,
 ) -> Sample:
+    log = _report(binary, _command(binary, target, draft, k, text, settings, max_tokens), name)
+    decoded, encoded = _DECODED.search(log), _ENCODED.search(log)
+    n, decode_s = int(decoded.group(1)), float(decoded.group(2))
+    encode_s = float(encoded.group(2)) if encoded else 0.0
+    counts = {key: int(m.group(1)) for key, pattern in _COUNT.items() if (m := pattern.search(log))}
+    # Only counts and times come back, not token ids: the row is timed, never compared token by token.
+    return Sample(
+        name,
+        run,
+        [-1] * (n + 1),
+        encode_s,
+        encode_s + decode_s,
+        drafted=counts["n_drafted"],
+        accepted=counts["n_accept"],
+    )
+
+
+def _report(binary: Path, command: list[str], name: str) -> str:
+    """The log of a run that ended with its report. llama.cpp's logger thread now and then loses the
+    report at exit (exit status 0, the run itself fine): such a run is made again, NATIVE_TRIES times
+    in all."""
+    for _ in range(NATIVE_TRIES):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=NATIVE_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise InvalidSetting(f"{binary.name} took over {NATIVE_TIMEOUT_S} s on prompt '{name}'") from None
+        log = done.stdout + done.stderr
+        last = (log.strip().splitlines() or ["no output"])[-1]
+        if done.returncode != 0:
+            raise InvalidSetting(f"{binary.name} failed on prompt '{name}' (exit {done.returncode}): {last}")
+        if _DECODED.search(log) and all(pattern.search(log) for pattern in _COUNT.values()):
+            return log
+    raise InvalidSetting(
+        f"{binary.name} ended without its report on prompt '{name}' in {NATIVE_TRIES} runs (exit 0): {last}"
+    )
+
+
+def _command(
+    binary: Path,
+    target: ResolvedModel,
+    draft: ResolvedModel,
+    k: int,
+    text: str,
+    settings: BenchSettings,
+    max_tokens: int,
+) -> list[str]:
     threads = str(settings.n_threads or default_threads())
-    command = [
+    return [
         str(binary),
         "-m",
         str(target.path),
@@ -117,25 +164,3 @@ def _run(
         "--flash-attn",
         {"off": "off", "on": "on"}.get(choose_flash_attention(settings.flash_attention), "auto"),
     ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=NATIVE_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        raise InvalidSetting(f"{binary.name} took over {NATIVE_TIMEOUT_S} s on prompt '{name}'") from None
-    log = done.stdout + done.stderr
-    decoded, encoded = _DECODED.search(log), _ENCODED.search(log)
-    if done.returncode != 0 or not decoded:
-        last = (log.strip().splitlines() or ["no output"])[-1]
-        raise InvalidSetting(f"{binary.name} failed on prompt '{name}' (exit {done.returncode}): {last}")
-    n, decode_s = int(decoded.group(1)), float(decoded.group(2))
-    encode_s = float(encoded.group(2)) if encoded else 0.0
-    counts = {key: int(m.group(1)) if (m := pattern.search(log)) else 0 for key, pattern in _COUNT.items()}
-    # Only counts and times come back, not token ids: the row is timed, never compared token by token.
-    return Sample(
-        name,
-        run,
-        [-1] * (n + 1),
-        encode_s,
-        encode_s + decode_s,
-        drafted=counts["n_drafted"],
-        accepted=counts["n_accept"],
-    )

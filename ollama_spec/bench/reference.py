@@ -22,6 +22,7 @@ from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.runner import Progress, RowTimer, interleaved, sampling_for
 from ollama_spec.bench.samples import LLAMA_CPP_BASELINE, LLAMA_CPP_DRAFT, PROMPT_LOOKUP, PeakMemory, Row, Sample
 from ollama_spec.bench.settings import WARMUP_TOKENS, BenchSettings
+from ollama_spec.decoding.proposer_table import named_source
 from ollama_spec.errors import ModelLoadError
 from ollama_spec.integrations.llama_cpp_python import OllamaDraftModel
 from ollama_spec.llama.canary import decide_repack
@@ -74,8 +75,9 @@ def run_reference_rows(
     """llama-cpp-python's target alone, its draft_model path (OllamaDraftModel, K drafts) and prompt lookup
     (K tokens), and the `beside` rows (ours again, llama.cpp's own loop), all interleaved."""
     threads = settings.n_threads or default_threads()  # the engine's default too
-    # llama-cpp-python's draft_model path runs a draft model only: an EAGLE-3 head gets no row there
-    head = is_head(resolve_model(draft_name, models_dir).info)
+    # llama-cpp-python's draft_model path runs a draft model only: an EAGLE-3 head and the target's MTP
+    # layers get no row there
+    head = named_source(draft_name) is not None or is_head(resolve_model(draft_name, models_dir).info)
     draft = (
         None
         if head

@@ -8,7 +8,7 @@ all rows are interleaved (drift on a shared machine hits each row alike).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psutil
 
@@ -150,13 +150,13 @@ def run_local_baseline(
     return row
 
 
-def can_time_beside(target: ResolvedModel, draft: ResolvedModel) -> bool:
+def can_time_beside(target: ResolvedModel, draft: ResolvedModel | None) -> bool:
     """Can ours be loaded again while the references run? Not on a GPU (a second copy of the target
     there is the user's VRAM); on a CPU when this machine's free memory holds both copies whole."""
     if gpu_offload_supported():
         return False
     try:
-        size = target.path.stat().st_size + draft.path.stat().st_size
+        size = target.path.stat().st_size + (draft.path.stat().st_size if draft is not None else 0)
     except OSError:
         return False
     return psutil.virtual_memory().available > 2 * size + (1 << 30)
@@ -232,6 +232,7 @@ def engine_settings(settings: BenchSettings, placement: Placement | None = None)
         memory_check=settings.memory_check,
         repack=settings.repack,
         placement=settings.placement if placement is None else placement,
+        mtp=settings.mtp,
     )
 
 
@@ -255,7 +256,7 @@ class BatchChoice:
     def __call__(self, prompt: str, at: int, token: int, batches: Sequence[tuple[int, int]] = ()) -> str | None:
         """Where the target picks `token` for position `at` of `prompt`'s text: words for the report, or None."""
         if self._engine is None:
-            self._engine = Engine(self.target, None, engine_settings(self.settings))
+            self._engine = Engine(self.target, None, replace(engine_settings(self.settings), mtp=False))
         key = (prompt, at, token)
         if key not in self._seen:
             largest = max((*self.settings.ks, DEFAULT_MAX_SPECULATIVE_TOKENS if self.settings.auto else 0)) + 1

@@ -31,6 +31,7 @@ class BenchSettings:
     repack: bool | None = None  # llama.cpp's repacked CPU weights (None: canary.decide_repack)
     flash_attention: str = "auto"  # runtime.choose_flash_attention; the reference rows get the same
     placement: Placement = Placement()  # the target's RPC servers and GPU split (--rpc ...)
+    mtp: bool = False  # the target's own MTP (NextN) layers draft (--draft mtp)
 
     def __post_init__(self) -> None:
         if not self.ks or any(k < 1 for k in self.ks):

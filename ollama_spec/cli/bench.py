@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,6 +19,7 @@ from ollama_spec.bench.settings import (
 )
 from ollama_spec.cli.bench_http import bench_remote, bench_served, refuse_local_options, refuse_row_options
 from ollama_spec.cli.common import open_store
+from ollama_spec.cli.flags import PlacementFlags, into
 from ollama_spec.cli.options import (
     ctx_option_with,
     draft_option,
@@ -31,19 +34,47 @@ from ollama_spec.cli.options import (
 )
 from ollama_spec.cli.settings import Options, bench_settings
 from ollama_spec.cli.targets import apply_preset, resolve_draft
-from ollama_spec.decoding.proposer_table import is_auto, named_source
+from ollama_spec.decoding.proposer_table import MTP, is_auto, named_source, needs_nextn
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.resolve import ResolvedModel, looks_like_path, resolve_model
 
 NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
+MTP_ROWS_ONLY = "bench --draft mtp times its rows in this process: drop --concurrency, --in-process and --native"
+
+
+@dataclass(frozen=True)
+class BenchFlags(PlacementFlags):
+    target: str
+    preset: Any  # models.modelfile.Modelfile, or None
+    draft: str | None
+    ks: str
+    max_tokens: int
+    runs: int
+    temperature: float
+    seed: int
+    prompts_file: str | None
+    out: str | None
+    url: str | None
+    concurrency: int
+    in_process: bool
+    threads: int | None
+    ctx: int | None
+    native: str | None
+    ngram: bool
+    warmup: bool
+    no_check: bool
+    repack: bool | None
+    flash_attn: str
+    verbose: bool
+    models_dir: str | None
 
 
 @click.command()
 @click.argument("target")
 @preset_option
-@draft_option("Required unless --url or TARGET's manifest has a draft layer.", ngram=False)
+@draft_option("Required unless --url, TARGET's manifest has a draft layer or TARGET has MTP layers.", ngram=False)
 @click.option(
     "-k",
     "ks",
@@ -129,36 +160,8 @@ NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measure
 @verbose_option
 @models_dir_option
 @click.pass_context
-def bench(
-    context: click.Context,
-    target,
-    preset,
-    draft,
-    ks,
-    max_tokens,
-    runs,
-    temperature,
-    seed,
-    prompts_file,
-    out,
-    url,
-    concurrency,
-    in_process,
-    threads,
-    ctx,
-    native,
-    ngram,
-    warmup,
-    no_check,
-    repack,
-    flash_attn,
-    rpc,
-    tensor_split,
-    split_mode,
-    main_gpu,
-    verbose,
-    models_dir,
-) -> None:
+@into(BenchFlags)
+def bench(context: click.Context, flags: BenchFlags) -> None:
     """Measure how much faster speculative decoding makes TARGET, and at which K.
 
     In one process: TARGET alone (the baseline), speculative decoding at each K, and as
@@ -180,34 +183,31 @@ def bench(
       ollama-spec bench llama3.1:8b -d llama3.2:1b --concurrency 8 --in-process   # 1-8 clients, no HTTP
       ollama-spec bench -f llama3.1-70b --max-tokens 128   # the preset's target and draft
       ollama-spec bench llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # + the target without RPC
+      ollama-spec bench glm-4.5-air -d mtp   # the target's own MTP (NextN) layers
     """
-    set_verbose(verbose)
+    set_verbose(flags.verbose)
     # the loading options go to the settings with where each came from (the command line, the default)
     options = Options.of(context)
-    prompts = prompts_for(prompts_file)
+    prompts = prompts_for(flags.prompts_file)
+    out, concurrency, in_process = flags.out, flags.concurrency, flags.in_process
     if out:
         _make_out_dir(Path(out))  # before minutes of timing, not after
-    if url and in_process:
-        raise InvalidSetting("--in-process times clients in this process: drop --url (or --in-process)")
-    if url:
-        refuse_local_options(context.command, options)
-        bench_remote(target, url, prompts, max_tokens, runs, temperature, seed, warmup, out, concurrency)
+    if flags.url:
+        _bench_url(context, options, flags, prompts)
         return
     served = concurrency > 1
     if served or in_process:
         refuse_row_options(context.command, options)
     elif out:
         import matplotlib  # noqa: F401  (bench.png: without the bench extra that is said now, not after the timing)
-    k_list = parse_k_list(ks)
-    target_model = _target(target, preset, draft, models_dir)
+    k_list = parse_k_list(flags.ks)
+    target_model = _target(flags.target, flags.preset, flags.draft, flags.models_dir)
     # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
     settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
-    draft_model = resolve_draft(draft, models_dir, target_model)
-    if draft_model is None:
-        raise InvalidSetting(NGRAM_ONLY)
-    if native:
-        _check_native(Path(native), settings, target_model, draft_model)  # before minutes of timing, not after
-    ks_given = ks if options.given("ks") else None
+    draft_model, settings, draft_name = _drafter(flags, target_model, settings, served or in_process)
+    if flags.native:  # before minutes of timing, not after
+        _check_native(Path(flags.native), settings, target_model, draft_model)
+    ks_given = flags.ks if options.given("ks") else None
     if in_process:
         from ollama_spec.cli.bench_local import bench_in_process
 
@@ -215,23 +215,56 @@ def bench(
     elif served:
         bench_served(target_model, draft_model, ks_given, prompts, settings, out, options)
     else:
-        draft_name = draft_model.name if not draft or is_auto(draft) else draft
         from ollama_spec.cli.bench_rows import measure  # the rows' modules: loaded when rows are timed
 
-        report = measure(target_model, draft_model, draft_name, models_dir, prompts, settings, native)
+        report = measure(target_model, draft_model, draft_name, flags.models_dir, prompts, settings, flags.native)
         _print_report(report, out)
+
+
+def _drafter(flags: BenchFlags, target: ResolvedModel, settings: BenchSettings, elsewhere: bool):
+    """(the draft model, the settings, the draft's name in the report): a draft model, or the target's own
+    MTP layers (then the rows' engines load them: BenchSettings.mtp); nothing else drafts in bench's rows."""
+    choice = resolve_draft(flags.draft, flags.models_dir, target)
+    if choice.model is None and not choice.mtp:
+        raise InvalidSetting(NGRAM_ONLY)
+    if choice.mtp and (elsewhere or flags.native):
+        raise InvalidSetting(MTP_ROWS_ONLY)
+    if choice.mtp:
+        return None, replace(settings, mtp=True), MTP
+    name = choice.model.name if not flags.draft or is_auto(flags.draft) else flags.draft
+    return choice.model, settings, name
+
+
+def _bench_url(context: click.Context, options: Options, flags: BenchFlags, prompts) -> None:
+    """--url: streaming chat completions from another server, timed."""
+    if flags.in_process:
+        raise InvalidSetting("--in-process times clients in this process: drop --url (or --in-process)")
+    refuse_local_options(context.command, options)
+    bench_remote(
+        flags.target,
+        flags.url,
+        prompts,
+        flags.max_tokens,
+        flags.runs,
+        flags.temperature,
+        flags.seed,
+        flags.warmup,
+        flags.out,
+        flags.concurrency,
+    )
 
 
 def _target(target: str, preset, draft: str | None, models_dir: str | None) -> ResolvedModel:
     """TARGET with its preset laid over it, where bench has a draft for it (--draft, or its manifest's)."""
     if not draft and looks_like_path(target):
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
-    if named_source(draft) is not None:
+    if named_source(draft) is not None and not needs_nextn(named_source(draft)):
         raise InvalidSetting(NGRAM_ONLY)
     paths = looks_like_path(target) and draft is not None and looks_like_path(draft)
     store = None if paths else open_store(models_dir)
     target_model = apply_preset(resolve_model(target, store=store), preset)
-    if not draft and target_model.stored_draft is None:  # a manifest's own draft layer will do
+    # a manifest's own draft layer will do, and so will the target's own MTP layers
+    if not draft and target_model.stored_draft is None and not target_model.info.nextn_layers:
         raise InvalidSetting("bench needs --draft DRAFT (or --url to time a server)")
     return target_model
 
@@ -248,7 +281,8 @@ def _check_native(native: Path, settings: BenchSettings, target_model, draft_mod
 def _print_report(report, out: str | None) -> None:
     """The report and its files; then the greedy outputs that part from the target alone, and why: rounding
     (a note) or a verification error (a warning, and the exit status 1)."""
-    from ollama_spec.bench.report import format_report, write_outputs
+    from ollama_spec.bench.report import format_report
+    from ollama_spec.bench.report_files import write_outputs
 
     click.echo(format_report(report))
     if out:

@@ -52,7 +52,7 @@ def measure(
         rows = engine_run.rows + _second_phase(pair, prompts, settings, native, engine_run, rpc, beside, advance)
     report = BenchReport(
         target_model.name,
-        draft_model.name,
+        draft_name if draft_model is None else draft_model.name,
         settings,
         tuple(prompts),
         rows,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import click
 
 from ollama_spec.cli.common import notice
+from ollama_spec.cli.flags import RunFlags, into
 from ollama_spec.cli.options import (
     ctx_option,
     format_option,
@@ -22,7 +24,7 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.results import format_stats
 from ollama_spec.cli.settings import Options, engine_settings, first_set, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, drafter_name, resolve_draft
 from ollama_spec.config import cache_dir
 from ollama_spec.engine.conversation import Conversation
 from ollama_spec.engine.engine import DEFAULT_MAX_TOKENS, Engine
@@ -37,6 +39,15 @@ HELP = """commands:
   /exit, /bye    quit (or Ctrl-D); Ctrl-C stops an answer
   \"\"\"           begins a message of several lines; a line ending with \"\"\" ends it"""
 HISTORY_LINES = 1000
+
+
+@dataclass(frozen=True)
+class ChatFlags(RunFlags):
+    max_tokens: int | None
+    system: str | None
+    output_format: str | None
+    think: bool | None
+    show_draft: bool
 
 
 @click.command()
@@ -56,44 +67,8 @@ HISTORY_LINES = 1000
 @verbose_option
 @models_dir_option
 @click.pass_context
-def chat(
-    context: click.Context,
-    target,
-    preset,
-    draft,
-    k,
-    draft_p_min,
-    ngram_size,
-    with_ngram,
-    temperature,
-    top_k,
-    top_p,
-    min_p,
-    seed,
-    repeat_penalty,
-    repeat_last_n,
-    presence_penalty,
-    frequency_penalty,
-    max_tokens,
-    ctx,
-    system,
-    output_format,
-    think,
-    n_gpu_layers,
-    draft_n_gpu_layers,
-    threads,
-    kv_type,
-    no_check,
-    repack,
-    flash_attn,
-    rpc,
-    tensor_split,
-    split_mode,
-    main_gpu,
-    show_draft,
-    verbose,
-    models_dir,
-) -> None:
+@into(ChatFlags)
+def chat(context: click.Context, flags: ChatFlags) -> None:
     """Chat with TARGET, drafted by --draft, in the model's chat template.
 
     Answers stream as they are accepted. The conversation stays in both models' KV caches, and
@@ -106,34 +81,34 @@ def chat(
       ollama-spec chat -f llama3.3-70b
       printf 'Hi!\\nWhat did I just say?\\n/stats\\n' | ollama-spec chat llama3.1:8b -d llama3.2:1b -t 0
       ollama-spec chat llama3.1:8b -d llama3.2:1b --show-draft   # drafted text in green
+      ollama-spec chat glm-4.5-air -d mtp   # the target's own MTP (NextN) layers
     """
-    set_verbose(verbose)
+    set_verbose(flags.verbose)
     # the shared options go to the settings with where each came from (the command line, a -f preset, the
     # default): the rule that picks between them needs both
     options = Options.of(context)
-    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    target_model = apply_preset(resolve_model(flags.target, flags.models_dir), flags.preset)
     if warning := template_warning(target_model, "`generate --raw` continues plain text"):
         click.echo(f"warning: {warning}", err=True)
-    draft_model = resolve_draft(draft, models_dir, target_model)
-    settings = engine_settings(target_model.params, options)
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
+    draft_model, settings = choice.model, engine_settings(target_model.params, options, choice)
     defaults = request_settings(target_model, options, system="")  # the conversation carries its own system message
     interactive = sys.stdin.isatty()
-    speculative = draft_model is not None or draft is not None
-    check_draft_flags(
-        show_draft=show_draft, ngram=options["with_ngram"], speculative=speculative, draft_model=draft_model
-    )
-    colour = show_draft and colour_on()
+    speculative = draft_model is not None or choice.source is not None
+    check_draft_flags(show_draft=flags.show_draft, ngram=options["with_ngram"], choice=choice)
+    colour = flags.show_draft and colour_on()
     with Engine(target_model, draft_model, settings, notice=notice) as engine:
-        conversation = Conversation(engine, defaults, first_set(system, target_model.system), target_model.messages)
+        system = first_set(flags.system, target_model.system)
+        conversation = Conversation(engine, defaults, system, target_model.messages)
         if interactive:
-            drafter = draft_model.name if draft_model is not None else draft
+            drafter = drafter_name(choice, engine.settings)
             click.echo(
                 f"{target_model.name}"
                 + (f" drafted by {drafter}" if drafter else "")
                 + f"; {engine.target.n_ctx} tokens of context. /help for commands, Ctrl-D quits.",
                 err=True,
             )
-        if show_draft:
+        if flags.show_draft:
             click.echo(legend(colour), err=True)
         for line in _joined(_lines(interactive)):
             if not _turn(conversation, line.strip(), interactive, speculative=speculative, colour=colour):

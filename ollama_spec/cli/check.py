@@ -19,20 +19,21 @@ from ollama_spec.cli.options import (
     repack_option,
 )
 from ollama_spec.cli.settings import Options, placement_settings, repack_setting
-from ollama_spec.cli.targets import apply_preset, resolve_draft
-from ollama_spec.decoding.proposer_table import named_source
+from ollama_spec.cli.targets import apply_preset, mtp_note, resolve_draft
 from ollama_spec.engine.engine import DEFAULT_CTX
+from ollama_spec.engine.pairing import DraftChoice
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
 from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.compat import require_compatible
 from ollama_spec.models.daemon import daemon_status, freeing_advice
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes
-from ollama_spec.models.heads import head_facts
-from ollama_spec.models.resolve import resolve_model
+from ollama_spec.models.heads import HeadFacts, head_facts
+from ollama_spec.models.resolve import ResolvedModel, resolve_model
 from ollama_spec.models.usable import require_usable
 from ollama_spec.planning.memory import FULL_OFFLOAD, MemoryPlan, plan_memory
 from ollama_spec.planning.needs import ModelNeeds
+from ollama_spec.planning.placement import Placement
 
 
 @click.command()
@@ -83,56 +84,101 @@ def check(
       ollama-spec check llama3.1:70b -d llama3.2:1b --rpc 192.168.1.20:50052   # with a second machine's GPU
     """
     target_model = apply_preset(resolve_model(target, models_dir), preset)
-    draft_model = resolve_draft(draft, models_dir, target_model)
-    for role, model in (("target", target_model), ("draft", draft_model)):
-        if model is not None:
-            require_usable(model.name, model.info, role, llama_cpp_knows)
-    head = head_facts(draft_model.info) if draft_model is not None else None
-    if draft_model is not None:
-        require_compatible(target_model.name, target_model.info, draft_model.name, draft_model.info)
-    if head is not None and not as_json:
-        click.echo(f"note: {draft_model.name} is an EAGLE-3 head: it {head.describe()}", err=True)
+    choice = resolve_draft(draft, models_dir, target_model)
+    draft_model = choice.model
+    head = _checked_pair(target_model, draft_model, as_json)
     n_ctx = ctx if ctx is not None else int(target_model.params.get("num_ctx") or DEFAULT_CTX)
-    if (source := named_source(draft)) is not None:
-        click.echo(f"note: --draft {source} loads no draft model: the plan is for the target alone", err=True)
+    _draft_notes(target_model, choice, as_json)
     decision = repack_setting(repack)
     placement = placement_settings(Options.of(context))
-    devices, notes = backends.discover_devices()
-    plan = plan_memory(
-        target_model.loaded_info,
-        draft_model.loaded_info if draft_model else None,
-        n_ctx,
-        kv_type,
-        devices,
-        notes=notes,
-        features=backends.cpu_features(),
-        repack=decision.enabled,
-        flash_attention=None if flash_attn == "auto" else flash_attn == "on",
-        tensor_split=placement.tensor_split,
-        remote=remote_devices(placement.rpc_servers),
-        main_device=placement.main_device,
-        n_seq=parallel,
-    )
+    flash_attention = None if flash_attn == "auto" else flash_attn == "on"
+    facts = (decision.enabled, flash_attention, placement, parallel, choice.mtp)
+    plan = _plan(target_model, draft_model, n_ctx, kv_type, *facts)
     for warning in plan.warnings:
         click.echo(f"warning: {warning}", err=True)
     # A GPU short of memory is often Ollama's own doing: it keeps models loaded after use.
     daemon = daemon_status() if plan.gpus and plan.verdict != FULL_OFFLOAD else None
     if as_json:
-        data = plan.to_json()
-        if daemon is not None:
-            data["ollama_daemon"] = daemon.to_json()
-        data["repack_decision"] = decision.to_json()
-        data["target"]["model"] = target_model.name
-        if draft_model:
-            data["draft"]["model"] = draft_model.name
-        if head is not None:
-            data["draft"]["eagle3_target_layers"] = list(head.target_layers or ())
-        echo_json(data)
+        echo_json(_plan_json(plan, daemon, decision, target_model, draft_model, head) | _mtp_json(target_model, choice))
     else:
         models = [(m.name, m.info) for m in (target_model, draft_model) if m is not None]
         click.echo("\n".join(render_plan(plan, models) + (freeing_advice(daemon) if daemon else [])))
     if not plan.fits:
         raise SystemExit(1)
+
+
+def _plan_json(plan: MemoryPlan, daemon, decision, target: ResolvedModel, draft: ResolvedModel | None, head) -> dict:
+    """--json's object: the plan, the daemon's models where it holds GPU memory, the repack decision, the names."""
+    data = plan.to_json()
+    if daemon is not None:
+        data["ollama_daemon"] = daemon.to_json()
+    data["repack_decision"] = decision.to_json()
+    data["target"]["model"] = target.name
+    if draft:
+        data["draft"]["model"] = draft.name
+    if head is not None:
+        data["draft"]["eagle3_target_layers"] = list(head.target_layers or ())
+    return data
+
+
+def _draft_notes(target: ResolvedModel, choice: DraftChoice, as_json: bool) -> None:
+    """On stderr: the target's MTP layers, where it carries them, and a draftless source's plan."""
+    if target.info.nextn_layers and not as_json:
+        planned = "the plan counts them and their cache" if choice.mtp else "not planned: another draft is chosen"
+        click.echo(f"note: {mtp_note(target.info)}; {planned}", err=True)
+    if choice.source is not None and not choice.mtp:
+        click.echo(f"note: --draft {choice.source} loads no draft model: the plan is for the target alone", err=True)
+
+
+def _mtp_json(target: ResolvedModel, choice: DraftChoice) -> dict:
+    """--json's account of the target's MTP layers: how many it carries, whether the plan counts them."""
+    return {"mtp": {"nextn_layers": target.info.nextn_layers, "planned": choice.mtp}}
+
+
+def _checked_pair(target: ResolvedModel, draft: ResolvedModel | None, as_json: bool) -> HeadFacts | None:
+    """Refuse a model llama.cpp cannot run or a draft that cannot draft for the target; an EAGLE-3 head's
+    facts (said on stderr)."""
+    for role, model in (("target", target), ("draft", draft)):
+        if model is not None:
+            require_usable(model.name, model.info, role, llama_cpp_knows)
+    head = head_facts(draft.info) if draft is not None else None
+    if draft is not None:
+        require_compatible(target.name, target.info, draft.name, draft.info)
+    if head is not None and not as_json:
+        click.echo(f"note: {draft.name} is an EAGLE-3 head: it {head.describe()}", err=True)
+    return head
+
+
+def _plan(
+    target: ResolvedModel,
+    draft: ResolvedModel | None,
+    n_ctx: int,
+    kv_type: str,
+    repack: bool,
+    flash_attention: bool | None,
+    placement: Placement,
+    parallel: int,
+    mtp: bool = False,
+) -> MemoryPlan:
+    """The pair's memory plan on this machine's devices (and the RPC servers'); `mtp`: with the target's MTP
+    layers drafting."""
+    devices, notes = backends.discover_devices()
+    return plan_memory(
+        target.loaded_info,
+        draft.loaded_info if draft else None,
+        n_ctx,
+        kv_type,
+        devices,
+        notes=notes,
+        features=backends.cpu_features(),
+        repack=repack,
+        flash_attention=flash_attention,
+        tensor_split=placement.tensor_split,
+        remote=remote_devices(placement.rpc_servers),
+        main_device=placement.main_device,
+        n_seq=parallel,
+        mtp=mtp,
+    )
 
 
 def render_plan(plan: MemoryPlan, models: list[tuple[str, ModelInfo]]) -> list[str]:

@@ -68,15 +68,7 @@ def doctor(as_json: bool, models_dir: str | None) -> None:
         return
     offload = "yes" if runtime.gpu_offload_supported() else "no (a CPU-only build)"
     lines = [f"llama-cpp-python  {llama_version}", f"GPU offload       {offload}", "devices"]
-    for device in devices:
-        lines.append(f"  {device.name:<28} {format_bytes(device.usable):>10} usable of {format_bytes(device.total)}")
-    lines += [f"  note: {note}" for note in notes]
-    state = "on" if repack.enabled else "off"
-    lines.append(
-        f"repack            {state}: {repack.detail} ({repack.source}; force with --repack/--no-repack "
-        f"or {ENV_VAR}=1/0)"
-    )
-    lines.append(f"CPU features      {' '.join(features) or 'unknown'}")
+    lines += _machine_lines(devices, notes, repack, features)
     lines += _facts_lines(facts)
     lines.append("problems" + ("          none" if not problems else ""))
     for problem in problems:
@@ -84,6 +76,19 @@ def doctor(as_json: bool, models_dir: str | None) -> None:
     click.echo("\n".join(lines))
     if problems:
         raise SystemExit(1)
+
+
+def _machine_lines(devices, notes: list[str], repack, features: list[str]) -> list[str]:
+    """Each device's usable memory, the notes on them, the repack verdict and the CPU's features."""
+    lines = [f"  {d.name:<28} {format_bytes(d.usable):>10} usable of {format_bytes(d.total)}" for d in devices]
+    lines += [f"  note: {note}" for note in notes]
+    state = "on" if repack.enabled else "off"
+    lines.append(
+        f"repack            {state}: {repack.detail} ({repack.source}; force with --repack/--no-repack "
+        f"or {ENV_VAR}=1/0)"
+    )
+    lines.append(f"CPU features      {' '.join(features) or 'unknown'}")
+    return lines
 
 
 def _build_record() -> dict[str, str]:

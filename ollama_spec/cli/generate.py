@@ -12,6 +12,7 @@ import click
 
 from ollama_spec.bench.settings import WARMUP_TOKENS
 from ollama_spec.cli.common import notice
+from ollama_spec.cli.flags import RunFlags, into
 from ollama_spec.cli.options import (
     ctx_option,
     format_option,
@@ -27,8 +28,7 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.results import busy_machine_note, format_comparison, format_stats, result_json, speedup
 from ollama_spec.cli.settings import Options, engine_settings, request_settings
 from ollama_spec.cli.show_draft import colour_on, legend, printed
-from ollama_spec.cli.targets import apply_preset, check_draft_flags, resolve_draft
-from ollama_spec.decoding.proposer_table import named_source
+from ollama_spec.cli.targets import apply_preset, check_draft_flags, drafter_name, resolve_draft
 from ollama_spec.engine.engine import (
     DEFAULT_MAX_TOKENS,
     NEAR_TIE_LOGITS,
@@ -43,6 +43,22 @@ from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.resolve import resolve_model, template_warning
 from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.text_stream import Run, drafted_spans
+
+
+@dataclass(frozen=True)
+class GenerateFlags(RunFlags):
+    prompt: str | None
+    max_tokens: int | None
+    stop: tuple[str, ...]
+    system: str | None
+    raw: bool
+    output_format: str | None
+    think: bool | None
+    suffix: str | None
+    stats: bool
+    compare: bool
+    show_draft: bool
+    as_json: bool
 
 
 @click.command()
@@ -83,51 +99,8 @@ from ollama_spec.prompting.text_stream import Run, drafted_spans
 @verbose_option
 @models_dir_option
 @click.pass_context
-def generate(
-    context: click.Context,
-    target,
-    prompt,
-    preset,
-    draft,
-    k,
-    draft_p_min,
-    ngram_size,
-    with_ngram,
-    temperature,
-    top_k,
-    top_p,
-    min_p,
-    seed,
-    repeat_penalty,
-    repeat_last_n,
-    presence_penalty,
-    frequency_penalty,
-    max_tokens,
-    ctx,
-    stop,
-    system,
-    raw,
-    output_format,
-    think,
-    suffix,
-    n_gpu_layers,
-    draft_n_gpu_layers,
-    threads,
-    kv_type,
-    no_check,
-    repack,
-    flash_attn,
-    rpc,
-    tensor_split,
-    split_mode,
-    main_gpu,
-    stats,
-    compare,
-    show_draft,
-    as_json,
-    verbose,
-    models_dir,
-) -> None:
+@into(GenerateFlags)
+def generate(context: click.Context, flags: GenerateFlags) -> None:
     """Generate text with TARGET, drafted by --draft; PROMPT or standard input.
 
     The output is exactly what TARGET alone writes (greedy: token for token; sampling: the
@@ -141,45 +114,50 @@ def generate(
       ollama-spec generate llama3.1:8b -d llama3.2:1b --compare -t 0 "Write a haiku."
       ollama-spec generate llama3.1:8b -d llama3.2:1b --show-draft "Write a haiku."   # drafted text in green
       ollama-spec generate qwen2.5-coder:32b -d ngram "Rename x to count in: $(cat f.py)"   # no draft model
+      ollama-spec generate glm-4.5-air -d mtp "Explain RoPE."   # the target's own MTP (NextN) layers
       ollama-spec generate -f llama3.1-70b "Why is the sky blue?"   # a shipped preset (modelfiles/)
       ollama-spec generate llama3.1:8b -d llama3.2:1b --format person.schema.json "Invent a person."
 
     With -f, a single argument is the PROMPT (TARGET comes from the file's FROM line).
     """
-    set_verbose(verbose)
+    set_verbose(flags.verbose)
     # the sampling, speculation and loading options go to the settings with where each came from (the
     # command line, a -f preset, the default): the rule that picks between them needs both
     options = Options.of(context)
-    if preset is not None and prompt is None and options.given("target"):
-        target, prompt = preset.model, target
+    target, prompt = flags.target, flags.prompt
+    if flags.preset is not None and prompt is None and options.given("target"):
+        target, prompt = flags.preset.model, target
     prompt = _prompt_text(prompt)
-    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    target_model = apply_preset(resolve_model(target, flags.models_dir), flags.preset)
+    raw, suffix = flags.raw, flags.suffix
     if not raw and suffix is None and (warning := template_warning(target_model, "use --raw to continue the text")):
         click.echo(f"warning: {warning}", err=True)
-    draft_model = resolve_draft(draft, models_dir, target_model)
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
+    draft_model = choice.model
     history = target_model.messages if not raw else ()  # Ollama prepends a model's MESSAGE history
     request = request_settings(
         target_model,
         options,
         prompt=prompt,
         messages=(*history, ChatMessage("user", prompt)) if history else (),
-        system=system,
+        system=flags.system,
         raw=raw,
         suffix=suffix,
     )
-    speculative = draft_model is not None or named_source(draft) is not None
-    if compare and not speculative:
+    speculative = draft_model is not None or choice.source is not None
+    if flags.compare and not speculative:
         raise click.UsageError("--compare needs --draft")
-    check_draft_flags(show_draft=show_draft, ngram=with_ngram, speculative=speculative, draft_model=draft_model)
-    engine = _load(target_model, draft_model, engine_settings(target_model.params, options), compare)
+    show_draft, as_json = flags.show_draft, flags.as_json
+    check_draft_flags(show_draft=show_draft, ngram=flags.with_ngram, choice=choice)
+    engine = _load(target_model, draft_model, engine_settings(target_model.params, options, choice), flags.compare)
     runs = [] if show_draft and as_json else None
     with engine:
-        run = _run(engine, request, compare=compare, quiet=as_json, show_draft=show_draft, runs=runs)
+        run = _run(engine, request, compare=flags.compare, quiet=as_json, show_draft=show_draft, runs=runs)
     if as_json:
-        drafter = draft_model.name if draft_model else named_source(draft)
+        drafter = drafter_name(choice, engine.settings)
         click.echo(json.dumps(_json(target_model.name, drafter, run, runs), indent=2))
         return
-    _print_outcome(run, greedy=request.sampling.greedy, stats=stats, speculative=speculative)
+    _print_outcome(run, greedy=request.sampling.greedy, stats=flags.stats, speculative=speculative)
 
 
 @dataclass

@@ -11,12 +11,13 @@ from ollama_spec.cli.common import Notes, echo_json, open_store
 from ollama_spec.cli.options import json_option, models_dir_option
 from ollama_spec.errors import IncompatibleDraft, OllamaSpecError, one_line
 from ollama_spec.llama.backends import llama_cpp_knows
+from ollama_spec.models.blobs import verify_blob
 from ollama_spec.models.compat import check_compatibility, llama3_metadata_fixes
 from ollama_spec.models.drafts import size_note
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes, read_model_info
 from ollama_spec.models.heads import HeadFacts, head_facts
 from ollama_spec.models.resolve import gguf_file, lora_adapter, resolve_model
-from ollama_spec.models.store import BrokenModel, StoredModel, blob_path, verify_blob
+from ollama_spec.models.store import BrokenModel, StoredModel, blob_path
 from ollama_spec.models.usable import require_usable, usability_problems
 
 

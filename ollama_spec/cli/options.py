@@ -13,7 +13,10 @@ from ollama_spec.planning.placement import SPLIT_MODES
 
 RPC_ENVVAR = "OLLAMA_SPEC_RPC"
 # What a command that runs (or plans) a pair does when --draft is not given: `targets.resolve_draft`.
-WITHOUT_DRAFT = "Without it: the draft the target's manifest carries (Ollama's DRAFT layer), else the target alone."
+WITHOUT_DRAFT = (
+    "Without it: the draft the target's manifest carries (Ollama's DRAFT layer), else the target's own MTP "
+    "(NextN) layers where it has them (-k auto drafts with them only while they pay), else the target alone."
+)
 
 
 def _stack(*decorators):
@@ -98,22 +101,32 @@ class DraftOption(click.Option):
     """The one --draft: `draft_option` makes every command's, so tests can find them all by class."""
 
 
-def draft_option(tail: str = "", *, names: str = "", auto: bool = True, ngram: bool = True, required: bool = False):
+def draft_option(
+    tail: str = "",
+    *,
+    names: str = "",
+    auto: bool = True,
+    ngram: bool = True,
+    mtp: bool = True,
+    required: bool = False,
+):
     """--draft (-d): the same name, short flag and account of its values in every command that takes a
-    draft; a command says which names it resolves, which of `auto`/`ngram` it accepts, and what it does
-    with the draft (or without one) in `tail`. The names of `auto` and the draftless sources come from
+    draft; a command says which names it resolves, which of `auto`/`ngram`/`mtp` it accepts, and what it
+    does with the draft (or without one) in `tail`. The names of `auto` and the draftless sources come from
     decoding/proposer_table, imported only by a command that lists them."""
     what = f"small, same vocabulary as the target: {names}" if names else "small, same vocabulary as the target"
     values = []
-    if auto or ngram:
-        from ollama_spec.decoding.proposer_table import AUTO, NGRAM
+    if auto or ngram or mtp:
+        from ollama_spec.decoding.proposer_table import AUTO, MTP, NGRAM
 
         values = [f"'{AUTO}' for the store's best-sized compatible one"] if auto else []
         if ngram:
             values.append(f"'{NGRAM}' for draftless prompt lookup (no draft model)")
+        if mtp:
+            values.append(f"'{MTP}' for the target's own MTP (NextN) layers (GLM-4.x, DeepSeek V3)")
     text = f"Draft model ({what})"
     if values:
-        text += ", " + (", or ".join(values) if len(values) == 2 else "or " + values[0])
+        text += ", " + (", ".join(values[:-1]) + ", or " + values[-1] if len(values) > 1 else "or " + values[0])
     return click.option(
         "--draft", "-d", cls=DraftOption, required=required, help=f"{text}." + (f" {tail}" if tail else "")
     )

@@ -83,15 +83,7 @@ def pull(
         raise click.UsageError("--head-for converts one head at a time: name one MODEL")
     reporter = make_reporter(as_json)
     try:
-        if head_for:
-            from ollama_spec.llama.probe import probe_model  # llama.cpp loads the converted head once
-
-            name = pull_head_model(
-                models[0], head_for, settings, reporter, models_dir, name=store_name, verify=probe_model
-            )
-            taken = [(name, "conversion")]
-        else:
-            taken = pull_models(models, settings, reporter, models_dir)
+        taken = _pull(models, settings, reporter, models_dir, head_for, store_name)
     except KeyboardInterrupt:
         click.echo(
             "pull interrupted; finished blobs and partial downloads are kept: run the same pull to resume", err=True
@@ -104,3 +96,20 @@ def pull(
     if not as_json:
         for name, via_taken in taken:
             click.echo(f"pulled {name} (via {via_taken})", err=True)
+
+
+def _pull(
+    models: tuple[str, ...],
+    settings: PullSettings,
+    reporter,
+    models_dir: str | None,
+    head_for: str | None,
+    store_name: str | None,
+) -> list[tuple[str, str]]:
+    """Pull the models (or convert the one head for `head_for`); (name, the way it came) for each."""
+    if head_for:
+        from ollama_spec.llama.probe import probe_model  # llama.cpp loads the converted head once
+
+        name = pull_head_model(models[0], head_for, settings, reporter, models_dir, name=store_name, verify=probe_model)
+        return [(name, "conversion")]
+    return pull_models(models, settings, reporter, models_dir)

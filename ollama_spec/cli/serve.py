@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import click
 
 from ollama_spec.cli.common import notice
+from ollama_spec.cli.flags import RunFlags, into
 from ollama_spec.cli.options import (
     ctx_option,
     loading_options,
@@ -21,6 +23,7 @@ from ollama_spec.cli.settings import Options, engine_settings, flag_layer, serve
 from ollama_spec.cli.targets import apply_preset, resolve_draft
 from ollama_spec.decoding.parameters import K, refusal
 from ollama_spec.engine.engine import Engine
+from ollama_spec.engine.pairing import DraftChoice
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.backends import discover_devices
 from ollama_spec.llama.log import set_verbose
@@ -36,6 +39,25 @@ from ollama_spec.server.core.settings import (
     DEFAULT_PORT,
     ServerSettings,
 )
+
+
+@dataclass(frozen=True)
+class ServeFlags(RunFlags):
+    host: str
+    port: int
+    api_key: str | None
+    aliases: tuple[str, ...]
+    max_queue: int
+    pairs: tuple[str, ...]
+    presets: tuple[str, ...]
+    no_draft: bool
+    keep_alive: str
+    max_loaded: int
+    max_body: int
+    origins: str
+    upstream: str | None
+    no_upstream: bool
+    parallel: int | None
 
 
 @click.command()
@@ -133,62 +155,17 @@ from ollama_spec.server.core.settings import (
 @verbose_option
 @models_dir_option
 @click.pass_context
-def serve(
-    context: click.Context,
-    target,
-    preset,
-    draft,
-    k,
-    draft_p_min,
-    ngram_size,
-    with_ngram,
-    temperature,
-    top_k,
-    top_p,
-    min_p,
-    seed,
-    repeat_penalty,
-    repeat_last_n,
-    presence_penalty,
-    frequency_penalty,
-    ctx,
-    n_gpu_layers,
-    draft_n_gpu_layers,
-    threads,
-    kv_type,
-    no_check,
-    repack,
-    flash_attn,
-    rpc,
-    tensor_split,
-    split_mode,
-    main_gpu,
-    host,
-    port,
-    api_key,
-    aliases,
-    max_queue,
-    pairs,
-    presets,
-    no_draft,
-    keep_alive,
-    max_loaded,
-    max_body,
-    origins,
-    upstream,
-    no_upstream,
-    parallel,
-    verbose,
-    models_dir,
-) -> None:
+@into(ServeFlags)
+def serve(context: click.Context, flags: ServeFlags) -> None:
     """Serve TARGET, drafted by --draft, over OpenAI's and Ollama's HTTP APIs; without TARGET, the whole store.
 
     Without TARGET, as Ollama does: /api/tags and /v1/models list every model of the store that can
     run, a model loads on its first request (which waits for it), stays for its keep_alive, and idle
     ones are unloaded, least recently used first, when a new one does not fit. Each target gets its
-    draft from --pair, --preset, its manifest's draft layer or the store's best compatible draft, and
-    its context as Ollama picks it (num_ctx, else $OLLAMA_CONTEXT_LENGTH, else 4k/32k/256k by GPU
-    memory; never above what the model was trained on; lowered until the pair fits).
+    draft from --pair, --preset, its manifest's draft layer, its own MTP layers where they pay or the
+    store's best compatible draft, and its context as Ollama picks it (num_ctx, else
+    $OLLAMA_CONTEXT_LENGTH, else 4k/32k/256k by GPU memory; never above what the model was trained on;
+    lowered until the pair fits).
 
     With TARGET (or -f), that pair loads once (after the memory check) and answers every model name.
     Routes: /v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models,
@@ -211,44 +188,59 @@ def serve(
       ollama-spec serve llama3.1:70b --draft llama3.2:1b
       ollama-spec serve llama3.1:8b -d llama3.2:1b -k 6 --ctx 8192 --served-model-name gpt-4o
       ollama-spec serve qwen2.5-coder:32b -d ngram   # draftless prompt lookup
+      ollama-spec serve --pair glm-4.5-air=mtp   # a target's own MTP (NextN) layers
       ollama-spec serve -f llama3.3-70b   # a shipped preset: target, draft and parameters
       ollama-spec serve --upstream http://127.0.0.1:11434   # in front of a running Ollama
       OLLAMA_HOST=http://127.0.0.1:8000 ollama run llama3.1:8b   # Ollama's CLI, talking to this server
     """
-    from ollama_spec.server import serve as run_server
-    from ollama_spec.server.run import bind
-
-    set_verbose(verbose)
+    set_verbose(flags.verbose)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     # the shared options go to the settings with where each came from (the command line, a -f preset, the
     # default): the rule that picks between them needs both
     options = Options.of(context)
-    if target is None:
-        state = store_state(options, models_dir)
-        sock = bind(host, port)
-        try:
-            state.upstream = daemon_upstream(upstream, no_upstream, host, sock.getsockname()[1], state)
-            run_server(state, sock)
-        finally:
-            sock.close()
-        return
+    if flags.target is None:
+        _serve_store(flags, options)
+    else:
+        _serve_pair(flags, options)
+
+
+def _serve_store(flags: ServeFlags, options: Options) -> None:
+    """The whole store, its models loaded as they are asked for."""
+    from ollama_spec.server import serve as run_server
+    from ollama_spec.server.run import bind
+
+    state = store_state(options, flags.models_dir)
+    sock = bind(flags.host, flags.port)
+    try:
+        state.upstream = daemon_upstream(flags.upstream, flags.no_upstream, flags.host, sock.getsockname()[1], state)
+        run_server(state, sock)
+    finally:
+        sock.close()
+
+
+def _serve_pair(flags: ServeFlags, options: Options) -> None:
+    """TARGET and its draft, loaded once."""
+    from ollama_spec.server import serve as run_server
+    from ollama_spec.server.run import bind
+
     for name in ("pairs", "presets", "no_draft"):
         if options[name]:
             raise click.UsageError(f"--{name.rstrip('s').replace('_', '-')} is for serve without a TARGET")
-    target_model = apply_preset(resolve_model(target, models_dir), preset)
+    target_model = apply_preset(resolve_model(flags.target, flags.models_dir), flags.preset)
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
-    draft_model = resolve_draft(draft, models_dir, target_model)
-    flags = server_settings(options)
-    settings = request_defaults(options, flags).over(target_model.params, flags)
-    sock = bind(host, port)  # before loading: a taken port fails in a second, not after a 40 GB load
+    choice = resolve_draft(flags.draft, flags.models_dir, target_model)
+    server = server_settings(options)
+    settings = request_defaults(options, server).over(target_model.params, server)
+    sock = bind(flags.host, flags.port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
-        pair = pinned_pair(target_model, draft_model, options, settings)
-        with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
+        pair = pinned_pair(target_model, choice, options, settings)
+        with Engine.load(pair.load, notice=notice) as engine:  # checked and planned once, in pinned_pair
             engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
-            state.models_dir = models_dir  # where /api/pull, /api/delete and /api/copy act
-            state.upstream = daemon_upstream(upstream, no_upstream, host, sock.getsockname()[1], state)
+            state.models_dir = flags.models_dir  # where /api/pull, /api/delete and /api/copy act
+            port = sock.getsockname()[1]
+            state.upstream = daemon_upstream(flags.upstream, flags.no_upstream, flags.host, port, state)
             run_server(state, sock)
     finally:
         sock.close()
@@ -277,16 +269,21 @@ def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: Ser
     return upstream
 
 
-def pinned_pair(target: ResolvedModel, draft: ResolvedModel | None, options: Options, settings):
-    """The pair with the loading flags and its fit: the context chosen as Ollama chooses it, lowered until
-    the pair fits, and the slots that fit (the engine loads with these and does not plan again)."""
+def pinned_pair(target: ResolvedModel, draft: DraftChoice, options: Options, settings):
+    """The pair checked (engine/load_plan), with the loading flags, the repack choice and its fit: the context
+    chosen as Ollama chooses it, lowered until the pair fits, and the slots that fit (the engine loads with
+    these and decides none of it again)."""
+    from ollama_spec.engine.load_plan import check_drafter, require_target
+    from ollama_spec.llama.canary import decide_repack
     from ollama_spec.server.pairs import PairPlan, fit_context
 
-    engine_config = engine_settings(target.params, options)
+    require_target(target)
+    model, engine_config = check_drafter(target, draft.model, engine_settings(target.params, options, draft))
     given = target.params.get("num_ctx")
     flag = options["ctx"]
     devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])
-    return fit_context(PairPlan(target.name, target, draft, "", settings, engine_config), given, devices, notes, flag)
+    pair = PairPlan(target.name, target, model, "", settings, engine_config, repack=decide_repack(engine_config.repack))
+    return fit_context(pair, given, devices, notes, flag)
 
 
 def store_state(options: Options, models_dir: str | None) -> ServerState:

@@ -22,6 +22,7 @@ from ollama_spec.decoding.parameters import SAMPLING, K, Resolved, resolve
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.decoding.proposer_table import proposer_for
 from ollama_spec.engine.engine import DEFAULT_CTX, DEFAULT_MAX_TOKENS, EngineSettings, Request
+from ollama_spec.engine.pairing import DraftChoice
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.canary import RepackDecision, decide_repack
 from ollama_spec.llama.grammar import grammar_for_json
@@ -116,8 +117,9 @@ def repack_setting(force: bool | None) -> RepackDecision:
     return decision
 
 
-def engine_settings(params: Mapping, options: Options) -> EngineSettings:
-    """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX."""
+def engine_settings(params: Mapping, options: Options, draft: DraftChoice | None = None) -> EngineSettings:
+    """The loading flags; the context defaults to the model's num_ctx, else DEFAULT_CTX. `draft`: the draft
+    chosen, where it loads with the target (its own MTP layers: DraftChoice.engine_settings)."""
     ctx = options["ctx"]
     if ctx is None and params.get("num_ctx") is not None and params["num_ctx"] < 1:
         # from the model's params layer (or a preset), not from a flag: say so, and what overrides it
@@ -125,7 +127,7 @@ def engine_settings(params: Mapping, options: Options) -> EngineSettings:
             f"the model's params set num_ctx {params['num_ctx']}, not a positive number of tokens; "
             "give --ctx to override it"
         )
-    return EngineSettings(
+    settings = EngineSettings(
         n_ctx=int(first_set(ctx, params.get("num_ctx"), DEFAULT_CTX)),
         target_gpu_layers=options["n_gpu_layers"],
         draft_gpu_layers=options["draft_n_gpu_layers"],
@@ -137,6 +139,7 @@ def engine_settings(params: Mapping, options: Options) -> EngineSettings:
         placement=placement_settings(options),
         parallel=options.values.get("parallel", 1),  # serve: None, as many as fit up to 4
     )
+    return draft.engine_settings(settings) if draft is not None else settings
 
 
 def request_settings(model: ResolvedModel, options: Options, **fields) -> Request:

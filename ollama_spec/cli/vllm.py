@@ -14,6 +14,7 @@ from ollama_spec.integrations.vllm import (
     DEFAULT_HOST,
     DEFAULT_K,
     DEFAULT_PORT,
+    VllmCommand,
     VllmSettings,
     build_command,
     exec_vllm,
@@ -31,7 +32,7 @@ from ollama_spec.integrations.vllm_repos import to_hf
     "override them. Its SYSTEM and sampling PARAMETERs are not `vllm serve` options: a client "
     "sends them with each request."
 )
-@draft_option(names="an Ollama name or a Hugging Face org/name", auto=False, ngram=False, required=True)
+@draft_option(names="an Ollama name or a Hugging Face org/name", auto=False, ngram=False, mtp=False, required=True)
 @click.option(
     "-k",
     "--num-speculative-tokens",
@@ -92,6 +93,31 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
       ollama-spec vllm qwen2.5-coder:32b -d qwen2.5-coder:0.5b -k 4 --run
       ollama-spec vllm hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4 -d llama3.2:1b --json
     """
+    settings = _settings(draft, k, tp, draft_tp, host, port, vllm_args, preset)
+    command = build_command(to_hf(target), to_hf(draft), settings)
+    if preset and preset.system is not None:
+        click.echo(
+            f"note: {preset.path.name}: SYSTEM is not a `vllm serve` option; a client sends the system "
+            "message with each request",
+            err=True,
+        )
+    needs = f"needs vLLM >= {version_text(command.min_version)}"
+    if run:
+        launcher = ready_launcher(command.min_version)
+        _notes(command)
+        click.echo(f"starting: {command.shell}", err=True)
+        exec_vllm(command, launcher)
+    if as_json:
+        echo_json(_command_json(command))
+        return
+    click.echo(f"# {needs}; vLLM serves the OpenAI API at {command.url}", err=True)
+    _notes(command)
+    click.echo(command.shell)
+    click.echo(f"# measure it: {command.bench}", err=True)
+
+
+def _settings(draft: str, k: int | None, tp: int, draft_tp: int | None, host: str, port: int, vllm_args: str, preset):
+    """The flags as VllmSettings; a draft vLLM cannot take refused, -k auto made the fixed default (said)."""
     if is_auto(draft) or named_source(draft) is not None:
         raise InvalidSetting(
             f"--draft {draft.lower()} is ollama-spec's own; vLLM needs a draft model by name (e.g. --draft llama3.2:1b)"
@@ -108,43 +134,25 @@ def vllm(target, preset, draft, k, tp, draft_tp, host, port, vllm_args, run, as_
     except ValueError as exc:
         raise InvalidSetting(f"--vllm-args: {exc}") from None
     max_model_len = preset.parameters.get("num_ctx") if preset else None
-    settings = VllmSettings(
+    return VllmSettings(
         k=k, tp=tp, draft_tp=draft_tp, host=host, port=port, max_model_len=max_model_len, extra_args=extra_args
     )
-    command = build_command(to_hf(target), to_hf(draft), settings)
-    if preset and preset.system is not None:
-        click.echo(
-            f"note: {preset.path.name}: SYSTEM is not a `vllm serve` option; a client sends the system "
-            "message with each request",
-            err=True,
-        )
-    needs = f"needs vLLM >= {version_text(command.min_version)}"
-    if run:
-        launcher = ready_launcher(command.min_version)
-        _notes(command)
-        click.echo(f"starting: {command.shell}", err=True)
-        exec_vllm(command, launcher)
-    if as_json:
-        echo_json(
-            {
-                "target": {"name": command.target.name, "repo": command.target.repo},
-                "draft": {"name": command.draft.name, "repo": command.draft.repo},
-                "command": command.shell,
-                "argv": list(command.argv),
-                "speculative_config": command.speculative_config,
-                "min_vllm_version": version_text(command.min_version),
-                "url": command.url,
-                "served_model_name": command.served_name,
-                "bench": command.bench,
-                "notes": list(command.notes),
-                "warnings": list(command.warnings),
-            }
-        )
-        return
-    click.echo(f"# {needs}; vLLM serves the OpenAI API at {command.url}", err=True)
-    _notes(command)
-    click.echo(command.shell)
-    click.echo(f"# measure it: {command.bench}", err=True)
+
+
+def _command_json(command: VllmCommand) -> dict:
+    return {
+        "target": {"name": command.target.name, "repo": command.target.repo},
+        "draft": {"name": command.draft.name, "repo": command.draft.repo},
+        "command": command.shell,
+        "argv": list(command.argv),
+        "speculative_config": command.speculative_config,
+        "min_vllm_version": version_text(command.min_version),
+        "url": command.url,
+        "served_model_name": command.served_name,
+        "bench": command.bench,
+        "notes": list(command.notes),
+        "warnings": list(command.warnings),
+    }
 
 
 def _notes(command) -> None:

@@ -204,72 +204,119 @@ def generate_steps(
     many alternatives), each token carries its log-probability under the target, from the verify
     row that chose it.
     """
+    stats, policy, proposer, seq = _started(target, draft, prompt, speculation, stats, policy)
+    rng = np.random.default_rng(sampling.seed)
+    if prompt_chunk:
+        while len(seq) - 1 - target.n_past > prompt_chunk:  # the last piece is the first step's
+            yield Eval(target, seq[target.n_past : target.n_past + prompt_chunk])
+    first, clock = True, time.perf_counter
+    while (room := target.n_ctx - len(seq)) >= 0:  # the batch caches what the target lacks of seq, and the drafts
+        start = clock()
+        drafted, draft_probs = yield from _proposal(
+            None if first else proposer, policy, seq, room, sampling, rng, grammar
+        )
+        middle = clock()
+        if stats.batches is not None:
+            stats.batches.append((target.n_past, len(seq) - target.n_past + len(drafted)))
+        logits = yield Eval(target, [*seq[target.n_past :], *drafted], len(drafted) + 1)
+        logits, n_accepted, next_token = _verdict(logits, seq, drafted, draft_probs, sampling, grammar, logprobs, rng)
+        _record(stats, policy, proposer, first, len(drafted), n_accepted, middle - start, clock() - middle)
+        first, emitted = False, [*drafted[:n_accepted], next_token]
+        if grammar is not None:
+            _advance(grammar, emitted)
+        seq += emitted
+        target.truncate(len(seq) - 1)  # roll back to the accepted prefix: seq[:-1] stays the cached part
+        if proposer is not None:
+            proposer.accepted(seq)
+        stats.generated += n_accepted + 1
+        for row, token in enumerate(emitted):
+            yield _token(token, row < n_accepted, logits[row], logprobs)
+
+
+def _started(
+    target: Model,
+    draft: Model | Proposer | None,
+    prompt: Sequence[int],
+    speculation: SpeculationSettings,
+    stats: SpeculationStats | None,
+    policy: KPolicy | None,
+) -> tuple[SpeculationStats, KPolicy, Proposer | None, list[int]]:
+    """A generation's statistics, K policy, proposer and text, the caches cut back to what they share
+    with the prompt."""
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
         policy = FixedK(speculation.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
     proposer = (
         draft if draft is None or isinstance(draft, Proposer) else speculation.proposer_over(draft, target.n_vocab)
     )
-    rng = np.random.default_rng(sampling.seed)
     seq = list(prompt)
     stats.prompt_cached = keep_common_prefix(target, seq)
     if proposer is not None:
         proposer.reset(seq)
-    if prompt_chunk:
-        while len(seq) - 1 - target.n_past > prompt_chunk:  # the last piece is the first step's
-            yield Eval(target, seq[target.n_past : target.n_past + prompt_chunk])
-    reading_prompt = True
-    clock = time.perf_counter
-    while True:
-        room = target.n_ctx - len(seq)  # the batch caches what the target lacks of seq, and k drafts
-        if room < 0:
-            return  # context full: the caller reports it
-        chosen = policy.next_k() if proposer is not None and not reading_prompt else 0
-        k = min(chosen, room)
-        start = clock()
-        if k == 0 and not reading_prompt and proposer is not None:  # no draft step: a lookup worth it at K=0?
-            drafted, draft_probs = proposer.lookup(seq, min(FREE_LOOKUP_TOKENS, room), policy.lookup_worth), None
-        elif k > 0:
-            drafted, draft_probs = yield from proposer.propose_steps(
-                seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing
-            )
-        else:
-            drafted, draft_probs = [], None
-        middle = clock()
-        if stats.batches is not None:
-            stats.batches.append((target.n_past, len(seq) - target.n_past + len(drafted)))
-        logits = yield Eval(target, [*seq[target.n_past :], *drafted], len(drafted) + 1)
-        if sampling.penalties.active:
-            logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
-        if grammar is not None:  # greedy skips masking rows whose best token is allowed, unless logprobs read them
-            logits = masked_rows(grammar, drafted, logits, greedy=sampling.greedy and logprobs is None)
-        if sampling.greedy:
-            n_accepted, next_token = verify_greedy(drafted, logits)
-        else:
-            target_probs = np.stack([logits_to_probs(row, sampling) for row in logits])
-            n_accepted, next_token = verify_rejection(drafted, draft_probs, target_probs, rng)
-        end = clock()
-        if reading_prompt:  # a target pass, but no draft-verify step: its time is the prompt's
-            stats.record(0, 0)
-        else:
-            stats.draft_seconds += middle - start
-            stats.verify_seconds += end - middle
-            source = proposer.source if proposer is not None else None
-            stats.record(len(drafted), n_accepted, len(drafted) if proposer is not None else None, source)
-            policy.observe(len(drafted), n_accepted, middle - start, end - middle, lookup=is_lookup(source))
-        reading_prompt = False
+    return stats, policy, proposer, seq
 
-        if grammar is not None:
-            _advance(grammar, [*drafted[:n_accepted], next_token])
 
-        # Roll back to the accepted prefix: seq[:-1] stays the cached part.
-        seq += [*drafted[:n_accepted], next_token]
-        target.truncate(len(seq) - 1)
-        if proposer is not None:
-            proposer.accepted(seq)
-        stats.generated += n_accepted + 1
-        for row, token in enumerate([*drafted[:n_accepted], next_token]):
-            yield _token(token, row < n_accepted, logits[row], logprobs)
+def _proposal(
+    proposer: Proposer | None,
+    policy: KPolicy,
+    seq: list[int],
+    room: int,
+    sampling: SamplingSettings,
+    rng: np.random.Generator,
+    grammar: TokenGrammar | None,
+) -> Generator[Eval, np.ndarray, tuple[list[int], np.ndarray | None]]:
+    """A step's draft tokens and their distributions (None: one-hot, or none drafted), as steps: K as
+    the policy says, at most `room`; at K=0, a lookup where one pays (it costs no draft step)."""
+    if proposer is None:
+        return [], None
+    k = min(policy.next_k(), room)
+    if k == 0:
+        return proposer.lookup(seq, min(FREE_LOOKUP_TOKENS, room), policy.lookup_worth), None
+    return (yield from proposer.propose_steps(seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing))
+
+
+def _verdict(
+    logits: np.ndarray,
+    seq: list[int],
+    drafted: list[int],
+    draft_probs: np.ndarray | None,
+    sampling: SamplingSettings,
+    grammar: TokenGrammar | None,
+    logprobs: int | None,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, int, int]:
+    """The target's verify rows as verification reads them (penalties, then the grammar's mask), how
+    many drafts they accept, and the token the target adds after those."""
+    if sampling.penalties.active:
+        logits = adjusted_rows(logits, seq, drafted, sampling.penalties)
+    if grammar is not None:  # greedy skips masking rows whose best token is allowed, unless logprobs read them
+        logits = masked_rows(grammar, drafted, logits, greedy=sampling.greedy and logprobs is None)
+    if sampling.greedy:
+        return (logits, *verify_greedy(drafted, logits))
+    target_probs = np.stack([logits_to_probs(row, sampling) for row in logits])
+    return (logits, *verify_rejection(drafted, draft_probs, target_probs, rng))
+
+
+def _record(
+    stats: SpeculationStats,
+    policy: KPolicy,
+    proposer: Proposer | None,
+    first: bool,
+    n_drafted: int,
+    n_accepted: int,
+    draft_s: float,
+    verify_s: float,
+) -> None:
+    """A step in the statistics and for the K policy; the first, a target pass but no draft-verify
+    step, counts as a step only (its time is the prompt's)."""
+    if first:
+        stats.record(0, 0)
+        return
+    stats.draft_seconds += draft_s
+    stats.verify_seconds += verify_s
+    source = proposer.source if proposer is not None else None
+    stats.record(n_drafted, n_accepted, n_drafted if proposer is not None else None, source)
+    policy.observe(n_drafted, n_accepted, draft_s, verify_s, lookup=is_lookup(source))
 
 
 def _token(token: int, from_draft: bool, row: np.ndarray, logprobs: int | None) -> Token:

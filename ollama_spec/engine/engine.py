@@ -7,28 +7,33 @@ The Engine is the one face the CLI, the server and the benchmark hold; prompt bu
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
-from ollama_spec.decoding.proposer_table import build_proposer
+from ollama_spec.decoding.proposer_table import build_proposer, head_source
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
 from ollama_spec.engine.generation import Generation
+from ollama_spec.engine.load_plan import (  # noqa: F401 - callers take them from here
+    AUTO_PARALLEL,
+    DEFAULT_CTX,
+    EngineSettings,
+    LoadPlan,
+    pair_facts,
+    plan_pair,
+    slot_choices,
+)
+from ollama_spec.engine.mtp_default import keep_mtp_where_it_pays
 from ollama_spec.engine.near_ties import NEAR_TIE_LOGITS, first_difference  # noqa: F401 - callers take them from here
 from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
 from ollama_spec.engine.slots import SlotPool
 from ollama_spec.engine.step_loop import Sink, StepLoop, Ticket
-from ollama_spec.errors import InvalidSetting
-from ollama_spec.llama import backends
-from ollama_spec.llama.backends import llama_cpp_knows
-from ollama_spec.llama.canary import decide_repack
 from ollama_spec.llama.eagle3 import Eagle3Head
 from ollama_spec.llama.grammar import Grammar
 from ollama_spec.llama.head_sequences import HeadCalibration, HeadSlots
@@ -36,88 +41,11 @@ from ollama_spec.llama.load_params import choose_flash_attention
 from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.llama.mtp import MtpHead
 from ollama_spec.llama.passes import piece_size
-from ollama_spec.llama.rpc import remote_devices
-from ollama_spec.models.architectures import is_hybrid, is_recurrent, takes_window_cache
-from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides, require_compatible
-from ollama_spec.models.gguf_info import read_model_info
-from ollama_spec.models.heads import is_head
+from ollama_spec.models.architectures import takes_window_cache
+from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides
 from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.models.usable import require_usable
-from ollama_spec.planning.context import ContextChoice
-from ollama_spec.planning.fit import Fit, PairFacts, fit_pair
 from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.messages import ChatMessage
-
-DEFAULT_CTX = 4096
-AUTO_PARALLEL = 4  # as llama-server's and Ollama's defaults go: more slots than clients cost only memory
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    n_ctx: int = DEFAULT_CTX
-    target_gpu_layers: int | None = None  # None: all, or what the memory plan says fits
-    draft_gpu_layers: int = -1
-    n_threads: int | None = None
-    kv_type: str = "f16"
-    memory_check: bool = True
-    repack: bool | None = None  # llama.cpp's repacked CPU weights; None: canary.decide_repack chooses
-    flash_attention: str = "auto"  # "on", "off", or "auto": off on a CPU, llama.cpp's choice on a GPU
-    placement: Placement = Placement()  # the target's RPC servers and GPU split; the draft stays local
-    # Slots: requests that run together, each its own sequence of n_ctx tokens in both caches
-    # (serve --parallel); None: as many as the memory plan fits, up to AUTO_PARALLEL
-    parallel: int | None = 1
-    # An EAGLE-3 head's GGUF: it drafts for the target (in place of a draft model), reading its hidden states
-    head: Path | None = None
-    # Draft with the target's own MTP (NextN) layers (llama/mtp.py), in place of a draft model
-    mtp: bool = False
-
-    def __post_init__(self) -> None:
-        if self.n_ctx < 1:
-            raise InvalidSetting(f"--ctx must be a positive number of tokens, got {self.n_ctx}")
-        if self.parallel is not None and self.parallel < 1:
-            raise InvalidSetting(f"--parallel must be at least 1, got {self.parallel}")
-
-
-def slot_choices(target: ResolvedModel, settings: EngineSettings) -> list[int]:
-    """The slot counts to try, most first: --parallel, else AUTO_PARALLEL down to 1; one for a recurrent
-    target (its state cannot be cut back per sequence as a KV cache can)."""
-    if is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture):
-        return [1]
-    return [settings.parallel] if settings.parallel else list(range(AUTO_PARALLEL, 0, -1))
-
-
-def as_head(draft: ResolvedModel | None, settings: EngineSettings) -> tuple[ResolvedModel | None, EngineSettings]:
-    """A draft whose GGUF is an EAGLE-3 head (named by --draft, --pair, a preset's DRAFT or auto) drafts as the
-    head (EngineSettings.head), not as a draft model: the draft model to load, and the settings."""
-    if draft is None or not draft.info.is_eagle3_head:
-        return draft, settings
-    if settings.head is not None:
-        raise InvalidSetting(f"{draft.name} is an EAGLE-3 head and another head is set: choose one")
-    return None, replace(settings, head=draft.path)
-
-
-def pair_facts(
-    target: ResolvedModel,
-    draft: ResolvedModel | None,
-    settings: EngineSettings,
-    repack: bool | None = None,
-    placement: Placement | None = None,
-) -> PairFacts:
-    """What the memory plan reads of this pair as these settings load it (planning/fit.py decides the fit)."""
-    placement = settings.placement if placement is None else placement
-    # an EAGLE-3 head is planned as a draft model of one layer is, with the rows its target captures for it
-    drafter = draft.loaded_info if draft else read_model_info(settings.head) if settings.head else None
-    return PairFacts(
-        target.loaded_info,
-        drafter,
-        settings.kv_type,
-        repack=decide_repack(settings.repack).enabled if repack is None else repack,
-        features=backends.cpu_features(),
-        flash_attention=None if settings.flash_attention == "auto" else settings.flash_attention == "on",
-        tensor_split=placement.tensor_split,
-        remote=tuple(remote_devices(placement.rpc_servers)),
-        main_device=placement.main_device,
-    )
 
 
 class Engine:
@@ -129,46 +57,30 @@ class Engine:
         draft: ResolvedModel | None = None,
         settings: EngineSettings = EngineSettings(),
         notice: Callable[[str], None] = lambda text: None,
-        fit: Fit | None = None,
     ):
-        """`fit`: the context, slots and memory plan decided before (the server's); None: decided here, for
-        this machine as it is now (the CLI)."""
-        if draft is not None and settings.head is None and is_head(draft.info):
-            # a head named as the draft (--draft, a pair, a preset, the store's pick) drafts as a head
-            require_compatible(target.name, target.info, draft.name, draft.info)
-            draft, settings = None, replace(settings, head=draft.path)
+        """Check the pair and plan it for this machine as it is now (load_plan.plan_pair), then load it: the
+        CLI's way. A plan made before (the server's) loads with `Engine.load`."""
+        self._open(plan_pair(target, draft, settings, notice=notice), notice)
+
+    @classmethod
+    def load(cls, plan: LoadPlan, notice: Callable[[str], None] = lambda text: None) -> Engine:
+        """Load a pair checked and planned before (load_plan.py): the engine decides none of it again."""
+        engine = cls.__new__(cls)
+        engine._open(plan, notice)
+        return engine
+
+    def _open(self, plan: LoadPlan, notice: Callable[[str], None]) -> None:
+        target, draft, settings = plan.target, plan.draft, plan.settings
         self.target_model, self.draft_model, self.settings = target, draft, settings
         self.notice = notice  # what a user should hear about while it happens (a calibration's pause)
-        require_usable(target.name, target.info, "target", llama_cpp_knows)
-        if settings.head is not None and draft is not None:
-            raise InvalidSetting("a draft model and an EAGLE-3 head cannot both draft: choose one")
-        if settings.mtp and (draft is not None or settings.head is not None):
-            raise InvalidSetting("the target's MTP layers draft alone: leave out the draft model or head")
-        if (settings.head is not None or settings.mtp) and (
-            is_recurrent(target.info.architecture) or is_hybrid(target.info.architecture)
-        ):
-            drafter = "an EAGLE-3 head" if settings.head is not None else "its MTP layers"
-            raise InvalidSetting(
-                f"{target.name} is a recurrent or hybrid model: its cache cannot be cut back after each "
-                f"step, so {drafter} cannot draft for it"
-            )
-        if draft is not None:
-            require_usable(draft.name, draft.info, "draft", llama_cpp_knows)
-            require_compatible(target.name, target.info, draft.name, draft.info)
-        draft, settings = as_head(draft, settings)
-        self.settings = settings
+        self.repack, self.placement = plan.repack, settings.placement
+        self.slots, memory = plan.fit.slots, plan.fit.plan
         target_gpu_layers = settings.target_gpu_layers
-        self.repack = decide_repack(settings.repack)
-        self.placement = settings.placement
-        fit = fit or self._fit(target, draft)
-        self.slots, plan = fit.slots, fit.plan
-        if fit.n_ctx != settings.n_ctx:
-            self.settings = settings = replace(settings, n_ctx=fit.n_ctx)
-        if plan is not None:
-            if target_gpu_layers is None and plan.gpu_layers is not None:
-                target_gpu_layers = plan.gpu_layers  # a partial offload when only that fits
-            if plan.tensor_split and not self.placement.tensor_split:  # the draft-aware split, not llama.cpp's
-                self.placement = replace(self.placement, tensor_split=plan.tensor_split)
+        if memory is not None:
+            if target_gpu_layers is None and memory.gpu_layers is not None:
+                target_gpu_layers = memory.gpu_layers  # a partial offload when only that fits
+            if memory.tensor_split and not self.placement.tensor_split:  # the draft-aware split, not llama.cpp's
+                self.placement = replace(self.placement, tensor_split=memory.tensor_split)
         self.flash_attention = choose_flash_attention(
             settings.flash_attention,
             settings.kv_type,
@@ -176,8 +88,10 @@ class Engine:
             self.slots,
         )
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
-        self.target = self._load(
+        self.target = _load_model(
             target,
+            plan,
+            self.flash_attention,
             -1 if target_gpu_layers is None else target_gpu_layers,
             self.placement,
             window_cache=takes_window_cache(target.info.architecture),
@@ -187,7 +101,7 @@ class Engine:
         self.draft = self.head = None
         try:
             if draft is not None:
-                self.draft = self._load(draft, settings.draft_gpu_layers)
+                self.draft = _load_model(draft, plan, self.flash_attention, settings.draft_gpu_layers)
             if settings.head is not None:
                 self.head = Eagle3Head(settings.head, self.target, n_gpu_layers=settings.draft_gpu_layers)
             if settings.mtp:  # the protocol is a head's: it drafts through the same proposers
@@ -199,6 +113,8 @@ class Engine:
         # inside the verify batches' timings
         drafter = HeadCalibration(self.head) if self.head is not None else self.draft
         self.costs = LearnedCosts(self.target, drafter, settings.placement, notice)  # as asked: see its key
+        if settings.mtp and settings.mtp_where_it_pays:
+            keep_mtp_where_it_pays(self)
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
         if self.head is not None:  # a slot's prefix in host RAM keeps the head's cache too
@@ -206,51 +122,12 @@ class Engine:
         self.pool = SlotPool(loaded, self.slots)
         self.loop = StepLoop(self)  # requests run together: one thread owns the slots and every pass
 
-    def _fit(self, target: ResolvedModel, draft: ResolvedModel | None) -> Fit:
-        """The most slots that fit at the asked context (each holds n_ctx tokens of both models) on this
-        machine now; without the memory check, the first slot count asked."""
-        asked = slot_choices(target, self.settings)
-        if not self.settings.memory_check:
-            return Fit(self.settings.n_ctx, asked[0])
-        devices, notes = backends.discover_devices()
-        facts = pair_facts(target, draft, self.settings, self.repack.enabled, self.placement)
-        return fit_pair(facts, ContextChoice(self.settings.n_ctx, False, "asked"), asked, devices, notes)
-
-    def _load(
-        self,
-        model: ResolvedModel,
-        gpu_layers: int,
-        placement: Placement = Placement(),
-        *,
-        window_cache: bool = False,
-        isolated_rows: bool = False,  # the target's: its rows are the answer (llama/passes.py)
-        load_mtp: bool = False,
-    ) -> LoadedModel:
-        return LoadedModel(
-            model.path,
-            LoadSettings(
-                n_ctx=self.settings.n_ctx,
-                n_gpu_layers=gpu_layers,
-                n_threads=self.settings.n_threads,
-                kv_overrides=load_kv_overrides(model.info),
-                kv_type=self.settings.kv_type,
-                use_extra_bufts=self.repack.enabled,
-                flash_attention=self.flash_attention,
-                placement=placement,
-                lora_adapters=model.adapter_paths,
-                window_cache=window_cache,
-                isolated_rows=isolated_rows,
-                load_mtp=load_mtp,
-                n_seq=self.slots,
-            ),
-        )
-
     def proposer(self, speculation: SpeculationSettings, slot: int = 0) -> Proposer | None:
         """Who proposes tokens for this request: the proposer its settings name, over slot `slot` of
         the draft model, or nobody (one that needs a draft model, and none is loaded)."""
         if self.head is not None:  # the head drafts where a draft model would
             return build_proposer(
-                speculation.proposer,
+                head_source(speculation.proposer, self.settings.mtp),
                 self.head.sequence(slot),
                 self.target.n_vocab,
                 draft_p_min=speculation.draft_p_min,
@@ -373,3 +250,36 @@ class Engine:
         if self.slots > 1:  # a long prompt is read a pass's piece at a time, beside the other slots' steps
             generation.prompt_chunk = piece_size(self.target.n_batch, self.slots)
         return generation
+
+
+def _load_model(
+    model: ResolvedModel,
+    plan: LoadPlan,
+    flash_attention: str,
+    gpu_layers: int,
+    placement: Placement = Placement(),
+    *,
+    window_cache: bool = False,
+    isolated_rows: bool = False,  # the target's: its rows are the answer (llama/passes.py)
+    load_mtp: bool = False,
+) -> LoadedModel:
+    """One model of the pair, loaded with the plan's context, slots and repack choice."""
+    settings = plan.settings
+    return LoadedModel(
+        model.path,
+        LoadSettings(
+            n_ctx=settings.n_ctx,
+            n_gpu_layers=gpu_layers,
+            n_threads=settings.n_threads,
+            kv_overrides=load_kv_overrides(model.info),
+            kv_type=settings.kv_type,
+            use_extra_bufts=plan.repack.enabled,
+            flash_attention=flash_attention,
+            placement=placement,
+            lora_adapters=model.adapter_paths,
+            window_cache=window_cache,
+            isolated_rows=isolated_rows,
+            load_mtp=load_mtp,
+            n_seq=plan.fit.slots,
+        ),
+    )

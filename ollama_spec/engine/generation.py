@@ -43,6 +43,8 @@ class Generation:
         self.prompt_chunk: int | None = None  # the most prompt tokens an evaluation reads (step_loop.py)
         self.shared = False  # some of its steps ran beside other requests' (step_loop.py)
         self.policy = None  # its K policy, once it runs (the step loop sets a shared step's K on it)
+        self._grammar: Grammar | None = None  # its output grammar, once it runs
+        self._token_piece = target.token_piece  # looked up once: a SequenceView finds it through __getattr__
         if request.trace_batches:
             self.result.speculation.batches = []
 
@@ -58,35 +60,12 @@ class Generation:
         """The generation as steps (decoding/evals.py): each evaluation yielded as an `Eval` for the
         driver to run (alone, or in one pass with other requests': engine/step_loop.py), and each
         piece of text (a `Run` with `runs`) as it is accepted."""
-        target, request, result, proposer = self.target, self.request, self.result, self.proposer
         start = time.perf_counter()
-        prompt = self.prompt()
-        result.prompt_tokens = len(prompt)
-        if not prompt:  # a raw empty prompt to a model that adds no BOS token: nothing to continue
-            raise InvalidSetting("the prompt is empty: give some text for the model to continue")
-        if len(prompt) >= target.n_ctx:
-            raise InvalidSetting(
-                f"the prompt is {len(prompt)} tokens but the context holds {target.n_ctx}; raise --ctx or shorten it"
-            )
-        stream = TextStream(request.stop)
-        policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
-        self.policy = policy
-        grammar = Grammar.for_model(target, request.grammar, self.stop) if request.grammar else None
-        tokens = generate_steps(
-            target,
-            proposer,
-            prompt,
-            request.sampling,
-            request.speculation,
-            result.speculation,
-            policy,
-            grammar,
-            request.logprobs,
-            self.prompt_chunk,
-        )
-        result.finish_reason = "context"
-        rows = None
+        tokens = self._token_steps(self._checked_prompt())
+        stream = TextStream(self.request.stop)
+        self.result.finish_reason = "context"
         try:
+            rows = None
             while True:
                 try:
                     token = tokens.send(rows)
@@ -96,43 +75,97 @@ class Generation:
                 if isinstance(token, Eval):
                     rows = yield token  # the driver runs it and sends its rows back, on to the steps
                     continue
-                if not result.tokens:
-                    result.first_token_seconds = time.perf_counter() - start
-                if not request.ignore_eos and self.end_of_turn(token.id):
-                    result.finish_reason = "stop"
+                text, ended = self._text(token, stream, runs, start)
+                if text:
+                    yield from text if runs else (text,)
+                if ended:
                     break
-                result.tokens.append(token.id)
-                if request.logprobs is not None:
-                    result.scored.append(token)
-                piece, special = target.token_piece(token.id)
-                if runs:
-                    for run in stream.push_runs(piece, special=special, drafted=token.from_draft):
-                        _add_run(result, run)
-                        yield run
-                elif text := stream.push(piece, special=special):
-                    result.text += text
-                    yield text
-                if stream.stopped:
-                    result.finish_reason = "stop"
-                    break
-                if len(result.tokens) >= request.max_tokens:
-                    result.finish_reason = "length"
-                    break
-            if runs:
-                for run in stream.finish_runs():
-                    _add_run(result, run)
-                    yield run
-            elif text := stream.finish():
-                result.text += text
-                yield text
+            for piece in stream.finish_runs() if runs else (stream.finish(),):
+                if piece:
+                    self._add(piece, runs)
+                    yield piece
         finally:
-            tokens.close()
-            result.speculation.keep(len(result.tokens))  # count only the drafts the answer kept
-            if grammar is not None:
-                grammar.close()
-            # a request that shared its steps with others timed them whole: not what its own steps cost
-            self.costs.keep_learned(request.speculation, policy, shared=self.shared)
-            result.total_seconds = time.perf_counter() - start
+            self._ended(tokens, start)
+
+    def _checked_prompt(self) -> list[int]:
+        prompt = self.prompt()
+        self.result.prompt_tokens = len(prompt)
+        if not prompt:  # a raw empty prompt to a model that adds no BOS token: nothing to continue
+            raise InvalidSetting("the prompt is empty: give some text for the model to continue")
+        if len(prompt) >= self.target.n_ctx:
+            raise InvalidSetting(
+                f"the prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}; raise --ctx or shorten it"
+            )
+        return prompt
+
+    def _token_steps(self, prompt: list[int]) -> Generator:
+        """The decoding loop's steps for this request, with its K policy and output grammar."""
+        request, proposer = self.request, self.proposer
+        self.policy = self.costs.k_policy(request.speculation, request.sampling) if proposer is not None else None
+        self._grammar = _grammar(self.target, request, self.stop)
+        return generate_steps(
+            self.target,
+            proposer,
+            prompt,
+            request.sampling,
+            request.speculation,
+            self.result.speculation,
+            self.policy,
+            self._grammar,
+            request.logprobs,
+            self.prompt_chunk,
+        )
+
+    def _text(self, token: Token, stream: TextStream, runs: bool, start: float) -> tuple[list[Run] | str, bool]:
+        """A token's text as it may be shown now (runs with `runs`, else a string; empty while held
+        back), kept in the result, and whether the answer ends with it (its `finish_reason` then set):
+        at the end of the turn (the token itself not kept), a stop string or max_tokens."""
+        request, result = self.request, self.result
+        if not result.tokens:
+            result.first_token_seconds = time.perf_counter() - start
+        if not request.ignore_eos and self.end_of_turn(token.id):
+            result.finish_reason = "stop"
+            return "", True
+        result.tokens.append(token.id)
+        if request.logprobs is not None:
+            result.scored.append(token)
+        piece, special = self._token_piece(token.id)
+        if runs:
+            text = stream.push_runs(piece, special=special, drafted=token.from_draft)
+            for run in text:
+                self._add(run, runs)
+        elif text := stream.push(piece, special=special):
+            self._add(text, runs)
+        if stream.stopped:
+            result.finish_reason = "stop"
+        elif len(result.tokens) >= request.max_tokens:
+            result.finish_reason = "length"
+        return text, stream.stopped or len(result.tokens) >= request.max_tokens
+
+    def _add(self, piece: Run | str, runs: bool) -> None:
+        if runs:
+            _add_run(self.result, piece)
+        else:
+            self.result.text += piece
+
+    def _ended(self, tokens: Generator, start: float) -> None:
+        """The generation's end, however it came: statistics kept, grammar closed, costs learned."""
+        tokens.close()
+        result = self.result
+        result.speculation.keep(len(result.tokens))  # count only the drafts the answer kept
+        if self._grammar is not None:
+            self._grammar.close()
+        # a request that shared its steps with others timed them whole: not what its own steps cost
+        self.costs.keep_learned(self.request.speculation, self.policy, shared=self.shared)
+        result.total_seconds = time.perf_counter() - start
+
+
+def _grammar(target: LoadedModel, request: Request, stop: Callable[[], bool] | None) -> Grammar | None:
+    """The generation's own output grammar: a start of the one compiled when its request was checked, else
+    compiled now."""
+    if request.compiled_grammar is not None:
+        return request.compiled_grammar.started(stop)
+    return Grammar.for_model(target, request.grammar, stop) if request.grammar else None
 
 
 def _add_run(result: Result, run: Run) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, Token
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.prompting.messages import ChatMessage
+
+if TYPE_CHECKING:
+    from ollama_spec.llama.grammar import Grammar
 
 DEFAULT_MAX_TOKENS = 512
 
@@ -26,6 +30,8 @@ class Request:
     sampling: SamplingSettings = SamplingSettings()
     speculation: SpeculationSettings = SpeculationSettings()
     grammar: str | None = None  # GBNF the output must match (structured output: see grammar.py)
+    # `grammar` compiled when the request was checked (the server's): each generation starts a copy of it
+    compiled_grammar: Grammar | None = field(default=None, compare=False, repr=False)
     tools: tuple[dict, ...] = ()  # tools offered to the model (OpenAI's shape), rendered by its chat template
     logprobs: int | None = None  # report each token's log-probability and this many alternatives (None: off)
     think: bool | None = None  # a thinking model: think (True), answer at once (False), or its default (None)

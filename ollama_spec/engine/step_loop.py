@@ -60,10 +60,10 @@ class Pass:
 
 
 class Sink(Protocol):
-    """Where a request's answer goes, called on the loop's thread: the pieces of text (`Run`s with
-    `runs`) each step verified, in one call (each call may wake the reader's thread: once a step,
-    not once a token), each with how many of the Result's `scored` tokens it completes; then once
-    `end` (the Result is the generation's) or `fail`."""
+    """Where a request's answer goes, called on the loop's thread (just before its next pass: see
+    `StepLoop._send`): the pieces of text (`Run`s with `runs`) each step verified, in one call (each
+    call may wake the reader's thread: once a step, not once a token), each with how many of the
+    Result's `scored` tokens it completes; then once `end` (the Result is the generation's) or `fail`."""
 
     def pieces(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None: ...
     def end(self, ticket: Ticket) -> None: ...
@@ -94,6 +94,8 @@ class _Slot:
     ticket: Ticket
     steps: Iterator
     wanted: Eval | None = None
+    model: Any = None  # the loaded model `wanted` is for, and the sequence in it (`_model_of`)
+    wanted_seq: int = 0
 
 
 @dataclass
@@ -109,6 +111,8 @@ class StepLoop:
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, _Slot] = field(default_factory=dict)
+    # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
+    _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _closed: bool = False
 
@@ -161,6 +165,7 @@ class StepLoop:
             except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
                 for slot in list(self._slots.values()):
                     self._fail(slot, exc)
+            self._send()
 
     def turn(self) -> None:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
@@ -173,7 +178,8 @@ class StepLoop:
             wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
             if not wanting:
                 return
-            drafting = [slot for slot in wanting if _model_of(slot.wanted)[0] is not self.engine.target]
+            target = self.engine.target  # the others draft: a draft model's sequences, or a head's
+            drafting = [slot for slot in wanting if slot.model is not target]
             if drafting:
                 self._pass(drafting)
                 continue
@@ -232,10 +238,11 @@ class StepLoop:
 
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
-        model = _model_of(slots[0].wanted)[0]
-        items = [(seq, slot.wanted.tokens, slot.wanted.logits) for slot in slots for seq in [_model_of(slot.wanted)[1]]]
+        model = slots[0].model
+        self._send()  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
         started = time.perf_counter()
         try:
+            items = [(slot.wanted_seq, slot.wanted.tokens, slot.wanted.logits) for slot in slots]
             items = [(seq, tokens, model.rows_asked(tokens, logits, seq)) for seq, tokens, logits in items]
             rows = model.decode_many(items)
         except Exception as exc:  # noqa: BLE001 - every request in the pass fails with it
@@ -262,6 +269,8 @@ class StepLoop:
                 pieces.append((item, len(ticket.generation.result.scored)))  # its tokens' logprobs: up to there
                 item = next(steps)
             slot.wanted = item
+            if isinstance(item, Eval):
+                slot.model, slot.wanted_seq = _model_of(item)
         except StopIteration:
             slot.wanted = None
         except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
@@ -272,21 +281,30 @@ class StepLoop:
         if slot.wanted is None or ticket.cancelled:
             self._finish(slot)
 
-    @staticmethod
-    def _hand_on(ticket: Ticket, pieces: list[tuple[Any, int]]) -> None:
+    def _hand_on(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None:
         if pieces:
-            ticket.sink.pieces(ticket, pieces)
+            self._outbox.append((ticket.sink.pieces, (ticket, pieces)))
+
+    def _send(self) -> None:
+        """Make the sinks' calls of this turn, in order. Each may wake a reader's thread, which then
+        wants the GIL: made just before a pass, whose llama_decode lets go of the GIL, the reader runs
+        during it; made while this thread runs Python, the two take turns at the GIL (on the tiny pair
+        a quarter of the loop thread's time went waiting for it to come back)."""
+        if self._outbox:
+            outbox, self._outbox = self._outbox, []
+            for call, args in outbox:
+                call(*args)
 
     def _finish(self, slot: _Slot) -> None:
         self._release(slot)
         result = slot.ticket.generation.result
         if slot.ticket.cancelled:
             result.finish_reason = "cancelled"
-        slot.ticket.sink.end(slot.ticket)
+        self._outbox.append((slot.ticket.sink.end, (slot.ticket,)))
 
     def _fail(self, slot: _Slot, error: Exception) -> None:
         self._release(slot)
-        slot.ticket.sink.fail(slot.ticket, error)
+        self._outbox.append((slot.ticket.sink.fail, (slot.ticket, error)))
 
     def _release(self, slot: _Slot) -> None:
         slot.wanted = None

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ollama_spec.errors import InvalidSetting, VllmUnavailable
-from ollama_spec.integrations.vllm_repos import HfModel, check_pair
+from ollama_spec.integrations.vllm_repos import HfModel, PairCheck, check_pair
 
 DRAFT_MODEL_VERSION = (0, 15, 0)  # the first release since 0.10 whose V1 engine takes a draft model
 HETEROGENEOUS_VOCAB_VERSION = (0, 25, 0)  # `use_heterogeneous_vocab`
@@ -91,16 +91,7 @@ class VllmCommand:
 
 def build_command(target: HfModel, draft: HfModel, settings: VllmSettings = VllmSettings()) -> VllmCommand:
     """The `vllm serve` command line for the pair; refuses what vLLM would refuse after loading."""
-    if settings.k < 1:
-        raise InvalidSetting(f"-k must be at least 1, got {settings.k}")
-    if settings.tp < 1:
-        raise InvalidSetting(f"--tp must be at least 1, got {settings.tp}")
-    draft_tp = settings.tp if settings.draft_tp is None else settings.draft_tp
-    if draft_tp != settings.tp:
-        raise InvalidSetting(
-            f"vLLM runs a draft model only with the target's tensor-parallel size: --draft-tp "
-            f"{draft_tp} with --tp {settings.tp} is refused (vLLM 0.15 to 0.33); drop --draft-tp"
-        )
+    draft_tp = _draft_tp(settings)
     _check_extra_args(settings.extra_args)
     host = _bare_host(settings.host)
     pair = check_pair(target, draft)
@@ -111,25 +102,9 @@ def build_command(target: HfModel, draft: HfModel, settings: VllmSettings = Vllm
         "draft_tensor_parallel_size": draft_tp,
     }
     min_version = DRAFT_MODEL_VERSION
-    notes = [*target.notes, *draft.notes]
     if not pair.same_vocab_size:
         config["use_heterogeneous_vocab"] = True
         min_version = HETEROGENEOUS_VOCAB_VERSION
-        notes.append(
-            f"the vocabularies are the same but config.json pads them differently ({target.vocab_size:,} "
-            f"vs {draft.vocab_size:,}): use_heterogeneous_vocab maps the shared tokens, and vLLM then "
-            "drafts greedily (still exact)"
-        )
-    elif not pair.known:
-        notes.append("vLLM checks that the two vocabularies match when it loads them")
-    gated = sorted({m.repo.split("/")[0] for m in (target, draft) if m.gated})
-    if gated:
-        notes.append(
-            f"{', '.join(gated)} repositories are gated: accept the license on huggingface.co and set HF_TOKEN"
-        )
-    weights = _weights_note(target, draft, settings.tp)
-    if weights:
-        notes.append(weights)
     given = _flags(settings.extra_args)
     max_model_len = (
         (_MAX_MODEL_LEN, str(settings.max_model_len))
@@ -152,17 +127,55 @@ def build_command(target: HfModel, draft: HfModel, settings: VllmSettings = Vllm
         *settings.extra_args,
     )
     served = _served_name(settings.extra_args) or target.repo
+    notes = _notes(target, draft, pair, settings.tp)
     return VllmCommand(
         target,
         draft,
         config,
         argv,
         min_version,
-        tuple(notes),
+        notes,
         _url(host, settings.port),
         served,
         _warnings(target, draft, settings.k),
     )
+
+
+def _draft_tp(settings: VllmSettings) -> int:
+    """The draft's tensor-parallel size; InvalidSetting for a K, a --tp or a --draft-tp vLLM refuses."""
+    if settings.k < 1:
+        raise InvalidSetting(f"-k must be at least 1, got {settings.k}")
+    if settings.tp < 1:
+        raise InvalidSetting(f"--tp must be at least 1, got {settings.tp}")
+    draft_tp = settings.tp if settings.draft_tp is None else settings.draft_tp
+    if draft_tp != settings.tp:
+        raise InvalidSetting(
+            f"vLLM runs a draft model only with the target's tensor-parallel size: --draft-tp "
+            f"{draft_tp} with --tp {settings.tp} is refused (vLLM 0.15 to 0.33); drop --draft-tp"
+        )
+    return draft_tp
+
+
+def _notes(target: HfModel, draft: HfModel, pair: PairCheck, tp: int) -> tuple[str, ...]:
+    """What the user should know before running the command: vocabularies, gated repos, the weights."""
+    notes = [*target.notes, *draft.notes]
+    if not pair.same_vocab_size:
+        notes.append(
+            f"the vocabularies are the same but config.json pads them differently ({target.vocab_size:,} "
+            f"vs {draft.vocab_size:,}): use_heterogeneous_vocab maps the shared tokens, and vLLM then "
+            "drafts greedily (still exact)"
+        )
+    elif not pair.known:
+        notes.append("vLLM checks that the two vocabularies match when it loads them")
+    gated = sorted({m.repo.split("/")[0] for m in (target, draft) if m.gated})
+    if gated:
+        notes.append(
+            f"{', '.join(gated)} repositories are gated: accept the license on huggingface.co and set HF_TOKEN"
+        )
+    weights = _weights_note(target, draft, tp)
+    if weights:
+        notes.append(weights)
+    return tuple(notes)
 
 
 def find_vllm() -> list[str] | None:

@@ -72,9 +72,11 @@ class Grammar:
         calls: GrammarCalls | None = None,
         _sampler: Any = None,
         _owner: Any = None,
+        _owns_calls: bool | None = None,
     ):
         self._vocab, self._sampler, self._owner = vocab, None, _owner  # _owner: what keeps `vocab` alive
-        self._owns_calls = _sampler is None  # a copy shares its original's calls, which end with it
+        # a copy shares its original's calls, which end with it
+        self._owns_calls = _sampler is None if _owns_calls is None else _owns_calls
         self._calls = calls if calls is not None else GrammarCalls()
         self._sampler = _sampler if _sampler is not None else new_grammar_sampler(vocab, gbnf)
 
@@ -85,6 +87,13 @@ class Grammar:
         request ended never reads a model that was unloaded. `stop`: whether the request was cancelled."""
         owner = grammar_vocab(model.model if isinstance(model, SequenceView) else model)
         return cls(owner.vocab, gbnf, calls=GrammarCalls(stop), _owner=owner)
+
+    def started(self, stop: Callable[[], bool] | None = None) -> Grammar:
+        """A grammar in this one's state with calls of its own (`stop`: whether its request was cancelled), for
+        one generation: a grammar compiled once, when its request was checked, is started by each generation
+        that follows it, and never advanced itself."""
+        sampler = llama_cpp.llama_sampler_clone(self._sampler)  # a copy of the parsed rules: no second parse
+        return Grammar(self._vocab, calls=GrammarCalls(stop), _sampler=sampler, _owner=self._owner, _owns_calls=True)
 
     def copy(self) -> Grammar:
         """An independent copy in the same state (the draft drafts under one)."""

@@ -25,7 +25,13 @@ class SequenceCache:
         self._ctx, self._memory = ctx.ctx, ctx.memory
         self._window = window  # a window cache's window (0: every position is kept)
         self._name = name
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch = batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        # the batch's arrays, each reached once: an attribute of the ctypes struct is a new pointer
+        # object at every access, six of them for every token of every pass
+        self._token, self._pos, self._logits = batch.token, batch.pos, batch.logits
+        self._seq_ids = [batch.seq_id[i] for i in range(n_batch)]
+        for i in range(n_batch):
+            batch.n_seq_id[i] = 1  # every token is in one sequence
 
     def decode(self, entries: Sequence[Entry]) -> None:
         """One llama_decode of `entries`, each after what its sequence holds; padding is cut off after."""
@@ -34,13 +40,12 @@ class SequenceCache:
             self.settle(seq)
         batch, next_pos = self._batch, {seq: len(self.tokens[seq]) for seq in seqs}
         batch.n_tokens = len(entries)
+        token, pos, logits, seq_ids = self._token, self._pos, self._logits, self._seq_ids
         for i, entry in enumerate(entries):
-            batch.token[i] = entry.token
-            batch.pos[i] = next_pos[entry.seq]
-            next_pos[entry.seq] += 1
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = entry.seq
-            batch.logits[i] = entry.logits
+            seq = entry.seq
+            token[i], logits[i], pos[i] = entry.token, entry.logits, next_pos[seq]
+            next_pos[seq] += 1
+            seq_ids[i][0] = seq
         self.unsettled |= seqs  # until `tokens` says what llama.cpp holds now
         code = llama_cpp.llama_decode(self._ctx, batch)
         if code == 1:

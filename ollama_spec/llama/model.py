@@ -13,6 +13,7 @@ logits.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +61,7 @@ class LoadedModel:
         # without flash attention, attention's own products over one row of a sequence take vec_dot
         self._min_rows = 2 if settings.flash_attention == "off" else 1
         self.pass_costs = PassCosts()  # what a pass more costs, for the passes' layout
+        self._plans = settings.n_seq > 1 and settings.isolated_rows  # passes laid out by plan_passes
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._bind_vocabulary(Vocabulary(self._model))
         window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
@@ -140,24 +142,25 @@ class LoadedModel:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
         started = time.perf_counter()
-        passes = self._passes(items)
-        rows: list[list[np.ndarray]] = [[] for _ in items]
-        for entries in passes:
+        rows: list[list[tuple[np.ndarray, int]]] = [[] for _ in items]  # each item's: (a pass's rows, which)
+        for entries in self._passes(items):
             begun = time.perf_counter()
             self._decode(entries)
-            self.pass_costs.observe(len(entries), time.perf_counter() - begun)
+            if self._plans:  # what a pass costs lays out the next passes (`_passes`); else unused
+                self.pass_costs.observe(len(entries), time.perf_counter() - begun)
             wanted = [entry for entry in entries if entry.logits]
             if wanted:
-                for row, entry in zip(self._read_logits(len(wanted)), wanted):
+                read = self._read_logits(len(wanted))
+                for index, entry in enumerate(wanted):
                     if entry.row:
-                        rows[entry.item].append(row)
+                        rows[entry.item].append((read, index))
         self.busy_seconds += time.perf_counter() - started
-        return [np.stack(item_rows) for item_rows in rows]
+        return [_together(item_rows) for item_rows in rows]
 
     def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
         """With several sequences, passes whose rows each get the kernels they get alone (passes.py);
         else (one sequence, or no room left for padding at a context's end) n_batch chunks as they come."""
-        if self.n_seq > 1 and self.settings.isolated_rows:
+        if self._plans:
             room = lambda seq: self._stream - len(self._cached[seq])
             pass_rows = self.pass_costs.pass_rows
             planned = plan_passes(items, self._piece, room, self.n_batch, pass_rows=pass_rows, min_rows=self._min_rows)
@@ -166,8 +169,10 @@ class LoadedModel:
         return chunked(items, self.n_batch)
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
-        ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
+        # through a ctypes array at the address: half the time of np.ctypeslib.as_array on the pointer
+        at = ctypes.addressof(llama_cpp.llama_get_logits(self._ctx.ctx).contents)
+        rows = (ctypes.c_float * (n_rows * self.n_vocab)).from_address(at)
+        return np.frombuffer(rows, dtype=np.float32).reshape(n_rows, self.n_vocab).copy()
 
     def close(self) -> None:
         self._cache.close()
@@ -182,3 +187,12 @@ class LoadedModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _together(rows: list[tuple[np.ndarray, int]]) -> np.ndarray:
+    """An item's rows as one array: the slice of a pass's rows where they lie together there (every
+    item of a step's pass, as a rule), else copied together."""
+    read, first = rows[0]
+    if rows[-1][0] is read and rows[-1][1] - first == len(rows) - 1:
+        return read[first : first + len(rows)]
+    return np.stack([read[index] for read, index in rows])

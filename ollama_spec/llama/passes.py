@@ -23,17 +23,14 @@ other slots, in a verify batch of any size or in a prompt read in pieces from a 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-
-import numpy as np
+from typing import NamedTuple
 
 FLASH_TILE_ROWS = 64  # ggml-cpu's GGML_FA_TILE_Q: from this many rows of a sequence, the tiled kernel
 PASS_DECAY = 0.95  # per pass: the fit follows a model's last ~20 passes
 DEFAULT_PASS_ROWS = 16.0  # before any pass was timed: a CPU's is a few rows, a GPU's far more
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):  # made for every token of every pass: a tuple costs half a frozen dataclass
     seq: int
     token: int
     logits: bool  # llama.cpp computes its row of logits
@@ -84,7 +81,7 @@ def plan_passes(
             entries += own + [Entry(seq, pad_token, False, None)] * (width - len(own))
         if sum(entry.logits for entry in entries) == 1:  # one row of logits would go through vec_dot
             spare = next(i for i, entry in enumerate(entries) if not entry.logits)
-            entries[spare] = replace(entries[spare], logits=True)
+            entries[spare] = entries[spare]._replace(logits=True)
         if len(entries) > limit:
             return None
         passes.append(entries)
@@ -109,10 +106,12 @@ class PassCosts:
     """A model's pass seconds as a + c·rows, fitted to its passes: what a pass more costs, in rows (a/c)."""
 
     def __init__(self) -> None:
-        self._sums = np.zeros(5)  # Σw, Σw·n, Σw·n², Σw·t, Σw·n·t
+        self._sums = (0.0, 0.0, 0.0, 0.0, 0.0)  # Σw, Σw·n, Σw·n², Σw·t, Σw·n·t
 
     def observe(self, rows: int, seconds: float) -> None:
-        self._sums = PASS_DECAY * self._sums + np.array([1.0, rows, rows * rows, seconds, rows * seconds])
+        w, wn, wnn, wt, wnt = self._sums
+        d = PASS_DECAY
+        self._sums = (d * w + 1.0, d * wn + rows, d * wnn + rows * rows, d * wt + seconds, d * wnt + rows * seconds)
 
     @property
     def pass_rows(self) -> float:
@@ -136,6 +135,5 @@ def chunked(items: Sequence[tuple[int, Sequence[int], int]], n_batch: int) -> li
 
 def _entries(index: int, seq: int, tokens: Sequence[int], n_rows: int) -> list[Entry]:
     """Item `index`'s tokens, the last `n_rows` with their rows of logits read and returned."""
-    return [
-        Entry(seq, token, i >= len(tokens) - n_rows, index, i >= len(tokens) - n_rows) for i, token in enumerate(tokens)
-    ]
+    first = len(tokens) - n_rows
+    return [Entry(seq, token, i >= first, index, i >= first) for i, token in enumerate(tokens)]

@@ -48,6 +48,35 @@ def has_recurrent_state(arch: str | None) -> bool:
     return is_recurrent(arch) or is_hybrid(arch)
 
 
+# Architectures whose NextN (MTP) layers llama.cpp can draft with: the ones whose src/models/<arch>.cpp
+# builds an LLM_GRAPH_TYPE_DECODER_MTP graph. A GGUF says it carries such layers with
+# `{arch}.nextn_predict_layers` (ModelInfo.nextn_layers).
+MTP_ARCHS = frozenset(
+    {
+        "bailingmoe3",
+        "cohere2moe",
+        "deepseek2",
+        "deepseek32",
+        "deepseek4",
+        "glm-dsa",
+        "glm4moe",
+        "glm5-next",
+        "hy_v3",
+        "mimo2",
+        "nemotron_h_moe",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "step35",
+    }
+)
+
+
+def drafts_with_nextn(arch: str | None) -> bool:
+    """llama.cpp builds an MTP draft graph over this architecture's NextN layers."""
+    return arch in MTP_ARCHS
+
+
 # Sliding-window architectures whose target gets a window-sized cache (a plain window, not Llama
 # 4's chunks), with llama.cpp's default layer pattern (every n-th layer global) and window when the
 # GGUF names none (src/models/<arch>.cpp). Others keep a full-size cache for every layer.

@@ -116,6 +116,11 @@ class ModelInfo:
         return self.architecture == "eagle3"
 
     @property
+    def nextn_layers(self) -> int:
+        """The MTP (NextN) layers after the trunk (`{arch}.nextn_predict_layers`), counted in block_count."""
+        return _count(self.metadata.get(f"{self.architecture}.nextn_predict_layers")) or 0
+
+    @property
     def sliding_window(self) -> int | None:
         """Tokens the window layers of a sliding-window model (Gemma, gpt-oss) attend over, as the header says."""
         window = self.metadata.get(f"{self.architecture}.attention.sliding_window")
@@ -243,20 +248,9 @@ def _model_info(path: Path, file_size: int, header: GGUFHeader, tensors: tuple[T
     block_count = arch_count("block_count")
     n_layer = block_count if block_count and block_count <= MAX_LAYERS else None
 
-    def per_layer(key: str, default: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
-        value = metadata.get(f"{arch}.{key}")
-        if value is None:
-            return default
-        if n_layer is None:
-            return None
-        if isinstance(value, tuple):  # llama.cpp requires one value per layer
-            return value if len(value) == n_layer and all(v >= 0 for v in value) else None
-        count = _count(value)
-        return (count,) * n_layer if count is not None else None
-
-    heads = per_layer("attention.head_count")
-    kv_heads = per_layer("attention.head_count_kv", heads)
-    ff = per_layer("feed_forward_length")
+    heads = _per_layer(metadata.get(f"{arch}.attention.head_count"), n_layer)
+    kv_heads = _per_layer(metadata.get(f"{arch}.attention.head_count_kv"), n_layer, heads)
+    ff = _per_layer(metadata.get(f"{arch}.feed_forward_length"), n_layer)
     embd = arch_count("embedding_length")
     # llama.cpp: head size = embedding / the first layer's head count, unless key_length says otherwise
     head_dim = arch_count("attention.key_length") or (embd // heads[0] if embd and heads and heads[0] else None)
@@ -299,6 +293,19 @@ def _model_info(path: Path, file_size: int, header: GGUFHeader, tensors: tuple[T
         metadata=metadata,
         n_tokens=n_tokens,
     )
+
+
+def _per_layer(value: Any, n_layer: int | None, default: tuple[int, ...] | None = None) -> tuple[int, ...] | None:
+    """A per-layer header value (one for all layers, or an array of one per layer) as one value per layer;
+    `default` where the header has none, None where it is unusable."""
+    if value is None:
+        return default
+    if n_layer is None:
+        return None
+    if isinstance(value, tuple):  # llama.cpp requires one value per layer
+        return value if len(value) == n_layer and all(v >= 0 for v in value) else None
+    count = _count(value)
+    return (count,) * n_layer if count is not None else None
 
 
 def _text(metadata: dict[str, Any], key: str) -> str | None:

@@ -6,6 +6,7 @@ its digest can become a blob path. Nothing here opens a blob: store.py does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -48,14 +49,16 @@ class Layer:
         return self.media_type.removeprefix(MEDIA_TYPE_PREFIX)
 
 
-def read_manifest(name: str, path: Path) -> tuple[tuple[Layer, ...], Layer | None]:
-    """The layers of model `name`'s manifest at `path`, and its config blob's entry (None: none valid)."""
+def read_manifest(name: str, path: Path) -> tuple[tuple[Layer, ...], Layer | None, str]:
+    """The layers of model `name`'s manifest at `path`, its config blob's entry (None: none valid) and the
+    sha256 of the bytes read, as Ollama's digest of the manifest."""
 
     def invalid(what: str) -> InvalidManifest:
         return InvalidManifest(f"{name}: its manifest {path} {what}")
 
     try:
-        doc = json.loads(read_small(path))
+        data = read_small(path)
+        doc = json.loads(data)
     except FileNotFoundError:  # deleted since its path was found
         raise ModelNotFound(f"model '{name}' not found: its manifest {path} was deleted") from None
     except PermissionError:
@@ -83,7 +86,7 @@ def read_manifest(name: str, path: Path) -> tuple[tuple[Layer, ...], Layer | Non
         if not isinstance(digest, str) or not (match := DIGEST.fullmatch(digest)):  # never becomes a path
             raise invalid(f"has an invalid layer digest {shown(digest)}: expected sha256:<64 hex digits>")
         layers.append(Layer(media_type, f"sha256:{match.group(1)}", size))
-    return tuple(layers), _config_layer(doc.get("config"))
+    return tuple(layers), _config_layer(doc.get("config")), hashlib.sha256(data).hexdigest()
 
 
 def _config_layer(raw: Any) -> Layer | None:

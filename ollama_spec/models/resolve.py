@@ -95,7 +95,12 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
         hex_name = candidate.name.removeprefix("sha256-") if _BLOB_FILE.fullmatch(candidate.name) else ""
         return ResolvedModel(candidate.name, candidate, info, listing=_listing(candidate, hex_name, info.file_size))
     store = store or Store(find_store_root(models_dir))
-    stored = store.resolve(name)
+    return resolve_stored(store.resolve(name))
+
+
+def resolve_stored(stored: StoredModel) -> ResolvedModel:
+    """A stored model, its manifest already read (Store.resolve), as a ResolvedModel: its GGUF header and
+    its layers read, and its name not looked up in the store again."""
     info = stored.model_info()
     adapters = tuple(
         lora_adapter(blob_path(stored.root, layer.digest), info, f"{stored.name}'s adapter layer")
@@ -115,7 +120,9 @@ def resolve_model(name: str, models_dir: str | None = None, store: Store | None 
         adapters=adapters,
         license=_licenses(stored),
         listing=_listing(
-            stored.manifest_path, None, stored.size + (stored.config_layer.size if stored.config_layer else 0)
+            stored.manifest_path,
+            stored.digest or None,
+            stored.size + (stored.config_layer.size if stored.config_layer else 0),
         ),
     )
 

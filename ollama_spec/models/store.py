@@ -8,10 +8,8 @@ manifest whose layers point at `<root>/blobs/sha256-<hex>`. Nothing here ever wr
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import os
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from ollama_spec.errors import (
     StoreNotFound,
     StoreUnreadable,
 )
+from ollama_spec.models.blobs import check_blob
 from ollama_spec.models.gguf_header import shown
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes, is_gguf, read_model_info
 from ollama_spec.models.manifest import DIGEST, Layer, TooLarge, brief, read_manifest, read_small
@@ -35,7 +34,6 @@ from ollama_spec.models.names import ModelRef, is_valid_ref, parse_model_name
 
 HOME_STORE = Path("~/.ollama/models")
 SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
-_HASH_CHUNK = 8 << 20
 # Ollama's text layers (template, system, license, params) are tens of KB; anything far larger is not one.
 MAX_TEXT_LAYER_BYTES = 16 << 20
 # Ollama's params layer decodes into api.Options: each key has one JSON type.
@@ -82,6 +80,7 @@ class StoredModel:
     config: Mapping[str, Any]
     layers: tuple[Layer, ...]
     config_layer: Layer | None = None  # the manifest's config blob (cloud models say so there)
+    digest: str = ""  # the sha256 of the manifest's bytes as read: a copy or a pull over the name changes it
 
     @property
     def name(self) -> str:
@@ -252,35 +251,6 @@ def _param_problem(key: str, value: Any) -> str | None:
     return None
 
 
-def check_blob(path: Path, layer: Layer) -> None:
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise BlobError(f"blob {path} is missing (the store is incomplete; pull the model again)") from None
-    except PermissionError:
-        raise StoreUnreadable(f"blob {path} is not readable by you; add yourself to group ollama") from None
-    except OSError as exc:
-        raise BlobError(f"blob {path} cannot be read ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise BlobError(f"blob {path} is not a regular file")
-    size = info.st_size
-    if size != layer.size:
-        raise BlobError(f"blob {path} has {size} bytes but the manifest says {layer.size} (incomplete download?)")
-
-
-def verify_blob(path: Path, layer: Layer, progress=None) -> None:
-    """Full sha256 check of one blob; `progress(n_bytes)` is called as it reads."""
-    check_blob(path, layer)
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            digest.update(chunk)
-            if progress:
-                progress(len(chunk))
-    if digest.hexdigest() != DIGEST.fullmatch(layer.digest).group(1):
-        raise BlobError(f"blob {path} does not match its digest {layer.digest} (corrupt file; pull the model again)")
-
-
 class Store:
     """The models under one store root."""
 
@@ -358,8 +328,8 @@ class Store:
         return f"model '{name}' not found in {self.path} (from {self.root.source}){hint}"
 
     def _load(self, ref: ModelRef, manifest_path: Path) -> StoredModel:
-        layers, config_layer = read_manifest(ref.display, manifest_path)
-        return StoredModel(ref, manifest_path, self.path, self._config(config_layer), layers, config_layer)
+        layers, config_layer, digest = read_manifest(ref.display, manifest_path)
+        return StoredModel(ref, manifest_path, self.path, self._config(config_layer), layers, config_layer, digest)
 
     def _config(self, layer: Layer | None) -> Mapping[str, Any]:
         # The config blob tells cloud models (remote_host) from local ones; a missing one is

@@ -30,6 +30,7 @@ class PairFacts:
     tensor_split: tuple[float, ...] = ()
     remote: tuple[Device, ...] = ()  # RPC servers' devices
     main_device: int | None = None
+    mtp: bool = False  # the target's MTP (NextN) layers draft for it
 
     def plan(self, n_ctx: int, slots: int, devices: Sequence[Device], notes: Sequence[str] = ()) -> MemoryPlan:
         """The memory plan for `slots` sequences of `n_ctx` tokens each on `devices`."""
@@ -47,6 +48,7 @@ class PairFacts:
             remote=self.remote,
             main_device=self.main_device,
             n_seq=slots,
+            mtp=self.mtp,
         )
 
 

@@ -29,18 +29,27 @@ STATE_BYTES = 4  # recurrent states are F32
 
 
 def kv_cache_bytes(
-    info: ModelInfo, n_ctx: int, kv_type: str = "f16", *, window_cache: bool = False, n_ubatch: int = 512
+    info: ModelInfo,
+    n_ctx: int,
+    kv_type: str = "f16",
+    *,
+    window_cache: bool = False,
+    n_ubatch: int = 512,
+    mtp: bool = False,
 ) -> int:
     """K and V caches of the attention layers for `n_ctx` tokens (padded to 256 cells, as llama.cpp does).
 
     `window_cache`: a sliding-window model's window layers get a cache of the window and one batch
     (llama-kv-cache-iswa.cpp), as the engine's target has; a draft keeps every position (runtime.py).
+    A target's MTP (NextN) layers, the last blocks, are cached only with `mtp`: the target's context caches
+    its trunk, and an MTP context the NextN layers, for as many cells (llama_model::create_memory).
     """
     block_bytes, block_values = KV_TYPES[kv_type]
     widths, full = layer_kv_widths(info), padded(n_ctx)
     short = window_cache_cells(info, n_ctx, n_ubatch) if window_cache else None
     cells = [short if short and in_window else full for in_window in window_layers(info)]
-    return sum(c * w for c, w in zip(cells, widths)) * block_bytes // block_values
+    cached = len(widths) - (0 if mtp else min(info.nextn_layers, len(widths)))
+    return sum(c * w for c, w in zip(cells[:cached], widths[:cached])) * block_bytes // block_values
 
 
 def window_cache_cells(info: ModelInfo, n_ctx: int, n_ubatch: int = 512) -> int | None:

@@ -7,15 +7,16 @@ over what is left, the verdict, and the settings that would make a pair fit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ollama_spec.errors import InsufficientMemory, InvalidSetting
 from ollama_spec.models.gguf_info import ModelInfo, format_bytes
 from ollama_spec.models.heads import is_head
-from ollama_spec.planning.devices import CPU_PLAN_NOTE, Device
+from ollama_spec.planning.devices import Device
 from ollama_spec.planning.kv_cache import CTX_PAD, KV_TYPES, check_cache_shape, kv_type_problem
 from ollama_spec.planning.needs import ModelNeeds, model_needs
+from ollama_spec.planning.split import device_bytes, free_memory_split, plan_devices, share
 
 FULL_OFFLOAD, PARTIAL_OFFLOAD, CPU_ONLY, DOES_NOT_FIT = "full_offload", "partial_offload", "cpu_only", "does_not_fit"
 
@@ -42,6 +43,7 @@ class MemoryPlan:
     # with several GPUs or RPC servers: each one's bytes (as `gpus` orders them) and share of the target
     device_bytes: tuple[int, ...] = ()
     tensor_split: tuple[float, ...] = ()
+    mtp: bool = False  # the target's MTP (NextN) layers draft: counted with their cache (needs.model_needs)
 
     @property
     def fits(self) -> bool:
@@ -142,6 +144,7 @@ def plan_memory(
     remote: Sequence[Device] = (),
     main_device: int | None = None,
     n_seq: int = 1,
+    mtp: bool = False,
 ) -> MemoryPlan:
     """Plan where the target (and draft) go on `devices` (GPUs, then RAM: llama/backends.discover_devices
     finds this machine's, and the `notes` it gives pass on as warnings).
@@ -154,32 +157,11 @@ def plan_memory(
     memory left once the draft is on this machine's GPUs, and the plan says that split.
     `remote`: RPC servers' devices (devices.rpc_device), before this machine's. `main_device`: with
     --split-mode none, the index of the one offload device that holds the target. `n_seq`: slots
-    (serve --parallel), each its own `n_ctx` tokens in both caches.
+    (serve --parallel), each its own `n_ctx` tokens in both caches. `mtp`: the target's MTP layers draft.
     """
     models = [m for m in (target_info, draft_info) if m is not None]
     _check_settings(models, n_ctx, kv_type)
-    notes = list(notes)
-    if remote:  # the target is planned onto the servers: "no GPU here" is not the whole story
-        notes = [note for note in notes if not note.endswith(CPU_PLAN_NOTE)]
-    devices = (*remote, *devices)  # llama.cpp's order: RPC servers' devices first
-    offload = [d for d in devices if d.is_gpu]
-    if len(tensor_split) > len(offload):  # llama.cpp would ignore the extra shares without a word
-        if not offload:
-            raise InvalidSetting("--tensor-split: there is no GPU or RPC server to split the target over")
-        count = "is 1 device" if len(offload) == 1 else f"are {len(offload)} devices"
-        raise InvalidSetting(
-            f"--tensor-split has {len(tensor_split)} shares but there {count} to offload to "
-            f"({', '.join(d.name for d in offload)}): give one share per device, RPC servers first"
-        )
-    if main_device is not None:  # --split-mode none: the target on that one device
-        if offload and not 0 <= main_device < len(offload):
-            raise InvalidSetting(
-                f"--main-gpu {main_device}: there are {len(offload)} devices to offload to "
-                f"({', '.join(d.name for d in offload)}), numbered from 0"
-            )
-        devices = tuple(d for d in devices if not d.is_gpu or d is offload[main_device])
-    if not devices:
-        raise InvalidSetting("no devices to plan for: give at least one GPU or the CPU RAM")
+    devices, notes = plan_devices(devices, notes, tensor_split, remote, main_device)
     warnings = [
         f"--ctx {n_ctx} is larger than {m.name or m.path.name}'s trained context ({m.context_length} tokens); "
         "output quality may drop past it"
@@ -189,7 +171,7 @@ def plan_memory(
     features = features if repack else frozenset()
     if flash_attention is None:  # what runtime.choose_flash_attention picks: on with a GPU, off on the CPU
         flash_attention = kv_type != "f16" or any(d.is_gpu and not d.is_remote for d in devices)
-    plan = _plan(target_info, draft_info, n_ctx * n_seq, kv_type, devices, features, flash_attention, tensor_split)
+    plan = _plan(target_info, draft_info, n_ctx * n_seq, kv_type, devices, features, flash_attention, tensor_split, mtp)
     plan = replace(plan, repack=repack, flash_attention=flash_attention, n_seq=n_seq)
     done = plan.verdict in (FULL_OFFLOAD, CPU_ONLY)
     suggestions = () if done else _suggestions(plan, target_info, draft_info, features, tensor_split)
@@ -213,6 +195,7 @@ def _plan(
     features: frozenset[str],
     flash_attention: bool = True,
     tensor_split: tuple[float, ...] = (),
+    mtp: bool = False,
 ) -> MemoryPlan:
     gpus = [d for d in devices if d.is_gpu]
     # Beside a CUDA GPU, llama.cpp picks its pinned host buffer type for CPU weights before the
@@ -220,7 +203,9 @@ def _plan(
     # "avoid using a host buffer when using mmap"): nothing is repacked. Metal has no host buffer type.
     if any(d.kind == "cuda" for d in gpus):
         features = frozenset()
-    target = model_needs(target_info, n_ctx, kv_type, features, flash_attention=flash_attention, window_cache=True)
+    target = model_needs(
+        target_info, n_ctx, kv_type, features, flash_attention=flash_attention, window_cache=True, mtp=mtp
+    )
     draft = (
         model_needs(draft_info, n_ctx, kv_type, features, flash_attention=flash_attention)
         if draft_info is not None
@@ -248,11 +233,25 @@ def _plan(
             (),
             (),
             host_repacked=repacked,
+            mtp=mtp,
         )
 
     if not gpus:
         need = target.cpu_total + (draft.cpu_total if draft else 0)
         return plan(CPU_ONLY if host_free is None or need <= host_free else DOES_NOT_FIT, None, 0, need)
+    return _offload_plan(target, draft, gpus, host_free, tensor_split, plan)
+
+
+def _offload_plan(
+    target: ModelNeeds,
+    draft: ModelNeeds | None,
+    gpus: list[Device],
+    host_free: int | None,
+    tensor_split: tuple[float, ...],
+    plan: Callable[[str, int | None, int, int], MemoryPlan],
+) -> MemoryPlan:
+    """With offload devices: the most target layers on them that fit, the draft's first; `plan` makes the
+    MemoryPlan of a verdict, its GPU layers and its bytes on the devices and in RAM."""
     # The draft runs K times per step, so it gets this machine's GPUs first (never an RPC server's:
     # each step would cross the network K times); the target gets what is left, on every device.
     local = [d for d in gpus if not d.is_remote]
@@ -261,12 +260,12 @@ def _plan(
     draft_host = (
         (draft.host_weights + draft.host_compute + draft.output_buffer if on_gpu else draft.cpu_total) if draft else 0
     )
-    draft_per_device = [_share(draft_gpu, d, local) if not d.is_remote else 0 for d in gpus]
-    split = tensor_split or _free_memory_split(gpus, draft_per_device)
+    draft_per_device = [share(draft_gpu, d, local) if not d.is_remote else 0 for d in gpus]
+    split = tensor_split or free_memory_split(gpus, draft_per_device)
     full_gpu = draft_gpu + target.gpu_total + target.compute * (len(gpus) - 1)
     for n_gpu_layers in range(target.n_layer + 1, -1, -1):
         gpu, host_bytes = target.split(n_gpu_layers, len(gpus))
-        per_device = _per_device(gpu - target.compute * len(gpus), target.compute, split, draft_per_device)
+        per_device = device_bytes(gpu - target.compute * len(gpus), target.compute, split, draft_per_device)
         if all(need <= d.usable for need, d in zip(per_device, gpus)) and (
             host_free is None or draft_host + host_bytes <= host_free
         ):
@@ -278,34 +277,14 @@ def _plan(
                 device_bytes=tuple(per_device),
                 tensor_split=split if len(gpus) > 1 else (),
             )
-    per_device = _per_device(full_gpu - draft_gpu - target.compute * len(gpus), target.compute, split, draft_per_device)
+    per_device = device_bytes(
+        full_gpu - draft_gpu - target.compute * len(gpus), target.compute, split, draft_per_device
+    )
     return replace(
         plan(DOES_NOT_FIT, None, full_gpu, draft_host + target.split(0, len(gpus))[1]),
         device_bytes=tuple(per_device),
         tensor_split=split if len(gpus) > 1 else (),
     )
-
-
-def _share(total: int, device: Device, devices: list[Device]) -> int:
-    """`device`'s part of `total` spread over `devices` by their usable memory."""
-    usable = sum(d.usable for d in devices)
-    return total // len(devices) if not usable else total * device.usable // usable
-
-
-def _free_memory_split(gpus: list[Device], draft_per_device: list[int]) -> tuple[float, ...]:
-    """Each device's share of the target: llama.cpp splits by free memory; we split by what is free
-    once the draft is in, so that the GPU holding the draft is not given the same share as the others."""
-    room = [max(d.usable - draft, 0) for d, draft in zip(gpus, draft_per_device)]
-    total = sum(room)
-    return tuple(r / total for r in room) if total else tuple(1 / len(gpus) for _ in gpus)
-
-
-def _per_device(target_bytes: int, compute: int, split: tuple[float, ...], draft_per_device: list[int]) -> list[int]:
-    """Bytes on each device: its share of the target's weights and cache, its compute buffer, its part
-    of the draft. Shares past the given entries are 0, as in llama.cpp."""
-    shares = [*split, *[0.0] * (len(draft_per_device) - len(split))][: len(draft_per_device)]
-    total = sum(shares) or 1.0
-    return [int(target_bytes * share / total) + compute + draft for share, draft in zip(shares, draft_per_device)]
 
 
 def _suggestions(
@@ -319,8 +298,8 @@ def _suggestions(
     where = "in RAM" if goal == CPU_ONLY else "with full offload"
     suggestions = []
 
-    def verdict(n_ctx: int, kv_type: str, split: tuple[float, ...] = tensor_split) -> MemoryPlan:
-        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, features, plan.flash_attention, split)
+    def verdict(n_ctx: int, kv_type: str, split: tuple[float, ...] = tensor_split, cpu=features) -> MemoryPlan:
+        return _plan(target_info, draft_info, n_ctx, kv_type, plan.devices, cpu, plan.flash_attention, split, plan.mtp)
 
     slot_ctx = plan.n_ctx // plan.n_seq
     fewer = next((n for n in range(plan.n_seq - 1, 0, -1) if verdict(slot_ctx * n, plan.kv_type).verdict == goal), 0)
@@ -352,16 +331,7 @@ def _suggestions(
                 f"target layers on the GPU (KV caches {kv})"
             )
     if plan.host_repacked and plan.verdict == DOES_NOT_FIT:
-        without = _plan(
-            target_info,
-            draft_info,
-            plan.n_ctx,
-            plan.kv_type,
-            plan.devices,
-            frozenset(),
-            plan.flash_attention,
-            tensor_split,
-        )
+        without = verdict(plan.n_ctx, plan.kv_type, tensor_split, frozenset())
         if without.fits:
             suggestions.append(
                 f"--no-repack fits: it skips llama.cpp's repacked copy of the CPU weights "

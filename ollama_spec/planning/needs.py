@@ -9,6 +9,10 @@
   either inside a layer (the f16 attention mask, 3 ff-wide and 4 embedding-wide activations) or
   at the output (T x vocab logits): T x 4 x max(3 ff + 4 embd + ctx/2, vocab + 2 embd), measured
   against llama.cpp's logged sizes in tests/planning/test_memory.py.
+- MTP (NextN) layers, the last blocks of some targets: llama.cpp skips their tensors and leaves them out of
+  the target's cache unless they draft (`mtp`); then they load with the target, and their MTP context
+  holds their own cache, a compute buffer for a batch of the target's and its logits, and the target
+  keeps its final state for every row of a batch (`mtp_needs`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,16 @@ from ollama_spec.planning.repack import repacked_bytes
 
 N_UBATCH = 512  # llama.cpp's default n_ubatch, and runtime.LoadSettings' n_batch
 OUTPUT_ROWS = 16  # logits rows the speculative loop reads per step (K + 1), kept in RAM
+
+
+def mtp_needs(info: ModelInfo, n_ctx: int, compute_width: int) -> tuple[int, int]:
+    """(compute, host) bytes the MTP context adds beside its target: a compute buffer for a target's batch
+    and the pending row (as wide as the target's, `compute_width` values a row), and in RAM the target's
+    final state kept for every row of a batch, the context's own state for each row it reads, and its
+    logits."""
+    tokens = min(padded(n_ctx), N_UBATCH + 1)
+    rows = 4 * (info.embedding_length or 0) * (N_UBATCH + tokens)
+    return tokens * 4 * compute_width, rows + info.vocab_size * 4 * OUTPUT_ROWS
 
 
 def captured_rows_bytes(info: ModelInfo) -> int:
@@ -132,36 +146,33 @@ class ModelNeeds:
         }
 
 
-def model_needs(
-    info: ModelInfo,
-    n_ctx: int,
-    kv_type: str = "f16",
-    repack_features: frozenset[str] = frozenset(),
-    *,
-    flash_attention: bool = True,
-    window_cache: bool = False,
-) -> ModelNeeds:
-    """Weights, KV cache and compute buffers of one model at one context size.
-
-    `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
-    empty when they are off or the CPU layers' weights cannot go there. `window_cache`: loaded as
-    the engine loads a target, a sliding-window model's window layers cache only the window.
-    """
-    check_cache_shape(info)
-    n_layer = info.block_count
+def _shape(info: ModelInfo) -> tuple[int, int, int, bool, bool]:
+    """The embedding, feed-forward and vocabulary sizes, and whether the model has attention and
+    recurrent layers; CorruptGGUF where the header lacks a size."""
     d, vocab = info.embedding_length, info.vocab_size
     attention, recurrent = any(layer_kv_widths(info)), any(recurrent_layers(info))
     ff = info.feed_forward_length or (0 if attention else 1)  # Mamba and RWKV have no feed-forward size
     if not d or not ff or not vocab:
         raise CorruptGGUF(f"{info.path}: its GGUF header lacks the embedding, feed-forward or vocabulary size")
+    return d, ff, vocab, attention, recurrent
+
+
+def _weights(info: ModelInfo, loaded: int, repack_features: frozenset[str]):
+    """Where the weights go: each of the first `loaded` blocks' bytes and repacked copy, the largest layer
+    tensor, token_embd (host), the output's bytes and repacked copy, and the skipped blocks' bytes (a
+    target's MTP layers where they do not draft: llama.cpp does not load them)."""
+    n_layer = info.block_count
     layers, repacked = [0] * n_layer, [0] * n_layer
-    largest = host = output = output_repacked = 0
+    largest = host = output = output_repacked = skipped = 0
     tied = not any(t.name == "output.weight" for t in info.tensors)
     for tensor in info.tensors:
         parts = tensor.name.split(".")
-        if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() and int(parts[1]) < n_layer:
-            layers[int(parts[1])] += tensor.n_bytes
-            repacked[int(parts[1])] += repacked_bytes(tensor, repack_features)
+        block = int(parts[1]) if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() else None
+        if block is not None and loaded <= block < n_layer:
+            skipped += tensor.n_bytes
+        elif block is not None and block < n_layer:
+            layers[block] += tensor.n_bytes
+            repacked[block] += repacked_bytes(tensor, repack_features)
             largest = max(largest, tensor.n_bytes)
         elif tensor.name == "token_embd.weight":
             host += tensor.n_bytes
@@ -172,7 +183,16 @@ def model_needs(
             output_repacked += repacked_bytes(tensor, repack_features)
     if tied:
         output += host  # llama.cpp duplicates token_embd as the GPU output matrix
-    ctx, tokens = padded(n_ctx), min(padded(n_ctx), N_UBATCH)
+    return layers, repacked, largest, host, output, output_repacked, skipped
+
+
+def _compute_widths(
+    info: ModelInfo, ff: int, ctx: int, attention: bool, recurrent: bool, flash_attention: bool
+) -> list[int]:
+    """The widths (f32 values a row) of what a batch's graph holds at once, per part: inside an attention
+    layer, inside a recurrent one, at the output, and without flash attention the scores; the compute
+    buffer is the widest of them."""
+    d, vocab = info.embedding_length, info.vocab_size
     # Attention layers: the f16 mask and ff-/embedding-wide activations. Recurrent layers: about
     # 7 SSM-inner-wide activations (13.3 x embd measured on Mamba); their logits take 3 embd more.
     inner = int(info.metadata.get(f"{info.architecture}.ssm.inner_size") or 2 * d)
@@ -189,22 +209,51 @@ def model_needs(
         widths.append(
             ((info.head_count or 0) + masks) * ctx + 5 * d + 2 * (info.head_count_kv or 0) * (info.head_dim or 0) + 8
         )
+    return widths
+
+
+def model_needs(
+    info: ModelInfo,
+    n_ctx: int,
+    kv_type: str = "f16",
+    repack_features: frozenset[str] = frozenset(),
+    *,
+    flash_attention: bool = True,
+    window_cache: bool = False,
+    mtp: bool = False,
+) -> ModelNeeds:
+    """Weights, KV cache and compute buffers of one model at one context size.
+
+    `repack_features`: llama.cpp's CPU features when its extra buffers are in use (repack.py);
+    empty when they are off or the CPU layers' weights cannot go there. `window_cache`: loaded as
+    the engine loads a target, a sliding-window model's window layers cache only the window. `mtp`: the
+    target's MTP (NextN) layers draft for it (without, llama.cpp does not load them).
+    """
+    check_cache_shape(info)
+    n_layer = info.block_count
+    d, ff, vocab, attention, recurrent = _shape(info)
+    loaded = n_layer if mtp else n_layer - min(info.nextn_layers, n_layer)  # the blocks llama.cpp loads
+    layers, repacked, largest, host, output, output_repacked, skipped = _weights(info, loaded, repack_features)
+    ctx, tokens = padded(n_ctx), min(padded(n_ctx), N_UBATCH)
+    widths = _compute_widths(info, ff, ctx, attention, recurrent, flash_attention)
     compute = tokens * 4 * max(widths)
+    # the MTP context takes llama.cpp's `auto` flash attention, on with every backend here
+    mtp_compute, mtp_host = mtp_needs(info, n_ctx, max(widths[:3])) if mtp and info.nextn_layers else (0, 0)
     state = recurrent_state_bytes(info)
-    kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH)
+    kv = kv_cache_bytes(info, n_ctx, kv_type, window_cache=window_cache, n_ubatch=N_UBATCH, mtp=mtp)
     window_cells = (window_cache_cells(info, n_ctx, N_UBATCH) or 0) if window_cache else 0
     return ModelNeeds(
         name=info.name or info.path.name,
         n_layer=n_layer,
         weights=sum(layers) + output,
         host_weights=host,
-        file_weights=info.tensor_bytes,
+        file_weights=info.tensor_bytes - skipped,
         kv=kv + state,
         recurrent=state,
         window_cells=window_cells,
-        compute=compute,
+        compute=compute + mtp_compute,
         host_compute=tokens * 4 * d * 2 + ctx * tokens * 2,
-        output_buffer=vocab * 4 * OUTPUT_ROWS + captured_rows_bytes(info),
+        output_buffer=vocab * 4 * OUTPUT_ROWS + captured_rows_bytes(info) + mtp_host,
         layer_weights=tuple(layers),
         output_weights=output,
         largest_layer_tensor=largest,

@@ -53,55 +53,64 @@ async def pull_events(
     settings = settings or PullSettings()
     if insecure:
         settings = replace(settings, insecure=True)
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue = asyncio.Queue()
-    stopped = threading.Event()
-    thinning, lock = Thinning(interval), threading.Lock()
-    last: dict[str | None, dict] = {}  # each blob's last object: the same one twice is said once
-    finished = object()
-
-    def put(item: object) -> None:
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the loop is gone: nobody listens
-            stopped.set()
-
-    def report(event: PullEvent) -> None:
-        if stopped.is_set():
-            raise _Stopped()
-        if event.status == "success":
-            return  # said once, below, after pull_models returns
-        row = progress_object(event)
-        with lock:  # the blobs' downloads report from threads of their own
-            if row == last.get(event.digest) or not thinning.keep(event):
-                return
-            last[event.digest] = row
-        put(row)
-
-    def run() -> None:
-        try:
-            pull_models([name], settings, report, models_dir)
-            put(finished)
-        except _Stopped:
-            log.info("the pull of %s stopped: its client went away", name)
-        except OllamaSpecError as exc:
-            put(exc)
-        except Exception as exc:  # any failure ends the stream with one line, never a traceback
-            if stopped.is_set():  # a download stopped by the listener going away
-                return
-            log.exception("the pull of %s failed", name)
-            put(PullError(one_line(f"the pull of {name} failed: {type(exc).__name__}: {exc}")))
-
-    thread = threading.Thread(target=run, name=f"api-pull {name}", daemon=True)
+    pull = _PullThread(name, asyncio.get_running_loop(), interval)
+    thread = threading.Thread(target=pull.run, args=(settings, models_dir), name=f"api-pull {name}", daemon=True)
     thread.start()
     try:
         while True:
-            item = await queue.get()
-            if item is finished:
+            item = await pull.queue.get()
+            if item is _FINISHED:
                 yield {"status": "success"}
                 return
             if isinstance(item, OllamaSpecError):
                 raise item
             yield item
     finally:
-        stopped.set()
+        pull.stopped.set()
+
+
+_FINISHED = object()  # the pull's last item on the queue, once it succeeded
+
+
+class _PullThread:
+    """One pull on a thread of its own, handing its progress objects (then _FINISHED, or its error) to
+    `queue` on the event loop; `stopped` once nobody listens."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, interval: float):
+        self.name, self.loop = name, loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.stopped = threading.Event()
+        self.thinning, self.lock = Thinning(interval), threading.Lock()
+        self.last: dict[str | None, dict] = {}  # each blob's last object: the same one twice is said once
+
+    def put(self, item: object) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the loop is gone: nobody listens
+            self.stopped.set()
+
+    def report(self, event: PullEvent) -> None:
+        if self.stopped.is_set():
+            raise _Stopped()
+        if event.status == "success":
+            return  # said once, by pull_events, after pull_models returns
+        row = progress_object(event)
+        with self.lock:  # the blobs' downloads report from threads of their own
+            if row == self.last.get(event.digest) or not self.thinning.keep(event):
+                return
+            self.last[event.digest] = row
+        self.put(row)
+
+    def run(self, settings: PullSettings, models_dir: str | None) -> None:
+        try:
+            pull_models([self.name], settings, self.report, models_dir)
+            self.put(_FINISHED)
+        except _Stopped:
+            log.info("the pull of %s stopped: its client went away", self.name)
+        except OllamaSpecError as exc:
+            self.put(exc)
+        except Exception as exc:  # any failure ends the stream with one line, never a traceback
+            if self.stopped.is_set():  # a download stopped by the listener going away
+                return
+            log.exception("the pull of %s failed", self.name)
+            self.put(PullError(one_line(f"the pull of {self.name} failed: {type(exc).__name__}: {exc}")))

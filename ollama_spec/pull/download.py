@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from ollama_spec.errors import BlobError, PullError
+from ollama_spec.pull.locks import blob_lock
 from ollama_spec.pull.writer import Blob, StoreWriter
 
 # Tries in a row without progress before a blob's download gives up, as Ollama's per-part
@@ -121,7 +122,7 @@ def fetch_blob(
     def waiting() -> None:
         progress(BlobProgress(blob, 0, "waiting for another pull"))
 
-    with writer.blob_lock(blob, waiting=waiting, stop=stop):
+    with blob_lock(writer.path, blob.hex, waiting=waiting, stop=stop):
         if writer.has_blob(blob):
             progress(BlobProgress(blob, blob.size, "already present"))
             return None

@@ -24,7 +24,8 @@ from ollama_spec.errors import InvalidManifest, ModelNotFound, StoreNotWritable
 from ollama_spec.models.manifest import TooLarge, read_small
 from ollama_spec.models.names import ModelRef, parse_model_name
 from ollama_spec.models.store import blob_path, find_store_root
-from ollama_spec.pull.writer import Blob, BlobsGone, StoreWriter, named_blobs
+from ollama_spec.pull.locks import lock_path
+from ollama_spec.pull.writer import BlobsGone, StoreWriter, named_blobs
 
 log = logging.getLogger("ollama_spec.pull")
 
@@ -164,7 +165,7 @@ def _unheld(writer: StoreWriter, hex_digests: set[str]) -> Iterator[set[str]]:
     with ExitStack() as stack:
         free = set()
         for digest in sorted(hex_digests):
-            lock = FileLock(str(writer.lock_path(Blob(f"sha256:{digest}", 0))), mode=0o666)
+            lock = FileLock(str(lock_path(writer.path, digest)), mode=0o666)
             try:
                 lock.acquire(timeout=0)
             except Timeout:

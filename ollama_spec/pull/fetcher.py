@@ -62,14 +62,7 @@ def fetch_all(
     On an error or Ctrl-C the other downloads stop at their next chunk, keeping their partial files for
     the next pull.
     """
-
-    def progress(event: BlobProgress) -> None:
-        short = event.blob.hex[:12]
-        if event.status == "waiting for another pull":
-            report(PullEvent(ref.display, f"waiting for another pull of {short}", event.blob.digest))
-        else:
-            report(PullEvent(ref.display, f"pulling {short}", event.blob.digest, event.blob.size, event.completed))
-
+    progress = _blob_progress(ref, report)
     queue = list(urls.items())
     results: dict[Blob, Path | None] = {}
     failures: list[BaseException] = []
@@ -95,6 +88,28 @@ def fetch_all(
         threading.Thread(target=work, name=f"pull-{i}", daemon=True)
         for i in range(min(max(1, settings.concurrency), len(queue)))
     ]
+    _run(workers, failures, cancel)
+    if failures:
+        raise next((f for f in failures if not isinstance(f, Cancelled)), failures[0])
+    report(PullEvent(ref.display, "verifying sha256 digest"))
+    return {blob: results[blob] for blob in urls}
+
+
+def _blob_progress(ref: ModelRef, report: Callable[[PullEvent], None]) -> Callable[[BlobProgress], None]:
+    """A blob's progress as the pull's events: "pulling <12 hex>" with its bytes, or its wait for another pull."""
+
+    def progress(event: BlobProgress) -> None:
+        short = event.blob.hex[:12]
+        if event.status == "waiting for another pull":
+            report(PullEvent(ref.display, f"waiting for another pull of {short}", event.blob.digest))
+        else:
+            report(PullEvent(ref.display, f"pulling {short}", event.blob.digest, event.blob.size, event.completed))
+
+    return progress
+
+
+def _run(workers: list[threading.Thread], failures: list[BaseException], cancel: threading.Event) -> None:
+    """Start the downloads and wait for them to end, or for the first failure; on Ctrl-C, cancel them."""
     for worker in workers:
         worker.start()
     try:
@@ -106,10 +121,6 @@ def fetch_all(
         cancel.set()
         _join(workers, CANCEL_GRACE)
         raise
-    if failures:
-        raise next((f for f in failures if not isinstance(f, Cancelled)), failures[0])
-    report(PullEvent(ref.display, "verifying sha256 digest"))
-    return {blob: results[blob] for blob in urls}
 
 
 def _join(workers: list[threading.Thread], seconds: float) -> None:

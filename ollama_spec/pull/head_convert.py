@@ -73,16 +73,53 @@ def convert_head(
 ) -> None:
     """Write `out_path`: the head of `config`/`tensors` as an EAGLE-3 GGUF for `target` (named `target_name` in
     messages); `progress(bytes written, bytes in all)`. PullError, saying why, when it is no head for `target`."""
-    hp = config.hparams
-    n_embd, n_head = config.count("hidden_size"), config.count("num_attention_heads")
-    n_kv = config.count("num_key_value_heads", n_head)
-    head_dim = config.count("head_dim", n_embd // n_head)
+    shape = _HeadShape.of(config)
+    layers = _target_layers(config, target, target_name)
+    planned = _plan(config, tensors, shape.n_head, shape.n_kv, target.vocab_size)
+    fc = next((p for p in planned if p.name == "fc.weight"), None)
+    width = target.embedding_length
+    if fc is None or fc.shape != (shape.n_embd, HEAD_TARGET_LAYERS * width):
+        raise PullError(
+            f"{config.source}: fc.weight is {list(fc.shape) if fc else 'missing'}; a head for {target_name} "
+            f"({width} wide) needs [{shape.n_embd}, {HEAD_TARGET_LAYERS * width}]"
+        )
+    rope_freqs = _llama3_rope_freqs(config.hparams, shape.head_dim)
+    if rope_freqs is not None:
+        planned.append(_Planned("rope_freqs.weight", rope_freqs.shape, "F32", lambda: rope_freqs))
+    kind = max((p.kind for p in planned if len(p.shape) == 2), key=["F32", "BF16", "F16"].index, default="F32")
+    writer = GGUFWriter(out_path, arch=EAGLE3_ARCH)
+    try:
+        writer.add_name(f"EAGLE-3 head for {target_name}")
+        _write_keys(writer, config, shape, target, layers, FILE_TYPES[kind])
+        copy_tokenizer(target.path, writer)
+        _write_tensors(writer, planned, progress)
+    finally:
+        writer.close()
+
+
+@dataclass(frozen=True)
+class _HeadShape:
+    n_embd: int
+    n_head: int
+    n_kv: int
+    head_dim: int
+
+    @classmethod
+    def of(cls, config: HeadConfig) -> _HeadShape:
+        n_embd, n_head = config.count("hidden_size"), config.count("num_attention_heads")
+        n_kv = config.count("num_key_value_heads", n_head)
+        return cls(n_embd, n_head, n_kv, config.count("head_dim", n_embd // n_head))
+
+
+def _target_layers(config: HeadConfig, target: ModelInfo, target_name: str) -> list[int]:
+    """The 3 target layers the head reads; PullError where `target` cannot be its target."""
     width = target.embedding_length
     if target.block_count is None or width is None:
         raise PullError(f"{target_name} has no layer count or width in its header: it cannot be a head's target")
-    if hp.get("target_hidden_size") not in (None, width):
+    if config.hparams.get("target_hidden_size") not in (None, width):
         raise PullError(
-            f"{config.source} was made for a target {hp['target_hidden_size']} wide; {target_name} is {width} wide"
+            f"{config.source} was made for a target {config.hparams['target_hidden_size']} wide; "
+            f"{target_name} is {width} wide"
         )
     layers = config.target_layers(target.block_count)
     if len(layers) != HEAD_TARGET_LAYERS:
@@ -92,56 +129,55 @@ def convert_head(
             f"{config.source} reads target layers {layers} but {target_name} has {target.block_count} layers: "
             "it is no head for this target"
         )
-    planned = _plan(config, tensors, n_head, n_kv, target.vocab_size)
-    fc = next((p for p in planned if p.name == "fc.weight"), None)
-    if fc is None or fc.shape != (n_embd, HEAD_TARGET_LAYERS * width):
-        raise PullError(
-            f"{config.source}: fc.weight is {list(fc.shape) if fc else 'missing'}; a head for {target_name} "
-            f"({width} wide) needs [{n_embd}, {HEAD_TARGET_LAYERS * width}]"
-        )
-    rope_freqs = _llama3_rope_freqs(hp, head_dim)
-    if rope_freqs is not None:
-        planned.append(_Planned("rope_freqs.weight", rope_freqs.shape, "F32", lambda: rope_freqs))
-    kind = max((p.kind for p in planned if len(p.shape) == 2), key=["F32", "BF16", "F16"].index, default="F32")
+    return layers
 
-    writer = GGUFWriter(out_path, arch=EAGLE3_ARCH)
-    try:
-        writer.add_name(f"EAGLE-3 head for {target_name}")
-        if target.name:  # the model it was made for, by its own general.name: what `auto` matches heads by
-            writer.add_base_model_count(1)
-            writer.add_base_model_name(0, target.name)
-        writer.add_file_type(FILE_TYPES[kind])
-        writer.add_context_length(config.count("max_position_embeddings", target.context_length or 2048))
-        writer.add_embedding_length(n_embd)
-        writer.add_block_count(1)
-        writer.add_feed_forward_length(config.count("intermediate_size"))
-        writer.add_head_count(n_head)
-        writer.add_head_count_kv(n_kv)
-        if head_dim != n_embd // n_head:
-            writer.add_key_length(head_dim)
-            writer.add_value_length(head_dim)
-        writer.add_layer_norm_rms_eps(float(hp.get("rms_norm_eps", 1e-5)))
-        writer.add_rope_freq_base(float(hp.get("rope_theta", 10000.0)))
-        writer.add_rope_dimension_count(head_dim)
-        writer.add_vocab_size(target.vocab_size)
-        writer.add_array(f"{EAGLE3_ARCH}.target_layers", layers)
-        writer.add_uint32(f"{EAGLE3_ARCH}.target_hidden_size", width)
-        writer.add_bool(f"{EAGLE3_ARCH}.norm_before_residual", bool(hp.get("norm_before_residual", False)))
-        writer.add_bool(f"{EAGLE3_ARCH}.norm_before_fc", bool(hp.get("norm_before_fc", False)))
-        copy_tokenizer(target.path, writer)
-        for p in planned:
-            raw = GGMLQuantizationType.BF16 if p.kind == "BF16" else None
-            writer.add_tensor_info(p.name, p.shape, np.dtype(NUMPY_TYPES[p.kind]), p.nbytes, raw_dtype=raw)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        total, done = sum(p.nbytes for p in planned), 0
-        for p in planned:
-            writer.write_tensor_data(p.convert())
-            done += p.nbytes
-            progress(done, total)
-    finally:
-        writer.close()
+
+def _write_keys(
+    writer: GGUFWriter,
+    config: HeadConfig,
+    shape: _HeadShape,
+    target: ModelInfo,
+    layers: list[int],
+    file_type: LlamaFileType,
+) -> None:
+    """The head's hyper-parameters, as llama.cpp's eagle3 architecture reads them."""
+    hp = config.hparams
+    if target.name:  # the model it was made for, by its own general.name: what `auto` matches heads by
+        writer.add_base_model_count(1)
+        writer.add_base_model_name(0, target.name)
+    writer.add_file_type(file_type)
+    writer.add_context_length(config.count("max_position_embeddings", target.context_length or 2048))
+    writer.add_embedding_length(shape.n_embd)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(config.count("intermediate_size"))
+    writer.add_head_count(shape.n_head)
+    writer.add_head_count_kv(shape.n_kv)
+    if shape.head_dim != shape.n_embd // shape.n_head:
+        writer.add_key_length(shape.head_dim)
+        writer.add_value_length(shape.head_dim)
+    writer.add_layer_norm_rms_eps(float(hp.get("rms_norm_eps", 1e-5)))
+    writer.add_rope_freq_base(float(hp.get("rope_theta", 10000.0)))
+    writer.add_rope_dimension_count(shape.head_dim)
+    writer.add_vocab_size(target.vocab_size)
+    writer.add_array(f"{EAGLE3_ARCH}.target_layers", layers)
+    writer.add_uint32(f"{EAGLE3_ARCH}.target_hidden_size", target.embedding_length)
+    writer.add_bool(f"{EAGLE3_ARCH}.norm_before_residual", bool(hp.get("norm_before_residual", False)))
+    writer.add_bool(f"{EAGLE3_ARCH}.norm_before_fc", bool(hp.get("norm_before_fc", False)))
+
+
+def _write_tensors(writer: GGUFWriter, planned: list[_Planned], progress: Callable[[int, int], None]) -> None:
+    """The header, the keys and the tensors' data, converted one at a time."""
+    for p in planned:
+        raw = GGMLQuantizationType.BF16 if p.kind == "BF16" else None
+        writer.add_tensor_info(p.name, p.shape, np.dtype(NUMPY_TYPES[p.kind]), p.nbytes, raw_dtype=raw)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    total, done = sum(p.nbytes for p in planned), 0
+    for p in planned:
+        writer.write_tensor_data(p.convert())
+        done += p.nbytes
+        progress(done, total)
 
 
 def copy_tokenizer(target_path: Path, writer: GGUFWriter) -> None:

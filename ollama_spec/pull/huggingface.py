@@ -177,28 +177,7 @@ def pull_from_huggingface(
             urls[projector] = hf_hub_url(repo_id, projector_file.name, revision=revision, endpoint=endpoint)
         writer.check_free_space(urls)
 
-        def manifest(downloads: Mapping[Blob, Path | None]) -> bytes:
-            layers = [
-                _layer("model", model),
-                *([_layer("projector", projector)] if projector else []),
-                *(_layer(kind, writer.add_bytes(data)) for kind, data in extras),
-            ]
-            gguf_path = downloads.get(model) or writer.blob_path(model)
-            try:
-                config = writer.add_bytes(json.dumps(_config(gguf_path, model, gguf, layers)).encode())
-            except OllamaSpecError as exc:  # its sha256 matched, but it is no GGUF that llama.cpp could read
-                raise PullError(
-                    f"hf.co/{repo_id}: {gguf.name} is not a readable GGUF ({one_line(str(exc))}); "
-                    "no manifest was written"
-                ) from None
-            doc = {
-                "schemaVersion": 2,
-                "mediaType": MANIFEST_MEDIA_TYPE,
-                "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": config.digest, "size": config.size},
-                "layers": layers,
-            }
-            return json.dumps(doc).encode()
-
+        manifest = _manifest_of(repo_id, gguf, model, projector, extras, writer)
         fetch_and_write(client, urls, writer, settings, ref, report, cancel, manifest)
     if not any(kind == "template" for kind, _ in extras):
         report(
@@ -209,6 +188,41 @@ def pull_from_huggingface(
             )
         )
     report(PullEvent(ref.display, "success"))
+
+
+def _manifest_of(
+    repo_id: str,
+    gguf: RepoFile,
+    model: Blob,
+    projector: Blob | None,
+    extras: list[tuple[str, bytes]],
+    writer: StoreWriter,
+) -> Callable[[Mapping[Blob, Path | None]], bytes]:
+    """What writes the pull's manifest once its blobs are verified: its layers, and a config read from
+    the downloaded GGUF."""
+
+    def manifest(downloads: Mapping[Blob, Path | None]) -> bytes:
+        layers = [
+            _layer("model", model),
+            *([_layer("projector", projector)] if projector else []),
+            *(_layer(kind, writer.add_bytes(data)) for kind, data in extras),
+        ]
+        gguf_path = downloads.get(model) or writer.blob_path(model)
+        try:
+            config = writer.add_bytes(json.dumps(_config(gguf_path, model, gguf, layers)).encode())
+        except OllamaSpecError as exc:  # its sha256 matched, but it is no GGUF that llama.cpp could read
+            raise PullError(
+                f"hf.co/{repo_id}: {gguf.name} is not a readable GGUF ({one_line(str(exc))}); no manifest was written"
+            ) from None
+        doc = {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_MEDIA_TYPE,
+            "config": {"mediaType": CONFIG_MEDIA_TYPE, "digest": config.digest, "size": config.size},
+            "layers": layers,
+        }
+        return json.dumps(doc).encode()
+
+    return manifest
 
 
 def list_repo(repo_id: str, endpoint: str) -> tuple[str | None, list[RepoFile]]:

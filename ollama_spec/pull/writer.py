@@ -15,12 +15,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager, suppress
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from ollama_spec.config import ollama_var
 from ollama_spec.errors import InsufficientDisk, PullError, StoreNotWritable
@@ -28,6 +26,7 @@ from ollama_spec.models.gguf_info import format_bytes
 from ollama_spec.models.manifest import DIGEST
 from ollama_spec.models.names import ModelRef
 from ollama_spec.models.store import HOME_STORE, SERVICE_STORE, StoreRoot, blob_path, find_store_root
+from ollama_spec.pull.locks import blob_lock, holding
 
 PARTIAL_DIR = ".ollama-spec-partial"
 # Headroom kept free beyond the blobs themselves (manifests, filesystem metadata, other writers).
@@ -158,57 +157,6 @@ class StoreWriter:
         except FileNotFoundError:
             return 0
 
-    def lock_dir(self) -> Path:
-        """Per-store lock folder in the system temp dir.
-
-        Locks stay out of the store, and are never deleted: removing a lock file another process
-        holds would let a third one lock a fresh file of the same name.
-        """
-        key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
-        path = Path(tempfile.gettempdir()) / "ollama-spec-locks" / key
-        if not path.is_dir():
-            path.mkdir(parents=True, exist_ok=True)
-            with suppress(PermissionError):
-                os.chmod(path, 0o1777)  # other users pulling into the same shared store
-                os.chmod(path.parent, 0o1777)
-        return path
-
-    def lock_path(self, blob: Blob) -> Path:
-        """The lock file a pull holds while it downloads or commits `blob` (deletes skip a held one)."""
-        return self.lock_dir() / f"sha256-{blob.hex}.lock"
-
-    @contextmanager
-    def blob_lock(self, blob: Blob, waiting=lambda: None, stop=lambda: False, poll: float = 0.2):
-        """Hold the per-blob lock while downloading it.
-
-        If another pull holds it, `waiting()` is called once and `stop()` between tries: it raises
-        to give up, so that Ctrl-C does not wait for the other pull to finish.
-        """
-        lock = FileLock(str(self.lock_path(blob)), mode=0o666)
-        told = False
-        while True:
-            try:
-                lock.acquire(timeout=poll)
-                break
-            except Timeout:
-                stop()
-                if not told:
-                    waiting()
-                    told = True
-        try:
-            yield
-        finally:
-            lock.release()
-
-    @contextmanager
-    def holding(self, blobs: Iterable[Blob]) -> Iterator[None]:
-        """Hold every blob's lock at once, taken in digest order so that two holders never wait on each
-        other. While they are held no delete removes any of these blobs (it skips a locked one)."""
-        with ExitStack() as stack:
-            for digest in sorted({blob.digest for blob in blobs}):
-                stack.enter_context(self.blob_lock(Blob(digest, 0)))
-            yield
-
     def check_free_space(self, blobs: Iterable[Blob]) -> int:
         """Raise InsufficientDisk unless the missing blobs fit; return the bytes still to download."""
         needed = sum(max(0, b.size - self.partial_size(b)) for b in set(blobs) if not self.has_blob(b))
@@ -225,7 +173,7 @@ class StoreWriter:
 
         Under the blob's lock: another pull of a model sharing this blob may have moved it first.
         """
-        with self.blob_lock(blob):
+        with blob_lock(self.path, blob.hex):
             return self._move_in(blob, verified_file)
 
     def _move_in(self, blob: Blob, verified_file: Path) -> Path:
@@ -287,7 +235,7 @@ class StoreWriter:
         named = named_blobs(data)
         staged = self._staged(data, "manifest-", then)
         try:
-            with self.holding([*named, *downloads]):
+            with holding(self.path, [blob.hex for blob in [*named, *downloads]]):
                 for blob, verified in downloads.items():
                     if verified is not None:
                         self._move_in(blob, verified)

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ollama_spec.errors import BodyTooLarge, InvalidRequest
 from ollama_spec.server.core.errors import error_response
+from ollama_spec.server.core.parsed import PARSED
 from ollama_spec.server.core.protocol import MAX_NESTING, nesting
 
 MAX_DIGITS = 4300  # Python's own limit for reading an integer (sys.int_max_str_digits), said in our words
@@ -139,7 +140,7 @@ class CheckedBodies:
         body = b"".join(chunks)
         if body.strip():
             try:
-                checked_body(body)
+                scope = dict(scope, **{PARSED: checked_body(body)})  # the routes read this value: parsed once
             except Malformed as exc:
                 refused = InvalidRequest(str(exc), exc.field)
                 return await error_response(scope["path"], refused)(scope, receive, send)

@@ -11,7 +11,6 @@ neither stops the app from being built."""
 from __future__ import annotations
 
 import asyncio
-import json
 import types
 import typing
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -22,6 +21,8 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ollama_spec.server.core.parsed import parsed_body
 
 if TYPE_CHECKING:
     from ollama_spec.server.core.state import ServerState
@@ -118,7 +119,7 @@ class Forwarding:
                 return await answer(scope, receive, send)
         elif scope["method"] not in NO_BODY:
             messages, complete = await _read(receive, self.state.settings.max_body_bytes)
-            name = _model_named(messages, how.fields) if complete else None
+            name = _model_named(parsed_body(scope), how.fields) if complete else None
             if name is not None and not await ours(name):
                 body = b"".join(m.get("body", b"") for m in messages)
                 answer = await upstream.forward(Request(scope, receive), body)
@@ -164,11 +165,8 @@ async def _read(receive: Receive, limit: int) -> tuple[list[Message], bool]:
     return messages, False
 
 
-def _model_named(messages: list[Message], fields: tuple[str, ...]) -> str | None:
-    try:
-        body = json.loads(b"".join(m.get("body", b"") for m in messages))
-    except ValueError:  # not JSON: the route says so
-        return None
+def _model_named(body: object, fields: tuple[str, ...]) -> str | None:
+    """The model a body names (CheckedBodies parsed it: the value, or None for no body)."""
     if not isinstance(body, dict):
         return None
     for field in fields:

@@ -4,21 +4,29 @@ request defaults."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ollama_spec.engine.engine import EngineSettings, pair_facts, slot_choices
-from ollama_spec.engine.pairing import choose_draft
-from ollama_spec.errors import ModelNotFound, OllamaSpecError
+from ollama_spec.engine.load_plan import (
+    EngineSettings,
+    LoadPlan,
+    check_drafter,
+    pair_facts,
+    require_target,
+    slot_choices,
+)
+from ollama_spec.engine.mtp_default import let_mtp_go
+from ollama_spec.engine.pairing import ALONE, DraftChoice, choose_draft
+from ollama_spec.errors import InsufficientMemory, OllamaSpecError
 from ollama_spec.llama.backends import llama_cpp_knows
+from ollama_spec.llama.canary import RepackDecision, decide_repack
 from ollama_spec.models.modelfile import Modelfile
 from ollama_spec.models.presets import lay_preset
-from ollama_spec.models.resolve import ResolvedModel, resolve_model
+from ollama_spec.models.resolve import ResolvedModel, resolve_model, resolve_stored
 from ollama_spec.models.store import Store, StoredModel, find_store_root
-from ollama_spec.models.usable import require_usable, usability_problems
+from ollama_spec.models.usable import usability_problems
 from ollama_spec.planning.context import choose_context
 from ollama_spec.planning.devices import Device
 from ollama_spec.planning.fit import Fit, fit_pair
@@ -31,8 +39,9 @@ log = logging.getLogger("ollama_spec.server")
 
 @dataclass(frozen=True)
 class PairPlan:
-    """What to load for one name: the target (a preset laid over it), its draft and why, the engine's
-    settings (the context chosen, the slots that fit) and the requests' defaults."""
+    """What to load for one name, decided once: the target (a preset laid over it), its draft and why (both
+    checked: check_drafter), the engine's settings (the context chosen, the slots that fit), the repack
+    choice and the requests' defaults."""
 
     name: str
     target: ResolvedModel
@@ -42,11 +51,18 @@ class PairPlan:
     engine: EngineSettings
     ctx_why: str = ""
     plan: MemoryPlan | None = None
+    repack: RepackDecision | None = None  # None: decided where the pair is fitted
 
     @property
     def fit(self) -> Fit:
         """What the engine loads with, as decided here: it does not plan again."""
         return Fit(self.engine.n_ctx, self.engine.parallel or 1, self.plan)
+
+    @property
+    def load(self) -> LoadPlan:
+        """The plan Engine.load loads, deciding nothing again."""
+        repack = self.repack or decide_repack(self.engine.repack)
+        return LoadPlan(self.target, self.draft, self.engine, repack, self.fit)
 
 
 @dataclass
@@ -79,15 +95,11 @@ class StorePairs:
         """The stored name for `name` (ModelNotFound when the store has none)."""
         return self.store().resolve(name).name
 
-    def identify(self, name: str) -> tuple[str, str]:
-        """The stored name for `name` and the sha256 of its manifest, as Ollama's digest (ModelNotFound when the
-        store has none): a copy or a pull over the name gives another digest, and the model is loaded again."""
-        stored = self.store().resolve(name)
-        try:
-            data = stored.manifest_path.read_bytes()
-        except OSError:  # deleted since: as good as not found
-            raise ModelNotFound(f"model '{name}' not found") from None
-        return stored.name, hashlib.sha256(data).hexdigest()
+    def identify(self, name: str) -> StoredModel:
+        """The stored model for `name`, its manifest read once (ModelNotFound when the store has none): its
+        stored name, and its `digest`, Ollama's: a copy or a pull over the name gives another, and the model is
+        loaded again. `plan` takes it as it is: the name is not looked up again."""
+        return self.store().resolve(name)
 
     def changed(self) -> None:
         """The store was written: read the models again."""
@@ -103,7 +115,7 @@ class StorePairs:
         for stored in store.models():
             if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
                 continue
-            model = self._resolved(store, stored)
+            model = self._resolved(stored)
             if model is not None:
                 found.append(model)
         return sorted(found, key=_modified, reverse=True)
@@ -118,9 +130,9 @@ class StorePairs:
             return False
         if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
             return False
-        return self._resolved(store, stored) is not None
+        return self._resolved(stored) is not None
 
-    def _resolved(self, store: Store, stored: StoredModel) -> ResolvedModel | None:
+    def _resolved(self, stored: StoredModel) -> ResolvedModel | None:
         try:
             key = (str(stored.manifest_path), stored.manifest_path.stat().st_mtime_ns)
         except OSError:
@@ -129,7 +141,7 @@ class StorePairs:
             if key in self._cache:
                 return self._cache[key]
         try:
-            model = resolve_model(stored.name, store=store)
+            model = resolve_stored(stored)  # found already: not looked up again
             model = None if usability_problems(model.info, llama_cpp_knows) else model
         except OllamaSpecError:
             model = None
@@ -139,25 +151,28 @@ class StorePairs:
 
     def plan(
         self,
-        name: str,
+        name: str | StoredModel,
         devices: Sequence[Device],
         notes: Sequence[str] = (),
         n_ctx: int | None = None,
         ctx_why: str = "a request's num_ctx",
     ) -> PairPlan:
-        """The pair to load for the stored `name`, its context chosen for `devices` (the whole machine,
-        or the scheduler's budget): `n_ctx` (chosen by `ctx_why`) over the model's own and --ctx (capped at
-        the trained length); UnusableModel, IncompatibleDraft or InsufficientMemory when it cannot run."""
+        """The pair to load for `name` (a stored name, or the model `identify` read), checked and its context
+        chosen for `devices` (the whole machine, or the scheduler's budget): `n_ctx` (chosen by `ctx_why`) over
+        the model's own and --ctx (capped at the trained length); UnusableModel, IncompatibleDraft,
+        InvalidSetting or InsufficientMemory when it cannot run."""
         store = self.store()
-        target = resolve_model(name, store=store)
+        target = resolve_stored(store.resolve(name) if isinstance(name, str) else name)
         preset = self.presets.get(target.name)
         if preset is not None:
             target = lay_preset(target, preset, log.info)
-        require_usable(target.name, target.info, "target", llama_cpp_knows)
-        draft, proposer, why = self._draft(store, target, preset)
-        settings = self.defaults.over(target.params, self.settings, proposer)
+        require_target(target)
+        choice = self._draft(store, target, preset)
+        engine = choice.engine_settings(self.engine)  # with the target's MTP layers where they draft
+        draft, engine = check_drafter(target, choice.model, engine, draft_checked=choice.checked)
+        settings = self.defaults.over(target.params, self.settings, choice.source)
         return fit_context(
-            PairPlan(target.name, target, draft, why, settings, self.engine),
+            PairPlan(target.name, target, draft, choice.why, settings, engine, repack=decide_repack(engine.repack)),
             given=n_ctx or _num_ctx(target),
             flag=None if n_ctx else self.ctx,
             devices=devices,
@@ -173,22 +188,20 @@ class StorePairs:
         preset = self.presets.get(target.name)
         if preset is not None:
             target = lay_preset(target, preset, log.info)
-        draft, proposer, why = self._draft(store, target, preset)
-        return target, draft.name if draft else proposer, why
+        choice = self._draft(store, target, preset)
+        return target, choice.model.name if choice.model else choice.source, choice.why
 
-    def _draft(
-        self, store: Store, target: ResolvedModel, preset: Modelfile | None
-    ) -> tuple[ResolvedModel | None, str | None, str]:
-        """(draft, proposer, why), in the order --no-draft, --pair, the preset, then as engine/pairing chooses
-        for every face: the manifest's draft layer, the store's best compatible draft, the target alone."""
+    def _draft(self, store: Store, target: ResolvedModel, preset: Modelfile | None) -> DraftChoice:
+        """The draft, in the order --no-draft, --pair, the preset, then as engine/pairing chooses for every
+        face: the manifest's draft layer, the target's own MTP layers, the store's best compatible draft, the
+        target alone."""
         if self.no_draft:
-            return None, None, "--no-draft"
+            return DraftChoice(None, None, ALONE, "--no-draft")
         chosen = self.pairs.get(target.name)
         how = f"--pair {target.name}={chosen}"
         if chosen is None and preset is not None and preset.draft:
             chosen, how = preset.draft, f"the preset {preset.path}"
-        choice = choose_draft(target, chosen, store, said=how, auto_by_default=True)
-        return choice.model, choice.source, choice.why
+        return choose_draft(target, chosen, store, said=how, auto_by_default=True)
 
 
 def _modified(model: ResolvedModel) -> float:
@@ -219,8 +232,12 @@ def fit_context(
     if not settings.memory_check:
         fit = Fit(choice.n_ctx, slot_counts[0])
     else:
-        facts = pair_facts(pair.target, pair.draft, settings)
-        fit = fit_pair(facts, choice, slot_counts, devices, notes)
+        repack = pair.repack.enabled if pair.repack else None
+        try:
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings, repack), choice, slot_counts, devices, notes)
+        except InsufficientMemory as refused:  # MTP layers chosen by default that do not fit are let go
+            settings = let_mtp_go(settings, refused, lambda text: log.info("%s: %s", pair.name, text))
+            fit = fit_pair(pair_facts(pair.target, pair.draft, settings, repack), choice, slot_counts, devices, notes)
     if fit.lowered_from is not None:
         log.info(
             "%s: context lowered from %d to %d tokens: the pair would not fit at %d",

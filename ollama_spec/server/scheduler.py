@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypeVar
 
-from ollama_spec.engine.engine import Engine, pair_facts
+from ollama_spec.engine.engine import Engine
 from ollama_spec.errors import (
     Busy,
     InsufficientMemory,
@@ -26,32 +25,19 @@ from ollama_spec.errors import (
     StoreNotFound,
     one_line,
 )
-from ollama_spec.models.gguf_info import format_bytes
 from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.planning.context import ContextChoice
-from ollama_spec.planning.devices import Device
-from ollama_spec.planning.fit import fit_pair
-from ollama_spec.server.core.keep_alive import DEFAULT_KEEP_ALIVE
+from ollama_spec.models.store import StoredModel
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.metrics import Metrics
 from ollama_spec.server.pairs import PairPlan, StorePairs
+from ollama_spec.server.resident import Resident
+from ollama_spec.server.room import RETRY_AFTER_BUSY, Room, SchedulerSettings
 
+__all__ = ["Scheduler", "SchedulerSettings"]
 log = logging.getLogger("ollama_spec.server")
-MODELS_PER_GPU = 3  # Ollama's defaultModelsPerGPU, when OLLAMA_MAX_LOADED_MODELS is unset
-REAP_SECONDS = 0.2  # how often expired models are looked for
-WAIT_SECONDS = 0.1  # how often a load waiting for a busy model to finish looks again
 REQUEST_CHOSE = "a request's num_ctx"  # who chose a larger context, unless the caller says
-RETRY_AFTER_BUSY = 5  # seconds a client is told to wait when no loaded model became idle in time
 DELETE_WAIT_SECONDS = 30.0  # how long a delete waits for its model's cut-short requests to end
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class SchedulerSettings:
-    keep_alive: float = DEFAULT_KEEP_ALIVE  # OLLAMA_KEEP_ALIVE, for requests that give none
-    max_loaded: int = 0  # OLLAMA_MAX_LOADED_MODELS; 0: 3 per GPU (3 on a CPU)
-    memory_budget: int | None = None  # bytes each device may hold for the models (tests; a shared GPU)
-    load_timeout: float = 300.0  # how long a load waits for busy models to make room (OLLAMA_LOAD_TIMEOUT)
 
 
 def not_found(name: str) -> ModelNotFound:
@@ -61,29 +47,27 @@ def not_found(name: str) -> ModelNotFound:
 class Scheduler:
     """The loaded pairs by stored name, and the one owner of loading, evicting, unloading and deleting them.
 
-    All four run under one lock, so no load sees room that a closing pair still takes. A pair leaves
-    `loaded` when it is evicted, expires, is asked to unload, is deleted or its manifest changes (a copy or
-    a pull over its name); while requests still use it, it waits in `unloading`, still counted as taking
-    its memory, and closes when the last of them ends (a delete ends them at their next step)."""
+    All four run under one lock (resident.py), so no load sees room that a closing pair still takes. A pair
+    leaves `loaded` when it is evicted, expires, is asked to unload, is deleted or its manifest changes (a
+    copy or a pull over its name); while requests still use it, it waits in `unloading`, still counted as
+    taking its memory, and closes when the last of them ends (a delete ends them at their next step). A
+    request's name is read from the store once: the model read is what is planned and loaded."""
 
     answers_every_name = False  # a name the store cannot run goes to the upstream daemon, when there is one
 
     def __init__(self, pairs: StorePairs, settings: SchedulerSettings, metrics: Metrics, max_queue: int):
         self.pairs, self.settings, self.metrics, self.max_queue = pairs, settings, metrics, max_queue
-        self.loaded: dict[str, Served] = {}
-        self.unloading: list[Served] = []  # out of `loaded`, closed when their requests end
+        self.resident = Resident()
+        self.room = Room(settings, self.resident)
+        self.loaded, self.unloading = self.resident.loaded, self.resident.unloading  # the same objects
         self._loading: dict[str, asyncio.Future[Served]] = {}
-        self._wanted: Counter[str] = Counter()  # requests waiting for a load: their model is not evicted
         self._deleting: set[str] = set()  # stored names a delete is removing: requests for them are 404s
-        self._lock: asyncio.Lock | None = None
-        self._reaper: asyncio.Task | None = None
-        self._devices: tuple[list[Device], list[str]] | None = None
         # called with a model's stored name before it loads: serve --upstream asks the daemon to let go of it
         self.before_load: Callable[[str], Awaitable[object]] | None = None
 
     async def canonical(self, name: str) -> str:
         """The stored name for a requested one: 404 as Ollama answers when the store has none."""
-        return (await self._identify(name))[0]
+        return (await self._identify(name)).name
 
     def can_run(self, name: str) -> bool:
         """Whether `name` is a model of the store that can run here (blocks: run it on a thread)."""
@@ -127,37 +111,40 @@ class Scheduler:
     def __str__(self) -> str:
         return f"the models of {self.pairs.store().path} as they are asked for"
 
-    async def _identify(self, name: str) -> tuple[str, str]:
-        """The stored name and its manifest's digest, in one read of the store."""
+    async def _identify(self, name: str) -> StoredModel:
+        """The stored model for `name`: its stored name and its manifest's digest, in one read of the store."""
         try:
-            key, digest = await asyncio.to_thread(self.pairs.identify, name)
+            stored = await asyncio.to_thread(self.pairs.identify, name)
         except (ModelNotFound, InvalidModelName):
             raise not_found(name) from None
         except OllamaSpecError as exc:
             raise ServerFault(one_line(str(exc))) from None
-        if key in self._deleting:
+        if stored.name in self._deleting:
             raise not_found(name)
-        return key, digest
+        return stored
 
     async def acquire(self, name: str, keep_alive: float | None, n_ctx: int | None = None, ctx_why: str = "") -> Served:
         """The loaded pair for `name`, loaded now if need be: again if its manifest changed since, or with a
         larger context when `n_ctx` asks for more than it has (and the memory plan allows it). `ctx_why`:
         who chose `n_ctx` (default: a request's num_ctx), for the log. The caller holds it (`users`) until
         `release`."""
-        self._start_reaper()
+        self.resident.start_expiry()
+        wanted = self.resident.wanted
         while True:  # again if a delete closed the pair between its load and this request's turn
-            key, digest = await self._identify(name)
-            self._wanted[key] += 1
+            stored = await self._identify(name)
+            key = stored.name
+            wanted[key] += 1
             try:
                 served = self.loaded.get(key)
-                if not _answers(served, digest, n_ctx):
+                if not _answers(served, stored.digest, n_ctx):
                     future = self._loading.get(key)
                     if future is None:
-                        future = self._loading[key] = asyncio.ensure_future(self._load(key, digest, n_ctx, ctx_why))
+                        future = self._loading[key] = asyncio.ensure_future(self._load(stored, n_ctx, ctx_why))
                         future.add_done_callback(lambda _, key=key: self._loading.pop(key, None))
                     served = await asyncio.shield(future)
             finally:
-                self._wanted[key] -= 1
+                wanted[key] -= 1
+                self.resident.changed.notify()  # a pair no longer wanted may be evicted or expire
             if not served.closed:
                 break
         served.users += 1
@@ -170,12 +157,7 @@ class Scheduler:
         retiring pair closes with its last request."""
         served.users -= 1
         served.touch()
-        if served.idle and (served in self.unloading or served.keep_alive == 0):
-            async with self._locked():
-                if served in self.unloading:
-                    await self._close_retired()
-                elif served.keep_alive == 0 and served.idle and self.loaded.get(served.name) is served:
-                    await self._unload(served, "keep_alive 0")
+        await self.resident.settle(served)
 
     async def unload(self, name: str) -> bool:
         """Unload `name` if it is loaded: now if idle, else when its running requests end (as Ollama's
@@ -184,25 +166,25 @@ class Scheduler:
             key = await asyncio.to_thread(self.pairs.canonical, name)
         except OllamaSpecError:
             key = name
-        async with self._locked():
+        async with self.resident.locked():
             served = self.loaded.get(key)
             if served is None:
                 return False
-            await self._unload(served, "asked to")
+            await self.resident.unload(served, "asked to")
         return True
 
     async def store_changed(self) -> None:
         """The store was written here (a pull, a copy, a delete): list its models afresh, and retire the
         loaded pairs whose manifest changed, so that the next request, and /api/show, see the new model."""
         self.pairs.changed()
-        async with self._locked():
+        async with self.resident.locked():
             for served in list(self.loaded.values()):
                 try:
-                    _, digest = await asyncio.to_thread(self.pairs.identify, served.name)
+                    digest = (await asyncio.to_thread(self.pairs.identify, served.name)).digest
                 except OllamaSpecError:
                     digest = None
                 if digest != served.manifest_digest:
-                    await self._unload(served, "its manifest changed" if digest else "it left the store")
+                    await self.resident.unload(served, "its manifest changed" if digest else "it left the store")
 
     async def delete(self, name: str, remove: Callable[[str], T]) -> T:
         """Delete the stored `name` with `remove(stored name)` (on a thread), once the pairs that load it (as
@@ -211,20 +193,21 @@ class Scheduler:
         first; requests for the name meanwhile are 404s, as after the delete."""
         key = await self.canonical(name)
         self._deleting.add(key)
+        resident = self.resident
         try:
-            async with self._locked():
+            async with resident.locked():
                 for served in [s for s in self.loaded.values() if _loads(s, key)]:
-                    await self._unload(served, "its model is being deleted")
+                    await resident.unload(served, "its model is being deleted")
             deadline = time.monotonic() + DELETE_WAIT_SECONDS
             while busy := [served for served in self.unloading if _loads(served, key) and not served.closed]:
                 for served in busy:
                     served.worker.cancel_all(f'model "{name}" is being deleted')
-                if time.monotonic() > deadline:
+                if (left := deadline - time.monotonic()) <= 0:
                     raise Busy(
                         f'model "{name}" is still in use: its requests did not end; retry later', RETRY_AFTER_BUSY
                     )
-                await asyncio.sleep(WAIT_SECONDS)
-            async with self._locked():
+                await resident.changed.wait(left)  # until one of them closes
+            async with resident.locked():
                 return await asyncio.to_thread(remove, key)
         finally:
             self._deleting.discard(key)
@@ -232,22 +215,16 @@ class Scheduler:
 
     def shutdown(self) -> None:
         """Unload everything now, from outside the event loop (the server has stopped)."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-        for served in [*self.loaded.values(), *self.unloading]:
+        self.resident.stop()
+        for served in self.resident.taking():
             served.close()
         self.loaded.clear()
         self.unloading.clear()
 
-    # --- loading ---------------------------------------------------------------------------------
-
-    def _locked(self) -> asyncio.Lock:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
-
-    async def _load(self, key: str, digest: str, n_ctx: int | None = None, ctx_why: str = "") -> Served:
-        async with self._locked():  # one load at a time, as Ollama's scheduler; no unload beside it
+    async def _load(self, stored: StoredModel, n_ctx: int | None = None, ctx_why: str = "") -> Served:
+        """Load the model `_identify` read, planned once (pairs.plan) and loaded as planned (Engine.load)."""
+        key, digest = stored.name, stored.digest
+        async with self.resident.locked():  # one load at a time, as Ollama's scheduler; no unload beside it
             current = self.loaded.get(key)
             if _answers(current, digest, n_ctx):
                 return current  # loaded by another request while this one waited for the lock
@@ -255,7 +232,7 @@ class Scheduler:
             if self.before_load is not None and not larger:  # before the plan: the devices are measured there
                 await self.before_load(key)
             try:
-                pair = await self._plan(key, n_ctx if larger else None, ctx_why or REQUEST_CHOSE)
+                pair = await self._plan(stored, n_ctx if larger else None, ctx_why or REQUEST_CHOSE)
             except ServerFault as exc:
                 if not larger:
                     raise
@@ -268,11 +245,11 @@ class Scheduler:
                     if larger
                     else "its manifest changed"
                 )
-                await self._unload(current, why)
-            pair = await self._make_room(pair)
+                await self.resident.unload(current, why)
+            pair = await self.room.make(pair)
             started = time.monotonic()
             try:
-                engine = await asyncio.to_thread(self._open, pair)
+                engine = await asyncio.to_thread(_open, pair)
             except OllamaSpecError as exc:
                 raise _refusal(exc) from None
             served = Served(
@@ -286,6 +263,7 @@ class Scheduler:
                 manifest_digest=digest,
             )
             served.touch()
+            self.resident.watch(served)
             self.loaded[key] = served
             log.info(
                 "loaded %s in %.1f s: context %d (%s), %d slot%s, draft: %s",
@@ -299,131 +277,29 @@ class Scheduler:
             )
             return served
 
-    def _open(self, pair: PairPlan) -> Engine:
-        engine = Engine(pair.target, pair.draft, pair.engine, notice=log.info, fit=pair.fit)
+    async def _plan(self, stored: StoredModel, n_ctx: int | None = None, ctx_why: str = "") -> PairPlan:
+        """The pair and its context (`n_ctx`, chosen by `ctx_why`), checked and planned against the whole of the
+        (budgeted) machine: what cannot run, or fit even alone, is refused here, before anything is unloaded
+        for it."""
         try:
-            engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
-        except BaseException:
-            engine.close()
-            raise
-        return engine
-
-    async def _plan(self, key: str, n_ctx: int | None = None, ctx_why: str = "") -> PairPlan:
-        """The pair and its context (`n_ctx`, chosen by `ctx_why`), planned against the whole of the
-        (budgeted) machine: what cannot fit even alone is refused here, before anything is unloaded for it."""
-        try:
-            devices, notes = await asyncio.to_thread(self._machine)
-            pair = await asyncio.to_thread(self.pairs.plan, key, devices, notes, n_ctx, ctx_why)
+            devices, notes = await asyncio.to_thread(self.room.machine)
+            pair = await asyncio.to_thread(self.pairs.plan, stored, devices, notes, n_ctx, ctx_why)
         except ModelNotFound as exc:
             raise ModelNotFound(one_line(str(exc))) from None
         except OllamaSpecError as exc:
             raise _refusal(exc) from None
         return replace(pair, settings=replace(pair.settings, max_queue=self.max_queue))
 
-    async def _make_room(self, pair: PairPlan) -> PairPlan:
-        """Unload idle models, least recently used first, until `pair` fits beside the rest; wait for busy
-        ones (and retiring ones) to become idle and close (up to load_timeout). Runs under the lock. The
-        pair with its fit beside what stays loaded: what the engine loads with."""
-        deadline = time.monotonic() + self.settings.load_timeout
-        while (fitted := self._room_for(pair)) is None:
-            await self._close_retired()
-            idle = [s for s in self.loaded.values() if s.idle and not self._wanted[s.name]]
-            if idle:
-                victim = min(idle, key=lambda s: s.last_used)
-                await self._unload(victim, f"to make room for {pair.name}")
-                continue
-            if (fitted := self._room_for(pair)) is not None:
-                break
-            if time.monotonic() > deadline:
-                raise Busy(f"{pair.name} cannot load: the loaded models stayed busy; retry later", RETRY_AFTER_BUSY)
-            await asyncio.sleep(WAIT_SECONDS)
-        return fitted
 
-    def _taking(self) -> list[Served]:
-        """Every pair in memory: the loaded ones and those retiring."""
-        return [*self.loaded.values(), *self.unloading]
-
-    def _room_for(self, pair: PairPlan) -> PairPlan | None:
-        """`pair` with its fit on the memory the loaded pairs leave (its context and slots as planned for
-        the whole machine), or None while it does not fit beside them."""
-        taking = self._taking()
-        if len(taking) >= self._max_loaded():
-            return None
-        if pair.plan is None or not taking:
-            return pair
-        devices, notes = self._machine()
-        taken = (sum(s.memory[0] for s in taking), sum(s.memory[1] for s in taking))
-        fixed = ContextChoice(pair.engine.n_ctx, False, pair.ctx_why)
-        try:
-            fit = fit_pair(
-                pair_facts(pair.target, pair.draft, pair.engine), fixed, [pair.fit.slots], devices, notes, taken
-            )
-        except InsufficientMemory:
-            return None
-        return replace(pair, plan=fit.plan)
-
-    def _max_loaded(self) -> int:
-        if self.settings.max_loaded > 0:
-            return self.settings.max_loaded
-        gpus = [d for d in self._machine()[0] if d.is_gpu]
-        return MODELS_PER_GPU * max(len(gpus), 1)
-
-    def _machine(self) -> tuple[list[Device], list[str]]:
-        """This machine's devices as first seen (before any load), each capped at the memory budget."""
-        if self._devices is None:
-            from ollama_spec.llama import backends
-
-            devices, notes = backends.discover_devices()
-            if (budget := self.settings.memory_budget) is not None:
-                devices = [replace(d, total=min(d.total, budget), free=min(d.free, budget)) for d in devices]
-                notes = [*notes, f"memory budget: {format_bytes(budget)} a device"]
-            self._devices = (devices, notes)
-        return self._devices
-
-    async def _unload(self, served: Served, why: str) -> None:
-        """Take `served` out of `loaded` and close it, now if idle, else when its requests end. Under the lock."""
-        if self.loaded.get(served.name) is served:
-            del self.loaded[served.name]
-        if served.idle:
-            log.info("unloading %s (%s)", served.name, why)
-            await self._close(served)
-        else:
-            log.info("unloading %s when its running requests end (%s)", served.name, why)
-            served.unloading_since = time.time()
-            self.unloading.append(served)
-
-    async def _close_retired(self) -> None:
-        """Close the retiring pairs whose last request has ended. Under the lock."""
-        for served in [s for s in self.unloading if s.idle]:
-            self.unloading.remove(served)
-            log.info("unloading %s: its last request ended", served.name)
-            await self._close(served)
-
-    @staticmethod
-    async def _close(served: Served) -> None:
-        served.closed = True  # at once, on the loop: a request resuming meanwhile looks for another pair
-        await asyncio.to_thread(served.close)
-
-    # --- expiry ----------------------------------------------------------------------------------
-
-    def _start_reaper(self) -> None:
-        if self._reaper is None or self._reaper.done():
-            self._reaper = asyncio.ensure_future(self._reap())
-
-    async def _reap(self) -> None:
-        """Unload the idle models whose keep_alive has run out, and close retiring ones left idle."""
-        while True:
-            await asyncio.sleep(REAP_SECONDS)
-            if not self._expired() and not any(s.idle for s in self.unloading):
-                continue
-            async with self._locked():
-                await self._close_retired()
-                for served in self._expired():
-                    await self._unload(served, "its keep_alive ran out")
-
-    def _expired(self) -> list[Served]:
-        now = time.time()
-        return [s for s in self.loaded.values() if s.idle and not self._wanted[s.name] and s.expires_at <= now]
+def _open(pair: PairPlan) -> Engine:
+    """The engine for `pair`, loaded as planned."""
+    engine = Engine.load(pair.load, notice=log.info)
+    try:
+        engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 def _answers(served: Served | None, digest: str, n_ctx: int | None) -> bool:

@@ -51,6 +51,11 @@ class Piece:
     scored: tuple[Token, ...] = ()  # with logprobs asked for: the tokens since the last piece
     drafted: Marks | None = None  # with show_draft: per character of text, whether the draft wrote it
 
+    def then(self, following: Piece) -> Piece:
+        """This piece and the one after it, as one."""
+        drafted = None if self.drafted is None or following.drafted is None else self.drafted + following.drafted
+        return Piece(self.text + following.text, self.scored + following.scored, drafted)
+
 
 @dataclass(frozen=True)
 class Finished:
@@ -66,12 +71,50 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
-class Job:
-    """One submitted request: its events arrive in order on the loop that submitted it."""
+class Mailbox:
+    """Events for the jobs of one asyncio loop, put from the step loop's thread: delivered together, at
+    one wake-up of the loop for all of a step's jobs (each wake-up is a write to the loop's socket, and
+    the loop's thread then wants the GIL), not one a job."""
 
-    def __init__(self, request: Request, loop: asyncio.AbstractEventLoop, label: str = ""):
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._mail: list[tuple[Job, tuple[Event, ...]]] = []
+        self._waking = False  # a delivery is scheduled on the loop and has not begun
+
+    def put(self, job: Job, events: tuple[Event, ...]) -> None:
+        with self._lock:
+            self._mail.append((job, events))
+            if self._waking:
+                return
+            self._waking = True
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            for waiting, _ in self._take():
+                waiting.cancel()
+
+    def _take(self) -> list[tuple[Job, tuple[Event, ...]]]:
+        with self._lock:
+            self._waking = False
+            mail, self._mail = self._mail, []
+        return mail
+
+    def _deliver(self) -> None:
+        for job, events in self._take():
+            for event in events:
+                job._events.put_nowait(event)
+
+
+class Job:
+    """One submitted request: its events arrive in order on the loop that submitted it (through
+    `mailbox`, shared by the jobs of that loop)."""
+
+    def __init__(
+        self, request: Request, loop: asyncio.AbstractEventLoop, label: str = "", mailbox: Mailbox | None = None
+    ):
         self.request, self.label = request, label  # label: the route, for the log and the metrics
-        self._loop = loop
+        self._mailbox = mailbox if mailbox is not None else Mailbox(loop)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._cancelled = threading.Event()
         self.ticket: Ticket | None = None  # its place in the engine's step loop
@@ -97,19 +140,22 @@ class Job:
         return self._cancelled.is_set()
 
     def put(self, *events: Event) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._put_all, events)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            self.cancel()
-
-    def _put_all(self, events: tuple[Event, ...]) -> None:
-        for event in events:
-            self._events.put_nowait(event)
+        self._mailbox.put(self, events)
 
     async def events(self) -> AsyncIterator[Event]:
-        """Pieces of text, then one Finished or Failed."""
+        """Pieces of text, then one Finished or Failed. The pieces waiting when the reader comes are
+        one piece (a step's tokens, verified together, or more where the reader fell behind): one
+        chunk to frame and write, not one a token."""
+        events = self._events
         while True:
-            event = await self._events.get()
+            event = await events.get()
+            while isinstance(event, Piece) and not events.empty():
+                following = events.get_nowait()
+                if not isinstance(following, Piece):
+                    yield event
+                    event = following
+                    break
+                event = event.then(following)
             yield event
             if not isinstance(event, Piece):
                 return
@@ -131,6 +177,9 @@ class Worker:
         self._lock = threading.Condition()
         self._jobs: list[Job | object] = []  # running first, then waiting
         self._mean_seconds = FIRST_GUESS_SECONDS  # a job's time, averaged over the recent ones
+        self._mailbox: Mailbox | None = None  # the jobs' events, to the loop that submitted them
+        # called (on the thread the last job ended on) when no job runs or waits any more
+        self.on_idle: Callable[[], None] | None = None
 
     @property
     def waiting(self) -> int:
@@ -150,7 +199,10 @@ class Worker:
 
     def submit(self, request: Request, label: str = "") -> Job:
         """Queue a generation; QueueFull when max_queue requests are already waiting."""
-        job = Job(request, asyncio.get_running_loop(), label)
+        loop = asyncio.get_running_loop()
+        if self._mailbox is None or self._mailbox.loop is not loop:
+            self._mailbox = Mailbox(loop)
+        job = Job(request, loop, label, self._mailbox)
         self._enqueue(job)
         try:
             job.ticket = self.engine.submit(request, _Sink(self, job), runs=request.show_draft)
@@ -194,6 +246,9 @@ class Worker:
             if seconds is not None:
                 self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * seconds
             self._lock.notify_all()
+            idle = not self._holding()
+        if idle and self.on_idle is not None:
+            self.on_idle()
 
     def cancel_all(self, reason: str = SHUTTING_DOWN) -> None:
         """Stop the running generations and skip the waiting ones (shutdown, a delete of the model);

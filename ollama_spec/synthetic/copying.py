@@ -59,13 +59,38 @@ def copy_pair_arch(n_filler: int, n_ff: int) -> Architecture:
     )
 
 
+# the residual stream's parts: the token (A), the one before (B), two before (B2), the copied one (C);
+# then a dimension that is always 1, one set on BOS alone and one on the edit pieces
+_A, _B, _B2, _C = (slice(i * CODE_DIMS, (i + 1) * CODE_DIMS) for i in range(4))
+_ONE, _BOS_DIM, _EDIT_DIM = 4 * CODE_DIMS, 4 * CODE_DIMS + 1, 4 * CODE_DIMS + 2
+
+
 def copy_pair_weights(vocab: Vocabulary, arch: Architecture, seed: int = 5) -> tuple[dict, dict]:
     """(target, draft) tensors for `arch` (2 working layers, the rest filler), numpy [out, in]."""
-    d, hd, n_ff, v = arch.n_embd, arch.head_dim, arch.n_ff, vocab.size
-    rng = np.random.default_rng(seed)
-    # the residual stream's parts: the token (A), the one before (B), two before (B2), the copied one (C)
-    a, b, b2, c = (slice(i * CODE_DIMS, (i + 1) * CODE_DIMS) for i in range(4))
-    one, bos_dim, edit_dim = 4 * CODE_DIMS, 4 * CODE_DIMS + 1, 4 * CODE_DIMS + 2
+    d, hd, n_ff = arch.n_embd, arch.head_dim, arch.n_ff
+    embeddings, output = _token_matrices(vocab, d, np.random.default_rng(seed))
+    target = {
+        "token_embd.weight": embeddings,
+        "output_norm.weight": np.ones(d, np.float32),
+        "output.weight": output,
+    }
+    no_ff = np.zeros((n_ff, d), np.float32)
+    target |= _layer(0, d, n_ff, *_previous_token_heads(d, hd), no_ff, no_ff)
+    target |= _layer(1, d, n_ff, *_induction_head(d, hd), no_ff, no_ff)
+    for i in range(2, arch.n_layer):  # filler: the cost of bigger layers, nothing added to the stream
+        g = np.random.default_rng([seed, i])
+        small = [(g.standard_normal(shape) * 0.02).astype(np.float32) for shape in [(d, d)] * 3 + [(n_ff, d)] * 2]
+        target |= _layer(i, d, n_ff, *small[:3], np.zeros((d, d), np.float32), *small[3:])
+    target = {name: t.astype(np.float16) if t.ndim == 2 else t for name, t in target.items()}
+    draft = dict(target)
+    for name in ("attn_q", "attn_k", "attn_v", "attn_output"):  # its one layer adds nothing: the bigram
+        draft[f"blk.0.{name}.weight"] = np.zeros_like(target[f"blk.0.{name}.weight"])
+    return target, draft
+
+
+def _token_matrices(vocab: Vocabulary, d: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The embeddings (each token's code in A) and the output matrix (the bigram on A, the copy on C)."""
+    v = vocab.size
     special = {vocab.id_of(t) for t in SPECIAL_TOKENS}
     bos = vocab.id_of(BOS)
     ordinary = np.array([t for t in range(v) if t not in special])
@@ -73,77 +98,69 @@ def copy_pair_weights(vocab: Vocabulary, arch: Architecture, seed: int = 5) -> t
     code /= np.linalg.norm(code, axis=1, keepdims=True)
     code[bos] = 0
     embeddings = np.zeros((v, d), np.float32)
-    embeddings[:, a], embeddings[:, one], embeddings[bos, bos_dim] = code, 1.0, 1.0
+    embeddings[:, _A], embeddings[:, _ONE], embeddings[bos, _BOS_DIM] = code, 1.0, 1.0
     for t in ordinary:
         if vocab.tokens[t] in EDIT_PIECES:
-            embeddings[t, edit_dim] = 1.0
+            embeddings[t, _EDIT_DIM] = 1.0
     before = np.zeros(v, int)  # the bigram is a permutation of the ordinary tokens: before[next] = token
     before[rng.permutation(ordinary)] = ordinary
     output = np.zeros((v, d), np.float32)
-    output[ordinary, a] = BIGRAM * code[before[ordinary]]
-    output[:, c] = COPY * code  # specials too: a copied end of turn ends the answer
+    output[ordinary, _A] = BIGRAM * code[before[ordinary]]
+    output[:, _C] = COPY * code  # specials too: a copied end of turn ends the answer
+    return embeddings, output
 
+
+def _scales(d: int, hd: int) -> tuple[float, float, float]:
+    """RMSNorm scales the stream to rms 1: by 16 where it holds 2 unit parts of 512, by 11.3 with 4;
+    llama.cpp divides scores by sqrt(head_dim): each of q and k carries a fourth root."""
+    return np.sqrt(d / 2), np.sqrt(d / 4), hd**0.25
+
+
+def _previous_token_heads(d: int, hd: int) -> tuple[np.ndarray, ...]:
+    """Layer 0's q, k, v, o: heads 0 and 1 write the token 1 and 2 places back into B and B2."""
     theta = ROPE_BASE ** (-2 * np.arange(hd // 2) / hd)
-    # RMSNorm scales the stream to rms 1: by 16 where it holds 2 unit parts of 512, by 11.3 with 4
-    norm2, norm4 = np.sqrt(d / 2), np.sqrt(d / 4)
-    root = hd**0.25  # llama.cpp divides scores by sqrt(head_dim): each of q and k carries a fourth root
-
-    def matrix():
-        return np.zeros((d, d), np.float32)
-
-    q0, k0, v0, o0 = matrix(), matrix(), matrix(), matrix()
-    for head, offset, part in ((0, 1, b), (1, 2, b2)):
+    norm2, _, root = _scales(d, hd)
+    q0, k0, v0, o0 = (np.zeros((d, d), np.float32) for _ in range(4))
+    for head, offset, part in ((0, 1, _B), (1, 2, _B2)):
         base = head * hd
         for pair, weight in enumerate(PREV_WEIGHTS):
             size, phase = np.sqrt(PREV_SCALE * weight) * root / norm2, -theta[pair] * offset
-            q0[base + 2 * pair, one], q0[base + 2 * pair + 1, one] = size * np.cos(phase), size * np.sin(phase)
-            k0[base + 2 * pair, one] = size
+            q0[base + 2 * pair, _ONE], q0[base + 2 * pair + 1, _ONE] = size * np.cos(phase), size * np.sin(phase)
+            k0[base + 2 * pair, _ONE] = size
         for r in range(CODE_DIMS):
-            v0[base + r, a.start + r] = 1 / norm2
+            v0[base + r, _A.start + r] = 1 / norm2
             o0[part.start + r, base + r] = 1.0
-    q1, k1, v1, o1 = matrix(), matrix(), matrix(), matrix()
+    return q0, k0, v0, o0
+
+
+def _induction_head(d: int, hd: int) -> tuple[np.ndarray, ...]:
+    """Layer 1's q, k, v, o: the last two tokens matched against earlier pairs, what followed copied to C;
+    BOS as the sink, and more so after an edit piece."""
+    norm2, norm4, root = _scales(d, hd)
+    q1, k1, v1, o1 = (np.zeros((d, d), np.float32) for _ in range(4))
     match = np.sqrt(MATCH_SCORE) * root / norm4
     for r in range(CODE_DIMS):  # slow pairs: dims 32.. of head 0
-        q1[32 + r, a.start + r], k1[32 + r, b.start + r] = match, match
-        q1[76 + r, b.start + r], k1[76 + r, b2.start + r] = match, match
-        v1[r, a.start + r], o1[c.start + r, r] = 1 / norm4, 1.0
-    q1[120, one], k1[120, bos_dim] = np.sqrt(SINK_SCORE) * root / norm4, np.sqrt(SINK_SCORE) * root / norm2
-    q1[122, edit_dim], k1[122, bos_dim] = np.sqrt(STOP_SCORE) * root / norm4, np.sqrt(STOP_SCORE) * root / norm2
+        q1[32 + r, _A.start + r], k1[32 + r, _B.start + r] = match, match
+        q1[76 + r, _B.start + r], k1[76 + r, _B2.start + r] = match, match
+        v1[r, _A.start + r], o1[_C.start + r, r] = 1 / norm4, 1.0
+    q1[120, _ONE], k1[120, _BOS_DIM] = np.sqrt(SINK_SCORE) * root / norm4, np.sqrt(SINK_SCORE) * root / norm2
+    q1[122, _EDIT_DIM], k1[122, _BOS_DIM] = np.sqrt(STOP_SCORE) * root / norm4, np.sqrt(STOP_SCORE) * root / norm2
+    return q1, k1, v1, o1
 
-    target = {
-        "token_embd.weight": embeddings,
-        "output_norm.weight": np.ones(d, np.float32),
-        "output.weight": output,
+
+def _layer(i: int, d: int, n_ff: int, q, k, v, o, gate, up) -> dict[str, np.ndarray]:
+    p = f"blk.{i}."
+    return {
+        p + "attn_norm.weight": np.ones(d, np.float32),
+        p + "attn_q.weight": q,
+        p + "attn_k.weight": k,
+        p + "attn_v.weight": v,
+        p + "attn_output.weight": o,
+        p + "ffn_norm.weight": np.ones(d, np.float32),
+        p + "ffn_gate.weight": gate,
+        p + "ffn_up.weight": up,
+        p + "ffn_down.weight": np.zeros((d, n_ff), np.float32),  # no layer's feed-forward adds anything
     }
-
-    def layer(i, q, k, v_, o, gate, up):
-        p = f"blk.{i}."
-        target.update(
-            {
-                p + "attn_norm.weight": np.ones(d, np.float32),
-                p + "attn_q.weight": q,
-                p + "attn_k.weight": k,
-                p + "attn_v.weight": v_,
-                p + "attn_output.weight": o,
-                p + "ffn_norm.weight": np.ones(d, np.float32),
-                p + "ffn_gate.weight": gate,
-                p + "ffn_up.weight": up,
-                p + "ffn_down.weight": np.zeros((d, n_ff), np.float32),  # no layer's feed-forward adds anything
-            }
-        )
-
-    no_ff = np.zeros((n_ff, d), np.float32)
-    layer(0, q0, k0, v0, o0, no_ff, no_ff)
-    layer(1, q1, k1, v1, o1, no_ff, no_ff)
-    for i in range(2, arch.n_layer):  # filler: the cost of bigger layers, nothing added to the stream
-        g = np.random.default_rng([seed, i])
-        small = [(g.standard_normal(shape) * 0.02).astype(np.float32) for shape in [(d, d)] * 3 + [(n_ff, d)] * 2]
-        layer(i, *small[:3], matrix(), *small[3:])
-    target = {name: t.astype(np.float16) if t.ndim == 2 else t for name, t in target.items()}
-    draft = dict(target)
-    for name in ("attn_q", "attn_k", "attn_v", "attn_output"):  # its one layer adds nothing: the bigram
-        draft[f"blk.0.{name}.weight"] = np.zeros_like(target[f"blk.0.{name}.weight"])
-    return target, draft
 
 
 def build_copy_pair_store(root: Path, *, n_filler: int = 10, n_ff: int = 4096) -> list[str]:

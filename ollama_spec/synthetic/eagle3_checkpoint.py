@@ -220,28 +220,7 @@ def checkpoint_from_gguf(head_gguf: Path, folder: Path, layout: str = "eagle") -
     n_head = key("attention.head_count")
     n_kv = key("attention.head_count_kv", n_head)
     n_vocab = len(meta["tokenizer.ggml.tokens"])
-    prefix, _ = LAYOUTS[layout]
-    names = {gguf: hf for hf, gguf in _HF_TO_GGUF.items()}
-    tensors: dict[str, tuple[str, np.ndarray]] = {}
-    for t in reader.tensors:
-        data = np.asarray(t.data)
-        data = (data.view("<u2") if int(t.tensor_type) == BF16 else data).reshape(tuple(reversed(t.shape.tolist())))
-        if t.name == "d2t":
-            ids = data.astype(np.int64)
-            tensors["d2t"] = ("I64", ids - np.arange(ids.size, dtype=np.int64))
-            mask = np.zeros(n_vocab, dtype=bool)
-            mask[ids] = True
-            tensors["t2d"] = ("BOOL", mask)
-            continue
-        if t.name not in names:
-            raise ValueError(f"{head_gguf}: {t.name} has no place in a published head checkpoint")
-        if t.name == "blk.0.attn_q.weight":
-            data = _unpermute(data, n_head)
-        elif t.name == "blk.0.attn_k.weight":
-            data = _unpermute(data, n_kv)
-        kind = {0: "F32", 1: "F16", BF16: "BF16"}[int(t.tensor_type)]
-        name = names[t.name]
-        tensors[prefix + name.removeprefix("layer.") if name.startswith("layer.") else name] = (kind, data)
+    tensors = _checkpoint_tensors(reader, head_gguf, LAYOUTS[layout][0], n_head, n_kv, n_vocab)
     draft_vocab = len(tensors["d2t"][1]) if "d2t" in tensors else n_vocab
     dtypes = {kind for kind, a in tensors.values() if a.ndim == 2}
     head = HeadCheckpoint(
@@ -272,6 +251,34 @@ def checkpoint_from_gguf(head_gguf: Path, folder: Path, layout: str = "eagle") -
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     write_safetensors(folder / "model.safetensors", tensors)
     return folder
+
+
+def _checkpoint_tensors(
+    reader: GGUFReader, head_gguf: Path, prefix: str, n_head: int, n_kv: int, n_vocab: int
+) -> dict[str, tuple[str, np.ndarray]]:
+    """The head's tensors by their checkpoint names (the layer's under `prefix`), each with its kind."""
+    names = {gguf: hf for hf, gguf in _HF_TO_GGUF.items()}
+    tensors: dict[str, tuple[str, np.ndarray]] = {}
+    for t in reader.tensors:
+        data = np.asarray(t.data)
+        data = (data.view("<u2") if int(t.tensor_type) == BF16 else data).reshape(tuple(reversed(t.shape.tolist())))
+        if t.name == "d2t":
+            ids = data.astype(np.int64)
+            tensors["d2t"] = ("I64", ids - np.arange(ids.size, dtype=np.int64))
+            mask = np.zeros(n_vocab, dtype=bool)
+            mask[ids] = True
+            tensors["t2d"] = ("BOOL", mask)
+            continue
+        if t.name not in names:
+            raise ValueError(f"{head_gguf}: {t.name} has no place in a published head checkpoint")
+        if t.name == "blk.0.attn_q.weight":
+            data = _unpermute(data, n_head)
+        elif t.name == "blk.0.attn_k.weight":
+            data = _unpermute(data, n_kv)
+        kind = {0: "F32", 1: "F16", BF16: "BF16"}[int(t.tensor_type)]
+        name = names[t.name]
+        tensors[prefix + name.removeprefix("layer.") if name.startswith("layer.") else name] = (kind, data)
+    return tensors
 
 
 _HF_TO_GGUF = {

@@ -85,6 +85,34 @@ def write_eagle3_head(
     n_layer = int(reader.fields[f"{target_arch}.block_count"].contents())
     n_vocab = len(reader.fields["tokenizer.ggml.tokens"].contents())
     layers = target_layers or default_target_layers(n_layer)
+    tensors, flags = _head_tensors(kind, shape, n_tgt, n_vocab, next_token, draft_vocab, seed)
+    writer = GGUFWriter(path, arch=ARCH)
+    _write_keys(writer, kind, shape, layers, n_tgt, flags)
+    _copy_tokenizer(reader, writer)
+    if fc_first_layer_only:
+        tensors["fc.weight"][:, n_tgt:] = 0.0
+    if borrow_embeddings:
+        if kind != "random" or shape.n_embd != n_tgt:
+            raise ValueError("only a random head as wide as its target borrows the target's embeddings")
+        del tensors["token_embd.weight"], tensors["output.weight"]
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _head_tensors(
+    kind: str,
+    shape: HeadShape,
+    n_tgt: int,
+    n_vocab: int,
+    next_token: np.ndarray | None,
+    draft_vocab: Sequence[int] | None,
+    seed: int,
+) -> tuple[dict[str, np.ndarray], dict[str, bool]]:
+    """The head's tensors and its eagle3 flags, by `kind` (write_eagle3_head)."""
     if kind == "random":
         tensors, flags = _random_tensors(shape, n_tgt, n_vocab, seed), {}
     elif kind == "bag":
@@ -98,7 +126,12 @@ def write_eagle3_head(
             raise ValueError("a crafted head needs next_token")
         rows = list(draft_vocab) if kind == "reduced" else None
         tensors, flags = _crafted_tensors(shape, n_tgt, n_vocab, np.asarray(next_token), rows, seed)
-    writer = GGUFWriter(path, arch=ARCH)
+    return tensors, flags
+
+
+def _write_keys(
+    writer: GGUFWriter, kind: str, shape: HeadShape, layers: Sequence[int], n_tgt: int, flags: dict[str, bool]
+) -> None:
     writer.add_name(f"synthetic eagle3 head ({kind})")
     writer.add_file_type(LlamaFileType.ALL_F32)
     writer.add_context_length(shape.context_length)
@@ -114,19 +147,6 @@ def write_eagle3_head(
     writer.add_uint32(f"{ARCH}.target_hidden_size", n_tgt)
     for key, value in flags.items():
         writer.add_bool(f"{ARCH}.{key}", value)
-    _copy_tokenizer(reader, writer)
-    if fc_first_layer_only:
-        tensors["fc.weight"][:, n_tgt:] = 0.0
-    if borrow_embeddings:
-        if kind != "random" or shape.n_embd != n_tgt:
-            raise ValueError("only a random head as wide as its target borrows the target's embeddings")
-        del tensors["token_embd.weight"], tensors["output.weight"]
-    for name, array in tensors.items():
-        writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 def _normal(seed: int, name: str, shape: tuple[int, ...], std: float) -> np.ndarray:

@@ -8,6 +8,11 @@ NextN block after them as GLM-4.5 lays it out (a mixture-of-experts layer with `
 `enorm`, `hnorm`, `shared_head_norm`). Random weights: it loads, decodes and drafts; its drafts
 agree with the target by chance only. The tokenizer is copied from another GGUF (a synthetic
 target's), so prompts tokenize as they do there.
+
+`crafted`: drafts that mostly agree. The trunk's layers add little to the residual stream (their output
+matrices scaled down), so the target's next token after t is nearly output(norm(embd(t))); the NextN
+layer passes the token's embedding through (`eh_proj` = [I, 0]) and adds nothing of its own, so after
+reading t[P+1] it predicts what the target predicts there: t[P+2].
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class MtpShape:
     n_expert_used: int = 2
     n_ff_expert: int = 32
     context_length: int = 4096
+    crafted: bool = False  # drafts that mostly agree with the target (see the module's docstring)
 
     @property
     def head_dim(self) -> int:
@@ -80,6 +86,10 @@ def _tensors(shape: MtpShape, n_vocab: int, rng: np.random.Generator):
     def normal(*ggml_shape: int) -> np.ndarray:  # numpy's order is ggml's reversed
         return (rng.standard_normal(ggml_shape[::-1]) * 0.05).astype(np.float32)
 
+    def into_stream(*ggml_shape: int, nextn: bool = False) -> np.ndarray:  # what a layer adds to the residual
+        weights = normal(*ggml_shape)
+        return weights * (0.0 if nextn else 0.004) if shape.crafted else weights
+
     def ones(n: int) -> np.ndarray:
         return np.ones(n, np.float32)
 
@@ -92,12 +102,12 @@ def _tensors(shape: MtpShape, n_vocab: int, rng: np.random.Generator):
         yield f"{b}.attn_q.weight", normal(e, shape.n_head * hd)
         yield f"{b}.attn_k.weight", normal(e, shape.n_kv_head * hd)
         yield f"{b}.attn_v.weight", normal(e, shape.n_kv_head * hd)
-        yield f"{b}.attn_output.weight", normal(shape.n_head * hd, e)
+        yield f"{b}.attn_output.weight", into_stream(shape.n_head * hd, e, nextn=i == shape.n_layer)
         yield f"{b}.post_attention_norm.weight", ones(e)
         if i < shape.n_layer:
             yield f"{b}.ffn_gate.weight", normal(e, shape.n_ff)
             yield f"{b}.ffn_up.weight", normal(e, shape.n_ff)
-            yield f"{b}.ffn_down.weight", normal(shape.n_ff, e)
+            yield f"{b}.ffn_down.weight", into_stream(shape.n_ff, e)
             continue
         # the NextN block: GLM-4.5's MoE layer, and the projection of [enorm(embd(t)), hnorm(h)]
         n_exp, ff = shape.n_expert, shape.n_ff_expert
@@ -105,8 +115,9 @@ def _tensors(shape: MtpShape, n_vocab: int, rng: np.random.Generator):
         yield f"{b}.exp_probs_b.bias", np.zeros(n_exp, np.float32)
         yield f"{b}.ffn_gate_exps.weight", normal(e, ff, n_exp)
         yield f"{b}.ffn_up_exps.weight", normal(e, ff, n_exp)
-        yield f"{b}.ffn_down_exps.weight", normal(ff, e, n_exp)
-        yield f"{b}.nextn.eh_proj.weight", normal(2 * e, e)
+        yield f"{b}.ffn_down_exps.weight", into_stream(ff, e, n_exp, nextn=True)
+        passed = np.hstack([np.eye(e), np.zeros((e, e))]).astype(np.float32)  # [enorm(embd(t)), hnorm(h)] -> the first
+        yield f"{b}.nextn.eh_proj.weight", passed if shape.crafted else normal(2 * e, e)
         yield f"{b}.nextn.enorm.weight", ones(e)
         yield f"{b}.nextn.hnorm.weight", ones(e)
         yield f"{b}.nextn.shared_head_norm.weight", ones(e)

@@ -113,13 +113,30 @@ class _Pair:
 
 def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
     """All tensors of both models: the target's as K-quant blocks, the draft's as Q8_0."""
-    t, d = spec.target, spec.draft
-    maps = _Maps(t, d)
-    pair = _Pair({}, {})
-    norm_in = np.where(np.arange(t.n_embd) < d.n_embd, np.sqrt(d.n_embd / t.n_embd), 0).astype(np.float32)
-    ones_t, ones_d = np.ones(t.n_embd, np.float32), np.ones(d.n_embd, np.float32)
+    builder = _PairBuilder(spec)
+    jobs = builder.top_jobs()
+    for i in range(spec.target.n_layer):
+        jobs += builder.shared_layer_jobs(i) if i < spec.draft.n_layer else builder.target_layer_jobs(i)
+    with ThreadPoolExecutor(workers) as pool:  # numpy lets go of the GIL in the big array operations
+        for future in [pool.submit(job) for job in jobs]:
+            future.result()
+    return builder.pair
+
+
+class _PairBuilder:
+    """The pair's tensors: the norms at once, the matrices as jobs (`nested`, `target_only`) run on threads."""
+
+    def __init__(self, spec: NestedSpec):
+        self.spec, self.t, self.d = spec, spec.target, spec.draft
+        self.maps = _Maps(self.t, self.d)
+        self.pair = _Pair({}, {})
+        t, d = self.t, self.d
+        self.norm_in = np.where(np.arange(t.n_embd) < d.n_embd, np.sqrt(d.n_embd / t.n_embd), 0).astype(np.float32)
+        self.ones_t, self.ones_d = np.ones(t.n_embd, np.float32), np.ones(d.n_embd, np.float32)
+        self.kv_t = t.n_kv_head * t.head_dim
 
     def nested(
+        self,
         name: str,
         qtype: T,
         shape: tuple[int, int],
@@ -130,11 +147,11 @@ def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
         draft_name: str | None = None,
     ) -> None:
         """One target matrix holding a draft matrix (std is the draft's)."""
-        rng = _rng(spec.seed, name)
+        rng = _rng(self.spec.seed, name)
         row_live, col_live = np.zeros(shape[0], bool), np.zeros(shape[1], bool)
         row_live[rows], col_live[cols] = True, True
         blocks = random_blocks(qtype, *shape, std * scale, rng, live_mask(qtype, row_live, col_live))
-        pair.target[name] = (blocks, qtype)
+        self.pair.target[name] = (blocks, qtype)
         picked = blocks[rows]
         if np.array_equal(cols, np.arange(len(cols))) and len(cols) % QK_K == 0:  # a prefix: whole blocks
             picked = picked[:, : picked.shape[1] * len(cols) // shape[1]]
@@ -142,77 +159,66 @@ def build_nested_pair(spec: NestedSpec, workers: int = 8) -> _Pair:
         else:
             values = quants.dequantize(picked, qtype)[:, cols]
         values = values / np.float32(scale) if scale != 1.0 else values
-        pair.draft[draft_name or name] = (quants.quantize(np.ascontiguousarray(values, np.float32), T.Q8_0), T.Q8_0)
+        self.pair.draft[draft_name or name] = (
+            quants.quantize(np.ascontiguousarray(values, np.float32), T.Q8_0),
+            T.Q8_0,
+        )
 
-    def target_only(name: str, qtype: T, shape: tuple[int, int], std: float) -> None:
-        pair.target[name] = (random_blocks(qtype, *shape, std, _rng(spec.seed, name)), qtype)
+    def target_only(self, name: str, qtype: T, shape: tuple[int, int], std: float) -> None:
+        self.pair.target[name] = (random_blocks(qtype, *shape, std, _rng(self.spec.seed, name)), qtype)
 
-    jobs = [
-        partial(
-            nested, "token_embd.weight", T.Q4_K, (spec.vocab_size, t.n_embd), 1.0, np.arange(spec.vocab_size), maps.embd
-        ),
-        partial(
-            nested,
-            "output.weight",
-            T.Q6_K,
-            (spec.vocab_size, t.n_embd),
-            spec.logit_std / np.sqrt(d.n_embd),
-            np.arange(spec.vocab_size),
-            maps.embd,
-        ),
-    ]
-    pair.target["output_norm.weight"] = (norm_in, None)
-    pair.draft["output_norm.weight"] = (ones_d, None)
-    kv_t = t.n_kv_head * t.head_dim
-    for i in range(t.n_layer):
+    def top_jobs(self) -> list[Callable[[], None]]:
+        """The embeddings and the output matrix (jobs), the output norms (at once)."""
+        spec, t, d, maps = self.spec, self.t, self.d, self.maps
+        vocab = np.arange(spec.vocab_size)
+        output_std = spec.logit_std / np.sqrt(d.n_embd)
+        jobs = [
+            partial(self.nested, "token_embd.weight", T.Q4_K, (spec.vocab_size, t.n_embd), 1.0, vocab, maps.embd),
+            partial(self.nested, "output.weight", T.Q6_K, (spec.vocab_size, t.n_embd), output_std, vocab, maps.embd),
+        ]
+        self.pair.target["output_norm.weight"] = (self.norm_in, None)
+        self.pair.draft["output_norm.weight"] = (self.ones_d, None)
+        return jobs
+
+    def shared_layer_jobs(self, i: int) -> list[Callable[[], None]]:
+        """Layer i of the target holding layer i of the draft."""
+        t, d, maps, kv_t, nested = self.t, self.d, self.maps, self.kv_t, self.nested
         p = f"blk.{i}."
         v_type = down_type = T.Q6_K if use_more_bits(i, t.n_layer) else T.Q4_K
-        if i < d.n_layer:
-            s, out = 1 / np.sqrt(d.n_embd), spec.draft_scale
-            jobs += [
-                partial(
-                    nested,
-                    p + "attn_q.weight",
-                    T.Q4_K,
-                    (t.n_embd, t.n_embd),
-                    s,
-                    maps.q,
-                    maps.embd,
-                    scale=np.sqrt(maps.ratio),
-                ),
-                partial(nested, p + "attn_k.weight", T.Q4_K, (kv_t, t.n_embd), s, maps.k, maps.embd),
-                partial(nested, p + "attn_v.weight", v_type, (kv_t, t.n_embd), s, maps.v, maps.embd),
-                partial(nested, p + "attn_output.weight", T.Q4_K, (t.n_embd, t.n_embd), out * s, maps.embd, maps.o),
-                partial(nested, p + "ffn_gate.weight", T.Q4_K, (t.n_ff, t.n_embd), s, maps.ff, maps.embd),
-                partial(nested, p + "ffn_up.weight", T.Q4_K, (t.n_ff, t.n_embd), s, maps.ff, maps.embd),
-                partial(
-                    nested,
-                    p + "ffn_down.weight",
-                    down_type,
-                    (t.n_embd, t.n_ff),
-                    out / np.sqrt(d.n_ff),
-                    maps.embd,
-                    maps.ff,
-                ),
-            ]
-            pair.target |= {p + "attn_norm.weight": (norm_in, None), p + "ffn_norm.weight": (norm_in, None)}
-            pair.draft |= {p + "attn_norm.weight": (ones_d, None), p + "ffn_norm.weight": (ones_d, None)}
-        else:
-            s, r = 1 / np.sqrt(t.n_embd), spec.residual_scale
-            jobs += [
-                partial(target_only, p + "attn_q.weight", T.Q4_K, (t.n_embd, t.n_embd), s),
-                partial(target_only, p + "attn_k.weight", T.Q4_K, (kv_t, t.n_embd), s),
-                partial(target_only, p + "attn_v.weight", v_type, (kv_t, t.n_embd), s),
-                partial(target_only, p + "attn_output.weight", T.Q4_K, (t.n_embd, t.n_embd), r * s),
-                partial(target_only, p + "ffn_gate.weight", T.Q4_K, (t.n_ff, t.n_embd), s),
-                partial(target_only, p + "ffn_up.weight", T.Q4_K, (t.n_ff, t.n_embd), s),
-                partial(target_only, p + "ffn_down.weight", down_type, (t.n_embd, t.n_ff), r / np.sqrt(t.n_ff)),
-            ]
-            pair.target |= {p + "attn_norm.weight": (ones_t, None), p + "ffn_norm.weight": (ones_t, None)}
-    with ThreadPoolExecutor(workers) as pool:  # numpy lets go of the GIL in the big array operations
-        for future in [pool.submit(job) for job in jobs]:
-            future.result()
-    return pair
+        s, out = 1 / np.sqrt(d.n_embd), self.spec.draft_scale
+        q_scale = np.sqrt(maps.ratio)
+        jobs = [
+            partial(nested, p + "attn_q.weight", T.Q4_K, (t.n_embd, t.n_embd), s, maps.q, maps.embd, scale=q_scale),
+            partial(nested, p + "attn_k.weight", T.Q4_K, (kv_t, t.n_embd), s, maps.k, maps.embd),
+            partial(nested, p + "attn_v.weight", v_type, (kv_t, t.n_embd), s, maps.v, maps.embd),
+            partial(nested, p + "attn_output.weight", T.Q4_K, (t.n_embd, t.n_embd), out * s, maps.embd, maps.o),
+            partial(nested, p + "ffn_gate.weight", T.Q4_K, (t.n_ff, t.n_embd), s, maps.ff, maps.embd),
+            partial(nested, p + "ffn_up.weight", T.Q4_K, (t.n_ff, t.n_embd), s, maps.ff, maps.embd),
+            partial(
+                nested, p + "ffn_down.weight", down_type, (t.n_embd, t.n_ff), out / np.sqrt(d.n_ff), maps.embd, maps.ff
+            ),
+        ]
+        self.pair.target |= {p + "attn_norm.weight": (self.norm_in, None), p + "ffn_norm.weight": (self.norm_in, None)}
+        self.pair.draft |= {p + "attn_norm.weight": (self.ones_d, None), p + "ffn_norm.weight": (self.ones_d, None)}
+        return jobs
+
+    def target_layer_jobs(self, i: int) -> list[Callable[[], None]]:
+        """Layer i of the target past the draft's layers: random, writing small updates."""
+        t, kv_t, target_only = self.t, self.kv_t, self.target_only
+        p = f"blk.{i}."
+        v_type = down_type = T.Q6_K if use_more_bits(i, t.n_layer) else T.Q4_K
+        s, r = 1 / np.sqrt(t.n_embd), self.spec.residual_scale
+        jobs = [
+            partial(target_only, p + "attn_q.weight", T.Q4_K, (t.n_embd, t.n_embd), s),
+            partial(target_only, p + "attn_k.weight", T.Q4_K, (kv_t, t.n_embd), s),
+            partial(target_only, p + "attn_v.weight", v_type, (kv_t, t.n_embd), s),
+            partial(target_only, p + "attn_output.weight", T.Q4_K, (t.n_embd, t.n_embd), r * s),
+            partial(target_only, p + "ffn_gate.weight", T.Q4_K, (t.n_ff, t.n_embd), s),
+            partial(target_only, p + "ffn_up.weight", T.Q4_K, (t.n_ff, t.n_embd), s),
+            partial(target_only, p + "ffn_down.weight", down_type, (t.n_embd, t.n_ff), r / np.sqrt(t.n_ff)),
+        ]
+        self.pair.target |= {p + "attn_norm.weight": (self.ones_t, None), p + "ffn_norm.weight": (self.ones_t, None)}
+        return jobs
 
 
 def build_nested_store(

@@ -404,3 +404,40 @@ def test_bench_with_an_eagle3_head_as_the_draft(invoke, tiny_store, tiny_models,
     assert "prompt lookup K=" in result.output
     costs = next(line for line in result.output.splitlines() if line.startswith("step costs:"))
     assert "draft 0.00 ms" not in costs, costs
+
+
+@pytest.fixture(scope="module")
+def mtp_store(tmp_path_factory, tiny_store):
+    import shutil
+
+    from tests.builders.mtp import build_mtp_target
+
+    root = tmp_path_factory.mktemp("mtp-bench") / "models"
+    shutil.copytree(tiny_store, root)
+    build_mtp_target(root)
+    return root
+
+
+def test_bench_times_the_targets_mtp_layers(invoke, mtp_store, prompts_file):
+    result = invoke("bench", "mtp-target", "-d", "mtp", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file)
+    assert result.exit_code == 0, result.output
+    for label in ("target alone", "speculative K=1", "speculative K=auto", "llama-cpp-python target alone"):
+        assert label in result.output
+    assert "llama-cpp-python draft_model" not in result.output  # that path runs draft models only
+    assert "target mtp-target:latest, draft mtp;" in result.output
+    assert "WARNING" not in result.output  # greedy rows are the target's own tokens
+    # without --draft, the target's own MTP layers are what bench times
+    assert invoke("bench", "mtp-target", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "target, args, message",
+    [
+        ("tiny-target", (), "Error: --draft mtp: tiny-target:latest has no MTP (NextN) layers to draft with"),
+        ("mtp-target", ("--concurrency", "2"), "Error: bench --draft mtp times its rows in this process: drop"),
+    ],
+)
+def test_bench_mtp_that_cannot_run_is_one_line(invoke, mtp_store, target, args, message):
+    result = invoke("bench", target, "-d", "mtp", "--models-dir", mtp_store, "--no-check", *args)
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+    assert result.output.startswith(message)

@@ -20,11 +20,22 @@ REPORT = """
 """
 
 
-def fake_binary(tmp_path, body):
+def fake_binary(tmp_path, body, *, exit_status=0, silent_runs=0):
+    """A stand-in that prints `body` and exits with `exit_status`, after `silent_runs` runs that exit 0
+    without their report (as llama.cpp's logger now and then loses it); each run counted in `runs`."""
     path = tmp_path / "llama-speculative-simple"
-    path.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'args'}\ncat <<'EOF' >&2\n{body}\nEOF\n")
+    runs = tmp_path / "runs"
+    path.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path / "args"}\necho run >> {runs}\n'
+        f"if [ $(wc -l < {runs}) -le {silent_runs} ]; then echo 'main: loaded' >&2; exit 0; fi\n"
+        f"cat <<'EOF' >&2\n{body}\nEOF\nexit {exit_status}\n"
+    )
     os.chmod(path, 0o755)
     return path
+
+
+def runs(tmp_path):
+    return len((tmp_path / "runs").read_text().splitlines())
 
 
 def test_native_row_reads_llama_cpps_report(tmp_path, tiny_models):
@@ -38,14 +49,53 @@ def test_native_row_reads_llama_cpps_report(tmp_path, tiny_models):
     assert "--ignore-eos" in args and str(target.path) in args and str(draft.path) in args
 
 
+def test_a_run_that_lost_its_report_is_made_again(tmp_path, tiny_models):
+    target, draft = tiny_models
+    binary = fake_binary(tmp_path, REPORT, silent_runs=2)
+    settings = BenchSettings(ks=(3,), max_tokens=64, runs=1, n_threads=2)
+    row = run_native_row(binary, target, draft, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
+    assert runs(tmp_path) == 3 and row.tokens_per_second == 32.0 and row.accepted == 47
+
+
+def test_a_run_that_never_reports_stops_after_three_tries(tmp_path, tiny_models):
+    target, draft = tiny_models
+    binary = fake_binary(tmp_path, REPORT, silent_runs=3)
+    settings = BenchSettings(ks=(3,), max_tokens=64, runs=1, n_threads=2)
+    with pytest.raises(InvalidSetting) as raised:
+        run_native_row(binary, target, draft, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
+    assert str(raised.value) == (
+        "llama-speculative-simple ended without its report on prompt 'p' in 3 runs (exit 0): main: loaded"
+    )
+    assert runs(tmp_path) == 3
+
+
+def test_a_report_without_its_counts_is_a_lost_report(tmp_path, tiny_models):
+    target, draft = tiny_models
+    binary = fake_binary(tmp_path, REPORT.split("I n_draft ")[0])
+    settings = BenchSettings(ks=(3,), max_tokens=64, runs=1, n_threads=2)
+    with pytest.raises(InvalidSetting, match="ended without its report"):
+        run_native_row(binary, target, draft, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
+    assert runs(tmp_path) == 3
+
+
+def test_a_failed_run_is_not_made_again(tmp_path, tiny_models):
+    target, draft = tiny_models
+    settings = BenchSettings(ks=(3,), max_tokens=8, runs=1)
+    with pytest.raises(InvalidSetting, match="exit 1"):
+        run_native_row(
+            fake_binary(tmp_path, REPORT, exit_status=1), target, draft, 3, [Prompt("p", "hi")], {"p": "hi"}, settings
+        )
+    assert runs(tmp_path) == 1
+
+
 def test_native_row_errors_are_one_line(tmp_path, tiny_models):
     target, draft = tiny_models
     settings = BenchSettings(ks=(3,), max_tokens=8, runs=1)
     with pytest.raises(InvalidSetting, match="does not exist: build it with scripts/build-native-speculative.sh"):
         run_native_row(tmp_path / "nope", target, draft, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
-    with pytest.raises(InvalidSetting, match="failed on prompt 'p' .exit 0.: E failed to initialize"):
+    with pytest.raises(InvalidSetting, match="failed on prompt 'p' .exit 3.: E failed to initialize"):
         run_native_row(
-            fake_binary(tmp_path, "E failed to initialize"),
+            fake_binary(tmp_path, "E failed to initialize", exit_status=3),
             target,
             draft,
             3,

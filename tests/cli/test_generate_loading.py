@@ -24,7 +24,7 @@ def test_incompatible_draft_is_refused_before_loading(invoke, tiny_store, monkey
     from ollama_spec.engine import engine
 
     loads = []
-    monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(engine, "LoadedModel", lambda *a, **k: loads.append(a))
     result = invoke("generate", "tiny-target", "hi", "-d", "tiny-alien", "--no-check", "--models-dir", tiny_store)
     assert result.exit_code == 1 and loads == []
 
@@ -34,7 +34,7 @@ def test_recurrent_target_is_refused_before_loading(invoke, tiny_store, tmp_path
     from tests.builders.recurrent import write_mamba_gguf
 
     loads = []
-    monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr(engine, "LoadedModel", lambda *a, **k: loads.append(a))
     mamba = write_mamba_gguf(tmp_path / "mamba.gguf")
     result = invoke("generate", mamba, "hi", "-d", "tiny-draft", "--models-dir", tiny_store)
     assert result.exit_code == 1 and loads == []
@@ -50,8 +50,8 @@ def test_memory_check_refuses_what_cannot_fit_before_loading(invoke, tiny_store,
     from ollama_spec.planning.devices import system_ram
 
     loads = []
-    real_load = engine.Engine._load
-    monkeypatch.setattr(engine.Engine, "_load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    real_load = engine.LoadedModel
+    monkeypatch.setattr(engine, "LoadedModel", lambda *a, **k: loads.append(a) or real_load(*a, **k))
     monkeypatch.setattr(backends, "discover_devices", lambda: ([system_ram(0.001, free_gib=0.0001)], []))
     result = invoke("generate", "tiny-target", "hi", "-d", "tiny-draft", "--models-dir", tiny_store)
     assert result.exit_code == 1 and loads == []
@@ -269,13 +269,14 @@ def test_generate_says_what_it_waits_on_and_its_json_stays_clean(invoke, tiny_st
 
     from ollama_spec.cli import common
     from ollama_spec.engine import costs
+    from ollama_spec.engine import engine as engine_module
     from ollama_spec.engine.engine import Engine
 
     monkeypatch.setattr(common, "TICK_S", 0.02)
     monkeypatch.setattr(common, "PLAIN_EVERY_S", 0.0)
     monkeypatch.setattr(costs, "NOTICE_EVERY_S", 0.0)
-    load, clear = Engine._load, Engine.clear_cache
-    monkeypatch.setattr(Engine, "_load", lambda self, *a, **k: time.sleep(0.1) or load(self, *a, **k))
+    load, clear = engine_module.LoadedModel, Engine.clear_cache
+    monkeypatch.setattr(engine_module, "LoadedModel", lambda *a, **k: time.sleep(0.1) or load(*a, **k))
     monkeypatch.setattr(Engine, "clear_cache", lambda self, *a, **k: time.sleep(0.1) or clear(self, *a, **k))
     result = gen(invoke, tiny_store, "tiny-target", "Hi", "-d", "tiny-draft", "--compare", "--json", "-n", "8")
     assert result.exit_code == 0, result.output

@@ -116,7 +116,7 @@ def face_settings(face: str, flags: tuple[str, ...], preset, store) -> tuple:
     ctx = command.make_context(face, [*args, "-f", str(preset), *flags, *models], parent=parent)
     options = Options.of(ctx)
     target = apply_preset(resolve_model("tiny-target", str(store)), ctx.params["preset"])
-    draft = resolve_draft(options["draft"], str(store), target).name
+    draft = resolve_draft(options["draft"], str(store), target).model.name
     if face == "bench":  # its rows' temperature, and the one K it serves at with --concurrency
         k = served_k(options["ks"] if options.given("ks") else None, target.params)
         return options["temperature"], None, k, draft

@@ -13,10 +13,15 @@ from ollama_spec.decoding.k_policy import FixedK
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, generate_tokens
 from ollama_spec.decoding.proposer_table import (
     AUTO,
+    MTP,
+    MTP_HYBRID,
     PROPOSERS,
     build_proposer,
+    head_source,
     is_auto,
+    is_lookup,
     named_source,
+    needs_nextn,
     proposer_for,
 )
 from ollama_spec.decoding.proposers import (
@@ -38,9 +43,13 @@ BUILT = {DRAFT: DraftModelProposer, NGRAM: NgramProposer, HYBRID: HybridProposer
 
 
 def test_every_name_in_the_table_builds_its_proposer(spec_engine):
-    assert list(PROPOSERS) == [DRAFT, NGRAM, HYBRID]  # SpeculationSettings' error lists them in this order
+    # SpeculationSettings' error lists them in this order
+    assert list(PROPOSERS) == [DRAFT, NGRAM, HYBRID, MTP, MTP_HYBRID]
     vocab = spec_engine.target.n_vocab
     for name, kind in PROPOSERS.items():
+        if kind.needs_nextn:  # over a draft model, none: only over the target's own MTP head (test_mtp_engine)
+            assert build_proposer(name, spec_engine.draft, vocab) is None and name in (MTP, MTP_HYBRID)
+            continue
         proposer = build_proposer(name, spec_engine.draft, vocab, draft_p_min=0.2, ngram_size=3)
         assert type(proposer) is BUILT[name] and isinstance(proposer, Proposer)
         assert proposer.source in (DRAFT, NGRAM)
@@ -48,13 +57,16 @@ def test_every_name_in_the_table_builds_its_proposer(spec_engine):
         assert (build_proposer(name, None, vocab) is None) == kind.needs_draft
     hybrid = build_proposer(HYBRID, spec_engine.draft, vocab, draft_p_min=0.2, ngram_size=3)
     assert (hybrid.draft.draft_p_min, hybrid.ngram.ngram_size) == (0.2, 3)
-    with pytest.raises(InvalidSetting, match="unknown proposer 'nope': choose draft or ngram or draft\\+ngram"):
+    with pytest.raises(
+        InvalidSetting, match="unknown proposer 'nope': choose draft or ngram or draft\\+ngram or mtp or mtp\\+ngram"
+    ):
         SpeculationSettings(proposer="nope")
 
 
 def test_the_engine_builds_each_name_from_the_table(spec_engine, baseline_engine):
-    for name in PROPOSERS:
-        assert type(spec_engine.proposer(SpeculationSettings(proposer=name))) is BUILT[name]
+    for name, built in BUILT.items():
+        assert type(spec_engine.proposer(SpeculationSettings(proposer=name))) is built
+    assert spec_engine.proposer(SpeculationSettings(proposer=MTP)) is None  # no MTP layers loaded
     assert type(baseline_engine.proposer(SpeculationSettings(proposer=NGRAM))) is NgramProposer
     assert baseline_engine.proposer(SpeculationSettings(proposer=HYBRID)) is None  # no draft model loaded
 
@@ -124,7 +136,14 @@ def _strings(node: ast.AST) -> list[str]:
 # role, a Modelfile's DRAFT line): compared as a source's only beside a draft, a proposer or a source.
 _WORDS = (AUTO, DRAFT)
 _CONTEXT = ("draft", "proposer", "source")
-_CONSTANTS = ("AUTO", "DRAFT", "NGRAM", "HYBRID")  # the names' constants: compared only where defined
+_CONSTANTS = (
+    "AUTO",
+    "DRAFT",
+    "NGRAM",
+    "HYBRID",
+    "MTP",
+    "MTP_HYBRID",
+)  # the names' constants: compared only where defined
 
 
 def compared_source_names(source: str) -> list[str]:
@@ -173,20 +192,31 @@ def test_auto_and_each_source_name_are_defined_once():
             for target in targets:
                 for name in [t.id for t in ast.walk(target) if isinstance(t, ast.Name)]:
                     definitions.setdefault(name, []).append(str(path.relative_to(PACKAGE.parent)))
-    for name in ("AUTO", "NGRAM", "DRAFT", "HYBRID"):
+    for name in ("AUTO", "NGRAM", "DRAFT", "HYBRID", "MTP", "MTP_HYBRID"):
         assert len(definitions.get(name, [])) == 1, (name, definitions.get(name))
 
 
 def test_a_draft_named_by_the_user_is_read_in_the_registry():
-    assert [named_source(text) for text in ("ngram", "NGram", "auto", "llama3.2:1b", "draft", None)] == [
+    assert [named_source(text) for text in ("ngram", "NGram", "auto", "llama3.2:1b", "draft", None, "MTP")] == [
         NGRAM,
         NGRAM,
         None,
         None,
         None,
         None,
+        MTP,
     ]
     assert [is_auto(text) for text in ("auto", "AUTO", "ngram", None)] == [True, True, False, False]
     assert proposer_for("ngram", with_ngram=True) == NGRAM  # lookup alone: nothing beside it to pair with
     assert (proposer_for("tiny-draft"), proposer_for(None, with_ngram=True)) == (DRAFT, HYBRID)
-    assert [name for name, kind in PROPOSERS.items() if kind.auto] == [DRAFT]  # auto picks a draft model
+    # auto picks a draft model or the target's own MTP layers
+    assert [name for name, kind in PROPOSERS.items() if kind.auto] == [DRAFT, MTP]
+
+
+def test_the_target_s_mtp_layers_are_a_drafter_of_their_own():
+    assert proposer_for("mtp") == MTP and needs_nextn(MTP) and not needs_nextn(DRAFT) and not needs_nextn(None)
+    assert proposer_for("mtp", with_ngram=True) == HYBRID  # the MTP head beside n-gram lookup
+    assert not is_lookup(MTP)  # its proposals cost a draft step, as a draft model's do
+    # a plain draft, where the loaded head is the target's MTP layers, is theirs
+    assert [head_source(name, True) for name in (DRAFT, HYBRID, NGRAM, MTP)] == [MTP, MTP_HYBRID, NGRAM, MTP]
+    assert head_source(DRAFT, False) == DRAFT

@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ollama_spec.errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF, StoreUnreadable
+from ollama_spec.models.blobs import verify_blob
 from ollama_spec.models.manifest import MAX_MANIFEST_BYTES
-from ollama_spec.models.store import BrokenModel, Store, StoredModel, blob_path, find_store_root, verify_blob
+from ollama_spec.models.store import BrokenModel, Store, StoredModel, blob_path, find_store_root
 from tests.models.test_store import _rewrite_layers, manifest_of
 
 

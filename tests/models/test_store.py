@@ -10,13 +10,13 @@ import shutil
 import pytest
 
 from ollama_spec.errors import BlobError, InvalidManifest, ModelNotFound, NotGGUF
+from ollama_spec.models.blobs import verify_blob
 from ollama_spec.models.store import (
     Store,
     StoredModel,
     StoreRoot,
     blob_path,
     find_store_root,
-    verify_blob,
 )
 
 

@@ -11,6 +11,7 @@ from filelock import FileLock
 
 from ollama_spec.models.store import StoreRoot
 from ollama_spec.pull.download import Cancelled, fetch_blob
+from ollama_spec.pull.locks import lock_dir
 from ollama_spec.pull.writer import Blob, StoreWriter
 from tests.pull_servers import BlobStorage
 
@@ -20,7 +21,7 @@ def test_waiting_for_another_pull_can_be_interrupted(tmp_path):
     writer.prepare()
     data = b"x" * 100
     blob = Blob(f"sha256:{hashlib.sha256(data).hexdigest()}", len(data))
-    other = FileLock(str(writer.lock_dir() / f"sha256-{blob.hex}.lock"))
+    other = FileLock(str(lock_dir(writer.path) / f"sha256-{blob.hex}.lock"))
     other.acquire()  # another pull is downloading this blob
     cancel, seen, errors = threading.Event(), [], []
 

@@ -13,7 +13,8 @@ from ollama_spec.errors import InvalidModelName, ModelNotFound
 from ollama_spec.models.store import Store, StoreRoot
 from ollama_spec.pull import edits
 from ollama_spec.pull.edits import copy_model, deletable_name, delete_model
-from ollama_spec.pull.writer import PARTIAL_DIR, Blob, StoreWriter
+from ollama_spec.pull.locks import lock_path
+from ollama_spec.pull.writer import PARTIAL_DIR, StoreWriter
 from tests.pull_servers import snapshot
 
 LIBRARY = Path("manifests/registry.ollama.ai/library")
@@ -137,7 +138,7 @@ def test_a_blob_a_pull_holds_is_kept(store):
     mine = digests(store, "tiny-draft") - everyone_else(store, ("tiny-draft", "latest"))
     held = min(mine)
     writer = StoreWriter(StoreRoot(store, "test"))
-    with FileLock(str(writer.lock_path(Blob(held, 0)))):
+    with FileLock(str(lock_path(writer.path, held.removeprefix("sha256:")))):
         deleted = delete_model("tiny-draft", str(store))
     assert held.removeprefix("sha256:") in deleted.kept
     assert blob_file(store, held).exists()

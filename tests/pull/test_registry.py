@@ -339,7 +339,8 @@ def test_two_pulls_of_the_same_model_at_once(registry, store, tiny_store):
     for layer in source_layers(tiny_store, "tiny-target"):
         assert registry.blob_gets(layer["digest"]) == [None]  # the second pull waited, then skipped it
     model = Store(StoreRoot(store, "test")).resolve(name(registry, "tiny-target"))
-    from ollama_spec.models.store import blob_path, verify_blob
+    from ollama_spec.models.blobs import verify_blob
+    from ollama_spec.models.store import blob_path
 
     for layer in model.layers:
         verify_blob(blob_path(store, layer.digest), layer)

@@ -110,3 +110,43 @@ def test_a_served_preset_is_laid_whole_as_the_commands_lay_it(tiny_store, tmp_pa
     assert target.params["temperature"] == 0.2 and target.system == "Be brief."
     assert target.messages == preset.messages and target.info.chat_template == preset.template
     assert "PARAMETER mirostat is one Ollama no longer takes" in caplog.text
+
+
+def test_a_target_s_mtp_layers_draft_by_pair_and_by_default(store_copy):
+    import pytest
+
+    from ollama_spec.errors import IncompatibleDraft
+    from tests.builders.mtp import build_mtp_target
+
+    build_mtp_target(store_copy)
+    store = StorePairs(models_dir=str(store_copy), pairs={"mtp-target": "mtp"}, engine=engine_settings(parallel=1))
+    pair = store.plan("mtp-target", [system_ram(64)])
+    assert (pair.engine.mtp, pair.draft, pair.settings.speculation.proposer) == (True, None, "mtp")
+    assert not pair.engine.mtp_where_it_pays  # named: it drafts whatever it costs
+    assert pair.draft_why == "--pair mtp-target:latest=mtp: the target's own MTP (NextN) layers"
+    assert store.describe("mtp-target")[1] == "mtp"
+    by_default = StorePairs(models_dir=str(store_copy), engine=engine_settings(parallel=1))
+    default = by_default.plan("mtp-target", [system_ram(64)]).engine
+    assert default.mtp and default.mtp_where_it_pays  # by default: only where it pays (engine/mtp_default.py)
+    assert not by_default.plan("tiny-target", [system_ram(64)]).engine.mtp
+    refused = StorePairs(models_dir=str(store_copy), pairs={"tiny-target": "mtp"})
+    with pytest.raises(IncompatibleDraft, match="^--pair tiny-target:latest=mtp: tiny-target:latest has no MTP"):
+        refused.plan("tiny-target", [system_ram(64)])
+
+
+def test_a_target_s_default_mtp_layers_that_do_not_fit_are_let_go(store_copy):
+    from dataclasses import replace
+
+    from ollama_spec.engine.engine import pair_facts
+    from ollama_spec.planning.devices import GIB
+    from tests.builders.mtp import build_mtp_target
+
+    build_mtp_target(store_copy)
+    store = StorePairs(models_dir=str(store_copy), engine=engine_settings(parallel=1, memory_check=True), ctx=2048)
+    roomy = store.plan("mtp-target", [system_ram(64)])
+    assert roomy.engine.mtp
+    need = {mtp: pair_facts(roomy.target, None, replace(roomy.engine, mtp=mtp)).plan(2048, 1, [system_ram(64)])
+            for mtp in (False, True)}  # fmt: skip
+    ram = system_ram(64, (need[False].host_bytes + need[True].host_bytes) / 2 / GIB)
+    tight = store.plan("mtp-target", [ram])
+    assert (tight.engine.mtp, tight.engine.n_ctx) == (False, 2048)

@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 
+from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Request, Result
 from ollama_spec.errors import ServerFault
 from ollama_spec.prompting.messages import ToolCall
@@ -15,12 +16,26 @@ from ollama_spec.server.worker import Failed, Finished, Job, Piece
 TOOLS = [{"type": "function", "function": {"name": "now"}}]
 
 
-def _parts(events, tools=(), cut=True):
+def _parts(events, tools=(), cut=True, together=False):
+    """The parts of `events`, each put once the reader has taken the one before (`together`: all put
+    before it reads, as a step's pieces come)."""
+
     async def run():
         job = Job(Request(), asyncio.get_running_loop())
-        for event in events:
-            job.put(event)
-        return [part async for part in answer_stream(job, AnswerParts(tools), cut)], job
+
+        async def feed():
+            for event in events:
+                job.put(event)
+                for _ in range(4):  # the put, then the reader's turn
+                    await asyncio.sleep(0)
+
+        if together:
+            job.put(*events)
+        feeding = None if together else asyncio.create_task(feed())
+        parts = [part async for part in answer_stream(job, AnswerParts(tools), cut)]
+        if feeding is not None:
+            await feeding
+        return parts, job
 
     return asyncio.run(run())
 
@@ -30,6 +45,18 @@ def test_pieces_become_parts_and_the_last_carries_the_result():
     parts, job = _parts([Piece("Hello"), Piece(" there"), Finished(result)])
     assert [(p.text, p.result) for p in parts] == [("Hello", None), (" there", None), ("", result)]
     assert job.cancelled  # the driver always lets go of the job
+
+
+def test_pieces_waiting_together_are_one_part_with_their_tokens_and_marks():
+    result = Result(text="Hello there", finish_reason="stop")
+    scored = (Token(1, True), Token(2, False))
+    events = [Piece("Hel", scored[:1], (True,) * 3), Piece("lo", scored[1:], (False,) * 2), Finished(result)]
+    parts, _ = _parts(events, together=True)
+    assert [(p.text, p.scored, p.drafted, p.result) for p in parts] == [
+        ("Hello", scored, (True, True, True, False, False), None),
+        ("", (), (), result),
+    ]
+    assert [p.text for p in _parts(events)[0]] == ["Hel", "lo", ""]  # read as they came: one part each
 
 
 def test_a_pieces_draft_marks_go_with_its_content():

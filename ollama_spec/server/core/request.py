@@ -54,18 +54,31 @@ class Asked:
     show_draft: bool = False  # say which characters of the content the draft wrote (draft_spans.py)
 
 
+def check_asked(asked: Asked) -> None:
+    """What can be checked of `asked` before its model loads: the tools' names and a max_tokens of at least 1.
+    Every route checks it so (ServerState.prepare_each); build_request checks the rest, against the model."""
+    if asked.tools:
+        try:
+            tool_names(list(asked.tools))
+        except InvalidSetting as exc:
+            raise InvalidRequest(str(exc), "tools") from None
+    if asked.max_tokens is not None and asked.max_tokens < 1:
+        name = asked.max_tokens_name
+        raise InvalidRequest(f"{name} must be at least 1, got {asked.max_tokens}", name)
+
+
 def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
     """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp can
     parse the output grammar."""
     request = _unchecked(engine, settings, asked)
     if asked.think and not template_thinks(engine.target_model.info.chat_template):
         raise InvalidRequest(f'"{engine.target_model.name}" does not support thinking', "think")  # Ollama: %q
-    if asked.tools:
-        _check_tools(engine, asked.tools)
+    if asked.tools and not engine.target_model.info.chat_template:
+        raise InvalidRequest(f"{engine.target_model.name} does not support tools: it has no chat template", "tools")
     if asked.context:
         request = replace(request, tokens=tuple(_after_context(engine, asked.context, request)))
-    if asked.grammar is not None:
-        engine.grammar(asked.grammar).close()  # an InvalidSetting: the grammar llama.cpp cannot parse
+    if asked.grammar is not None:  # compiled once, here: an InvalidSetting is the grammar llama.cpp cannot parse
+        request = replace(request, compiled_grammar=engine.grammar(asked.grammar))
     context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
     # tokenized once: the generation, and the routes that read the prompt, take these
     request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
@@ -133,8 +146,6 @@ def _max_tokens(
             fix = f"shorten it{fewer.replace(' or', ',')} or load the model with a larger num_ctx"
         wanted = context_for(n_prompt, max_tokens or settings.max_tokens)
         raise PromptTooLong(f"the prompt is {n_prompt} tokens{tools} but the context holds {context}; {fix}", wanted)
-    if max_tokens is not None and max_tokens < 1:
-        raise InvalidRequest(f"{name} must be at least 1, got {max_tokens}", name)
     if max_tokens is not None and max_tokens > room:
         if not asked.cap_max_tokens:
             raise PromptTooLong(
@@ -152,15 +163,6 @@ def _check_token_ids(engine: Engine, ids: dict[int, float], param: str) -> None:
     wrong = next((token for token in ids if not 0 <= token < n_vocab), None)
     if wrong is not None:
         raise InvalidRequest(f"{param}: token id {wrong} is not in the model's vocabulary (0..{n_vocab - 1})", param)
-
-
-def _check_tools(engine: Engine, tools: Sequence[dict]) -> None:
-    try:
-        tool_names(list(tools))
-    except InvalidSetting as exc:
-        raise InvalidRequest(str(exc), "tools") from None
-    if not engine.target_model.info.chat_template:
-        raise InvalidRequest(f"{engine.target_model.name} does not support tools: it has no chat template", "tools")
 
 
 def _after_context(engine: Engine, context: Sequence[int], request: Request) -> list[int]:

@@ -4,14 +4,18 @@ response carries."""
 from __future__ import annotations
 
 from ollama_spec.decoding.loop import SpeculationSettings
-from ollama_spec.decoding.proposer_table import PROPOSERS
+from ollama_spec.decoding.proposer_table import MTP, PROPOSERS, head_source
 from ollama_spec.engine.engine import Engine, Result
 
 
 def proposer_name(engine: Engine, speculation: SpeculationSettings) -> str | None:
-    """Who drafts: the draft model's name, "ngram" for prompt lookup (--draft ngram), or None."""
-    if not PROPOSERS[speculation.proposer].needs_draft:  # draftless: named by its proposer
-        return speculation.proposer
+    """Who drafts: the draft model's name, "ngram" for prompt lookup (--draft ngram), "mtp" for the target's
+    own MTP layers, or None."""
+    source = head_source(speculation.proposer, engine.settings.mtp)
+    if PROPOSERS[source].needs_nextn:  # where they were let go (engine/mtp_default.py), nobody drafts
+        return MTP if engine.settings.mtp else None
+    if not PROPOSERS[source].needs_draft:  # draftless: named by its proposer
+        return source
     return engine.draft_model.name if engine.draft_model else None
 
 

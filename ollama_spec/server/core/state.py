@@ -8,7 +8,7 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -18,7 +18,7 @@ from ollama_spec.server.core.fitting import reload_size
 from ollama_spec.server.core.keep_alive import parse_keep_alive
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.pinned import PinnedPair
-from ollama_spec.server.core.request import Asked
+from ollama_spec.server.core.request import Asked, check_asked
 from ollama_spec.server.core.serving import OnDemand, Serving, Upstream
 from ollama_spec.server.core.settings import ServerSettings
 from ollama_spec.server.metrics import Metrics
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from ollama_spec.models.resolve import ResolvedModel
 
 T = TypeVar("T")
+# what a route lays over its Asked once the pair is there (a thinking model's switch, a template's tokens)
+Fitting = Callable[[Served, Asked], Asked] | None
 log = logging.getLogger("ollama_spec.server")
 # The pairs the current HTTP request holds: set by the Leases middleware, released when its answer ends.
 HELD: contextvars.ContextVar[list[Served] | None] = contextvars.ContextVar("held", default=None)
@@ -133,32 +135,38 @@ class ServerState:
         return served
 
     async def prepare(
-        self, name: str, keep_alive: float | str | None, n_ctx: int | None, ask: Callable[[Served], Asked]
+        self, name: str, keep_alive: float | str | None, n_ctx: int | None, asked: Asked, fit: Fitting = None
     ) -> tuple[Served, Request]:
-        """The pair for `name` (with at least `n_ctx`, a request's num_ctx, as `acquire` gives it) and what
-        `ask(pair)` asks, as its checked Request. A prompt that had to be fitted into the loaded context
-        (and asked no num_ctx) loads the model again with one that holds it whole (fitting.reload_size, up
-        to the trained length) where the memory plan allows it, as a larger num_ctx would; else it stays
-        fitted. A prompt a route refuses as too long (PromptTooLong: OpenAI's routes) loads it again the same
-        way before it is refused. The warnings of the request as it runs are logged, once."""
+        """The pair for `name` and `asked` as its checked Request: `prepare_each` with one."""
+        served, (request,) = await self.prepare_each(name, keep_alive, n_ctx, [asked], fit)
+        return served, request
+
+    async def prepare_each(
+        self, name: str, keep_alive: float | str | None, n_ctx: int | None, asked: Sequence[Asked], fit: Fitting = None
+    ) -> tuple[Served, list[Request]]:
+        """The one path of every generating route to its pair: each of `asked` checked as far as it can be
+        without the model (check_asked) before anything loads; then the pair for `name` (with at least `n_ctx`,
+        a request's num_ctx, as `acquire` gives it) and each of `asked`, laid over the pair by `fit` (what
+        needs the model: a thinking model's switch, a template's tokens), as its checked Request. A prompt
+        that had to be fitted into the loaded context (and asked no num_ctx), or that is refused as too long
+        (PromptTooLong: OpenAI's routes), loads the model again with a context that holds it whole
+        (fitting.reload_size, up to the trained length) where the memory plan allows it, as a larger num_ctx
+        would; else it stays fitted, or is refused. The warnings of the requests as they run are logged, once."""
+        for one in asked:
+            check_asked(one)
         served = await self.acquire(name, keep_alive, n_ctx)
-        refused: PromptTooLong | None = None
-        try:
-            request = await served.prepare(ask(served))
-            wanted = request.context_wanted
-        except PromptTooLong as exc:  # a route that does not fit prompts (OpenAI's): a larger context may hold it
-            request, wanted, refused = None, exc.wanted, exc
+        requests, wanted, refused = await _built(served, asked, fit)
         if wanted > served.n_ctx and not n_ctx:  # a request's num_ctx is the client's say
             await self._let_go(served)  # its room may be what the larger one needs
             size = reload_size(served.n_ctx, wanted, served.trained_ctx)
             larger = await self.acquire(name, keep_alive, size, f"a prompt that needs {wanted}")
             if larger is not served:
-                served, request = larger, await larger.prepare(ask(larger))
-        if request is None:
+                served, (requests, _, refused) = larger, await _built(larger, asked, fit)
+        if refused is not None:
             raise refused
-        for warning in request.warnings:  # once, for the request as it runs
+        for warning in [warning for request in requests for warning in request.warnings]:  # once, as it runs
             log.warning("%s: %s", served.name, warning)
-        return served, request
+        return served, requests
 
     async def _let_go(self, served: Served) -> None:
         """Release `served` before the answer ends (the request goes on with another pair)."""
@@ -227,3 +235,20 @@ class ServerState:
     def close(self) -> None:
         """Stop the workers and unload what the scheduler loaded (a pinned engine is its owner's to close)."""
         self.serving.shutdown()
+
+
+async def _built(
+    served: Served, asked: Sequence[Asked], fit: Fitting
+) -> tuple[list[Request], int, PromptTooLong | None]:
+    """Each of `asked` as a checked Request for `served`, the largest context one of them would want, and
+    the first refused as too long (then the list is short)."""
+    requests, wanted, refused = [], 0, None
+    for one in asked:
+        try:
+            request = await served.prepare(fit(served, one) if fit else one)
+        except PromptTooLong as exc:  # a route that does not fit prompts (OpenAI's): a larger context may hold it
+            wanted, refused = max(wanted, exc.wanted), refused or exc
+            continue
+        requests.append(request)
+        wanted = max(wanted, request.context_wanted)
+    return requests, wanted, refused

@@ -7,10 +7,11 @@ from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 
 from ollama_spec.server.core.embedding import embed_all
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.state import ServerState, durations
 from ollama_spec.server.ollama.protocol import EmbeddingsRequest, EmbedRequest
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedRoute)
 
 
 @router.post("/api/embed")

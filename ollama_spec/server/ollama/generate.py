@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
@@ -18,6 +19,7 @@ from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import ndjson
 from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.logprobs import scored
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.core.stream import Part, answer_stream, run_to_end
@@ -33,7 +35,7 @@ from ollama_spec.server.ollama.protocol import (
 )
 from ollama_spec.server.worker import Job
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedRoute)
 
 MANAGEMENT = ("create", "push", "blobs")  # Ollama's routes that change its store and are not served here
 
@@ -46,21 +48,18 @@ async def chat(body: ChatRequest, http_request: HTTPRequest):
     if any(m.images for m in body.messages):
         raise ApiError(400, "images are not supported: the loaded models read text only")
     options = Options.from_map(body.options).asked()
-    served, request = await state.prepare(  # a larger num_ctx, or a prompt that needs one, may reload the model
-        body.model,
-        body.keep_alive,
-        options["n_ctx"],
-        lambda served: Asked(
-            messages=[m.to_chat() for m in body.messages],
-            grammar=body.grammar(),
-            tools=body.tools or [],
-            logprobs=body.logprob_count,
-            think=body.thinks,
-            truncate=body.truncate,
-            show_draft=body.show_draft,
-            **options,
-        ),
+    asked = Asked(
+        messages=[m.to_chat() for m in body.messages],
+        grammar=body.grammar(),
+        tools=body.tools or [],
+        logprobs=body.logprob_count,
+        think=body.thinks,
+        truncate=body.truncate,
+        show_draft=body.show_draft,
+        **options,
     )
+    # a larger num_ctx, or a prompt that needs one, may reload the model
+    served, request = await state.prepare(body.model, body.keep_alive, options["n_ctx"], asked)
     job = served.submit(request, "/api/chat")
 
     def piece(text: str, thought: str = "", calls: list[ToolCall] = ()) -> dict:
@@ -92,25 +91,28 @@ async def generate(body: GenerateRequest, http_request: HTTPRequest):
         return final(body.model, {"response": ""}, await _load(state, body))
     if body.images:
         raise ApiError(400, "images are not supported: the loaded models read text only")
+    if body.template and body.suffix:
+        raise ApiError(400, "give template or suffix, not both: a suffix is laid out with the model's own tokens")
     options = Options.from_map(body.options).asked()
+    asked = Asked(
+        prompt=body.prompt,
+        system=body.system,
+        raw=body.raw or bool(body.template),
+        grammar=body.grammar(),
+        context=body.context or (),
+        logprobs=body.logprob_count,
+        think=body.thinks,
+        suffix=body.suffix or None,
+        truncate=body.truncate,
+        show_draft=body.show_draft,
+        **options,
+    )
     served, request = await state.prepare(  # a larger num_ctx, or a prompt that needs one, may reload the model
         body.model,
         body.keep_alive,
         options["n_ctx"],
-        lambda served: Asked(  # a template's tokens are the pair's
-            prompt=body.prompt,
-            system=body.system,
-            raw=body.raw or bool(body.template),
-            grammar=body.grammar(),
-            context=body.context or (),
-            logprobs=body.logprob_count,
-            think=body.thinks,
-            suffix=body.suffix or None,
-            tokens=_templated(served, body),
-            truncate=body.truncate,
-            show_draft=body.show_draft,
-            **options,
-        ),
+        asked,
+        lambda served, asked: replace(asked, tokens=_templated(served, body)),  # a template's tokens are the pair's
     )
     job = served.submit(request, "/api/generate")
     prompt = request.tokens
@@ -144,8 +146,6 @@ def _templated(state: Served, body: GenerateRequest) -> list[int]:
     """The prompt through the request's own template, as tokens; none without one."""
     if not body.template:
         return []
-    if body.suffix:
-        raise ApiError(400, "give template or suffix, not both: a suffix is laid out with the model's own tokens")
     system = body.system if body.system is not None else state.engine.target_model.system
     try:
         text = go_template.render(body.template, prompt=body.prompt, system=system or "")

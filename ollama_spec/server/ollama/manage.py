@@ -26,10 +26,11 @@ from ollama_spec.pull.api_events import pull_events
 from ollama_spec.pull.edits import copy_model, deletable_name, delete_model
 from ollama_spec.server.core.errors import ApiError, error_response
 from ollama_spec.server.core.framing import ndjson
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.forwarding import HERE, STORE, forwarded
 from ollama_spec.server.ollama.manage_protocol import CopyRequest, DeleteRequest, PullModelRequest
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedRoute)
 Body = TypeVar("Body", bound=BaseModel)
 SUCCESS = {"status": "success"}
 

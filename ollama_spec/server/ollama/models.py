@@ -25,11 +25,12 @@ from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.loaded import Served
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.ollama.protocol import ShowRequest, iso
 from ollama_spec.server.upstream import merge_tags
 
-router = APIRouter()
+router = APIRouter(route_class=ParsedRoute)
 
 # The Ollama release whose API this mirrors: clients and front-ends gate features on /api/version.
 OLLAMA_API_VERSION = "0.12.0"

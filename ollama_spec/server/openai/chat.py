@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import replace
 
 from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
@@ -14,23 +15,14 @@ from ollama_spec.server.core.answer import answer_parts
 from ollama_spec.server.core.draft_spans import result_marks, spans_field
 from ollama_spec.server.core.framing import sse
 from ollama_spec.server.core.logprobs import scored
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked, think_if_able
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.openai.protocol import (
-    ChatCompletionRequest,
-    answers,
-    calls_finish,
-    chunks,
-    copies,
-    one_stream,
-    reasoning,
-    run_all,
-    text_only,
-    tool_calls,
-)
+from ollama_spec.server.openai.answers import answers, calls_finish, chunks, reasoning, tool_calls
+from ollama_spec.server.openai.protocol import ChatCompletionRequest, copies, one_stream, run_all, text_only
 from ollama_spec.server.upstream import merge_tags, tag_name
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 
 
 @router.get("/models")
@@ -58,34 +50,16 @@ async def retrieve_model(model: str, http_request: HTTPRequest) -> dict:
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    text_only(body.messages)
-    limit, name = (
-        (body.max_completion_tokens, "max_completion_tokens")
-        if body.max_completion_tokens is not None
-        else (body.max_tokens, "max_tokens")
-    )
-    sampling = body.sampling()  # the output grammar built once: offered_tools only asks whether there is one
-    tools, forced = body.offered_tools(sampling["grammar"] is not None)
-    if forced:
-        sampling["grammar"] = forced
-    top = (body.top_logprobs or 0) if body.logprobs else None
+    asked, forced = _asked(body)
     served, request = await state.prepare(  # a prompt longer than the loaded context may reload the model
         body.model,
         None,
         None,
-        lambda served: Asked(
-            messages=[m.to_chat() for m in body.messages],
-            max_tokens=limit,
-            max_tokens_name=name,
-            tools=tools,
-            logprobs=top,
-            think=think_if_able(served.engine, body.think()),
-            show_draft=body.show_draft,
-            **sampling,
-        ),
+        asked,
+        lambda served, asked: replace(asked, think=think_if_able(served.engine, asked.think)),
     )
     target = served.engine.target
-    scores = None if top is None else lambda tokens: {"content": scored(target, tokens), "refusal": None}
+    scores = None if asked.logprobs is None else lambda tokens: {"content": scored(target, tokens), "refusal": None}
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": served.model_name}
     if body.stream:
         one_stream(body.n)
@@ -117,6 +91,32 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
 
     results = await run_all(served, http_request, copies(request, body.n), "/v1/chat/completions")
     return answers(served, meta | {"object": "chat.completion"}, [choice(r) for r in results], results, body.n)
+
+
+def _asked(body: ChatCompletionRequest) -> tuple[Asked, str | None]:
+    """What the request asks, checked as far as it can be before its model loads, and the grammar of a forced
+    tool call (None: none forced)."""
+    text_only(body.messages)
+    limit, name = (
+        (body.max_completion_tokens, "max_completion_tokens")
+        if body.max_completion_tokens is not None
+        else (body.max_tokens, "max_tokens")
+    )
+    sampling = body.sampling()  # the output grammar built once: offered_tools only asks whether there is one
+    tools, forced = body.offered_tools(sampling["grammar"] is not None)
+    if forced:
+        sampling["grammar"] = forced
+    asked = Asked(
+        messages=[m.to_chat() for m in body.messages],
+        max_tokens=limit,
+        max_tokens_name=name,
+        tools=tools,
+        logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        think=body.think(),  # kept only for a thinking model (think_if_able, once it is loaded)
+        show_draft=body.show_draft,
+        **sampling,
+    )
+    return asked, forced
 
 
 def _delta(text: str) -> dict:

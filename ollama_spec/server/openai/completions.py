@@ -11,21 +11,15 @@ from fastapi import Request as HTTPRequest
 from ollama_spec.server.core.draft_spans import joined, result_marks, spans_field
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import sse
+from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.logprobs import LegacyLogprobs, scored
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.openai.protocol import (
-    MAX_CHOICES,
-    CompletionRequest,
-    answers,
-    chunks,
-    copies,
-    each_input,
-    one_stream,
-    run_all,
-)
+from ollama_spec.server.openai.answers import answers, chunks
+from ollama_spec.server.openai.protocol import MAX_CHOICES, CompletionRequest, copies, each_input, one_stream, run_all
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 
 COMPLETIONS_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's reference gives it
 
@@ -33,43 +27,27 @@ COMPLETIONS_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's r
 @router.post("/completions")
 async def completions(body: CompletionRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
-    served = await state.acquire(body.model)
-    prompts = each_input(body.prompt)
-    if not prompts or any(not prompt for prompt in prompts if not isinstance(prompt, str)):
-        raise ApiError(400, "prompt is empty: give a text, a list of texts, or token ids", "prompt")
-    if len(prompts) * body.n > MAX_CHOICES:
-        raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
-    body.check()
-    target = served.engine.target
-    if any(not 0 <= t < target.n_vocab for prompt in prompts if not isinstance(prompt, str) for t in prompt):
-        raise ApiError(400, f"token ids must be in 0..{target.n_vocab - 1} (this model's own vocabulary)", "prompt")
-    if body.suffix and any(not isinstance(prompt, str) for prompt in prompts):
-        raise ApiError(
-            400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens", "suffix"
-        )
-    requests = [
-        await served.prepare(
-            Asked(
-                prompt=prompt if isinstance(prompt, str) else "",
-                tokens=() if isinstance(prompt, str) else prompt,
-                raw=True,
-                max_tokens=body.max_tokens,
-                logprobs=body.logprobs,
-                suffix=body.suffix or None,
-                default_max_tokens=COMPLETIONS_MAX_TOKENS,
-                show_draft=body.show_draft,
-                **body.sampling(),
-            )
+    prompts = _prompts(body)
+    asked = [
+        Asked(
+            prompt=prompt if isinstance(prompt, str) else "",
+            tokens=() if isinstance(prompt, str) else prompt,
+            raw=True,
+            max_tokens=body.max_tokens,
+            logprobs=body.logprobs,
+            suffix=body.suffix or None,
+            default_max_tokens=COMPLETIONS_MAX_TOKENS,
+            show_draft=body.show_draft,
+            **body.sampling(),
         )
         for prompt in prompts
     ]
+    # a prompt longer than the loaded context may reload the model
+    served, requests = await state.prepare_each(body.model, None, None, asked, _in_vocabulary)
+    target = served.engine.target
     prompts = [p if isinstance(p, str) else target.detokenize(p, special=True) for p in prompts]  # for echo
-    meta = {
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "created": int(time.time()),
-        "model": served.model_name,
-        "object": "text_completion",
-    }
+    meta = {"id": f"cmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": served.model_name}
+    meta["object"] = "text_completion"
 
     def scores():  # one choice's logprobs: its text offsets are counted across its chunks
         legacy = LegacyLogprobs()
@@ -100,6 +78,29 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         for echo, r in zip(echoed, results)
     ]
     return answers(served, meta, choices, results, body.n)
+
+
+def _prompts(body: CompletionRequest) -> list[str | list[int]]:
+    """The prompts asked for, each a text or token ids, checked before the model loads."""
+    prompts = each_input(body.prompt)
+    if not prompts or any(not prompt for prompt in prompts if not isinstance(prompt, str)):
+        raise ApiError(400, "prompt is empty: give a text, a list of texts, or token ids", "prompt")
+    if len(prompts) * body.n > MAX_CHOICES:
+        raise ApiError(400, f"{len(prompts)} prompts times n={body.n} is more than {MAX_CHOICES} completions", "n")
+    body.check()
+    if body.suffix and any(not isinstance(prompt, str) for prompt in prompts):
+        raise ApiError(
+            400, "suffix needs the prompt as text: the gap is laid out with the model's own tokens", "suffix"
+        )
+    return prompts
+
+
+def _in_vocabulary(served: Served, asked: Asked) -> Asked:
+    """`asked`, whose prompt's token ids must be the loaded model's own."""
+    n_vocab = served.engine.target.n_vocab
+    if any(not 0 <= token < n_vocab for token in asked.tokens):
+        raise ApiError(400, f"token ids must be in 0..{n_vocab - 1} (this model's own vocabulary)", "prompt")
+    return asked
 
 
 def _text(text: str) -> dict:

@@ -9,10 +9,11 @@ from fastapi import APIRouter
 from fastapi import Request as HTTPRequest
 
 from ollama_spec.server.core.embedding import embed_all
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.openai.protocol import EmbeddingsRequest, each_input
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 
 
 @router.post("/embeddings")

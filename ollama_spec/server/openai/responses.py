@@ -25,13 +25,14 @@ from ollama_spec.server.core.answer import AnswerParts, answer_parts
 from ollama_spec.server.core.errors import ApiError
 from ollama_spec.server.core.framing import sse_events
 from ollama_spec.server.core.loaded import Served
+from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.protocol import NullsAsDefaults, chat_role, tool_arguments
 from ollama_spec.server.core.request import Asked, json_grammar, offer_tools
 from ollama_spec.server.core.state import ServerState
 from ollama_spec.server.core.stream import answer_stream, run_to_end
 from ollama_spec.server.worker import Job
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 
 
 class InputPart(BaseModel):
@@ -156,21 +157,18 @@ async def responses(body: ResponsesRequest, http_request: HTTPRequest):
     state: ServerState = http_request.app.state.server
     own = body.grammar()
     tools, forced = body.offered_tools(own is not None)
-    served, request = await state.prepare(  # a prompt longer than the loaded context may reload the model
-        body.model,
-        None,
-        None,
-        lambda served: Asked(
-            messages=body.messages(),
-            max_tokens=body.max_output_tokens,
-            max_tokens_name="max_output_tokens",
-            temperature=body.temperature,
-            top_p=body.top_p,
-            seed=body.seed,
-            grammar=forced or own,
-            tools=tools,
-        ),
+    asked = Asked(
+        messages=body.messages(),
+        max_tokens=body.max_output_tokens,
+        max_tokens_name="max_output_tokens",
+        temperature=body.temperature,
+        top_p=body.top_p,
+        seed=body.seed,
+        grammar=forced or own,
+        tools=tools,
     )
+    # a prompt longer than the loaded context may reload the model
+    served, request = await state.prepare(body.model, None, None, asked)
     job = served.submit(request, "/v1/responses")
     ids = {"response": f"resp_{uuid.uuid4().hex}", "message": f"msg_{uuid.uuid4().hex}"}
     opening = _response(served, body, ids, "in_progress")
