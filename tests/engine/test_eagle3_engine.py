@@ -112,7 +112,7 @@ def test_four_slots_draft_in_one_pass_of_the_head(heads, tiny_models):
         # once a target pass (the prompts' pass may take a few llama_decodes)
         assert len(drafts) <= calls.count(llama_cpp.LLAMA_PROCESS_TYPE_DECODE) <= len(drafts) + 4
         assert len(targets) <= calls.count(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE) <= len(targets) + 4
-        assert set(engine.costs.passes._draft.seen) >= {4}
+        assert set(engine.costs.passes._draft._seen) >= {4}  # the head's passes of 4 rows, as timed
 
 
 def test_grammar_penalties_and_lookup_beside_the_head(heads, tiny_models, baseline_engine):
