@@ -68,7 +68,7 @@ class Eagle3Head:
         except ValueError as exc:
             raise ModelLoadError(f"llama.cpp could not load the head {path}: {last_error(mark) or exc}") from None
         try:
-            self._check_model()
+            _check_head(self)
             self._ctx = self._context(mark)
         except ModelLoadError:
             self._model.close()
@@ -88,34 +88,6 @@ class Eagle3Head:
             else:  # the target's final pre-norm state
                 self.calls.set_nextn(tgt, True, False)
         target.observer = self
-
-    def _check_model(self) -> None:
-        buffer = ctypes.create_string_buffer(64)
-        llama_cpp.llama_model_meta_val_str(self._model.model, b"general.architecture", buffer, 64)
-        arch = buffer.value.decode()
-        if arch != ARCHITECTURE:
-            raise ModelLoadError(f"{self.path} is a {arch or 'unknown'} model, not an EAGLE-3 head")
-        n = self.calls.target_layer_ids_n(self._model.model)
-        ids = self.calls.target_layer_ids(self._model.model)
-        self.layers = tuple(int(ids[i]) for i in range(n))
-        self.target_layers = llama_cpp.llama_model_n_layer(self.target.llama_model.model)
-        self.n_target_embd = llama_cpp.llama_model_n_embd(self.target.llama_model.model)
-        if n != 3 or max(self.layers) > self.target_layers:
-            raise ModelLoadError(
-                f"the head {self.path} reads target layers {list(self.layers)}: an EAGLE-3 head reads 3 "
-                f"layers of its target, which has {self.target_layers}"
-            )
-        llama_cpp.llama_model_meta_val_str(self._model.model, b"eagle3.target_hidden_size", buffer, 64)
-        width = int(buffer.value or 0)
-        if width != self.n_target_embd:
-            raise ModelLoadError(
-                f"the head {self.path} was made for a target {width} wide; this target is {self.n_target_embd}"
-            )
-        vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model.model))
-        if vocab != self.target.n_vocab:
-            raise ModelLoadError(
-                f"the head {self.path} has a vocabulary of {vocab} tokens; its target's has {self.target.n_vocab}"
-            )
 
     def _context(self, mark) -> LlamaContext:
         target = self.target
@@ -139,8 +111,9 @@ class Eagle3Head:
 
     # --- following the target -------------------------------------------------------------
     def passed(self, entries: Sequence[Entry], positions: Sequence[int]) -> None:
-        """After a target llama_decode of `entries` at `positions`: encode their captured rows; the pairs
-        whose next token the pass holds wait for the next draft step (padding entries are skipped)."""
+        """After a target llama_decode of `entries` at `positions`: keep their captured rows (encoded
+        when a draft step or a cut needs their g); the pairs whose next token the pass holds wait for
+        the next draft step (padding entries are skipped)."""
         by_seq: dict[int, list[int]] = {}
         for i, entry in enumerate(entries):
             if entry.item is not None:
@@ -149,28 +122,44 @@ class Eagle3Head:
             return
         order = [i for rows in by_seq.values() for i in rows]
         with self._lock:
-            g = self._encode(self._features(len(entries), order))
+            features = self._features(len(entries), order)
             behind: list[tuple[int, int, int, np.ndarray]] = []  # (seq, position, token, g)
             offset = 0
             for seq, rows in by_seq.items():
-                seq_g, offset = g[offset : offset + len(rows)], offset + len(rows)
+                seq_f, offset = features[offset : offset + len(rows)], offset + len(rows)
                 first, last = positions[rows[0]], positions[rows[-1]]
                 state = self._state[seq]
                 if state.end > first:
                     self._cut(seq, first)
-                # the rows a cut and the next pairs take g from: the pairs no draft step took (at K=0) and
-                # the g that waited at the boundary, then this pass's, up to a batch of them
+                # the rows the next pairs take g from: those no draft step took (K=0), then this pass's
                 start, kept = min(state.end, first - 1), state.rows
                 waits = kept is not None and kept[0] <= start and kept[0] + len(kept[1]) == first
-                if waits and first - start + len(rows) <= self.n_batch:
-                    state.rows = (start, np.vstack([kept[1][start - kept[0] :], seq_g]))
-                    state.pending = (last, seq_g[-1])
+                if waits and state.end < first and first - start + len(rows) <= self.n_batch:
+                    new = seq_f if state.raw else self._encode(seq_f)  # rows of one kind: encoded or not
+                    state.rows = (start, np.vstack([kept[1][start - kept[0] :], new]))
+                    state.pending = (last, None if state.raw else new[-1])
                     continue
-                behind += self._gap(seq, first)  # decoded now: their rows go
-                before = state.pending is not None and state.pending[0] == first - 1
-                state.rows = (first - 1, np.vstack([state.pending[1], seq_g])) if before else (first, seq_g)
-                state.pending = (last, seq_g[-1])
+                if state.end < first:  # pairs wait that the new rows cannot join: decoded now
+                    self._settle([seq])
+                    behind += self._gap(seq, first)
+                at = state.pending  # the boundary's g before this pass, for a cut back to it
+                state.before = at if at is not None and at[0] == first - 1 and at[1] is not None else None
+                state.rows, state.raw, state.pending = (first, seq_f), True, (last, None)
             self._decode_all(behind)
+
+    def _settle(self, seqs) -> None:
+        """Encode the rows of `seqs` that wait as the target captured them, in one encoder pass."""
+        raw = [seq for seq in dict.fromkeys(seqs) if self._state[seq].raw and self._state[seq].rows is not None]
+        if not raw:
+            return
+        g = self._encode(np.concatenate([self._state[seq].rows[1] for seq in raw]))
+        offset = 0
+        for seq in raw:
+            state = self._state[seq]
+            first, n = state.rows[0], len(state.rows[1])
+            state.rows, state.raw, offset = (first, g[offset : offset + n]), False, offset + n
+            if state.pending is not None and state.pending[1] is None:
+                state.pending = (state.pending[0], state.rows[1][state.pending[0] - first])
 
     def truncated(self, seq: int, n_tokens: int) -> None:
         """The target's sequence `seq` now holds `n_tokens` tokens: drop the pairs that read a token
@@ -182,11 +171,15 @@ class Eagle3Head:
             if state.rows is not None:  # the rows past the boundary read tokens that are gone
                 first, rows = state.rows
                 state.rows = (first, rows[: n_tokens - first]) if n_tokens > first else None
+                state.raw = state.raw and state.rows is not None
             if state.pending is not None and state.pending[0] == boundary:
+                return
+            if state.before is not None and state.before[0] == boundary:
+                state.pending = state.before
                 return
             state.pending = None
             if state.rows is not None and 0 <= boundary - state.rows[0] < len(state.rows[1]):
-                state.pending = (boundary, state.rows[1][boundary - state.rows[0]])
+                state.pending = (boundary, None if state.raw else state.rows[1][boundary - state.rows[0]])
 
     def _gap(self, seq: int, position: int) -> list[tuple[int, int, int, np.ndarray]]:
         """The pairs the head lacks before `position` (llama.cpp takes a sequence's positions only in
@@ -198,8 +191,10 @@ class Eagle3Head:
         for p in range(state.end, position):
             if 0 <= p - first < len(rows):
                 g = rows[p - first]
+            elif state.pending is not None and state.pending[0] == p:
+                g = state.pending[1]
             else:
-                g = state.pending[1] if state.pending is not None and state.pending[0] == p else self._zero
+                g = state.before[1] if state.before is not None and state.before[0] == p else self._zero
             pairs.append((seq, p, cached[p + 1], g))
         return pairs
 
@@ -302,11 +297,14 @@ class Eagle3Head:
         (1 × V); its pre-norm state is the sequence's next step's g."""
         with self._lock:
             behind, steps = [], []
+            self._settle([seq for seq, _, _ in items])
             for seq, tokens, _ in items:
                 state = self._state[seq]
                 if state.drafting is None:
                     raise InferenceError(f"the head's sequence {seq} drafts without a boundary to draft from")
                 position, g = state.drafting
+                if g is None:  # the boundary's g, encoded just now
+                    g = state.pending[1]
                 self._cut(seq, position)
                 behind += self._gap(seq, position)
                 steps.append((seq, position, tokens[-1], g))
@@ -339,6 +337,7 @@ class Eagle3Head:
         """Sequence `seq`'s cells and the g rows it drafts and cuts from (engine/slots.py keeps a
         slot's prefix in host RAM: the head's part of it)."""
         with self._lock:
+            self._settle([seq])
             state, cells = self._state[seq], b""
             if state.end:
                 size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, seq)
@@ -369,3 +368,33 @@ class Eagle3Head:
             self._batch = None
         self._ctx.close()
         self._model.close()
+
+
+def _check_head(head: Eagle3Head) -> None:
+    """The head's architecture, target layers, width and vocabulary against its target's (one line each)."""
+    buffer = ctypes.create_string_buffer(64)
+    llama_cpp.llama_model_meta_val_str(head._model.model, b"general.architecture", buffer, 64)
+    arch = buffer.value.decode()
+    if arch != ARCHITECTURE:
+        raise ModelLoadError(f"{head.path} is a {arch or 'unknown'} model, not an EAGLE-3 head")
+    n = head.calls.target_layer_ids_n(head._model.model)
+    ids = head.calls.target_layer_ids(head._model.model)
+    head.layers = tuple(int(ids[i]) for i in range(n))
+    head.target_layers = llama_cpp.llama_model_n_layer(head.target.llama_model.model)
+    head.n_target_embd = llama_cpp.llama_model_n_embd(head.target.llama_model.model)
+    if n != 3 or max(head.layers) > head.target_layers:
+        raise ModelLoadError(
+            f"the head {head.path} reads target layers {list(head.layers)}: an EAGLE-3 head reads 3 "
+            f"layers of its target, which has {head.target_layers}"
+        )
+    llama_cpp.llama_model_meta_val_str(head._model.model, b"eagle3.target_hidden_size", buffer, 64)
+    width = int(buffer.value or 0)
+    if width != head.n_target_embd:
+        raise ModelLoadError(
+            f"the head {head.path} was made for a target {width} wide; this target is {head.n_target_embd}"
+        )
+    vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(head._model.model))
+    if vocab != head.target.n_vocab:
+        raise ModelLoadError(
+            f"the head {head.path} has a vocabulary of {vocab} tokens; its target's has {head.target.n_vocab}"
+        )

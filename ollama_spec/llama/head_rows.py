@@ -18,6 +18,8 @@ class _Sequence:
     rows: tuple[int, np.ndarray] | None = None  # the last pass's (first position, g rows)
     end: int = 0  # 1 + the last position the head's cache holds
     drafting: tuple[int, np.ndarray] | None = None  # a draft step's (position, g), while drafting
+    raw: bool = False  # `rows` are the target's captured rows, not encoded yet (their g None in `pending`)
+    before: tuple[int, np.ndarray] | None = None  # the g at the last pass's first position - 1, for a cut there
 
 
 def pack_state(state: _Sequence, cells: bytes) -> bytes:

@@ -109,9 +109,9 @@ def test_four_slots_draft_in_one_pass_of_the_head(heads, tiny_models):
         targets = [p for p in engine.loop.passes if p.model == 0]
         assert drafts.count(4) >= 0.8 * len(targets) and len(drafts) <= 4 * len(targets)
         # the head's decoder runs once a draft pass (and at most once a slot to catch up), its encoder
-        # once a target pass (the prompts' pass may take a few llama_decodes)
+        # once a step, for every slot's rows as the first draft pass needs them
         assert len(drafts) <= calls.count(llama_cpp.LLAMA_PROCESS_TYPE_DECODE) <= len(drafts) + 4
-        assert len(targets) <= calls.count(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE) <= len(targets) + 4
+        assert abs(calls.count(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE) - len(targets)) <= 4
         assert set(engine.costs.passes._draft._seen) >= {4}  # the head's passes of 4 rows, as timed
 
 

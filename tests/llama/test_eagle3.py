@@ -127,6 +127,8 @@ def test_each_g_is_encoded_from_its_own_positions_rows(tiny_models, tmp_path):
             texts = ["Once upon a time", "The quick brown fox jumps over the lazy dog"]  # the first padded
             prompts = [target.tokenize(text, add_bos=True, special=False) for text in texts]
             target.decode_many([(seq, prompt, 1) for seq, prompt in enumerate(prompts)])
+            assert all(head._state[seq].raw for seq in (0, 1))  # the captured rows wait until a draft needs g
+            head._settle([0, 1])
             for seq, prompt in enumerate(prompts):
                 first, rows = head._state[seq].rows
                 positions = range(first, len(prompt))
