@@ -11,12 +11,12 @@ verification, a reused prefix), the head cuts its own and takes the pending g fr
 rows at the new boundary. Drafting (`HeadSequence`) runs the decoder on its own output: each step's
 pre-norm state is the next step's g; afterwards the head keeps only what the target read.
 
-The decoder's passes are few: the pairs a target pass completes wait (their g in the pass's rows)
-until the head's next draft step, which decodes them in the same pass as the step's own row, only as
-far as the target kept them; where no draft step came between (K=0), the rows wait on with the next
-pass's, up to a batch of them, so a step without drafting costs the head its encoder pass only. A
-draft step of every drafting sequence is one pass (`decode_many`, as a draft model's: the engine's
-step loop batches the sequences' steps).
+The head's passes are few: the rows a target pass captured and the pairs it completes wait until
+the head's next draft step, which encodes the rows of every drafting sequence in one encoder pass and
+decodes the pairs in the same pass as the step's own row, only as far as the target kept them; where
+no draft step came between (K=0), the rows wait on with the next pass's, up to a batch of them, so a
+step without drafting costs the head a copy of its rows. A draft step of every drafting sequence is
+one pass (`decode_many`, as a draft model's: the engine's step loop batches the sequences' steps).
 """
 
 from __future__ import annotations
