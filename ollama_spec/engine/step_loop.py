@@ -182,8 +182,8 @@ class StepLoop:
             wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
             if not wanting:
                 return
-            draft = self.engine.draft
-            drafting = [slot for slot in wanting if slot.model is draft]
+            target = self.engine.target  # the others draft: a draft model's sequences, or a head's
+            drafting = [slot for slot in wanting if slot.model is not target]
             if drafting:
                 self._pass(drafting)
                 continue
@@ -266,7 +266,7 @@ class StepLoop:
             return
         seconds = time.perf_counter() - started
         self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
-        draft = model is self.engine.draft
+        draft = model is not self.engine.target  # a draft model's pass, or a head's
         widest = max(len(tokens) for _, tokens, _ in items)
         if not draft or widest <= DRAFT_STEP_TOKENS:  # a draft's prompt read is not the price of its steps
             self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
