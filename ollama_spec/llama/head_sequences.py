@@ -4,12 +4,13 @@ times it, and the head's part of a slot's prefix kept in host RAM (engine/slots.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ollama_spec.llama.eagle3 import Eagle3Head
+# Each class here takes the llama/eagle3.py Eagle3Head it belongs to, typed Any: eagle3.py imports this
+# module, and the package graph keeps modules out of circles, annotations included.
+Eagle3Head = Any
 
 
 class HeadSequence:
