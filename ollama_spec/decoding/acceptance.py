@@ -43,6 +43,12 @@ class AcceptanceByMargin:
         assert len(prior) == len(MARGIN_EDGES) + 1
         self.accepted, self.tried, self.decay = [a * weight for a in prior], [weight] * len(prior), decay
 
+    def copy(self) -> AcceptanceByMargin:
+        """The same counts, learned on apart (a request's policy starting from the last one's)."""
+        other = AcceptanceByMargin.__new__(AcceptanceByMargin)
+        other.accepted, other.tried, other.decay = list(self.accepted), list(self.tried), self.decay
+        return other
+
     @property
     def bands(self) -> tuple[float, ...]:
         return tuple(a / t for a, t in zip(self.accepted, self.tried))
@@ -95,4 +101,7 @@ class AcceptanceByPosition:
         return (self.accepted[position] + self.weight * pooled) / (self.tried[position] + self.weight)
 
     def alphas(self, n: int, pooled: float) -> list[float]:
-        return [self.alpha(position, pooled) for position in range(n)]
+        weight = self.weight
+        lean = weight * pooled
+        seen = [(a + lean) / (t + weight) for a, t in zip(self.accepted[:n], self.tried[:n])]
+        return seen + [pooled] * (n - len(seen))

@@ -31,6 +31,9 @@ from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_
 # the others' mean. With 8 clients of 64 tokens a request, a slot starts afresh every ~25 steps, and a
 # fresh policy's prior (α 0.7 at every position) drew every slot's K deeper than its own text pays.
 SEASONED_STEPS = 8
+# After a draft pass, `further` looks this many columns ahead: a column that does not pay alone may pay
+# with the ones after it (each draft pass costs a fixed part that the later columns share).
+LOOKAHEAD = 4
 
 
 class Slot(Protocol):
@@ -41,9 +44,21 @@ class Slot(Protocol):
         ...
 
 
+class Drafting(Protocol):
+    # the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ... of them
+    survivals: list[float]
+
+    def alphas(self) -> list[float]: ...
+
+
 def step_k(members: Sequence[Slot], prices: StepCosts | PassPrices, margin: float, k_max: int) -> int:
     """The one K for the next step of the slots whose policies are `members` (see the module)."""
-    return best_shared_k(acceptances(members), prices, margin, k_max)
+    return plan_step(members, prices, margin, k_max)[0]
+
+
+def plan_step(members: Sequence[Slot], prices: StepCosts | PassPrices, margin: float, k_max: int) -> tuple[int, float]:
+    """step_k, and the tokens per second a step at that K is expected to make (0.0 at K=0)."""
+    return _best_shared(acceptances(members), prices, margin, k_max)
 
 
 def acceptances(members: Sequence[Slot]) -> list[list[float]]:
@@ -61,6 +76,12 @@ def best_shared_k(
 ) -> int:
     """The one K (up to `k_max`, else the calibration's) for slots with these acceptances by position
     (the module's rule), priced by the passes as learned, or by calibrated one-sequence costs."""
+    return _best_shared(alphas, prices, margin, k_max)[0]
+
+
+def _best_shared(
+    alphas: Sequence[Sequence[float]], prices: StepCosts | PassPrices, margin: float, k_max: int | None
+) -> tuple[int, float]:
     if isinstance(prices, StepCosts):
         k_max = prices.k_max if k_max is None else min(k_max, prices.k_max)
         prices = PassPrices(prior=prices)
@@ -71,9 +92,50 @@ def best_shared_k(
         for k, tokens in enumerate(expected_tokens_for_each_k(slot[:k_max])):
             expected[k] += tokens
     alone = prices.target_pass(slots)
-    best, best_rate = 0, expected[0] / alone
+    best, best_rate, draft = 0, expected[0] / alone, prices.draft_pass(slots)
     for k in range(1, k_max + 1):
-        rate = expected[k] / (k * prices.draft_pass(slots) + prices.target_pass(slots * (k + 1)))
+        seconds = k * draft + prices.target_pass(slots * (k + 1))
+        rate = expected[k] / seconds
         if rate > best_rate:
             best, best_rate = k, rate
-    return best if best_rate >= (1 + margin) * expected[0] / alone else 0
+        # each later column adds at most this one's tokens (acceptance only falls along a draft) and a
+        # step only costs more: where even that cannot beat the best, no deeper K can (the step loop
+        # asks at every step; most of k_max's sizes are priced from the prior)
+        elif expected[k] + (k_max - k) * (expected[k] - expected[k - 1]) < best_rate * seconds:
+            break
+    return (best, best_rate) if best_rate >= (1 + margin) * expected[0] / alone else (0, 0.0)
+
+
+def further(
+    members: Sequence[Drafting], prices: PassPrices, rows: int, draft_rows: int, rate: float, cap: int
+) -> int | None:
+    """After a draft pass that gave each of `members` (slots drafting beside each other) its next token:
+    None to run the next draft pass, else how many of the drafted columns the verify pass takes.
+
+    Each step adds tokens and costs seconds; the steps make the most tokens per second when each step
+    makes the most of tokens − `rate` × seconds, `rate` being what the steps make (Σ expected tokens ÷
+    the step's time at the planned K). The columns drafted so far are known by their margins (each
+    member's `survivals`); the ones after them by each slot's acceptance by position. So the batch drafts
+    on while some run of further columns (their draft passes and their rows in the verify pass of
+    `rows` sequences) adds more than it costs at that rate, and verifies the drafted columns that pay:
+    deep through easy text, shallow where the drafts hesitate, one depth for every slot."""
+    survivals = [member.survivals for member in members]
+    depth = min(map(len, survivals)) - 1
+    best, best_value, total = 0, -rate * prices.target_pass(rows), 0.0
+    for width in range(1, depth + 1):
+        total += sum(survival[width] for survival in survivals)
+        value = total - rate * prices.target_pass(rows * (width + 1))
+        if value > best_value:
+            best, best_value = width, value
+    if depth >= cap:
+        return best
+    alphas = [member.alphas() for member in members]
+    tail, draft = [survival[depth] for survival in survivals], prices.draft_pass(draft_rows)
+    for more in range(1, min(LOOKAHEAD, cap - depth) + 1):
+        position = depth + more - 1
+        for i, slot in enumerate(alphas):
+            tail[i] *= slot[position] if position < len(slot) else 0.0
+        total += sum(tail)
+        if total - rate * (more * draft + prices.target_pass(rows * (depth + more + 1))) > best_value:
+            return None
+    return best

@@ -7,7 +7,7 @@ from collections.abc import Callable, Generator
 
 import numpy as np
 
-from ollama_spec.decoding.evals import Eval
+from ollama_spec.decoding.evals import Declined, Eval
 from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
@@ -20,7 +20,7 @@ KeepDrafting = Callable[[int, "float | None"], bool]
 
 def draft_token_steps(
     logits: np.ndarray,
-    following: Callable[[int], Generator[Eval, np.ndarray, np.ndarray]],
+    following: Callable[[int], Generator[Eval, np.ndarray | Declined, np.ndarray | Declined]],
     k: int,
     sampling: SamplingSettings,
     rng: np.random.Generator,
@@ -30,7 +30,7 @@ def draft_token_steps(
     tail: list[int],
 ) -> Generator[Eval, np.ndarray, tuple[list[int], np.ndarray | None]]:
     """Draft up to k tokens from a model's first `logits`, each next row from the steps of
-    `following(token)` (decoding/evals.py):
+    `following(token)` (decoding/evals.py; a driver that declines the next step stops it, `Declined`):
     greedy or sampled as `sampling` says, under the penalties (over `tail`, the text's window) and
     the `grammar` (advanced as tokens are drafted), stopping where `keep_drafting` or `p_min` say."""
     penalties = sampling.penalties
@@ -65,6 +65,9 @@ def draft_token_steps(
         if len(tokens) == k or (keep_drafting is not None and not keep_drafting(len(tokens), None)):
             break
         logits = yield from following(token)
+        if isinstance(logits, Declined):
+            del tokens[logits.keep :], probs[logits.keep :]
+            break
     return tokens, np.array(probs) if probs else None
 
 

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ollama_spec.decoding.evals import Eval, run_evals
+from ollama_spec.decoding.evals import Declined, Eval, run_evals
 from ollama_spec.decoding.proposers import Proposer, draft_token_steps
 
 HEAD = "eagle3"  # the source of its tokens (Proposer.source)
@@ -52,7 +52,8 @@ class Eagle3Proposer(Proposer):
         tail = list(penalties.window(seq)) if penalties.active else []
 
         def following(token: int):
-            return (yield Eval(self.head, [token]))[-1][: self.vocab]
+            rows = yield Eval(self.head, [token])
+            return rows if isinstance(rows, Declined) else rows[-1][: self.vocab]
 
         try:
             logits = yield from following(seq[-1])

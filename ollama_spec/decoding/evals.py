@@ -29,6 +29,14 @@ class Eval:
     logits: str | int = "last"
 
 
+@dataclass(frozen=True)
+class Declined:
+    """What a driver sends back for a draft step's Eval it chooses not to run (the step loop, stopping
+    every slot's drafts together): drafting stops there, with the first `keep` tokens drafted."""
+
+    keep: int
+
+
 # A step: yields Evals (sent their rows back) and, for a token stream, the items it makes (sent None).
 Steps = Generator[Any, "np.ndarray | None", R]
 

@@ -17,7 +17,6 @@ prompts, 100-106 % on each, where the i.i.d. choice of one K per step gave 96-98
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -170,23 +169,33 @@ class AutoK:
         self.shared_k: int | None = None
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
+        # beside others: the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ...
+        # of them, each by its margin (the step loop's `further` reads every slot's)
+        self.survivals: list[float] = [1.0]
+        self._alphas: list[float] | None = None  # alphas(), until the next step is seen
 
     @property
     def rate(self) -> float:
         return self._rate_tokens / self._rate_seconds
 
     def alphas(self) -> list[float]:
-        """Each position's acceptance, given the ones before it were accepted."""
-        return self.by_position.alphas(self.costs.k_max, self.estimator.alpha)
+        """Each position's acceptance, given the ones before it were accepted (kept until a step is seen:
+        the step loop asks every slot's at every step)."""
+        if self._alphas is None:
+            self._alphas = self.by_position.alphas(self.costs.k_max, self.estimator.alpha)
+        return self._alphas
 
     def next_k(self) -> int:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
+        self.survivals = [1.0]
         self._draft_steps = 1
         self.probing = ""
         shared = self.shared_k
         if shared:
-            # Beside other slots: the batch's one K, drafted whole (a shorter draft leaves padding in
-            # the verify pass, not time). At 0, the probes below keep α current as alone.
+            # Beside other slots: at most the batch's K, every slot drafting as deep as the others (a
+            # shorter draft leaves padding in the verify pass, not time); the step loop stops them all
+            # together where the next column no longer pays (batch_steps.further), from `survivals`.
+            # At 0, the probes below keep α current as alone.
             return shared
         # A step at K=0 changes only the target alone's cost: the best drafting K is kept until a step
         # drafts (9.5 µs a step to work out again, against a 2 ms step of a small quantized target).
@@ -254,6 +263,9 @@ class AutoK:
                 self._draft_steps += 1
             else:
                 self._margins.append(margin)
+                if self.shared_k:  # beside others: the step loop decides from every slot's survival
+                    self._survival *= self.by_margin.alpha(margin)
+                    self.survivals.append(self._survival)
             return True
         if self._explore == "done":
             return False
@@ -315,11 +327,12 @@ class AutoK:
         off from every 8th step to every 256th, and a request of 160 tokens starting afresh each time
         (then backing off to every 128th) spent 5 % of its time on probes (quantized pair, 0.88x of
         the target alone)."""
-        self.by_margin = copy.deepcopy(earlier.by_margin)
+        self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         self.observed += 1
+        self._alphas = None
         if drafted:  # the acceptance and the costs of drafting move
             self._drafting = None
         if lookup and drafted and self.confidence_stops:

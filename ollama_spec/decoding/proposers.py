@@ -18,7 +18,7 @@ from ollama_spec.decoding.drafting import (
     KeepDrafting,
     draft_token_steps,
 )
-from ollama_spec.decoding.evals import Eval, run_evals
+from ollama_spec.decoding.evals import Declined, Eval, run_evals
 from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.k_policy import PROBE_COSTS
 from ollama_spec.decoding.sampling import SamplingSettings
@@ -148,8 +148,9 @@ class DraftModelProposer(Proposer):
                 missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
         logits = (yield Eval(draft, as_draft_tokens(missed, draft.n_vocab)))[-1][: self.shared_vocab]
 
-        def following(token: int) -> Generator[Eval, np.ndarray, np.ndarray]:
-            return (yield Eval(draft, [token]))[-1][: self.shared_vocab]
+        def following(token: int) -> Generator[Eval, np.ndarray | Declined, np.ndarray | Declined]:
+            rows = yield Eval(draft, [token])
+            return rows if isinstance(rows, Declined) else rows[-1][: self.shared_vocab]
 
         return (
             yield from draft_token_steps(

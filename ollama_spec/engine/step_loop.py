@@ -3,9 +3,10 @@
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
 1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule),
-2. runs the draft passes of every drafting slot together, one llama_decode a draft token,
-3. chooses one K for every slot's next step, from each slot's acceptance by position and the costs
-   of the step's shapes as its passes timed them (decoding/batch_steps.py, pass_prices.py: the most
+2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
+   slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
+3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
+   of the step's shapes as its passes timed them (engine/batch_k.py, decoding/pass_prices.py: the most
    accepted tokens per second of the step),
 4. runs one target pass with every slot's verify rows and the next chunk of each prompt being read,
 5. hands each request its verified tokens as text, through its own sink; each slot then starts its
@@ -32,9 +33,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ollama_spec.decoding.batch_steps import step_k
-from ollama_spec.decoding.evals import Eval
-from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
+from ollama_spec.decoding.evals import Declined, Eval
+from ollama_spec.engine.batch_k import BatchK, drafting_beside
 from ollama_spec.engine.generation import Generation
 from ollama_spec.engine.prompt_chunks import ChunkSizer
 from ollama_spec.engine.requests import Request
@@ -117,8 +117,12 @@ class StepLoop:
     _chunks: ChunkSizer = field(default_factory=lambda: ChunkSizer(0))  # its piece: the engine's, at admission
     # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
     _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
+    _k: BatchK = field(init=False)  # the steps' K, priced by the passes this loop times
     _thread: threading.Thread | None = None
     _closed: bool = False
+
+    def __post_init__(self) -> None:
+        self._k = BatchK(self.engine.costs.passes)
 
     def submit(
         self, request: Request, prompt: list[int], sink: Sink, *, runs: bool = False, use_draft: bool = True
@@ -185,9 +189,10 @@ class StepLoop:
             target = self.engine.target  # the others draft: a draft model's sequences, or a head's
             drafting = [slot for slot in wanting if slot.model is not target]
             if drafting:
-                self._pass(drafting)
+                if not self._declined(drafting, len(wanting)):
+                    self._pass(drafting)
                 continue
-            self._choose_k()
+            self._k.choose([slot.ticket.generation for slot in self._slots.values()])
             self._pass(wanting)
             self.steps += 1
             self.outside_s += time.perf_counter() - started - self._passes_s
@@ -229,27 +234,17 @@ class StepLoop:
             free -= 1
             self._advance(slot, None)
 
-    def _choose_k(self) -> None:
-        """One K for every drafting slot's next step, priced by the passes as timed; alone, the slot's
-        own rule (token by token), priced by them too."""
-        policies = [
-            s.ticket.generation.policy
-            for s in self._slots.values()
-            if isinstance(s.ticket.generation.policy, AutoK) and s.ticket.generation.policy.learn_costs
-        ]
-        prices = self.engine.costs.passes
-        shared = len(self._slots) > 1
-        if not policies or not prices.known:
-            k = None
-        elif shared:
-            k = step_k(policies, prices, DRAFT_GAIN_MARGIN, min(p.costs.k_max for p in policies))
-        else:
-            k, lone = None, policies[0]
-            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
-        for policy in policies:
-            policy.shared_k = k
-        for slot in self._slots.values():
-            slot.ticket.generation.shared |= shared
+    def _declined(self, drafting: list[_Slot], rows: int) -> bool:
+        """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
+        the `rows` sequences of the coming target pass)? Then each is told so (`Declined`)."""
+        members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
+        policies = [slot.ticket.generation.policy for slot in members]
+        width = self._k.stop(policies, rows, len(drafting)) if members else None
+        if width is None:
+            return False
+        for slot in members:
+            self._advance(slot, Declined(width))
+        return True
 
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
@@ -276,7 +271,7 @@ class StepLoop:
         for slot, slot_rows in zip(slots, rows):
             self._advance(slot, slot_rows)
 
-    def _advance(self, slot: _Slot, rows: np.ndarray | None) -> None:
+    def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
         ticket, steps, pieces = slot.ticket, slot.steps, []
         try:

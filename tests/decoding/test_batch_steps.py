@@ -2,7 +2,7 @@
 
 import pytest
 
-from ollama_spec.decoding.batch_steps import best_shared_k, pass_seconds, step_k
+from ollama_spec.decoding.batch_steps import best_shared_k, further, pass_seconds, step_k
 from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k
 
@@ -76,3 +76,45 @@ def test_a_fresh_slot_takes_the_others_acceptance_until_it_has_its_own():
     fresh = AutoK(GPU, 0.8)  # its prior would ask for more
     assert best_shared_k([seasoned.alphas(), fresh.alphas()], GPU, DRAFT_GAIN_MARGIN) > alone
     assert step_k([seasoned, fresh], GPU, DRAFT_GAIN_MARGIN, GPU.k_max) == alone
+
+
+class Drafted:
+    """A slot drafting beside others: its drafts' survival so far (by their margins), its α by position."""
+
+    def __init__(self, survivals, alpha=0.8):
+        self.survivals, self._alphas = [1.0, *survivals], [alpha] * 16
+
+    def alphas(self):
+        return self._alphas
+
+
+def priced(costs):
+    from ollama_spec.decoding.pass_prices import PassPrices
+
+    return PassPrices(prior=costs)
+
+
+def test_sure_drafts_draft_on_past_the_planned_k_and_hesitant_ones_stop_the_batch():
+    """After each draft pass the batch drafts on while a further run of columns pays at the step's rate:
+    deep where every slot's drafts so far are sure, shallow where they hesitate."""
+    prices, rate = priced(CPU), 4 * 3.0 / (2 * 0.004 + 0.030 + 0.007 * 12)  # 4 slots, K=2 planned
+    sure = [Drafted([0.98, 0.96], alpha=0.95) for _ in range(4)]
+    assert further(sure, prices, 4, 4, rate, cap=8) is None
+    hesitant = [Drafted([0.3, 0.05], alpha=0.3) for _ in range(4)]
+    width = further(hesitant, prices, 4, 4, rate, cap=8)
+    assert width is not None and width < 2  # the second column does not pay its verify rows: left out
+
+
+def test_a_column_is_verified_where_its_rows_cost_nothing():
+    """Where a verify pass costs what one token's does (a GPU), every drafted column pays its rows: the
+    batch stops drafting for want of acceptance, never drops a column it drafted."""
+    prices, rate = priced(GPU), 4 * 2.5 / (3 * 0.001 + 0.020)
+    drafted = [Drafted([0.5, 0.2, 0.05], alpha=0.2) for _ in range(4)]
+    assert further(drafted, prices, 4, 4, rate, cap=8) == 3
+
+
+def test_the_batch_stops_at_its_cap():
+    prices = priced(GPU)
+    sure = [Drafted([1.0] * 4) for _ in range(2)]
+    assert further(sure, prices, 2, 2, 1.0, cap=4) == 4
+    assert further(sure, prices, 2, 2, 1.0, cap=8) is None

@@ -175,3 +175,35 @@ def test_a_long_prompt_read_beside_three_streams_takes_a_chunk_a_pass_of_either_
         assert sum(p.model == 1 and p.widest > 1 for p in passes) >= 500 // chunk
         # and no step goes by without every stream's tokens: nothing waits for the prompt
         assert all(b - a >= step - at for a, b in zip(before, after))
+
+
+def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alone_writes(tiny_models, monkeypatch):
+    """-k auto beside other slots: the loop stops every slot's drafts together where the next draft pass
+    no longer pays (`Declined`), and each request's greedy text is still the target's alone."""
+    from ollama_spec.decoding.evals import Declined
+    from ollama_spec.engine.step_loop import StepLoop
+
+    prompts = ["Once upon a time", "The harbour at dawn", "def add(a, b):"]
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=3, n_ctx=512)) as engine:
+        alone = {}
+        for prompt in prompts:
+            generation = engine.generate(request(prompt, max_tokens=48), use_draft=False)
+            "".join(generation)
+            alone[prompt] = generation.result.tokens
+        widths = []
+        advance = StepLoop._advance
+
+        def advanced(self, slot, rows):
+            if isinstance(rows, Declined):
+                widths.append(rows.keep)
+            return advance(self, slot, rows)
+
+        monkeypatch.setattr(StepLoop, "_advance", advanced)
+        with engine.loop.together():
+            streams = [
+                stream(engine.loop, request(p, max_tokens=48), engine.prompt_tokens(request(p))) for p in prompts
+            ]
+        for (ticket, pieces), prompt in zip(streams, prompts):
+            "".join(pieces)
+            assert ticket.generation.result.tokens == alone[prompt]
+        assert widths  # some steps stopped drafting before the batch's cap
