@@ -58,6 +58,8 @@ class Proposer(Protocol):
     model (Model) by that."""
 
     source: str  # who proposed the last step's tokens: DRAFT (a draft model) or NGRAM (lookup)
+    # the most tokens it reads in a step to catch up on what it missed (DraftModelProposer); None: all
+    catch_up: int | None = None
 
     def reset(self, seq: list[int]) -> None:
         """A new sequence starts with `seq` (what is cached of it may be kept)."""
@@ -115,6 +117,11 @@ class DraftModelProposer(Proposer):
         self.draft, self.draft_p_min = draft, draft_p_min
         self.shared_vocab = min(draft.n_vocab, target_vocab)
         self._synced: int | None = None  # after a windowed probe: how much of the draft's cache is seq's
+        # Beside other slots (the engine sets it): the most tokens of what it missed that the draft reads
+        # in a step's pass. After a stretch at K=0 it reads one such piece a step, drafting nothing, until
+        # the rest fits: read whole, a catch-up of 150 tokens was one draft pass as long as that beside
+        # every other slot's one-token rows. None: all at once (a request alone waits for no one).
+        self.catch_up: int | None = None
 
     def reset(self, seq: list[int]) -> None:
         self._synced = None
@@ -146,6 +153,9 @@ class DraftModelProposer(Proposer):
             self._synced, missed = draft.n_past, missed[-PROBE_WINDOW:]
             if not self._synced:  # a draft that has read nothing still starts from the text's first
                 missed = [seq[0], *missed]  # token (BOS), on which models lean (an attention sink)
+        elif self.catch_up and not probe and len(missed) > self.catch_up:
+            yield Eval(draft, as_draft_tokens(missed[: self.catch_up], draft.n_vocab))
+            return [], None
         logits = (yield Eval(draft, as_draft_tokens(missed, draft.n_vocab)))[-1][: self.shared_vocab]
 
         def following(token: int) -> Generator[Eval, np.ndarray | Declined, np.ndarray | Declined]:
@@ -331,6 +341,14 @@ class HybridProposer(Proposer):
         self.drafter = self.source = getattr(draft, "source", DRAFT)  # who drafts: a draft model, a head
         self.draft_run = 1.0  # accepted tokens per draft-model step, decayed
         self._length, self._drafted = 0, 0  # the last step's: the text's length, the draft model's tokens
+
+    @property
+    def catch_up(self) -> int | None:
+        return getattr(self.draft, "catch_up", None)
+
+    @catch_up.setter
+    def catch_up(self, tokens: int | None) -> None:
+        self.draft.catch_up = tokens
 
     def reset(self, seq: list[int]) -> None:
         self.draft.reset(seq)

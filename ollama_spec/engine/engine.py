@@ -249,6 +249,8 @@ class Engine:
         )
         if self.slots > 1:  # a long prompt is read a pass's piece at a time, beside the other slots' steps
             generation.prompt_chunk = piece_size(self.target.n_batch, self.slots)
+            if generation.proposer is not None:  # and so is what the draft missed at K=0 (its first token too)
+                generation.proposer.catch_up = generation.prompt_chunk + 1
         return generation
 
 

@@ -182,6 +182,28 @@ def test_after_steps_without_drafting_the_draft_catches_up_in_one_batch(spec_eng
     assert draft.n_past == len(seq)
 
 
+def test_beside_other_slots_the_draft_catches_up_a_bounded_piece_a_step(spec_engine):
+    """With `catch_up` set (a slot beside others), a draft far behind after a stretch at K=0 reads at
+    most that many of the tokens it missed in a step, drafting nothing, until the rest fits in one: no
+    step carries a draft pass as long as the stretch."""
+    draft = spec_engine.draft
+    proposer = DraftModelProposer(draft, spec_engine.target.n_vocab)
+    proposer.catch_up = 8
+    seq = spec_engine.target.tokenize("The quick brown fox", add_bos=True, special=False)
+    proposer.reset(seq)
+    proposer.propose(seq, 1, GREEDY, np.random.default_rng(0))
+    seq = [*seq, *range(20, 50)]  # 30 tokens at K=0
+    proposer.accepted(seq)
+    with counted_evals(draft) as calls:
+        steps = 1
+        while not proposer.propose(seq, 2, GREEDY, np.random.default_rng(0))[0]:
+            seq = [*seq, 60 + steps]  # a step without drafts: the target's own token
+            proposer.accepted(seq)
+            steps += 1
+    assert max(calls) <= 8 and steps >= 30 // 8  # each step a piece; the last one drafts as well
+    assert draft.n_past == len(seq) + 1  # caught up, and its first draft fed to draft the second
+
+
 def test_a_probe_after_a_long_gap_reads_only_its_end_and_gives_it_back(spec_engine):
     """A probe (the K policy asking whether drafting pays again) does not catch the draft up on all it
     missed: it reads the last PROBE_WINDOW tokens after what the draft holds, drafts, and the cache is
