@@ -411,11 +411,17 @@ def test_bench_with_an_eagle3_head_as_the_draft(invoke, tiny_store, tiny_models,
     assert "draft 0.00 ms" not in costs, costs
 
 
-def test_bench_times_the_targets_mtp_layers(invoke, mtp_store, prompts_file):
-    result = invoke("bench", "mtp-target", "-d", "mtp", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file)
+def test_bench_times_the_targets_mtp_layers(invoke, mtp_store, prompts_file, tmp_path):
+    from tests.bench.test_native import REPORT, fake_binary
+
+    native = fake_binary(tmp_path, REPORT)  # llama.cpp's MTP driver, as its report reads
+    args = ("bench", "mtp-target", "-d", "mtp", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file)
+    result = invoke(*args, "--native", native)
     assert result.exit_code == 0, result.output
     for label in ("target alone", "speculative K=1", "speculative K=auto", "llama-cpp-python target alone"):
         assert label in result.output
+    assert "llama.cpp speculative-simple K=" in result.output
+    assert "--spec-type draft-mtp" in (tmp_path / "args").read_text()
     assert "llama-cpp-python draft_model" not in result.output  # that path runs draft models only
     assert "target mtp-target:latest, draft mtp;" in result.output
     assert "WARNING" not in result.output  # greedy rows are the target's own tokens
