@@ -3,6 +3,7 @@ the default and that it is priced as it loads; once loaded, what was really load
 the target alone, and why, where they were let go. /api/show, /api/ps and every answer's `speculation` agree.
 The step costs are set here, both ways, so the verdict does not depend on this machine's speed."""
 
+import ollama
 import pytest
 
 from ollama_spec.decoding.step_costs import StepCosts
@@ -43,6 +44,7 @@ def test_the_server_says_what_was_loaded_not_what_was_planned(mtp_store, monkeyp
     monkeypatch.setattr(LearnedCosts, "calibrated", lambda self, drafter, k_max: costs)
     with running_store(mtp_store) as (url, _):
         assert show(url) == {"draft": "mtp", "draft_reason": DEFAULT, "num_speculative_tokens": None, "loaded": False}
+        assert ollama.Client(host=url).show("mtp-target").details.family == "glm4moe"
         answered = generate(url)
         assert answered["draft"] == draft and answered["draft_reason"].startswith(why)
         assert (answered["drafted_tokens"] > 0) == (draft is not None)
@@ -50,3 +52,6 @@ def test_the_server_says_what_was_loaded_not_what_was_planned(mtp_store, monkeyp
         assert (shown["draft"], shown["num_speculative_tokens"], shown["loaded"]) == (draft, k, True)
         assert shown["draft_reason"] == answered["draft_reason"]
         assert running(url) == {"model": draft, "reason": answered["draft_reason"]}
+        client = ollama.Client(host=url)  # Ollama's own client reads both answers as before
+        assert client.show("mtp-target").details.family == "glm4moe"
+        assert [m.model for m in client.ps().models] == ["mtp-target:latest"]
