@@ -62,9 +62,10 @@ def bench_served(
 
     concurrency = options["concurrency"]
     k = served_k(ks, target_model.params)
+    drafter = draft_model.name if draft_model else MTP
     with served_pair(target_model, draft_model, settings, concurrency, k, notice=notice) as url:
         click.echo(
-            f"serving {target_model.name} drafted by {draft_model.name if draft_model else MTP} (K={k or 'auto'}, {concurrency} slots) "
+            f"serving {target_model.name} drafted by {drafter} (K={k or 'auto'}, {concurrency} slots) "
             f"in this process at {url}",
             err=True,
         )
