@@ -55,3 +55,18 @@ def test_the_server_says_what_was_loaded_not_what_was_planned(mtp_store, monkeyp
         client = ollama.Client(host=url)  # Ollama's own client reads both answers as before
         assert client.show("mtp-target").details.family == "glm4moe"
         assert [m.model for m in client.ps().models] == ["mtp-target:latest"]
+
+
+def test_a_pinned_target_whose_default_mtp_layers_were_let_go_says_so(mtp_store, monkeypatch):
+    from ollama_spec.engine.engine import Engine
+    from ollama_spec.models.resolve import resolve_model
+    from tests.conftest import engine_settings
+    from tests.serving import running_server
+
+    monkeypatch.setattr(LearnedCosts, "calibrated", lambda self, drafter, k_max: DEAR)
+    target = resolve_model("mtp-target", str(mtp_store))
+    with Engine(target, None, engine_settings(mtp=True, mtp_where_it_pays=True)) as engine:
+        with running_server(engine) as (url, _):  # serve mtp-target: the pair is loaded before it listens
+            shown = show(url)
+            assert (shown["draft"], shown["loaded"], shown["num_speculative_tokens"]) == (None, True, 0)
+            assert shown["draft_reason"].startswith(LET_GO) and running(url)["reason"] == shown["draft_reason"]
