@@ -116,3 +116,4 @@ def test_bench_in_process_and_served_time_the_targets_mtp_layers(invoke, mtp_sto
     assert served.exit_code == 0, served.output
     assert "serving mtp-target:latest drafted by mtp (K=2, 2 slots) in this process" in served.output
     assert "2 clients at once: " in served.output
+    assert "drafts accepted, as the server's timings say: " in served.output  # serve's timings, streamed
