@@ -185,17 +185,7 @@ def stream_chat(
     try:
         with client.stream("POST", settings.endpoint, json=body) as response:
             if response.status_code >= 400:
-                detail = " ".join(response.read().decode("utf-8", "replace").split())[:200]
-                hint = ""
-                if response.status_code == 404 and not settings.url.endswith("/v1"):
-                    hint = (
-                        "; --url is the API base, which ends in /v1 on OpenAI-compatible servers (e.g. "
-                        "http://127.0.0.1:8000/v1)"
-                    )
-                raise ServerError(
-                    f"{settings.endpoint} answered HTTP {response.status_code}: "
-                    f"{detail or response.reason_phrase}{hint}"
-                )
+                raise _refused(response, settings)
             for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue  # SSE comments, event names, keep-alives
@@ -226,6 +216,17 @@ def stream_chat(
     # Servers that report usage give the true token count; otherwise each content chunk is one token.
     drafted, accepted = (_count(timings, key) for key in ("draft_n", "draft_n_accepted"))
     return usage_tokens or pieces, first, total, drafted, accepted
+
+
+def _refused(response: httpx.Response, settings: RemoteSettings) -> ServerError:
+    """The one-line error for a chat completion the server answered with an HTTP error."""
+    detail = " ".join(response.read().decode("utf-8", "replace").split())[:200]
+    hint = ""
+    if response.status_code == 404 and not settings.url.endswith("/v1"):
+        hint = "; --url is the API base, which ends in /v1 on OpenAI-compatible servers (e.g. http://127.0.0.1:8000/v1)"
+    return ServerError(
+        f"{settings.endpoint} answered HTTP {response.status_code}: {detail or response.reason_phrase}{hint}"
+    )
 
 
 def _count(timings: dict, key: str) -> int | None:
