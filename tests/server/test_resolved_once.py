@@ -117,9 +117,10 @@ def test_a_cold_chat_is_resolved_once(tiny_store, monkeypatch, path, upstream):
     assert counts == ONCE
 
 
-def test_show_reads_the_name_once(tiny_store, monkeypatch):
+@pytest.mark.parametrize("upstream", [False, True], ids=["alone", "upstream"])
+def test_show_reads_the_name_once(tiny_store, monkeypatch, upstream):
     body = json.dumps({"model": "tiny-target"})
-    with serving(tiny_store, upstream=False) as (url, _):
+    with serving(tiny_store, upstream) as (url, _):
         counts = count_everything(monkeypatch, body)
         response = post(url + "/api/show", content=body)
     assert response.status_code == 200, response.text
