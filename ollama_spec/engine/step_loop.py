@@ -114,6 +114,8 @@ class StepLoop:
     # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
     _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
     _thread: threading.Thread | None = None
+    _idle: bool = False  # its thread waits for work
+    _held: bool = False  # a caller's thread runs the turns (`queue`)
     _closed: bool = False
 
     def submit(
@@ -121,17 +123,36 @@ class StepLoop:
     ) -> Ticket:
         """Queue a request whose prompt is `prompt` (arrival order); its answer goes to `sink`, called
         from the loop's thread."""
-        ticket = Ticket(request, list(prompt), sink, runs, use_draft)
+        self.queue(ticket := Ticket(request, list(prompt), sink, runs, use_draft))
+        return ticket
+
+    def queue(self, ticket: Ticket, *, here: bool = False) -> bool:
+        """Queue `ticket` (arrival order); True when, with `here`, the calling thread holds the loop (it had
+        nothing else to run): it runs the turns (`run_turn`) until `let_go`, the loop's thread asleep."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the step loop is closed")
             self._waiting.append(ticket)
-            if self._thread is None:
-                sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-                self._thread = threading.Thread(target=self._run, name="ollama-spec-steps", daemon=True)
-                self._thread.start()
-            self._lock.notify()
-        return ticket
+            if here and not self._held and len(self._waiting) == 1 and not self._slots:
+                self._held = here = self._thread is None or self._idle
+                if here:
+                    return True
+            self._wake()
+        return False
+
+    def let_go(self) -> None:
+        """The calling thread stops running turns: what was queued meanwhile goes to the loop's thread."""
+        with self._lock:
+            self._held = False
+            if self._waiting or self._slots:
+                self._wake()
+
+    def _wake(self) -> None:
+        if self._thread is None:
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+            self._thread = threading.Thread(target=self._run, name="ollama-spec-steps", daemon=True)
+            self._thread.start()
+        self._lock.notify()
 
     @contextmanager
     def together(self) -> Iterator[None]:
@@ -156,16 +177,22 @@ class StepLoop:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._waiting and not self._slots and not self._closed:
+                self._idle = True  # a caller's thread may hold the loop (`queue`) only while this waits
+                while self._held or (not self._waiting and not self._slots and not self._closed):
                     self._lock.wait()
+                self._idle = False
                 if self._closed and not self._slots and not self._waiting:
                     return
-            try:
-                self.turn()
-            except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
-                for slot in list(self._slots.values()):
-                    self._fail(slot, exc)
-            self._send()
+            self.run_turn()
+
+    def run_turn(self) -> None:
+        """One `turn`, the sinks' calls of it made at its end (on the thread that runs the loop)."""
+        try:
+            self.turn()
+        except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
+            for slot in list(self._slots.values()):
+                self._fail(slot, exc)
+        self._send()
 
     def turn(self) -> None:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
@@ -199,13 +226,13 @@ class StepLoop:
             if ticket.cancelled:
                 ticket.sink.fail(ticket, _cancelled())
                 continue
-            try:
-                seq = self.engine.pool.acquire(ticket.prompt)
+            try:  # a generation made for its sequence (Engine.generate's) runs there
+                seq = self.engine.pool.acquire(ticket.prompt, ticket.slot)
             except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
                 ticket.sink.fail(ticket, exc)
                 continue
             ticket.slot = seq
-            ticket.generation = generation = self.engine.generate(
+            ticket.generation = generation = ticket.generation or self.engine.generate(
                 ticket.request, use_draft=ticket.use_draft, slot=seq, stop=lambda ticket=ticket: ticket.cancelled
             )
             generation.prompt = lambda prompt=ticket.prompt: prompt
