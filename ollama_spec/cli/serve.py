@@ -230,13 +230,12 @@ def _serve_pair(flags: ServeFlags, options: Options) -> None:
     if warning := template_warning(target_model, "clients get the model's plain continuation"):
         logging.getLogger(__name__).warning(warning)
     choice = resolve_draft(flags.draft, flags.models_dir, target_model)
-    draft_model = choice.model
     server = server_settings(options)
     settings = request_defaults(options, server).over(target_model.params, server)
     sock = bind(flags.host, flags.port)  # before loading: a taken port fails in a second, not after a 40 GB load
     try:
         pair = pinned_pair(target_model, choice, options, settings)
-        with Engine(target_model, draft_model, pair.engine, notice=notice, fit=pair.fit) as engine:
+        with Engine.load(pair.load, notice=notice) as engine:  # checked and planned once, in pinned_pair
             engine.costs.online = True  # -k auto learns its costs from the first passes: no timing at load
             state = ServerState(engine, settings)
             state.models_dir = flags.models_dir  # where /api/pull, /api/delete and /api/copy act
@@ -271,15 +270,19 @@ def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: Ser
 
 
 def pinned_pair(target: ResolvedModel, draft: DraftChoice, options: Options, settings):
-    """The pair with the loading flags and its fit: the context chosen as Ollama chooses it, lowered until
-    the pair fits, and the slots that fit (the engine loads with these and does not plan again)."""
+    """The pair checked (engine/load_plan), with the loading flags, the repack choice and its fit: the context
+    chosen as Ollama chooses it, lowered until the pair fits, and the slots that fit (the engine loads with
+    these and decides none of it again)."""
+    from ollama_spec.engine.load_plan import check_drafter, require_target
+    from ollama_spec.llama.canary import decide_repack
     from ollama_spec.server.pairs import PairPlan, fit_context
 
-    engine_config = engine_settings(target.params, options, draft)
+    require_target(target)
+    model, engine_config = check_drafter(target, draft.model, engine_settings(target.params, options, draft))
     given = target.params.get("num_ctx")
     flag = options["ctx"]
     devices, notes = discover_devices() if engine_config.memory_check or flag is None else ([], [])
-    pair = PairPlan(target.name, target, draft.model, "", settings, engine_config)
+    pair = PairPlan(target.name, target, model, "", settings, engine_config, repack=decide_repack(engine_config.repack))
     return fit_context(pair, given, devices, notes, flag)
 
 

@@ -44,7 +44,6 @@ from ollama_spec.llama.passes import piece_size
 from ollama_spec.models.architectures import takes_window_cache
 from ollama_spec.models.compat import llama3_metadata_fixes, load_kv_overrides
 from ollama_spec.models.resolve import ResolvedModel
-from ollama_spec.planning.fit import Fit
 from ollama_spec.planning.placement import Placement
 from ollama_spec.prompting.messages import ChatMessage
 
@@ -58,11 +57,10 @@ class Engine:
         draft: ResolvedModel | None = None,
         settings: EngineSettings = EngineSettings(),
         notice: Callable[[str], None] = lambda text: None,
-        fit: Fit | None = None,
     ):
-        """Check the pair and plan it (load_plan.plan_pair), then load it. `fit`: the context, slots and memory
-        plan decided before (serve TARGET); None: decided here, for this machine as it is now (the CLI)."""
-        self._open(plan_pair(target, draft, settings, fit, notice=notice), notice)
+        """Check the pair and plan it for this machine as it is now (load_plan.plan_pair), then load it: the
+        CLI's way. A plan made before (the server's) loads with `Engine.load`."""
+        self._open(plan_pair(target, draft, settings, notice=notice), notice)
 
     @classmethod
     def load(cls, plan: LoadPlan, notice: Callable[[str], None] = lambda text: None) -> Engine:

@@ -142,27 +142,24 @@ def plan_pair(
     target: ResolvedModel,
     draft: ResolvedModel | None,
     settings: EngineSettings,
-    fit: Fit | None = None,
     *,
-    draft_checked: bool = False,
     notice: Callable[[str], None] = lambda text: None,
 ) -> LoadPlan:
-    """The pair checked (require_target, check_drafter), its repack choice, and `fit` (None: the most slots
-    that fit at the asked context on this machine now; without the memory check, the first slot count asked;
-    MTP layers chosen by default that do not fit beside the target let go, said to `notice`)."""
+    """The pair checked (require_target, check_drafter), its repack choice, and its fit: the most slots that
+    fit at the asked context on this machine now (without the memory check, the first slot count asked; MTP
+    layers chosen by default that do not fit beside the target let go, said to `notice`)."""
     require_target(target)
-    draft, settings = check_drafter(target, draft, settings, draft_checked=draft_checked)
+    draft, settings = check_drafter(target, draft, settings)
     repack = decide_repack(settings.repack)
-    if fit is None:
-        asked = slot_choices(target, settings)
-        if not settings.memory_check:
-            fit = Fit(settings.n_ctx, asked[0])
-        else:
-            devices, notes = backends.discover_devices()
-            context = ContextChoice(settings.n_ctx, False, "asked")
-            try:
-                fit = fit_pair(pair_facts(target, draft, settings, repack.enabled), context, asked, devices, notes)
-            except InsufficientMemory as refused:  # MTP layers chosen by default that do not fit are let go
-                settings = let_mtp_go(settings, refused, notice)
-                fit = fit_pair(pair_facts(target, draft, settings, repack.enabled), context, asked, devices, notes)
+    asked = slot_choices(target, settings)
+    if not settings.memory_check:
+        fit = Fit(settings.n_ctx, asked[0])
+    else:
+        devices, notes = backends.discover_devices()
+        context = ContextChoice(settings.n_ctx, False, "asked")
+        try:
+            fit = fit_pair(pair_facts(target, draft, settings, repack.enabled), context, asked, devices, notes)
+        except InsufficientMemory as refused:  # MTP layers chosen by default that do not fit are let go
+            settings = let_mtp_go(settings, refused, notice)
+            fit = fit_pair(pair_facts(target, draft, settings, repack.enabled), context, asked, devices, notes)
     return LoadPlan(target, draft, replace(settings, n_ctx=fit.n_ctx), repack, fit)

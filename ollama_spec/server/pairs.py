@@ -115,7 +115,7 @@ class StorePairs:
         for stored in store.models():
             if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
                 continue
-            model = self._resolved(store, stored)
+            model = self._resolved(stored)
             if model is not None:
                 found.append(model)
         return sorted(found, key=_modified, reverse=True)
@@ -130,9 +130,9 @@ class StorePairs:
             return False
         if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
             return False
-        return self._resolved(store, stored) is not None
+        return self._resolved(stored) is not None
 
-    def _resolved(self, store: Store, stored: StoredModel) -> ResolvedModel | None:
+    def _resolved(self, stored: StoredModel) -> ResolvedModel | None:
         try:
             key = (str(stored.manifest_path), stored.manifest_path.stat().st_mtime_ns)
         except OSError:
@@ -141,7 +141,7 @@ class StorePairs:
             if key in self._cache:
                 return self._cache[key]
         try:
-            model = resolve_model(stored.name, store=store)
+            model = resolve_stored(stored)  # found already: not looked up again
             model = None if usability_problems(model.info, llama_cpp_knows) else model
         except OllamaSpecError:
             model = None

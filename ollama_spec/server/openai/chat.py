@@ -18,18 +18,8 @@ from ollama_spec.server.core.logprobs import scored
 from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked, think_if_able
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.openai.protocol import (
-    ChatCompletionRequest,
-    answers,
-    calls_finish,
-    chunks,
-    copies,
-    one_stream,
-    reasoning,
-    run_all,
-    text_only,
-    tool_calls,
-)
+from ollama_spec.server.openai.answers import answers, calls_finish, chunks, reasoning, tool_calls
+from ollama_spec.server.openai.protocol import ChatCompletionRequest, copies, one_stream, run_all, text_only
 from ollama_spec.server.upstream import merge_tags, tag_name
 
 router = APIRouter(prefix="/v1", route_class=ParsedRoute)

@@ -16,16 +16,8 @@ from ollama_spec.server.core.logprobs import LegacyLogprobs, scored
 from ollama_spec.server.core.parsed import ParsedRoute
 from ollama_spec.server.core.request import Asked
 from ollama_spec.server.core.state import ServerState
-from ollama_spec.server.openai.protocol import (
-    MAX_CHOICES,
-    CompletionRequest,
-    answers,
-    chunks,
-    copies,
-    each_input,
-    one_stream,
-    run_all,
-)
+from ollama_spec.server.openai.answers import answers, chunks
+from ollama_spec.server.openai.protocol import MAX_CHOICES, CompletionRequest, copies, each_input, one_stream, run_all
 
 router = APIRouter(prefix="/v1", route_class=ParsedRoute)
 

@@ -1,6 +1,5 @@
-"""OpenAI's protocol for chat, completions and embeddings: the request models (the answers and chunks the
-completion routes give: answers.py, whose names the routes take from here too). (The Responses API's own
-items: responses.py.)"""
+"""OpenAI's protocol for chat, completions and embeddings: the request models. (The answers and chunks the
+completion routes give: answers.py; the Responses API's own items: responses.py.)"""
 
 from __future__ import annotations
 
@@ -18,13 +17,6 @@ from ollama_spec.server.core.loaded import Served
 from ollama_spec.server.core.protocol import NullsAsDefaults, ToolCallIn, chat_role
 from ollama_spec.server.core.request import json_grammar, offer_tools
 from ollama_spec.server.core.stream import run_to_end
-from ollama_spec.server.openai.answers import (  # noqa: F401 - the routes import the protocol's answers from here
-    answers,
-    calls_finish,
-    chunks,
-    reasoning,
-    tool_calls,
-)
 
 MAX_CHOICES = 16  # n (times the prompts of a batch) bounds the generations one request queues
 # What the loaded models cannot read, in the words of the 400 that refuses it.
