@@ -44,6 +44,8 @@ from ollama_spec.errors import OllamaSpecError
 # then waits for the GIL while the loop runs on: on the tiny pair 64 tokens took 120-750 ms through
 # the loop against 70 ms run directly, nearly all of it in those waits; at 0.5 ms, 17-32 ms.
 SWITCH_INTERVAL_S = 0.0005
+# A draft step's passes read at most the last accepted token and the one after it, a row each
+DRAFT_STEP_TOKENS = 2
 
 
 @dataclass(frozen=True)
@@ -280,7 +282,8 @@ class StepLoop:
         self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
         draft = model is self.engine.draft
         widest = max(len(tokens) for _, tokens, _ in items)
-        self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
+        if not draft or widest <= DRAFT_STEP_TOKENS:  # a draft's prompt read is not the price of its steps
+            self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
             self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
