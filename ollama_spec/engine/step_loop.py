@@ -44,8 +44,8 @@ from ollama_spec.errors import OllamaSpecError
 # then waits for the GIL while the loop runs on: on the tiny pair 64 tokens took 120-750 ms through
 # the loop against 70 ms run directly, nearly all of it in those waits; at 0.5 ms, 17-32 ms.
 SWITCH_INTERVAL_S = 0.0005
-# A draft step's passes read at most the last accepted token and the one after it, a row each
-DRAFT_STEP_TOKENS = 2
+DRAFT_STEP_TOKENS = 2  # a draft step's passes read the last accepted token and the one after it at most
+REPRICE_EVERY = 4  # a lone slot priced again from the passes (at its first step too): ~50 us; a price follows ~10
 
 
 @dataclass(frozen=True)
@@ -123,8 +123,7 @@ class StepLoop:
     def submit(
         self, request: Request, prompt: list[int], sink: Sink, *, runs: bool = False, use_draft: bool = True
     ) -> Ticket:
-        """Queue a request whose prompt is `prompt` (arrival order); its answer goes to `sink`, called
-        from the loop's thread."""
+        """Queue a request whose prompt is `prompt`; its answer goes to `sink`, called from the loop's thread."""
         self.queue(ticket := Ticket(request, list(prompt), sink, runs, use_draft))
         return ticket
 
@@ -135,12 +134,12 @@ class StepLoop:
             if self._closed:
                 raise RuntimeError("the step loop is closed")
             self._waiting.append(ticket)
-            if here and not self._held and len(self._waiting) == 1 and not self._slots:
-                self._held = here = self._thread is None or self._idle
-                if here:
-                    return True
-            self._wake()
-        return False
+            alone = len(self._waiting) == 1 and not self._slots and (self._thread is None or self._idle)
+            if held := here and alone and not self._held:
+                self._held = True
+            else:
+                self._wake()
+        return held
 
     def let_go(self) -> None:
         """The calling thread stops running turns: what was queued meanwhile goes to the loop's thread."""
@@ -259,7 +258,8 @@ class StepLoop:
             k = step_k(policies, prices, DRAFT_GAIN_MARGIN, min(p.costs.k_max for p in policies))
         else:
             k, lone = None, policies[0]
-            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+            if lone.observed % REPRICE_EVERY == 0:
+                lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
         for policy in policies:
             policy.shared_k = k
         for slot in self._slots.values():
