@@ -69,9 +69,11 @@ def run_alone(loop: StepLoop, slot: int, generation: Any, runs: bool = False) ->
         if answer.error is not None:
             raise answer.error
     finally:
-        if not ended:
-            ticket.cancel()
+        try:
+            if not ended:
+                ticket.cancel()
+                if here:
+                    loop.run_turn()  # the slot freed, its steps closed: the caches keep what was accepted
+        finally:
             if here:
-                loop.run_turn()
-        if here:
-            loop.let_go()
+                loop.let_go()
