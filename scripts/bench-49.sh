@@ -126,4 +126,7 @@ print(line("ours / llama-speculative-simple, in process, one stream", ratio("in_
 for n in (1, 4):
     print(line(f"served: ours / llama-server, {n} client(s)", ratio(f"served_ours_{n}_clients", f"served_llama_server_{n}_clients"), 1.0))
 print(line("served single stream / in process single stream", ratio("served_ours_1_clients", "in_process_tok_s"), 0.97))
+# the same ratio for llama.cpp's own server and loop: where it is far below 1 too, the HTTP client's
+# rate bounds both servers (the tiny pair's answers come faster than a client takes them in)
+print(line("  for reference: llama-server / llama-speculative-simple", ratio("served_llama_server_1_clients", "speculative_simple_tok_s")))
 EOF

@@ -68,10 +68,17 @@ class Cell:
     # by prompt name: steps that drafted each position, and that accepted it (fixed K: survival)
     drafted: dict[str, list[int]] = field(default_factory=dict)
     accepted: dict[str, list[int]] = field(default_factory=dict)
+    steps: int = 0  # the step loop's steps in its runs, and their seconds outside llama.cpp's passes
+    outside_s: float = 0.0
 
     @property
     def median(self) -> float:
         return statistics.median(self.rates)
+
+    @property
+    def python(self) -> str:
+        """The Python time a step, outside llama.cpp's passes."""
+        return f"{self.outside_s / self.steps * 1e3:.2f} ms" if self.steps else "-"
 
 
 @dataclass
@@ -180,6 +187,7 @@ def run_concurrent(
                 report.outside[n] = (done + loop.steps - steps, spent + loop.outside_s - outside)
                 cell = report.cells.setdefault((n, k), Cell())
                 cell.rates.append(sum(len(r.tokens) for _, r in results) / seconds)
+                cell.steps, cell.outside_s = cell.steps + loop.steps - steps, cell.outside_s + loop.outside_s - outside
                 for prompt, result in results:
                     _count(cell, prompt.name, result)
                     if settings.greedy:
@@ -250,7 +258,7 @@ def format_concurrent(report: ConcurrentReport) -> str:
     head = f"{report.model}, in process (no HTTP), {report.slots} slots, {report.max_tokens} tokens a request"
     out = [
         f"{head}, {rounds} round(s) interleaved",
-        f"{'clients':>7}  {'row':<8} {'tok/s in all':>12}  {'min–max':<13} {'÷ ceiling':>9}",
+        f"{'clients':>7}  {'row':<8} {'tok/s in all':>12}  {'min–max':<13} {'÷ ceiling':>9}  {'python/step':>11}",
     ]
     for n in report.clients:
         ceiling = report.ceiling(n)
@@ -258,7 +266,7 @@ def format_concurrent(report: ConcurrentReport) -> str:
             cell = report.cells[(n, k)]
             share = f"{cell.median / ceiling[0]:.2f}" if ceiling else "-"
             spread = f"{min(cell.rates):.1f}–{max(cell.rates):.1f}"
-            out.append(f"{n:>7}  {label[k]:<8} {cell.median:>12.1f}  {spread:<13} {share:>9}")
+            out.append(f"{n:>7}  {label[k]:<8} {cell.median:>12.1f}  {spread:<13} {share:>9}  {cell.python:>11}")
         if ceiling:
             target, draft = report.lines(n)
             costs = f"target {target.fixed_s * 1e3:.1f} ms + {target.per_s * 1e3:.2f} ms/token"

@@ -110,6 +110,7 @@ def report_markdown(report: BenchReport) -> str:
         (
             "tok/s: generated tokens after the first / decode time, median over runs (min–max); "
             "tok/step: tokens per target pass; draft/verify: shares of generation time; "
+            "python/step: time outside llama.cpp per target pass (ours only); "
             "α: accepted / tried drafts (the drafts after a rejection are never tried); "
             "predicted: Leviathan et al. with the measured α and step costs; "
             "efficiency: measured / predicted speed-up."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +33,11 @@ DEFAULT_MAX_SPECULATIVE_TOKENS = 16
 # The largest fixed K: the K drafts and the token before them are one verify batch, which llama.cpp
 # decodes in one pass and the memory check plans for, up to N_UBATCH tokens.
 MAX_NUM_SPECULATIVE_TOKENS = N_UBATCH - 1
+
+
+# The most prompt tokens an evaluation reads, or a function that says it each time from the tokens left
+# to read and those there were to read at first (0: the first step reads what is left)
+PromptChunk = int | Callable[[int, int], int]
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,7 @@ def generate_steps(
     policy: KPolicy | None = None,
     grammar: TokenGrammar | None = None,
     logprobs: int | None = None,
-    prompt_chunk: int | None = None,
+    prompt_chunk: PromptChunk | None = None,
 ) -> Generator[Eval | Token, np.ndarray | None, None]:
     """The target's continuation of `prompt` as steps: each evaluation yielded as an `Eval` (its rows
     sent back: decoding/evals.py), each token as a `Token`, forever (the caller stops).
@@ -196,7 +201,8 @@ def generate_steps(
     with; without one this is plain decoding with the target, the baseline. Invariant at the top of
     each step after the first: the target's cache holds `seq[:-1]`. The first step reads the prompt
     and drafts nothing, so the first token comes as soon as the target has read it, as with the
-    target alone; with `prompt_chunk`, it reads at most that many tokens an evaluation, so that a
+    target alone; with `prompt_chunk`, it reads at most that many tokens an evaluation (or as many as
+    `prompt_chunk(tokens left, tokens at first)` says each time, 0 leaving them to the first step), so that a
     long prompt shares the passes with other requests' steps. Whatever the caches already hold of
     the prompt (an earlier turn of the same chat) is kept. `policy` chooses K each step (the engine
     passes `AutoK` for "auto"); by default K is fixed. A `grammar` (structured output) masks the
@@ -205,10 +211,9 @@ def generate_steps(
     row that chose it.
     """
     stats, policy, proposer, seq = _started(target, draft, prompt, speculation, stats, policy)
-    rng = np.random.default_rng(sampling.seed)
+    rng = None if sampling.greedy else np.random.default_rng(sampling.seed)  # greedy draws nothing (54 us a seed)
     if prompt_chunk:
-        while len(seq) - 1 - target.n_past > prompt_chunk:  # the last piece is the first step's
-            yield Eval(target, seq[target.n_past : target.n_past + prompt_chunk])
+        yield from _prompt_chunks(target, proposer, seq, prompt_chunk)
     first, clock = True, time.perf_counter
     while (room := target.n_ctx - len(seq)) >= 0:  # the batch caches what the target lacks of seq, and the drafts
         start = clock()
@@ -246,8 +251,10 @@ def _started(
     stats = stats if stats is not None else SpeculationStats()
     if policy is None:
         policy = FixedK(speculation.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS)
+    # a proposer subclasses Proposer: its MRO says so at once, where isinstance against the runtime-checkable
+    # Protocol walks every member (34 us, every request)
     proposer = (
-        draft if draft is None or isinstance(draft, Proposer) else speculation.proposer_over(draft, target.n_vocab)
+        draft if draft is None or Proposer in type(draft).__mro__ else speculation.proposer_over(draft, target.n_vocab)
     )
     seq = list(prompt)
     stats.prompt_cached = keep_common_prefix(target, seq)
@@ -262,7 +269,7 @@ def _proposal(
     seq: list[int],
     room: int,
     sampling: SamplingSettings,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
     grammar: TokenGrammar | None,
 ) -> Generator[Eval, np.ndarray, tuple[list[int], np.ndarray | None]]:
     """A step's draft tokens and their distributions (None: one-hot, or none drafted), as steps: K as
@@ -283,7 +290,7 @@ def _verdict(
     sampling: SamplingSettings,
     grammar: TokenGrammar | None,
     logprobs: int | None,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
 ) -> tuple[np.ndarray, int, int]:
     """The target's verify rows as verification reads them (penalties, then the grammar's mask), how
     many drafts they accept, and the token the target adds after those."""
@@ -317,6 +324,22 @@ def _record(
     source = proposer.source if proposer is not None else None
     stats.record(n_drafted, n_accepted, n_drafted if proposer is not None else None, source)
     policy.observe(n_drafted, n_accepted, draft_s, verify_s, lookup=is_lookup(source))
+
+
+def _prompt_chunks(target: Model, proposer: Proposer | None, seq: list[int], chunk: PromptChunk) -> Generator[Eval]:
+    """The prompt read `chunk` tokens an evaluation of the target (or as many as `chunk(left, whole)`
+    says each time) but its last piece (the first step's), the proposer reading each chunk first (a
+    draft model's cache), so that its first draft reads a chunk at most, not the whole prompt in one
+    pass beside other requests' steps."""
+    whole = len(seq) - 1 - target.n_past
+    while (left := len(seq) - 1 - target.n_past) > 0:
+        size = chunk(left, whole) if callable(chunk) else chunk if left > chunk else 0
+        if not size:
+            return
+        end = target.n_past + size
+        if proposer is not None:
+            yield from proposer.read_steps(seq, end)
+        yield Eval(target, seq[target.n_past : end])
 
 
 def _token(token: int, from_draft: bool, row: np.ndarray, logprobs: int | None) -> Token:

@@ -6,7 +6,10 @@ loop times every pass it runs (engine/step_loop.py) and tells them here, so the 
 by what this machine does now. A calibration (or the costs a previous process saved) is only the
 prior: its shape stands in for the sizes not seen yet, scaled by how the sizes that were seen
 compare with it, so a calibration taken while the machine was busy does not outlive the first
-passes, and a restart does not keep slow costs. Each size follows its last ~10 passes.
+passes, and a restart does not keep slow costs. Each size follows its passes of the last ~10 steps; a size
+not run in the last STALE_PASSES steps counts as unseen again, so that a size last run during a busy
+spell (a K the loop left then) does not keep that spell's price while the machine is quiet again. A
+draft with no pass seen lately is scaled as the target is: both run on the same machine.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from dataclasses import dataclass, field
 
 from ollama_spec.decoding.step_costs import StepCosts
 
-DECAY = 0.8  # per pass of a size: a size's cost follows its last ~10 passes
+DECAY = 0.8  # per step (target pass): a size's cost follows its passes of the last ~10 steps
+STALE_PASSES = 16  # a size not run in this many steps (target passes) is priced as one never seen
 # With no prior at all (no calibration yet), a target pass costs this much more per token than one
 # of a single token (a CPU's kernels; a GPU's is near 0, and the first passes say which), and a draft
 # pass this share of the target's (a draft is about a tenth of its target's size).
@@ -38,22 +42,35 @@ def pass_seconds(prices: StepCosts, tokens: int) -> float:
 
 @dataclass
 class _BySize:
-    """One model's pass seconds by size, each a decayed mean of the passes seen."""
+    """One model's pass seconds by size, each a decayed mean of the passes seen, and the target pass
+    (the step) it was last seen at."""
 
-    seen: dict[int, float] = field(default_factory=dict)
+    _seen: dict[int, tuple[float, int]] = field(default_factory=dict)
     _scale: float | None = None  # worked out once between passes
 
-    def observe(self, size: int, seconds: float) -> None:
-        old = self.seen.get(size)
-        self.seen[size] = seconds if old is None else DECAY * old + (1 - DECAY) * seconds
+    def observe(self, size: int, seconds: float, now: int) -> None:
+        entry = self._seen.get(size)
+        if entry is None or now - entry[1] >= STALE_PASSES:
+            self._seen[size] = (seconds, now)
+        else:  # the old value weighs as the steps since it say: a size run rarely (a probe's) is not ~10 runs behind
+            kept = DECAY ** max(1, now - entry[1])
+            self._seen[size] = (kept * entry[0] + (1 - kept) * seconds, now)
         self._scale = None
 
-    def scale(self, prior) -> float:
-        """How the sizes seen compare with `prior` (1 where none was seen): the median ratio."""
+    def get(self, size: int, now: int) -> float | None:
+        """The size's seconds, if it ran in the last STALE_PASSES target passes."""
+        entry = self._seen.get(size)
+        return entry[0] if entry is not None and now - entry[1] < STALE_PASSES else None
+
+    def scale(self, prior, now: int, otherwise: float = 1.0) -> float:
+        """How the sizes seen lately compare with `prior` (`otherwise` where none was): the median ratio."""
         if self._scale is None:
-            ratios = [seconds / prior(size) for size, seconds in self.seen.items() if prior(size) > 0]
-            self._scale = statistics.median(ratios) if ratios else 1.0
-        return self._scale
+            ratios = [s / prior(size) for size, (s, at) in self._seen.items() if now - at < STALE_PASSES]
+            self._scale = statistics.median(ratios) if ratios else 0.0
+        return self._scale or otherwise
+
+    def forget_scale(self) -> None:
+        self._scale = None
 
 
 @dataclass
@@ -63,35 +80,43 @@ class PassPrices:
     prior: StepCosts | None = None
     _target: _BySize = field(default_factory=_BySize)
     _draft: _BySize = field(default_factory=_BySize)
+    _now: int = 0  # target passes seen: the clock that ages both models' sizes
 
     def observe(self, draft: bool, size: int, seconds: float) -> None:
         """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
         if draft:
-            self._draft.observe(size, seconds)
+            self._draft.observe(size, seconds, self._now)
         else:
-            self._target.observe(size, seconds)
-            self._draft._scale = None  # with no prior, the draft's is a share of the target's
+            self._now += 1
+            self._target.observe(size, seconds, self._now)
+            self._draft.forget_scale()  # the draft's scale follows the target's where it saw nothing lately
 
     def set_prior(self, prior: StepCosts) -> None:
         """A calibration (or the costs saved last time): the shape of the sizes not seen yet."""
         if prior != self.prior:
             self.prior = prior
-            self._target._scale = self._draft._scale = None
+            self._target.forget_scale()
+            self._draft.forget_scale()
 
     @property
     def known(self) -> bool:
         """Is there anything to price by: a prior, or a target pass seen?"""
-        return self.prior is not None or bool(self._target.seen)
+        return self.prior is not None or self._now > 0
 
     def target_pass(self, tokens: int) -> float:
-        seen = self._target.seen.get(tokens)
-        return seen if seen is not None else self._target_prior(tokens) * self._target.scale(self._target_prior)
-
-    def draft_pass(self, rows: int) -> float:
-        seen = self._draft.seen.get(rows)
+        seen = self._target.get(tokens, self._now)
         if seen is not None:
             return seen
-        return self._draft_prior(rows) * self._draft.scale(self._draft_prior)
+        return self._target_prior(tokens) * self._target.scale(self._target_prior, self._now)
+
+    def draft_pass(self, rows: int) -> float:
+        seen = self._draft.get(rows, self._now)
+        if seen is not None:
+            return seen
+        # with a prior, scaled as the target's is where the draft ran nothing lately; without, its prior
+        # is already a share of the target's as seen
+        otherwise = self._target.scale(self._target_prior, self._now) if self.prior is not None else 1.0
+        return self._draft_prior(rows) * self._draft.scale(self._draft_prior, self._now, otherwise)
 
     def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
         """One sequence's draft step and target passes of 1..k_max+1 tokens, as learned; `drafts`

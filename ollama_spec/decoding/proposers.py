@@ -52,10 +52,11 @@ PROBE_WINDOW = 16
 LookupWorth = Callable[[Sequence[float]], int]
 
 
-@runtime_checkable  # the loop tells a proposer from a bare draft model (Model) by it
+@runtime_checkable
 class Proposer(Protocol):
     """What the loop asks of whoever proposes tokens. A proposer subclasses it and so takes its
-    defaults: nothing to reset or forget, and no lookup at K=0."""
+    defaults: nothing to reset or forget, and no lookup at K=0; the loop tells one from a bare draft
+    model (Model) by that."""
 
     source: str  # who proposed the last step's tokens: DRAFT (a draft model) or NGRAM (lookup)
 
@@ -92,6 +93,13 @@ class Proposer(Protocol):
 
     def accepted(self, seq: list[int]) -> None:
         """`seq` is what the target accepted; forget anything proposed past it."""
+
+    def read_steps(self, seq: list[int], end: int) -> Generator:
+        """Read `seq[:end]` before the first step, as steps (decoding/evals.py): a prompt read in chunks
+        beside other requests' steps reaches the proposer a chunk at a time too, never in one pass at its
+        first draft. Nothing for a proposer that keeps no cache of the text."""
+        return
+        yield  # a generator
 
 
 class DraftModelProposer(Proposer):
@@ -149,6 +157,10 @@ class DraftModelProposer(Proposer):
                 logits, following, k, sampling, rng, keep_drafting, grammar, self.draft_p_min, tail
             )
         )
+
+    def read_steps(self, seq, end):
+        if self._synced is None and self.draft.n_past < end:
+            yield Eval(self.draft, as_draft_tokens(seq[self.draft.n_past : end], self.draft.n_vocab))
 
     def accepted(self, seq):
         synced, self._synced = self._synced, None
@@ -323,6 +335,9 @@ class HybridProposer(Proposer):
     def reset(self, seq: list[int]) -> None:
         self.draft.reset(seq)
         self.ngram.reset(seq)
+
+    def read_steps(self, seq, end):
+        return (yield from self.draft.read_steps(seq, end))
 
     def lookup(self, seq: list[int], k: int, worth: LookupWorth) -> list[int]:
         """A step where the K policy chose K=0 (the draft model does not pay): the lookup's, as

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 
 from ollama_spec.decoding.evals import Eval, evaluated
-from ollama_spec.decoding.loop import Token, generate_steps
+from ollama_spec.decoding.loop import PromptChunk, Token, generate_steps
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.requests import Request, Result
@@ -40,7 +40,7 @@ class Generation:
         self.end_of_turn, self.proposer, self.costs = end_of_turn, proposer, costs
         self.stop = stop  # whether the request was cancelled: a long grammar check stops waiting then
         self.result = Result(warnings=list(request.warnings))
-        self.prompt_chunk: int | None = None  # the most prompt tokens an evaluation reads (step_loop.py)
+        self.prompt_chunk: PromptChunk | None = None  # the most prompt tokens an evaluation reads (step_loop.py)
         self.shared = False  # some of its steps ran beside other requests' (step_loop.py)
         self.policy = None  # its K policy, once it runs (the step loop sets a shared step's K on it)
         self.driver: Callable[[Generation, bool], Iterator] | None = None  # what runs its steps when iterated

@@ -36,6 +36,7 @@ from ollama_spec.decoding.batch_steps import step_k
 from ollama_spec.decoding.evals import Eval
 from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
 from ollama_spec.engine.generation import Generation
+from ollama_spec.engine.prompt_chunks import ChunkSizer
 from ollama_spec.engine.requests import Request
 from ollama_spec.errors import OllamaSpecError
 
@@ -113,6 +114,7 @@ class StepLoop:
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, _Slot] = field(default_factory=dict)
+    _chunks: ChunkSizer = field(default_factory=lambda: ChunkSizer(0))  # its piece: the engine's, at admission
     # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
     _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
     _thread: threading.Thread | None = None
@@ -218,6 +220,15 @@ class StepLoop:
             return  # the target's pass ends the step
 
     def _admit(self) -> None:
+        """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
+        turn's passes; then the turn's passes begin (`_chunks` times the turns)."""
+        waited = not self._slots  # the loop waits for work only with no slot running
+        self._chunks.generating = any(s.ticket.generation.result.tokens for s in self._slots.values())
+        self._admit_waiting()
+        reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
+        self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
+
+    def _admit_waiting(self) -> None:
         free = self.engine.slots - len(self._slots)
         while free > 0:
             with self._lock:
@@ -237,6 +248,8 @@ class StepLoop:
                 ticket.request, use_draft=ticket.use_draft, slot=seq, stop=lambda ticket=ticket: ticket.cancelled
             )
             generation.prompt = lambda prompt=ticket.prompt: prompt
+            if generation.prompt_chunk:  # the batch's bound, and the time's beside running streams
+                self._chunks.piece, generation.prompt_chunk = generation.prompt_chunk, self._chunks.take
             slot = _Slot(seq, ticket, generation.steps(runs=ticket.runs))
             self._slots[seq] = slot
             free -= 1

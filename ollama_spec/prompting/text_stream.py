@@ -64,7 +64,16 @@ class TextStream:
 
         After a stop string completes, `stopped` is True and the stop and all after it are dropped.
         """
-        return self._take(*self._add(piece, special, drafted))
+        if self.stops or self._held or special:
+            return self._take(*self._add(piece, special, drafted))
+        # Nothing held and no stop to watch for (most tokens of most answers): the decoded text is shown
+        # as it is, without the per-character marks that only runs and special tokens need.
+        text = self._decoder.decode(piece)
+        if self._decoder.getstate()[0]:
+            self._pending_drafted = drafted and (self._pending_drafted or bool(text))
+        else:
+            self._pending_drafted = True
+        return text
 
     def push_runs(self, piece: bytes, *, special: bool = False, drafted: bool = False) -> list[Run]:
         """`push`, with the released text split into runs by whether the draft proposed it."""

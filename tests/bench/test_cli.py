@@ -35,6 +35,11 @@ def test_bench_measures_every_row_and_writes_results(invoke, tiny_store, prompts
         out,
     )
     assert result.exit_code == 0, result.output
+    table = result.output.splitlines()
+    header = next(line for line in table if line.startswith("row "))
+    at = header.index("python/step")  # each of our rows' Python time a target pass, outside llama.cpp
+    ours = [line for line in table if line.startswith(("target alone ", "speculative K="))]
+    assert len(ours) == 4 and all(line[at:].split()[1] == "ms" for line in ours)
     for label in (
         "target alone",
         "speculative K=1",

@@ -70,6 +70,9 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
         ["2", "ceiling"],
         ["2", "python"],
     ]
+    assert "python/step" in result.output  # each row's Python time a step, outside llama.cpp's passes
+    rows = [line.split() for line in result.output.splitlines() if line.split()[1:2] == ["K=2"]]
+    assert len(rows) == 2 and all(row[-1] == "ms" and float(row[-2]) > 0 for row in rows)
     assert (tmp_path / "out" / "results-concurrent.json").exists()
     refused = invoke(*args, "--in-process", "--url", "http://127.0.0.1:9/v1")
     assert refused.exit_code != 0

@@ -3,8 +3,8 @@
 import pytest
 
 from ollama_spec.decoding.batch_steps import best_shared_k
-from ollama_spec.decoding.pass_prices import PassPrices, pass_seconds
-from ollama_spec.decoding.step_costs import StepCosts
+from ollama_spec.decoding.pass_prices import STALE_PASSES, PassPrices, pass_seconds
+from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 
 # timed while the machine was busy: everything twice what it costs now
 BUSY = StepCosts(draft_step_s=0.008, verify_s=tuple(2 * (0.030 + 0.007 * n) for n in range(1, 10)))
@@ -47,6 +47,41 @@ def test_the_shared_k_is_priced_by_the_passes_seen():
     alphas = [[0.8] * 8] * 4
     prices = PassPrices(prior=cheap)
     assert best_shared_k(alphas, prices, 0.1, 8) == best_shared_k(alphas, cheap, 0.1) == 8
-    for tokens in range(4, 37):
+    for tokens in range(4, 37, 4):  # each size the 4 slots' step runs, K = 0..8
         prices.observe(False, tokens, 0.020 * tokens / 4)  # each token a quarter of a pass
     assert best_shared_k(alphas, prices, 0.1, 8) < 4
+
+
+def test_after_a_busy_spell_the_shared_k_follows_the_quiet_machine_within_a_few_dozen_steps():
+    """A busy spell during the load and the first steps (each pass 20 ms dearer: a core taken, the
+    calibration timed then too) drives the batch's K to 0; once the machine is quiet, the passes the
+    loop runs (the probes a slot makes at K=0 included) bring it back near the best K within
+    STALE_PASSES steps and a few more, rather than after every busy value has decayed pass by pass."""
+    slots, alphas = 4, [[0.8] * 8] * 4
+
+    def target(tokens, busy):
+        return 0.010 + 0.0004 * tokens + busy
+
+    def draft(rows, busy):
+        return 0.001 + 0.0001 * rows + busy
+
+    def rate(k):  # tokens a second at K on the quiet machine
+        return slots * expected_tokens_for_each_k(alphas[0])[k] / (k * draft(slots, 0) + target(slots * (k + 1), 0))
+
+    prices = PassPrices(prior=StepCosts(draft(1, 0.02), tuple(target(n, 0.02) for n in range(1, 10))))
+    chosen, at_zero = [], 0
+    for step in range(60):
+        busy = 0.02 if step < 30 else 0.0
+        k = best_shared_k(alphas, prices, 0.1, 8)
+        chosen.append(k)
+        at_zero = at_zero + 1 if k == 0 else 0
+        if k == 0 and at_zero % 8 == 0:  # a slot's probe: one draft token, each sequence's verify padded to 2
+            prices.observe(True, 1, draft(1, busy))
+            prices.observe(False, 2 * slots, target(2 * slots, busy))
+            continue
+        for _ in range(k):
+            prices.observe(True, slots, draft(slots, busy))
+        prices.observe(False, slots * (k + 1), target(slots * (k + 1), busy))
+    best = max(rate(k) for k in range(9))
+    assert chosen[29] == 0  # busy: drafting did not pay
+    assert all(rate(k) >= 0.95 * best for k in chosen[30 + STALE_PASSES + 4 :])

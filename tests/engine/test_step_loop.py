@@ -1,8 +1,13 @@
 """The step loop: one thread owns the slots, runs every pass, and learns the passes' costs online."""
 
+import math
+import threading
+import time
+
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
+from ollama_spec.engine.prompt_chunks import MIN_CHUNK
 from ollama_spec.engine.step_loop import stream
 from tests.conftest import engine_settings
 
@@ -74,10 +79,99 @@ def test_a_long_prompt_is_read_in_chunks_inside_the_other_slots_passes(tiny_mode
         "".join(short[1]), "".join(long[1])
         chunk = engine.generate(request("x"), slot=0).prompt_chunk
         assert chunk and chunk < 300
-        # the long prompt's chunks each share a pass with the short request's steps: it never waits
-        # for the whole prompt to be read
-        shared = [sizes for sizes in passes if len(sizes) == 2 and chunk in sizes]
+        # the long prompt's chunks (the batch's piece at most, as few as MIN_CHUNK beside a running
+        # stream) each share a pass with the short request's steps: it never waits for the whole
+        # prompt to be read
+        shared = [sizes for sizes in passes if len(sizes) == 2 and max(sizes) >= MIN_CHUNK]
         assert len(shared) >= 3
         assert all(max(sizes) <= chunk + 1 for sizes in passes[: len(shared)])
         assert short[0].generation.result.tokens == alone["short"]
         assert long[0].generation.result.tokens == alone["long"]
+
+
+class Counted:
+    """A Sink that notes, at each hand-on (on the loop's thread), the loop's finished steps and the
+    request's tokens so far."""
+
+    def __init__(self, loop):
+        self.loop, self.calls, self.done = loop, [], threading.Event()
+
+    def pieces(self, ticket, pieces):
+        self.calls.append((self.loop.steps, len(ticket.generation.result.tokens)))
+
+    def end(self, ticket):
+        self.done.set()
+
+    def fail(self, ticket, error):
+        self.done.set()
+        raise AssertionError(f"the request failed: {error}")
+
+
+def submitted(engine, prompt, **fields):
+    """`prompt` (tokens) submitted to the loop: (its sink, ticket, the loop's finished steps then)."""
+    sink, steps = Counted(engine.loop), engine.loop.steps
+    return sink, engine.loop.submit(request("", **fields), prompt, sink), steps
+
+
+def running(engine, n, text="Once upon a time"):
+    """n requests generating (K=2, long answers), each past its first tokens."""
+    streams = [
+        submitted(engine, engine.prompt_tokens(request(f"{text} {i}")), max_tokens=400, speculation=FIXED_K)
+        for i in range(n)
+    ]
+    deadline = time.monotonic() + 60
+    while not all(ticket.generation and len(ticket.generation.result.tokens) >= 4 for _, ticket, _ in streams):
+        assert time.monotonic() < deadline, "the streams made no progress"
+        time.sleep(0.001)
+    return streams
+
+
+def fresh_prompt(engine, n, opener):
+    """n tokens of text, opened by `opener` right after BOS: no other prompt shares more than BOS with it."""
+    words = engine.prompt_tokens(request(" ".join(["harbour pier rope tar lighthouse"] * (n // 4 + 4))))
+    return [words[0], opener, *words[1 : n - 1]]
+
+
+FIXED_K = SpeculationSettings(2)
+
+
+def test_a_request_arriving_beside_three_streams_gets_its_first_token_within_two_steps_of_alone(tiny_models):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
+        chunk = engine.generate(request("x"), slot=1).prompt_chunk
+        prompt_alone, prompt_beside = fresh_prompt(engine, 60, 300), fresh_prompt(engine, 60, 301)
+        sink, _, at = submitted(engine, prompt_alone, max_tokens=2, speculation=FIXED_K)
+        sink.done.wait()
+        (step, tokens), *_ = sink.calls
+        alone = step - at + 1
+        assert tokens == 1 and alone >= math.ceil(59 / chunk)  # its chunks, the last one's step giving the token
+        streams = running(engine, 3)
+        sink, _, at = submitted(engine, prompt_beside, max_tokens=2, speculation=FIXED_K)
+        sink.done.wait()
+        (step, tokens), *_ = sink.calls
+        for _, ticket, _ in streams:
+            ticket.cancel()
+        # admitted at the next turn: the step under way when it came, then its own chunks
+        assert tokens == 1 and step - at + 1 <= alone + 2
+
+
+def test_a_long_prompt_read_beside_three_streams_takes_a_chunk_a_pass_of_either_model(tiny_models):
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=768)) as engine:
+        chunk = engine.generate(request("x"), slot=1).prompt_chunk
+        long_prompt = fresh_prompt(engine, 500, 302)
+        streams = running(engine, 3)
+        engine.loop.passes = passes = []
+        before = [len(ticket.generation.result.tokens) for _, ticket, _ in streams]
+        sink, _, at = submitted(engine, long_prompt, max_tokens=3, speculation=FIXED_K)
+        sink.done.wait()
+        engine.loop.passes = None
+        after = [len(ticket.generation.result.tokens) for _, ticket, _ in streams]
+        for _, ticket, _ in streams:
+            ticket.cancel()
+        (step, _), *_ = sink.calls
+        # the prompt reaches neither model more than a chunk a pass (the draft reads it beside the
+        # target: its first draft then has at most the last chunk and the first token to catch up on)
+        assert max(p.widest for p in passes if p.model == 0) <= chunk
+        assert max(p.widest for p in passes if p.model == 1) <= chunk + 1
+        assert sum(p.model == 1 and p.widest > 1 for p in passes) >= 500 // chunk
+        # and no step goes by without every stream's tokens: nothing waits for the prompt
+        assert all(b - a >= step - at for a, b in zip(before, after))

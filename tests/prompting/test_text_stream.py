@@ -1,5 +1,8 @@
 """Token pieces to text: stop strings across pieces, special tokens, split UTF-8 characters."""
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from ollama_spec.prompting.text_stream import Run, TextStream, drafted_spans, merge_runs
 
 
@@ -102,3 +105,36 @@ def test_special_token_text_is_in_no_run():
     stream = TextStream()
     runs = stream.push_runs(b"a", drafted=True) + stream.push_runs(b"<|eot_id|>", special=True, drafted=True)
     assert runs + stream.push_runs(b"b") + stream.finish_runs() == [Run("a", True), Run("b", False)]
+
+
+# pieces of UTF-8 text cut anywhere (a character may span pieces), some of them a special token's text
+PIECES = st.lists(
+    st.tuples(
+        st.text(alphabet="ab é😘<|>", max_size=6).map(str.encode), st.integers(0, 5), st.booleans(), st.booleans()
+    ),
+    max_size=12,
+)
+
+
+@given(PIECES)
+def test_the_text_without_stops_is_the_text_with_a_stop_that_never_comes(pieces):
+    """A stream with no stop strings shows text at once (no characters held, no marks kept); it must
+    show what the general path shows, split characters and special tokens included."""
+    chunks = []
+    for data, cut, special, drafted in pieces:
+        chunks += [(data[:cut], special, drafted), (data[cut:], special, drafted)]
+    shown = []
+    for stream in (TextStream(), TextStream(["\x00\x00"])):
+        text = "".join(stream.push(data, special=special, drafted=drafted) for data, special, drafted in chunks)
+        shown.append(text + stream.finish())
+    assert shown[0] == shown[1]
+    runs = TextStream()  # runs after plain pushes: the draft marks of a character split across them
+    for data, special, drafted in chunks[:3]:
+        runs.push(data, special=special, drafted=drafted)
+    general = TextStream(["\x00\x00"])
+    for data, special, drafted in chunks[:3]:
+        general.push(data, special=special, drafted=drafted)
+    rest = chunks[3:]
+    assert [r for d, sp, dr in rest for r in runs.push_runs(d, special=sp, drafted=dr)] + runs.finish_runs() == [
+        r for d, sp, dr in rest for r in general.push_runs(d, special=sp, drafted=dr)
+    ] + general.finish_runs()
