@@ -5,7 +5,7 @@ import threading
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.engine.step_loop import stream
+from ollama_spec.engine.sinks import stream
 from tests.conftest import engine_settings
 
 GREEDY = SamplingSettings(temperature=0)

@@ -131,7 +131,7 @@ def test_requests_that_shared_their_batches_keep_their_costs_to_themselves(tiny_
     """Beside another slot a request's steps are timed whole, the other's part too: not a lone
     request's costs, so they are not kept."""
     from ollama_spec.engine.calibration import StepCostCache
-    from ollama_spec.engine.step_loop import stream
+    from ollama_spec.engine.sinks import stream
 
     request = Request(
         "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)

@@ -10,7 +10,7 @@ from ollama_spec.decoding.penalties import Penalties
 from ollama_spec.decoding.proposers import HYBRID, NGRAM
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request, pair_facts
-from ollama_spec.engine.step_loop import stream
+from ollama_spec.engine.sinks import stream
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.planning.needs import captured_rows_bytes, model_needs

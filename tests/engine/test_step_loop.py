@@ -8,7 +8,7 @@ from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.engine.prompt_chunks import MIN_CHUNK
-from ollama_spec.engine.step_loop import stream
+from ollama_spec.engine.sinks import stream
 from tests.conftest import engine_settings
 
 GREEDY = SamplingSettings(temperature=0)
