@@ -32,6 +32,7 @@ from ollama_spec.server.metrics import Metrics
 from ollama_spec.server.pairs import PairPlan, StorePairs
 from ollama_spec.server.resident import Resident
 from ollama_spec.server.room import RETRY_AFTER_BUSY, Room, SchedulerSettings
+from ollama_spec.server.worker import ModelDeleted
 
 __all__ = ["Scheduler", "SchedulerSettings"]
 log = logging.getLogger("ollama_spec.server")
@@ -189,8 +190,9 @@ class Scheduler:
     async def delete(self, name: str, remove: Callable[[str], T]) -> T:
         """Delete the stored `name` with `remove(stored name)` (on a thread), once the pairs that load it (as
         target or draft) have closed: their running requests end at their next step, as Ollama's delete ends
-        them (503, nothing deleted, if they have not within DELETE_WAIT_SECONDS). A load in progress finishes
-        first; requests for the name meanwhile are 404s, as after the delete."""
+        them (their clients get a 404; the delete a 503, nothing deleted, if they have not ended within
+        DELETE_WAIT_SECONDS). A load in progress finishes first; requests for the name meanwhile are 404s,
+        as after the delete."""
         key = await self.canonical(name)
         self._deleting.add(key)
         resident = self.resident
@@ -201,7 +203,7 @@ class Scheduler:
             deadline = time.monotonic() + DELETE_WAIT_SECONDS
             while busy := [served for served in self.unloading if _loads(served, key) and not served.closed]:
                 for served in busy:
-                    served.worker.cancel_all(f'model "{name}" is being deleted')
+                    served.worker.cancel_all(f'model "{name}" is being deleted', ModelDeleted)
                 if (left := deadline - time.monotonic()) <= 0:
                     raise Busy(
                         f'model "{name}" is still in use: its requests did not end; retry later', RETRY_AFTER_BUSY

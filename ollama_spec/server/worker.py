@@ -42,6 +42,11 @@ class Cancelled(OllamaSpecError):
     its generation ended."""
 
 
+class ModelDeleted(Cancelled):
+    """The job was cancelled because its model was deleted: the model is gone, so retrying will not help (a
+    404, as a request that comes after the delete gets)."""
+
+
 SHUTTING_DOWN = "the server is shutting down"
 
 
@@ -119,13 +124,14 @@ class Job:
         self._cancelled = threading.Event()
         self.ticket: Ticket | None = None  # its place in the engine's step loop
         self.reason = SHUTTING_DOWN  # why it was cancelled, for a client still listening
+        self.cancelled_as: type[Cancelled] = Cancelled  # the error that client gets
         self._sent = 0  # logprobs: the tokens handed on with a piece so far
 
-    def cancel(self, reason: str | None = None) -> None:
+    def cancel(self, reason: str | None = None, error: type[Cancelled] = Cancelled) -> None:
         """Stop generating at the next step (or skip the job if it has not started); `reason`: what a
-        client still listening is told (the server is stopping, its model is being deleted)."""
+        client still listening is told (the server is stopping, its model is being deleted), as `error`."""
         if reason is not None and not self.cancelled:
-            self.reason = reason
+            self.reason, self.cancelled_as = reason, error
         self._cancelled.set()
         if self.ticket is not None:
             self.ticket.cancel()
@@ -250,15 +256,15 @@ class Worker:
         if idle and self.on_idle is not None:
             self.on_idle()
 
-    def cancel_all(self, reason: str = SHUTTING_DOWN) -> None:
+    def cancel_all(self, reason: str = SHUTTING_DOWN, error: type[Cancelled] = Cancelled) -> None:
         """Stop the running generations and skip the waiting ones (shutdown, a delete of the model);
-        `reason`: what their clients are told.
+        `reason`: what their clients are told, as `error`.
 
         Called from the signal handler, on the main thread, which may be holding the lock (in
         `submit`): so no lock here. Copying the list is atomic, and a job only sets flags."""
         for job in list(self._jobs):
             if isinstance(job, Job):
-                job.cancel(reason)
+                job.cancel(reason, error)
 
     def close(self) -> None:
         """Cancel every job and wait until each has ended (its slot freed at the loop's next step)."""
@@ -292,14 +298,16 @@ class _Sink:
         if result.finish_reason == "cancelled":
             # A client that left hears nothing; one still listening (the server is stopping) must not
             # take a cut-short answer for a finished one, so it gets an error, not a finish.
-            job.put(Failed(Cancelled(f"{job.reason}: the answer was cut short after {len(result.tokens)} tokens")))
+            job.put(
+                Failed(job.cancelled_as(f"{job.reason}: the answer was cut short after {len(result.tokens)} tokens"))
+            )
             return
         job.put(Finished(result, tuple(result.scored[job._sent :])))
 
     def fail(self, ticket: Ticket, error: Exception) -> None:
         self.worker._done(self.job)
         if (ticket.generation is None and ticket.cancelled) or isinstance(error, Stopped):
-            error = Cancelled(self.job.reason)  # cancelled before it began, or while a step waited
+            error = self.job.cancelled_as(self.job.reason)  # cancelled before it began, or while a step waited
         elif not isinstance(error, OllamaSpecError):  # the request fails; the server keeps serving
             log.error("generation failed", exc_info=error)
         self.job.put(Failed(error))

@@ -19,7 +19,7 @@ from ollama_spec.errors import (
     UpstreamUnreachable,
 )
 from ollama_spec.server.core.errors import TOO_LONG, ApiError, api_error, failure
-from ollama_spec.server.worker import Cancelled, QueueFull
+from ollama_spec.server.worker import Cancelled, Job, ModelDeleted, QueueFull
 
 SERVER = Path(ollama_spec.server.__file__).parent
 # the route modules of each API, the app (its handlers and the API-key middleware) and the handler itself
@@ -67,6 +67,7 @@ def test_the_check_finds_an_api_error(tmp_path):
         (ServerFault("store"), 500),
         (UpstreamUnreachable("down"), 502),
         (Cancelled("the server is shutting down"), 503),
+        (ModelDeleted('model "m" is being deleted'), 404),  # gone: a retry would find nothing
     ],
 )
 def test_each_typed_error_has_its_status(error, status):
@@ -94,3 +95,11 @@ def test_an_api_error_is_answered_as_it_is_and_anything_else_is_a_failed_generat
     assert (
         isinstance(failure(RuntimeError("boom")), ServerFault) and str(failure(RuntimeError("boom"))) == failed.message
     )
+
+
+def test_a_job_cut_short_by_a_delete_fails_as_deleted_and_one_by_shutdown_as_cancelled():
+    deleted, stopped = Job(None, None), Job(None, None)
+    deleted.cancel('model "m" is being deleted', ModelDeleted)
+    stopped.cancel()
+    assert deleted.cancelled_as is ModelDeleted and api_error(deleted.cancelled_as(deleted.reason)).status == 404
+    assert stopped.cancelled_as is Cancelled and api_error(stopped.cancelled_as(stopped.reason)).status == 503

@@ -22,7 +22,7 @@ from ollama_spec.errors import (
     ServerFault,
     UpstreamUnreachable,
 )
-from ollama_spec.server.worker import Cancelled, QueueFull
+from ollama_spec.server.worker import Cancelled, ModelDeleted, QueueFull
 
 TOO_LONG = "context_length_exceeded"  # OpenAI's code for a prompt (plus max_tokens) past the context
 # OpenAI's error types and codes by status, where the error brings none of its own: OpenAI answers a bad key
@@ -31,6 +31,7 @@ OPENAI_ERROR_TYPES = {500: "server_error", 502: "server_error", 503: "server_ove
 OPENAI_ERROR_CODES = {401: "invalid_api_key"}
 # the status of each typed error, the first class that matches; any other OllamaSpecError is the client's (400)
 STATUSES: tuple[tuple[type[OllamaSpecError], int], ...] = (
+    (ModelDeleted, 404),  # a generation whose model was deleted: gone, as for a request after the delete
     (Cancelled, 503),  # a generation the server stopped: it is shutting down
     (InvalidRequest, 400),
     (ModelNotFound, 404),
