@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -144,10 +145,19 @@ def baseline_engine(tiny_models):
 @pytest.fixture
 def store_copy(tiny_store, tmp_path) -> Path:
     """A copy of the tiny store that a test may change (its manifests, layers, permissions)."""
-    import shutil
-
     root = tmp_path / "models"
     shutil.copytree(tiny_store, root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def mtp_store(tmp_path_factory, tiny_store) -> Path:
+    """The tiny store and a target that carries NextN (MTP) layers, `mtp-target` (tests/builders/mtp.py)."""
+    from tests.builders.mtp import build_mtp_target
+
+    root = tmp_path_factory.mktemp("mtp-store") / "models"
+    shutil.copytree(tiny_store, root)
+    build_mtp_target(root)
     return root
 
 

@@ -34,7 +34,7 @@ from ollama_spec.decoding.proposer_table import DRAFT, HYBRID, NGRAM
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.calibration import measure_step_costs
 from ollama_spec.engine.engine import Engine, EngineSettings, Request, Result
-from ollama_spec.llama.eagle3 import HeadCalibration
+from ollama_spec.llama.head_sequences import HeadCalibration
 from ollama_spec.llama.load_params import gpu_offload_supported
 from ollama_spec.llama.model import LoadedModel
 from ollama_spec.models.resolve import ResolvedModel

@@ -7,7 +7,7 @@ from collections.abc import Callable, Generator
 
 import numpy as np
 
-from ollama_spec.decoding.evals import Eval, run_evals
+from ollama_spec.decoding.evals import Eval
 from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.penalties import adjusted
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sample
@@ -16,26 +16,6 @@ from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sam
 # the next one) -> take it?, and before each draft step past the first, with margin None -> run it?
 # The K policy's keep_drafting.
 KeepDrafting = Callable[[int, "float | None"], bool]
-
-
-def draft_tokens(
-    logits: np.ndarray,
-    following: Callable[[int], np.ndarray],
-    k: int,
-    sampling: SamplingSettings,
-    rng: np.random.Generator,
-    keep_drafting: KeepDrafting | None,
-    grammar: TokenGrammar | None,
-    p_min: float,
-    tail: list[int],
-) -> tuple[list[int], np.ndarray | None]:
-    """draft_token_steps with `following` a plain function (a head that runs its own passes)."""
-
-    def at_once(token: int) -> Generator[Eval, np.ndarray, np.ndarray]:
-        return following(token)
-        yield  # a generator
-
-    return run_evals(draft_token_steps(logits, at_once, k, sampling, rng, keep_drafting, grammar, p_min, tail))
 
 
 def draft_token_steps(

@@ -3,8 +3,10 @@
 The head (llama/eagle3.py) follows every target pass and cut by itself, so this proposer has nothing
 to catch up on or roll back: a step starts from the g the head holds at the target's boundary,
 completed with the text's last token, and drafts on the head's own pre-norm states; the head keeps
-only what the target read. Its tokens come with their distributions (q), so verification is the
-same as for a draft model: greedy, or rejection sampling at T > 0.
+only what the target read. Each draft step is an evaluation yielded as a draft model's is
+(decoding/evals.py), so the engine's step loop runs the steps of every drafting slot in one pass of
+the head. Its tokens come with their distributions (q), so verification is the same as for a draft
+model: greedy, or rejection sampling at T > 0.
 """
 
 from __future__ import annotations
@@ -13,18 +15,21 @@ from typing import Protocol
 
 import numpy as np
 
-from ollama_spec.decoding.proposers import Proposer, draft_tokens
+from ollama_spec.decoding.evals import Eval, run_evals
+from ollama_spec.decoding.proposers import Proposer, draft_token_steps
 
 HEAD = "eagle3"  # the source of its tokens (Proposer.source)
 
 
 class HeadModel(Protocol):
-    """One sequence of a loaded head, as llama.eagle3.HeadSequence provides it."""
+    """One sequence of a loaded head, as llama.head_sequences.HeadSequence provides it: `begin` at the
+    target's boundary (False: nothing to draft from there), then each draft step is an `eval` of one
+    token (the text's last, then each drafted one), then `finish`."""
 
     n_vocab: int
 
-    def start(self, n_tokens: int, last_token: int) -> np.ndarray | None: ...
-    def step(self, token: int) -> np.ndarray: ...
+    def begin(self, n_tokens: int) -> bool: ...
+    def eval(self, tokens: list[int], *, logits: str | int = "last") -> np.ndarray: ...
     def finish(self, n_tokens: int) -> None: ...
 
 
@@ -36,17 +41,25 @@ class Eagle3Proposer(Proposer):
         self.vocab = min(head.n_vocab, target_vocab)
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
+        return run_evals(self.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe))
+
+    def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         held = len(seq) - 1  # the loop's invariant: the target holds all of seq but its last token
-        logits = self.head.start(held, seq[-1])
-        if logits is None:
+        if not self.head.begin(held):
             return [], None
         state = grammar.copy() if grammar is not None else None  # drafted tokens advance a copy only
         penalties = sampling.penalties
         tail = list(penalties.window(seq)) if penalties.active else []
-        following = lambda token: self.head.step(token)[: self.vocab]
+
+        def following(token: int):
+            return (yield Eval(self.head, [token]))[-1][: self.vocab]
+
         try:
-            return draft_tokens(
-                logits[: self.vocab], following, k, sampling, rng, keep_drafting, state, self.draft_p_min, tail
+            logits = yield from following(seq[-1])
+            return (
+                yield from draft_token_steps(
+                    logits, following, k, sampling, rng, keep_drafting, state, self.draft_p_min, tail
+                )
             )
         finally:
             self.head.finish(held)

@@ -14,10 +14,9 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
-from ollama_spec.decoding.drafting import (  # noqa: F401 - callers take them from here
+from ollama_spec.decoding.drafting import (
     KeepDrafting,
     draft_token_steps,
-    draft_tokens,
 )
 from ollama_spec.decoding.evals import Eval, run_evals
 from ollama_spec.decoding.grammar import TokenGrammar

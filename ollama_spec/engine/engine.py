@@ -35,8 +35,9 @@ from ollama_spec.engine.prompts import Prompts
 from ollama_spec.engine.requests import DEFAULT_MAX_TOKENS, Request, Result  # noqa: F401 - callers take them from here
 from ollama_spec.engine.slots import SlotPool
 from ollama_spec.engine.step_loop import Sink, StepLoop, Ticket
-from ollama_spec.llama.eagle3 import Eagle3Head, HeadCalibration
+from ollama_spec.llama.eagle3 import Eagle3Head
 from ollama_spec.llama.grammar import Grammar
+from ollama_spec.llama.head_sequences import HeadCalibration, HeadSlots
 from ollama_spec.llama.load_params import choose_flash_attention
 from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.llama.mtp import MtpHead
@@ -117,6 +118,8 @@ class Engine:
             keep_mtp_where_it_pays(self)
         self.embeddings = Embeddings(self.target)
         loaded = [model for model in (self.target, self.draft) if model is not None]
+        if self.head is not None:  # a slot's prefix in host RAM keeps the head's cache too
+            loaded.append(HeadSlots(self.head))
         self.pool = SlotPool(loaded, self.slots)
         self.loop = StepLoop(self)  # requests run together: one thread owns the slots and every pass
 

@@ -45,8 +45,10 @@ from ollama_spec.errors import OllamaSpecError
 # then waits for the GIL while the loop runs on: on the tiny pair 64 tokens took 120-750 ms through
 # the loop against 70 ms run directly, nearly all of it in those waits; at 0.5 ms, 17-32 ms.
 SWITCH_INTERVAL_S = 0.0005
-DRAFT_STEP_TOKENS = 2  # a draft step's passes read the last accepted token and the one after it at most
-REPRICE_EVERY = 4  # a lone slot priced again from the passes (at its first step too): ~50 us; a price follows ~10
+# A draft step's passes read at most the last accepted token and the one after it, a row each
+DRAFT_STEP_TOKENS = 2
+# A lone slot priced again from the passes (at its first step too): ~50 us; a price follows ~10
+REPRICE_EVERY = 4
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,8 @@ class StepLoop:
             wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
             if not wanting:
                 return
-            draft = self.engine.draft
-            drafting = [slot for slot in wanting if slot.model is draft]
+            target = self.engine.target  # the others draft: a draft model's sequences, or a head's
+            drafting = [slot for slot in wanting if slot.model is not target]
             if drafting:
                 self._pass(drafting)
                 continue
@@ -293,7 +295,7 @@ class StepLoop:
             return
         seconds = time.perf_counter() - started
         self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
-        draft = model is self.engine.draft
+        draft = model is not self.engine.target  # a draft model's pass, or a head's
         widest = max(len(tokens) for _, tokens, _ in items)
         if not draft or widest <= DRAFT_STEP_TOKENS:  # a draft's prompt read is not the price of its steps
             self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)

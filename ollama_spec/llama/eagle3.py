@@ -10,6 +10,13 @@ waits (`pending`) until a draft step completes it with the target's latest token
 verification, a reused prefix), the head cuts its own and takes the pending g from the last pass's
 rows at the new boundary. Drafting (`HeadSequence`) runs the decoder on its own output: each step's
 pre-norm state is the next step's g; afterwards the head keeps only what the target read.
+
+The head's passes are few: the rows a target pass captured and the pairs it completes wait until
+the head's next draft step, which encodes the rows of every drafting sequence in one encoder pass and
+decodes the pairs in the same pass as the step's own row, only as far as the target kept them; where
+no draft step came between (K=0), the rows wait on with the next pass's, up to a batch of them, so a
+step without drafting costs the head a copy of its rows. A draft step of every drafting sequence is
+one pass (`decode_many`, as a draft model's: the engine's step loop batches the sequences' steps).
 """
 
 from __future__ import annotations
@@ -26,25 +33,20 @@ from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import InferenceError, ModelLoadError
 from ollama_spec.llama.head_calls import head_calls
+from ollama_spec.llama.head_rows import _Sequence, embd_rows, pack_state, unpack_state
+from ollama_spec.llama.head_sequences import HeadSequence
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry
 
 ARCHITECTURE = "eagle3"
+# The most rows of a draft step's pass that also decodes the pairs the last target pass left waiting:
+# every row of it is an output (see decode_many), n_vocab floats each (32 MB at 64 rows of 128k).
+MERGED_ROWS = 64
 
 
 @dataclass(frozen=True)
 class HeadSettings:
     n_gpu_layers: int = -1  # as a draft model's: part of -k auto's cost key
-
-
-@dataclass
-class _Sequence:
-    """One sequence's head state: the g waiting for its next token, the last pass's g rows, and
-    where the head's cache ends."""
-
-    pending: tuple[int, np.ndarray] | None = None  # (position, g)
-    rows: tuple[int, np.ndarray] | None = None  # the last pass's (first position, g rows)
-    end: int = 0  # 1 + the last position the head's cache holds
 
 
 class Eagle3Head:
@@ -66,7 +68,7 @@ class Eagle3Head:
         except ValueError as exc:
             raise ModelLoadError(f"llama.cpp could not load the head {path}: {last_error(mark) or exc}") from None
         try:
-            self._check_model()
+            _check_head(self)
             self._ctx = self._context(mark)
         except ModelLoadError:
             self._model.close()
@@ -86,34 +88,6 @@ class Eagle3Head:
             else:  # the target's final pre-norm state
                 self.calls.set_nextn(tgt, True, False)
         target.observer = self
-
-    def _check_model(self) -> None:
-        buffer = ctypes.create_string_buffer(64)
-        llama_cpp.llama_model_meta_val_str(self._model.model, b"general.architecture", buffer, 64)
-        arch = buffer.value.decode()
-        if arch != ARCHITECTURE:
-            raise ModelLoadError(f"{self.path} is a {arch or 'unknown'} model, not an EAGLE-3 head")
-        n = self.calls.target_layer_ids_n(self._model.model)
-        ids = self.calls.target_layer_ids(self._model.model)
-        self.layers = tuple(int(ids[i]) for i in range(n))
-        self.target_layers = llama_cpp.llama_model_n_layer(self.target.llama_model.model)
-        self.n_target_embd = llama_cpp.llama_model_n_embd(self.target.llama_model.model)
-        if n != 3 or max(self.layers) > self.target_layers:
-            raise ModelLoadError(
-                f"the head {self.path} reads target layers {list(self.layers)}: an EAGLE-3 head reads 3 "
-                f"layers of its target, which has {self.target_layers}"
-            )
-        llama_cpp.llama_model_meta_val_str(self._model.model, b"eagle3.target_hidden_size", buffer, 64)
-        width = int(buffer.value or 0)
-        if width != self.n_target_embd:
-            raise ModelLoadError(
-                f"the head {self.path} was made for a target {width} wide; this target is {self.n_target_embd}"
-            )
-        vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(self._model.model))
-        if vocab != self.target.n_vocab:
-            raise ModelLoadError(
-                f"the head {self.path} has a vocabulary of {vocab} tokens; its target's has {self.target.n_vocab}"
-            )
 
     def _context(self, mark) -> LlamaContext:
         target = self.target
@@ -137,8 +111,9 @@ class Eagle3Head:
 
     # --- following the target -------------------------------------------------------------
     def passed(self, entries: Sequence[Entry], positions: Sequence[int]) -> None:
-        """After a target llama_decode of `entries` at `positions`: encode their captured rows and
-        cache the pairs whose next token the pass holds (padding entries are skipped)."""
+        """After a target llama_decode of `entries` at `positions`: keep their captured rows (encoded
+        when a draft step or a cut needs their g); the pairs whose next token the pass holds wait for
+        the next draft step (padding entries are skipped)."""
         by_seq: dict[int, list[int]] = {}
         for i, entry in enumerate(entries):
             if entry.item is not None:
@@ -147,23 +122,44 @@ class Eagle3Head:
             return
         order = [i for rows in by_seq.values() for i in rows]
         with self._lock:
-            g = self._encode(self._features(len(entries), order))
-            pairs: list[tuple[int, int, int, np.ndarray]] = []  # (seq, position, token, g)
+            features = self._features(len(entries), order)
+            behind: list[tuple[int, int, int, np.ndarray]] = []  # (seq, position, token, g)
             offset = 0
             for seq, rows in by_seq.items():
-                seq_g, offset = g[offset : offset + len(rows)], offset + len(rows)
-                tokens = [entries[i].token for i in rows]
+                seq_f, offset = features[offset : offset + len(rows)], offset + len(rows)
                 first, last = positions[rows[0]], positions[rows[-1]]
                 state = self._state[seq]
                 if state.end > first:
                     self._cut(seq, first)
-                pairs += self._gap(seq, first)
-                pairs += [(seq, positions[i], tokens[k + 1], seq_g[k]) for k, i in enumerate(rows[:-1])]
-                # the rows a cut may take the pending g from: this pass's, and the g that waited before it
-                before = state.pending is not None and state.pending[0] == first - 1
-                state.rows = (first - 1, np.vstack([state.pending[1], seq_g])) if before else (first, seq_g)
-                state.pending = (last, seq_g[-1])
-            self._decode_all(pairs)
+                # the rows the next pairs take g from: those no draft step took (K=0), then this pass's
+                start, kept = min(state.end, first - 1), state.rows
+                waits = kept is not None and kept[0] <= start and kept[0] + len(kept[1]) == first
+                if waits and state.end < first and first - start + len(rows) <= self.n_batch:
+                    new = seq_f if state.raw else self._encode(seq_f)  # rows of one kind: encoded or not
+                    state.rows = (start, np.vstack([kept[1][start - kept[0] :], new]))
+                    state.pending = (last, None if state.raw else new[-1])
+                    continue
+                if state.end < first:  # pairs wait that the new rows cannot join: decoded now
+                    self._settle([seq])
+                    behind += self._gap(seq, first)
+                at = state.pending  # the boundary's g before this pass, for a cut back to it
+                state.before = at if at is not None and at[0] == first - 1 and at[1] is not None else None
+                state.rows, state.raw, state.pending = (first, seq_f), True, (last, None)
+            self._decode_all(behind)
+
+    def _settle(self, seqs) -> None:
+        """Encode the rows of `seqs` that wait as the target captured them, in one encoder pass."""
+        raw = [seq for seq in dict.fromkeys(seqs) if self._state[seq].raw and self._state[seq].rows is not None]
+        if not raw:
+            return
+        g = self._encode(np.concatenate([self._state[seq].rows[1] for seq in raw]))
+        offset = 0
+        for seq in raw:
+            state = self._state[seq]
+            first, n = state.rows[0], len(state.rows[1])
+            state.rows, state.raw, offset = (first, g[offset : offset + n]), False, offset + n
+            if state.pending is not None and state.pending[1] is None:
+                state.pending = (state.pending[0], state.rows[1][state.pending[0] - first])
 
     def truncated(self, seq: int, n_tokens: int) -> None:
         """The target's sequence `seq` now holds `n_tokens` tokens: drop the pairs that read a token
@@ -172,26 +168,39 @@ class Eagle3Head:
             state = self._state[seq]
             self._cut(seq, max(n_tokens - 1, 0))
             boundary = n_tokens - 1
+            if state.rows is not None:  # the rows past the boundary read tokens that are gone
+                first, rows = state.rows
+                state.rows = (first, rows[: n_tokens - first]) if n_tokens > first else None
+                state.raw = state.raw and state.rows is not None
             if state.pending is not None and state.pending[0] == boundary:
+                return
+            if state.before is not None and state.before[0] == boundary:
+                state.pending = state.before
                 return
             state.pending = None
             if state.rows is not None and 0 <= boundary - state.rows[0] < len(state.rows[1]):
-                state.pending = (boundary, state.rows[1][boundary - state.rows[0]])
+                state.pending = (boundary, None if state.raw else state.rows[1][boundary - state.rows[0]])
 
     def _gap(self, seq: int, position: int) -> list[tuple[int, int, int, np.ndarray]]:
         """The pairs the head lacks before `position` (llama.cpp takes a sequence's positions only in
-        order): the pending g where it waits there, else a zero g (a cache cut or restored past
-        what the head kept: only the drafts' quality can suffer), each with the target's next token."""
+        order), each with the target's next token: g from the last pass's rows, or the pending g, else
+        a zero g (a cache cut or restored past what the head kept: only the drafts' quality can suffer)."""
         state, cached = self._state[seq], self.target.cached_of(seq)
+        first, rows = state.rows if state.rows is not None else (0, ())
         pairs = []
         for p in range(state.end, position):
-            pending = state.pending is not None and state.pending[0] == p
-            pairs.append((seq, p, cached[p + 1], state.pending[1] if pending else self._zero))
+            if 0 <= p - first < len(rows):
+                g = rows[p - first]
+            elif state.pending is not None and state.pending[0] == p:
+                g = state.pending[1]
+            else:
+                g = state.before[1] if state.before is not None and state.before[0] == p else self._zero
+            pairs.append((seq, p, cached[p + 1], g))
         return pairs
 
     def _decode_all(self, pairs: Sequence[tuple[int, int, int, np.ndarray]]) -> None:
         for start in range(0, len(pairs), self.n_batch):
-            self._decode(pairs[start : start + self.n_batch], outputs=False)
+            self._decode(pairs[start : start + self.n_batch])
 
     def _cut(self, seq: int, position: int) -> None:
         state = self._state[seq]
@@ -212,36 +221,42 @@ class Eagle3Head:
     def _encode(self, features: np.ndarray) -> np.ndarray:
         """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
         out = np.empty((len(features), self.n_embd), dtype=np.float32)
-        width = features.shape[1]
+        batch, set_pos, set_output = (
+            self._batch,
+            llama_cpp.llama_batch_ext_set_pos,
+            llama_cpp.llama_batch_ext_set_output_embd,
+        )
+        add_embd = llama_cpp.llama_batch_ext_add_embd
         for start in range(0, len(features), self.n_batch):
             chunk = features[start : start + self.n_batch]
-            llama_cpp.llama_batch_ext_clear(self._batch)
+            llama_cpp.llama_batch_ext_clear(batch)
             # the encoder reads no positions, but a batch's must follow what sequence 0 holds
             after = llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self._ctx.ctx), 0) + 1
+            embds, pos = embd_rows(chunk), llama_cpp.llama_pos
             for j in range(len(chunk)):
-                embd = llama_cpp.llama_embd(chunk[j].ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)
-                idx = llama_cpp.llama_batch_ext_add_embd(self._batch, 0, embd)
-                llama_cpp.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(llama_cpp.llama_pos(after + j)))
-                llama_cpp.llama_batch_ext_set_output_embd(self._batch, idx, True)
+                idx = add_embd(batch, 0, embds[j])
+                set_pos(batch, idx, ctypes.byref(pos(after + j)))
+                set_output(batch, idx, True)
             self._process(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE, len(chunk))
             ptr = self.calls.get_nextn(self._ctx.ctx)
             out[start : start + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_embd))
         return out
 
-    def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool) -> None:
+    def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool = False) -> None:
         """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
         pre-norm states for every pair."""
-        llama_cpp.llama_batch_ext_clear(self._batch)
-        keep = []  # the g rows llama.cpp reads by pointer, alive until the pass is done
-        for seq, position, token, g in pairs:
-            g = np.ascontiguousarray(g, dtype=np.float32)
-            keep.append(g)
-            idx = llama_cpp.llama_batch_ext_add_token(self._batch, seq, token)
-            llama_cpp.llama_batch_ext_set_pos(self._batch, idx, ctypes.byref(llama_cpp.llama_pos(position)))
-            embd = llama_cpp.llama_embd(g.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
-            llama_cpp.llama_batch_ext_set_embd_token(self._batch, idx, embd)
+        batch, add_token, set_pos = self._batch, llama_cpp.llama_batch_ext_add_token, llama_cpp.llama_batch_ext_set_pos
+        set_embd, set_output = llama_cpp.llama_batch_ext_set_embd_token, llama_cpp.llama_batch_ext_set_output_logits
+        llama_cpp.llama_batch_ext_clear(batch)
+        # llama.cpp reads the g rows by pointer: they stay alive until the pass is done
+        embds = embd_rows(np.stack([pair[3] for pair in pairs]).astype(np.float32, copy=False))
+        pos = llama_cpp.llama_pos
+        for i, (seq, position, token, _) in enumerate(pairs):
+            idx = add_token(batch, seq, token)
+            set_pos(batch, idx, ctypes.byref(pos(position)))
+            set_embd(batch, idx, embds[i])
             if outputs:
-                llama_cpp.llama_batch_ext_set_output_logits(self._batch, idx, True)
+                set_output(batch, idx, True)
             state = self._state[seq]
             state.end = max(state.end, position + 1)
         self._process(llama_cpp.LLAMA_PROCESS_TYPE_DECODE, len(pairs))
@@ -256,31 +271,94 @@ class Eagle3Head:
 
     # --- drafting --------------------------------------------------------------------------
     def sequence(self, seq: int) -> HeadSequence:
+        """Sequence `seq` as the EAGLE-3 proposer drafts with it."""
         return HeadSequence(self, seq)
 
-    def draft_step(self, seq: int, position: int, token: int, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The decoder at `position` reading (token, g): its logits over the target's vocabulary and
-        its pre-norm state (the next position's g)."""
+    def begin(self, seq: int, n_tokens: int) -> bool:
+        """Start drafting after a text of `n_tokens + 1` tokens whose first `n_tokens` the target holds:
+        the first step reads (the text's last token, the pending g at the boundary). False when the
+        head has no g there (the target has not read that far with the head beside it)."""
         with self._lock:
-            self._cut(seq, position)
-            self._decode_all(self._gap(seq, position))
-            self._decode([(seq, position, token, g)], outputs=True)
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx.ctx, 0), shape=(self.n_vocab,))
-            state = np.ctypeslib.as_array(self.calls.get_nextn_ith(self._ctx.ctx, 0), shape=(self.n_embd,))
-            return logits.copy(), state.copy()
+            state = self._state[seq]
+            pending = state.pending
+            ready = pending is not None and pending[0] == n_tokens - 1
+            state.drafting = (n_tokens - 1, pending[1]) if ready else None
+            return ready
 
-    def seed(self, seq: int, n_tokens: int) -> np.ndarray | None:
-        """The pending g at the boundary of a target that holds `n_tokens` tokens, or None when the
-        head has none there (the target has not read that far with the head beside it)."""
+    def rows_asked(self, tokens: Sequence[int], logits: str | int, seq: int = 0) -> int:
+        """A draft step reads one token and gives its row (LoadedModel.rows_asked's contract)."""
+        if len(tokens) != 1 or logits not in ("last", "all", 1):
+            raise ValueError(f"a head's draft step reads one token and gives its row, not {len(tokens)}: {logits!r}")
+        return 1
+
+    def decode_many(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
+        """One draft step of each (sequence, [token], 1), all in one decoder pass (with the pairs each
+        sequence's last target pass left waiting): each step's logits over the target's vocabulary
+        (1 × V); its pre-norm state is the sequence's next step's g."""
         with self._lock:
-            pending = self._state[seq].pending
-            return pending[1] if pending is not None and pending[0] == n_tokens - 1 else None
+            behind, steps = [], []
+            self._settle([seq for seq, _, _ in items])
+            for seq, tokens, _ in items:
+                state = self._state[seq]
+                if state.drafting is None:
+                    raise InferenceError(f"the head's sequence {seq} drafts without a boundary to draft from")
+                position, g = state.drafting
+                if g is None:  # the boundary's g, encoded just now
+                    g = state.pending[1]
+                self._cut(seq, position)
+                behind += self._gap(seq, position)
+                steps.append((seq, position, tokens[-1], g))
+            # llama.cpp's eagle3 decoder graph computes every row's logits and hands its first rows out as
+            # a pass's outputs (src/models/eagle3.cpp selects none), and a sequence's positions must rise
+            # through a pass: the waiting pairs share the steps' pass as outputs too, where they are few
+            if len(behind) + len(steps) > MERGED_ROWS:
+                self._decode_all(behind)
+                behind = []
+            pairs = sorted([*behind, *steps], key=lambda pair: pair[:2])
+            self._decode(pairs, outputs=True)
+            ctx, rows, index = self._ctx.ctx, [], {pair[:2]: i for i, pair in enumerate(pairs)}
+            for seq, position, _, _ in steps:
+                i = index[seq, position]
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(1, self.n_vocab))
+                g = np.ctypeslib.as_array(self.calls.get_nextn_ith(ctx, i), shape=(self.n_embd,))
+                self._state[seq].drafting = (position + 1, g.copy())
+                rows.append(logits.copy())
+            return rows
 
     def drafted(self, seq: int, n_tokens: int) -> None:
         """Drafting from a target that holds `n_tokens` is over: keep the pair that completed the
         boundary (it reads the target's own token), drop the drafts' pairs."""
         with self._lock:
+            self._state[seq].drafting = None
             self._cut(seq, n_tokens)
+
+    # --- a slot's prefix in host RAM ---------------------------------------------------------
+    def save_state(self, seq: int) -> bytes:
+        """Sequence `seq`'s cells and the g rows it drafts and cuts from (engine/slots.py keeps a
+        slot's prefix in host RAM: the head's part of it)."""
+        with self._lock:
+            self._settle([seq])
+            state, cells = self._state[seq], b""
+            if state.end:
+                size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, seq)
+                buffer = (ctypes.c_uint8 * size)()
+                cells = ctypes.string_at(buffer, llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buffer, size, seq))
+            return pack_state(state, cells)
+
+    def restore_state(self, seq: int, saved: bytes) -> bool:
+        """Sequence `seq` as `save_state` gave it; False (and the sequence empty) when llama.cpp
+        cannot take its cells back."""
+        with self._lock:
+            self._cut(seq, 0)
+            state, cells = unpack_state(saved, self.n_embd)
+            if cells:
+                buffer = (ctypes.c_uint8 * len(cells)).from_buffer_copy(cells)
+                if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buffer, len(cells), seq) == 0:
+                    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx.ctx), seq, -1, -1)
+                    self._state[seq] = _Sequence()
+                    return False
+            self._state[seq] = state
+            return True
 
     def close(self) -> None:
         if getattr(self.target, "observer", None) is self:
@@ -292,44 +370,31 @@ class Eagle3Head:
         self._model.close()
 
 
-class HeadSequence:
-    """One sequence of the head, as the EAGLE-3 proposer (decoding/) drafts with it."""
-
-    def __init__(self, head: Eagle3Head, seq: int):
-        self.head, self.seq, self.n_vocab = head, seq, head.n_vocab
-
-    def start(self, n_tokens: int, last_token: int) -> np.ndarray | None:
-        """The first draft's logits after a text of `n_tokens + 1` tokens whose first `n_tokens` the
-        target holds; None when the head has nothing to draft from there."""
-        g = self.head.seed(self.seq, n_tokens)
-        if g is None:
-            return None
-        self._position = n_tokens - 1
-        logits, self._g = self.head.draft_step(self.seq, self._position, last_token, g)
-        return logits
-
-    def step(self, token: int) -> np.ndarray:
-        """The logits after drafting `token`."""
-        self._position += 1
-        logits, self._g = self.head.draft_step(self.seq, self._position, token, self._g)
-        return logits
-
-    def finish(self, n_tokens: int) -> None:
-        self.head.drafted(self.seq, n_tokens)
-
-
-class HeadCalibration:
-    """The head as -k auto's calibration times a draft model (engine/calibration.py): a one-token
-    `eval` is one draft step at the boundary of sequence 0 of the target, `truncate` drops it."""
-
-    def __init__(self, head: Eagle3Head):
-        self.head, self.path = head, head.path
-        self.settings = head.settings
-
-    def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray | None:
-        if len(tokens) != 1:  # the head read the context beside the target already
-            return None
-        return self.head.sequence(0).start(self.head.target.n_past, tokens[0])
-
-    def truncate(self, n_tokens: int) -> None:
-        self.head.drafted(0, n_tokens)
+def _check_head(head: Eagle3Head) -> None:
+    """The head's architecture, target layers, width and vocabulary against its target's (one line each)."""
+    buffer = ctypes.create_string_buffer(64)
+    llama_cpp.llama_model_meta_val_str(head._model.model, b"general.architecture", buffer, 64)
+    arch = buffer.value.decode()
+    if arch != ARCHITECTURE:
+        raise ModelLoadError(f"{head.path} is a {arch or 'unknown'} model, not an EAGLE-3 head")
+    n = head.calls.target_layer_ids_n(head._model.model)
+    ids = head.calls.target_layer_ids(head._model.model)
+    head.layers = tuple(int(ids[i]) for i in range(n))
+    head.target_layers = llama_cpp.llama_model_n_layer(head.target.llama_model.model)
+    head.n_target_embd = llama_cpp.llama_model_n_embd(head.target.llama_model.model)
+    if n != 3 or max(head.layers) > head.target_layers:
+        raise ModelLoadError(
+            f"the head {head.path} reads target layers {list(head.layers)}: an EAGLE-3 head reads 3 "
+            f"layers of its target, which has {head.target_layers}"
+        )
+    llama_cpp.llama_model_meta_val_str(head._model.model, b"eagle3.target_hidden_size", buffer, 64)
+    width = int(buffer.value or 0)
+    if width != head.n_target_embd:
+        raise ModelLoadError(
+            f"the head {head.path} was made for a target {width} wide; this target is {head.n_target_embd}"
+        )
+    vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(head._model.model))
+    if vocab != head.target.n_vocab:
+        raise ModelLoadError(
+            f"the head {head.path} has a vocabulary of {vocab} tokens; its target's has {head.target.n_vocab}"
+        )

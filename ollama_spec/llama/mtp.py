@@ -89,6 +89,11 @@ class MtpHead(Eagle3Head):
         self._waiting = [pair for pair in self._waiting if pair[0] != seq or pair[1] < position]
         super()._cut(seq, position)
 
+    def save_state(self, seq: int) -> bytes:
+        with self._lock:
+            self._catch_up()  # the cells a slot's saved prefix keeps hold every pair its state says they do
+            return super().save_state(seq)
+
     def _catch_up(self) -> None:
         waiting, self._waiting = self._waiting, []
         for start in range(0, len(waiting), self.n_batch):

@@ -411,18 +411,6 @@ def test_bench_with_an_eagle3_head_as_the_draft(invoke, tiny_store, tiny_models,
     assert "draft 0.00 ms" not in costs, costs
 
 
-@pytest.fixture(scope="module")
-def mtp_store(tmp_path_factory, tiny_store):
-    import shutil
-
-    from tests.builders.mtp import build_mtp_target
-
-    root = tmp_path_factory.mktemp("mtp-bench") / "models"
-    shutil.copytree(tiny_store, root)
-    build_mtp_target(root)
-    return root
-
-
 def test_bench_times_the_targets_mtp_layers(invoke, mtp_store, prompts_file):
     result = invoke("bench", "mtp-target", "-d", "mtp", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file)
     assert result.exit_code == 0, result.output

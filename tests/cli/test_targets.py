@@ -4,25 +4,11 @@ for a target without them."""
 
 import json
 
-import pytest
-
-from tests.builders.mtp import build_mtp_target
-
 BASE = ("--threads", "1", "--no-check", "-t", "0")
 NO_NEXTN = (
     "tiny-target:latest has no MTP (NextN) layers to draft with (GLM-4.x and DeepSeek V3 GGUFs ship them); "
     "name a draft model, or --draft ngram"
 )
-
-
-@pytest.fixture(scope="module")
-def mtp_store(tmp_path_factory, tiny_store):
-    import shutil
-
-    root = tmp_path_factory.mktemp("mtp-store") / "models"
-    shutil.copytree(tiny_store, root)
-    build_mtp_target(root)
-    return root
 
 
 def gen(invoke, store, *args):

@@ -2,6 +2,7 @@
 on one slot and on four, with prompts longer than one batch; a crafted head gets most of its drafts
 accepted, a random one next to none; a seeded sample follows the target's own distribution."""
 
+import llama_cpp
 import pytest
 
 from ollama_spec.decoding.eagle3 import HEAD
@@ -86,6 +87,34 @@ def test_four_slots_together_write_the_targets_text(kind, heads, tiny_models):
             assert results == expected, (kind, k)
 
 
+def test_four_slots_draft_in_one_pass_of_the_head(heads, tiny_models):
+    """Each draft step of every drafting slot is one pass of the head (as a draft model's), with the
+    pairs the last verify pass left waiting, and -k auto learns the head's pass times from them."""
+    prompts = [*PROMPTS[1:], "Hello there, how are"]
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"], parallel=4)) as engine:
+        expected = {}
+        for prompt in prompts:
+            generation = engine.generate(request(prompt), use_draft=False)
+            "".join(generation)
+            expected[prompt] = generation.result.tokens
+        process, calls = engine.head._process, []
+        engine.head._process = lambda kind, n: calls.append(kind) or process(kind, n)
+        engine.loop.passes = []
+        with engine.loop.together():
+            running = {p: stream(engine.loop, request(p, 4), engine.prompt_tokens(request(p, 4))) for p in prompts}
+        for prompt, (ticket, pieces) in running.items():
+            "".join(pieces)
+            assert ticket.generation.result.tokens == expected[prompt]
+        drafts = [p.sequences for p in engine.loop.passes if p.model == 1]
+        targets = [p for p in engine.loop.passes if p.model == 0]
+        assert drafts.count(4) >= 0.8 * len(targets) and len(drafts) <= 4 * len(targets)
+        # the head's decoder runs once a draft pass (and at most once a slot to catch up), its encoder
+        # once a step, for every slot's rows as the first draft pass needs them
+        assert len(drafts) <= calls.count(llama_cpp.LLAMA_PROCESS_TYPE_DECODE) <= len(drafts) + 4
+        assert abs(calls.count(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE) - len(targets)) <= 4
+        assert set(engine.costs.passes._draft._seen) >= {4}  # the head's passes of 4 rows, as timed
+
+
 def test_grammar_penalties_and_lookup_beside_the_head(heads, tiny_models, baseline_engine):
     """Structured output, a repeat penalty, and prompt lookup with the head (draft+ngram): each
     greedy text is the target's alone."""
@@ -123,8 +152,11 @@ def test_auto_k_prices_the_heads_steps(heads, tiny_models, expected, monkeypatch
     boundary, each time the target's passes were cut back) and keeps the target's greedy text."""
     with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
         steps = []
-        draft_step = engine.head.draft_step
-        monkeypatch.setattr(engine.head, "draft_step", lambda *args: steps.append(args[1]) or draft_step(*args))
+        decode_many = engine.head.decode_many
+        position = lambda items: engine.head._state[items[0][0]].drafting[0]
+        monkeypatch.setattr(
+            engine.head, "decode_many", lambda items: steps.append(position(items)) or decode_many(items)
+        )
         engine.costs.calibrated(engine.costs.draft, 8)
         assert len(steps) >= 5 and len(set(steps)) == 1  # every timed step at the same boundary
         for prompt in PROMPTS[1:]:

@@ -60,18 +60,25 @@ def test_the_heads_cache_follows_the_targets_passes_and_cuts(heads, target):
         prompt = target.tokenize("The quick brown fox jumps", add_bos=True, special=False)
         target.eval(prompt)
         state = head._state[0]
-        # pairs (t[P+1], g[P]) for every position but the last, whose g waits for the next token
-        assert state.end == len(prompt) - 1 and state.pending[0] == len(prompt) - 1
+        # the pass's pairs (t[P+1], g[P]) wait for the first draft step; the last g for the next token
+        assert state.end == 0 and state.rows[0] == 0 and len(state.rows[1]) == len(prompt)
+        assert state.pending[0] == len(prompt) - 1
         sequence = head.sequence(0)
         logits = sequence.start(len(prompt), 42)
         assert logits.shape == (target.n_vocab,)
+        assert state.end == len(prompt)  # the waiting pairs and the first step, in one pass
         sequence.step(int(logits.argmax()))
         sequence.finish(len(prompt))
         assert state.end == len(prompt)  # the pair that completed the boundary reads the target's token
         target.eval([42, 7, 9])  # a verify pass of the boundary token and two drafts
         target.truncate(len(prompt) + 2)  # the second draft rejected
-        assert state.end == len(prompt) + 1 and state.pending[0] == len(prompt) + 1
+        assert state.end == len(prompt) and state.pending[0] == len(prompt) + 1
         assert sequence.start(len(prompt) + 1, 3) is None  # the head waits at another boundary
+        target.eval([5])  # no draft step came between: the pairs wait on, with the new pass's
+        assert state.end == len(prompt) and state.pending[0] == len(prompt) + 2
+        assert state.rows[0] == len(prompt) and len(state.rows[1]) == 3
+        sequence.start(len(prompt) + 3, 6)
+        assert state.end == len(prompt) + 3  # all of them, and the step, in one pass
     finally:
         head.close()
 
@@ -120,6 +127,8 @@ def test_each_g_is_encoded_from_its_own_positions_rows(tiny_models, tmp_path):
             texts = ["Once upon a time", "The quick brown fox jumps over the lazy dog"]  # the first padded
             prompts = [target.tokenize(text, add_bos=True, special=False) for text in texts]
             target.decode_many([(seq, prompt, 1) for seq, prompt in enumerate(prompts)])
+            assert all(head._state[seq].raw for seq in (0, 1))  # the captured rows wait until a draft needs g
+            head._settle([0, 1])
             for seq, prompt in enumerate(prompts):
                 first, rows = head._state[seq].rows
                 positions = range(first, len(prompt))
