@@ -47,7 +47,7 @@ from ollama_spec.errors import OllamaSpecError
 SWITCH_INTERVAL_S = 0.0005
 # A draft step's passes read at most the last accepted token and the one after it, a row each
 DRAFT_STEP_TOKENS = 2
-# A lone slot priced again from the passes (at its first step too): ~50 us; a price follows ~10
+# A lone slot priced again from the passes (at each of its first steps too): ~50 us; a price follows ~10
 REPRICE_EVERY = 4
 
 
@@ -113,6 +113,8 @@ class StepLoop:
     steps: int = 0  # turns that ended in a target pass
     outside_s: float = 0.0  # their seconds outside llama.cpp's passes: the Python of the steps
     _passes_s: float = 0.0
+    _mark: float = 0.0  # where the time the next pass is priced by begins (`_pass`)
+    _admitted_s: float = 0.0  # this turn's Python before its first pass: the step's, priced with its target pass
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, _Slot] = field(default_factory=dict)
@@ -204,6 +206,8 @@ class StepLoop:
         slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
         started, self._passes_s = time.perf_counter(), 0.0
         self._admit()
+        self._mark = time.perf_counter()
+        self._admitted_s = self._mark - started
         while True:
             for slot in [s for s in self._slots.values() if s.ticket.cancelled]:
                 self._finish(slot)
@@ -273,7 +277,7 @@ class StepLoop:
             k = step_k(policies, prices, DRAFT_GAIN_MARGIN, min(p.costs.k_max for p in policies))
         else:
             k, lone = None, policies[0]
-            if lone.observed % REPRICE_EVERY == 0:
+            if lone.observed < REPRICE_EVERY or lone.observed % REPRICE_EVERY == 0:
                 lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
         for policy in policies:
             policy.shared_k = k
@@ -297,13 +301,27 @@ class StepLoop:
         self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
         draft = model is not self.engine.target  # a draft model's pass, or a head's
         widest = max(len(tokens) for _, tokens, _ in items)
-        if not draft or widest <= DRAFT_STEP_TOKENS:  # a draft's prompt read is not the price of its steps
-            self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
             self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
+        running = len(self._slots)
         for slot, slot_rows in zip(slots, rows):
             self._advance(slot, slot_rows)
+        self._price(draft, len(items) if draft else widest * len(items), widest, ended=len(self._slots) < running)
+
+    def _price(self, draft: bool, size: int, widest: int, ended: bool) -> None:
+        """Price the pass just run by what it took since the one before it: the Python that led up to
+        it, its decode, and its slots reading their rows up to their next evaluations (a draft token
+        sampled and weighed; a step verified and the next one begun); a target pass, the step's Python
+        before its first pass too. What K is worth is then what a step really takes, not its llama.cpp
+        calls alone (on the tiny pair a draft token's Python is about its decode). Not priced: a draft's
+        prompt read (not what its steps cost), and a pass a request ended in (its closing Python)."""
+        now = time.perf_counter()
+        seconds, self._mark = now - self._mark, now
+        if not draft:
+            seconds += self._admitted_s
+        if not ended and (not draft or widest <= DRAFT_STEP_TOKENS):
+            self.engine.costs.passes.observe(draft, size, seconds)
 
     def _advance(self, slot: _Slot, rows: np.ndarray | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""

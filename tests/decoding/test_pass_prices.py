@@ -85,3 +85,25 @@ def test_after_a_busy_spell_the_shared_k_follows_the_quiet_machine_within_a_few_
     best = max(rate(k) for k in range(9))
     assert chosen[29] == 0  # busy: drafting did not pay
     assert all(rate(k) >= 0.95 * best for k in chosen[30 + STALE_PASSES + 4 :])
+
+
+@pytest.mark.parametrize("prior", [None, BUSY])
+def test_a_pass_not_run_lately_keeps_its_price_as_the_machine_moved_since(prior):
+    """A lone slot that stops drafting because a draft token's Python makes it dear must not find the
+    draft cheap again (the calibration's decode, or a share of the target) once its passes go stale:
+    the last price holds, moved as the target's passes moved since."""
+    prices = PassPrices(prior=prior)
+    for _ in range(3):
+        prices.step_costs(4)  # the loop prices each step (a lone slot every few)
+        prices.observe(True, 1, 0.004)  # a draft token: its decode and its Python
+        prices.observe(False, 2, 0.010)
+    for _ in range(STALE_PASSES + 4):  # K=0: the target alone
+        prices.step_costs(4)
+        prices.observe(False, 1, 0.009)
+    assert prices.draft_pass(1) == pytest.approx(0.004, rel=0.1)  # the sizes seen differ in shape from the prior
+    assert prices.target_pass(2) == pytest.approx(0.010, rel=0.1)
+    for _ in range(STALE_PASSES):  # the machine got twice as slow
+        prices.step_costs(4)
+        prices.observe(False, 1, 0.018)
+    assert prices.draft_pass(1) == pytest.approx(0.008, rel=0.1)
+    assert prices.target_pass(2) == pytest.approx(0.020, rel=0.1)
