@@ -24,7 +24,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from ollama_spec.decoding.step_costs import StepCosts, bounded
+from ollama_spec.decoding.step_costs import OUTLIER_FACTOR, StepCosts, bounded
 
 DECAY = 0.8  # per step (target pass): a size's cost follows its passes of the last ~10 steps
 STALE_PASSES = 16  # a size not run in this many steps (target passes) is priced as one never seen
@@ -60,11 +60,13 @@ class _BySize:
         if entry is None or now - entry[1] >= STALE_PASSES:
             self._seen[size] = (seconds, now)
         else:  # the old value weighs as the steps since it say: a size run rarely (a probe's) is not ~10 runs behind
-            kept = DECAY ** max(1, now - entry[1])
+            old, since = entry[0], now - entry[1]
+            kept = DECAY if since <= 1 else DECAY**since
             # one pass far off its size's price (the thread descheduled, a collection) moves it a step's
             # share of OUTLIER_FACTOR at most: a stale price is kept, so one must not set it
-            seconds = bounded(seconds, entry[0])
-            self._seen[size] = (kept * entry[0] + (1 - kept) * seconds, now)
+            if not old / OUTLIER_FACTOR <= seconds <= old * OUTLIER_FACTOR:
+                seconds = bounded(seconds, old)
+            self._seen[size] = (kept * old + (1 - kept) * seconds, now)
         self._scale = None
 
     def get(self, size: int, now: int) -> float | None:

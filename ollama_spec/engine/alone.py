@@ -17,8 +17,7 @@ from ollama_spec.engine.step_loop import StepLoop, Ticket
 
 
 class _Answer:
-    """A Sink read by the thread that runs the turns (`taken` after each) or by a caller that waits
-    for the loop's thread (`wait`)."""
+    """A Sink read by a caller that waits for the loop's thread (`taken`)."""
 
     def __init__(self) -> None:
         self._items: deque[Any] = deque()
@@ -41,39 +40,65 @@ class _Answer:
             self.ended, self.error = True, error
             self._cond.notify()
 
-    def taken(self, wait: bool = False) -> tuple[list[Any], bool]:
-        """The pieces come so far (with `wait`, once there are some or the answer ended), and whether
-        it ended (then they are its last: the loop ends a request after its pieces)."""
+    def taken(self) -> tuple[list[Any], bool]:
+        """The pieces come so far, once there are some or the answer ended, and whether it ended (then
+        they are its last: the loop ends a request after its pieces)."""
         with self._cond:
-            while wait and not self._items and not self.ended:
+            while not self._items and not self.ended:
                 self._cond.wait()
             items = list(self._items)
             self._items.clear()
             return items, self.ended
 
 
+class _Here:
+    """A Sink read by the thread that runs the turns, between them: nothing to lock or wake."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.ended = False
+        self.error: Exception | None = None
+
+    def pieces(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None:
+        self.items += [piece for piece, _ in pieces]
+
+    def end(self, ticket: Ticket) -> None:
+        self.ended = True
+
+    def fail(self, ticket: Ticket, error: Exception) -> None:
+        self.ended, self.error = True, error
+
+
 def run_alone(loop: StepLoop, slot: int, generation: Any, runs: bool = False) -> Iterator[Any]:
     """`generation` (made for sequence `slot`) run in `loop`: its pieces of text (Runs with `runs`) as
     each turn verifies them; its error raised. Closing the iterator ends the request (at the loop's
     next step), its caches keeping what was accepted."""
-    answer = _Answer()
-    ticket = Ticket(generation.request, generation.prompt(), answer, runs, generation=generation, slot=slot)
-    here = loop.queue(ticket, here=True)
-    ended = False
-    try:
-        while not ended:
-            if here:
+    ticket = Ticket(generation.request, generation.prompt(), _Answer(), runs, generation=generation, slot=slot)
+    if loop.queue(ticket, here=True):  # this thread runs the turns: the loop's thread sleeps till `let_go`
+        ticket.sink = answer = _Here()
+        try:
+            while not answer.ended:
                 loop.run_turn()
-            pieces, ended = answer.taken(wait=not here)
-            yield from pieces
+                if answer.items:
+                    yield from answer.items
+                    answer.items = []
+        finally:
+            try:
+                if not answer.ended:
+                    ticket.cancel()
+                    loop.run_turn()  # the slot freed, its steps closed: the caches keep what was accepted
+            finally:
+                loop.let_go()
         if answer.error is not None:
             raise answer.error
+        return
+    ended, waited = False, ticket.sink
+    try:
+        while not ended:
+            pieces, ended = waited.taken()
+            yield from pieces
+        if waited.error is not None:
+            raise waited.error
     finally:
-        try:
-            if not ended:
-                ticket.cancel()
-                if here:
-                    loop.run_turn()  # the slot freed, its steps closed: the caches keep what was accepted
-        finally:
-            if here:
-                loop.let_go()
+        if not ended:
+            ticket.cancel()

@@ -28,17 +28,16 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ollama_spec.decoding.batch_steps import step_k
 from ollama_spec.decoding.evals import Eval
 from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
-from ollama_spec.engine.generation import Generation
 from ollama_spec.engine.prompt_chunks import ChunkSizer
 from ollama_spec.engine.requests import Request
-from ollama_spec.errors import OllamaSpecError
+from ollama_spec.engine.tickets import Pass, Sink, Ticket, not_started
 
 # Python hands the GIL to a thread that waits for it only every switch interval (5 ms by default), and
 # each piece the loop hands on wakes its reader's thread (a client, the server's event loop), which
@@ -51,48 +50,6 @@ DRAFT_STEP_TOKENS = 2
 REPRICE_EVERY = 4
 
 
-@dataclass(frozen=True)
-class Pass:
-    """One llama_decode call as it ran: which model (0 the target, 1 the draft), how many sequences,
-    tokens and rows of logits, the most tokens of one sequence, and its seconds."""
-
-    model: int
-    sequences: int
-    tokens: int
-    rows: int
-    widest: int
-    seconds: float
-
-
-class Sink(Protocol):
-    """Where a request's answer goes, called on the loop's thread (just before its next pass: see
-    `StepLoop._send`): the pieces of text (`Run`s with `runs`) each step verified, in one call (each
-    call may wake the reader's thread: once a step, not once a token), each with how many of the
-    Result's `scored` tokens it completes; then once `end` (the Result is the generation's) or `fail`."""
-
-    def pieces(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None: ...
-    def end(self, ticket: Ticket) -> None: ...
-    def fail(self, ticket: Ticket, error: Exception) -> None: ...
-
-
-@dataclass
-class Ticket:
-    """One admitted request: its prompt as tokens, where its answer goes, and once it has a slot, its
-    generation (whose `result` fills as it runs)."""
-
-    request: Request
-    prompt: list[int]
-    sink: Sink
-    runs: bool = False  # pieces as Runs (which text the draft wrote), not plain text
-    use_draft: bool = True  # False: the target alone (the baseline)
-    generation: Generation | None = None
-    slot: int | None = None  # the sequence it runs in, once admitted
-    cancelled: bool = False  # set by any thread: the slot is freed at the next step
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
 @dataclass
 class _Slot:
     seq: int
@@ -101,6 +58,7 @@ class _Slot:
     wanted: Eval | None = None
     model: Any = None  # the loaded model `wanted` is for, and the sequence in it (`_model_of`)
     wanted_seq: int = 0
+    view: Any = None  # `wanted.model`, which `model` and `wanted_seq` were worked out from
 
 
 @dataclass
@@ -208,26 +166,40 @@ class StepLoop:
         self._admit()
         self._mark = time.perf_counter()
         self._admitted_s = self._mark - started
+        target = self.engine.target  # the others draft: a draft model's sequences, or a head's
         while True:
-            for slot in [s for s in self._slots.values() if s.ticket.cancelled]:
-                self._finish(slot)
-            wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
-            if not wanting:
-                return
-            target = self.engine.target  # the others draft: a draft model's sequences, or a head's
-            drafting = [slot for slot in wanting if slot.model is not target]
+            if len(self._slots) == 1:  # alone: nothing to sort out
+                wanting = [*self._slots.values()]
+                if wanting[0].ticket.cancelled or wanting[0].wanted is None:
+                    wanting = self._finished(wanting)
+                drafting = wanting if wanting and wanting[0].model is not target else ()
+            else:
+                wanting = self._finished(list(self._slots.values()))
+                drafting = [slot for slot in wanting if slot.model is not target]
             if drafting:
                 self._pass(drafting)
                 continue
+            if not wanting:
+                return
             self._choose_k()
             self._pass(wanting)
             self.steps += 1
             self.outside_s += time.perf_counter() - started - self._passes_s
             return  # the target's pass ends the step
 
+    def _finished(self, slots: list[_Slot]) -> list[_Slot]:
+        """The slots that want a pass, the cancelled ones finished."""
+        for slot in [slot for slot in slots if slot.ticket.cancelled]:
+            self._finish(slot)
+        return [slot for slot in slots if slot.wanted is not None]
+
     def _admit(self) -> None:
         """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
         turn's passes; then the turn's passes begin (`_chunks` times the turns)."""
+        if self.engine.slots == 1:  # no other slot's steps for a prompt's chunks to be timed beside
+            if self._waiting and not self._slots:
+                self._admit_waiting()
+            return
         waited = not self._slots  # the loop waits for work only with no slot running
         self._chunks.generating = any(s.ticket.generation.result.tokens for s in self._slots.values())
         self._admit_waiting()
@@ -236,13 +208,13 @@ class StepLoop:
 
     def _admit_waiting(self) -> None:
         free = self.engine.slots - len(self._slots)
-        while free > 0:
+        while free > 0 and self._waiting:  # read without the lock: what comes meanwhile waits a turn
             with self._lock:
                 ticket = self._waiting.popleft() if self._waiting else None
             if ticket is None:
                 return
             if ticket.cancelled:
-                ticket.sink.fail(ticket, _cancelled())
+                ticket.sink.fail(ticket, not_started())
                 continue
             try:  # a generation made for its sequence (Engine.generate's) runs there
                 seq = self.engine.pool.acquire(ticket.prompt, ticket.slot)
@@ -287,10 +259,11 @@ class StepLoop:
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
         model = slots[0].model
-        self._send()  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
+        if self._outbox:  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
+            self._send()
         started = time.perf_counter()
         try:
-            items = [(slot.wanted_seq, slot.wanted.tokens, slot.wanted.logits) for slot in slots]
+            items = [(s.wanted_seq, s.wanted.tokens, s.wanted.logits) for s in slots]
             items = [(seq, tokens, model.rows_asked(tokens, logits, seq)) for seq, tokens, logits in items]
             rows = model.decode_many(items)
         except Exception as exc:  # noqa: BLE001 - every request in the pass fails with it
@@ -298,30 +271,29 @@ class StepLoop:
                 self._fail(slot, exc)
             return
         seconds = time.perf_counter() - started
-        self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
+        self.decodes += 1
+        self._passes_s += seconds
         draft = model is not self.engine.target  # a draft model's pass, or a head's
-        widest = max(len(tokens) for _, tokens, _ in items)
+        widest = len(items[0][1]) if len(items) == 1 else max([len(tokens) for _, tokens, _ in items])
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
             self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
         running = len(self._slots)
         for slot, slot_rows in zip(slots, rows):
             self._advance(slot, slot_rows)
-        self._price(draft, len(items) if draft else widest * len(items), widest, ended=len(self._slots) < running)
-
-    def _price(self, draft: bool, size: int, widest: int, ended: bool) -> None:
-        """Price the pass just run by what it took since the one before it: the Python that led up to
-        it, its decode, and its slots reading their rows up to their next evaluations (a draft token
-        sampled and weighed; a step verified and the next one begun); a target pass, the step's Python
-        before its first pass too. What K is worth is then what a step really takes, not its llama.cpp
-        calls alone (on the tiny pair a draft token's Python is about its decode). Not priced: a draft's
-        prompt read (not what its steps cost), and a pass a request ended in (its closing Python)."""
+        # Priced by what it took since the pass before it: the Python that led up to it, its decode, and
+        # its slots reading their rows up to their next evaluations (a draft token sampled and weighed; a
+        # step verified and the next one begun); a target pass, the step's Python before its first pass
+        # too. K is then chosen on what a step really takes, not its llama.cpp calls alone (on the tiny
+        # pair a draft token's Python is about its decode). Not priced: a draft's prompt read (not what
+        # its steps cost), and a pass a request ended in (its closing Python).
         now = time.perf_counter()
         seconds, self._mark = now - self._mark, now
-        if not draft:
-            seconds += self._admitted_s
-        if not ended and (not draft or widest <= DRAFT_STEP_TOKENS):
-            self.engine.costs.passes.observe(draft, size, seconds)
+        if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
+            return
+        self.engine.costs.passes.observe(
+            draft, len(items) if draft else widest * len(items), seconds if draft else seconds + self._admitted_s
+        )
 
     def _advance(self, slot: _Slot, rows: np.ndarray | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
@@ -332,7 +304,8 @@ class StepLoop:
                 pieces.append((item, len(ticket.generation.result.scored)))  # its tokens' logprobs: up to there
                 item = next(steps)
             slot.wanted = item
-            if isinstance(item, Eval):
+            if isinstance(item, Eval) and item.model is not slot.view:  # a slot's views stay: worked out once each
+                slot.view = item.model
                 slot.model, slot.wanted_seq = _model_of(item)
         except StopIteration:
             slot.wanted = None
@@ -340,7 +313,8 @@ class StepLoop:
             self._hand_on(ticket, pieces)
             self._fail(slot, exc)
             return
-        self._hand_on(ticket, pieces)
+        if pieces:
+            self._hand_on(ticket, pieces)
         if slot.wanted is None or ticket.cancelled:
             self._finish(slot)
 
@@ -381,11 +355,3 @@ def _model_of(wanted: Eval) -> tuple[Any, int]:
     """The loaded model and sequence an evaluation is for (a SequenceView is one sequence of one)."""
     view = wanted.model
     return (view.model, view.seq) if hasattr(view, "seq") else (view, 0)
-
-
-class NotStarted(OllamaSpecError):
-    """A request cancelled before it had a slot."""
-
-
-def _cancelled() -> Exception:
-    return NotStarted("the request was cancelled before it started")
