@@ -32,6 +32,8 @@ STALE_PASSES = 16  # a size not run in this many steps (target passes) is priced
 # of a single token (a CPU's kernels; a GPU's is near 0, and the first passes say which), and a draft
 # pass this share of the target's (a draft is about a tenth of its target's size).
 PRIOR_SLOPE = 0.1
+# In the verify line (`PassPrices.step_costs`), a size not run lately weighs this much of one run lately.
+STALE_WEIGHT = 0.2
 PRIOR_DRAFT_SHARE = 0.1
 
 
@@ -147,7 +149,26 @@ class PassPrices:
         False: proposals that cost no draft pass (a lookup in the text)."""
         self._target_scale()  # the machine's speed now, noted for the sizes that go stale later
         draft = self.draft_pass(1) if drafts else 0.0
-        return StepCosts(draft, tuple(self.target_pass(n) for n in range(1, k_max + 2)))
+        return StepCosts(draft, self._verify_line(k_max + 1))
+
+    def _verify_line(self, sizes: int) -> tuple[float, ...]:
+        """Target passes of 1..`sizes` tokens on the line a + b·tokens (b ≥ 0) through their prices, the
+        sizes run lately weighing most. Each size's price is learned from the few passes of its own that
+        a shared CPU times ±10-30 %: per size, one soon looks cheaper than a smaller one (on the tiny
+        pair, 4 tokens at 0.098 ms against 0.131 for 1), which a lone slot's K rule reads as drafts that
+        cost nothing, and it drafts 16 where drafting does not pay at all."""
+        xs = range(1, sizes + 1)
+        ys = [self.target_pass(n) for n in xs]
+        ws = [1.0 if self._target.get(n, self._now) is not None else STALE_WEIGHT for n in xs]
+        w = sum(ws)
+        mean_x = sum(wi * x for wi, x in zip(ws, xs)) / w
+        mean_y = sum(wi * y for wi, y in zip(ws, ys)) / w
+        spread = sum(wi * (x - mean_x) ** 2 for wi, x in zip(ws, xs))
+        slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(ws, xs, ys)) / spread if spread else 0.0
+        slope = max(0.0, slope)
+        # no pass at under half the cheapest run lately (the line's foot, bent by a few far sizes, is no price)
+        floor = 0.5 * min([y for y, wi in zip(ys, ws) if wi == 1.0] or ys)
+        return tuple(max(mean_y + slope * (x - mean_x), floor) for x in xs)
 
     def _target_scale(self) -> float:
         """How the target's sizes seen lately compare with its prior: the machine's speed now (noted

@@ -1,5 +1,7 @@
 """What a pass costs, learned from the step loop's own passes; a calibration only their prior."""
 
+import itertools
+
 import pytest
 
 from ollama_spec.decoding.batch_steps import best_shared_k
@@ -107,3 +109,18 @@ def test_a_pass_not_run_lately_keeps_its_price_as_the_machine_moved_since(prior)
         prices.observe(False, 1, 0.018)
     assert prices.draft_pass(1) == pytest.approx(0.008, rel=0.1)
     assert prices.target_pass(2) == pytest.approx(0.020, rel=0.1)
+
+
+def test_a_lone_slots_verify_costs_are_a_line_not_each_sizes_noise():
+    """Each size's price comes from few passes timed on a shared CPU: one size cheaper than a smaller
+    one would read as drafts that cost nothing. The costs a lone slot is priced by rise with the
+    batch, as the passes do on the whole."""
+    prices = PassPrices()
+    timed = {1: 0.131, 2: 0.162, 3: 0.193, 4: 0.098, 5: 0.136, 6: 0.161, 7: 0.363, 8: 0.192}  # ms, one run
+    for _ in range(3):
+        for size, ms in timed.items():
+            prices.observe(False, size, ms / 1000)
+    verify = prices.step_costs(7, drafts=False).verify_s
+    assert all(b >= a for a, b in itertools.pairwise(verify))
+    assert verify[3] > verify[0]  # 4 tokens cost more than 1
+    assert sum(verify) == pytest.approx(sum(timed.values()) / 1000, rel=0.05)  # the line through them
