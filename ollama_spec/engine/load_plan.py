@@ -57,10 +57,13 @@ class EngineSettings:
     # default (`mtp_where_it_pays`), only where their priced goodput beats the target alone (mtp_default.py)
     mtp: bool = False
     mtp_where_it_pays: bool = False
+    # Why the MTP layers chosen by default were let go (they do not fit, or would not pay): the target runs
+    # alone, and the server reports that, not the plan; "" where they were not
+    mtp_let_go: str = ""
     # A request alone (`Engine.generate`: generate, chat, bench's single stream) run as the step loop
     # with one slot, its turns on the iterating thread (engine/alone.py); off, its evaluations run
-    # directly, as before the loop. Off by default: on the tiny pair the loop's turn costs 8-12 us of
-    # Python a pass more than the direct run (docs/benchmark.md), about 10 % of a pass there.
+    # directly (decoding/evals.evaluated). Off by default: on the tiny pair the loop's turn costs 8-12 us
+    # of Python a pass more than the direct run (docs/benchmark.md), about 10 % of a pass there.
     lone_in_loop: bool = field(default_factory=lone_in_loop_by_default)
 
     def __post_init__(self) -> None:

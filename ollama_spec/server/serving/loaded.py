@@ -50,6 +50,7 @@ class Served:
     def __post_init__(self) -> None:
         self.worker = Worker(self.engine, self.settings.max_queue, self._finished)
         self.name = self.name or self.engine.target_model.name
+        self.draft_why = speculation.loaded_why(self.engine, self.draft_why)  # what loaded, not what was planned
 
     @property
     def model_name(self) -> str:

@@ -275,7 +275,7 @@ class Scheduler:
                 pair.ctx_why,
                 engine.slots,
                 "" if engine.slots == 1 else "s",
-                pair.draft_why,
+                served.draft_why,
             )
             return served
 
