@@ -297,7 +297,7 @@ class StepLoop:
 
     def _advance(self, slot: _Slot, rows: np.ndarray | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
-        ticket, steps, pieces = slot.ticket, slot.steps, []
+        ticket, steps, pieces, failed = slot.ticket, slot.steps, [], None
         try:
             item = steps.send(rows) if rows is not None else next(steps)
             while not isinstance(item, Eval) and not ticket.cancelled:
@@ -310,17 +310,14 @@ class StepLoop:
         except StopIteration:
             slot.wanted = None
         except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
-            self._hand_on(ticket, pieces)
-            self._fail(slot, exc)
+            failed = exc
+        if pieces:  # handed on with the turn's other sinks' calls (`_send`)
+            self._outbox.append((ticket.sink.pieces, (ticket, pieces)))
+        if failed is not None:
+            self._fail(slot, failed)
             return
-        if pieces:
-            self._hand_on(ticket, pieces)
         if slot.wanted is None or ticket.cancelled:
             self._finish(slot)
-
-    def _hand_on(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None:
-        if pieces:
-            self._outbox.append((ticket.sink.pieces, (ticket, pieces)))
 
     def _send(self) -> None:
         """Make the sinks' calls of this turn, in order. Each may wake a reader's thread, which then
