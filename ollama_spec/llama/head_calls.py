@@ -3,6 +3,10 @@
 `llama-ext.h` declares them without `extern "C"`, so a build exports them under C++ names: Itanium
 on Linux and macOS, MSVC on Windows; a build may also export plain names. Each is looked up under
 all three; a build that has none of them cannot run a head, and says which version can.
+
+The calls that read llama.cpp's float buffers are bound a second time here returning a plain address
+(`*_at`): the head views each buffer once per address (head_rows.RowIO), where a ctypes pointer would
+cost a numpy view built from it at every read.
 """
 
 from __future__ import annotations
@@ -63,6 +67,34 @@ _SIGNATURES = {
     ),
 }
 
+# HeadCalls' reads as addresses: (the names it is exported under, argtypes)
+_ADDRESS_CALLS = {
+    "layer_inp_at": (
+        (
+            "llama_get_embeddings_layer_inp",
+            *_SIGNATURES["llama_get_embeddings_layer_inp"][0],
+        ),
+        [_ctx, ctypes.c_uint32],
+    ),
+    "nextn_at": (
+        (
+            "llama_get_embeddings_nextn",
+            "_Z26llama_get_embeddings_nextnP13llama_context",
+            "?llama_get_embeddings_nextn@@YAPEAMPEAUllama_context@@@Z",
+        ),
+        [_ctx],
+    ),
+    "nextn_ith_at": (
+        (
+            "llama_get_embeddings_nextn_ith",
+            "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+            "?llama_get_embeddings_nextn_ith@@YAPEAMPEAUllama_context@@H@Z",
+        ),
+        [_ctx, ctypes.c_int32],
+    ),
+    "logits_ith_at": (("llama_get_logits_ith",), [_ctx, ctypes.c_int32]),
+}
+
 
 @dataclass(frozen=True)
 class HeadCalls:
@@ -73,13 +105,21 @@ class HeadCalls:
     set_nextn: Callable[..., None]
     get_nextn: Callable[..., ctypes.POINTER(ctypes.c_float)]
     get_nextn_ith: Callable[..., ctypes.POINTER(ctypes.c_float)]
+    # the same reads as addresses (int, or None for none): llama_get_embeddings_layer_inp,
+    # llama_get_embeddings_nextn, llama_get_embeddings_nextn_ith, llama_get_logits_ith
+    layer_inp_at: Callable[..., int | None]
+    nextn_at: Callable[..., int | None]
+    nextn_ith_at: Callable[..., int | None]
+    logits_ith_at: Callable[..., int | None]
 
 
 def find_symbol(library: ctypes.CDLL, names: tuple[str, ...], argtypes: list, restype) -> Callable | None:
-    """The first of `names` the library exports, typed; None when it has none of them."""
+    """The first of `names` the library exports, typed; None when it has none of them. Each is a
+    function object of its own (the library's attributes are shared with llama-cpp-python's bindings,
+    whose types must stay theirs)."""
     for name in names:
         try:
-            function = getattr(library, name)
+            function = library[name]
         except AttributeError:
             continue
         function.argtypes, function.restype = argtypes, restype
@@ -90,17 +130,21 @@ def find_symbol(library: ctypes.CDLL, names: tuple[str, ...], argtypes: list, re
 @cache
 def head_calls() -> HeadCalls:
     """The calls, bound once; MissingHeadCalls (one line) where the installed build lacks any."""
-    found, missing = {}, []
+    found, missing, library = {}, [], llama_cpp.llama_cpp._lib
     for plain, (mangled, argtypes, restype) in _SIGNATURES.items():
-        function = find_symbol(llama_cpp.llama_cpp._lib, (plain, *mangled), argtypes, restype)
+        function = find_symbol(library, (plain, *mangled), argtypes, restype)
         if function is None:
             missing.append(plain)
         found[plain] = function
+    addresses = {
+        name: find_symbol(library, names, argtypes, ctypes.c_void_p)
+        for name, (names, argtypes) in _ADDRESS_CALLS.items()
+    }
     nextn = [
         getattr(llama_cpp_ext, name, None) for name in ("llama_set_embeddings_nextn", "llama_get_embeddings_nextn")
     ]
     nextn.append(getattr(llama_cpp_ext, "llama_get_embeddings_nextn_ith", None))
-    if missing or None in nextn or not hasattr(llama_cpp, "llama_process"):
+    if missing or None in nextn or None in addresses.values() or not hasattr(llama_cpp, "llama_process"):
         missing += [] if missing else ["llama_get_embeddings_nextn / llama_process"]
         raise MissingHeadCalls(
             f"this llama-cpp-python ({llama_cpp.__version__}) lacks {', '.join(missing)}, which an EAGLE-3 "
@@ -112,4 +156,5 @@ def head_calls() -> HeadCalls:
         found["llama_model_target_layer_ids"],
         found["llama_model_target_layer_ids_n"],
         *nextn,
+        **addresses,
     )

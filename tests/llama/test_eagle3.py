@@ -7,7 +7,7 @@ import pytest
 from gguf import GGUFReader
 
 from ollama_spec.errors import ModelLoadError
-from ollama_spec.llama import head_calls
+from ollama_spec.llama import eagle3, head_calls, head_rows
 from ollama_spec.llama.eagle3 import Eagle3Head
 from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.synthetic.eagle3_head import write_eagle3_head
@@ -79,6 +79,43 @@ def test_the_heads_cache_follows_the_targets_passes_and_cuts(heads, target):
         assert state.rows[0] == len(prompt) and len(state.rows[1]) == 3
         sequence.start(len(prompt) + 3, 6)
         assert state.end == len(prompt) + 3  # all of them, and the step, in one pass
+    finally:
+        head.close()
+
+
+def test_draft_steps_and_verify_passes_make_no_view_or_struct_per_row(heads, target, monkeypatch):
+    """After the first step, the head reads llama.cpp's buffers through views made once per address and
+    hands its rows in through structs made once: no numpy view of a ctypes pointer and no llama_embd
+    array per pass (each cost more than the pass itself on a small head)."""
+    head = Eagle3Head(heads["crafted"], target)
+    try:
+        prompt = target.tokenize("The quick brown fox jumps", add_bos=True, special=False)
+        target.eval(prompt)
+        sequence = head.sequence(0)
+        sequence.step(int(sequence.start(len(prompt), 42).argmax()))
+        sequence.finish(len(prompt))
+        made = []
+
+        def as_array(*args, **kwargs):
+            made.append("a numpy view of a ctypes pointer")
+            raise AssertionError(made[-1])
+
+        def embd_rows(rows):
+            made.append("a llama_embd array")
+            return head_rows.embd_rows.__wrapped__(rows)
+
+        embd_rows.__wrapped__ = head_rows.embd_rows
+        monkeypatch.setattr(np.ctypeslib, "as_array", as_array)
+        monkeypatch.setattr(head_rows, "embd_rows", embd_rows)
+        monkeypatch.setattr(eagle3, "embd_rows", embd_rows, raising=False)
+        n, last = len(prompt), 42
+        for token in (7, 9, 11):  # a verify pass of the boundary token and two drafts, the first accepted
+            target.eval([last, token, 5])
+            target.truncate(n + 2)
+            n, last = n + 2, token + 1  # the target's own token after the accepted draft
+            sequence.step(int(sequence.start(n, last).argmax()))
+            sequence.finish(n)
+        assert made == []
     finally:
         head.close()
 
