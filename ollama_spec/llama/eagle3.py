@@ -33,7 +33,7 @@ import numpy as np
 from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import InferenceError, ModelLoadError
-from ollama_spec.llama.head_calls import head_calls
+from ollama_spec.llama.head_calls import head_calls, quick_calls
 from ollama_spec.llama.head_rows import RowIO, _Sequence, pack_state, unpack_state
 from ollama_spec.llama.head_sequences import HeadSequence
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
@@ -207,7 +207,7 @@ class Eagle3Head:
     def _cut(self, seq: int, position: int) -> None:
         state = self._state[seq]
         if state.end > position:
-            llama_cpp.llama_memory_seq_rm(self._memory, seq, position, -1)
+            self._quick.seq_rm(self._memory, seq, position, -1)
             state.end = position
 
     # The rows in and out of the head's passes (built on first use: MtpHead sets up without __init__)
@@ -224,6 +224,10 @@ class Eagle3Head:
     @cached_property
     def _memory(self):
         return llama_cpp.llama_get_memory(self._ctx.ctx)
+
+    @cached_property
+    def _quick(self):
+        return quick_calls()
 
     def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
         """The captured rows of entries `order`: the three layers' inputs side by side."""
@@ -243,18 +247,14 @@ class Eagle3Head:
     def _encode(self, features: np.ndarray) -> np.ndarray:
         """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
         out = np.empty((len(features), self.n_embd), dtype=np.float32)
-        batch, io = self._batch, self._features_io
-        add_embd, set_pos, set_output = (
-            llama_cpp.llama_batch_ext_add_embd,
-            llama_cpp.llama_batch_ext_set_pos,
-            llama_cpp.llama_batch_ext_set_output_embd,
-        )
+        batch, io, quick = self._batch, self._features_io, self._quick
+        add_embd, set_pos, set_output = quick.add_embd, quick.set_pos, quick.set_output_embd
         pos, pos_ref = io.pos, io.pos_ref
         for start in range(0, len(features), self.n_batch):
             chunk = features[start : start + self.n_batch]
-            llama_cpp.llama_batch_ext_clear(batch)
+            quick.batch_clear(batch)
             # the encoder reads no positions, but a batch's must follow what sequence 0 holds
-            after = llama_cpp.llama_memory_seq_pos_max(self._memory, 0) + 1
+            after = quick.seq_pos_max(self._memory, 0) + 1
             embds = io.embds(chunk)
             for j in range(len(chunk)):
                 idx = add_embd(batch, 0, embds[j])
@@ -271,11 +271,15 @@ class Eagle3Head:
     def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool = False) -> None:
         """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
         pre-norm states for every pair."""
-        batch, add_token, set_pos = self._batch, llama_cpp.llama_batch_ext_add_token, llama_cpp.llama_batch_ext_set_pos
-        set_embd, set_output = llama_cpp.llama_batch_ext_set_embd_token, llama_cpp.llama_batch_ext_set_output_logits
-        io, states = self._g_io, self._state
+        batch, quick, io, states = self._batch, self._quick, self._g_io, self._state
+        add_token, set_pos, set_embd, set_output = (
+            quick.add_token,
+            quick.set_pos,
+            quick.set_embd_token,
+            quick.set_output_logits,
+        )
         pos, pos_ref = io.pos, io.pos_ref
-        llama_cpp.llama_batch_ext_clear(batch)
+        quick.batch_clear(batch)
         embds = io.embds([pair[3] for pair in pairs])
         for i, (seq, position, token, _) in enumerate(pairs):
             idx = add_token(batch, seq, token)

@@ -6,7 +6,11 @@ all three; a build that has none of them cannot run a head, and says which versi
 
 The calls that read llama.cpp's float buffers are bound a second time here returning a plain address
 (`*_at`): the head views each buffer once per address (head_rows.RowIO), where a ctypes pointer would
-cost a numpy view built from it at every read.
+cost a numpy view built from it at every read. Those and the batch calls a head's pass is built with
+return at once, and are bound to keep the GIL (`QuickCalls`): a ctypes call lets go of it, and every
+call that does is a turn for the threads waiting for it (a server's readers, woken by the step loop
+just before a pass), which then hold it for their own work while the head waits to build its batch.
+The passes themselves let go of it as llama-cpp-python's bindings do.
 """
 
 from __future__ import annotations
@@ -113,18 +117,58 @@ class HeadCalls:
     logits_ith_at: Callable[..., int | None]
 
 
-def find_symbol(library: ctypes.CDLL, names: tuple[str, ...], argtypes: list, restype) -> Callable | None:
+def find_symbol(
+    library: ctypes.CDLL, names: tuple[str, ...], argtypes: list, restype, *, keep_gil: bool = False
+) -> Callable | None:
     """The first of `names` the library exports, typed; None when it has none of them. Each is a
     function object of its own (the library's attributes are shared with llama-cpp-python's bindings,
-    whose types must stay theirs)."""
+    whose types must stay theirs); with `keep_gil`, one called without letting go of the GIL."""
     for name in names:
         try:
+            if keep_gil:
+                return ctypes.PYFUNCTYPE(restype, *argtypes)((name, library))
             function = library[name]
         except AttributeError:
             continue
         function.argtypes, function.restype = argtypes, restype
         return function
     return None
+
+
+@dataclass(frozen=True)
+class QuickCalls:
+    """llama-cpp-python's bindings of the calls a head's pass is built with, bound again to keep the GIL."""
+
+    batch_clear: Callable[..., None]
+    add_token: Callable[..., int]
+    add_embd: Callable[..., int]
+    set_pos: Callable[..., bool]
+    set_embd_token: Callable[..., bool]
+    set_output_logits: Callable[..., bool]
+    set_output_embd: Callable[..., bool]
+    seq_pos_max: Callable[..., int]
+    seq_rm: Callable[..., bool]
+
+
+@cache
+def quick_calls() -> QuickCalls:
+    """The batch calls, bound once (head_calls has checked that llama-cpp-python binds them)."""
+    names = (
+        "llama_batch_ext_clear",
+        "llama_batch_ext_add_token",
+        "llama_batch_ext_add_embd",
+        "llama_batch_ext_set_pos",
+        "llama_batch_ext_set_embd_token",
+        "llama_batch_ext_set_output_logits",
+        "llama_batch_ext_set_output_embd",
+        "llama_memory_seq_pos_max",
+        "llama_memory_seq_rm",
+    )
+    bound = [getattr(llama_cpp, name) for name in names]
+    library = llama_cpp.llama_cpp._lib
+    return QuickCalls(
+        *(find_symbol(library, (name,), f.argtypes, f.restype, keep_gil=True) for name, f in zip(names, bound))
+    )
 
 
 @cache
@@ -137,7 +181,7 @@ def head_calls() -> HeadCalls:
             missing.append(plain)
         found[plain] = function
     addresses = {
-        name: find_symbol(library, names, argtypes, ctypes.c_void_p)
+        name: find_symbol(library, names, argtypes, ctypes.c_void_p, keep_gil=True)
         for name, (names, argtypes) in _ADDRESS_CALLS.items()
     }
     nextn = [
