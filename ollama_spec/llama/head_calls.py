@@ -9,8 +9,9 @@ The calls that read llama.cpp's float buffers are bound a second time here retur
 cost a numpy view built from it at every read. Those and the batch calls a head's pass is built with
 return at once, and are bound to keep the GIL (`QuickCalls`): a ctypes call lets go of it, and every
 call that does is a turn for the threads waiting for it (a server's readers, woken by the step loop
-just before a pass), which then hold it for their own work while the head waits to build its batch.
-The passes themselves let go of it as llama-cpp-python's bindings do.
+just before a pass), which then hold it for their own work while the head waits to build its batch,
+and on a busy machine wait again to be scheduled. A pass lets go of it unless it is shorter than a
+turn at the GIL (Eagle3Head._process).
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ class QuickCalls:
     set_output_embd: Callable[..., bool]
     seq_pos_max: Callable[..., int]
     seq_rm: Callable[..., bool]
+    process: Callable[..., int]  # a pass, for the passes shorter than a turn at the GIL (Eagle3Head._process)
 
 
 @cache
@@ -163,6 +165,7 @@ def quick_calls() -> QuickCalls:
         "llama_batch_ext_set_output_embd",
         "llama_memory_seq_pos_max",
         "llama_memory_seq_rm",
+        "llama_process",
     )
     bound = [getattr(llama_cpp, name) for name in names]
     library = llama_cpp.llama_cpp._lib
