@@ -154,24 +154,23 @@ class QuickCalls:
 
 @cache
 def quick_calls() -> QuickCalls:
-    """The batch calls, bound once (head_calls has checked that llama-cpp-python binds them)."""
-    names = (
-        "llama_batch_ext_clear",
-        "llama_batch_ext_add_token",
-        "llama_batch_ext_add_embd",
-        "llama_batch_ext_set_pos",
-        "llama_batch_ext_set_embd_token",
-        "llama_batch_ext_set_output_logits",
-        "llama_batch_ext_set_output_embd",
-        "llama_memory_seq_pos_max",
-        "llama_memory_seq_rm",
-        "llama_process",
+    """The batch calls, bound once (head_calls has checked that this llama-cpp-python has them), typed
+    as llama.h declares them."""
+    ptr, i32, flag, embd = ctypes.c_void_p, ctypes.c_int32, ctypes.c_bool, llama_cpp.llama_embd
+    signatures = (  # name, argtypes, restype: in QuickCalls' order
+        ("llama_batch_ext_clear", [ptr], None),
+        ("llama_batch_ext_add_token", [ptr, i32, i32], i32),
+        ("llama_batch_ext_add_embd", [ptr, i32, embd], i32),
+        ("llama_batch_ext_set_pos", [ptr, i32, ctypes.POINTER(i32)], flag),
+        ("llama_batch_ext_set_embd_token", [ptr, i32, embd], flag),
+        ("llama_batch_ext_set_output_logits", [ptr, i32, flag], flag),
+        ("llama_batch_ext_set_output_embd", [ptr, i32, flag], flag),
+        ("llama_memory_seq_pos_max", [ptr, i32], i32),
+        ("llama_memory_seq_rm", [ptr, i32, i32, i32], flag),
+        ("llama_process", [ptr, ctypes.c_int, ptr], i32),
     )
-    bound = [getattr(llama_cpp, name) for name in names]
     library = llama_cpp.llama_cpp._lib
-    return QuickCalls(
-        *(find_symbol(library, (name,), f.argtypes, f.restype, keep_gil=True) for name, f in zip(names, bound))
-    )
+    return QuickCalls(*(find_symbol(library, (name,), *signature, keep_gil=True) for name, *signature in signatures))
 
 
 @cache
