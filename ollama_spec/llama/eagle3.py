@@ -22,9 +22,7 @@ one pass (`decode_many`, as a draft model's: the engine's step loop batches the 
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -58,7 +56,6 @@ class Eagle3Head:
 
     CONTEXT_TYPE: int | None = None  # llama.cpp's default context, reading the head's own GGUF
     CONTEXT_NAME = "a context for the head"  # in the error when llama.cpp cannot make it
-    step_pass_s: float = 0.0  # a draft step's pass, CPU seconds on the calling thread (a moving average)
 
     def __init__(self, path, target, *, n_gpu_layers: int = -1):
         self.calls = head_calls()
@@ -297,17 +294,7 @@ class Eagle3Head:
         self._process(llama_cpp.LLAMA_PROCESS_TYPE_DECODE, len(pairs))
 
     def _process(self, kind: int, n: int) -> None:
-        # A pass of a draft step that takes less than a turn at the GIL (sys.getswitchinterval) keeps it,
-        # as any Python code that long does: letting it go hands it to a waiting thread (a server's
-        # reader), and the head then waits for it back, on a busy machine for the scheduler too, longer
-        # than the pass. A longer pass (a large head, a prompt's pairs) lets the other threads run.
-        if n > MERGED_ROWS:  # a prompt's pairs: no draft step's pass
-            code = llama_cpp.llama_process(self._ctx.ctx, kind, self._batch)
-        else:
-            keep = self.step_pass_s < sys.getswitchinterval()
-            started = time.thread_time()  # CPU time: what the pass costs, not how long the thread waited
-            code = (self._quick.process if keep else llama_cpp.llama_process)(self._ctx.ctx, kind, self._batch)
-            self.step_pass_s += 0.2 * (time.thread_time() - started - self.step_pass_s)
+        code = llama_cpp.llama_process(self._ctx.ctx, kind, self._batch)
         if code != 0:
             stage = "encoder" if kind == llama_cpp.LLAMA_PROCESS_TYPE_ENCODE else "decoder"
             raise InferenceError(

@@ -10,8 +10,8 @@ cost a numpy view built from it at every read. Those and the batch calls a head'
 return at once, and are bound to keep the GIL (`QuickCalls`): a ctypes call lets go of it, and every
 call that does is a turn for the threads waiting for it (a server's readers, woken by the step loop
 just before a pass), which then hold it for their own work while the head waits to build its batch,
-and on a busy machine wait again to be scheduled. A pass lets go of it unless it is shorter than a
-turn at the GIL (Eagle3Head._process).
+and on a busy machine waits again to be scheduled. The passes let go of it, as llama-cpp-python's
+bindings do: the readers run during them.
 """
 
 from __future__ import annotations
@@ -149,7 +149,6 @@ class QuickCalls:
     set_output_embd: Callable[..., bool]
     seq_pos_max: Callable[..., int]
     seq_rm: Callable[..., bool]
-    process: Callable[..., int]  # a pass, for the passes shorter than a turn at the GIL (Eagle3Head._process)
 
 
 @cache
@@ -167,7 +166,6 @@ def quick_calls() -> QuickCalls:
         ("llama_batch_ext_set_output_embd", [ptr, i32, flag], flag),
         ("llama_memory_seq_pos_max", [ptr, i32], i32),
         ("llama_memory_seq_rm", [ptr, i32, i32, i32], flag),
-        ("llama_process", [ptr, ctypes.c_int, ptr], i32),
     )
     library = llama_cpp.llama_cpp._lib
     return QuickCalls(*(find_symbol(library, (name,), *signature, keep_gil=True) for name, *signature in signatures))

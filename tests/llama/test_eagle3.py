@@ -4,7 +4,6 @@ following the target's passes and cuts."""
 
 import ctypes
 import dataclasses
-import sys
 
 import llama_cpp
 import numpy as np
@@ -135,27 +134,6 @@ def test_the_calls_a_heads_batch_is_built_with_keep_the_gil():
     calls += [head_calls.head_calls().logits_ith_at, head_calls.head_calls().layer_inp_at]
     assert all(call._flags_ & ctypes._FUNCFLAG_PYTHONAPI for call in calls)
     assert not llama_cpp.llama_process._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # a pass lets other threads run
-
-
-def test_a_draft_steps_pass_keeps_the_gil_while_it_is_shorter_than_a_turn_at_it(heads, target, monkeypatch):
-    """A small head's passes take less than Python's switch interval: letting the GIL go for them costs a
-    server's loop more than it frees; a head whose passes take longer lets the other threads run."""
-    head = Eagle3Head(heads["crafted"], target)
-    try:
-        released, process = [], llama_cpp.llama_process
-        monkeypatch.setattr(llama_cpp, "llama_process", lambda *args: released.append(args[1]) or process(*args))
-        prompt = target.tokenize("The quick brown fox jumps", add_bos=True, special=False)
-        target.eval(prompt)
-        sequence = head.sequence(0)
-        sequence.step(int(sequence.start(len(prompt), 42).argmax()))
-        sequence.finish(len(prompt))
-        assert released == [] and 0 < head.step_pass_s < sys.getswitchinterval()
-        head.step_pass_s = 2 * sys.getswitchinterval()  # as a large head's passes
-        sequence.start(len(prompt), 42)
-        sequence.finish(len(prompt))
-        assert released == [llama_cpp.LLAMA_PROCESS_TYPE_DECODE]
-    finally:
-        head.close()
 
 
 def test_each_cached_position_pairs_the_next_token_with_its_g(tiny_models, target, tmp_path):
