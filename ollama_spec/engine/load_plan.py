@@ -49,6 +49,9 @@ class EngineSettings:
     # default (`mtp_where_it_pays`), only where their priced goodput beats the target alone (mtp_default.py)
     mtp: bool = False
     mtp_where_it_pays: bool = False
+    # Why the MTP layers chosen by default were let go (they do not fit, or would not pay): the target runs
+    # alone, and the server reports that, not the plan; "" where they were not
+    mtp_let_go: str = ""
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:
