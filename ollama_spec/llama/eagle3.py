@@ -25,6 +25,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import llama_cpp
@@ -32,8 +33,8 @@ import numpy as np
 from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import InferenceError, ModelLoadError
-from ollama_spec.llama.head_calls import head_calls
-from ollama_spec.llama.head_rows import _Sequence, embd_rows, pack_state, unpack_state
+from ollama_spec.llama.head_calls import head_calls, quick_calls
+from ollama_spec.llama.head_rows import RowIO, _Sequence, pack_state, unpack_state
 from ollama_spec.llama.head_sequences import HeadSequence
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry
@@ -152,7 +153,8 @@ class Eagle3Head:
         raw = [seq for seq in dict.fromkeys(seqs) if self._state[seq].raw and self._state[seq].rows is not None]
         if not raw:
             return
-        g = self._encode(np.concatenate([self._state[seq].rows[1] for seq in raw]))
+        rows = [self._state[seq].rows[1] for seq in raw]
+        g = self._encode(rows[0] if len(rows) == 1 else np.concatenate(rows))
         offset = 0
         for seq in raw:
             state = self._state[seq]
@@ -205,60 +207,90 @@ class Eagle3Head:
     def _cut(self, seq: int, position: int) -> None:
         state = self._state[seq]
         if state.end > position:
-            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx.ctx), seq, position, -1)
+            self._quick.seq_rm(self._memory, seq, position, -1)
             state.end = position
+
+    # The rows in and out of the head's passes (built on first use: MtpHead sets up without __init__)
+    @cached_property
+    def _g_io(self) -> RowIO:
+        """The decoder's g rows in; the target's captured rows and the head's outputs out."""
+        return RowIO(self.n_embd, MERGED_ROWS)
+
+    @cached_property
+    def _features_io(self) -> RowIO:
+        """The encoder's rows in: the three layers' captured rows side by side."""
+        return RowIO(len(self.layers) * self.n_target_embd, MERGED_ROWS)
+
+    @cached_property
+    def _memory(self):
+        return llama_cpp.llama_get_memory(self._ctx.ctx)
+
+    @cached_property
+    def _quick(self):
+        return quick_calls()
 
     def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
         """The captured rows of entries `order`: the three layers' inputs side by side."""
-        tgt, parts = self.target.llama_context, []
-        for layer in self.layers:
-            ptr = self.calls.get_layer_inp(tgt, layer) if layer < self.target_layers else self.calls.get_nextn(tgt)
-            if not ptr:
+        tgt, width, view = self.target.llama_context, self.n_target_embd, self._g_io.view
+        rows = (
+            slice(order[0], order[0] + len(order)) if order == list(range(order[0], order[0] + len(order))) else order
+        )
+        features = np.empty((len(order), len(self.layers) * width), dtype=np.float32)
+        for k, layer in enumerate(self.layers):
+            at = self.calls.layer_inp_at(tgt, layer) if layer < self.target_layers else self.calls.nextn_at(tgt)
+            captured = view(at, n_entries, width)
+            if captured is None:
                 raise InferenceError(f"the target captured no input of layer {layer} for the EAGLE-3 head")
-            parts.append(np.ctypeslib.as_array(ptr, shape=(n_entries, self.n_target_embd))[order])
-        return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+            features[:, k * width : (k + 1) * width] = captured[rows]
+        return features
 
     def _encode(self, features: np.ndarray) -> np.ndarray:
         """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
         out = np.empty((len(features), self.n_embd), dtype=np.float32)
-        batch, set_pos, set_output = (
-            self._batch,
-            llama_cpp.llama_batch_ext_set_pos,
-            llama_cpp.llama_batch_ext_set_output_embd,
-        )
-        add_embd = llama_cpp.llama_batch_ext_add_embd
+        batch, io, quick = self._batch, self._features_io, self._quick
+        add_embd, set_pos, set_output = quick.add_embd, quick.set_pos, quick.set_output_embd
+        pos, pos_ref = io.pos, io.pos_ref
         for start in range(0, len(features), self.n_batch):
             chunk = features[start : start + self.n_batch]
-            llama_cpp.llama_batch_ext_clear(batch)
+            quick.batch_clear(batch)
             # the encoder reads no positions, but a batch's must follow what sequence 0 holds
-            after = llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self._ctx.ctx), 0) + 1
-            embds, pos = embd_rows(chunk), llama_cpp.llama_pos
+            after = quick.seq_pos_max(self._memory, 0) + 1
+            embds = io.embds(chunk)
             for j in range(len(chunk)):
                 idx = add_embd(batch, 0, embds[j])
-                set_pos(batch, idx, ctypes.byref(pos(after + j)))
+                pos.value = after + j
+                set_pos(batch, idx, pos_ref)
                 set_output(batch, idx, True)
             self._process(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE, len(chunk))
-            ptr = self.calls.get_nextn(self._ctx.ctx)
-            out[start : start + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_embd))
+            g = self._g_io.view(self.calls.nextn_at(self._ctx.ctx), len(chunk), self.n_embd)
+            if g is None:
+                raise InferenceError("the EAGLE-3 head's encoder gave no rows")
+            out[start : start + len(chunk)] = g
         return out
 
     def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool = False) -> None:
         """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
         pre-norm states for every pair."""
-        batch, add_token, set_pos = self._batch, llama_cpp.llama_batch_ext_add_token, llama_cpp.llama_batch_ext_set_pos
-        set_embd, set_output = llama_cpp.llama_batch_ext_set_embd_token, llama_cpp.llama_batch_ext_set_output_logits
-        llama_cpp.llama_batch_ext_clear(batch)
-        # llama.cpp reads the g rows by pointer: they stay alive until the pass is done
-        embds = embd_rows(np.stack([pair[3] for pair in pairs]).astype(np.float32, copy=False))
-        pos = llama_cpp.llama_pos
+        batch, quick, io, states = self._batch, self._quick, self._g_io, self._state
+        add_token, set_pos, set_embd, set_output = (
+            quick.add_token,
+            quick.set_pos,
+            quick.set_embd_token,
+            quick.set_output_logits,
+        )
+        pos, pos_ref = io.pos, io.pos_ref
+        quick.batch_clear(batch)
+        embds = io.embds([pair[3] for pair in pairs])
         for i, (seq, position, token, _) in enumerate(pairs):
             idx = add_token(batch, seq, token)
-            set_pos(batch, idx, ctypes.byref(pos(position)))
+            pos.value = position
+            set_pos(batch, idx, pos_ref)
             set_embd(batch, idx, embds[i])
             if outputs:
                 set_output(batch, idx, True)
-            state = self._state[seq]
-            state.end = max(state.end, position + 1)
+            state = states[seq]
+            if position >= state.end:
+                state.end = position + 1
         self._process(llama_cpp.LLAMA_PROCESS_TYPE_DECODE, len(pairs))
 
     def _process(self, kind: int, n: int) -> None:
@@ -316,12 +348,15 @@ class Eagle3Head:
                 behind = []
             pairs = sorted([*behind, *steps], key=lambda pair: pair[:2])
             self._decode(pairs, outputs=True)
-            ctx, rows, index = self._ctx.ctx, [], {pair[:2]: i for i, pair in enumerate(pairs)}
+            ctx, view, rows = self._ctx.ctx, self._g_io.view, []
+            index = {pair[:2]: i for i, pair in enumerate(pairs)}
             for seq, position, _, _ in steps:
                 i = index[seq, position]
-                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(1, self.n_vocab))
-                g = np.ctypeslib.as_array(self.calls.get_nextn_ith(ctx, i), shape=(self.n_embd,))
-                self._state[seq].drafting = (position + 1, g.copy())
+                logits = view(self.calls.logits_ith_at(ctx, i), 1, self.n_vocab)
+                g = view(self.calls.nextn_ith_at(ctx, i), 1, self.n_embd)
+                if logits is None or g is None:
+                    raise InferenceError(f"the EAGLE-3 head's decoder gave no row {i}")
+                self._state[seq].drafting = (position + 1, g[0].copy())
                 rows.append(logits.copy())
             return rows
 
