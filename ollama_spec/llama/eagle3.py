@@ -25,7 +25,6 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 import llama_cpp
@@ -33,16 +32,14 @@ import numpy as np
 from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import InferenceError, ModelLoadError
-from ollama_spec.llama.head_calls import head_calls, quick_calls
-from ollama_spec.llama.head_rows import RowIO, _Sequence, pack_state, unpack_state
+from ollama_spec.llama.head_calls import head_calls
+from ollama_spec.llama.head_passes import MERGED_ROWS, HeadPasses
+from ollama_spec.llama.head_rows import _Sequence, pack_state, unpack_state
 from ollama_spec.llama.head_sequences import HeadSequence
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry
 
 ARCHITECTURE = "eagle3"
-# The most rows of a draft step's pass that also decodes the pairs the last target pass left waiting:
-# every row of it is an output (see decode_many), n_vocab floats each (32 MB at 64 rows of 128k).
-MERGED_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -50,7 +47,7 @@ class HeadSettings:
     n_gpu_layers: int = -1  # as a draft model's: part of -k auto's cost key
 
 
-class Eagle3Head:
+class Eagle3Head(HeadPasses):
     """The head's model and context, tied to `target` (a llama.model.LoadedModel): it borrows the
     target's token embeddings and output matrix where it has none of its own (ctx_other)."""
 
@@ -209,97 +206,6 @@ class Eagle3Head:
         if state.end > position:
             self._quick.seq_rm(self._memory, seq, position, -1)
             state.end = position
-
-    # The rows in and out of the head's passes (built on first use: MtpHead sets up without __init__)
-    @cached_property
-    def _g_io(self) -> RowIO:
-        """The decoder's g rows in; the target's captured rows and the head's outputs out."""
-        return RowIO(self.n_embd, MERGED_ROWS)
-
-    @cached_property
-    def _features_io(self) -> RowIO:
-        """The encoder's rows in: the three layers' captured rows side by side."""
-        return RowIO(len(self.layers) * self.n_target_embd, MERGED_ROWS)
-
-    @cached_property
-    def _memory(self):
-        return llama_cpp.llama_get_memory(self._ctx.ctx)
-
-    @cached_property
-    def _quick(self):
-        return quick_calls()
-
-    def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
-        """The captured rows of entries `order`: the three layers' inputs side by side."""
-        tgt, width, view = self.target.llama_context, self.n_target_embd, self._g_io.view
-        rows = (
-            slice(order[0], order[0] + len(order)) if order == list(range(order[0], order[0] + len(order))) else order
-        )
-        features = np.empty((len(order), len(self.layers) * width), dtype=np.float32)
-        for k, layer in enumerate(self.layers):
-            at = self.calls.layer_inp_at(tgt, layer) if layer < self.target_layers else self.calls.nextn_at(tgt)
-            captured = view(at, n_entries, width)
-            if captured is None:
-                raise InferenceError(f"the target captured no input of layer {layer} for the EAGLE-3 head")
-            features[:, k * width : (k + 1) * width] = captured[rows]
-        return features
-
-    def _encode(self, features: np.ndarray) -> np.ndarray:
-        """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
-        out = np.empty((len(features), self.n_embd), dtype=np.float32)
-        batch, io, quick = self._batch, self._features_io, self._quick
-        add_embd, set_pos, set_output = quick.add_embd, quick.set_pos, quick.set_output_embd
-        pos, pos_ref = io.pos, io.pos_ref
-        for start in range(0, len(features), self.n_batch):
-            chunk = features[start : start + self.n_batch]
-            quick.batch_clear(batch)
-            # the encoder reads no positions, but a batch's must follow what sequence 0 holds
-            after = quick.seq_pos_max(self._memory, 0) + 1
-            embds = io.embds(chunk)
-            for j in range(len(chunk)):
-                idx = add_embd(batch, 0, embds[j])
-                pos.value = after + j
-                set_pos(batch, idx, pos_ref)
-                set_output(batch, idx, True)
-            self._process(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE, len(chunk))
-            g = self._g_io.view(self.calls.nextn_at(self._ctx.ctx), len(chunk), self.n_embd)
-            if g is None:
-                raise InferenceError("the EAGLE-3 head's encoder gave no rows")
-            out[start : start + len(chunk)] = g
-        return out
-
-    def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool = False) -> None:
-        """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
-        pre-norm states for every pair."""
-        batch, quick, io, states = self._batch, self._quick, self._g_io, self._state
-        add_token, set_pos, set_embd, set_output = (
-            quick.add_token,
-            quick.set_pos,
-            quick.set_embd_token,
-            quick.set_output_logits,
-        )
-        pos, pos_ref = io.pos, io.pos_ref
-        quick.batch_clear(batch)
-        embds = io.embds([pair[3] for pair in pairs])
-        for i, (seq, position, token, _) in enumerate(pairs):
-            idx = add_token(batch, seq, token)
-            pos.value = position
-            set_pos(batch, idx, pos_ref)
-            set_embd(batch, idx, embds[i])
-            if outputs:
-                set_output(batch, idx, True)
-            state = states[seq]
-            if position >= state.end:
-                state.end = position + 1
-        self._process(llama_cpp.LLAMA_PROCESS_TYPE_DECODE, len(pairs))
-
-    def _process(self, kind: int, n: int) -> None:
-        code = llama_cpp.llama_process(self._ctx.ctx, kind, self._batch)
-        if code != 0:
-            stage = "encoder" if kind == llama_cpp.LLAMA_PROCESS_TYPE_ENCODE else "decoder"
-            raise InferenceError(
-                f"llama.cpp could not run the EAGLE-3 head's {stage} on {n} rows (llama_process: {code})"
-            )
 
     # --- drafting --------------------------------------------------------------------------
     def sequence(self, seq: int) -> HeadSequence:
