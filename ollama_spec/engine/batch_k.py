@@ -22,6 +22,8 @@ from ollama_spec.decoding.pass_prices import PassPrices
 # position: deeper where every slot's drafts so far are sure (replayed on the demo pair's greedy texts
 # in modelled time, a cap of K+2 made 2-4 % fewer tokens a second than none below k_max).
 DEEPER = 16
+# A lone slot priced again from the passes (at each of its first steps too): ~50 us; a price follows ~10
+REPRICE_EVERY = 4
 
 
 @dataclass
@@ -43,7 +45,8 @@ class BatchK:
             k = k and min(k + DEEPER, k_max)
         else:
             k, lone = None, policies[0]
-            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+            if lone.observed < REPRICE_EVERY or lone.observed % REPRICE_EVERY == 0:
+                lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
         for policy in policies:
             policy.shared_k = k
         for generation in generations:
