@@ -13,7 +13,7 @@ import httpx
 
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.server import ServerSettings, ServerState
-from ollama_spec.server.run import bind, build_server
+from ollama_spec.server.http.run import bind, build_server
 
 
 @contextmanager
@@ -71,9 +71,9 @@ def running_store(models_dir, scheduler=None, max_queue: int = 8, upstream: str 
     """Yield (base URL, ServerState) of a live server over the whole store at `models_dir`, its models
     loaded on demand (`scheduler`: SchedulerSettings; `upstream`: the URL of a daemon to stand in front
     of, as serve --upstream; `pairs`: StorePairs' fields); stop it afterwards."""
-    from ollama_spec.server.pairs import StorePairs
-    from ollama_spec.server.scheduler import Scheduler, SchedulerSettings
-    from ollama_spec.server.upstream import Upstream
+    from ollama_spec.server.http.upstream import Upstream
+    from ollama_spec.server.serving.pairs import StorePairs
+    from ollama_spec.server.serving.scheduler import Scheduler, SchedulerSettings
     from tests.conftest import engine_settings
 
     pairs = {"engine": engine_settings(parallel=1)} | pairs

@@ -33,6 +33,17 @@ WALK = (
 )
 FACES = ("cli", "server", "bench")
 
+# Inside a package, its rooms (the sub-packages and modules right below it) walk the same way: a room imports
+# only the rooms of the floors below its own. server/: the serving core knows neither API, each API's wire
+# format sits over it, the HTTP face (the app, the routes, the middleware) over both.
+ROOMS = {
+    "server": (
+        ("serving",),
+        ("protocol",),
+        ("http",),
+    ),
+}
+
 
 def _module_name(path: Path) -> str:
     parts = path.relative_to(ROOT.parent).with_suffix("").parts
@@ -81,7 +92,7 @@ def module_imports() -> dict[str, dict[str, int]]:
 
 
 def package_of(module: str) -> str:
-    """`ollama_spec.server.core.state` -> `server`; a top-level module is its own package."""
+    """`ollama_spec.server.serving.state` -> `server`; a top-level module is its own package."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -127,7 +138,7 @@ def test_no_package_imports_itself_back_through_any_chain():
 
 def room_of(module: str, package: str) -> str | None:
     """The room of `package` that `module` is in: its sub-package or module right below the package
-    (`ollama_spec.server.core.state` -> `core` in `server`); None outside it, or for the package's own face."""
+    (`ollama_spec.server.serving.state` -> `serving` in `server`); None outside it, or for the package's own face."""
     parts = module.split(".")
     return parts[2] if len(parts) > 2 and parts[1] == package else None
 
@@ -145,11 +156,40 @@ def room_imports(package: str) -> dict[str, dict[str, str]]:
     return dict(graph)
 
 
-@pytest.mark.parametrize("package", ["server"])
+@pytest.mark.parametrize("package", sorted(ROOMS))
 def test_no_room_inside_a_package_imports_another_back(package):
     graph = room_imports(package)
     cycle = _cycle(graph)
     assert not cycle, f"rooms of {package}/ import each other in a circle: {_shown(cycle, graph)}"
+
+
+@pytest.mark.parametrize("package", sorted(ROOMS))
+def test_every_room_has_its_floor(package):
+    placed = [room for floor in ROOMS[package] for room in floor]
+    assert sorted(placed) == sorted(room_imports(package)), f"a room new to {package}/: give it its floor in ROOMS"
+
+
+def arrows_back_up(graph: dict[str, dict[str, str]], floors: tuple[tuple[str, ...], ...]) -> list[str]:
+    """Each `source -> target (file:line)` of `graph` whose target is on the source's floor or above it."""
+    floor = {name: n for n, names in enumerate(floors) for name in names}
+    return [
+        f"{source} -> {target} ({where})"
+        for source, targets in graph.items()
+        for target, where in targets.items()
+        if floor.get(target, -1) >= floor.get(source, len(floors))
+    ]
+
+
+@pytest.mark.parametrize("package", sorted(ROOMS))
+def test_a_room_imports_only_the_floors_below_its_own(package):
+    upward = arrows_back_up(room_imports(package), ROOMS[package])
+    assert not upward, f"imports back up inside {package}/: " + "; ".join(upward)
+
+
+def test_an_arrow_back_up_is_found():
+    graph = {"http": {"serving": "http/app.py:1"}, "serving": {"protocol": "serving/state.py:2"}, "protocol": {}}
+    floors = (("serving",), ("protocol",), ("http",))
+    assert arrows_back_up(graph, floors) == ["serving -> protocol (serving/state.py:2)"]
 
 
 def test_a_circle_of_rooms_is_found():
@@ -163,13 +203,7 @@ def test_every_package_has_its_place_in_the_walk():
 
 
 def test_a_package_imports_only_the_layers_below_its_own():
-    layer = {package: n for n, packages in enumerate(WALK) for package in packages}
-    upward = [
-        f"{source} -> {target} ({where})"
-        for source, targets in package_imports().items()
-        for target, where in targets.items()
-        if layer.get(target, -1) >= layer.get(source, len(WALK))
-    ]
+    upward = arrows_back_up(package_imports(), WALK)
     assert not upward, "imports against the walk: " + "; ".join(upward)
 
 
@@ -188,3 +222,8 @@ if __name__ == "__main__":
         for package in packages:
             targets = sorted(package_imports().get(package, {}))
             print(f"{number}  {package:<13} -> {', '.join(targets) or '-'}")
+    for package, floors in ROOMS.items():
+        print(f"\ninside {package}/:")
+        for number, rooms in reversed(list(enumerate(floors))):
+            for room in rooms:
+                print(f"{number}  {room:<13} -> {', '.join(sorted(room_imports(package).get(room, {}))) or '-'}")

@@ -23,7 +23,7 @@ from ollama_spec.engine.engine import Engine
 from ollama_spec.errors import InsufficientMemory, InvalidSetting
 from ollama_spec.models.resolve import ResolvedModel
 from ollama_spec.server import ServerSettings, ServerState
-from ollama_spec.server.run import bind, build_server
+from ollama_spec.server.http.run import bind, build_server
 
 LOOPBACK = "127.0.0.1"  # only the bench's own clients call it: never reachable from the network
 START_TIMEOUT_S = 30.0  # the pair is loaded before the server starts: this is uvicorn's start alone

@@ -30,9 +30,9 @@ from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.modelfile import load_modelfile
 from ollama_spec.models.resolve import ResolvedModel, resolve_model, template_warning
 from ollama_spec.server import ServerState
-from ollama_spec.server.core.defaults import RequestDefaults
-from ollama_spec.server.core.keep_alive import parse_keep_alive
-from ollama_spec.server.core.settings import (
+from ollama_spec.server.serving.defaults import RequestDefaults
+from ollama_spec.server.serving.keep_alive import parse_keep_alive
+from ollama_spec.server.serving.settings import (
     DEFAULT_HOST,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUE,
@@ -207,7 +207,7 @@ def serve(context: click.Context, flags: ServeFlags) -> None:
 def _serve_store(flags: ServeFlags, options: Options) -> None:
     """The whole store, its models loaded as they are asked for."""
     from ollama_spec.server import serve as run_server
-    from ollama_spec.server.run import bind
+    from ollama_spec.server.http.run import bind
 
     state = store_state(options, flags.models_dir)
     sock = bind(flags.host, flags.port)
@@ -221,7 +221,7 @@ def _serve_store(flags: ServeFlags, options: Options) -> None:
 def _serve_pair(flags: ServeFlags, options: Options) -> None:
     """TARGET and its draft, loaded once."""
     from ollama_spec.server import serve as run_server
-    from ollama_spec.server.run import bind
+    from ollama_spec.server.http.run import bind
 
     for name in ("pairs", "presets", "no_draft"):
         if options[name]:
@@ -248,7 +248,7 @@ def _serve_pair(flags: ServeFlags, options: Options) -> None:
 
 def daemon_upstream(url: str | None, off: bool, host: str, port: int, state: ServerState):
     """The Upstream for --upstream URL (else $OLLAMA_HOST's daemon, if one answers there), or None."""
-    from ollama_spec.server.upstream import Upstream, default_upstream, is_own_address, ollama_host_url
+    from ollama_spec.server.http.upstream import Upstream, default_upstream, is_own_address, ollama_host_url
 
     if off:
         if url:
@@ -275,7 +275,7 @@ def pinned_pair(target: ResolvedModel, draft: DraftChoice, options: Options, set
     these and decides none of it again)."""
     from ollama_spec.engine.load_plan import check_drafter, require_target
     from ollama_spec.llama.canary import decide_repack
-    from ollama_spec.server.pairs import PairPlan, fit_context
+    from ollama_spec.server.serving.pairs import PairPlan, fit_context
 
     require_target(target)
     model, engine_config = check_drafter(target, draft.model, engine_settings(target.params, options, draft))
@@ -288,8 +288,8 @@ def pinned_pair(target: ResolvedModel, draft: DraftChoice, options: Options, set
 
 def store_state(options: Options, models_dir: str | None) -> ServerState:
     """The state of a server over the whole store: its models loaded as they are asked for."""
-    from ollama_spec.server.pairs import StorePairs
-    from ollama_spec.server.scheduler import Scheduler, SchedulerSettings
+    from ollama_spec.server.serving.pairs import StorePairs
+    from ollama_spec.server.serving.scheduler import Scheduler, SchedulerSettings
 
     if options["draft"]:
         raise click.UsageError("--draft needs a TARGET; without one, give --pair TARGET=DRAFT")

@@ -32,7 +32,7 @@ from ollama_spec.planning.placement import Placement, parse_tensor_split
 from ollama_spec.prompting.thinking import template_thinks
 
 if TYPE_CHECKING:
-    from ollama_spec.server.core.settings import ServerSettings
+    from ollama_spec.server.serving.settings import ServerSettings
 
 UNTIL_CONTEXT_FULL = 2**31 - 1  # more tokens than any context holds: generation ends on a full context
 
@@ -164,8 +164,8 @@ def request_settings(model: ResolvedModel, options: Options, **fields) -> Reques
 def server_settings(options: Options) -> ServerSettings:
     """serve's flags as ServerSettings: the address, the API key, the queue, and each request's defaults as
     the flags say them over no model's params (checked now, before anything listens; each model's are laid
-    under them by server/core/defaults.RequestDefaults)."""
-    from ollama_spec.server.core.settings import ServerSettings  # the server extra: only serve loads it
+    under them by server/serving/defaults.RequestDefaults)."""
+    from ollama_spec.server.serving.settings import ServerSettings  # the server extra: only serve loads it
 
     chosen = resolved({}, options)
     return ServerSettings(

@@ -118,7 +118,7 @@ def test_without_a_target_the_flags_reach_the_store_as_data(invoke, tiny_store, 
     """serve's sampling and speculation flags are a RequestDefaults the store lays over each model's params
     (no callback into the command); --ngram drafts with n-gram lookup beside each model's draft."""
     from ollama_spec.planning.devices import system_ram
-    from ollama_spec.server.core.defaults import RequestDefaults
+    from ollama_spec.server.serving.defaults import RequestDefaults
 
     seen = {}
     monkeypatch.setattr(ollama_spec.server, "serve", lambda state, sock: seen.update(state=state))

@@ -130,7 +130,7 @@ def test_legacy_logprobs_name_parts_of_a_character_as_openai_does():
     """中 spelled by three byte tokens (a SentencePiece model's byte fallback, a split emoji): each
     part is named "bytes:\\x..", so alternatives do not collide as one U+FFFD, and the offsets are
     characters of the text, the character's parts all at its start."""
-    from ollama_spec.server.core.logprobs import LegacyLogprobs
+    from ollama_spec.server.protocol.logprobs import LegacyLogprobs
 
     legacy = LegacyLogprobs()
     first = legacy([_scored(b"a"), _scored(b"\xe4", b"\xe5", b"\xe6")], [True, True])

@@ -6,7 +6,7 @@ import pytest
 from ollama_spec.cli.running import _client
 from ollama_spec.models.daemon import daemon_status, ollama_host
 from ollama_spec.pull.settings import PullSettings
-from ollama_spec.server import upstream
+from ollama_spec.server.http import upstream
 from tests.pull_servers import closed_port
 
 PORT = closed_port()  # nothing answers: each user says where it looked

@@ -17,7 +17,7 @@ from tests.grammars import matches
 
 
 def forced_call_grammar(tools: list[dict], only: str | None = None) -> str:
-    """The grammar the server forces a call with (server/core/request.offer_tools)."""
+    """The grammar the server forces a call with (server/serving/request.offer_tools)."""
     from ollama_spec.llama.grammar import grammar_for_json
 
     return grammar_for_json(forced_call_schema(tools, only))

@@ -143,7 +143,7 @@ def test_head_for_takes_one_model(invoke, store_copy):
 
 
 def test_a_preset_and_serve_name_a_stored_head(invoke, hub, store_copy, tmp_path):
-    from ollama_spec.server.pairs import StorePairs
+    from ollama_spec.server.serving.pairs import StorePairs
 
     assert (
         invoke("pull", "hf.co/user/head-eagle3", "--head-for", "tiny-target", "--models-dir", store_copy).exit_code == 0

@@ -241,7 +241,7 @@ def test_a_signal_ends_streams_and_exits_0(tiny_store, sig):
 
 
 def test_a_taken_port_is_one_line(invoke, tiny_store):
-    from ollama_spec.server.run import bind
+    from ollama_spec.server.http.run import bind
 
     with bind("127.0.0.1", 0) as taken:
         port = taken.getsockname()[1]
@@ -290,7 +290,7 @@ def test_a_models_message_history_comes_first_as_ollama_puts_it(engine, monkeypa
 
     from ollama_spec.prompting.messages import ChatMessage
     from ollama_spec.server import ServerSettings, ServerState
-    from ollama_spec.server.core.request import Asked
+    from ollama_spec.server.serving.request import Asked
 
     history = (ChatMessage("user", "Ahoy"), ChatMessage("assistant", "Arr"))
     monkeypatch.setattr(engine, "target_model", replace(engine.target_model, messages=history))

@@ -11,9 +11,9 @@ import httpx
 import ollama
 import pytest
 
-from ollama_spec.server.upstream import PROBE_TIMEOUT
+from ollama_spec.server.http.upstream import PROBE_TIMEOUT
 from tests.pull_servers import closed_port
-from tests.server.test_scheduler import add_adapter_only
+from tests.server.serving.test_scheduler import add_adapter_only
 from tests.serving import get, post, running_store
 from tests.upstream_daemon import UpstreamDaemon, huge_listing
 
@@ -147,7 +147,7 @@ def test_a_daemon_that_is_down_is_a_502_in_one_line(tiny_store):
 
 
 def test_a_pinned_pair_answers_every_name_and_forwards_only_unserved_routes(tiny_models, daemon):
-    from ollama_spec.server.upstream import Upstream
+    from ollama_spec.server.http.upstream import Upstream
     from tests.serving import serving_tiny_pair
 
     with serving_tiny_pair(tiny_models) as (url, state):

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from ollama_spec.models.store import Store, StoreRoot
-from ollama_spec.server.ollama import manage
+from ollama_spec.server.http.ollama import manage
 from tests.live_app import serving_app
 from tests.pull_servers import registry_alone, snapshot
 

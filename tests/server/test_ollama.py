@@ -8,7 +8,7 @@ import ollama
 import pytest
 
 from ollama_spec.engine.engine import Engine
-from ollama_spec.server.core.request import Asked
+from ollama_spec.server.serving.request import Asked
 from tests.conftest import engine_settings
 from tests.serving import running_server
 
@@ -134,7 +134,7 @@ def test_short_header_arrays_are_shown_as_ollama_shows_them(tmp_path):
     from gguf import GGUFWriter
 
     from ollama_spec.models.gguf_info import read_model_info
-    from ollama_spec.server.ollama.models import _model_info
+    from ollama_spec.server.http.ollama.models import _model_info
 
     writer = GGUFWriter(tmp_path / "m.gguf", arch="llama")
     writer.add_array("general.languages", ["en", "fr"])
@@ -286,7 +286,7 @@ def test_ps_reports_the_pair_and_what_is_on_a_gpu(server):
 
 
 def test_gpu_bytes_are_the_offloaded_share_of_the_layers(server, monkeypatch):
-    from ollama_spec.server.ollama import models as routes
+    from ollama_spec.server.http.ollama import models as routes
 
     engine = server[1].serving.served.engine
     size, blocks = engine.target_model.info.file_size, engine.target_model.info.block_count
@@ -365,7 +365,7 @@ def test_requests_are_read_as_ollama_reads_them(client, server):
 
 def test_model_info_is_json_whatever_the_header_holds():
     from ollama_spec.models.gguf_header import SkippedArray
-    from ollama_spec.server.ollama.models import _model_info
+    from ollama_spec.server.http.ollama.models import _model_info
 
     shown = _model_info(
         {
@@ -384,7 +384,7 @@ def test_model_info_is_json_whatever_the_header_holds():
 def test_an_embedding_model_is_embedding_alone_as_ollama_says():
     from types import SimpleNamespace
 
-    from ollama_spec.server.ollama.models import _capabilities
+    from ollama_spec.server.http.ollama.models import _capabilities
 
     info = SimpleNamespace(architecture="bert", metadata={"bert.pooling_type": 1}, chat_template=None)
     assert _capabilities(None, info) == ["embedding"]

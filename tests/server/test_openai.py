@@ -6,7 +6,7 @@ import pytest
 from openai import BadRequestError, OpenAI
 
 from ollama_spec.engine.engine import Engine
-from ollama_spec.server.core.request import Asked
+from ollama_spec.server.serving.request import Asked
 from tests.conftest import engine_settings
 from tests.serving import running_server
 

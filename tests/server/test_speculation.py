@@ -1,4 +1,4 @@
-"""The speculation summary names who drafted (server/core/speculation.py): a target's own MTP layers as "mtp",
+"""The speculation summary names who drafted (server/serving/speculation.py): a target's own MTP layers as "mtp",
 by --pair or by default; `mtp` paired with a target without them is a 400 that says why."""
 
 from tests.builders.mtp import build_mtp_target

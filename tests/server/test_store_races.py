@@ -70,7 +70,7 @@ def test_a_model_whose_manifest_goes_after_it_was_found_is_not_found(store_copy,
 def test_a_model_whose_files_go_while_show_reads_them_is_not_found(store_copy, monkeypatch):
     """/api/show found the model, then its manifest and blobs went (a delete) while it read their headers."""
     copy_model("tiny-target", "gone-soon", str(store_copy))
-    from ollama_spec.server import pairs as pair_module
+    from ollama_spec.server.serving import pairs as pair_module
 
     resolve = pair_module.resolve_model
 

@@ -1,1 +1,0 @@
-"""Ollama's API: /api/chat, /api/generate, the model routes (tags, show, ps, pull) and the embeddings."""
