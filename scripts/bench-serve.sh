@@ -6,8 +6,8 @@
 #   CLIENTS="1 4"   the client counts, each a run of the bench prompts by that many clients at once
 #   ROUNDS=1        rounds of ours then llama-server: this machine's speed drifts, a ratio per round holds
 #   LLAMA_SERVER    a llama-server binary: serves the same two GGUF blobs, --spec-type draft-simple
-#                   (draft-eagle3 when DRAFT is an EAGLE-3 head) --spec-draft-n-max K -np 4, after ours
-#                   has stopped
+#                   (draft-eagle3 when DRAFT is an EAGLE-3 head; with DRAFT mtp, the target's blob alone
+#                   and draft-mtp) --spec-draft-n-max K -np 4, after ours has stopped
 #   K               the draft length for both servers (ours: -k K); unset: ours chooses, llama-server 6
 #                   (its best draft length on the demo pair)
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
@@ -62,6 +62,11 @@ spec_type() {  # llama-server never detects a head: it is asked for by --spec-ty
     "$bin/python" -c "from ollama_spec import resolve_model; from ollama_spec.models.heads import is_head
 print('draft-eagle3' if is_head(resolve_model('$1').info) else 'draft-simple')"
 }
+if [ "$draft" = mtp ]; then  # the target's own MTP layers: llama.cpp drafts with them from its GGUF alone
+    native_draft=(--spec-type draft-mtp)
+elif [ -n "${LLAMA_SERVER:-}" ]; then
+    native_draft=(-md "$(blob "$draft")" --spec-type "$(spec_type "$draft")" -ngld "${NGL:-99}")
+fi
 ours_k=()
 [ -n "${K:-}" ] && ours_k=(-k "$K")
 threads=()
@@ -79,9 +84,8 @@ for round in $(seq 1 "$rounds"); do
 
     if [ -n "${LLAMA_SERVER:-}" ]; then
         ngl=${NGL:-99}
-        "$LLAMA_SERVER" -m "$(blob "$target")" -md "$(blob "$draft")" --spec-type "$(spec_type "$draft")" \
-            --spec-draft-n-max "${K:-6}" \
-            -np 4 -c $((4 * slot_ctx)) -ngl "$ngl" -ngld "$ngl" --temp 0 ${THREADS:+-t "$THREADS"} \
+        "$LLAMA_SERVER" -m "$(blob "$target")" "${native_draft[@]}" --spec-draft-n-max "${K:-6}" \
+            -np 4 -c $((4 * slot_ctx)) -ngl "$ngl" --temp 0 ${THREADS:+-t "$THREADS"} \
             --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
         server=$!
         wait_up "http://127.0.0.1:$port/health"

@@ -27,7 +27,8 @@ from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.engine.step_loop import Pass, stream
+from ollama_spec.engine.sinks import stream
+from ollama_spec.engine.step_loop import Pass
 
 WARMUP_TOKENS = 16
 

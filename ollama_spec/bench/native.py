@@ -2,7 +2,9 @@
 
 Built from the same vendored llama.cpp as llama-cpp-python (scripts/build-native-speculative.sh),
 run on the same GGUF blobs, prompts, K, threads and context, greedy: what our Python loop costs
-over llama.cpp's C++ one. For comparison only; `bench --native PATH` adds it.
+over llama.cpp's C++ one. For comparison only; `bench --native PATH` adds it. A draft model drafts as
+`draft-simple`, an EAGLE-3 head as `draft-eagle3` and the target's own MTP (NextN) layers (no draft: bench
+-d mtp) as `draft-mtp`, which llama.cpp drafts with from the target's GGUF alone.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ _COUNT = {name: re.compile(rf"{name}\s*=\s*(\d+)") for name in ("n_drafted", "n_
 def run_native_row(
     binary: Path,
     target: ResolvedModel,
-    draft: ResolvedModel,
+    draft: ResolvedModel | None,
     k: int,
     prompts: Sequence[Prompt],
     prompt_texts: dict[str, str],
@@ -50,7 +52,7 @@ def run_native_row(
 def native_row(
     binary: Path,
     target: ResolvedModel,
-    draft: ResolvedModel,
+    draft: ResolvedModel | None,
     k: int,
     prompt_texts: dict[str, str],
     settings: BenchSettings,
@@ -64,9 +66,9 @@ def native_row(
     return Row(f"llama.cpp speculative-simple K={k}", NATIVE, k), run
 
 
-def check_native(binary: Path, settings: BenchSettings, target: ResolvedModel, draft: ResolvedModel) -> None:
+def check_native(binary: Path, settings: BenchSettings, target: ResolvedModel, draft: ResolvedModel | None) -> None:
     """Refuse --native before anything is timed: a missing binary, a sampled run or LoRA adapters."""
-    if target.adapters or draft.adapters:  # its --lora would go to the draft as well as the target
+    if target.adapters or (draft and draft.adapters):  # its --lora would go to the draft as well as the target
         raise InvalidSetting(
             "--native runs models without LoRA adapters: leave it out for a model with an adapter layer"
         )
@@ -79,7 +81,7 @@ def check_native(binary: Path, settings: BenchSettings, target: ResolvedModel, d
 def _run(
     binary: Path,
     target: ResolvedModel,
-    draft: ResolvedModel,
+    draft: ResolvedModel | None,
     k: int,
     name: str,
     text: str,
@@ -110,7 +112,10 @@ def _report(binary: Path, command: list[str], name: str) -> str:
     in all."""
     for _ in range(NATIVE_TRIES):
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=NATIVE_TIMEOUT_S, check=False)
+            # it prints the text a token piece at a time: a piece may end inside a character
+            done = subprocess.run(
+                command, capture_output=True, text=True, errors="replace", timeout=NATIVE_TIMEOUT_S, check=False
+            )
         except subprocess.TimeoutExpired:
             raise InvalidSetting(f"{binary.name} took over {NATIVE_TIMEOUT_S} s on prompt '{name}'") from None
         log = done.stdout + done.stderr
@@ -127,7 +132,7 @@ def _report(binary: Path, command: list[str], name: str) -> str:
 def _command(
     binary: Path,
     target: ResolvedModel,
-    draft: ResolvedModel,
+    draft: ResolvedModel | None,
     k: int,
     text: str,
     settings: BenchSettings,
@@ -138,10 +143,9 @@ def _command(
         str(binary),
         "-m",
         str(target.path),
-        "-md",
-        str(draft.path),
+        *(("-md", str(draft.path)) if draft is not None else ()),
         "--spec-type",
-        "draft-eagle3" if is_head(draft.info) else "draft-simple",  # a head is never auto-detected
+        _spec_type(draft),
         "--spec-draft-n-max",
         str(k),
         "-p",
@@ -164,3 +168,10 @@ def _command(
         "--flash-attn",
         {"off": "off", "on": "on"}.get(choose_flash_attention(settings.flash_attention), "auto"),
     ]
+
+
+def _spec_type(draft: ResolvedModel | None) -> str:
+    """llama.cpp's spec type for `draft` (None: the target's own MTP layers); a head is never auto-detected."""
+    if draft is None:
+        return "draft-mtp"
+    return "draft-eagle3" if is_head(draft.info) else "draft-simple"

@@ -70,6 +70,10 @@ class RemoteSample:
     tokens: int
     first_token_s: float
     total_s: float
+    # the drafts of the request and those accepted, where the server says (llama-server's `timings`, which
+    # ollama-spec serve sends too); None where it does not
+    drafted: int | None = None
+    accepted: int | None = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -107,6 +111,12 @@ class RemoteResult:
         return statistics.median(s.tokens_per_second for s in self.samples)
 
     @property
+    def drafts(self) -> tuple[int, int] | None:
+        """(drafted, accepted) over the requests whose server said, or None where none did."""
+        told = [s for s in self.samples if s.drafted is not None and s.accepted is not None]
+        return (sum(s.drafted for s in told), sum(s.accepted for s in told)) if told else None
+
+    @property
     def ttft_s(self) -> float:
         return statistics.median(s.first_token_s for s in self.samples)
 
@@ -130,9 +140,9 @@ def run_remote(
             with httpx.Client(timeout=timeout) as client:
                 for run in range(settings.runs):
                     for prompt in order:
-                        tokens, first, total = stream_chat(client, settings, prompt, settings.max_tokens)
+                        streamed = stream_chat(client, settings, prompt, settings.max_tokens)
                         with lock:
-                            result.samples.append(RemoteSample(prompt.name, run, tokens, first, total))
+                            result.samples.append(RemoteSample(prompt.name, run, *streamed))
                             progress(prompt.name)
         except ServerError as exc:
             errors.append(exc)
@@ -155,8 +165,9 @@ def planned_remote_units(settings: RemoteSettings, n_prompts: int) -> int:
 
 def stream_chat(
     client: httpx.Client, settings: RemoteSettings, prompt: Prompt, max_tokens: int
-) -> tuple[int, float, float]:
-    """One streamed chat completion: (tokens, seconds to the first token, seconds in all)."""
+) -> tuple[int, float, float, int | None, int | None]:
+    """One streamed chat completion: (tokens, seconds to the first token, seconds in all, drafts, accepted
+    drafts; the last two where a chunk carries llama-server's `timings`, else None)."""
     messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
         {"role": "user", "content": prompt.prompt}
     ]
@@ -169,22 +180,12 @@ def stream_chat(
         "seed": settings.seed,
         "stream_options": {"include_usage": True},
     }
-    pieces, usage_tokens, first = 0, None, 0.0
+    pieces, usage_tokens, first, timings = 0, None, 0.0, {}
     start = time.perf_counter()
     try:
         with client.stream("POST", settings.endpoint, json=body) as response:
             if response.status_code >= 400:
-                detail = " ".join(response.read().decode("utf-8", "replace").split())[:200]
-                hint = ""
-                if response.status_code == 404 and not settings.url.endswith("/v1"):
-                    hint = (
-                        "; --url is the API base, which ends in /v1 on OpenAI-compatible servers (e.g. "
-                        "http://127.0.0.1:8000/v1)"
-                    )
-                raise ServerError(
-                    f"{settings.endpoint} answered HTTP {response.status_code}: "
-                    f"{detail or response.reason_phrase}{hint}"
-                )
+                raise _refused(response, settings)
             for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue  # SSE comments, event names, keep-alives
@@ -194,6 +195,8 @@ def stream_chat(
                 chunk = _parse_chunk(data, settings.endpoint)
                 if chunk.get("usage"):
                     usage_tokens = chunk["usage"].get("completion_tokens", usage_tokens)
+                if isinstance(chunk.get("timings"), dict):
+                    timings = chunk["timings"]
                 for choice in chunk.get("choices") or []:
                     if (choice.get("delta") or {}).get("content"):
                         if pieces == 0:
@@ -211,7 +214,24 @@ def stream_chat(
     if pieces == 0:
         raise ServerError(f"{settings.endpoint} streamed no text for prompt '{prompt.name}'")
     # Servers that report usage give the true token count; otherwise each content chunk is one token.
-    return usage_tokens or pieces, first, total
+    drafted, accepted = (_count(timings, key) for key in ("draft_n", "draft_n_accepted"))
+    return usage_tokens or pieces, first, total, drafted, accepted
+
+
+def _refused(response: httpx.Response, settings: RemoteSettings) -> ServerError:
+    """The one-line error for a chat completion the server answered with an HTTP error."""
+    detail = " ".join(response.read().decode("utf-8", "replace").split())[:200]
+    hint = ""
+    if response.status_code == 404 and not settings.url.endswith("/v1"):
+        hint = "; --url is the API base, which ends in /v1 on OpenAI-compatible servers (e.g. http://127.0.0.1:8000/v1)"
+    return ServerError(
+        f"{settings.endpoint} answered HTTP {response.status_code}: {detail or response.reason_phrase}{hint}"
+    )
+
+
+def _count(timings: dict, key: str) -> int | None:
+    value = timings.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _parse_chunk(data: str, endpoint: str) -> dict:

@@ -39,9 +39,18 @@ def format_remote(result: RemoteResult) -> str:
             f"{result.ttft_s * 1000:.0f} ms ({s.runs} run{'s' if s.runs != 1 else ''}, {s.max_tokens} max tokens)"
         ),
     ]
+    if result.drafts is not None:
+        lines.append(drafts_line(result))
     if s.concurrency > 1:
         lines.append(concurrency_line(result))
     return "\n".join(lines)
+
+
+def drafts_line(result: RemoteResult) -> str:
+    """The drafts the server said it made and how many it accepted (its `timings`)."""
+    drafted, accepted = result.drafts
+    share = f" ({accepted / drafted:.1%})" if drafted else ""
+    return f"drafts accepted, as the server's timings say: {accepted} of {drafted}{share}"
 
 
 def concurrency_line(result: RemoteResult) -> str:
@@ -66,6 +75,8 @@ def write_remote_outputs(result: RemoteResult, out: Path) -> list[Path]:
         "aggregate_tokens_per_second": round(result.aggregate_tokens_per_second, 3),
         "latency_p50_s": round(result.latency_percentiles()[0], 4),
         "latency_p95_s": round(result.latency_percentiles()[1], 4),
+        "drafted": result.drafts[0] if result.drafts else None,
+        "accepted": result.drafts[1] if result.drafts else None,
         "samples": [asdict(s) | {"tokens_per_second": round(s.tokens_per_second, 3)} for s in result.samples],
     }
     paths = [out / "results.json", out / "results.md"]

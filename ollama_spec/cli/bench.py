@@ -41,7 +41,6 @@ from ollama_spec.llama.log import set_verbose
 from ollama_spec.models.resolve import ResolvedModel, looks_like_path, resolve_model
 
 NGRAM_ONLY = "bench needs a draft model; the n-gram lookup row is always measured beside it (--ngram)"
-MTP_ROWS_ONLY = "bench --draft mtp times its rows in this process: drop --concurrency, --in-process and --native"
 
 
 @dataclass(frozen=True)
@@ -204,7 +203,7 @@ def bench(context: click.Context, flags: BenchFlags) -> None:
     target_model = _target(flags.target, flags.preset, flags.draft, flags.models_dir)
     # served: one K, passed apart; the settings' Ks are the rows', which a server does not time
     settings = bench_settings(options, (DEFAULT_KS, True) if served or in_process else k_list)
-    draft_model, settings, draft_name = _drafter(flags, target_model, settings, served or in_process)
+    draft_model, settings, draft_name = _drafter(flags, target_model, settings)
     if flags.native:  # before minutes of timing, not after
         _check_native(Path(flags.native), settings, target_model, draft_model)
     ks_given = flags.ks if options.given("ks") else None
@@ -221,14 +220,13 @@ def bench(context: click.Context, flags: BenchFlags) -> None:
         _print_report(report, out)
 
 
-def _drafter(flags: BenchFlags, target: ResolvedModel, settings: BenchSettings, elsewhere: bool):
+def _drafter(flags: BenchFlags, target: ResolvedModel, settings: BenchSettings):
     """(the draft model, the settings, the draft's name in the report): a draft model, or the target's own
-    MTP layers (then the rows' engines load them: BenchSettings.mtp); nothing else drafts in bench's rows."""
+    MTP layers (then every engine bench loads, the rows', the served pair's and the in-process clients', loads
+    them: BenchSettings.mtp); nothing else drafts in bench's rows."""
     choice = resolve_draft(flags.draft, flags.models_dir, target)
     if choice.model is None and not choice.mtp:
         raise InvalidSetting(NGRAM_ONLY)
-    if choice.mtp and (elsewhere or flags.native):
-        raise InvalidSetting(MTP_ROWS_ONLY)
     if choice.mtp:
         return None, replace(settings, mtp=True), MTP
     name = choice.model.name if not flags.draft or is_auto(flags.draft) else flags.draft

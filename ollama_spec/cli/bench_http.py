@@ -14,6 +14,7 @@ from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.cli.common import notice
 from ollama_spec.cli.options import RPC_ENVVAR
 from ollama_spec.cli.settings import Options
+from ollama_spec.decoding.proposer_table import MTP
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.models.resolve import ResolvedModel
 
@@ -47,7 +48,7 @@ def _refuse(command: click.Command, options: Options, names: tuple[str, ...], wh
 
 def bench_served(
     target_model: ResolvedModel,
-    draft_model: ResolvedModel,
+    draft_model: ResolvedModel | None,
     ks: str | None,
     prompts: Sequence[Prompt],
     settings: BenchSettings,
@@ -55,14 +56,16 @@ def bench_served(
     options: Options,
 ) -> None:
     """The pair served in this process with --concurrency slots, timed by as many clients as --url times a
-    server (`ks`: -k as given, None if not)."""
+    server (`ks`: -k as given, None if not; `draft_model` None: the target's own MTP layers draft, as
+    `settings.mtp` says)."""
     from ollama_spec.cli.bench_server import served_k, served_pair
 
     concurrency = options["concurrency"]
     k = served_k(ks, target_model.params)
+    drafter = draft_model.name if draft_model else MTP
     with served_pair(target_model, draft_model, settings, concurrency, k, notice=notice) as url:
         click.echo(
-            f"serving {target_model.name} drafted by {draft_model.name} (K={k or 'auto'}, {concurrency} slots) "
+            f"serving {target_model.name} drafted by {drafter} (K={k or 'auto'}, {concurrency} slots) "
             f"in this process at {url}",
             err=True,
         )

@@ -34,7 +34,7 @@ def client_counts(most: int) -> list[int]:
 
 
 def bench_in_process(
-    target: ResolvedModel, draft: ResolvedModel, ks: str | None, prompts, settings: BenchSettings, most: int, out
+    target: ResolvedModel, draft: ResolvedModel | None, ks: str | None, prompts, settings: BenchSettings, most: int, out
 ) -> None:
     fixed, auto = parse_k_list(ks or DEFAULT_ROWS)
     rows = ([None] if auto else []) + list(fixed)

@@ -44,15 +44,16 @@ def served_k(text: str | None, params: Mapping) -> int | None:
 @contextmanager
 def served_pair(
     target: ResolvedModel,
-    draft: ResolvedModel,
+    draft: ResolvedModel | None,
     settings: BenchSettings,
     slots: int,
     k: int | None,
     notice: Callable[[str], None] = lambda text: None,
 ) -> Iterator[str]:
-    """Load the pair with `slots` slots (the memory plan checked for all of them, as serve checks it), serve it
-    on 127.0.0.1 at a free port in a thread of this process, and yield its API base (http://127.0.0.1:PORT/v1)
-    once /health answers. The server stops and the pair unloads however the block ends (an error, Ctrl-C)."""
+    """Load the pair with `slots` slots (the memory plan checked for all of them, as serve checks it; `draft`
+    None: the target's own MTP layers draft, `settings.mtp`), serve it on 127.0.0.1 at a free port in a thread
+    of this process, and yield its API base (http://127.0.0.1:PORT/v1) once /health answers. The server stops
+    and the pair unloads however the block ends (an error, Ctrl-C)."""
     speculation = SpeculationSettings(num_speculative_tokens=k)
     server_settings = ServerSettings(
         host=LOOPBACK,

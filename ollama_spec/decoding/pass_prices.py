@@ -7,17 +7,24 @@ by what this machine does now. A calibration (or the costs a previous process sa
 prior: its shape stands in for the sizes not seen yet, scaled by how the sizes that were seen
 compare with it, so a calibration taken while the machine was busy does not outlive the first
 passes, and a restart does not keep slow costs. Each size follows its passes of the last ~10 steps; a size
-not run in the last STALE_PASSES steps counts as unseen again, so that a size last run during a busy
-spell (a K the loop left then) does not keep that spell's price while the machine is quiet again. A
-draft with no pass seen lately is scaled as the target is: both run on the same machine.
+not run in the last STALE_PASSES steps keeps its last price only as the machine has moved since (the
+target's sizes seen then against those seen now), so that a size last run during a busy spell (a K the
+loop left then) does not keep that spell's price while the machine is quiet again. A draft with no
+pass seen lately is scaled as the target is: both run on the same machine.
+
+A pass's price is what the loop's time between passes says it took (engine/step_loop.py): its decode
+and the Python around it (a draft token sampled and weighed, a step verified and the next begun),
+which a calibration, timing llama.cpp's calls alone, leaves out. On the tiny pair a draft token's
+Python is about its decode: priced by the decode alone, a lone slot drafts 16 tokens where 3 pay.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
-from ollama_spec.decoding.step_costs import StepCosts
+from ollama_spec.decoding.step_costs import OUTLIER_FACTOR, StepCosts, bounded
 
 DECAY = 0.8  # per step (target pass): a size's cost follows its passes of the last ~10 steps
 STALE_PASSES = 16  # a size not run in this many steps (target passes) is priced as one never seen
@@ -25,6 +32,8 @@ STALE_PASSES = 16  # a size not run in this many steps (target passes) is priced
 # of a single token (a CPU's kernels; a GPU's is near 0, and the first passes say which), and a draft
 # pass this share of the target's (a draft is about a tenth of its target's size).
 PRIOR_SLOPE = 0.1
+# In the verify line (`PassPrices.step_costs`), a size not run lately weighs this much of one run lately.
+STALE_WEIGHT = 0.2
 PRIOR_DRAFT_SHARE = 0.1
 
 
@@ -53,14 +62,26 @@ class _BySize:
         if entry is None or now - entry[1] >= STALE_PASSES:
             self._seen[size] = (seconds, now)
         else:  # the old value weighs as the steps since it say: a size run rarely (a probe's) is not ~10 runs behind
-            kept = DECAY ** max(1, now - entry[1])
-            self._seen[size] = (kept * entry[0] + (1 - kept) * seconds, now)
+            old, since = entry[0], now - entry[1]
+            kept = DECAY if since <= 1 else DECAY**since
+            # one pass far off its size's price (the thread descheduled, a collection) moves it a step's
+            # share of OUTLIER_FACTOR at most: a stale price is kept, so one must not set it
+            if not old / OUTLIER_FACTOR <= seconds <= old * OUTLIER_FACTOR:
+                seconds = bounded(seconds, old)
+            self._seen[size] = (kept * old + (1 - kept) * seconds, now)
         self._scale = None
 
     def get(self, size: int, now: int) -> float | None:
         """The size's seconds, if it ran in the last STALE_PASSES target passes."""
         entry = self._seen.get(size)
         return entry[0] if entry is not None and now - entry[1] < STALE_PASSES else None
+
+    def last(self, size: int) -> tuple[float, int] | None:
+        """The size's seconds when it last ran, and the target pass that was, if it ran."""
+        return self._seen.get(size)
+
+    def forget_stale(self, now: int) -> None:
+        self._seen = {size: entry for size, entry in self._seen.items() if now - entry[1] < STALE_PASSES}
 
     def scale(self, prior, now: int, otherwise: float = 1.0) -> float:
         """How the sizes seen lately compare with `prior` (`otherwise` where none was): the median ratio."""
@@ -81,6 +102,9 @@ class PassPrices:
     _target: _BySize = field(default_factory=_BySize)
     _draft: _BySize = field(default_factory=_BySize)
     _now: int = 0  # target passes seen: the clock that ages both models' sizes
+    # the target's scale (the machine's speed) at the target passes it was worked out at: a stale
+    # size's price moves as it has moved since
+    _scales: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4 * STALE_PASSES))
 
     def observe(self, draft: bool, size: int, seconds: float) -> None:
         """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
@@ -95,8 +119,10 @@ class PassPrices:
         """A calibration (or the costs saved last time): the shape of the sizes not seen yet."""
         if prior != self.prior:
             self.prior = prior
-            self._target.forget_scale()
-            self._draft.forget_scale()
+            for model in (self._target, self._draft):  # the scales the stale sizes kept were of the old prior
+                model.forget_scale()
+                model.forget_stale(self._now)
+            self._scales.clear()
 
     @property
     def known(self) -> bool:
@@ -107,10 +133,10 @@ class PassPrices:
         seen = self._target.get(tokens, self._now)
         if seen is not None:
             return seen
-        return self._target_prior(tokens) * self._target.scale(self._target_prior, self._now)
+        return self._moved(self._target, tokens) or self._target_prior(tokens) * self._target_scale()
 
     def draft_pass(self, rows: int) -> float:
-        seen = self._draft.get(rows, self._now)
+        seen = self._draft.get(rows, self._now) or self._moved(self._draft, rows)
         if seen is not None:
             return seen
         # with a prior, scaled as the target's is where the draft ran nothing lately; without, its prior
@@ -121,8 +147,47 @@ class PassPrices:
     def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
         """One sequence's draft step and target passes of 1..k_max+1 tokens, as learned; `drafts`
         False: proposals that cost no draft pass (a lookup in the text)."""
+        self._target_scale()  # the machine's speed now, noted for the sizes that go stale later
         draft = self.draft_pass(1) if drafts else 0.0
-        return StepCosts(draft, tuple(self.target_pass(n) for n in range(1, k_max + 2)))
+        return StepCosts(draft, self._verify_line(k_max + 1))
+
+    def _verify_line(self, sizes: int) -> tuple[float, ...]:
+        """Target passes of 1..`sizes` tokens on the line a + b·tokens (b ≥ 0) through their prices, the
+        sizes run lately weighing most. Each size's price is learned from the few passes of its own that
+        a shared CPU times ±10-30 %: per size, one soon looks cheaper than a smaller one (on the tiny
+        pair, 4 tokens at 0.098 ms against 0.131 for 1), which a lone slot's K rule reads as drafts that
+        cost nothing, and it drafts 16 where drafting does not pay at all."""
+        xs = range(1, sizes + 1)
+        ys = [self.target_pass(n) for n in xs]
+        ws = [1.0 if self._target.get(n, self._now) is not None else STALE_WEIGHT for n in xs]
+        w = sum(ws)
+        mean_x = sum(wi * x for wi, x in zip(ws, xs)) / w
+        mean_y = sum(wi * y for wi, y in zip(ws, ys)) / w
+        spread = sum(wi * (x - mean_x) ** 2 for wi, x in zip(ws, xs))
+        slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(ws, xs, ys)) / spread if spread else 0.0
+        slope = max(0.0, slope)
+        # no pass at under half the cheapest run lately (the line's foot, bent by a few far sizes, is no price)
+        floor = 0.5 * min([y for y, wi in zip(ys, ws) if wi == 1.0] or ys)
+        return tuple(max(mean_y + slope * (x - mean_x), floor) for x in xs)
+
+    def _target_scale(self) -> float:
+        """How the target's sizes seen lately compare with its prior: the machine's speed now (noted
+        in `_scales` each time it is worked out afresh)."""
+        fresh = self._target._scale is None
+        scale = self._target.scale(self._target_prior, self._now, otherwise=0.0)
+        if fresh and scale:
+            self._scales.append((self._now, scale))
+        return scale or 1.0
+
+    def _moved(self, model: _BySize, size: int) -> float | None:
+        """A size not run lately: its price when it last ran as the machine's speed has moved since
+        (the target's scale now against then); None where it never ran, or no scale was noted by then."""
+        last = model.last(size)
+        if last is None:
+            return None
+        seconds, at = last
+        then = next((scale for noted, scale in reversed(self._scales) if noted <= at), None)
+        return seconds * self._target_scale() / then if then else None
 
     def _target_prior(self, tokens: int) -> float:
         if self.prior is not None:

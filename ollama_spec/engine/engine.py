@@ -16,6 +16,7 @@ from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, Speculatio
 from ollama_spec.decoding.proposer_table import build_proposer, head_source
 from ollama_spec.decoding.proposers import Proposer
 from ollama_spec.engine import near_ties
+from ollama_spec.engine.alone import run_alone
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
 from ollama_spec.engine.generation import Generation
@@ -235,9 +236,11 @@ class Engine:
     def generate(
         self, request: Request, *, use_draft: bool = True, slot: int = 0, stop: Callable[[], bool] | None = None
     ) -> Generation:
-        """The answer in sequence `slot` of both models, run here as it is iterated (a request alone;
-        beside others, `submit` runs it in the step loop); `use_draft=False` runs the loaded target
-        alone (the baseline); `stop`: whether the request was cancelled."""
+        """The answer in sequence `slot` of both models, run as it is iterated: with the settings'
+        `lone_in_loop`, as the step loop with one slot, on the iterating thread when the loop runs
+        nothing else (engine/alone.py), else its evaluations directly (a request alone; beside others,
+        `submit`); `use_draft=False` runs the loaded target alone (the baseline); `stop`: whether the
+        request was cancelled."""
         generation = Generation(
             self.target if self.slots == 1 else self.target.sequence(slot),
             request,
@@ -249,6 +252,8 @@ class Engine:
         )
         if self.slots > 1:  # a long prompt is read a pass's piece at a time, beside the other slots' steps
             generation.prompt_chunk = piece_size(self.target.n_batch, self.slots)
+        if self.settings.lone_in_loop:
+            generation.driver = partial(run_alone, self.loop, slot)
         return generation
 
 

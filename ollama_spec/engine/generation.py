@@ -43,18 +43,24 @@ class Generation:
         self.prompt_chunk: PromptChunk | None = None  # the most prompt tokens an evaluation reads (step_loop.py)
         self.shared = False  # some of its steps ran beside other requests' (step_loop.py)
         self.policy = None  # its K policy, once it runs (the step loop sets a shared step's K on it)
+        self.driver: Callable[[Generation, bool], Iterator] | None = None  # what runs its steps when iterated
         self._grammar: Grammar | None = None  # its output grammar, once it runs
         self._token_piece = target.token_piece  # looked up once: a SequenceView finds it through __getattr__
         if request.trace_batches:
             self.result.speculation.batches = []
 
     def __iter__(self) -> Iterator[str]:
-        return evaluated(self.steps(runs=False))
+        return self._driven(runs=False)
 
     def pieces(self) -> Iterator[Run]:
         """Iterate instead of `iter()` for the same text as runs, each all from accepted draft tokens
         (`from_draft`) or all from the target's own; joined, they are the text `iter()` yields."""
-        return evaluated(self.steps(runs=True))
+        return self._driven(runs=True)
+
+    def _driven(self, runs: bool) -> Iterator:
+        """The pieces, its steps run by `driver` (the engine's step loop: engine/alone.py), else each
+        evaluation run directly."""
+        return self.driver(self, runs) if self.driver is not None else evaluated(self.steps(runs=runs))
 
     def steps(self, *, runs: bool = False) -> Generator:
         """The generation as steps (decoding/evals.py): each evaluation yielded as an `Eval` for the

@@ -20,12 +20,13 @@ from ollama_spec.decoding.step_costs import best_k
 
 def let_mtp_go(settings, refused: Exception, notice: Callable[[str], None]):
     """`settings` (engine.EngineSettings) without the MTP layers chosen by default, which do not fit beside
-    the target (`refused`: the plan's InsufficientMemory), said to `notice`; the refusal itself where they
-    were named, or are not loaded."""
+    the target (`refused`: the plan's InsufficientMemory), said to `notice` and kept as `mtp_let_go`; the
+    refusal itself where they were named, or are not loaded."""
     if not (settings.mtp and settings.mtp_where_it_pays):
         raise refused
-    notice(f"the target's MTP layers do not fit beside it ({refused}): the target runs alone")
-    return replace(settings, mtp=False, mtp_where_it_pays=False)
+    reason = f"do not fit beside it ({refused})"
+    notice(f"the target's MTP layers {reason}: the target runs alone")
+    return replace(settings, mtp=False, mtp_where_it_pays=False, mtp_let_go=f"its MTP layers {reason}")
 
 
 # MTP layers in llama.cpp (PR #22673): about 75 % of drafts accepted at 3 drafts per step
@@ -34,16 +35,17 @@ MTP_PRIOR_ALPHA = 0.75
 
 def keep_mtp_where_it_pays(engine) -> bool:
     """Keep the MTP head of `engine` (an engine.Engine, loaded with it) where some K ≥ 1 is priced above the
-    target alone at MTP_PRIOR_ALPHA; else let it go and say so: the target drafts with nothing. Whether it was
-    kept."""
+    target alone at MTP_PRIOR_ALPHA; else let it go, say so and keep why in its settings (`mtp_let_go`): the
+    target drafts with nothing. Whether it was kept."""
     costs = engine.costs.calibrated(engine.costs.draft, DEFAULT_MAX_SPECULATIVE_TOKENS)
     if best_k(MTP_PRIOR_ALPHA, costs) > 0:
         return True
-    engine.notice(
-        f"the target's MTP layers would not pay on this machine (a draft step costs {costs.draft_step_s * 1e3:.2f} ms "
-        f"beside a target step of {costs.verify_s[0] * 1e3:.2f} ms): the target runs alone"
+    reason = (
+        f"would not pay on this machine (a draft step costs {costs.draft_step_s * 1e3:.2f} ms beside a target "
+        f"step of {costs.verify_s[0] * 1e3:.2f} ms)"
     )
+    engine.notice(f"the target's MTP layers {reason}: the target runs alone")
     engine.head.close()
     engine.head, engine.costs.draft = None, None
-    engine.settings = replace(engine.settings, mtp=False)
+    engine.settings = replace(engine.settings, mtp=False, mtp_let_go=f"its MTP layers {reason}")
     return False

@@ -71,7 +71,9 @@ def choose_draft(
     if target.stored_draft is not None:
         return DraftChoice(stored_draft_model(target), None, STORED, "the draft layer in its manifest")
     if target.info.nextn_layers and mtp_problem(target) is None:
-        why = f"its own MTP (NextN) layers ({target.info.nextn_layers}), where their priced goodput beats it alone"
+        # a default priced as the pair loads (engine/mtp_default.py): what was loaded is said once it has been
+        count = target.info.nextn_layers
+        why = f"its own MTP (NextN) layers ({count}) by default, kept as it loads where they fit and pay"
         return DraftChoice(None, MTP, AUTO_PICK, why)
     if not named and not auto_by_default:
         return DraftChoice(None, None, ALONE, "the target alone: no draft named")

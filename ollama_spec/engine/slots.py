@@ -70,9 +70,12 @@ class SlotPool:
             self._last_used[seq] = time.monotonic()
             self._free.append(seq)
 
-    def acquire(self, prompt: Sequence[int]) -> int:
+    def acquire(self, prompt: Sequence[int], seq: int | None = None) -> int:
         """The free slot for `prompt`, its cache made as useful as can be (see the module's docstring).
-        It saves and restores cells: no batch may run on these models meanwhile."""
+        It saves and restores cells: no batch may run on these models meanwhile. `seq`: that slot
+        itself, as its cache is (a caller that chose it); RuntimeError when it is busy."""
+        if seq is not None:
+            return self._take(seq)
         with self._lock:
             if not self._free:
                 raise RuntimeError("no free slot: the caller runs at most n_slots requests at once")
@@ -100,6 +103,13 @@ class SlotPool:
             self._save(seq, cached)
         if saved is not None:
             self._restore(seq, saved)
+        return seq
+
+    def _take(self, seq: int) -> int:
+        with self._lock:
+            if seq not in self._free:
+                raise RuntimeError(f"slot {seq} is busy")
+            self._free.remove(seq)
         return seq
 
     def _save(self, seq: int, cached: list[int]) -> None:

@@ -28,17 +28,16 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ollama_spec.decoding.batch_steps import step_k
 from ollama_spec.decoding.evals import Eval
 from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
-from ollama_spec.engine.generation import Generation
 from ollama_spec.engine.prompt_chunks import ChunkSizer
 from ollama_spec.engine.requests import Request
-from ollama_spec.errors import OllamaSpecError
+from ollama_spec.engine.tickets import Pass, Sink, Ticket, not_started
 
 # Python hands the GIL to a thread that waits for it only every switch interval (5 ms by default), and
 # each piece the loop hands on wakes its reader's thread (a client, the server's event loop), which
@@ -47,48 +46,8 @@ from ollama_spec.errors import OllamaSpecError
 SWITCH_INTERVAL_S = 0.0005
 # A draft step's passes read at most the last accepted token and the one after it, a row each
 DRAFT_STEP_TOKENS = 2
-
-
-@dataclass(frozen=True)
-class Pass:
-    """One llama_decode call as it ran: which model (0 the target, 1 the draft), how many sequences,
-    tokens and rows of logits, the most tokens of one sequence, and its seconds."""
-
-    model: int
-    sequences: int
-    tokens: int
-    rows: int
-    widest: int
-    seconds: float
-
-
-class Sink(Protocol):
-    """Where a request's answer goes, called on the loop's thread (just before its next pass: see
-    `StepLoop._send`): the pieces of text (`Run`s with `runs`) each step verified, in one call (each
-    call may wake the reader's thread: once a step, not once a token), each with how many of the
-    Result's `scored` tokens it completes; then once `end` (the Result is the generation's) or `fail`."""
-
-    def pieces(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None: ...
-    def end(self, ticket: Ticket) -> None: ...
-    def fail(self, ticket: Ticket, error: Exception) -> None: ...
-
-
-@dataclass
-class Ticket:
-    """One admitted request: its prompt as tokens, where its answer goes, and once it has a slot, its
-    generation (whose `result` fills as it runs)."""
-
-    request: Request
-    prompt: list[int]
-    sink: Sink
-    runs: bool = False  # pieces as Runs (which text the draft wrote), not plain text
-    use_draft: bool = True  # False: the target alone (the baseline)
-    generation: Generation | None = None
-    slot: int | None = None  # the sequence it runs in, once admitted
-    cancelled: bool = False  # set by any thread: the slot is freed at the next step
-
-    def cancel(self) -> None:
-        self.cancelled = True
+# A lone slot priced again from the passes (at each of its first steps too): ~50 us; a price follows ~10
+REPRICE_EVERY = 4
 
 
 @dataclass
@@ -99,6 +58,7 @@ class _Slot:
     wanted: Eval | None = None
     model: Any = None  # the loaded model `wanted` is for, and the sequence in it (`_model_of`)
     wanted_seq: int = 0
+    view: Any = None  # `wanted.model`, which `model` and `wanted_seq` were worked out from
 
 
 @dataclass
@@ -111,6 +71,8 @@ class StepLoop:
     steps: int = 0  # turns that ended in a target pass
     outside_s: float = 0.0  # their seconds outside llama.cpp's passes: the Python of the steps
     _passes_s: float = 0.0
+    _mark: float = 0.0  # where the time the next pass is priced by begins (`_pass`)
+    _admitted_s: float = 0.0  # this turn's Python before its first pass: the step's, priced with its target pass
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, _Slot] = field(default_factory=dict)
@@ -118,24 +80,44 @@ class StepLoop:
     # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
     _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
     _thread: threading.Thread | None = None
+    _idle: bool = False  # its thread waits for work
+    _held: bool = False  # a caller's thread runs the turns (`queue`)
     _closed: bool = False
 
     def submit(
         self, request: Request, prompt: list[int], sink: Sink, *, runs: bool = False, use_draft: bool = True
     ) -> Ticket:
-        """Queue a request whose prompt is `prompt` (arrival order); its answer goes to `sink`, called
-        from the loop's thread."""
-        ticket = Ticket(request, list(prompt), sink, runs, use_draft)
+        """Queue a request whose prompt is `prompt`; its answer goes to `sink`, called from the loop's thread."""
+        self.queue(ticket := Ticket(request, list(prompt), sink, runs, use_draft))
+        return ticket
+
+    def queue(self, ticket: Ticket, *, here: bool = False) -> bool:
+        """Queue `ticket` (arrival order); True when, with `here`, the calling thread holds the loop (it had
+        nothing else to run): it runs the turns (`run_turn`) until `let_go`, the loop's thread asleep."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the step loop is closed")
             self._waiting.append(ticket)
-            if self._thread is None:
-                sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-                self._thread = threading.Thread(target=self._run, name="ollama-spec-steps", daemon=True)
-                self._thread.start()
-            self._lock.notify()
-        return ticket
+            alone = len(self._waiting) == 1 and not self._slots and (self._thread is None or self._idle)
+            if held := here and alone and not self._held:
+                self._held = True
+            else:
+                self._wake()
+        return held
+
+    def let_go(self) -> None:
+        """The calling thread stops running turns: what was queued meanwhile goes to the loop's thread."""
+        with self._lock:
+            self._held = False
+            if self._waiting or self._slots:
+                self._wake()
+
+    def _wake(self) -> None:
+        if self._thread is None:
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+            self._thread = threading.Thread(target=self._run, name="ollama-spec-steps", daemon=True)
+            self._thread.start()
+        self._lock.notify()
 
     @contextmanager
     def together(self) -> Iterator[None]:
@@ -160,42 +142,64 @@ class StepLoop:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while not self._waiting and not self._slots and not self._closed:
+                self._idle = True  # a caller's thread may hold the loop (`queue`) only while this waits
+                while self._held or (not self._waiting and not self._slots and not self._closed):
                     self._lock.wait()
+                self._idle = False
                 if self._closed and not self._slots and not self._waiting:
                     return
-            try:
-                self.turn()
-            except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
-                for slot in list(self._slots.values()):
-                    self._fail(slot, exc)
-            self._send()
+            self.run_turn()
+
+    def run_turn(self) -> None:
+        """One `turn`, the sinks' calls of it made at its end (on the thread that runs the loop)."""
+        try:
+            self.turn()
+        except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
+            for slot in list(self._slots.values()):
+                self._fail(slot, exc)
+        self._send()
 
     def turn(self) -> None:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
         slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
         started, self._passes_s = time.perf_counter(), 0.0
         self._admit()
+        self._mark = time.perf_counter()
+        self._admitted_s = self._mark - started
+        target = self.engine.target  # the others draft: a draft model's sequences, or a head's
         while True:
-            for slot in [s for s in self._slots.values() if s.ticket.cancelled]:
-                self._finish(slot)
-            wanting = [slot for slot in self._slots.values() if slot.wanted is not None]
-            if not wanting:
-                return
-            target = self.engine.target  # the others draft: a draft model's sequences, or a head's
-            drafting = [slot for slot in wanting if slot.model is not target]
+            if len(self._slots) == 1:  # alone: nothing to sort out
+                wanting = [*self._slots.values()]
+                if wanting[0].ticket.cancelled or wanting[0].wanted is None:
+                    wanting = self._finished(wanting)
+                drafting = wanting if wanting and wanting[0].model is not target else ()
+            else:
+                wanting = self._finished(list(self._slots.values()))
+                drafting = [slot for slot in wanting if slot.model is not target]
             if drafting:
                 self._pass(drafting)
                 continue
+            if not wanting:
+                return
             self._choose_k()
             self._pass(wanting)
             self.steps += 1
             self.outside_s += time.perf_counter() - started - self._passes_s
             return  # the target's pass ends the step
 
+    def _finished(self, slots: list[_Slot]) -> list[_Slot]:
+        """The slots that want a pass, the cancelled ones finished."""
+        for slot in [slot for slot in slots if slot.ticket.cancelled]:
+            self._finish(slot)
+        return [slot for slot in slots if slot.wanted is not None]
+
     def _admit(self) -> None:
         """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
         turn's passes; then the turn's passes begin (`_chunks` times the turns)."""
+        if self.engine.slots == 1:  # no other slot's steps for a prompt's chunks to be timed beside
+            if self._waiting and not self._slots:
+                self._admit_waiting()
+            return
         waited = not self._slots  # the loop waits for work only with no slot running
         self._chunks.generating = any(s.ticket.generation.result.tokens for s in self._slots.values())
         self._admit_waiting()
@@ -204,21 +208,21 @@ class StepLoop:
 
     def _admit_waiting(self) -> None:
         free = self.engine.slots - len(self._slots)
-        while free > 0:
+        while free > 0 and self._waiting:  # read without the lock: what comes meanwhile waits a turn
             with self._lock:
                 ticket = self._waiting.popleft() if self._waiting else None
             if ticket is None:
                 return
             if ticket.cancelled:
-                ticket.sink.fail(ticket, _cancelled())
+                ticket.sink.fail(ticket, not_started())
                 continue
-            try:
-                seq = self.engine.pool.acquire(ticket.prompt)
+            try:  # a generation made for its sequence (Engine.generate's) runs there
+                seq = self.engine.pool.acquire(ticket.prompt, ticket.slot)
             except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
                 ticket.sink.fail(ticket, exc)
                 continue
             ticket.slot = seq
-            ticket.generation = generation = self.engine.generate(
+            ticket.generation = generation = ticket.generation or self.engine.generate(
                 ticket.request, use_draft=ticket.use_draft, slot=seq, stop=lambda ticket=ticket: ticket.cancelled
             )
             generation.prompt = lambda prompt=ticket.prompt: prompt
@@ -245,7 +249,8 @@ class StepLoop:
             k = step_k(policies, prices, DRAFT_GAIN_MARGIN, min(p.costs.k_max for p in policies))
         else:
             k, lone = None, policies[0]
-            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+            if lone.observed < REPRICE_EVERY or lone.observed % REPRICE_EVERY == 0:
+                lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
         for policy in policies:
             policy.shared_k = k
         for slot in self._slots.values():
@@ -254,10 +259,11 @@ class StepLoop:
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
         model = slots[0].model
-        self._send()  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
+        if self._outbox:  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
+            self._send()
         started = time.perf_counter()
         try:
-            items = [(slot.wanted_seq, slot.wanted.tokens, slot.wanted.logits) for slot in slots]
+            items = [(s.wanted_seq, s.wanted.tokens, s.wanted.logits) for s in slots]
             items = [(seq, tokens, model.rows_asked(tokens, logits, seq)) for seq, tokens, logits in items]
             rows = model.decode_many(items)
         except Exception as exc:  # noqa: BLE001 - every request in the pass fails with it
@@ -265,41 +271,53 @@ class StepLoop:
                 self._fail(slot, exc)
             return
         seconds = time.perf_counter() - started
-        self.decodes, self._passes_s = self.decodes + 1, self._passes_s + seconds
+        self.decodes += 1
+        self._passes_s += seconds
         draft = model is not self.engine.target  # a draft model's pass, or a head's
-        widest = max(len(tokens) for _, tokens, _ in items)
-        if not draft or widest <= DRAFT_STEP_TOKENS:  # a draft's prompt read is not the price of its steps
-            self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
+        widest = len(items[0][1]) if len(items) == 1 else max([len(tokens) for _, tokens, _ in items])
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
             self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
+        running = len(self._slots)
         for slot, slot_rows in zip(slots, rows):
             self._advance(slot, slot_rows)
+        # Priced by what it took since the pass before it: the Python that led up to it, its decode, and
+        # its slots reading their rows up to their next evaluations (a draft token sampled and weighed; a
+        # step verified and the next one begun); a target pass, the step's Python before its first pass
+        # too. K is then chosen on what a step really takes, not its llama.cpp calls alone (on the tiny
+        # pair a draft token's Python is about its decode). Not priced: a draft's prompt read (not what
+        # its steps cost), and a pass a request ended in (its closing Python).
+        now = time.perf_counter()
+        seconds, self._mark = now - self._mark, now
+        if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
+            return
+        self.engine.costs.passes.observe(
+            draft, len(items) if draft else widest * len(items), seconds if draft else seconds + self._admitted_s
+        )
 
     def _advance(self, slot: _Slot, rows: np.ndarray | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
-        ticket, steps, pieces = slot.ticket, slot.steps, []
+        ticket, steps, pieces, failed = slot.ticket, slot.steps, [], None
         try:
             item = steps.send(rows) if rows is not None else next(steps)
             while not isinstance(item, Eval) and not ticket.cancelled:
                 pieces.append((item, len(ticket.generation.result.scored)))  # its tokens' logprobs: up to there
                 item = next(steps)
             slot.wanted = item
-            if isinstance(item, Eval):
+            if isinstance(item, Eval) and item.model is not slot.view:  # a slot's views stay: worked out once each
+                slot.view = item.model
                 slot.model, slot.wanted_seq = _model_of(item)
         except StopIteration:
             slot.wanted = None
         except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
-            self._hand_on(ticket, pieces)
-            self._fail(slot, exc)
+            failed = exc
+        if pieces:  # handed on with the turn's other sinks' calls (`_send`)
+            self._outbox.append((ticket.sink.pieces, (ticket, pieces)))
+        if failed is not None:
+            self._fail(slot, failed)
             return
-        self._hand_on(ticket, pieces)
         if slot.wanted is None or ticket.cancelled:
             self._finish(slot)
-
-    def _hand_on(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None:
-        if pieces:
-            self._outbox.append((ticket.sink.pieces, (ticket, pieces)))
 
     def _send(self) -> None:
         """Make the sinks' calls of this turn, in order. Each may wake a reader's thread, which then
@@ -334,53 +352,3 @@ def _model_of(wanted: Eval) -> tuple[Any, int]:
     """The loaded model and sequence an evaluation is for (a SequenceView is one sequence of one)."""
     view = wanted.model
     return (view.model, view.seq) if hasattr(view, "seq") else (view, 0)
-
-
-class NotStarted(OllamaSpecError):
-    """A request cancelled before it had a slot."""
-
-
-def _cancelled() -> Exception:
-    return NotStarted("the request was cancelled before it started")
-
-
-class Collected:
-    """A Sink for a caller on another thread (bench, tests): the answer's items in a queue, in order."""
-
-    def __init__(self) -> None:
-        self._items: deque[tuple[str, Any]] = deque()
-        self._cond = threading.Condition()
-
-    def pieces(self, ticket: Ticket, pieces: list[Any]) -> None:
-        self._put(("pieces", pieces))
-
-    def end(self, ticket: Ticket) -> None:
-        self._put(("end", None))
-
-    def fail(self, ticket: Ticket, error: Exception) -> None:
-        self._put(("fail", error))
-
-    def _put(self, item: tuple[str, Any]) -> None:
-        with self._cond:
-            self._items.append(item)
-            self._cond.notify()
-
-    def __iter__(self) -> Iterator[Any]:
-        """The pieces as they come; the request's error raised here."""
-        while True:
-            with self._cond:
-                while not self._items:
-                    self._cond.wait()
-                kind, value = self._items.popleft()
-            if kind == "fail":
-                raise value
-            if kind == "end":
-                return
-            yield from (piece for piece, _ in value)
-
-
-def stream(loop: StepLoop, request: Request, prompt: list[int], *, runs: bool = False) -> tuple[Ticket, Iterator]:
-    """Run `request` in `loop` for a caller on another thread: its ticket (the generation, once it
-    runs) and its pieces as they come."""
-    sink = Collected()
-    return loop.submit(request, prompt, sink, runs=runs), iter(sink)

@@ -33,15 +33,13 @@ from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import InferenceError, ModelLoadError
 from ollama_spec.llama.head_calls import head_calls
-from ollama_spec.llama.head_rows import _Sequence, embd_rows, pack_state, unpack_state
+from ollama_spec.llama.head_passes import MERGED_ROWS, HeadPasses
+from ollama_spec.llama.head_rows import _Sequence, pack_state, unpack_state
 from ollama_spec.llama.head_sequences import HeadSequence
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry
 
 ARCHITECTURE = "eagle3"
-# The most rows of a draft step's pass that also decodes the pairs the last target pass left waiting:
-# every row of it is an output (see decode_many), n_vocab floats each (32 MB at 64 rows of 128k).
-MERGED_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class HeadSettings:
     n_gpu_layers: int = -1  # as a draft model's: part of -k auto's cost key
 
 
-class Eagle3Head:
+class Eagle3Head(HeadPasses):
     """The head's model and context, tied to `target` (a llama.model.LoadedModel): it borrows the
     target's token embeddings and output matrix where it has none of its own (ctx_other)."""
 
@@ -152,7 +150,8 @@ class Eagle3Head:
         raw = [seq for seq in dict.fromkeys(seqs) if self._state[seq].raw and self._state[seq].rows is not None]
         if not raw:
             return
-        g = self._encode(np.concatenate([self._state[seq].rows[1] for seq in raw]))
+        rows = [self._state[seq].rows[1] for seq in raw]
+        g = self._encode(rows[0] if len(rows) == 1 else np.concatenate(rows))
         offset = 0
         for seq in raw:
             state = self._state[seq]
@@ -205,69 +204,8 @@ class Eagle3Head:
     def _cut(self, seq: int, position: int) -> None:
         state = self._state[seq]
         if state.end > position:
-            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx.ctx), seq, position, -1)
+            self._quick.seq_rm(self._memory, seq, position, -1)
             state.end = position
-
-    def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
-        """The captured rows of entries `order`: the three layers' inputs side by side."""
-        tgt, parts = self.target.llama_context, []
-        for layer in self.layers:
-            ptr = self.calls.get_layer_inp(tgt, layer) if layer < self.target_layers else self.calls.get_nextn(tgt)
-            if not ptr:
-                raise InferenceError(f"the target captured no input of layer {layer} for the EAGLE-3 head")
-            parts.append(np.ctypeslib.as_array(ptr, shape=(n_entries, self.n_target_embd))[order])
-        return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
-
-    def _encode(self, features: np.ndarray) -> np.ndarray:
-        """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
-        out = np.empty((len(features), self.n_embd), dtype=np.float32)
-        batch, set_pos, set_output = (
-            self._batch,
-            llama_cpp.llama_batch_ext_set_pos,
-            llama_cpp.llama_batch_ext_set_output_embd,
-        )
-        add_embd = llama_cpp.llama_batch_ext_add_embd
-        for start in range(0, len(features), self.n_batch):
-            chunk = features[start : start + self.n_batch]
-            llama_cpp.llama_batch_ext_clear(batch)
-            # the encoder reads no positions, but a batch's must follow what sequence 0 holds
-            after = llama_cpp.llama_memory_seq_pos_max(llama_cpp.llama_get_memory(self._ctx.ctx), 0) + 1
-            embds, pos = embd_rows(chunk), llama_cpp.llama_pos
-            for j in range(len(chunk)):
-                idx = add_embd(batch, 0, embds[j])
-                set_pos(batch, idx, ctypes.byref(pos(after + j)))
-                set_output(batch, idx, True)
-            self._process(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE, len(chunk))
-            ptr = self.calls.get_nextn(self._ctx.ctx)
-            out[start : start + len(chunk)] = np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_embd))
-        return out
-
-    def _decode(self, pairs: Sequence[tuple[int, int, int, np.ndarray]], *, outputs: bool = False) -> None:
-        """One decoder pass over (seq, position, token, g) pairs; with `outputs`, logits and
-        pre-norm states for every pair."""
-        batch, add_token, set_pos = self._batch, llama_cpp.llama_batch_ext_add_token, llama_cpp.llama_batch_ext_set_pos
-        set_embd, set_output = llama_cpp.llama_batch_ext_set_embd_token, llama_cpp.llama_batch_ext_set_output_logits
-        llama_cpp.llama_batch_ext_clear(batch)
-        # llama.cpp reads the g rows by pointer: they stay alive until the pass is done
-        embds = embd_rows(np.stack([pair[3] for pair in pairs]).astype(np.float32, copy=False))
-        pos = llama_cpp.llama_pos
-        for i, (seq, position, token, _) in enumerate(pairs):
-            idx = add_token(batch, seq, token)
-            set_pos(batch, idx, ctypes.byref(pos(position)))
-            set_embd(batch, idx, embds[i])
-            if outputs:
-                set_output(batch, idx, True)
-            state = self._state[seq]
-            state.end = max(state.end, position + 1)
-        self._process(llama_cpp.LLAMA_PROCESS_TYPE_DECODE, len(pairs))
-
-    def _process(self, kind: int, n: int) -> None:
-        code = llama_cpp.llama_process(self._ctx.ctx, kind, self._batch)
-        if code != 0:
-            stage = "encoder" if kind == llama_cpp.LLAMA_PROCESS_TYPE_ENCODE else "decoder"
-            raise InferenceError(
-                f"llama.cpp could not run the EAGLE-3 head's {stage} on {n} rows (llama_process: {code})"
-            )
 
     # --- drafting --------------------------------------------------------------------------
     def sequence(self, seq: int) -> HeadSequence:
@@ -316,12 +254,15 @@ class Eagle3Head:
                 behind = []
             pairs = sorted([*behind, *steps], key=lambda pair: pair[:2])
             self._decode(pairs, outputs=True)
-            ctx, rows, index = self._ctx.ctx, [], {pair[:2]: i for i, pair in enumerate(pairs)}
+            ctx, view, rows = self._ctx.ctx, self._g_io.view, []
+            index = {pair[:2]: i for i, pair in enumerate(pairs)}
             for seq, position, _, _ in steps:
                 i = index[seq, position]
-                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(1, self.n_vocab))
-                g = np.ctypeslib.as_array(self.calls.get_nextn_ith(ctx, i), shape=(self.n_embd,))
-                self._state[seq].drafting = (position + 1, g.copy())
+                logits = view(self.calls.logits_ith_at(ctx, i), 1, self.n_vocab)
+                g = view(self.calls.nextn_ith_at(ctx, i), 1, self.n_embd)
+                if logits is None or g is None:
+                    raise InferenceError(f"the EAGLE-3 head's decoder gave no row {i}")
+                self._state[seq].drafting = (position + 1, g[0].copy())
                 rows.append(logits.copy())
             return rows
 

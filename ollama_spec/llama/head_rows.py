@@ -1,8 +1,10 @@
-"""The EAGLE-3 head's rows as llama.cpp reads them, and a sequence's state as bytes (a slot's prefix in
-host RAM keeps it)."""
+"""The EAGLE-3 head's rows as llama.cpp reads them and gives them back, and a sequence's state as bytes
+(a slot's prefix in host RAM keeps it)."""
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llama_cpp
@@ -54,3 +56,51 @@ def embd_rows(rows: np.ndarray):
     embds = (llama_cpp.llama_embd * n).from_buffer(fields)
     embds._keep = (rows, fields)
     return embds
+
+
+class RowIO:
+    """The head's rows in and out of llama.cpp, without a ctypes object made per row.
+
+    In: llama.cpp copies a row's floats when it is added to a batch (llama_batch_ext_set_embd_token,
+    _add_embd), so rows up to `rows` at a time are copied into a scratch matrix whose llama_embd
+    structs are made once; more (a prompt's pairs) get structs made for them. Out: a numpy view of a
+    buffer llama.cpp hands out (the target's captured rows, the head's g and logits) is made once per
+    address and width, as wide as the most rows read there: a buffer is valid at the address
+    llama.cpp gives for the rows it holds now, and only those are read."""
+
+    MAX_VIEWS = 1024  # addresses remembered: the buffers' and each row's a pass reads by index
+
+    def __init__(self, width: int, rows: int):
+        self.width = width
+        self._scratch = np.zeros((rows, width), dtype=np.float32)
+        embds = embd_rows(self._scratch)
+        self._embds = [embds[i] for i in range(rows)]  # each struct points at its scratch row for good
+        self._views: dict[tuple[int, int], np.ndarray] = {}
+        self.pos = llama_cpp.llama_pos(0)  # llama_batch_ext_set_pos copies the position it is pointed at
+        self.pos_ref = ctypes.pointer(self.pos)
+
+    def embds(self, rows) -> Sequence:
+        """A llama_embd for each of `rows` (float32 rows `width` wide: a matrix, or a list of rows),
+        valid until the next call."""
+        n = len(rows)
+        if n > len(self._embds):
+            return embd_rows(rows if isinstance(rows, np.ndarray) else np.stack(rows))
+        scratch = self._scratch
+        if isinstance(rows, np.ndarray):
+            scratch[:n] = rows
+        else:
+            for i, row in enumerate(rows):
+                scratch[i] = row
+        return self._embds
+
+    def view(self, address: int | None, n: int, width: int) -> np.ndarray | None:
+        """The n × width float32 rows at `address` (None where llama.cpp gave none), not copied."""
+        if not address:
+            return None
+        rows = self._views.get((address, width))
+        if rows is None or len(rows) < n:
+            if len(self._views) >= self.MAX_VIEWS:
+                self._views.clear()
+            rows = np.frombuffer((ctypes.c_float * (n * width)).from_address(address), np.float32)
+            rows = self._views[address, width] = rows.reshape(n, width)
+        return rows[:n]

@@ -411,11 +411,17 @@ def test_bench_with_an_eagle3_head_as_the_draft(invoke, tiny_store, tiny_models,
     assert "draft 0.00 ms" not in costs, costs
 
 
-def test_bench_times_the_targets_mtp_layers(invoke, mtp_store, prompts_file):
-    result = invoke("bench", "mtp-target", "-d", "mtp", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file)
+def test_bench_times_the_targets_mtp_layers(invoke, mtp_store, prompts_file, tmp_path):
+    from tests.bench.test_native import REPORT, fake_binary
+
+    native = fake_binary(tmp_path, REPORT)  # llama.cpp's MTP driver, as its report reads
+    args = ("bench", "mtp-target", "-d", "mtp", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file)
+    result = invoke(*args, "--native", native)
     assert result.exit_code == 0, result.output
     for label in ("target alone", "speculative K=1", "speculative K=auto", "llama-cpp-python target alone"):
         assert label in result.output
+    assert "llama.cpp speculative-simple K=" in result.output
+    assert "--spec-type draft-mtp" in (tmp_path / "args").read_text()
     assert "llama-cpp-python draft_model" not in result.output  # that path runs draft models only
     assert "target mtp-target:latest, draft mtp;" in result.output
     assert "WARNING" not in result.output  # greedy rows are the target's own tokens
@@ -423,14 +429,8 @@ def test_bench_times_the_targets_mtp_layers(invoke, mtp_store, prompts_file):
     assert invoke("bench", "mtp-target", "--models-dir", mtp_store, *ARGS, "--prompts", prompts_file).exit_code == 0
 
 
-@pytest.mark.parametrize(
-    "target, args, message",
-    [
-        ("tiny-target", (), "Error: --draft mtp: tiny-target:latest has no MTP (NextN) layers to draft with"),
-        ("mtp-target", ("--concurrency", "2"), "Error: bench --draft mtp times its rows in this process: drop"),
-    ],
-)
-def test_bench_mtp_that_cannot_run_is_one_line(invoke, mtp_store, target, args, message):
-    result = invoke("bench", target, "-d", "mtp", "--models-dir", mtp_store, "--no-check", *args)
+@pytest.mark.parametrize("args", [(), ("--concurrency", "2"), ("--concurrency", "2", "--in-process")])
+def test_bench_mtp_for_a_target_without_them_is_one_line(invoke, mtp_store, args):
+    result = invoke("bench", "tiny-target", "-d", "mtp", "--models-dir", mtp_store, "--no-check", *args)
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
-    assert result.output.startswith(message)
+    assert result.output.startswith("Error: --draft mtp: tiny-target:latest has no MTP (NextN) layers to draft with")

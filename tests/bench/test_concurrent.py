@@ -87,3 +87,33 @@ def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
         ["1", "ceiling"],
         ["1", "python"],
     ]
+
+
+def test_clients_in_process_draft_with_the_targets_mtp_layers_one_sequence_a_slot(mtp_store):
+    from ollama_spec.models.resolve import resolve_model
+
+    target = resolve_model("mtp-target", str(mtp_store))
+    prompts = [Prompt("fox", "The quick brown fox"), Prompt("sky", "The sky is")]
+    settings = BenchSettings(max_tokens=24, runs=1, warmup=False, n_ctx=512)  # long enough for the clients to meet
+    with Engine(target, None, engine_settings(parallel=2, n_ctx=512, mtp=True)) as engine:
+        report = run_concurrent(engine, prompts, settings, [1, 2], [1, 2])
+    assert not report.mismatches  # greedy: one text a prompt, whatever K and however many clients
+    for n in (1, 2):
+        for k in (1, 2):
+            assert sum(sum(drafted) for drafted in report.cells[(n, k)].drafted.values()) > 0
+    drafts = [p for p in report.passes[2] if p.model == 1]
+    assert drafts and max(p.sequences for p in drafts) == 2  # both slots' NextN sequences in one pass
+
+
+def test_bench_in_process_and_served_time_the_targets_mtp_layers(invoke, mtp_store, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The quick brown fox\n", encoding="utf-8")
+    args = ("bench", "mtp-target", "-d", "mtp", "--models-dir", mtp_store, *FAST, "--prompts", prompts, "-k", "2")
+    in_process = invoke(*args, "--concurrency", "2", "--in-process")
+    assert in_process.exit_code == 0, in_process.output
+    assert "mtp-target:latest, in process (no HTTP), 2 slots" in in_process.output
+    served = invoke(*args, "--concurrency", "2")
+    assert served.exit_code == 0, served.output
+    assert "serving mtp-target:latest drafted by mtp (K=2, 2 slots) in this process" in served.output
+    assert "2 clients at once: " in served.output
+    assert "drafts accepted, as the server's timings say: " in served.output  # serve's timings, streamed

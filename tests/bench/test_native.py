@@ -1,10 +1,11 @@
 """The native reference row: how llama-speculative-simple is called and its report read."""
 
 import os
+import re
 
 import pytest
 
-from ollama_spec.bench.native import run_native_row
+from ollama_spec.bench.native import _command, _report, run_native_row
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.errors import InvalidSetting
@@ -160,3 +161,47 @@ def test_a_head_runs_as_llama_cpps_eagle3_draft(tmp_path, tiny_models):
     run_native_row(fake_binary(tmp_path, REPORT), target, head, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
     args = (tmp_path / "args").read_text().split()
     assert args[args.index("--spec-type") + 1] == "draft-eagle3" and str(head.path) in args
+
+
+def test_the_targets_mtp_layers_draft_in_llama_cpps_own_mtp_driver(tmp_path, tiny_models):
+    """No draft (bench -d mtp): `--spec-type draft-mtp` over the target's GGUF alone, no -md; a token piece
+    that ends inside a character (llama.cpp prints the text a piece at a time) is read, not a crash."""
+    target, _ = tiny_models
+    binary = fake_binary(tmp_path, REPORT.replace("n_draft ", "\x88\xe2\x82 n_draft "))
+    settings = BenchSettings(ks=(3,), max_tokens=64, runs=1, n_threads=2)
+    row = run_native_row(binary, target, None, 3, [Prompt("p", "hi")], {"p": "hi"}, settings)
+    assert row.tokens_per_second == 32.0 and row.accepted == 47
+    args = (tmp_path / "args").read_text().split()
+    assert args[args.index("--spec-type") + 1] == "draft-mtp" and "-md" not in args and str(target.path) in args
+
+
+def test_llama_cpps_mtp_driver_writes_our_text_and_accepts_as_we_do(tiny_models, tmp_path):
+    """The real llama-speculative-simple (scripts/build-native-speculative.sh; skipped without it) on a crafted
+    MTP target, greedy, at the same K as ours: the same text, and the same drafts accepted but for its first
+    step, which drafts from the prompt (ours reads the prompt, then drafts after the first token)."""
+    from ollama_spec.decoding.loop import SpeculationSettings
+    from ollama_spec.decoding.sampling import SamplingSettings
+    from ollama_spec.engine.engine import Engine, Request
+    from ollama_spec.models.resolve import resolve_model
+    from ollama_spec.synthetic.mtp_target import MtpShape, write_mtp_target
+    from tests.conftest import engine_settings
+    from tests.pull.test_head_native import native_binary
+
+    binary = native_binary("llama-speculative-simple")
+    if binary is None:
+        pytest.skip("llama-speculative-simple not built (scripts/build-native-speculative.sh)")
+    target = resolve_model(
+        str(write_mtp_target(tmp_path / "crafted.gguf", tiny_models[0].path, MtpShape(crafted=True)))
+    )
+    k, n, prompt = 2, 32, "Once upon a time"
+    settings = BenchSettings(ks=(k,), max_tokens=n, runs=1, n_threads=1, n_ctx=512, flash_attention="off")
+    log = _report(binary, _command(binary, target, None, k, prompt, settings, n), "once")
+    theirs = {name: int(re.search(rf"{name}\s*=\s*(\d+)", log)[1]) for name in ("n_predict", "n_accept")}
+    request = Request(prompt, raw=True, max_tokens=theirs["n_predict"], ignore_eos=True,
+                      sampling=SamplingSettings(temperature=0), speculation=SpeculationSettings(k))  # fmt: skip
+    with Engine(target, None, engine_settings(mtp=True, n_ctx=512)) as engine:
+        generation = engine.generate(request)
+        text = "".join(generation)
+    assert text and text in log  # it prints the prompt, then the text
+    assert 0 <= theirs["n_accept"] - generation.result.speculation.accepted <= k
+    assert generation.result.speculation.accepted > n // 2

@@ -40,6 +40,8 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
         if body.get("stream_options", {}).get("include_usage") and body["model"] != "no-usage":
             usage = {"choices": [], "usage": {"completion_tokens": len(pieces) * 2}}
+            if body["model"] == "drafting":  # llama-server's timings ride on its usage chunk
+                usage["timings"] = {"predicted_n": len(pieces) * 2, "draft_n": 6, "draft_n_accepted": 4}
             self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())
         self.wfile.write(b"data: [DONE]\n\n")
 
@@ -168,3 +170,14 @@ def test_url_must_be_http(invoke):
 def test_server_errors_are_typed():
     with pytest.raises(ServerError, match="cannot reach"):
         run_remote(RemoteSettings(url=f"http://127.0.0.1:{free_port()}", model="m", warmup=False), [Prompt("p", "x")])
+
+
+def test_the_drafts_a_server_says_it_accepted_are_counted(invoke, server, tmp_path):
+    out = tmp_path / "remote"
+    result = invoke("bench", "drafting", "--url", server, "--runs", "1", "--max-tokens", "4", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "drafts accepted, as the server's timings say: 20 of 30 (66.7%)" in result.output
+    data = json.loads((out / "results.json").read_text())
+    assert (data["drafted"], data["accepted"]) == (30, 20) and data["samples"][0]["accepted"] == 4
+    plain = invoke("bench", "my-model", "--url", server, "--runs", "1", "--max-tokens", "4")
+    assert "drafts accepted" not in plain.output  # a server that does not say: nothing made up

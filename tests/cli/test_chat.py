@@ -139,21 +139,21 @@ def test_ctrl_c_mid_answer_stops_it_and_the_next_turn_goes_on(tiny_models, monke
 
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         conversation = Conversation(engine, Request(max_tokens=200, sampling=SamplingSettings(temperature=0)))
-        real_eval, calls = engine.target.eval, []
+        real_decode, calls = engine.target.decode_many, []
 
-        def eval_then_ctrl_c(tokens, *args, **kwargs):
-            calls.append(len(tokens))
+        def decode_then_ctrl_c(items):  # the step loop's target passes
+            calls.append(len(items))
             if len(calls) == 4:  # the prompt, then a few steps of the answer
                 raise KeyboardInterrupt
-            return real_eval(tokens, *args, **kwargs)
+            return real_decode(items)
 
-        monkeypatch.setattr(engine.target, "eval", eval_then_ctrl_c)
+        monkeypatch.setattr(engine.target, "decode_many", decode_then_ctrl_c)
         _answer(conversation, "Tell me a long story", interactive=True)
         stopped = conversation.last
         assert "(stopped)" in capsys.readouterr().err
         assert 0 < len(stopped.tokens) < 200 and len(conversation.messages) == 2  # the partial answer is kept
         assert stopped.finish_reason == "stopped"  # /stats says Ctrl-C ended it, not the context
-        monkeypatch.setattr(engine.target, "eval", real_eval)
+        monkeypatch.setattr(engine.target, "decode_many", real_decode)
         _answer(conversation, "And then?", interactive=True)  # the chat goes on from a consistent cache
         assert len(conversation.messages) == 4 and conversation.last.tokens
         assert conversation.last.speculation.prompt_cached > 0  # the first turn was not read again

@@ -30,7 +30,7 @@ def test_a_target_with_mtp_layers_drafts_with_them_by_default_where_they_pay(inv
     ways): where they do not, the target runs alone and says why."""
     result = gen(invoke, mtp_store, "mtp-target", "Hi", "-n", "8", "--json")
     assert result.exit_code == 0, result.output
-    assert "draft: its own MTP (NextN) layers (1), where their priced goodput beats it alone" in result.stderr
+    assert "draft: its own MTP (NextN) layers (1) by default, kept as it loads where they fit and pay" in result.stderr
     let_go = "note: the target's MTP layers would not pay on this machine" in result.stderr
     assert json.loads(result.stdout)["draft"] == (None if let_go else "mtp")
 

@@ -1,5 +1,7 @@
 """What a pass costs, learned from the step loop's own passes; a calibration only their prior."""
 
+import itertools
+
 import pytest
 
 from ollama_spec.decoding.batch_steps import best_shared_k
@@ -85,3 +87,40 @@ def test_after_a_busy_spell_the_shared_k_follows_the_quiet_machine_within_a_few_
     best = max(rate(k) for k in range(9))
     assert chosen[29] == 0  # busy: drafting did not pay
     assert all(rate(k) >= 0.95 * best for k in chosen[30 + STALE_PASSES + 4 :])
+
+
+@pytest.mark.parametrize("prior", [None, BUSY])
+def test_a_pass_not_run_lately_keeps_its_price_as_the_machine_moved_since(prior):
+    """A lone slot that stops drafting because a draft token's Python makes it dear must not find the
+    draft cheap again (the calibration's decode, or a share of the target) once its passes go stale:
+    the last price holds, moved as the target's passes moved since."""
+    prices = PassPrices(prior=prior)
+    for _ in range(3):
+        prices.step_costs(4)  # the loop prices each step (a lone slot every few)
+        prices.observe(True, 1, 0.004)  # a draft token: its decode and its Python
+        prices.observe(False, 2, 0.010)
+    for _ in range(STALE_PASSES + 4):  # K=0: the target alone
+        prices.step_costs(4)
+        prices.observe(False, 1, 0.009)
+    assert prices.draft_pass(1) == pytest.approx(0.004, rel=0.1)  # the sizes seen differ in shape from the prior
+    assert prices.target_pass(2) == pytest.approx(0.010, rel=0.1)
+    for _ in range(STALE_PASSES):  # the machine got twice as slow
+        prices.step_costs(4)
+        prices.observe(False, 1, 0.018)
+    assert prices.draft_pass(1) == pytest.approx(0.008, rel=0.1)
+    assert prices.target_pass(2) == pytest.approx(0.020, rel=0.1)
+
+
+def test_a_lone_slots_verify_costs_are_a_line_not_each_sizes_noise():
+    """Each size's price comes from few passes timed on a shared CPU: one size cheaper than a smaller
+    one would read as drafts that cost nothing. The costs a lone slot is priced by rise with the
+    batch, as the passes do on the whole."""
+    prices = PassPrices()
+    timed = {1: 0.131, 2: 0.162, 3: 0.193, 4: 0.098, 5: 0.136, 6: 0.161, 7: 0.363, 8: 0.192}  # ms, one run
+    for _ in range(3):
+        for size, ms in timed.items():
+            prices.observe(False, size, ms / 1000)
+    verify = prices.step_costs(7, drafts=False).verify_s
+    assert all(b >= a for a, b in itertools.pairwise(verify))
+    assert verify[3] > verify[0]  # 4 tokens cost more than 1
+    assert sum(verify) == pytest.approx(sum(timed.values()) / 1000, rel=0.05)  # the line through them

@@ -17,15 +17,16 @@ def engine(tiny_models):
 
 
 def counting(monkeypatch, model):
-    """Record the size of every batch `model` evaluates (the real evaluation still runs)."""
+    """Record the size of every batch `model` evaluates in the step loop's passes (the real evaluation
+    still runs)."""
     batches = []
-    real = model.eval
+    real = model.decode_many
 
-    def eval(tokens, *args, **kwargs):
-        batches.append(len(tokens))
-        return real(tokens, *args, **kwargs)
+    def decode_many(items):
+        batches.extend(len(tokens) for _, tokens, _ in items)
+        return real(items)
 
-    monkeypatch.setattr(model, "eval", eval)
+    monkeypatch.setattr(model, "decode_many", decode_many)
     return batches
 
 

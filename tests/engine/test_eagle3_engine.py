@@ -11,7 +11,7 @@ from ollama_spec.decoding.penalties import Penalties
 from ollama_spec.decoding.proposers import HYBRID, NGRAM
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request, pair_facts
-from ollama_spec.engine.step_loop import stream
+from ollama_spec.engine.sinks import stream
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.grammar import grammar_for_json
 from ollama_spec.planning.needs import captured_rows_bytes, model_needs
@@ -85,6 +85,21 @@ def test_four_slots_together_write_the_targets_text(kind, heads, tiny_models):
                 "".join(pieces)
                 results[prompt] = ticket.generation.result.tokens
             assert results == expected, (kind, k)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_lone_step_is_one_encoder_pass_and_one_decoder_pass_a_draft(heads, tiny_models, k):
+    """Alone, a step at K is the target's pass, one encoder pass and K decoder passes: the pairs a verify
+    pass completes ride in the first draft step's pass (llama-server's driver decodes them in a pass of
+    their own, K + 3 passes a step)."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
+        process, calls = engine.head._process, []
+        engine.head._process = lambda kind, n: calls.append(kind) or process(kind, n)
+        stats = answer(engine, request(PROMPTS[1], k, max_tokens=60)).speculation
+    drafting_steps = sum(stats.k_chosen.values())
+    assert stats.drafted > 20 and drafting_steps > 10
+    assert calls.count(llama_cpp.LLAMA_PROCESS_TYPE_DECODE) == stats.drafted
+    assert calls.count(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE) == drafting_steps
 
 
 def test_four_slots_draft_in_one_pass_of_the_head(heads, tiny_models):

@@ -4,7 +4,7 @@ its history restored after another request took the slot, drafts exactly as if i
 import pytest
 
 from ollama_spec.engine.engine import Engine
-from ollama_spec.engine.step_loop import stream
+from ollama_spec.engine.sinks import stream
 from tests.builders.eagle3_heads import build_heads
 from tests.conftest import engine_settings
 from tests.engine.test_eagle3_engine import request

@@ -47,9 +47,9 @@ def test_eval_returns_the_last_rows_asked_for(baseline_engine):
 def test_draft_never_rereads_the_prompt(tiny_models, monkeypatch):
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         evaluated = []
-        real_eval = engine.draft.eval
-        monkeypatch.setattr(
-            engine.draft, "eval", lambda tokens, **kw: evaluated.append(len(tokens)) or real_eval(tokens, **kw)
+        real_decode = engine.draft.decode_many
+        monkeypatch.setattr(  # the step loop's passes: one sequence's tokens each, alone
+            engine.draft, "decode_many", lambda items: evaluated.append(len(items[0][1])) or real_decode(items)
         )
         generation = engine.generate(
             Request(
@@ -239,12 +239,12 @@ def test_a_prompt_that_extends_the_cache_evaluates_only_the_new_tokens(tiny_mode
         evaluated = {"target": [], "draft": []}
         for name in evaluated:  # noqa: PLC0206 - each model's list is bound into its own lambda
             model = getattr(engine, name)
-            real_eval = model.eval
+            real_decode = model.decode_many  # the step loop's passes: one sequence's tokens each, alone
             monkeypatch.setattr(
                 model,
-                "eval",
-                lambda tokens, real_eval=real_eval, calls=evaluated[name], **kw: (
-                    calls.append(len(tokens)) or real_eval(tokens, **kw)
+                "decode_many",
+                lambda items, real_decode=real_decode, calls=evaluated[name]: (
+                    calls.append(len(items[0][1])) or real_decode(items)
                 ),
             )
 

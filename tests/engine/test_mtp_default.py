@@ -57,6 +57,7 @@ def test_the_layers_go_where_no_k_pays_and_the_target_runs_alone(mtp_target, mon
         assert alone.speculation.drafted == 0
     said = "the target's MTP layers would not pay on this machine (a draft step costs 8.00 ms beside a target step"
     assert notes == [f"{said} of 10.00 ms): the target runs alone"]
+    assert engine.settings.mtp_let_go == f"{said} of 10.00 ms)".replace("the target's", "its")  # the server says it
     with Engine(mtp_target, None, engine_settings()) as plain:
         assert greedy(plain).tokens == alone.tokens
 
@@ -84,5 +85,6 @@ def test_layers_that_do_not_fit_beside_the_target_are_let_go_before_loading(mtp_
     with Engine(mtp_target, None, settings, notice=notes.append) as engine:
         assert engine.head is None and not engine.settings.mtp
     assert notes[0].startswith("the target's MTP layers do not fit beside it (does not fit: needs")
+    assert engine.settings.mtp_let_go.startswith("its MTP layers do not fit beside it (does not fit: needs")
     with pytest.raises(InsufficientMemory):  # named, they are not let go
         Engine(mtp_target, None, replace(settings, mtp_where_it_pays=False))

@@ -7,7 +7,7 @@ from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.penalties import Penalties
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
-from ollama_spec.engine.step_loop import stream
+from ollama_spec.engine.sinks import stream
 from ollama_spec.llama.grammar import grammar_for_json
 from tests.conftest import engine_settings
 

@@ -4,11 +4,13 @@ import math
 import threading
 import time
 
+import pytest
+
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.engine.prompt_chunks import MIN_CHUNK
-from ollama_spec.engine.step_loop import stream
+from ollama_spec.engine.sinks import stream
 from tests.conftest import engine_settings
 
 GREEDY = SamplingSettings(temperature=0)
@@ -175,3 +177,70 @@ def test_a_long_prompt_read_beside_three_streams_takes_a_chunk_a_pass_of_either_
         assert sum(p.model == 1 and p.widest > 1 for p in passes) >= 500 // chunk
         # and no step goes by without every stream's tokens: nothing waits for the prompt
         assert all(b - a >= step - at for a, b in zip(before, after))
+
+
+class PassClock:
+    """A clock that moves only by the seconds given to each llama.cpp pass and to the Python that reads
+    a pass's rows: the loop's timings then say exactly what each part of a step was made to cost."""
+
+    def __init__(self, engine, monkeypatch, draft_python_s):
+        from types import SimpleNamespace
+
+        from ollama_spec.decoding import loop
+        from ollama_spec.engine import step_loop
+
+        self.now = 0.0
+        for module in (step_loop, loop):  # the loop's passes, and the steps' own timing
+            monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: self.now))
+        for model, seconds in (
+            (engine.draft, lambda tokens: 0.0001),
+            (engine.target, lambda tokens: 0.001 + 0.00005 * tokens),
+        ):
+            monkeypatch.setattr(model, "decode_many", self.decoding(model.decode_many, seconds))
+        advance = step_loop.StepLoop._advance
+
+        def slow_advance(loop, slot, rows):  # a draft token's Python, or the step's (verify, the next begun)
+            if rows is not None:
+                self.now += draft_python_s if slot.model is engine.draft else 0.0002
+            advance(loop, slot, rows)
+
+        monkeypatch.setattr(step_loop.StepLoop, "_advance", slow_advance)
+
+    def decoding(self, decode_many, seconds):
+        def timed(items):
+            self.now += seconds(sum(len(tokens) for _, tokens, _ in items))
+            return decode_many(items)
+
+        return timed
+
+
+def test_a_lone_slot_prices_its_passes_with_the_python_between_them_and_drafts_by_that(
+    tiny_models, tmp_path, monkeypatch
+):
+    """Where a draft token's Python costs as much as a target pass, drafting does not pay whatever its
+    decode costs: a lone -k auto request priced by its passes alone drafts on, priced with the Python
+    between them it stops."""
+    from ollama_spec.engine.calibration import StepCostCache
+
+    drafted = {}
+    for python_s in (0.0, 0.002):
+        with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=512, lone_in_loop=True)) as engine:
+            engine.costs.cache = StepCostCache(tmp_path / f"costs-{python_s}.json")
+            engine.costs.online = True  # priced from the passes only (nothing timed on the real clock)
+            PassClock(engine, monkeypatch, draft_python_s=python_s)
+            prices, observed = engine.costs.passes, []
+            observe = prices.observe
+            monkeypatch.setattr(
+                prices, "observe", lambda *seen, log=observed, real=observe: log.append(seen) or real(*seen)
+            )
+            generation = engine.generate(request("The quick brown fox", max_tokens=64))
+            "".join(generation)
+            # each draft token priced by its decode and its Python; each target pass, the step's Python too
+            draft_prices = [seconds for draft, _, seconds in observed if draft]
+            assert draft_prices and draft_prices == [pytest.approx(0.0001 + python_s)] * len(draft_prices)
+            assert all(
+                seconds == pytest.approx(0.0012 + 0.00005 * size) for draft, size, seconds in observed if not draft
+            )
+            drafted[python_s] = generation.result.speculation.drafted
+            monkeypatch.undo()
+    assert drafted[0.0] >= 32 and drafted[0.002] <= drafted[0.0] // 4

@@ -2,12 +2,16 @@
 version that has them), the head's layers, a GGUF that is no head refused, and the head's cache
 following the target's passes and cuts."""
 
+import ctypes
+import dataclasses
+
+import llama_cpp
 import numpy as np
 import pytest
 from gguf import GGUFReader
 
 from ollama_spec.errors import ModelLoadError
-from ollama_spec.llama import head_calls
+from ollama_spec.llama import eagle3, head_calls, head_rows
 from ollama_spec.llama.eagle3 import Eagle3Head
 from ollama_spec.llama.model import LoadedModel, LoadSettings
 from ollama_spec.synthetic.eagle3_head import write_eagle3_head
@@ -32,7 +36,7 @@ def test_the_calls_are_found_in_this_build():
 
 def test_a_build_without_the_calls_says_which_version_has_them(monkeypatch):
     head_calls.head_calls.cache_clear()
-    monkeypatch.setattr(head_calls, "find_symbol", lambda *args: None)
+    monkeypatch.setattr(head_calls, "find_symbol", lambda *args, **kwargs: None)
     try:
         with pytest.raises(head_calls.MissingHeadCalls, match=r"lacks llama_set_embeddings_layer_inp.*>= 0\.3\.36"):
             head_calls.head_calls()
@@ -81,6 +85,55 @@ def test_the_heads_cache_follows_the_targets_passes_and_cuts(heads, target):
         assert state.end == len(prompt) + 3  # all of them, and the step, in one pass
     finally:
         head.close()
+
+
+def test_draft_steps_and_verify_passes_make_no_view_or_struct_per_row(heads, target, monkeypatch):
+    """After the first step, the head reads llama.cpp's buffers through views made once per address and
+    hands its rows in through structs made once: no numpy view of a ctypes pointer and no llama_embd
+    array per pass (each cost more than the pass itself on a small head); and it builds its batches
+    with calls that keep the GIL, not llama-cpp-python's, each of which lets it go."""
+    head = Eagle3Head(heads["crafted"], target)
+    try:
+        prompt = target.tokenize("The quick brown fox jumps", add_bos=True, special=False)
+        target.eval(prompt)
+        sequence = head.sequence(0)
+        sequence.step(int(sequence.start(len(prompt), 42).argmax()))
+        sequence.finish(len(prompt))
+        made = []
+
+        def as_array(*args, **kwargs):
+            made.append("a numpy view of a ctypes pointer")
+            raise AssertionError(made[-1])
+
+        def embd_rows(rows):
+            made.append("a llama_embd array")
+            return head_rows.embd_rows.__wrapped__(rows)
+
+        embd_rows.__wrapped__ = head_rows.embd_rows
+        monkeypatch.setattr(np.ctypeslib, "as_array", as_array)
+        monkeypatch.setattr(head_rows, "embd_rows", embd_rows)
+        monkeypatch.setattr(eagle3, "embd_rows", embd_rows, raising=False)
+        for name in dir(llama_cpp):
+            if name.startswith("llama_batch_ext_") and name not in ("llama_batch_ext_init", "llama_batch_ext_free"):
+                monkeypatch.setattr(llama_cpp, name, lambda *args, name=name: made.append(name))
+        n, last = len(prompt), 42
+        for token in (7, 9, 11):  # a verify pass of the boundary token and two drafts, the first accepted
+            target.eval([last, token, 5])
+            target.truncate(n + 2)
+            n, last = n + 2, token + 1  # the target's own token after the accepted draft
+            sequence.step(int(sequence.start(n, last).argmax()))
+            sequence.finish(n)
+        assert made == []
+    finally:
+        head.close()
+
+
+def test_the_calls_a_heads_batch_is_built_with_keep_the_gil():
+    quick = head_calls.quick_calls()
+    calls = [getattr(quick, field.name) for field in dataclasses.fields(quick)]
+    calls += [head_calls.head_calls().logits_ith_at, head_calls.head_calls().layer_inp_at]
+    assert all(call._flags_ & ctypes._FUNCFLAG_PYTHONAPI for call in calls)
+    assert not llama_cpp.llama_process._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # a pass lets other threads run
 
 
 def test_each_cached_position_pairs_the_next_token_with_its_g(tiny_models, target, tmp_path):

@@ -67,23 +67,28 @@ def test_a_model_whose_manifest_goes_after_it_was_found_is_not_found(store_copy,
         assert not [name for name in tags | ids if name.startswith("gone-")] and "tiny-target:latest" in tags
 
 
-def test_a_model_whose_files_go_while_show_reads_them_is_not_found(store_copy, monkeypatch):
+def test_a_model_whose_files_go_while_show_reads_them_is_not_found(store_copy, monkeypatch, tmp_path):
     """/api/show found the model, then its manifest and blobs went (a delete) while it read their headers."""
     copy_model("tiny-target", "gone-soon", str(store_copy))
     from ollama_spec.server.serving import pairs as pair_module
 
-    resolve = pair_module.resolve_model
+    resolve, away = pair_module.resolve_stored, []
 
-    def deleted_while_read(name, *args, **kwargs):
-        if name.startswith("gone-soon"):
+    def deleted_while_read(stored):
+        if stored.name.startswith("gone-soon"):
             delete_model("gone-soon", str(store_copy))
-        return resolve(name, *args, **kwargs)
+            # its weights go too (a copy shares them with tiny-target, put back afterwards)
+            weights = stores.blob_path(stored.root, stored.layer("model").digest)
+            away.append((shutil.move(weights, tmp_path / "weights"), weights))
+        return resolve(stored)
 
     with running_store(store_copy, no_draft=True) as (url, _):
-        monkeypatch.setattr(pair_module, "resolve_model", deleted_while_read)
+        monkeypatch.setattr(pair_module, "resolve_stored", deleted_while_read)
         with pytest.raises(ollama.ResponseError) as shown:
             ollama.Client(host=url).show("gone-soon")
         assert shown.value.status_code == 404 and "not found" in shown.value.error
+    for moved, weights in away:
+        shutil.move(moved, weights)
 
 
 def test_copies_deleted_8_at_a_time_while_clients_list(store_copy):

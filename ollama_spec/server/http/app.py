@@ -26,9 +26,11 @@ from ollama_spec.server.http.ollama import embeddings as ollama_embeddings
 from ollama_spec.server.http.ollama import generate, manage, models
 from ollama_spec.server.http.openai import chat, completions, responses
 from ollama_spec.server.http.openai import embeddings as openai_embeddings
+from ollama_spec.server.http.routed import Dispatch, Routed
 from ollama_spec.server.protocol.errors import ApiError, error_response
 from ollama_spec.server.serving.metrics import CONTENT_TYPE, CountRefusals
 from ollama_spec.server.serving.state import CLOCK, HELD, Clock, ServerState
+from ollama_spec.server.serving.store_reads import one_read_each
 
 UNGUARDED = {"/health"}  # answers without the API key, for load balancers and probes
 
@@ -64,17 +66,21 @@ def create_app(state: ServerState) -> FastAPI:
     async def http_error(request: HTTPRequest, exc: HTTPException) -> JSONResponse:
         return error_response(request.url.path, ApiError(exc.status_code, str(exc.detail)))
 
+    # the app's routes in the order its router tries them: the routers' (the catch-all last), then its own
+    own = [route for route in app.router.routes if isinstance(route, APIRoute)]  # beside the included routers
+    routes = [*(route for router in routers for route in router.routes), *own]
+    Dispatch.install(app.router)  # the route Routed matched answers: the router does not match again
     # innermost first: each add_middleware wraps what was added before it
-    app.add_middleware(Leases, state=state)
     app.add_middleware(JsonBodies)
     # outside it: what goes to the upstream daemon goes as it came (a blob upload, any size, any type);
     # how each route is forwarded is read off the route table here, so a route nobody classified fails now
-    own = [route for route in app.router.routes if isinstance(route, APIRoute)]  # beside the included routers
-    table = route_table([*(route for router in routers for route in router.routes), *own])
+    table = route_table(routes)
     app.state.forwarding = table
     app.add_middleware(Forwarding, state=state, table=table)
+    app.add_middleware(Leases, state=state)  # outside it: a request's store reads serve the forwarder too
     # outside that: a body for one of the app's own routes is checked before it is answered or forwarded
     app.add_middleware(CheckedBodies, routes=[route for route, _ in table], max_bytes=state.settings.max_body_bytes)
+    app.add_middleware(Routed, routes=routes)  # outside them all: the route that answers, matched once
     app.add_middleware(CountRefusals, metrics=state.metrics)  # outside it: malformed bodies are refusals too
     if state.settings.api_key:
         app.add_middleware(BearerAuth, api_key=state.settings.api_key)
@@ -110,7 +116,8 @@ class Leases:
         held: list = []
         token, clock = HELD.set(held), CLOCK.set(Clock())
         try:
-            await self.app(scope, receive, send)
+            with one_read_each():  # a name the request asks for is read from the store once
+                await self.app(scope, receive, send)
         finally:
             HELD.reset(token)
             CLOCK.reset(clock)

@@ -17,11 +17,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ollama_spec.errors import BodyTooLarge, InvalidRequest
 from ollama_spec.server.http.parsed import PARSED
+from ollama_spec.server.http.routed import matched_route
 from ollama_spec.server.protocol.errors import error_response
 from ollama_spec.server.protocol.shared import MAX_NESTING, nesting
 
@@ -119,10 +120,10 @@ class CheckedBodies:
     is over `max_bytes` (413), and hand it on whole. A request without a body is the route's to answer."""
 
     def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute], max_bytes: int):
-        self.app, self.routes, self.max_bytes = app, routes, max_bytes
+        self.app, self.routes, self.max_bytes = app, {id(route) for route in routes}, max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not any(route.matches(scope)[0] is Match.FULL for route in self.routes):
+        if scope["type"] != "http" or id(matched_route(scope)) not in self.routes:  # as routed.Routed matched it
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length", b"")
         if length.isdigit() and int(length) > self.max_bytes:

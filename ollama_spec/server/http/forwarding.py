@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ollama_spec.server.http.parsed import parsed_body
+from ollama_spec.server.http.routed import ROUTE, matched_route
 
 if TYPE_CHECKING:
     from ollama_spec.server.serving.state import ServerState
@@ -99,13 +100,14 @@ class Forwarding:
     `table`: the app's routes and how each is forwarded (`route_table`)."""
 
     def __init__(self, app: ASGIApp, state: ServerState, table: Sequence[tuple[BaseRoute, Forwarded]]):
-        self.app, self.state, self.table = app, state, table
+        self.app, self.state = app, state
+        self.table = {id(route): how for route, how in table}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         upstream = self.state.upstream
         if scope["type"] != "http" or upstream is None:
             return await self.app(scope, receive, send)
-        how, matched = self._route(scope)
+        how = self.table.get(id(matched_route(scope)))  # as routed.Routed matched it
         if how is None:  # a route only the fallback (or nothing) answers: the daemon's
             answer = await upstream.forward(Request(scope, receive), _streamed(receive))
             return await answer(scope, receive, send)
@@ -113,7 +115,7 @@ class Forwarding:
             return await self.app(scope, receive, send)
         ours = self.state.serves if how.kind == MODEL else self._stored
         if not how.fields:  # named in the path (GET /v1/models/{model})
-            name = matched.get("path_params", {}).get("model")
+            name = scope[ROUTE][1].get("path_params", {}).get("model")
             if name and not await ours(name):
                 answer = await upstream.forward(Request(scope, receive), b"")
                 return await answer(scope, receive, send)
@@ -126,14 +128,6 @@ class Forwarding:
                 return await answer(scope, receive, send)
             receive = _replayed(messages, receive)
         await self.app(scope, receive, send)
-
-    def _route(self, scope: Scope) -> tuple[Forwarded | None, Scope]:
-        """How the route that answers `scope` is forwarded, and what its match adds to the scope."""
-        for route, how in self.table:
-            match, child = route.matches(scope)
-            if match is Match.FULL:
-                return how, child
-        return None, {}
 
     async def _stored(self, name: str) -> bool:
         """Whether the store has `name` (a bad name, a broken manifest: yes, the route answers it)."""

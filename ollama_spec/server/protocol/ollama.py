@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ollama_spec.decoding.penalties import OPTIONS as PENALTY_OPTIONS
 from ollama_spec.engine.engine import Result
+from ollama_spec.errors import InvalidRequest
 from ollama_spec.prompting.messages import ROLES, ChatMessage
-from ollama_spec.server.protocol.errors import ApiError
 from ollama_spec.server.protocol.shared import FunctionCall, NullsAsDefaults, ToolCallIn, chat_role
 from ollama_spec.server.serving.embedding import texts_only
 from ollama_spec.server.serving.keep_alive import KeepAlive
@@ -76,25 +76,25 @@ class Options(BaseModel):
             kind = _option_kind(field.annotation)
             if kind == "array":
                 if not isinstance(value, list):
-                    raise ApiError(400, f'option "{key}" must be of type array')
+                    raise InvalidRequest(f'option "{key}" must be of type array')
                 if not all(isinstance(item, str) for item in value):
-                    raise ApiError(400, f'option "{key}" must be of an array of strings')
+                    raise InvalidRequest(f'option "{key}" must be of an array of strings')
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ApiError(400, f'option "{key}" must be of type {kind}')
+                raise InvalidRequest(f'option "{key}" must be of type {kind}')
             values[key] = int(value) if kind == "integer" else value
         try:
             return cls(**values)
         except ValidationError as exc:
             error = exc.errors()[0]
-            raise ApiError(400, f"options.{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
+            raise InvalidRequest(f"options.{'.'.join(map(str, error['loc']))}: {error['msg']}") from None
 
     def asked(self) -> dict[str, Any]:
         """These options (as llama.cpp reads them) as the fields of an Asked."""
         options = self.as_llama_cpp_reads()
         predict = options.num_predict
         if predict == 0:
-            raise ApiError(
-                400, "num_predict 0 asks for no tokens: give a positive number, or -1 (until the context is full)"
+            raise InvalidRequest(
+                "num_predict 0 asks for no tokens: give a positive number, or -1 (until the context is full)"
             )
         return {
             "temperature": options.temperature,
@@ -182,7 +182,7 @@ class InferenceRequest(NullsAsDefaults):
             return json_grammar()
         if isinstance(self.format, dict):
             return json_grammar(self.format)
-        raise ApiError(400, f"invalid format '{self.format}': use \"json\" or a JSON schema")
+        raise InvalidRequest(f"invalid format '{self.format}': use \"json\" or a JSON schema")
 
 
 class ChatRequest(InferenceRequest):

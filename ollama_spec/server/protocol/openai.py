@@ -10,8 +10,8 @@ from fastapi import Request as HTTPRequest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ollama_spec.engine.engine import Request, Result
+from ollama_spec.errors import InvalidRequest
 from ollama_spec.prompting.messages import ChatMessage
-from ollama_spec.server.protocol.errors import ApiError
 from ollama_spec.server.protocol.shared import NullsAsDefaults, ToolCallIn, chat_role
 from ollama_spec.server.protocol.stream import run_to_end
 from ollama_spec.server.serving.embedding import texts_only
@@ -56,8 +56,8 @@ def text_only(messages: list[Message]) -> None:
         for j, part in enumerate(message.content if isinstance(message.content, list) else []):
             if part.type not in ("text", "refusal"):
                 what = NOT_TEXT.get(part.type, f"content parts of type '{part.type}' are")
-                raise ApiError(
-                    400, f"{what} not supported: the loaded models read text only", f"messages.[{i}].content.[{j}]"
+                raise InvalidRequest(
+                    f"{what} not supported: the loaded models read text only", f"messages.[{i}].content.[{j}]"
                 )
 
 
@@ -114,9 +114,9 @@ class CommonParams(NullsAsDefaults):
             bias = []
             for key, value in self.logit_bias.items():
                 if not (key.strip().isascii() and key.strip().isdigit()):  # "²" is a digit to Python, not to int()
-                    raise ApiError(400, f"logit_bias: keys are token ids, got '{key}'", "logit_bias")
+                    raise InvalidRequest(f"logit_bias: keys are token ids, got '{key}'", "logit_bias")
                 if not -100 <= value <= 100:
-                    raise ApiError(400, f"logit_bias: values are in -100..100, got {value}", "logit_bias")
+                    raise InvalidRequest(f"logit_bias: values are in -100..100, got {value}", "logit_bias")
                 bias.append((int(key), float("-inf") if value == -100 else value))
             given["logit_bias"] = tuple(bias)
         return given
@@ -126,7 +126,7 @@ class CommonParams(NullsAsDefaults):
         form = self.response_format
         if form is not None and form.type != "text":
             if self.grammar is not None:
-                raise ApiError(400, "give response_format or grammar, not both", "grammar")
+                raise InvalidRequest("give response_format or grammar, not both", "grammar")
             schema = form.json_schema.schema_ if form.type == "json_schema" and form.json_schema else None
             return json_grammar(schema, "response_format")
         return self.grammar
@@ -169,8 +169,7 @@ class ChatCompletionRequest(CommonParams):
     @model_validator(mode="after")
     def _no_legacy_functions(self) -> ChatCompletionRequest:
         if self.functions is not None or self.function_call is not None:
-            raise ApiError(
-                400,
+            raise InvalidRequest(
                 "functions and function_call are OpenAI's deprecated names: send the functions as "
                 'tools=[{"type": "function", "function": {...}}] and choose with tool_choice',
                 "functions",
@@ -186,8 +185,7 @@ class ChatCompletionRequest(CommonParams):
         choice = self.tool_choice
         only = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
         if isinstance(choice, dict) and not isinstance(only, str):
-            raise ApiError(
-                400,
+            raise InvalidRequest(
                 'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
                 "tool_choice",
             )
@@ -204,14 +202,13 @@ class CompletionRequest(CommonParams):
     def check(self) -> None:
         """What this server cannot do, refused by name rather than ignored."""
         if self.best_of is not None and self.best_of not in (1, self.n):
-            raise ApiError(
-                400,
+            raise InvalidRequest(
                 f"best_of {self.best_of} is not supported: this server returns every completion it "
                 "generates; ask for n completions instead",
                 "best_of",
             )
         if self.echo and self.logprobs is not None:
-            raise ApiError(400, "echo with logprobs is not supported: the prompt's own tokens are not scored", "echo")
+            raise InvalidRequest("echo with logprobs is not supported: the prompt's own tokens are not scored", "echo")
 
 
 class EmbeddingsRequest(BaseModel):
@@ -234,7 +231,7 @@ def each_input(given: str | list) -> list[str | list[int]]:
 
 def one_stream(choices: int) -> None:
     if choices > 1:
-        raise ApiError(400, "streaming gives one choice: ask for n = 1 and one prompt, or do not stream", "n")
+        raise InvalidRequest("streaming gives one choice: ask for n = 1 and one prompt, or do not stream", "n")
 
 
 def copies(request: Request, n: int) -> list[Request]:

@@ -15,7 +15,7 @@ from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.server.serving import speculation
 from ollama_spec.server.serving.keep_alive import FOREVER
 from ollama_spec.server.serving.metrics import Metrics
-from ollama_spec.server.serving.request import Asked, build_request
+from ollama_spec.server.serving.request import Asked, Grammars, build_request
 from ollama_spec.server.serving.settings import ServerSettings
 from ollama_spec.server.serving.worker import Job, QueueFull, Worker
 
@@ -50,6 +50,7 @@ class Served:
     def __post_init__(self) -> None:
         self.worker = Worker(self.engine, self.settings.max_queue, self._finished)
         self.name = self.name or self.engine.target_model.name
+        self.draft_why = speculation.loaded_why(self.engine, self.draft_why)  # what loaded, not what was planned
 
     @property
     def model_name(self) -> str:
@@ -83,14 +84,14 @@ class Served:
         self.last_used = time.monotonic()
         self.expires_at = math.inf if self.pinned or math.isinf(self.keep_alive) else time.time() + self.keep_alive
 
-    def build_request(self, asked: Asked) -> Request:
-        """The checked engine Request for `asked` (request.py)."""
-        return build_request(self.engine, self.settings, asked)
+    def build_request(self, asked: Asked, grammars: Grammars | None = None) -> Request:
+        """The checked engine Request for `asked` (request.py; `grammars`: those compiled before)."""
+        return build_request(self.engine, self.settings, asked, grammars)
 
-    async def prepare(self, asked: Asked) -> Request:
+    async def prepare(self, asked: Asked, grammars: Grammars | None = None) -> Request:
         """build_request on a thread: a chat template renders there, bounded (prompting/sandbox.py), and
         a slow one never holds up the event loop, so every other route keeps answering."""
-        return await asyncio.to_thread(self.build_request, asked)
+        return await asyncio.to_thread(self.build_request, asked, grammars)
 
     def summary(self, result: Result) -> dict:
         """The `speculation` extension field every response carries, with why this draft."""

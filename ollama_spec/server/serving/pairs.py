@@ -120,12 +120,11 @@ class StorePairs:
                 found.append(model)
         return sorted(found, key=_modified, reverse=True)
 
-    def can_run(self, name: str) -> bool:
-        """Whether `name` is a model of the store that runnable() lists (False: not in the store, a cloud
-        model, one llama.cpp cannot load here)."""
+    def can_run(self, name: str | StoredModel) -> bool:
+        """Whether `name` (or the model `identify` read) is a model of the store that runnable() lists (False:
+        not in the store, a cloud model, one llama.cpp cannot load here)."""
         try:
-            store = self.store()
-            stored = store.resolve(name)
+            stored = self.store().resolve(name) if isinstance(name, str) else name
         except OllamaSpecError:
             return False
         if not isinstance(stored, StoredModel) or stored.config.get("remote_host"):
@@ -157,10 +156,13 @@ class StorePairs:
         n_ctx: int | None = None,
         ctx_why: str = "a request's num_ctx",
     ) -> PairPlan:
-        """The pair to load for `name` (a stored name, or the model `identify` read), checked and its context
-        chosen for `devices` (the whole machine, or the scheduler's budget): `n_ctx` (chosen by `ctx_why`) over
-        the model's own and --ctx (capped at the trained length); UnusableModel, IncompatibleDraft,
-        InvalidSetting or InsufficientMemory when it cannot run."""
+        """The pair to load for `name` (a stored name, or the model `identify` read): `decide`, then `fit`."""
+        return self.fit(self.decide(name), devices, notes, n_ctx, ctx_why)
+
+    def decide(self, name: str | StoredModel) -> PairPlan:
+        """What to load for `name` (a stored name, or the model `identify` read), checked once: the target with
+        its preset, the draft and why, the requests' defaults, the repack choice; its context not chosen yet
+        (`fit`). UnusableModel, IncompatibleDraft or InvalidSetting when it cannot run."""
         store = self.store()
         target = resolve_stored(store.resolve(name) if isinstance(name, str) else name)
         preset = self.presets.get(target.name)
@@ -171,20 +173,33 @@ class StorePairs:
         engine = choice.engine_settings(self.engine)  # with the target's MTP layers where they draft
         draft, engine = check_drafter(target, choice.model, engine, draft_checked=choice.checked)
         settings = self.defaults.over(target.params, self.settings, choice.source)
+        return PairPlan(target.name, target, draft, choice.why, settings, engine, repack=decide_repack(engine.repack))
+
+    def fit(
+        self,
+        pair: PairPlan,
+        devices: Sequence[Device],
+        notes: Sequence[str] = (),
+        n_ctx: int | None = None,
+        ctx_why: str = "a request's num_ctx",
+    ) -> PairPlan:
+        """The decided `pair` with its context chosen for `devices` (the whole machine, or the scheduler's
+        budget): `n_ctx` (chosen by `ctx_why`) over the model's own and --ctx (capped at the trained length);
+        InsufficientMemory when it does not fit. A reload for a larger context fits the same decisions again."""
         return fit_context(
-            PairPlan(target.name, target, draft, choice.why, settings, engine, repack=decide_repack(engine.repack)),
-            given=n_ctx or _num_ctx(target),
+            pair,
+            given=n_ctx or _num_ctx(pair.target),
             flag=None if n_ctx else self.ctx,
             devices=devices,
             notes=notes,
             given_why=ctx_why if n_ctx else "the model's num_ctx parameter",
         )
 
-    def describe(self, name: str) -> tuple[ResolvedModel, str | None, str]:
-        """What /api/show says of a model without loading it: the target (its preset laid over it), its
-        draft's name (or "ngram", or None) and why."""
+    def describe(self, name: str | StoredModel) -> tuple[ResolvedModel, str | None, str]:
+        """What /api/show says of a model (a name, or the model `identify` read) without loading it: the target
+        (its preset laid over it), its draft's name (or "ngram", or None) and why."""
         store = self.store()
-        target = resolve_model(name, store=store)
+        target = resolve_model(name, store=store) if isinstance(name, str) else resolve_stored(name)
         preset = self.presets.get(target.name)
         if preset is not None:
             target = lay_preset(target, preset, log.info)

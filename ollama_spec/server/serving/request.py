@@ -10,12 +10,15 @@ from typing import Any
 from ollama_spec.decoding.parameters import as_layer, sampling_settings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.errors import InvalidRequest, InvalidSetting, PromptTooLong
-from ollama_spec.llama.grammar import grammar_for_json
+from ollama_spec.llama.grammar import Grammar, grammar_for_json
 from ollama_spec.prompting.messages import ChatMessage
 from ollama_spec.prompting.thinking import template_thinks
 from ollama_spec.prompting.tools import forced_call_schema, tool_names
 from ollama_spec.server.serving.fitting import context_for, fit_to_context, needs_fitting, tools_tokens
 from ollama_spec.server.serving.settings import ServerSettings
+
+# compiled grammars by (the target model's file, the grammar's text): see build_request
+Grammars = dict[tuple[str, str], Grammar]
 
 
 @dataclass(frozen=True)
@@ -67,9 +70,10 @@ def check_asked(asked: Asked) -> None:
         raise InvalidRequest(f"{name} must be at least 1, got {asked.max_tokens}", name)
 
 
-def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:
+def build_request(engine: Engine, settings: ServerSettings, asked: Asked, grammars: Grammars | None = None) -> Request:
     """A checked engine Request: the prompt fits the context, so does max_tokens, and llama.cpp can
-    parse the output grammar."""
+    parse the output grammar. `grammars`: the grammars compiled for the same model before (the other prompts of
+    one request, its pair before a reload), which this one takes rather than compile its own again."""
     request = _unchecked(engine, settings, asked)
     if asked.think and not template_thinks(engine.target_model.info.chat_template):
         raise InvalidRequest(f'"{engine.target_model.name}" does not support thinking', "think")  # Ollama: %q
@@ -78,7 +82,7 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
     if asked.context:
         request = replace(request, tokens=tuple(_after_context(engine, asked.context, request)))
     if asked.grammar is not None:  # compiled once, here: an InvalidSetting is the grammar llama.cpp cannot parse
-        request = replace(request, compiled_grammar=engine.grammar(asked.grammar))
+        request = replace(request, compiled_grammar=_compiled(engine, asked.grammar, grammars))
     context = min(asked.n_ctx or engine.target.n_ctx, engine.target.n_ctx)
     # tokenized once: the generation, and the routes that read the prompt, take these
     request = replace(request, tokens=tuple(engine.prompt_tokens(request)))
@@ -93,6 +97,18 @@ def build_request(engine: Engine, settings: ServerSettings, asked: Asked) -> Req
     )
     trained = engine.target_model.info.context_length or 0
     return replace(request, max_tokens=_max_tokens(settings, asked, n_prompt, context, tools, trained))
+
+
+def _compiled(engine: Engine, gbnf: str, grammars: Grammars | None) -> Grammar:
+    """`gbnf` over the target's vocabulary, compiled once per model in `grammars` (each generation starts
+    a copy of it, and none advances it)."""
+    key = (str(engine.target_model.path), gbnf)
+    if grammars is None or key not in grammars:
+        compiled = engine.grammar(gbnf)
+        if grammars is None:
+            return compiled
+        grammars[key] = compiled
+    return grammars[key]
 
 
 def _unchecked(engine: Engine, settings: ServerSettings, asked: Asked) -> Request:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 from ollama_spec.engine.engine import Engine
 from ollama_spec.errors import (
@@ -32,6 +33,7 @@ from ollama_spec.server.serving.metrics import Metrics
 from ollama_spec.server.serving.pairs import PairPlan, StorePairs
 from ollama_spec.server.serving.resident import Resident
 from ollama_spec.server.serving.room import RETRY_AFTER_BUSY, Room, SchedulerSettings
+from ollama_spec.server.serving.store_reads import forget, read_once
 from ollama_spec.server.serving.worker import ModelDeleted
 
 __all__ = ["Scheduler", "SchedulerSettings"]
@@ -63,6 +65,8 @@ class Scheduler:
         self.loaded, self.unloading = self.resident.loaded, self.resident.unloading  # the same objects
         self._loading: dict[str, asyncio.Future[Served]] = {}
         self._deleting: set[str] = set()  # stored names a delete is removing: requests for them are 404s
+        # what each loaded pair was decided as (pairs.decide): a reload for a larger context fits it again
+        self._decided: WeakKeyDictionary[Served, PairPlan] = WeakKeyDictionary()
         # called with a model's stored name before it loads: serve --upstream asks the daemon to let go of it
         self.before_load: Callable[[str], Awaitable[object]] | None = None
 
@@ -72,7 +76,11 @@ class Scheduler:
 
     def can_run(self, name: str) -> bool:
         """Whether `name` is a model of the store that can run here (blocks: run it on a thread)."""
-        return self.pairs.can_run(name)
+        try:
+            stored = read_once(name, self.pairs.identify)
+        except OllamaSpecError:
+            return False
+        return self.pairs.can_run(stored)
 
     def has_model(self, name: str) -> bool:
         """Whether the store has `name`: False when it has no such model (or there is no store), True for
@@ -92,12 +100,13 @@ class Scheduler:
 
     async def describe(self, name: str) -> tuple[Served | None, ResolvedModel, str | None, str]:
         """What /api/show says of `name`: the loaded pair if it is loaded, its model, its draft and why."""
-        key = await self.canonical(name)
+        stored = await self._identify(name)
+        key = stored.name
         served = self.loaded.get(key)
         if served is not None:
             return served, served.engine.target_model, served.proposer_name, served.draft_why
         try:
-            model, draft, why = await asyncio.to_thread(self.pairs.describe, key)
+            model, draft, why = await asyncio.to_thread(self.pairs.describe, stored)
         except OllamaSpecError as exc:
             # a delete since the name was found takes its files at any point of the read: not found, as after it
             # (a missing draft is the pair's 400)
@@ -115,7 +124,7 @@ class Scheduler:
     async def _identify(self, name: str) -> StoredModel:
         """The stored model for `name`: its stored name and its manifest's digest, in one read of the store."""
         try:
-            stored = await asyncio.to_thread(self.pairs.identify, name)
+            stored = await asyncio.to_thread(read_once, name, self.pairs.identify)
         except (ModelNotFound, InvalidModelName):
             raise not_found(name) from None
         except OllamaSpecError as exc:
@@ -148,6 +157,7 @@ class Scheduler:
                 self.resident.changed.notify()  # a pair no longer wanted may be evicted or expire
             if not served.closed:
                 break
+            forget(name)  # a delete closed it: is the model still there?
         served.users += 1
         served.keep_alive = self.settings.keep_alive if keep_alive is None else keep_alive
         served.touch()
@@ -224,7 +234,8 @@ class Scheduler:
         self.unloading.clear()
 
     async def _load(self, stored: StoredModel, n_ctx: int | None = None, ctx_why: str = "") -> Served:
-        """Load the model `_identify` read, planned once (pairs.plan) and loaded as planned (Engine.load)."""
+        """Load the model `_identify` read, planned once (pairs.decide, pairs.fit) and loaded as planned
+        (Engine.load). Again with a larger context: the loaded pair's decisions stand, only the fit is new."""
         key, digest = stored.name, stored.digest
         async with self.resident.locked():  # one load at a time, as Ollama's scheduler; no unload beside it
             current = self.loaded.get(key)
@@ -233,8 +244,9 @@ class Scheduler:
             larger = current is not None and not current.closed and current.manifest_digest == digest
             if self.before_load is not None and not larger:  # before the plan: the devices are measured there
                 await self.before_load(key)
+            decided = self._decided.get(current) if larger else None
             try:
-                pair = await self._plan(stored, n_ctx if larger else None, ctx_why or REQUEST_CHOSE)
+                decided, pair = await self._plan(stored, n_ctx if larger else None, ctx_why or REQUEST_CHOSE, decided)
             except ServerFault as exc:
                 if not larger:
                     raise
@@ -266,7 +278,7 @@ class Scheduler:
             )
             served.touch()
             self.resident.watch(served)
-            self.loaded[key] = served
+            self.loaded[key], self._decided[served] = served, decided
             log.info(
                 "loaded %s in %.1f s: context %d (%s), %d slot%s, draft: %s",
                 key,
@@ -275,22 +287,25 @@ class Scheduler:
                 pair.ctx_why,
                 engine.slots,
                 "" if engine.slots == 1 else "s",
-                pair.draft_why,
+                served.draft_why,
             )
             return served
 
-    async def _plan(self, stored: StoredModel, n_ctx: int | None = None, ctx_why: str = "") -> PairPlan:
-        """The pair and its context (`n_ctx`, chosen by `ctx_why`), checked and planned against the whole of the
-        (budgeted) machine: what cannot run, or fit even alone, is refused here, before anything is unloaded
-        for it."""
+    async def _plan(
+        self, stored: StoredModel, n_ctx: int | None = None, ctx_why: str = "", decided: PairPlan | None = None
+    ) -> tuple[PairPlan, PairPlan]:
+        """The pair as decided (`decided`, else decided now: pairs.decide) and fitted with its context (`n_ctx`,
+        chosen by `ctx_why`) against the whole of the (budgeted) machine: what cannot run, or fit even alone,
+        is refused here, before anything is unloaded for it."""
         try:
             devices, notes = await asyncio.to_thread(self.room.machine)
-            pair = await asyncio.to_thread(self.pairs.plan, stored, devices, notes, n_ctx, ctx_why)
+            decided = decided or await asyncio.to_thread(self.pairs.decide, stored)
+            pair = await asyncio.to_thread(self.pairs.fit, decided, devices, notes, n_ctx, ctx_why)
         except ModelNotFound as exc:
             raise ModelNotFound(one_line(str(exc))) from None
         except OllamaSpecError as exc:
             raise _refusal(exc) from None
-        return replace(pair, settings=replace(pair.settings, max_queue=self.max_queue))
+        return decided, replace(pair, settings=replace(pair.settings, max_queue=self.max_queue))
 
 
 def _open(pair: PairPlan) -> Engine:

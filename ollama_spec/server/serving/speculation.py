@@ -19,6 +19,13 @@ def proposer_name(engine: Engine, speculation: SpeculationSettings) -> str | Non
     return engine.draft_model.name if engine.draft_model else None
 
 
+def loaded_why(engine: Engine, planned: str) -> str:
+    """Why this draft, as loaded: `planned` (the pair's choice), unless the engine let the target's MTP layers
+    chosen by default go (engine/mtp_default.py); then the target alone, and why."""
+    let_go = engine.settings.mtp_let_go
+    return f"the target alone: {let_go}" if let_go else planned
+
+
 def summary(engine: Engine, speculation: SpeculationSettings, result: Result) -> dict:
     """The `speculation` extension field every response carries."""
     spec = result.speculation

@@ -20,7 +20,7 @@ from ollama_spec.server.serving.keep_alive import parse_keep_alive
 from ollama_spec.server.serving.loaded import Served
 from ollama_spec.server.serving.metrics import Metrics
 from ollama_spec.server.serving.pinned import PinnedPair
-from ollama_spec.server.serving.request import Asked, check_asked
+from ollama_spec.server.serving.request import Asked, Grammars, check_asked
 from ollama_spec.server.serving.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -155,13 +155,14 @@ class ServerState:
         for one in asked:
             check_asked(one)
         served = await self.acquire(name, keep_alive, n_ctx)
-        requests, wanted, refused = await _built(served, asked, fit)
+        grammars: Grammars = {}  # compiled once for every prompt, and for the pair reloaded larger
+        requests, wanted, refused = await _built(served, asked, fit, grammars)
         if wanted > served.n_ctx and not n_ctx:  # a request's num_ctx is the client's say
             await self._let_go(served)  # its room may be what the larger one needs
             size = reload_size(served.n_ctx, wanted, served.trained_ctx)
             larger = await self.acquire(name, keep_alive, size, f"a prompt that needs {wanted}")
             if larger is not served:
-                served, (requests, _, refused) = larger, await _built(larger, asked, fit)
+                served, (requests, _, refused) = larger, await _built(larger, asked, fit, grammars)
         if refused is not None:
             raise refused
         for warning in [warning for request in requests for warning in request.warnings]:  # once, as it runs
@@ -238,14 +239,14 @@ class ServerState:
 
 
 async def _built(
-    served: Served, asked: Sequence[Asked], fit: Fitting
+    served: Served, asked: Sequence[Asked], fit: Fitting, grammars: Grammars
 ) -> tuple[list[Request], int, PromptTooLong | None]:
-    """Each of `asked` as a checked Request for `served`, the largest context one of them would want, and
-    the first refused as too long (then the list is short)."""
+    """Each of `asked` as a checked Request for `served` (their grammars compiled once, in `grammars`), the
+    largest context one of them would want, and the first refused as too long (then the list is short)."""
     requests, wanted, refused = [], 0, None
     for one in asked:
         try:
-            request = await served.prepare(fit(served, one) if fit else one)
+            request = await served.prepare(fit(served, one) if fit else one, grammars)
         except PromptTooLong as exc:  # a route that does not fit prompts (OpenAI's): a larger context may hold it
             wanted, refused = max(wanted, exc.wanted), refused or exc
             continue

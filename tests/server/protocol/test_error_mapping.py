@@ -28,8 +28,6 @@ MAY_RAISE = (
     "http/openai/",
     "http/app.py",
     "protocol/errors.py",
-    "protocol/ollama.py",
-    "protocol/openai.py",
 )
 
 

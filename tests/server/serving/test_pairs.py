@@ -150,3 +150,5 @@ def test_a_target_s_default_mtp_layers_that_do_not_fit_are_let_go(store_copy):
     ram = system_ram(64, (need[False].host_bytes + need[True].host_bytes) / 2 / GIB)
     tight = store.plan("mtp-target", [ram])
     assert (tight.engine.mtp, tight.engine.n_ctx) == (False, 2048)
+    assert tight.engine.mtp_let_go.startswith("its MTP layers do not fit beside it (does not fit: needs")
+    assert not roomy.engine.mtp_let_go  # what the server says once loaded (tests/server/test_mtp_reported.py)

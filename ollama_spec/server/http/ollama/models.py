@@ -158,7 +158,7 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
     if name and (problem := _name_problem(name, state.serving.answers_every_name)):
         raise ApiError(400, one_line(f"invalid model name {json.dumps(name, ensure_ascii=False)}: {problem}"), "model")
     served, model, draft, why = await state.describe(name or "")
-    capabilities, k = _capabilities(served, model.info), served.settings.speculation if served else None
+    capabilities = _capabilities(served, model.info)
     info = model.info
     pairs = [
         (key, value)
@@ -184,12 +184,22 @@ async def show(http_request: HTTPRequest, body: ShowRequest | None = None) -> di
         "capabilities": capabilities,
         "tensors": [{"name": t.name, "type": t.type_name, "shape": list(t.shape)} for t in info.tensors],
         "modified_at": _mtime(model),
+        # loaded: the draft that drafts now (a default let go at load is none); else the pair's choice, which
+        # for a target's own MTP layers is a default priced as it loads
         "speculation": {
             "draft": draft,
             "draft_reason": why or None,
-            "num_speculative_tokens": k.num_speculative_tokens if k is not None else None,
+            "num_speculative_tokens": _k(served),
+            "loaded": served is not None,
         },
     }
+
+
+def _k(served: Served | None) -> int | None:
+    """The K a loaded pair drafts at (None: auto, or not loaded); 0 where nobody drafts."""
+    if served is None:
+        return None
+    return served.settings.speculation.num_speculative_tokens if served.proposer_name is not None else 0
 
 
 def _name_problem(name: str, any_name: bool) -> str | None:
