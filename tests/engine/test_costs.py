@@ -206,9 +206,10 @@ def test_a_calibration_taken_while_busy_gives_way_to_the_passes_and_is_timed_aga
         _passes_ran(engine, quiet)
         policy = engine.costs.k_policy(auto, GREEDY)
         assert policy.costs.draft_step_s == pytest.approx(quiet.draft_step_s)
-        assert policy.costs.verify_s[0] == pytest.approx(quiet.verify_s[0])
+        # the passes' prices, a line through the sizes run (not their busy level, three times these)
+        assert policy.costs.verify_s[0] == pytest.approx(quiet.verify_s[0], rel=0.25)
         prices = engine.costs.passes
-        assert prices.step_costs(2).verify_s == pytest.approx(quiet.verify_s[:3])
+        assert prices.step_costs(2).verify_s == pytest.approx(quiet.verify_s[:3], rel=0.25)
         assert prices.target_pass(8) < min(1.3 * quiet.verify_s[7], prices.target_pass(9))
     assert cache.get(key) is None
     assert cache.get_acceptance(key) == bands
