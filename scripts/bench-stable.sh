@@ -17,6 +17,9 @@ stop_spinners() {
     spinners=()
 }
 trap 'stop_spinners; rm -rf "$work"' EXIT
+# the 1-minute load average (the machine may be shared: say how busy it was)
+load() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || uptime | sed 's/.*average[s]*: *//; s/,.*//'; }
+loads=()
 export XDG_CACHE_HOME=$work/cache # a fresh cost cache, shared by the three runs
 
 for run in 1 2 3; do
@@ -29,6 +32,7 @@ for run in 1 2 3; do
     else
         echo "== run $run" >&2
     fi
+    loads[run]=$(load)
     : >"$work/err.$run"
     "$bin/ollama-spec" bench "$target" --draft "$draft" --concurrency "${CLIENTS:-4}" --in-process -k auto \
         --runs 3 --max-tokens 64 "$@" >"$work/out.$run" 2>"$work/err.$run" &
@@ -43,11 +47,13 @@ for run in 1 2 3; do
     wait "$bench" || { cat "$work/err.$run" >&2; exit 1; }
     stop_spinners
     cat "$work/out.$run"
+    loads[run]="${loads[run]} at its start, $(load) at its end"
 done
 
 # each table's auto rows: "CLIENTS auto TOK/S ..."
 echo
-echo "-k auto, median tok/s of each run (run 1 after the busy spell):"
+echo "-k auto, median tok/s of each run (run 1 after the busy spell); $(nproc) cores, load average:"
+for run in 1 2 3; do echo "  run $run: ${loads[run]}"; done
 awk '$1 ~ /^[0-9]+$/ && $2 == "auto" {
         rate[$1, FILENAME] = $3; clients[$1] = 1
         if (!(FILENAME in seen)) { seen[FILENAME] = 1; files[++n] = FILENAME }

@@ -193,6 +193,7 @@ def generate_steps(
     grammar: TokenGrammar | None = None,
     logprobs: int | None = None,
     prompt_chunk: PromptChunk | None = None,
+    max_new: int | None = None,
 ) -> Generator[Eval | Token, np.ndarray | None, None]:
     """The target's continuation of `prompt` as steps: each evaluation yielded as an `Eval` (its rows
     sent back: decoding/evals.py), each token as a `Token`, forever (the caller stops).
@@ -208,14 +209,17 @@ def generate_steps(
     passes `AutoK` for "auto"); by default K is fixed. A `grammar` (structured output) masks the
     target's rows before verification and advances with every emitted token. With `logprobs` (how
     many alternatives), each token carries its log-probability under the target, from the verify
-    row that chose it.
+    row that chose it. With `max_new` (the tokens the caller will take at most), no step drafts past
+    them: a step emits its accepted drafts and one token more.
     """
     stats, policy, proposer, seq = _started(target, draft, prompt, speculation, stats, policy)
     rng = None if sampling.greedy else np.random.default_rng(sampling.seed)  # greedy draws nothing (54 us a seed)
     if prompt_chunk:
         yield from _prompt_chunks(target, proposer, seq, prompt_chunk)
-    first, clock = True, time.perf_counter
+    first, clock, end = True, time.perf_counter, None if max_new is None else len(seq) + max_new
     while (room := target.n_ctx - len(seq)) >= 0:  # the batch caches what the target lacks of seq, and the drafts
+        if end is not None:  # drafts past the answer's last token would be verified for nothing
+            room = min(room, max(end - len(seq) - 1, 0))
         start = clock()
         drafted, draft_probs = yield from _proposal(
             None if first else proposer, policy, seq, room, sampling, rng, grammar

@@ -114,6 +114,15 @@ class StepCostCache:
         }
         self._write(entries)
 
+    def forget(self, key: str) -> None:
+        """The calibration goes: the next run times the steps again (and that drops what was learned
+        beside this one). The rest of the entry stays."""
+        entries = self._read()
+        entry = entries.get(key)
+        if isinstance(entry, dict):
+            entries[key] = {name: value for name, value in entry.items() if name not in ("draft_step_s", "verify_s")}
+            self._write(entries)
+
     def get_learned(self, key: str) -> StepCosts | None:
         """The costs as the last run refined them from its steps (AutoK's line)."""
         return self._costs(key, "learned_")

@@ -3,6 +3,7 @@ timed once (then cached on disk), refined by every request's AutoK, and kept for
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -22,6 +23,12 @@ CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog while the sun se
 
 # A learned verify batch this many times dearer than the calibration's is not a cost of the pair's.
 LEARNED_AT_MOST = 2.0
+# A calibration this many times dearer than the step loop's passes timed the same sizes since was taken
+# while the machine was busy (one spinning process on a loaded 2-core VM made the demo pair's 40 ms pass
+# take 1 s in it, and its draft step 44x): see LearnedCosts._check_calibration. Not closer: the loop's
+# passes read at other depths than the calibration's 256 tokens (on the tests' tiny pair, whose cost is
+# mostly attention, passes at 32 tokens cost 0.65-0.75 of those at 256).
+CALIBRATION_AT_MOST = 2.0
 # A calibration says how far it is this often: the demo pair's 90 timed steps take 10 s on an idle
 # 2-core VM and 3 minutes on a loaded one, where a user must tell it from a hang. Each note
 # is made between steps, outside their timing.
@@ -43,6 +50,8 @@ class LearnedCosts:
         # what the step loop's passes cost, learned as they run (engine/step_loop.py): it prices each
         # step by them, a calibration only their prior
         self.passes = PassPrices()
+        self._prior_key: str | None = None  # whose calibration the passes price from
+        self._busy: set[str] = set()  # cost keys whose calibration the passes found too dear: not used again
         # no timing before a request: without a calibration cached, -k auto starts from the passes'
         # prior shape and the step loop prices it from its first passes (serve: no wait at load)
         self.online = False
@@ -56,7 +65,8 @@ class LearnedCosts:
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
-        if learn and self.online and self.cache.get(key) is None:
+        self._check_calibration()
+        if learn and (key in self._busy or self.online and self.cache.get(key) is None):
             # the step loop reprices it as it runs
             calibrated = costs = self.passes.step_costs(k_max, drafts=draft is not None)
         else:
@@ -64,6 +74,7 @@ class LearnedCosts:
             costs = self._learned_or(calibrated, key) if learn else calibrated
             if learn:
                 self.passes.set_prior(calibrated)
+                self._prior_key = key
         policy = AutoK(
             costs,
             learn_costs=learn,
@@ -159,14 +170,36 @@ class LearnedCosts:
         )
 
     def save(self) -> None:
-        """What this session learned, into the cache for the next one."""
+        """What this session learned, into the cache for the next one; a calibration the passes found too
+        dear is forgotten with what was learned beside it (the next process times the steps again)."""
         for key, costs in self.learned.items():
             self.cache.put_learned(key, _overlay(self.cache.get_learned(key), costs))
         for key, policy in self.last_policies.items():
             if policy.confidence_stops:
                 self.cache.put_acceptance(key, policy.by_margin.bands)
+        self._check_calibration()
+        for key in self._busy:
+            self.cache.forget(key)
         self.learned.clear()
         self.last_policies.clear()
+
+    def _check_calibration(self) -> None:
+        """Set the calibration the passes price from aside where they found it CALIBRATION_AT_MOST times
+        too dear: the target's sizes (the median of the ratios, each size as timed lately, else as the
+        prior scaled by those), or the draft's step. Its shape goes with its level: a busy moment times
+        the sizes askew (a batch of 8 twice one of 9), and the sizes the loop has not run would keep it.
+        The passes then price alone, as with no calibration (serve's way), requests start from them,
+        and `save` forgets it. Before any pass they are the calibration itself."""
+        prior, key = self.passes.prior, self._prior_key
+        if prior is None or key is None:
+            return
+        now = self.passes.step_costs(prior.k_max, drafts=prior.draft_step_s > 0)
+        target = statistics.median(p / n for p, n in zip(prior.verify_s, now.verify_s))
+        draft = prior.draft_step_s / now.draft_step_s if now.draft_step_s > 0 else 1.0
+        if max(target, draft) > CALIBRATION_AT_MOST:
+            self._busy.add(key)
+            self.passes.set_prior(None)
+            self._prior_key = None
 
 
 def _overlay(base: StepCosts | None, learned: StepCosts) -> StepCosts:

@@ -120,6 +120,7 @@ class Generation:
             self._grammar,
             request.logprobs,
             self.prompt_chunk,
+            request.max_tokens,
         )
 
     def _text(self, token: Token, stream: TextStream, runs: bool, start: float) -> tuple[list[Run] | str, bool]:

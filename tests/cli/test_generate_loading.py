@@ -207,9 +207,10 @@ def test_the_draft_in_a_models_manifest_drafts_with_its_draft_num_predict(invoke
     assert result.stderr.splitlines() == ["note: drafting with the draft stored in withdraft:latest's manifest"]
     data = json.loads(result.stdout)
     assert data["draft"] == "withdraft:latest (its draft layer)" and data["drafted"] > 0
-    assert set(data["k_chosen"]) == {"2"}  # draft_num_predict: -k's default
+    # draft_num_predict: -k's default (a step near max_tokens drafts only what is left to write)
+    assert max(map(int, data["k_chosen"])) == 2
     fixed = json.loads(gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "12", "-k", "3").stdout)
-    assert set(fixed["k_chosen"]) == {"3"}
+    assert max(map(int, fixed["k_chosen"])) == 3
     auto = gen(invoke, layered_store, "withdraft", "Hi", "--json", "-n", "4", "-d", "auto")
     assert json.loads(auto.stdout)["draft"] == "withdraft:latest (its draft layer)"  # auto prefers it too
     other = json.loads(

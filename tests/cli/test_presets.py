@@ -43,7 +43,7 @@ def test_a_preset_gives_target_draft_and_parameters(invoke, tiny_store, tiny_pre
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["target"] == "tiny-target:latest" and data["draft"] == "tiny-draft:latest"
-    assert data["generated_tokens"] <= 12 and set(data["k_chosen"]) == {"3"}
+    assert data["generated_tokens"] <= 12 and max(map(int, data["k_chosen"])) == 3  # the last steps: fewer
     same = invoke(
         "generate",
         "tiny-target",
@@ -242,9 +242,12 @@ def test_a_presets_num_speculative_tokens_is_capped_as_k_is(invoke, tiny_store, 
     )
     note = f"note: {{}} 100000 is capped to {MAX} draft tokens per step (one verify batch is at most {MAX + 1} tokens)"
     for given, args in (("the preset's num_speculative_tokens", ()), ("-k", ("-k", "100000"))):
-        result = invoke("generate", "-f", path, "Hello", "-n", "3", "--json", *args, *BASE, "--models-dir", tiny_store)
+        # enough tokens for a step of MAX drafts: none drafts past what max_tokens leaves to write
+        result = invoke(
+            "generate", "-f", path, "Hello", "-n", str(MAX + 9), "--json", *args, *BASE, "--models-dir", tiny_store
+        )
         assert result.exit_code == 0, result.output
         assert note.format(given) in result.stderr.splitlines()
-        assert set(json.loads(result.stdout)["k_chosen"]) == {str(MAX)}
+        assert max(map(int, json.loads(result.stdout)["k_chosen"])) == MAX
     at_most = invoke("generate", "-f", path, "Hello", "-n", "3", "-k", str(MAX), *BASE, "--models-dir", tiny_store)
     assert at_most.exit_code == 0 and "capped" not in at_most.stderr

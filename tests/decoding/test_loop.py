@@ -91,7 +91,7 @@ def test_draft_equal_to_target_accepts_every_token(self_drafting_engine, samplin
     # at a near-tie a single-token and a batched evaluation could disagree and reject.
     result = run(self_drafting_engine, PROMPTS[1], max_tokens=60, sampling=sampling, ignore_eos=True)
     stats = result.speculation
-    assert stats.drafted >= 50
+    assert stats.drafted >= 45  # 60 tokens: every step drafts up to K=4 and adds one token
     assert stats.accepted == stats.drafted
 
 
@@ -312,6 +312,25 @@ def test_end_of_turn_token_ends_generation(baseline_engine, spec_engine):
 def test_max_tokens(spec_engine):
     result = run(spec_engine, PROMPTS[1], max_tokens=7, ignore_eos=True, speculation=SpeculationSettings(5))
     assert len(result.tokens) == 7 and result.finish_reason == "length"
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 7, 30])
+def test_no_step_drafts_past_max_tokens(spec_engine, max_tokens):
+    """A step emits its accepted drafts and one token more, so no verify row may be for a place past
+    the answer's last token: drafting and verifying it would be work thrown away."""
+    result = run(
+        spec_engine,
+        PROMPTS[1],
+        max_tokens=max_tokens,
+        ignore_eos=True,
+        speculation=SpeculationSettings(5),
+        trace_batches=True,
+    )
+    assert len(result.tokens) == max_tokens
+    batches = result.speculation.batches
+    # a batch reading positions [first, first + n) has rows for the tokens at first + 1 .. first + n
+    assert max(first + n for first, n in batches) <= result.prompt_tokens + max_tokens - 1
+    assert any(n > 1 for _, n in batches[1:]) or max_tokens <= 2  # it still drafts where there is room
 
 
 def test_context_full_stops_cleanly(tiny_models):

@@ -165,3 +165,94 @@ def test_learned_costs_far_dearer_than_the_calibration_are_set_aside(tiny_models
         assert engine.costs.step_costs(engine.draft, n - 1).verify_s[1] == pytest.approx(0.011)
         cache.put_learned(key, StepCosts(0.001, tuple(0.012 + 0.001 * i for i in range(n))))  # plausible: kept
         assert engine.costs.step_costs(engine.draft, n - 1).verify_s[1] == pytest.approx(0.013)
+
+
+def _quiet_and_busy(n: int):
+    from ollama_spec.decoding.step_costs import StepCosts
+
+    quiet = StepCosts(0.004, tuple(0.030 + 0.007 * i for i in range(n)))
+    # timed while a process spun beside it: every pass three times dearer, the draft's step ten, and a
+    # batch of 8 tokens twice its neighbours
+    busy = StepCosts(0.040, tuple(3 * t * (2 if i == 7 else 1) for i, t in enumerate(quiet.verify_s)))
+    return quiet, busy
+
+
+def _passes_ran(engine, costs, sizes=(1, 2, 3, 5)) -> None:
+    """The step loop's passes, as if timed at `costs` (target passes of these sizes, a one-row draft pass)."""
+    for size in sizes:
+        engine.costs.passes.observe(False, size, costs.verify_s[size - 1])
+        engine.costs.passes.observe(True, 1, costs.draft_step_s)
+
+
+def test_a_calibration_taken_while_busy_gives_way_to_the_passes_and_is_timed_again(tiny_models, tmp_path, monkeypatch):
+    """Once the loop's passes (the machine quiet again) find the calibration three times too dear, the
+    next request starts from what they priced, a size they have not run is not priced by the
+    calibration's busy bumps, the cache forgets it when the engine closes (what was learned of the
+    acceptance stays), and the next process times the steps again rather than start from slow costs."""
+    from ollama_spec.engine import costs as costs_module
+    from ollama_spec.engine.calibration import StepCostCache
+
+    quiet, busy = _quiet_and_busy(DEFAULT_MAX_SPECULATIVE_TOKENS + 1)
+    bands = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    cache = StepCostCache(tmp_path / "costs.json")
+    auto = SpeculationSettings(None)
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache
+        key = engine.costs.key(engine.draft)
+        cache.put(key, busy)
+        cache.put_learned(key, busy)  # a run learned beside it while the machine stayed busy
+        cache.put_acceptance(key, bands)
+        assert engine.costs.k_policy(auto, GREEDY).costs.draft_step_s == busy.draft_step_s  # nothing run yet
+        _passes_ran(engine, quiet)
+        policy = engine.costs.k_policy(auto, GREEDY)
+        assert policy.costs.draft_step_s == pytest.approx(quiet.draft_step_s)
+        # the passes' prices, a line through the sizes run (not their busy level, three times these)
+        assert policy.costs.verify_s[0] == pytest.approx(quiet.verify_s[0], rel=0.25)
+        prices = engine.costs.passes
+        assert prices.step_costs(2).verify_s == pytest.approx(quiet.verify_s[:3], rel=0.25)
+        assert prices.target_pass(8) < min(1.3 * quiet.verify_s[7], prices.target_pass(9))
+    assert cache.get(key) is None
+    assert cache.get_acceptance(key) == bands
+    timed = []
+    monkeypatch.setattr(costs_module, "measure_step_costs", lambda *args, **kwargs: timed.append(1) or quiet)
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache
+        engine.costs.prepare(auto)
+    assert timed == [1] and cache.get(key) == quiet and cache.get_learned(key) is None
+
+
+def test_a_calibration_whose_draft_step_alone_was_timed_busy_is_not_kept_either(tiny_models, tmp_path):
+    """A busy moment weighs most on the smallest passes: the draft's step."""
+    from ollama_spec.decoding.step_costs import StepCosts
+    from ollama_spec.engine.calibration import StepCostCache
+
+    quiet, _ = _quiet_and_busy(DEFAULT_MAX_SPECULATIVE_TOKENS + 1)
+    cache = StepCostCache(tmp_path / "costs.json")
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache
+        key = engine.costs.key(engine.draft)
+        cache.put(key, StepCosts(10 * quiet.draft_step_s, quiet.verify_s))
+        engine.costs.k_policy(SpeculationSettings(None), GREEDY)
+        _passes_ran(engine, quiet)
+    assert cache.get(key) is None
+
+
+@pytest.mark.parametrize("level", [0.6, 1.0, 1.3, 3.0])
+def test_a_calibration_the_passes_agree_with_or_find_cheap_is_kept(tiny_models, tmp_path, level):
+    """Passes cheaper than the calibration by what reading at other depths explains, as dear, or dearer
+    (the machine busy now, not then): the passes keep pricing from it, and the cache keeps it."""
+    from ollama_spec.decoding.step_costs import StepCosts
+    from ollama_spec.engine.calibration import StepCostCache
+
+    quiet, _ = _quiet_and_busy(DEFAULT_MAX_SPECULATIVE_TOKENS + 1)
+    passes = StepCosts(level * quiet.draft_step_s, tuple(level * t for t in quiet.verify_s))
+    cache = StepCostCache(tmp_path / "costs.json")
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache
+        key = engine.costs.key(engine.draft)
+        cache.put(key, quiet)
+        engine.costs.k_policy(SpeculationSettings(None), GREEDY)
+        _passes_ran(engine, passes)
+        engine.costs.k_policy(SpeculationSettings(None), GREEDY)
+        assert engine.costs.passes.prior == quiet
+    assert cache.get(key) == quiet

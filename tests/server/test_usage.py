@@ -30,15 +30,16 @@ def _details(usage) -> tuple[int, int]:
     return details.accepted_prediction_tokens, details.rejected_prediction_tokens
 
 
-@pytest.mark.parametrize(("limit", "from_draft"), [(5, 4), (12, 10)])
+@pytest.mark.parametrize(("limit", "from_draft"), [(5, 3), (12, 9)])
 def test_an_answer_cut_inside_a_step_counts_only_the_drafts_it_keeps(server, limit, from_draft):
-    """max_tokens ends the answer in the middle of a step of K + 1 tokens: the drafts past its end
-    are neither accepted nor drafted for it (before: 8 accepted for a 5-token answer)."""
+    """max_tokens ends the answer: no step drafts past its end (each step adds the target's own token
+    to its accepted drafts), and no draft past it is counted as accepted or drafted for it."""
     client = OpenAI(base_url=server[0] + "/v1", api_key="x")
     response = client.chat.completions.create(model="m", messages=ASK, max_tokens=limit, temperature=0)
     spec = response.model_extra["speculation"]
     assert response.usage.completion_tokens == limit
-    # the first token comes from reading the prompt, then K drafts and the target's own token a step
+    # the first token comes from reading the prompt, then K drafts and the target's own token a step,
+    # the last step drafting only what is left to write
     assert spec["accepted_tokens"] == spec["drafted_tokens"] == from_draft
     assert _details(response.usage) == (from_draft, 0)
 
@@ -51,9 +52,9 @@ def test_the_streamed_usage_chunk_carries_the_drafts_too(server):
         )
     )
     usage = chunks[-1].usage
-    assert usage.completion_tokens == 6 and _details(usage) == (5, 0)
+    assert usage.completion_tokens == 6 and _details(usage) == (4, 0)  # the prompt's token, 4 drafts, 1 own
     spec = next(c.model_extra["speculation"] for c in chunks if c.model_extra.get("speculation"))
-    assert spec["accepted_tokens"] == 5
+    assert spec["accepted_tokens"] == 4
 
 
 def _open_webui_chat(url: str, messages: list[dict]) -> dict:
@@ -69,7 +70,7 @@ def test_ollama_counts_the_answer_s_drafts_and_the_cached_prompt_apart(server):
     assert first.eval_count == 6
     final = _open_webui_chat(server[0], messages)
     spec = final["speculation"]
-    assert final["eval_count"] == 6 and spec["accepted_tokens"] == spec["drafted_tokens"] == 5
+    assert final["eval_count"] == 6 and spec["accepted_tokens"] == spec["drafted_tokens"] == 4
     # the same prompt again: the cache holds all of it but its last token, which is read again
     assert final["prompt_eval_count"] == first.prompt_eval_count  # the whole prompt, as Ollama counts it
     assert final["prompt_eval_cached_count"] == final["prompt_eval_count"] - 1 == spec["prompt_cached_tokens"]
