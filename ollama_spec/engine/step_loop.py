@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,10 +173,10 @@ class StepLoop:
             if len(self._slots) == 1:  # alone: nothing to sort out
                 wanting = [*self._slots.values()]
                 if wanting[0].ticket.cancelled or wanting[0].wanted is None:
-                    wanting = self._finished(wanting)
+                    wanting = _wanting(wanting, self._finish)
                 drafting = wanting if wanting and wanting[0].model is not target else ()
             else:
-                wanting = self._finished(list(self._slots.values()))
+                wanting = _wanting(list(self._slots.values()), self._finish)
                 drafting = [slot for slot in wanting if slot.model is not target]
             if drafting:
                 if not self._declined(drafting, len(wanting)):
@@ -189,12 +189,6 @@ class StepLoop:
             self.steps += 1
             self.outside_s += time.perf_counter() - started - self._passes_s
             return  # the target's pass ends the step
-
-    def _finished(self, slots: list[_Slot]) -> list[_Slot]:
-        """The slots that want a pass, the cancelled ones finished."""
-        for slot in [slot for slot in slots if slot.ticket.cancelled]:
-            self._finish(slot)
-        return [slot for slot in slots if slot.wanted is not None]
 
     def _admit(self) -> None:
         """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
@@ -338,6 +332,13 @@ class StepLoop:
         if self._slots.get(slot.seq) is slot:
             del self._slots[slot.seq]
             self.engine.pool.release(slot.seq)
+
+
+def _wanting(slots: list[_Slot], finish: Callable[[_Slot], None]) -> list[_Slot]:
+    """The slots that want a pass, the cancelled ones finished (`finish`)."""
+    for slot in [slot for slot in slots if slot.ticket.cancelled]:
+        finish(slot)
+    return [slot for slot in slots if slot.wanted is not None]
 
 
 def _model_of(wanted: Eval) -> tuple[Any, int]:
