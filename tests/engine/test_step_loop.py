@@ -179,10 +179,15 @@ def test_a_long_prompt_read_beside_three_streams_takes_a_chunk_a_pass_of_either_
         assert all(b - a >= step - at for a, b in zip(before, after))
 
 
-def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alone_writes(tiny_models, monkeypatch):
+def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alone_writes(
+    tiny_models, tmp_path, monkeypatch
+):
     """-k auto beside other slots: the loop stops every slot's drafts together where the next draft pass
-    no longer pays (`Declined`), and each request's greedy text is still the target's alone."""
+    no longer pays (`Declined`), and each request's greedy text is still the target's alone. The passes
+    cost what `PassClock` says (a draft pass a tenth of a target pass), so that drafting pays whatever
+    this machine's speed, and what is declined depends on the drafts alone."""
     from ollama_spec.decoding.evals import Declined
+    from ollama_spec.engine.calibration import StepCostCache
     from ollama_spec.engine.step_loop import StepLoop
 
     prompts = ["Once upon a time", "The harbour at dawn", "def add(a, b):"]
@@ -192,6 +197,9 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
             generation = engine.generate(request(prompt, max_tokens=48), use_draft=False)
             "".join(generation)
             alone[prompt] = generation.result.tokens
+        engine.costs.cache = StepCostCache(tmp_path / "costs.json")
+        engine.costs.online = True  # priced from the passes only (nothing timed on the real clock)
+        PassClock(engine, monkeypatch, draft_python_s=0.0)
         widths = []
         advance = StepLoop._advance
 
