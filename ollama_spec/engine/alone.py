@@ -8,47 +8,11 @@ loop's thread is running other requests, the request joins them there.
 
 from __future__ import annotations
 
-import threading
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from ollama_spec.engine.sinks import Collected
 from ollama_spec.engine.step_loop import StepLoop, Ticket
-
-
-class _Answer:
-    """A Sink read by a caller that waits for the loop's thread (`taken`)."""
-
-    def __init__(self) -> None:
-        self._items: deque[Any] = deque()
-        self._cond = threading.Condition()
-        self.ended = False
-        self.error: Exception | None = None
-
-    def pieces(self, ticket: Ticket, pieces: list[tuple[Any, int]]) -> None:
-        with self._cond:
-            self._items.extend(piece for piece, _ in pieces)
-            self._cond.notify()
-
-    def end(self, ticket: Ticket) -> None:
-        with self._cond:
-            self.ended = True
-            self._cond.notify()
-
-    def fail(self, ticket: Ticket, error: Exception) -> None:
-        with self._cond:
-            self.ended, self.error = True, error
-            self._cond.notify()
-
-    def taken(self) -> tuple[list[Any], bool]:
-        """The pieces come so far, once there are some or the answer ended, and whether it ended (then
-        they are its last: the loop ends a request after its pieces)."""
-        with self._cond:
-            while not self._items and not self.ended:
-                self._cond.wait()
-            items = list(self._items)
-            self._items.clear()
-            return items, self.ended
 
 
 class _Here:
@@ -73,7 +37,7 @@ def run_alone(loop: StepLoop, slot: int, generation: Any, runs: bool = False) ->
     """`generation` (made for sequence `slot`) run in `loop`: its pieces of text (Runs with `runs`) as
     each turn verifies them; its error raised. Closing the iterator ends the request (at the loop's
     next step), its caches keeping what was accepted."""
-    ticket = Ticket(generation.request, generation.prompt(), _Answer(), runs, generation=generation, slot=slot)
+    ticket = Ticket(generation.request, generation.prompt(), Collected(), runs, generation=generation, slot=slot)
     if loop.queue(ticket, here=True):  # this thread runs the turns: the loop's thread sleeps till `let_go`
         ticket.sink = answer = _Here()
         try:
@@ -92,13 +56,13 @@ def run_alone(loop: StepLoop, slot: int, generation: Any, runs: bool = False) ->
         if answer.error is not None:
             raise answer.error
         return
-    ended, waited = False, ticket.sink
+    ended = False  # the loop's thread runs it: its pieces as they come, its error raised (Collected)
     try:
-        while not ended:
-            pieces, ended = waited.taken()
-            yield from pieces
-        if waited.error is not None:
-            raise waited.error
+        yield from ticket.sink
+        ended = True
+    except Exception:
+        ended = True
+        raise
     finally:
         if not ended:
             ticket.cancel()
