@@ -18,6 +18,18 @@ from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs, sam
 KeepDrafting = Callable[[int, "float | None"], bool]
 
 
+def following_rows(model: object, vocab: int) -> Callable[[int], Generator[Eval, object, np.ndarray | Declined]]:
+    """The next row after each drafted token, from `model` (a draft model, a head): the steps of
+    `following(token)` for draft_token_steps, its row cut to the `vocab` ids the target shares, or the
+    driver's Declined as it came."""
+
+    def following(token: int) -> Generator[Eval, np.ndarray | Declined, np.ndarray | Declined]:
+        rows = yield Eval(model, [token])
+        return rows if isinstance(rows, Declined) else rows[-1][:vocab]
+
+    return following
+
+
 def draft_token_steps(
     logits: np.ndarray,
     following: Callable[[int], Generator[Eval, np.ndarray | Declined, np.ndarray | Declined]],

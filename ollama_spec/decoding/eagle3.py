@@ -15,7 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ollama_spec.decoding.evals import Declined, Eval, run_evals
+from ollama_spec.decoding.drafting import following_rows
+from ollama_spec.decoding.evals import run_evals
 from ollama_spec.decoding.proposers import Proposer, draft_token_steps
 
 HEAD = "eagle3"  # the source of its tokens (Proposer.source)
@@ -51,10 +52,7 @@ class Eagle3Proposer(Proposer):
         penalties = sampling.penalties
         tail = list(penalties.window(seq)) if penalties.active else []
 
-        def following(token: int):
-            rows = yield Eval(self.head, [token])
-            return rows if isinstance(rows, Declined) else rows[-1][: self.vocab]
-
+        following = following_rows(self.head, self.vocab)
         try:
             logits = yield from following(seq[-1])
             return (

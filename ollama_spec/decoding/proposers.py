@@ -17,8 +17,9 @@ from ollama_spec.decoding.acceptance import AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.drafting import (
     KeepDrafting,
     draft_token_steps,
+    following_rows,
 )
-from ollama_spec.decoding.evals import Declined, Eval, run_evals
+from ollama_spec.decoding.evals import Eval, run_evals
 from ollama_spec.decoding.grammar import TokenGrammar
 from ollama_spec.decoding.k_policy import PROBE_COSTS
 from ollama_spec.decoding.sampling import SamplingSettings
@@ -158,10 +159,7 @@ class DraftModelProposer(Proposer):
             return [], None
         logits = (yield Eval(draft, as_draft_tokens(missed, draft.n_vocab)))[-1][: self.shared_vocab]
 
-        def following(token: int) -> Generator[Eval, np.ndarray | Declined, np.ndarray | Declined]:
-            rows = yield Eval(draft, [token])
-            return rows if isinstance(rows, Declined) else rows[-1][: self.shared_vocab]
-
+        following = following_rows(draft, self.shared_vocab)
         return (
             yield from draft_token_steps(
                 logits, following, k, sampling, rng, keep_drafting, grammar, self.draft_p_min, tail
