@@ -76,28 +76,43 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
-class Mailbox:
-    """Events for the jobs of one asyncio loop, put from the step loop's thread: delivered together, at
-    one wake-up of the loop for all of a step's jobs (each wake-up is a write to the loop's socket, and
-    the loop's thread then wants the GIL), not one a job."""
+# While pieces keep coming, the event loop collects them this often by a timer of its own rather than
+# being woken for each step: a wake-up from the step loop's thread is a syscall there and a turn at the
+# GIL for the loop's thread, and on a pair whose steps take a fraction of a millisecond, once a step
+# is most of the server's Python a token.
+POLL_S = 0.002
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
+
+class Mailbox:
+    """Events for the jobs of one asyncio loop, put from the step loop's thread. A job's first piece
+    and its end wake the loop at once; the pieces between wait for the loop's next look, at most
+    POLL_S after the last one (a timer on the loop, armed while pieces keep coming): a stream's chunks
+    come as often as a person could see them change, and at most one wake-up a step for all its jobs."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, poll_s: float = POLL_S):
+        self.loop, self.poll_s = loop, poll_s
         self._lock = threading.Lock()
         self._mail: list[tuple[Job, tuple[Event, ...]]] = []
-        self._waking = False  # a delivery is scheduled on the loop and has not begun
+        self._waking = False  # a wake-up is due on the loop and has not been delivered
+        self._polling = False  # the loop's timer will look within poll_s
 
-    def put(self, job: Job, events: tuple[Event, ...]) -> None:
+    def put(self, job: Job, events: tuple[Event, ...], urgent: bool = True) -> None:
+        """Hand `events` to `job` on its loop: at once if `urgent`, else by the loop's next look."""
         with self._lock:
             self._mail.append((job, events))
-            if self._waking:
+            if self._waking or (self._polling and not urgent and not self.loop.is_closed()):
                 return
             self._waking = True
         try:
-            self.loop.call_soon_threadsafe(self._deliver)
+            self.loop.call_soon_threadsafe(self._woken)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             for waiting, _ in self._take():
                 waiting.cancel()
+
+    @property
+    def looking(self) -> bool:
+        """The loop's timer will look for pieces soon (pieces came since the last look)."""
+        return self._polling
 
     def _take(self) -> list[tuple[Job, tuple[Event, ...]]]:
         with self._lock:
@@ -105,8 +120,26 @@ class Mailbox:
             mail, self._mail = self._mail, []
         return mail
 
-    def _deliver(self) -> None:
-        for job, events in self._take():
+    def _woken(self) -> None:
+        self._deliver(self._take())
+        with self._lock:
+            if self._polling:
+                return
+            self._polling = True
+        self.loop.call_later(self.poll_s, self._look)
+
+    def _look(self) -> None:
+        """The timer: what came since the last delivery, and another look soon if anything had."""
+        with self._lock:
+            mail, self._mail = self._mail, []
+            self._polling = bool(mail)
+        if mail:
+            self._deliver(mail)
+            self.loop.call_later(self.poll_s, self._look)
+
+    @staticmethod
+    def _deliver(mail: list[tuple[Job, tuple[Event, ...]]]) -> None:
+        for job, events in mail:
             for event in events:
                 job._events.put_nowait(event)
 
@@ -126,6 +159,7 @@ class Job:
         self.reason = SHUTTING_DOWN  # why it was cancelled, for a client still listening
         self.cancelled_as: type[Cancelled] = Cancelled  # the error that client gets
         self._sent = 0  # logprobs: the tokens handed on with a piece so far
+        self._told = False  # anything was handed on
 
     def cancel(self, reason: str | None = None, error: type[Cancelled] = Cancelled) -> None:
         """Stop generating at the next step (or skip the job if it has not started); `reason`: what a
@@ -146,7 +180,9 @@ class Job:
         return self._cancelled.is_set()
 
     def put(self, *events: Event) -> None:
-        self._mailbox.put(self, events)
+        """Hand on `events`; a stream's first piece and its end at once (see Mailbox)."""
+        self._mailbox.put(self, events, urgent=not self._told or not isinstance(events[-1], Piece))
+        self._told = True
 
     async def events(self) -> AsyncIterator[Event]:
         """Pieces of text, then one Finished or Failed. The pieces waiting when the reader comes are
