@@ -318,14 +318,17 @@ class _Sink:
         self.worker, self.job = worker, job
 
     def pieces(self, ticket: Ticket, pieces: list) -> None:
-        """A step's pieces, each with the scored tokens it completes: one wake-up of the event loop."""
-        job, scored = self.job, ticket.generation.result.scored
-        events = []
-        for piece, upto in pieces:
-            text, drafted = (piece.text, (piece.from_draft,) * len(piece.text)) if ticket.runs else (piece, None)
-            events.append(Piece(text, tuple(scored[job._sent : upto]), drafted))
-            job._sent = upto
-        job.put(*events)
+        """A step's pieces as one Piece with the scored tokens they complete: one event for the event loop
+        to take, frame and write a step, not one a token."""
+        job, upto = self.job, pieces[-1][1]
+        if ticket.runs:  # each a Generation.pieces' piece, which says whether the draft wrote it
+            text = "".join([piece.text for piece, _ in pieces])
+            drafted = tuple([piece.from_draft for piece, _ in pieces for _ in piece.text])
+        else:
+            text, drafted = pieces[0][0] if len(pieces) == 1 else "".join([piece for piece, _ in pieces]), None
+        scored = tuple(ticket.generation.result.scored[job._sent : upto]) if upto > job._sent else ()
+        job._sent = upto
+        job.put(Piece(text, scored, drafted))
 
     def end(self, ticket: Ticket) -> None:
         job, result = self.job, ticket.generation.result

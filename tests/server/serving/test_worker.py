@@ -5,8 +5,9 @@ model: the events are put by hand, from another thread as the step loop puts the
 import asyncio
 import threading
 
+from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.engine.engine import Request, Result
-from ollama_spec.server.serving.worker import Failed, Finished, Job, Mailbox, Piece
+from ollama_spec.server.serving.worker import Failed, Finished, Job, Mailbox, Piece, Worker
 
 
 def _counting_wakeups(loop: asyncio.AbstractEventLoop) -> list[int]:
@@ -98,3 +99,27 @@ def test_each_jobs_first_piece_and_failure_wake_the_loop_while_another_streams()
         assert [(await anext(streams[1])).text, (await anext(streams[1])).error] == ["p", error]
 
     asyncio.run(run())
+
+
+def test_a_steps_tokens_come_as_one_piece(spec_engine):
+    """The step loop hands on a step's verified tokens together: one event each step, not one a token."""
+    request = Request(
+        prompt="Once upon a time",
+        raw=True,
+        max_tokens=48,
+        ignore_eos=True,
+        speculation=SpeculationSettings(num_speculative_tokens=4),
+    )
+
+    async def run():
+        worker = Worker(spec_engine, max_queue=4, on_finished=lambda job, result: None)
+        job, pieces = worker.submit(request), []
+        while not isinstance(event := await asyncio.wait_for(job._events.get(), 60), Finished):
+            pieces.append(event)
+        worker.close()
+        return pieces, event.result
+
+    pieces, result = asyncio.run(run())
+    assert "".join(piece.text for piece in pieces) == result.text
+    steps = result.speculation.steps
+    assert result.speculation.accepted > 0 and len(pieces) <= steps < len(result.tokens)
