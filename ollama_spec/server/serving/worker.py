@@ -76,18 +76,19 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
-# While pieces keep coming, the event loop collects them this often by a timer of its own rather than
-# being woken for each step: a wake-up from the step loop's thread is a syscall there and a turn at the
-# GIL for the loop's thread, and on a pair whose steps take a fraction of a millisecond, once a step
-# is most of the server's Python a token.
+# While pieces come this often, the event loop collects them by a timer of its own this often rather
+# than being woken for each step: a wake-up from the step loop's thread is a syscall there and a turn
+# at the GIL for the loop's thread, and on a pair whose steps take a fraction of a millisecond, once a
+# step is most of the server's Python a token.
 POLL_S = 0.002
 
 
 class Mailbox:
-    """Events for the jobs of one asyncio loop, put from the step loop's thread. A job's first piece
-    and its end wake the loop at once; the pieces between wait for the loop's next look, at most
-    POLL_S after the last one (a timer on the loop, armed while pieces keep coming): a stream's chunks
-    come as often as a person could see them change, and at most one wake-up a step for all its jobs."""
+    """Events for the jobs of one asyncio loop, put from the step loop's thread. Each wake-up of the loop
+    brings all that is waiting, for all its jobs. Once two wake-ups come within POLL_S of each other, the
+    loop looks again every POLL_S by a timer (until a look finds nothing): the pieces put meanwhile wait
+    for it, and only a job's first piece and its end wake the loop. A stream's chunks still come as
+    often as a person could see them change; a slow pair's pieces each wake the loop at once."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, poll_s: float = POLL_S):
         self.loop, self.poll_s = loop, poll_s
@@ -95,6 +96,7 @@ class Mailbox:
         self._mail: list[tuple[Job, tuple[Event, ...]]] = []
         self._waking = False  # a wake-up is due on the loop and has not been delivered
         self._polling = False  # the loop's timer will look within poll_s
+        self._woken_at = -math.inf  # the loop's time at the last wake-up
 
     def put(self, job: Job, events: tuple[Event, ...], urgent: bool = True) -> None:
         """Hand `events` to `job` on its loop: at once if `urgent`, else by the loop's next look."""
@@ -111,7 +113,7 @@ class Mailbox:
 
     @property
     def looking(self) -> bool:
-        """The loop's timer will look for pieces soon (pieces came since the last look)."""
+        """The loop's timer will look for pieces soon (they came often, and some since the last look)."""
         return self._polling
 
     def _take(self) -> list[tuple[Job, tuple[Event, ...]]]:
@@ -122,8 +124,10 @@ class Mailbox:
 
     def _woken(self) -> None:
         self._deliver(self._take())
+        now = self.loop.time()
+        soon, self._woken_at = now - self._woken_at < self.poll_s, now
         with self._lock:
-            if self._polling:
+            if self._polling or not soon:
                 return
             self._polling = True
         self.loop.call_later(self.poll_s, self._look)

@@ -29,7 +29,7 @@ def _from_thread(*events) -> None:
     putter.join()
 
 
-def test_pieces_after_the_first_wait_for_the_loops_look_and_the_end_wakes_it():
+def test_pieces_of_a_fast_stream_wait_for_the_loops_look_and_its_end_wakes_it():
     async def run():
         loop = asyncio.get_running_loop()
         wakes = _counting_wakeups(loop)
@@ -37,12 +37,14 @@ def test_pieces_after_the_first_wait_for_the_loops_look_and_the_end_wakes_it():
         events = job.events()
         _from_thread((job, Piece("Once")))
         assert len(wakes) == 1 and (await anext(events)).text == "Once"  # the first piece: at once
-        _from_thread((job, Piece(" upon")), (job, Piece(" a time")))
-        assert len(wakes) == 1  # delivered but not yet read: the loop was not woken for them
+        _from_thread((job, Piece(" upon")))
+        assert len(wakes) == 2 and (await anext(events)).text == " upon"  # the second within poll_s: looks begin
+        _from_thread((job, Piece(" a")), (job, Piece(" time")))
+        assert len(wakes) == 2  # put but not yet read: the loop was not woken for them
         result = Result(text="Once upon a time", finish_reason="stop")
         _from_thread((job, Finished(result)))
-        assert len(wakes) == 2  # the end wakes it, and brings the pieces before it
-        assert (await anext(events)).text == " upon a time"
+        assert len(wakes) == 3  # the end wakes it, and brings the pieces before it
+        assert (await anext(events)).text == " a time"
         assert (await anext(events)).result is result
 
     asyncio.run(run())
@@ -51,19 +53,20 @@ def test_pieces_after_the_first_wait_for_the_loops_look_and_the_end_wakes_it():
 def test_pieces_between_come_at_the_loops_look():
     async def run():
         loop = asyncio.get_running_loop()
-        job = Job(Request(), loop, mailbox=Mailbox(loop, poll_s=0.001))
+        job = Job(Request(), loop, mailbox=Mailbox(loop, poll_s=0.5))
         events = job.events()
-        _from_thread((job, Piece("a")))
-        assert (await anext(events)).text == "a"
-        _from_thread((job, Piece("b")))
-        assert (await asyncio.wait_for(anext(events), 10)).text == "b"  # no end came: the timer brought it
+        for text in "ab":
+            _from_thread((job, Piece(text)))
+            assert (await anext(events)).text == text
+        _from_thread((job, Piece("c")))
+        assert (await asyncio.wait_for(anext(events), 10)).text == "c"  # no end came: the timer brought it
 
     asyncio.run(run())
 
 
-def test_a_quiet_stream_wakes_the_loop_for_its_next_piece():
-    """Once a look finds nothing, the loop stops looking: the next piece (a slow pair's next step) comes
-    at once rather than after another wait."""
+def test_a_slow_or_quiet_stream_wakes_the_loop_for_each_piece():
+    """Pieces further apart than poll_s (a slow pair's steps) each wake the loop at once; so does the
+    next piece once a look found nothing."""
 
     async def run():
         loop = asyncio.get_running_loop()
@@ -71,12 +74,12 @@ def test_a_quiet_stream_wakes_the_loop_for_its_next_piece():
         mailbox = Mailbox(loop, poll_s=0.001)
         job = Job(Request(), loop, mailbox=mailbox)
         events = job.events()
-        _from_thread((job, Piece("a")))
-        assert (await anext(events)).text == "a"
-        while mailbox.looking:  # the look after the delivery, which finds nothing
-            await asyncio.sleep(0.001)
-        _from_thread((job, Piece("b")))
-        assert len(wakes) == 2 and (await asyncio.wait_for(anext(events), 10)).text == "b"
+        for i, text in enumerate("abc"):
+            _from_thread((job, Piece(text)))
+            assert len(wakes) == i + 1 and (await asyncio.wait_for(anext(events), 10)).text == text
+            while mailbox.looking:  # a look that finds nothing ends the looks
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.002)  # more than poll_s: the next piece comes slowly
 
     asyncio.run(run())
 
@@ -88,14 +91,15 @@ def test_each_jobs_first_piece_and_failure_wake_the_loop_while_another_streams()
         mailbox = Mailbox(loop, poll_s=3600)
         first, second = Job(Request(), loop, mailbox=mailbox), Job(Request(), loop, mailbox=mailbox)
         streams = first.events(), second.events()
-        _from_thread((first, Piece("x")))
-        assert (await anext(streams[0])).text == "x"
-        _from_thread((first, Piece("y")), (second, Piece("p")))
-        assert len(wakes) == 2  # the second job's first piece
+        for text in "xy":
+            _from_thread((first, Piece(text)))
+            assert (await anext(streams[0])).text == text
+        _from_thread((first, Piece("z")), (second, Piece("p")))
+        assert len(wakes) == 3  # the second job's first piece
         error = RuntimeError("gone")
         _from_thread((second, Failed(error)))
-        assert len(wakes) == 2  # already due: the loop has yet to take the mail the last wake-up was for
-        assert (await anext(streams[0])).text == "y"
+        assert len(wakes) == 3  # already due: the loop has yet to take the mail the last wake-up was for
+        assert (await anext(streams[0])).text == "z"
         assert [(await anext(streams[1])).text, (await anext(streams[1])).error] == ["p", error]
 
     asyncio.run(run())
