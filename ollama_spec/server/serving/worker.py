@@ -76,10 +76,10 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
-# While pieces come this often, the event loop collects them by a timer of its own this often rather
-# than being woken for each step: a wake-up from the step loop's thread is a syscall there and a turn
-# at the GIL for the loop's thread, and on a pair whose steps take a fraction of a millisecond, once a
-# step is most of the server's Python a token.
+# While a stream's pieces come faster than this, the event loop collects them by a timer of its own
+# this often instead of being woken for each step: each wake-up is a syscall on the step loop's thread
+# and a turn at the GIL for the event loop's, and once a step on a pair whose steps take a fraction of
+# a millisecond, it is most of what the event loop's thread spends a token.
 POLL_S = 0.002
 
 
