@@ -2,7 +2,8 @@
 
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
-1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule),
+1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule), and
+   again before the target pass (step 4) those that came during the draft passes,
 2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
    slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
 3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
@@ -184,6 +185,8 @@ class StepLoop:
                 continue
             if not wanting:
                 return
+            if self._waiting and self._join():  # came during the draft passes: into this target pass
+                continue
             self._k.choose([slot.ticket.generation for slot in self._slots.values()])
             self._pass(wanting)
             self.steps += 1
@@ -202,6 +205,18 @@ class StepLoop:
         self._admit_waiting()
         reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
         self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
+
+    def _join(self) -> bool:
+        """Before the turn's target pass: waiting requests into the free slots, their first evaluations in
+        this pass, so that a client's next request, sent while the draft passes ran, does not sit out the
+        step under way with its slot empty. True if any came in."""
+        if self.engine.slots == 1 or len(self._slots) >= self.engine.slots:
+            return False
+        running = len(self._slots)
+        self._admit_waiting()
+        if any(not s.ticket.generation.result.tokens for s in self._slots.values()):
+            self._chunks.reading()  # this turn's time is not a step's alone
+        return len(self._slots) > running
 
     def _admit_waiting(self) -> None:
         free = self.engine.slots - len(self._slots)

@@ -152,8 +152,37 @@ def test_a_request_arriving_beside_three_streams_gets_its_first_token_within_two
         (step, tokens), *_ = sink.calls
         for _, ticket, _ in streams:
             ticket.cancel()
-        # admitted at the next turn: the step under way when it came, then its own chunks
+        # admitted before the target pass of the step under way when it came, or at the next turn; then its chunks
         assert tokens == 1 and step - at + 1 <= alone + 2
+
+
+def test_a_request_sent_during_the_draft_passes_gets_its_first_token_from_that_steps_target_pass(
+    tiny_models, monkeypatch
+):
+    """A request that comes while the running slots draft is admitted before the target pass and read in
+    it: its slot does not sit out the step under way (a client's next request comes so every time)."""
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
+        prompt = fresh_prompt(engine, 20, 303)
+        streams = running(engine, 3)
+        sent = []
+        draft_pass = engine.draft.decode_many
+
+        def decode_many(items):  # on the loop's thread, between a step's draft passes
+            if not sent:
+                sent.append(submitted(engine, prompt, max_tokens=2, speculation=FIXED_K))
+            return draft_pass(items)
+
+        monkeypatch.setattr(engine.draft, "decode_many", decode_many)
+        deadline = time.monotonic() + 60
+        while not sent:
+            assert time.monotonic() < deadline, "no draft pass ran"
+            time.sleep(0.001)
+        (sink, _, at), *_ = sent
+        assert sink.done.wait(60)
+        for _, other, _ in streams:
+            other.cancel()
+        (step, tokens), *_ = sink.calls
+        assert tokens == 1 and step == at + 1
 
 
 def test_a_long_prompt_read_beside_three_streams_takes_a_chunk_a_pass_of_either_model(tiny_models):
