@@ -154,13 +154,16 @@ class StepLoop:
             self.run_turn()
 
     def run_turn(self) -> None:
-        """One `turn`, the sinks' calls of it made at its end (on the thread that runs the loop)."""
+        """One `turn` (on the thread that runs the loop). Its sinks' calls are made just before the next
+        turn's first pass (`_send`); at its end only where no pass follows at once: no slot runs, or a
+        caller's thread runs the turns and reads its answer between them (`queue`'s `here`)."""
         try:
             self.turn()
         except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
             for slot in list(self._slots.values()):
                 self._fail(slot, exc)
-        self._send()
+        if self._held or not self._slots:
+            self._send()
 
     def turn(self) -> None:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
