@@ -290,12 +290,14 @@ class StepLoop:
 
     def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
-        ticket, steps, pieces, failed = slot.ticket, slot.steps, [], None
+        ticket, steps, pieces, failed = slot.ticket, slot.steps, None, None
         try:
             item = steps.send(rows) if rows is not None else next(steps)
-            while not isinstance(item, Eval) and not ticket.cancelled:
-                pieces.append((item, len(ticket.generation.result.scored)))  # its tokens' logprobs: up to there
-                item = next(steps)
+            if not isinstance(item, Eval):  # text: most passes have none (a draft token, a prompt's chunk)
+                pieces, scored = [], ticket.generation.result.scored
+                while not isinstance(item, Eval) and not ticket.cancelled:
+                    pieces.append((item, len(scored)))  # its tokens' logprobs: up to there
+                    item = next(steps)
             slot.wanted = item
             if isinstance(item, Eval) and item.model is not slot.view:  # a slot's views stay: worked out once each
                 slot.view = item.model
