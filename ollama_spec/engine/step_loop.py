@@ -187,7 +187,7 @@ class StepLoop:
                 wanting = _wanting(list(self._slots.values()), self._finish)
                 drafting = [slot for slot in wanting if slot.model is not target]
                 if drafting:
-                    if not self._declined(drafting, len(wanting)):
+                    if not _declined(self._k, drafting, len(wanting), self._advance):
                         self._pass(drafting)
                     continue
             if not wanting:
@@ -251,18 +251,6 @@ class StepLoop:
             self._slots[seq] = slot
             free -= 1
             self._advance(slot, None)
-
-    def _declined(self, drafting: list[_Slot], rows: int) -> bool:
-        """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
-        the `rows` sequences of the coming target pass)? Then each is told so (`Declined`)."""
-        members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
-        policies = [slot.ticket.generation.policy for slot in members]
-        width = self._k.stop(policies, rows, len(drafting)) if members else None
-        if width is None:
-            return False
-        for slot in members:
-            self._advance(slot, Declined(width))
-        return True
 
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
@@ -359,6 +347,19 @@ class StepLoop:
         if self._slots.get(slot.seq) is slot:
             del self._slots[slot.seq]
             self.engine.pool.release(slot.seq)
+
+
+def _declined(k: BatchK, drafting: list[_Slot], rows: int, advance: Callable[[_Slot, Declined], None]) -> bool:
+    """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
+    the `rows` sequences of the coming target pass)? Then each is told so (`Declined`, through `advance`)."""
+    members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
+    policies = [slot.ticket.generation.policy for slot in members]
+    width = k.stop(policies, rows, len(drafting)) if members else None
+    if width is None:
+        return False
+    for slot in members:
+        advance(slot, Declined(width))
+    return True
 
 
 def _wanting(slots: list[_Slot], finish: Callable[[_Slot], None]) -> list[_Slot]:
