@@ -35,6 +35,9 @@ PRIOR_SLOPE = 0.1
 # In the verify line (`PassPrices.step_costs`), a size not run lately weighs this much of one run lately.
 STALE_WEIGHT = 0.2
 PRIOR_DRAFT_SHARE = 0.1
+# `step_costs` (a line through every size's price, ~20-60 us of Python) is worked out again once this many
+# target passes ran since: a price follows ~10 of them, and on the tiny pair a step takes ~0.2 ms.
+RECOST_PASSES = 4
 
 
 def pass_seconds(prices: StepCosts, tokens: int) -> float:
@@ -105,6 +108,8 @@ class PassPrices:
     # the target's scale (the machine's speed) at the target passes it was worked out at: a stale
     # size's price moves as it has moved since
     _scales: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4 * STALE_PASSES))
+    # step_costs by (k_max, drafts): the target pass they were worked out at, and them
+    _costs: dict[tuple[int, bool], tuple[int, StepCosts]] = field(default_factory=dict)
 
     def observe(self, draft: bool, size: int, seconds: float) -> None:
         """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
@@ -123,11 +128,17 @@ class PassPrices:
                 model.forget_scale()
                 model.forget_stale(self._now)
             self._scales.clear()
+            self._costs.clear()
 
     @property
     def known(self) -> bool:
         """Is there anything to price by: a prior, or a target pass seen?"""
         return self.prior is not None or self._now > 0
+
+    def seen_lately(self, draft: bool, size: int) -> bool:
+        """Has a pass of this size (the draft's rows, or the target's tokens) run in the last STALE_PASSES
+        target passes, so that its price is its own as the machine runs now?"""
+        return (self._draft if draft else self._target).get(size, self._now) is not None
 
     def target_pass(self, tokens: int) -> float:
         seen = self._target.get(tokens, self._now)
@@ -146,10 +157,16 @@ class PassPrices:
 
     def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
         """One sequence's draft step and target passes of 1..k_max+1 tokens, as learned; `drafts`
-        False: proposals that cost no draft pass (a lookup in the text)."""
+        False: proposals that cost no draft pass (a lookup in the text). The same object until
+        RECOST_PASSES target passes ran (the first pass seen included)."""
         self._target_scale()  # the machine's speed now, noted for the sizes that go stale later
+        at, costs = self._costs.get((k_max, drafts), (-1, None))
+        if costs is not None and (at == self._now or 0 < at <= self._now < at + RECOST_PASSES):
+            return costs
         draft = self.draft_pass(1) if drafts else 0.0
-        return StepCosts(draft, self._verify_line(k_max + 1))
+        costs = StepCosts(draft, self._verify_line(k_max + 1))
+        self._costs[(k_max, drafts)] = (self._now, costs)
+        return costs
 
     def _verify_line(self, sizes: int) -> tuple[float, ...]:
         """Target passes of 1..`sizes` tokens on the line a + b·tokens (b ≥ 0) through their prices, the
@@ -157,18 +174,32 @@ class PassPrices:
         a shared CPU times ±10-30 %: per size, one soon looks cheaper than a smaller one (on the tiny
         pair, 4 tokens at 0.098 ms against 0.131 for 1), which a lone slot's K rule reads as drafts that
         cost nothing, and it drafts 16 where drafting does not pay at all."""
-        xs = range(1, sizes + 1)
-        ys = [self.target_pass(n) for n in xs]
-        ws = [1.0 if self._target.get(n, self._now) is not None else STALE_WEIGHT for n in xs]
-        w = sum(ws)
-        mean_x = sum(wi * x for wi, x in zip(ws, xs)) / w
-        mean_y = sum(wi * y for wi, y in zip(ws, ys)) / w
-        spread = sum(wi * (x - mean_x) ** 2 for wi, x in zip(ws, xs))
-        slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(ws, xs, ys)) / spread if spread else 0.0
-        slope = max(0.0, slope)
+        # one pass over the sizes, the weighted sums of least squares kept as it goes (the lone slot's
+        # K is priced by this every few steps: on the tiny pair a step is ~0.2 ms)
+        target, now, prior = self._target, self._now, None
+        sw = swx = swxx = swy = swxy = 0.0
+        fresh_floor = stale_floor = float("inf")
+        for x in range(1, sizes + 1):
+            y = target.get(x, now)
+            if y is None:
+                y = self._moved(target, x)
+                if y is None:
+                    prior = self._target_scale() if prior is None else prior
+                    y = self._target_prior(x) * prior
+                w, stale_floor = STALE_WEIGHT, min(stale_floor, y)
+            else:
+                w, fresh_floor = 1.0, min(fresh_floor, y)
+            sw += w
+            swx += w * x
+            swxx += w * x * x
+            swy += w * y
+            swxy += w * x * y
+        spread = sw * swxx - swx * swx
+        slope = max(0.0, (sw * swxy - swx * swy) / spread) if spread > 1e-12 * sw * sw else 0.0
+        mean_x, mean_y = swx / sw, swy / sw
         # no pass at under half the cheapest run lately (the line's foot, bent by a few far sizes, is no price)
-        floor = 0.5 * min([y for y, wi in zip(ys, ws) if wi == 1.0] or ys)
-        return tuple(max(mean_y + slope * (x - mean_x), floor) for x in xs)
+        floor = 0.5 * (fresh_floor if fresh_floor < float("inf") else stale_floor)
+        return tuple(max(mean_y + slope * (x - mean_x), floor) for x in range(1, sizes + 1))
 
     def _target_scale(self) -> float:
         """How the target's sizes seen lately compare with its prior: the machine's speed now (noted
