@@ -170,6 +170,7 @@ class AutoK:
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
+        self.last_drafted = 0  # the tokens the last step seen drafted
         # beside others: the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ...
         # of them, each by its margin (the step loop's `further` reads every slot's)
         self.survivals: list[float] = [1.0]
@@ -335,6 +336,7 @@ class AutoK:
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         self.observed += 1
+        self.last_drafted = drafted
         self._alphas = None
         if drafted:  # the acceptance and the costs of drafting move
             self._drafting = None

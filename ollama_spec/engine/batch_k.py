@@ -14,7 +14,9 @@ in the direction that keeps K at 0 for good: on the tiny pair the Python around 
 at every size, so the calibration's rise with the batch, scaled by a K=0 pass, makes every drafting
 step look dear. So now and then (EXPLORE_EVERY steps at K=0, twice as long after each try, up to
 EXPLORE_MAX_EVERY) a step explores: it drafts EXPLORE_K columns whatever the plan says, where those
-passes have no price of their own from lately, and the plan then decides on what they cost.
+passes have no price of their own from lately, and the plan then decides on what they cost. A slot
+alone explores the same way while its own rule keeps it at K=0 (its probes draft one token: the
+draft pass that reads what K=0 skipped, never priced), its steps then priced from those passes.
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ class BatchK:
         else:
             k, lone = None, policies[0]  # priced again as often as the prices are worked out again
             lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+            if lone.last_drafted >= EXPLORE_K:  # drafting: its passes are priced as they run
+                self._at_zero, self._explore_every = 0, EXPLORE_EVERY
+            elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
+                k = self._explored(1, lone.costs.k_max) or None
         for policy in policies:
             policy.shared_k = k
         for generation in generations:
@@ -92,7 +98,8 @@ class BatchK:
         return self._plan
 
     def _explored(self, slots: int, k_max: int) -> int:
-        """At a step planned at K=0: EXPLORE_K where this one explores (see the module), else 0."""
+        """At a step planned at K=0 (a lone slot's: its last step drafted less than EXPLORE_K): EXPLORE_K
+        where this one explores (see the module), else 0."""
         self._at_zero += 1
         k = min(EXPLORE_K, k_max)
         if self._at_zero < self._explore_every or k < 1:

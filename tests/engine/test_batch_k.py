@@ -10,6 +10,7 @@ from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_
 from ollama_spec.engine.batch_k import EXPLORE_EVERY, EXPLORE_MAX_EVERY, BatchK, drafting_beside
 
 SLOTS, K_MAX, ALPHA = 4, 8, 0.9
+MARGIN = 0.5  # every drafted token's: a sure one
 
 
 def target(tokens: int) -> float:
@@ -58,6 +59,10 @@ def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]
         drafted, draft_s = [0] * len(generations), [0.0] * len(generations)
         active = [i for i, k in enumerate(asked) if k]
         while active:
+            # a slot alone (its own rule, token by token): does it run the draft step for its next token?
+            active = [i for i in active if keep(generations[i], drafted[i])]
+            if not active:
+                break
             beside = [i for i in active if drafting_beside(generations[i].policy)]
             if beside:
                 width = batch.stop([generations[i].policy for i in beside], len(generations), len(active))
@@ -69,13 +74,13 @@ def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]
             clock.now += draft(len(active))
             if all(drafted_before[i] or drafted[i] for i in active):
                 batch.prices.observe(True, len(active), draft(len(active)))
+            taken = []
             for i in active:
                 draft_s[i] += draft(len(active))
-                policy = generations[i].policy
-                policy.keep_drafting(drafted[i], None)
-                policy.keep_drafting(drafted[i], 0.5)
-                drafted[i] += 1
-            active = [i for i in active if drafted[i] < asked[i]]
+                if generations[i].policy.keep_drafting(drafted[i], MARGIN):  # the token, by its margin
+                    drafted[i] += 1
+                    taken.append(i)
+            active = [i for i in taken if drafted[i] < asked[i]]
         widest = max(drafted)
         verify_s = target(len(generations) * (widest + 1))
         clock.now += verify_s
@@ -88,6 +93,11 @@ def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]
             drafted_before[i] = drafted[i] > 0
         widths.append(widest)
     return widths
+
+
+def keep(generation: Running, drafted: int) -> bool:
+    """Before a draft pass: does this slot run it (beside others: always; alone: its rule says)?"""
+    return drafting_beside(generation.policy) or generation.policy.keep_drafting(drafted, None)
 
 
 def rate(k: int) -> float:
@@ -119,3 +129,14 @@ def test_where_drafting_does_not_pay_the_explorations_back_off():
         ALPHA = saved
     explored = sum(width == 2 for width in widths[300:])
     assert explored <= 300 // EXPLORE_MAX_EVERY + 1
+
+
+def test_a_slot_alone_leaves_k_zero_where_its_prior_makes_drafting_look_dear():
+    """The same for a slot alone, whose own rule keeps it at K=0 on the prior's prices: its probes draft
+    one token (the draft pass that reads what K=0 skipped, never priced), so only an exploring step
+    prices a draft pass; after it the slot drafts."""
+    generations = [Running(AutoK(DEAR, ALPHA, confidence_stops=True))]
+    widths = run(generations, 200, random.Random(2))
+    first = next(step for step, width in enumerate(widths) if width >= 2)
+    assert first <= 4 * EXPLORE_EVERY
+    assert sum(width >= 2 for width in widths[100:]) >= 90
