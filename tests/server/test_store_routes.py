@@ -169,7 +169,7 @@ def test_a_model_unloading_after_its_stream_is_listed_as_stopping(store_copy, sl
         listed = ollama.Client(host=url).ps().models
         slow_pieces.set()
         stream.join(60)
-        assert [m.model for m in listed] == ["tiny-target:latest"]
+        assert [m.model for m in listed] == ["tiny-target:latest"], f"the stream's end: {outcome}"
         assert listed[0].expires_at < datetime.now(timezone.utc)
         assert outcome == ["finished"]
         deadline = time.monotonic() + 20
