@@ -78,6 +78,7 @@ class StepLoop:
     # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
     _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
     _k: BatchK = field(init=False)  # the steps' K, priced by the passes this loop times
+    _target: Any = field(init=False)
     _thread: threading.Thread | None = None
     _idle: bool = False  # its thread waits for work
     _held: bool = False  # a caller's thread runs the turns (`queue`)
@@ -85,6 +86,7 @@ class StepLoop:
 
     def __post_init__(self) -> None:
         self._k = BatchK(self.engine.costs.passes)
+        self._target = self.engine.target
 
     def submit(
         self, request: Request, prompt: list[int], sink: Sink, *, runs: bool = False, use_draft: bool = True
@@ -168,20 +170,22 @@ class StepLoop:
         self._admit()
         self._mark = time.perf_counter()
         self._admitted_s = self._mark - started
-        target = self.engine.target  # the others draft: a draft model's sequences, or a head's
+        target = self._target  # the others draft: a draft model's sequences, or a head's
         while True:
-            if len(self._slots) == 1:  # alone: nothing to sort out
+            if len(self._slots) == 1:  # alone: nothing to sort out, and no slot to stop drafting beside
                 wanting = [*self._slots.values()]
-                if wanting[0].ticket.cancelled or wanting[0].wanted is None:
+                if wanting[0].ticket.cancelled:
                     wanting = _wanting(wanting, self._finish)
-                drafting = wanting if wanting and wanting[0].model is not target else ()
+                elif wanting[0].model is not target:
+                    self._pass(wanting)
+                    continue
             else:
                 wanting = _wanting(list(self._slots.values()), self._finish)
                 drafting = [slot for slot in wanting if slot.model is not target]
-            if drafting:
-                if not self._declined(drafting, len(wanting)):
-                    self._pass(drafting)
-                continue
+                if drafting:
+                    if not self._declined(drafting, len(wanting)):
+                        self._pass(drafting)
+                    continue
             if not wanting:
                 return
             self._k.choose([slot.ticket.generation for slot in self._slots.values()])
@@ -249,8 +253,11 @@ class StepLoop:
             self._send()
         started = time.perf_counter()
         try:
-            items = [(s.wanted_seq, s.wanted.tokens, s.wanted.logits) for s in slots]
-            items = [(seq, tokens, model.rows_asked(tokens, logits, seq)) for seq, tokens, logits in items]
+            items = [
+                (s.wanted_seq, e.tokens, model.rows_asked(e.tokens, e.logits, s.wanted_seq))
+                for s in slots
+                for e in (s.wanted,)
+            ]
             rows = model.decode_many(items)
         except Exception as exc:  # noqa: BLE001 - every request in the pass fails with it
             for slot in slots:
@@ -259,7 +266,7 @@ class StepLoop:
         seconds = time.perf_counter() - started
         self.decodes += 1
         self._passes_s += seconds
-        draft = model is not self.engine.target  # a draft model's pass, or a head's
+        draft = model is not self._target  # a draft model's pass, or a head's
         widest = len(items[0][1]) if len(items) == 1 else max([len(tokens) for _, tokens, _ in items])
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
@@ -283,12 +290,14 @@ class StepLoop:
 
     def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
-        ticket, steps, pieces, failed = slot.ticket, slot.steps, [], None
+        ticket, steps, pieces, failed = slot.ticket, slot.steps, None, None
         try:
             item = steps.send(rows) if rows is not None else next(steps)
-            while not isinstance(item, Eval) and not ticket.cancelled:
-                pieces.append((item, len(ticket.generation.result.scored)))  # its tokens' logprobs: up to there
-                item = next(steps)
+            if not isinstance(item, Eval):  # text: most passes have none (a draft token, a prompt's chunk)
+                pieces, scored = [], ticket.generation.result.scored
+                while not isinstance(item, Eval) and not ticket.cancelled:
+                    pieces.append((item, len(scored)))  # its tokens' logprobs: up to there
+                    item = next(steps)
             slot.wanted = item
             if isinstance(item, Eval) and item.model is not slot.view:  # a slot's views stay: worked out once each
                 slot.view = item.model

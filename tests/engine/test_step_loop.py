@@ -264,7 +264,7 @@ def test_a_lone_slot_prices_its_passes_with_the_python_between_them_and_drafts_b
 
     drafted = {}
     for python_s in (0.0, 0.002):
-        with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=512, lone_in_loop=True)) as engine:
+        with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=512)) as engine:
             engine.costs.cache = StepCostCache(tmp_path / f"costs-{python_s}.json")
             engine.costs.online = True  # priced from the passes only (nothing timed on the real clock)
             PassClock(engine, monkeypatch, draft_python_s=python_s)

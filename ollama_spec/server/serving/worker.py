@@ -76,28 +76,45 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
-class Mailbox:
-    """Events for the jobs of one asyncio loop, put from the step loop's thread: delivered together, at
-    one wake-up of the loop for all of a step's jobs (each wake-up is a write to the loop's socket, and
-    the loop's thread then wants the GIL), not one a job."""
+# While a stream's pieces come faster than this, the event loop collects them by a timer of its own
+# this often instead of being woken for each step: each wake-up is a syscall on the step loop's thread
+# and a turn at the GIL for the event loop's, and once a step on a pair whose steps take a fraction of
+# a millisecond, it is most of what the event loop's thread spends a token.
+POLL_S = 0.002
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
+
+class Mailbox:
+    """Events for the jobs of one asyncio loop, put from the step loop's thread. Each wake-up of the loop
+    brings all that is waiting, for all its jobs. Once two wake-ups come within POLL_S of each other, the
+    loop looks again every POLL_S by a timer (until a look finds nothing): the pieces put meanwhile wait
+    for it, and only a job's first piece and its end wake the loop. A stream's chunks still come as
+    often as a person could see them change; a slow pair's pieces each wake the loop at once."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, poll_s: float = POLL_S):
+        self.loop, self.poll_s = loop, poll_s
         self._lock = threading.Lock()
         self._mail: list[tuple[Job, tuple[Event, ...]]] = []
-        self._waking = False  # a delivery is scheduled on the loop and has not begun
+        self._waking = False  # a wake-up is due on the loop and has not been delivered
+        self._polling = False  # the loop's timer will look within poll_s
+        self._woken_at = -math.inf  # the loop's time at the last wake-up
 
-    def put(self, job: Job, events: tuple[Event, ...]) -> None:
+    def put(self, job: Job, events: tuple[Event, ...], urgent: bool = True) -> None:
+        """Hand `events` to `job` on its loop: at once if `urgent`, else by the loop's next look."""
         with self._lock:
             self._mail.append((job, events))
-            if self._waking:
+            if self._waking or (self._polling and not urgent and not self.loop.is_closed()):
                 return
             self._waking = True
         try:
-            self.loop.call_soon_threadsafe(self._deliver)
+            self.loop.call_soon_threadsafe(self._woken)
         except RuntimeError:  # the loop is closed: nobody is listening any more
             for waiting, _ in self._take():
                 waiting.cancel()
+
+    @property
+    def looking(self) -> bool:
+        """The loop's timer will look for pieces soon (they came often, and some since the last look)."""
+        return self._polling
 
     def _take(self) -> list[tuple[Job, tuple[Event, ...]]]:
         with self._lock:
@@ -105,8 +122,28 @@ class Mailbox:
             mail, self._mail = self._mail, []
         return mail
 
-    def _deliver(self) -> None:
-        for job, events in self._take():
+    def _woken(self) -> None:
+        self._deliver(self._take())
+        now = self.loop.time()
+        soon, self._woken_at = now - self._woken_at < self.poll_s, now
+        with self._lock:
+            if self._polling or not soon:
+                return
+            self._polling = True
+        self.loop.call_later(self.poll_s, self._look)
+
+    def _look(self) -> None:
+        """The timer: what came since the last delivery, and another look soon if anything had."""
+        with self._lock:
+            mail, self._mail = self._mail, []
+            self._polling = bool(mail)
+        if mail:
+            self._deliver(mail)
+            self.loop.call_later(self.poll_s, self._look)
+
+    @staticmethod
+    def _deliver(mail: list[tuple[Job, tuple[Event, ...]]]) -> None:
+        for job, events in mail:
             for event in events:
                 job._events.put_nowait(event)
 
@@ -126,6 +163,7 @@ class Job:
         self.reason = SHUTTING_DOWN  # why it was cancelled, for a client still listening
         self.cancelled_as: type[Cancelled] = Cancelled  # the error that client gets
         self._sent = 0  # logprobs: the tokens handed on with a piece so far
+        self._told = False  # anything was handed on
 
     def cancel(self, reason: str | None = None, error: type[Cancelled] = Cancelled) -> None:
         """Stop generating at the next step (or skip the job if it has not started); `reason`: what a
@@ -146,7 +184,9 @@ class Job:
         return self._cancelled.is_set()
 
     def put(self, *events: Event) -> None:
-        self._mailbox.put(self, events)
+        """Hand on `events`; a stream's first piece and its end at once (see Mailbox)."""
+        self._mailbox.put(self, events, urgent=not self._told or not isinstance(events[-1], Piece))
+        self._told = True
 
     async def events(self) -> AsyncIterator[Event]:
         """Pieces of text, then one Finished or Failed. The pieces waiting when the reader comes are
@@ -282,14 +322,17 @@ class _Sink:
         self.worker, self.job = worker, job
 
     def pieces(self, ticket: Ticket, pieces: list) -> None:
-        """A step's pieces, each with the scored tokens it completes: one wake-up of the event loop."""
-        job, scored = self.job, ticket.generation.result.scored
-        events = []
-        for piece, upto in pieces:
-            text, drafted = (piece.text, (piece.from_draft,) * len(piece.text)) if ticket.runs else (piece, None)
-            events.append(Piece(text, tuple(scored[job._sent : upto]), drafted))
-            job._sent = upto
-        job.put(*events)
+        """A step's pieces as one Piece with the scored tokens they complete: one event for the event loop
+        to take, frame and write a step, not one a token."""
+        job, upto = self.job, pieces[-1][1]
+        if ticket.runs:  # each a Generation.pieces' piece, which says whether the draft wrote it
+            text = "".join([piece.text for piece, _ in pieces])
+            drafted = tuple([piece.from_draft for piece, _ in pieces for _ in piece.text])
+        else:
+            text, drafted = pieces[0][0] if len(pieces) == 1 else "".join([piece for piece, _ in pieces]), None
+        scored = tuple(ticket.generation.result.scored[job._sent : upto]) if upto > job._sent else ()
+        job._sent = upto
+        job.put(Piece(text, scored, drafted))
 
     def end(self, ticket: Ticket) -> None:
         job, result = self.job, ticket.generation.result
