@@ -236,11 +236,10 @@ class Engine:
     def generate(
         self, request: Request, *, use_draft: bool = True, slot: int = 0, stop: Callable[[], bool] | None = None
     ) -> Generation:
-        """The answer in sequence `slot` of both models, run as it is iterated: with the settings'
-        `lone_in_loop`, as the step loop with one slot, on the iterating thread when the loop runs
-        nothing else (engine/alone.py), else its evaluations directly (a request alone; beside others,
-        `submit`); `use_draft=False` runs the loaded target alone (the baseline); `stop`: whether the
-        request was cancelled."""
+        """The answer in sequence `slot` of both models, run as it is iterated: as the step loop with one
+        slot, on the iterating thread when the loop runs nothing else, else beside the loop's other
+        requests on its thread (engine/alone.py); `use_draft=False` runs the loaded target alone (the
+        baseline); `stop`: whether the request was cancelled."""
         generation = Generation(
             self.target if self.slots == 1 else self.target.sequence(slot),
             request,
@@ -254,8 +253,7 @@ class Engine:
             generation.prompt_chunk = piece_size(self.target.n_batch, self.slots)
             if generation.proposer is not None:  # and so is what the draft missed at K=0 (its first token too)
                 generation.proposer.catch_up = generation.prompt_chunk + 1
-        if self.settings.lone_in_loop:
-            generation.driver = partial(run_alone, self.loop, slot)
+        generation.driver = partial(run_alone, self.loop, slot)  # the one step function, for everyone
         return generation
 
 

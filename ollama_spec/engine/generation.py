@@ -58,8 +58,8 @@ class Generation:
         return self._driven(runs=True)
 
     def _driven(self, runs: bool) -> Iterator:
-        """The pieces, its steps run by `driver` (the engine's step loop: engine/alone.py), else each
-        evaluation run directly."""
+        """The pieces, its steps run by `driver` (an engine's generation: its step loop, engine/alone.py);
+        a generation made without an engine runs each evaluation directly."""
         return self.driver(self, runs) if self.driver is not None else evaluated(self.steps(runs=runs))
 
     def steps(self, *, runs: bool = False) -> Generator:

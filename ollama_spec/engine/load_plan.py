@@ -5,9 +5,8 @@ and carried as a value to Engine.load, which decides none of it again."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ollama_spec.engine.mtp_default import let_mtp_go
@@ -28,13 +27,6 @@ from ollama_spec.planning.placement import Placement
 
 DEFAULT_CTX = 4096
 AUTO_PARALLEL = 4  # as llama-server's and Ollama's defaults go: more slots than clients cost only memory
-# Set to 1: a request alone runs as the step loop with one slot (EngineSettings.lone_in_loop)
-LONE_IN_LOOP_ENV = "OLLAMA_SPEC_LONE_IN_LOOP"
-
-
-def lone_in_loop_by_default() -> bool:
-    """Off unless $OLLAMA_SPEC_LONE_IN_LOOP is 1: see EngineSettings.lone_in_loop."""
-    return os.environ.get(LONE_IN_LOOP_ENV, "").strip() == "1"
 
 
 @dataclass(frozen=True)
@@ -60,11 +52,6 @@ class EngineSettings:
     # Why the MTP layers chosen by default were let go (they do not fit, or would not pay): the target runs
     # alone, and the server reports that, not the plan; "" where they were not
     mtp_let_go: str = ""
-    # A request alone (`Engine.generate`: generate, chat, bench's single stream) run as the step loop
-    # with one slot, its turns on the iterating thread (engine/alone.py); off, its evaluations run
-    # directly (decoding/evals.evaluated). Off by default: on the tiny pair the loop's turn costs 8-12 us
-    # of Python a pass more than the direct run (docs/benchmark.md), about 10 % of a pass there.
-    lone_in_loop: bool = field(default_factory=lone_in_loop_by_default)
 
     def __post_init__(self) -> None:
         if self.n_ctx < 1:

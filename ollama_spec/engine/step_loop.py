@@ -2,7 +2,8 @@
 
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
-1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule),
+1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule), and
+   again before the target pass (step 4) those that came during the draft passes,
 2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
    slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
 3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
@@ -78,6 +79,7 @@ class StepLoop:
     # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
     _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
     _k: BatchK = field(init=False)  # the steps' K, priced by the passes this loop times
+    _target: Any = field(init=False)
     _thread: threading.Thread | None = None
     _idle: bool = False  # its thread waits for work
     _held: bool = False  # a caller's thread runs the turns (`queue`)
@@ -85,6 +87,7 @@ class StepLoop:
 
     def __post_init__(self) -> None:
         self._k = BatchK(self.engine.costs.passes)
+        self._target = self.engine.target
 
     def submit(
         self, request: Request, prompt: list[int], sink: Sink, *, runs: bool = False, use_draft: bool = True
@@ -153,13 +156,16 @@ class StepLoop:
             self.run_turn()
 
     def run_turn(self) -> None:
-        """One `turn`, the sinks' calls of it made at its end (on the thread that runs the loop)."""
+        """One `turn` (on the thread that runs the loop). Its sinks' calls are made just before the next
+        turn's first pass (`_send`); at its end only where no pass follows at once: no slot runs, or a
+        caller's thread runs the turns and reads its answer between them (`queue`'s `here`)."""
         try:
             self.turn()
         except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
             for slot in list(self._slots.values()):
                 self._fail(slot, exc)
-        self._send()
+        if self._held or not self._slots:
+            self._send()
 
     def turn(self) -> None:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
@@ -168,22 +174,26 @@ class StepLoop:
         self._admit()
         self._mark = time.perf_counter()
         self._admitted_s = self._mark - started
-        target = self.engine.target  # the others draft: a draft model's sequences, or a head's
+        target = self._target  # the others draft: a draft model's sequences, or a head's
         while True:
-            if len(self._slots) == 1:  # alone: nothing to sort out
+            if len(self._slots) == 1:  # alone: nothing to sort out, and no slot to stop drafting beside
                 wanting = [*self._slots.values()]
-                if wanting[0].ticket.cancelled or wanting[0].wanted is None:
+                if wanting[0].ticket.cancelled:
                     wanting = _wanting(wanting, self._finish)
-                drafting = wanting if wanting and wanting[0].model is not target else ()
+                elif wanting[0].model is not target:
+                    self._pass(wanting)
+                    continue
             else:
                 wanting = _wanting(list(self._slots.values()), self._finish)
                 drafting = [slot for slot in wanting if slot.model is not target]
-            if drafting:
-                if not self._declined(drafting, len(wanting)):
-                    self._pass(drafting)
-                continue
+                if drafting:
+                    if not _declined(self._k, drafting, len(wanting), self._advance):
+                        self._pass(drafting)
+                    continue
             if not wanting:
                 return
+            if self._waiting and self._join():  # came during the draft passes: into this target pass
+                continue
             self._k.choose([slot.ticket.generation for slot in self._slots.values()])
             self._pass(wanting)
             self.steps += 1
@@ -202,6 +212,18 @@ class StepLoop:
         self._admit_waiting()
         reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
         self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
+
+    def _join(self) -> bool:
+        """Before the turn's target pass: waiting requests into the free slots, their first evaluations in
+        this pass, so that a client's next request, sent while the draft passes ran, does not sit out the
+        step under way with its slot empty. True if any came in."""
+        if self.engine.slots == 1 or len(self._slots) >= self.engine.slots:
+            return False
+        running = len(self._slots)
+        self._admit_waiting()
+        if any(not s.ticket.generation.result.tokens for s in self._slots.values()):
+            self._chunks.reading()  # this turn's time is not a step's alone
+        return len(self._slots) > running
 
     def _admit_waiting(self) -> None:
         free = self.engine.slots - len(self._slots)
@@ -230,18 +252,6 @@ class StepLoop:
             free -= 1
             self._advance(slot, None)
 
-    def _declined(self, drafting: list[_Slot], rows: int) -> bool:
-        """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
-        the `rows` sequences of the coming target pass)? Then each is told so (`Declined`)."""
-        members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
-        policies = [slot.ticket.generation.policy for slot in members]
-        width = self._k.stop(policies, rows, len(drafting)) if members else None
-        if width is None:
-            return False
-        for slot in members:
-            self._advance(slot, Declined(width))
-        return True
-
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
         model = slots[0].model
@@ -249,8 +259,11 @@ class StepLoop:
             self._send()
         started = time.perf_counter()
         try:
-            items = [(s.wanted_seq, s.wanted.tokens, s.wanted.logits) for s in slots]
-            items = [(seq, tokens, model.rows_asked(tokens, logits, seq)) for seq, tokens, logits in items]
+            items = [
+                (s.wanted_seq, e.tokens, model.rows_asked(e.tokens, e.logits, s.wanted_seq))
+                for s in slots
+                for e in (s.wanted,)
+            ]
             rows = model.decode_many(items)
         except Exception as exc:  # noqa: BLE001 - every request in the pass fails with it
             for slot in slots:
@@ -259,7 +272,7 @@ class StepLoop:
         seconds = time.perf_counter() - started
         self.decodes += 1
         self._passes_s += seconds
-        draft = model is not self.engine.target  # a draft model's pass, or a head's
+        draft = model is not self._target  # a draft model's pass, or a head's
         widest = len(items[0][1]) if len(items) == 1 else max([len(tokens) for _, tokens, _ in items])
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
@@ -283,12 +296,14 @@ class StepLoop:
 
     def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
-        ticket, steps, pieces, failed = slot.ticket, slot.steps, [], None
+        ticket, steps, pieces, failed = slot.ticket, slot.steps, None, None
         try:
             item = steps.send(rows) if rows is not None else next(steps)
-            while not isinstance(item, Eval) and not ticket.cancelled:
-                pieces.append((item, len(ticket.generation.result.scored)))  # its tokens' logprobs: up to there
-                item = next(steps)
+            if not isinstance(item, Eval):  # text: most passes have none (a draft token, a prompt's chunk)
+                pieces, scored = [], ticket.generation.result.scored
+                while not isinstance(item, Eval) and not ticket.cancelled:
+                    pieces.append((item, len(scored)))  # its tokens' logprobs: up to there
+                    item = next(steps)
             slot.wanted = item
             if isinstance(item, Eval) and item.model is not slot.view:  # a slot's views stay: worked out once each
                 slot.view = item.model
@@ -332,6 +347,19 @@ class StepLoop:
         if self._slots.get(slot.seq) is slot:
             del self._slots[slot.seq]
             self.engine.pool.release(slot.seq)
+
+
+def _declined(k: BatchK, drafting: list[_Slot], rows: int, advance: Callable[[_Slot, Declined], None]) -> bool:
+    """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
+    the `rows` sequences of the coming target pass)? Then each is told so (`Declined`, through `advance`)."""
+    members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
+    policies = [slot.ticket.generation.policy for slot in members]
+    width = k.stop(policies, rows, len(drafting)) if members else None
+    if width is None:
+        return False
+    for slot in members:
+        advance(slot, Declined(width))
+    return True
 
 
 def _wanting(slots: list[_Slot], finish: Callable[[_Slot], None]) -> list[_Slot]:

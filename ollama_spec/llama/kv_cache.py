@@ -47,13 +47,7 @@ class SequenceCache:
             next_pos[seq] += 1
             seq_ids[i][0] = seq
         self.unsettled |= seqs  # until `tokens` says what llama.cpp holds now
-        code = llama_cpp.llama_decode(self._ctx, batch)
-        if code == 1:
-            raise ContextFull(f"llama.cpp found no room in the KV cache of {self._name} (context full)")
-        if code != 0:
-            raise InferenceError(
-                f"llama.cpp could not evaluate a batch of {len(entries)} tokens (llama_decode: {code})"
-            )
+        self._run(batch)
         positions = [batch.pos[i] for i in range(len(entries))] if self.observer is not None else []
         for seq in seqs:
             self.tokens[seq].extend(entry.token for entry in entries if entry.seq == seq and entry.item is not None)
@@ -62,6 +56,31 @@ class SequenceCache:
         self.unsettled -= seqs
         if self.observer is not None:  # the head reads this pass's captured rows before the next pass
             self.observer.passed(entries, positions)
+
+    def decode_tokens(self, seq: int, tokens: Sequence[int], n_rows: int) -> None:
+        """`decode` of one sequence's `tokens` (at most a batch), rows of logits for the last `n_rows`:
+        the same pass without an Entry a token (a lone step's passes; no observer to tell of them)."""
+        self.settle(seq)
+        batch, cached = self._batch, self.tokens[seq]
+        batch.n_tokens = n = len(tokens)
+        token, pos, logits, seq_ids = self._token, self._pos, self._logits, self._seq_ids
+        at, first = len(cached), n - n_rows
+        for i in range(n):
+            token[i], pos[i], logits[i] = tokens[i], at + i, i >= first
+            seq_ids[i][0] = seq
+        self.unsettled.add(seq)
+        self._run(batch)
+        cached.extend(tokens)
+        self.unsettled.discard(seq)
+
+    def _run(self, batch) -> None:
+        code = llama_cpp.llama_decode(self._ctx, batch)
+        if code == 1:
+            raise ContextFull(f"llama.cpp found no room in the KV cache of {self._name} (context full)")
+        if code != 0:
+            raise InferenceError(
+                f"llama.cpp could not evaluate a batch of {batch.n_tokens} tokens (llama_decode: {code})"
+            )
 
     def truncate(self, n_tokens: int, seq: int = 0) -> None:
         """Forget sequence `seq`'s cache entries from position `n_tokens` on (speculation rollback, a

@@ -14,9 +14,9 @@ logits.
 from __future__ import annotations
 
 import ctypes
-import time
 from collections.abc import Sequence
 from pathlib import Path
+from time import perf_counter
 
 import llama_cpp
 import numpy as np
@@ -81,7 +81,7 @@ class LoadedModel:
     def _bind_cache(self, cache: SequenceCache) -> None:
         self._cache = cache
         self._cached = cache.tokens  # each sequence's token ids in the KV cache, in order
-        self._decode = cache.decode
+        self._decode, self._decode_tokens = cache.decode, cache.decode_tokens
         self.truncate = cache.truncate
         self.clear_sequence = cache.clear
         self.save_sequence = cache.save
@@ -142,20 +142,26 @@ class LoadedModel:
     def decode_many(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
-        started = time.perf_counter()
+        started = perf_counter()
+        if len(items) == 1 and not self._plans and len(items[0][1]) <= self.n_batch and self._cache.observer is None:
+            seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
+            self._decode_tokens(seq, tokens, n_rows)
+            read = self._read_logits(n_rows)
+            self.busy_seconds += perf_counter() - started
+            return [read]
         rows: list[list[tuple[np.ndarray, int]]] = [[] for _ in items]  # each item's: (a pass's rows, which)
         for entries in self._passes(items):
-            begun = time.perf_counter()
+            begun = perf_counter()
             self._decode(entries)
             if self._plans:  # what a pass costs lays out the next passes (`_passes`); else unused
-                self.pass_costs.observe(len(entries), time.perf_counter() - begun)
+                self.pass_costs.observe(len(entries), perf_counter() - begun)
             wanted = [entry for entry in entries if entry.logits]
             if wanted:
                 read = self._read_logits(len(wanted))
                 for index, entry in enumerate(wanted):
                     if entry.row:
                         rows[entry.item].append((read, index))
-        self.busy_seconds += time.perf_counter() - started
+        self.busy_seconds += perf_counter() - started
         return [_together(item_rows) for item_rows in rows]
 
     def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:

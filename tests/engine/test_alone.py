@@ -33,7 +33,7 @@ def test_a_lone_request_runs_the_loops_turns_on_the_calling_thread(tiny_models, 
     expected = baseline_engine.generate(request("Once upon a time"), use_draft=False)
     expected_text = "".join(expected)
     threads = loop_threads()
-    with Engine(tiny_models[0], tiny_models[1], engine_settings(lone_in_loop=True)) as engine:
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         for k in (None, 3):  # -k auto: the loop's K choice, priced by its passes
             generation = engine.generate(request("Once upon a time", k))
             steps, decodes = engine.loop.steps, engine.loop.decodes
@@ -46,7 +46,7 @@ def test_a_lone_request_runs_the_loops_turns_on_the_calling_thread(tiny_models, 
 
 
 def test_a_request_queued_while_a_caller_holds_the_loop_goes_on_in_the_loops_thread(tiny_models):
-    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=2, n_ctx=512, lone_in_loop=True)) as engine:
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=2, n_ctx=512)) as engine:
         expected = {p: "".join(engine.generate(request(p, 3))) for p in ("Once upon a time", "The quick brown fox")}
         engine.clear_cache()
         lone = iter(engine.generate(request("Once upon a time", 3), slot=1))
@@ -61,7 +61,7 @@ def test_a_request_queued_while_a_caller_holds_the_loop_goes_on_in_the_loops_thr
 
 
 def test_a_lone_request_beside_running_ones_joins_the_loops_thread(tiny_models):
-    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=2, n_ctx=512, lone_in_loop=True)) as engine:
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=2, n_ctx=512)) as engine:
         expected = "".join(engine.generate(request("Once upon a time", 3), slot=1))
         engine.clear_cache()
         long = request("The quick brown fox", 3, max_tokens=200)
@@ -74,15 +74,22 @@ def test_a_lone_request_beside_running_ones_joins_the_loops_thread(tiny_models):
         assert len(texts) == 1 and len(ticket.generation.result.tokens) == 200
 
 
-def test_by_default_a_lone_request_runs_its_evaluations_directly(tiny_models, monkeypatch):
-    """The loop's turn costs a small pair's passes more Python than the direct run (EngineSettings.
-    lone_in_loop): off unless asked for, by the settings or $OLLAMA_SPEC_LONE_IN_LOOP=1."""
-    from ollama_spec.engine.load_plan import LONE_IN_LOOP_ENV, EngineSettings
+def test_a_lone_requests_passes_set_a_calibration_taken_while_busy_aside(tiny_models, tmp_path):
+    """A lone request's passes price the steps as a batch's do (engine/costs.py): a calibration far
+    dearer than they take (timed while the machine was busy) does not price the next request, and the
+    cache forgets it when the engine closes, so the next process times the steps again."""
+    from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS
+    from ollama_spec.decoding.step_costs import StepCosts
+    from ollama_spec.engine.calibration import StepCostCache
 
-    monkeypatch.delenv(LONE_IN_LOOP_ENV, raising=False)
-    assert not EngineSettings().lone_in_loop
-    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
-        generation = engine.generate(request("Once upon a time", 3))
-        assert "".join(generation) and engine.loop.steps == 0 and engine.loop.decodes == 0
-    monkeypatch.setenv(LONE_IN_LOOP_ENV, "1")
-    assert EngineSettings().lone_in_loop
+    cache = StepCostCache(tmp_path / "costs.json")
+    # a second a pass: the tiny pair's take well under a millisecond, however busy the machine is now
+    busy = StepCosts(1.0, tuple(1.0 + 0.1 * n for n in range(DEFAULT_MAX_SPECULATIVE_TOKENS + 1)))
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=512)) as engine:
+        engine.costs.cache = cache
+        key = engine.costs.key(engine.draft)
+        cache.put(key, busy)
+        assert "".join(engine.generate(request("Once upon a time", max_tokens=32)))  # -k auto
+        policy = engine.costs.k_policy(SpeculationSettings(None), GREEDY)
+        assert engine.costs.passes.prior is None and policy.costs.verify_s[0] < 0.1  # priced by the passes
+    assert cache.get(key) is None

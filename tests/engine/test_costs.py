@@ -10,10 +10,11 @@ from tests.conftest import engine_settings
 GREEDY = SamplingSettings(temperature=0)
 
 
-def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, tmp_path):
+def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, tmp_path, monkeypatch):
     from ollama_spec.decoding.k_policy import AutoK
     from ollama_spec.decoding.step_costs import StepCosts
     from ollama_spec.engine.calibration import StepCostCache
+    from tests.engine.test_step_loop import PassClock
 
     request = Request(
         "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
@@ -21,22 +22,28 @@ def test_costs_learned_in_one_request_seed_the_next_and_the_cache(tiny_models, t
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
         key = engine.costs.key(engine.draft)
-        # a calibration from a moment when verify batches were absurdly dear: learning must move off it
-        cache.put(key, StepCosts(0.0001, tuple(1.0 + n for n in range(DEFAULT_MAX_SPECULATIVE_TOKENS + 1))))
+        # the passes take 0.1 ms a draft token and 1.2 ms + 0.05 ms a token a verify (PassClock); a
+        # calibration half again as dear is no busy one's (it stays), but learning must move off it
+        PassClock(engine, monkeypatch, draft_python_s=0.0)
+        calibration = StepCosts(
+            0.00015, tuple(1.5 * (0.0012 + 0.00005 * (n + 1)) for n in range(DEFAULT_MAX_SPECULATIVE_TOKENS + 1))
+        )
+        cache.put(key, calibration)
         "".join(engine.generate(request))
         first = engine.costs.step_costs(engine.draft, DEFAULT_MAX_SPECULATIVE_TOKENS)
-        assert first.verify_s[0] < 0.5  # learned from this request's real steps, not the cached 1 s
+        assert first.verify_s[0] == pytest.approx(0.00125, rel=0.05)  # as the request's passes took, not 1.9 ms
         policy = engine.costs.k_policy(request.speculation, GREEDY)
         # the next request starts from what the last one learned (its passes' costs, as AutoK's line)
         assert policy.costs.verify_s == pytest.approx(AutoK(first).costs.verify_s)
     assert cache.get_learned(key).verify_s == pytest.approx(first.verify_s)  # and so does the next process
-    assert cache.get(key).verify_s[1] == 2.0  # beside the calibration, which keeps its own per-size costs
+    assert cache.get(key) == calibration  # beside the calibration, which keeps its own per-size costs
 
 
-def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models, tmp_path):
+def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models, tmp_path, monkeypatch):
     from ollama_spec.decoding.acceptance import MARGIN_PRIOR
     from ollama_spec.decoding.step_costs import StepCosts
     from ollama_spec.engine.calibration import StepCostCache
+    from tests.engine.test_step_loop import PassClock
 
     request = Request(
         "The quick brown fox", max_tokens=40, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
@@ -45,15 +52,20 @@ def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models,
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         engine.costs.cache = cache
         key = engine.costs.key(engine.draft)
-        # costs as on a GPU, so that the request drafts whatever this CPU's timings would say: where no
-        # acceptance pays, the probes do not learn the draft's margins (a guess from the text's end)
-        cache.put(key, StepCosts(0.0001, (0.01,) * (DEFAULT_MAX_SPECULATIVE_TOKENS + 1)))
+        # passes timed as a draft step that costs a tenth of a verify (PassClock), and a calibration that
+        # agrees, so that the request drafts whatever this CPU's timings would say: where no acceptance
+        # pays, the probes do not learn the draft's margins (a guess from the text's end)
+        PassClock(engine, monkeypatch, draft_python_s=0.0)
+        cache.put(
+            key, StepCosts(0.0001, tuple(0.0012 + 0.00005 * n for n in range(DEFAULT_MAX_SPECULATIVE_TOKENS + 1)))
+        )
         assert engine.costs.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(MARGIN_PRIOR)
         "".join(engine.generate(request))
         learned = engine.costs.last_policies[key].by_margin.bands
         assert learned != pytest.approx(MARGIN_PRIOR)
     assert cache.get_acceptance(key) == pytest.approx(learned, abs=1e-4)
     assert cache.get(key) is not None  # the costs stay beside it
+    monkeypatch.undo()
     with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
         engine.costs.cache = cache
         assert engine.costs.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(learned, abs=1e-4)
