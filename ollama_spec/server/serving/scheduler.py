@@ -149,7 +149,9 @@ class Scheduler:
                 if not _answers(served, stored.digest, n_ctx):
                     future = self._loading.get(key)
                     if future is None:
-                        future = self._loading[key] = asyncio.ensure_future(self._load(stored, n_ctx, ctx_why))
+                        future = self._loading[key] = asyncio.ensure_future(
+                            self._load(stored, n_ctx, ctx_why, keep_alive)
+                        )
                         future.add_done_callback(lambda _, key=key: self._loading.pop(key, None))
                     served = await asyncio.shield(future)
             finally:
@@ -233,9 +235,13 @@ class Scheduler:
         self.loaded.clear()
         self.unloading.clear()
 
-    async def _load(self, stored: StoredModel, n_ctx: int | None = None, ctx_why: str = "") -> Served:
+    async def _load(
+        self, stored: StoredModel, n_ctx: int | None = None, ctx_why: str = "", keep_alive: float | None = None
+    ) -> Served:
         """Load the model `_identify` read, planned once (pairs.decide, pairs.fit) and loaded as planned
-        (Engine.load). Again with a larger context: the loaded pair's decisions stand, only the fit is new."""
+        (Engine.load). Again with a larger context: the loaded pair's decisions stand, only the fit is new.
+        The pair starts with the keep_alive of the request that loads it: /api/ps, asked between the load
+        and that request's turn, lists the expiry the request asked for, not the server's default."""
         key, digest = stored.name, stored.digest
         async with self.resident.locked():  # one load at a time, as Ollama's scheduler; no unload beside it
             current = self.loaded.get(key)
@@ -272,7 +278,7 @@ class Scheduler:
                 self.metrics,
                 name=pair.name,
                 draft_why=pair.draft_why,
-                keep_alive=self.settings.keep_alive,
+                keep_alive=self.settings.keep_alive if keep_alive is None else keep_alive,
                 memory=(pair.plan.gpu_bytes, pair.plan.host_bytes) if pair.plan else (0, 0),
                 manifest_digest=digest,
             )

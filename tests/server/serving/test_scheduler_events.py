@@ -5,6 +5,7 @@ make is recorded; none may be made. Real engines over the tiny store, driven on 
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 
 import pytest
@@ -75,3 +76,20 @@ def test_a_keep_alive_ends_on_its_time_not_at_a_poll(tiny_store, polls):
 
     asyncio.run(scenario())
     assert polls == []
+
+
+def test_a_pair_is_loaded_with_the_keep_alive_of_the_request_that_loads_it(tiny_store):
+    """/api/ps may be asked between a pair's load and the loading request's turn: the pair already carries
+    the keep_alive that request asked for (here forever), not the server's default."""
+
+    async def scenario():
+        owner = scheduler(tiny_store)
+        at_load = []
+        watch = owner.resident.watch
+        owner.resident.watch = lambda served: (at_load.append(served.keep_alive), watch(served))[1]
+        served = await owner.acquire("tiny-alien", math.inf)
+        assert at_load == [math.inf] and served.keep_alive == math.inf
+        await owner.release(served)
+        owner.shutdown()
+
+    asyncio.run(scenario())
