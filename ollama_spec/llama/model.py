@@ -143,7 +143,7 @@ class LoadedModel:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
         started = perf_counter()
-        if len(items) == 1 and not self._plans and len(items[0][1]) <= self.n_batch and self._cache.observer is None:
+        if len(items) == 1 and not self._plans and len(items[0][1]) <= self.n_batch:
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
             read = self._read_logits(n_rows)
