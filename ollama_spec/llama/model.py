@@ -143,7 +143,7 @@ class LoadedModel:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
         started = perf_counter()
-        if self._as_it_comes(items):
+        if len(items) == 1 and (self._laid_out_alone(items[0]) if self._plans else len(items[0][1]) <= self.n_batch):
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
             if self._plans:
@@ -166,16 +166,11 @@ class LoadedModel:
         self.busy_seconds += perf_counter() - started
         return [_together(item_rows) for item_rows in rows]
 
-    def _as_it_comes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> bool:
-        """Whether `items` is one sequence's tokens in one pass as they come: within a batch, and where
-        passes are planned, as plan_passes lays them out too (a piece at most, without padding, and
-        not one row of logits, which it widens)."""
-        if len(items) != 1:
-            return False
-        n, n_rows = len(items[0][1]), items[0][2]
-        if not self._plans:
-            return n <= self.n_batch
-        return max(self._min_rows, 2) <= n <= min(self._piece, self.n_batch) and n_rows >= 2
+    def _laid_out_alone(self, item: tuple[int, Sequence[int], int]) -> bool:
+        """Whether plan_passes lays one sequence's (seq, tokens, rows) out as one pass as it comes: a
+        piece at most, without padding, and not one row of logits (which it widens)."""
+        n = len(item[1])
+        return max(self._min_rows, 2) <= n <= min(self._piece, self.n_batch) and item[2] >= 2
 
     def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
         """With several sequences, passes whose rows each get the kernels they get alone (passes.py);
