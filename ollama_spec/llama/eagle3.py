@@ -25,6 +25,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 import llama_cpp
@@ -253,7 +254,9 @@ class Eagle3Head(HeadPasses):
         (1 × V); its pre-norm state is the sequence's next step's g."""
         with self._lock:
             behind, steps = [], []
-            self._settle([seq for seq, _, _ in items])
+            raw = [seq for seq, _, _ in items if self._state[seq].raw]
+            if raw:
+                self._settle(raw)
             for seq, tokens, _ in items:
                 state = self._state[seq]
                 if state.drafting is None:
@@ -270,7 +273,7 @@ class Eagle3Head(HeadPasses):
             if len(behind) + len(steps) > MERGED_ROWS:
                 self._decode_all(behind)
                 behind = []
-            pairs = sorted([*behind, *steps], key=lambda pair: pair[:2]) if behind or len(steps) > 1 else steps
+            pairs = sorted([*behind, *steps], key=itemgetter(0, 1)) if behind or len(steps) > 1 else steps
             self._decode(pairs, outputs=True)
             ctx, view, rows = self._ctx.ctx, self._g_io.view, []
             # a step is its sequence's last pair in the pass: the pairs behind it are at earlier positions

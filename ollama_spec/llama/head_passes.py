@@ -56,12 +56,13 @@ class HeadPasses:
 
     def _features(self, n_entries: int, rows: slice | list[int]) -> np.ndarray:
         """The captured rows `rows` of a pass of `n_entries`: the three layers' inputs side by side."""
-        width, view = self.n_target_embd, self._g_io.view
-        captured = [view(at(*args), n_entries, width) for at, args in self._captures]
-        for layer, rows_in in zip(self.layers, captured):
-            if rows_in is None:
+        width, view, parts = self.n_target_embd, self._g_io.view, []
+        for layer, (at, args) in zip(self.layers, self._captures):
+            captured = view(at(*args), n_entries, width)
+            if captured is None:
                 raise InferenceError(f"the target captured no input of layer {layer} for the EAGLE-3 head")
-        return np.concatenate([rows_in[rows] for rows_in in captured], axis=1)
+            parts.append(captured[rows])
+        return np.concatenate(parts, axis=1)
 
     def _encode(self, features: np.ndarray) -> np.ndarray:
         """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
