@@ -25,6 +25,7 @@ import ctypes
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 
 import llama_cpp
@@ -119,31 +120,46 @@ class Eagle3Head(HeadPasses):
         if not by_seq:
             return
         order = [i for rows in by_seq.values() for i in rows]
+        together = order == list(range(order[0], order[0] + len(order)))
         with self._lock:
-            features = self._features(len(entries), order)
+            features = self._features(len(entries), slice(order[0], order[0] + len(order)) if together else order)
             behind: list[tuple[int, int, int, np.ndarray]] = []  # (seq, position, token, g)
             offset = 0
             for seq, rows in by_seq.items():
                 seq_f, offset = features[offset : offset + len(rows)], offset + len(rows)
-                first, last = positions[rows[0]], positions[rows[-1]]
-                state = self._state[seq]
-                if state.end > first:
-                    self._cut(seq, first)
-                # the rows the next pairs take g from: those no draft step took (K=0), then this pass's
-                start, kept = min(state.end, first - 1), state.rows
-                waits = kept is not None and kept[0] <= start and kept[0] + len(kept[1]) == first
-                if waits and state.end < first and first - start + len(rows) <= self.n_batch:
-                    new = seq_f if state.raw else self._encode(seq_f)  # rows of one kind: encoded or not
-                    state.rows = (start, np.vstack([kept[1][start - kept[0] :], new]))
-                    state.pending = (last, None if state.raw else new[-1])
-                    continue
-                if state.end < first:  # pairs wait that the new rows cannot join: decoded now
-                    self._settle([seq])
-                    behind += self._gap(seq, first)
-                at = state.pending  # the boundary's g before this pass, for a cut back to it
-                state.before = at if at is not None and at[0] == first - 1 and at[1] is not None else None
-                state.rows, state.raw, state.pending = (first, seq_f), True, (last, None)
+                behind += self._follow(seq, seq_f, positions[rows[0]], positions[rows[-1]])
             self._decode_all(behind)
+
+    def passed_run(self, seq: int, first: int, n: int) -> None:
+        """After a target llama_decode of `n` tokens of sequence `seq` alone, at positions `first` on
+        (a lone step's pass, without an Entry a token): as `passed`."""
+        with self._lock:
+            behind = self._follow(seq, self._features(n, slice(0, n)), first, first + n - 1)
+            if behind:
+                self._decode_all(behind)
+
+    def _follow(self, seq: int, seq_f: np.ndarray, first: int, last: int) -> list[tuple[int, int, int, np.ndarray]]:
+        """Sequence `seq`'s part of a target pass (its captured rows `seq_f`, at positions `first` to
+        `last`) kept; the pairs to decode now, before them."""
+        state = self._state[seq]
+        if state.end > first:
+            self._cut(seq, first)
+        # the rows the next pairs take g from: those no draft step took (K=0), then this pass's
+        start, kept = min(state.end, first - 1), state.rows
+        waits = kept is not None and kept[0] <= start and kept[0] + len(kept[1]) == first
+        if waits and state.end < first and first - start + len(seq_f) <= self.n_batch:
+            new = seq_f if state.raw else self._encode(seq_f)  # rows of one kind: encoded or not
+            state.rows = (start, np.vstack([kept[1][start - kept[0] :], new]))
+            state.pending = (last, None if state.raw else new[-1])
+            return []
+        behind = []
+        if state.end < first:  # pairs wait that the new rows cannot join: decoded now
+            self._settle([seq])
+            behind = self._gap(seq, first)
+        at = state.pending  # the boundary's g before this pass, for a cut back to it
+        state.before = at if at is not None and at[0] == first - 1 and at[1] is not None else None
+        state.rows, state.raw, state.pending = (first, seq_f), True, (last, None)
+        return behind
 
     def _settle(self, seqs) -> None:
         """Encode the rows of `seqs` that wait as the target captured them, in one encoder pass."""
@@ -184,7 +200,10 @@ class Eagle3Head(HeadPasses):
         """The pairs the head lacks before `position` (llama.cpp takes a sequence's positions only in
         order), each with the target's next token: g from the last pass's rows, or the pending g, else
         a zero g (a cache cut or restored past what the head kept: only the drafts' quality can suffer)."""
-        state, cached = self._state[seq], self.target.cached_of(seq)
+        state = self._state[seq]
+        if state.end >= position:
+            return []
+        cached = self.target.cached_of(seq)
         first, rows = state.rows if state.rows is not None else (0, ())
         pairs = []
         for p in range(state.end, position):
@@ -235,7 +254,9 @@ class Eagle3Head(HeadPasses):
         (1 × V); its pre-norm state is the sequence's next step's g."""
         with self._lock:
             behind, steps = [], []
-            self._settle([seq for seq, _, _ in items])
+            raw = [seq for seq, _, _ in items if self._state[seq].raw]
+            if raw:
+                self._settle(raw)
             for seq, tokens, _ in items:
                 state = self._state[seq]
                 if state.drafting is None:
@@ -252,12 +273,13 @@ class Eagle3Head(HeadPasses):
             if len(behind) + len(steps) > MERGED_ROWS:
                 self._decode_all(behind)
                 behind = []
-            pairs = sorted([*behind, *steps], key=lambda pair: pair[:2])
+            pairs = sorted([*behind, *steps], key=itemgetter(0, 1)) if behind or len(steps) > 1 else steps
             self._decode(pairs, outputs=True)
             ctx, view, rows = self._ctx.ctx, self._g_io.view, []
-            index = {pair[:2]: i for i, pair in enumerate(pairs)}
+            # a step is its sequence's last pair in the pass: the pairs behind it are at earlier positions
+            index = {pair[0]: i for i, pair in enumerate(pairs)}
             for seq, position, _, _ in steps:
-                i = index[seq, position]
+                i = index[seq]
                 logits = view(self.calls.logits_ith_at(ctx, i), 1, self.n_vocab)
                 g = view(self.calls.nextn_ith_at(ctx, i), 1, self.n_embd)
                 if logits is None or g is None:

@@ -43,24 +43,30 @@ class HeadPasses:
     def _quick(self):
         return quick_calls()
 
-    def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
-        """The captured rows of entries `order`: the three layers' inputs side by side."""
-        tgt, width, view = self.target.llama_context, self.n_target_embd, self._g_io.view
-        rows = (
-            slice(order[0], order[0] + len(order)) if order == list(range(order[0], order[0] + len(order))) else order
-        )
-        features = np.empty((len(order), len(self.layers) * width), dtype=np.float32)
-        for k, layer in enumerate(self.layers):
-            at = self.calls.layer_inp_at(tgt, layer) if layer < self.target_layers else self.calls.nextn_at(tgt)
-            captured = view(at, n_entries, width)
+    @cached_property
+    def _captures(self) -> list[tuple]:
+        """For each layer the head reads: the call giving the address of the target's captured rows,
+        and its arguments."""
+        tgt = self.target.llama_context
+        calls = self.calls
+        return [
+            (calls.layer_inp_at, (tgt, layer)) if layer < self.target_layers else (calls.nextn_at, (tgt,))
+            for layer in self.layers
+        ]
+
+    def _features(self, n_entries: int, rows: slice | list[int]) -> np.ndarray:
+        """The captured rows `rows` of a pass of `n_entries`: the three layers' inputs side by side."""
+        width, view, parts = self.n_target_embd, self._g_io.view, []
+        for layer, (at, args) in zip(self.layers, self._captures):
+            captured = view(at(*args), n_entries, width)
             if captured is None:
                 raise InferenceError(f"the target captured no input of layer {layer} for the EAGLE-3 head")
-            features[:, k * width : (k + 1) * width] = captured[rows]
-        return features
+            parts.append(captured[rows])
+        return np.concatenate(parts, axis=1)
 
     def _encode(self, features: np.ndarray) -> np.ndarray:
         """g for each row of `features` (the encoder: fc, with its norm where the head has one)."""
-        out = np.empty((len(features), self.n_embd), dtype=np.float32)
+        out = None if len(features) <= self.n_batch else np.empty((len(features), self.n_embd), dtype=np.float32)
         batch, io, quick = self._batch, self._features_io, self._quick
         add_embd, set_pos, set_output = quick.add_embd, quick.set_pos, quick.set_output_embd
         pos, pos_ref = io.pos, io.pos_ref
@@ -79,6 +85,8 @@ class HeadPasses:
             g = self._g_io.view(self.calls.nextn_at(self._ctx.ctx), len(chunk), self.n_embd)
             if g is None:
                 raise InferenceError("the EAGLE-3 head's encoder gave no rows")
+            if out is None:  # one pass: its rows, copied out of llama.cpp's buffer
+                return g.copy()
             out[start : start + len(chunk)] = g
         return out
 

@@ -59,7 +59,7 @@ class SequenceCache:
 
     def decode_tokens(self, seq: int, tokens: Sequence[int], n_rows: int) -> None:
         """`decode` of one sequence's `tokens` (at most a batch), rows of logits for the last `n_rows`:
-        the same pass without an Entry a token (a lone step's passes; no observer to tell of them)."""
+        the same pass without an Entry a token (a lone step's passes), the observer told of it as one run."""
         self.settle(seq)
         batch, cached = self._batch, self.tokens[seq]
         batch.n_tokens = n = len(tokens)
@@ -72,6 +72,8 @@ class SequenceCache:
         self._run(batch)
         cached.extend(tokens)
         self.unsettled.discard(seq)
+        if self.observer is not None:  # the head reads this pass's captured rows before the next pass
+            self.observer.passed_run(seq, at, n)
 
     def _run(self, batch) -> None:
         code = llama_cpp.llama_decode(self._ctx, batch)

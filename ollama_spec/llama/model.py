@@ -143,9 +143,11 @@ class LoadedModel:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
         started = perf_counter()
-        if len(items) == 1 and not self._plans and len(items[0][1]) <= self.n_batch and self._cache.observer is None:
+        if len(items) == 1 and (self._laid_out_alone(items[0]) if self._plans else len(items[0][1]) <= self.n_batch):
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
+            if self._plans:
+                self.pass_costs.observe(len(tokens), perf_counter() - started)
             read = self._read_logits(n_rows)
             self.busy_seconds += perf_counter() - started
             return [read]
@@ -163,6 +165,12 @@ class LoadedModel:
                         rows[entry.item].append((read, index))
         self.busy_seconds += perf_counter() - started
         return [_together(item_rows) for item_rows in rows]
+
+    def _laid_out_alone(self, item: tuple[int, Sequence[int], int]) -> bool:
+        """Whether plan_passes lays one sequence's (seq, tokens, rows) out as one pass as it comes: a
+        piece at most, without padding, and not one row of logits (which it widens)."""
+        n = len(item[1])
+        return max(self._min_rows, 2) <= n <= min(self._piece, self.n_batch) and item[2] >= 2
 
     def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
         """With several sequences, passes whose rows each get the kernels they get alone (passes.py);

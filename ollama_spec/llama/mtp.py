@@ -59,13 +59,13 @@ class MtpHead(Eagle3Head):
         self.calls.set_nextn(target.llama_context, True, False)  # the target's h, every row
         target.observer = self
 
-    def _features(self, n_entries: int, order: list[int]) -> np.ndarray:
-        """The target's pre-norm state h of entries `order`."""
+    def _features(self, n_entries: int, rows: slice | list[int]) -> np.ndarray:
+        """The target's pre-norm state h of entries `rows`."""
         ptr = self.calls.get_nextn(self.target.llama_context)
         if not ptr:
             raise InferenceError("the target kept no pre-norm state for its MTP layer")
-        rows = np.ctypeslib.as_array(ptr, shape=(n_entries, self.n_embd))[order]
-        return np.ascontiguousarray(rows, dtype=np.float32)
+        h = np.ctypeslib.as_array(ptr, shape=(n_entries, self.n_embd))[rows]
+        return np.ascontiguousarray(h, dtype=np.float32)
 
     def _encode(self, features: np.ndarray) -> np.ndarray:
         return features  # the NextN layer reads h as it is

@@ -91,7 +91,8 @@ def test_draft_steps_and_verify_passes_make_no_view_or_struct_per_row(heads, tar
     """After the first step, the head reads llama.cpp's buffers through views made once per address and
     hands its rows in through structs made once: no numpy view of a ctypes pointer and no llama_embd
     array per pass (each cost more than the pass itself on a small head); and it builds its batches
-    with calls that keep the GIL, not llama-cpp-python's, each of which lets it go."""
+    with calls that keep the GIL, not llama-cpp-python's, each of which lets it go. The target's passes
+    of one sequence reach the head as one run of positions, without an Entry a token."""
     head = Eagle3Head(heads["crafted"], target)
     try:
         prompt = target.tokenize("The quick brown fox jumps", add_bos=True, special=False)
@@ -113,6 +114,7 @@ def test_draft_steps_and_verify_passes_make_no_view_or_struct_per_row(heads, tar
         monkeypatch.setattr(np.ctypeslib, "as_array", as_array)
         monkeypatch.setattr(head_rows, "embd_rows", embd_rows)
         monkeypatch.setattr(eagle3, "embd_rows", embd_rows, raising=False)
+        monkeypatch.setattr(target, "_decode", lambda entries: made.append("a target pass of Entries"))
         for name in dir(llama_cpp):
             if name.startswith("llama_batch_ext_") and name not in ("llama_batch_ext_init", "llama_batch_ext_free"):
                 monkeypatch.setattr(llama_cpp, name, lambda *args, name=name: made.append(name))

@@ -17,3 +17,21 @@ def test_a_saved_sequence_restored_in_another_slot_continues_as_the_original(tin
         # the restored cells, not a re-read: the next row is the one the original sequence gives
         original, restored = model.eval([42], seq=0), model.eval([42], seq=1)
         np.testing.assert_allclose(restored, original, rtol=1e-5, atol=1e-5)
+
+
+def test_a_lone_verify_pass_among_slots_runs_as_it_comes(tiny_models, monkeypatch):
+    """With slots, passes are laid out so that a sequence's rows are those it gets alone (passes.py);
+    one sequence's verify batch is already such a pass, and runs without an Entry a token, with the
+    rows the laid-out pass gives. A pass the layout pads (one token) still goes through it."""
+    with LoadedModel(tiny_models[0].path, LoadSettings(n_ctx=512, n_threads=1, n_seq=4)) as model:
+        model.eval([1, 300, 301, 302], seq=1)
+        laid_out = model.decode_many([(1, [5, 6, 7], 3), (2, [8, 9], 2)])[0]  # beside another: laid out
+        model.truncate(4, seq=1)
+        passes = []
+        decode = model._decode
+        monkeypatch.setattr(model, "_decode", lambda entries: (passes.append(len(entries)), decode(entries)))
+        alone = model.eval([5, 6, 7], logits="all", seq=1)
+        assert passes == []
+        np.testing.assert_array_equal(alone, laid_out)
+        model.eval([8], seq=1)
+        assert passes == [2]
