@@ -11,6 +11,7 @@
 #   K               the draft length for both servers (ours: -k K); unset: ours chooses, llama-server 6
 #                   (its best draft length on the demo pair)
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
+#   MAX_TOKENS=96   each request's max_tokens (fewer: a quick check that every step runs)
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
 #   CEILING         a results-concurrent.json of `bench --concurrency N --in-process`: each rate is also
 #                   given as a share of the ideal schedule's ceiling at that client count
@@ -24,6 +25,7 @@ if [ -n "${LLAMA_SERVER:-}" ] && [ ! -x "$LLAMA_SERVER" ]; then
 fi
 clients=${CLIENTS:-1 4}
 slot_ctx=${SLOT_CTX:-2048}
+max_tokens=${MAX_TOKENS:-96}
 port=$("$bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 log=$(mktemp)
 server=
@@ -46,7 +48,7 @@ measure() {  # KEY NAME ROUND: every client count against the server on $port
     local n out
     for n in $clients; do
         echo "== $2, $n client(s) at once${rounds_note}"
-        out=$("$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs 1 --max-tokens 96 \
+        out=$("$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs 1 --max-tokens "$max_tokens" \
             --concurrency "$n" | tail -2)
         echo "$out"
         if [ "$n" = 1 ]; then

@@ -33,6 +33,49 @@ def user_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_tls_context():
+    """Every httpx client made in the test process (the tests', ollama's and openai's, the server's own)
+    shares one default TLS context: building one loads certifi's CA bundle, 30-100 ms a client on this
+    machine, and the suite makes hundreds of clients, all for plain HTTP on 127.0.0.1."""
+    from httpx._transports import default
+
+    create, made = default.create_ssl_context, {}
+
+    def shared(verify=True, cert=None, trust_env=True):
+        if verify is not True or cert is not None:
+            return create(verify=verify, cert=cert, trust_env=trust_env)
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if key not in made:
+            made[key] = create(verify=verify, cert=cert, trust_env=trust_env)
+        return made[key]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(default, "create_ssl_context", shared)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def uvicorn_stops_at_once():
+    """uvicorn servers in the test process (tests/serving.py, tests/live_app.py) look for should_exit every
+    0.1 s, then sleep 0.1 s in their shutdown and poll what is still open every 0.1 s: 0.15 s or more a
+    server on its way out, some 140 servers in tests/server and tests/engine. Here each of those waits is
+    at most 10 ms: the same steps in the same order, polled more often."""
+    import asyncio
+    import types
+
+    import uvicorn.server
+
+    async def sleep(delay, result=None):
+        return await asyncio.sleep(min(delay, 0.01), result)
+
+    quick = types.SimpleNamespace(**vars(asyncio))
+    quick.sleep = sleep
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(uvicorn.server, "asyncio", quick)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def isolated_user_paths(tmp_path, monkeypatch, user_cache):
     """No test may see the real ~/.ollama, OLLAMA_MODELS or the user's cache."""

@@ -78,7 +78,8 @@ class TestServer:
                 outer.handle(self, "DELETE")
 
         self.httpd = _Server(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # serve_forever looks for shutdown() every poll_interval (0.5 s by default): each test would wait for it
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
     @property
@@ -96,6 +97,13 @@ class TestServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def idle_within(self, seconds: float) -> bool:
+        """Whether every blob download has ended, or ends within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while self.inflight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.inflight == 0
 
     def _record(self, handler, method):
         with self._lock:

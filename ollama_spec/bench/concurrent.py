@@ -9,7 +9,11 @@ timed (StepLoop.passes) and fitted as a line per model (seconds = a + c·tokens,
 without padding), the acceptance
 by position is each prompt's as the longest fixed K measured it (greedy: the draft's guesses do not
 depend on K), and each step gives every slot its best K for the whole batch, with no time outside
-llama.cpp. Ours (and a server's) as a fraction of it says how near the machine's limit we are.
+llama.cpp. Each request is priced whole, as any schedule must run it: `max_tokens` tokens, its last
+step's drafts cut at the answer's end (a step that has two tokens left drafts one at most), so a slot
+makes max_tokens ÷ its expected steps a step, not its steady step's expected tokens (at 64 tokens on the
+demo pair that is 3-5 % less). Ours (and a server's) as a fraction of it says how near the machine's
+limit we are.
 """
 
 from __future__ import annotations
@@ -134,29 +138,66 @@ class ConcurrentReport:
         deepest = 0
         for start in range(len(names)):  # the client i runs prompt i + j: every mix in turn
             slots = [survival[names[(start + i) % len(names)]] for i in range(clients)]
-            step_tokens, step_seconds, k = best_step(slots, target, draft)
-            tokens, seconds, deepest = tokens + step_tokens, seconds + step_seconds, max(deepest, k)
+            step = plan_step(slots, target, draft)
+            # each slot's requests whole: max_tokens in their expected steps, the last one's drafts cut
+            tokens += sum(self.max_tokens / request_steps(s, k, self.max_tokens) for s, k in zip(slots, step.ks))
+            seconds, deepest = seconds + step.seconds, max(deepest, step.deepest)
         return tokens / seconds, deepest
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the ideal schedule: its expected tokens (steady: no request ending in it), its seconds,
+    its draft passes, and each slot's K."""
+
+    tokens: float
+    seconds: float
+    deepest: int
+    ks: tuple[int, ...]
 
 
 def best_step(slots: Sequence[Sequence[float]], target: Line, draft: Line | None) -> tuple[float, float, int]:
     """The step with the most expected tokens per second when slot i's j-th draft survives with
     slots[i][j]: each slot its own K, up to the deepest, D draft passes of every slot and one verify
     pass of all tokens. Returns (expected tokens, seconds, D)."""
+    step = plan_step(slots, target, draft)
+    return step.tokens, step.seconds, step.deepest
+
+
+def plan_step(slots: Sequence[Sequence[float]], target: Line, draft: Line | None) -> Step:
+    """best_step, with each slot's K."""
     n = len(slots)
-    best = (float(n), target(n), 0)
+    best = Step(float(n), target(n), 0, (0,) * n)
     for deepest in range(1, max(map(len, slots), default=0) + 1):
         if draft is None:
             break
-        gains = sorted((g for s in slots for g in s[:deepest]), reverse=True)
+        # a slot's drafts survive less the deeper they go: the best gains taken are a first few of each
+        gains = sorted(((g, i) for i, s in enumerate(slots) for g in s[:deepest]), reverse=True)
         fixed_s = deepest * draft(n)
-        tokens = float(n)
-        for taken, gain in enumerate(gains, 1):
+        tokens, ks = float(n), [0] * n
+        for taken, (gain, slot) in enumerate(gains, 1):
             tokens += gain
+            ks[slot] += 1
             seconds = fixed_s + target(n + taken)
-            if tokens / seconds > best[0] / best[1]:
-                best = (tokens, seconds, deepest)
+            if tokens / seconds > best.tokens / best.seconds:
+                best = Step(tokens, seconds, deepest, tuple(ks))
     return best
+
+
+def request_steps(survival: Sequence[float], k: int, tokens: int) -> float:
+    """The expected steps that write `tokens` tokens drafting k a step (at most one fewer than the
+    tokens left, as the loop drafts nothing past the answer), when drafts 1..j all survive with
+    survival[j - 1]."""
+    reach, sure = [1.0], 1.0
+    for chance in survival[:k]:  # measured: made non-increasing along the draft
+        sure = min(sure, chance)
+        reach.append(sure)
+    steps = [0.0] * (tokens + 1)
+    for left in range(1, tokens + 1):
+        drafts = min(len(reach) - 1, left - 1)
+        ends = [*reach[: drafts + 1], 0.0]  # the step writes j + 1 tokens with ends[j] - ends[j + 1]
+        steps[left] = 1.0 + sum((ends[j] - ends[j + 1]) * steps[left - 1 - j] for j in range(drafts + 1))
+    return steps[tokens]
 
 
 def run_concurrent(

@@ -168,7 +168,9 @@ class AutoK:
         # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
         self.shared_k: int | None = None
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
+        self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
+        self.last_drafted = 0  # the tokens the last step seen drafted
         # beside others: the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ...
         # of them, each by its margin (the step loop's `further` reads every slot's)
         self.survivals: list[float] = [1.0]
@@ -228,9 +230,11 @@ class AutoK:
 
     def reprice(self, costs: StepCosts) -> None:
         """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
-        alone): those replace what this policy would learn from its own step times."""
-        if costs.k_max < self.costs.k_max:
+        alone): those replace what this policy would learn from its own step times. The same costs
+        again change nothing."""
+        if costs is self._priced_by or costs.k_max < self.costs.k_max:
             return
+        self._priced_by = costs
         costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
         self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
         self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
@@ -332,6 +336,7 @@ class AutoK:
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         self.observed += 1
+        self.last_drafted = drafted
         self._alphas = None
         if drafted:  # the acceptance and the costs of drafting move
             self._drafting = None

@@ -35,6 +35,14 @@ PRIOR_SLOPE = 0.1
 # In the verify line (`PassPrices.step_costs`), a size not run lately weighs this much of one run lately.
 STALE_WEIGHT = 0.2
 PRIOR_DRAFT_SHARE = 0.1
+# `step_costs` (a line through every size's price, ~20-60 us of Python) is worked out again once this many
+# target passes ran since: a price follows ~10 of them, and on the tiny pair a step takes ~0.2 ms.
+RECOST_PASSES = 4
+# A size with no price of its own rises from the sizes run lately as the prior rises, at this share of
+# the prior's rise scaled to the machine's speed at least and at most (see PassPrices._unseen), once the
+# sizes run lately span this ratio of the prior's price (two close sizes' noise says nothing of a slope).
+RISE_BOUNDS = (0.25, 2.0)
+RISE_SPAN = 1.5
 
 
 def pass_seconds(prices: StepCosts, tokens: int) -> float:
@@ -105,6 +113,11 @@ class PassPrices:
     # the target's scale (the machine's speed) at the target passes it was worked out at: a stale
     # size's price moves as it has moved since
     _scales: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4 * STALE_PASSES))
+    # step_costs by (k_max, drafts): the target pass they were worked out at, and them
+    _costs: dict[tuple[int, bool], tuple[int, StepCosts]] = field(default_factory=dict)
+    # target_pass by tokens since the last target pass (a step's plan and each of its draft passes ask)
+    _priced: dict[int, float] = field(default_factory=dict)
+    _rise: tuple[float, float] | None = None  # _unseen's line, until the next target pass
 
     def observe(self, draft: bool, size: int, seconds: float) -> None:
         """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
@@ -112,6 +125,8 @@ class PassPrices:
             self._draft.observe(size, seconds, self._now)
         else:
             self._now += 1
+            self._priced.clear()
+            self._rise = None
             self._target.observe(size, seconds, self._now)
             self._draft.forget_scale()  # the draft's scale follows the target's where it saw nothing lately
 
@@ -123,17 +138,28 @@ class PassPrices:
                 model.forget_scale()
                 model.forget_stale(self._now)
             self._scales.clear()
+            self._costs.clear()
+            self._priced.clear()
+            self._rise = None
 
     @property
     def known(self) -> bool:
         """Is there anything to price by: a prior, or a target pass seen?"""
         return self.prior is not None or self._now > 0
 
+    def seen_lately(self, draft: bool, size: int) -> bool:
+        """Has a pass of this size (the draft's rows, or the target's tokens) run in the last STALE_PASSES
+        target passes, so that its price is its own as the machine runs now?"""
+        return (self._draft if draft else self._target).get(size, self._now) is not None
+
     def target_pass(self, tokens: int) -> float:
-        seen = self._target.get(tokens, self._now)
-        if seen is not None:
-            return seen
-        return self._moved(self._target, tokens) or self._target_prior(tokens) * self._target_scale()
+        price = self._priced.get(tokens)
+        if price is None:
+            price = self._target.get(tokens, self._now)
+            if price is None:
+                price = self._moved(self._target, tokens) or self._unseen(tokens)
+            self._priced[tokens] = price
+        return price
 
     def draft_pass(self, rows: int) -> float:
         seen = self._draft.get(rows, self._now) or self._moved(self._draft, rows)
@@ -146,10 +172,16 @@ class PassPrices:
 
     def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
         """One sequence's draft step and target passes of 1..k_max+1 tokens, as learned; `drafts`
-        False: proposals that cost no draft pass (a lookup in the text)."""
+        False: proposals that cost no draft pass (a lookup in the text). The same object until
+        RECOST_PASSES target passes ran (the first pass seen included)."""
         self._target_scale()  # the machine's speed now, noted for the sizes that go stale later
+        at, costs = self._costs.get((k_max, drafts), (-1, None))
+        if costs is not None and (at == self._now or 0 < at <= self._now < at + RECOST_PASSES):
+            return costs
         draft = self.draft_pass(1) if drafts else 0.0
-        return StepCosts(draft, self._verify_line(k_max + 1))
+        costs = StepCosts(draft, self._verify_line(k_max + 1))
+        self._costs[(k_max, drafts)] = (self._now, costs)
+        return costs
 
     def _verify_line(self, sizes: int) -> tuple[float, ...]:
         """Target passes of 1..`sizes` tokens on the line a + b·tokens (b ≥ 0) through their prices, the
@@ -157,18 +189,55 @@ class PassPrices:
         a shared CPU times ±10-30 %: per size, one soon looks cheaper than a smaller one (on the tiny
         pair, 4 tokens at 0.098 ms against 0.131 for 1), which a lone slot's K rule reads as drafts that
         cost nothing, and it drafts 16 where drafting does not pay at all."""
-        xs = range(1, sizes + 1)
-        ys = [self.target_pass(n) for n in xs]
-        ws = [1.0 if self._target.get(n, self._now) is not None else STALE_WEIGHT for n in xs]
-        w = sum(ws)
-        mean_x = sum(wi * x for wi, x in zip(ws, xs)) / w
-        mean_y = sum(wi * y for wi, y in zip(ws, ys)) / w
-        spread = sum(wi * (x - mean_x) ** 2 for wi, x in zip(ws, xs))
-        slope = sum(wi * (x - mean_x) * (y - mean_y) for wi, x, y in zip(ws, xs, ys)) / spread if spread else 0.0
-        slope = max(0.0, slope)
+        # one pass over the sizes, the weighted sums of least squares kept as it goes (the lone slot's
+        # K is priced by this every few steps: on the tiny pair a step is ~0.2 ms)
+        target, now = self._target, self._now
+        sw = swx = swxx = swy = swxy = 0.0
+        fresh_floor = stale_floor = float("inf")
+        for x in range(1, sizes + 1):
+            y = target.get(x, now)
+            if y is None:
+                y = self._moved(target, x)
+                if y is None:
+                    y = self._unseen(x)
+                w, stale_floor = STALE_WEIGHT, min(stale_floor, y)
+            else:
+                w, fresh_floor = 1.0, min(fresh_floor, y)
+            sw += w
+            swx += w * x
+            swxx += w * x * x
+            swy += w * y
+            swxy += w * x * y
+        spread = sw * swxx - swx * swx
+        slope = max(0.0, (sw * swxy - swx * swy) / spread) if spread > 1e-12 * sw * sw else 0.0
+        mean_x, mean_y = swx / sw, swy / sw
         # no pass at under half the cheapest run lately (the line's foot, bent by a few far sizes, is no price)
-        floor = 0.5 * min([y for y, wi in zip(ys, ws) if wi == 1.0] or ys)
-        return tuple(max(mean_y + slope * (x - mean_x), floor) for x in xs)
+        floor = 0.5 * (fresh_floor if fresh_floor < float("inf") else stale_floor)
+        return tuple(max(mean_y + slope * (x - mean_x), floor) for x in range(1, sizes + 1))
+
+    def _unseen(self, tokens: int) -> float:
+        """A target size with no price of its own: the prior's price at the machine's speed now, or where
+        the sizes run lately span enough of the prior, on the line a + b·prior through them. A calibration
+        times llama.cpp's calls alone; the passes as the loop prices them carry the Python around them,
+        about the same at every size (on the tiny pair most of a pass): scaled by a ratio, the prior's
+        rise with the tokens would be that ratio too steep, and every drafting shape too dear. b stays
+        within RISE_BOUNDS of the scale, so two noisy sizes do not make the rise free or a cliff."""
+        scale = self._target_scale()
+        prior = self._target_prior(tokens)
+        if self._rise is None:
+            self._rise = (0.0, scale)
+            now = self._now
+            seen = [
+                (self._target_prior(size), s) for size, (s, at) in self._target._seen.items() if now - at < STALE_PASSES
+            ]
+            xs = [x for x, _ in seen]
+            if len(seen) >= 2 and max(xs) >= RISE_SPAN * min(xs):
+                mean_x, mean_y = sum(xs) / len(xs), sum(y for _, y in seen) / len(seen)
+                slope = sum((x - mean_x) * (y - mean_y) for x, y in seen) / sum((x - mean_x) ** 2 for x in xs)
+                slope = min(max(slope, RISE_BOUNDS[0] * scale), RISE_BOUNDS[1] * scale)
+                self._rise = (mean_y - slope * mean_x, slope)
+        base, slope = self._rise
+        return max(base + slope * prior, RISE_BOUNDS[0] * scale * prior)
 
     def _target_scale(self) -> float:
         """How the target's sizes seen lately compare with its prior: the machine's speed now (noted

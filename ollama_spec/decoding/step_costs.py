@@ -13,8 +13,10 @@ and K = 0 (the target alone, t_verify(1) per token) is the answer when the draft
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -65,7 +67,14 @@ class StepCosts:
     def added_verify_s(self, n: int, more: int) -> float:
         """What `more` tokens add to a verify batch of n; never negative (a dip in the curve is no saving
         to count on: the tokens before it still cost their rise)."""
-        return max(0.0, max(self.verify_s[: n + more]) - max(self.verify_s[:n]))
+        peaks = self._peaks
+        last = len(peaks)
+        return max(0.0, peaks[min(n + more, last) - 1] - peaks[min(n, last) - 1])
+
+    @cached_property
+    def _peaks(self) -> tuple[float, ...]:
+        """The dearest verify batch of 1..n tokens, for each n (the K policy asks at every draft token)."""
+        return tuple(itertools.accumulate(self.verify_s, max))
 
 
 def best_k(alpha: float, costs: StepCosts) -> int:

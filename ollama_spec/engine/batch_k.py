@@ -6,11 +6,23 @@ every slot's acceptance by position, priced by the passes as timed), every slot 
 others up to DEEPER columns past it, and after each draft pass `stop` says whether the batch drafts on
 (batch_steps.further: the drafts so far by their margins, at the rate the planned K makes). A slot
 alone keeps its own rule, token by token, priced by the same passes.
+
+While the plan says K=0 the batch's drafting shapes are not run, so their prices are the prior's
+shape (a calibration times llama.cpp's calls alone, not the Python around them) scaled by the sizes
+that do run, or what they cost when last run, moved as the machine moved since. Either can be wrong
+in the direction that keeps K at 0 for good: on the tiny pair the Python around each pass is the same
+at every size, so the calibration's rise with the batch, scaled by a K=0 pass, makes every drafting
+step look dear. So now and then (EXPLORE_EVERY steps at K=0, twice as long after each try, up to
+EXPLORE_MAX_EVERY) a step explores: it drafts EXPLORE_K columns whatever the plan says, where those
+passes have no price of their own from lately, and the plan then decides on what they cost. A slot
+alone explores the same way while its own rule keeps it at K=0 (its probes draft one token: the
+draft pass that reads what K=0 skipped, never priced), its steps then priced from those passes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +34,20 @@ from ollama_spec.decoding.pass_prices import PassPrices
 # position: deeper where every slot's drafts so far are sure (replayed on the demo pair's greedy texts
 # in modelled time, a cap of K+2 made 2-4 % fewer tokens a second than none below k_max).
 DEEPER = 16
-# A lone slot priced again from the passes (at each of its first steps too): ~50 us; a price follows ~10
-REPRICE_EVERY = 4
+# Beside other slots, after this many steps planned at K=0 one step explores at EXPLORE_K (see the
+# module); each try doubles the wait, up to EXPLORE_MAX_EVERY, until a plan drafts again. Its cost is
+# bounded: at most one step in EXPLORE_EVERY drafts where the plan would not, one in 128 once backed
+# off, and only while those passes have no recent price. EXPLORE_K is 2, not 1: a slot's first draft
+# pass after K=0 steps reads what it missed (not priced), so only the second prices a draft pass.
+EXPLORE_EVERY = 8
+EXPLORE_MAX_EVERY = 128
+EXPLORE_K = 2
+# Beside other slots, a plan that drafts (20-40 us of Python for 2-4 slots) is made again at most this
+# often while the same slots run: on the tiny pair a step takes 0.3-1 ms and the plan was a tenth of its
+# Python; a pair whose passes take milliseconds (the demo pair's: 30 ms and more) is planned at every
+# step. A plan of K=0 is made again at every step: its steps have nothing else to price, and a stale
+# K=0 costs the most.
+REPLAN_S = 0.001
 
 
 @dataclass
@@ -32,6 +56,12 @@ class BatchK:
 
     prices: PassPrices
     rate: float = 0.0  # tokens per second the planned K makes: what a further draft column must beat
+    _at_zero: int = 0  # shared steps planned at K=0 since one drafted or explored
+    _explore_every: int = EXPLORE_EVERY
+    clock: Callable[[], float] = time.perf_counter  # what REPLAN_S is measured by
+    _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for the slots `_planned_for`
+    _planned_for: tuple[Any, ...] = ()
+    _planned_at: float = 0.0
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
@@ -41,16 +71,45 @@ class BatchK:
             k = None
         elif shared:
             k_max = min(p.costs.k_max for p in policies)
-            k, self.rate = plan_step(policies, prices, DRAFT_GAIN_MARGIN, k_max)
-            k = k and min(k + DEEPER, k_max)
+            k, self.rate = self._planned(policies, k_max)
+            if k:
+                k, self._at_zero, self._explore_every = min(k + DEEPER, k_max), 0, EXPLORE_EVERY
+            else:
+                k = self._explored(len(generations), k_max)
         else:
-            k, lone = None, policies[0]
-            if lone.observed < REPRICE_EVERY or lone.observed % REPRICE_EVERY == 0:
-                lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+            k, lone = None, policies[0]  # priced again as often as the prices are worked out again
+            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+            if lone.last_drafted >= EXPLORE_K:  # drafting: its passes are priced as they run
+                self._at_zero, self._explore_every = 0, EXPLORE_EVERY
+            elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
+                k = self._explored(1, lone.costs.k_max) or None
         for policy in policies:
             policy.shared_k = k
         for generation in generations:
             generation.shared |= shared
+
+    def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
+        """plan_step's K and rate for these slots: made again where it was K=0, they changed or REPLAN_S
+        went by."""
+        now, members = self.clock(), tuple(policies)
+        if not self._plan[0] or members != self._planned_for or now - self._planned_at >= REPLAN_S:
+            self._plan = plan_step(policies, self.prices, DRAFT_GAIN_MARGIN, k_max)
+            self._planned_for, self._planned_at = members, now
+        return self._plan
+
+    def _explored(self, slots: int, k_max: int) -> int:
+        """At a step planned at K=0 (a lone slot's: its last step drafted less than EXPLORE_K): EXPLORE_K
+        where this one explores (see the module), else 0."""
+        self._at_zero += 1
+        k = min(EXPLORE_K, k_max)
+        if self._at_zero < self._explore_every or k < 1:
+            return 0
+        self._at_zero = 0
+        if self.prices.seen_lately(False, slots * (k + 1)) and self.prices.seen_lately(True, slots):
+            return 0  # its passes are priced by what they cost now: the plan stands
+        self._explore_every = min(2 * self._explore_every, EXPLORE_MAX_EVERY)
+        self.rate = 0.0  # every column up to EXPLORE_K drafted and verified (batch_steps.further)
+        return k
 
     def stop(self, policies: Sequence[Any], rows: int, draft_rows: int) -> int | None:
         """Before a draft pass of `draft_rows` slots: None to run it, else how many columns the slots

@@ -47,6 +47,10 @@ class ChunkSizer:
         self._started, self.generating, self._reading = now, generating, reading
         self._read, self._next_read = self._next_read, 0
 
+    def reading(self) -> None:
+        """A request admitted after the turn began reads its prompt in it: the turn is not timed as a step."""
+        self._reading = True
+
     def take(self, left: int, whole: int) -> int:
         """Prompt tokens to read in the next turn, of the `left` still unread before the first step's
         (0: the first step reads them), of a prompt that had `whole` to read: one that fits a piece is

@@ -2,7 +2,8 @@
 
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
-1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule),
+1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule), and
+   again before the target pass (step 4) those that came during the draft passes,
 2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
    slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
 3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
@@ -155,13 +156,16 @@ class StepLoop:
             self.run_turn()
 
     def run_turn(self) -> None:
-        """One `turn`, the sinks' calls of it made at its end (on the thread that runs the loop)."""
+        """One `turn` (on the thread that runs the loop). Its sinks' calls are made just before the next
+        turn's first pass (`_send`); at its end only where no pass follows at once: no slot runs, or a
+        caller's thread runs the turns and reads its answer between them (`queue`'s `here`)."""
         try:
             self.turn()
         except Exception as exc:  # noqa: BLE001 - a fault outside any one request: theirs all end, the loop goes on
             for slot in list(self._slots.values()):
                 self._fail(slot, exc)
-        self._send()
+        if self._held or not self._slots:
+            self._send()
 
     def turn(self) -> None:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
@@ -183,11 +187,13 @@ class StepLoop:
                 wanting = _wanting(list(self._slots.values()), self._finish)
                 drafting = [slot for slot in wanting if slot.model is not target]
                 if drafting:
-                    if not self._declined(drafting, len(wanting)):
+                    if not _declined(self._k, drafting, len(wanting), self._advance):
                         self._pass(drafting)
                     continue
             if not wanting:
                 return
+            if self._waiting and self._join():  # came during the draft passes: into this target pass
+                continue
             self._k.choose([slot.ticket.generation for slot in self._slots.values()])
             self._pass(wanting)
             self.steps += 1
@@ -206,6 +212,18 @@ class StepLoop:
         self._admit_waiting()
         reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
         self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
+
+    def _join(self) -> bool:
+        """Before the turn's target pass: waiting requests into the free slots, their first evaluations in
+        this pass, so that a client's next request, sent while the draft passes ran, does not sit out the
+        step under way with its slot empty. True if any came in."""
+        if self.engine.slots == 1 or len(self._slots) >= self.engine.slots:
+            return False
+        running = len(self._slots)
+        self._admit_waiting()
+        if any(not s.ticket.generation.result.tokens for s in self._slots.values()):
+            self._chunks.reading()  # this turn's time is not a step's alone
+        return len(self._slots) > running
 
     def _admit_waiting(self) -> None:
         free = self.engine.slots - len(self._slots)
@@ -233,18 +251,6 @@ class StepLoop:
             self._slots[seq] = slot
             free -= 1
             self._advance(slot, None)
-
-    def _declined(self, drafting: list[_Slot], rows: int) -> bool:
-        """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
-        the `rows` sequences of the coming target pass)? Then each is told so (`Declined`)."""
-        members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
-        policies = [slot.ticket.generation.policy for slot in members]
-        width = self._k.stop(policies, rows, len(drafting)) if members else None
-        if width is None:
-            return False
-        for slot in members:
-            self._advance(slot, Declined(width))
-        return True
 
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
@@ -341,6 +347,19 @@ class StepLoop:
         if self._slots.get(slot.seq) is slot:
             del self._slots[slot.seq]
             self.engine.pool.release(slot.seq)
+
+
+def _declined(k: BatchK, drafting: list[_Slot], rows: int, advance: Callable[[_Slot, Declined], None]) -> bool:
+    """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
+    the `rows` sequences of the coming target pass)? Then each is told so (`Declined`, through `advance`)."""
+    members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
+    policies = [slot.ticket.generation.policy for slot in members]
+    width = k.stop(policies, rows, len(drafting)) if members else None
+    if width is None:
+        return False
+    for slot in members:
+        advance(slot, Declined(width))
+    return True
 
 
 def _wanting(slots: list[_Slot], finish: Callable[[_Slot], None]) -> list[_Slot]:

@@ -2,11 +2,12 @@
 
 import pytest
 
-from ollama_spec.bench.concurrent import ConcurrentReport, Line, best_step, run_concurrent
+from ollama_spec.bench.concurrent import Cell, ConcurrentReport, Line, best_step, request_steps, run_concurrent
 from ollama_spec.bench.prompts import Prompt
 from ollama_spec.bench.settings import BenchSettings
 from ollama_spec.cli.bench_local import client_counts
 from ollama_spec.engine.engine import Engine
+from ollama_spec.engine.tickets import Pass
 from tests.conftest import engine_settings
 
 FAST = ("--no-check", "--threads", "1", "--max-tokens", "6", "--runs", "1", "--no-warmup")
@@ -31,6 +32,27 @@ def test_the_ideal_step_gives_a_draft_that_misses_no_tokens_and_one_that_hits_it
     assert deepest == 2 and tokens == pytest.approx(2 + 0.95 + 0.9)  # the second slot's drafts not taken
     tokens, _, deepest = best_step([[0.1, 0.01]] * 2, steep, Line(0.001, 0.0))
     assert deepest == 0 and tokens == 2  # drafts that do not pay: the target alone
+
+
+def test_a_requests_last_step_drafts_no_further_than_its_answer():
+    assert request_steps([1.0, 1.0], 2, 6) == 2  # 3 tokens a step
+    assert request_steps([1.0, 1.0], 2, 4) == 2  # 3, then the last token alone
+    assert request_steps([0.5], 1, 2) == pytest.approx(1.5)  # 2 tokens, or 1 and then 1
+    assert request_steps([0.0], 1, 5) == 5
+
+
+def test_the_ceiling_prices_each_request_whole_its_last_step_cut_at_the_answers_end():
+    """Every draft sure, K=2 pays: 3 tokens a step; a request of 4 tokens still takes two steps."""
+
+    def report(max_tokens):
+        out = ConcurrentReport("m", 1, max_tokens, [2], [1])
+        out.passes[1] = [Pass(0, 1, n, n, n, 0.010 + 0.001 * n) for n in (1, 2, 3)] + [Pass(1, 1, 1, 1, 1, 0.001)]
+        out.cells[(1, 2)] = Cell(drafted={"p": [10, 10]}, accepted={"p": [10, 10]})
+        return out
+
+    step_s = 2 * 0.001 + 0.013
+    assert report(6).ceiling(1) == (pytest.approx(3 / step_s), 2)
+    assert report(4).ceiling(1) == (pytest.approx(2 / step_s), 2)
 
 
 def test_client_counts_double_up_to_the_most():

@@ -49,7 +49,7 @@ class ChatHandler(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def server():
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), ChatHandler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     httpd.shutdown()

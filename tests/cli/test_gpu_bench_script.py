@@ -16,6 +16,7 @@ def test_the_gpu_bench_script_runs_every_step_on_the_cpu(tmp_path):
         "PYTHON": sys.executable,
         "GPU_BENCH_WORK": str(tmp_path / "work"),
         "GPU_BENCH_ARGS": "-k 2 -n 8 --runs 1 --no-warmup --threads 1",
+        "MAX_TOKENS": "8",  # the serve step's requests (scripts/bench-serve.sh), as short as the bench's
     }
     result = subprocess.run(
         ["bash", str(SCRIPT), "--cpu", "--tiny", "--no-build"], capture_output=True, text=True, env=env, timeout=300

@@ -124,3 +124,22 @@ def test_a_lone_slots_verify_costs_are_a_line_not_each_sizes_noise():
     assert all(b >= a for a, b in itertools.pairwise(verify))
     assert verify[3] > verify[0]  # 4 tokens cost more than 1
     assert sum(verify) == pytest.approx(sum(timed.values()) / 1000, rel=0.05)  # the line through them
+
+
+def test_a_size_not_run_rises_from_the_sizes_run_as_the_prior_rises_not_as_scaled():
+    """The calibration times llama.cpp's calls alone; the loop's passes carry the Python around them, the
+    same at every size. Scaled by a ratio, the prior's rise would be as many times too steep, and every
+    deeper drafting shape too dear (the tiny pair, where that Python is most of a pass): a size not run
+    is priced on the line through the sizes that ran, by the prior's shape."""
+    calibrated = StepCosts(draft_step_s=0.00005, verify_s=tuple(0.0001 + 0.00006 * n for n in range(1, 18)))
+    python = 0.0002  # a pass's Python, whatever its size
+
+    def passes(tokens):
+        return pass_seconds(calibrated, tokens) + python
+
+    prices = PassPrices(prior=calibrated)
+    for _ in range(5):
+        for tokens in (4, 8):  # 4 slots at K=0 and a probe's K=1
+            prices.observe(False, tokens, passes(tokens))
+    for tokens in (12, 16, 24):
+        assert prices.target_pass(tokens) == pytest.approx(passes(tokens), rel=0.05)

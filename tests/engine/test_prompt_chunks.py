@@ -54,3 +54,11 @@ def test_a_wait_for_work_is_not_timed_as_a_step():
     now, _ = turns(sizer, 0.010, reading=False)
     sizer.turn(now + 30.0, generating=True, reading=False, waited=True)  # the loop sat idle for 30 s
     assert sizer.step_s < 0.011
+
+
+def test_a_turn_a_prompt_joined_after_it_began_is_not_timed_as_a_step():
+    sizer = ChunkSizer(63)
+    now, _ = turns(sizer, 0.010, reading=False)
+    sizer.reading()  # a short prompt admitted before this turn's target pass, read whole in it
+    sizer.turn(now + 0.050, generating=True, reading=False)
+    assert abs(sizer.step_s - 0.010) < 1e-9

@@ -152,8 +152,68 @@ def test_a_request_arriving_beside_three_streams_gets_its_first_token_within_two
         (step, tokens), *_ = sink.calls
         for _, ticket, _ in streams:
             ticket.cancel()
-        # admitted at the next turn: the step under way when it came, then its own chunks
+        # admitted before the target pass of the step under way when it came, or at the next turn; then its chunks
         assert tokens == 1 and step - at + 1 <= alone + 2
+
+
+def test_a_request_sent_during_the_draft_passes_gets_its_first_token_from_that_steps_target_pass(
+    tiny_models, monkeypatch
+):
+    """A request that comes while the running slots draft is admitted before the target pass and read in
+    it: its slot does not sit out the step under way (a client's next request comes so every time)."""
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
+        prompt = fresh_prompt(engine, 20, 303)
+        streams = running(engine, 3)
+        sent = []
+        draft_pass = engine.draft.decode_many
+
+        def decode_many(items):  # on the loop's thread, between a step's draft passes
+            if not sent:
+                sent.append(submitted(engine, prompt, max_tokens=2, speculation=FIXED_K))
+            return draft_pass(items)
+
+        monkeypatch.setattr(engine.draft, "decode_many", decode_many)
+        deadline = time.monotonic() + 60
+        while not sent:
+            assert time.monotonic() < deadline, "no draft pass ran"
+            time.sleep(0.001)
+        (sink, _, at), *_ = sent
+        assert sink.done.wait(60)
+        for _, other, _ in streams:
+            other.cancel()
+        (step, tokens), *_ = sink.calls
+        assert tokens == 1 and step == at + 1
+
+
+def test_beside_other_slots_a_turns_text_is_handed_on_just_before_the_next_pass(tiny_models, monkeypatch):
+    """The readers a sink wakes then run while llama_decode has let go of the GIL, not against the
+    loop's next turn (its admissions, its K): at the end of a turn only where no pass follows."""
+    from ollama_spec.engine.step_loop import StepLoop
+
+    events = []
+
+    class Logged(Counted):
+        def pieces(self, ticket, pieces):
+            events.append("pieces")
+
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=2, n_ctx=512)) as engine:
+        for model in (engine.target, engine.draft):
+            monkeypatch.setattr(
+                model, "decode_many", lambda items, real=model.decode_many: events.append("pass") or real(items)
+            )
+        admit = StepLoop._admit
+        monkeypatch.setattr(StepLoop, "_admit", lambda loop: events.append("admit") or admit(loop))
+        sinks = [Logged(engine.loop), Logged(engine.loop)]
+        with engine.loop.together():
+            for i, sink in enumerate(sinks):
+                engine.loop.submit(
+                    request("", max_tokens=24, speculation=FIXED_K), fresh_prompt(engine, 12, 310 + i), sink
+                )
+        assert all(sink.done.wait(60) for sink in sinks)
+    handed = [i for i, event in enumerate(events) if event == "pieces"]
+    assert len(handed) > 4
+    after = [next((e for e in events[i + 1 :] if e != "pieces"), None) for i in handed]
+    assert set(after) <= {"pass", None}  # None: the last turn's, no pass after it
 
 
 def test_a_long_prompt_read_beside_three_streams_takes_a_chunk_a_pass_of_either_model(tiny_models):

@@ -87,9 +87,16 @@ def env(tiny_store, isolated_user_paths):
     return {**os.environ, "OLLAMA_MODELS": str(tiny_store), "OLLAMA_SPEC_REPACK": "0"}
 
 
-def test_greedy_output_over_one_and_two_rpc_servers_equals_the_local_run(env, tmp_path):
-    local = ollama_spec(*GENERATE, env=env)
-    assert local.returncode == 0, local.stderr
+@pytest.fixture
+def in_process(invoke, tiny_store, monkeypatch):
+    """The CLI in this process, for what registers no RPC server (a refusal before any connection)."""
+    monkeypatch.setenv("GGML_NO_BACKTRACE", "1")  # restored after the test: registering sets it
+    return lambda *args: invoke(*args, env={"OLLAMA_MODELS": str(tiny_store), "OLLAMA_SPEC_REPACK": "0"})
+
+
+def test_greedy_output_over_one_and_two_rpc_servers_equals_the_local_run(env, tmp_path, in_process):
+    local = in_process(*GENERATE)
+    assert local.exit_code == 0, local.output
     with rpc_server(tmp_path, env) as first, rpc_server(tmp_path, env) as second:
         one = ollama_spec(*GENERATE, "--rpc", first, "--verbose", env=env)
         two = ollama_spec(*GENERATE, "--rpc", f"{first},{second}", "--verbose", env=env)
@@ -113,11 +120,11 @@ def test_check_counts_the_servers_memory(env, tmp_path):
     assert plan["verdict"] == "full_offload"
 
 
-def test_an_unreachable_server_is_one_line_and_quick(env):
+def test_an_unreachable_server_is_one_line_and_quick(in_process):
     port = free_port()  # nothing listens there
     started = time.monotonic()
-    result = ollama_spec(*GENERATE, "--rpc", f"127.0.0.1:{port}", env=env)
-    assert result.returncode == 1
+    result = in_process(*GENERATE, "--rpc", f"127.0.0.1:{port}")
+    assert result.exit_code == 1
     # on loopback the server is this machine's: no --host 0.0.0.0 to open it to the network
     assert result.stderr.strip() == (
         f"Error: cannot reach the RPC server at 127.0.0.1:{port} (Connection refused); "
@@ -133,10 +140,10 @@ def test_another_machine_is_told_to_listen_on_its_network_address():
     )
 
 
-def test_one_server_under_two_names_is_refused_before_anything_connects(env):
+def test_one_server_under_two_names_is_refused_before_anything_connects(in_process):
     port = free_port()  # nothing listens: the refusal must come before any connection
-    result = ollama_spec(*GENERATE, "--rpc", f"127.0.0.1:{port},localhost:{port}", env=env, timeout=60)
-    assert result.returncode == 1
+    result = in_process(*GENERATE, "--rpc", f"127.0.0.1:{port},localhost:{port}")
+    assert result.exit_code == 1
     assert result.stderr.strip() == (
         f"Error: RPC servers 127.0.0.1:{port} and localhost:{port} are the same server "
         f"(127.0.0.1:{port}): name each server once"

@@ -59,7 +59,7 @@ def test_any_answer_counts_as_a_daemon_and_nothing_raises(tmp_path):
     (tmp_path / "api").mkdir()
     (tmp_path / "api" / "ps").write_text("<html>a web page where a daemon was expected</html>")
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=tmp_path))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     try:
         status = daemon_status(f"http://127.0.0.1:{server.server_address[1]}")
     finally:

@@ -369,10 +369,13 @@ def mid_models(tmp_path_factory) -> dict[str, Path]:
         "q4_0": (ffn, 4096, "Q4_0"),
         "q8_0": (ffn, 4096, "Q8_0"),
     }
-    paths = {}
+    paths, made = {}, {}
     for name, (arch, vocab_size, dtype) in shapes.items():
-        vocab = build_vocabulary(vocab_size, 600)
-        weights = make_weights(arch, vocab.size, WeightRecipe(seed=11, dtype="F16" if dtype == "F16" else "F32"), 1)
+        recipe = WeightRecipe(seed=11, dtype="F16" if dtype == "F16" else "F32")
+        if (arch, vocab_size, recipe) not in made:  # q4_0 and q8_0 quantize the same F32 weights
+            vocab = build_vocabulary(vocab_size, 600)
+            made[arch, vocab_size, recipe] = vocab, make_weights(arch, vocab.size, recipe, 1)
+        vocab, weights = made[arch, vocab_size, recipe]
         paths[name] = root / f"{name}.gguf"
         write_gguf(paths[name], name=name, arch=arch, n_layer=arch.n_layer, vocab=vocab, weights=weights, dtype=dtype)
     return paths

@@ -32,8 +32,9 @@ class Person(BaseModel):
 @pytest.fixture(scope="module")
 def server():
     model = resolve_model(str(smollm2_gguf()))
-    # the model drafts for itself: the speculative path runs, and a greedy answer is the model's own
-    with Engine(model, model, EngineSettings(n_ctx=1024, n_threads=2, memory_check=False)) as engine:
+    # the model drafts for itself: the speculative path runs, and a greedy answer is the model's own. One
+    # thread: a token at a time is too little work to share, and two threads' spinning stalls on 2 busy cores
+    with Engine(model, model, EngineSettings(n_ctx=1024, n_threads=1, memory_check=False)) as engine:
         with running_server(engine) as (url, _):
             yield url
 

@@ -15,6 +15,7 @@ from ollama_spec.server.serving.request import Asked, build_request
 from ollama_spec.server.serving.settings import ServerSettings
 from ollama_spec.synthetic.layout import write_model
 from tests import openwebui
+from tests.conftest import engine_settings
 from tests.serving import running_server, running_store
 from tests.smollm2 import smollm2_gguf
 
@@ -59,7 +60,12 @@ def test_open_webui_tools_on_a_model_loaded_below_its_trained_context_stay_after
     shutil.copyfile(smollm2_gguf(), tmp_path / "smollm2.gguf")
     write_model(tmp_path / "store", "smollm2", tmp_path / "smollm2.gguf", params={}, template=None)
     messages, tools = openwebui.chat(1), openwebui.builtin_tools()
-    with running_store(tmp_path / "store") as (url, _), caplog.at_level(logging.INFO, logger="ollama_spec.server"):
+    # two threads: the ~7,000-token prompt is read in full batches, work that two cores share
+    settings = engine_settings(parallel=1, n_threads=2)
+    with (
+        running_store(tmp_path / "store", engine=settings) as (url, _),
+        caplog.at_level(logging.INFO, logger="ollama_spec.server"),
+    ):
         client = ollama.Client(host=url)
         client.generate("smollm2", "Hi", options={"num_predict": 1})
         assert [m.context_length for m in client.ps().models] == [4096]

@@ -1,0 +1,142 @@
+"""The K of the step loop's steps beside other slots: planned from the passes as timed, and explored
+where those passes have no price of their own."""
+
+import random
+from dataclasses import dataclass
+
+from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.pass_prices import PassPrices
+from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
+from ollama_spec.engine.batch_k import EXPLORE_EVERY, EXPLORE_MAX_EVERY, BatchK, drafting_beside
+
+SLOTS, K_MAX, ALPHA = 4, 8, 0.9
+MARGIN = 0.5  # every drafted token's: a sure one
+
+
+def target(tokens: int) -> float:
+    """What a target pass costs here: mostly the Python around it, the same at every size (the tiny pair)."""
+    return 100e-6 + 10e-6 * tokens
+
+
+def draft(rows: int) -> float:
+    return 20e-6 + 5e-6 * rows
+
+
+# A calibration that makes drafting look dear: every verify token a tenth of a pass more, draft steps
+# four target passes (timed during a busy spell, or llama.cpp's calls alone where the Python is the cost)
+DEAR = StepCosts(draft_step_s=400e-6, verify_s=tuple(100e-6 + 100e-6 * n for n in range(1, K_MAX + 2)))
+
+
+@dataclass
+class Running:
+    """What BatchK reads of a running generation."""
+
+    policy: AutoK
+    shared: bool = False
+
+
+class Clock:
+    """The time the simulated passes took."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]:
+    """The step loop's K machinery over `steps` steps of these generations, the passes priced as
+    `target` and `draft` cost (a slot's first draft pass after a step without drafts reads what it
+    missed, and is not priced, as engine/step_loop.py does); each step's widest verify, less one."""
+    clock = Clock()
+    batch = BatchK(PassPrices(prior=DEAR), clock=clock)
+    drafted_before = [True] * len(generations)
+    widths = []
+    for _ in range(steps):
+        batch.choose(generations)
+        asked = [g.policy.next_k() for g in generations]
+        drafted, draft_s = [0] * len(generations), [0.0] * len(generations)
+        active = [i for i, k in enumerate(asked) if k]
+        while active:
+            # a slot alone (its own rule, token by token): does it run the draft step for its next token?
+            active = [i for i in active if keep(generations[i], drafted[i])]
+            if not active:
+                break
+            beside = [i for i in active if drafting_beside(generations[i].policy)]
+            if beside:
+                width = batch.stop([generations[i].policy for i in beside], len(generations), len(active))
+                if width is not None:  # the slots drafting beside each other verify `width` columns
+                    for i in beside:
+                        drafted[i] = width
+                    active = [i for i in active if i not in beside]
+                    continue
+            clock.now += draft(len(active))
+            if all(drafted_before[i] or drafted[i] for i in active):
+                batch.prices.observe(True, len(active), draft(len(active)))
+            taken = []
+            for i in active:
+                draft_s[i] += draft(len(active))
+                if generations[i].policy.keep_drafting(drafted[i], MARGIN):  # the token, by its margin
+                    drafted[i] += 1
+                    taken.append(i)
+            active = [i for i in taken if drafted[i] < asked[i]]
+        widest = max(drafted)
+        verify_s = target(len(generations) * (widest + 1))
+        clock.now += verify_s
+        batch.prices.observe(False, len(generations) * (widest + 1), verify_s)
+        for i, generation in enumerate(generations):
+            accepted = 0
+            while accepted < drafted[i] and rng.random() < ALPHA:
+                accepted += 1
+            generation.policy.observe(drafted[i], accepted, draft_s[i], verify_s)
+            drafted_before[i] = drafted[i] > 0
+        widths.append(widest)
+    return widths
+
+
+def keep(generation: Running, drafted: int) -> bool:
+    """Before a draft pass: does this slot run it (beside others: always; alone: its rule says)?"""
+    return drafting_beside(generation.policy) or generation.policy.keep_drafting(drafted, None)
+
+
+def rate(k: int) -> float:
+    """Tokens a second of a step at K for every slot, as the passes cost here."""
+    tokens = SLOTS * expected_tokens_for_each_k([ALPHA] * k)[k]
+    return tokens / (k * draft(SLOTS) + target(SLOTS * (k + 1)))
+
+
+def test_a_prior_that_makes_drafting_look_dear_does_not_keep_the_batch_at_k_zero():
+    """The slots' passes say drafting pays (K=3 makes 1.27x the tokens a second of K=0 here), the prior
+    says it does not: the batch must leave K=0 within a few explorations, and then keep drafting."""
+    assert rate(3) > 1.25 * rate(0)
+    generations = [Running(AutoK(DEAR, ALPHA, confidence_stops=True)) for _ in range(SLOTS)]
+    widths = run(generations, 200, random.Random(0))
+    first = next(step for step, width in enumerate(widths) if width >= 2)
+    assert first <= 4 * EXPLORE_EVERY
+    assert sum(width >= 1 for width in widths[100:]) >= 90  # drafting, bar the odd step
+
+
+def test_where_drafting_does_not_pay_the_explorations_back_off():
+    """Passes priced by what they cost (drafting loses at any acceptance): the batch tries drafting
+    again only ever more rarely, so the explorations cost a bounded share of the steps."""
+    global ALPHA
+    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True)) for _ in range(SLOTS)]
+    saved, ALPHA = ALPHA, 0.1
+    try:
+        widths = run(generations, 600, random.Random(1))
+    finally:
+        ALPHA = saved
+    explored = sum(width == 2 for width in widths[300:])
+    assert explored <= 300 // EXPLORE_MAX_EVERY + 1
+
+
+def test_a_slot_alone_leaves_k_zero_where_its_prior_makes_drafting_look_dear():
+    """The same for a slot alone, whose own rule keeps it at K=0 on the prior's prices: its probes draft
+    one token (the draft pass that reads what K=0 skipped, never priced), so only an exploring step
+    prices a draft pass; after it the slot drafts."""
+    generations = [Running(AutoK(DEAR, ALPHA, confidence_stops=True))]
+    widths = run(generations, 200, random.Random(2))
+    first = next(step for step, width in enumerate(widths) if width >= 2)
+    assert first <= 4 * EXPLORE_EVERY
+    assert sum(width >= 2 for width in widths[100:]) >= 90
