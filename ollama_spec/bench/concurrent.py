@@ -238,24 +238,32 @@ def run_concurrent(
 
 
 def _clients(engine, prompts, settings, n: int, k: int | None, max_tokens: int, run: int):
-    """n client threads at once, client i running the prompts from prompt i on; (wall seconds, results)."""
+    """n clients at once, client i running the prompts from prompt i on; (wall seconds, results). Their
+    first requests are admitted at the same turn of the step loop: started by their threads, a busy
+    machine may run one client's first answers before another client's thread has asked."""
     results: list[tuple[Prompt, object]] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def client(i: int) -> None:
+    def request(prompt: Prompt) -> Request:
+        return Request(
+            prompt.prompt,
+            system=prompt.system,
+            max_tokens=max_tokens,
+            ignore_eos=True,
+            sampling=SamplingSettings(temperature=settings.temperature, seed=settings.seed + run),
+            speculation=SpeculationSettings(k),
+        )
+
+    def client(i: int, first) -> None:
         try:
             for j in range(len(prompts)):
                 prompt = prompts[(i + j) % len(prompts)]
-                request = Request(
-                    prompt.prompt,
-                    system=prompt.system,
-                    max_tokens=max_tokens,
-                    ignore_eos=True,
-                    sampling=SamplingSettings(temperature=settings.temperature, seed=settings.seed + run),
-                    speculation=SpeculationSettings(k),
-                )
-                ticket, pieces = stream(engine.loop, request, engine.prompt_tokens(request))
+                if j == 0:
+                    ticket, pieces = first
+                else:
+                    asked = request(prompt)
+                    ticket, pieces = stream(engine.loop, asked, engine.prompt_tokens(asked))
                 for _ in pieces:
                     pass
                 with lock:
@@ -263,8 +271,12 @@ def _clients(engine, prompts, settings, n: int, k: int | None, max_tokens: int, 
         except BaseException as exc:  # noqa: BLE001 - raised again on the calling thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=client, args=(i,), name=f"bench-client-{i}") for i in range(n)]
+    firsts = [request(prompts[i % len(prompts)]) for i in range(n)]
+    tokens = [engine.prompt_tokens(asked) for asked in firsts]
     started = time.perf_counter()
+    with engine.loop.together():
+        streams = [stream(engine.loop, asked, prompt) for asked, prompt in zip(firsts, tokens)]
+    threads = [threading.Thread(target=client, args=(i, streams[i]), name=f"bench-client-{i}") for i in range(n)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -77,6 +77,29 @@ def test_two_clients_in_process_give_each_row_a_rate_and_a_ceiling(tiny_models):
     assert max(p.sequences for p in report.passes[2]) == 2  # two clients' steps ran as one batch
 
 
+def test_the_clients_first_requests_run_side_by_side_however_late_their_threads_start(tiny_models, monkeypatch):
+    """As a busy machine may: client 1's thread starts only once client 0's has run all its prompts. Their
+    first requests still run in the same passes, so the row times the clients at once that it names."""
+    import threading
+
+    real_start, first = threading.Thread.start, []
+
+    def start(thread):
+        if thread.name == "bench-client-1":
+            first[0].join(60)
+        real_start(thread)
+        if thread.name == "bench-client-0":
+            first.append(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    prompts = [Prompt("fox", "The quick brown fox"), Prompt("sky", "The sky is")]
+    settings = BenchSettings(max_tokens=8, runs=1, warmup=False, n_ctx=512)
+    with Engine(*tiny_models, engine_settings(parallel=2, n_ctx=512)) as engine:
+        report = run_concurrent(engine, prompts, settings, [2], [2])
+    assert not report.mismatches and len(report.cells[(2, 2)].rates) == 1
+    assert max(p.sequences for p in report.passes[2] if p.model == 1) == 2  # both clients' drafts in one pass
+
+
 def test_bench_in_process_prints_the_table(invoke, tiny_store, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The quick brown fox\n", encoding="utf-8")

@@ -97,34 +97,43 @@ def test_a_delete_on_a_read_only_store_fails_before_unloading(store_copy, monkey
 
 
 @pytest.fixture
-def slow_pieces(monkeypatch):
-    """Each generation's text comes a piece every 50 ms (a slow model), until the test sets the event."""
-    fast = threading.Event()
+def held_streams(monkeypatch):
+    """Each generation, once its first piece of text has been handed on, runs no further step until the
+    test sets the event or its request is cancelled: its stream is running, whatever the machine's load
+    and wherever its answer would end, for as long as the test needs it to."""
+    let_go = threading.Event()
     real = Generation.steps
 
-    def slowed(self, *, runs=False):
-        steps = real(self, runs=runs)
+    def held(self, *, runs=False):
+        steps, shown = real(self, runs=runs), False
         try:
             item = next(steps)
             while True:
                 if isinstance(item, Eval):  # an evaluation: its rows go on to the steps
-                    item = steps.send((yield item))
+                    rows = yield item
+                    # the loop hands a step's text on before it runs the next pass: the client has it by now
+                    while shown and not let_go.wait(0.01) and not (self.stop and self.stop()):
+                        pass
+                    item = steps.send(rows)
                 else:
+                    shown = True
                     yield item
-                    fast.wait(0.05)
                     item = next(steps)
         except StopIteration:
             return
         finally:
             steps.close()
 
-    monkeypatch.setattr(Generation, "steps", slowed)
-    return fast
+    monkeypatch.setattr(Generation, "steps", held)
+    yield let_go
+    let_go.set()  # a test that failed before letting its streams go
 
 
 def _streamed_chat(url: str, model: str, num_predict: int, started: threading.Event, outcome: list) -> None:
+    # greedy: the answer's first token is text, not its end (the model's default samples, by a random seed)
+    options = {"num_predict": num_predict, "temperature": 0}
     chunks = ollama.Client(host=url, timeout=120).chat(
-        model=model, messages=[{"role": "user", "content": "Hi"}], stream=True, options={"num_predict": num_predict}
+        model=model, messages=[{"role": "user", "content": "Hi"}], stream=True, options=options
     )
     try:
         for _ in chunks:
@@ -134,9 +143,9 @@ def _streamed_chat(url: str, model: str, num_predict: int, started: threading.Ev
         outcome.append(exc.error)
 
 
-def test_a_delete_ends_the_running_stream_of_its_model(store_copy, slow_pieces):
+def test_a_delete_ends_the_running_stream_of_its_model(store_copy, held_streams):
     """As Ollama's delete: the model's running stream ends now with an error that says why, and the delete
-    goes through without waiting for the stream's whole answer (about 100 s of pieces here)."""
+    goes through without waiting for the stream's whole answer (held here until the test lets it go)."""
     with running_store(store_copy, no_draft=True) as (url, _):
         started, outcome = threading.Event(), []
         stream = threading.Thread(target=_streamed_chat, args=(url, "tiny-target", 100_000, started, outcome))
@@ -148,16 +157,16 @@ def test_a_delete_ends_the_running_stream_of_its_model(store_copy, slow_pieces):
         )
         delete.start()
         delete.join(20)
-        slow_pieces.set()
+        assert deleted and deleted[0].status == "success", "the delete waited for the stream"
+        held_streams.set()
         stream.join(60)
         delete.join(60)
-        assert deleted and deleted[0].status == "success"
         assert len(outcome) == 1 and "is being deleted" in outcome[0], outcome
         assert "tiny-target:latest" not in names(url)
         assert get(url + "/api/ps").json()["models"] == []
 
 
-def test_a_model_unloading_after_its_stream_is_listed_as_stopping(store_copy, slow_pieces):
+def test_a_model_unloading_after_its_stream_is_listed_as_stopping(store_copy, held_streams):
     """/api/ps keeps listing a model told to unload while a stream still runs on it, with an expiry in the
     past (what `ollama ps` shows as "Stopping..."); it leaves the list when the stream ends."""
     with running_store(store_copy, no_draft=True) as (url, _):
@@ -167,7 +176,7 @@ def test_a_model_unloading_after_its_stream_is_listed_as_stopping(store_copy, sl
         assert started.wait(60)
         assert post(url + "/api/generate", json={"model": "tiny-target", "keep_alive": 0}).status_code == 200
         listed = ollama.Client(host=url).ps().models
-        slow_pieces.set()
+        held_streams.set()
         stream.join(60)
         assert [m.model for m in listed] == ["tiny-target:latest"], f"the stream's end: {outcome}"
         assert listed[0].expires_at < datetime.now(timezone.utc)
