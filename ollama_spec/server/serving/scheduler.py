@@ -240,8 +240,7 @@ class Scheduler:
     ) -> Served:
         """Load the model `_identify` read, planned once (pairs.decide, pairs.fit) and loaded as planned
         (Engine.load). Again with a larger context: the loaded pair's decisions stand, only the fit is new.
-        The pair starts with the keep_alive of the request that loads it: /api/ps, asked between the load
-        and that request's turn, lists the expiry the request asked for, not the server's default."""
+        It starts with the loading request's keep_alive (what /api/ps lists before that request's turn)."""
         key, digest = stored.name, stored.digest
         async with self.resident.locked():  # one load at a time, as Ollama's scheduler; no unload beside it
             current = self.loaded.get(key)
