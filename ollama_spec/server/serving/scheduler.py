@@ -309,6 +309,10 @@ class Scheduler:
         except ModelNotFound as exc:
             raise ModelNotFound(one_line(str(exc))) from None
         except OllamaSpecError as exc:
+            # the name was read before a delete took its files (a request retrying after the delete closed
+            # its pair): not found, as after the delete; files missing from a model still named are a 400
+            if not await asyncio.to_thread(self.has_model, stored.name):
+                raise not_found(stored.name) from None
             raise _refusal(exc) from None
         return decided, replace(pair, settings=replace(pair.settings, max_queue=self.max_queue))
 

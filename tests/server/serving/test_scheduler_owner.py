@@ -87,6 +87,25 @@ def test_a_delete_during_the_models_own_load_waits_for_it_and_leaves_nothing_loa
     asyncio.run(scenario())
 
 
+def test_a_model_deleted_between_its_read_and_its_plan_is_a_404_not_a_broken_store(store_copy):
+    """A delete that lands after a request read the model's name but before its load planned (a request
+    retrying after the delete closed its pair) finds the files gone: not found, as after the delete."""
+
+    async def scenario():
+        owner = scheduler(store_copy)
+
+        async def deleted(key):  # what a delete running beside the request did meanwhile
+            await asyncio.to_thread(delete_model, key, str(store_copy))
+
+        owner.before_load = deleted
+        got = (await asyncio.gather(owner.acquire("tiny-alien", None), return_exceptions=True))[0]
+        assert isinstance(got, Exception) and api_error(got).status == 404, got
+        assert owner.loaded == {}
+        owner.shutdown()
+
+    asyncio.run(scenario())
+
+
 def test_a_copy_over_a_loaded_name_answers_with_the_new_weights(store_copy):
     with running_store(store_copy, no_draft=True) as (url, _):
         draft_said, target_said = answer(url, "tiny-alien"), answer(url, "tiny-target")
