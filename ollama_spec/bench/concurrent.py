@@ -138,7 +138,7 @@ class ConcurrentReport:
         deepest = 0
         for start in range(len(names)):  # the client i runs prompt i + j: every mix in turn
             slots = [survival[names[(start + i) % len(names)]] for i in range(clients)]
-            step = plan_step(slots, target, draft)
+            step = best_step(slots, target, draft)
             # each slot's requests whole: max_tokens in their expected steps, the last one's drafts cut
             tokens += sum(self.max_tokens / request_steps(s, k, self.max_tokens) for s, k in zip(slots, step.ks))
             seconds, deepest = seconds + step.seconds, max(deepest, step.deepest)
@@ -156,16 +156,10 @@ class Step:
     ks: tuple[int, ...]
 
 
-def best_step(slots: Sequence[Sequence[float]], target: Line, draft: Line | None) -> tuple[float, float, int]:
+def best_step(slots: Sequence[Sequence[float]], target: Line, draft: Line | None) -> Step:
     """The step with the most expected tokens per second when slot i's j-th draft survives with
     slots[i][j]: each slot its own K, up to the deepest, D draft passes of every slot and one verify
-    pass of all tokens. Returns (expected tokens, seconds, D)."""
-    step = plan_step(slots, target, draft)
-    return step.tokens, step.seconds, step.deepest
-
-
-def plan_step(slots: Sequence[Sequence[float]], target: Line, draft: Line | None) -> Step:
-    """best_step, with each slot's K."""
+    pass of all tokens."""
     n = len(slots)
     best = Step(float(n), target(n), 0, (0,) * n)
     for deepest in range(1, max(map(len, slots), default=0) + 1):

@@ -22,16 +22,16 @@ def test_a_pass_line_goes_through_each_sizes_median_so_one_pause_does_not_bend_i
 
 def test_the_ideal_step_drafts_deep_where_a_pass_costs_the_same_whatever_its_size():
     flat = Line(0.020, 0.0)  # a GPU: the weights' read is the whole pass
-    tokens, _, deepest = best_step([[0.9, 0.8, 0.7, 0.6]] * 4, flat, Line(0.001, 0.0))
-    assert deepest == 4 and tokens == pytest.approx(4 * (1 + 0.9 + 0.8 + 0.7 + 0.6))
+    step = best_step([[0.9, 0.8, 0.7, 0.6]] * 4, flat, Line(0.001, 0.0))
+    assert step.deepest == 4 and step.tokens == pytest.approx(4 * (1 + 0.9 + 0.8 + 0.7 + 0.6))
 
 
 def test_the_ideal_step_gives_a_draft_that_misses_no_tokens_and_one_that_hits_its_own():
     steep = Line(0.010, 0.010)  # a CPU: every token in the batch costs as much as the weights' read
-    tokens, _, deepest = best_step([[0.95, 0.9], [0.0, 0.0]], steep, Line(0.001, 0.0))
-    assert deepest == 2 and tokens == pytest.approx(2 + 0.95 + 0.9)  # the second slot's drafts not taken
-    tokens, _, deepest = best_step([[0.1, 0.01]] * 2, steep, Line(0.001, 0.0))
-    assert deepest == 0 and tokens == 2  # drafts that do not pay: the target alone
+    step = best_step([[0.95, 0.9], [0.0, 0.0]], steep, Line(0.001, 0.0))
+    assert step.deepest == 2 and step.tokens == pytest.approx(2 + 0.95 + 0.9)  # the second slot's drafts not taken
+    step = best_step([[0.1, 0.01]] * 2, steep, Line(0.001, 0.0))
+    assert step.deepest == 0 and step.tokens == 2  # drafts that do not pay: the target alone
 
 
 def test_a_requests_last_step_drafts_no_further_than_its_answer():
