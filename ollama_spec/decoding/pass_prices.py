@@ -27,10 +27,12 @@ descheduled pass must not make a shape (a K) look dear and keep the loop from ru
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ollama_spec.decoding.step_costs import OUTLIER_FACTOR, StepCosts
 
@@ -274,7 +276,8 @@ class PassPrices:
         if last is None:
             return None
         seconds, at = last
-        then = next((scale for noted, scale in reversed(self._scales) if noted <= at), None)
+        noted = bisect.bisect_right(self._scales, at, key=itemgetter(0))  # the last noted by then
+        then = self._scales[noted - 1][1] if noted else None
         return seconds * self._target_scale() / then if then else None
 
     def _target_prior(self, tokens: int) -> float:

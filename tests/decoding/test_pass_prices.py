@@ -219,3 +219,22 @@ def test_least_squares_is_numpys_weighted_fit():
         assert slope == pytest.approx(want_slope, rel=1e-6, abs=1e-12)
         assert mean_y - slope * mean_x == pytest.approx(want_intercept, rel=1e-6, abs=1e-12)
     assert least_squares([(3.0, 0.5, 1.0), (3.0, 0.7, 1.0)])[2] == 0.0  # no spread: no slope
+
+
+def test_a_stale_size_moves_by_the_last_scale_noted_by_its_pass():
+    """`_moved` finds the machine's speed as noted when the size last ran (the last scale noted at or
+    before that pass) by bisection: the same as reading the notes back from the newest."""
+    rng = np.random.default_rng(3)
+    prices = PassPrices(prior=StepCosts(0.00005, tuple(0.0002 + 0.00001 * n for n in range(1, 37))))
+    for _ in range(300):
+        size = int(rng.choice([4, 8, 12, 16, 20, 24]))
+        prices.step_costs(8)  # notes the scale now and then
+        prices.observe(False, size, (0.0002 + 0.00001 * size) * float(rng.uniform(0.5, 3.0)))
+        now = prices._target_scale()  # noted first where worked out afresh
+        for seen in (4, 8, 12, 16, 20, 24):
+            last = prices._target.last(seen)
+            if last is None:
+                continue
+            then = next((scale for noted, scale in reversed(prices._scales) if noted <= last[1]), None)
+            want = last[0] * now / then if then else None
+            assert prices._moved(prices._target, seen) == (pytest.approx(want) if want else None)
