@@ -162,7 +162,9 @@ if [ -n "${CEILING:-}" ] && [ -f "$CEILING" ]; then
         echo "$line"
         mapfile -t got < <(rates ours "$n")
         if [ -n "$auto" ] && [ "${#got[@]}" -gt 0 ]; then
-            echo "$n client(s): served ÷ in process $(ratio "$(median "${got[@]}")" "$auto") (medians)"
+            note="medians"
+            [ "$n" = 1 ] && note="$note; served: a request's rate after its first token, in process: with its prompt read"
+            echo "$n client(s): served ÷ in process $(ratio "$(median "${got[@]}")" "$auto") ($note)"
         fi
     done
 fi
