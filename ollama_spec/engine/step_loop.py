@@ -72,6 +72,7 @@ class StepLoop:
     _passes_s: float = 0.0
     _mark: float = 0.0  # where the time the next pass is priced by begins (`_pass`)
     _admitted_s: float = 0.0  # this turn's Python before its first pass: the step's, priced with its target pass
+    _handed_s: float = 0.0  # this turn's text handed on before its passes (`_send`): the step's, as `_admitted_s`
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, _Slot] = field(default_factory=dict)
@@ -173,7 +174,7 @@ class StepLoop:
         started, self._passes_s = time.perf_counter(), 0.0
         self._admit()
         self._mark = time.perf_counter()
-        self._admitted_s = self._mark - started
+        self._admitted_s, self._handed_s = self._mark - started, 0.0
         target = self._target  # the others draft: a draft model's sequences, or a head's
         while True:
             if len(self._slots) == 1:  # alone: nothing to sort out, and no slot to stop drafting beside
@@ -255,8 +256,12 @@ class StepLoop:
     def _pass(self, slots: list[_Slot]) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
         model = slots[0].model
+        handed = 0.0
         if self._outbox:  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
+            handed = time.perf_counter()
             self._send()
+            handed = time.perf_counter() - handed
+            self._handed_s += handed
         started = time.perf_counter()
         try:
             items = [
@@ -283,16 +288,19 @@ class StepLoop:
         # Priced by what it took since the pass before it: the Python that led up to it, its decode, and
         # its slots reading their rows up to their next evaluations (a draft token sampled and weighed; a
         # step verified and the next one begun); a target pass, the step's Python before its first pass
-        # too. K is then chosen on what a step really takes, not its llama.cpp calls alone (on the tiny
-        # pair a draft token's Python is about its decode). Not priced: a draft's prompt read (not what
-        # its steps cost), and a pass a request ended in (its closing Python).
+        # and its text handed on too. K is then chosen on what a step really takes, not its llama.cpp
+        # calls alone (on the tiny pair a draft token's Python is about its decode). The text is handed
+        # on once a step, before the step's first pass, whichever it is (the readers woken take the GIL,
+        # on a busy machine the core too): counted in that pass, a step's first draft column would look
+        # dearer than the next by it, and a step at K=0 dearer than a drafting one's target pass.
+        # Not priced: a draft's prompt read (not what its steps cost), and a pass a request ended in.
         now = time.perf_counter()
-        seconds, self._mark = now - self._mark, now
+        seconds, self._mark = now - self._mark - handed, now
+        if not draft:
+            seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
         if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
             return
-        self.engine.costs.passes.observe(
-            draft, len(items) if draft else widest * len(items), seconds if draft else seconds + self._admitted_s
-        )
+        self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
 
     def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
