@@ -290,7 +290,7 @@ class StepLoop:
         seconds, self._mark = now - self._mark, now
         if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
             return
-        self.engine.costs.passes.observe(
+        self.engine.costs.observe(
             draft, len(items) if draft else widest * len(items), seconds if draft else seconds + self._admitted_s
         )
 
