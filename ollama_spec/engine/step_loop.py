@@ -300,7 +300,7 @@ class StepLoop:
             seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
         if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
             return
-        self.engine.costs.passes.observe(draft, len(items) if draft else widest * len(items), seconds)
+        self.engine.costs.observe(draft, len(items) if draft else widest * len(items), seconds)
 
     def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
