@@ -7,14 +7,21 @@
 #   ROUNDS=1        rounds of ours then llama-server: this machine's speed drifts, a ratio per round holds
 #   LLAMA_SERVER    a llama-server binary: serves the same two GGUF blobs, --spec-type draft-simple
 #                   (draft-eagle3 when DRAFT is an EAGLE-3 head; with DRAFT mtp, the target's blob alone
-#                   and draft-mtp) --spec-draft-n-max K -np 4, after ours has stopped
+#                   and draft-mtp) --spec-draft-n-max K -np PARALLEL, after ours has stopped
 #   K               the draft length for both servers (ours: -k K); unset: ours chooses, llama-server 6
 #                   (its best draft length on the demo pair)
+#   NATIVE_KS       llama-server's draft lengths to try, e.g. "4 6 8": each round serves it at each, and
+#                   its best at each client count is the one ours is compared with (default: K, else 6)
+#   PARALLEL=4      slots: ours --parallel, llama-server -np
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   MAX_TOKENS=96   each request's max_tokens (fewer: a quick check that every step runs)
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
 #   CEILING         a results-concurrent.json of `bench --concurrency N --in-process`: each rate is also
-#                   given as a share of the ideal schedule's ceiling at that client count
+#                   given as a share of the ideal schedule's ceiling at that client count (at most
+#                   PARALLEL: more clients queue for the slots); CEILING=measure runs that bench first,
+#                   on PARALLEL slots with these requests (MAX_TOKENS, SLOT_CTX, THREADS; -k auto and
+#                   CEILING_K, default 8, whose acceptance by position the ideal schedule drafts with),
+#                   and shows how far above llama-server the ceiling lets any schedule of ours go
 set -euo pipefail
 if [ $# -lt 3 ]; then echo "usage: scripts/bench-serve.sh BIN TARGET DRAFT [serve flags...]" >&2; exit 2; fi
 bin=$1 target=$2 draft=$3
@@ -24,13 +31,16 @@ if [ -n "${LLAMA_SERVER:-}" ] && [ ! -x "$LLAMA_SERVER" ]; then
     exit 2
 fi
 clients=${CLIENTS:-1 4}
+parallel=${PARALLEL:-4}
+native_ks=${NATIVE_KS:-${K:-6}}
 slot_ctx=${SLOT_CTX:-2048}
 max_tokens=${MAX_TOKENS:-96}
 port=$("$bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 log=$(mktemp)
+measured=$(mktemp -d)
 server=
 stop() { if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; fi; server=; }
-trap 'stop; rm -f "$log"' EXIT
+trap 'stop; rm -rf "$log" "$measured"' EXIT
 
 wait_up() {  # the health URL answers, or the server's log and a failure
     for _ in $(seq 1 600); do
@@ -43,6 +53,7 @@ wait_up() {  # the health URL answers, or the server's log and a failure
 }
 
 declare -A rate  # "server round clients" -> tok/s: a request's with one client, all together with more
+declare -A best_k  # "round clients" -> llama-server's best --spec-draft-n-max
 
 measure() {  # KEY NAME ROUND: every client count against the server on $port
     local n out
@@ -74,60 +85,109 @@ ours_k=()
 threads=()
 [ -n "${THREADS:-}" ] && threads=(--threads "$THREADS")
 rounds=${ROUNDS:-1}
+
+if [ "${CEILING:-}" = measure ]; then  # the ideal schedule of these requests on our engine, in process
+    [ "$draft" = mtp ] && ceiling_draft=mtp || ceiling_draft=$draft
+    echo "== the ceiling: bench --concurrency $parallel --in-process, $max_tokens tokens a request"
+    "$bin/ollama-spec" bench "$target" -d "$ceiling_draft" --concurrency "$parallel" --in-process \
+        -k "auto,${CEILING_K:-8}" --runs 1 --max-tokens "$max_tokens" --ctx "$slot_ctx" "${threads[@]}" \
+        --out "$measured" 2>"$log" || { cat "$log" >&2; exit 1; }
+    CEILING=$measured/results-concurrent.json
+fi
 for round in $(seq 1 "$rounds"); do
     rounds_note=""
     [ "$rounds" -gt 1 ] && rounds_note=" (round $round of $rounds)"
-    "$bin/ollama-spec" serve "$target" --draft "$draft" --port "$port" --parallel 4 --ctx "$slot_ctx" \
+    "$bin/ollama-spec" serve "$target" --draft "$draft" --port "$port" --parallel "$parallel" --ctx "$slot_ctx" \
         "${threads[@]}" "${ours_k[@]}" "$@" >"$log" 2>&1 &
     server=$!
     wait_up "http://127.0.0.1:$port/health"
-    measure ours "ollama-spec serve --parallel 4" "$round"
+    measure ours "ollama-spec serve --parallel $parallel" "$round"
     stop
 
-    if [ -n "${LLAMA_SERVER:-}" ]; then
+    for native_k in $native_ks; do
+        [ -n "${LLAMA_SERVER:-}" ] || break
         ngl=${NGL:-99}
-        "$LLAMA_SERVER" -m "$(blob "$target")" "${native_draft[@]}" --spec-draft-n-max "${K:-6}" \
-            -np 4 -c $((4 * slot_ctx)) -ngl "$ngl" --temp 0 ${THREADS:+-t "$THREADS"} \
+        "$LLAMA_SERVER" -m "$(blob "$target")" "${native_draft[@]}" --spec-draft-n-max "$native_k" \
+            -np "$parallel" -c $((parallel * slot_ctx)) -ngl "$ngl" --temp 0 ${THREADS:+-t "$THREADS"} \
             --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
         server=$!
         wait_up "http://127.0.0.1:$port/health"
-        measure native "llama-server -np 4, the same draft" "$round"
+        measure "native-$native_k" "llama-server -np $parallel --spec-draft-n-max $native_k, the same draft" "$round"
         stop
-    fi
+        for n in $clients; do  # its best draft length at each client count, this round
+            r=${rate["native-$native_k $round $n"]:-}
+            best=${rate["native $round $n"]:-}
+            if [ -n "$r" ] && { [ -z "$best" ] || awk -v a="$r" -v b="$best" 'BEGIN { exit !(a > b) }'; }; then
+                rate["native $round $n"]=$r
+                best_k["$round $n"]=$native_k
+            fi
+        done
+    done
 done
 
-ceiling() {  # the ideal schedule's tok/s at $1 clients, from $CEILING; empty if none
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.3f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+rates() {  # WHO N: that server's rate at N clients, one a round (the rounds that have one)
+    local round r
+    for round in $(seq 1 "$rounds"); do
+        r=${rate["$1 $round $2"]:-}
+        [ -n "$r" ] && echo "$r"
+    done
+}
+ceiling() {  # the ideal schedule's tok/s and in-process auto's at $1 clients on $parallel slots, from $CEILING
     [ -n "${CEILING:-}" ] && [ -f "$CEILING" ] || return 0
-    "$bin/python" -c "import json, sys; c = json.load(open(sys.argv[1]))['ceiling'].get(sys.argv[2]); print(f'{c:.1f}' if c else '')" \
-        "$CEILING" "$1"
+    "$bin/python" - "$CEILING" "$(($1 < parallel ? $1 : parallel))" <<'PY'
+import json, sys
+data, n = json.load(open(sys.argv[1])), sys.argv[2]
+top = data["ceiling"].get(n)
+auto = [c["median"] for c in data["cells"] if str(c["clients"]) == n and c["k"] == "auto"]
+if top:
+    print(f"{top:.1f} {auto[0]:.1f}" if auto else f"{top:.1f}")
+PY
 }
 if [ -n "${CEILING:-}" ] && [ -f "$CEILING" ]; then
-    echo "== share of the ideal schedule's ceiling ($CEILING), by round"
+    echo "== the ideal schedule's ceiling on $parallel slots ($CEILING): each rate's share of it, by round"
     for n in $clients; do
-        top=$(ceiling "$n")
+        read -r top auto <<<"$(ceiling "$n")"
         [ -n "$top" ] || continue
-        line="$n client(s), ceiling $top tok/s:"
-        for round in $(seq 1 "$rounds"); do
-            for who in ours native; do
-                r=${rate["$who $round $n"]:-}
-                [ -n "$r" ] && line="$line  $who $(awk -v a="$r" -v b="$top" 'BEGIN { printf "%.2f", a / b }')"
-            done
+        line="$n client(s), ceiling $top tok/s"
+        [ -n "$auto" ] && line="$line (in process, -k auto: $auto, $(ratio "$auto" "$top"))"
+        line="$line:"
+        for who in ours native; do
+            mapfile -t got < <(rates "$who" "$n")
+            [ "${#got[@]}" -gt 0 ] || continue
+            line="$line  ${who/native/llama-server}"
+            for r in "${got[@]}"; do line="$line $(ratio "$r" "$top")"; done
         done
         echo "$line"
+        mapfile -t got < <(rates ours "$n")
+        if [ -n "$auto" ] && [ "${#got[@]}" -gt 0 ]; then
+            note="medians"
+            [ "$n" = 1 ] && note="$note; served: a request's rate after its first token, in process: with its prompt read"
+            echo "$n client(s): served ÷ in process $(ratio "$(median "${got[@]}")" "$auto") ($note)"
+        fi
     done
 fi
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
     echo "== ours / llama-server, tok/s (1 client: a request's; more: all clients' together), by round"
     for n in $clients; do
-        line="$n client(s):"
+        line="$n client(s):" ratios=()
         for round in $(seq 1 "$rounds"); do
             ours=${rate["ours $round $n"]:-} native=${rate["native $round $n"]:-}
             line="$line  ${ours:-?} / ${native:-?}"
+            [ -n "$native" ] && [ "$(wc -w <<<"$native_ks")" -gt 1 ] && line="$line (K=${best_k["$round $n"]})"
             if [ -n "$ours" ] && [ -n "$native" ]; then
-                line="$line = $(awk -v a="$ours" -v b="$native" 'BEGIN { printf "%.2fx", a / b }')"
+                ratios+=("$(ratio "$ours" "$native")")
+                line="$line = ${ratios[-1]}x"
             fi
         done
+        [ "${#ratios[@]}" -gt 1 ] && line="$line; median $(printf "%.2f" "$(median "${ratios[@]}")")x"
+        mapfile -t got < <(rates native "$n")
+        read -r top _ <<<"$(ceiling "$n")"
+        if [ -n "$top" ] && [ "${#got[@]}" -gt 0 ]; then  # no schedule of our engine passes its ceiling
+            line="$line; the ceiling ÷ llama-server's median $(ratio "$top" "$(median "${got[@]}")")x at most"
+        fi
         echo "$line"
     done
 fi

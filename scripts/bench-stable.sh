@@ -6,6 +6,8 @@
 # that they be within 10 % of each other. Run it on an otherwise quiet machine.
 #   BUSY=1 scripts/bench-stable.sh BIN TARGET DRAFT [bench flags...]        (OLLAMA_MODELS as for bench)
 # Default flags: --concurrency ${CLIENTS:-4} --in-process -k auto --runs 3 --max-tokens 64.
+# It runs `BIN/python -m ollama_spec`: from a checkout's root, that checkout's code (an A/B of two
+# worktrees runs the script from each with the same BIN).
 set -euo pipefail
 if [ $# -lt 3 ]; then echo "usage: scripts/bench-stable.sh BIN TARGET DRAFT [bench flags...]" >&2; exit 2; fi
 bin=$1 target=$2 draft=$3
@@ -34,7 +36,7 @@ for run in 1 2 3; do
     fi
     loads[run]=$(load)
     : >"$work/err.$run"
-    "$bin/ollama-spec" bench "$target" --draft "$draft" --concurrency "${CLIENTS:-4}" --in-process -k auto \
+    "$bin/python" -m ollama_spec bench "$target" --draft "$draft" --concurrency "${CLIENTS:-4}" --in-process -k auto \
         --runs 3 --max-tokens 64 "$@" >"$work/out.$run" 2>"$work/err.$run" &
     bench=$!
     while kill -0 "$bench" 2>/dev/null; do
@@ -52,7 +54,7 @@ done
 
 # each table's auto rows: "CLIENTS auto TOK/S ..."
 echo
-echo "-k auto, median tok/s of each run (run 1 after the busy spell); $(nproc) cores, load average:"
+echo "-k auto, median tok/s of each run (run 1 after the busy spell), code from $("$bin/python" -c 'import os, ollama_spec; print(os.path.dirname(os.path.dirname(ollama_spec.__file__)))'); $(nproc) cores, load average:"
 for run in 1 2 3; do echo "  run $run: ${loads[run]}"; done
 awk '$1 ~ /^[0-9]+$/ && $2 == "auto" {
         rate[$1, FILENAME] = $3; clients[$1] = 1

@@ -2,7 +2,8 @@
 
 Each client is a thread that runs the prompt set in turn (client i starting at prompt i), every
 request in a slot of the engine's step loop beside the others, as `serve --parallel` runs them; the rate is all clients' tokens over the wall time. Rows (-k auto and fixed Ks) and
-client counts are interleaved round by round, so the machine's drift falls on all of them alike.
+client counts are interleaved round by round, each round's rows in a turned order, so the machine's drift
+falls on all of them alike.
 
 The ceiling is what an ideal schedule would make of the same passes: every batch the engine ran is
 timed (StepLoop.passes) and fitted as a line per model (seconds = a + c·tokens, from the passes
@@ -210,8 +211,9 @@ def run_concurrent(
         for k in rows:
             _clients(engine, prompts, settings, 1, k, WARMUP_TOKENS, 0)
     for run in range(settings.runs):
+        turned = [*rows[run % len(rows) :], *rows[: run % len(rows)]]  # no row always runs first or after another
         for n in clients:
-            for k in rows:
+            for k in turned:
                 progress(f"round {run + 1}: {n} client(s), K={k or 'auto'}")
                 loop.passes = report.passes.setdefault(n, [])
                 steps, outside = loop.steps, loop.outside_s

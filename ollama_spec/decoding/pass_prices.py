@@ -6,7 +6,7 @@ loop times every pass it runs (engine/step_loop.py) and tells them here, so the 
 by what this machine does now. A calibration (or the costs a previous process saved) is only the
 prior: its shape stands in for the sizes not seen yet, scaled by how the sizes that were seen
 compare with it, so a calibration taken while the machine was busy does not outlive the first
-passes, and a restart does not keep slow costs. Each size follows its passes of the last ~10 steps; a size
+passes, and a restart does not keep slow costs. Each size follows its last few passes (below); a size
 not run in the last STALE_PASSES steps keeps its last price only as the machine has moved since (the
 target's sizes seen then against those seen now), so that a size last run during a busy spell (a K the
 loop left then) does not keep that spell's price while the machine is quiet again. A draft with no
@@ -16,17 +16,27 @@ A pass's price is what the loop's time between passes says it took (engine/step_
 and the Python around it (a draft token sampled and weighed, a step verified and the next begun),
 which a calibration, timing llama.cpp's calls alone, leaves out. On the tiny pair a draft token's
 Python is about its decode: priced by the decode alone, a lone slot drafts 16 tokens where 3 pay.
+
+A pass the process was descheduled in (a busy machine's other processes ran) takes many times its
+price; such timings come now and then, and only ever too slow. A size's price is therefore the fastest
+of its last RECENT passes, which one or two such passes do not move (the machine turning faster moves
+it at the first pass, slower at the RECENT-th), and the first pass of a size with no price of its own
+lately counts at most OUTLIER_FACTOR times what it was priced at (any faster is taken as timed): one
+descheduled pass must not make a shape (a K) look dear and keep the loop from running it again.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
-from ollama_spec.decoding.step_costs import OUTLIER_FACTOR, StepCosts, bounded
+from ollama_spec.decoding.step_costs import OUTLIER_FACTOR, StepCosts
 
-DECAY = 0.8  # per step (target pass): a size's cost follows its passes of the last ~10 steps
+RECENT = 3  # a size's price: the fastest of its last this many passes (see the module)
 STALE_PASSES = 16  # a size not run in this many steps (target passes) is priced as one never seen
 # With no prior at all (no calibration yet), a target pass costs this much more per token than one
 # of a single token (a CPU's kernels; a GPU's is near 0, and the first passes say which), and a draft
@@ -57,27 +67,46 @@ def pass_seconds(prices: StepCosts, tokens: int) -> float:
     return timed[-1] + slope * (tokens - len(timed))
 
 
+def least_squares(points: Iterable[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The weighted least-squares line y = mean_y + slope·(x − mean_x) through (x, y, weight) points, in
+    one pass over them: (mean_x, mean_y, slope); slope 0 where the xs do not spread."""
+    sw = swx = swxx = swy = swxy = 0.0
+    for x, y, w in points:
+        sw += w
+        swx += w * x
+        swxx += w * x * x
+        swy += w * y
+        swxy += w * x * y
+    spread = sw * swxx - swx * swx
+    slope = (sw * swxy - swx * swy) / spread if spread > 1e-12 * sw * sw else 0.0
+    return swx / sw, swy / sw, slope
+
+
 @dataclass
 class _BySize:
-    """One model's pass seconds by size, each a decayed mean of the passes seen, and the target pass
-    (the step) it was last seen at."""
+    """One model's pass seconds by size, each the fastest of its recent passes, and the target pass (the
+    step) each size was last seen at."""
 
     _seen: dict[int, tuple[float, int]] = field(default_factory=dict)
+    _recent: dict[int, deque[float]] = field(default_factory=dict)  # each size's last RECENT passes
     _scale: float | None = None  # worked out once between passes
 
-    def observe(self, size: int, seconds: float, now: int) -> None:
+    def observe(self, size: int, seconds: float, now: int, priced: float | None = None) -> None:
+        """A pass of `size` took `seconds` at target pass `now`; `priced`: what the size was priced at,
+        where it has no price of its own lately (its first pass is bounded by it, see the module)."""
         entry = self._seen.get(size)
-        if entry is None or now - entry[1] >= STALE_PASSES:
-            self._seen[size] = (seconds, now)
-        else:  # the old value weighs as the steps since it say: a size run rarely (a probe's) is not ~10 runs behind
-            old, since = entry[0], now - entry[1]
-            kept = DECAY if since <= 1 else DECAY**since
-            # one pass far off its size's price (the thread descheduled, a collection) moves it a step's
-            # share of OUTLIER_FACTOR at most: a stale price is kept, so one must not set it
-            if not old / OUTLIER_FACTOR <= seconds <= old * OUTLIER_FACTOR:
-                seconds = bounded(seconds, old)
-            self._seen[size] = (kept * old + (1 - kept) * seconds, now)
+        recent = self._recent.get(size)
+        if entry is None or recent is None or now - entry[1] >= STALE_PASSES:
+            if priced:  # only ever too slow: a faster first pass is the machine faster than priced
+                seconds = min(seconds, OUTLIER_FACTOR * priced)
+            recent = self._recent[size] = deque(maxlen=RECENT)
+        recent.append(seconds)
+        self._seen[size] = (min(recent), now)
         self._scale = None
+
+    def recent(self, now: int) -> Iterable[tuple[int, float]]:
+        """Each size run in the last STALE_PASSES target passes, and its price."""
+        return ((size, s) for size, (s, at) in self._seen.items() if now - at < STALE_PASSES)
 
     def get(self, size: int, now: int) -> float | None:
         """The size's seconds, if it ran in the last STALE_PASSES target passes."""
@@ -90,11 +119,12 @@ class _BySize:
 
     def forget_stale(self, now: int) -> None:
         self._seen = {size: entry for size, entry in self._seen.items() if now - entry[1] < STALE_PASSES}
+        self._recent = {size: self._recent[size] for size in self._seen if size in self._recent}
 
     def scale(self, prior, now: int, otherwise: float = 1.0) -> float:
         """How the sizes seen lately compare with `prior` (`otherwise` where none was): the median ratio."""
         if self._scale is None:
-            ratios = [s / prior(size) for size, (s, at) in self._seen.items() if now - at < STALE_PASSES]
+            ratios = [s / prior(size) for size, s in self.recent(now)]
             self._scale = statistics.median(ratios) if ratios else 0.0
         return self._scale or otherwise
 
@@ -122,12 +152,14 @@ class PassPrices:
     def observe(self, draft: bool, size: int, seconds: float) -> None:
         """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
         if draft:
-            self._draft.observe(size, seconds, self._now)
+            priced = None if self.seen_lately(True, size) or not self._now else self.draft_pass(size)
+            self._draft.observe(size, seconds, self._now, priced)
         else:
+            priced = None if self.seen_lately(False, size) or not self._now else self.target_pass(size)
             self._now += 1
             self._priced.clear()
             self._rise = None
-            self._target.observe(size, seconds, self._now)
+            self._target.observe(size, seconds, self._now, priced)
             self._draft.forget_scale()  # the draft's scale follows the target's where it saw nothing lately
 
     def set_prior(self, prior: StepCosts) -> None:
@@ -189,10 +221,8 @@ class PassPrices:
         a shared CPU times ±10-30 %: per size, one soon looks cheaper than a smaller one (on the tiny
         pair, 4 tokens at 0.098 ms against 0.131 for 1), which a lone slot's K rule reads as drafts that
         cost nothing, and it drafts 16 where drafting does not pay at all."""
-        # one pass over the sizes, the weighted sums of least squares kept as it goes (the lone slot's
-        # K is priced by this every few steps: on the tiny pair a step is ~0.2 ms)
         target, now = self._target, self._now
-        sw = swx = swxx = swy = swxy = 0.0
+        points = []
         fresh_floor = stale_floor = float("inf")
         for x in range(1, sizes + 1):
             y = target.get(x, now)
@@ -203,14 +233,9 @@ class PassPrices:
                 w, stale_floor = STALE_WEIGHT, min(stale_floor, y)
             else:
                 w, fresh_floor = 1.0, min(fresh_floor, y)
-            sw += w
-            swx += w * x
-            swxx += w * x * x
-            swy += w * y
-            swxy += w * x * y
-        spread = sw * swxx - swx * swx
-        slope = max(0.0, (sw * swxy - swx * swy) / spread) if spread > 1e-12 * sw * sw else 0.0
-        mean_x, mean_y = swx / sw, swy / sw
+            points.append((x, y, w))
+        mean_x, mean_y, slope = least_squares(points)
+        slope = max(0.0, slope)
         # no pass at under half the cheapest run lately (the line's foot, bent by a few far sizes, is no price)
         floor = 0.5 * (fresh_floor if fresh_floor < float("inf") else stale_floor)
         return tuple(max(mean_y + slope * (x - mean_x), floor) for x in range(1, sizes + 1))
@@ -226,14 +251,10 @@ class PassPrices:
         prior = self._target_prior(tokens)
         if self._rise is None:
             self._rise = (0.0, scale)
-            now = self._now
-            seen = [
-                (self._target_prior(size), s) for size, (s, at) in self._target._seen.items() if now - at < STALE_PASSES
-            ]
-            xs = [x for x, _ in seen]
+            seen = [(self._target_prior(size), s, 1.0) for size, s in self._target.recent(self._now)]
+            xs = [x for x, _, _ in seen]
             if len(seen) >= 2 and max(xs) >= RISE_SPAN * min(xs):
-                mean_x, mean_y = sum(xs) / len(xs), sum(y for _, y in seen) / len(seen)
-                slope = sum((x - mean_x) * (y - mean_y) for x, y in seen) / sum((x - mean_x) ** 2 for x in xs)
+                mean_x, mean_y, slope = least_squares(seen)
                 slope = min(max(slope, RISE_BOUNDS[0] * scale), RISE_BOUNDS[1] * scale)
                 self._rise = (mean_y - slope * mean_x, slope)
         base, slope = self._rise
@@ -255,7 +276,8 @@ class PassPrices:
         if last is None:
             return None
         seconds, at = last
-        then = next((scale for noted, scale in reversed(self._scales) if noted <= at), None)
+        noted = bisect.bisect_right(self._scales, at, key=itemgetter(0))  # the last noted by then
+        then = self._scales[noted - 1][1] if noted else None
         return seconds * self._target_scale() / then if then else None
 
     def _target_prior(self, tokens: int) -> float:

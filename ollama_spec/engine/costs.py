@@ -29,6 +29,11 @@ LEARNED_AT_MOST = 2.0
 # passes read at other depths than the calibration's 256 tokens (on the tests' tiny pair, whose cost is
 # mostly attention, passes at 32 tokens cost 0.65-0.75 of those at 256).
 CALIBRATION_AT_MOST = 2.0
+# Within a request, the calibration the passes price from is checked against them (`_check_calibration`)
+# once this many target passes ran since: a busy one then goes within the first seconds of a long answer,
+# not at the next request. About every STALE_PASSES (decoding/pass_prices.py): each size's price follows
+# its last ~10 passes, and a check (a median over the sizes' prices) costs ~20-60 us of Python.
+CHECK_EVERY_PASSES = 16
 # A calibration says how far it is this often: the demo pair's 90 timed steps take 10 s on an idle
 # 2-core VM and 3 minutes on a loaded one, where a user must tell it from a hang. Each note
 # is made between steps, outside their timing.
@@ -52,6 +57,7 @@ class LearnedCosts:
         self.passes = PassPrices()
         self._prior_key: str | None = None  # whose calibration the passes price from
         self._busy: set[str] = set()  # cost keys whose calibration the passes found too dear: not used again
+        self._unchecked = 0  # target passes since the calibration was last checked against them
         # no timing before a request: without a calibration cached, -k auto starts from the passes'
         # prior shape and the step loop prices it from its first passes (serve: no wait at load)
         self.online = False
@@ -87,6 +93,16 @@ class LearnedCosts:
         elif learn and learned is not None and policy.confidence_stops:
             policy.seed_acceptance(learned)
         return policy
+
+    def observe(self, draft: bool, size: int, seconds: float) -> None:
+        """A pass the step loop ran (see PassPrices.observe); every CHECK_EVERY_PASSES target passes the
+        calibration they price from is checked against them, so that one timed while the machine was
+        busy goes within the request under way."""
+        self.passes.observe(draft, size, seconds)
+        if not draft:
+            self._unchecked += 1
+            if self._unchecked >= CHECK_EVERY_PASSES:
+                self._check_calibration()
 
     def keep_learned(self, speculation: SpeculationSettings, policy: KPolicy | None, shared: bool = False) -> None:
         """After a request: the costs an AutoK refined seed the next request's, and the cache on `save`;
@@ -191,6 +207,7 @@ class LearnedCosts:
         The passes then price alone, as with no calibration (serve's way), requests start from them,
         and `save` forgets it. Before any pass they are the calibration itself."""
         prior, key = self.passes.prior, self._prior_key
+        self._unchecked = 0
         if prior is None or key is None:
             return
         now = self.passes.step_costs(prior.k_max, drafts=prior.draft_step_s > 0)

@@ -4,7 +4,7 @@ As llama-server's `update_slots`: one thread owns the slots, and each turn of th
 
 1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule), and
    again before each later pass those that came meanwhile (a short prompt beside requests that
-   generate is read at once, in a target pass of its own: `_at_once`),
+   generate is read at once, in a target pass of its own: `prompt_chunks.read_at_once`),
 2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
    slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
 3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
@@ -37,7 +37,7 @@ import numpy as np
 
 from ollama_spec.decoding.evals import Declined, Eval
 from ollama_spec.engine.batch_k import BatchK, drafting_beside
-from ollama_spec.engine.prompt_chunks import ChunkSizer
+from ollama_spec.engine.prompt_chunks import ChunkSizer, read_at_once
 from ollama_spec.engine.requests import Request
 from ollama_spec.engine.tickets import Pass, Sink, Ticket, not_started
 
@@ -73,6 +73,7 @@ class StepLoop:
     _passes_s: float = 0.0
     _mark: float = 0.0  # where the time the next pass is priced by begins (`_pass`)
     _admitted_s: float = 0.0  # this turn's Python before its first pass: the step's, priced with its target pass
+    _handed_s: float = 0.0  # this turn's text handed on before its passes (`_send`): the step's, as `_admitted_s`
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, _Slot] = field(default_factory=dict)
@@ -174,9 +175,9 @@ class StepLoop:
         started, self._passes_s = time.perf_counter(), 0.0
         fresh = self._admit()
         self._mark = time.perf_counter()
-        self._admitted_s = self._mark - started
+        self._admitted_s, self._handed_s = self._mark - started, 0.0
         target = self._target  # the others draft: a draft model's sequences, or a head's
-        if fresh := _at_once(fresh, self._slots, target):
+        if fresh := read_at_once(fresh, self._slots, target):
             self._pass(fresh, priced=False)
         while True:
             if len(self._slots) == 1:  # alone: nothing to sort out, and no slot to stop drafting beside
@@ -220,13 +221,13 @@ class StepLoop:
     def _join(self) -> bool:
         """Before a draft or target pass of the turn: waiting requests into the free slots, so that a
         client's next request, sent while the draft passes ran, does not sit out the step under way with
-        its slot empty (`_at_once`, or its first evaluation in the next passes). True if any came in."""
+        its slot empty (`read_at_once`, or its first evaluation in the next passes). True if any came in."""
         if self.engine.slots == 1 or len(self._slots) >= self.engine.slots:
             return False
         fresh = self._admit_waiting()
         if any(not s.ticket.generation.result.tokens for s in self._slots.values()):
             self._chunks.reading()  # this turn's time is not a step's alone
-        if at_once := _at_once(fresh, self._slots, self._target):
+        if at_once := read_at_once(fresh, self._slots, self._target):
             self._pass(at_once, priced=False)
         return bool(fresh)
 
@@ -262,8 +263,12 @@ class StepLoop:
     def _pass(self, slots: list[_Slot], *, priced: bool = True) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
         model = slots[0].model
+        handed = 0.0
         if self._outbox:  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
+            handed = time.perf_counter()
             self._send()
+            handed = time.perf_counter() - handed
+            self._handed_s += handed
         started = time.perf_counter()
         try:
             items = [
@@ -290,16 +295,22 @@ class StepLoop:
         # Priced by what it took since the pass before it: the Python that led up to it, its decode, and
         # its slots reading their rows up to their next evaluations (a draft token sampled and weighed; a
         # step verified and the next one begun); a target pass, the step's Python before its first pass
-        # too. K is then chosen on what a step really takes, not its llama.cpp calls alone (on the tiny
-        # pair a draft token's Python is about its decode). Not priced: a draft's prompt read or a prompt
-        # read at once (not what steps cost), and a pass a request ended in (its closing Python).
+        # and its text handed on too. K is then chosen on what a step really takes, not its llama.cpp
+        # calls alone (on the tiny pair a draft token's Python is about its decode). The text is handed
+        # on once a step, before the step's first pass, whichever it is (the readers woken take the GIL,
+        # on a busy machine the core too): counted in that pass, a step's first draft column would look
+        # dearer than the next by it, and a step at K=0 dearer than a drafting one's target pass.
+        # Not priced: a draft's prompt read or a prompt read at once (not what steps cost), and a pass a
+        # request ended in.
         now = time.perf_counter()
-        seconds, self._mark = now - self._mark, now
-        if not priced or len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
+        seconds, self._mark = now - self._mark - handed, now
+        if not priced:
             return
-        self.engine.costs.passes.observe(
-            draft, len(items) if draft else widest * len(items), seconds if draft else seconds + self._admitted_s
-        )
+        if not draft:
+            seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
+        if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
+            return
+        self.engine.costs.observe(draft, len(items) if draft else widest * len(items), seconds)
 
     def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
@@ -367,24 +378,6 @@ def _declined(k: BatchK, drafting: list[_Slot], rows: int, advance: Callable[[_S
     for slot in members:
         advance(slot, Declined(width))
     return True
-
-
-def _at_once(fresh: list[_Slot], slots: dict[int, _Slot], target: Any) -> list[_Slot]:
-    """Of the slots just admitted, those whose prompt (a piece: read whole by its first step) is read at
-    once in a target pass of their own, their next step at K=0 (the draft has read nothing); none unless
-    some slot generates. Else it waits for the others' draft passes, then shares their verify pass, padded
-    to its width or split off (llama/passes.py). A chunked prompt stays a chunk a turn in their passes."""
-    if not fresh or all(not s.ticket.generation.result.tokens for s in slots.values()):
-        return []
-    whole = [
-        s
-        for s in fresh
-        if s.model is target and len(s.model.cached_of(s.wanted_seq)) + len(s.wanted.tokens) == len(s.ticket.prompt)
-    ]
-    for slot in whole:  # an AutoK's next step at K=0 (the step loop sets a shared step's K on it)
-        if getattr(slot.ticket.generation.policy, "shared_k", 0) is None:
-            slot.ticket.generation.policy.shared_k = 0
-    return whole
 
 
 def _wanting(slots: list[_Slot], finish: Callable[[_Slot], None]) -> list[_Slot]:

@@ -62,9 +62,12 @@ def test_client_counts_double_up_to_the_most():
 def test_two_clients_in_process_give_each_row_a_rate_and_a_ceiling(tiny_models):
     prompts = [Prompt("fox", "The quick brown fox"), Prompt("sky", "The sky is")]
     settings = BenchSettings(max_tokens=8, runs=2, warmup=False, n_ctx=512)
+    labels = []
     with Engine(*tiny_models, engine_settings(parallel=2, n_ctx=512)) as engine:
-        report = run_concurrent(engine, prompts, settings, [1, 2], [None, 2])
+        report = run_concurrent(engine, prompts, settings, [1, 2], [None, 2], labels.append)
         assert engine.loop.passes is None  # recorded only while the bench times a row
+    # each round's rows in a turned order: no row always runs first, or just after another row
+    assert [label.split(", K=")[1] for label in labels] == ["auto", "2", "auto", "2", "2", "auto", "2", "auto"]
     assert isinstance(report, ConcurrentReport) and not report.mismatches  # greedy: one text a prompt
     for n in (1, 2):
         for k in (None, 2):

@@ -2,10 +2,11 @@
 
 import itertools
 
+import numpy as np
 import pytest
 
 from ollama_spec.decoding.batch_steps import best_shared_k
-from ollama_spec.decoding.pass_prices import STALE_PASSES, PassPrices, pass_seconds
+from ollama_spec.decoding.pass_prices import STALE_PASSES, PassPrices, least_squares, pass_seconds
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 
 # timed while the machine was busy: everything twice what it costs now
@@ -143,3 +144,97 @@ def test_a_size_not_run_rises_from_the_sizes_run_as_the_prior_rises_not_as_scale
             prices.observe(False, tokens, passes(tokens))
     for tokens in (12, 16, 24):
         assert prices.target_pass(tokens) == pytest.approx(passes(tokens), rel=0.05)
+
+
+# the tiny pair's passes on one thread, as the loop times them (seconds): a target pass and a draft row
+def _tiny_target(tokens):
+    return 0.0002 + 0.00001 * tokens
+
+
+def _tiny_draft(rows):
+    return 0.00003 + 0.000005 * rows
+
+
+def _steady(prices, slots, k, steps=6):
+    """`steps` steps of `slots` slots at K=k, each pass at its price."""
+    for _ in range(steps):
+        for _ in range(k):
+            prices.observe(True, slots, _tiny_draft(slots))
+        prices.observe(False, slots * (k + 1), _tiny_target(slots * (k + 1)))
+
+
+def test_a_pass_the_process_was_descheduled_in_does_not_move_its_sizes_price():
+    """Another process ran during one pass (20 times its price, as two busy processes on two cores make
+    now and then): its size's price stays what its other passes say."""
+    prices = PassPrices(prior=StepCosts(_tiny_draft(1), tuple(_tiny_target(n) for n in range(1, 18))))
+    _steady(prices, 4, 2)
+    before = prices.target_pass(12), prices.draft_pass(4)
+    prices.observe(True, 4, 20 * _tiny_draft(4))
+    prices.observe(False, 12, 20 * _tiny_target(12))
+    assert (prices.target_pass(12), prices.draft_pass(4)) == pytest.approx(before, rel=1e-9)
+    for _ in range(2):  # two more: the machine is slower now, not one pass
+        prices.observe(True, 4, 2 * _tiny_draft(4))
+        prices.observe(False, 12, 2 * _tiny_target(12))
+    assert prices.target_pass(12) == pytest.approx(2 * before[0])
+
+
+def test_the_first_pass_of_a_size_counts_at_most_twice_its_price():
+    """A size not run lately (a K tried once, a probe's) has only its one pass to go by: descheduled, it
+    counts as OUTLIER_FACTOR times what the size was priced at; one faster than priced counts as timed."""
+    prices = PassPrices(prior=StepCosts(_tiny_draft(1), tuple(_tiny_target(n) for n in range(1, 18))))
+    _steady(prices, 4, 0)
+    priced = prices.target_pass(16)
+    prices.observe(False, 16, 20 * priced)
+    assert prices.target_pass(16) == pytest.approx(2 * priced)
+    priced = prices.target_pass(20)
+    prices.observe(False, 20, priced / 3)
+    assert prices.target_pass(20) == pytest.approx(priced / 3)
+
+
+def test_a_descheduled_pass_does_not_turn_the_batch_away_from_drafting():
+    """4 slots drafting at the K that pays: a pass of that K's shapes descheduled now and then leaves the K
+    as it was (a K left for a dear price is not run again to correct it)."""
+    alphas = [[0.9] * 8] * 4
+    prior = StepCosts(_tiny_draft(1), tuple(_tiny_target(n) for n in range(1, 37)))
+    prices = PassPrices(prior=prior)
+    for _ in range(3):  # the prior's K, then the K its passes say
+        k = best_shared_k(alphas, prices, 0.1, 8)
+        _steady(prices, 4, k, steps=3)
+    assert k == best_shared_k(alphas, prices, 0.1, 8) > 0
+    for descheduled in range(k + 1):  # a step with one of its draft passes, or its target pass, descheduled
+        for column in range(k):
+            prices.observe(True, 4, (20 if column == descheduled else 1) * _tiny_draft(4))
+        prices.observe(False, 4 * (k + 1), (20 if descheduled == k else 1) * _tiny_target(4 * (k + 1)))
+        assert best_shared_k(alphas, prices, 0.1, 8) == k
+
+
+def test_least_squares_is_numpys_weighted_fit():
+    """The one line fit both the verify line and the rise of sizes not seen go by."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(2, 20))
+        xs, ys, ws = rng.uniform(1, 40, n), rng.uniform(0.0001, 0.01, n), rng.choice([0.2, 1.0], n)
+        mean_x, mean_y, slope = least_squares(zip(xs, ys, ws))
+        want_slope, want_intercept = np.polyfit(xs, ys, 1, w=np.sqrt(ws))
+        assert slope == pytest.approx(want_slope, rel=1e-6, abs=1e-12)
+        assert mean_y - slope * mean_x == pytest.approx(want_intercept, rel=1e-6, abs=1e-12)
+    assert least_squares([(3.0, 0.5, 1.0), (3.0, 0.7, 1.0)])[2] == 0.0  # no spread: no slope
+
+
+def test_a_stale_size_moves_by_the_last_scale_noted_by_its_pass():
+    """`_moved` finds the machine's speed as noted when the size last ran (the last scale noted at or
+    before that pass) by bisection: the same as reading the notes back from the newest."""
+    rng = np.random.default_rng(3)
+    prices = PassPrices(prior=StepCosts(0.00005, tuple(0.0002 + 0.00001 * n for n in range(1, 37))))
+    for _ in range(300):
+        size = int(rng.choice([4, 8, 12, 16, 20, 24]))
+        prices.step_costs(8)  # notes the scale now and then
+        prices.observe(False, size, (0.0002 + 0.00001 * size) * float(rng.uniform(0.5, 3.0)))
+        now = prices._target_scale()  # noted first where worked out afresh
+        for seen in (4, 8, 12, 16, 20, 24):
+            last = prices._target.last(seen)
+            if last is None:
+                continue
+            then = next((scale for noted, scale in reversed(prices._scales) if noted <= last[1]), None)
+            want = last[0] * now / then if then else None
+            assert prices._moved(prices._target, seen) == (pytest.approx(want) if want else None)

@@ -4,6 +4,7 @@ import pytest
 
 from ollama_spec.decoding.loop import DEFAULT_MAX_SPECULATIVE_TOKENS, SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
+from ollama_spec.engine.costs import CHECK_EVERY_PASSES
 from ollama_spec.engine.engine import Engine, Request
 from tests.conftest import engine_settings
 
@@ -268,3 +269,28 @@ def test_a_calibration_the_passes_agree_with_or_find_cheap_is_kept(tiny_models, 
         engine.costs.k_policy(SpeculationSettings(None), GREEDY)
         assert engine.costs.passes.prior == quiet
     assert cache.get(key) == quiet
+
+
+@pytest.mark.parametrize("level", [10.0, 1.5])
+def test_a_busy_calibration_goes_within_one_long_request(tiny_models, tmp_path, monkeypatch, level):
+    """A calibration `level` times what the loop's passes take: ten times (timed while busy) is set aside
+    while the request that found it out still runs, not at the next request or at close; half again as
+    dear (reading at another depth) stays."""
+    from ollama_spec.decoding.step_costs import StepCosts
+    from ollama_spec.engine.calibration import StepCostCache
+    from tests.engine.test_step_loop import PassClock
+
+    n = DEFAULT_MAX_SPECULATIVE_TOKENS + 1
+    calibration = StepCosts(level * 0.0001, tuple(level * (0.0012 + 0.00005 * (i + 1)) for i in range(n)))
+    request = Request(
+        "The quick brown fox", max_tokens=120, sampling=GREEDY, ignore_eos=True, speculation=SpeculationSettings(None)
+    )
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
+        key = engine.costs.key(engine.draft)
+        cache.put(key, calibration)
+        PassClock(engine, monkeypatch, draft_python_s=0.0)  # a draft pass 0.1 ms, a verify 1.2 ms + 0.05 a token
+        "".join(engine.generate(request))
+        assert engine.loop.steps > CHECK_EVERY_PASSES + 2  # long enough to be checked within it
+        assert engine.costs.passes.prior == (None if level > 2 else calibration)
+    assert cache.get(key) == (None if level > 2 else calibration)

@@ -375,3 +375,32 @@ def test_a_lone_slot_prices_its_passes_with_the_python_between_them_and_drafts_b
             drafted[python_s] = generation.result.speculation.drafted
             monkeypatch.undo()
     assert drafted[0.0] >= 32 and drafted[0.002] <= drafted[0.0] // 4
+
+
+def test_the_text_handed_on_is_priced_with_the_steps_target_pass_not_the_pass_after_it(tiny_models, monkeypatch):
+    """A step's text is handed on before the next step's first pass, whichever that is: its time (a reader
+    woken takes the GIL, on a busy machine the core too) is the step's, as its verify is. Counted in the
+    first draft pass, a step drafting one column had its draft pass priced far above the next column's."""
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(n_ctx=512)) as engine:
+        clock = PassClock(engine, monkeypatch, draft_python_s=0.0001)
+        observed = []
+        observe = engine.costs.passes.observe
+        monkeypatch.setattr(
+            engine.costs.passes, "observe", lambda *seen, real=observe: observed.append(seen) or real(*seen)
+        )
+
+        class Slow(Counted):
+            def pieces(self, ticket, pieces):
+                clock.now += 0.01  # handing the text on
+
+        sink = Slow(engine.loop)
+        engine.loop.submit(
+            request("", max_tokens=24, speculation=SpeculationSettings(1)), fresh_prompt(engine, 12, 330), sink
+        )
+        assert sink.done.wait(60)
+    drafts = [seconds for draft, _, seconds in observed if draft]
+    targets = [(size, seconds) for draft, size, seconds in observed if not draft]
+    assert drafts and drafts == [pytest.approx(0.0002)] * len(drafts)  # its decode and its Python only
+    base = [seconds - (0.0012 + 0.00005 * size) for size, seconds in targets]
+    assert all(extra == pytest.approx(0.0) or extra == pytest.approx(0.01) for extra in base)
+    assert sum(extra == pytest.approx(0.01) for extra in base) >= len(targets) - 2  # each step's text, once

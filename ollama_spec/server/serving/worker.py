@@ -111,11 +111,6 @@ class Mailbox:
             for waiting, _ in self._take():
                 waiting.cancel()
 
-    @property
-    def looking(self) -> bool:
-        """The loop's timer will look for pieces soon (they came often, and some since the last look)."""
-        return self._polling
-
     def _take(self) -> list[tuple[Job, tuple[Event, ...]]]:
         with self._lock:
             self._waking = False

@@ -77,9 +77,9 @@ def test_a_slow_or_quiet_stream_wakes_the_loop_for_each_piece():
         for i, text in enumerate("abc"):
             _from_thread((job, Piece(text)))
             assert len(wakes) == i + 1 and (await asyncio.wait_for(anext(events), 10)).text == text
-            while mailbox.looking:  # a look that finds nothing ends the looks
-                await asyncio.sleep(0.001)
-            await asyncio.sleep(0.002)  # more than poll_s: the next piece comes slowly
+            # more than poll_s: the next piece comes slowly, and a look the wake-up set (due before this
+            # sleep ends, so run first) finds nothing, which ends the looks
+            await asyncio.sleep(0.002)
 
     asyncio.run(run())
 
