@@ -5,21 +5,26 @@
 Loads the pair with 4 slots (as `serve --parallel 4`) and, each round (prompts new each round, so nothing is cached):
 
 1. alone: a short prompt's first token with the loop idle;
-2. beside 3 streams: the same length of prompt arriving while 3 requests generate, its first token;
+2. beside 3 streams: the same length of prompt arriving while 3 requests generate, its first token. It
+   arrives at a random point of a step (seeded): right after a hand-on, as the streams' pieces would
+   have it, is the start of a step's draft passes, the arrival a loop that admits only between steps
+   handles worst and one that admits before every pass best;
 3. a long prompt (--long, 2,000 tokens) arriving while the 3 streams generate: the streams' largest gap
    between two hand-ons while it is read, against their gap in the steps before it came;
 4. the same long prompt read with the loop idle (in whole pieces: nobody to slow down): the time of one
    piece's pass at its end (the target's, and the draft's).
 
-A "step" is one turn of the loop that ends in a target pass (`StepLoop.steps`). Prints each round and the
-medians, and the acceptance (issue 49): (2) within (1) plus two steps, and the delay in (3) at most one
-chunk's pass. Times are noisy where the machine is shared; the step counts are not.
+A "step" is one turn of the loop that ends in a target pass (`StepLoop.steps`), timed as the streams' median
+gap between two hand-ons before (2); a first token's steps are those that ended before it was handed on (1
+alone: its own). Prints each round and the medians, and the acceptance (issue 49): (2) within (1) plus two
+steps, and the delay in (3) at most one chunk's pass. Times are noisy where the machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import random
 import statistics
 import sys
 import threading
@@ -110,6 +115,7 @@ class Bench:
         self.bos = engine.prompt_tokens(Request("", raw=True))  # [BOS] or nothing
         self.firsts = sorted(set(self.words))  # a different one opens each prompt: no cached prefix
         self.serial = 0
+        self.phases = random.Random(49)  # where in a step the new request arrives (`round`)
 
     def request(self, max_tokens: int) -> Request:
         return Request(
@@ -133,12 +139,12 @@ class Bench:
         return sink, ticket, steps, started
 
     def first(self, n_prompt: int) -> tuple[float, int]:
-        """A new request's first hand-on: (seconds, steps that ended up to it, the one that gave it included)."""
+        """A new request's first hand-on: (seconds, steps that ended before it)."""
         sink, _, steps, started = self.submit(n_prompt, 2)
         sink.done.wait()
         if sink.error is not None:
             raise sink.error
-        return sink.times[0] - started, sink.steps[0] - steps + 1
+        return sink.times[0] - started, sink.steps[0] - steps
 
     def round(self, r: int) -> dict:
         args, loop = self.args, self.loop
@@ -146,6 +152,8 @@ class Bench:
         streams = [self.submit(32, args.ctx - 64) for _ in range(STREAMS)]
         try:
             wait_for(lambda: all(len(s[0].times) >= WARM_TOKENS for s in streams))
+            gaps = [b - a for s in streams for a, b in itertools.pairwise(s[0].times[-WARM_TOKENS // 2 :])]
+            time.sleep(self.phases.uniform(0.0, statistics.median(gaps)))  # just after a hand-on: a random phase
             busy_s, busy_steps = self.first(args.short)
             marks = [len(s[0].times) for s in streams]
             wait_for(lambda: all(len(s[0].times) >= m + WARM_TOKENS for s, m in zip(streams, marks)))

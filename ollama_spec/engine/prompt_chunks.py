@@ -1,4 +1,5 @@
-"""How many of a prompt's tokens a request being read puts in each turn of the step loop.
+"""How many of a prompt's tokens a request being read puts in each turn of the step loop, and which
+short prompts it reads at once, in a pass of their own (`read_at_once`).
 
 At most the batch's piece (llama/passes.py: under 64 tokens of a sequence a pass, all sequences in the
 batch). And while other requests generate, at most what costs them about one more step of their own: on
@@ -16,6 +17,7 @@ its prompt tokens added; both decayed, so the bound follows the machine and the 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 MIN_CHUNK = 16  # prompt tokens a turn at least: a long prompt still gets read
 DECAY = 0.7  # per timed turn: both times follow the last few turns
@@ -68,3 +70,21 @@ class ChunkSizer:
 
 def _decayed(old: float | None, new: float) -> float:
     return new if old is None else DECAY * old + (1 - DECAY) * new
+
+
+def read_at_once(fresh: list[Any], slots: dict[int, Any], target: Any) -> list[Any]:
+    """Of the step loop's slots just admitted, those whose prompt (a piece: read whole by its first step) is read at
+    once in a target pass of their own, their next step at K=0 (the draft has read nothing); none unless
+    some slot generates. Else it waits for the others' draft passes, then shares their verify pass, padded
+    to its width or split off (llama/passes.py). A chunked prompt stays a chunk a turn in their passes."""
+    if not fresh or all(not s.ticket.generation.result.tokens for s in slots.values()):
+        return []
+    whole = [
+        s
+        for s in fresh
+        if s.model is target and len(s.model.cached_of(s.wanted_seq)) + len(s.wanted.tokens) == len(s.ticket.prompt)
+    ]
+    for slot in whole:  # an AutoK's next step at K=0 (the step loop sets a shared step's K on it)
+        if getattr(slot.ticket.generation.policy, "shared_k", 0) is None:
+            slot.ticket.generation.policy.shared_k = 0
+    return whole

@@ -3,7 +3,8 @@
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
 1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule), and
-   again before the target pass (step 4) those that came during the draft passes,
+   again before each later pass those that came meanwhile (a short prompt beside requests that
+   generate is read at once, in a target pass of its own: `prompt_chunks.read_at_once`),
 2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
    slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
 3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
@@ -36,7 +37,7 @@ import numpy as np
 
 from ollama_spec.decoding.evals import Declined, Eval
 from ollama_spec.engine.batch_k import BatchK, drafting_beside
-from ollama_spec.engine.prompt_chunks import ChunkSizer
+from ollama_spec.engine.prompt_chunks import ChunkSizer, read_at_once
 from ollama_spec.engine.requests import Request
 from ollama_spec.engine.tickets import Pass, Sink, Ticket, not_started
 
@@ -172,28 +173,33 @@ class StepLoop:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
         slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
         started, self._passes_s = time.perf_counter(), 0.0
-        self._admit()
+        fresh = self._admit()
         self._mark = time.perf_counter()
         self._admitted_s, self._handed_s = self._mark - started, 0.0
         target = self._target  # the others draft: a draft model's sequences, or a head's
+        if fresh := read_at_once(fresh, self._slots, target):
+            self._pass(fresh, priced=False)
         while True:
             if len(self._slots) == 1:  # alone: nothing to sort out, and no slot to stop drafting beside
                 wanting = [*self._slots.values()]
                 if wanting[0].ticket.cancelled:
                     wanting = _wanting(wanting, self._finish)
                 elif wanting[0].model is not target:
-                    self._pass(wanting)
+                    if not (self._waiting and self._join()):  # one came: admitted before this draft pass
+                        self._pass(wanting)
                     continue
             else:
                 wanting = _wanting(list(self._slots.values()), self._finish)
                 drafting = [slot for slot in wanting if slot.model is not target]
                 if drafting:
+                    if self._waiting and self._join():  # came during the draft passes: in the next one
+                        continue
                     if not _declined(self._k, drafting, len(wanting), self._advance):
                         self._pass(drafting)
                     continue
             if not wanting:
                 return
-            if self._waiting and self._join():  # came during the draft passes: into this target pass
+            if self._waiting and self._join():  # came during the last draft pass: into this target pass
                 continue
             self._k.choose([slot.ticket.generation for slot in self._slots.values()])
             self._pass(wanting)
@@ -201,38 +207,37 @@ class StepLoop:
             self.outside_s += time.perf_counter() - started - self._passes_s
             return  # the target's pass ends the step
 
-    def _admit(self) -> None:
+    def _admit(self) -> list[_Slot]:
         """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
-        turn's passes; then the turn's passes begin (`_chunks` times the turns)."""
+        turn's passes; then the turn's passes begin (`_chunks` times the turns). The slots it filled."""
         if self.engine.slots == 1:  # no other slot's steps for a prompt's chunks to be timed beside
-            if self._waiting and not self._slots:
-                self._admit_waiting()
-            return
+            return self._admit_waiting() if self._waiting and not self._slots else []
         waited = not self._slots  # the loop waits for work only with no slot running
         self._chunks.generating = any(s.ticket.generation.result.tokens for s in self._slots.values())
-        self._admit_waiting()
-        reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
+        fresh, reading = self._admit_waiting(), [not s.ticket.generation.result.tokens for s in self._slots.values()]
         self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
+        return fresh
 
     def _join(self) -> bool:
-        """Before the turn's target pass: waiting requests into the free slots, their first evaluations in
-        this pass, so that a client's next request, sent while the draft passes ran, does not sit out the
-        step under way with its slot empty. True if any came in."""
+        """Before a draft or target pass of the turn: waiting requests into the free slots, so that a
+        client's next request, sent while the draft passes ran, does not sit out the step under way with
+        its slot empty (`read_at_once`, or its first evaluation in the next passes). True if any came in."""
         if self.engine.slots == 1 or len(self._slots) >= self.engine.slots:
             return False
-        running = len(self._slots)
-        self._admit_waiting()
+        fresh = self._admit_waiting()
         if any(not s.ticket.generation.result.tokens for s in self._slots.values()):
             self._chunks.reading()  # this turn's time is not a step's alone
-        return len(self._slots) > running
+        if at_once := read_at_once(fresh, self._slots, self._target):
+            self._pass(at_once, priced=False)
+        return bool(fresh)
 
-    def _admit_waiting(self) -> None:
-        free = self.engine.slots - len(self._slots)
+    def _admit_waiting(self) -> list[_Slot]:  # the slots it filled
+        free, fresh = self.engine.slots - len(self._slots), []
         while free > 0 and self._waiting:  # read without the lock: what comes meanwhile waits a turn
             with self._lock:
                 ticket = self._waiting.popleft() if self._waiting else None
             if ticket is None:
-                return
+                break
             if ticket.cancelled:
                 ticket.sink.fail(ticket, not_started())
                 continue
@@ -252,8 +257,10 @@ class StepLoop:
             self._slots[seq] = slot
             free -= 1
             self._advance(slot, None)
+            fresh.append(slot)
+        return fresh
 
-    def _pass(self, slots: list[_Slot]) -> None:
+    def _pass(self, slots: list[_Slot], *, priced: bool = True) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
         model = slots[0].model
         handed = 0.0
@@ -293,9 +300,12 @@ class StepLoop:
         # on once a step, before the step's first pass, whichever it is (the readers woken take the GIL,
         # on a busy machine the core too): counted in that pass, a step's first draft column would look
         # dearer than the next by it, and a step at K=0 dearer than a drafting one's target pass.
-        # Not priced: a draft's prompt read (not what its steps cost), and a pass a request ended in.
+        # Not priced: a draft's prompt read or a prompt read at once (not what steps cost), and a pass a
+        # request ended in.
         now = time.perf_counter()
         seconds, self._mark = now - self._mark - handed, now
+        if not priced:
+            return
         if not draft:
             seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
         if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):

@@ -156,11 +156,12 @@ def test_a_request_arriving_beside_three_streams_gets_its_first_token_within_two
         assert tokens == 1 and step - at + 1 <= alone + 2
 
 
-def test_a_request_sent_during_the_draft_passes_gets_its_first_token_from_that_steps_target_pass(
+def test_a_request_sent_during_the_draft_passes_gets_its_first_token_before_that_steps_target_pass(
     tiny_models, monkeypatch
 ):
-    """A request that comes while the running slots draft is admitted before the target pass and read in
-    it: its slot does not sit out the step under way (a client's next request comes so every time)."""
+    """A request that comes while the running slots draft is admitted before the next pass and its prompt
+    read at once: its slot does not sit out the step under way (a client's next request comes so every
+    time), nor wait for the others' drafts."""
     with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
         prompt = fresh_prompt(engine, 20, 303)
         streams = running(engine, 3)
@@ -182,7 +183,37 @@ def test_a_request_sent_during_the_draft_passes_gets_its_first_token_from_that_s
         for _, other, _ in streams:
             other.cancel()
         (step, tokens), *_ = sink.calls
-        assert tokens == 1 and step == at + 1
+        assert tokens == 1 and step == at
+
+
+def test_a_short_prompt_arriving_beside_streams_is_read_at_once_in_a_pass_of_its_own(tiny_models, monkeypatch):
+    """Not after the others' draft passes, beside their verify rows (padded to its width, or split off in
+    a pass more): its first token comes after the pass under way and its own, and its answer is the one
+    it gets alone."""
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
+        prompt = fresh_prompt(engine, 40, 304)
+        sink, ticket, _ = submitted(engine, prompt, max_tokens=12)
+        assert sink.done.wait(60)
+        alone = ticket.generation.result.tokens
+        engine.clear_cache()
+        streams = running(engine, 3)
+        passes = []
+        target_pass = engine.target.decode_many
+
+        def decode_many(items):
+            passes.append([(seq, len(tokens)) for seq, tokens, _ in items])
+            return target_pass(items)
+
+        monkeypatch.setattr(engine.target, "decode_many", decode_many)
+        sink, ticket, at = submitted(engine, prompt, max_tokens=12)
+        assert sink.done.wait(60)
+        for _, other, _ in streams:
+            other.cancel()
+        read = [items for items in passes if (ticket.slot, len(prompt)) in items]
+        assert read == [[(ticket.slot, len(prompt))]]
+        (step, tokens), *_ = sink.calls
+        assert tokens == 1 and step - at <= 1  # before the target pass of the step under way, or the next
+        assert ticket.generation.result.tokens == alone
 
 
 def test_beside_other_slots_a_turns_text_is_handed_on_just_before_the_next_pass(tiny_models, monkeypatch):
