@@ -8,11 +8,13 @@ class Model:
 
     def __init__(self, n_seq):
         self.seqs = [[] for _ in range(n_seq)]
+        self.saves = 0
 
     def cached_of(self, seq):
         return self.seqs[seq]
 
     def save_sequence(self, seq):
+        self.saves += 1
         return bytes(t % 256 for t in self.seqs[seq])
 
     def restore_sequence(self, seq, state, tokens):
@@ -83,3 +85,29 @@ def test_a_prompt_goes_next_to_the_busy_slots_and_its_prefix_comes_along():
     seq = pool.acquire(chat(0) + [7])
     assert seq == 1 and model.seqs[1] == chat(0) and pool.restored_tokens == LONG
     assert pool.acquire(chat(5000)) == 2  # next to them again, though 3 has the older cache
+
+
+def test_a_cache_saved_as_it_is_is_not_saved_again_only_kept_longer():
+    model = Model(1)
+    pool = SlotPool([model], 1, saved_mib=1)
+    pool.budget = 2 * LONG
+    model.seqs[0] = chat(0)
+    pool.release(pool.acquire(chat(1000)))  # chat 0 saved
+    model.seqs[0] = chat(1000)
+    pool.release(pool.acquire(chat(0) + [1]))  # chat 1000 saved; chat 0 restored, and left as it was
+    assert model.seqs[0] == chat(0) and model.saves == 2
+    pool.release(pool.acquire(chat(2000)))  # chat 0 is saved as it is: kept, used last
+    assert model.saves == 2
+    model.seqs[0] = chat(2000)
+    pool.release(pool.acquire(chat(3000)))  # chat 2000 saved: 1000, the least recently used, goes
+    assert [key[0] for key in pool._saved] == [0, 2000]
+
+
+def test_a_cache_grown_past_its_saved_prefix_is_saved_again():
+    model = Model(1)
+    pool = SlotPool([model], 1)
+    model.seqs[0] = chat(0)
+    pool.release(pool.acquire(chat(1000)))
+    model.seqs[0] = chat(0)[:-1] + [99999]  # the same length, another last token
+    pool.release(pool.acquire(chat(2000)))
+    assert model.saves == 2
