@@ -37,6 +37,7 @@ from ollama_spec.llama.head_calls import head_calls
 from ollama_spec.llama.head_passes import MERGED_ROWS, HeadPasses
 from ollama_spec.llama.head_rows import _Sequence, pack_state, unpack_state
 from ollama_spec.llama.head_sequences import HeadSequence
+from ollama_spec.llama.kv_cache import read_cells, write_cells
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.llama.passes import Entry
 
@@ -303,9 +304,7 @@ class Eagle3Head(HeadPasses):
             self._settle([seq])
             state, cells = self._state[seq], b""
             if state.end:
-                size = llama_cpp.llama_state_seq_get_size(self._ctx.ctx, seq)
-                buffer = (ctypes.c_uint8 * size)()
-                cells = ctypes.string_at(buffer, llama_cpp.llama_state_seq_get_data(self._ctx.ctx, buffer, size, seq))
+                cells = read_cells(self._ctx.ctx, seq)
             return pack_state(state, cells)
 
     def restore_state(self, seq: int, saved: bytes) -> bool:
@@ -314,12 +313,10 @@ class Eagle3Head(HeadPasses):
         with self._lock:
             self._cut(seq, 0)
             state, cells = unpack_state(saved, self.n_embd)
-            if cells:
-                buffer = (ctypes.c_uint8 * len(cells)).from_buffer_copy(cells)
-                if llama_cpp.llama_state_seq_set_data(self._ctx.ctx, buffer, len(cells), seq) == 0:
-                    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx.ctx), seq, -1, -1)
-                    self._state[seq] = _Sequence()
-                    return False
+            if cells and not write_cells(self._ctx.ctx, seq, cells):
+                llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(self._ctx.ctx), seq, -1, -1)
+                self._state[seq] = _Sequence()
+                return False
             self._state[seq] = state
             return True
 

@@ -24,7 +24,7 @@ class _Sequence:
     before: tuple[int, np.ndarray] | None = None  # the g at the last pass's first position - 1, for a cut there
 
 
-def pack_state(state: _Sequence, cells: bytes) -> bytes:
+def pack_state(state: _Sequence, cells: bytes | bytearray) -> bytes:
     """A sequence's state as bytes: where its cache ends, its pending g and last pass's g rows, its cells."""
     pending_at, pending = state.pending if state.pending is not None else (-1, np.empty((0,), np.float32))
     first, rows = state.rows if state.rows is not None else (-1, np.empty((0, len(pending)), np.float32))

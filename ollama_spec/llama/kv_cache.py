@@ -124,14 +124,7 @@ class SequenceCache:
     def save(self, seq: int) -> bytearray:
         """Sequence `seq`'s cells, to restore later (engine/slots.py keeps prefixes in host RAM)."""
         self.settle(seq)
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
-        # llama.cpp writes straight into the bytes kept, and `restore` reads them in place: a slot's
-        # prefix is tens of MB (53 MB for the demo target's 2,000 tokens), and each copy through a
-        # ctypes array of its own took 25-30 ms of the loop thread, with every slot's pass waiting
-        state = bytearray(size)
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, _cells(state), size, seq)
-        del state[written:]
-        return state
+        return read_cells(self._ctx, seq)
 
     def restore(self, seq: int, state: bytes | bytearray, tokens: Sequence[int]) -> bool:
         """Sequence `seq` as `save` gave it when it held `tokens`; False (and the sequence empty) when
@@ -139,7 +132,7 @@ class SequenceCache:
         self.clear(seq)
         if not state:
             return False
-        if llama_cpp.llama_state_seq_set_data(self._ctx, _cells(state), len(state), seq) == 0:
+        if not write_cells(self._ctx, seq, state):
             self.clear(seq)
             return False
         self.tokens[seq].extend(tokens)
@@ -164,6 +157,23 @@ class SequenceCache:
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
+
+
+def read_cells(ctx: llama_cpp.llama_context_p, seq: int) -> bytearray:
+    """Sequence `seq`'s cells in context `ctx`, as llama.cpp saves them (`write_cells` takes them back).
+    llama.cpp writes straight into the bytes kept, and `write_cells` reads them in place: a slot's
+    prefix is tens of MB (53 MB for the demo target's 2,000 tokens), and each copy through a ctypes
+    array of its own took 25-30 ms of the loop thread, with every slot's pass waiting."""
+    size = llama_cpp.llama_state_seq_get_size(ctx, seq)
+    state = bytearray(size)
+    written = llama_cpp.llama_state_seq_get_data(ctx, _cells(state), size, seq)
+    del state[written:]
+    return state
+
+
+def write_cells(ctx: llama_cpp.llama_context_p, seq: int, state: bytes | bytearray) -> bool:
+    """`read_cells`'s bytes back into sequence `seq` of `ctx`; False where llama.cpp cannot take them."""
+    return llama_cpp.llama_state_seq_set_data(ctx, _cells(state), len(state), seq) != 0
 
 
 def _cells(state: bytes | bytearray) -> ctypes.Array[ctypes.c_uint8]:
