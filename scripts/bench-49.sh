@@ -23,10 +23,12 @@
 #   ROUNDS=5   K=3   TOKENS=96   RUNS=3 (the in-process bench's runs a round)
 #   ROUND_TIMEOUT=300             seconds each command of a round may take (the run stays bounded)
 # About 1 minute a round on a quiet 2-core machine; a busy one takes longer, and its numbers say less.
+# The checkout's own ollama_spec is the one run (put first on PYTHONPATH): BIN's venv may hold another copy.
 set -euo pipefail
 if [ $# -lt 1 ]; then echo "usage: scripts/bench-49.sh BIN [STORE]" >&2; exit 2; fi
 bin=$1
 store=${2:-bench-results/bench-49-store}
+export PYTHONPATH=$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}
 native=${NATIVE_BIN:-build/native/bin}
 rounds=${ROUNDS:-5} k=${K:-3} tokens=${TOKENS:-96} runs=${RUNS:-3} limit=${ROUND_TIMEOUT:-300}
 for tool in llama-speculative-simple llama-server; do
