@@ -3,22 +3,27 @@ stream's first piece and its end wake the loop at once, the pieces between come 
 model: the events are put by hand, from another thread as the step loop puts them."""
 
 import asyncio
+import gc
+import os
 import threading
+from pathlib import Path
+
+import pytest
 
 from ollama_spec.engine.engine import Request, Result
 from ollama_spec.server.serving.mailbox import Mailbox
 from ollama_spec.server.serving.worker import Failed, Finished, Job, Piece
 
 
-def _counting_wakeups(loop: asyncio.AbstractEventLoop) -> list[int]:
-    """The loop's wake-ups from other threads, counted (one entry each)."""
-    wakes, real = [], loop.call_soon_threadsafe
+def _counting_wakeups(mailbox: Mailbox) -> list[int]:
+    """The mailbox's wake-ups of its loop, counted (one entry each)."""
+    wakes, real = [], mailbox._wakeup
 
-    def counted(*args, **kwargs):
+    def counted():
         wakes.append(1)
-        return real(*args, **kwargs)
+        return real()
 
-    loop.call_soon_threadsafe = counted
+    mailbox._wakeup = counted
     return wakes
 
 
@@ -32,8 +37,9 @@ def _from_thread(*events) -> None:
 def test_pieces_of_a_fast_stream_wait_for_the_loops_look_and_its_end_wakes_it():
     async def run():
         loop = asyncio.get_running_loop()
-        wakes = _counting_wakeups(loop)
-        job = Job(Request(), loop, mailbox=Mailbox(loop, poll_s=3600))  # no look comes during the test
+        mailbox = Mailbox(loop, poll_s=3600)  # no look comes during the test
+        wakes = _counting_wakeups(mailbox)
+        job = Job(Request(), loop, mailbox=mailbox)
         events = job.events()
         _from_thread((job, Piece("Once")))
         assert len(wakes) == 1 and (await anext(events)).text == "Once"  # the first piece: at once
@@ -70,8 +76,8 @@ def test_a_slow_or_quiet_stream_wakes_the_loop_for_each_piece():
 
     async def run():
         loop = asyncio.get_running_loop()
-        wakes = _counting_wakeups(loop)
         mailbox = Mailbox(loop, poll_s=0.001)
+        wakes = _counting_wakeups(mailbox)
         job = Job(Request(), loop, mailbox=mailbox)
         events = job.events()
         for i, text in enumerate("abc"):
@@ -87,8 +93,8 @@ def test_a_slow_or_quiet_stream_wakes_the_loop_for_each_piece():
 def test_each_jobs_first_piece_and_failure_wake_the_loop_while_another_streams():
     async def run():
         loop = asyncio.get_running_loop()
-        wakes = _counting_wakeups(loop)
         mailbox = Mailbox(loop, poll_s=3600)
+        wakes = _counting_wakeups(mailbox)
         first, second = Job(Request(), loop, mailbox=mailbox), Job(Request(), loop, mailbox=mailbox)
         streams = first.events(), second.events()
         for text in "xy":
@@ -103,3 +109,46 @@ def test_each_jobs_first_piece_and_failure_wake_the_loop_while_another_streams()
         assert [(await anext(streams[1])).text, (await anext(streams[1])).error] == ["p", error]
 
     asyncio.run(run())
+
+
+@pytest.mark.skipif(os.name != "posix", reason="where a loop cannot watch a pipe, call_soon_threadsafe wakes it")
+def test_the_step_loops_thread_wakes_the_loop_without_letting_go_of_the_gil():
+    """Not through call_soon_threadsafe, whose socket send lets go of the GIL: the loop's thread would take
+    it then and run while the step loop waits (see mailbox.Wakeup)."""
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        job = Job(Request(), loop, mailbox=Mailbox(loop, poll_s=3600))
+        events, threadsafe = job.events(), []
+        loop.call_soon_threadsafe = lambda *args, **kwargs: threadsafe.append(args)
+        _from_thread((job, Piece("Once")))
+        assert (await asyncio.wait_for(anext(events), 10)).text == "Once"
+        assert threadsafe == []
+
+    asyncio.run(run())
+
+
+def test_a_piece_for_a_closed_loop_cancels_its_job():
+    loop = asyncio.new_event_loop()
+    job = Job(Request(), loop, mailbox=Mailbox(loop))
+    loop.close()
+    _from_thread((job, Piece("Once")))
+    assert job.cancelled
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts the open file descriptors in /proc")
+def test_the_mailboxes_of_closed_loops_leave_no_file_open():
+    def opened() -> int:
+        gc.collect()
+        return len(os.listdir("/proc/self/fd"))
+
+    async def one():
+        job = Job(Request(), asyncio.get_running_loop())  # its own Mailbox
+        _from_thread((job, Piece("Once")))
+        await asyncio.wait_for(anext(job.events()), 10)
+
+    asyncio.run(one())  # the first loop opens what every loop shares (its selector's module state)
+    before = opened()
+    for _ in range(20):
+        asyncio.run(one())
+    assert opened() == before
