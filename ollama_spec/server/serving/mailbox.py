@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 
 class Job(Protocol):
-    """A job as its mailbox sees it (worker.Job): where its events go, and its cancel."""
+    """A job as its mailbox sees it (worker.Job): its events taken on the loop's thread, and its cancel."""
 
-    _events: asyncio.Queue
+    def take(self, events: tuple[Any, ...]) -> None: ...
 
     def cancel(self) -> None: ...
 
@@ -86,8 +86,7 @@ class Mailbox:
     @staticmethod
     def _deliver(mail: list[tuple[Job, tuple[Event, ...]]]) -> None:
         for job, events in mail:
-            for event in events:
-                job._events.put_nowait(event)
+            job.take(events)
 
 
 def _write_holding_the_gil() -> Callable[[int, bytes, int], int] | None:

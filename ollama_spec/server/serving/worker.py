@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from ollama_spec.decoding.loop import Token
@@ -93,6 +94,7 @@ class Job:
         self.cancelled_as: type[Cancelled] = Cancelled  # the error that client gets
         self._sent = 0  # logprobs: the tokens handed on with a piece so far
         self._told = False  # anything was handed on
+        self._at_end: Callable[[], None] | None = None  # run on the loop's thread once its end is taken
 
     def cancel(self, reason: str | None = None, error: type[Cancelled] = Cancelled) -> None:
         """Stop generating at the next step (or skip the job if it has not started); `reason`: what a
@@ -116,6 +118,14 @@ class Job:
         """Hand on `events`; a stream's first piece and its end at once (see Mailbox)."""
         self._mailbox.put(self, events, urgent=not self._told or not isinstance(events[-1], Piece))
         self._told = True
+
+    def take(self, events: tuple[Event, ...]) -> None:
+        """On the loop's thread: `events` for the reader; after its end, what was to run then (`_at_end`)."""
+        for event in events:
+            self._events.put_nowait(event)
+        if self._at_end is not None and not isinstance(events[-1], Piece):
+            at_end, self._at_end = self._at_end, None
+            at_end()
 
     async def events(self) -> AsyncIterator[Event]:
         """Pieces of text, then one Finished or Failed. The pieces waiting when the reader comes are
@@ -264,9 +274,12 @@ class _Sink:
         job.put(Piece(text, scored, drafted))
 
     def end(self, ticket: Ticket) -> None:
+        """The job's end. Its count and log line (`on_finished`) are the event loop's, as its end is taken:
+        the step loop's thread, which calls this between two passes, does not write the log (a write lets
+        go of the GIL, and the event loop's thread, often waiting for it, would take it)."""
         job, result = self.job, ticket.generation.result
         self.worker._done(job, result.total_seconds)
-        self.worker.on_finished(job, result)
+        job._at_end = partial(self.worker.on_finished, job, result)
         if result.finish_reason == "cancelled":
             # A client that left hears nothing; one still listening (the server is stopping) must not
             # take a cut-short answer for a finished one, so it gets an error, not a finish.

@@ -1,6 +1,7 @@
 """The worker's jobs as the step loop runs them (serving/worker.py)."""
 
 import asyncio
+import threading
 
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.engine.engine import Request
@@ -29,3 +30,24 @@ def test_a_steps_tokens_come_as_one_piece(spec_engine):
     assert "".join(piece.text for piece in pieces) == result.text
     steps = result.speculation.steps
     assert result.speculation.accepted > 0 and len(pieces) <= steps < len(result.tokens)
+
+
+def test_a_finished_jobs_count_and_log_line_are_made_on_the_event_loops_thread(spec_engine):
+    """Not on the step loop's thread, between two of its passes: the log's write lets go of the GIL, which
+    the event loop's thread would take while the other slots wait."""
+    request = Request(prompt="Once upon a time", raw=True, max_tokens=8, ignore_eos=True)
+    finished = []
+
+    async def run():
+        loop_thread = threading.get_ident()
+        worker = Worker(
+            spec_engine, max_queue=4, on_finished=lambda job, result: finished.append(threading.get_ident())
+        )
+        job = worker.submit(request)
+        async for event in job.events():
+            last = event
+        worker.close()
+        return loop_thread, last
+
+    loop_thread, last = asyncio.run(run())
+    assert isinstance(last, Finished) and finished == [loop_thread]
