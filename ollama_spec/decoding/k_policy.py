@@ -171,6 +171,10 @@ class AutoK:
         self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
         self.last_drafted = 0  # the tokens the last step seen drafted
+        # ... and by its own rule: 0 where the step's K was the step loop's (shared_k: beside others, or
+        # a lone slot's exploring step, engine/batch_k.py), which says nothing of what the rule chose
+        self.own_drafted = 0
+        self._ruled = True  # the step under way drafts by its own rule
         # beside others: the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ...
         # of them, each by its margin (the step loop's `further` reads every slot's)
         self.survivals: list[float] = [1.0]
@@ -193,6 +197,7 @@ class AutoK:
         self._draft_steps = 1
         self.probing = ""
         shared = self.shared_k
+        self._ruled = not shared
         if shared:
             # Beside other slots: at most the batch's K, every slot drafting as deep as the others (a
             # shorter draft leaves padding in the verify pass, not time); the step loop stops them all
@@ -337,6 +342,7 @@ class AutoK:
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         self.observed += 1
         self.last_drafted = drafted
+        self.own_drafted = drafted if self._ruled else 0
         self._alphas = None
         if drafted:  # the acceptance and the costs of drafting move
             self._drafting = None

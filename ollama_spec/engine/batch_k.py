@@ -79,7 +79,7 @@ class BatchK:
         else:
             k, lone = None, policies[0]  # priced again as often as the prices are worked out again
             lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
-            if lone.last_drafted >= EXPLORE_K:  # drafting: its passes are priced as they run
+            if lone.own_drafted >= EXPLORE_K:  # its rule drafting: its passes are priced as they run
                 self._at_zero, self._explore_every = 0, EXPLORE_EVERY
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
                 k = self._explored(1, lone.costs.k_max) or None

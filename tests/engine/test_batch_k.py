@@ -45,17 +45,21 @@ class Clock:
         return self.now
 
 
-def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]:
+def run(generations: list[Running], steps: int, rng: random.Random, as_the_loop: bool = False) -> list[int]:
     """The step loop's K machinery over `steps` steps of these generations, the passes priced as
     `target` and `draft` cost (a slot's first draft pass after a step without drafts reads what it
-    missed, and is not priced, as engine/step_loop.py does); each step's widest verify, less one."""
+    missed, and is not priced, as engine/step_loop.py does); each step's widest verify, less one.
+    `as_the_loop`: in engine/step_loop.py's order, the K chosen before each target pass and each slot
+    asking its next step's K once it verified (else chosen before each step's K is asked)."""
     clock = Clock()
     batch = BatchK(PassPrices(prior=DEAR), clock=clock)
     drafted_before = [True] * len(generations)
     widths = []
+    asked = [g.policy.next_k() for g in generations] if as_the_loop else []
     for _ in range(steps):
-        batch.choose(generations)
-        asked = [g.policy.next_k() for g in generations]
+        if not as_the_loop:
+            batch.choose(generations)
+            asked = [g.policy.next_k() for g in generations]
         drafted, draft_s = [0] * len(generations), [0.0] * len(generations)
         active = [i for i, k in enumerate(asked) if k]
         while active:
@@ -82,6 +86,8 @@ def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]
                     taken.append(i)
             active = [i for i in taken if drafted[i] < asked[i]]
         widest = max(drafted)
+        if as_the_loop:
+            batch.choose(generations)
         verify_s = target(len(generations) * (widest + 1))
         clock.now += verify_s
         batch.prices.observe(False, len(generations) * (widest + 1), verify_s)
@@ -91,6 +97,8 @@ def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]
                 accepted += 1
             generation.policy.observe(drafted[i], accepted, draft_s[i], verify_s)
             drafted_before[i] = drafted[i] > 0
+        if as_the_loop:
+            asked = [g.policy.next_k() for g in generations]
         widths.append(widest)
     return widths
 
@@ -136,7 +144,22 @@ def test_a_slot_alone_leaves_k_zero_where_its_prior_makes_drafting_look_dear():
     one token (the draft pass that reads what K=0 skipped, never priced), so only an exploring step
     prices a draft pass; after it the slot drafts."""
     generations = [Running(AutoK(DEAR, ALPHA, confidence_stops=True))]
-    widths = run(generations, 200, random.Random(2))
+    widths = run(generations, 200, random.Random(2), as_the_loop=True)
     first = next(step for step, width in enumerate(widths) if width >= 2)
     assert first <= 4 * EXPLORE_EVERY
     assert sum(width >= 2 for width in widths[100:]) >= 90
+
+
+def test_a_slot_alone_where_drafting_does_not_pay_explores_ever_more_rarely():
+    """A slot alone whose drafts are seldom accepted: each exploring step drafts EXPLORE_K tokens, which
+    must not count as its own rule drafting again (that would start the waits afresh, one exploration
+    every EXPLORE_EVERY steps for good, each a catch-up of what K=0 skipped)."""
+    global ALPHA
+    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True))]
+    saved, ALPHA = ALPHA, 0.1
+    try:
+        widths = run(generations, 600, random.Random(3), as_the_loop=True)
+    finally:
+        ALPHA = saved
+    explored = sum(width == 2 for width in widths[300:])
+    assert explored <= 300 // EXPLORE_MAX_EVERY + 1
