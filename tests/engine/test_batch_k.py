@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ollama_spec.decoding.k_policy import AutoK
 from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
-from ollama_spec.engine.batch_k import EXPLORE_EVERY, EXPLORE_MAX_EVERY, BatchK, drafting_beside
+from ollama_spec.engine.batch_k import EXPLORE_EVERY, EXPLORE_MAX_EVERY, REPRICE_AT_ZERO, BatchK, drafting_beside
 
 SLOTS, K_MAX, ALPHA = 4, 8, 0.9
 MARGIN = 0.5  # every drafted token's: a sure one
@@ -163,3 +163,34 @@ def test_a_slot_alone_where_drafting_does_not_pay_explores_ever_more_rarely():
         ALPHA = saved
     explored = sum(width == 2 for width in widths[300:])
     assert explored <= 300 // EXPLORE_MAX_EVERY + 1
+
+
+class CountedPrices(PassPrices):
+    """PassPrices that count how often the step costs are asked for."""
+
+    asked = 0
+
+    def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
+        self.asked += 1
+        return super().step_costs(k_max, drafts)
+
+
+def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
+    """A lone slot's K=0 steps move only the target alone's price: the prices (the lone rule's largest
+    cost on a pair whose steps take 0.1 ms) are worked out again every REPRICE_AT_ZERO steps, at once
+    for a new request's policy and after a step that drafted."""
+    prices = CountedPrices(prior=DEAR)
+    batch = BatchK(prices)
+    first = Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    for _ in range(4 * REPRICE_AT_ZERO):
+        batch.choose([first])
+        first.policy.observe(0, 0, 0.0, target(1))
+        prices.observe(False, 1, target(1))
+    assert prices.asked <= 4 + 1
+    asked = prices.asked
+    second = Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    batch.choose([second])
+    assert prices.asked == asked + 1 and second.policy._priced_by is not None
+    second.policy.observe(1, 0, draft(1), target(2))
+    batch.choose([second])
+    assert prices.asked == asked + 2
