@@ -17,9 +17,8 @@ prompts, 100-106 % on each, where the i.i.d. choice of one K per step gave 96-98
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections.abc import Sequence
+from dataclasses import replace
 
 from ollama_spec.decoding.acceptance import (
     PRIOR_ALPHA,
@@ -28,6 +27,7 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
+from ollama_spec.decoding.k_fixed import FixedK, KPolicy  # noqa: F401 - callers take them from here
 from ollama_spec.decoding.step_costs import (
     StepCosts,
     VerifyLine,
@@ -38,7 +38,6 @@ from ollama_spec.decoding.step_costs import (
     bounded,
     consistent,
     expected_tokens_per_step,
-    worth_a_token,
 )
 
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
@@ -77,44 +76,6 @@ LOOKUP_GAIN_MARGIN = 0.05
 EXPLORE_EVERY = 8
 SEEDED_WEIGHT = 16.0  # a band's acceptance from an earlier run counts for this many tried drafts
 RATE_DECAY = 0.9  # per step: the rate a next token must beat follows the last ~10 steps
-
-
-class KPolicy(Protocol):
-    """What the loop asks before each step and tells after it.
-
-    `keep_drafting(drafted, margin)`, where a policy has one, is asked before each drafted token
-    (None: always draft K, and the proposer need not work out margins)."""
-
-    keep_drafting: Callable[[int, float | None], bool] | None
-    # this step drafts only to see whether drafting pays again (after K=0 steps): PROBE_ACCEPTANCE or
-    # PROBE_COSTS, what the probe asks; "" on other steps
-    probing: str
-
-    def next_k(self) -> int: ...
-    # a step at K=0 with a prompt lookup's match: how many of its tokens to verify, given each one's
-    # acceptance (the chance that position i is accepted given those before it were)
-    def lookup_worth(self, alphas: Sequence[float]) -> int: ...
-    # lookup: the step's tokens came from a source free to propose (prompt lookup), not the draft model
-    def observe(
-        self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False
-    ) -> None: ...
-
-
-@dataclass
-class FixedK:
-    k: int
-    keep_drafting = None  # every step drafts k
-    probing = ""  # never probes
-
-    def next_k(self) -> int:
-        return self.k
-
-    @staticmethod
-    def lookup_worth(alphas: Sequence[float]) -> int:
-        return worth_a_token(alphas)
-
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
-        pass
 
 
 class AutoK:
