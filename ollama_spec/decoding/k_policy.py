@@ -17,7 +17,7 @@ prompts, 100-106 % on each, where the i.i.d. choice of one K per step gave 96-98
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ollama_spec.decoding.acceptance import (
@@ -66,6 +66,11 @@ PROBE_COSTS = "costs"
 # reading two tokens), and there drafting loses. On the weak pair (α ≈ 0.5) the model says K=1 gives
 # 1.04x; measured, every fixed K is 0.46-0.81x of the target alone.
 DRAFT_GAIN_MARGIN = 0.1
+# Once drafting, it is kept while the model says it beats the target alone by this much: every step
+# at K=0 learns nothing of the acceptance, and one early rejection, read from a handful of drafts,
+# made the modelled gain of a pair whose drafts pay 1.2x (the tiny pair, α 0.9) fall under
+# DRAFT_GAIN_MARGIN: K=0 until a probe, on 40-60 % of its steps.
+DRAFT_KEEP_MARGIN = 0.0
 # A lookup at K=0 costs no draft step, only a longer verify batch, and its acceptance is learned from
 # this text's own matches (those it proposed and those it left): it is taken for a smaller gain.
 LOOKUP_GAIN_MARGIN = 0.05
@@ -74,6 +79,12 @@ LOOKUP_GAIN_MARGIN = 0.05
 # a calibration that made K+1 look dear (a busy moment, a stale cache) would never be corrected:
 # only the costs of the Ks tried are updated.
 EXPLORE_EVERY = 8
+# Confidence stops weigh each drafted token (its margin, and whether the next one pays): ~10 us of
+# Python a token on a 2-core CPU, which pays where a draft step costs milliseconds (the demo pair) but
+# not where it costs 40-60 us, itself mostly Python (the tiny pair: lone -k auto drafting token by
+# token made 0.7-0.75x of its best fixed K, its drafting steps 100 us dearer than a fixed K's). Below
+# this draft step cost the step drafts the K its acceptance by position says, as a fixed K does.
+STOPS_MIN_DRAFT_S = 0.0005
 SEEDED_WEIGHT = 16.0  # a band's acceptance from an earlier run counts for this many tried drafts
 RATE_DECAY = 0.9  # per step: the rate a next token must beat follows the last ~10 steps
 
@@ -113,6 +124,8 @@ class AutoK:
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps = 0
         self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
+        self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
+        self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
         k = max(1, best_k(prior_alpha, self.costs))
@@ -155,6 +168,8 @@ class AutoK:
     def next_k(self) -> int:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals = [1.0]
+        # token by token only where a draft step costs far more than weighing its token (STOPS_MIN_DRAFT_S)
+        self._by_token = self.confidence_stops and self.costs.draft_step_s >= STOPS_MIN_DRAFT_S
         self._draft_steps = 1
         self.probing = ""
         shared = self.shared_k
@@ -170,7 +185,11 @@ class AutoK:
         if self._drafting is None:
             self._drafting = best_drafting_k(self.alphas(), self.costs)
         k, rate = self._drafting
-        if shared == 0 or not beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN):  # too close to call: K=0
+        # Drafting is taken up where it beats the target alone by the margin, and kept while it beats it
+        # at all (see DRAFT_KEEP_MARGIN)
+        margin = DRAFT_KEEP_MARGIN if self._taken_up else DRAFT_GAIN_MARGIN
+        self._taken_up = shared != 0 and beats_target_alone(rate, self.costs, margin)
+        if not self._taken_up:
             k = 0
         if k == 0:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
@@ -184,7 +203,7 @@ class AutoK:
             return 0
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
-        if self.confidence_stops:
+        if self._by_token:
             self._stopping = True  # a probe (above) drafts its one token whatever its margin
             self._explore = "armed" if explore else ""  # this step drafts one token past where the margins say stop
             return self.costs.k_max
@@ -220,7 +239,14 @@ class AutoK:
         _, rate = best_drafting_k([1.0] * self.costs.k_max, self.costs)
         return beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN)
 
-    def keep_drafting(self, drafted: int, margin: float | None) -> bool:
+    @property
+    def keep_drafting(self) -> Callable[[int, float | None], bool] | None:
+        """`decide`, asked before each drafted token (KPolicy); None where a policy with confidence stops
+        drafts the K chosen this step (a draft step too cheap to weigh each token: STOPS_MIN_DRAFT_S),
+        alone: beside other slots the step loop reads their margins."""
+        return None if self.confidence_stops and not (self._by_token or self.shared_k) else self.decide
+
+    def decide(self, drafted: int, margin: float | None) -> bool:
         """After `drafted` tokens this step: take the next one, whose margin is `margin`? Or, with
         margin None, run the draft step that shows the next token and its margin?
 
@@ -285,13 +311,17 @@ class AutoK:
         self.by_margin = AcceptanceByMargin(bands, weight=SEEDED_WEIGHT)
 
     def carry_over(self, earlier: AutoK) -> None:
-        """Start from what an earlier request's policy learned of the acceptance by margin.
+        """Start from what an earlier request's policy learned of the acceptance: by margin, overall
+        and by position.
 
-        That holds for the pair from one request to the next, and ~40 steps of one answer are too few
-        to learn it from the prior; α and the rate belong to the text (a list of planets after a
-        code answer) and start afresh. Replayed on the bench prompts in turn: 1.06x the best fixed
-        K carrying the margins, α and the rate, 1.08x carrying the margins alone (the factual
-        prompt after the code one: 0.99x against 1.05x).
+        The acceptance by margin holds for the pair from one request to the next, and ~40 steps of
+        one answer are too few to learn it from the prior. α (overall and by position) belongs to
+        the text as well (a list of planets after a code answer) but starts from the pair's: from
+        the prior (0.7, a handful of drafts' weight) one early rejection made a pair that accepts
+        90 % look not worth drafting (the tiny pair, K=0 at the start of every request); the text's
+        own outweighs it within ~20 steps (ALPHA_DECAY). The rate starts afresh. Replayed on the demo
+        pair's bench prompts in turn (an earlier rule): 1.06x the best fixed K carrying the margins,
+        α and the rate, 1.08x carrying the margins alone.
 
         The wait between probes carries too: where drafting does not pay it takes ~500 steps to back
         off from every 8th step to every 256th, and a request of 160 tokens starting afresh each time
@@ -299,6 +329,7 @@ class AutoK:
         the target alone)."""
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
+        self.estimator, self.by_position = earlier.estimator.copy(), earlier.by_position.copy()
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         self.observed += 1

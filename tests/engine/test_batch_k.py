@@ -81,7 +81,8 @@ def run(generations: list[Running], steps: int, rng: random.Random, as_the_loop:
             taken = []
             for i in active:
                 draft_s[i] += draft(len(active))
-                if generations[i].policy.keep_drafting(drafted[i], MARGIN):  # the token, by its margin
+                ask = generations[i].policy.keep_drafting  # None: the K chosen, whatever the margins
+                if ask is None or ask(drafted[i], MARGIN):  # the token, by its margin
                     drafted[i] += 1
                     taken.append(i)
             active = [i for i in taken if drafted[i] < asked[i]]
@@ -105,7 +106,8 @@ def run(generations: list[Running], steps: int, rng: random.Random, as_the_loop:
 
 def keep(generation: Running, drafted: int) -> bool:
     """Before a draft pass: does this slot run it (beside others: always; alone: its rule says)?"""
-    return drafting_beside(generation.policy) or generation.policy.keep_drafting(drafted, None)
+    ask = generation.policy.keep_drafting
+    return drafting_beside(generation.policy) or ask is None or ask(drafted, None)
 
 
 def rate(k: int) -> float:
