@@ -61,6 +61,12 @@ PROBE_CEILING_EVERY = 1024
 # from the text's end will do, and its acceptance, not the draft's with the whole text, is not learned.
 PROBE_ACCEPTANCE = "acceptance"
 PROBE_COSTS = "costs"
+# A lone step the step loop has draft to price the draft passes again while the rule keeps K at 0
+# (engine/batch_k.py): what its passes cost, not a full catch-up on what K=0 skipped (an EAGLE-3
+# head's, of every position since it drafted, the prompt's too: 1.5-2.5 ms on the tiny pair, each
+# 128th step), so it is proposed as a probe is; its acceptance is learned, and it is no probe of the
+# rule's (the waits between those stay).
+PROBE_EXPLORE = "explore"
 # Drafting is chosen only where the model says it beats the target alone by this much: the modelled
 # gain of a barely-paying pair is within the model's error (per-step overheads, the draft's first step
 # reading two tokens), and there drafting loses. On the weak pair (α ≈ 0.5) the model says K=1 gives
@@ -141,6 +147,7 @@ class AutoK:
         # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
         # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
         self.shared_k: int | None = None
+        self.exploring = False  # alone, this step's shared_k is the step loop's exploration (PROBE_EXPLORE)
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
@@ -179,6 +186,8 @@ class AutoK:
             # shorter draft leaves padding in the verify pass, not time); the step loop stops them all
             # together where the next column no longer pays (batch_steps.further), from `survivals`.
             # At 0, the probes below keep α current as alone.
+            if self.exploring:
+                self.probing = PROBE_EXPLORE
             return shared
         # A step at K=0 changes only the target alone's cost: the best drafting K is kept until a step
         # drafts (9.5 µs a step to work out again, against a 2 ms step of a small quantized target).
@@ -348,7 +357,7 @@ class AutoK:
             self.estimator.observe(drafted, accepted)
             self.by_position.observe(drafted, accepted)
             self.by_margin.observe(self._margins[:drafted], accepted)
-        if self.probing:
+        if self.probing in (PROBE_ACCEPTANCE, PROBE_COSTS):
             # A probe that paid for itself (its tokens, at the target alone's step cost, against its
             # draft catch-up and verify batch) says the costs or α may be off: halve the wait for the
             # next. One that did not: wait twice as long. (Going back to every 8th step at once, a pair

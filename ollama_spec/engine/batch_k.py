@@ -94,7 +94,7 @@ class BatchK:
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
                 k = self._explored(1, lone.costs.k_max) or None
         for policy in policies:
-            policy.shared_k = k
+            policy.shared_k, policy.exploring = k, bool(k) and not shared
         for generation in generations:
             generation.shared |= shared
 

@@ -4,10 +4,17 @@ where those passes have no price of their own."""
 import random
 from dataclasses import dataclass
 
-from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.k_policy import PROBE_EXPLORE, AutoK
 from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
-from ollama_spec.engine.batch_k import EXPLORE_EVERY, EXPLORE_MAX_EVERY, REPRICE_AT_ZERO, BatchK, drafting_beside
+from ollama_spec.engine.batch_k import (
+    EXPLORE_EVERY,
+    EXPLORE_K,
+    EXPLORE_MAX_EVERY,
+    REPRICE_AT_ZERO,
+    BatchK,
+    drafting_beside,
+)
 
 SLOTS, K_MAX, ALPHA = 4, 8, 0.9
 MARGIN = 0.5  # every drafted token's: a sure one
@@ -196,3 +203,26 @@ def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
     second.policy.observe(1, 0, draft(1), target(2))
     batch.choose([second])
     assert prices.asked == asked + 2
+
+
+def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe_waits():
+    """A lone slot's exploring step asks its proposer as a probe does (PROBE_EXPLORE: a window of what
+    K=0 skipped, not all of it: an EAGLE-3 head's full catch-up took 1.5-2.5 ms on the tiny pair), and
+    it is no probe of the rule's: the wait for the next one stays as it was."""
+    prices = PassPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    policy = lone.policy
+    for _ in range(4 * EXPLORE_EVERY):
+        batch.choose([lone])
+        k = policy.next_k()
+        if policy.shared_k:
+            break
+        policy.observe(k, 0, draft(1) * k, target(k + 1))
+        prices.observe(False, k + 1, target(k + 1))
+    assert k == EXPLORE_K and policy.probing == PROBE_EXPLORE
+    waits = policy._probe_every
+    policy.observe(k, 0, 2 * draft(1), target(k + 1))
+    assert policy._probe_every == waits
+    batch.choose([lone])
+    policy.next_k()
+    assert policy.probing != PROBE_EXPLORE and not policy.exploring
