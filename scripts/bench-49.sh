@@ -7,12 +7,15 @@
 #   2. in process, 1, 2 and 4 clients on 4 slots through the step loop (`bench --concurrency 4
 #      --in-process`), with the Python time per step outside llama.cpp's passes;
 #   3. served: `serve --parallel 4 -k K` against `llama-server -np 4 --spec-draft-n-max K`, 1 and 4
-#      clients, each server alone (scripts/bench-serve.sh, one round).
+#      clients, each server alone (scripts/bench-serve.sh, one round);
+#   4. served on one slot (`serve --parallel 1 -k K`, the engine of step 1's stream), 1 client: what the
+#      HTTP face costs a stream, apart from what four slots cost llama.cpp's passes.
 # Then the medians over the rounds with their spread (min-max), and each acceptance ratio:
 #   ours ÷ llama-speculative-simple (in process, one stream)      >= 0.9
 #   served ours ÷ llama-server, 1 client (a request's decode rate) >= 1.0
 #   served ours ÷ llama-server, 4 clients (all clients together)   >= 1.0
 #   served single stream ÷ in process single stream (decode rates) >= 0.97
+# and, no goal of its own, the served stream on one slot ÷ the same in-process stream.
 #
 #   scripts/bench-49.sh BIN [STORE]
 # BIN holds `python` and `ollama-spec` (a venv's bin). STORE: a demo store with the tiny pair (default
@@ -23,10 +26,12 @@
 #   ROUNDS=5   K=3   TOKENS=96   RUNS=3 (the in-process bench's runs a round)
 #   ROUND_TIMEOUT=300             seconds each command of a round may take (the run stays bounded)
 # About 1 minute a round on a quiet 2-core machine; a busy one takes longer, and its numbers say less.
+# The checkout's own ollama_spec is the one run (put first on PYTHONPATH): BIN's venv may hold another copy.
 set -euo pipefail
 if [ $# -lt 1 ]; then echo "usage: scripts/bench-49.sh BIN [STORE]" >&2; exit 2; fi
 bin=$1
 store=${2:-bench-results/bench-49-store}
+export PYTHONPATH=$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}
 native=${NATIVE_BIN:-build/native/bin}
 rounds=${ROUNDS:-5} k=${K:-3} tokens=${TOKENS:-96} runs=${RUNS:-3} limit=${ROUND_TIMEOUT:-300}
 for tool in llama-speculative-simple llama-server; do
@@ -75,13 +80,17 @@ for round in $(seq 1 "$rounds"); do
     CLIENTS="1 4" ROUNDS=1 THREADS=1 K=$k SLOT_CTX=512 LLAMA_SERVER=$native/llama-server \
         attempt "$out/served-$round" "$here/bench-serve.sh" "$bin" tiny-target tiny-draft
     grep -E "^[0-9] client\(s\):" "$out/served-$round" >&2 || true
+    echo "== round $round of $rounds: served on one slot, 1 client" >&2
+    CLIENTS=1 PARALLEL=1 ROUNDS=1 THREADS=1 K=$k SLOT_CTX=512 LLAMA_SERVER="" \
+        attempt "$out/one-slot-$round" "$here/bench-serve.sh" "$bin" tiny-target tiny-draft
+    grep -E "tok/s a request" "$out/one-slot-$round" >&2 || true
 done
 
 # One line a quantity: its value in each round (a ratio worked out per round, so the drift between
 # rounds falls on both sides of it).
 {
     for round in $(seq 1 "$rounds"); do
-        s=$out/single-$round l=$out/loop-$round v=$out/served-$round
+        s=$out/single-$round l=$out/loop-$round v=$out/served-$round o=$out/one-slot-$round
         ours=$(field "$s" 's/^ours at K=[0-9]* vs llama.cpp speculative-simple.*: \([0-9.]*\) vs \([0-9.]*\) tok\/s.*/\1/p')
         spec=$(field "$s" 's/^ours at K=[0-9]* vs llama.cpp speculative-simple.*: \([0-9.]*\) vs \([0-9.]*\) tok\/s.*/\2/p')
         echo "in_process_tok_s $ours"
@@ -94,6 +103,7 @@ done
             echo "served_ours_${n}_clients $(field "$v" "s/^$n client(s): *\([0-9.]*\) \/ \([0-9.]*\).*/\1/p")"
             echo "served_llama_server_${n}_clients $(field "$v" "s/^$n client(s): *\([0-9.]*\) \/ \([0-9.]*\).*/\2/p")"
         done
+        echo "served_one_slot_1_client $(field "$o" 's/.*median \([0-9.]*\) tok\/s a request.*/\1/p')"
     done
 } >"$out/values"
 
@@ -126,6 +136,7 @@ print(line("ours / llama-speculative-simple, in process, one stream", ratio("in_
 for n in (1, 4):
     print(line(f"served: ours / llama-server, {n} client(s)", ratio(f"served_ours_{n}_clients", f"served_llama_server_{n}_clients"), 1.0))
 print(line("served single stream / in process single stream", ratio("served_ours_1_clients", "in_process_tok_s"), 0.97))
+print(line("served single stream on one slot / in process single stream", ratio("served_one_slot_1_client", "in_process_tok_s")))
 # the same ratio for llama.cpp's own server and loop: where it is far below 1 too, the HTTP client's
 # rate bounds both servers (the tiny pair's answers come faster than a client takes them in)
 print(line("  for reference: llama-server / llama-speculative-simple", ratio("served_llama_server_1_clients", "speculative_simple_tok_s")))

@@ -21,11 +21,14 @@
 #                   PARALLEL: more clients queue for the slots); CEILING=measure runs that bench first,
 #                   on PARALLEL slots with these requests (MAX_TOKENS, SLOT_CTX, THREADS; -k auto and
 #                   CEILING_K, default 8, whose acceptance by position the ideal schedule drafts with),
-#                   and shows how far above llama-server the ceiling lets any schedule of ours go
+#                   and shows how far above llama-server the ceiling lets any schedule of ours go;
+#                   CEILING_ROUNDS=3 rounds of it, interleaved (a yardstick of one round drifts with the machine)
+# The checkout's own ollama_spec is the one run (put first on PYTHONPATH): BIN's venv may hold another copy.
 set -euo pipefail
 if [ $# -lt 3 ]; then echo "usage: scripts/bench-serve.sh BIN TARGET DRAFT [serve flags...]" >&2; exit 2; fi
 bin=$1 target=$2 draft=$3
 shift 3
+export PYTHONPATH=$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}
 if [ -n "${LLAMA_SERVER:-}" ] && [ ! -x "$LLAMA_SERVER" ]; then
     echo "LLAMA_SERVER=$LLAMA_SERVER is not an executable (scripts/build-native-speculative.sh builds one)" >&2
     exit 2
@@ -88,9 +91,9 @@ rounds=${ROUNDS:-1}
 
 if [ "${CEILING:-}" = measure ]; then  # the ideal schedule of these requests on our engine, in process
     [ "$draft" = mtp ] && ceiling_draft=mtp || ceiling_draft=$draft
-    echo "== the ceiling: bench --concurrency $parallel --in-process, $max_tokens tokens a request"
+    echo "== the ceiling: bench --concurrency $parallel --in-process, $max_tokens tokens a request, ${CEILING_ROUNDS:-3} rounds"
     "$bin/ollama-spec" bench "$target" -d "$ceiling_draft" --concurrency "$parallel" --in-process \
-        -k "auto,${CEILING_K:-8}" --runs 1 --max-tokens "$max_tokens" --ctx "$slot_ctx" "${threads[@]}" \
+        -k "auto,${CEILING_K:-8}" --runs "${CEILING_ROUNDS:-3}" --max-tokens "$max_tokens" --ctx "$slot_ctx" "${threads[@]}" \
         --out "$measured" 2>"$log" || { cat "$log" >&2; exit 1; }
     CEILING=$measured/results-concurrent.json
 fi

@@ -24,6 +24,12 @@ class AlphaEstimator:
     def __init__(self, prior: float = PRIOR_ALPHA, weight: float = PRIOR_WEIGHT, decay: float = ALPHA_DECAY):
         self.accepted, self.rejected, self.decay = prior * weight, (1 - prior) * weight, decay
 
+    def copy(self) -> AlphaEstimator:
+        """The same counts, learned on apart."""
+        other = AlphaEstimator.__new__(AlphaEstimator)
+        other.accepted, other.rejected, other.decay = self.accepted, self.rejected, self.decay
+        return other
+
     def observe(self, drafted: int, accepted: int) -> None:
         if drafted:
             self.accepted = self.decay * self.accepted + accepted
@@ -84,6 +90,12 @@ class AcceptanceByPosition:
         self.accepted: list[float] = []
         self.tried: list[float] = []
         self.decay, self.weight = decay, weight
+
+    def copy(self) -> AcceptanceByPosition:
+        """The same counts, learned on apart."""
+        other = AcceptanceByPosition(self.decay, self.weight)
+        other.accepted, other.tried = list(self.accepted), list(self.tried)
+        return other
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A step drafted `drafted` tokens and the first `accepted` were accepted; the one after them

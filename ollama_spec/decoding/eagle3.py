@@ -17,7 +17,7 @@ import numpy as np
 
 from ollama_spec.decoding.drafting import following_rows
 from ollama_spec.decoding.evals import run_evals
-from ollama_spec.decoding.proposers import Proposer, draft_token_steps
+from ollama_spec.decoding.proposers import PROBE_WINDOW, Proposer, draft_token_steps
 
 HEAD = "eagle3"  # the source of its tokens (Proposer.source)
 
@@ -29,7 +29,7 @@ class HeadModel(Protocol):
 
     n_vocab: int
 
-    def begin(self, n_tokens: int) -> bool: ...
+    def begin(self, n_tokens: int, window: int = 0) -> bool: ...
     def eval(self, tokens: list[int], *, logits: str | int = "last") -> np.ndarray: ...
     def finish(self, n_tokens: int) -> None: ...
 
@@ -46,7 +46,8 @@ class Eagle3Proposer(Proposer):
 
     def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         held = len(seq) - 1  # the loop's invariant: the target holds all of seq but its last token
-        if not self.head.begin(held):
+        # a probe reads at most PROBE_WINDOW of the pairs steps at K=0 left the head lacking (HeadModel.begin)
+        if not self.head.begin(held, PROBE_WINDOW if probe else 0):
             return [], None
         state = grammar.copy() if grammar is not None else None  # drafted tokens advance a copy only
         penalties = sampling.penalties

@@ -18,8 +18,7 @@ prompts, 100-106 % on each, where the i.i.d. choice of one K per step gave 96-98
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import replace
 
 from ollama_spec.decoding.acceptance import (
     PRIOR_ALPHA,
@@ -28,6 +27,7 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
+from ollama_spec.decoding.k_fixed import FixedK, KPolicy  # noqa: F401 - callers take them from here
 from ollama_spec.decoding.step_costs import (
     StepCosts,
     VerifyLine,
@@ -38,7 +38,6 @@ from ollama_spec.decoding.step_costs import (
     bounded,
     consistent,
     expected_tokens_per_step,
-    worth_a_token,
 )
 
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
@@ -62,11 +61,22 @@ PROBE_CEILING_EVERY = 1024
 # from the text's end will do, and its acceptance, not the draft's with the whole text, is not learned.
 PROBE_ACCEPTANCE = "acceptance"
 PROBE_COSTS = "costs"
+# A lone step the step loop has draft to price the draft passes again while the rule keeps K at 0
+# (engine/batch_k.py): what its passes cost, not a full catch-up on what K=0 skipped (an EAGLE-3
+# head's, of every position since it drafted, the prompt's too: 1.5-2.5 ms on the tiny pair, each
+# 128th step), so it is proposed as a probe is; its acceptance is learned, and it is no probe of the
+# rule's (the waits between those stay).
+PROBE_EXPLORE = "explore"
 # Drafting is chosen only where the model says it beats the target alone by this much: the modelled
 # gain of a barely-paying pair is within the model's error (per-step overheads, the draft's first step
 # reading two tokens), and there drafting loses. On the weak pair (α ≈ 0.5) the model says K=1 gives
 # 1.04x; measured, every fixed K is 0.46-0.81x of the target alone.
 DRAFT_GAIN_MARGIN = 0.1
+# Once drafting, it is kept while the model says it beats the target alone by this much: every step
+# at K=0 learns nothing of the acceptance, and one early rejection, read from a handful of drafts,
+# made the modelled gain of a pair whose drafts pay 1.2x (the tiny pair, α 0.9) fall under
+# DRAFT_GAIN_MARGIN: K=0 until a probe, on 40-60 % of its steps.
+DRAFT_KEEP_MARGIN = 0.0
 # A lookup at K=0 costs no draft step, only a longer verify batch, and its acceptance is learned from
 # this text's own matches (those it proposed and those it left): it is taken for a smaller gain.
 LOOKUP_GAIN_MARGIN = 0.05
@@ -75,46 +85,14 @@ LOOKUP_GAIN_MARGIN = 0.05
 # a calibration that made K+1 look dear (a busy moment, a stale cache) would never be corrected:
 # only the costs of the Ks tried are updated.
 EXPLORE_EVERY = 8
+# Confidence stops weigh each drafted token (its margin, and whether the next one pays): ~10 us of
+# Python a token on a 2-core CPU, which pays where a draft step costs milliseconds (the demo pair) but
+# not where it costs 40-60 us, itself mostly Python (the tiny pair: lone -k auto drafting token by
+# token made 0.7-0.75x of its best fixed K, its drafting steps 100 us dearer than a fixed K's). Below
+# this draft step cost the step drafts the K its acceptance by position says, as a fixed K does.
+STOPS_MIN_DRAFT_S = 0.0005
 SEEDED_WEIGHT = 16.0  # a band's acceptance from an earlier run counts for this many tried drafts
 RATE_DECAY = 0.9  # per step: the rate a next token must beat follows the last ~10 steps
-
-
-class KPolicy(Protocol):
-    """What the loop asks before each step and tells after it.
-
-    `keep_drafting(drafted, margin)`, where a policy has one, is asked before each drafted token
-    (None: always draft K, and the proposer need not work out margins)."""
-
-    keep_drafting: Callable[[int, float | None], bool] | None
-    # this step drafts only to see whether drafting pays again (after K=0 steps): PROBE_ACCEPTANCE or
-    # PROBE_COSTS, what the probe asks; "" on other steps
-    probing: str
-
-    def next_k(self) -> int: ...
-    # a step at K=0 with a prompt lookup's match: how many of its tokens to verify, given each one's
-    # acceptance (the chance that position i is accepted given those before it were)
-    def lookup_worth(self, alphas: Sequence[float]) -> int: ...
-    # lookup: the step's tokens came from a source free to propose (prompt lookup), not the draft model
-    def observe(
-        self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False
-    ) -> None: ...
-
-
-@dataclass
-class FixedK:
-    k: int
-    keep_drafting = None  # every step drafts k
-    probing = ""  # never probes
-
-    def next_k(self) -> int:
-        return self.k
-
-    @staticmethod
-    def lookup_worth(alphas: Sequence[float]) -> int:
-        return worth_a_token(alphas)
-
-    def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
-        pass
 
 
 class AutoK:
@@ -152,6 +130,8 @@ class AutoK:
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps = 0
         self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
+        self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
+        self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
         k = max(1, best_k(prior_alpha, self.costs))
@@ -167,10 +147,15 @@ class AutoK:
         # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
         # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
         self.shared_k: int | None = None
+        self.exploring = False  # alone, this step's shared_k is the step loop's exploration (PROBE_EXPLORE)
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
         self.last_drafted = 0  # the tokens the last step seen drafted
+        # ... and by its own rule: 0 where the step's K was the step loop's (shared_k: beside others, or
+        # a lone slot's exploring step, engine/batch_k.py), which says nothing of what the rule chose
+        self.own_drafted = 0
+        self._ruled = True  # the step under way drafts by its own rule
         # beside others: the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ...
         # of them, each by its margin (the step loop's `further` reads every slot's)
         self.survivals: list[float] = [1.0]
@@ -190,21 +175,30 @@ class AutoK:
     def next_k(self) -> int:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals = [1.0]
+        # token by token only where a draft step costs far more than weighing its token (STOPS_MIN_DRAFT_S)
+        self._by_token = self.confidence_stops and self.costs.draft_step_s >= STOPS_MIN_DRAFT_S
         self._draft_steps = 1
         self.probing = ""
         shared = self.shared_k
+        self._ruled = not shared
         if shared:
             # Beside other slots: at most the batch's K, every slot drafting as deep as the others (a
             # shorter draft leaves padding in the verify pass, not time); the step loop stops them all
             # together where the next column no longer pays (batch_steps.further), from `survivals`.
             # At 0, the probes below keep α current as alone.
+            if self.exploring:
+                self.probing = PROBE_EXPLORE
             return shared
         # A step at K=0 changes only the target alone's cost: the best drafting K is kept until a step
         # drafts (9.5 µs a step to work out again, against a 2 ms step of a small quantized target).
         if self._drafting is None:
             self._drafting = best_drafting_k(self.alphas(), self.costs)
         k, rate = self._drafting
-        if shared == 0 or not beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN):  # too close to call: K=0
+        # Drafting is taken up where it beats the target alone by the margin, and kept while it beats it
+        # at all (see DRAFT_KEEP_MARGIN)
+        margin = DRAFT_KEEP_MARGIN if self._taken_up else DRAFT_GAIN_MARGIN
+        self._taken_up = shared != 0 and beats_target_alone(rate, self.costs, margin)
+        if not self._taken_up:
             k = 0
         if k == 0:
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
@@ -218,7 +212,7 @@ class AutoK:
             return 0
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
-        if self.confidence_stops:
+        if self._by_token:
             self._stopping = True  # a probe (above) drafts its one token whatever its margin
             self._explore = "armed" if explore else ""  # this step drafts one token past where the margins say stop
             return self.costs.k_max
@@ -254,7 +248,14 @@ class AutoK:
         _, rate = best_drafting_k([1.0] * self.costs.k_max, self.costs)
         return beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN)
 
-    def keep_drafting(self, drafted: int, margin: float | None) -> bool:
+    @property
+    def keep_drafting(self) -> Callable[[int, float | None], bool] | None:
+        """`decide`, asked before each drafted token (KPolicy); None where a policy with confidence stops
+        drafts the K chosen this step (a draft step too cheap to weigh each token: STOPS_MIN_DRAFT_S),
+        alone: beside other slots the step loop reads their margins."""
+        return None if self.confidence_stops and not (self._by_token or self.shared_k) else self.decide
+
+    def decide(self, drafted: int, margin: float | None) -> bool:
         """After `drafted` tokens this step: take the next one, whose margin is `margin`? Or, with
         margin None, run the draft step that shows the next token and its margin?
 
@@ -319,13 +320,17 @@ class AutoK:
         self.by_margin = AcceptanceByMargin(bands, weight=SEEDED_WEIGHT)
 
     def carry_over(self, earlier: AutoK) -> None:
-        """Start from what an earlier request's policy learned of the acceptance by margin.
+        """Start from what an earlier request's policy learned of the acceptance: by margin, overall
+        and by position.
 
-        That holds for the pair from one request to the next, and ~40 steps of one answer are too few
-        to learn it from the prior; α and the rate belong to the text (a list of planets after a
-        code answer) and start afresh. Replayed on the bench prompts in turn: 1.06x the best fixed
-        K carrying the margins, α and the rate, 1.08x carrying the margins alone (the factual
-        prompt after the code one: 0.99x against 1.05x).
+        The acceptance by margin holds for the pair from one request to the next, and ~40 steps of
+        one answer are too few to learn it from the prior. α (overall and by position) belongs to
+        the text as well (a list of planets after a code answer) but starts from the pair's: from
+        the prior (0.7, a handful of drafts' weight) one early rejection made a pair that accepts
+        90 % look not worth drafting (the tiny pair, K=0 at the start of every request); the text's
+        own outweighs it within ~20 steps (ALPHA_DECAY). The rate starts afresh. Replayed on the demo
+        pair's bench prompts in turn (an earlier rule): 1.06x the best fixed K carrying the margins,
+        α and the rate, 1.08x carrying the margins alone.
 
         The wait between probes carries too: where drafting does not pay it takes ~500 steps to back
         off from every 8th step to every 256th, and a request of 160 tokens starting afresh each time
@@ -333,10 +338,12 @@ class AutoK:
         the target alone)."""
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
+        self.estimator, self.by_position = earlier.estimator.copy(), earlier.by_position.copy()
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         self.observed += 1
         self.last_drafted = drafted
+        self.own_drafted = drafted if self._ruled else 0
         self._alphas = None
         if drafted:  # the acceptance and the costs of drafting move
             self._drafting = None
@@ -350,7 +357,7 @@ class AutoK:
             self.estimator.observe(drafted, accepted)
             self.by_position.observe(drafted, accepted)
             self.by_margin.observe(self._margins[:drafted], accepted)
-        if self.probing:
+        if self.probing in (PROBE_ACCEPTANCE, PROBE_COSTS):
             # A probe that paid for itself (its tokens, at the target alone's step cost, against its
             # draft catch-up and verify batch) says the costs or α may be off: halve the wait for the
             # next. One that did not: wait twice as long. (Going back to every 8th step at once, a pair

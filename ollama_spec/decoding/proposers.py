@@ -85,7 +85,8 @@ class Proposer(Protocol):
         A proposer that knows its confidence in each token asks `keep_drafting` before drafting it.
         Under a `grammar` (structured output), one that can drafts only tokens it allows. A `probe`
         (KPolicy.probing: the K policy asking whether drafting pays again, PROBE_ACCEPTANCE or
-        PROBE_COSTS; "" on other steps) may be proposed more cheaply than usual."""
+        PROBE_COSTS, or a lone step exploring, PROBE_EXPLORE; "" on other steps) may be proposed more
+        cheaply than usual."""
 
     def propose_steps(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe="") -> Generator:
         """`propose` as steps (decoding/evals.py): each evaluation it needs yielded, its rows sent

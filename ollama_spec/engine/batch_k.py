@@ -48,6 +48,11 @@ EXPLORE_K = 2
 # step. A plan of K=0 is made again at every step: its steps have nothing else to price, and a stale
 # K=0 costs the most.
 REPLAN_S = 0.001
+# A slot alone at K=0 is priced again only every so many steps (and at once after a step that drafted):
+# its K=0 steps change the price of the target alone, which follows ~10 passes anyway, and the prices
+# worked out again (pass_prices.step_costs, the policy's best drafting K after them) were a tenth of a
+# K=0 step on the tiny pair (12-15 us of 0.12 ms), the lone rule's largest cost there.
+REPRICE_AT_ZERO = 8
 
 
 @dataclass
@@ -62,6 +67,7 @@ class BatchK:
     _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for the slots `_planned_for`
     _planned_for: tuple[Any, ...] = ()
     _planned_at: float = 0.0
+    _repriced: tuple[Any, int] = (None, 0)  # the lone policy last priced, and its K=0 steps since
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
@@ -77,14 +83,18 @@ class BatchK:
             else:
                 k = self._explored(len(generations), k_max)
         else:
-            k, lone = None, policies[0]  # priced again as often as the prices are worked out again
-            lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
-            if lone.last_drafted >= EXPLORE_K:  # drafting: its passes are priced as they run
+            k, lone = None, policies[0]
+            priced, at_zero = self._repriced
+            if lone.last_drafted or priced is not lone or at_zero >= REPRICE_AT_ZERO:
+                lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+                at_zero = -1
+            self._repriced = (lone, at_zero + 1)
+            if lone.own_drafted >= EXPLORE_K:  # its rule drafting: its passes are priced as they run
                 self._at_zero, self._explore_every = 0, EXPLORE_EVERY
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
                 k = self._explored(1, lone.costs.k_max) or None
         for policy in policies:
-            policy.shared_k = k
+            policy.shared_k, policy.exploring = k, bool(k) and not shared
         for generation in generations:
             generation.shared |= shared
 

@@ -232,16 +232,40 @@ class Eagle3Head(HeadPasses):
         """Sequence `seq` as the EAGLE-3 proposer drafts with it."""
         return HeadSequence(self, seq)
 
-    def begin(self, seq: int, n_tokens: int) -> bool:
+    def begin(self, seq: int, n_tokens: int, window: int = 0) -> bool:
         """Start drafting after a text of `n_tokens + 1` tokens whose first `n_tokens` the target holds:
         the first step reads (the text's last token, the pending g at the boundary). False when the
-        head has no g there (the target has not read that far with the head beside it)."""
+        head has no g there (the target has not read that far with the head beside it).
+
+        With `window` (a probe), where the head lacks more pairs than that (steps at K=0 left them
+        waiting), it reads only the last `window` of them, placed after what its cache holds, and
+        drops them again when drafting is over (`drafted`): the rest still wait, encoded as they were
+        or not. Reading them all costs a pass as long as the gap at every probe, and the first probe
+        of a request reads the prompt's too (1-2 ms on the tiny pair, 10-20 target steps); each
+        row's g already carries what the target read before it."""
         with self._lock:
             state = self._state[seq]
             pending = state.pending
             ready = pending is not None and pending[0] == n_tokens - 1
             state.drafting = (n_tokens - 1, pending[1]) if ready else None
+            state.window = None
+            if ready and window and n_tokens - 1 - state.end > window and state.rows is not None:
+                self._open_window(seq, n_tokens - 1, window)
             return ready
+
+    def _open_window(self, seq: int, boundary: int, window: int) -> None:
+        """Draft from `boundary` after only the `window` pairs before it (see `begin`), where the last
+        pass's rows hold them."""
+        state = self._state[seq]
+        first, rows = state.rows
+        low = boundary - window
+        if low < first or boundary - first >= len(rows):
+            return
+        span = rows[low - first : boundary - first + 1]
+        g = self._encode(span) if state.raw else span
+        cached, at = self.target.cached_of(seq), state.end
+        pairs = [(seq, at + i, cached[low + i + 1], g[i]) for i in range(window)]
+        state.window, state.drafting = (at, pairs), (at + window, g[window])
 
     def rows_asked(self, tokens: Sequence[int], logits: str | int, seq: int = 0) -> int:
         """A draft step reads one token and gives its row (LoadedModel.rows_asked's contract)."""
@@ -255,7 +279,7 @@ class Eagle3Head(HeadPasses):
         (1 × V); its pre-norm state is the sequence's next step's g."""
         with self._lock:
             behind, steps = [], []
-            raw = [seq for seq, _, _ in items if self._state[seq].raw]
+            raw = [seq for seq, _, _ in items if self._state[seq].raw and self._state[seq].window is None]
             if raw:
                 self._settle(raw)
             for seq, tokens, _ in items:
@@ -266,7 +290,11 @@ class Eagle3Head(HeadPasses):
                 if g is None:  # the boundary's g, encoded just now
                     g = state.pending[1]
                 self._cut(seq, position)
-                behind += self._gap(seq, position)
+                if state.window is None:
+                    behind += self._gap(seq, position)
+                elif state.window[1]:  # a probe's window: its pairs ride with its first step
+                    behind += state.window[1]
+                    state.window = (state.window[0], [])
                 steps.append((seq, position, tokens[-1], g))
             # llama.cpp's eagle3 decoder graph computes every row's logits and hands its first rows out as
             # a pass's outputs (src/models/eagle3.cpp selects none), and a sequence's positions must rise
@@ -293,7 +321,12 @@ class Eagle3Head(HeadPasses):
         """Drafting from a target that holds `n_tokens` is over: keep the pair that completed the
         boundary (it reads the target's own token), drop the drafts' pairs."""
         with self._lock:
-            self._state[seq].drafting = None
+            state = self._state[seq]
+            state.drafting = None
+            if state.window is not None:  # a probe's window: gone again, the pairs it lacks still wait
+                self._cut(seq, state.window[0])
+                state.window = None
+                return
             self._cut(seq, n_tokens)
 
     # --- a slot's prefix in host RAM ---------------------------------------------------------

@@ -22,6 +22,9 @@ class _Sequence:
     drafting: tuple[int, np.ndarray] | None = None  # a draft step's (position, g), while drafting
     raw: bool = False  # `rows` are the target's captured rows, not encoded yet (their g None in `pending`)
     before: tuple[int, np.ndarray] | None = None  # the g at the last pass's first position - 1, for a cut there
+    # a probe drafting after a window of the pairs it lacks (Eagle3Head.begin): where the cache ended
+    # before it, and the window's pairs, decoded with its first step
+    window: tuple[int, list] | None = None
 
 
 def pack_state(state: _Sequence, cells: bytes | bytearray) -> bytes:

@@ -21,8 +21,8 @@ class HeadSequence:
     def __init__(self, head: Eagle3Head, seq: int):
         self.model, self.seq, self.n_vocab = head, seq, head.n_vocab
 
-    def begin(self, n_tokens: int) -> bool:
-        return self.model.begin(self.seq, n_tokens)
+    def begin(self, n_tokens: int, window: int = 0) -> bool:
+        return self.model.begin(self.seq, n_tokens, window)
 
     def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
         """The logits after drafting `tokens` (one token: the text's last, or the last draft)."""

@@ -35,6 +35,7 @@ def test_the_measured_ceiling_is_read_at_the_slots_the_clients_share(tiny_store,
         "THREADS": "1",
         "CEILING": "measure",
         "CEILING_K": "2",
+        "CEILING_ROUNDS": "2",
     }
     result = subprocess.run(
         ["bash", str(SCRIPT), str(shims(tmp_path / "bin")), "tiny-target", "tiny-draft", "--no-check"],
@@ -45,7 +46,7 @@ def test_the_measured_ceiling_is_read_at_the_slots_the_clients_share(tiny_store,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    assert lines[0] == "== the ceiling: bench --concurrency 2 --in-process, 4 tokens a request"
+    assert lines[0] == "== the ceiling: bench --concurrency 2 --in-process, 4 tokens a request, 2 rounds"
     assert "== ollama-spec serve --parallel 2, 3 client(s) at once" in lines
     shares = [line for line in lines if re.match(r"\d client\(s\), ceiling", line)]
     number = r"[\d.]+"

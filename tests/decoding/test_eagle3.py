@@ -5,12 +5,16 @@ grammar and to the penalties as a draft model's do."""
 import pytest
 
 from ollama_spec.decoding.eagle3 import HEAD, Eagle3Proposer
+from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE
 from ollama_spec.decoding.loop import SpeculationSettings
+from ollama_spec.decoding.proposers import PROBE_WINDOW
 from ollama_spec.decoding.sampling import SamplingSettings
-from ollama_spec.engine.engine import Engine
+from ollama_spec.engine.engine import Engine, Request
 from tests.builders.eagle3_heads import build_heads
 from tests.conftest import engine_settings
 from tests.decoding.test_loop import assert_first_two_tokens_follow_the_target
+
+GREEDY = SamplingSettings(temperature=0)
 
 
 @pytest.fixture(scope="module")
@@ -27,3 +31,22 @@ def test_sampling_with_a_head_keeps_the_target_distribution(kind, heads, tiny_mo
         proposer = engine.proposer(SpeculationSettings(2))
         assert isinstance(proposer, Eagle3Proposer) and proposer.source == HEAD
         assert_first_two_tokens_follow_the_target(engine.target, proposer, sampling, SpeculationSettings(2))
+
+
+def test_a_probe_reads_at_most_a_window_of_what_the_head_lacks(heads, tiny_models):
+    """After steps at K=0 (the target alone), a probe's draft reads PROBE_WINDOW pairs and its own
+    step, not every position the head lacks; a draft that is no probe reads them all."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
+        proposer = engine.proposer(SpeculationSettings(1))
+        request = Request("Once upon a time", raw=True, max_tokens=60, ignore_eos=True, sampling=GREEDY)
+        generation = engine.generate(request, use_draft=False)
+        "".join(generation)
+        seq = [*engine.target.cached_of(0), generation.result.tokens[-1]]
+        assert len(seq) - 1 > 2 * PROBE_WINDOW
+        process, sizes = engine.head._process, []
+        engine.head._process = lambda kind, n: sizes.append(n) or process(kind, n)
+        probed, _ = proposer.propose(seq, 1, GREEDY, None, probe=PROBE_ACCEPTANCE)
+        assert sizes and max(sizes) <= PROBE_WINDOW + 1
+        sizes.clear()
+        drafted, _ = proposer.propose(seq, 1, GREEDY, None)
+        assert max(sizes) >= len(seq) - 1 and len(drafted) == len(probed) == 1

@@ -8,6 +8,7 @@ import pytest
 from ollama_spec.decoding.acceptance import MARGIN_EDGES, AcceptanceByMargin, AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.k_policy import (
     DRAFT_GAIN_MARGIN,
+    DRAFT_KEEP_MARGIN,
     EXPLORE_EVERY,
     PROBE_ACCEPTANCE,
     PROBE_CEILING_EVERY,
@@ -17,7 +18,7 @@ from ollama_spec.decoding.k_policy import (
     AutoK,
     FixedK,
 )
-from ollama_spec.decoding.step_costs import StepCosts, best_k, best_k_by_position
+from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k, best_k, best_k_by_position
 from ollama_spec.engine.calibration import batch_sizes_to_time
 from tests.decoding.test_step_costs import CPU, GPU, SLOW_DRAFT
 
@@ -176,11 +177,14 @@ def test_a_policy_carries_what_an_earlier_one_learned():
     later = AutoK(CPU, confidence_stops=True)
     later.carry_over(earlier)
     assert later.by_margin.alpha(0.5) == earlier.by_margin.alpha(0.5) > 0.95
-    assert later.estimator.alpha == AutoK(CPU).estimator.alpha and later.rate == AutoK(CPU).rate  # the text's own
+    # the pair's acceptance, overall and by position, as learned (this text's soon outweighs it)
+    assert later.estimator.alpha == earlier.estimator.alpha > 0.95 and later.alphas() == earlier.alphas()
+    assert later.rate == AutoK(CPU).rate  # the text's own
     later.next_k()
     later.keep_drafting(0, 0.5)
     later.observe(1, 0, 0.004, 0.04)
-    assert later.by_margin.alpha(0.5) < earlier.by_margin.alpha(0.5)  # a copy, not shared
+    assert later.by_margin.alpha(0.5) < earlier.by_margin.alpha(0.5)  # copies, not shared
+    assert later.estimator.alpha < earlier.estimator.alpha and later.alphas()[0] < earlier.alphas()[0]
 
 
 def test_calibration_times_every_batch_auto_may_choose_and_some_larger_ones():
@@ -421,12 +425,14 @@ def test_the_kept_drafting_choice_is_what_working_it_out_again_gives():
     not is still the one best_k_by_position makes from the acceptance and costs of that moment."""
     rng = np.random.default_rng(7)
     policy = AutoK(CPU, prior_alpha=0.6)
-    decisions = set()
+    decisions, drafting = set(), False
     for step in range(2000):
         alpha = 0.9 if (step // 150) % 2 else 0.3  # easy and hard stretches: K moves both ways
-        fresh = best_k_by_position(policy.alphas(), policy.costs, DRAFT_GAIN_MARGIN)
+        margin = DRAFT_KEEP_MARGIN if drafting else DRAFT_GAIN_MARGIN  # kept up while it beats K=0 at all
+        fresh = best_k_by_position(policy.alphas(), policy.costs, margin)
         k = policy.next_k()
         assert (fresh == 0) == (k == 0 or bool(policy.probing))
+        drafting = k > 0 and not policy.probing
         decisions.add(fresh > 0)
         accepted = next((i for i in range(k) if rng.random() > alpha), k)
         policy.observe(k, accepted, 0.004 * k, 0.030 * (1 + 0.4 * k) * rng.uniform(0.8, 1.2))
@@ -462,3 +468,40 @@ def test_a_lookup_at_k0_is_priced_by_its_verify_batch():
     assert AutoK(CPU).lookup_worth([0.1, 0.1]) == 0
     assert AutoK(CPU).lookup_worth([]) == 0
     assert FixedK(0).lookup_worth(alphas) == 5 and FixedK(0).lookup_worth([0.5, 0.3]) == 0
+
+
+def test_drafting_once_taken_up_is_kept_while_it_beats_the_target_alone():
+    """The weak pair's costs: a gain under DRAFT_GAIN_MARGIN is too close to take drafting up (see
+    test_a_gain_within_the_models_error_is_not_taken); once taken up, as rejections bring α down it
+    is kept while it beats the target alone at all (each step at K=0 learns nothing more of the
+    acceptance), and left when it does not."""
+    weak = StepCosts(0.0065, (0.026, 0.034, *(0.034 + 0.005 * n for n in range(1, 8))))
+    policy = AutoK(weak, prior_alpha=0.9)
+    kept_in_band = left = 0
+    k = policy.next_k()
+    assert k > 0
+    while not left:
+        policy.observe(k, 0, 0.0065 * k, weak.verify_s[k])  # every draft rejected
+        _, rate = best_drafting_k(policy.alphas(), policy.costs)
+        gain = rate * weak.verify_s[0]
+        k = policy.next_k()
+        if 1.0 < gain < 1 + DRAFT_GAIN_MARGIN:
+            assert k > 0
+            kept_in_band += 1
+        elif gain <= 1.0:
+            assert k == 0 or policy.probing
+            left += 1
+    assert kept_in_band >= 1
+
+
+def test_a_draft_step_too_cheap_to_weigh_each_token_drafts_the_k_chosen():
+    """Weighing each token costs Python a token; a draft step of 40 us (the tiny pair's, itself mostly
+    Python) drafts the K its acceptance by position says, with nothing to ask per token (no margins
+    worked out); a dearer one keeps its confidence stops."""
+    cheap = StepCosts(40e-6, tuple(100e-6 + 20e-6 * n for n in range(17)))
+    policy = AutoK(cheap, prior_alpha=0.9, confidence_stops=True)
+    k = policy.next_k()
+    assert 1 <= k < cheap.k_max and policy.keep_drafting is None
+    assert k == best_k_by_position(policy.alphas(), cheap, DRAFT_GAIN_MARGIN)
+    dear = AutoK(CPU, prior_alpha=0.9, confidence_stops=True)
+    assert dear.next_k() == CPU.k_max and dear.keep_drafting is not None

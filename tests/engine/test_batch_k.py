@@ -4,10 +4,17 @@ where those passes have no price of their own."""
 import random
 from dataclasses import dataclass
 
-from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.k_policy import PROBE_EXPLORE, AutoK
 from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
-from ollama_spec.engine.batch_k import EXPLORE_EVERY, EXPLORE_MAX_EVERY, BatchK, drafting_beside
+from ollama_spec.engine.batch_k import (
+    EXPLORE_EVERY,
+    EXPLORE_K,
+    EXPLORE_MAX_EVERY,
+    REPRICE_AT_ZERO,
+    BatchK,
+    drafting_beside,
+)
 
 SLOTS, K_MAX, ALPHA = 4, 8, 0.9
 MARGIN = 0.5  # every drafted token's: a sure one
@@ -45,17 +52,21 @@ class Clock:
         return self.now
 
 
-def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]:
+def run(generations: list[Running], steps: int, rng: random.Random, as_the_loop: bool = False) -> list[int]:
     """The step loop's K machinery over `steps` steps of these generations, the passes priced as
     `target` and `draft` cost (a slot's first draft pass after a step without drafts reads what it
-    missed, and is not priced, as engine/step_loop.py does); each step's widest verify, less one."""
+    missed, and is not priced, as engine/step_loop.py does); each step's widest verify, less one.
+    `as_the_loop`: in engine/step_loop.py's order, the K chosen before each target pass and each slot
+    asking its next step's K once it verified (else chosen before each step's K is asked)."""
     clock = Clock()
     batch = BatchK(PassPrices(prior=DEAR), clock=clock)
     drafted_before = [True] * len(generations)
     widths = []
+    asked = [g.policy.next_k() for g in generations] if as_the_loop else []
     for _ in range(steps):
-        batch.choose(generations)
-        asked = [g.policy.next_k() for g in generations]
+        if not as_the_loop:
+            batch.choose(generations)
+            asked = [g.policy.next_k() for g in generations]
         drafted, draft_s = [0] * len(generations), [0.0] * len(generations)
         active = [i for i, k in enumerate(asked) if k]
         while active:
@@ -77,11 +88,14 @@ def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]
             taken = []
             for i in active:
                 draft_s[i] += draft(len(active))
-                if generations[i].policy.keep_drafting(drafted[i], MARGIN):  # the token, by its margin
+                ask = generations[i].policy.keep_drafting  # None: the K chosen, whatever the margins
+                if ask is None or ask(drafted[i], MARGIN):  # the token, by its margin
                     drafted[i] += 1
                     taken.append(i)
             active = [i for i in taken if drafted[i] < asked[i]]
         widest = max(drafted)
+        if as_the_loop:
+            batch.choose(generations)
         verify_s = target(len(generations) * (widest + 1))
         clock.now += verify_s
         batch.prices.observe(False, len(generations) * (widest + 1), verify_s)
@@ -91,13 +105,16 @@ def run(generations: list[Running], steps: int, rng: random.Random) -> list[int]
                 accepted += 1
             generation.policy.observe(drafted[i], accepted, draft_s[i], verify_s)
             drafted_before[i] = drafted[i] > 0
+        if as_the_loop:
+            asked = [g.policy.next_k() for g in generations]
         widths.append(widest)
     return widths
 
 
 def keep(generation: Running, drafted: int) -> bool:
     """Before a draft pass: does this slot run it (beside others: always; alone: its rule says)?"""
-    return drafting_beside(generation.policy) or generation.policy.keep_drafting(drafted, None)
+    ask = generation.policy.keep_drafting
+    return drafting_beside(generation.policy) or ask is None or ask(drafted, None)
 
 
 def rate(k: int) -> float:
@@ -136,7 +153,76 @@ def test_a_slot_alone_leaves_k_zero_where_its_prior_makes_drafting_look_dear():
     one token (the draft pass that reads what K=0 skipped, never priced), so only an exploring step
     prices a draft pass; after it the slot drafts."""
     generations = [Running(AutoK(DEAR, ALPHA, confidence_stops=True))]
-    widths = run(generations, 200, random.Random(2))
+    widths = run(generations, 200, random.Random(2), as_the_loop=True)
     first = next(step for step, width in enumerate(widths) if width >= 2)
     assert first <= 4 * EXPLORE_EVERY
     assert sum(width >= 2 for width in widths[100:]) >= 90
+
+
+def test_a_slot_alone_where_drafting_does_not_pay_explores_ever_more_rarely():
+    """A slot alone whose drafts are seldom accepted: each exploring step drafts EXPLORE_K tokens, which
+    must not count as its own rule drafting again (that would start the waits afresh, one exploration
+    every EXPLORE_EVERY steps for good, each a catch-up of what K=0 skipped)."""
+    global ALPHA
+    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True))]
+    saved, ALPHA = ALPHA, 0.1
+    try:
+        widths = run(generations, 600, random.Random(3), as_the_loop=True)
+    finally:
+        ALPHA = saved
+    explored = sum(width == 2 for width in widths[300:])
+    assert explored <= 300 // EXPLORE_MAX_EVERY + 1
+
+
+class CountedPrices(PassPrices):
+    """PassPrices that count how often the step costs are asked for."""
+
+    asked = 0
+
+    def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
+        self.asked += 1
+        return super().step_costs(k_max, drafts)
+
+
+def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
+    """A lone slot's K=0 steps move only the target alone's price: the prices (the lone rule's largest
+    cost on a pair whose steps take 0.1 ms) are worked out again every REPRICE_AT_ZERO steps, at once
+    for a new request's policy and after a step that drafted."""
+    prices = CountedPrices(prior=DEAR)
+    batch = BatchK(prices)
+    first = Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    for _ in range(4 * REPRICE_AT_ZERO):
+        batch.choose([first])
+        first.policy.observe(0, 0, 0.0, target(1))
+        prices.observe(False, 1, target(1))
+    assert prices.asked <= 4 + 1
+    asked = prices.asked
+    second = Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    batch.choose([second])
+    assert prices.asked == asked + 1 and second.policy._priced_by is not None
+    second.policy.observe(1, 0, draft(1), target(2))
+    batch.choose([second])
+    assert prices.asked == asked + 2
+
+
+def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe_waits():
+    """A lone slot's exploring step asks its proposer as a probe does (PROBE_EXPLORE: a window of what
+    K=0 skipped, not all of it: an EAGLE-3 head's full catch-up took 1.5-2.5 ms on the tiny pair), and
+    it is no probe of the rule's: the wait for the next one stays as it was."""
+    prices = PassPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    policy = lone.policy
+    for _ in range(4 * EXPLORE_EVERY):
+        batch.choose([lone])
+        k = policy.next_k()
+        if policy.shared_k:
+            break
+        policy.observe(k, 0, draft(1) * k, target(k + 1))
+        prices.observe(False, k + 1, target(k + 1))
+    assert k == EXPLORE_K and policy.probing == PROBE_EXPLORE
+    waits = policy._probe_every
+    policy.observe(k, 0, 2 * draft(1), target(k + 1))
+    assert policy._probe_every == waits
+    batch.choose([lone])
+    policy.next_k()
+    assert policy.probing != PROBE_EXPLORE and not policy.exploring

@@ -314,7 +314,8 @@ class PassClock:
     """A clock that moves only by the seconds given to each llama.cpp pass and to the Python that reads
     a pass's rows: the loop's timings then say exactly what each part of a step was made to cost."""
 
-    def __init__(self, engine, monkeypatch, draft_python_s):
+    def __init__(self, engine, monkeypatch, draft_python_s, scale=1.0):
+        """`scale`: every pass and the step's Python that many times as long."""
         from types import SimpleNamespace
 
         from ollama_spec.decoding import loop
@@ -324,15 +325,15 @@ class PassClock:
         for module in (step_loop, loop):  # the loop's passes, and the steps' own timing
             monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: self.now))
         for model, seconds in (
-            (engine.draft, lambda tokens: 0.0001),
-            (engine.target, lambda tokens: 0.001 + 0.00005 * tokens),
+            (engine.draft, lambda tokens: scale * 0.0001),
+            (engine.target, lambda tokens: scale * (0.001 + 0.00005 * tokens)),
         ):
             monkeypatch.setattr(model, "decode_many", self.decoding(model.decode_many, seconds))
         advance = step_loop.StepLoop._advance
 
         def slow_advance(loop, slot, rows):  # a draft token's Python, or the step's (verify, the next begun)
             if rows is not None:
-                self.now += draft_python_s if slot.model is engine.draft else 0.0002
+                self.now += draft_python_s if slot.model is engine.draft else scale * 0.0002
             advance(loop, slot, rows)
 
         monkeypatch.setattr(step_loop.StepLoop, "_advance", slow_advance)

@@ -191,3 +191,35 @@ def test_each_g_is_encoded_from_its_own_positions_rows(tiny_models, tmp_path):
                 np.testing.assert_allclose(rows, expected, rtol=1e-4, atol=1e-4)
         finally:
             head.close()
+
+
+def test_a_probe_reads_a_window_of_the_pairs_the_head_lacks_and_leaves_them_waiting(heads, target):
+    """Steps at K=0 leave the head lacking the pairs of every position since it last drafted; a probe
+    reads only the last `window` of them (placed after what the cache holds) and drops them again, so
+    the next full draft reads them all as if no probe had come."""
+    text = " ".join(["The quick brown fox jumps over the lazy dog"] * 3)
+    prompt = target.tokenize(text, add_bos=True, special=False)
+    assert len(prompt) > 20
+    full = []
+    for probe_first in (True, False):
+        target.truncate(0)
+        head = Eagle3Head(heads["crafted"], target)
+        try:
+            target.eval(prompt)
+            state, sequence = head._state[0], head.sequence(0)
+            process, calls = head._process, []
+            head._process = lambda kind, n, calls=calls, process=process: calls.append((kind, n)) or process(kind, n)
+            if probe_first:
+                assert sequence.begin(len(prompt), 8)
+                sequence.step(42)
+                sequence.finish(len(prompt))
+                assert calls == [(llama_cpp.LLAMA_PROCESS_TYPE_ENCODE, 9), (llama_cpp.LLAMA_PROCESS_TYPE_DECODE, 9)]
+                assert state.end == 0 and state.raw and len(state.rows[1]) == len(prompt)
+                assert state.pending[0] == len(prompt) - 1
+            logits = sequence.start(len(prompt), 42)
+            assert state.end == len(prompt)
+            full.append(logits.copy())
+            sequence.finish(len(prompt))
+        finally:
+            head.close()
+    assert np.array_equal(full[0], full[1])

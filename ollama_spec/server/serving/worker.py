@@ -16,12 +16,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 from ollama_spec.decoding.loop import Token
 from ollama_spec.engine.engine import Engine, Request, Result
 from ollama_spec.engine.step_loop import Ticket
 from ollama_spec.errors import OllamaSpecError, Stopped
+from ollama_spec.server.serving.mailbox import Mailbox
 
 log = logging.getLogger("ollama_spec.server")
 T = TypeVar("T")
@@ -76,73 +78,6 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
-# While a stream's pieces come faster than this, the event loop collects them by a timer of its own
-# this often instead of being woken for each step: each wake-up is a syscall on the step loop's thread
-# and a turn at the GIL for the event loop's, and once a step on a pair whose steps take a fraction of
-# a millisecond, it is most of what the event loop's thread spends a token.
-POLL_S = 0.002
-
-
-class Mailbox:
-    """Events for the jobs of one asyncio loop, put from the step loop's thread. Each wake-up of the loop
-    brings all that is waiting, for all its jobs. Once two wake-ups come within POLL_S of each other, the
-    loop looks again every POLL_S by a timer (until a look finds nothing): the pieces put meanwhile wait
-    for it, and only a job's first piece and its end wake the loop. A stream's chunks still come as
-    often as a person could see them change; a slow pair's pieces each wake the loop at once."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, poll_s: float = POLL_S):
-        self.loop, self.poll_s = loop, poll_s
-        self._lock = threading.Lock()
-        self._mail: list[tuple[Job, tuple[Event, ...]]] = []
-        self._waking = False  # a wake-up is due on the loop and has not been delivered
-        self._polling = False  # the loop's timer will look within poll_s
-        self._woken_at = -math.inf  # the loop's time at the last wake-up
-
-    def put(self, job: Job, events: tuple[Event, ...], urgent: bool = True) -> None:
-        """Hand `events` to `job` on its loop: at once if `urgent`, else by the loop's next look."""
-        with self._lock:
-            self._mail.append((job, events))
-            if self._waking or (self._polling and not urgent and not self.loop.is_closed()):
-                return
-            self._waking = True
-        try:
-            self.loop.call_soon_threadsafe(self._woken)
-        except RuntimeError:  # the loop is closed: nobody is listening any more
-            for waiting, _ in self._take():
-                waiting.cancel()
-
-    def _take(self) -> list[tuple[Job, tuple[Event, ...]]]:
-        with self._lock:
-            self._waking = False
-            mail, self._mail = self._mail, []
-        return mail
-
-    def _woken(self) -> None:
-        self._deliver(self._take())
-        now = self.loop.time()
-        soon, self._woken_at = now - self._woken_at < self.poll_s, now
-        with self._lock:
-            if self._polling or not soon:
-                return
-            self._polling = True
-        self.loop.call_later(self.poll_s, self._look)
-
-    def _look(self) -> None:
-        """The timer: what came since the last delivery, and another look soon if anything had."""
-        with self._lock:
-            mail, self._mail = self._mail, []
-            self._polling = bool(mail)
-        if mail:
-            self._deliver(mail)
-            self.loop.call_later(self.poll_s, self._look)
-
-    @staticmethod
-    def _deliver(mail: list[tuple[Job, tuple[Event, ...]]]) -> None:
-        for job, events in mail:
-            for event in events:
-                job._events.put_nowait(event)
-
-
 class Job:
     """One submitted request: its events arrive in order on the loop that submitted it (through
     `mailbox`, shared by the jobs of that loop)."""
@@ -159,6 +94,7 @@ class Job:
         self.cancelled_as: type[Cancelled] = Cancelled  # the error that client gets
         self._sent = 0  # logprobs: the tokens handed on with a piece so far
         self._told = False  # anything was handed on
+        self._at_end: Callable[[], None] | None = None  # run on the loop's thread once its end is taken
 
     def cancel(self, reason: str | None = None, error: type[Cancelled] = Cancelled) -> None:
         """Stop generating at the next step (or skip the job if it has not started); `reason`: what a
@@ -182,6 +118,14 @@ class Job:
         """Hand on `events`; a stream's first piece and its end at once (see Mailbox)."""
         self._mailbox.put(self, events, urgent=not self._told or not isinstance(events[-1], Piece))
         self._told = True
+
+    def take(self, events: tuple[Event, ...]) -> None:
+        """On the loop's thread: `events` for the reader; after its end, what was to run then (`_at_end`)."""
+        for event in events:
+            self._events.put_nowait(event)
+        if self._at_end is not None and not isinstance(events[-1], Piece):
+            at_end, self._at_end = self._at_end, None
+            at_end()
 
     async def events(self) -> AsyncIterator[Event]:
         """Pieces of text, then one Finished or Failed. The pieces waiting when the reader comes are
@@ -330,9 +274,12 @@ class _Sink:
         job.put(Piece(text, scored, drafted))
 
     def end(self, ticket: Ticket) -> None:
+        """The job's end. Its count and log line (`on_finished`) are the event loop's, as its end is taken:
+        the step loop's thread, which calls this between two passes, does not write the log (a write lets
+        go of the GIL, and the event loop's thread, often waiting for it, would take it)."""
         job, result = self.job, ticket.generation.result
         self.worker._done(job, result.total_seconds)
-        self.worker.on_finished(job, result)
+        job._at_end = partial(self.worker.on_finished, job, result)
         if result.finish_reason == "cancelled":
             # A client that left hears nothing; one still listening (the server is stopping) must not
             # take a cut-short answer for a finished one, so it gets an error, not a finish.

@@ -2,6 +2,7 @@
 the one place that turns them into a status; only the route modules (and the app's handlers) make an ApiError."""
 
 import ast
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -103,7 +104,11 @@ def test_an_api_error_is_answered_as_it_is_and_anything_else_is_a_failed_generat
 
 
 def test_a_job_cut_short_by_a_delete_fails_as_deleted_and_one_by_shutdown_as_cancelled():
-    deleted, stopped = Job(None, None), Job(None, None)
+    async def jobs() -> tuple[Job, Job]:
+        loop = asyncio.get_running_loop()
+        return Job(None, loop), Job(None, loop)
+
+    deleted, stopped = asyncio.run(jobs())
     deleted.cancel('model "m" is being deleted', ModelDeleted)
     stopped.cancel()
     assert deleted.cancelled_as is ModelDeleted and api_error(deleted.cancelled_as(deleted.reason)).status == 404

@@ -1,108 +1,11 @@
-"""A job's events from the step loop's thread to its asyncio loop (serving/worker.py's Mailbox): a
-stream's first piece and its end wake the loop at once, the pieces between come at its next look. No
-model: the events are put by hand, from another thread as the step loop puts them."""
+"""The worker's jobs as the step loop runs them (serving/worker.py)."""
 
 import asyncio
 import threading
 
 from ollama_spec.decoding.loop import SpeculationSettings
-from ollama_spec.engine.engine import Request, Result
-from ollama_spec.server.serving.worker import Failed, Finished, Job, Mailbox, Piece, Worker
-
-
-def _counting_wakeups(loop: asyncio.AbstractEventLoop) -> list[int]:
-    """The loop's wake-ups from other threads, counted (one entry each)."""
-    wakes, real = [], loop.call_soon_threadsafe
-
-    def counted(*args, **kwargs):
-        wakes.append(1)
-        return real(*args, **kwargs)
-
-    loop.call_soon_threadsafe = counted
-    return wakes
-
-
-def _from_thread(*events) -> None:
-    """Put `events` on their jobs from another thread, one call each, in order."""
-    putter = threading.Thread(target=lambda: [job.put(event) for job, event in events])
-    putter.start()
-    putter.join()
-
-
-def test_pieces_of_a_fast_stream_wait_for_the_loops_look_and_its_end_wakes_it():
-    async def run():
-        loop = asyncio.get_running_loop()
-        wakes = _counting_wakeups(loop)
-        job = Job(Request(), loop, mailbox=Mailbox(loop, poll_s=3600))  # no look comes during the test
-        events = job.events()
-        _from_thread((job, Piece("Once")))
-        assert len(wakes) == 1 and (await anext(events)).text == "Once"  # the first piece: at once
-        _from_thread((job, Piece(" upon")))
-        assert len(wakes) == 2 and (await anext(events)).text == " upon"  # the second within poll_s: looks begin
-        _from_thread((job, Piece(" a")), (job, Piece(" time")))
-        assert len(wakes) == 2  # put but not yet read: the loop was not woken for them
-        result = Result(text="Once upon a time", finish_reason="stop")
-        _from_thread((job, Finished(result)))
-        assert len(wakes) == 3  # the end wakes it, and brings the pieces before it
-        assert (await anext(events)).text == " a time"
-        assert (await anext(events)).result is result
-
-    asyncio.run(run())
-
-
-def test_pieces_between_come_at_the_loops_look():
-    async def run():
-        loop = asyncio.get_running_loop()
-        job = Job(Request(), loop, mailbox=Mailbox(loop, poll_s=0.5))
-        events = job.events()
-        for text in "ab":
-            _from_thread((job, Piece(text)))
-            assert (await anext(events)).text == text
-        _from_thread((job, Piece("c")))
-        assert (await asyncio.wait_for(anext(events), 10)).text == "c"  # no end came: the timer brought it
-
-    asyncio.run(run())
-
-
-def test_a_slow_or_quiet_stream_wakes_the_loop_for_each_piece():
-    """Pieces further apart than poll_s (a slow pair's steps) each wake the loop at once; so does the
-    next piece once a look found nothing."""
-
-    async def run():
-        loop = asyncio.get_running_loop()
-        wakes = _counting_wakeups(loop)
-        mailbox = Mailbox(loop, poll_s=0.001)
-        job = Job(Request(), loop, mailbox=mailbox)
-        events = job.events()
-        for i, text in enumerate("abc"):
-            _from_thread((job, Piece(text)))
-            assert len(wakes) == i + 1 and (await asyncio.wait_for(anext(events), 10)).text == text
-            # more than poll_s: the next piece comes slowly, and a look the wake-up set (due before this
-            # sleep ends, so run first) finds nothing, which ends the looks
-            await asyncio.sleep(0.002)
-
-    asyncio.run(run())
-
-
-def test_each_jobs_first_piece_and_failure_wake_the_loop_while_another_streams():
-    async def run():
-        loop = asyncio.get_running_loop()
-        wakes = _counting_wakeups(loop)
-        mailbox = Mailbox(loop, poll_s=3600)
-        first, second = Job(Request(), loop, mailbox=mailbox), Job(Request(), loop, mailbox=mailbox)
-        streams = first.events(), second.events()
-        for text in "xy":
-            _from_thread((first, Piece(text)))
-            assert (await anext(streams[0])).text == text
-        _from_thread((first, Piece("z")), (second, Piece("p")))
-        assert len(wakes) == 3  # the second job's first piece
-        error = RuntimeError("gone")
-        _from_thread((second, Failed(error)))
-        assert len(wakes) == 3  # already due: the loop has yet to take the mail the last wake-up was for
-        assert (await anext(streams[0])).text == "z"
-        assert [(await anext(streams[1])).text, (await anext(streams[1])).error] == ["p", error]
-
-    asyncio.run(run())
+from ollama_spec.engine.engine import Request
+from ollama_spec.server.serving.worker import Finished, Worker
 
 
 def test_a_steps_tokens_come_as_one_piece(spec_engine):
@@ -127,3 +30,24 @@ def test_a_steps_tokens_come_as_one_piece(spec_engine):
     assert "".join(piece.text for piece in pieces) == result.text
     steps = result.speculation.steps
     assert result.speculation.accepted > 0 and len(pieces) <= steps < len(result.tokens)
+
+
+def test_a_finished_jobs_count_and_log_line_are_made_on_the_event_loops_thread(spec_engine):
+    """Not on the step loop's thread, between two of its passes: the log's write lets go of the GIL, which
+    the event loop's thread would take while the other slots wait."""
+    request = Request(prompt="Once upon a time", raw=True, max_tokens=8, ignore_eos=True)
+    finished = []
+
+    async def run():
+        loop_thread = threading.get_ident()
+        worker = Worker(
+            spec_engine, max_queue=4, on_finished=lambda job, result: finished.append(threading.get_ident())
+        )
+        job = worker.submit(request)
+        async for event in job.events():
+            last = event
+        worker.close()
+        return loop_thread, last
+
+    loop_thread, last = asyncio.run(run())
+    assert isinstance(last, Finished) and finished == [loop_thread]
