@@ -27,7 +27,6 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
-from ollama_spec.decoding.k_fixed import FixedK, KPolicy  # noqa: F401 - callers take them from here
 from ollama_spec.decoding.step_costs import (
     StepCosts,
     VerifyLine,

@@ -10,7 +10,7 @@ import numpy as np
 
 from ollama_spec.decoding.evals import Eval, evaluated
 from ollama_spec.decoding.grammar import TokenGrammar, masked_rows
-from ollama_spec.decoding.k_policy import FixedK, KPolicy
+from ollama_spec.decoding.k_fixed import FixedK, KPolicy
 from ollama_spec.decoding.penalties import adjusted_rows
 from ollama_spec.decoding.proposer_table import PROPOSERS, build_proposer, is_lookup
 from ollama_spec.decoding.proposers import (

@@ -7,7 +7,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from ollama_spec.decoding.k_policy import AutoK, FixedK, KPolicy
+from ollama_spec.decoding.k_fixed import FixedK, KPolicy
+from ollama_spec.decoding.k_policy import AutoK
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.proposer_table import PROPOSERS

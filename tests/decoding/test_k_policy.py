@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ollama_spec.decoding.acceptance import MARGIN_EDGES, AcceptanceByMargin, AcceptanceByPosition, AlphaEstimator
+from ollama_spec.decoding.k_fixed import FixedK
 from ollama_spec.decoding.k_policy import (
     DRAFT_GAIN_MARGIN,
     DRAFT_KEEP_MARGIN,
@@ -16,7 +17,6 @@ from ollama_spec.decoding.k_policy import (
     PROBE_EVERY,
     PROBE_MAX_EVERY,
     AutoK,
-    FixedK,
 )
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k, best_k, best_k_by_position
 from ollama_spec.engine.calibration import batch_sizes_to_time

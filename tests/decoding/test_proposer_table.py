@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import ollama_spec
-from ollama_spec.decoding.k_policy import FixedK
+from ollama_spec.decoding.k_fixed import FixedK
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, generate_tokens
 from ollama_spec.decoding.proposer_table import (
     AUTO,
