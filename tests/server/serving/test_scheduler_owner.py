@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
 import ollama
 import openai
@@ -14,6 +15,7 @@ import pytest
 
 from ollama_spec.pull.edits import delete_model
 from ollama_spec.server.protocol.errors import api_error
+from ollama_spec.server.serving import scheduler as scheduler_module
 from ollama_spec.server.serving.metrics import Metrics
 from ollama_spec.server.serving.pairs import StorePairs
 from ollama_spec.server.serving.scheduler import Scheduler, SchedulerSettings
@@ -153,14 +155,25 @@ def test_requests_and_deletes_of_one_model_at_once_never_answer_500(store_copy):
         assert not store_copy.joinpath(*LIBRARY, "tiny-alien", "latest").exists()
 
 
-def test_load_duration_is_the_load_the_request_waited_for(store_copy):
-    """Ollama's durations, through its own client: a cold request's load is in load_duration and in its total."""
+def test_load_duration_is_the_load_the_request_waited_for(store_copy, monkeypatch):
+    """Ollama's durations, through its own client: a cold request's load is in load_duration and in its total.
+    The tiny model loads in ~10 ms, as long as a warm request's own hiccups on a busy machine, so each load
+    is made to take at least LOAD_S more (a slow disk, as a big model's load is): the real engine still loads."""
+    load_s = 0.4
+    real_load = scheduler_module.Engine.load
+
+    def slow_load(*args, **kwargs):
+        time.sleep(load_s)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler_module.Engine, "load", slow_load)
     with running_store(store_copy, no_draft=True) as (url, _):
         client = ollama.Client(host=url)
         cold = client.generate("tiny-alien", "Once upon", options={"num_predict": 4, "temperature": 0})
         warm = client.generate("tiny-alien", "Once upon", options={"num_predict": 4, "temperature": 0})
-        assert cold.load_duration > 0 and cold.total_duration >= cold.load_duration + cold.eval_duration
-        assert warm.load_duration < cold.load_duration
+        assert cold.load_duration >= load_s * 1e9
+        assert cold.total_duration >= cold.load_duration + cold.eval_duration
+        assert warm.load_duration < load_s * 1e9
         chat = client.chat("tiny-target", messages=[{"role": "user", "content": "Hi"}], options={"num_predict": 2})
         assert chat.load_duration > 0 and chat.total_duration > chat.load_duration
 
