@@ -369,7 +369,7 @@ class AutoK:
             # draft: each costs less than the target alone would, and waiting 8 steps between them
             # keeps K at 0 for ~40 steps after a quote the draft could not follow (the copy pair)
             self._probe_paid = paid
-        elif drafted:
+        elif drafted and self.probing != PROBE_EXPLORE:  # an exploring step is no sign that drafting pays
             self._probe_every, self._probe_paid = PROBE_EVERY, False
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
         self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))

@@ -226,3 +226,23 @@ def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe
     batch.choose([lone])
     policy.next_k()
     assert policy.probing != PROBE_EXPLORE and not policy.exploring
+
+
+def test_a_lone_slots_exploring_step_leaves_probe_waits_that_backed_off():
+    """Probes that backed off stay backed off across an exploring step: it drafts whatever the rule
+    says, so it tells nothing of whether the rule's drafting pays (waits started afresh at each one
+    made 3 probes follow every exploration on the tiny pair with its EAGLE-3 head, ~9 % of its time)."""
+    prices = PassPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    policy = lone.policy
+    policy._probe_every = 8 * EXPLORE_EVERY
+    for _ in range(4 * EXPLORE_EVERY):
+        batch.choose([lone])
+        k = policy.next_k()
+        if policy.shared_k:
+            break
+        policy.observe(k, 0, draft(1) * k, target(k + 1))
+        prices.observe(False, k + 1, target(k + 1))
+    assert k == EXPLORE_K and policy.probing == PROBE_EXPLORE
+    policy.observe(k, k, 2 * draft(1), target(k + 1))
+    assert policy._probe_every == 8 * EXPLORE_EVERY and not policy._probe_paid
