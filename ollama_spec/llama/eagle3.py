@@ -35,7 +35,7 @@ from llama_cpp._internals import LlamaContext, LlamaModel
 from ollama_spec.errors import InferenceError, ModelLoadError
 from ollama_spec.llama.head_calls import head_calls
 from ollama_spec.llama.head_passes import MERGED_ROWS, HeadPasses
-from ollama_spec.llama.head_rows import _Sequence, pack_state, unpack_state
+from ollama_spec.llama.head_rows import _Sequence, append_rows, pack_state, unpack_state
 from ollama_spec.llama.head_sequences import HeadSequence
 from ollama_spec.llama.kv_cache import read_cells, write_cells
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
@@ -149,9 +149,13 @@ class Eagle3Head(HeadPasses):
         start, kept = min(state.end, first - 1), state.rows
         waits = kept is not None and kept[0] <= start and kept[0] + len(kept[1]) == first
         if waits and state.end < first and first - start + len(seq_f) <= self.n_batch:
-            new = seq_f if state.raw else self._encode(seq_f)  # rows of one kind: encoded or not
-            state.rows = (start, np.vstack([kept[1][start - kept[0] :], new]))
-            state.pending = (last, None if state.raw else new[-1])
+            if state.raw:  # rows of one kind: encoded or not
+                state.rows = (start, append_rows(state, kept[1][start - kept[0] :], seq_f, self.n_batch))
+                state.pending = (last, None)
+            else:
+                new = self._encode(seq_f)
+                state.rows = (start, np.vstack([kept[1][start - kept[0] :], new]))
+                state.pending = (last, new[-1])
             return []
         behind = []
         if state.end < first:  # pairs wait that the new rows cannot join: decoded now

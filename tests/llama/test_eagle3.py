@@ -223,3 +223,35 @@ def test_a_probe_reads_a_window_of_the_pairs_the_head_lacks_and_leaves_them_wait
         finally:
             head.close()
     assert np.array_equal(full[0], full[1])
+
+
+def test_steps_at_k_zero_grow_the_waiting_rows_in_place(heads, target, monkeypatch):
+    """Each step at K=0 adds its captured row to the rows waiting for the next draft without copying
+    those already kept (a copy a step copied every kept row, at every step), also after a cut; the
+    draft that then reads them all gives the logits of rows grown by copies, bit for bit."""
+    prompt = target.tokenize("The quick brown fox jumps over the lazy dog", add_bos=True, special=False)
+    drafts = []
+    for in_place in (True, False):
+        target.truncate(0)
+        if not in_place:
+            monkeypatch.setattr(eagle3, "append_rows", lambda state, kept, new, most: np.vstack([kept, new]))
+        head = Eagle3Head(heads["crafted"], target)
+        try:
+            target.eval(prompt)
+            state, addresses = head._state[0], []
+            for token in (5, 9, 13, 17):
+                target.eval([token])
+                addresses.append(state.rows[1].ctypes.data)
+            target.eval([21, 23, 25])  # a verify pass whose last draft is rejected: cut back by one
+            target.truncate(len(prompt) + 6)
+            for token in (27, 29, 31):
+                target.eval([token])
+                addresses.append(state.rows[1].ctypes.data)
+            assert state.raw and state.end == 0 and len(state.rows[1]) == len(prompt) + 9
+            if in_place:
+                assert len(set(addresses[1:])) == 1  # one buffer, from the second step on
+            drafts.append(head.sequence(0).start(len(prompt) + 9, 33).copy())
+            head.sequence(0).finish(len(prompt) + 9)
+        finally:
+            head.close()
+    assert np.array_equal(drafts[0], drafts[1])
