@@ -159,6 +159,10 @@ class AutoK:
         # of them, each by its margin (the step loop's `further` reads every slot's)
         self.survivals: list[float] = [1.0]
         self._alphas: list[float] | None = None  # alphas(), until the next step is seen
+        # Alone: the steps at K=0 before the step loop's next exploration at the soonest, this one
+        # included (engine/batch_k.py sets it); with the probe waits, what `quiet_steps` promises
+        self.explore_in = 0
+        self.quiet_steps = 0  # KPolicy's
 
     @property
     def rate(self) -> float:
@@ -172,6 +176,7 @@ class AutoK:
         return self._alphas
 
     def next_k(self) -> int:
+        self.quiet_steps = 0
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals = [1.0]
         # token by token only where a draft step costs far more than weighing its token (STOPS_MIN_DRAFT_S)
@@ -208,6 +213,8 @@ class AutoK:
                 if could_pay or self._probe_every < PROBE_MAX_EVERY or self._steps_without_draft >= PROBE_CEILING_EVERY:
                     self.probing = PROBE_ACCEPTANCE if could_pay else PROBE_COSTS
                     return 1
+            if shared is None and not self._probe_paid:  # alone, no probe before this many steps
+                self.quiet_steps = max(0, min(self._probe_every - self._steps_without_draft, self.explore_in))
             return 0
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0

@@ -93,10 +93,13 @@ class BatchK:
                 lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
                 at_zero = -1
             self._repriced = (lone, at_zero + 1)
+            lone.explore_in = 0
             if lone.own_drafted >= EXPLORE_K:  # its rule drafting: its passes are priced as they run
                 self._at_zero, self._explore_every = 0, EXPLORE_EVERY
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
                 k = self._explored(1, lone.costs.k_max, EXPLORE_MAX_EVERY_ALONE) or None
+                if k is None:  # the steps until the soonest exploration (_explored's count)
+                    lone.explore_in = min(self._explore_every, EXPLORE_MAX_EVERY_ALONE) - self._at_zero
         for policy in policies:
             policy.shared_k, policy.exploring = k, bool(k) and not shared
         for generation in generations:

@@ -15,8 +15,10 @@ The head's passes are few: the rows a target pass captured and the pairs it comp
 the head's next draft step, which encodes the rows of every drafting sequence in one encoder pass and
 decodes the pairs in the same pass as the step's own row, only as far as the target kept them; where
 no draft step came between (K=0), the rows wait on with the next pass's, up to a batch of them, so a
-step without drafting costs the head a copy of its rows. A draft step of every drafting sequence is
-one pass (`decode_many`, as a draft model's: the engine's step loop batches the sequences' steps).
+step without drafting costs the head a copy of its rows. Where the K policy says a sequence will not
+draft for a while (`idle`), the head leaves its passes unread but for the last few, which a probe's
+window reads. A draft step of every drafting sequence is one pass (`decode_many`, as a draft model's:
+the engine's step loop batches the sequences' steps).
 """
 
 from __future__ import annotations
@@ -133,7 +135,11 @@ class Eagle3Head(HeadPasses):
 
     def passed_run(self, seq: int, first: int, n: int) -> None:
         """After a target llama_decode of `n` tokens of sequence `seq` alone, at positions `first` on
-        (a lone step's pass, without an Entry a token): as `passed`."""
+        (a lone step's pass, without an Entry a token): as `passed`, unless the sequence is idle there."""
+        state = self._state[seq]
+        if first + n <= state.asleep_until:
+            state.slept = True
+            return
         with self._lock:
             behind = self._follow(seq, self._features(n, slice(0, n)), first, first + n - 1)
             if behind:
@@ -143,11 +149,19 @@ class Eagle3Head(HeadPasses):
         """Sequence `seq`'s part of a target pass (its captured rows `seq_f`, at positions `first` to
         `last`) kept; the pairs to decode now, before them."""
         state = self._state[seq]
+        state.asleep_until = 0
         if state.end > first:
             self._cut(seq, first)
-        # the rows the next pairs take g from: those no draft step took (K=0), then this pass's
+        if state.slept:  # passes went unfollowed (idle): the rows start again here, nothing decoded now
+            state.slept, state.before = False, None
+            state.rows, state.raw, state.pending = (first, seq_f), True, (last, None)
+            return []
+        # the rows the next pairs take g from: those no draft step took (K=0), then this pass's; where
+        # they begin past the cache's end (passes went unfollowed), the pairs before them have none
         start, kept = min(state.end, first - 1), state.rows
-        waits = kept is not None and kept[0] <= start and kept[0] + len(kept[1]) == first
+        if kept is not None and kept[0] > start:
+            start = kept[0]
+        waits = kept is not None and kept[0] + len(kept[1]) == first
         if waits and state.end < first and first - start + len(seq_f) <= self.n_batch:
             if state.raw:  # rows of one kind: encoded or not
                 state.rows = (start, append_rows(state, kept[1][start - kept[0] :], seq_f, self.n_batch))
@@ -186,6 +200,7 @@ class Eagle3Head(HeadPasses):
         past them, and take the pending g at the new boundary from the last pass's rows."""
         with self._lock:
             state = self._state[seq]
+            state.asleep_until = 0
             self._cut(seq, max(n_tokens - 1, 0))
             boundary = n_tokens - 1
             if state.rows is not None:  # the rows past the boundary read tokens that are gone
@@ -236,6 +251,17 @@ class Eagle3Head(HeadPasses):
         """Sequence `seq` as the EAGLE-3 proposer drafts with it."""
         return HeadSequence(self, seq)
 
+    def idle(self, seq: int, n_tokens: int, steps: int, keep: int) -> None:
+        """Sequence `seq`, whose target holds `n_tokens`, will not draft for the next `steps` steps of
+        one token each (the K policy at K=0, a probe no nearer): the passes before the last `keep` of
+        them go unfollowed, and the head reads only those, as a probe's window does (`begin`).
+
+        Following a pass costs the head ~9 us of Python on the tiny pair, 7 % of a step at K=0. A draft
+        that comes sooner than said (`begin` ends the idling) finds the unfollowed positions without
+        their g, as after a cut past what the head kept: only its drafts' quality can suffer."""
+        state = self._state[seq]
+        state.asleep_until = n_tokens + steps - keep if steps > keep else 0
+
     def begin(self, seq: int, n_tokens: int, window: int = 0) -> bool:
         """Start drafting after a text of `n_tokens + 1` tokens whose first `n_tokens` the target holds:
         the first step reads (the text's last token, the pending g at the boundary). False when the
@@ -249,6 +275,7 @@ class Eagle3Head(HeadPasses):
         row's g already carries what the target read before it."""
         with self._lock:
             state = self._state[seq]
+            state.asleep_until = 0
             pending = state.pending
             ready = pending is not None and pending[0] == n_tokens - 1
             state.drafting = (n_tokens - 1, pending[1]) if ready else None

@@ -26,6 +26,10 @@ class _Sequence:
     # before it, and the window's pairs, decoded with its first step
     window: tuple[int, list] | None = None
     buffer: np.ndarray | None = None  # where `rows` waiting as captured grow (append_rows)
+    # Eagle3Head.idle: passes ending before this position are not followed; `slept`: one was not, so the
+    # next pass followed starts the rows afresh
+    asleep_until: int = 0
+    slept: bool = False
 
 
 def append_rows(state: _Sequence, kept: np.ndarray, new: np.ndarray, most: int) -> np.ndarray:

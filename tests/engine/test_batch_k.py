@@ -259,3 +259,29 @@ def test_a_lone_slots_exploring_step_leaves_probe_waits_that_backed_off():
     assert k == EXPLORE_K and policy.probing == PROBE_EXPLORE
     policy.observe(k, k, 2 * draft(1), target(k + 1))
     assert policy._probe_every == 8 * EXPLORE_EVERY and not policy._probe_paid
+
+
+def test_a_slot_alone_at_k_zero_is_promised_only_steps_that_draft_nothing():
+    """At K=0 a lone policy says how many steps, this one included, will draft nothing (`quiet_steps`:
+    its proposer may then leave the target's passes unread): neither its probes nor the step loop's
+    explorations come sooner, and where drafting does not pay most K=0 steps promise more than a
+    probe's window of steps."""
+    prices = PassPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    policy, rng = lone.policy, random.Random(4)
+    ks, quiets = [], []
+    k = policy.next_k()
+    for _ in range(3000):
+        ks.append(k)
+        quiets.append(policy.quiet_steps if k == 0 else 0)
+        if k:
+            prices.observe(True, 1, draft(1))
+        batch.choose([lone])
+        prices.observe(False, k + 1, target(k + 1))
+        accepted = next((i for i in range(k) if rng.random() >= 0.1), k)
+        policy.observe(k, accepted, draft(1) * k, target(k + 1))
+        k = policy.next_k()
+    for step, quiet in enumerate(quiets):
+        assert not any(ks[step : step + quiet]), f"step {step} promised {quiet} steps at K=0"
+    assert sum(k > 0 for k in ks[1000:]) >= 3  # it still probes and explores
+    assert sum(quiet > 20 for quiet in quiets[1000:]) >= 1500

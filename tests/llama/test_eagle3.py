@@ -255,3 +255,56 @@ def test_steps_at_k_zero_grow_the_waiting_rows_in_place(heads, target, monkeypat
         finally:
             head.close()
     assert np.array_equal(drafts[0], drafts[1])
+
+
+def test_an_idle_sequence_follows_only_the_passes_a_probe_reads(heads, target):
+    """Told that it will not draft for some steps (the K policy at K=0), the head leaves the passes
+    before the last `keep` of them unfollowed; the probe then reads its window from those it followed
+    and drafts what it drafts after following every pass, bit for bit."""
+    prompt = target.tokenize("The quick brown fox jumps over the lazy dog", add_bos=True, special=False)
+    tokens, window, keep = list(range(5, 45)), 8, 10
+    probes, followed = [], []
+    for idle in (False, True):
+        target.truncate(0)
+        head = Eagle3Head(heads["crafted"], target)
+        try:
+            target.eval(prompt)
+            sequence, features = head.sequence(0), head._features
+            calls = []
+            head._features = lambda *args, calls=calls, features=features: calls.append(1) or features(*args)
+            for i, token in enumerate(tokens):
+                if idle:
+                    sequence.idle(len(prompt) + i, len(tokens) - i, keep)
+                target.eval([token])
+            followed.append(len(calls))
+            n = len(prompt) + len(tokens)
+            assert sequence.begin(n, window)
+            probes.append(sequence.step(3).copy())
+            sequence.finish(n)
+            target.eval([4])  # after the probe the head follows again, its rows from where it woke
+            state = head._state[0]
+            assert state.rows[0] == (n - keep if idle else 0) and state.rows[0] + len(state.rows[1]) == n + 1
+        finally:
+            head.close()
+    assert followed == [len(tokens), keep]
+    assert np.array_equal(probes[0], probes[1])
+
+
+def test_a_draft_sooner_than_an_idle_sequence_was_told_wakes_it(heads, target):
+    """A draft that comes before the steps the head was told of are over (a re-priced K policy) finds
+    no g at the boundary: nothing is drafted, and the head follows every pass again from there."""
+    prompt = target.tokenize("The quick brown fox jumps over the lazy dog", add_bos=True, special=False)
+    head = Eagle3Head(heads["crafted"], target)
+    try:
+        target.eval(prompt)
+        sequence = head.sequence(0)
+        sequence.idle(len(prompt), 100, 10)
+        for i, token in enumerate((5, 6, 7)):
+            target.eval([token])
+        n = len(prompt) + 3
+        assert not sequence.begin(n)  # the last pass went unfollowed
+        target.eval([8])
+        assert sequence.start(n + 1, 9) is not None
+        sequence.finish(n + 1)
+    finally:
+        head.close()
