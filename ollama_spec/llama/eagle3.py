@@ -23,7 +23,6 @@ the engine's step loop batches the sequences' steps).
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from llama_cpp._internals import LlamaContext, LlamaModel
 
 from ollama_spec.errors import InferenceError, ModelLoadError
 from ollama_spec.llama.head_calls import head_calls
+from ollama_spec.llama.head_check import check_head
 from ollama_spec.llama.head_passes import MERGED_ROWS, HeadPasses
 from ollama_spec.llama.head_rows import _Sequence, append_rows, pack_state, unpack_state
 from ollama_spec.llama.head_sequences import HeadSequence
@@ -70,7 +70,7 @@ class Eagle3Head(HeadPasses):
         except ValueError as exc:
             raise ModelLoadError(f"llama.cpp could not load the head {path}: {last_error(mark) or exc}") from None
         try:
-            _check_head(self)
+            check_head(self, ARCHITECTURE)
             self._ctx = self._context(mark)
         except ModelLoadError:
             self._model.close()
@@ -392,33 +392,3 @@ class Eagle3Head(HeadPasses):
             self._batch = None
         self._ctx.close()
         self._model.close()
-
-
-def _check_head(head: Eagle3Head) -> None:
-    """The head's architecture, target layers, width and vocabulary against its target's (one line each)."""
-    buffer = ctypes.create_string_buffer(64)
-    llama_cpp.llama_model_meta_val_str(head._model.model, b"general.architecture", buffer, 64)
-    arch = buffer.value.decode()
-    if arch != ARCHITECTURE:
-        raise ModelLoadError(f"{head.path} is a {arch or 'unknown'} model, not an EAGLE-3 head")
-    n = head.calls.target_layer_ids_n(head._model.model)
-    ids = head.calls.target_layer_ids(head._model.model)
-    head.layers = tuple(int(ids[i]) for i in range(n))
-    head.target_layers = llama_cpp.llama_model_n_layer(head.target.llama_model.model)
-    head.n_target_embd = llama_cpp.llama_model_n_embd(head.target.llama_model.model)
-    if n != 3 or max(head.layers) > head.target_layers:
-        raise ModelLoadError(
-            f"the head {head.path} reads target layers {list(head.layers)}: an EAGLE-3 head reads 3 "
-            f"layers of its target, which has {head.target_layers}"
-        )
-    llama_cpp.llama_model_meta_val_str(head._model.model, b"eagle3.target_hidden_size", buffer, 64)
-    width = int(buffer.value or 0)
-    if width != head.n_target_embd:
-        raise ModelLoadError(
-            f"the head {head.path} was made for a target {width} wide; this target is {head.n_target_embd}"
-        )
-    vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(head._model.model))
-    if vocab != head.target.n_vocab:
-        raise ModelLoadError(
-            f"the head {head.path} has a vocabulary of {vocab} tokens; its target's has {head.target.n_vocab}"
-        )
