@@ -42,6 +42,9 @@ class Eagle3Proposer(Proposer):
         self.head, self.draft_p_min = head, draft_p_min
         self.vocab = min(head.n_vocab, target_vocab)
 
+    def reset(self, seq):
+        self.head.idle(len(seq) - 1, 0, 0)  # a request follows every pass until its K policy says otherwise
+
     def idle(self, seq, steps):
         # the head follows only the passes a probe's window reads (and two more: a margin)
         self.head.idle(len(seq) - 1, steps, PROBE_WINDOW + 3)
