@@ -55,8 +55,11 @@ REPLAN_S = 0.001
 # A slot alone at K=0 is priced again only every so many steps (and at once after a step that drafted):
 # its K=0 steps change the price of the target alone, which follows ~10 passes anyway, and the prices
 # worked out again (pass_prices.step_costs, the policy's best drafting K after them) take ~40-50 us on
-# the tiny pair, a third of a K=0 step (0.12 ms): every 8th step, that was the lone rule's largest cost.
-REPRICE_AT_ZERO = 32
+# the tiny pair, a third of a K=0 step (0.12 ms): every 8th step, that was the lone rule's largest cost
+# where K stays at 0. The wait doubles while K stays at 0, up to REPRICE_AT_ZERO_MAX: a K=0 chosen on a
+# passing bump of the prices (the tiny draft pair, whose drafts pay 1.25x) is looked at again soon.
+REPRICE_AT_ZERO = 8
+REPRICE_AT_ZERO_MAX = 32
 
 
 @dataclass
@@ -71,7 +74,8 @@ class BatchK:
     _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for the slots `_planned_for`
     _planned_for: tuple[Any, ...] = ()
     _planned_at: float = 0.0
-    _repriced: tuple[Any, int] = (None, 0)  # the lone policy last priced, and its K=0 steps since
+    # the lone policy last priced, its K=0 steps since, and how many there are to be before the next
+    _repriced: tuple[Any, int, int] = (None, 0, REPRICE_AT_ZERO)
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
@@ -88,11 +92,12 @@ class BatchK:
                 k = self._explored(len(generations), k_max)
         else:
             k, lone = None, policies[0]
-            priced, at_zero = self._repriced
-            if lone.last_drafted or priced is not lone or at_zero >= REPRICE_AT_ZERO:
+            priced, at_zero, wait = self._repriced
+            if lone.last_drafted or priced is not lone or at_zero >= wait:
                 lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
-                at_zero = -1
-            self._repriced = (lone, at_zero + 1)
+                drafted = lone.last_drafted or priced is not lone
+                at_zero, wait = -1, REPRICE_AT_ZERO if drafted else min(2 * wait, REPRICE_AT_ZERO_MAX)
+            self._repriced = (lone, at_zero + 1, wait)
             lone.explore_in = 0
             if lone.own_drafted >= EXPLORE_K:  # its rule drafting: its passes are priced as they run
                 self._at_zero, self._explore_every = 0, EXPLORE_EVERY

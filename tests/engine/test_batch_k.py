@@ -199,8 +199,8 @@ class CountedPrices(PassPrices):
 
 def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
     """A lone slot's K=0 steps move only the target alone's price: the prices (the lone rule's largest
-    cost on a pair whose steps take 0.1 ms) are worked out again every REPRICE_AT_ZERO steps, at once
-    for a new request's policy and after a step that drafted."""
+    cost on a pair whose steps take 0.1 ms) are worked out again after REPRICE_AT_ZERO steps, the wait
+    doubling while K stays at 0, at once for a new request's policy and after a step that drafted."""
     prices = CountedPrices(prior=DEAR)
     batch = BatchK(prices)
     first = Running(AutoK(DEAR, 0.1, confidence_stops=True))
@@ -208,7 +208,7 @@ def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
         batch.choose([first])
         first.policy.observe(0, 0, 0.0, target(1))
         prices.observe(False, 1, target(1))
-    assert prices.asked <= 5  # 128 // REPRICE_AT_ZERO + 1: ~40-50 us each on the tiny pair, a third of a step
+    assert prices.asked <= 6  # at steps 0, 9, 26, 59, 92, 125: ~40-50 us each on the tiny pair
     asked = prices.asked
     second = Running(AutoK(DEAR, 0.1, confidence_stops=True))
     batch.choose([second])
@@ -216,6 +216,26 @@ def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
     second.policy.observe(1, 0, draft(1), target(2))
     batch.choose([second])
     assert prices.asked == asked + 2
+
+
+def test_a_slot_alone_is_priced_again_soon_after_a_step_that_drafted():
+    """Once K=0 has lasted, repricing is rare; a step that drafts starts the waits afresh, so a K=0
+    chosen on a passing bump of the prices is looked at again within 8 steps (REPRICE_AT_ZERO)."""
+    prices = CountedPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    for _ in range(100):
+        batch.choose([lone])
+        lone.policy.observe(0, 0, 0.0, target(1))
+        prices.observe(False, 1, target(1))
+    batch.choose([lone])
+    lone.policy.observe(1, 1, draft(1), target(2))  # a step that drafted
+    asked = []
+    for _ in range(24):
+        batch.choose([lone])
+        asked.append(prices.asked)
+        lone.policy.observe(0, 0, 0.0, target(1))
+        prices.observe(False, 1, target(1))
+    assert asked[9] >= asked[0] + 1 and asked[-1] - asked[0] <= 3
 
 
 def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe_waits():
