@@ -59,9 +59,9 @@ SPLIT_MODES = {
 }
 
 
-def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
-    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
-    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
+def load_lora_adapters(model, paths: Sequence[Path], mark: int, owner: str) -> list:
+    """Load GGUF LoRA adapters onto a llama.cpp model (each context sets them at scale 1, as Ollama's
+    --lora does: set_lora_adapters); on failure none stays loaded."""
     adapters: list = []
     try:
         for path in paths:
@@ -72,12 +72,21 @@ def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str
                     f"{last_error(mark) or 'not an adapter for this model'}"
                 )
             adapters.append(adapter)
-        if adapters and set_lora_adapters(ctx, adapters) != 0:
-            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
     except ModelLoadError:
         for adapter in adapters:
             llama_cpp.llama_adapter_lora_free(adapter)
         raise
+    return adapters
+
+
+def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
+    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
+    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
+    adapters = load_lora_adapters(model, paths, mark, owner)
+    if adapters and set_lora_adapters(ctx, adapters) != 0:
+        for adapter in adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
     return adapters
 
 
