@@ -4,6 +4,7 @@ and split, header overrides, LoRA adapters."""
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,18 +39,37 @@ FLASH_ATTENTION = {
 }
 
 
+# "auto" where only a timing can tell: flash attention is chosen by timing the model both ways
+# (engine/flash_choice.py, from `flash_attention_from_timings`)
+MEASURE = "measure"
+
+
 def choose_flash_attention(requested: str, kv_type: str = "f16", gpu_layers: int = -1, n_seq: int = 1) -> str:
     """ "auto" made concrete per backend, from measurement: on a CPU, flash attention makes small
     verify batches slower deep into a context (batches of 4-9 tokens 12-16 % slower at 1,024
-    tokens on a 2-core EPYC, 30 % at 384 on a Xeon with AMX), so a model running on the CPU gets it
-    off; on a GPU llama.cpp's own choice (on) stands. A quantized KV cache needs it on. Several
-    slots' batches (`n_seq`) are faster with it on a CPU too (4 slots: 124 against 117 tok/s on a
-    2-core CPU), so there too llama.cpp chooses."""
+    tokens on a 2-core EPYC, 30 % at 384 on a Xeon with AMX), so a model running on the CPU alone
+    gets it off; on a GPU llama.cpp's own choice (on) stands. A quantized KV cache needs it on.
+    With several slots (`n_seq`) on a CPU it depends on the model: the demo pair's 4 slots run
+    faster with it (its 4-slot verify batch 0.75x the time), a pair whose passes take under a
+    millisecond 2-3x slower, so there it is MEASURE."""
     if requested != "auto":
         return requested
     if kv_type != "f16":
         return "on"
-    return "auto" if (gpu_offload_supported() and gpu_layers != 0) or n_seq > 1 else "off"
+    if gpu_offload_supported() and gpu_layers != 0:
+        return "auto"
+    return MEASURE if n_seq > 1 else "off"
+
+
+def flash_attention_from_timings(on: Sequence[float], off: Sequence[float]) -> str:
+    """ "on" or "off": the kind whose timed batches (the same shapes, in the same order, e.g. a lone
+    slot's verify batch and every slot's) take less time on the whole. Each shape counts alike, by the
+    ratio of its two times (their geometric mean): a lone stream's rate weighs as much as a full
+    server's, whatever their batches cost."""
+    if len(on) != len(off) or not on:
+        raise ValueError("flash attention is chosen from the same shapes timed both ways")
+    ratio = math.prod(a / b for a, b in zip(on, off)) ** (1 / len(on))
+    return "on" if ratio < 1 else "off"
 
 
 SPLIT_MODES = {
