@@ -55,20 +55,28 @@ def load_target(
 
 def choose_by_timing(path: Path, weights, settings: LoadSettings, notice, cache: StepCostCache) -> FlashChoice:
     """The kind as cached for this model and setup, else timed now (and cached)."""
-    key = flash_key(path, settings)
-    cached = cache.get_flash_attention(key)
+    cached = cached_choice(path, settings, cache)
     if cached is not None:
-        kind, timings = cached
-        try:
-            return FlashChoice(kind, f"{describe(timings, settings.n_seq)}, cached")
-        except (KeyError, TypeError, ValueError):
-            return FlashChoice(kind, "as timed before, cached")
+        return cached
+    key = flash_key(path, settings)
     notice(f"timing flash attention on and off for {settings.n_seq} slots (once per model and setup, then cached)")
     depth = max(1, min(CALIBRATION_DEPTH, settings.n_ctx - PROBE_WIDTH))
     timings = time_flash_attention(path, weights, settings, PROBE_TEXT, PROBE_WIDTH, depth, PROBE_REPEATS)
     kind = flash_attention_from_timings(timings["on"], timings["off"])
     cache.put_flash_attention(key, kind, {name: list(seconds) for name, seconds in timings.items()})
     return FlashChoice(kind, describe(timings, settings.n_seq))
+
+
+def cached_choice(path: Path, settings: LoadSettings, cache: StepCostCache | None = None) -> FlashChoice | None:
+    """The kind timed before for this model and setup (`check` says it), or None."""
+    cached = (cache or StepCostCache()).get_flash_attention(flash_key(path, settings))
+    if cached is None:
+        return None
+    kind, timings = cached
+    try:
+        return FlashChoice(kind, f"{describe(timings, settings.n_seq)}, cached")
+    except (KeyError, TypeError, ValueError):
+        return FlashChoice(kind, "as timed before, cached")
 
 
 def describe(timings: dict, n_seq: int) -> str:
