@@ -74,3 +74,17 @@ def test_the_probe_times_both_kinds_and_leaves_the_weights_to_their_model(tiny_m
     with LoadedModel(path, settings, weights) as model, LoadedModel(path, settings) as fresh:
         prompt = model.tokenize(PROBE_TEXT, add_bos=model.add_bos, special=False)
         assert (model.eval(prompt, logits="all") == fresh.eval(prompt, logits="all")).all()
+
+
+def test_the_served_pair_says_its_flash_attention(tiny_models, own_cache):
+    from ollama_spec.server.serving.settings import ServerSettings
+    from ollama_spec.server.serving.state import ServerState
+
+    engine, _ = load(tiny_models, parallel=2)
+    with engine:
+        state = ServerState(engine, ServerSettings())
+        try:
+            said = str(state.serving)
+        finally:
+            state.close()
+        assert f"2 slots, flash attention {engine.flash_attention} (timed: a 4-token" in said
