@@ -61,15 +61,21 @@ def choose_flash_attention(requested: str, kv_type: str = "f16", gpu_layers: int
     return MEASURE if n_seq > 1 else "off"
 
 
+# Timed slots turn flash attention off only where it is this much slower on the whole; within it
+# llama.cpp's own choice (on) stands, so a busy moment during the timing does not turn it off where it
+# helps (the demo pair's 4 slots: 0.85x the time with it, timed at a load average of 5)
+FLASH_OFF_AT = 1.1
+
+
 def flash_attention_from_timings(on: Sequence[float], off: Sequence[float]) -> str:
-    """ "on" or "off": the kind whose timed batches (the same shapes, in the same order, e.g. a lone
-    slot's verify batch and every slot's) take less time on the whole. Each shape counts alike, by the
-    ratio of its two times (their geometric mean): a lone stream's rate weighs as much as a full
-    server's, whatever their batches cost."""
+    """ "on" or "off" from the same shapes timed both ways (e.g. a lone slot's verify batch and every
+    slot's): off where flash attention takes FLASH_OFF_AT times as long or more on the whole. Each shape
+    counts alike, by the ratio of its two times (their geometric mean): a lone stream's rate weighs as
+    much as a full server's, whatever their batches cost."""
     if len(on) != len(off) or not on:
         raise ValueError("flash attention is chosen from the same shapes timed both ways")
     ratio = math.prod(a / b for a, b in zip(on, off)) ** (1 / len(on))
-    return "on" if ratio < 1 else "off"
+    return "off" if ratio >= FLASH_OFF_AT else "on"
 
 
 SPLIT_MODES = {

@@ -55,8 +55,11 @@ def test_each_shape_counts_by_its_ratio_not_its_seconds():
     assert flash_attention_from_timings((0.0010, 0.050), (0.0011, 0.100)) == "on"
 
 
-def test_a_tie_keeps_it_off():
-    assert flash_attention_from_timings((0.1, 0.2), (0.1, 0.2)) == "off"
+def test_llama_cpps_choice_stands_unless_it_is_clearly_slower():
+    # a tie, or a few per cent either way (what a busy moment does to a timing), keeps it on
+    assert flash_attention_from_timings((0.1, 0.2), (0.1, 0.2)) == "on"
+    assert flash_attention_from_timings((0.105, 0.21), (0.1, 0.2)) == "on"
+    assert flash_attention_from_timings((0.12, 0.24), (0.1, 0.2)) == "off"
 
 
 def test_the_same_shapes_are_timed_both_ways():
