@@ -1,8 +1,8 @@
 """Flash attention for a pair where "auto" is for a timing to settle (llama/load_params.MEASURE: the CPU,
 several slots): the target's weights load once, a lone slot's verify batch and every slot's are timed in
 throw-away contexts with it on and off, and the target's own context is made with the kind the timings
-choose (llama/load_params.flash_attention_from_timings). The
-choice is cached per model and setup beside the step costs, so it is timed once."""
+choose (llama/load_params.flash_attention_from_timings). The choice is cached per model and setup
+beside the step costs, so it is timed once."""
 
 from __future__ import annotations
 
