@@ -132,7 +132,7 @@ def _flash_note(
     cached = cached_choice(target.path, settings)
     if cached is not None:
         return f"{cached} for {slots} slots"
-    return f"is timed on and off at the first load with {slots} slots, the faster kept (then cached)"
+    return f"is timed on and off at the first load with {slots} slots, and off where it is slower (then cached)"
 
 
 def _plan_json(plan: MemoryPlan, daemon, decision, target: ResolvedModel, draft: ResolvedModel | None, head) -> dict:
