@@ -21,7 +21,7 @@ from ollama_spec.decoding.drafting import (
 )
 from ollama_spec.decoding.evals import Eval, run_evals
 from ollama_spec.decoding.grammar import TokenGrammar
-from ollama_spec.decoding.k_policy import PROBE_COSTS
+from ollama_spec.decoding.k_tuning import PROBE_COSTS
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.sequences import (
     Model,

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ollama_spec.decoding.batch_steps import further, plan_step
-from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
+from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.k_tuning import DRAFT_GAIN_MARGIN
 from ollama_spec.decoding.pass_prices import PassPrices
 
 # Beside other slots, the batch drafts at most this many columns past the K planned from acceptance by

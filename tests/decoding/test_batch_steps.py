@@ -3,7 +3,8 @@
 import pytest
 
 from ollama_spec.decoding.batch_steps import best_shared_k, further, pass_seconds, step_k
-from ollama_spec.decoding.k_policy import DRAFT_GAIN_MARGIN, AutoK
+from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.k_tuning import DRAFT_GAIN_MARGIN
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k
 
 # a CPU: a verify pass of n tokens costs 30 ms + 7 ms a token (the demo pair's, roughly)

@@ -5,7 +5,7 @@ grammar and to the penalties as a draft model's do."""
 import pytest
 
 from ollama_spec.decoding.eagle3 import HEAD, Eagle3Proposer
-from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE
+from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.proposers import PROBE_WINDOW
 from ollama_spec.decoding.sampling import SamplingSettings

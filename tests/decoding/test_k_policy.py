@@ -7,7 +7,8 @@ import pytest
 
 from ollama_spec.decoding.acceptance import MARGIN_EDGES, AcceptanceByMargin, AcceptanceByPosition, AlphaEstimator
 from ollama_spec.decoding.k_fixed import FixedK
-from ollama_spec.decoding.k_policy import (
+from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.k_tuning import (
     DRAFT_GAIN_MARGIN,
     DRAFT_KEEP_MARGIN,
     EXPLORE_EVERY,
@@ -16,7 +17,6 @@ from ollama_spec.decoding.k_policy import (
     PROBE_COSTS,
     PROBE_EVERY,
     PROBE_MAX_EVERY,
-    AutoK,
 )
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k, best_k, best_k_by_position
 from ollama_spec.engine.calibration import batch_sizes_to_time

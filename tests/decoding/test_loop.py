@@ -6,7 +6,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE, PROBE_COSTS
+from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE, PROBE_COSTS
 from ollama_spec.decoding.loop import SpeculationSettings, SpeculationStats, generate_tokens
 from ollama_spec.decoding.sampling import SamplingSettings, logits_to_probs
 from ollama_spec.engine.engine import NEAR_TIE_LOGITS, Engine, Request

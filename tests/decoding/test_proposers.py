@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ollama_spec.decoding.k_fixed import FixedK
-from ollama_spec.decoding.k_policy import PROBE_ACCEPTANCE, PROBE_COSTS
+from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE, PROBE_COSTS
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.proposers import (
     PROBE_WINDOW,

@@ -4,7 +4,8 @@ where those passes have no price of their own."""
 import random
 from dataclasses import dataclass
 
-from ollama_spec.decoding.k_policy import PROBE_EXPLORE, AutoK
+from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.k_tuning import PROBE_EXPLORE
 from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 from ollama_spec.engine.batch_k import (

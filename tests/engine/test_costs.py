@@ -56,7 +56,7 @@ def test_acceptance_by_margin_learned_in_one_process_seeds_the_next(tiny_models,
         # passes timed as a draft step that costs a tenth of a verify (PassClock), and a calibration that
         # agrees, so that the request drafts whatever this CPU's timings would say: where no acceptance
         # pays, the probes do not learn the draft's margins (a guess from the text's end); a draft step
-        # of 1 ms, dear enough to weigh each token by its margin (k_policy.STOPS_MIN_DRAFT_S)
+        # of 1 ms, dear enough to weigh each token by its margin (k_tuning.STOPS_MIN_DRAFT_S)
         PassClock(engine, monkeypatch, draft_python_s=0.0, scale=10)
         cache.put(key, StepCosts(0.001, tuple(0.012 + 0.0005 * n for n in range(DEFAULT_MAX_SPECULATIVE_TOKENS + 1))))
         assert engine.costs.k_policy(request.speculation, GREEDY).by_margin.bands == pytest.approx(MARGIN_PRIOR)

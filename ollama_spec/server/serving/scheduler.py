@@ -284,17 +284,7 @@ class Scheduler:
             served.touch()
             self.resident.watch(served)
             self.loaded[key], self._decided[served] = served, decided
-            log.info(
-                "loaded %s in %.1f s: context %d (%s), %d slot%s, draft: %s, flash attention %s",
-                key,
-                time.monotonic() - started,
-                engine.target.n_ctx,
-                pair.ctx_why,
-                engine.slots,
-                "" if engine.slots == 1 else "s",
-                served.draft_why,
-                engine.flash_choice,
-            )
+            _log_loaded(key, served, pair, time.monotonic() - started)
             return served
 
     async def _plan(
@@ -336,6 +326,22 @@ def _answers(served: Served | None, digest: str, n_ctx: int | None) -> bool:
     if served is None or served.closed or served.manifest_digest != digest:
         return False
     return n_ctx is None or n_ctx <= max(served.n_ctx, served.refused_ctx) or served.n_ctx >= served.trained_ctx
+
+
+def _log_loaded(key: str, served: Served, pair: PairPlan, seconds: float) -> None:
+    """The load's line: what the plan chose for the pair and why."""
+    engine = served.engine
+    log.info(
+        "loaded %s in %.1f s: context %d (%s), %d slot%s, draft: %s, flash attention %s",
+        key,
+        seconds,
+        engine.target.n_ctx,
+        pair.ctx_why,
+        engine.slots,
+        "" if engine.slots == 1 else "s",
+        served.draft_why,
+        engine.flash_choice,
+    )
 
 
 def _loads(served: Served, name: str) -> bool:
