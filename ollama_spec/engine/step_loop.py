@@ -3,8 +3,8 @@
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
 1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule), and
-   again before each later pass those that came meanwhile (a short prompt beside requests that
-   generate is read at once, in a target pass of its own: `prompt_chunks.read_at_once`),
+   again before each later pass those that came meanwhile (a prompt's last piece beside requests that
+   generate, all of a short one, is read at once, in a target pass of its own: `prompt_chunks.read_at_once`),
 2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
    slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
 3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
@@ -173,12 +173,12 @@ class StepLoop:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
         slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
         started, self._passes_s = time.perf_counter(), 0.0
-        fresh = self._admit()
+        self._admit()
         self._mark = time.perf_counter()
         self._admitted_s, self._handed_s = self._mark - started, 0.0
         target = self._target  # the others draft: a draft model's sequences, or a head's
-        if fresh := read_at_once(fresh, self._slots, target):
-            self._pass(fresh, priced=False)
+        if len(self._slots) > 1 and (at_once := read_at_once(self._slots, target)):
+            self._pass(at_once, priced=False)
         while True:
             if len(self._slots) == 1:  # alone: nothing to sort out, and no slot to stop drafting beside
                 wanting = [*self._slots.values()]
@@ -227,7 +227,7 @@ class StepLoop:
         fresh = self._admit_waiting()
         if any(not s.ticket.generation.result.tokens for s in self._slots.values()):
             self._chunks.reading()  # this turn's time is not a step's alone
-        if at_once := read_at_once(fresh, self._slots, self._target):
+        if fresh and (at_once := read_at_once(self._slots, self._target)):
             self._pass(at_once, priced=False)
         return bool(fresh)
 
