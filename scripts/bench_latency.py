@@ -20,7 +20,8 @@ alone: its own). Prints each round and the medians, and the acceptance (issue 49
 steps, and the delay in (3) at most one chunk's pass. Times are noisy where the machine is shared; the passes
 are not: each round also lists the passes that ended from the new request's arrival to its first token, and
 those in the streams' largest gap in (3), each as T (target) or D (draft), sequences x the widest one's
-tokens (T3x2 T1x47: the streams' verify pass under way, then the new prompt's own pass). --no-long runs
+tokens, and for the first token the ms from the arrival to the pass's end (T3x2@40 T1x47@230: the streams'
+verify pass under way, then the new prompt's own pass). --no-long runs
 (1) and (2) only.
 """
 
@@ -92,9 +93,11 @@ class Passes(list):
         self.ends.append(time.perf_counter())
 
 
-def shapes(passes) -> str:
-    """Passes in a few characters each: T (target) or D (draft), sequences x the widest one's tokens."""
-    return " ".join(f"{'TD'[p.model]}{p.sequences}x{p.widest}" for p in passes) or "-"
+def shapes(passes, ends: list[float] | None = None, since: float = 0.0) -> str:
+    """Passes in a few characters each: T (target) or D (draft), sequences x the widest one's tokens, and
+    with `ends`, @ the ms from `since` to the pass's end."""
+    at = [f"@{(end - since) * 1000:.0f}" for end in ends] if ends is not None else [""] * len(passes)
+    return " ".join(f"{'TD'[p.model]}{p.sequences}x{p.widest}{t}" for p, t in zip(passes, at)) or "-"
 
 
 def main() -> int:
@@ -171,7 +174,8 @@ class Bench:
         self.loop.passes = None
         if sink.error is not None:
             raise sink.error
-        return sink.times[0] - started, sink.steps[0] - steps, shapes(passes[: sink.passes[0]])
+        n = sink.passes[0]
+        return sink.times[0] - started, sink.steps[0] - steps, shapes(passes[:n], passes.ends[:n], started)
 
     def round(self, r: int) -> dict:
         args = self.args
