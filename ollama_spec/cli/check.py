@@ -21,9 +21,12 @@ from ollama_spec.cli.options import (
 from ollama_spec.cli.settings import Options, placement_settings, repack_setting
 from ollama_spec.cli.targets import apply_preset, mtp_note, resolve_draft
 from ollama_spec.engine.engine import DEFAULT_CTX
+from ollama_spec.engine.flash_choice import cached_choice
 from ollama_spec.engine.pairing import DraftChoice
 from ollama_spec.llama import backends
 from ollama_spec.llama.backends import llama_cpp_knows
+from ollama_spec.llama.load_params import MEASURE, choose_flash_attention
+from ollama_spec.llama.model import LoadSettings
 from ollama_spec.llama.rpc import remote_devices
 from ollama_spec.models.compat import require_compatible
 from ollama_spec.models.daemon import daemon_status, freeing_advice
@@ -91,6 +94,9 @@ def check(
     _draft_notes(target_model, choice, as_json)
     decision = repack_setting(repack)
     placement = placement_settings(Options.of(context))
+    flash_note = _flash_note(target_model, flash_attn, kv_type, decision.enabled, placement, parallel, n_ctx)
+    if flash_note and not as_json:
+        click.echo(f"note: flash attention {flash_note}", err=True)
     flash_attention = None if flash_attn == "auto" else flash_attn == "on"
     facts = (decision.enabled, flash_attention, placement, parallel, choice.mtp)
     plan = _plan(target_model, draft_model, n_ctx, kv_type, *facts)
@@ -99,12 +105,34 @@ def check(
     # A GPU short of memory is often Ollama's own doing: it keeps models loaded after use.
     daemon = daemon_status() if plan.gpus and plan.verdict != FULL_OFFLOAD else None
     if as_json:
-        echo_json(_plan_json(plan, daemon, decision, target_model, draft_model, head) | _mtp_json(target_model, choice))
+        data = _plan_json(plan, daemon, decision, target_model, draft_model, head) | _mtp_json(target_model, choice)
+        echo_json(data | ({"flash_attention_note": flash_note} if flash_note else {}))
     else:
         models = [(m.name, m.info) for m in (target_model, draft_model) if m is not None]
         click.echo("\n".join(render_plan(plan, models) + (freeing_advice(daemon) if daemon else [])))
     if not plan.fits:
         raise SystemExit(1)
+
+
+def _flash_note(
+    target: ResolvedModel, asked: str, kv_type: str, repack: bool, placement: Placement, slots: int, n_ctx: int
+) -> str | None:
+    """Where flash attention is timed at the first load (several slots on a CPU): the kind timed before for
+    this setup, or that it will be timed; None elsewhere."""
+    if choose_flash_attention(asked, kv_type, n_seq=slots) != MEASURE:
+        return None
+    settings = LoadSettings(
+        n_ctx=n_ctx,
+        kv_type=kv_type,
+        use_extra_bufts=repack,
+        placement=placement,
+        lora_adapters=target.adapter_paths,
+        n_seq=slots,
+    )
+    cached = cached_choice(target.path, settings)
+    if cached is not None:
+        return f"{cached} for {slots} slots"
+    return f"is timed on and off at the first load with {slots} slots, and off where it is slower (then cached)"
 
 
 def _plan_json(plan: MemoryPlan, daemon, decision, target: ResolvedModel, draft: ResolvedModel | None, head) -> dict:

@@ -68,8 +68,9 @@ flash_attn_option = click.option(
     type=click.Choice(["auto", "on", "off"]),
     default="auto",
     show_default=True,
-    help="llama.cpp's flash attention. auto: off where the model runs on the CPU (small verify batches are "
-    "faster without it deep into a context; it needs more compute memory), llama.cpp's choice on a GPU.",
+    help="llama.cpp's flash attention. auto: on the CPU, off for one slot (small verify batches are faster "
+    "without it deep into a context); with several slots both kinds are timed at the first load, and it "
+    "is off where it is 10 % slower (cached); llama.cpp's choice on a GPU.",
 )
 
 

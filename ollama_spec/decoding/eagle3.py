@@ -30,6 +30,7 @@ class HeadModel(Protocol):
     n_vocab: int
 
     def begin(self, n_tokens: int, window: int = 0) -> bool: ...
+    def idle(self, n_tokens: int, steps: int, keep: int) -> None: ...
     def eval(self, tokens: list[int], *, logits: str | int = "last") -> np.ndarray: ...
     def finish(self, n_tokens: int) -> None: ...
 
@@ -40,6 +41,13 @@ class Eagle3Proposer(Proposer):
     def __init__(self, head: HeadModel, target_vocab: int, draft_p_min: float = 0.0):
         self.head, self.draft_p_min = head, draft_p_min
         self.vocab = min(head.n_vocab, target_vocab)
+
+    def reset(self, seq):
+        self.head.idle(len(seq) - 1, 0, 0)  # a request follows every pass until its K policy says otherwise
+
+    def idle(self, seq, steps):
+        # the head follows only the passes a probe's window reads (and two more: a margin)
+        self.head.idle(len(seq) - 1, steps, PROBE_WINDOW + 3)
 
     def propose(self, seq, k, sampling, rng, keep_drafting=None, grammar=None, probe=""):
         return run_evals(self.propose_steps(seq, k, sampling, rng, keep_drafting, grammar, probe))

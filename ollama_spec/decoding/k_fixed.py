@@ -22,6 +22,9 @@ class KPolicy(Protocol):
     # this step drafts only to see whether drafting pays again (after K=0 steps): PROBE_ACCEPTANCE or
     # PROBE_COSTS, what the probe asks; "" on other steps
     probing: str
+    # after next_k chose K=0: how many steps, this one included, will draft nothing whatever happens
+    # (0: unknown)
+    quiet_steps: int
 
     def next_k(self) -> int: ...
     # a step at K=0 with a prompt lookup's match: how many of its tokens to verify, given each one's
@@ -38,6 +41,7 @@ class FixedK:
     k: int
     keep_drafting = None  # every step drafts k
     probing = ""  # never probes
+    quiet_steps = 0  # none promised
 
     def next_k(self) -> int:
         return self.k

@@ -282,6 +282,8 @@ def _proposal(
         return [], None
     k = min(policy.next_k(), room)
     if k == 0:
+        if policy.quiet_steps > 1:
+            proposer.idle(seq, policy.quiet_steps)
         return proposer.lookup(seq, min(FREE_LOOKUP_TOKENS, room), policy.lookup_worth), None
     return (yield from proposer.propose_steps(seq, k, sampling, rng, policy.keep_drafting, grammar, policy.probing))
 

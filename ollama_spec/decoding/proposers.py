@@ -97,6 +97,10 @@ class Proposer(Protocol):
     def accepted(self, seq: list[int]) -> None:
         """`seq` is what the target accepted; forget anything proposed past it."""
 
+    def idle(self, seq: list[int], steps: int) -> None:
+        """A step at K=0 after `seq`: this and the next `steps` - 1 steps will not draft (the K policy's
+        `quiet_steps`). Nothing for a proposer that reads the target's passes for nothing."""
+
     def read_steps(self, seq: list[int], end: int) -> Generator:
         """Read `seq[:end]` before the first step, as steps (decoding/evals.py): a prompt read in chunks
         beside other requests' steps reaches the proposer a chunk at a time too, never in one pass at its

@@ -15,7 +15,7 @@ at every size, so the calibration's rise with the batch, scaled by a K=0 pass, m
 step look dear. So now and then (EXPLORE_EVERY steps at K=0, twice as long after each try, up to
 EXPLORE_MAX_EVERY) a step explores: it drafts EXPLORE_K columns whatever the plan says, where those
 passes have no price of their own from lately, and the plan then decides on what they cost. A slot
-alone explores the same way while its own rule keeps it at K=0 (its probes draft one token: the
+alone explores the same way (backing off further) while its own rule keeps it at K=0 (its probes draft one token: the
 draft pass that reads what K=0 skipped, never priced), its steps then priced from those passes.
 """
 
@@ -41,6 +41,10 @@ DEEPER = 16
 # pass after K=0 steps reads what it missed (not priced), so only the second prices a draft pass.
 EXPLORE_EVERY = 8
 EXPLORE_MAX_EVERY = 128
+# A slot alone backs off further: its exploring step also reads, as a probe does, a window of what K=0
+# skipped (proposers.PROBE_WINDOW), so on the tiny pair with its EAGLE-3 head one costs ~6 steps at K=0
+# (0.8 ms against 0.13 ms), and one every 128 steps was 4-5 % of the time where drafting never pays.
+EXPLORE_MAX_EVERY_ALONE = 512
 EXPLORE_K = 2
 # Beside other slots, a plan that drafts (20-40 us of Python for 2-4 slots) is made again at most this
 # often while the same slots run: on the tiny pair a step takes 0.3-1 ms and the plan was a tenth of its
@@ -50,9 +54,12 @@ EXPLORE_K = 2
 REPLAN_S = 0.001
 # A slot alone at K=0 is priced again only every so many steps (and at once after a step that drafted):
 # its K=0 steps change the price of the target alone, which follows ~10 passes anyway, and the prices
-# worked out again (pass_prices.step_costs, the policy's best drafting K after them) were a tenth of a
-# K=0 step on the tiny pair (12-15 us of 0.12 ms), the lone rule's largest cost there.
+# worked out again (pass_prices.step_costs, the policy's best drafting K after them) take ~40-50 us on
+# the tiny pair, a third of a K=0 step (0.12 ms): every 8th step, that was the lone rule's largest cost
+# where K stays at 0. The wait doubles while K stays at 0, up to REPRICE_AT_ZERO_MAX: a K=0 chosen on a
+# passing bump of the prices (the tiny draft pair, whose drafts pay 1.25x) is looked at again soon.
 REPRICE_AT_ZERO = 8
+REPRICE_AT_ZERO_MAX = 32
 
 
 @dataclass
@@ -67,7 +74,8 @@ class BatchK:
     _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for the slots `_planned_for`
     _planned_for: tuple[Any, ...] = ()
     _planned_at: float = 0.0
-    _repriced: tuple[Any, int] = (None, 0)  # the lone policy last priced, and its K=0 steps since
+    # the lone policy last priced, its K=0 steps since, and how many there are to be before the next
+    _repriced: tuple[Any, int, int] = (None, 0, REPRICE_AT_ZERO)
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
@@ -84,15 +92,19 @@ class BatchK:
                 k = self._explored(len(generations), k_max)
         else:
             k, lone = None, policies[0]
-            priced, at_zero = self._repriced
-            if lone.last_drafted or priced is not lone or at_zero >= REPRICE_AT_ZERO:
+            priced, at_zero, wait = self._repriced
+            if lone.last_drafted or priced is not lone or at_zero >= wait:
                 lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
-                at_zero = -1
-            self._repriced = (lone, at_zero + 1)
+                drafted = lone.last_drafted or priced is not lone
+                at_zero, wait = -1, REPRICE_AT_ZERO if drafted else min(2 * wait, REPRICE_AT_ZERO_MAX)
+            self._repriced = (lone, at_zero + 1, wait)
+            lone.explore_in = 0
             if lone.own_drafted >= EXPLORE_K:  # its rule drafting: its passes are priced as they run
                 self._at_zero, self._explore_every = 0, EXPLORE_EVERY
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
-                k = self._explored(1, lone.costs.k_max) or None
+                k = self._explored(1, lone.costs.k_max, EXPLORE_MAX_EVERY_ALONE) or None
+                if k is None:  # the steps until the soonest exploration (_explored's count)
+                    lone.explore_in = min(self._explore_every, EXPLORE_MAX_EVERY_ALONE) - self._at_zero
         for policy in policies:
             policy.shared_k, policy.exploring = k, bool(k) and not shared
         for generation in generations:
@@ -107,17 +119,17 @@ class BatchK:
             self._planned_for, self._planned_at = members, now
         return self._plan
 
-    def _explored(self, slots: int, k_max: int) -> int:
+    def _explored(self, slots: int, k_max: int, most_every: int = EXPLORE_MAX_EVERY) -> int:
         """At a step planned at K=0 (a lone slot's: its last step drafted less than EXPLORE_K): EXPLORE_K
-        where this one explores (see the module), else 0."""
+        where this one explores (see the module), else 0; the waits back off up to `most_every`."""
         self._at_zero += 1
         k = min(EXPLORE_K, k_max)
-        if self._at_zero < self._explore_every or k < 1:
+        if self._at_zero < min(self._explore_every, most_every) or k < 1:
             return 0
         self._at_zero = 0
         if self.prices.seen_lately(False, slots * (k + 1)) and self.prices.seen_lately(True, slots):
             return 0  # its passes are priced by what they cost now: the plan stands
-        self._explore_every = min(2 * self._explore_every, EXPLORE_MAX_EVERY)
+        self._explore_every = min(2 * self._explore_every, most_every)
         self.rate = 0.0  # every column up to EXPLORE_K drafted and verified (batch_steps.further)
         return k
 

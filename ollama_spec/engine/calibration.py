@@ -149,6 +149,19 @@ class StepCostCache:
     def put_acceptance(self, key: str, bands: Sequence[float]) -> None:
         self._update(key, {"acceptance_by_margin": [round(a, 4) for a in bands]})
 
+    def get_flash_attention(self, key: str) -> tuple[str, dict] | None:
+        """Flash attention "on" or "off" as timed for a model and setup (engine/flash_choice.py), and the
+        timings it was chosen from."""
+        entry = self._read().get(key)
+        if not isinstance(entry, dict) or entry.get("flash_attention") not in ("on", "off"):
+            return None
+        timings = entry.get("flash_attention_timings_s")
+        return entry["flash_attention"], timings if isinstance(timings, dict) else {}
+
+    def put_flash_attention(self, key: str, choice: str, timings: dict) -> None:
+        """The choice, and the timings (seconds by kind) it was made from, for a person to read."""
+        self._update(key, {"flash_attention": choice, "flash_attention_timings_s": timings})
+
     def _update(self, key: str, fields: dict) -> None:
         entries = self._read()
         entry = entries.get(key)
@@ -174,13 +187,20 @@ class StepCostCache:
 
 def cost_key(target: Path, draft: Path | None, **setup) -> str:
     """Which pair, on which llama.cpp build and setup (threads, layers on the GPU, KV type...)."""
-
-    def describe(path: Path) -> str:
-        try:
-            return f"{path.name}:{path.stat().st_size}"
-        except OSError:
-            return path.name
-
-    parts = [describe(target), describe(draft) if draft else NGRAM, f"llama_cpp={LLAMA_CPP_VERSION}"]
+    parts = [_describe(target), _describe(draft) if draft else NGRAM, f"llama_cpp={LLAMA_CPP_VERSION}"]
     parts += [f"{name}={value}" for name, value in sorted(setup.items())]
     return " ".join(parts)
+
+
+def model_key(purpose: str, model: Path, **setup) -> str:
+    """What one model's measurement (`purpose`) was taken for: which file, on which build and setup."""
+    parts = [purpose, _describe(model), f"llama_cpp={LLAMA_CPP_VERSION}"]
+    parts += [f"{name}={value}" for name, value in sorted(setup.items())]
+    return " ".join(parts)
+
+
+def _describe(path: Path) -> str:
+    try:
+        return f"{path.name}:{path.stat().st_size}"
+    except OSError:
+        return path.name

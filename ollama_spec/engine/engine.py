@@ -19,6 +19,7 @@ from ollama_spec.engine import near_ties
 from ollama_spec.engine.alone import run_alone
 from ollama_spec.engine.costs import LearnedCosts
 from ollama_spec.engine.embeddings import Embeddings
+from ollama_spec.engine.flash_choice import load_target
 from ollama_spec.engine.generation import Generation
 from ollama_spec.engine.load_plan import (  # noqa: F401 - callers take them from here
     AUTO_PARALLEL,
@@ -89,7 +90,7 @@ class Engine:
             self.slots,
         )
         self.extra_stop_ids = {i for fix in llama3_metadata_fixes(target.info) for i in fix.extra_stop_ids}
-        self.target = _load_model(
+        target_settings = _load_settings(
             target,
             plan,
             self.flash_attention,
@@ -99,10 +100,15 @@ class Engine:
             isolated_rows=True,
             load_mtp=settings.mtp,
         )
+        # where "auto" is for a timing to settle (several slots on a CPU), the target's weights are timed
+        # both ways first, and the draft follows the target's choice
+        self.target, self.flash_choice = load_target(target.path, target_settings, notice)
+        self.flash_attention = self.flash_choice.kind
         self.draft = self.head = None
         try:
             if draft is not None:
-                self.draft = _load_model(draft, plan, self.flash_attention, settings.draft_gpu_layers)
+                draft_settings = _load_settings(draft, plan, self.flash_attention, settings.draft_gpu_layers)
+                self.draft = LoadedModel(draft.path, draft_settings)
             if settings.head is not None:
                 self.head = Eagle3Head(settings.head, self.target, n_gpu_layers=settings.draft_gpu_layers)
             if settings.mtp:  # the protocol is a head's: it drafts through the same proposers
@@ -257,7 +263,7 @@ class Engine:
         return generation
 
 
-def _load_model(
+def _load_settings(
     model: ResolvedModel,
     plan: LoadPlan,
     flash_attention: str,
@@ -267,24 +273,21 @@ def _load_model(
     window_cache: bool = False,
     isolated_rows: bool = False,  # the target's: its rows are the answer (llama/passes.py)
     load_mtp: bool = False,
-) -> LoadedModel:
-    """One model of the pair, loaded with the plan's context, slots and repack choice."""
+) -> LoadSettings:
+    """What one model of the pair loads with: the plan's context, slots and repack choice."""
     settings = plan.settings
-    return LoadedModel(
-        model.path,
-        LoadSettings(
-            n_ctx=settings.n_ctx,
-            n_gpu_layers=gpu_layers,
-            n_threads=settings.n_threads,
-            kv_overrides=load_kv_overrides(model.info),
-            kv_type=settings.kv_type,
-            use_extra_bufts=plan.repack.enabled,
-            flash_attention=flash_attention,
-            placement=placement,
-            lora_adapters=model.adapter_paths,
-            window_cache=window_cache,
-            isolated_rows=isolated_rows,
-            load_mtp=load_mtp,
-            n_seq=plan.fit.slots,
-        ),
+    return LoadSettings(
+        n_ctx=settings.n_ctx,
+        n_gpu_layers=gpu_layers,
+        n_threads=settings.n_threads,
+        kv_overrides=load_kv_overrides(model.info),
+        kv_type=settings.kv_type,
+        use_extra_bufts=plan.repack.enabled,
+        flash_attention=flash_attention,
+        placement=placement,
+        lora_adapters=model.adapter_paths,
+        window_cache=window_cache,
+        isolated_rows=isolated_rows,
+        load_mtp=load_mtp,
+        n_seq=plan.fit.slots,
     )

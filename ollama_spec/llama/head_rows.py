@@ -25,6 +25,31 @@ class _Sequence:
     # a probe drafting after a window of the pairs it lacks (Eagle3Head.begin): where the cache ended
     # before it, and the window's pairs, decoded with its first step
     window: tuple[int, list] | None = None
+    buffer: np.ndarray | None = None  # where `rows` waiting as captured grow (append_rows)
+    # Eagle3Head.idle: passes ending before this position are not followed; `slept`: one was not, so the
+    # next pass followed starts the rows afresh
+    asleep_until: int = 0
+    slept: bool = False
+
+
+def append_rows(state: _Sequence, kept: np.ndarray, new: np.ndarray, most: int) -> np.ndarray:
+    """The captured rows `kept` then `new`, as one matrix in the sequence's buffer (of `most` rows at
+    most; `kept` stays where it is when it starts the buffer). Steps at K=0 add a row each to the rows
+    waiting: growing them by a copy copied every row kept at every step.
+
+    Safe because rows waiting as captured are read only while the head holds its lock, by the call
+    that reads them (encoded, or cut back): no view of them outlives a call, so the rows past `kept`,
+    cut off or never used, are free to overwrite."""
+    n, m = len(kept), len(new)
+    buffer = state.buffer
+    if buffer is None or len(buffer) < n + m or buffer.shape[1] != new.shape[1]:
+        buffer = np.empty((max(min(2 * (n + m), most), n + m), new.shape[1]), dtype=np.float32)
+        buffer[:n] = kept
+        state.buffer = buffer
+    elif kept.ctypes.data != buffer.ctypes.data:
+        buffer[:n] = kept  # numpy copies through a temporary where the two overlap
+    buffer[n : n + m] = new
+    return buffer[: n + m]
 
 
 def pack_state(state: _Sequence, cells: bytes | bytearray) -> bytes:

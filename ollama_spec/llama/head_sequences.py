@@ -24,6 +24,9 @@ class HeadSequence:
     def begin(self, n_tokens: int, window: int = 0) -> bool:
         return self.model.begin(self.seq, n_tokens, window)
 
+    def idle(self, n_tokens: int, steps: int, keep: int) -> None:
+        self.model.idle(self.seq, n_tokens, steps, keep)
+
     def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray:
         """The logits after drafting `tokens` (one token: the text's last, or the last draft)."""
         return self.model.decode_many([(self.seq, tokens, self.model.rows_asked(tokens, logits))])[0]

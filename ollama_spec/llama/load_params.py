@@ -4,6 +4,7 @@ and split, header overrides, LoRA adapters."""
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,18 +39,43 @@ FLASH_ATTENTION = {
 }
 
 
+# "auto" where only a timing can tell: flash attention is chosen by timing the model both ways
+# (engine/flash_choice.py, from `flash_attention_from_timings`)
+MEASURE = "measure"
+
+
 def choose_flash_attention(requested: str, kv_type: str = "f16", gpu_layers: int = -1, n_seq: int = 1) -> str:
     """ "auto" made concrete per backend, from measurement: on a CPU, flash attention makes small
     verify batches slower deep into a context (batches of 4-9 tokens 12-16 % slower at 1,024
-    tokens on a 2-core EPYC, 30 % at 384 on a Xeon with AMX), so a model running on the CPU gets it
-    off; on a GPU llama.cpp's own choice (on) stands. A quantized KV cache needs it on. Several
-    slots' batches (`n_seq`) are faster with it on a CPU too (4 slots: 124 against 117 tok/s on a
-    2-core CPU), so there too llama.cpp chooses."""
+    tokens on a 2-core EPYC, 30 % at 384 on a Xeon with AMX), so a model running on the CPU alone
+    gets it off; on a GPU llama.cpp's own choice (on) stands. A quantized KV cache needs it on.
+    With several slots (`n_seq`) on a CPU it depends on the model: the demo pair's 4 slots run
+    faster with it (its 4-slot verify batch 0.75x the time), a pair whose passes take under a
+    millisecond 2-3x slower, so there it is MEASURE."""
     if requested != "auto":
         return requested
     if kv_type != "f16":
         return "on"
-    return "auto" if (gpu_offload_supported() and gpu_layers != 0) or n_seq > 1 else "off"
+    if gpu_offload_supported() and gpu_layers != 0:
+        return "auto"
+    return MEASURE if n_seq > 1 else "off"
+
+
+# Timed slots turn flash attention off only where it is this much slower on the whole; within it
+# llama.cpp's own choice (on) stands, so a busy moment during the timing does not turn it off where it
+# helps (the demo pair's 4 slots: 0.85x the time with it, timed at a load average of 5)
+FLASH_OFF_AT = 1.1
+
+
+def flash_attention_from_timings(on: Sequence[float], off: Sequence[float]) -> str:
+    """ "on" or "off" from the same shapes timed both ways (e.g. a lone slot's verify batch and every
+    slot's): off where flash attention takes FLASH_OFF_AT times as long or more on the whole. Each shape
+    counts alike, by the ratio of its two times (their geometric mean): a lone stream's rate weighs as
+    much as a full server's, whatever their batches cost."""
+    if len(on) != len(off) or not on:
+        raise ValueError("flash attention is chosen from the same shapes timed both ways")
+    ratio = math.prod(a / b for a, b in zip(on, off)) ** (1 / len(on))
+    return "off" if ratio >= FLASH_OFF_AT else "on"
 
 
 SPLIT_MODES = {
@@ -59,9 +85,9 @@ SPLIT_MODES = {
 }
 
 
-def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
-    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
-    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
+def load_lora_adapters(model, paths: Sequence[Path], mark: int, owner: str) -> list:
+    """Load GGUF LoRA adapters onto a llama.cpp model (each context sets them at scale 1, as Ollama's
+    --lora does: set_lora_adapters); on failure none stays loaded."""
     adapters: list = []
     try:
         for path in paths:
@@ -72,12 +98,21 @@ def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str
                     f"{last_error(mark) or 'not an adapter for this model'}"
                 )
             adapters.append(adapter)
-        if adapters and set_lora_adapters(ctx, adapters) != 0:
-            raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
     except ModelLoadError:
         for adapter in adapters:
             llama_cpp.llama_adapter_lora_free(adapter)
         raise
+    return adapters
+
+
+def apply_lora_adapters(model, ctx, paths: Sequence[Path], mark: int, owner: str) -> list:
+    """Load GGUF LoRA adapters onto a llama.cpp model and set them on its context at scale 1, as
+    Ollama's --lora does; on failure none stays loaded. (The model frees them when it is freed.)"""
+    adapters = load_lora_adapters(model, paths, mark, owner)
+    if adapters and set_lora_adapters(ctx, adapters) != 0:
+        for adapter in adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {owner} on its context")
     return adapters
 
 

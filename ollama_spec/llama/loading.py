@@ -13,10 +13,11 @@ from ollama_spec.errors import InvalidSetting, ModelLoadError
 from ollama_spec.llama.load_params import (
     FLASH_ATTENTION,
     KV_TYPES,
-    apply_lora_adapters,
     apply_placement,
     default_threads,
     kv_override_array,
+    load_lora_adapters,
+    set_lora_adapters,
 )
 from ollama_spec.llama.log import is_verbose, last_error, log_mark
 from ollama_spec.planning.placement import Placement
@@ -60,22 +61,33 @@ class LoadSettings:
 
 
 @dataclass
-class Opened:
-    """llama.cpp's handles for one loaded GGUF; `keep` holds the arrays its parameters point at."""
+class Weights:
+    """A GGUF's weights in llama.cpp with its LoRA adapters: what several contexts can share (a
+    throw-away one timed beside the one a model keeps: engine/flash_choice.py)."""
 
     model: LlamaModel
-    ctx: LlamaContext
     adapters: list
+    keep: tuple  # the arrays its parameters point at
+
+    def close(self) -> None:
+        for adapter in self.adapters:
+            llama_cpp.llama_adapter_lora_free(adapter)
+        self.adapters = []
+        self.model.close()
+
+
+@dataclass
+class Opened:
+    """llama.cpp's handles for one loaded GGUF: its weights and one context over them."""
+
+    weights: Weights
+    ctx: LlamaContext
     threads: int
-    keep: tuple
 
 
-def open_model(path: Path, settings: LoadSettings) -> Opened:
-    """Load `path`'s weights and make its context; ModelLoadError (with llama.cpp's own words) when
-    either fails, InvalidSetting for a combination llama.cpp cannot run."""
+def load_weights(path: Path, settings: LoadSettings) -> Weights:
+    """Load `path`'s weights (and LoRA adapters); ModelLoadError with llama.cpp's own words."""
     mark = log_mark()
-    threads = settings.n_threads or default_threads()
-    ctx_params = _context_params(settings, threads)
     model_params = llama_cpp.llama_model_default_params()
     model_params.n_gpu_layers = 0x7FFFFFFF if settings.n_gpu_layers < 0 else settings.n_gpu_layers
     model_params.use_extra_bufts = settings.use_extra_bufts
@@ -88,20 +100,36 @@ def open_model(path: Path, settings: LoadSettings) -> Opened:
     except ValueError as exc:
         raise ModelLoadError(f"llama.cpp could not load {path}: {last_error(mark) or exc}") from None
     try:
-        ctx = LlamaContext(model=model, params=ctx_params, verbose=is_verbose())
-    except ValueError:
+        adapters = load_lora_adapters(model.model, settings.lora_adapters, mark, path.name)
+    except ModelLoadError:
         model.close()
+        raise
+    return Weights(model, adapters, keep)
+
+
+def open_model(path: Path, settings: LoadSettings, weights: Weights | None = None) -> Opened:
+    """Load `path`'s weights (unless given: loaded before, with the same settings) and make its context;
+    ModelLoadError (with llama.cpp's own words) when either fails, InvalidSetting for a combination
+    llama.cpp cannot run."""
+    threads = settings.n_threads or default_threads()
+    ctx_params = _context_params(settings, threads)
+    loaded = weights or load_weights(path, settings)
+    mark = log_mark()
+    try:
+        ctx = LlamaContext(model=loaded.model, params=ctx_params, verbose=is_verbose())
+    except ValueError:
+        if weights is None:
+            loaded.close()
         raise ModelLoadError(
             f"llama.cpp could not create a {settings.n_ctx}-token context for {path}: "
             f"{last_error(mark) or 'out of memory?'}"
         ) from None
-    try:  # the LoRA adapters' llama.cpp handles, which a second context on the same weights sets too
-        adapters = apply_lora_adapters(model.model, ctx.ctx, settings.lora_adapters, mark, path.name)
-    except ModelLoadError:
+    if loaded.adapters and set_lora_adapters(ctx.ctx, loaded.adapters) != 0:
         ctx.close()
-        model.close()
-        raise
-    return Opened(model, ctx, adapters, threads, keep)
+        if weights is None:
+            loaded.close()
+        raise ModelLoadError(f"llama.cpp could not set the LoRA adapters of {path.name} on its context")
+    return Opened(loaded, ctx, threads)
 
 
 def _context_params(settings: LoadSettings, threads: int):

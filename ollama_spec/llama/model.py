@@ -5,7 +5,7 @@ Nothing else in ollama-spec touches llama.cpp. We use the low-level bindings rat
 a draft model) and can only ask for logits at the last position or at every position; the
 speculative loop needs exactly the K+1 verify rows and nothing more.
 
-A LoadedModel is made of one object per job: `loading.open_model` (weights, context, adapters),
+A LoadedModel is made of one object per job: `loading.open_model` (weights with their adapters, a context),
 `vocabulary.Vocabulary` (text <-> tokens), `kv_cache.SequenceCache` (what each sequence holds, the
 passes that append to it and the cuts); this module lays evaluations out in passes and reads their
 logits.
@@ -23,12 +23,12 @@ import numpy as np
 
 from ollama_spec.errors import ContextFull
 from ollama_spec.llama.kv_cache import SequenceCache
-from ollama_spec.llama.loading import LoadSettings, open_model
+from ollama_spec.llama.loading import LoadSettings, Weights, open_model
 from ollama_spec.llama.passes import Entry, PassCosts, chunked, piece_size, plan_passes
 from ollama_spec.llama.sequences import SequenceView
 from ollama_spec.llama.vocabulary import Vocabulary
 
-__all__ = ["LLAMA_CPP_VERSION", "LoadSettings", "LoadedModel"]
+__all__ = ["LLAMA_CPP_VERSION", "LoadSettings", "LoadedModel", "Weights"]
 
 LLAMA_CPP_VERSION = llama_cpp.__version__  # part of cache keys: another build may time steps otherwise
 
@@ -42,11 +42,22 @@ class LoadedModel:
     methods are bound here once, so a call costs what a method of this class would.
     """
 
-    def __init__(self, path: str | Path, settings: LoadSettings = LoadSettings()):
+    def __init__(
+        self,
+        path: str | Path,
+        settings: LoadSettings = LoadSettings(),
+        weights: Weights | None = None,
+        *,
+        borrowed: bool = False,
+    ):
+        """Load `path` with `settings`; or a context over `weights` loaded before with the same settings,
+        which it then owns as its own (`borrowed`: `close` leaves them open, for another context)."""
         self.path = Path(path)
         self.settings = settings
-        opened = open_model(self.path, settings)
-        self._model, self._ctx, self.adapters, self._keep = opened.model, opened.ctx, opened.adapters, opened.keep
+        opened = open_model(self.path, settings, weights)
+        self.weights, self._ctx = opened.weights, opened.ctx
+        self._model, self.adapters = opened.weights.model, opened.weights.adapters
+        self.borrowed = borrowed
         self.llama_model = self._model  # for a second context on the same weights (embedding.py)
         self.n_vocab = self._model.n_vocab()
         # llama.cpp rounds a context up (to 256 tokens at least): the cache has that room, but the
@@ -197,10 +208,9 @@ class LoadedModel:
     def close(self) -> None:
         self._cache.close()
         self._ctx.close()
-        for adapter in self.adapters:
-            llama_cpp.llama_adapter_lora_free(adapter)
+        if not self.borrowed:
+            self.weights.close()
         self.adapters = []
-        self._model.close()
 
     def __enter__(self) -> LoadedModel:
         return self

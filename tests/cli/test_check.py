@@ -199,3 +199,27 @@ def test_no_gpu_warning_is_dropped_when_rpc_servers_take_the_target(invoke, tiny
     result = invoke("check", "tiny-target", "-d", "tiny-draft", "--rpc", "10.0.0.2:50052", "--models-dir", tiny_store)
     assert result.exit_code == 0, result.output
     assert "RPC0 at 10.0.0.2:50052" in result.stdout and result.stderr == ""
+
+
+def test_slots_on_a_cpu_say_flash_attention_is_timed_then_what_was_timed(
+    invoke, tiny_store, machine, monkeypatch, own_cache
+):
+    from ollama_spec.engine.calibration import StepCostCache
+    from ollama_spec.engine.flash_choice import flash_key
+    from ollama_spec.llama import load_params
+    from ollama_spec.llama.model import LoadSettings
+    from ollama_spec.models.resolve import resolve_model
+
+    monkeypatch.setattr(load_params, "gpu_offload_supported", lambda: False)
+    args = ("check", "tiny-target", "-d", "tiny-draft", "--ctx", "512", "--models-dir", tiny_store)
+    first = invoke(*args, "--parallel", "2")
+    assert "note: flash attention is timed on and off at the first load with 2 slots" in first.stderr
+    assert "flash attention" not in invoke(*args).stderr  # one slot on a CPU: off, nothing to time
+    assert "flash attention" not in invoke(*args, "--parallel", "2", "--flash-attn", "on").stderr
+    path = resolve_model("tiny-target", str(tiny_store)).path
+    timed = {"on": [0.0008, 0.0024], "off": [0.0003, 0.0007]}
+    StepCostCache().put_flash_attention(flash_key(path, LoadSettings(n_ctx=512, n_seq=2)), "off", timed)
+    again = invoke(*args, "--parallel", "2")
+    assert "note: flash attention off (timed: a 4-token verify batch 0.80 ms on, 0.30 ms off" in again.stderr
+    as_json = json.loads(invoke(*args, "--parallel", "2", "--json").stdout)
+    assert as_json["flash_attention_note"].startswith("off (timed:")

@@ -50,3 +50,18 @@ def test_a_probe_reads_at_most_a_window_of_what_the_head_lacks(heads, tiny_model
         sizes.clear()
         drafted, _ = proposer.propose(seq, 1, GREEDY, None)
         assert max(sizes) >= len(seq) - 1 and len(drafted) == len(probed) == 1
+
+
+def test_a_new_request_follows_every_pass_whatever_the_last_one_said(heads, tiny_models):
+    """A request at K=0 tells the head it will not draft for a while; the next request on the same
+    sequence (a chat's next turn, its prompt after the cached text) follows its prompt's passes."""
+    with Engine(tiny_models[0], None, engine_settings(head=heads["crafted"])) as engine:
+        proposer = engine.proposer(SpeculationSettings(1))
+        request = Request("Once upon a time", raw=True, max_tokens=8, ignore_eos=True, sampling=GREEDY)
+        "".join(engine.generate(request, use_draft=False))
+        seq = [*engine.target.cached_of(0), 42]
+        proposer.idle(seq, 200)
+        proposer.reset(seq)
+        engine.target.eval([42, 43, 44])
+        state = engine.head._state[0]
+        assert state.rows[0] + len(state.rows[1]) == len(seq) + 2 and state.pending[0] == len(seq) + 1

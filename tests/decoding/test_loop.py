@@ -187,6 +187,7 @@ class ProbesAfterGaps:
     acceptance in turn (the first, of a draft that has read nothing, a window after BOS)."""
 
     keep_drafting = None
+    quiet_steps = 0
 
     def __init__(self):
         self.step, self.probing = 0, ""

@@ -11,7 +11,6 @@ from ollama_spec.engine.batch_k import (
     EXPLORE_EVERY,
     EXPLORE_K,
     EXPLORE_MAX_EVERY,
-    REPRICE_AT_ZERO,
     BatchK,
     drafting_beside,
 )
@@ -174,6 +173,20 @@ def test_a_slot_alone_where_drafting_does_not_pay_explores_ever_more_rarely():
     assert explored <= 300 // EXPLORE_MAX_EVERY + 1
 
 
+def test_a_slot_alone_where_drafting_does_not_pay_explores_rarer_than_slots_beside_others():
+    """Alone, each exploring step also reads a window of what K=0 skipped (~6 steps at K=0 on the tiny
+    pair with its EAGLE-3 head): once backed off, one in several hundred steps explores."""
+    global ALPHA
+    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True))]
+    saved, ALPHA = ALPHA, 0.1
+    try:
+        widths = run(generations, 2000, random.Random(3), as_the_loop=True)
+    finally:
+        ALPHA = saved
+    explored = sum(width == 2 for width in widths[1000:])
+    assert explored <= 3  # 1000 // EXPLORE_MAX_EVERY_ALONE + 1
+
+
 class CountedPrices(PassPrices):
     """PassPrices that count how often the step costs are asked for."""
 
@@ -186,16 +199,16 @@ class CountedPrices(PassPrices):
 
 def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
     """A lone slot's K=0 steps move only the target alone's price: the prices (the lone rule's largest
-    cost on a pair whose steps take 0.1 ms) are worked out again every REPRICE_AT_ZERO steps, at once
-    for a new request's policy and after a step that drafted."""
+    cost on a pair whose steps take 0.1 ms) are worked out again after REPRICE_AT_ZERO steps, the wait
+    doubling while K stays at 0, at once for a new request's policy and after a step that drafted."""
     prices = CountedPrices(prior=DEAR)
     batch = BatchK(prices)
     first = Running(AutoK(DEAR, 0.1, confidence_stops=True))
-    for _ in range(4 * REPRICE_AT_ZERO):
+    for _ in range(128):
         batch.choose([first])
         first.policy.observe(0, 0, 0.0, target(1))
         prices.observe(False, 1, target(1))
-    assert prices.asked <= 4 + 1
+    assert prices.asked <= 6  # at steps 0, 9, 26, 59, 92, 125: ~40-50 us each on the tiny pair
     asked = prices.asked
     second = Running(AutoK(DEAR, 0.1, confidence_stops=True))
     batch.choose([second])
@@ -203,6 +216,26 @@ def test_a_slot_alone_at_k_zero_is_priced_again_only_every_few_steps():
     second.policy.observe(1, 0, draft(1), target(2))
     batch.choose([second])
     assert prices.asked == asked + 2
+
+
+def test_a_slot_alone_is_priced_again_soon_after_a_step_that_drafted():
+    """Once K=0 has lasted, repricing is rare; a step that drafts starts the waits afresh, so a K=0
+    chosen on a passing bump of the prices is looked at again within 8 steps (REPRICE_AT_ZERO)."""
+    prices = CountedPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    for _ in range(100):
+        batch.choose([lone])
+        lone.policy.observe(0, 0, 0.0, target(1))
+        prices.observe(False, 1, target(1))
+    batch.choose([lone])
+    lone.policy.observe(1, 1, draft(1), target(2))  # a step that drafted
+    asked = []
+    for _ in range(24):
+        batch.choose([lone])
+        asked.append(prices.asked)
+        lone.policy.observe(0, 0, 0.0, target(1))
+        prices.observe(False, 1, target(1))
+    assert asked[9] >= asked[0] + 1 and asked[-1] - asked[0] <= 3
 
 
 def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe_waits():
@@ -226,3 +259,49 @@ def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe
     batch.choose([lone])
     policy.next_k()
     assert policy.probing != PROBE_EXPLORE and not policy.exploring
+
+
+def test_a_lone_slots_exploring_step_leaves_probe_waits_that_backed_off():
+    """Probes that backed off stay backed off across an exploring step: it drafts whatever the rule
+    says, so it tells nothing of whether the rule's drafting pays (waits started afresh at each one
+    made 3 probes follow every exploration on the tiny pair with its EAGLE-3 head, ~9 % of its time)."""
+    prices = PassPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    policy = lone.policy
+    policy._probe_every = 8 * EXPLORE_EVERY
+    for _ in range(4 * EXPLORE_EVERY):
+        batch.choose([lone])
+        k = policy.next_k()
+        if policy.shared_k:
+            break
+        policy.observe(k, 0, draft(1) * k, target(k + 1))
+        prices.observe(False, k + 1, target(k + 1))
+    assert k == EXPLORE_K and policy.probing == PROBE_EXPLORE
+    policy.observe(k, k, 2 * draft(1), target(k + 1))
+    assert policy._probe_every == 8 * EXPLORE_EVERY and not policy._probe_paid
+
+
+def test_a_slot_alone_at_k_zero_is_promised_only_steps_that_draft_nothing():
+    """At K=0 a lone policy says how many steps, this one included, will draft nothing (`quiet_steps`:
+    its proposer may then leave the target's passes unread): neither its probes nor the step loop's
+    explorations come sooner, and where drafting does not pay most K=0 steps promise more than a
+    probe's window of steps."""
+    prices = PassPrices(prior=DEAR)
+    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    policy, rng = lone.policy, random.Random(4)
+    ks, quiets = [], []
+    k = policy.next_k()
+    for _ in range(3000):
+        ks.append(k)
+        quiets.append(policy.quiet_steps if k == 0 else 0)
+        if k:
+            prices.observe(True, 1, draft(1))
+        batch.choose([lone])
+        prices.observe(False, k + 1, target(k + 1))
+        accepted = next((i for i in range(k) if rng.random() >= 0.1), k)
+        policy.observe(k, accepted, draft(1) * k, target(k + 1))
+        k = policy.next_k()
+    for step, quiet in enumerate(quiets):
+        assert not any(ks[step : step + quiet]), f"step {step} promised {quiet} steps at K=0"
+    assert sum(k > 0 for k in ks[1000:]) >= 3  # it still probes and explores
+    assert sum(quiet > 20 for quiet in quiets[1000:]) >= 1500

@@ -128,16 +128,7 @@ def test_a_padded_vocabulary_pair_in_slots_writes_what_it_writes_alone(tiny_stor
         assert {p: tokens for p, (tokens, _) in got.items()} == expected
 
 
-def test_flash_attention_auto_is_llama_cpps_choice_with_slots(monkeypatch):
-    """On a CPU one sequence runs without it (small verify batches); several slots' batches with it."""
-    from ollama_spec.llama import load_params
-
-    monkeypatch.setattr(load_params, "gpu_offload_supported", lambda: False)
-    assert load_params.choose_flash_attention("auto") == "off"
-    assert load_params.choose_flash_attention("auto", n_seq=4) == "auto"
-    assert load_params.choose_flash_attention("off", n_seq=4) == "off"
-    assert load_params.choose_flash_attention("auto", "q8_0") == "on"
-
-
-def test_an_engine_with_slots_leaves_flash_attention_to_llama_cpp(engine):
-    assert engine.flash_attention == "auto"
+def test_an_engine_with_slots_on_a_cpu_loads_both_models_with_the_timed_kind(engine):
+    # (the rule: tests/llama/test_load_params.py; the timing: tests/engine/test_flash_choice.py)
+    assert engine.flash_attention in ("on", "off")
+    assert engine.target.settings.flash_attention == engine.draft.settings.flash_attention == engine.flash_attention

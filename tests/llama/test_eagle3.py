@@ -223,3 +223,88 @@ def test_a_probe_reads_a_window_of_the_pairs_the_head_lacks_and_leaves_them_wait
         finally:
             head.close()
     assert np.array_equal(full[0], full[1])
+
+
+def test_steps_at_k_zero_grow_the_waiting_rows_in_place(heads, target, monkeypatch):
+    """Each step at K=0 adds its captured row to the rows waiting for the next draft without copying
+    those already kept (a copy a step copied every kept row, at every step), also after a cut; the
+    draft that then reads them all gives the logits of rows grown by copies, bit for bit."""
+    prompt = target.tokenize("The quick brown fox jumps over the lazy dog", add_bos=True, special=False)
+    drafts = []
+    for in_place in (True, False):
+        target.truncate(0)
+        if not in_place:
+            monkeypatch.setattr(eagle3, "append_rows", lambda state, kept, new, most: np.vstack([kept, new]))
+        head = Eagle3Head(heads["crafted"], target)
+        try:
+            target.eval(prompt)
+            state, addresses = head._state[0], []
+            for token in (5, 9, 13, 17):
+                target.eval([token])
+                addresses.append(state.rows[1].ctypes.data)
+            target.eval([21, 23, 25])  # a verify pass whose last draft is rejected: cut back by one
+            target.truncate(len(prompt) + 6)
+            for token in (27, 29, 31):
+                target.eval([token])
+                addresses.append(state.rows[1].ctypes.data)
+            assert state.raw and state.end == 0 and len(state.rows[1]) == len(prompt) + 9
+            if in_place:
+                assert len(set(addresses[1:])) == 1  # one buffer, from the second step on
+            drafts.append(head.sequence(0).start(len(prompt) + 9, 33).copy())
+            head.sequence(0).finish(len(prompt) + 9)
+        finally:
+            head.close()
+    assert np.array_equal(drafts[0], drafts[1])
+
+
+def test_an_idle_sequence_follows_only_the_passes_a_probe_reads(heads, target):
+    """Told that it will not draft for some steps (the K policy at K=0), the head leaves the passes
+    before the last `keep` of them unfollowed; the probe then reads its window from those it followed
+    and drafts what it drafts after following every pass, bit for bit."""
+    prompt = target.tokenize("The quick brown fox jumps over the lazy dog", add_bos=True, special=False)
+    tokens, window, keep = list(range(5, 45)), 8, 10
+    probes, followed = [], []
+    for idle in (False, True):
+        target.truncate(0)
+        head = Eagle3Head(heads["crafted"], target)
+        try:
+            target.eval(prompt)
+            sequence, features = head.sequence(0), head._features
+            calls = []
+            head._features = lambda *args, calls=calls, features=features: calls.append(1) or features(*args)
+            for i, token in enumerate(tokens):
+                if idle:
+                    sequence.idle(len(prompt) + i, len(tokens) - i, keep)
+                target.eval([token])
+            followed.append(len(calls))
+            n = len(prompt) + len(tokens)
+            assert sequence.begin(n, window)
+            probes.append(sequence.step(3).copy())
+            sequence.finish(n)
+            target.eval([4])  # after the probe the head follows again, its rows from where it woke
+            state = head._state[0]
+            assert state.rows[0] == (n - keep if idle else 0) and state.rows[0] + len(state.rows[1]) == n + 1
+        finally:
+            head.close()
+    assert followed == [len(tokens), keep]
+    assert np.array_equal(probes[0], probes[1])
+
+
+def test_a_draft_sooner_than_an_idle_sequence_was_told_wakes_it(heads, target):
+    """A draft that comes before the steps the head was told of are over (a re-priced K policy) finds
+    no g at the boundary: nothing is drafted, and the head follows every pass again from there."""
+    prompt = target.tokenize("The quick brown fox jumps over the lazy dog", add_bos=True, special=False)
+    head = Eagle3Head(heads["crafted"], target)
+    try:
+        target.eval(prompt)
+        sequence = head.sequence(0)
+        sequence.idle(len(prompt), 100, 10)
+        for i, token in enumerate((5, 6, 7)):
+            target.eval([token])
+        n = len(prompt) + 3
+        assert not sequence.begin(n)  # the last pass went unfollowed
+        target.eval([8])
+        assert sequence.start(n + 1, 9) is not None
+        sequence.finish(n + 1)
+    finally:
+        head.close()

@@ -75,7 +75,8 @@ class PinnedPair:
 
     def __str__(self) -> str:
         slots = self.served.worker.slots
-        return f"{self.served.model_name}, {slots} slot{'' if slots == 1 else 's'},"
+        flash = self.served.engine.flash_choice
+        return f"{self.served.model_name}, {slots} slot{'' if slots == 1 else 's'}, flash attention {flash},"
 
     def shutdown(self) -> None:
         """Stop its worker (the engine is its owner's to close)."""

@@ -285,7 +285,7 @@ class Scheduler:
             self.resident.watch(served)
             self.loaded[key], self._decided[served] = served, decided
             log.info(
-                "loaded %s in %.1f s: context %d (%s), %d slot%s, draft: %s",
+                "loaded %s in %.1f s: context %d (%s), %d slot%s, draft: %s, flash attention %s",
                 key,
                 time.monotonic() - started,
                 engine.target.n_ctx,
@@ -293,6 +293,7 @@ class Scheduler:
                 engine.slots,
                 "" if engine.slots == 1 else "s",
                 served.draft_why,
+                engine.flash_choice,
             )
             return served
 
