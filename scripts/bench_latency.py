@@ -17,7 +17,12 @@ Loads the pair with 4 slots (as `serve --parallel 4`) and, each round (prompts n
 A "step" is one turn of the loop that ends in a target pass (`StepLoop.steps`), timed as the streams' median
 gap between two hand-ons before (2); a first token's steps are those that ended before it was handed on (1
 alone: its own). Prints each round and the medians, and the acceptance (issue 49): (2) within (1) plus two
-steps, and the delay in (3) at most one chunk's pass. Times are noisy where the machine is shared.
+steps, and the delay in (3) at most one chunk's pass. Times are noisy where the machine is shared; the passes
+are not: each round also lists the passes that ended from the new request's arrival to its first token, and
+those in the streams' largest gap in (3), each as T (target) or D (draft), sequences x the widest one's
+tokens, and for the first token the ms from the arrival to the pass's end (T3x2@40 T1x47@230: the streams'
+verify pass under way, then the new prompt's own pass). --no-long runs
+(1) and (2) only.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ class Timed:
     times: list[float] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
+    passes: list[int] = field(default_factory=list)  # the loop's passes noted (`Passes`) by each hand-on
     done: threading.Event = field(default_factory=threading.Event)
     error: Exception | None = None
 
@@ -65,6 +71,7 @@ class Timed:
         self.times.append(time.perf_counter())
         self.steps.append(self.loop.steps)
         self.tokens.append(len(ticket.generation.result.tokens))
+        self.passes.append(len(self.loop.passes) if self.loop.passes is not None else 0)
 
     def end(self, ticket) -> None:
         self.done.set()
@@ -72,6 +79,25 @@ class Timed:
     def fail(self, ticket, error: Exception) -> None:
         self.error = error
         self.done.set()
+
+
+class Passes(list):
+    """The loop's passes as it notes them (`StepLoop.passes`), each with when it was noted (its end)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ends: list[float] = []
+
+    def append(self, item) -> None:
+        super().append(item)
+        self.ends.append(time.perf_counter())
+
+
+def shapes(passes, ends: list[float] | None = None, since: float = 0.0) -> str:
+    """Passes in a few characters each: T (target) or D (draft), sequences x the widest one's tokens, and
+    with `ends`, @ the ms from `since` to the pass's end."""
+    at = [f"@{(end - since) * 1000:.0f}" for end in ends] if ends is not None else [""] * len(passes)
+    return " ".join(f"{'TD'[p.model]}{p.sequences}x{p.widest}{t}" for p, t in zip(passes, at)) or "-"
 
 
 def main() -> int:
@@ -105,6 +131,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("-k", default="auto")
     parser.add_argument("--short", type=int, default=48, help="tokens of the new request's prompt")
     parser.add_argument("--long", type=int, default=2000, help="tokens of the long prompt")
+    parser.add_argument("--no-long", action="store_true", help="first tokens only (1 and 2), no long prompt")
     return parser.parse_args()
 
 
@@ -138,35 +165,59 @@ class Bench:
         ticket = self.loop.submit(self.request(max_tokens), self.prompt(n_prompt), sink)
         return sink, ticket, steps, started
 
-    def first(self, n_prompt: int) -> tuple[float, int]:
-        """A new request's first hand-on: (seconds, steps that ended before it)."""
+    def first(self, n_prompt: int) -> tuple[float, int, str]:
+        """A new request's first hand-on: (seconds, steps that ended before it, the passes that ended
+        from its arrival to it, as `shapes`)."""
+        self.loop.passes = passes = Passes()
         sink, _, steps, started = self.submit(n_prompt, 2)
         sink.done.wait()
+        self.loop.passes = None
         if sink.error is not None:
             raise sink.error
-        return sink.times[0] - started, sink.steps[0] - steps
+        n = sink.passes[0]
+        return sink.times[0] - started, sink.steps[0] - steps, shapes(passes[:n], passes.ends[:n], started)
 
     def round(self, r: int) -> dict:
-        args, loop = self.args, self.loop
-        alone_s, alone_steps = self.first(args.short)
+        args = self.args
+        alone_s, alone_steps, alone_passes = self.first(args.short)
         streams = [self.submit(32, args.ctx - 64) for _ in range(STREAMS)]
         try:
             wait_for(lambda: all(len(s[0].times) >= WARM_TOKENS for s in streams))
             gaps = [b - a for s in streams for a, b in itertools.pairwise(s[0].times[-WARM_TOKENS // 2 :])]
             time.sleep(self.phases.uniform(0.0, statistics.median(gaps)))  # just after a hand-on: a random phase
-            busy_s, busy_steps = self.first(args.short)
+            busy_s, busy_steps, busy_passes = self.first(args.short)
             marks = [len(s[0].times) for s in streams]
             wait_for(lambda: all(len(s[0].times) >= m + WARM_TOKENS for s, m in zip(streams, marks)))
-            loop.passes = passes = []
-            sink, _, steps_at, arrived = self.submit(args.long, LONG_TOKENS)
-            sink.done.wait()
-            read = sink.times[-1]
-            loop.passes = None
+            row = {
+                "alone_s": alone_s,
+                "alone_steps": alone_steps,
+                "alone_passes": alone_passes,
+                "busy_s": busy_s,
+                "busy_steps": busy_steps,
+                "busy_passes": busy_passes,
+                "step_s": statistics.median(gaps),
+            }
+            if not args.no_long:
+                row |= self.long(streams)
         finally:
             for stream in streams:
                 stream[1].cancel()
             for stream in streams:
                 stream[0].done.wait()
+        if not args.no_long:
+            row |= dict(zip(("chunk_s", "draft_chunk_s", "chunk"), self.chunk_pass()))
+        if r >= 0:
+            print_row(r, row)
+        return row
+
+    def long(self, streams: list) -> dict:
+        """The long prompt arriving beside the streams: their gaps while it is read, and what ran in the largest."""
+        loop = self.loop
+        loop.passes = passes = Passes()
+        sink, _, steps_at, arrived = self.submit(self.args.long, LONG_TOKENS)
+        sink.done.wait()
+        read = sink.times[-1]
+        loop.passes = None
         if sink.error is not None:
             raise sink.error
         before, during, starved = [], [], 0
@@ -174,31 +225,20 @@ class Bench:
             times = stream_sink.times
             gaps = [(b - a, a, b) for a, b in itertools.pairwise(times)]
             before += [g for g, a, b in gaps if b <= arrived][-WARM_TOKENS:]
-            during += [g for g, a, b in gaps if b > arrived and a < read]
+            during += [(g, a, b) for g, a, b in gaps if b > arrived and a < read]
             inside = [s for t, s in zip(times, stream_sink.steps) if arrived < t <= read]
             starved = max(starved, (sink.steps[0] - steps_at) - len(set(inside)))
-        widest = max((p.widest for p in passes if p.model == 0), default=0)
-        widest_draft = max((p.widest for p in passes if p.model == 1), default=0)
-        chunk_s, draft_chunk_s, chunk = self.chunk_pass()  # the last chunk's: the dearest (attention grows)
-        row = {
-            "alone_s": alone_s,
-            "alone_steps": alone_steps,
-            "busy_s": busy_s,
-            "busy_steps": busy_steps,
+        gap, a, b = max(during)
+        return {
             "step_s": statistics.median(before),
-            "gap_s": max(during),
+            "gap_s": gap,
+            "gap_passes": shapes([p for p, end in zip(passes, passes.ends) if a < end <= b]),
             "read_steps": sink.steps[0] - steps_at + 1,
             "read_s": sink.times[0] - arrived,
-            "chunk_s": chunk_s,
-            "draft_chunk_s": draft_chunk_s,
-            "chunk": chunk,
-            "widest": widest,
-            "widest_draft": widest_draft,
+            "widest": max((p.widest for p in passes if p.model == 0), default=0),
+            "widest_draft": max((p.widest for p in passes if p.model == 1), default=0),
             "starved": starved,
         }
-        if r >= 0:
-            print_row(r, row)
-        return row
 
     def chunk_pass(self) -> tuple[float, float, int]:
         """The long prompt read alone: its dearest target pass over a whole chunk (the last: attention
@@ -224,18 +264,23 @@ def wait_for(condition, timeout: float = 600.0) -> None:
 def print_row(r: int, row: dict) -> None:
     ms = lambda s: f"{s * 1000:.1f} ms"
     print(
-        f"round {r + 1}: first token alone {ms(row['alone_s'])} ({row['alone_steps']} steps), "
-        f"beside {STREAMS} streams {ms(row['busy_s'])} ({row['busy_steps']} steps, a step {ms(row['step_s'])}); "
-        f"long prompt: streams' largest gap {ms(row['gap_s'])}, chunk pass {ms(row['chunk_s'])} "
-        f"+ draft {ms(row['draft_chunk_s'])}, read in {row['read_steps']} steps "
-        f"({ms(row['read_s'])}), most tokens of one request "
-        f"in a pass {row['widest']} (draft {row['widest_draft']}), steps a stream got nothing {row['starved']}",
+        f"round {r + 1}: first token alone {ms(row['alone_s'])} ({row['alone_steps']} steps; passes "
+        f"{row['alone_passes']}), beside {STREAMS} streams {ms(row['busy_s'])} ({row['busy_steps']} steps, a step "
+        f"{ms(row['step_s'])}; passes from its arrival: {row['busy_passes']})",
         flush=True,
     )
+    if "gap_s" in row:
+        print(
+            f"  long prompt: streams' largest gap {ms(row['gap_s'])} (passes in it: {row['gap_passes']}), "
+            f"chunk pass {ms(row['chunk_s'])} + draft {ms(row['draft_chunk_s'])}, read in {row['read_steps']} steps "
+            f"({ms(row['read_s'])}), most tokens of one request in a pass {row['widest']} (draft "
+            f"{row['widest_draft']}), steps a stream got nothing {row['starved']}",
+            flush=True,
+        )
 
 
 def report(rows: list[dict], args: argparse.Namespace) -> None:
-    med = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+    med = {key: statistics.median(row[key] for row in rows) for key in rows[0] if "passes" not in key}
     spread = lambda key: f"{min(r[key] for r in rows) * 1000:.1f}-{max(r[key] for r in rows) * 1000:.1f}"
     print(f"\nmedians of {len(rows)} rounds (min-max):")
     print(
@@ -246,12 +291,15 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
         f"{med['busy_steps']:.0f} steps; a step {med['step_s'] * 1000:.1f} ms ({spread('step_s')})"
     )
     extra_steps = med["busy_steps"] - med["alone_steps"]
+    print(f"  passes from its arrival to its first token: {', '.join(r['busy_passes'] for r in rows)}")
     bound = med["alone_s"] + 2 * med["step_s"]
     print(
         f"  -> {extra_steps:+.0f} steps over alone (at most 2: {'met' if extra_steps <= 2 else 'UNMET'}); "
         f"{med['busy_s'] * 1000:.1f} ms against alone + 2 steps = {bound * 1000:.1f} ms "
         f"({'met' if med['busy_s'] <= bound else 'over'})"
     )
+    if "gap_s" not in med:
+        return
     delay = med["gap_s"] - med["step_s"]
     print(
         f"  {args.long}-token prompt beside them: its first token {med['read_s'] * 1000:.1f} ms ({spread('read_s')}), "

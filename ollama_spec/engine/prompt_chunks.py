@@ -1,14 +1,18 @@
 """How many of a prompt's tokens a request being read puts in each turn of the step loop, and which
-short prompts it reads at once, in a pass of their own (`read_at_once`).
+prompts' last pieces it reads at once, in a pass of their own (`read_at_once`).
 
 At most the batch's piece (llama/passes.py: under 64 tokens of a sequence a pass, all sequences in the
 batch). And while other requests generate, at most what costs them about one more step of their own: on
 a CPU a prompt token costs nearly what a verify row does, and at 2,000 tokens in, attention over the cache
 makes a 63-token chunk cost 5-8 of the streams' steps (the demo pair) or hundreds (the tiny pair), every
 turn until the prompt is read. Bounded so, the streams keep at least about half their speed while a long
-prompt is read; the prompt reads no fewer than MIN_CHUNK tokens a turn, and a short prompt (a piece)
-is read whole in its first step, so that its first token comes as soon as beside nobody. Where a prompt token costs
+prompt is read; the prompt reads no fewer than MIN_CHUNK tokens a turn. Where a prompt token costs
 little beside the step (a GPU), the piece is the bound. Nobody generating: the piece.
+
+A prompt of at most FIRST_TOKEN_PIECES pieces is read in whole pieces beside streams too, so that its first
+token comes within about two of their steps of its time alone: a piece is read whole by its first step, at
+once; two, the first in the turn it comes, the last at once at the next turn's start. Each of the streams'
+gaps then grows by one piece's pass at most, the bound a long prompt's chunks keep too.
 
 Timed from the loop's turns: a turn that read no prompt times the step, one that read some times what
 its prompt tokens added; both decayed, so the bound follows the machine and the prompt's position.
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MIN_CHUNK = 16  # prompt tokens a turn at least: a long prompt still gets read
+FIRST_TOKEN_PIECES = 2  # a prompt of at most this many pieces is read in whole ones (see the module)
 DECAY = 0.7  # per timed turn: both times follow the last few turns
 
 
@@ -56,11 +61,13 @@ class ChunkSizer:
     def take(self, left: int, whole: int) -> int:
         """Prompt tokens to read in the next turn, of the `left` still unread before the first step's
         (0: the first step reads them), of a prompt that had `whole` to read: one that fits a piece is
-        read whole by its first step, so that a short prompt's first token is not put off by the bound."""
+        read whole by its first step, one of FIRST_TOKEN_PIECES in whole pieces, so that a short prompt's
+        first token is not put off by the bound."""
         if whole <= self.piece:
             return 0
         size = self.piece
-        if self.generating and self.step_s is not None and self.token_s:
+        short = whole <= FIRST_TOKEN_PIECES * self.piece
+        if self.generating and not short and self.step_s is not None and self.token_s:
             size = max(MIN_CHUNK, min(size, int(self.step_s / self.token_s)))
         if left <= size:
             return 0
@@ -72,19 +79,23 @@ def _decayed(old: float | None, new: float) -> float:
     return new if old is None else DECAY * old + (1 - DECAY) * new
 
 
-def read_at_once(fresh: list[Any], slots: dict[int, Any], target: Any) -> list[Any]:
-    """Of the step loop's slots just admitted, those whose prompt (a piece: read whole by its first step) is read at
-    once in a target pass of their own, their next step at K=0 (the draft has read nothing); none unless
-    some slot generates. Else it waits for the others' draft passes, then shares their verify pass, padded
-    to its width or split off (llama/passes.py). A chunked prompt stays a chunk a turn in their passes."""
-    if not fresh or all(not s.ticket.generation.result.tokens for s in slots.values()):
+def read_at_once(slots: dict[int, Any], target: Any) -> list[Any]:
+    """Of the step loop's slots, those whose next evaluation is the last piece of their prompt (read whole by
+    its first step: all of a short prompt, the rest of a chunked one), read at once in a target pass of their
+    own, their next step at K=0 (the draft has not read that piece); none unless some slot generates. Else
+    the piece waits for the others' draft passes, then shares their verify pass, padded to its width or split
+    off (llama/passes.py): a step later, for a first token that comes with it. A chunk before the last
+    stays one a turn in the others' passes."""
+    if all(not s.ticket.generation.result.tokens for s in slots.values()):
         return []
-    whole = [
+    last = [
         s
-        for s in fresh
-        if s.model is target and len(s.model.cached_of(s.wanted_seq)) + len(s.wanted.tokens) == len(s.ticket.prompt)
+        for s in slots.values()
+        if s.model is target
+        and not s.ticket.generation.result.tokens
+        and len(s.model.cached_of(s.wanted_seq)) + len(s.wanted.tokens) == len(s.ticket.prompt)
     ]
-    for slot in whole:  # an AutoK's next step at K=0 (the step loop sets a shared step's K on it)
+    for slot in last:  # an AutoK's next step at K=0 (the step loop sets a shared step's K on it)
         if getattr(slot.ticket.generation.policy, "shared_k", 0) is None:
             slot.ticket.generation.policy.shared_k = 0
-    return whole
+    return last

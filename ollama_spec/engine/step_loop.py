@@ -3,8 +3,8 @@
 As llama-server's `update_slots`: one thread owns the slots, and each turn of the loop
 
 1. admits waiting requests into free slots (arrival order; the slot by engine/slots.py's rule), and
-   again before each later pass those that came meanwhile (a short prompt beside requests that
-   generate is read at once, in a target pass of its own: `prompt_chunks.read_at_once`),
+   again before each later pass those that came meanwhile (a prompt's last piece beside requests that
+   generate, all of a short one, is read at once, in a target pass of its own: `prompt_chunks.read_at_once`),
 2. runs the draft passes of every drafting slot together, one llama_decode a draft token, until the
    slots drafting beside each other stop together where the next pass no longer pays (engine/batch_k.py),
 3. plans one K for every slot's next step, from each slot's acceptance by position and the costs
@@ -31,15 +31,17 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ollama_spec.decoding.evals import Declined, Eval
+from ollama_spec.engine.admission import Slot, admit_waiting, model_of
 from ollama_spec.engine.batch_k import BatchK, drafting_beside
 from ollama_spec.engine.prompt_chunks import ChunkSizer, read_at_once
 from ollama_spec.engine.requests import Request
-from ollama_spec.engine.tickets import Pass, Sink, Ticket, not_started
+from ollama_spec.engine.tickets import Pass, Sink, Ticket
 
 # Python hands the GIL to a thread that waits for it only every switch interval (5 ms by default), and
 # each piece the loop hands on wakes its reader's thread (a client, the server's event loop), which
@@ -48,17 +50,6 @@ from ollama_spec.engine.tickets import Pass, Sink, Ticket, not_started
 SWITCH_INTERVAL_S = 0.0005
 # A draft step's passes read at most the last accepted token and the one after it, a row each
 DRAFT_STEP_TOKENS = 2
-
-
-@dataclass
-class _Slot:
-    seq: int
-    ticket: Ticket
-    steps: Iterator
-    wanted: Eval | None = None
-    model: Any = None  # the loaded model `wanted` is for, and the sequence in it (`_model_of`)
-    wanted_seq: int = 0
-    view: Any = None  # `wanted.model`, which `model` and `wanted_seq` were worked out from
 
 
 @dataclass
@@ -76,11 +67,12 @@ class StepLoop:
     _handed_s: float = 0.0  # this turn's text handed on before its passes (`_send`): the step's, as `_admitted_s`
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
-    _slots: dict[int, _Slot] = field(default_factory=dict)
+    _slots: dict[int, Slot] = field(default_factory=dict)
     _chunks: ChunkSizer = field(default_factory=lambda: ChunkSizer(0))  # its piece: the engine's, at admission
     # the sinks' calls of this turn, made just before the next pass or at the turn's end (`_send`)
     _outbox: list[tuple[Any, tuple]] = field(default_factory=list)
     _k: BatchK = field(init=False)  # the steps' K, priced by the passes this loop times
+    _admit_waiting: Callable[[], list[Slot]] = field(init=False)  # waiting tickets into free slots: the slots filled
     _target: Any = field(init=False)
     _thread: threading.Thread | None = None
     _idle: bool = False  # its thread waits for work
@@ -90,6 +82,10 @@ class StepLoop:
     def __post_init__(self) -> None:
         self._k = BatchK(self.engine.costs.passes)
         self._target = self.engine.target
+        start = lambda slot: self._advance(slot, None)  # its steps run up to their first evaluation
+        self._admit_waiting = partial(
+            admit_waiting, self.engine, self._waiting, self._lock, self._slots, self._chunks, start
+        )
 
     def submit(
         self, request: Request, prompt: list[int], sink: Sink, *, runs: bool = False, use_draft: bool = True
@@ -173,12 +169,12 @@ class StepLoop:
         """One step for every slot: admit, the draft passes, the next step's K, one target pass (each
         slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
         started, self._passes_s = time.perf_counter(), 0.0
-        fresh = self._admit()
+        self._admit()
         self._mark = time.perf_counter()
         self._admitted_s, self._handed_s = self._mark - started, 0.0
         target = self._target  # the others draft: a draft model's sequences, or a head's
-        if fresh := read_at_once(fresh, self._slots, target):
-            self._pass(fresh, priced=False)
+        if len(self._slots) > 1 and (at_once := read_at_once(self._slots, target)):
+            self._pass(at_once, priced=False)
         while True:
             if len(self._slots) == 1:  # alone: nothing to sort out, and no slot to stop drafting beside
                 wanting = [*self._slots.values()]
@@ -207,7 +203,7 @@ class StepLoop:
             self.outside_s += time.perf_counter() - started - self._passes_s
             return  # the target's pass ends the step
 
-    def _admit(self) -> list[_Slot]:
+    def _admit(self) -> list[Slot]:
         """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
         turn's passes; then the turn's passes begin (`_chunks` times the turns). The slots it filled."""
         if self.engine.slots == 1:  # no other slot's steps for a prompt's chunks to be timed beside
@@ -227,40 +223,11 @@ class StepLoop:
         fresh = self._admit_waiting()
         if any(not s.ticket.generation.result.tokens for s in self._slots.values()):
             self._chunks.reading()  # this turn's time is not a step's alone
-        if at_once := read_at_once(fresh, self._slots, self._target):
+        if fresh and (at_once := read_at_once(self._slots, self._target)):
             self._pass(at_once, priced=False)
         return bool(fresh)
 
-    def _admit_waiting(self) -> list[_Slot]:  # the slots it filled
-        free, fresh = self.engine.slots - len(self._slots), []
-        while free > 0 and self._waiting:  # read without the lock: what comes meanwhile waits a turn
-            with self._lock:
-                ticket = self._waiting.popleft() if self._waiting else None
-            if ticket is None:
-                break
-            if ticket.cancelled:
-                ticket.sink.fail(ticket, not_started())
-                continue
-            try:  # a generation made for its sequence (Engine.generate's) runs there
-                seq = self.engine.pool.acquire(ticket.prompt, ticket.slot)
-            except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
-                ticket.sink.fail(ticket, exc)
-                continue
-            ticket.slot = seq
-            ticket.generation = generation = ticket.generation or self.engine.generate(
-                ticket.request, use_draft=ticket.use_draft, slot=seq, stop=lambda ticket=ticket: ticket.cancelled
-            )
-            generation.prompt = lambda prompt=ticket.prompt: prompt
-            if generation.prompt_chunk:  # the batch's bound, and the time's beside running streams
-                self._chunks.piece, generation.prompt_chunk = generation.prompt_chunk, self._chunks.take
-            slot = _Slot(seq, ticket, generation.steps(runs=ticket.runs))
-            self._slots[seq] = slot
-            free -= 1
-            self._advance(slot, None)
-            fresh.append(slot)
-        return fresh
-
-    def _pass(self, slots: list[_Slot], *, priced: bool = True) -> None:
+    def _pass(self, slots: list[Slot], *, priced: bool = True) -> None:
         """One decode of the model the slots' evaluations are for, each slot's rows sent on to it."""
         model = slots[0].model
         handed = 0.0
@@ -312,7 +279,7 @@ class StepLoop:
             return
         self.engine.costs.observe(draft, len(items) if draft else widest * len(items), seconds)
 
-    def _advance(self, slot: _Slot, rows: np.ndarray | Declined | None) -> None:
+    def _advance(self, slot: Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""
         ticket, steps, pieces, failed = slot.ticket, slot.steps, None, None
         try:
@@ -325,7 +292,7 @@ class StepLoop:
             slot.wanted = item
             if isinstance(item, Eval) and item.model is not slot.view:  # a slot's views stay: worked out once each
                 slot.view = item.model
-                slot.model, slot.wanted_seq = _model_of(item)
+                slot.model, slot.wanted_seq = model_of(item)
         except StopIteration:
             slot.wanted = None
         except Exception as exc:  # noqa: BLE001 - the request fails; the others go on
@@ -348,18 +315,18 @@ class StepLoop:
             for call, args in outbox:
                 call(*args)
 
-    def _finish(self, slot: _Slot) -> None:
+    def _finish(self, slot: Slot) -> None:
         self._release(slot)
         result = slot.ticket.generation.result
         if slot.ticket.cancelled:
             result.finish_reason = "cancelled"
         self._outbox.append((slot.ticket.sink.end, (slot.ticket,)))
 
-    def _fail(self, slot: _Slot, error: Exception) -> None:
+    def _fail(self, slot: Slot, error: Exception) -> None:
         self._release(slot)
         self._outbox.append((slot.ticket.sink.fail, (slot.ticket, error)))
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: Slot) -> None:
         slot.wanted = None
         slot.steps.close()  # the generation's own ending: statistics kept, costs learned
         if self._slots.get(slot.seq) is slot:
@@ -367,7 +334,7 @@ class StepLoop:
             self.engine.pool.release(slot.seq)
 
 
-def _declined(k: BatchK, drafting: list[_Slot], rows: int, advance: Callable[[_Slot, Declined], None]) -> bool:
+def _declined(k: BatchK, drafting: list[Slot], rows: int, advance: Callable[[Slot, Declined], None]) -> bool:
     """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
     the `rows` sequences of the coming target pass)? Then each is told so (`Declined`, through `advance`)."""
     members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
@@ -380,14 +347,8 @@ def _declined(k: BatchK, drafting: list[_Slot], rows: int, advance: Callable[[_S
     return True
 
 
-def _wanting(slots: list[_Slot], finish: Callable[[_Slot], None]) -> list[_Slot]:
+def _wanting(slots: list[Slot], finish: Callable[[Slot], None]) -> list[Slot]:
     """The slots that want a pass, the cancelled ones finished (`finish`)."""
     for slot in [slot for slot in slots if slot.ticket.cancelled]:
         finish(slot)
     return [slot for slot in slots if slot.wanted is not None]
-
-
-def _model_of(wanted: Eval) -> tuple[Any, int]:
-    """The loaded model and sequence an evaluation is for (a SequenceView is one sequence of one)."""
-    view = wanted.model
-    return (view.model, view.seq) if hasattr(view, "seq") else (view, 0)

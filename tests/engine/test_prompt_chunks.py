@@ -41,6 +41,15 @@ def test_nobody_generating_or_a_short_prompt_reads_whole_pieces():
     assert sizer.take(63, 500) == MIN_CHUNK  # a long one's end: read as bounded
 
 
+def test_beside_streams_a_prompt_of_two_pieces_is_read_in_whole_pieces():
+    """Its first piece in the turn it comes, its last at once at the next turn's start: its first token
+    within about two of the streams' steps of its time alone; one piece more is read as bounded."""
+    sizer = ChunkSizer(63)
+    sizer.generating, sizer.step_s, sizer.token_s = True, 0.001, 0.004
+    assert sizer.take(125, 126) == 63
+    assert sizer.take(126, 127) == MIN_CHUNK
+
+
 def test_a_long_read_is_never_cut_below_the_minimum():
     sizer = ChunkSizer(63)
     sizer.turn(0.0, generating=True, reading=False)

@@ -216,6 +216,39 @@ def test_a_short_prompt_arriving_beside_streams_is_read_at_once_in_a_pass_of_its
         assert ticket.generation.result.tokens == alone
 
 
+def test_a_two_piece_prompt_beside_streams_reads_its_last_piece_at_once_at_the_next_turn(tiny_models, monkeypatch):
+    """Its first piece in the passes of the turn it came in, its last in a target pass of its own at the
+    next turn's start, not after the others' draft passes (nor in pieces bounded by their steps): its
+    first token one turn after its first piece, its answer the one it gets alone."""
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
+        chunk = engine.generate(request("x"), slot=1).prompt_chunk
+        prompt = fresh_prompt(engine, 2 * chunk - 4, 305)
+        sink, ticket, _ = submitted(engine, prompt, max_tokens=12)
+        assert sink.done.wait(60)
+        alone = ticket.generation.result.tokens
+        engine.clear_cache()
+        streams = running(engine, 3)
+        passes = []
+        target_pass = engine.target.decode_many
+
+        def decode_many(items):
+            passes.append((engine.loop.steps, [(seq, len(tokens)) for seq, tokens, _ in items]))
+            return target_pass(items)
+
+        monkeypatch.setattr(engine.target, "decode_many", decode_many)
+        sink, ticket, at = submitted(engine, prompt, max_tokens=12)
+        assert sink.done.wait(60)
+        for _, other, _ in streams:
+            other.cancel()
+        reads = [(step, items) for step, items in passes for seq, n in items if seq == ticket.slot and n > 3]
+        (first_step, _), (last_step, last) = reads
+        assert [n for _, items in reads for seq, n in items if seq == ticket.slot] == [chunk, len(prompt) - chunk]
+        assert last == [(ticket.slot, len(prompt) - chunk)] and last_step == first_step + 1
+        (step, tokens), *_ = sink.calls
+        assert tokens == 1 and step == last_step and step - at <= 2
+        assert ticket.generation.result.tokens == alone
+
+
 def test_beside_other_slots_a_turns_text_is_handed_on_just_before_the_next_pass(tiny_models, monkeypatch):
     """The readers a sink wakes then run while llama_decode has let go of the GIL, not against the
     loop's next turn (its admissions, its K): at the end of a turn only where no pass follows."""
