@@ -21,7 +21,8 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slo
 # A verify batch of K=3: the middle of what -k auto runs on a CPU. Its shapes, not its K, tell the kinds apart.
 PROBE_WIDTH = 4
 # Each shape timed this often with each kind (round-robin), the median kept: a tiny pair's passes take
-# under a millisecond, the demo pair's 4-slot batch ~0.3 s on a 2-core CPU
+# under a millisecond, the demo pair's 4-slot batch ~0.3 s on a 2-core CPU. The third round is left out
+# where the first two already fix the choice that the medians of three would make.
 PROBE_REPEATS = 3
 
 
@@ -62,7 +63,9 @@ def choose_by_timing(path: Path, weights, settings: LoadSettings, notice, cache:
     key = flash_key(path, settings)
     notice(f"timing flash attention on and off for {settings.n_seq} slots (once per model and setup, then cached)")
     depth = max(1, min(CALIBRATION_DEPTH, settings.n_ctx - PROBE_WIDTH))
-    timings = time_flash_attention(path, weights, settings, PROBE_TEXT, PROBE_WIDTH, depth, PROBE_REPEATS)
+    timings = time_flash_attention(
+        path, weights, settings, PROBE_TEXT, PROBE_WIDTH, depth, PROBE_REPEATS, decide=flash_attention_from_timings
+    )
     kind = flash_attention_from_timings(timings["on"], timings["off"])
     cache.put_flash_attention(key, kind, {name: list(seconds) for name, seconds in timings.items()})
     return FlashChoice(kind, describe(timings, settings.n_seq))
