@@ -100,11 +100,17 @@ def test_a_model_llama_cpp_cannot_run_is_one_line(invoke, tmp_path):
 @pytest.fixture
 def loads(monkeypatch):
     """The (path, LoadSettings) of every model generate loads, in order; loading still happens."""
-    from ollama_spec.engine import engine
+    from ollama_spec.engine import engine, flash_choice
 
     seen = []
     real = engine.LoadedModel
-    monkeypatch.setattr(engine, "LoadedModel", lambda path, s: seen.append((path, s)) or real(path, s))
+
+    def loaded(path, settings, *weights, **kwargs):
+        seen.append((path, settings))
+        return real(path, settings, *weights, **kwargs)
+
+    for module in (engine, flash_choice):  # the draft, and the target (its flash attention chosen first)
+        monkeypatch.setattr(module, "LoadedModel", loaded)
     return seen
 
 
