@@ -3,10 +3,10 @@ beside each other stops.
 
 Beside other slots one K is planned for all of them (decoding/batch_steps.plan_step: goodput over
 every slot's acceptance by position, priced on a line through the passes as timed:
-decoding/pass_line.py), every slot drafts as deep as the
-others up to DEEPER columns past it, and after each draft pass `stop` says whether the batch drafts on
-(batch_steps.further: the drafts so far by their margins, at the rate the planned K makes). A slot
-alone keeps its own rule, token by token, priced by the same passes.
+decoding/pass_line.py), every slot drafts as deep as the others up to DEEPER columns past it, and
+after each draft pass `stop` says whether the batch drafts on (batch_steps.further: the drafts so
+far by their margins, at the rate the planned K makes, on the same line). A slot alone keeps its own
+rule, token by token, priced by the passes as timed (decoding/pass_prices.py).
 
 While the plan says K=0 the batch's drafting shapes are not run, so their prices are the prior's
 shape (a calibration times llama.cpp's calls alone, not the Python around them) scaled by the sizes
