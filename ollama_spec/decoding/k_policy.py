@@ -17,6 +17,7 @@ prompts, 100-106 % on each, where the i.i.d. choice of one K per step gave 96-98
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -32,6 +33,7 @@ from ollama_spec.decoding.k_tuning import (
     DRAFT_KEEP_MARGIN,
     EXPLORE_EVERY,
     LOOKUP_GAIN_MARGIN,
+    PRICINGS_KEPT,
     PROBE_ACCEPTANCE,
     PROBE_CEILING_EVERY,
     PROBE_COSTS,
@@ -52,6 +54,7 @@ from ollama_spec.decoding.step_costs import (
     bounded,
     consistent,
     expected_tokens_per_step,
+    median_costs,
 )
 
 
@@ -110,6 +113,7 @@ class AutoK:
         self.exploring = False  # alone, this step's shared_k is the step loop's exploration (PROBE_EXPLORE)
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
+        self._pricings: deque[StepCosts] = deque(maxlen=PRICINGS_KEPT)  # the last ones, for their median
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
         self.last_drafted = 0  # the tokens the last step seen drafted
         # ... and by its own rule: 0 where the step's K was the step loop's (shared_k: beside others, or
@@ -191,11 +195,17 @@ class AutoK:
 
     def reprice(self, costs: StepCosts) -> None:
         """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
-        alone): those replace what this policy would learn from its own step times. The same costs
-        again change nothing."""
+        alone): those replace what this policy would learn from its own step times. While it drafts, it
+        decides by the median of the last PRICINGS_KEPT (see there), so that no one pricing stops it;
+        at K=0 by these alone, so that one pricing that says drafting pays takes it up (its drafting
+        steps then price what drafting costs now). The same costs again change nothing."""
         if costs is self._priced_by or costs.k_max < self.costs.k_max:
             return
         self._priced_by = costs
+        if not self._pricings or costs is not self._pricings[-1]:
+            self._pricings.append(costs)
+        if self._taken_up:
+            costs = median_costs(self._pricings)
         costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
         self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
         self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
@@ -302,9 +312,10 @@ class AutoK:
         The wait between probes carries too: where drafting does not pay it takes ~500 steps to back
         off from every 8th step to every 256th, and a request of 160 tokens starting afresh each time
         (then backing off to every 128th) spent 5 % of its time on probes (quantized pair, 0.88x of
-        the target alone)."""
+        the target alone). So do the last pricings: a request's first steps decide by a median too."""
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
+        self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
         self.estimator, self.by_position = earlier.estimator.copy(), earlier.by_position.copy()
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:

@@ -53,5 +53,11 @@ EXPLORE_EVERY = 8
 # token made 0.7-0.75x of its best fixed K, its drafting steps 100 us dearer than a fixed K's). Below
 # this draft step cost the step drafts the K its acceptance by position says, as a fixed K does.
 STOPS_MIN_DRAFT_S = 0.0005
+# Alone, the step loop prices the steps from its own passes again every few steps (engine/batch_k.py),
+# each size from its last few passes: on a shared 2-core CPU one pricing's verify line rose 9 us a
+# token and the next's 38, its draft step 40 us and a later one's 235, and each such pricing that said
+# drafting no longer pays put the tiny pair (drafts paying 1.4x) at K=0 until the next. The rule
+# decides by the median of its last this many pricings: one or two far off the rest move nothing.
+PRICINGS_KEPT = 5
 SEEDED_WEIGHT = 16.0  # a band's acceptance from an earlier run counts for this many tried drafts
 RATE_DECAY = 0.9  # per step: the rate a next token must beat follows the last ~10 steps

@@ -220,7 +220,11 @@ class PassPrices:
         sizes run lately weighing most. Each size's price is learned from the few passes of its own that
         a shared CPU times ±10-30 %: per size, one soon looks cheaper than a smaller one (on the tiny
         pair, 4 tokens at 0.098 ms against 0.131 for 1), which a lone slot's K rule reads as drafts that
-        cost nothing, and it drafts 16 where drafting does not pay at all."""
+        cost nothing, and it drafts 16 where drafting does not pay at all. The target alone is its own
+        price (run lately, else as the machine moved since it ran), unless the line says dearer: while
+        a lone slot drafts 4-6 tokens the line runs through those few close sizes, and their noise
+        (a rise of 10 us a token seen as 60-80) put its foot at a third of the target alone's price,
+        where drafting looked no faster than the target alone."""
         target, now = self._target, self._now
         points = []
         fresh_floor = stale_floor = float("inf")
@@ -238,7 +242,9 @@ class PassPrices:
         slope = max(0.0, slope)
         # no pass at under half the cheapest run lately (the line's foot, bent by a few far sizes, is no price)
         floor = 0.5 * (fresh_floor if fresh_floor < float("inf") else stale_floor)
-        return tuple(max(mean_y + slope * (x - mean_x), floor) for x in range(1, sizes + 1))
+        line = [max(mean_y + slope * (x - mean_x), floor) for x in range(1, sizes + 1)]
+        line[0] = max(line[0], points[0][1])
+        return tuple(line)
 
     def _unseen(self, tokens: int) -> float:
         """A target size with no price of its own: the prior's price at the machine's speed now, or where

@@ -14,6 +14,7 @@ and K = 0 (the target alone, t_verify(1) per token) is the answer when the draft
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -172,6 +173,17 @@ def bounded(seconds: float, expected: float) -> float:
 def blend(old: float, new: float) -> float:
     """A learned cost moved toward one new timing, bounded (a timing of 0 tells nothing)."""
     return COST_DECAY * old + (1 - COST_DECAY) * bounded(new, old) if new > 0 else old
+
+
+def median_costs(pricings: Sequence[StepCosts]) -> StepCosts:
+    """The costs each of `pricings` gives a draft step and each verify batch, as their median (the lower
+    of the middle two, for an even count), up to the longest K_max all of them price: one pricing far
+    off the others (a busy spell the passes were timed in) moves nothing."""
+    if len(pricings) == 1:
+        return pricings[0]
+    sizes = min(len(costs.verify_s) for costs in pricings)
+    verify = (statistics.median_low(costs.verify_s[n] for costs in pricings) for n in range(sizes))
+    return StepCosts(statistics.median_low(costs.draft_step_s for costs in pricings), tuple(verify))
 
 
 def consistent(verify_s: tuple[float, ...]) -> tuple[float, ...]:

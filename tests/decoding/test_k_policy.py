@@ -1,6 +1,7 @@
 """Choosing K: fixed, or AutoK on hand-made cost curves, with α estimated from simulated steps."""
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -505,3 +506,35 @@ def test_a_draft_step_too_cheap_to_weigh_each_token_drafts_the_k_chosen():
     assert k == best_k_by_position(policy.alphas(), cheap, DRAFT_GAIN_MARGIN)
     dear = AutoK(CPU, prior_alpha=0.9, confidence_stops=True)
     assert dear.next_k() == CPU.k_max and dear.keep_drafting is not None
+
+
+def test_one_pricing_far_off_does_not_stop_drafting_and_one_that_pays_takes_it_up():
+    """Alone, the step loop prices the steps again every few steps from a few passes of each size: on a
+    shared CPU one pricing can make drafting look dear (the tiny pair: a verify line rising 38 us a
+    token where it rose 9, a draft step 235 us where it took 40). While drafting, the rule decides by
+    the median of its last pricings, so one or two such pricings in a row do not stop it; at K=0 one
+    pricing that says drafting pays takes it up."""
+    cheap = StepCosts(40e-6, tuple(110e-6 + 10e-6 * n for n in range(9)))
+    dear = StepCosts(235e-6, tuple(110e-6 + 38e-6 * n for n in range(9)))
+    policy = AutoK(cheap, prior_alpha=0.9, confidence_stops=True)
+    for costs in (
+        cheap,
+        replace(cheap),
+        dear,
+        replace(cheap),
+        replace(dear),
+        *(replace(cheap) for _ in range(3)),
+        dear,
+        dear,
+    ):
+        policy.reprice(costs)
+        k = policy.next_k()
+        assert k >= 1 and not policy.probing
+        policy.observe(k, k, 40e-6 * k, cheap.verify_s[k])
+    for _ in range(3):  # dear for good: drafting stops
+        policy.reprice(replace(dear))
+        k = policy.next_k()
+        policy.observe(k, k, 40e-6 * k, cheap.verify_s[k]) if k else policy.observe(0, 0, 0.0, 110e-6)
+    assert policy.next_k() == 0
+    policy.reprice(replace(cheap))
+    assert policy.next_k() >= 1

@@ -238,3 +238,19 @@ def test_a_stale_size_moves_by_the_last_scale_noted_by_its_pass():
             then = next((scale for noted, scale in reversed(prices._scales) if noted <= last[1]), None)
             want = last[0] * now / then if then else None
             assert prices._moved(prices._target, seen) == (pytest.approx(want) if want else None)
+
+
+def test_a_lone_slots_target_alone_is_its_own_price_not_the_foot_of_a_steep_line():
+    """The verify line's foot is no price of a pass alone: while a lone slot drafts 4-6 tokens, a shared
+    CPU's noise on those few close sizes (here 5 at 100 us, 7 at 260: a true rise of 10 us a token, seen
+    as 80) puts the line's foot far under what the target alone took when it last ran, and drafting
+    then looks no faster than the target alone (the tiny pair, its drafts paying 1.4x: K=0 for
+    stretches). The target alone is priced by its own passes, fresh or as the machine moved since,
+    unless the line says dearer."""
+    prices = PassPrices()
+    for _ in range(3):
+        prices.observe(False, 1, 110e-6)
+    assert prices.step_costs(8).verify_s[0] == pytest.approx(110e-6)  # run lately: its own price
+    for size, seconds in itertools.islice(itertools.cycle([(6, 165e-6), (5, 100e-6), (7, 260e-6)]), 3 * STALE_PASSES):
+        prices.observe(False, size, seconds)
+    assert prices.step_costs(8).verify_s[0] == pytest.approx(110e-6)  # the machine's speed has not moved
