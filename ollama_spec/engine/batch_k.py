@@ -2,10 +2,11 @@
 beside each other stops.
 
 Beside other slots one K is planned for all of them (decoding/batch_steps.plan_step: goodput over
-every slot's acceptance by position, priced by the passes as timed), every slot drafts as deep as the
-others up to DEEPER columns past it, and after each draft pass `stop` says whether the batch drafts on
-(batch_steps.further: the drafts so far by their margins, at the rate the planned K makes). A slot
-alone keeps its own rule, token by token, priced by the same passes.
+every slot's acceptance by position, priced on a line through the passes as timed:
+decoding/pass_line.py), every slot drafts as deep as the others up to DEEPER columns past it, and
+after each draft pass `stop` says whether the batch drafts on (batch_steps.further: the drafts so
+far by their margins, at the rate the planned K makes, on the same line). A slot alone keeps its own
+rule, token by token, priced by the passes as timed (decoding/pass_prices.py).
 
 While the plan says K=0 the batch's drafting shapes are not run, so their prices are the prior's
 shape (a calibration times llama.cpp's calls alone, not the Python around them) scaled by the sizes
@@ -23,12 +24,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ollama_spec.decoding.batch_steps import further, plan_step
 from ollama_spec.decoding.k_policy import AutoK
 from ollama_spec.decoding.k_tuning import DRAFT_GAIN_MARGIN
+from ollama_spec.decoding.pass_line import LinePrices
 from ollama_spec.decoding.pass_prices import PassPrices
 
 # Beside other slots, the batch drafts at most this many columns past the K planned from acceptance by
@@ -77,6 +79,16 @@ class BatchK:
     _planned_at: float = 0.0
     # the lone policy last priced, its K=0 steps since, and how many there are to be before the next
     _repriced: tuple[Any, int, int] = (None, 0, REPRICE_AT_ZERO)
+    # beside other slots, the passes priced on a line through the loop's recent ones (decoding/pass_line.py)
+    _lines: LinePrices = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._lines = LinePrices(self.prices)
+
+    def observe(self, draft: bool, size: int, seconds: float) -> None:
+        """A pass the step loop priced (as told to `prices`): the draft's over `size` rows, or the
+        target's over `size` tokens."""
+        self._lines.observe(draft, size, seconds)
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
@@ -116,7 +128,7 @@ class BatchK:
         went by."""
         now, members = self.clock(), tuple(policies)
         if not self._plan[0] or members != self._planned_for or now - self._planned_at >= REPLAN_S:
-            self._plan = plan_step(policies, self.prices, DRAFT_GAIN_MARGIN, k_max)
+            self._plan = plan_step(policies, self._lines, DRAFT_GAIN_MARGIN, k_max)
             self._planned_for, self._planned_at = members, now
         return self._plan
 
@@ -139,7 +151,7 @@ class BatchK:
         drafting beside each other (`policies`: each `drafting_beside`) have the verify pass of `rows`
         sequences take, their drafting stopped."""
         cap = min(policy.shared_k for policy in policies)
-        return further(policies, self.prices, rows, draft_rows, self.rate, cap)
+        return further(policies, self._lines, rows, draft_rows, self.rate, cap)
 
 
 def drafting_beside(policy: Any) -> bool:

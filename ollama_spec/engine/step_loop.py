@@ -277,7 +277,9 @@ class StepLoop:
             seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
         if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
             return
-        self.engine.costs.observe(draft, len(items) if draft else widest * len(items), seconds)
+        size = len(items) if draft else widest * len(items)
+        self.engine.costs.observe(draft, size, seconds)
+        self._k.observe(draft, size, seconds)
 
     def _advance(self, slot: Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""

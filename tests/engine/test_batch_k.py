@@ -6,6 +6,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import pytest
+
 from ollama_spec.decoding.k_policy import AutoK
 from ollama_spec.decoding.k_tuning import PROBE_EXPLORE
 from ollama_spec.decoding.pass_prices import PassPrices
@@ -340,3 +342,28 @@ def test_a_slot_alone_at_k_zero_is_promised_only_steps_that_draft_nothing():
         assert not any(ks[step : step + quiet]), f"step {step} promised {quiet} steps at K=0"
     assert sum(k > 0 for k in ks[1000:]) >= 3  # it still probes and explores
     assert sum(quiet > 20 for quiet in quiets[1000:]) >= 1500
+
+
+def test_beside_others_noisy_passes_do_not_make_the_plan_promise_more_than_its_steps_make():
+    """On a shared CPU (passes ±15 %, 3 % descheduled) the K of 8 slots is planned at the rate its steps
+    make as the passes really cost: that rate is what each further draft column must beat."""
+    rng, slots = random.Random(5), 8
+    cost, draft_cost = (lambda n: 0.035 + 0.004 * n), (lambda rows: 0.003 + 0.0004 * rows)
+    priced = StepCosts(draft_step_s=draft_cost(1), verify_s=tuple(cost(n) for n in range(1, K_MAX + 2)))
+    batch = BatchK(PassPrices(prior=priced))
+    noise = lambda s: s * math.exp(rng.gauss(0.0, 0.15)) * (3.0 if rng.random() < 0.03 else 1.0)
+    for _ in range(60):  # steps whose widths move with the drafts' margins, as `further` stops them
+        width = rng.randint(1, 6)
+        for _ in range(width):
+            seconds = noise(draft_cost(slots))
+            batch.prices.observe(True, slots, seconds)
+            batch.observe(True, slots, seconds)
+        seconds = noise(cost(slots * (width + 1)))
+        batch.prices.observe(False, slots * (width + 1), seconds)
+        batch.observe(False, slots * (width + 1), seconds)
+    generations = [Running(AutoK(priced, 0.8, confidence_stops=True)) for _ in range(slots)]
+    batch.choose(generations)
+    k = batch._plan[0]  # the planned K (the slots may draft DEEPER past it where their drafts are sure)
+    tokens = slots * expected_tokens_for_each_k(generations[0].policy.alphas()[:k])[k]
+    assert k >= 1
+    assert batch.rate == pytest.approx(tokens / (k * draft_cost(slots) + cost(slots * (k + 1))), rel=0.07)

@@ -1,0 +1,96 @@
+"""What a pass costs beside other slots: one line a + b·size through a model's recent passes.
+
+Beside other slots the step's K is chosen on differences between passes of near sizes: a further
+draft column costs the target pass of B more tokens (decoding/batch_steps.py). Priced size by size
+(decoding/pass_prices.py: the fastest of each size's last few passes), each difference is the noise
+of two minima, and the sizes run most often look cheapest: on a simulated clock with passes ±15 %
+and 3 % of them 3× (the demo pair, 8 slots), the target of 40 tokens was priced 229 ms and that of
+48 tokens 172 ms against 195 and 227, and the rate the plan promised (what a further column must
+beat) 20-40 % above what the steps made, so the batch stopped drafting at its first column on one
+step in five. One line through the last RECENT passes of every size learns each difference from all
+of them. A pass slower than WINSORIZE times the line (a descheduled one) counts as that much.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+RECENT = 48  # passes the line is fitted through: ~48 steps' target passes, each step's draft passes
+WINSORIZE = 1.5  # a pass counts as at most this many times the line's price for its size
+MIN_PASSES = 8  # a line from fewer passes is no price
+SPREAD = 1.5  # the sizes seen must span this ratio for a slope (else the caller's prices stand)
+
+
+@dataclass
+class PassLine:
+    """Recent passes of one model as (size, seconds), and the least-squares line through them, kept
+    as running sums so that each pass costs O(1)."""
+
+    _passes: deque[tuple[int, float]] = field(default_factory=deque)
+    _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, Σx, Σxx, Σy, Σxy
+    _fit: tuple[tuple[float, float] | None, float] | None = None  # `line` and `at`'s floor, until a pass
+
+    def observe(self, size: int, seconds: float) -> None:
+        """A pass of `size` (tokens or rows) took `seconds`."""
+        line = self.line()
+        if line is not None:
+            seconds = min(seconds, WINSORIZE * (line[0] + line[1] * size))
+        self._add(size, seconds, 1.0)
+        self._passes.append((size, seconds))
+        if len(self._passes) > RECENT:
+            self._add(*self._passes.popleft(), -1.0)
+        self._fit = None
+
+    def _add(self, x: float, y: float, sign: float) -> None:
+        sums = self._sums
+        sums[0] += sign
+        sums[1] += sign * x
+        sums[2] += sign * x * x
+        sums[3] += sign * y
+        sums[4] += sign * x * y
+
+    def line(self) -> tuple[float, float] | None:
+        """(a, b ≥ 0) with seconds = a + b·size, or None where the passes are too few or their sizes
+        do not spread (SPREAD)."""
+        if self._fit is None:
+            self._fit = self._fitted()
+        return self._fit[0]
+
+    def _fitted(self) -> tuple[tuple[float, float] | None, float]:
+        n, sx, sxx, sy, sxy = self._sums
+        if n < MIN_PASSES:
+            return None, 0.0
+        spread = n * sxx - sx * sx
+        sizes = [size for size, _ in self._passes]
+        if spread <= 0 or max(sizes) < SPREAD * min(sizes):
+            return None, 0.0
+        slope = max(0.0, (n * sxy - sx * sy) / spread)
+        return (sy / n - slope * sx / n, slope), 0.5 * min(s for _, s in self._passes)
+
+    def at(self, size: int) -> float | None:
+        """A pass of `size` on the line (never under half the cheapest pass seen), or None (`line`)."""
+        line = self.line()
+        if line is None:
+            return None
+        return max(line[0] + line[1] * size, self._fit[1])
+
+
+@dataclass
+class LinePrices:
+    """Passes priced on each model's line where it has one (`at`), else by `prices` (a PassPrices)."""
+
+    prices: Any
+    target: PassLine = field(default_factory=PassLine)
+    draft: PassLine = field(default_factory=PassLine)
+
+    def observe(self, draft: bool, size: int, seconds: float) -> None:
+        """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
+        (self.draft if draft else self.target).observe(size, seconds)
+
+    def target_pass(self, tokens: int) -> float:
+        return self.target.at(tokens) or self.prices.target_pass(tokens)
+
+    def draft_pass(self, rows: int) -> float:
+        return self.draft.at(rows) or self.prices.draft_pass(rows)

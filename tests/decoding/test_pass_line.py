@@ -1,0 +1,45 @@
+"""What a pass costs beside other slots: one line through a model's recent passes."""
+
+import math
+import random
+
+import pytest
+
+from ollama_spec.decoding.pass_line import MIN_PASSES, LinePrices, PassLine
+from ollama_spec.decoding.pass_prices import PassPrices
+
+
+def target(tokens: int) -> float:
+    """The demo pair's target on the simulated clock: 35 ms a pass and 4 ms a token."""
+    return 0.035 + 0.004 * tokens
+
+
+def noisy(seconds: float, rng: random.Random) -> float:
+    """A shared CPU: ±15 % a pass, and 3 % of the passes descheduled (3×)."""
+    return seconds * math.exp(rng.gauss(0.0, 0.15)) * (3.0 if rng.random() < 0.03 else 1.0)
+
+
+def test_the_line_through_noisy_passes_prices_every_size_near_its_cost_and_in_order():
+    rng, line = random.Random(3), PassLine()
+    for _ in range(200):
+        tokens = 8 * rng.randint(1, 7)
+        line.observe(tokens, noisy(target(tokens), rng))
+    priced = [line.at(8 * width) for width in range(1, 8)]
+    assert priced == sorted(priced)
+    for width, seconds in enumerate(priced, 1):
+        assert seconds == pytest.approx(target(8 * width), rel=0.08)
+
+
+def test_without_enough_passes_or_sizes_that_spread_the_prices_stand():
+    prices = PassPrices()
+    prices.observe(False, 8, target(8))
+    lines = LinePrices(prices)
+    for _ in range(MIN_PASSES - 1):
+        lines.observe(False, 16, 2 * target(16))
+    assert lines.target_pass(16) == prices.target_pass(16)  # too few
+    lines.observe(False, 16, 2 * target(16))
+    assert lines.target_pass(16) == prices.target_pass(16)  # one size: no slope
+    for _ in range(MIN_PASSES):
+        lines.observe(False, 32, 2 * target(32))
+    assert lines.target_pass(24) == pytest.approx(2 * target(24))
+    assert lines.draft_pass(8) == prices.draft_pass(8)  # no draft pass seen
