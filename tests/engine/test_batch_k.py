@@ -146,16 +146,21 @@ def test_a_prior_that_makes_drafting_look_dear_does_not_keep_the_batch_at_k_zero
     assert sum(width >= 1 for width in widths[100:]) >= 90  # drafting, bar the odd step
 
 
+def where_drafting_does_not_pay(steps: int, slots: int = 1, seed: int = 3, as_the_loop: bool = True) -> list[int]:
+    """The widths of `steps` steps of `slots` whose drafts are accepted 10 % of the time."""
+    global ALPHA
+    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True)) for _ in range(slots)]
+    saved, ALPHA = ALPHA, 0.1
+    try:
+        return run(generations, steps, random.Random(seed), as_the_loop=as_the_loop)
+    finally:
+        ALPHA = saved
+
+
 def test_where_drafting_does_not_pay_the_explorations_back_off():
     """Passes priced by what they cost (drafting loses at any acceptance): the batch tries drafting
     again only ever more rarely, so the explorations cost a bounded share of the steps."""
-    global ALPHA
-    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True)) for _ in range(SLOTS)]
-    saved, ALPHA = ALPHA, 0.1
-    try:
-        widths = run(generations, 600, random.Random(1))
-    finally:
-        ALPHA = saved
+    widths = where_drafting_does_not_pay(600, SLOTS, seed=1, as_the_loop=False)
     explored = sum(width == 2 for width in widths[300:])
     assert explored <= 300 // EXPLORE_MAX_EVERY + 1
 
@@ -199,13 +204,7 @@ def test_a_slot_alone_where_drafting_does_not_pay_explores_ever_more_rarely():
     """A slot alone whose drafts are seldom accepted: each exploring step drafts EXPLORE_K tokens, which
     must not count as its own rule drafting again (that would start the waits afresh, one exploration
     every EXPLORE_EVERY steps for good, each a catch-up of what K=0 skipped)."""
-    global ALPHA
-    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True))]
-    saved, ALPHA = ALPHA, 0.1
-    try:
-        widths = run(generations, 600, random.Random(3), as_the_loop=True)
-    finally:
-        ALPHA = saved
+    widths = where_drafting_does_not_pay(600)
     explored = sum(width == 2 for width in widths[300:])
     assert explored <= 300 // EXPLORE_MAX_EVERY + 1
 
@@ -213,13 +212,7 @@ def test_a_slot_alone_where_drafting_does_not_pay_explores_ever_more_rarely():
 def test_a_slot_alone_where_drafting_does_not_pay_explores_rarer_than_slots_beside_others():
     """Alone, each exploring step also reads a window of what K=0 skipped (~6 steps at K=0 on the tiny
     pair with its EAGLE-3 head): once backed off, one in several hundred steps explores."""
-    global ALPHA
-    generations = [Running(AutoK(DEAR, 0.1, confidence_stops=True))]
-    saved, ALPHA = ALPHA, 0.1
-    try:
-        widths = run(generations, 2000, random.Random(3), as_the_loop=True)
-    finally:
-        ALPHA = saved
+    widths = where_drafting_does_not_pay(2000)
     explored = sum(width == 2 for width in widths[1000:])
     assert explored <= 3  # 1000 // EXPLORE_MAX_EVERY_ALONE + 1
 
@@ -275,12 +268,8 @@ def test_a_slot_alone_is_priced_again_soon_after_a_step_that_drafted():
     assert asked[9] >= asked[0] + 1 and asked[-1] - asked[0] <= 3
 
 
-def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe_waits():
-    """A lone slot's exploring step asks its proposer as a probe does (PROBE_EXPLORE: a window of what
-    K=0 skipped, not all of it: an EAGLE-3 head's full catch-up took 1.5-2.5 ms on the tiny pair), and
-    it is no probe of the rule's: the wait for the next one stays as it was."""
-    prices = PassPrices(prior=DEAR)
-    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+def until_explored(batch: BatchK, lone: Running) -> int:
+    """Steps of a lone slot that drafts nothing accepted, up to the step loop's exploring step: its K."""
     policy = lone.policy
     for _ in range(4 * EXPLORE_EVERY):
         batch.choose([lone])
@@ -288,8 +277,18 @@ def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe
         if policy.shared_k:
             break
         policy.observe(k, 0, draft(1) * k, target(k + 1))
-        prices.observe(False, k + 1, target(k + 1))
+        batch.prices.observe(False, k + 1, target(k + 1))
     assert k == EXPLORE_K and policy.probing == PROBE_EXPLORE
+    return k
+
+
+def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe_waits():
+    """A lone slot's exploring step asks its proposer as a probe does (PROBE_EXPLORE: a window of what
+    K=0 skipped, not all of it: an EAGLE-3 head's full catch-up took 1.5-2.5 ms on the tiny pair), and
+    it is no probe of the rule's: the wait for the next one stays as it was."""
+    batch, lone = BatchK(PassPrices(prior=DEAR)), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    policy = lone.policy
+    k = until_explored(batch, lone)
     waits = policy._probe_every
     policy.observe(k, 0, 2 * draft(1), target(k + 1))
     assert policy._probe_every == waits
@@ -302,18 +301,10 @@ def test_a_lone_slots_exploring_step_leaves_probe_waits_that_backed_off():
     """Probes that backed off stay backed off across an exploring step: it drafts whatever the rule
     says, so it tells nothing of whether the rule's drafting pays (waits started afresh at each one
     made 3 probes follow every exploration on the tiny pair with its EAGLE-3 head, ~9 % of its time)."""
-    prices = PassPrices(prior=DEAR)
-    batch, lone = BatchK(prices), Running(AutoK(DEAR, 0.1, confidence_stops=True))
+    batch, lone = BatchK(PassPrices(prior=DEAR)), Running(AutoK(DEAR, 0.1, confidence_stops=True))
     policy = lone.policy
     policy._probe_every = 8 * EXPLORE_EVERY
-    for _ in range(4 * EXPLORE_EVERY):
-        batch.choose([lone])
-        k = policy.next_k()
-        if policy.shared_k:
-            break
-        policy.observe(k, 0, draft(1) * k, target(k + 1))
-        prices.observe(False, k + 1, target(k + 1))
-    assert k == EXPLORE_K and policy.probing == PROBE_EXPLORE
+    k = until_explored(batch, lone)
     policy.observe(k, k, 2 * draft(1), target(k + 1))
     assert policy._probe_every == 8 * EXPLORE_EVERY and not policy._probe_paid
 

@@ -186,30 +186,38 @@ def test_a_request_sent_during_the_draft_passes_gets_its_first_token_before_that
         assert tokens == 1 and step == at
 
 
+def beside_three_streams(engine, prompt, monkeypatch):
+    """`prompt`'s tokens alone (12 at most), then the same request submitted beside three running streams:
+    (its tokens alone, its (sink, ticket, step it came at), every target pass as (the loop's step,
+    [(sequence, tokens read)])), the streams cancelled once it is done."""
+    sink, ticket, _ = submitted(engine, prompt, max_tokens=12)
+    assert sink.done.wait(60)
+    alone = ticket.generation.result.tokens
+    engine.clear_cache()
+    streams = running(engine, 3)
+    passes = []
+    target_pass = engine.target.decode_many
+
+    def decode_many(items):
+        passes.append((engine.loop.steps, [(seq, len(tokens)) for seq, tokens, _ in items]))
+        return target_pass(items)
+
+    monkeypatch.setattr(engine.target, "decode_many", decode_many)
+    beside = submitted(engine, prompt, max_tokens=12)
+    assert beside[0].done.wait(60)
+    for _, other, _ in streams:
+        other.cancel()
+    return alone, beside, passes
+
+
 def test_a_short_prompt_arriving_beside_streams_is_read_at_once_in_a_pass_of_its_own(tiny_models, monkeypatch):
     """Not after the others' draft passes, beside their verify rows (padded to its width, or split off in
     a pass more): its first token comes after the pass under way and its own, and its answer is the one
     it gets alone."""
     with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
         prompt = fresh_prompt(engine, 40, 304)
-        sink, ticket, _ = submitted(engine, prompt, max_tokens=12)
-        assert sink.done.wait(60)
-        alone = ticket.generation.result.tokens
-        engine.clear_cache()
-        streams = running(engine, 3)
-        passes = []
-        target_pass = engine.target.decode_many
-
-        def decode_many(items):
-            passes.append([(seq, len(tokens)) for seq, tokens, _ in items])
-            return target_pass(items)
-
-        monkeypatch.setattr(engine.target, "decode_many", decode_many)
-        sink, ticket, at = submitted(engine, prompt, max_tokens=12)
-        assert sink.done.wait(60)
-        for _, other, _ in streams:
-            other.cancel()
-        read = [items for items in passes if (ticket.slot, len(prompt)) in items]
+        alone, (sink, ticket, at), passes = beside_three_streams(engine, prompt, monkeypatch)
+        read = [items for _, items in passes if (ticket.slot, len(prompt)) in items]
         assert read == [[(ticket.slot, len(prompt))]]
         (step, tokens), *_ = sink.calls
         assert tokens == 1 and step - at <= 1  # before the target pass of the step under way, or the next
@@ -223,23 +231,7 @@ def test_a_two_piece_prompt_beside_streams_reads_its_last_piece_at_once_at_the_n
     with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
         chunk = engine.generate(request("x"), slot=1).prompt_chunk
         prompt = fresh_prompt(engine, 2 * chunk - 4, 305)
-        sink, ticket, _ = submitted(engine, prompt, max_tokens=12)
-        assert sink.done.wait(60)
-        alone = ticket.generation.result.tokens
-        engine.clear_cache()
-        streams = running(engine, 3)
-        passes = []
-        target_pass = engine.target.decode_many
-
-        def decode_many(items):
-            passes.append((engine.loop.steps, [(seq, len(tokens)) for seq, tokens, _ in items]))
-            return target_pass(items)
-
-        monkeypatch.setattr(engine.target, "decode_many", decode_many)
-        sink, ticket, at = submitted(engine, prompt, max_tokens=12)
-        assert sink.done.wait(60)
-        for _, other, _ in streams:
-            other.cancel()
+        alone, (sink, ticket, at), passes = beside_three_streams(engine, prompt, monkeypatch)
         piece = len(prompt) - chunk  # the smaller piece: longer than any step's drafts and verify row
         reads = [(step, items) for step, items in passes for seq, n in items if seq == ticket.slot and n >= piece]
         (first_step, _), (last_step, last) = reads
