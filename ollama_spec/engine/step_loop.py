@@ -203,16 +203,18 @@ class StepLoop:
             self.outside_s += time.perf_counter() - started - self._passes_s
             return  # the target's pass ends the step
 
-    def _admit(self) -> list[Slot]:
+    def _admit(self) -> None:
         """Waiting requests into the free slots, in arrival order, each starting its first chunk in this
-        turn's passes; then the turn's passes begin (`_chunks` times the turns). The slots it filled."""
+        turn's passes; then the turn's passes begin (`_chunks` times the turns)."""
         if self.engine.slots == 1:  # no other slot's steps for a prompt's chunks to be timed beside
-            return self._admit_waiting() if self._waiting and not self._slots else []
+            if self._waiting and not self._slots:
+                self._admit_waiting()
+            return
         waited = not self._slots  # the loop waits for work only with no slot running
         self._chunks.generating = any(s.ticket.generation.result.tokens for s in self._slots.values())
-        fresh, reading = self._admit_waiting(), [not s.ticket.generation.result.tokens for s in self._slots.values()]
+        self._admit_waiting()
+        reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
         self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
-        return fresh
 
     def _join(self) -> bool:
         """Before a draft or target pass of the turn: waiting requests into the free slots, so that a
