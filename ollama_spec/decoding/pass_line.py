@@ -25,8 +25,9 @@ SPREAD = 1.5  # the sizes seen must span this ratio for a slope (else the caller
 
 @dataclass
 class PassLine:
-    """Recent passes of one model as (size, seconds), and the least-squares line through them, kept
-    as running sums so that each pass costs O(1)."""
+    """Recent passes of one model as (size, seconds), and the least-squares line through them, its sums
+    kept running (the sizes' spread and the cheapest pass are read from the RECENT passes kept, once
+    after each pass)."""
 
     _passes: deque[tuple[int, float]] = field(default_factory=deque)
     _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, Σx, Σxx, Σy, Σxy
