@@ -89,6 +89,37 @@ def isolated_user_paths(tmp_path, monkeypatch, user_cache):
     return home
 
 
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch):
+    """Every timing counts as taken on a quiet machine (engine/cpu_wait.py): what a test expects cached must
+    not depend on what else the machine runs. A test of a busy spell says it is one (`busy_spell`)."""
+    from ollama_spec.engine import cpu_wait
+
+    monkeypatch.setattr(cpu_wait, "waited_s", lambda: 0.0)
+
+
+@pytest.fixture
+def busy_spell(monkeypatch):
+    """Every timing from now on is one the process spent mostly waiting for a CPU: each reading of its
+    threads' waits is an hour later than the last (`calm()` ends the spell)."""
+    from ollama_spec.engine import cpu_wait
+
+    waited = [0.0]
+
+    def waiting() -> float:
+        waited[0] += 3600.0
+        return waited[0]
+
+    monkeypatch.setattr(cpu_wait, "waited_s", waiting)
+
+    class Spell:
+        @staticmethod
+        def calm() -> None:
+            monkeypatch.setattr(cpu_wait, "waited_s", lambda: 0.0)
+
+    return Spell()
+
+
 @pytest.fixture
 def own_cache(tmp_path, monkeypatch) -> Path:
     """A cache of this test's own, for a test that must see the canary or a calibration run."""

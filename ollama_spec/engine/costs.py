@@ -15,6 +15,7 @@ from ollama_spec.decoding.proposer_table import PROPOSERS
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.decoding.step_costs import StepCosts
 from ollama_spec.engine.calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
+from ollama_spec.engine.cpu_wait import CpuWait
 from ollama_spec.llama.model import LoadedModel
 from ollama_spec.planning.placement import Placement
 
@@ -57,7 +58,9 @@ class LearnedCosts:
         # step by them, a calibration only their prior
         self.passes = PassPrices()
         self._prior_key: str | None = None  # whose calibration the passes price from
-        self._busy: set[str] = set()  # cost keys whose calibration the passes found too dear: not used again
+        # cost keys whose calibration was timed busy (cpu_wait.py) or the passes found too dear: not used again
+        self._busy: set[str] = set()
+        self._uncached: dict[str, StepCosts] = {}  # by cost key: calibrations timed busy, this process's only
         self._unchecked = 0  # target passes since the calibration was last checked against them
         # no timing before a request: without a calibration cached, -k auto starts from the passes'
         # prior shape and the step loop prices it from its first passes (serve: no wait at load)
@@ -139,7 +142,7 @@ class LearnedCosts:
         Kept apart from what requests learn, which is a line: the calibration keeps the bumps of
         llama.cpp's kernels that AutoK takes free tokens from."""
         key = self.key(draft)
-        costs = self.cache.get(key)
+        costs = self.cache.get(key) or self._uncached.get(key)
         if costs is None or costs.k_max < k_max:
             self.notice(
                 "timing this machine's draft and verify steps for -k auto (once per pair and setup, then cached)"
@@ -147,10 +150,16 @@ class LearnedCosts:
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
             progress = _Progress(self.notice)
-            costs = measure_step_costs(self.target, draft, k_max, context, progress=progress)
+            with CpuWait() as wait:
+                costs = measure_step_costs(self.target, draft, k_max, context, progress=progress)
             progress.finish()
-            self.cache.put(key, costs)
             self.learned.pop(key, None)
+            if wait.busy:  # the spell's costs, not the pair's: the passes price alone, and the next load times again
+                self.notice(f"the machine was busy while the steps were timed ({wait}): not cached")
+                self._uncached[key] = costs
+                self._busy.add(key)
+            else:
+                self.cache.put(key, costs)
         return StepCosts(costs.draft_step_s, costs.verify_s[: k_max + 1])
 
     def prepare(self, speculation: SpeculationSettings) -> None:

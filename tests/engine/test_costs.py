@@ -293,3 +293,41 @@ def test_a_busy_calibration_goes_within_one_long_request(tiny_models, tmp_path, 
         assert engine.loop.steps > CHECK_EVERY_PASSES + 2  # long enough to be checked within it
         assert engine.costs.passes.prior == (None if level > 2 else calibration)
     assert cache.get(key) == (None if level > 2 else calibration)
+
+
+def test_a_calibration_timed_in_a_busy_spell_is_not_cached_and_the_next_load_times_again(
+    tiny_models, tmp_path, monkeypatch, busy_spell
+):
+    """Other processes kept the cores busy while the steps were timed at load (engine/cpu_wait.py): the
+    timing says what that spell did, not what the pair costs. This process's passes price alone from their
+    first one (as serve's do with no calibration), a seeded request is not timed again, nothing of the
+    spell is cached, and the next process, quiet, times the steps and caches them."""
+    from ollama_spec.engine import costs as costs_module
+    from ollama_spec.engine.calibration import StepCostCache
+
+    cache = StepCostCache(tmp_path / "costs.json")
+    auto = SpeculationSettings(None)
+    notes: list[str] = []
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(), notice=notes.append) as engine:
+        engine.costs.cache = cache
+        key = engine.costs.key(engine.draft)
+        engine.costs.prepare(auto)
+        assert cache.get(key) is None
+        assert any("busy" in note and "not cached" in note for note in notes)
+        timed, measure = [], costs_module.measure_step_costs
+        monkeypatch.setattr(costs_module, "measure_step_costs", lambda *args, **kwargs: timed.append(1))
+        engine.costs.k_policy(auto, GREEDY)
+        assert engine.costs.passes.prior is None  # the passes price alone
+        engine.costs.k_policy(auto, SamplingSettings(temperature=0.8, seed=1))  # keeps the costs as timed
+        request = Request("Hi", raw=True, max_tokens=8, sampling=GREEDY, speculation=auto)
+        "".join(engine.generate(request))
+        assert timed == []
+    assert cache.get(key) is None
+    busy_spell.calm()
+    monkeypatch.setattr(costs_module, "measure_step_costs", measure)
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache
+        engine.costs.prepare(auto)
+        assert cache.get(key) is not None
+        engine.costs.k_policy(auto, GREEDY)
+        assert engine.costs.passes.prior == cache.get(key)  # a quiet calibration is the passes' prior

@@ -88,3 +88,19 @@ def test_the_served_pair_says_its_flash_attention(tiny_models, own_cache):
         finally:
             state.close()
         assert f"2 slots, flash attention {engine.flash_attention} (timed: a 4-token" in said
+
+
+def test_a_choice_timed_in_a_busy_spell_is_used_but_not_cached(tiny_models, own_cache, busy_spell):
+    """A busy spell at load tips a close pair either way: the choice stands for this process, says why it
+    is not kept, and the next load, quiet, times it again and caches it."""
+    engine, timing = load(tiny_models, parallel=2)
+    with engine:
+        assert timing and engine.flash_attention in ("on", "off")
+        assert "busy" in str(engine.flash_choice) and "not cached" in str(engine.flash_choice)
+    busy_spell.calm()
+    again, timing = load(tiny_models, parallel=2)
+    with again:
+        assert timing and "busy" not in str(again.flash_choice)
+    third, timing = load(tiny_models, parallel=2)
+    with third:
+        assert not timing and "cached" in str(third.flash_choice)
