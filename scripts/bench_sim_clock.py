@@ -10,6 +10,13 @@ BIG_BYTES: the target). CLIENTS (e.g. "4 8") picks the client counts. With TRACE
 pass of the step loop ({"d": draft, "w": each sequence's tokens, "p": priced, "plan": the batch's
 planned K}) and one per bench row ({"row": K or null, "n": clients}).
 
+A busy spell (other processes sharing the cores) from the start: BUSY=F makes every pass F times as
+long and BUSY_ADD_MS adds that much to each (a descheduled slice weighs most on the smallest passes),
+until BUSY_S simulated seconds have gone by or BUSY_PASSES passes ran (whichever is set; both: the
+first). What a spell adds to a pass is what the process waited for a CPU (engine/cpu_wait.py reads it
+here). XDG_CACHE_HOME kept between runs carries the cost cache from one run to the next, as a restart
+does: `scripts/bench_sim_stable.sh` runs one command three times so, the first in a busy spell.
+
 Row order matters: the first row of the first round reads every prompt cold (the others find them
 in the slots' caches), and `-k auto` is always the first row; compare the rounds after the first.
 
@@ -47,6 +54,9 @@ def simulate() -> None:
     noise, spike, rng = _env("NOISE", 0.0), _env("SPIKE", 0.0), random.Random(int(_env("SEED", 0)))
     big: dict[str, bool] = {}
     run = kv_cache.SequenceCache._run
+    busy, busy_add = _env("BUSY", 1.0), _env("BUSY_ADD_MS", 0.0) / 1e3
+    busy_until, busy_passes = now[0] + _env("BUSY_S", math.inf), _env("BUSY_PASSES", math.inf)
+    passes, waited = [0], [0.0]
 
     def timed_run(cache, batch) -> None:
         run(cache, batch)
@@ -59,11 +69,21 @@ def simulate() -> None:
             seconds *= math.exp(rng.gauss(0.0, noise))
         if spike and rng.random() < spike:
             seconds *= 3.0
+        passes[0] += 1
+        if (busy != 1.0 or busy_add) and now[0] < busy_until and passes[0] <= busy_passes:
+            extra = seconds * (busy - 1.0) + busy_add
+            waited[0] += extra
+            seconds += extra
         now[0] += seconds
 
     kv_cache.SequenceCache._run = timed_run
     time.perf_counter = lambda: now[0]
     llama_model.perf_counter = time.perf_counter
+    try:
+        from ollama_spec.engine import cpu_wait
+    except ImportError:  # a checkout from before cpu_wait (an A/B's old side)
+        return
+    cpu_wait.waited_s = lambda: waited[0]
 
 
 def trace(path: str) -> None:
