@@ -15,10 +15,10 @@ import os
 
 
 def yield_on_wake() -> None:
-    """The calling thread, and the threads it starts from now on (they inherit its policy), become
-    SCHED_BATCH: woken, they wait for a core rather than preempt the thread running there. Nothing
-    where the platform has no such policy or refuses it."""
-    _set_policy("SCHED_BATCH")
+    """An ordinary (SCHED_OTHER) calling thread, and the threads it starts from now on (they inherit its
+    policy), become SCHED_BATCH: woken, they wait for a core rather than preempt the thread running
+    there. Nothing where the platform has no such policy, or the thread runs as a user chose (`chrt`)."""
+    _set_policy("SCHED_BATCH", only_from="SCHED_OTHER")
 
 
 def run_normally() -> None:
@@ -36,5 +36,5 @@ def _set_policy(name: str, only_from: str | None = None) -> None:
         now = os.sched_getscheduler(0)
         if now != policy and (only_from is None or now == getattr(os, only_from)):
             os.sched_setscheduler(0, policy, os.sched_param(0))
-    except OSError:  # refused (a sandbox, a real-time policy the user chose): the thread runs as it was started
+    except OSError:  # refused (a sandbox): the thread runs as it was started
         pass

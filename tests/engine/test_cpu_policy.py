@@ -47,3 +47,23 @@ def test_a_loop_started_from_a_batch_thread_runs_its_steps_as_an_ordinary_thread
         submitter.join(30)
         assert sink.done.wait(60)
     assert sink.seen and set(sink.seen) == {os.SCHED_OTHER}
+
+
+def test_a_policy_a_user_chose_stays():
+    """Only the ordinary policy becomes SCHED_BATCH, and only SCHED_BATCH becomes ordinary again: a server
+    started under `chrt` (here SCHED_IDLE, which needs no privilege) keeps what it was given."""
+    from ollama_spec.engine.cpu_policy import run_normally, yield_on_wake
+
+    seen = []
+
+    def chosen() -> None:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        yield_on_wake()
+        seen.append(os.sched_getscheduler(0))
+        run_normally()
+        seen.append(os.sched_getscheduler(0))
+
+    thread = threading.Thread(target=chosen)
+    thread.start()
+    thread.join(10)
+    assert seen == [os.SCHED_IDLE, os.SCHED_IDLE]
