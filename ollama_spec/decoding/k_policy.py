@@ -43,10 +43,9 @@ from ollama_spec.decoding.k_tuning import (
     RATE_DECAY,
     SEEDED_WEIGHT,
     STOPS_MIN_DRAFT_S,
-    SWITCH_MARGIN,
-    SWITCH_STEPS,
 )
 from ollama_spec.decoding.step_costs import (
+    KeptK,
     StepCosts,
     VerifyLine,
     beats_target_alone,
@@ -55,7 +54,6 @@ from ollama_spec.decoding.step_costs import (
     blend,
     bounded,
     consistent,
-    expected_tokens_by_position,
     expected_tokens_per_step,
     median_costs,
 )
@@ -97,8 +95,7 @@ class AutoK:
         self._drafting_steps = 0
         self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
-        self._ruled_k = 0  # the K its rule drafted at the last step it chose to draft (SWITCH_MARGIN)
-        self._pull = (0, 0)  # another K the best at the last drafting steps, and at how many in a row
+        self._kept = KeptK()  # the K its rule drafted last, kept unless another clearly beats it
         self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
@@ -186,7 +183,7 @@ class AutoK:
             if shared is None and not self._probe_paid:  # alone, no probe before this many steps
                 self.quiet_steps = max(0, min(self._probe_every - self._steps_without_draft, self.explore_in))
             return 0
-        k = self._ruled_k = self._staying(k, rate)
+        k = self._kept.choose(k, rate, self.alphas(), self.costs)
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
         if self._by_token:
@@ -198,22 +195,6 @@ class AutoK:
             if 1 <= neighbour <= self.costs.k_max:
                 return neighbour
         return k
-
-    def _staying(self, k: int, rate: float) -> int:
-        """The K to draft where the best is `k` at `rate`: the K drafted at the rule's last drafting step
-        unless `k` beats it by SWITCH_MARGIN, or has been the best for SWITCH_STEPS drafting steps in a
-        row (a change of K costs llama.cpp a graph rebuild once; a K a little better for good pays it)."""
-        last, (pulled_to, pulls) = self._ruled_k, self._pull
-        if not last or last == k or last > self.costs.k_max:
-            self._pull = (0, 0)
-            return k
-        pulls = pulls + 1 if pulled_to == k else 1
-        staying = expected_tokens_by_position(self.alphas(), last) / self.costs.step_s(last)
-        if rate > (1 + SWITCH_MARGIN) * staying or pulls >= SWITCH_STEPS:
-            self._pull = (0, 0)
-            return k
-        self._pull = (k, pulls)
-        return last
 
     def reprice(self, costs: StepCosts) -> None:
         """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
