@@ -106,9 +106,7 @@ class AutoK:
         self._margins: list[float] = []  # this step's drafted tokens' margins
         self._survival = 1.0  # the chance that every token drafted so far this step is accepted
         self._stopping = False  # this step drafts token by token, by margin
-        # "armed": this step goes one token past the stop ("take": the next token is taken whatever its
-        # margin; "done": it has); "": it stops where the margins say
-        self._explore = ""
+        self._explore = ""  # "armed", "take", "done": a step going one token past the margins' stop; "": none
         # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
         # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
         self.shared_k: int | None = None
