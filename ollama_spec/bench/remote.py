@@ -106,9 +106,21 @@ class RemoteResult:
             grouped.setdefault(sample.prompt, []).append(sample)
         return grouped
 
+    def run_rates(self) -> list[float]:
+        """A request's tok/s in each run, as the in-process bench's rows count it (samples.Row.run_rates):
+        the run's generated tokens after each request's first over their decode times."""
+        rates = []
+        for run in sorted({s.run for s in self.samples}):
+            chosen = [s for s in self.samples if s.run == run]
+            decode = sum(s.total_s - s.first_token_s for s in chosen)
+            rates.append(sum(s.tokens - 1 for s in chosen) / decode if decode > 0 else 0.0)
+        return rates
+
     @property
     def tokens_per_second(self) -> float:
-        return statistics.median(s.tokens_per_second for s in self.samples)
+        """The median over runs of a request's rate (`run_rates`): one number the in-process bench's
+        single-stream rows can be set beside."""
+        return statistics.median(self.run_rates()) if self.samples else 0.0
 
     @property
     def drafts(self) -> tuple[int, int] | None:
@@ -179,6 +191,9 @@ def stream_chat(
         "temperature": settings.temperature,
         "seed": settings.seed,
         "stream_options": {"include_usage": True},
+        # every request runs to max_tokens, as the in-process rows do: the same tokens timed on either side,
+        # and on every server (llama-server and vLLM take it too)
+        "ignore_eos": True,
     }
     pieces, usage_tokens, first, timings = 0, None, 0.0, {}
     start = time.perf_counter()

@@ -45,6 +45,7 @@ from ollama_spec.decoding.k_tuning import (
     STOPS_MIN_DRAFT_S,
 )
 from ollama_spec.decoding.step_costs import (
+    KeptK,
     StepCosts,
     VerifyLine,
     beats_target_alone,
@@ -94,6 +95,7 @@ class AutoK:
         self._drafting_steps = 0
         self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
+        self._kept = KeptK()  # the K its rule drafted last, kept unless another clearly beats it
         self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
@@ -104,9 +106,7 @@ class AutoK:
         self._margins: list[float] = []  # this step's drafted tokens' margins
         self._survival = 1.0  # the chance that every token drafted so far this step is accepted
         self._stopping = False  # this step drafts token by token, by margin
-        # "armed": this step goes one token past the stop ("take": the next token is taken whatever its
-        # margin; "done": it has); "": it stops where the margins say
-        self._explore = ""
+        self._explore = ""  # "armed", "take", "done": a step going one token past the margins' stop; "": none
         # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
         # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
         self.shared_k: int | None = None
@@ -181,6 +181,7 @@ class AutoK:
             if shared is None and not self._probe_paid:  # alone, no probe before this many steps
                 self.quiet_steps = max(0, min(self._probe_every - self._steps_without_draft, self.explore_in))
             return 0
+        k = self._kept.choose(k, rate, self.alphas(), self.costs)
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
         if self._by_token:

@@ -47,6 +47,12 @@ LOOKUP_GAIN_MARGIN = 0.05
 # a calibration that made K+1 look dear (a busy moment, a stale cache) would never be corrected:
 # only the costs of the Ks tried are updated.
 EXPLORE_EVERY = 8
+# A lone rule that drafts keeps the K it drafted at the last step unless another K's modelled rate beats
+# it by this much: each change of K costs that graph rebuild (~50 us on the tiny pair, a quarter of a
+# 0.2 ms step), which the prices, each a size's fastest recent pass, leave out; and pricings a few
+# percent apart (a shared CPU's noise) moved K at one step in three (tiny pair, 64 tokens a prompt).
+SWITCH_MARGIN = 0.05
+SWITCH_STEPS = 8  # ... or where the other K has been the best at this many drafting steps in a row
 # Confidence stops weigh each drafted token (its margin, and whether the next one pays): ~10 us of
 # Python a token on a 2-core CPU, which pays where a draft step costs milliseconds (the demo pair) but
 # not where it costs 40-60 us, itself mostly Python (the tiny pair: lone -k auto drafting token by

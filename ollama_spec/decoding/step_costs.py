@@ -21,6 +21,8 @@ from functools import cached_property
 
 import numpy as np
 
+from ollama_spec.decoding.k_tuning import SWITCH_MARGIN, SWITCH_STEPS
+
 COST_DECAY = 0.8  # per observation: step times follow the context depth and the machine's load
 LINE_DECAY = 0.97  # per drafting step: the verify line follows the last ~30 steps
 
@@ -115,6 +117,28 @@ def best_drafting_k(alphas: Sequence[float], costs: StepCosts) -> tuple[int, flo
         if rate > best_rate:
             best, best_rate = k, rate
     return best, best_rate
+
+
+@dataclass
+class KeptK:
+    """The K a lone rule drafts: the one it drafted at its last drafting step, unless the best K beats it
+    by SWITCH_MARGIN or has been the best for SWITCH_STEPS drafting steps in a row. A change of K costs
+    llama.cpp a graph rebuild once (k_tuning.SWITCH_MARGIN); a K a little better for good pays it."""
+
+    last: int = 0
+    pull: tuple[int, int] = (0, 0)  # another K, the best at the last drafting steps, and at how many in a row
+
+    def choose(self, k: int, rate: float, alphas: Sequence[float], costs: StepCosts) -> int:
+        """The K to draft where the best is `k` at `rate` tokens a second."""
+        last, (pulled_to, pulls) = self.last, self.pull
+        if last and last != k and last <= costs.k_max:
+            pulls = pulls + 1 if pulled_to == k else 1
+            staying = expected_tokens_by_position(alphas, last) / costs.step_s(last)
+            if rate <= (1 + SWITCH_MARGIN) * staying and pulls < SWITCH_STEPS:
+                self.pull = (k, pulls)
+                return last
+        self.last, self.pull = k, (0, 0)
+        return k
 
 
 def beats_target_alone(rate: float, costs: StepCosts, margin: float = 0.0) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ollama_spec.decoding.batch_steps import further, plan_step
 from ollama_spec.decoding.k_policy import AutoK
-from ollama_spec.decoding.k_tuning import DRAFT_GAIN_MARGIN
+from ollama_spec.decoding.k_tuning import DRAFT_GAIN_MARGIN, DRAFT_KEEP_MARGIN
 from ollama_spec.decoding.pass_line import LinePrices
 from ollama_spec.decoding.pass_prices import PassPrices
 
@@ -73,6 +73,7 @@ class BatchK:
     rate: float = 0.0  # tokens per second the planned K makes: what a further draft column must beat
     _at_zero: int = 0  # shared steps planned at K=0 since one drafted or explored
     _explore_every: int = EXPLORE_EVERY
+    _again: int = 0  # the K of an exploration's second step, where the next step is planned at K=0 (_explored)
     clock: Callable[[], float] = time.perf_counter  # what REPLAN_S is measured by
     _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for the slots `_planned_for`
     _planned_for: tuple[Any, ...] = ()
@@ -100,7 +101,7 @@ class BatchK:
             k_max = min(p.costs.k_max for p in policies)
             k, self.rate = self._planned(policies, k_max)
             if k:
-                k, self._at_zero, self._explore_every = min(k + DEEPER, k_max), 0, EXPLORE_EVERY
+                k, self._at_zero, self._explore_every, self._again = min(k + DEEPER, k_max), 0, EXPLORE_EVERY, 0
             else:
                 k = self._explored(len(generations), k_max)
         else:
@@ -113,7 +114,7 @@ class BatchK:
             self._repriced = (lone, at_zero + 1, wait)
             lone.explore_in = 0
             if lone.own_drafted >= EXPLORE_K:  # its rule drafting: its passes are priced as they run
-                self._at_zero, self._explore_every = 0, EXPLORE_EVERY
+                self._at_zero, self._explore_every, self._again = 0, EXPLORE_EVERY, 0
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
                 k = self._explored(1, lone.costs.k_max, EXPLORE_MAX_EVERY_ALONE) or None
                 if k is None:  # the steps until the soonest exploration (_explored's count)
@@ -125,16 +126,31 @@ class BatchK:
 
     def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
         """plan_step's K and rate for these slots: made again where it was K=0, they changed or REPLAN_S
-        went by."""
+        went by. Drafting is taken up where it beats the target alone by DRAFT_GAIN_MARGIN, and kept
+        while it beats it at all (DRAFT_KEEP_MARGIN), as a lone slot's rule does: on the tiny pair at 8
+        slots the pricings put drafting at 1.0-1.1x the target alone, each one by the margin alone
+        deciding, and the batch spent 60 % of its steps at K=0 where a fixed K=3 made 1.8x its tokens."""
         now, members = self.clock(), tuple(policies)
         if not self._plan[0] or members != self._planned_for or now - self._planned_at >= REPLAN_S:
-            self._plan = plan_step(policies, self._lines, DRAFT_GAIN_MARGIN, k_max)
+            margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
+            self._plan = plan_step(policies, self._lines, margin, k_max)
             self._planned_for, self._planned_at = members, now
         return self._plan
 
     def _explored(self, slots: int, k_max: int, most_every: int = EXPLORE_MAX_EVERY) -> int:
         """At a step planned at K=0 (a lone slot's: its last step drafted less than EXPLORE_K): EXPLORE_K
-        where this one explores (see the module), else 0; the waits back off up to `most_every`."""
+        where this one explores (see the module), else 0; the waits back off up to `most_every`.
+
+        An exploration runs two steps at EXPLORE_K, and the second prices its passes. The first step's
+        passes change shape from the K=0 steps', and llama.cpp rebuilds its graph at every change of
+        shape; they also find the draft's weights out of the caches after the K=0 steps. On the tiny pair
+        a target pass of 1-4 tokens took 81-86 us at the shape of the pass before it, 133-136 us at
+        another (a draft pass 29-30 against 43-44 us), and a lone slot's draft pass was priced 0.09-0.11 ms
+        after an exploration against 0.04-0.05 while drafting: each exploration said drafting does not
+        pay where K=2 made 1.2-1.3x the target alone, and the slot stayed at K=0 for 90 % of its steps."""
+        if self._again:  # an exploration's second step
+            k, self._again, self.rate = min(self._again, k_max), 0, 0.0
+            return k
         self._at_zero += 1
         k = min(EXPLORE_K, k_max)
         if self._at_zero < min(self._explore_every, most_every) or k < 1:
@@ -144,6 +160,7 @@ class BatchK:
             return 0  # its passes are priced by what they cost now: the plan stands
         self._explore_every = min(2 * self._explore_every, most_every)
         self.rate = 0.0  # every column up to EXPLORE_K drafted and verified (batch_steps.further)
+        self._again = k
         return k
 
     def stop(self, policies: Sequence[Any], rows: int, draft_rows: int) -> int | None:

@@ -39,6 +39,7 @@ import numpy as np
 from ollama_spec.decoding.evals import Declined, Eval
 from ollama_spec.engine.admission import Slot, admit_waiting, model_of
 from ollama_spec.engine.batch_k import BatchK, drafting_beside
+from ollama_spec.engine.cpu_policy import run_normally
 from ollama_spec.engine.prompt_chunks import ChunkSizer, read_at_once
 from ollama_spec.engine.requests import Request
 from ollama_spec.engine.tickets import Pass, Sink, Ticket
@@ -143,6 +144,7 @@ class StepLoop:
             self._thread.join()
 
     def _run(self) -> None:
+        run_normally()  # started by a request's thread, which may be the HTTP side's (engine/cpu_policy.py)
         while True:
             with self._lock:
                 self._idle = True  # a caller's thread may hold the loop (`queue`) only while this waits

@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from ollama_spec.bench.prompts import Prompt
-from ollama_spec.bench.remote import RemoteSettings, ServerError, run_remote
+from ollama_spec.bench.remote import RemoteResult, RemoteSample, RemoteSettings, ServerError, run_remote
 
 PIECES = ["Hello", ",", " world", "!", " More", " text"]
 
@@ -96,6 +96,30 @@ def test_concurrent_clients_report_the_aggregate_and_the_latencies(invoke, serve
     assert data["concurrency"] == 3 and len(data["samples"]) == 15
     # all the tokens over the wall time: more than one request's rate when they overlap
     assert data["aggregate_tokens_per_second"] > 0 and data["latency_p95_s"] >= data["latency_p50_s"] > 0
+
+
+def test_every_request_asks_for_max_tokens_as_the_in_process_rows_generate(server):
+    """The in-process rows never stop at the end of a turn: a served request that did (a short answer)
+    would be timed over other tokens, its fixed costs over fewer of them."""
+    ChatHandler.requests.clear()
+    run_remote(RemoteSettings(url=server, model="m", max_tokens=4, runs=1, warmup=False), [Prompt("p", "Hi")])
+    assert [r["ignore_eos"] for r in ChatHandler.requests] == [True]
+
+
+def test_a_requests_rate_is_each_runs_tokens_over_its_decode_times_as_in_process():
+    """As samples.Row.run_rates: per run, the tokens after each request's first over the sum of their
+    decode times; the median over runs. Not the median of the requests' own rates: that picks one
+    prompt's rate, where the in-process rows weigh every prompt by its tokens."""
+    settings = RemoteSettings(url="http://127.0.0.1:1/v1", model="m")
+    samples = [  # (tokens - 1) / (total - first): 100/1.0, 100/0.5, 100/0.5 a run; the run: 300 / 2.0
+        RemoteSample(prompt, run, 101, 0.1, total)
+        for run in (0, 1, 2)
+        for prompt, total in (("slow", 1.1), ("fast", 0.6), ("also fast", 0.6))
+    ]
+    samples[-1].total_s = 1.1  # the last run: 300 / 2.5
+    result = RemoteResult(settings, samples)
+    assert result.run_rates() == pytest.approx([150.0, 150.0, 120.0])
+    assert result.tokens_per_second == pytest.approx(150.0)
 
 
 def test_concurrency_below_one_is_refused(invoke, server):

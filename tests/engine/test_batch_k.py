@@ -157,11 +157,16 @@ def where_drafting_does_not_pay(steps: int, slots: int = 1, seed: int = 3, as_th
         ALPHA = saved
 
 
+def explorations(widths: list[int]) -> int:
+    """The explorations among these steps' widths: each two steps in a row at EXPLORE_K."""
+    return sum(width == EXPLORE_K and (step == 0 or widths[step - 1] != EXPLORE_K) for step, width in enumerate(widths))
+
+
 def test_where_drafting_does_not_pay_the_explorations_back_off():
     """Passes priced by what they cost (drafting loses at any acceptance): the batch tries drafting
     again only ever more rarely, so the explorations cost a bounded share of the steps."""
     widths = where_drafting_does_not_pay(600, SLOTS, seed=1, as_the_loop=False)
-    explored = sum(width == 2 for width in widths[300:])
+    explored = explorations(widths[300:])
     assert explored <= 300 // EXPLORE_MAX_EVERY + 1
 
 
@@ -205,7 +210,7 @@ def test_a_slot_alone_where_drafting_does_not_pay_explores_ever_more_rarely():
     must not count as its own rule drafting again (that would start the waits afresh, one exploration
     every EXPLORE_EVERY steps for good, each a catch-up of what K=0 skipped)."""
     widths = where_drafting_does_not_pay(600)
-    explored = sum(width == 2 for width in widths[300:])
+    explored = explorations(widths[300:])
     assert explored <= 300 // EXPLORE_MAX_EVERY + 1
 
 
@@ -213,7 +218,7 @@ def test_a_slot_alone_where_drafting_does_not_pay_explores_rarer_than_slots_besi
     """Alone, each exploring step also reads a window of what K=0 skipped (~6 steps at K=0 on the tiny
     pair with its EAGLE-3 head): once backed off, one in several hundred steps explores."""
     widths = where_drafting_does_not_pay(2000)
-    explored = sum(width == 2 for width in widths[1000:])
+    explored = explorations(widths[1000:])
     assert explored <= 3  # 1000 // EXPLORE_MAX_EVERY_ALONE + 1
 
 
@@ -285,16 +290,18 @@ def until_explored(batch: BatchK, lone: Running) -> int:
 def test_a_lone_slots_exploring_step_is_proposed_as_a_probe_and_leaves_the_probe_waits():
     """A lone slot's exploring step asks its proposer as a probe does (PROBE_EXPLORE: a window of what
     K=0 skipped, not all of it: an EAGLE-3 head's full catch-up took 1.5-2.5 ms on the tiny pair), and
-    it is no probe of the rule's: the wait for the next one stays as it was."""
+    it is no probe of the rule's: the wait for the next one stays as it was. Its second step (see
+    BatchK._explored) is proposed so too, and the step after it is the rule's again."""
     batch, lone = BatchK(PassPrices(prior=DEAR)), Running(AutoK(DEAR, 0.1, confidence_stops=True))
     policy = lone.policy
     k = until_explored(batch, lone)
     waits = policy._probe_every
-    policy.observe(k, 0, 2 * draft(1), target(k + 1))
-    assert policy._probe_every == waits
-    batch.choose([lone])
-    policy.next_k()
-    assert policy.probing != PROBE_EXPLORE and not policy.exploring
+    for second in (True, False):
+        policy.observe(k, 0, 2 * draft(1), target(k + 1))
+        assert policy._probe_every == waits
+        batch.choose([lone])
+        k = policy.next_k()
+        assert (policy.probing == PROBE_EXPLORE and policy.exploring and k == EXPLORE_K) == second
 
 
 def test_a_lone_slots_exploring_step_leaves_probe_waits_that_backed_off():
@@ -358,3 +365,23 @@ def test_beside_others_noisy_passes_do_not_make_the_plan_promise_more_than_its_s
     tokens = slots * expected_tokens_for_each_k(generations[0].policy.alphas()[:k])[k]
     assert k >= 1
     assert batch.rate == pytest.approx(tokens / (k * draft_cost(slots) + cost(slots * (k + 1))), rel=0.07)
+
+
+def test_beside_others_drafting_is_kept_while_it_beats_the_target_alone():
+    """Drafting is taken up where the plan beats the target alone by DRAFT_GAIN_MARGIN and kept while it
+    beats it at all, as a lone rule does: pricings that put drafting at 1.0-1.1x the target alone (the
+    tiny pair at 8 slots) each put the batch back at K=0 where it ran at the margin alone."""
+    verify = tuple(100e-6 + 10e-6 * n for n in range(1, K_MAX + 2))
+    paying, barely = StepCosts(10e-6, verify), StepCosts(55e-6, verify)  # K=1: 1.38x, 1.06x the target alone
+    clock = Clock()
+    batch = BatchK(PassPrices(prior=paying), clock=clock)
+    generations = [Running(AutoK(paying, ALPHA, confidence_stops=True)) for _ in range(SLOTS)]
+    batch.choose(generations)
+    assert batch._plan[0] >= 1
+    batch.prices.set_prior(barely)
+    clock.now += 1.0  # planned again
+    batch.choose(generations)
+    assert batch._plan[0] >= 1
+    fresh = BatchK(PassPrices(prior=barely))  # not drafting: not taken up at that gain
+    fresh.choose(generations)
+    assert fresh._plan[0] == 0

@@ -311,7 +311,7 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
     with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=3, n_ctx=512)) as engine:
         alone = {}
         for prompt in prompts:
-            generation = engine.generate(request(prompt, max_tokens=48), use_draft=False)
+            generation = engine.generate(request(prompt, max_tokens=96), use_draft=False)
             "".join(generation)
             alone[prompt] = generation.result.tokens
         engine.costs.cache = StepCostCache(tmp_path / "costs.json")
@@ -328,7 +328,7 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
         monkeypatch.setattr(StepLoop, "_advance", advanced)
         with engine.loop.together():
             streams = [
-                stream(engine.loop, request(p, max_tokens=48), engine.prompt_tokens(request(p))) for p in prompts
+                stream(engine.loop, request(p, max_tokens=96), engine.prompt_tokens(request(p))) for p in prompts
             ]
         for (ticket, pieces), prompt in zip(streams, prompts):
             "".join(pieces)

@@ -10,6 +10,7 @@ from types import FrameType
 
 import uvicorn
 
+from ollama_spec.engine.cpu_policy import yield_on_wake
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.server.http.app import create_app
 from ollama_spec.server.serving.state import ServerState
@@ -24,6 +25,12 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]):
         super().__init__(config)
         self.on_exit = on_exit
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve on this thread, which becomes the event loop's: it and the threads it starts (the step
+        loops reset theirs) wait for a core when they wake rather than preempt a step (engine/cpu_policy.py)."""
+        yield_on_wake()
+        super().run(sockets=sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.on_exit()
