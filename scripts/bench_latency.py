@@ -20,9 +20,12 @@ alone: its own). Prints each round and the medians, and the acceptance (issue 49
 steps, and the delay in (3) at most one chunk's pass. Times are noisy where the machine is shared; the passes
 are not: each round also lists the passes that ended from the new request's arrival to its first token, and
 those in the streams' largest gap in (3), each as T (target) or D (draft), sequences x the widest one's
-tokens, and for the first token the ms from the arrival to the pass's end (T3x2@40 T1x47@230: the streams'
-verify pass under way, then the new prompt's own pass). --no-long runs
-(1) and (2) only.
+tokens, and for the first token the ms from the arrival to the pass's end and the pass's own ms (T3x2@40/90
+T1x47@230/170: the streams' verify pass under way, then the new prompt's own pass). The medians end with that
+own pass alone and beside, in ms and in the process's CPU ms: its work is the same in both (the stream a
+sequence has in the cache does not change it), so CPU ms well above the threads' share of the wall time is
+their spinning at OpenMP's barriers while one of them waits for a core the machine's other processes hold.
+--no-long runs (1) and (2) only.
 """
 
 from __future__ import annotations
@@ -87,16 +90,23 @@ class Passes(list):
     def __init__(self) -> None:
         super().__init__()
         self.ends: list[float] = []
+        self.cpu: list[float] = [time.process_time()]  # the process's CPU seconds when made, then at each end
 
     def append(self, item) -> None:
         super().append(item)
         self.ends.append(time.perf_counter())
+        self.cpu.append(time.process_time())
 
 
 def shapes(passes, ends: list[float] | None = None, since: float = 0.0) -> str:
     """Passes in a few characters each: T (target) or D (draft), sequences x the widest one's tokens, and
-    with `ends`, @ the ms from `since` to the pass's end."""
-    at = [f"@{(end - since) * 1000:.0f}" for end in ends] if ends is not None else [""] * len(passes)
+    with `ends`, @ the ms from `since` to the pass's end and /its own ms in llama.cpp (the rest of the time
+    between two ends is the loop's Python)."""
+    at = (
+        [f"@{(end - since) * 1000:.0f}/{p.seconds * 1000:.0f}" for p, end in zip(passes, ends)]
+        if ends is not None
+        else [""] * len(passes)
+    )
     return " ".join(f"{'TD'[p.model]}{p.sequences}x{p.widest}{t}" for p, t in zip(passes, at)) or "-"
 
 
@@ -165,9 +175,11 @@ class Bench:
         ticket = self.loop.submit(self.request(max_tokens), self.prompt(n_prompt), sink)
         return sink, ticket, steps, started
 
-    def first(self, n_prompt: int) -> tuple[float, int, str]:
+    def first(self, n_prompt: int) -> tuple[float, int, str, float, float]:
         """A new request's first hand-on: (seconds, steps that ended before it, the passes that ended
-        from its arrival to it, as `shapes`)."""
+        from its arrival to it, as `shapes`, and the last of them, its own: its seconds, and the process's
+        CPU seconds from the pass before it to its end: its threads' work, and their spinning at OpenMP's
+        barriers while one of them waits for a core)."""
         self.loop.passes = passes = Passes()
         sink, _, steps, started = self.submit(n_prompt, 2)
         sink.done.wait()
@@ -175,17 +187,18 @@ class Bench:
         if sink.error is not None:
             raise sink.error
         n = sink.passes[0]
-        return sink.times[0] - started, sink.steps[0] - steps, shapes(passes[:n], passes.ends[:n], started)
+        own = passes[n - 1].seconds, passes.cpu[n] - passes.cpu[n - 1]
+        return sink.times[0] - started, sink.steps[0] - steps, shapes(passes[:n], passes.ends[:n], started), *own
 
     def round(self, r: int) -> dict:
         args = self.args
-        alone_s, alone_steps, alone_passes = self.first(args.short)
+        alone_s, alone_steps, alone_passes, alone_own_s, alone_own_cpu = self.first(args.short)
         streams = [self.submit(32, args.ctx - 64) for _ in range(STREAMS)]
         try:
             wait_for(lambda: all(len(s[0].times) >= WARM_TOKENS for s in streams))
             gaps = [b - a for s in streams for a, b in itertools.pairwise(s[0].times[-WARM_TOKENS // 2 :])]
             time.sleep(self.phases.uniform(0.0, statistics.median(gaps)))  # just after a hand-on: a random phase
-            busy_s, busy_steps, busy_passes = self.first(args.short)
+            busy_s, busy_steps, busy_passes, busy_own_s, busy_own_cpu = self.first(args.short)
             marks = [len(s[0].times) for s in streams]
             wait_for(lambda: all(len(s[0].times) >= m + WARM_TOKENS for s, m in zip(streams, marks)))
             row = {
@@ -195,6 +208,10 @@ class Bench:
                 "busy_s": busy_s,
                 "busy_steps": busy_steps,
                 "busy_passes": busy_passes,
+                "alone_own_s": alone_own_s,
+                "alone_own_cpu": alone_own_cpu,
+                "busy_own_s": busy_own_s,
+                "busy_own_cpu": busy_own_cpu,
                 "step_s": statistics.median(gaps),
             }
             if not args.no_long:
@@ -292,6 +309,11 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
     )
     extra_steps = med["busy_steps"] - med["alone_steps"]
     print(f"  passes from its arrival to its first token: {', '.join(r['busy_passes'] for r in rows)}")
+    print(
+        f"  its own pass: alone {med['alone_own_s'] * 1000:.1f} ms ({spread('alone_own_s')}), CPU "
+        f"{med['alone_own_cpu'] * 1000:.1f} ms; beside {med['busy_own_s'] * 1000:.1f} ms ({spread('busy_own_s')}), "
+        f"CPU {med['busy_own_cpu'] * 1000:.1f} ms ({spread('busy_own_cpu')})"
+    )
     bound = med["alone_s"] + 2 * med["step_s"]
     print(
         f"  -> {extra_steps:+.0f} steps over alone (at most 2: {'met' if extra_steps <= 2 else 'UNMET'}); "
