@@ -99,6 +99,10 @@ class StepCostCache:
 
     def __init__(self, path: Path | None = None):
         self.path = path or cache_dir() / "step-costs.json"
+        # the file as last parsed, and the (inode, mtime, size) it was parsed at: each request asks for
+        # its pair's costs and acceptance, and parsing the file each time cost a short request ~1 ms
+        self._parsed: dict = {}
+        self._parsed_at: tuple[int, int, int] | None = None
 
     def get(self, key: str) -> StepCosts | None:
         """The costs as calibrated."""
@@ -178,11 +182,17 @@ class StepCostCache:
             pass  # a read-only home only costs a calibration next time
 
     def _read(self) -> dict:
+        """The file's entries: parsed again only when it changed (a write replaces it: a new inode), and
+        a copy, which callers may change before they write it."""
         try:
-            data = json.loads(self.path.read_text())
+            stat = self.path.stat()
+            stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+            if stamp != self._parsed_at:
+                data = json.loads(self.path.read_text())
+                self._parsed, self._parsed_at = (data if isinstance(data, dict) else {}), stamp
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
+        return dict(self._parsed)
 
 
 def cost_key(target: Path, draft: Path | None, **setup) -> str:

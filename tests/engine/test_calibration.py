@@ -28,3 +28,28 @@ def test_a_damaged_cache_only_costs_a_calibration(tmp_path):
     assert cache.get("pair") == StepCosts(0.002, (0.03,)) and cache.get_acceptance("pair") is None
     cache.put("pair", CALIBRATED)
     assert cache.get("pair") == CALIBRATED
+
+
+def test_the_file_is_parsed_again_only_when_it_changed(tmp_path, monkeypatch):
+    import json
+
+    parses = []
+    real_loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda text: parses.append(1) or real_loads(text))
+    path = tmp_path / "costs.json"
+    cache, other = StepCostCache(path), StepCostCache(path)
+    cache.put("pair", CALIBRATED)
+    parses.clear()
+    for _ in range(5):
+        assert cache.get("pair") == CALIBRATED and cache.get_acceptance("pair") is None
+    assert len(parses) == 1
+    other.put_learned("pair", LEARNED)  # another process writes: the next read sees it
+    assert cache.get_learned("pair") == LEARNED and len(parses) == 3  # other's own read, then cache's
+
+
+def test_a_caller_changing_what_it_read_does_not_change_the_next_read(tmp_path):
+    path = tmp_path / "costs.json"
+    cache = StepCostCache(path)
+    cache.put("pair", CALIBRATED)
+    cache._read()["pair"] = {}  # what put/forget do before they write
+    assert cache.get("pair") == CALIBRATED
