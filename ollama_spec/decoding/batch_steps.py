@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ollama_spec.decoding.pass_prices import PassPrices, pass_seconds  # noqa: F401 - callers take it from here
-from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
+from ollama_spec.decoding.step_costs import StepCosts
 
 # A slot's own acceptance counts in the batch's K once it has seen this many steps; before, it takes
 # the others' mean. With 8 clients of 64 tokens a request, a slot starts afresh every ~25 steps, and a
@@ -87,13 +87,14 @@ def _best_shared(
         prices = PassPrices(prior=prices)
     slots = len(alphas)
     k_max = min([k_max or 0, *map(len, alphas)])
-    expected = [0.0] * (k_max + 1)
-    for slot in alphas:
-        for k, tokens in enumerate(expected_tokens_for_each_k(slot[:k_max])):
-            expected[k] += tokens
+    # Σ over the slots of each one's expected tokens at K (step_costs.expected_tokens_for_each_k), a column
+    # at a time: the search mostly stops a few columns in, and the step loop asks at every step
+    expected, survivals = [float(slots)], [1.0] * slots
     alone = prices.target_pass(slots)
     best, best_rate, draft = 0, expected[0] / alone, prices.draft_pass(slots)
     for k in range(1, k_max + 1):
+        survivals = [survival * slot[k - 1] for survival, slot in zip(survivals, alphas)]
+        expected.append(expected[-1] + sum(survivals))
         seconds = k * draft + prices.target_pass(slots * (k + 1))
         rate = expected[k] / seconds
         if rate > best_rate:

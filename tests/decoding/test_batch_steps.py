@@ -26,6 +26,26 @@ def test_one_slot_comes_out_of_the_single_slot_rule():
         assert best_shared_k([alphas], CPU, DRAFT_GAIN_MARGIN) == lone
 
 
+class ReadPositions(list):
+    """Acceptance by position that records which positions the planner read."""
+
+    read: set
+
+    def __getitem__(self, index):
+        positions = range(len(self))[index] if isinstance(index, slice) else [index]
+        self.read.update(positions)
+        return super().__getitem__(index)
+
+
+def test_the_plan_reads_only_the_columns_its_search_reaches():
+    deep = StepCosts(draft_step_s=0.004, verify_s=tuple(0.030 + 0.007 * n for n in range(1, 34)))
+    slots = [ReadPositions([0.9, 0.5, 0.1] + [0.05] * 29) for _ in range(4)]
+    for slot in slots:
+        slot.read = set()
+    best_shared_k(slots, deep, DRAFT_GAIN_MARGIN)
+    assert max(max(slot.read) for slot in slots) < 8  # of 32: the columns past the first few cannot pay
+
+
 def test_more_slots_draft_less_where_every_token_of_a_pass_costs_and_as_much_where_none_does():
     alphas = [0.8] * 8
     ks = [best_shared_k([alphas] * n, CPU, DRAFT_GAIN_MARGIN) for n in (1, 2, 4, 8)]
