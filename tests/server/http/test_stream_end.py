@@ -68,3 +68,17 @@ def test_an_ollama_streams_last_text_and_its_counts_are_one_chunk(server):
     lines = [json.loads(line) for line in chunks[-1].decode().splitlines()]
     assert [line["done"] for line in lines] == [False, True] and lines[0]["message"]["content"]
     assert lines[-1]["eval_count"] == 12
+
+
+def test_a_responses_streams_last_events_are_one_chunk(server):
+    chunks = _chunks(
+        server, "/v1/responses", {"model": "m", "input": "Count with me", "max_output_tokens": 12, "stream": True}
+    )
+    types = [event.split("\n")[0] for event in chunks[-1].decode().strip().split("\n\n")]
+    assert types[-4:] == [
+        "event: response.output_text.done",
+        "event: response.content_part.done",
+        "event: response.output_item.done",
+        "event: response.incomplete",
+    ]
+    assert not any(b"response.output_text.done" in chunk for chunk in chunks[:-1])
