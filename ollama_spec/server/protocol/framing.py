@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 from fastapi.responses import StreamingResponse
 
@@ -14,7 +15,21 @@ from ollama_spec.server.protocol.errors import ApiError, api_error, ollama_error
 EVENT_STREAM = {"media_type": "text/event-stream", "headers": {"Cache-Control": "no-cache"}}
 
 
-def sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
+@dataclass(frozen=True)
+class Last:
+    """A stream's last chunks (an answer's last text, its finish, its usage), known at once: framed with the
+    stream's end into one write. Written one by one, each write wakes the client, which on a busy machine
+    takes the core from the server's event loop (a socket write wakes its reader on the writer's core) and
+    gives it back for the next: the answer's end reached the client 0.5-1 ms after the last token, on a pair
+    that makes a token every 0.15 ms."""
+
+    chunks: list[dict]
+
+
+Chunks = AsyncIterator[dict | Last]
+
+
+def sse(chunks: Chunks) -> StreamingResponse:
     """OpenAI's chat and completions streams: `data:` lines, then `data: [DONE]`."""
 
     def error(exc: ApiError, _: int) -> str:
@@ -24,7 +39,7 @@ def sse(chunks: AsyncIterator[dict]) -> StreamingResponse:
     return _framed(chunks, lambda chunk, _: f"data: {json.dumps(chunk)}\n\n", error, "data: [DONE]\n\n", **EVENT_STREAM)
 
 
-def sse_events(events: AsyncIterator[dict]) -> StreamingResponse:
+def sse_events(events: Chunks) -> StreamingResponse:
     """OpenAI's Responses stream: named events, numbered in order."""
 
     def event(chunk: dict, number: int) -> str:
@@ -44,7 +59,7 @@ def sse_events(events: AsyncIterator[dict]) -> StreamingResponse:
     return _framed(events, event, error, **EVENT_STREAM)
 
 
-def ndjson(chunks: AsyncIterator[dict]) -> StreamingResponse:
+def ndjson(chunks: Chunks) -> StreamingResponse:
     """Ollama's streams: one JSON object a line; an error as {"error": ...}, as Ollama reports it."""
     return _framed(
         chunks,
@@ -55,24 +70,29 @@ def ndjson(chunks: AsyncIterator[dict]) -> StreamingResponse:
 
 
 def _framed(
-    chunks: AsyncIterator[dict],
+    chunks: Chunks,
     frame: Callable[[dict, int], str],
     error: Callable[[ApiError, int], str],
     end: str = "",
     **response,
 ) -> StreamingResponse:
-    """`frame` each chunk (with its number); an error of the core or an ApiError raised meanwhile ends the
-    stream as `error` frames it (the status line is sent), then `end`."""
+    """`frame` each chunk (with its number), a `Last` with `end` in one write; an error of the core or an
+    ApiError raised meanwhile ends the stream as `error` frames it (the status line is sent), then `end`."""
 
     async def lines() -> AsyncIterator[str]:
-        number = 0
+        number, ended = 0, False
         try:
             async for chunk in chunks:
-                yield frame(chunk, number)
-                number += 1
+                if isinstance(chunk, Last):
+                    yield "".join([frame(one, number + i) for i, one in enumerate(chunk.chunks)]) + end
+                    number, ended = number + len(chunk.chunks), True
+                else:
+                    yield frame(chunk, number)
+                    number += 1
         except (ApiError, OllamaSpecError) as exc:
-            yield error(api_error(exc), number)
-        if end:
+            yield error(api_error(exc), number) + ("" if ended else end)
+            return
+        if end and not ended:
             yield end
 
     return StreamingResponse(lines(), **response)

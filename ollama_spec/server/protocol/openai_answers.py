@@ -12,6 +12,7 @@ from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.prompting.tools import CallPiece
 from ollama_spec.server.protocol.answer import AnswerParts
 from ollama_spec.server.protocol.draft_spans import Marks, spans_field
+from ollama_spec.server.protocol.framing import Last
 from ollama_spec.server.protocol.stream import answer_stream
 from ollama_spec.server.serving.loaded import Served
 from ollama_spec.server.serving.worker import Job
@@ -118,7 +119,7 @@ async def chunks(
     parts: AnswerParts | None = None,
     scores: Callable[[tuple], dict] | None = None,
     show_draft: bool = False,
-) -> AsyncIterator[dict]:
+) -> AsyncIterator[dict | Last]:
     """The streamed chunks: text pieces (with their tokens' logprobs when asked; a thinking model's
     thinking as `reasoning`; with `show_draft`, the draft's characters of each piece's content as
     `draft_spans`; tool calls, when the answer was one), the finish reason with the speculation
@@ -143,19 +144,22 @@ async def chunks(
         yield meta | {"choices": [opening]}
     streamed_call = False
     async for part in answer_stream(job, parts or AnswerParts()):
-        result = part.result
+        result, out = part.result, []
         if part.thought or part.text or (result is not None and part.scored):
-            yield piece(part.thought, part.text, part.scored, part.drafted)
+            out.append(piece(part.thought, part.text, part.scored, part.drafted))
         for call in part.call_pieces:
             streamed_call = True
-            yield call_piece(call)
+            out.append(call_piece(call))
         if result is None:
+            for chunk in out:
+                yield chunk
             continue
         if part.calls and not streamed_call:  # a call read from the answer's text: whole, at its end
             delta = {"delta": {"tool_calls": tool_calls(part.calls, streamed=True)}}
-            yield meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]}
+            out.append(meta | {"choices": [{"index": 0, **delta, "finish_reason": None}]})
         final = answers(state, meta, [(choice(""), calls_finish(part.calls, result))], [result])
         del final["usage"]  # usage comes in a chunk of its own, when asked for
-        yield final | ({"usage": None} if include_usage else {})
+        out.append(final | ({"usage": None} if include_usage else {}))
         if include_usage:
-            yield meta | {"choices": [], "usage": usage(result)}
+            out.append(meta | {"choices": [], "usage": usage(result)})
+        yield Last(out)  # the answer's end: one write

@@ -14,7 +14,7 @@ from ollama_spec.engine.engine import Result
 from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.prompting.tools import CallPiece
 from ollama_spec.server.protocol.answer import AnswerParts
-from ollama_spec.server.protocol.draft_spans import Marks
+from ollama_spec.server.protocol.draft_spans import Marks, joined
 from ollama_spec.server.protocol.errors import failure
 from ollama_spec.server.serving.worker import Failed, Finished, Job, Piece
 
@@ -49,11 +49,23 @@ async def answer_stream(job: Job, parts: AnswerParts, cut: bool = True) -> Async
                 if thought or text or pieces:
                     yield Part(thought, text, event.scored, drafted=drafted, call_pieces=pieces)
             else:
-                cut_call = cut and event.result.finish_reason == "length"
-                thought, text, calls, drafted = parts.finish_marked(cut=cut_call)
-                yield Part(thought, text, event.scored, calls, event.result, drafted, tuple(parts.call_pieces()))
+                yield _last(event, parts, cut and event.result.finish_reason == "length")
     finally:
         job.cancel()  # a no-op once finished; stops the generation when the client has gone
+
+
+def _last(end: Finished, parts: AnswerParts, cut: bool) -> Part:
+    """The last part: the text that came with the end (its `piece`) and what the answer held back."""
+    thought, text, drafted, scored = "", "", (), end.scored
+    if end.piece is not None:
+        thought, text, drafted = parts.push_marked(end.piece.text, end.piece.drafted)
+        scored = end.piece.scored + scored
+    pieces = parts.call_pieces()
+    more_thought, rest, calls, rest_drafted = parts.finish_marked(cut=cut)
+    pieces += parts.call_pieces()
+    return Part(
+        thought + more_thought, text + rest, scored, calls, end.result, joined(drafted, rest_drafted), tuple(pieces)
+    )
 
 
 async def run_to_end(job: Job, http_request: HTTPRequest) -> Result:

@@ -25,8 +25,10 @@ Event = Any  # worker.Event: a Piece, Finished or Failed
 # While a stream's pieces come faster than this, the event loop collects them by a timer of its own
 # this often instead of being woken for each step: each wake-up is a syscall on the step loop's thread
 # and a turn at the GIL for the event loop's, and once a step on a pair whose steps take a fraction of
-# a millisecond, it is most of what the event loop's thread spends a token.
-POLL_S = 0.002
+# a millisecond, it is most of what the event loop's thread spends a token. Each look that finds text
+# is a chunk written, and each chunk wakes the client to read it: on a machine whose cores are all
+# busy, CPU time the step loop's thread waits for. As often as a 120 Hz screen changes.
+POLL_S = 0.008
 
 
 class Mailbox:

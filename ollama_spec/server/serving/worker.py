@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeVar
 
@@ -68,6 +68,7 @@ class Piece:
 class Finished:
     result: Result
     scored: tuple[Token, ...] = ()  # with logprobs: the tokens no piece carried (text held back, then dropped)
+    piece: Piece | None = None  # the text that was waiting with the end (Job.events): sent with it, as one
 
 
 @dataclass(frozen=True)
@@ -120,27 +121,31 @@ class Job:
         self._told = True
 
     def take(self, events: tuple[Event, ...]) -> None:
-        """On the loop's thread: `events` for the reader; after its end, what was to run then (`_at_end`)."""
+        """On the loop's thread: `events` for the reader; after its end, what was to run then (`_at_end`),
+        once the reader has had its turn: the answer's last chunks are written before the log line."""
         for event in events:
-            self._events.put_nowait(event)
+            self._events.put_nowait(event)  # the reader's turn is queued now, when it waits for them
         if self._at_end is not None and not isinstance(events[-1], Piece):
             at_end, self._at_end = self._at_end, None
-            at_end()
+            self._mailbox.loop.call_soon(at_end)
 
     async def events(self) -> AsyncIterator[Event]:
         """Pieces of text, then one Finished or Failed. The pieces waiting when the reader comes are
         one piece (a step's tokens, verified together, or more where the reader fell behind): one
-        chunk to frame and write, not one a token."""
+        chunk to frame and write, not one a token; with the end, they come as its `piece`."""
         events = self._events
         while True:
             event = await events.get()
             while isinstance(event, Piece) and not events.empty():
                 following = events.get_nowait()
-                if not isinstance(following, Piece):
+                if isinstance(following, Finished):
+                    event = replace(following, piece=event)
+                elif not isinstance(following, Piece):
                     yield event
                     event = following
                     break
-                event = event.then(following)
+                else:
+                    event = event.then(following)
             yield event
             if not isinstance(event, Piece):
                 return

@@ -11,6 +11,7 @@ from ollama_spec.errors import ServerFault
 from ollama_spec.prompting.messages import ToolCall
 from ollama_spec.server.protocol.answer import AnswerParts
 from ollama_spec.server.protocol.stream import answer_stream
+from ollama_spec.server.serving.mailbox import Mailbox
 from ollama_spec.server.serving.worker import Failed, Finished, Job, Piece
 
 TOOLS = [{"type": "function", "function": {"name": "now"}}]
@@ -21,7 +22,8 @@ def _parts(events, tools=(), cut=True, together=False):
     before it reads, as a step's pieces come)."""
 
     async def run():
-        job = Job(Request(), asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        job = Job(Request(), loop, mailbox=Mailbox(loop, poll_s=0))  # each put taken at once, never by a timer
 
         async def feed():
             for event in events:
@@ -51,10 +53,9 @@ def test_pieces_waiting_together_are_one_part_with_their_tokens_and_marks():
     result = Result(text="Hello there", finish_reason="stop")
     scored = (Token(1, True), Token(2, False))
     events = [Piece("Hel", scored[:1], (True,) * 3), Piece("lo", scored[1:], (False,) * 2), Finished(result)]
-    parts, _ = _parts(events, together=True)
+    parts, _ = _parts(events, together=True)  # with the end: the last part, sent as one chunk
     assert [(p.text, p.scored, p.drafted, p.result) for p in parts] == [
-        ("Hello", scored, (True, True, True, False, False), None),
-        ("", (), (), result),
+        ("Hello", scored, (True, True, True, False, False), result)
     ]
     assert [p.text for p in _parts(events)[0]] == ["Hel", "lo", ""]  # read as they came: one part each
 

@@ -49,9 +49,9 @@ def test_pieces_of_a_fast_stream_wait_for_the_loops_look_and_its_end_wakes_it():
         assert len(wakes) == 2  # put but not yet read: the loop was not woken for them
         result = Result(text="Once upon a time", finish_reason="stop")
         _from_thread((job, Finished(result)))
-        assert len(wakes) == 3  # the end wakes it, and brings the pieces before it
-        assert (await anext(events)).text == " a time"
-        assert (await anext(events)).result is result
+        assert len(wakes) == 3  # the end wakes it, and brings the pieces before it, to be sent with it
+        end = await anext(events)
+        assert end.result is result and end.piece.text == " a time"
 
     asyncio.run(run())
 

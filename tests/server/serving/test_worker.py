@@ -51,3 +51,21 @@ def test_a_finished_jobs_count_and_log_line_are_made_on_the_event_loops_thread(s
 
     loop_thread, last = asyncio.run(run())
     assert isinstance(last, Finished) and finished == [loop_thread]
+
+
+def test_a_finished_jobs_log_line_comes_after_its_reader_took_the_end(spec_engine):
+    """The answer's last chunks are written before the count and the log line are made: the client waits
+    for them, the log does not."""
+    request = Request(prompt="Once upon a time", raw=True, max_tokens=8, ignore_eos=True)
+    order = []
+
+    async def run():
+        worker = Worker(spec_engine, max_queue=4, on_finished=lambda job, result: order.append("logged"))
+        async for event in worker.submit(request).events():
+            if isinstance(event, Finished):
+                order.append("taken")
+        await asyncio.sleep(0)
+        worker.close()
+
+    asyncio.run(run())
+    assert order == ["taken", "logged"]

@@ -18,7 +18,7 @@ from ollama_spec.server.http.parsed import ParsedRoute
 from ollama_spec.server.protocol.answer import AnswerParts, answer_parts
 from ollama_spec.server.protocol.draft_spans import result_marks, spans_field
 from ollama_spec.server.protocol.errors import ApiError
-from ollama_spec.server.protocol.framing import ndjson
+from ollama_spec.server.protocol.framing import Last, ndjson
 from ollama_spec.server.protocol.logprobs import scored
 from ollama_spec.server.protocol.ollama import (
     ChatRequest,
@@ -184,7 +184,7 @@ async def _chunks(
     parts: AnswerParts,
     piece: Callable[..., dict],
     ending: Callable[[Result], dict] = lambda result: {},
-) -> AsyncIterator[dict]:
+) -> AsyncIterator[dict | Last]:
     """The NDJSON objects: text pieces (with their tokens' logprobs when asked; a thinking model's
     thinking apart; with `show_draft`, the draft's characters of each piece's content as
     `draft_spans`; tool calls, when the answer was one, as Ollama sends them: in a piece of their
@@ -199,6 +199,6 @@ async def _chunks(
         if part.result is None:
             yield chunk(piece(part.text, part.thought), part)
             continue
-        if part.thought or part.text or part.calls or (body.logprobs and part.scored):
-            yield chunk(piece(part.text, part.thought, part.calls), part)
-        yield _finished(state, body, piece("") | ending(part.result), part.result)
+        said = part.thought or part.text or part.calls or (body.logprobs and part.scored)
+        last = [chunk(piece(part.text, part.thought, part.calls), part)] if said else []
+        yield Last([*last, _finished(state, body, piece("") | ending(part.result), part.result)])  # one write

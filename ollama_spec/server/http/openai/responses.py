@@ -24,7 +24,7 @@ from ollama_spec.prompting.messages import ChatMessage, ToolCall
 from ollama_spec.server.http.parsed import ParsedRoute
 from ollama_spec.server.protocol.answer import AnswerParts, answer_parts
 from ollama_spec.server.protocol.errors import ApiError
-from ollama_spec.server.protocol.framing import sse_events
+from ollama_spec.server.protocol.framing import Last, sse_events
 from ollama_spec.server.protocol.shared import NullsAsDefaults, chat_role, tool_arguments
 from ollama_spec.server.protocol.stream import answer_stream, run_to_end
 from ollama_spec.server.serving.loaded import Served
@@ -280,7 +280,7 @@ def _response(
 
 async def _events(
     state: Served, body: ResponsesRequest, ids: dict, job: Job, opening: dict, parts: AnswerParts
-) -> AsyncIterator[dict]:
+) -> AsyncIterator[dict | Last]:
     """The Responses event sequence, as OpenAI streams it: a text message opened with its first text,
     then each function call, then the final response (a thinking model's thinking comes whole, as a
     reasoning item of the final response). A forced call is streamed as it is written: its item
@@ -292,26 +292,33 @@ async def _events(
     yield {"type": "response.in_progress", "response": opening}
     async for part in answer_stream(job, parts):
         thought += part.thought
+        out = []  # this part's events: one by one, the last part's as one write (Last)
         if not opened and (part.text or (part.result is not None and not part.calls)):
             opened = True
-            yield {"type": "response.output_item.added", "output_index": 0, "item": _message(ids, "", "in_progress")}
-            yield {
-                "type": "response.content_part.added",
-                **where,
-                "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
-            }
+            out.append(
+                {"type": "response.output_item.added", "output_index": 0, "item": _message(ids, "", "in_progress")}
+            )
+            out.append(
+                {
+                    "type": "response.content_part.added",
+                    **where,
+                    "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                }
+            )
         if part.text:
             sent += part.text
-            yield {"type": "response.output_text.delta", **where, "delta": part.text, "logprobs": []}
+            out.append({"type": "response.output_text.delta", **where, "delta": part.text, "logprobs": []})
         for piece in part.call_pieces:
             if piece.name is not None:
                 streamed = _function_calls([ToolCall(piece.name, {}, cut_arguments="")])[0] | {"status": "in_progress"}
-                yield {"type": "response.output_item.added", "output_index": int(opened), "item": dict(streamed)}
+                out.append({"type": "response.output_item.added", "output_index": int(opened), "item": dict(streamed)})
             if piece.arguments:
                 streamed["arguments"] += piece.arguments
                 at = {"item_id": streamed["id"], "output_index": int(opened)}
-                yield {"type": "response.function_call_arguments.delta", **at, "delta": piece.arguments}
+                out.append({"type": "response.function_call_arguments.delta", **at, "delta": piece.arguments})
         if part.result is None:
+            for event in out:
+                yield event
             continue
         items = _function_calls(part.calls)
         if streamed is not None:  # the item already announced, with the arguments as they were sent
@@ -320,20 +327,24 @@ async def _events(
         final = _response(
             state, body, ids, _status(part.result, part.calls), part.result, sent, thought, items, with_message=opened
         )
-        if opened:
-            message = final["output"][0]
-            yield {"type": "response.output_text.done", **where, "text": sent, "logprobs": []}
-            yield {"type": "response.content_part.done", **where, "part": message["content"][0]}
-            yield {"type": "response.output_item.done", "output_index": 0, "item": message}
-        for index, item in enumerate(items, start=int(opened)):
-            at = {"item_id": item["id"], "output_index": index}
-            if streamed is None or index > int(opened):
-                yield {
-                    "type": "response.output_item.added",
-                    "output_index": index,
-                    "item": item | {"arguments": "", "status": "in_progress"},
-                }
-                yield {"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]}
-            yield {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
-            yield {"type": "response.output_item.done", "output_index": index, "item": item}
-        yield {"type": f"response.{final['status']}", "response": final}
+        yield Last(out + _ending(final, items, where, sent, opened, streamed is not None))
+
+
+def _ending(final: dict, items: list[dict], where: dict, sent: str, opened: bool, streamed: bool) -> list[dict]:
+    """The stream's last events: the message done, each call whole (a streamed call's arguments done),
+    then the final response."""
+    events = []
+    if opened:
+        message = final["output"][0]
+        events.append({"type": "response.output_text.done", **where, "text": sent, "logprobs": []})
+        events.append({"type": "response.content_part.done", **where, "part": message["content"][0]})
+        events.append({"type": "response.output_item.done", "output_index": 0, "item": message})
+    for index, item in enumerate(items, start=int(opened)):
+        at = {"item_id": item["id"], "output_index": index}
+        if not streamed or index > int(opened):
+            added = item | {"arguments": "", "status": "in_progress"}
+            events.append({"type": "response.output_item.added", "output_index": index, "item": added})
+            events.append({"type": "response.function_call_arguments.delta", **at, "delta": item["arguments"]})
+        events.append({"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    return events + [{"type": f"response.{final['status']}", "response": final}]
