@@ -7,6 +7,9 @@
 #   - the ratio of the medians over the rounds (auto's median ÷ the best fixed K's median);
 #   - paired by round: in each round auto ÷ that same fixed K in that round, their median and spread. Rows
 #     a second apart see the same load; the rounds, minutes apart on a shared machine, do not.
+# Each spinner is pinned to a core of its own, in turn (taskset, where there is one; PIN=0 leaves them free),
+# so that every core is shared throughout: left free on the 2-core VM, the two spinners often shared one
+# core, and some rows of the tiny pair ran at their quiet speed (wall = CPU time) beside rows at a fifth.
 #   BUSY=2 CLIENTS=1 ROUNDS=5 scripts/bench-busy-core.sh BIN TARGET DRAFT [bench flags...]   (OLLAMA_MODELS as for bench)
 # Default flags: --concurrency $CLIENTS (default 1) --in-process -k auto,2,4,6 --runs $ROUNDS (default 5)
 # --max-tokens 128. The bench runs as `BIN/python -m ollama_spec` from the current directory (a source tree's
@@ -18,11 +21,14 @@ shift 3
 spinners=()
 out=$(mktemp -d)
 trap 'kill "${spinners[@]}" 2>/dev/null || true; rm -rf "$out"' EXIT
-for _ in $(seq "${BUSY:-2}"); do
-    "$bin/python" -c "while True: pass" &
+cores=$(nproc)
+pin=()
+for i in $(seq 0 $(("${BUSY:-2}" - 1))); do
+    if [ "${PIN:-1}" != 0 ] && command -v taskset >/dev/null; then pin=(taskset -c $((i % cores))); fi
+    "${pin[@]}" "$bin/python" -c "while True: pass" &
     spinners+=($!)
 done
-echo "== ${#spinners[@]} process(es) kept busy (${spinners[*]}) while the rows run; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "== ${#spinners[@]} process(es) kept busy (${spinners[*]}${pin:+, pinned a core each}) while the rows run; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$bin/python" -m ollama_spec bench "$target" --draft "$draft" --concurrency "${CLIENTS:-1}" --in-process -k auto,2,4,6 \
     --runs "${ROUNDS:-5}" --max-tokens 128 --out "$out" "$@"
 "$bin/python" - "$out/results-concurrent.json" "${#spinners[@]}" <<'PY'

@@ -14,8 +14,12 @@ A busy spell (other processes sharing the cores) from the start: BUSY=F makes ev
 long and BUSY_ADD_MS adds that much to each (a descheduled slice weighs most on the smallest passes),
 until BUSY_S simulated seconds have gone by or BUSY_PASSES passes ran (whichever is set; both: the
 first). What a spell adds to a pass is what the process waited for a CPU (engine/cpu_wait.py reads it
-here). XDG_CACHE_HOME kept between runs carries the cost cache from one run to the next, as a restart
-does: `scripts/bench_sim_stable.sh` runs one command three times so, the first in a busy spell.
+here, the step loop's thread's waits too). DESCHED=F shares the core with a spinning process at any time,
+as a scheduler does: after every DESCHED_MS (default 3) ms the passes ran, the pass under way waits F/(1-F)
+times that for the core (F=0.5: half the time; also counted as waited). On a pair whose passes take well
+under a slice, one pass in many then takes many times its cost. XDG_CACHE_HOME kept between
+runs carries the cost cache from one run to the next, as a restart does: `scripts/bench_sim_stable.sh`
+runs one command three times so, the first in a busy spell.
 
 Row order matters: the first row of the first round reads every prompt cold (the others find them
 in the slots' caches), and `-k auto` is always the first row; compare the rounds after the first.
@@ -57,6 +61,8 @@ def simulate() -> None:
     busy, busy_add = _env("BUSY", 1.0), _env("BUSY_ADD_MS", 0.0) / 1e3
     busy_until, busy_passes = now[0] + _env("BUSY_S", math.inf), _env("BUSY_PASSES", math.inf)
     passes, waited = [0], [0.0]
+    desched, slice_s = _env("DESCHED", 0.0), _env("DESCHED_MS", 3.0) / 1e3
+    ran = [0.0, slice_s]  # the passes' seconds so far, and where the next slice ends
 
     def timed_run(cache, batch) -> None:
         run(cache, batch)
@@ -74,6 +80,11 @@ def simulate() -> None:
             extra = seconds * (busy - 1.0) + busy_add
             waited[0] += extra
             seconds += extra
+        ran[0] += seconds
+        while desched and ran[0] >= ran[1]:
+            ran[1] += slice_s
+            waited[0] += slice_s * desched / (1.0 - desched)
+            seconds += slice_s * desched / (1.0 - desched)
         now[0] += seconds
 
     kv_cache.SequenceCache._run = timed_run
@@ -84,6 +95,7 @@ def simulate() -> None:
     except ImportError:  # a checkout from before cpu_wait (an A/B's old side)
         return
     cpu_wait.waited_s = lambda: waited[0]
+    cpu_wait.thread_waited_s = lambda: waited[0]  # the step loop's thread's (an A/B's old side reads none)
 
 
 def trace(path: str) -> None:
