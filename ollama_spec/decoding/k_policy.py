@@ -41,6 +41,7 @@ from ollama_spec.decoding.k_tuning import (
     PROBE_EXPLORE,
     PROBE_MAX_EVERY,
     RATE_DECAY,
+    RECHOOSE_S,
     SEEDED_WEIGHT,
     STOPS_MIN_DRAFT_S,
 )
@@ -93,7 +94,8 @@ class AutoK:
         self._probe_paid = False  # the last probe paid for itself: probe again at once
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps = 0
-        self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
+        self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until worked out again (observe)
+        self._unchosen_s = 0.0  # modelled seconds of the drafting steps since it was (RECHOOSE_S)
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
         self._kept = KeptK()  # the K its rule drafted last, kept unless another clearly beats it
         self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
@@ -181,7 +183,7 @@ class AutoK:
             if shared is None and not self._probe_paid:  # alone, no probe before this many steps
                 self.quiet_steps = max(0, min(self._probe_every - self._steps_without_draft, self.explore_in))
             return 0
-        k = self._kept.choose(k, rate, self.alphas(), self.costs)
+        k = self._kept.choose(k, rate, self.alphas, self.costs)
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
         if self._by_token:
@@ -327,8 +329,10 @@ class AutoK:
         self.last_drafted = drafted
         self.own_drafted = drafted if self._ruled else 0
         self._alphas = None
-        if drafted:  # the acceptance and the costs of drafting move
-            self._drafting = None
+        if drafted:  # the acceptance and the costs of drafting move: the best K is worked out again, soon
+            self._unchosen_s += self.costs.step_s(min(drafted, self.costs.k_max))
+            if self._unchosen_s >= RECHOOSE_S or self.probing or not self._taken_up:
+                self._drafting, self._unchosen_s = None, 0.0
         if lookup and drafted and self.confidence_stops:
             # A lookup step beside the draft model (HybridProposer): its verify batch is timed like any,
             # but its acceptance and its free drafting say nothing of the draft model's.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -128,12 +128,13 @@ class KeptK:
     last: int = 0
     pull: tuple[int, int] = (0, 0)  # another K, the best at the last drafting steps, and at how many in a row
 
-    def choose(self, k: int, rate: float, alphas: Sequence[float], costs: StepCosts) -> int:
-        """The K to draft where the best is `k` at `rate` tokens a second."""
+    def choose(self, k: int, rate: float, alphas: Callable[[], Sequence[float]], costs: StepCosts) -> int:
+        """The K to draft where the best is `k` at `rate` tokens a second (`alphas`: the acceptance by
+        position, asked only where it stays at another K)."""
         last, (pulled_to, pulls) = self.last, self.pull
         if last and last != k and last <= costs.k_max:
             pulls = pulls + 1 if pulled_to == k else 1
-            staying = expected_tokens_by_position(alphas, last) / costs.step_s(last)
+            staying = expected_tokens_by_position(alphas(), last) / costs.step_s(last)
             if rate <= (1 + SWITCH_MARGIN) * staying and pulls < SWITCH_STEPS:
                 self.pull = (k, pulls)
                 return last
