@@ -10,12 +10,13 @@ pass's price, the fastest of its recent passes, is its cheap same-shape kind. Pr
 step at K=3 was 413 us where it took 430-470, at K=1 223 us where a fixed K=1 step took 160-170: the
 rule drafted 2-4 deep where K=1 made 1.2-1.4x the tokens a second.
 
-So each K a lone rule drafted lately is priced by the median of its last RECENT_STEPS whole steps as
-timed (its draft passes, its verify pass and the Python between them: the generation's own clock in
-the step loop), once MIN_STEPS of them ran in the last STALE_STEPS steps; the Ks it has not run keep
-the passes' model. The rule's neighbour steps (k_tuning.EXPLORE_EVERY) keep the Ks beside its own
-priced. A median, not the fastest: a step's cost is its passes' typical one and its shape changes, and
-two descheduled steps in five move it nothing.
+So each K a lone rule drafted lately is priced by the second fastest of its last RECENT_STEPS whole
+steps as timed (its draft passes, its verify pass and the Python between them: the generation's own
+clock in the step loop), once MIN_STEPS of them ran in the last STALE_STEPS steps; the other Ks by the
+passes' model, scaled as the Ks run compare with it (`priced`), and the shallower ones never run are
+tried once (`tried`). Every step at a K pays that K's graph builds and Python, so the second fastest
+of five is its cost as it runs, where three descheduled steps (a busy machine: only ever too slow)
+move nothing; the fastest alone would be one lucky step.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 
-RECENT_STEPS = 5  # a K's price: the median of its last this many steps
+RECENT_STEPS = 5  # a K's price: the second fastest of its last this many steps
 MIN_STEPS = 3  # ... once this many ran (one or two steps' noise is no price)
 STALE_STEPS = 256  # ... in the last this many steps of any K
 # A K its steps have not priced is tried for this many steps (the first pays the change of K) where the
@@ -93,13 +94,13 @@ class StepsByK:
 
     def priced(self, costs: StepCosts) -> StepCosts:
         """`costs` with each K run lately priced by its steps (its verify batch as what they took beyond
-        its draft steps' price, so that step_s(K) is their median). A K run before, not lately, keeps
+        its draft steps' price, so that step_s(K) is their second fastest). A K run before, not lately, keeps
         how its steps compared with the passes' model then (the model follows the machine's speed; the
         ratio, that K's own Python and graph builds); a K never run, the median ratio of those run
         lately (else of all): the model misses the same there, and a K priced cheaper than it runs
         would be drafted at once."""
         fresh = {
-            k: statistics.median(recent)
+            k: sorted(recent)[1]
             for k, (recent, at) in self._recent.items()
             if k < len(costs.verify_s) and len(recent) >= MIN_STEPS and self._now - at <= STALE_STEPS
         }

@@ -17,8 +17,8 @@ MODEL = StepCosts(40 * US, tuple((110 + 20 * n) * US for n in range(17)))
 
 
 def test_a_k_run_lately_is_priced_by_its_steady_steps():
-    """Its steps' median; the step that changed K (graphs built anew, a catch-up) and probes are no
-    steps of the K they ran at."""
+    """Its steps' second fastest of five; the step that changed K (graphs built anew, a catch-up) and
+    probes are no steps of the K they ran at."""
     steps = StepsByK()
     for _ in range(4):
         steps.observe(1, 200 * US)
@@ -31,6 +31,13 @@ def test_a_k_run_lately_is_priced_by_its_steady_steps():
     assert priced.step_s(1) == pytest.approx(200 * US)
     assert priced.step_s(3) == pytest.approx(410 * US)
     assert priced.draft_step_s == MODEL.draft_step_s
+
+
+def test_three_descheduled_steps_in_five_move_no_price():
+    steps = StepsByK()
+    for seconds in (200, 5000, 210, 4000, 9000, 205):  # the first: the change to K=2
+        steps.observe(2, seconds * US)
+    assert steps.priced(MODEL).step_s(2) == pytest.approx(210 * US)
 
 
 def test_a_k_not_run_is_priced_as_the_ks_run_compare_with_the_model():
