@@ -35,6 +35,9 @@ STALE_STEPS = 256  # ... in the last this many steps of any K
 # model, scaled as the Ks run compare with it, puts it within TRY_WITHIN of the K drafted: once a process.
 TRY_STEPS = MIN_STEPS + 1
 TRY_WITHIN = 0.25
+# A K's ratio to the model, and a try, are forgotten after this many steps without its steps lately: a
+# ratio taken in a busy spell must not keep a K out for good (a try costs TRY_STEPS steps, ~0.4 % here).
+FORGET_STEPS = 1024
 
 
 @dataclass
@@ -45,8 +48,8 @@ class StepsByK:
     _now: int = 0  # steps seen
     _last: int | None = None  # the K of the step before
     # each K's steps against the passes' model when last run lately: how a K not run lately is priced
-    _ratios: dict[int, float] = field(default_factory=dict)
-    _tried: set[int] = field(default_factory=set)  # Ks drafted or tried (`tried`)
+    _ratios: dict[int, tuple[float, int]] = field(default_factory=dict)  # K: the ratio, the step it was taken at
+    _tried: dict[int, int] = field(default_factory=dict)  # Ks drafted or tried (`tried`): the step at
     _trying: tuple[int, int] | None = None  # a K being tried, and its steps still to run
     _scan: bool = False  # new prices: look for a K to try
 
@@ -67,7 +70,7 @@ class StepsByK:
     def copy(self) -> StepsByK:
         """The same steps, kept on apart (a request's policy starting from the last one's)."""
         recent = {k: (deque(steps, maxlen=RECENT_STEPS), at) for k, (steps, at) in self._recent.items()}
-        return StepsByK(recent, self._now, None, dict(self._ratios), set(self._tried))
+        return StepsByK(recent, self._now, None, dict(self._ratios), dict(self._tried))
 
     def tried(self, k: int, costs: StepCosts, alphas: Callable[[], Sequence[float]]) -> int:
         """The K to draft where the rule drafts `k` at `costs` (as `priced`): a K not priced by its own
@@ -81,38 +84,41 @@ class StepsByK:
             return other
         if self._scan:
             self._scan = False
-            self._tried.add(k)
+            self._tried[k] = self._now
             expected = expected_tokens_for_each_k(alphas()[: costs.k_max])
             best = expected[k] / costs.step_s(k)
             for other in range(1, min(k + 2, len(expected))):  # shallower, or the next K up: a try costs little
                 untried = other not in self._tried and other not in self._ratios
                 if untried and expected[other] / costs.step_s(other) >= (1 - TRY_WITHIN) * best:
-                    self._tried.add(other)
+                    self._tried[other] = self._now
                     self._trying = (other, TRY_STEPS - 1)
                     return other
         return k
 
     def priced(self, costs: StepCosts) -> StepCosts:
         """`costs` with each K run lately priced by its steps (its verify batch as what they took beyond
-        its draft steps' price, so that step_s(K) is their second fastest). A K run before, not lately, keeps
-        how its steps compared with the passes' model then (the model follows the machine's speed; the
-        ratio, that K's own Python and graph builds); a K never run, the median ratio of those run
-        lately (else of all): the model misses the same there, and a K priced cheaper than it runs
-        would be drafted at once."""
+        its draft steps' price, so that step_s(K) is their second fastest). A K run before, not lately,
+        keeps how its steps compared with the passes' model then (the model follows the machine's speed;
+        the ratio, that K's own Python and graph builds) for FORGET_STEPS; a K not run, the median ratio
+        of those run lately (else of all): the model misses the same there, and a K priced cheaper than
+        it runs would be drafted at once."""
         fresh = {
             k: sorted(recent)[1]
             for k, (recent, at) in self._recent.items()
             if k < len(costs.verify_s) and len(recent) >= MIN_STEPS and self._now - at <= STALE_STEPS
         }
         for k, seconds in fresh.items():
-            self._ratios[k] = seconds / costs.step_s(k)
+            self._ratios[k] = (seconds / costs.step_s(k), self._now)
+        self._ratios = {k: r for k, r in self._ratios.items() if self._now - r[1] <= FORGET_STEPS}
+        self._tried = {k: at for k, at in self._tried.items() if self._now - at <= FORGET_STEPS}
         self._scan = True
         if not self._ratios:
             return costs
-        scale = statistics.median(self._ratios[k] for k in fresh) if fresh else statistics.median(self._ratios.values())
+        ratios = {k: ratio for k, (ratio, _) in self._ratios.items()}
+        scale = statistics.median(ratios[k] for k in fresh) if fresh else statistics.median(ratios.values())
         d = costs.draft_step_s
         verify = [
-            max(fresh[k] if k in fresh else self._ratios.get(k, scale) * costs.step_s(k), k * d + 0.5 * v) - k * d
+            max(fresh[k] if k in fresh else ratios.get(k, scale) * costs.step_s(k), k * d + 0.5 * v) - k * d
             for k, v in enumerate(costs.verify_s)
         ]
         return StepCosts(d, tuple(verify))

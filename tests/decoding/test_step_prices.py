@@ -8,7 +8,7 @@ import pytest
 from ollama_spec.decoding.k_policy import AutoK
 from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE
 from ollama_spec.decoding.step_costs import StepCosts, best_k
-from ollama_spec.decoding.step_prices import MIN_STEPS, StepsByK
+from ollama_spec.decoding.step_prices import FORGET_STEPS, MIN_STEPS, StepsByK
 from tests.decoding.test_step_costs import CPU
 
 US = 1e-6
@@ -118,3 +118,17 @@ def test_a_probe_is_no_step_of_the_rules_own():
     policy.probing = ""
     policy.observe(1, 1, 50 * US, 150 * US)
     assert policy.own_drafted == 1
+
+
+def test_a_ratio_taken_long_ago_is_forgotten_and_its_k_tried_again():
+    """A K whose ratio was taken in a busy spell must not stay out for good."""
+    steps = StepsByK()
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(1, 3 * MODEL.step_s(1))  # busy
+    steps.priced(MODEL)
+    for _ in range(FORGET_STEPS + 1):
+        steps.observe(3, MODEL.step_s(3))
+    priced = steps.priced(MODEL)
+    assert priced.step_s(1) == pytest.approx(MODEL.step_s(1))  # as K=3's steps compare: 1.0
+    alphas = lambda: [0.9] * MODEL.k_max
+    assert steps.tried(3, priced, alphas) == 1  # tried again
