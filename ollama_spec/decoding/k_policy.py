@@ -32,7 +32,6 @@ from ollama_spec.decoding.k_tuning import (
     DRAFT_GAIN_MARGIN,
     DRAFT_KEEP_MARGIN,
     EXPLORE_EVERY,
-    LOOKUP_GAIN_MARGIN,
     PRICINGS_KEPT,
     PROBE_ACCEPTANCE,
     PROBE_CEILING_EVERY,
@@ -41,6 +40,7 @@ from ollama_spec.decoding.k_tuning import (
     PROBE_EXPLORE,
     PROBE_MAX_EVERY,
     RATE_DECAY,
+    RECHOOSE_S,
     SEEDED_WEIGHT,
     STOPS_MIN_DRAFT_S,
 )
@@ -54,9 +54,12 @@ from ollama_spec.decoding.step_costs import (
     blend,
     bounded,
     consistent,
+    could_pay_at_all,
     expected_tokens_per_step,
+    lookup_worth,
     median_costs,
 )
+from ollama_spec.decoding.step_prices import StepsByK
 
 
 class AutoK:
@@ -68,6 +71,8 @@ class AutoK:
     draws fall differently), so a run with a fixed seed keeps the calibrated costs: the same seed
     then writes the same text.
     """
+
+    _drafting: tuple[int, float] | None  # best_drafting_k now, until worked out again (observe)
 
     def __init__(
         self,
@@ -93,7 +98,7 @@ class AutoK:
         self._probe_paid = False  # the last probe paid for itself: probe again at once
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps = 0
-        self._drafting: tuple[int, float] | None = None  # best_drafting_k now, until a step drafts
+        self._drafting, self._unchosen_s = None, 0.0  # ... and the modelled seconds since (RECHOOSE_S)
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
         self._kept = KeptK()  # the K its rule drafted last, kept unless another clearly beats it
         self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
@@ -114,10 +119,11 @@ class AutoK:
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
         self._pricings: deque[StepCosts] = deque(maxlen=PRICINGS_KEPT)  # the last ones, for their median
+        self._steps = StepsByK()  # priced, alone: its whole steps as timed, by K (decoding/step_prices.py)
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
         self.last_drafted = 0  # the tokens the last step seen drafted
         # ... and by its own rule: 0 where the step's K was the step loop's (shared_k: beside others, or
-        # a lone slot's exploring step, engine/batch_k.py), which says nothing of what the rule chose
+        # a lone slot's exploring step, engine/batch_k.py), which says nothing of what the rule chose, or a probe's
         self.own_drafted = 0
         self._ruled = True  # the step under way drafts by its own rule
         # beside others: the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ...
@@ -174,20 +180,22 @@ class AutoK:
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.
             self._steps_without_draft += 1
             if self._steps_without_draft >= self._probe_every or self._probe_paid:
-                could_pay = self._could_pay()
+                could_pay = could_pay_at_all(self.costs)
                 if could_pay or self._probe_every < PROBE_MAX_EVERY or self._steps_without_draft >= PROBE_CEILING_EVERY:
                     self.probing = PROBE_ACCEPTANCE if could_pay else PROBE_COSTS
                     return 1
             if shared is None and not self._probe_paid:  # alone, no probe before this many steps
                 self.quiet_steps = max(0, min(self._probe_every - self._steps_without_draft, self.explore_in))
             return 0
-        k = self._kept.choose(k, rate, self.alphas(), self.costs)
+        k = self._kept.choose(k, rate, self.alphas, self.costs)
         self._drafting_steps += 1
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
         if self._by_token:
             self._stopping = True  # a probe (above) drafts its one token whatever its margin
             self._explore = "armed" if explore else ""  # this step drafts one token past where the margins say stop
             return self.costs.k_max
+        if self._priced:  # each K priced by its own steps (step_prices): a K not run yet is tried, not a neighbour
+            return self._steps.tried(k, self.costs, self.alphas)
         if explore:
             neighbour = k + 1 if (self._drafting_steps // EXPLORE_EVERY) % 2 else k - 1
             if 1 <= neighbour <= self.costs.k_max:
@@ -208,23 +216,14 @@ class AutoK:
         if self._taken_up:
             costs = median_costs(self._pricings)
         costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
+        if not (self.confidence_stops and costs.draft_step_s >= STOPS_MIN_DRAFT_S):  # K whole, not token by token
+            costs = self._steps.priced(costs)
         self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
         self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
         self._drafting = None
 
     def lookup_worth(self, alphas: Sequence[float]) -> int:
-        """The lookup's length (up to len(alphas)) with the most expected tokens per second of verify
-        batch, if that beats the target alone by LOOKUP_GAIN_MARGIN; else 0. Priced, not taken
-        whenever a token is expected: on the quantized pair a batch of 6 costs 3 steps of the target
-        alone, and lookups of 5 at α ≈ 0.4 (the default prompts) lost 2-4 % against the target alone.
-        The best drafting K, with drafting free: a lookup runs no draft step."""
-        n, rate = best_drafting_k(alphas, replace(self.costs, draft_step_s=0.0))
-        return n if beats_target_alone(rate, self.costs, LOOKUP_GAIN_MARGIN) else 0
-
-    def _could_pay(self) -> bool:
-        """Would drafting beat the target alone by the margin at these costs if every draft were accepted?"""
-        _, rate = best_drafting_k([1.0] * self.costs.k_max, self.costs)
-        return beats_target_alone(rate, self.costs, DRAFT_GAIN_MARGIN)
+        return lookup_worth(alphas, self.costs)
 
     @property
     def keep_drafting(self) -> Callable[[int, float | None], bool] | None:
@@ -318,17 +317,22 @@ class AutoK:
         self._probe_every = earlier._probe_every
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
         self.estimator, self.by_position = earlier.estimator.copy(), earlier.by_position.copy()
+        self._steps = earlier._steps.copy()
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
+        if self._priced and self.shared_k is None:
+            self._steps.observe(drafted, draft_s + verify_s, counted=not (self.probing or lookup))
         if not drafted and not self.probing:
             self._observe_at_zero(verify_s)
             return
         self.observed += 1
         self.last_drafted = drafted
-        self.own_drafted = drafted if self._ruled else 0
+        self.own_drafted = drafted if self._ruled and not self.probing else 0
         self._alphas = None
-        if drafted:  # the acceptance and the costs of drafting move
-            self._drafting = None
+        if drafted:  # the acceptance and the costs of drafting move: the best K is worked out again, soon
+            self._unchosen_s += self.costs.step_s(min(drafted, self.costs.k_max))
+            if self._unchosen_s >= RECHOOSE_S or self.probing or not self._taken_up:
+                self._drafting, self._unchosen_s = None, 0.0
         if lookup and drafted and self.confidence_stops:
             # A lookup step beside the draft model (HybridProposer): its verify batch is timed like any,
             # but its acceptance and its free drafting say nothing of the draft model's.

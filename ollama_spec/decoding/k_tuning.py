@@ -53,6 +53,12 @@ EXPLORE_EVERY = 8
 # percent apart (a shared CPU's noise) moved K at one step in three (tiny pair, 64 tokens a prompt).
 SWITCH_MARGIN = 0.05
 SWITCH_STEPS = 8  # ... or where the other K has been the best at this many drafting steps in a row
+# A lone rule that keeps drafting works its best K out again (best_drafting_k over every K up to K_max,
+# and the acceptance by position it reads: ~10 us of Python) only once its steps since have taken this
+# much modelled time; a step that drafts after K=0 (a probe), or new prices, at once. Where a step takes
+# milliseconds (the demo pair) that is every step; on the tiny pair (0.2-0.4 ms a step, of which the
+# K rule's Python was 40-80 us against 20 for a fixed K) every few, while K barely moves between them.
+RECHOOSE_S = 0.001
 # Confidence stops weigh each drafted token (its margin, and whether the next one pays): ~10 us of
 # Python a token on a 2-core CPU, which pays where a draft step costs milliseconds (the demo pair) but
 # not where it costs 40-60 us, itself mostly Python (the tiny pair: lone -k auto drafting token by

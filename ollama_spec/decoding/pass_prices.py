@@ -147,7 +147,8 @@ class PassPrices:
     _costs: dict[tuple[int, bool], tuple[int, StepCosts]] = field(default_factory=dict)
     # target_pass by tokens since the last target pass (a step's plan and each of its draft passes ask)
     _priced: dict[int, float] = field(default_factory=dict)
-    _rise: tuple[float, float] | None = None  # _unseen's line, until the next target pass
+    _prior_at: dict[int, float] = field(default_factory=dict)  # _target_prior by tokens, until the prior changes
+    _rise: tuple[float, float, float] | None = None  # _unseen's line and floor, until the next target pass
 
     def observe(self, draft: bool, size: int, seconds: float) -> None:
         """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
@@ -166,6 +167,7 @@ class PassPrices:
         """A calibration (or the costs saved last time): the shape of the sizes not seen yet."""
         if prior != self.prior:
             self.prior = prior
+            self._prior_at.clear()
             for model in (self._target, self._draft):  # the scales the stale sizes kept were of the old prior
                 model.forget_scale()
                 model.forget_stale(self._now)
@@ -253,18 +255,18 @@ class PassPrices:
         about the same at every size (on the tiny pair most of a pass): scaled by a ratio, the prior's
         rise with the tokens would be that ratio too steep, and every drafting shape too dear. b stays
         within RISE_BOUNDS of the scale, so two noisy sizes do not make the rise free or a cliff."""
-        scale = self._target_scale()
-        prior = self._target_prior(tokens)
-        if self._rise is None:
-            self._rise = (0.0, scale)
+        if self._rise is None:  # worked out once a target pass: the verify line asks for every unseen size
+            scale = self._target_scale()
+            self._rise = (0.0, scale, RISE_BOUNDS[0] * scale)
             seen = [(self._target_prior(size), s, 1.0) for size, s in self._target.recent(self._now)]
             xs = [x for x, _, _ in seen]
             if len(seen) >= 2 and max(xs) >= RISE_SPAN * min(xs):
                 mean_x, mean_y, slope = least_squares(seen)
                 slope = min(max(slope, RISE_BOUNDS[0] * scale), RISE_BOUNDS[1] * scale)
-                self._rise = (mean_y - slope * mean_x, slope)
-        base, slope = self._rise
-        return max(base + slope * prior, RISE_BOUNDS[0] * scale * prior)
+                self._rise = (mean_y - slope * mean_x, slope, RISE_BOUNDS[0] * scale)
+        base, slope, least = self._rise
+        prior = self._target_prior(tokens)
+        return max(base + slope * prior, least * prior)
 
     def _target_scale(self) -> float:
         """How the target's sizes seen lately compare with its prior: the machine's speed now (noted
@@ -287,9 +289,12 @@ class PassPrices:
         return seconds * self._target_scale() / then if then else None
 
     def _target_prior(self, tokens: int) -> float:
-        if self.prior is not None:
-            return pass_seconds(self.prior, tokens)
-        return 1.0 + PRIOR_SLOPE * (tokens - 1)  # a shape only: scaled by the passes seen
+        price = self._prior_at.get(tokens)
+        if price is None:
+            # with no prior, a shape only: scaled by the passes seen
+            price = pass_seconds(self.prior, tokens) if self.prior is not None else 1.0 + PRIOR_SLOPE * (tokens - 1)
+            self._prior_at[tokens] = price
+        return price
 
     def _draft_prior(self, rows: int) -> float:
         # the draft's pass grows with its rows as the target's does: both mostly read their weights

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
-from ollama_spec.decoding.k_tuning import SWITCH_MARGIN, SWITCH_STEPS
+from ollama_spec.decoding.k_tuning import DRAFT_GAIN_MARGIN, LOOKUP_GAIN_MARGIN, SWITCH_MARGIN, SWITCH_STEPS
 
 COST_DECAY = 0.8  # per observation: step times follow the context depth and the machine's load
 LINE_DECAY = 0.97  # per drafting step: the verify line follows the last ~30 steps
@@ -128,12 +128,13 @@ class KeptK:
     last: int = 0
     pull: tuple[int, int] = (0, 0)  # another K, the best at the last drafting steps, and at how many in a row
 
-    def choose(self, k: int, rate: float, alphas: Sequence[float], costs: StepCosts) -> int:
-        """The K to draft where the best is `k` at `rate` tokens a second."""
+    def choose(self, k: int, rate: float, alphas: Callable[[], Sequence[float]], costs: StepCosts) -> int:
+        """The K to draft where the best is `k` at `rate` tokens a second (`alphas`: the acceptance by
+        position, asked only where it stays at another K)."""
         last, (pulled_to, pulls) = self.last, self.pull
         if last and last != k and last <= costs.k_max:
             pulls = pulls + 1 if pulled_to == k else 1
-            staying = expected_tokens_by_position(alphas, last) / costs.step_s(last)
+            staying = expected_tokens_by_position(alphas(), last) / costs.step_s(last)
             if rate <= (1 + SWITCH_MARGIN) * staying and pulls < SWITCH_STEPS:
                 self.pull = (k, pulls)
                 return last
@@ -145,6 +146,22 @@ def beats_target_alone(rate: float, costs: StepCosts, margin: float = 0.0) -> bo
     """Are `rate` tokens per second more than the target alone's, and by `margin` (0.1: 10 %)?"""
     alone = 1 / costs.verify_s[0]
     return rate > alone and rate >= (1 + margin) * alone
+
+
+def lookup_worth(alphas: Sequence[float], costs: StepCosts) -> int:
+    """A lookup's length (up to len(alphas)) with the most expected tokens per second of verify batch,
+    if that beats the target alone by LOOKUP_GAIN_MARGIN; else 0. Priced, not taken whenever a token
+    is expected: on the quantized pair a batch of 6 costs 3 steps of the target alone, and lookups of 5
+    at α ≈ 0.4 (the default prompts) lost 2-4 % against the target alone. The best drafting K, with
+    drafting free: a lookup runs no draft step."""
+    n, rate = best_drafting_k(alphas, replace(costs, draft_step_s=0.0))
+    return n if beats_target_alone(rate, costs, LOOKUP_GAIN_MARGIN) else 0
+
+
+def could_pay_at_all(costs: StepCosts) -> bool:
+    """Would drafting beat the target alone by DRAFT_GAIN_MARGIN at these costs if every draft were accepted?"""
+    _, rate = best_drafting_k([1.0] * costs.k_max, costs)
+    return beats_target_alone(rate, costs, DRAFT_GAIN_MARGIN)
 
 
 def worth_a_token(alphas: Sequence[float]) -> int:

@@ -113,7 +113,9 @@ class BatchK:
                 at_zero, wait = -1, REPRICE_AT_ZERO if drafted else min(2 * wait, REPRICE_AT_ZERO_MAX)
             self._repriced = (lone, at_zero + 1, wait)
             lone.explore_in = 0
-            if lone.own_drafted >= EXPLORE_K:  # its rule drafting: its passes are priced as they run
+            if (
+                lone.own_drafted
+            ):  # its rule drafting (K=1 too, its draft pass priced): its passes are priced as they run
                 self._at_zero, self._explore_every, self._again = 0, EXPLORE_EVERY, 0
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
                 k = self._explored(1, lone.costs.k_max, EXPLORE_MAX_EVERY_ALONE) or None

@@ -1,0 +1,124 @@
+"""What a lone rule's whole steps at each K took, by the step loop's clock: the price of a K it ran lately.
+
+The step loop prices each pass (decoding/pass_prices.py) and a step at K is modelled as K draft passes
+and one target pass of K+1 tokens. On a pair whose passes take well under a millisecond that model
+misses what a whole step really costs: llama.cpp builds its graph again for every pass whose shape
+differs from the pass before it (on the tiny pair, 1 thread: a target pass 60-90 us dearer, a draft
+pass 27-30 us), and a step at K >= 2 changes its draft passes' shape twice (the first reads the last
+step's bonus token beside its draft, the rest one token) where one at K=1 mostly never does; the draft
+pass's price, the fastest of its recent passes, is its cheap same-shape kind. Priced by its passes, a
+step at K=3 was 413 us where it took 430-470, at K=1 223 us where a fixed K=1 step took 160-170: the
+rule drafted 2-4 deep where K=1 made 1.2-1.4x the tokens a second.
+
+So each K a lone rule drafted lately is priced by the second fastest of its last RECENT_STEPS whole
+steps as timed (its draft passes, its verify pass and the Python between them: the generation's own
+clock in the step loop), once MIN_STEPS of them ran in the last STALE_STEPS steps; the other Ks by the
+passes' model, scaled as the Ks run compare with it (`priced`), and the shallower ones never run are
+tried once (`tried`). Every step at a K pays that K's graph builds and Python, so the second fastest
+of five is its cost as it runs, where three descheduled steps (a busy machine: only ever too slow)
+move nothing; the fastest alone would be one lucky step.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
+
+RECENT_STEPS = 5  # a K's price: the second fastest of its last this many steps
+MIN_STEPS = 3  # ... once this many ran (one or two steps' noise is no price)
+STALE_STEPS = 256  # ... in the last this many steps of any K
+# A K its steps have not priced is tried for this many steps (the first pays the change of K) where the
+# model, scaled as the Ks run compare with it, puts it within TRY_WITHIN of the K drafted: once a process.
+TRY_STEPS = MIN_STEPS + 1
+TRY_WITHIN = 0.25
+# A K's ratio to the model, and a try, are forgotten after this many steps without its steps lately: a
+# ratio taken in a busy spell must not keep a K out for good (a try costs TRY_STEPS steps, ~0.4 % here).
+FORGET_STEPS = 1024
+
+
+@dataclass
+class StepsByK:
+    """Recent whole-step seconds of a lone rule by K (see the module)."""
+
+    _recent: dict[int, tuple[deque[float], int]] = field(default_factory=dict)  # K: its steps, the step last run
+    _now: int = 0  # steps seen
+    _last: int | None = None  # the K of the step before
+    # each K's steps against the passes' model when last run lately: how a K not run lately is priced
+    _ratios: dict[int, tuple[float, int]] = field(default_factory=dict)  # K: the ratio, the step it was taken at
+    _tried: dict[int, int] = field(default_factory=dict)  # Ks drafted or tried (`tried`): the step at
+    _trying: tuple[int, int] | None = None  # a K being tried, and its steps still to run
+    _scan: bool = False  # new prices: look for a K to try
+
+    def observe(self, k: int, seconds: float, counted: bool = True) -> None:
+        """A step that drafted `k` tokens took `seconds`, its passes and the Python between them; not
+        `counted`: its K was no rule's (a probe, a lookup), its time no step's at that K. Only a step at
+        the K of the step before is kept: one at another pays that change (llama.cpp's graphs built for
+        new shapes, and after K=0 the draft's catch-up on what it skipped), once, not at every step."""
+        self._now += 1
+        steady, self._last = k == self._last, k if counted else None
+        if not (counted and steady):
+            return
+        entry = self._recent.get(k)
+        recent = entry[0] if entry is not None and self._now - entry[1] <= STALE_STEPS else deque(maxlen=RECENT_STEPS)
+        recent.append(seconds)
+        self._recent[k] = (recent, self._now)
+
+    def copy(self) -> StepsByK:
+        """The same steps, kept on apart (a request's policy starting from the last one's)."""
+        recent = {k: (deque(steps, maxlen=RECENT_STEPS), at) for k, (steps, at) in self._recent.items()}
+        return StepsByK(recent, self._now, None, dict(self._ratios), dict(self._tried))
+
+    def tried(self, k: int, costs: StepCosts, alphas: Callable[[], Sequence[float]]) -> int:
+        """The K to draft where the rule drafts `k` at `costs` (as `priced`): a K not priced by its own
+        steps yet whose rate there is within TRY_WITHIN of k's, for TRY_STEPS steps (looked for once a
+        pricing), else k. Scaled by the Ks run, the model misprices a K whose steps differ from theirs
+        (on the tiny pair, K=1 changes no draft pass's shape, K>=2 two a step): never run, its price
+        would never be corrected, nor its rate be the best."""
+        if self._trying is not None:
+            other, left = self._trying
+            self._trying = (other, left - 1) if left > 1 else None
+            return other
+        if self._scan:
+            self._scan = False
+            self._tried[k] = self._now
+            expected = expected_tokens_for_each_k(alphas()[: costs.k_max])
+            best = expected[k] / costs.step_s(k)
+            for other in range(1, min(k + 2, len(expected))):  # shallower, or the next K up: a try costs little
+                untried = other not in self._tried and other not in self._ratios
+                if untried and expected[other] / costs.step_s(other) >= (1 - TRY_WITHIN) * best:
+                    self._tried[other] = self._now
+                    self._trying = (other, TRY_STEPS - 1)
+                    return other
+        return k
+
+    def priced(self, costs: StepCosts) -> StepCosts:
+        """`costs` with each K run lately priced by its steps (its verify batch as what they took beyond
+        its draft steps' price, so that step_s(K) is their second fastest). A K run before, not lately,
+        keeps how its steps compared with the passes' model then (the model follows the machine's speed;
+        the ratio, that K's own Python and graph builds) for FORGET_STEPS; a K not run, the median ratio
+        of those run lately (else of all): the model misses the same there, and a K priced cheaper than
+        it runs would be drafted at once."""
+        fresh = {
+            k: sorted(recent)[1]
+            for k, (recent, at) in self._recent.items()
+            if k < len(costs.verify_s) and len(recent) >= MIN_STEPS and self._now - at <= STALE_STEPS
+        }
+        for k, seconds in fresh.items():
+            self._ratios[k] = (seconds / costs.step_s(k), self._now)
+        self._ratios = {k: r for k, r in self._ratios.items() if self._now - r[1] <= FORGET_STEPS}
+        self._tried = {k: at for k, at in self._tried.items() if self._now - at <= FORGET_STEPS}
+        self._scan = True
+        if not self._ratios:
+            return costs
+        ratios = {k: ratio for k, (ratio, _) in self._ratios.items()}
+        scale = statistics.median(ratios[k] for k in fresh) if fresh else statistics.median(ratios.values())
+        d = costs.draft_step_s
+        verify = [
+            max(fresh[k] if k in fresh else ratios.get(k, scale) * costs.step_s(k), k * d + 0.5 * v) - k * d
+            for k, v in enumerate(costs.verify_s)
+        ]
+        return StepCosts(d, tuple(verify))

@@ -1,0 +1,134 @@
+"""A lone rule priced by its whole steps (decoding/step_prices.py), and what that makes it draft."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE
+from ollama_spec.decoding.step_costs import StepCosts, best_k
+from ollama_spec.decoding.step_prices import FORGET_STEPS, MIN_STEPS, StepsByK
+from tests.decoding.test_step_costs import CPU
+
+US = 1e-6
+# The passes' model of a pair whose passes take well under a millisecond (the tiny pair's shape)
+MODEL = StepCosts(40 * US, tuple((110 + 20 * n) * US for n in range(17)))
+
+
+def test_a_k_run_lately_is_priced_by_its_steady_steps():
+    """Its steps' second fastest of five; the step that changed K (graphs built anew, a catch-up) and
+    probes are no steps of the K they ran at."""
+    steps = StepsByK()
+    for _ in range(4):
+        steps.observe(1, 200 * US)
+    steps.observe(3, 900 * US)  # the change from K=1
+    for seconds in (400, 420, 410):
+        steps.observe(3, seconds * US)
+    steps.observe(3, 2000 * US, counted=False)  # a probe's, or a lookup's
+    steps.observe(3, 5000 * US)  # the first after it: not steady either
+    priced = steps.priced(MODEL)
+    assert priced.step_s(1) == pytest.approx(200 * US)
+    assert priced.step_s(3) == pytest.approx(410 * US)
+    assert priced.draft_step_s == MODEL.draft_step_s
+
+
+def test_three_descheduled_steps_in_five_move_no_price():
+    steps = StepsByK()
+    for seconds in (200, 5000, 210, 4000, 9000, 205):  # the first: the change to K=2
+        steps.observe(2, seconds * US)
+    assert steps.priced(MODEL).step_s(2) == pytest.approx(210 * US)
+
+
+def test_a_k_not_run_is_priced_as_the_ks_run_compare_with_the_model():
+    steps = StepsByK()
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(2, 1.5 * MODEL.step_s(2))
+    priced = steps.priced(MODEL)
+    assert priced.step_s(5) == pytest.approx(1.5 * MODEL.step_s(5))
+    assert priced.step_s(0) == pytest.approx(1.5 * MODEL.step_s(0))
+
+
+def test_a_k_no_longer_run_keeps_how_its_steps_compared_with_the_model():
+    """The model follows the machine's speed; the ratio keeps what is that K's own (its graph builds)."""
+    steps = StepsByK()
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(1, MODEL.step_s(1))
+    steps.priced(MODEL)
+    slower = StepCosts(2 * MODEL.draft_step_s, tuple(2 * v for v in MODEL.verify_s))  # the machine now
+    for _ in range(300):  # long past STALE_STEPS at K=2, whose steps cost 1.4x the model
+        steps.observe(2, 1.4 * slower.step_s(2))
+    priced = steps.priced(slower)
+    assert priced.step_s(1) == pytest.approx(slower.step_s(1))  # K=1's own ratio, 1.0: not K=2's 1.4
+    assert priced.step_s(3) == pytest.approx(1.4 * slower.step_s(3))
+
+
+def _run(policy: AutoK, truth, steps: int, alpha: float = 0.9, seed: int = 3) -> list[int]:
+    """Lone steps repriced by the passes' model every 4th, each taking `truth(k)`; the Ks drafted."""
+    rng, chosen = np.random.default_rng(seed), []
+    for step in range(steps):
+        if step % 4 == 0:
+            policy.reprice(StepCosts(MODEL.draft_step_s, MODEL.verify_s))  # the step loop's new pricing
+        k = policy.next_k()
+        accepted = next((i for i in range(k) if rng.random() > alpha), k)
+        policy.observe(k, accepted, 0.3 * truth(k), 0.7 * truth(k))
+        chosen.append(0 if policy.probing else k)
+    return chosen
+
+
+def test_a_lone_rule_drafts_the_k_whose_steps_run_fastest_not_the_one_its_passes_price_best():
+    """On the tiny pair a step at K >= 2 changes its draft passes' shape twice (llama.cpp builds its
+    graph again, ~30 us each) and one at K=1 does not: priced by its passes, K=2-3 looked best where
+    K=1 made 1.2-1.4x their tokens a second. Priced by its steps, the rule finds K=1 (it tries the
+    shallower Ks its steps have not priced) and keeps it."""
+    truth = lambda k: MODEL.step_s(k) + (100 * US if k >= 2 else 0.0)
+    policy = AutoK(MODEL, prior_alpha=0.9, confidence_stops=True)
+    chosen = _run(policy, truth, 300)
+    assert Counter(chosen[-100:])[1] >= 90
+
+
+def test_where_its_passes_price_it_right_the_rule_drafts_as_deep_as_before():
+    """No graph builds to pay: the steps cost what their passes do, and the best K is the model's."""
+    policy = AutoK(MODEL, prior_alpha=0.9, confidence_stops=True)
+    chosen = _run(policy, MODEL.step_s, 300)
+    assert best_k(0.9, MODEL) == 3
+    assert 2 <= Counter(chosen[-100:]).most_common(1)[0][0] <= 4
+
+
+def test_a_rule_weighing_each_token_keeps_its_passes_prices():
+    """Where a draft step costs milliseconds (the demo pair: confidence stops, token by token) its
+    steps' K is the margins' choice, not a price to learn: the passes' prices stand."""
+    policy = AutoK(CPU, prior_alpha=0.9, confidence_stops=True)
+    policy.reprice(CPU)
+    for _ in range(20):
+        k = policy.next_k()
+        policy.observe(min(k, 2), 1, 0.5, 0.5)  # far dearer than priced
+    policy.reprice(StepCosts(CPU.draft_step_s, CPU.verify_s))
+    assert policy.costs.verify_s == pytest.approx(CPU.verify_s)
+
+
+def test_a_probe_is_no_step_of_the_rules_own():
+    """The step loop explores a lone slot whose rule does not draft (engine/batch_k.py): a probe's one
+    token is not its rule drafting, one drafted by the rule at K=1 is."""
+    policy = AutoK(MODEL, prior_alpha=0.9, confidence_stops=True)
+    policy.reprice(MODEL)
+    policy.probing = PROBE_ACCEPTANCE
+    policy.observe(1, 1, 50 * US, 150 * US)
+    assert policy.own_drafted == 0
+    policy.probing = ""
+    policy.observe(1, 1, 50 * US, 150 * US)
+    assert policy.own_drafted == 1
+
+
+def test_a_ratio_taken_long_ago_is_forgotten_and_its_k_tried_again():
+    """A K whose ratio was taken in a busy spell must not stay out for good."""
+    steps = StepsByK()
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(1, 3 * MODEL.step_s(1))  # busy
+    steps.priced(MODEL)
+    for _ in range(FORGET_STEPS + 1):
+        steps.observe(3, MODEL.step_s(3))
+    priced = steps.priced(MODEL)
+    assert priced.step_s(1) == pytest.approx(MODEL.step_s(1))  # as K=3's steps compare: 1.0
+    alphas = lambda: [0.9] * MODEL.k_max
+    assert steps.tried(3, priced, alphas) == 1  # tried again
