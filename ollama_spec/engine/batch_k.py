@@ -35,7 +35,12 @@ from ollama_spec.decoding.pass_prices import PassPrices
 
 # Beside other slots, the batch drafts at most this many columns past the K planned from acceptance by
 # position: deeper where every slot's drafts so far are sure (replayed on the demo pair's greedy texts
-# in modelled time, a cap of K+2 made 2-4 % fewer tokens a second than none below k_max).
+# in modelled time, a cap of K+2 made 2-4 % fewer tokens a second than none below k_max). Only where
+# the slots weigh each drafted token (AutoK.keep_drafting: a draft step dearer than STOPS_MIN_DRAFT_S);
+# else they draft the planned K. On the tiny pair (a draft row ~30 us) a token's weighing (its margin
+# over the vocabulary, its survival) and `stop` after each draft pass were a third of what `-k auto`'s
+# turn spent in Python above a fixed K's at 8 slots (py-spy of the loop thread), and that Python is
+# what its steps cost there.
 DEEPER = 16
 # Beside other slots, after this many steps planned at K=0 one step explores at EXPLORE_K (see the
 # module); each try doubles the wait, up to EXPLORE_MAX_EVERY, until a plan drafts again. Its cost is
@@ -101,7 +106,8 @@ class BatchK:
             k_max = min(p.costs.k_max for p in policies)
             k, self.rate = self._planned(policies, k_max)
             if k:
-                k, self._at_zero, self._explore_every, self._again = min(k + DEEPER, k_max), 0, EXPLORE_EVERY, 0
+                deeper = DEEPER if all(p.keep_drafting is not None for p in policies) else 0  # weighed: `stop`
+                k, self._at_zero, self._explore_every, self._again = min(k + deeper, k_max), 0, EXPLORE_EVERY, 0
             else:
                 k = self._explored(len(generations), k_max)
         else:
