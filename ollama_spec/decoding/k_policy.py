@@ -229,8 +229,8 @@ class AutoK:
     def keep_drafting(self) -> Callable[[int, float | None], bool] | None:
         """`decide`, asked before each drafted token (KPolicy); None where a policy with confidence stops
         drafts the K chosen this step (a draft step too cheap to weigh each token: STOPS_MIN_DRAFT_S),
-        alone: beside other slots the step loop reads their margins."""
-        return None if self.confidence_stops and not (self._by_token or self.shared_k) else self.decide
+        beside other slots too (the step loop reads their margins only where they are weighed)."""
+        return None if self.confidence_stops and not self._by_token else self.decide
 
     def decide(self, drafted: int, margin: float | None) -> bool:
         """After `drafted` tokens this step: take the next one, whose margin is `margin`? Or, with

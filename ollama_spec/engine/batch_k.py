@@ -35,7 +35,12 @@ from ollama_spec.decoding.pass_prices import PassPrices
 
 # Beside other slots, the batch drafts at most this many columns past the K planned from acceptance by
 # position: deeper where every slot's drafts so far are sure (replayed on the demo pair's greedy texts
-# in modelled time, a cap of K+2 made 2-4 % fewer tokens a second than none below k_max).
+# in modelled time, a cap of K+2 made 2-4 % fewer tokens a second than none below k_max). Only where
+# the slots weigh each drafted token (AutoK.keep_drafting: a draft step dearer than STOPS_MIN_DRAFT_S);
+# else they draft the planned K. On the tiny pair (a draft row ~30 us) a token's weighing (its margin
+# over the vocabulary, its survival) and `stop` after each draft pass were a third of what `-k auto`'s
+# turn spent in Python above a fixed K's at 8 slots (py-spy of the loop thread), and that Python is
+# what its steps cost there.
 DEEPER = 16
 # Beside other slots, after this many steps planned at K=0 one step explores at EXPLORE_K (see the
 # module); each try doubles the wait, up to EXPLORE_MAX_EVERY, until a plan drafts again. Its cost is
@@ -49,12 +54,15 @@ EXPLORE_MAX_EVERY = 128
 # (0.8 ms against 0.13 ms), and one every 128 steps was 4-5 % of the time where drafting never pays.
 EXPLORE_MAX_EVERY_ALONE = 512
 EXPLORE_K = 2
-# Beside other slots, a plan that drafts (20-40 us of Python for 2-4 slots) is made again at most this
-# often while the same slots run: on the tiny pair a step takes 0.3-1 ms and the plan was a tenth of its
-# Python; a pair whose passes take milliseconds (the demo pair's: 30 ms and more) is planned at every
-# step. A plan of K=0 is made again at every step: its steps have nothing else to price, and a stale
-# K=0 costs the most.
-REPLAN_S = 0.001
+# Beside other slots, a plan that drafts (20-40 us of Python for 2-4 slots, 50-80 for 8) is made again
+# at most this often while as many slots run: on the tiny pair a step takes 0.3-3 ms and the plan was a
+# tenth of its Python; a pair whose passes take milliseconds (the demo pair's: 30 ms and more) is
+# planned at every step. A slot that ends and one that comes in its place leave the plan as it was (a
+# fresh slot's acceptance is the others' mean: decoding/batch_steps.SEASONED_STEPS). At 8 slots of the
+# tiny pair a step outlasted the 1 ms this was, and the plan was made at every step. A
+# plan of K=0 is made again at every step: its steps have nothing else to price, and a stale K=0 costs
+# the most.
+REPLAN_S = 0.004
 # A slot alone at K=0 is priced again only every so many steps (and at once after a step that drafted):
 # its K=0 steps change the price of the target alone, which follows ~10 passes anyway, and the prices
 # worked out again (pass_prices.step_costs, the policy's best drafting K after them) take ~40-50 us on
@@ -71,12 +79,13 @@ class BatchK:
 
     prices: PassPrices
     rate: float = 0.0  # tokens per second the planned K makes: what a further draft column must beat
+    weighs: bool = False  # the slots drafting beside each other weigh their drafts: `stop` is asked
     _at_zero: int = 0  # shared steps planned at K=0 since one drafted or explored
     _explore_every: int = EXPLORE_EVERY
     _again: int = 0  # the K of an exploration's second step, where the next step is planned at K=0 (_explored)
     clock: Callable[[], float] = time.perf_counter  # what REPLAN_S is measured by
-    _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for the slots `_planned_for`
-    _planned_for: tuple[Any, ...] = ()
+    _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for `_planned_for` slots
+    _planned_for: int = 0
     _planned_at: float = 0.0
     # the lone policy last priced, its K=0 steps since, and how many there are to be before the next
     _repriced: tuple[Any, int, int] = (None, 0, REPRICE_AT_ZERO)
@@ -95,13 +104,15 @@ class BatchK:
         """Before the target pass: the next step's K for every generation running (see the module)."""
         policies = [g.policy for g in generations if isinstance(g.policy, AutoK) and g.policy.learn_costs]
         prices, shared = self.prices, len(generations) > 1
+        self.weighs = False
         if not policies or not prices.known:
             k = None
         elif shared:
-            k_max = min(p.costs.k_max for p in policies)
+            k_max, self.weighs = min(p.costs.k_max for p in policies), all(p.keep_drafting for p in policies)
             k, self.rate = self._planned(policies, k_max)
             if k:
-                k, self._at_zero, self._explore_every, self._again = min(k + DEEPER, k_max), 0, EXPLORE_EVERY, 0
+                deeper = DEEPER if self.weighs else 0
+                k, self._at_zero, self._explore_every, self._again = min(k + deeper, k_max), 0, EXPLORE_EVERY, 0
             else:
                 k = self._explored(len(generations), k_max)
         else:
@@ -127,16 +138,16 @@ class BatchK:
             generation.shared |= shared
 
     def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
-        """plan_step's K and rate for these slots: made again where it was K=0, they changed or REPLAN_S
-        went by. Drafting is taken up where it beats the target alone by DRAFT_GAIN_MARGIN, and kept
+        """plan_step's K and rate for these slots: made again where it was K=0, they changed in number or
+        REPLAN_S went by. Drafting is taken up where it beats the target alone by DRAFT_GAIN_MARGIN, and kept
         while it beats it at all (DRAFT_KEEP_MARGIN), as a lone slot's rule does: on the tiny pair at 8
         slots the pricings put drafting at 1.0-1.1x the target alone, each one by the margin alone
         deciding, and the batch spent 60 % of its steps at K=0 where a fixed K=3 made 1.8x its tokens."""
-        now, members = self.clock(), tuple(policies)
-        if not self._plan[0] or members != self._planned_for or now - self._planned_at >= REPLAN_S:
+        now, members = self.clock(), policies
+        if not self._plan[0] or len(members) != self._planned_for or now - self._planned_at >= REPLAN_S:
             margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
             self._plan = plan_step(policies, self._lines, margin, k_max)
-            self._planned_for, self._planned_at = members, now
+            self._planned_for, self._planned_at = len(members), now
         return self._plan
 
     def _explored(self, slots: int, k_max: int, most_every: int = EXPLORE_MAX_EVERY) -> int:

@@ -351,6 +351,8 @@ def _on_cpu() -> float:
 def _declined(k: BatchK, drafting: list[Slot], rows: int, advance: Callable[[Slot, Declined], None]) -> bool:
     """Before a draft pass: do the slots drafting beside each other stop here (engine/batch_k.py, over
     the `rows` sequences of the coming target pass)? Then each is told so (`Declined`, through `advance`)."""
+    if not k.weighs:  # they draft the K planned
+        return False
     members = [slot for slot in drafting if drafting_beside(slot.ticket.generation.policy)]
     policies = [slot.ticket.generation.policy for slot in members]
     width = k.stop(policies, rows, len(drafting)) if members else None

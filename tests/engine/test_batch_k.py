@@ -385,3 +385,28 @@ def test_beside_others_drafting_is_kept_while_it_beats_the_target_alone():
     fresh = BatchK(PassPrices(prior=barely))  # not drafting: not taken up at that gain
     fresh.choose(generations)
     assert fresh._plan[0] == 0
+
+
+def test_beside_others_a_slot_in_anothers_place_leaves_the_plan_as_it_was(monkeypatch):
+    """A request that ends and one that comes in its place (as many slots) do not make the plan again
+    before REPLAN_S (a fresh slot's acceptance is the others' mean); a change in the number of slots,
+    or REPLAN_S gone by, does."""
+    from ollama_spec.engine import batch_k
+
+    paying = StepCosts(10e-6, tuple(100e-6 + 10e-6 * n for n in range(1, K_MAX + 2)))
+    plans, plan_step = [], batch_k.plan_step
+    monkeypatch.setattr(batch_k, "plan_step", lambda *args: plans.append(args) or plan_step(*args))
+    clock = Clock()
+    batch = BatchK(PassPrices(prior=paying), clock=clock)
+    generations = [Running(AutoK(paying, ALPHA, confidence_stops=True)) for _ in range(SLOTS)]
+    batch.choose(generations)
+    assert batch._plan[0] >= 1 and len(plans) == 1
+    generations[0] = Running(AutoK(paying, ALPHA, confidence_stops=True))
+    clock.now += batch_k.REPLAN_S / 2
+    batch.choose(generations)
+    assert len(plans) == 1
+    batch.choose(generations[1:])
+    assert len(plans) == 2
+    clock.now += batch_k.REPLAN_S
+    batch.choose(generations[1:])
+    assert len(plans) == 3

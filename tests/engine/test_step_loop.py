@@ -302,7 +302,9 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
     """-k auto beside other slots: the loop stops every slot's drafts together where the next draft pass
     no longer pays (`Declined`), and each request's greedy text is still the target's alone. The passes
     cost what `PassClock` says (a draft pass a tenth of a target pass), so that drafting pays whatever
-    this machine's speed, and what is declined depends on the drafts alone."""
+    this machine's speed, and what is declined depends on the drafts alone; every drafted token is
+    weighed (STOPS_MIN_DRAFT_S 0: as where a draft step is dear)."""
+    from ollama_spec.decoding import k_policy
     from ollama_spec.decoding.evals import Declined
     from ollama_spec.engine.calibration import StepCostCache
     from ollama_spec.engine.step_loop import StepLoop
@@ -317,6 +319,7 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
         engine.costs.cache = StepCostCache(tmp_path / "costs.json")
         engine.costs.online = True  # priced from the passes only (nothing timed on the real clock)
         PassClock(engine, monkeypatch, draft_python_s=0.0)
+        monkeypatch.setattr(k_policy, "STOPS_MIN_DRAFT_S", 0.0)
         widths = []
         advance = StepLoop._advance
 
@@ -334,6 +337,47 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
             "".join(pieces)
             assert ticket.generation.result.tokens == alone[prompt]
         assert widths  # some steps stopped drafting before the batch's cap
+
+
+def test_slots_whose_drafts_are_too_cheap_to_weigh_draft_the_planned_k_unweighed(tiny_models, tmp_path, monkeypatch):
+    """-k auto beside other slots where a draft pass costs less than weighing its tokens (STOPS_MIN_DRAFT_S,
+    as for a slot alone): no drafted token's margin is worked out and no draft pass is declined; the
+    slots draft the K planned for them, and each request's greedy text is still the target's alone."""
+    from ollama_spec.decoding import drafting
+    from ollama_spec.decoding.evals import Declined
+    from ollama_spec.engine.calibration import StepCostCache
+    from ollama_spec.engine.step_loop import StepLoop
+
+    prompts = ["Once upon a time", "The harbour at dawn", "def add(a, b):"]
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=3, n_ctx=512)) as engine:
+        alone = {}
+        for prompt in prompts:
+            generation = engine.generate(request(prompt, max_tokens=64), use_draft=False)
+            "".join(generation)
+            alone[prompt] = generation.result.tokens
+        engine.costs.cache = StepCostCache(tmp_path / "costs.json")
+        engine.costs.online = True
+        PassClock(engine, monkeypatch, draft_python_s=0.0)
+        weighed, declined = [], []
+        margin = drafting._top_prob_and_margin
+        monkeypatch.setattr(drafting, "_top_prob_and_margin", lambda logits: weighed.append(1) or margin(logits))
+        advance = StepLoop._advance
+        monkeypatch.setattr(
+            StepLoop,
+            "_advance",
+            lambda self, slot, rows: (
+                (isinstance(rows, Declined) and declined.append(rows)) or advance(self, slot, rows)
+            ),
+        )
+        with engine.loop.together():
+            streams = [
+                stream(engine.loop, request(p, max_tokens=64), engine.prompt_tokens(request(p))) for p in prompts
+            ]
+        for (ticket, pieces), prompt in zip(streams, prompts):
+            "".join(pieces)
+            assert ticket.generation.result.tokens == alone[prompt]
+        assert sum(ticket.generation.result.speculation.drafted for ticket, _ in streams) > 0
+        assert not weighed and not declined
 
 
 class PassClock:
