@@ -296,6 +296,16 @@ def test_a_long_prompt_read_beside_three_streams_takes_a_chunk_a_pass_of_either_
         assert all(b - a >= step - at for a, b in zip(before, after))
 
 
+def target_alone(engine, prompts, max_tokens):
+    """Each prompt's greedy tokens from the target alone, by prompt."""
+    alone = {}
+    for prompt in prompts:
+        generation = engine.generate(request(prompt, max_tokens=max_tokens), use_draft=False)
+        "".join(generation)
+        alone[prompt] = generation.result.tokens
+    return alone
+
+
 def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alone_writes(
     tiny_models, tmp_path, monkeypatch
 ):
@@ -311,11 +321,7 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
 
     prompts = ["Once upon a time", "The harbour at dawn", "def add(a, b):"]
     with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=3, n_ctx=512)) as engine:
-        alone = {}
-        for prompt in prompts:
-            generation = engine.generate(request(prompt, max_tokens=96), use_draft=False)
-            "".join(generation)
-            alone[prompt] = generation.result.tokens
+        alone = target_alone(engine, prompts, 96)
         engine.costs.cache = StepCostCache(tmp_path / "costs.json")
         engine.costs.online = True  # priced from the passes only (nothing timed on the real clock)
         PassClock(engine, monkeypatch, draft_python_s=0.0)
@@ -350,11 +356,7 @@ def test_slots_whose_drafts_are_too_cheap_to_weigh_draft_the_planned_k_unweighed
 
     prompts = ["Once upon a time", "The harbour at dawn", "def add(a, b):"]
     with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=3, n_ctx=512)) as engine:
-        alone = {}
-        for prompt in prompts:
-            generation = engine.generate(request(prompt, max_tokens=64), use_draft=False)
-            "".join(generation)
-            alone[prompt] = generation.result.tokens
+        alone = target_alone(engine, prompts, 64)
         engine.costs.cache = StepCostCache(tmp_path / "costs.json")
         engine.costs.online = True
         PassClock(engine, monkeypatch, draft_python_s=0.0)
