@@ -95,7 +95,6 @@ def simulate() -> None:
     except ImportError:  # a checkout from before cpu_wait (an A/B's old side)
         return
     cpu_wait.waited_s = lambda: waited[0]
-    cpu_wait.thread_waited_s = lambda: waited[0]  # the step loop's thread's (an A/B's old side reads none)
 
 
 def trace(path: str) -> None:

@@ -92,12 +92,10 @@ def isolated_user_paths(tmp_path, monkeypatch, user_cache):
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch):
     """Every timing counts as taken on a quiet machine (engine/cpu_wait.py): what a test expects cached must
-    not depend on what else the machine runs, nor a pass's price on the cores other processes took from the
-    step loop. A test of a busy spell says it is one (`busy_spell`)."""
+    not depend on what else the machine runs. A test of a busy spell says it is one (`busy_spell`)."""
     from ollama_spec.engine import cpu_wait
 
     monkeypatch.setattr(cpu_wait, "waited_s", lambda: 0.0)
-    monkeypatch.setattr(cpu_wait, "thread_waited_s", lambda: 0.0)
 
 
 @pytest.fixture

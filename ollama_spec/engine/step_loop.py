@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from ollama_spec.decoding.evals import Declined, Eval
-from ollama_spec.engine import cpu_wait
 from ollama_spec.engine.admission import Slot, admit_waiting, model_of
 from ollama_spec.engine.batch_k import BatchK, drafting_beside
 from ollama_spec.engine.cpu_policy import run_normally
@@ -173,8 +172,8 @@ class StepLoop:
         slot then verifies, rolls back, hands on its tokens and starts its next step at that K)."""
         started, self._passes_s = time.perf_counter(), 0.0
         self._admit()
-        self._admitted_s, self._handed_s = time.perf_counter() - started, 0.0
-        self._mark = _on_cpu()  # where the first pass's price begins, on the clock that prices them
+        self._mark = time.perf_counter()
+        self._admitted_s, self._handed_s = self._mark - started, 0.0
         target = self._target  # the others draft: a draft model's sequences, or a head's
         if len(self._slots) > 1 and (at_once := read_at_once(self._slots, target)):
             self._pass(at_once, priced=False)
@@ -237,9 +236,9 @@ class StepLoop:
         model = slots[0].model
         handed = 0.0
         if self._outbox:  # the readers it wakes run while llama.cpp has let go of the GIL, not against this thread
-            handed = _on_cpu()
+            handed = time.perf_counter()
             self._send()
-            handed = _on_cpu() - handed
+            handed = time.perf_counter() - handed
             self._handed_s += handed
         started = time.perf_counter()
         try:
@@ -273,8 +272,8 @@ class StepLoop:
         # on a busy machine the core too): counted in that pass, a step's first draft column would look
         # dearer than the next by it, and a step at K=0 dearer than a drafting one's target pass.
         # Not priced: a draft's prompt read or a prompt read at once (not what steps cost), and a pass a
-        # request ended in. Nor the time other processes kept this thread off a core (`_on_cpu`).
-        now = _on_cpu()
+        # request ended in.
+        now = time.perf_counter()
         seconds, self._mark = now - self._mark - handed, now
         if not priced:
             return
@@ -339,13 +338,6 @@ class StepLoop:
         if self._slots.get(slot.seq) is slot:
             del self._slots[slot.seq]
             self.engine.pool.release(slot.seq)
-
-
-def _on_cpu() -> float:
-    """perf_counter stopped while this thread waits for a CPU (engine/cpu_wait.py): the clock the passes are
-    priced by. A busy machine takes its slices at random and weighs most on the smallest passes; what a
-    pass costs against another is what K is chosen by, and that is the time each ran."""
-    return cpu_wait.running_clock(time.perf_counter)
 
 
 def _declined(k: BatchK, drafting: list[Slot], rows: int, advance: Callable[[Slot, Declined], None]) -> bool:

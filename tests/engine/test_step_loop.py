@@ -384,18 +384,16 @@ def test_slots_whose_drafts_are_too_cheap_to_weigh_draft_the_planned_k_unweighed
 
 class PassClock:
     """A clock that moves only by the seconds given to each llama.cpp pass and to the Python that reads
-    a pass's rows: the loop's timings then say exactly what each part of a step was made to cost (none of
-    it lost to other processes: engine/cpu_wait.py's waits stay at 0)."""
+    a pass's rows: the loop's timings then say exactly what each part of a step was made to cost."""
 
     def __init__(self, engine, monkeypatch, draft_python_s, scale=1.0):
         """`scale`: every pass and the step's Python that many times as long."""
         from types import SimpleNamespace
 
         from ollama_spec.decoding import loop
-        from ollama_spec.engine import cpu_wait, step_loop
+        from ollama_spec.engine import step_loop
 
         self.now = 0.0
-        monkeypatch.setattr(cpu_wait, "thread_waited_s", lambda: 0.0)
         for module in (step_loop, loop):  # the loop's passes, and the steps' own timing
             monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: self.now))
         for model, seconds in (
