@@ -85,7 +85,7 @@ class BatchK:
     _again: int = 0  # the K of an exploration's second step, where the next step is planned at K=0 (_explored)
     clock: Callable[[], float] = time.perf_counter  # what REPLAN_S is measured by
     _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for `_planned_for` slots
-    _planned_for: int = 0
+    _planned_for: int = 0  # how many
     _planned_at: float = 0.0
     # the lone policy last priced, its K=0 steps since, and how many there are to be before the next
     _repriced: tuple[Any, int, int] = (None, 0, REPRICE_AT_ZERO)
@@ -124,9 +124,8 @@ class BatchK:
                 at_zero, wait = -1, REPRICE_AT_ZERO if drafted else min(2 * wait, REPRICE_AT_ZERO_MAX)
             self._repriced = (lone, at_zero + 1, wait)
             lone.explore_in = 0
-            if (
-                lone.own_drafted
-            ):  # its rule drafting (K=1 too, its draft pass priced): its passes are priced as they run
+            # its rule drafting (K=1 too, its draft pass priced): its passes are priced as they run
+            if lone.own_drafted:
                 self._at_zero, self._explore_every, self._again = 0, EXPLORE_EVERY, 0
             elif lone.confidence_stops:  # K=0, or a probe's one token: a draft pass is never priced
                 k = self._explored(1, lone.costs.k_max, EXPLORE_MAX_EVERY_ALONE) or None
@@ -143,11 +142,11 @@ class BatchK:
         while it beats it at all (DRAFT_KEEP_MARGIN), as a lone slot's rule does: on the tiny pair at 8
         slots the pricings put drafting at 1.0-1.1x the target alone, each one by the margin alone
         deciding, and the batch spent 60 % of its steps at K=0 where a fixed K=3 made 1.8x its tokens."""
-        now, members = self.clock(), policies
-        if not self._plan[0] or len(members) != self._planned_for or now - self._planned_at >= REPLAN_S:
+        now = self.clock()
+        if not self._plan[0] or len(policies) != self._planned_for or now - self._planned_at >= REPLAN_S:
             margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
             self._plan = plan_step(policies, self._lines, margin, k_max)
-            self._planned_for, self._planned_at = len(members), now
+            self._planned_for, self._planned_at = len(policies), now
         return self._plan
 
     def _explored(self, slots: int, k_max: int, most_every: int = EXPLORE_MAX_EVERY) -> int:
