@@ -9,7 +9,7 @@ BENCH_ARGS ?=
 # cpu, cuda, metal, rocm, or auto: what this machine has (scripts/install-backend.sh)
 BACKEND ?= auto
 
-.PHONY: install demo test bench bench-auto-k serve gpu-bench gpu-bundle clean
+.PHONY: install demo test bench bench-auto-k serve gpu-bench gpu-bundle gpu-prebuilt clean
 
 # The backend check runs every time: a build made for the wrong backend is replaced.
 install: $(VENV)/.installed
@@ -68,6 +68,10 @@ serve: install
 GPU_BENCH_FLAGS ?=
 gpu-bundle: install
 	scripts/make-gpu-bundle.sh
+
+# the CUDA build compiled here (needs nvcc; ~45 minutes on 2 cores), so the GPU machine compiles nothing
+gpu-prebuilt: gpu-bundle
+	scripts/make-gpu-prebuilt.sh
 
 gpu-bench:
 	scripts/gpu-bench.sh $(GPU_BENCH_FLAGS)

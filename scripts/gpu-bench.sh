@@ -5,6 +5,8 @@
 #   scripts/gpu-bench.sh                   # there: CUDA build, 8B/1B-shaped pair, check, offload, bench, serve
 #   scripts/gpu-bench.sh --cpu --tiny      # anywhere: the same steps on the CPU with a toy-size pair
 #   scripts/gpu-bench.sh --no-build --llama-server   # a second command: llama-server too, for serve
+#   scripts/gpu-bench.sh --prebuilt --llama-server   # no compile there: gpu-bundle/cuda from
+#                                          # scripts/make-gpu-prebuilt.sh, compiled on a CPU machine
 #
 # Steps: (1) llama-cpp-python for CUDA (Hopper: CMAKE_CUDA_ARCHITECTURES, default 90) built from
 # gpu-bundle/ by scripts/install-backend.sh, with the bundle's wheels for what the image lacks;
@@ -15,23 +17,26 @@
 # same draft next (built once, with llama-cpp-python's llama.cpp, into
 # .gpu-work/native-BACKEND: a second compile of the CUDA kernels, so a command of its own).
 # Each step keeps its result under .gpu-work/, so a rerun on the same machine continues.
-# --no-build: use the llama-cpp-python $PYTHON already has. GPU_BENCH_ARGS replaces the bench flags;
+# --no-build: use the llama-cpp-python $PYTHON already has. --prebuilt: use gpu-bundle/cuda's (its
+# llama_cpp package first on PYTHONPATH, its llama-server; cuBLAS and the CUDA runtime of the machine). GPU_BENCH_ARGS replaces the bench flags;
 # GPU_BENCH_WORK moves .gpu-work; LLAMA_SERVER names a llama-server that is already built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-backend=cuda profile=8b-1b build=1 native=0
+backend=cuda profile=8b-1b build=1 native=0 prebuilt=0
 for arg; do
     case $arg in
         --cpu) backend=cpu ;;
         --tiny) profile=tiny ;;
         --no-build) build=0 ;;
+        --prebuilt) build=0 prebuilt=1 ;;
         --llama-server) native=1 ;;
-        *) echo "usage: scripts/gpu-bench.sh [--cpu] [--tiny] [--no-build] [--llama-server]" >&2; exit 2 ;;
+        *) echo "usage: scripts/gpu-bench.sh [--cpu] [--tiny] [--no-build | --prebuilt] [--llama-server]" >&2; exit 2 ;;
     esac
 done
 py=${PYTHON:-python3}
 work=${GPU_BENCH_WORK:-.gpu-work}
 bundle=${GPU_BUNDLE:-gpu-bundle}
+case $bundle in /*) ;; *) bundle=$PWD/$bundle ;; esac
 store=$work/store-$profile
 results=$work/bench-$profile-$backend
 ctx=4096  # what bench uses for -n up to 3072: check and the offload test plan for the same
@@ -43,7 +48,7 @@ step() { echo "== $(date -u +%T) ($((SECONDS))s) $*" >&2; }
 spec() { "$py" -c "from ollama_spec.synthetic.nested import NESTED; s = NESTED['$profile']; print(s.target_name, s.draft_name)"; }
 
 if [ -d "$bundle/wheels" ]; then  # offline: pip takes what the bundle holds
-    export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/$bundle/wheels $PWD/$bundle" PIP_DISABLE_PIP_VERSION_CHECK=1
+    export PIP_NO_INDEX=1 PIP_FIND_LINKS="$bundle/wheels $bundle" PIP_DISABLE_PIP_VERSION_CHECK=1
 fi
 cuda_args="-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCH:-90}"
 if [ "$build" = 1 ]; then
@@ -53,6 +58,21 @@ if [ "$build" = 1 ]; then
     export SKBUILD_BUILD_DIR=$PWD/$work/build-$backend  # a cut-off compile resumes here
     [ "$backend" = cuda ] && export CMAKE_ARGS="$cuda_args ${CMAKE_ARGS:-}"
     scripts/install-backend.sh "$(command -v "$py")" "$backend"
+fi
+if [ "$prebuilt" = 1 ]; then
+    prebuilt_dir=$bundle/cuda
+    [ -d "$prebuilt_dir/site/llama_cpp" ] || { echo "no $prebuilt_dir/: run scripts/make-gpu-prebuilt.sh" >&2; exit 1; }
+    # cuBLAS and the CUDA runtime it was linked against (its major version): the machine's toolkit or
+    # the nvidia-* wheels beside PyTorch
+    runtime_dirs=$(find /usr/local /opt /usr/lib -name 'libcublas.so.[0-9]*' -o -name 'libcudart.so.[0-9]*' 2>/dev/null \
+        | xargs -r -n1 dirname | sort -u | paste -sd: -)
+    export PYTHONPATH=$prebuilt_dir/site:$PYTHONPATH
+    export LD_LIBRARY_PATH=$prebuilt_dir/site/llama_cpp/lib${runtime_dirs:+:$runtime_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    if [ "$native" = 1 ] && [ -x "$prebuilt_dir/bin/llama-server" ]; then
+        LLAMA_SERVER=${LLAMA_SERVER:-$prebuilt_dir/bin/llama-server}
+    fi
+fi
+if [ "$build" = 1 ] || [ "$prebuilt" = 1 ]; then
     "$py" -m pip install -q gguf ollama diskcache pydantic fastapi uvicorn
 fi
 "$py" -c "import llama_cpp, gguf, ollama" || { echo "llama-cpp-python, gguf or ollama missing for $py" >&2; exit 1; }
@@ -82,7 +102,9 @@ fi
 cat "$work/bench.txt"
 
 native_dir=$work/native-$backend
-if [ "$native" = 1 ] && [ -z "${LLAMA_SERVER:-}" ] && [ ! -x "$native_dir/bin/llama-server" ]; then
+if [ "$native" = 1 ] && [ "$prebuilt" = 1 ] && [ -z "${LLAMA_SERVER:-}" ]; then
+    echo "no llama-server in $prebuilt_dir/bin: ours alone" >&2
+elif [ "$native" = 1 ] && [ -z "${LLAMA_SERVER:-}" ] && [ ! -x "$native_dir/bin/llama-server" ]; then
     step "llama-server for $backend (llama.cpp of llama-cpp-python)"
     native_args=""
     [ "$backend" = cuda ] && native_args="-DGGML_CUDA=ON $cuda_args"
