@@ -61,6 +61,11 @@ if [ "$build" = 1 ]; then
 fi
 if [ "$prebuilt" = 1 ]; then
     prebuilt_dir=$bundle/cuda
+    if [ ! -d "$prebuilt_dir" ] && [ -f "$prebuilt_dir.tar.xz" ]; then  # as carried: compressed
+        step "unpacking $prebuilt_dir.tar.xz"
+        "$py" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='tar')" \
+            "$prebuilt_dir.tar.xz" "$bundle"
+    fi
     [ -d "$prebuilt_dir/site/llama_cpp" ] || { echo "no $prebuilt_dir/: run scripts/make-gpu-prebuilt.sh" >&2; exit 1; }
     # cuBLAS and the CUDA runtime it was linked against (its major version): the machine's toolkit or
     # the nvidia-* wheels beside PyTorch

@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -44,7 +46,7 @@ def test_the_gpu_bench_script_runs_every_step_on_the_cpu(tmp_path):
 
 
 def fake_prebuilt_bundle(bundle: Path, marker: Path) -> None:
-    """gpu-bundle/ as scripts/make-gpu-prebuilt.sh lays it out, with this venv's llama_cpp (CPU libraries)
+    """gpu-bundle/ as scripts/make-gpu-prebuilt.sh leaves it (cuda.tar.xz), with this venv's llama_cpp (CPU libraries)
     in place of the CUDA build; its llama_cpp notes in `marker` that it was the one imported."""
     import llama_cpp
 
@@ -53,6 +55,9 @@ def fake_prebuilt_bundle(bundle: Path, marker: Path) -> None:
     with (site / "llama_cpp" / "__init__.py").open("a") as init:
         init.write(f"\nopen({str(marker)!r}, 'a').write(__file__ + '\\n')\n")
     (bundle / "wheels").mkdir()  # offline: pip finds everything installed already
+    with tarfile.open(bundle / "cuda.tar.xz", "w:xz", preset=0) as packed:  # carried compressed, as made
+        packed.add(bundle / "cuda", arcname="cuda")
+    shutil.rmtree(bundle / "cuda")
 
 
 @pytest.mark.slow
