@@ -82,6 +82,7 @@ class AutoK:
         learn_costs: bool = True,
         confidence_stops: bool = False,
         calibrated: StepCosts | None = None,
+        stops_min_draft_s: float = STOPS_MIN_DRAFT_S,
     ):
         self._line = VerifyLine(costs.verify_s)
         # per batch size as timed, with the kernels' own bumps (see _free_next); `costs` may be a learned line
@@ -90,6 +91,7 @@ class AutoK:
         self.costs = replace(costs, verify_s=consistent((costs.verify_s[0], *self._line.verify_s())))
         self.learn_costs = learn_costs
         self.confidence_stops = confidence_stops
+        self.stops_min_draft_s = stops_min_draft_s  # weighs token by token from this draft step (k_tuning)
         self.estimator = AlphaEstimator(prior_alpha)
         self.by_margin = AcceptanceByMargin()
         self.by_position = AcceptanceByPosition()
@@ -150,8 +152,8 @@ class AutoK:
         self.quiet_steps = 0
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals = [1.0]
-        # token by token only where a draft step costs far more than weighing its token (STOPS_MIN_DRAFT_S)
-        self._by_token = self.confidence_stops and self.costs.draft_step_s >= STOPS_MIN_DRAFT_S
+        # token by token only where a draft step costs far more than weighing its token (stops_min_draft_s)
+        self._by_token = self.confidence_stops and self.costs.draft_step_s >= self.stops_min_draft_s
         self._draft_steps = 1
         self.probing = ""
         shared = self.shared_k
@@ -216,7 +218,7 @@ class AutoK:
         if self._taken_up:
             costs = median_costs(self._pricings)
         costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
-        if not (self.confidence_stops and costs.draft_step_s >= STOPS_MIN_DRAFT_S):  # K whole, not token by token
+        if not (self.confidence_stops and costs.draft_step_s >= self.stops_min_draft_s):  # K whole, not token by token
             costs = self._steps.priced(costs)
         self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
         self.costs, self._calibrated, self._priced = costs, costs.verify_s, True

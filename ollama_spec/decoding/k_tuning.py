@@ -65,6 +65,23 @@ RECHOOSE_S = 0.001
 # token made 0.7-0.75x of its best fixed K, its drafting steps 100 us dearer than a fixed K's). Below
 # this draft step cost the step drafts the K its acceptance by position says, as a fixed K does.
 STOPS_MIN_DRAFT_S = 0.0005
+# Weighing a token also reads the draft's whole row of logits (a softmax over the vocabulary, for its
+# margin): ~0.9 ns a logit, 110-120 us for Llama 3's 128,256, on this VM and on the H200's host. There
+# (docs/benchmarks/h200-8b-1b: 8B-shaped target 4.6 ms a step, 1B-shaped draft 1.38 ms) the tokens
+# weighed one by one cost 2.0-2.3 ms of Python a step against 0.5 for K=2, and drafted deep on a pass
+# model that priced steps 25-35 % under their time: -k auto made 0.86 and 0.88x the best fixed K; with
+# whole steps priced by their own times, 1.00 and 0.97x, 0.42 ms of Python a step. So a step is
+# weighed token by token only where its draft step costs this many times the weighing of a row.
+STOPS_WEIGH_RATIO = 20
+WEIGH_S_PER_LOGIT = 1e-9
+
+
+def stops_min_draft_s(n_vocab: int) -> float:
+    """The draft step below which tokens are not weighed one by one, for a draft of `n_vocab` logits:
+    0.5 ms up to ~25k tokens (the demo pair's 3,072), 2.6 ms for Llama 3's 128,256."""
+    return max(STOPS_MIN_DRAFT_S, STOPS_WEIGH_RATIO * WEIGH_S_PER_LOGIT * n_vocab)
+
+
 # Alone, the step loop prices the steps from its own passes again every few steps (engine/batch_k.py),
 # each size from its last few passes: on a shared 2-core CPU one pricing's verify line rose 9 us a
 # token and the next's 38, its draft step 40 us and a later one's 235, and each such pricing that said

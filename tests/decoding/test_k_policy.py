@@ -19,6 +19,8 @@ from ollama_spec.decoding.k_tuning import (
     PROBE_COSTS,
     PROBE_EVERY,
     PROBE_MAX_EVERY,
+    STOPS_MIN_DRAFT_S,
+    stops_min_draft_s,
 )
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k, best_k, best_k_by_position
 from ollama_spec.engine.calibration import batch_sizes_to_time
@@ -565,3 +567,17 @@ def test_a_lone_rule_repriced_through_noise_keeps_its_k():
     assert min(ks) >= 1
     changes = sum(a != b for a, b in itertools.pairwise(ks))
     assert changes <= 2 * steps // EXPLORE_EVERY + steps // 10
+
+
+def test_how_dear_a_draft_step_must_be_to_weigh_each_token_grows_with_the_vocabulary():
+    """Weighing a token reads its row of logits: the H200 run's 1B-shaped draft (1.38 ms a step, Llama 3's
+    128,256 tokens) drafts whole steps, as the tiny pair does; the same step over the demo pair's 3,072
+    tokens is dear enough to weigh each token."""
+    assert stops_min_draft_s(3072) == STOPS_MIN_DRAFT_S == 0.0005
+    assert stops_min_draft_s(128256) == pytest.approx(2.565e-3, rel=1e-3)
+    gpu = StepCosts(1.38e-3, tuple(4.6e-3 * ratio for ratio in (1, 1.10, 1.23, 1.42, 1.55, 1.71, 1.88, 2.04, 2.07)))
+    whole = AutoK(gpu, prior_alpha=0.9, confidence_stops=True, stops_min_draft_s=stops_min_draft_s(128256))
+    k = whole.next_k()
+    assert 1 <= k < gpu.k_max and whole.keep_drafting is None
+    weighed = AutoK(gpu, prior_alpha=0.9, confidence_stops=True, stops_min_draft_s=stops_min_draft_s(3072))
+    assert weighed.next_k() == gpu.k_max and weighed.keep_drafting is not None

@@ -331,3 +331,15 @@ def test_a_calibration_timed_in_a_busy_spell_is_not_cached_and_the_next_load_tim
         assert cache.get(key) is not None
         engine.costs.k_policy(auto, GREEDY)
         assert engine.costs.passes.prior == cache.get(key)  # a quiet calibration is the passes' prior
+
+
+def test_the_policy_weighs_tokens_one_by_one_by_the_draft_s_vocabulary(tiny_models):
+    """The draft step from which each token is weighed is the draft's own (k_tuning.stops_min_draft_s): a
+    draft with Llama 3's vocabulary must cost 2.6 ms a step, one with the tiny pair's 2,048 tokens 0.5 ms."""
+    from ollama_spec.decoding.k_tuning import stops_min_draft_s
+
+    speculation = SpeculationSettings(None)
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        assert engine.costs.k_policy(speculation, GREEDY).stops_min_draft_s == stops_min_draft_s(2048) == 0.0005
+        engine.draft.n_vocab = 128256
+        assert engine.costs.k_policy(speculation, GREEDY).stops_min_draft_s == pytest.approx(2.565e-3, rel=1e-3)

@@ -313,9 +313,9 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
     no longer pays (`Declined`), and each request's greedy text is still the target's alone. The passes
     cost what `PassClock` says (a draft pass a tenth of a target pass), so that drafting pays whatever
     this machine's speed, and what is declined depends on the drafts alone; every drafted token is
-    weighed (STOPS_MIN_DRAFT_S 0: as where a draft step is dear)."""
-    from ollama_spec.decoding import k_policy
+    weighed (no draft step too cheap to weigh: as where a draft step is dear)."""
     from ollama_spec.decoding.evals import Declined
+    from ollama_spec.engine import costs
     from ollama_spec.engine.calibration import StepCostCache
     from ollama_spec.engine.step_loop import StepLoop
 
@@ -325,7 +325,7 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
         engine.costs.cache = StepCostCache(tmp_path / "costs.json")
         engine.costs.online = True  # priced from the passes only (nothing timed on the real clock)
         PassClock(engine, monkeypatch, draft_python_s=0.0)
-        monkeypatch.setattr(k_policy, "STOPS_MIN_DRAFT_S", 0.0)
+        monkeypatch.setattr(costs, "stops_min_draft_s", lambda n_vocab: 0.0)
         widths = []
         advance = StepLoop._advance
 
