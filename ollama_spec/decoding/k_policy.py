@@ -89,14 +89,12 @@ class AutoK:
         self._calibrated = (calibrated or costs).verify_s
         # what it decides by: the draft step and the target alone as calibrated, the batches as a line
         self.costs = replace(costs, verify_s=consistent((costs.verify_s[0], *self._line.verify_s())))
-        self.learn_costs = learn_costs
-        self.confidence_stops = confidence_stops
+        self.learn_costs, self.confidence_stops = learn_costs, confidence_stops
         self.stops_min_draft_s = stops_min_draft_s  # weighs token by token from this draft step (k_tuning)
         self.estimator = AlphaEstimator(prior_alpha)
         self.by_margin = AcceptanceByMargin()
         self.by_position = AcceptanceByPosition()
-        self._steps_without_draft = 0
-        self._probe_every = PROBE_EVERY
+        self._steps_without_draft, self._probe_every = 0, PROBE_EVERY
         self._probe_paid = False  # the last probe paid for itself: probe again at once
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps = 0
