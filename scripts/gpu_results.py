@@ -29,7 +29,7 @@ def device_facts(text: str) -> dict[str, str]:
     facts: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(": ")
-        if sep and key and not set(key) & set(" /"):
+        if sep and key and "/" not in key:  # not a shell error line (scripts/x.sh: line N)
             facts.setdefault(key.strip(), value.strip())
     return facts
 
@@ -70,6 +70,7 @@ def main(source: Path, dest: Path) -> None:
     (dest / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     header = "\n".join(f"- {key}: {value}" for key, value in device.items())
     bench_md = read(source, "results.md").strip() or "(no bench table: the run stopped before it)"
+    bench_md = "\n".join(line for line in bench_md.splitlines() if "](bench.png)" not in line)  # not brought back
     parts = [
         "# GPU benchmark: the 8B-shaped pair (scripts/gpu-session.sh)",
         header,
