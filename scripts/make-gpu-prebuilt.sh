@@ -28,7 +28,9 @@ build=${BUILD_DIR:-build/gpu-prebuilt}
 arch=${CUDA_ARCH:-90}
 nvcc=$(command -v nvcc || true)
 [ -n "$nvcc" ] || { echo "no nvcc on PATH: install the CUDA toolkit (13.x) first" >&2; exit 1; }
-cuda_root=$(cd "$(dirname "$(readlink -f "$nvcc")")/.." && pwd)
+# the toolkit's own folder, which nvcc names (the nvcc on PATH may be a wrapper script elsewhere)
+cuda_root=$("$nvcc" --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
+cuda_root=$(cd "${cuda_root:?nvcc did not say where its toolkit is}" && pwd -P)
 major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 version=$("$py" -c "from importlib.metadata import version; print(version('llama-cpp-python'))")
 mkdir -p "$build"
