@@ -50,7 +50,7 @@ class HeadCalibration:
 
     def __init__(self, head: Eagle3Head):
         self.head, self.path = head, head.path
-        self.settings = head.settings
+        self.settings, self.n_vocab = head.settings, head.n_vocab  # its rows, as a draft model's (k_policy)
 
     def eval(self, tokens: Sequence[int], *, logits: str | int = "last") -> np.ndarray | None:
         if len(tokens) != 1:  # the head read the context beside the target already
