@@ -150,8 +150,7 @@ class AutoK:
         self.quiet_steps = 0
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals = [1.0]
-        # token by token only where a draft step costs far more than weighing its token (stops_min_draft_s)
-        self._by_token = self.confidence_stops and self.costs.draft_step_s >= self.stops_min_draft_s
+        self._by_token = self._weighs_tokens(self.costs)
         self._draft_steps = 1
         self.probing = ""
         shared = self.shared_k
@@ -216,7 +215,7 @@ class AutoK:
         if self._taken_up:
             costs = median_costs(self._pricings)
         costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
-        if not (self.confidence_stops and costs.draft_step_s >= self.stops_min_draft_s):  # K whole, not token by token
+        if not self._weighs_tokens(costs):  # K whole, priced by its own steps
             costs = self._steps.priced(costs)
         self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
         self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
@@ -225,10 +224,14 @@ class AutoK:
     def lookup_worth(self, alphas: Sequence[float]) -> int:
         return lookup_worth(alphas, self.costs)
 
+    def _weighs_tokens(self, costs: StepCosts) -> bool:
+        """Token by token, where a draft step costs far more than weighing a token (stops_min_draft_s)."""
+        return self.confidence_stops and costs.draft_step_s >= self.stops_min_draft_s
+
     @property
     def keep_drafting(self) -> Callable[[int, float | None], bool] | None:
         """`decide`, asked before each drafted token (KPolicy); None where a policy with confidence stops
-        drafts the K chosen this step (a draft step too cheap to weigh each token: STOPS_MIN_DRAFT_S),
+        drafts the K chosen this step (a draft step too cheap to weigh each token: _weighs_tokens),
         beside other slots too (the step loop reads their margins only where they are weighed)."""
         return None if self.confidence_stops and not self._by_token else self.decide
 

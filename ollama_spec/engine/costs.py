@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from ollama_spec.decoding.k_fixed import FixedK, KPolicy
 from ollama_spec.decoding.k_policy import AutoK
-from ollama_spec.decoding.k_tuning import STOPS_MIN_DRAFT_S, stops_min_draft_s
+from ollama_spec.decoding.k_tuning import stops_min_draft_s
 from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.proposer_table import PROPOSERS
@@ -91,7 +91,7 @@ class LearnedCosts:
             learn_costs=learn,
             confidence_stops=PROPOSERS[speculation.proposer].needs_draft,
             calibrated=calibrated,
-            stops_min_draft_s=stops_min_draft_s(draft.n_vocab) if draft is not None else STOPS_MIN_DRAFT_S,
+            stops_min_draft_s=stops_min_draft_s(draft.n_vocab if draft is not None else 0),  # no draft: no stops
         )
         earlier, learned = self.last_policies.get(key), self.cache.get_acceptance(key)
         if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
