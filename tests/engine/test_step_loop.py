@@ -306,6 +306,18 @@ def target_alone(engine, prompts, max_tokens):
     return alone
 
 
+def stream_together(engine, prompts, max_tokens):
+    """The prompts admitted at the same turn (their steps share every pass), each read to its end: the
+    tickets, in the prompts' order."""
+    with engine.loop.together():
+        streams = [
+            stream(engine.loop, request(p, max_tokens=max_tokens), engine.prompt_tokens(request(p))) for p in prompts
+        ]
+    for _, pieces in streams:
+        "".join(pieces)
+    return [ticket for ticket, _ in streams]
+
+
 def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alone_writes(
     tiny_models, tmp_path, monkeypatch
 ):
@@ -335,13 +347,8 @@ def test_slots_drafting_beside_each_other_stop_together_and_write_what_each_alon
             return advance(self, slot, rows)
 
         monkeypatch.setattr(StepLoop, "_advance", advanced)
-        with engine.loop.together():
-            streams = [
-                stream(engine.loop, request(p, max_tokens=96), engine.prompt_tokens(request(p))) for p in prompts
-            ]
-        for (ticket, pieces), prompt in zip(streams, prompts):
-            "".join(pieces)
-            assert ticket.generation.result.tokens == alone[prompt]
+        tickets = stream_together(engine, prompts, 96)
+        assert [ticket.generation.result.tokens for ticket in tickets] == [alone[prompt] for prompt in prompts]
         assert widths  # some steps stopped drafting before the batch's cap
 
 
@@ -371,14 +378,9 @@ def test_slots_whose_drafts_are_too_cheap_to_weigh_draft_the_planned_k_unweighed
                 (isinstance(rows, Declined) and declined.append(rows)) or advance(self, slot, rows)
             ),
         )
-        with engine.loop.together():
-            streams = [
-                stream(engine.loop, request(p, max_tokens=64), engine.prompt_tokens(request(p))) for p in prompts
-            ]
-        for (ticket, pieces), prompt in zip(streams, prompts):
-            "".join(pieces)
-            assert ticket.generation.result.tokens == alone[prompt]
-        assert sum(ticket.generation.result.speculation.drafted for ticket, _ in streams) > 0
+        tickets = stream_together(engine, prompts, 64)
+        assert [ticket.generation.result.tokens for ticket in tickets] == [alone[prompt] for prompt in prompts]
+        assert sum(ticket.generation.result.speculation.drafted for ticket in tickets) > 0
         assert not weighed and not declined
 
 
