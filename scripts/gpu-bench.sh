@@ -18,8 +18,9 @@
 # .gpu-work/native-BACKEND: a second compile of the CUDA kernels, so a command of its own).
 # Each step keeps its result under .gpu-work/, so a rerun on the same machine continues.
 # --no-build: use the llama-cpp-python $PYTHON already has. --prebuilt: use gpu-bundle/cuda's (its
-# llama_cpp package first on PYTHONPATH, its llama-server; cuBLAS and the CUDA runtime of the machine). GPU_BENCH_ARGS replaces the bench flags;
-# GPU_BENCH_WORK moves .gpu-work; LLAMA_SERVER names a llama-server that is already built.
+# llama_cpp package first on PYTHONPATH, its llama-server; cuBLAS and the CUDA runtime of the machine).
+# GPU_BENCH_ARGS replaces the bench flags; GPU_BENCH_WORK moves .gpu-work; LLAMA_SERVER names a
+# llama-server that is already built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 backend=cuda profile=8b-1b build=1 native=0 prebuilt=0

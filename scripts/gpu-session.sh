@@ -23,7 +23,7 @@ mkdir -p "$out"
     (nvcc --version 2>/dev/null || /usr/local/cuda/bin/nvcc --version) | sed -n 's/.*release \([0-9.]*\).*/nvcc: \1/p'
     echo "cpu: $(nproc) x $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)"
     echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
-    echo "python: $(python3 --version 2>&1)"
+    echo "python: $("${PYTHON:-python3}" --version 2>&1)"  # the one gpu-bench.sh runs
 } >"$out/device.txt" 2>&1
 cat "$out/device.txt"
 
