@@ -97,8 +97,7 @@ class AutoK:
         self._steps_without_draft, self._probe_every = 0, PROBE_EVERY
         self._probe_paid = False  # the last probe paid for itself: probe again at once
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
-        self._drafting_steps = 0
-        self._drafting, self._unchosen_s = None, 0.0  # ... and the modelled seconds since (RECHOOSE_S)
+        self._drafting_steps, self._drafting, self._unchosen_s = 0, None, 0.0  # the seconds since: RECHOOSE_S
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
         self._kept = KeptK()  # the K its rule drafted last, kept unless another clearly beats it
         self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
@@ -188,13 +187,15 @@ class AutoK:
             return 0
         k = self._kept.choose(k, rate, self.alphas, self.costs)
         self._drafting_steps += 1
+        if self._priced:  # a K its steps have not priced is tried (step_prices), not a neighbour; by token, K=0
+            k = self._steps.tried(k, self.costs, self.alphas, whole=not self._by_token)
+            if not (k and self._by_token):
+                return k
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
         if self._by_token:
             self._stopping = True  # a probe (above) drafts its one token whatever its margin
             self._explore = "armed" if explore else ""  # this step drafts one token past where the margins say stop
             return self.costs.k_max
-        if self._priced:  # each K priced by its own steps (step_prices): a K not run yet is tried, not a neighbour
-            return self._steps.tried(k, self.costs, self.alphas)
         if explore:
             neighbour = k + 1 if (self._drafting_steps // EXPLORE_EVERY) % 2 else k - 1
             if 1 <= neighbour <= self.costs.k_max:
@@ -215,8 +216,7 @@ class AutoK:
         if self._taken_up:
             costs = median_costs(self._pricings)
         costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
-        if not self._weighs_tokens(costs):  # K whole, priced by its own steps
-            costs = self._steps.priced(costs)
+        costs = self._steps.priced(costs, whole=not self._weighs_tokens(costs))  # by its own steps (step_prices)
         self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
         self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
         self._drafting = None

@@ -17,6 +17,14 @@ passes' model, scaled as the Ks run compare with it (`priced`), and the shallowe
 tried once (`tried`). Every step at a K pays that K's graph builds and Python, so the second fastest
 of five is its cost as it runs, where three descheduled steps (a busy machine: only ever too slow)
 move nothing; the fastest alone would be one lucky step.
+
+The target alone (K=0) is priced apart: it has no draft pass and none of the drafting Python, so how
+the drafting steps compare with the model says nothing of it, and while a rule drafts its one-token
+pass is never timed (the passes' model then prices it from the K+1-token passes it did time: with
+Llama 3's 128,256-token vocabulary on a toy pair, 7-14 ms where it took 3.6). Priced by the drafting
+steps' ratio, it looked 2-3x dearer than it ran and the rule drafted at 0.67x of the target alone. So
+K=0 keeps a ratio of its own (1.0, the model's price, until its steps say otherwise), and a rule that
+drafts tries it for TRY_STEPS steps once every FORGET_STEPS, whatever the model says of it.
 """
 
 from __future__ import annotations
@@ -72,12 +80,13 @@ class StepsByK:
         recent = {k: (deque(steps, maxlen=RECENT_STEPS), at) for k, (steps, at) in self._recent.items()}
         return StepsByK(recent, self._now, None, dict(self._ratios), dict(self._tried))
 
-    def tried(self, k: int, costs: StepCosts, alphas: Callable[[], Sequence[float]]) -> int:
+    def tried(self, k: int, costs: StepCosts, alphas: Callable[[], Sequence[float]], whole: bool = True) -> int:
         """The K to draft where the rule drafts `k` at `costs` (as `priced`): a K not priced by its own
         steps yet whose rate there is within TRY_WITHIN of k's, for TRY_STEPS steps (looked for once a
         pricing), else k. Scaled by the Ks run, the model misprices a K whose steps differ from theirs
         (on the tiny pair, K=1 changes no draft pass's shape, K>=2 two a step): never run, its price
-        would never be corrected, nor its rate be the best."""
+        would never be corrected, nor its rate be the best. K=0 is tried where none of those is, and
+        whatever the model says (see the module); not `whole` (a rule weighing each token), K=0 only."""
         if self._trying is not None:
             other, left = self._trying
             self._trying = (other, left - 1) if left > 1 else None
@@ -87,21 +96,27 @@ class StepsByK:
             self._tried[k] = self._now
             expected = expected_tokens_for_each_k(alphas()[: costs.k_max])
             best = expected[k] / costs.step_s(k)
-            for other in range(1, min(k + 2, len(expected))):  # shallower, or the next K up: a try costs little
+            tries = range(1, min(k + 2, len(expected))) if whole else ()  # shallower, or the next K up: cheap
+            for other in tries:
                 untried = other not in self._tried and other not in self._ratios
                 if untried and expected[other] / costs.step_s(other) >= (1 - TRY_WITHIN) * best:
                     self._tried[other] = self._now
                     self._trying = (other, TRY_STEPS - 1)
                     return other
+            if 0 not in self._tried and 0 not in self._ratios:  # the target alone: see the module
+                self._tried[0] = self._now
+                self._trying = (0, TRY_STEPS - 1)
+                return 0
         return k
 
-    def priced(self, costs: StepCosts) -> StepCosts:
+    def priced(self, costs: StepCosts, whole: bool = True) -> StepCosts:
         """`costs` with each K run lately priced by its steps (its verify batch as what they took beyond
         its draft steps' price, so that step_s(K) is their second fastest). A K run before, not lately,
         keeps how its steps compared with the passes' model then (the model follows the machine's speed;
-        the ratio, that K's own Python and graph builds) for FORGET_STEPS; a K not run, the median ratio
-        of those run lately (else of all): the model misses the same there, and a K priced cheaper than
-        it runs would be drafted at once."""
+        the ratio, that K's own Python and graph builds) for FORGET_STEPS; a drafting K not run, the
+        median ratio of the drafting Ks run lately (else of all): the model misses the same there, and a
+        K priced cheaper than it runs would be drafted at once. K=0 only ever by its own (see the module).
+        Not `whole` (a rule weighing each token: its steps' K is the margins', no K to price), K=0 only."""
         fresh = {
             k: sorted(recent)[1]
             for k, (recent, at) in self._recent.items()
@@ -115,10 +130,12 @@ class StepsByK:
         if not self._ratios:
             return costs
         ratios = {k: ratio for k, (ratio, _) in self._ratios.items()}
-        scale = statistics.median(ratios[k] for k in fresh) if fresh else statistics.median(ratios.values())
+        drafting = [ratios[k] for k in fresh if k] or [ratio for k, ratio in ratios.items() if k]
+        scale = statistics.median(drafting) if drafting else 1.0
         d = costs.draft_step_s
         verify = [
-            max(fresh[k] if k in fresh else ratios.get(k, scale) * costs.step_s(k), k * d + 0.5 * v) - k * d
+            max(fresh[k] if k in fresh else ratios.get(k, scale if k else 1.0) * costs.step_s(k), k * d + 0.5 * v)
+            - k * d
             for k, v in enumerate(costs.verify_s)
         ]
-        return StepCosts(d, tuple(verify))
+        return StepCosts(d, tuple(verify) if whole else (verify[0], *costs.verify_s[1:]))

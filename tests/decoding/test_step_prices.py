@@ -8,7 +8,7 @@ import pytest
 from ollama_spec.decoding.k_policy import AutoK
 from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE
 from ollama_spec.decoding.step_costs import StepCosts, best_k
-from ollama_spec.decoding.step_prices import FORGET_STEPS, MIN_STEPS, StepsByK
+from ollama_spec.decoding.step_prices import FORGET_STEPS, MIN_STEPS, TRY_STEPS, StepsByK
 from tests.decoding.test_step_costs import CPU
 
 US = 1e-6
@@ -46,7 +46,47 @@ def test_a_k_not_run_is_priced_as_the_ks_run_compare_with_the_model():
         steps.observe(2, 1.5 * MODEL.step_s(2))
     priced = steps.priced(MODEL)
     assert priced.step_s(5) == pytest.approx(1.5 * MODEL.step_s(5))
-    assert priced.step_s(0) == pytest.approx(1.5 * MODEL.step_s(0))
+    # the target alone has no draft pass and none of the drafting Python: its model's price stands
+    assert priced.step_s(0) == pytest.approx(MODEL.step_s(0))
+
+
+def test_the_target_alone_is_priced_by_its_own_steps_and_theirs_price_no_drafting_k():
+    steps = StepsByK()
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(0, 0.5 * MODEL.step_s(0))
+    priced = steps.priced(MODEL)
+    assert priced.step_s(0) == pytest.approx(0.5 * MODEL.step_s(0))
+    assert priced.step_s(2) == pytest.approx(MODEL.step_s(2))  # K=0's ratio is no drafting K's
+
+
+def test_weighing_each_token_only_the_target_alone_is_priced_by_its_steps():
+    """A rule weighing each token drafts the margins' K, no K of its own to price: its passes' prices
+    stand but for the target alone's, which its steps price as they do for a rule drafting whole Ks."""
+    steps = StepsByK()
+    for k in (0, 2):
+        for _ in range(MIN_STEPS + 1):
+            steps.observe(k, 0.5 * MODEL.step_s(k))
+    priced = steps.priced(MODEL, whole=False)
+    assert priced.verify_s[0] == pytest.approx(0.5 * MODEL.verify_s[0])
+    assert priced.verify_s[1:] == MODEL.verify_s[1:]
+
+
+def test_a_rule_drafting_tries_the_target_alone_once_whatever_the_model_says():
+    """While a rule drafts, the target's one-token pass is never timed: the model may price it far
+    dearer than it runs, so it is tried (TRY_STEPS steps), once until FORGET_STEPS pass."""
+    steps = StepsByK()
+    dear_alone = StepCosts(MODEL.draft_step_s, (5 * MODEL.verify_s[1], *MODEL.verify_s[1:]))
+    alphas = lambda: [0.9] * MODEL.k_max
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(1, MODEL.step_s(1))
+    for k in (2, 3):  # the neighbours within TRY_WITHIN are tried first
+        for _ in range(MIN_STEPS + 1):
+            steps.observe(k, dear_alone.step_s(k))
+    priced = steps.priced(dear_alone)
+    tried = [steps.tried(2, priced, alphas) for _ in range(TRY_STEPS + 1)]
+    assert tried == [0] * TRY_STEPS + [2]
+    steps.priced(dear_alone)
+    assert steps.tried(2, priced, alphas) == 2  # not again: tried lately
 
 
 def test_a_k_no_longer_run_keeps_how_its_steps_compared_with_the_model():
@@ -63,12 +103,12 @@ def test_a_k_no_longer_run_keeps_how_its_steps_compared_with_the_model():
     assert priced.step_s(3) == pytest.approx(1.4 * slower.step_s(3))
 
 
-def _run(policy: AutoK, truth, steps: int, alpha: float = 0.9, seed: int = 3) -> list[int]:
-    """Lone steps repriced by the passes' model every 4th, each taking `truth(k)`; the Ks drafted."""
+def _run(policy: AutoK, truth, steps: int, alpha: float = 0.9, seed: int = 3, model: StepCosts = MODEL) -> list[int]:
+    """Lone steps repriced by the passes' `model` every 4th, each taking `truth(k)`; the Ks drafted."""
     rng, chosen = np.random.default_rng(seed), []
     for step in range(steps):
         if step % 4 == 0:
-            policy.reprice(StepCosts(MODEL.draft_step_s, MODEL.verify_s))  # the step loop's new pricing
+            policy.reprice(StepCosts(model.draft_step_s, model.verify_s))  # the step loop's new pricing
         k = policy.next_k()
         accepted = next((i for i in range(k) if rng.random() > alpha), k)
         policy.observe(k, accepted, 0.3 * truth(k), 0.7 * truth(k))
@@ -87,6 +127,18 @@ def test_a_lone_rule_drafts_the_k_whose_steps_run_fastest_not_the_one_its_passes
     assert Counter(chosen[-100:])[1] >= 90
 
 
+def test_a_lone_rule_settles_on_the_target_alone_where_its_steps_run_faster_than_drafting():
+    """The passes' model prices the target's one-token pass 2.5x dearer than it runs (it is never timed
+    while drafting) and every drafting step runs 150 us over its passes (its Python): drafting made
+    0.65-0.75x of the target alone. The rule tries K=0, prices it by its steps and stays there but for
+    its probes."""
+    model = StepCosts(MODEL.draft_step_s, (2.5 * MODEL.verify_s[0], *MODEL.verify_s[1:]))
+    truth = lambda k: MODEL.step_s(k) + (150 * US if k else 0.0)
+    policy = AutoK(model, prior_alpha=0.8, confidence_stops=True)
+    chosen = _run(policy, truth, 400, alpha=0.8, model=model)
+    assert Counter(chosen[-100:])[0] >= 90
+
+
 def test_where_its_passes_price_it_right_the_rule_drafts_as_deep_as_before():
     """No graph builds to pay: the steps cost what their passes do, and the best K is the model's."""
     policy = AutoK(MODEL, prior_alpha=0.9, confidence_stops=True)
@@ -100,11 +152,17 @@ def test_a_rule_weighing_each_token_keeps_its_passes_prices():
     steps' K is the margins' choice, not a price to learn: the passes' prices stand."""
     policy = AutoK(CPU, prior_alpha=0.9, confidence_stops=True)
     policy.reprice(CPU)
+    tried_alone = 0
     for _ in range(20):
         k = policy.next_k()
-        policy.observe(min(k, 2), 1, 0.5, 0.5)  # far dearer than priced
+        if k:
+            policy.observe(min(k, 2), 1, 0.5, 0.5)  # far dearer than priced
+        else:  # the target alone, tried (step_prices): priced by its own steps, here as priced
+            tried_alone += 1
+            policy.observe(0, 0, 0.0, CPU.verify_s[0])
     policy.reprice(StepCosts(CPU.draft_step_s, CPU.verify_s))
     assert policy.costs.verify_s == pytest.approx(CPU.verify_s)
+    assert tried_alone == TRY_STEPS
 
 
 def test_a_probe_is_no_step_of_the_rules_own():
