@@ -103,11 +103,19 @@ class StepsByK:
                     self._tried[other] = self._now
                     self._trying = (other, TRY_STEPS - 1)
                     return other
-            if 0 not in self._tried and 0 not in self._ratios:  # the target alone: see the module
+            # the target alone (see the module), against a K its own steps price: at a generation's
+            # first steps, K=1 priced by K=2's ratio (three cold steps at 1.6x) lost to K=0, and the
+            # tiny pair (K=1 1.28x the target alone) stayed at K=0 for 250 steps
+            if 0 not in self._tried and 0 not in self._ratios and (self._fresh(k) or not whole):
                 self._tried[0] = self._now
                 self._trying = (0, TRY_STEPS - 1)
                 return 0
         return k
+
+    def _fresh(self, k: int) -> bool:
+        """Is `k` priced by its own steps: MIN_STEPS of them in the last STALE_STEPS steps?"""
+        entry = self._recent.get(k)
+        return entry is not None and len(entry[0]) >= MIN_STEPS and self._now - entry[1] <= STALE_STEPS
 
     def priced(self, costs: StepCosts, whole: bool = True) -> StepCosts:
         """`costs` with each K run lately priced by its steps (its verify batch as what they took beyond
@@ -117,11 +125,7 @@ class StepsByK:
         median ratio of the drafting Ks run lately (else of all): the model misses the same there, and a
         K priced cheaper than it runs would be drafted at once. K=0 only ever by its own (see the module).
         Not `whole` (a rule weighing each token: its steps' K is the margins', no K to price), K=0 only."""
-        fresh = {
-            k: sorted(recent)[1]
-            for k, (recent, at) in self._recent.items()
-            if k < len(costs.verify_s) and len(recent) >= MIN_STEPS and self._now - at <= STALE_STEPS
-        }
+        fresh = {k: sorted(recent)[1] for k, (recent, _) in self._recent.items() if k <= costs.k_max and self._fresh(k)}
         for k, seconds in fresh.items():
             self._ratios[k] = (seconds / costs.step_s(k), self._now)
         self._ratios = {k: r for k, r in self._ratios.items() if self._now - r[1] <= FORGET_STEPS}

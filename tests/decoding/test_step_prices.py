@@ -71,6 +71,20 @@ def test_weighing_each_token_only_the_target_alone_is_priced_by_its_steps():
     assert priced.verify_s[1:] == MODEL.verify_s[1:]
 
 
+def test_the_target_alone_is_tried_against_a_k_its_own_steps_price():
+    """K=1 priced by the ratio of K=2's steps (on the tiny pair, dearer by their graph builds) is no K to
+    weigh K=0's own price against: K=0 waits until K=1's steps price it."""
+    steps, alphas = StepsByK(), lambda: [0.9] * MODEL.k_max
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(2, 2 * MODEL.step_s(2))
+    priced = steps.priced(MODEL)
+    assert steps.tried(1, priced, alphas) == 1
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(1, MODEL.step_s(1))
+    priced = steps.priced(MODEL)
+    assert steps.tried(1, priced, alphas) == 0
+
+
 def test_a_rule_drafting_tries_the_target_alone_once_whatever_the_model_says():
     """While a rule drafts, the target's one-token pass is never timed: the model may price it far
     dearer than it runs, so it is tried (TRY_STEPS steps), once until FORGET_STEPS pass."""
