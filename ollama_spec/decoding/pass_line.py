@@ -26,12 +26,13 @@ SPREAD = 1.5  # the sizes seen must span this ratio for a slope (else the caller
 @dataclass
 class PassLine:
     """Recent passes of one model as (size, seconds), and the least-squares line through them, its sums
-    kept running (the sizes' spread and the cheapest pass are read from the RECENT passes kept, once
-    after each pass)."""
+    kept running (the sizes' spread is read from the RECENT passes kept once after each pass, the
+    cheapest pass only where `at` asks: every pass of a lone slot is told, and none priced here)."""
 
     _passes: deque[tuple[int, float]] = field(default_factory=deque)
     _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, Σx, Σxx, Σy, Σxy
-    _fit: tuple[tuple[float, float] | None, float] | None = None  # `line` and `at`'s floor, until a pass
+    _fit: tuple[tuple[float, float] | None] | None = None  # (`line`,), until a pass
+    _floor: float | None = None  # `at`'s floor, until a pass
 
     def observe(self, size: int, seconds: float) -> None:
         """A pass of `size` (tokens or rows) took `seconds`."""
@@ -42,7 +43,7 @@ class PassLine:
         self._passes.append((size, seconds))
         if len(self._passes) > RECENT:
             self._add(*self._passes.popleft(), -1.0)
-        self._fit = None
+        self._fit = self._floor = None
 
     def _add(self, x: float, y: float, sign: float) -> None:
         sums = self._sums
@@ -59,23 +60,25 @@ class PassLine:
             self._fit = self._fitted()
         return self._fit[0]
 
-    def _fitted(self) -> tuple[tuple[float, float] | None, float]:
+    def _fitted(self) -> tuple[tuple[float, float] | None]:
         n, sx, sxx, sy, sxy = self._sums
         if n < MIN_PASSES:
-            return None, 0.0
+            return (None,)
         spread = n * sxx - sx * sx
-        sizes = [size for size, _ in self._passes]
-        if spread <= 0 or max(sizes) < SPREAD * min(sizes):
-            return None, 0.0
+        # the passes compare by size first: their min and max sizes without a list (a third of the time)
+        if spread <= 0 or max(self._passes)[0] < SPREAD * min(self._passes)[0]:
+            return (None,)
         slope = max(0.0, (n * sxy - sx * sy) / spread)
-        return (sy / n - slope * sx / n, slope), 0.5 * min(s for _, s in self._passes)
+        return ((sy / n - slope * sx / n, slope),)
 
     def at(self, size: int) -> float | None:
         """A pass of `size` on the line (never under half the cheapest pass seen), or None (`line`)."""
         line = self.line()
         if line is None:
             return None
-        return max(line[0] + line[1] * size, self._fit[1])
+        if self._floor is None:
+            self._floor = 0.5 * min(s for _, s in self._passes)
+        return max(line[0] + line[1] * size, self._floor)
 
 
 @dataclass

@@ -208,10 +208,12 @@ class PassPrices:
         """One sequence's draft step and target passes of 1..k_max+1 tokens, as learned; `drafts`
         False: proposals that cost no draft pass (a lookup in the text). The same object until
         RECOST_PASSES target passes ran (the first pass seen included)."""
-        self._target_scale()  # the machine's speed now, noted for the sizes that go stale later
         at, costs = self._costs.get((k_max, drafts), (-1, None))
         if costs is not None and (at == self._now or 0 < at <= self._now < at + RECOST_PASSES):
             return costs
+        # the machine's speed now, noted for the sizes that go stale later (once a pricing: working it out
+        # at every step was 5 us of the tiny pair's 0.25 ms steps, and a note every 4 passes places as well)
+        self._target_scale()
         draft = self.draft_pass(1) if drafts else 0.0
         costs = StepCosts(draft, self._verify_line(k_max + 1))
         self._costs[(k_max, drafts)] = (self._now, costs)

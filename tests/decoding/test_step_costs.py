@@ -9,6 +9,7 @@ from ollama_spec.decoding.step_costs import (
     estimate_alpha,
     expected_tokens_by_position,
     expected_tokens_per_step,
+    median_costs,
 )
 
 # A GPU: a batch of up to 9 tokens costs what one does; the draft step is 1/20 of a target step.
@@ -56,3 +57,11 @@ def test_acceptance_falling_along_the_draft_shortens_it():
     falling = [0.95, 0.9, 0.85, 0.1, 0.1, 0.1, 0.1, 0.1]
     assert best_k_by_position(flat, GPU) == 8 == best_k(0.8, GPU)
     assert best_k_by_position(falling, GPU) == 3
+
+
+def test_pricings_are_taken_at_their_median_size_by_size_the_lower_of_two():
+    """One pricing far off the others (a busy spell) moves nothing; of an even count, the lower middle."""
+    pricings = [StepCosts(d, (v, 2 * v)) for d, v in ((0.004, 0.010), (0.002, 0.030), (0.003, 0.011), (0.009, 0.012))]
+    assert median_costs(pricings) == StepCosts(0.003, (0.011, 0.022))
+    assert median_costs(pricings[:3]) == StepCosts(0.003, (0.011, 0.022))
+    assert median_costs([*pricings[:2], StepCosts(0.001, (0.005,))]).verify_s == (0.010,)  # the sizes all price

@@ -1,0 +1,56 @@
+"""What `-k auto` costs a lone step in Python outside llama.cpp: the pass prices told a step's passes, the
+step loop's choice (engine/batch_k.py), the policy's next_k and observe, on a fixed script of steps
+shaped like the tiny pair's (target 110 us + 20 us a token, draft 45 us, acceptance 0.85), without
+llama.cpp. On a pair whose steps take a fraction of a millisecond (the tiny pair; a GPU's) this is a
+share of every step that a fixed K does not pay.
+
+    PYTHONPATH=. python scripts/bench_k_bookkeeping.py          # thread CPU us a step, 5 rounds
+    STEPS=2001 PYTHONPATH=. valgrind --tool=callgrind python scripts/bench_k_bookkeeping.py
+        # instructions, whatever the machine's load: subtract a STEPS=1 run's, divide by 2000
+
+Thread CPU time still moves 1.5x on a busy 2-core VM; the instruction count does not.
+"""
+
+import os
+import random
+import time
+from types import SimpleNamespace
+
+from ollama_spec.decoding.k_policy import AutoK
+from ollama_spec.decoding.pass_prices import PassPrices
+from ollama_spec.decoding.step_costs import StepCosts
+from ollama_spec.engine.batch_k import BatchK
+
+US = 1e-6
+MODEL = StepCosts(40 * US, tuple((110 + 20 * n) * US for n in range(17)))
+
+
+def run(steps: int = 3000, seed: int = 0) -> float:
+    """Thread CPU seconds a step of `steps` lone steps' bookkeeping, in microseconds."""
+    rng = random.Random(seed)
+    prices = PassPrices(prior=MODEL)
+    choice = BatchK(prices)
+    policy = AutoK(MODEL, 0.85, confidence_stops=True)
+    generation = SimpleNamespace(policy=policy, shared=False)
+    started = time.thread_time()
+    for _ in range(steps):
+        choice.choose([generation])
+        k = policy.next_k()
+        for _ in range(k):
+            seconds = 45 * US * rng.uniform(0.95, 1.3)
+            prices.observe(True, 1, seconds)
+            choice.observe(True, 1, seconds)
+        seconds = (110 + 20 * (k + 1)) * US * rng.uniform(0.95, 1.3)
+        prices.observe(False, k + 1, seconds)
+        choice.observe(False, k + 1, seconds)
+        accepted = next((i for i in range(k) if rng.random() > 0.85), k)
+        policy.observe(k, accepted, 45 * US * k, seconds + (60 * US if k >= 2 else 0))
+    return (time.thread_time() - started) / max(steps, 1) * 1e6
+
+
+if __name__ == "__main__":
+    if "STEPS" in os.environ:
+        run(int(os.environ["STEPS"]))
+    else:
+        rounds = [run() for _ in range(5)]
+        print(f"{min(rounds):.1f} us a step (rounds: {' '.join(f'{r:.1f}' for r in rounds)})")
