@@ -340,10 +340,11 @@ def _same_file(a: Path, b: Path) -> bool:
 @click.option("--tiny-only", is_flag=True, help="Only the tiny test pair (skip the 0.6B benchmark pair).")
 @click.option(
     "--nested",
-    type=click.Choice(["8b-1b", "tiny"]),
+    type=click.Choice(["8b-1b", "tiny", "tiny-128k"]),
     default=None,
     help="Instead: a pair with real shapes and quantizations (8b-1b: Llama-3.1-8B-shaped Q4_K_M target, "
-    "Llama-3.2-1B-shaped Q8_0 draft, 6.5 GB; tiny: the same at toy size), for GPU benchmarks.",
+    "Llama-3.2-1B-shaped Q8_0 draft, 6.5 GB; tiny: the same at toy size), for GPU benchmarks; tiny-128k: "
+    "the toy size with Llama 3's vocabulary, where no K pays.",
 )
 def demo_store(directory: str | None, tiny_only: bool, nested: str | None) -> None:
     """Build the synthetic demo models into an Ollama-layout store at DIRECTORY.
