@@ -26,7 +26,7 @@ import tempfile
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -56,6 +56,17 @@ class NestedSpec:
 
 
 LLAMA31_CTX = 131072
+TINY = NestedSpec(
+    "nested-target:q4_k_m",
+    "nested-draft:q8_0",
+    Architecture(n_embd=512, n_layer=4, n_head=8, n_kv_head=2, n_ff=1024),
+    Architecture(n_embd=256, n_layer=2, n_head=8, n_kv_head=2, n_ff=512),
+    vocab_size=2048,
+    n_merges=600,
+    seed=31,
+    residual_scale=0.03,
+    description="the same construction at toy size, for CPU checks of the GPU benchmark",
+)
 NESTED: dict[str, NestedSpec] = {
     "8b-1b": NestedSpec(
         "synth-8b:q4_k_m",
@@ -68,29 +79,15 @@ NESTED: dict[str, NestedSpec] = {
         residual_scale=0.07,
         description="Llama-3.1-8B-shaped Q4_K_M target, Llama-3.2-1B-shaped Q8_0 draft (untied output)",
     ),
-    "tiny": NestedSpec(
-        "nested-target:q4_k_m",
-        "nested-draft:q8_0",
-        Architecture(n_embd=512, n_layer=4, n_head=8, n_kv_head=2, n_ff=1024),
-        Architecture(n_embd=256, n_layer=2, n_head=8, n_kv_head=2, n_ff=512),
-        vocab_size=2048,
-        n_merges=600,
-        seed=31,
-        residual_scale=0.03,
-        description="the same construction at toy size, for CPU checks of the GPU benchmark",
-    ),
+    "tiny": TINY,
     # The toy pair with Llama 3's vocabulary: its passes are mostly the output matrix and the logits read,
     # so a verify batch costs about one target step a token and no K pays (0.7-0.8x the target alone), as
     # on the H200 run (docs/benchmarks/h200-8b-1b): where -k auto must settle on the target alone.
-    "tiny-128k": NestedSpec(
-        "nested128k-target:q4_k_m",
-        "nested128k-draft:q8_0",
-        Architecture(n_embd=512, n_layer=4, n_head=8, n_kv_head=2, n_ff=1024),
-        Architecture(n_embd=256, n_layer=2, n_head=8, n_kv_head=2, n_ff=512),
+    "tiny-128k": replace(
+        TINY,
+        target_name="nested128k-target:q4_k_m",
+        draft_name="nested128k-draft:q8_0",
         vocab_size=128256,
-        n_merges=600,
-        seed=31,
-        residual_scale=0.03,
         description="the toy-size pair with Llama 3's 128,256-token vocabulary (171 MB): where no K pays",
     ),
 }

@@ -16,6 +16,12 @@ US = 1e-6
 MODEL = StepCosts(40 * US, tuple((110 + 20 * n) * US for n in range(17)))
 
 
+def _steady(steps: StepsByK, k: int, seconds: float) -> None:
+    """Enough steps at `k`, each taking `seconds`, for its own price (the first pays the change of K)."""
+    for _ in range(MIN_STEPS + 1):
+        steps.observe(k, seconds)
+
+
 def test_a_k_run_lately_is_priced_by_its_steady_steps():
     """Its steps' second fastest of five; the step that changed K (graphs built anew, a catch-up) and
     probes are no steps of the K they ran at."""
@@ -42,8 +48,7 @@ def test_three_descheduled_steps_in_five_move_no_price():
 
 def test_a_k_not_run_is_priced_as_the_ks_run_compare_with_the_model():
     steps = StepsByK()
-    for _ in range(MIN_STEPS + 1):
-        steps.observe(2, 1.5 * MODEL.step_s(2))
+    _steady(steps, 2, 1.5 * MODEL.step_s(2))
     priced = steps.priced(MODEL)
     assert priced.step_s(5) == pytest.approx(1.5 * MODEL.step_s(5))
     # the target alone has no draft pass and none of the drafting Python: its model's price stands
@@ -52,8 +57,7 @@ def test_a_k_not_run_is_priced_as_the_ks_run_compare_with_the_model():
 
 def test_the_target_alone_is_priced_by_its_own_steps_and_theirs_price_no_drafting_k():
     steps = StepsByK()
-    for _ in range(MIN_STEPS + 1):
-        steps.observe(0, 0.5 * MODEL.step_s(0))
+    _steady(steps, 0, 0.5 * MODEL.step_s(0))
     priced = steps.priced(MODEL)
     assert priced.step_s(0) == pytest.approx(0.5 * MODEL.step_s(0))
     assert priced.step_s(2) == pytest.approx(MODEL.step_s(2))  # K=0's ratio is no drafting K's
@@ -64,8 +68,7 @@ def test_weighing_each_token_only_the_target_alone_is_priced_by_its_steps():
     stand but for the target alone's, which its steps price as they do for a rule drafting whole Ks."""
     steps = StepsByK()
     for k in (0, 2):
-        for _ in range(MIN_STEPS + 1):
-            steps.observe(k, 0.5 * MODEL.step_s(k))
+        _steady(steps, k, 0.5 * MODEL.step_s(k))
     priced = steps.priced(MODEL, whole=False)
     assert priced.verify_s[0] == pytest.approx(0.5 * MODEL.verify_s[0])
     assert priced.verify_s[1:] == MODEL.verify_s[1:]
@@ -75,12 +78,10 @@ def test_the_target_alone_is_tried_against_a_k_its_own_steps_price():
     """K=1 priced by the ratio of K=2's steps (on the tiny pair, dearer by their graph builds) is no K to
     weigh K=0's own price against: K=0 waits until K=1's steps price it."""
     steps, alphas = StepsByK(), lambda: [0.9] * MODEL.k_max
-    for _ in range(MIN_STEPS + 1):
-        steps.observe(2, 2 * MODEL.step_s(2))
+    _steady(steps, 2, 2 * MODEL.step_s(2))
     priced = steps.priced(MODEL)
     assert steps.tried(1, priced, alphas) == 1
-    for _ in range(MIN_STEPS + 1):
-        steps.observe(1, MODEL.step_s(1))
+    _steady(steps, 1, MODEL.step_s(1))
     priced = steps.priced(MODEL)
     assert steps.tried(1, priced, alphas) == 0
 
@@ -91,11 +92,9 @@ def test_a_rule_drafting_tries_the_target_alone_once_whatever_the_model_says():
     steps = StepsByK()
     dear_alone = StepCosts(MODEL.draft_step_s, (5 * MODEL.verify_s[1], *MODEL.verify_s[1:]))
     alphas = lambda: [0.9] * MODEL.k_max
-    for _ in range(MIN_STEPS + 1):
-        steps.observe(1, MODEL.step_s(1))
+    _steady(steps, 1, MODEL.step_s(1))
     for k in (2, 3):  # the neighbours within TRY_WITHIN are tried first
-        for _ in range(MIN_STEPS + 1):
-            steps.observe(k, dear_alone.step_s(k))
+        _steady(steps, k, dear_alone.step_s(k))
     priced = steps.priced(dear_alone)
     tried = [steps.tried(2, priced, alphas) for _ in range(TRY_STEPS + 1)]
     assert tried == [0] * TRY_STEPS + [2]
@@ -106,8 +105,7 @@ def test_a_rule_drafting_tries_the_target_alone_once_whatever_the_model_says():
 def test_a_k_no_longer_run_keeps_how_its_steps_compared_with_the_model():
     """The model follows the machine's speed; the ratio keeps what is that K's own (its graph builds)."""
     steps = StepsByK()
-    for _ in range(MIN_STEPS + 1):
-        steps.observe(1, MODEL.step_s(1))
+    _steady(steps, 1, MODEL.step_s(1))
     steps.priced(MODEL)
     slower = StepCosts(2 * MODEL.draft_step_s, tuple(2 * v for v in MODEL.verify_s))  # the machine now
     for _ in range(300):  # long past STALE_STEPS at K=2, whose steps cost 1.4x the model
