@@ -15,6 +15,10 @@
 #   PARALLEL=4      slots: ours --parallel, llama-server -np
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   MAX_TOKENS=96   each request's max_tokens (fewer: a quick check that every step runs)
+#   WARM=1          each server, once started, answers the prompt set by PARALLEL clients untimed first, so
+#                   that every client count is timed as the in-process rows are (their prompts in the slots'
+#                   caches or saved in host RAM, -k auto's prices learned from the passes); WARM=0 times a
+#                   fresh server, whose first client count also reads each prompt
 #   THREADS         --threads / -t for both; NGL: llama-server's -ngl and -ngld (default 99 = all)
 #   CEILING         a results-concurrent.json of `bench --concurrency N --in-process`: each rate is also
 #                   given as a share of the ideal schedule's ceiling at that client count (at most
@@ -58,8 +62,16 @@ wait_up() {  # the health URL answers, or the server's log and a failure
 declare -A rate  # "server round clients" -> tok/s: a request's with one client, all together with more
 declare -A best_k  # "round clients" -> llama-server's best --spec-draft-n-max
 
+warm() {  # the prompt set once by $parallel clients, untimed (WARM)
+    [ "${WARM:-1}" = 0 ] && return 0
+    echo "== $1: warm-up, the prompts by $parallel client(s) at once, untimed"
+    "$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs 1 --max-tokens "$max_tokens" \
+        --concurrency "$parallel" --no-warmup >/dev/null
+}
+
 measure() {  # KEY NAME ROUND: every client count against the server on $port
     local n out
+    warm "$2"
     for n in $clients; do
         echo "== $2, $n client(s) at once${rounds_note}"
         out=$("$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs 1 --max-tokens "$max_tokens" \

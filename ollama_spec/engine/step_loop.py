@@ -261,6 +261,9 @@ class StepLoop:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
             self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
         running = len(self._slots)
+        # a target pass in which a slot reads its prompt (no token yet) beside other sequences: its size,
+        # widest x sequences, is a piece's padded shape, not a step's (alone, it is the tokens read)
+        reading = not draft and len(slots) > 1 and any(not slot.ticket.generation.result.tokens for slot in slots)
         for slot, slot_rows in zip(slots, rows):
             self._advance(slot, slot_rows)
         # Priced by what it took since the pass before it: the Python that led up to it, its decode, and
@@ -271,15 +274,18 @@ class StepLoop:
         # on once a step, before the step's first pass, whichever it is (the readers woken take the GIL,
         # on a busy machine the core too): counted in that pass, a step's first draft column would look
         # dearer than the next by it, and a step at K=0 dearer than a drafting one's target pass.
-        # Not priced: a draft's prompt read or a prompt read at once (not what steps cost), and a pass a
-        # request ended in.
+        # Not priced: a draft's prompt read, a prompt read at once or beside the others' verify rows (not
+        # what steps cost: priced as a piece's padded shape, its rows cost less each than a step's; on the
+        # demo pair one 63-token piece beside three verify rows of 4 among the target line's 48 passes
+        # moved it from 35 ms + 6.7 ms a token to 160 + 2.0, where deep drafts look nearly free), and a
+        # pass a request ended in.
         now = time.perf_counter()
         seconds, self._mark = now - self._mark - handed, now
         if not priced:
             return
         if not draft:
             seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
-        if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS):
+        if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS) or reading:
             return
         size = len(items) if draft else widest * len(items)
         self.engine.costs.observe(draft, size, seconds)

@@ -47,6 +47,9 @@ def test_the_measured_ceiling_is_read_at_the_slots_the_clients_share(tiny_store,
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0] == "== the ceiling: bench --concurrency 2 --in-process, 4 tokens a request, 2 rounds"
+    # the server is warmed by the prompt set before its first count is timed, as the in-process rows are
+    warm = lines.index("== ollama-spec serve --parallel 2: warm-up, the prompts by 2 client(s) at once, untimed")
+    assert warm < lines.index("== ollama-spec serve --parallel 2, 1 client(s) at once")
     assert "== ollama-spec serve --parallel 2, 3 client(s) at once" in lines
     shares = [line for line in lines if re.match(r"\d client\(s\), ceiling", line)]
     number = r"[\d.]+"

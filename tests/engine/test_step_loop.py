@@ -479,3 +479,23 @@ def test_the_text_handed_on_is_priced_with_the_steps_target_pass_not_the_pass_af
     base = [seconds - (0.0012 + 0.00005 * size) for size, seconds in targets]
     assert all(extra == pytest.approx(0.0) or extra == pytest.approx(0.01) for extra in base)
     assert sum(extra == pytest.approx(0.01) for extra in base) >= len(targets) - 2  # each step's text, once
+
+
+def test_a_target_pass_that_reads_a_prompt_beside_streams_is_not_priced_as_a_step(tiny_models, monkeypatch):
+    """A prompt's first piece read in the streams' verify pass makes that pass's size the piece's padded
+    shape (piece x slots), whose rows cost less each than a step's: on the line the K is chosen by, one
+    such pass flattens it and deep drafts look cheap. Only the steps' own passes are priced."""
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=4, n_ctx=512)) as engine:
+        chunk = engine.generate(request("x"), slot=1).prompt_chunk
+        streams = running(engine, 3)
+        observed = []  # from here on: the streams past their prompts
+        observe = engine.costs.observe
+        monkeypatch.setattr(engine.costs, "observe", lambda *seen: observed.append(seen) or observe(*seen))
+        sink, ticket, _ = submitted(engine, fresh_prompt(engine, 2 * chunk - 4, 306), max_tokens=4, speculation=FIXED_K)
+        assert sink.done.wait(60)
+        for _, other, _ in streams:
+            other.cancel()
+    assert ticket.generation.result.tokens  # its prompt read, the first piece beside the streams
+    verify_rows = FIXED_K.num_speculative_tokens + 1
+    targets = [size for draft, size, _ in observed if not draft]
+    assert targets and max(targets) <= 4 * verify_rows
