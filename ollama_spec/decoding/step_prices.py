@@ -24,7 +24,8 @@ pass is never timed (the passes' model then prices it from the K+1-token passes 
 Llama 3's 128,256-token vocabulary on a toy pair, 7-14 ms where it took 3.6). Priced by the drafting
 steps' ratio, it looked 2-3x dearer than it ran and the rule drafted at 0.67x of the target alone. So
 K=0 keeps a ratio of its own (1.0, the model's price, until its steps say otherwise), and a rule that
-drafts tries it for TRY_STEPS steps once every FORGET_STEPS, whatever the model says of it.
+drafts tries it for TRY_STEPS steps once every FORGET_STEPS (from ALONE_AFTER steps on), whatever the
+model says of it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ TRY_WITHIN = 0.25
 # A K's ratio to the model, and a try, are forgotten after this many steps without its steps lately: a
 # ratio taken in a busy spell must not keep a K out for good (a try costs TRY_STEPS steps, ~0.4 % here).
 FORGET_STEPS = 1024
+# K=0 is tried only once this many steps ran (the policies of one pair's requests carry them on): a short
+# request keeps its drafts (a 6-token answer whose first 4 steps tried K=0 drafted nothing at all).
+ALONE_AFTER = 64
 
 
 @dataclass
@@ -106,7 +110,8 @@ class StepsByK:
             # the target alone (see the module), against a K its own steps price: at a generation's
             # first steps, K=1 priced by K=2's ratio (three cold steps at 1.6x) lost to K=0, and the
             # tiny pair (K=1 1.28x the target alone) stayed at K=0 for 250 steps
-            if 0 not in self._tried and 0 not in self._ratios and (self._fresh(k) or not whole):
+            untried = 0 not in self._tried and 0 not in self._ratios and self._now >= ALONE_AFTER
+            if untried and (self._fresh(k) or not whole):
                 self._tried[0] = self._now
                 self._trying = (0, TRY_STEPS - 1)
                 return 0

@@ -8,7 +8,7 @@ import pytest
 from ollama_spec.decoding.k_policy import AutoK
 from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE
 from ollama_spec.decoding.step_costs import StepCosts, best_k
-from ollama_spec.decoding.step_prices import FORGET_STEPS, MIN_STEPS, TRY_STEPS, StepsByK
+from ollama_spec.decoding.step_prices import ALONE_AFTER, FORGET_STEPS, MIN_STEPS, TRY_STEPS, StepsByK
 from tests.decoding.test_step_costs import CPU
 
 US = 1e-6
@@ -81,8 +81,22 @@ def test_the_target_alone_is_tried_against_a_k_its_own_steps_price():
     _steady(steps, 2, 2 * MODEL.step_s(2))
     priced = steps.priced(MODEL)
     assert steps.tried(1, priced, alphas) == 1
-    _steady(steps, 1, MODEL.step_s(1))
+    for _ in range(ALONE_AFTER):
+        steps.observe(1, MODEL.step_s(1))
     priced = steps.priced(MODEL)
+    assert steps.tried(1, priced, alphas) == 0
+
+
+def test_a_short_request_keeps_its_drafts():
+    """Not before ALONE_AFTER steps: a 6-token answer whose first steps tried K=0 drafted nothing."""
+    steps, alphas = StepsByK(), lambda: [0.9] * MODEL.k_max
+    _steady(steps, 2, 2 * MODEL.step_s(2))  # K=1's neighbour priced: no try of it
+    for _ in range(ALONE_AFTER - 1 - (MIN_STEPS + 1)):
+        steps.observe(1, MODEL.step_s(1))
+    priced = steps.priced(MODEL)
+    assert steps.tried(1, priced, alphas) == 1
+    steps.observe(1, MODEL.step_s(1))
+    steps.priced(MODEL)
     assert steps.tried(1, priced, alphas) == 0
 
 
@@ -92,7 +106,8 @@ def test_a_rule_drafting_tries_the_target_alone_once_whatever_the_model_says():
     steps = StepsByK()
     dear_alone = StepCosts(MODEL.draft_step_s, (5 * MODEL.verify_s[1], *MODEL.verify_s[1:]))
     alphas = lambda: [0.9] * MODEL.k_max
-    _steady(steps, 1, MODEL.step_s(1))
+    for _ in range(ALONE_AFTER):
+        steps.observe(1, MODEL.step_s(1))
     for k in (2, 3):  # the neighbours within TRY_WITHIN are tried first
         _steady(steps, k, dear_alone.step_s(k))
     priced = steps.priced(dear_alone)
@@ -164,17 +179,11 @@ def test_a_rule_weighing_each_token_keeps_its_passes_prices():
     steps' K is the margins' choice, not a price to learn: the passes' prices stand."""
     policy = AutoK(CPU, prior_alpha=0.9, confidence_stops=True)
     policy.reprice(CPU)
-    tried_alone = 0
-    for _ in range(20):
+    for _ in range(20):  # fewer than ALONE_AFTER: no step tries the target alone
         k = policy.next_k()
-        if k:
-            policy.observe(min(k, 2), 1, 0.5, 0.5)  # far dearer than priced
-        else:  # the target alone, tried (step_prices): priced by its own steps, here as priced
-            tried_alone += 1
-            policy.observe(0, 0, 0.0, CPU.verify_s[0])
+        policy.observe(min(k, 2), 1, 0.5, 0.5)  # far dearer than priced
     policy.reprice(StepCosts(CPU.draft_step_s, CPU.verify_s))
     assert policy.costs.verify_s == pytest.approx(CPU.verify_s)
-    assert tried_alone == TRY_STEPS
 
 
 def test_a_probe_is_no_step_of_the_rules_own():
