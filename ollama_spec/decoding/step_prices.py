@@ -95,26 +95,31 @@ class StepsByK:
             other, left = self._trying
             self._trying = (other, left - 1) if left > 1 else None
             return other
-        if self._scan:
-            self._scan = False
-            self._tried[k] = self._now
+        if not self._scan:
+            return k
+        self._scan = False
+        self._tried[k] = self._now
+        if whole:  # a rule weighing each token drafts the margins' K: no neighbour of it to try
             expected = expected_tokens_for_each_k(alphas()[: costs.k_max])
             best = expected[k] / costs.step_s(k)
-            tries = range(1, min(k + 2, len(expected))) if whole else ()  # shallower, or the next K up: cheap
-            for other in tries:
-                untried = other not in self._tried and other not in self._ratios
-                if untried and expected[other] / costs.step_s(other) >= (1 - TRY_WITHIN) * best:
-                    self._tried[other] = self._now
-                    self._trying = (other, TRY_STEPS - 1)
-                    return other
-            # the target alone (see the module), against a K its own steps price: at a generation's
-            # first steps, K=1 priced by K=2's ratio (three cold steps at 1.6x) lost to K=0, and the
-            # tiny pair (K=1 1.28x the target alone) stayed at K=0 for 250 steps
-            untried = 0 not in self._tried and 0 not in self._ratios and self._now >= ALONE_AFTER
-            if untried and (self._fresh(k) or not whole):
-                self._tried[0] = self._now
-                self._trying = (0, TRY_STEPS - 1)
-                return 0
+            for other in range(1, min(k + 2, len(expected))):  # shallower, or the next K up: a try costs little
+                if self._untried(other) and expected[other] / costs.step_s(other) >= (1 - TRY_WITHIN) * best:
+                    return self._try(other)
+        # the target alone (see the module), against a K its own steps price: at a generation's first
+        # steps, K=1 priced by K=2's ratio (three cold steps at 1.6x) lost to K=0, and the tiny pair (K=1
+        # 1.28x the target alone) stayed at K=0 for 250 steps
+        if self._untried(0) and self._now >= ALONE_AFTER and (self._fresh(k) or not whole):
+            return self._try(0)
+        return k
+
+    def _untried(self, k: int) -> bool:
+        """Neither tried nor priced by its own steps within FORGET_STEPS."""
+        return k not in self._tried and k not in self._ratios
+
+    def _try(self, k: int) -> int:
+        """`k` for this step and the next TRY_STEPS - 1."""
+        self._tried[k] = self._now
+        self._trying = (k, TRY_STEPS - 1)
         return k
 
     def _fresh(self, k: int) -> bool:
