@@ -328,12 +328,12 @@ class AutoK:
         if not drafted and not self.probing:
             self._observe_at_zero(verify_s)
             return
-        self.observed += 1
-        self.last_drafted = drafted
+        self.observed, self.last_drafted = self.observed + 1, drafted
         self.own_drafted = drafted if self._ruled and not self.probing else 0
         self._alphas = None
+        step_s = self.costs.step_s(min(drafted, self.costs.k_max))  # as priced: the rate's, and RECHOOSE_S's
         if drafted:  # the acceptance and the costs of drafting move: the best K is worked out again, soon
-            self._unchosen_s += self.costs.step_s(min(drafted, self.costs.k_max))
+            self._unchosen_s += step_s
             if self._unchosen_s >= RECHOOSE_S or self.probing or not self._taken_up:
                 self._drafting, self._unchosen_s = None, 0.0
         if lookup and drafted and self.confidence_stops:
@@ -362,7 +362,7 @@ class AutoK:
         elif drafted and self.probing != PROBE_EXPLORE:  # an exploring step is no sign that drafting pays
             self._probe_every, self._probe_paid = PROBE_EVERY, False
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
-        self._rate_seconds = RATE_DECAY * self._rate_seconds + self.costs.step_s(min(drafted, self.costs.k_max))
+        self._rate_seconds = RATE_DECAY * self._rate_seconds + step_s
         if drafted:
             self._steps_without_draft = 0
         if not self.learn_costs or self.shared_k is not None or self._priced:

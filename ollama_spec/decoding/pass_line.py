@@ -27,16 +27,29 @@ SPREAD = 1.5  # the sizes seen must span this ratio for a slope (else the caller
 class PassLine:
     """Recent passes of one model as (size, seconds), and the least-squares line through them, its sums
     kept running (the sizes' spread is read from the RECENT passes kept once after each pass, the
-    cheapest pass only where `at` asks: every pass of a lone slot is told, and none priced here)."""
+    cheapest pass only where `at` asks). Every pass of a lone slot is told and none priced here: the
+    passes wait in `_told` and are taken in, in order, when a price is asked (on the tiny pair taking
+    each in at once was a sixth of -k auto's bookkeeping a step)."""
 
     _passes: deque[tuple[int, float]] = field(default_factory=deque)
     _sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, Σx, Σxx, Σy, Σxy
     _fit: tuple[tuple[float, float] | None] | None = None  # (`line`,), until a pass
     _floor: float | None = None  # `at`'s floor, until a pass
+    # passes told and not taken in yet: the last RECENT (one told before those would leave the line's
+    # passes before a price was asked; all it changes is how far a later pass is winsorized)
+    _told: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=RECENT))
 
     def observe(self, size: int, seconds: float) -> None:
         """A pass of `size` (tokens or rows) took `seconds`."""
-        line = self.line()
+        self._told.append((size, seconds))
+
+    def _take_in(self) -> None:
+        told = self._told
+        while told:
+            self._take(*told.popleft())
+
+    def _take(self, size: int, seconds: float) -> None:
+        line = self._line()
         if line is not None:
             seconds = min(seconds, WINSORIZE * (line[0] + line[1] * size))
         self._add(size, seconds, 1.0)
@@ -56,6 +69,11 @@ class PassLine:
     def line(self) -> tuple[float, float] | None:
         """(a, b ≥ 0) with seconds = a + b·size, or None where the passes are too few or their sizes
         do not spread (SPREAD)."""
+        if self._told:
+            self._take_in()
+        return self._line()
+
+    def _line(self) -> tuple[float, float] | None:
         if self._fit is None:
             self._fit = self._fitted()
         return self._fit[0]

@@ -46,8 +46,11 @@ PRIOR_SLOPE = 0.1
 STALE_WEIGHT = 0.2
 PRIOR_DRAFT_SHARE = 0.1
 # `step_costs` (a line through every size's price, ~20-60 us of Python) is worked out again once this many
-# target passes ran since: a price follows ~10 of them, and on the tiny pair a step takes ~0.2 ms.
+# target passes ran since, and they took RECOST_S: a price follows ~10 of them. On the tiny pair (a step of
+# 0.15-0.2 ms, a GPU's small pair alike) every 4th pass made the pricing and the lone rule's repricing
+# that followed it about half of -k auto's Python a step; a demo pair's pass takes 10-60 ms.
 RECOST_PASSES = 4
+RECOST_S = 0.004
 # A size with no price of its own rises from the sizes run lately as the prior rises, at this share of
 # the prior's rise scaled to the machine's speed at least and at most (see PassPrices._unseen), once the
 # sizes run lately span this ratio of the prior's price (two close sizes' noise says nothing of a slope).
@@ -143,8 +146,10 @@ class PassPrices:
     # the target's scale (the machine's speed) at the target passes it was worked out at: a stale
     # size's price moves as it has moved since
     _scales: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4 * STALE_PASSES))
-    # step_costs by (k_max, drafts): the target pass they were worked out at, and them
-    _costs: dict[tuple[int, bool], tuple[int, StepCosts]] = field(default_factory=dict)
+    # step_costs by (k_max, drafts): the target pass they were worked out at, the target's seconds by
+    # then (`_target_s`), and them
+    _costs: dict[tuple[int, bool], tuple[int, float, StepCosts]] = field(default_factory=dict)
+    _target_s: float = 0.0  # the seconds of every target pass seen
     # target_pass by tokens since the last target pass (a step's plan and each of its draft passes ask)
     _priced: dict[int, float] = field(default_factory=dict)
     _prior_at: dict[int, float] = field(default_factory=dict)  # _target_prior by tokens, until the prior changes
@@ -158,6 +163,7 @@ class PassPrices:
         else:
             priced = None if self.seen_lately(False, size) or not self._now else self.target_pass(size)
             self._now += 1
+            self._target_s += seconds
             self._priced.clear()
             self._rise = None
             self._target.observe(size, seconds, self._now, priced)
@@ -207,16 +213,18 @@ class PassPrices:
     def step_costs(self, k_max: int, drafts: bool = True) -> StepCosts:
         """One sequence's draft step and target passes of 1..k_max+1 tokens, as learned; `drafts`
         False: proposals that cost no draft pass (a lookup in the text). The same object until
-        RECOST_PASSES target passes ran (the first pass seen included)."""
-        at, costs = self._costs.get((k_max, drafts), (-1, None))
-        if costs is not None and (at == self._now or 0 < at <= self._now < at + RECOST_PASSES):
+        RECOST_PASSES target passes ran and took RECOST_S (the first pass seen included)."""
+        at, seconds, costs = self._costs.get((k_max, drafts), (-1, 0.0, None))
+        if costs is not None and (
+            at == self._now or (0 < at and (self._now < at + RECOST_PASSES or self._target_s - seconds < RECOST_S))
+        ):
             return costs
         # the machine's speed now, noted for the sizes that go stale later (once a pricing: working it out
         # at every step was 5 us of the tiny pair's 0.25 ms steps, and a note every 4 passes places as well)
         self._target_scale()
         draft = self.draft_pass(1) if drafts else 0.0
         costs = StepCosts(draft, self._verify_line(k_max + 1))
-        self._costs[(k_max, drafts)] = (self._now, costs)
+        self._costs[(k_max, drafts)] = (self._now, self._target_s, costs)
         return costs
 
     def _verify_line(self, sizes: int) -> tuple[float, ...]:

@@ -43,3 +43,17 @@ def test_without_enough_passes_or_sizes_that_spread_the_prices_stand():
         lines.observe(False, 32, 2 * target(32))
     assert lines.target_pass(24) == pytest.approx(2 * target(24))
     assert lines.draft_pass(8) == prices.draft_pass(8)  # no draft pass seen
+
+
+def test_passes_told_without_a_price_asked_give_the_line_of_passes_taken_in_one_by_one():
+    """A lone slot tells every pass and asks no price: they are taken in when one is asked, in order,
+    to the same line (each winsorized by the line before it)."""
+    rng = random.Random(5)
+    passes = [(tokens, noisy(target(tokens), rng)) for tokens in (8 * rng.randint(1, 7) for _ in range(40))]
+    asked_each_time, asked_once = PassLine(), PassLine()
+    for tokens, seconds in passes:
+        asked_each_time.observe(tokens, seconds)
+        asked_each_time.line()
+        asked_once.observe(tokens, seconds)
+    assert asked_once.line() == pytest.approx(asked_each_time.line())
+    assert asked_once.at(20) == pytest.approx(asked_each_time.at(20))

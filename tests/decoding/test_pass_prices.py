@@ -1,12 +1,20 @@
 """What a pass costs, learned from the step loop's own passes; a calibration only their prior."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
 
 from ollama_spec.decoding.batch_steps import best_shared_k
-from ollama_spec.decoding.pass_prices import STALE_PASSES, PassPrices, least_squares, pass_seconds
+from ollama_spec.decoding.pass_prices import (
+    RECOST_PASSES,
+    RECOST_S,
+    STALE_PASSES,
+    PassPrices,
+    least_squares,
+    pass_seconds,
+)
 from ollama_spec.decoding.step_costs import StepCosts, expected_tokens_for_each_k
 
 # timed while the machine was busy: everything twice what it costs now
@@ -32,6 +40,21 @@ def test_a_size_seen_follows_its_recent_passes():
     for _ in range(30):  # the machine got busy
         prices.observe(False, 4, 0.200)
     assert prices.target_pass(4) == pytest.approx(0.200, rel=0.01)
+
+
+@pytest.mark.parametrize("pass_s", [RECOST_S / 24.9, RECOST_S / 2.1])
+def test_the_costs_are_worked_out_again_once_enough_passes_and_time_went_by(pass_s):
+    """Sub-millisecond passes (the tiny pair's, a GPU's small pair) are priced again once they took
+    RECOST_S, not every RECOST_PASSES: that pricing and the lone rule's after it were half of -k auto's
+    Python a step. Passes of milliseconds are priced again every RECOST_PASSES, as before."""
+    prices = PassPrices(prior=BUSY)
+    prices.observe(False, 1, pass_s)
+    first = prices.step_costs(4)
+    seen = 1
+    while prices.step_costs(4) is first:
+        prices.observe(False, 1 + seen % 3, pass_s)
+        seen += 1
+    assert seen - 1 == max(RECOST_PASSES, math.ceil(RECOST_S / pass_s))
 
 
 def test_without_any_prior_the_first_target_pass_sets_the_scale():
