@@ -182,9 +182,13 @@ class VerifyLine:
 
     def __init__(self, verify_s: Sequence[float]):
         self.k_max = len(verify_s) - 1
-        self._sums = np.zeros(5)  # Σw, Σw·k, Σw·k², Σw·t, Σw·k·t
-        for k, seconds in enumerate(verify_s[1:], 1):
-            self.add(k, seconds, decay=1.0)
+        points = list(enumerate(verify_s[1:], 1))  # the calibration's sizes, each of weight 1 (summed at once:
+        # one `add` each was a third of a -k auto request's setup)
+        self._sums = np.array(  # Σw, Σw·k, Σw·k², Σw·t, Σw·k·t
+            [float(len(points)), *(sum(terms) for terms in zip(*((k, k * k, t, k * t) for k, t in points)))]
+            if points
+            else [0.0] * 5
+        )
 
     def add(self, k: int, seconds: float, decay: float = LINE_DECAY) -> None:
         self._sums = decay * self._sums + np.array([1.0, k, k * k, seconds, k * seconds])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from ollama_spec.decoding.k_fixed import FixedK, KPolicy
 from ollama_spec.decoding.k_policy import AutoK
@@ -55,6 +56,7 @@ class LearnedCosts:
         self.cache = StepCostCache()
         self.learned: dict[str, StepCosts] = {}  # by cost key: refined by AutoK during requests
         self.last_policies: dict[str, AutoK] = {}  # by cost key: what the last request learned of α and margins
+        self._keys: dict[Path | None, str] = {}  # `key` by the draft's path: the loaded setup's, worked out once
         # what the step loop's passes cost, learned as they run (engine/step_loop.py): it prices each
         # step by them, a calibration only their prior
         self.passes = PassPrices()
@@ -179,7 +181,15 @@ class LearnedCosts:
         return self.draft if PROPOSERS[speculation.proposer].needs_draft else None
 
     def key(self, draft: LoadedModel | None) -> str:
-        """The cache key of this setup with `draft` (None: the target alone, as n-gram lookup runs it)."""
+        """The cache key of this setup with `draft` (None: the target alone, as n-gram lookup runs it),
+        worked out once: every -k auto request asks it three times, and each reads both files' sizes."""
+        path = draft.path if draft is not None else None
+        key = self._keys.get(path)
+        if key is None:
+            key = self._keys[path] = self._key(draft)
+        return key
+
+    def _key(self, draft: LoadedModel | None) -> str:
         # a target spread over RPC servers or GPUs has other step costs than one on this machine's default;
         # keyed by what was asked, not by the split the memory plan derived from this moment's free memory
         target, asked = self.target.settings, self.placement

@@ -343,3 +343,15 @@ def test_the_policy_weighs_tokens_one_by_one_by_the_draft_s_vocabulary(tiny_mode
         assert engine.costs.k_policy(speculation, GREEDY).stops_min_draft_s == stops_min_draft_s(2048) == 0.0005
         engine.draft.n_vocab = 128256
         assert engine.costs.k_policy(speculation, GREEDY).stops_min_draft_s == pytest.approx(2.565e-3, rel=1e-3)
+
+
+def test_the_cost_key_reads_the_files_once_per_loaded_pair(tiny_models, monkeypatch):
+    """Every -k auto request asks the key three times; the loaded pair's files do not change under it."""
+    from ollama_spec.engine import calibration
+
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        described = []
+        real = calibration._describe
+        monkeypatch.setattr(calibration, "_describe", lambda path: described.append(path) or real(path))
+        keys = {engine.costs.key(engine.draft) for _ in range(5)} | {engine.costs.key(None) for _ in range(5)}
+    assert len(keys) == 2 and len(described) == 2 + 1  # the pair's two files, then the target alone's one
