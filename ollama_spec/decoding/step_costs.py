@@ -182,12 +182,11 @@ class VerifyLine:
 
     def __init__(self, verify_s: Sequence[float]):
         self.k_max = len(verify_s) - 1
-        points = list(enumerate(verify_s[1:], 1))  # the calibration's sizes, each of weight 1 (summed at once:
-        # one `add` each was a third of a -k auto request's setup)
-        self._sums = np.array(  # Σw, Σw·k, Σw·k², Σw·t, Σw·k·t
-            [float(len(points)), *(sum(terms) for terms in zip(*((k, k * k, t, k * t) for k, t in points)))]
-            if points
-            else [0.0] * 5
+        # the calibration's sizes, each of weight 1, summed at once (an `add` each, with its numpy arrays,
+        # was a third of a -k auto request's setup): Σw, Σw·k, Σw·k², Σw·t, Σw·k·t
+        ks, ts = range(1, len(verify_s)), verify_s[1:]
+        self._sums = np.array(
+            [len(ts), sum(ks), sum(k * k for k in ks), sum(ts), sum(k * t for k, t in zip(ks, ts))], dtype=float
         )
 
     def add(self, k: int, seconds: float, decay: float = LINE_DECAY) -> None:
