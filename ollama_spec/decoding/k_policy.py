@@ -1,18 +1,17 @@
 """How many tokens to draft each step: a fixed K, or the K that a measured cost model says is fastest.
 
-The cost model and the costs as learned from timed steps are `step_costs`'s: K = 0 (the target alone)
-is the answer when the draft does not pay. `AutoK` keeps α and the costs up to date from the steps it
-sees and picks K before each step.
+The cost model and the costs as learned from timed steps are `step_costs`'s: K = 0 (the target alone) is the
+answer when the draft does not pay. `AutoK` keeps α and the costs up to date from the steps it sees and picks K
+before each step.
 
-With a draft model it does better than one K per step: α is not the same for every token. How
-far the draft's best token leads its second (the margin, p1 − p2) tells an easy token from a
-coin toss: on the bench pair a margin under 0.02 is accepted 55 % of the time, over 0.2 always.
-So the draft keeps going while the next token, at the acceptance its margin has earned so far,
-still pays for its draft step and its place in the verify batch at the rate the steps achieve
-(`keep_drafting`), up to K_max: long drafts through easy text, short ones where the draft hesitates.
-Replayed on the bench pair's greedy texts in modelled time: 8 % more tokens per second than the
-best fixed K. Timed by `bench` (2-core CPU, 3 runs): 103 % of the best fixed K over the five
-prompts, 100-106 % on each, where the i.i.d. choice of one K per step gave 96-98 % (86-107 %).
+With a draft model it does better than one K per step: α is not the same for every token. How far the draft's best
+token leads its second (the margin, p1 − p2) tells an easy token from a coin toss: on the bench pair a margin
+under 0.02 is accepted 55 % of the time, over 0.2 always. So the draft keeps going while the next token, at the
+acceptance its margin has earned so far, still pays for its draft step and its place in the verify batch at the
+rate the steps achieve (`keep_drafting`), up to K_max: long drafts through easy text, short ones where the draft
+hesitates. Replayed on the bench pair's greedy texts in modelled time: 8 % more tokens per second than the best
+fixed K. Timed by `bench` (2-core CPU, 3 runs): 103 % of the best fixed K over the five prompts, 100-106 % on
+each, where the i.i.d. choice of one K per step gave 96-98 % (86-107 %).
 """
 
 from __future__ import annotations
@@ -98,6 +97,7 @@ class AutoK:
         self._probe_paid = False  # the last probe paid for itself: probe again at once
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps, self._drafting, self._unchosen_s = 0, None, 0.0  # the seconds since: RECHOOSE_S
+        self._remeasuring = 0  # the K of a step that prices it again after a probe (step_prices.remeasure)
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
         self._kept = KeptK()  # the K its rule drafted last, kept unless another clearly beats it
         self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
@@ -139,8 +139,7 @@ class AutoK:
         return self._rate_tokens / self._rate_seconds
 
     def alphas(self) -> list[float]:
-        """Each position's acceptance, given the ones before it were accepted (kept until a step is seen:
-        the step loop asks every slot's at every step)."""
+        """Each position's acceptance given the ones before it were (kept till a step is seen: the step loop asks)."""
         if self._alphas is None:
             self._alphas = self.by_position.alphas(self.costs.k_max, self.estimator.alpha)
         return self._alphas
@@ -151,7 +150,7 @@ class AutoK:
         self.survivals = [1.0]
         self._by_token = self._weighs_tokens(self.costs)
         self._draft_steps = 1
-        self.probing = ""
+        self.probing, self._remeasuring = "", 0
         shared = self.shared_k
         self._ruled = not shared
         if shared:
@@ -174,6 +173,9 @@ class AutoK:
         if not self._taken_up:
             k = 0
         if k == 0:
+            self._remeasuring = self._steps.trial()  # a probe's K, priced again (step_prices.remeasure)
+            if self._remeasuring:
+                return self._remeasuring
             # No draft step runs while K is 0: the draft reads what it missed in one batch when it
             # drafts again (DraftModelProposer.propose), so waiting costs nothing.
             self._steps_without_draft += 1
@@ -300,22 +302,20 @@ class AutoK:
         self.by_margin = AcceptanceByMargin(bands, weight=SEEDED_WEIGHT)
 
     def carry_over(self, earlier: AutoK) -> None:
-        """Start from what an earlier request's policy learned of the acceptance: by margin, overall
-        and by position.
+        """Start from what an earlier request's policy learned of the acceptance: by margin, overall and by position.
 
-        The acceptance by margin holds for the pair from one request to the next, and ~40 steps of
-        one answer are too few to learn it from the prior. α (overall and by position) belongs to
-        the text as well (a list of planets after a code answer) but starts from the pair's: from
-        the prior (0.7, a handful of drafts' weight) one early rejection made a pair that accepts
-        90 % look not worth drafting (the tiny pair, K=0 at the start of every request); the text's
-        own outweighs it within ~20 steps (ALPHA_DECAY). The rate starts afresh. Replayed on the demo
-        pair's bench prompts in turn (an earlier rule): 1.06x the best fixed K carrying the margins,
-        α and the rate, 1.08x carrying the margins alone.
+        The acceptance by margin holds for the pair from one request to the next, and ~40 steps of one answer are too
+        few to learn it from the prior. α (overall and by position) belongs to the text as well (a list of planets after
+        a code answer) but starts from the pair's: from the prior (0.7, a handful of drafts' weight) one early rejection
+        made a pair that accepts 90 % look not worth drafting (the tiny pair, K=0 at the start of every request); the
+        text's own outweighs it within ~20 steps (ALPHA_DECAY). The rate starts afresh. Replayed on the demo pair's
+        bench prompts in turn (an earlier rule): 1.06x the best fixed K carrying the margins, α and the rate, 1.08x
+        carrying the margins alone.
 
-        The wait between probes carries too: where drafting does not pay it takes ~500 steps to back
-        off from every 8th step to every 256th, and a request of 160 tokens starting afresh each time
-        (then backing off to every 128th) spent 5 % of its time on probes (quantized pair, 0.88x of
-        the target alone). So do the last pricings: a request's first steps decide by a median too."""
+        The wait between probes carries too: where drafting does not pay it takes ~500 steps to back off from every 8th
+        step to every 256th, and a request of 160 tokens starting afresh each time (then backing off to every 128th)
+        spent 5 % of its time on probes (quantized pair, 0.88x of the target alone). So do the last pricings: a
+        request's first steps decide by a median too."""
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
@@ -347,19 +347,20 @@ class AutoK:
             self.by_position.observe(drafted, accepted)
             self.by_margin.observe(self._margins[:drafted], accepted)
         if self.probing in (PROBE_ACCEPTANCE, PROBE_COSTS):
-            # A probe that paid for itself (its tokens, at the target alone's step cost, against its
-            # draft catch-up and verify batch) says the costs or α may be off: halve the wait for the
-            # next. One that did not: wait twice as long. (Going back to every 8th step at once, a pair
-            # with α ≈ 0.5, where half the probes pay by chance, probes 8 % of its steps, each a loss:
-            # 1.5 tokens for the price of 1.7.)
+            # A probe that paid for itself (its tokens, at the target alone's step cost, against its draft catch-up and
+            # verify batch) says the costs or α may be off: halve the wait for the next. One that did not: wait twice as
+            # long. (Going back to every 8th step at once, a pair with α ≈ 0.5, where half the probes pay by chance,
+            # probes 8 % of its steps, each a loss: 1.5 tokens for the price of 1.7.)
             paid = (accepted + 1) * self.costs.verify_s[0] >= draft_s + verify_s
             wait = max(PROBE_EVERY, self._probe_every // 2) if paid else 2 * self._probe_every
             self._probe_every = min(wait, PROBE_MAX_EVERY)
-            # and one that paid is followed by another at once, until one does not pay or α says
-            # draft: each costs less than the target alone would, and waiting 8 steps between them
-            # keeps K at 0 for ~40 steps after a quote the draft could not follow (the copy pair)
+            # and one that paid is followed by another at once, until one does not pay or α says draft: each costs less
+            # than the target alone would, and waiting 8 steps between them keeps K at 0 for ~40 steps after a quote the
+            # draft could not follow (the copy pair)
             self._probe_paid = paid
-        elif drafted and self.probing != PROBE_EXPLORE:  # an exploring step is no sign that drafting pays
+            if accepted and self._priced and self.shared_k is None:
+                self._steps.remeasure(drafted)
+        elif drafted and self.probing != PROBE_EXPLORE and not self._remeasuring:  # nor these: no sign it pays
             self._probe_every, self._probe_paid = PROBE_EVERY, False
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
         self._rate_seconds = RATE_DECAY * self._rate_seconds + step_s
@@ -370,10 +371,9 @@ class AutoK:
         draft_step, verify = self.costs.draft_step_s, self.costs.verify_s
         if drafted:
             measured = blend(draft_step, draft_s / max(self._draft_steps, drafted))
-            # A probe's draft time is mostly the catch-up on what K=0 skipped: it may only say the draft
-            # step is cheaper than thought. Only drafting steps relearn it otherwise, so a draft step
-            # learned far too dear (a busy spell, an earlier run's cache) would keep K at 0 for good
-            # (on the weak pair, 0.66x of K=8).
+            # A probe's draft time is mostly the catch-up on what K=0 skipped: it may only say the draft step is cheaper
+            # than thought. Only drafting steps relearn it otherwise, so a draft step learned far too dear (a busy
+            # spell, an earlier run's cache) would keep K at 0 for good (on the weak pair, 0.66x of K=8).
             draft_step = min(draft_step, measured) if self.probing else measured
             verify = self._learn_verify(drafted, verify_s)
         else:

@@ -47,6 +47,11 @@ TRY_WITHIN = 0.25
 # A K's ratio to the model, and a try, are forgotten after this many steps without its steps lately: a
 # ratio taken in a busy spell must not keep a K out for good (a try costs TRY_STEPS steps, ~0.4 % here).
 FORGET_STEPS = 1024
+# A probe at K=0 whose draft was accepted goes on at its K for TRY_STEPS steps (the first catches the
+# draft up on what K=0 skipped) where that K's own steps are older than this: they then price it again.
+# The price K=0 is left for stays while K=0 runs, and one taken in a busy moment kept the tiny pair (K=1
+# 1.3x the target alone as it ran) at K=0 for 300-700 steps of 1,000, its probes unable to move it.
+REMEASURE_STEPS = 64
 # K=0 is tried only once this many steps ran (the policies of one pair's requests carry them on): a short
 # request keeps its drafts (a 6-token answer whose first 4 steps tried K=0 drafted nothing at all).
 ALONE_AFTER = 64
@@ -92,9 +97,7 @@ class StepsByK:
         would never be corrected, nor its rate be the best. K=0 is tried where none of those is, and
         whatever the model says (see the module); not `whole` (a rule weighing each token), K=0 only."""
         if self._trying is not None:
-            other, left = self._trying
-            self._trying = (other, left - 1) if left > 1 else None
-            return other
+            return self.trial()
         if not self._scan:
             return k
         self._scan = False
@@ -110,6 +113,21 @@ class StepsByK:
         # 1.28x the target alone) stayed at K=0 for 250 steps
         if self._untried(0) and self._now >= ALONE_AFTER and (self._fresh(k) or not whole):
             return self._try(0)
+        return k
+
+    def remeasure(self, k: int) -> None:
+        """A probe drafted `k` and had it accepted: `k` for the next TRY_STEPS steps (`trial`) where its own
+        steps are older than REMEASURE_STEPS (see there)."""
+        entry = self._recent.get(k)
+        if self._trying is None and (entry is None or self._now - entry[1] > REMEASURE_STEPS):
+            self._trying = (k, TRY_STEPS)
+
+    def trial(self) -> int:
+        """The K being tried at this step (`tried`, `remeasure`); 0 where none is."""
+        if self._trying is None:
+            return 0
+        k, left = self._trying
+        self._trying = (k, left - 1) if left > 1 else None
         return k
 
     def _untried(self, k: int) -> bool:

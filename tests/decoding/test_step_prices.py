@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 
 from ollama_spec.decoding.k_policy import AutoK
-from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE
+from ollama_spec.decoding.k_tuning import PROBE_ACCEPTANCE, PROBE_EVERY
 from ollama_spec.decoding.step_costs import StepCosts, best_k
-from ollama_spec.decoding.step_prices import ALONE_AFTER, FORGET_STEPS, MIN_STEPS, TRY_STEPS, StepsByK
+from ollama_spec.decoding.step_prices import (
+    ALONE_AFTER,
+    FORGET_STEPS,
+    MIN_STEPS,
+    REMEASURE_STEPS,
+    TRY_STEPS,
+    StepsByK,
+)
 from tests.decoding.test_step_costs import CPU
 
 US = 1e-6
@@ -211,3 +218,44 @@ def test_a_ratio_taken_long_ago_is_forgotten_and_its_k_tried_again():
     assert priced.step_s(1) == pytest.approx(MODEL.step_s(1))  # as K=3's steps compare: 1.0
     alphas = lambda: [0.9] * MODEL.k_max
     assert steps.tried(3, priced, alphas) == 1  # tried again
+
+
+def _phase(policy: AutoK, truth, steps: int, rng, alpha: float = 0.9) -> list[int]:
+    """`steps` lone steps as `_run`'s, repriced every 4th by MODEL, each taking `truth(k)`; the Ks drafted
+    by the rule (a probe's step counted as K=0)."""
+    chosen = []
+    for step in range(steps):
+        if step % 4 == 0:
+            policy.reprice(StepCosts(MODEL.draft_step_s, MODEL.verify_s))
+        k = policy.next_k()
+        accepted = next((i for i in range(k) if rng.random() > alpha), k)
+        policy.observe(k, accepted, 0.3 * truth(k), 0.7 * truth(k))
+        chosen.append(0 if policy.probing else k)
+    return chosen
+
+
+def test_a_k_priced_in_a_busy_moment_is_priced_again_by_the_steps_after_a_probe():
+    """A busy moment priced the drafting steps at 2.5x what they run at, and the rule went to K=0. That
+    price stays while K=0 runs (FORGET_STEPS), and each probe alone pays a catch-up: the tiny pair sat at
+    K=0 for 300-700 of 1,000 steps where K=1 made 1.3x its tokens. A probe whose draft is accepted goes on
+    for a few steps at its K where that K's own steps are older than REMEASURE_STEPS, and they price it
+    again: the rule drafts again long before the busy price would be forgotten."""
+    rng = np.random.default_rng(5)
+    policy = AutoK(MODEL, prior_alpha=0.9, confidence_stops=True)
+    _phase(policy, MODEL.step_s, 100, rng)
+    busy = _phase(policy, lambda k: (2.5 if k else 1.0) * MODEL.step_s(k), 100, rng)
+    assert Counter(busy[-50:])[0] >= 40  # the target alone, while drafting costs 2.5x
+    quiet = _phase(policy, MODEL.step_s, 2 * REMEASURE_STEPS + 4 * PROBE_EVERY, rng)
+    assert 2 * REMEASURE_STEPS + 4 * PROBE_EVERY < FORGET_STEPS
+    assert sum(k > 0 for k in quiet[-REMEASURE_STEPS:]) >= 0.8 * REMEASURE_STEPS
+
+
+def test_a_probe_prices_again_only_a_k_whose_own_steps_are_old():
+    steps = StepsByK()
+    _steady(steps, 1, MODEL.step_s(1))
+    steps.remeasure(1)
+    assert steps.trial() == 0  # priced by its steps just now: nothing to try
+    for _ in range(REMEASURE_STEPS + 1):
+        steps.observe(0, MODEL.step_s(0))
+    steps.remeasure(1)
+    assert [steps.trial() for _ in range(TRY_STEPS + 1)] == [1] * TRY_STEPS + [0]
