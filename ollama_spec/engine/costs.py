@@ -95,11 +95,12 @@ class LearnedCosts:
             calibrated=calibrated,
             stops_min_draft_s=stops_min_draft_s(draft.n_vocab if draft is not None else 0),  # no draft: no stops
         )
-        earlier, learned = self.last_policies.get(key), self.cache.get_acceptance(key)
-        if learn and earlier is not None:  # a seeded sample starts from the prior: its text must not depend on history
+        if not learn:  # a seeded sample starts from the prior: its text must not depend on history
+            return policy
+        if (earlier := self.last_policies.get(key)) is not None:
             policy.carry_over(earlier)
-        elif learn and learned is not None and policy.confidence_stops:
-            policy.seed_acceptance(learned)
+        elif policy.confidence_stops and (learned := self.cache.get_acceptance(key)) is not None:
+            policy.seed_acceptance(learned)  # the cache file read only where no earlier request's policy is
         return policy
 
     def observe(self, draft: bool, size: int, seconds: float) -> None:
