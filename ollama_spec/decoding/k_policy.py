@@ -358,7 +358,7 @@ class AutoK:
             # than the target alone would, and waiting 8 steps between them keeps K at 0 for ~40 steps after a quote the
             # draft could not follow (the copy pair)
             self._probe_paid = paid
-            if accepted and self._priced and self.shared_k is None:
+            if accepted and self._priced and self.shared_k is None and not self._by_token:  # its steps priced whole
                 self._steps.remeasure(drafted)
         elif drafted and self.probing != PROBE_EXPLORE and not self._remeasuring:  # nor these: no sign it pays
             self._probe_every, self._probe_paid = PROBE_EVERY, False

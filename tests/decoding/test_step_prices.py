@@ -259,3 +259,15 @@ def test_a_probe_prices_again_only_a_k_whose_own_steps_are_old():
         steps.observe(0, MODEL.step_s(0))
     steps.remeasure(1)
     assert [steps.trial() for _ in range(TRY_STEPS + 1)] == [1] * TRY_STEPS + [0]
+
+
+@pytest.mark.parametrize(("costs", "priced_again"), [(MODEL, True), (CPU, False)])
+def test_an_accepted_probe_prices_its_k_again_only_where_steps_are_priced_whole(costs, priced_again):
+    """A rule weighing each token (a draft step of milliseconds: CPU) drafts the margins' K, priced by its
+    passes: steps after a probe would price nothing, and are not run."""
+    policy = AutoK(costs, prior_alpha=0.9, confidence_stops=True)
+    policy.reprice(costs)
+    policy.next_k()
+    policy.probing = PROBE_ACCEPTANCE
+    policy.observe(1, 1, costs.draft_step_s, costs.verify_s[1])
+    assert policy._steps.trial() == (1 if priced_again else 0)
