@@ -137,9 +137,12 @@ def test_a_k_no_longer_run_keeps_how_its_steps_compared_with_the_model():
     assert priced.step_s(3) == pytest.approx(1.4 * slower.step_s(3))
 
 
-def _run(policy: AutoK, truth, steps: int, alpha: float = 0.9, seed: int = 3, model: StepCosts = MODEL) -> list[int]:
-    """Lone steps repriced by the passes' `model` every 4th, each taking `truth(k)`; the Ks drafted."""
-    rng, chosen = np.random.default_rng(seed), []
+def _run(
+    policy: AutoK, truth, steps: int, alpha: float = 0.9, seed: int = 3, model: StepCosts = MODEL, rng=None
+) -> list[int]:
+    """Lone steps repriced by the passes' `model` every 4th, each taking `truth(k)`; the Ks drafted (a
+    probe's step counted as K=0). `rng`: one that runs on from an earlier call (else a new one of `seed`)."""
+    rng, chosen = rng if rng is not None else np.random.default_rng(seed), []
     for step in range(steps):
         if step % 4 == 0:
             policy.reprice(StepCosts(model.draft_step_s, model.verify_s))  # the step loop's new pricing
@@ -220,20 +223,6 @@ def test_a_ratio_taken_long_ago_is_forgotten_and_its_k_tried_again():
     assert steps.tried(3, priced, alphas) == 1  # tried again
 
 
-def _phase(policy: AutoK, truth, steps: int, rng, alpha: float = 0.9) -> list[int]:
-    """`steps` lone steps as `_run`'s, repriced every 4th by MODEL, each taking `truth(k)`; the Ks drafted
-    by the rule (a probe's step counted as K=0)."""
-    chosen = []
-    for step in range(steps):
-        if step % 4 == 0:
-            policy.reprice(StepCosts(MODEL.draft_step_s, MODEL.verify_s))
-        k = policy.next_k()
-        accepted = next((i for i in range(k) if rng.random() > alpha), k)
-        policy.observe(k, accepted, 0.3 * truth(k), 0.7 * truth(k))
-        chosen.append(0 if policy.probing else k)
-    return chosen
-
-
 def test_a_k_priced_in_a_busy_moment_is_priced_again_by_the_steps_after_a_probe():
     """A busy moment priced the drafting steps at 2.5x what they run at, and the rule went to K=0. That
     price stays while K=0 runs (FORGET_STEPS), and each probe alone pays a catch-up: the tiny pair sat at
@@ -242,10 +231,10 @@ def test_a_k_priced_in_a_busy_moment_is_priced_again_by_the_steps_after_a_probe(
     again: the rule drafts again long before the busy price would be forgotten."""
     rng = np.random.default_rng(5)
     policy = AutoK(MODEL, prior_alpha=0.9, confidence_stops=True)
-    _phase(policy, MODEL.step_s, 100, rng)
-    busy = _phase(policy, lambda k: (2.5 if k else 1.0) * MODEL.step_s(k), 100, rng)
+    _run(policy, MODEL.step_s, 100, rng=rng)
+    busy = _run(policy, lambda k: (2.5 if k else 1.0) * MODEL.step_s(k), 100, rng=rng)
     assert Counter(busy[-50:])[0] >= 40  # the target alone, while drafting costs 2.5x
-    quiet = _phase(policy, MODEL.step_s, 2 * REMEASURE_STEPS + 4 * PROBE_EVERY, rng)
+    quiet = _run(policy, MODEL.step_s, 2 * REMEASURE_STEPS + 4 * PROBE_EVERY, rng=rng)
     assert 2 * REMEASURE_STEPS + 4 * PROBE_EVERY < FORGET_STEPS
     assert sum(k > 0 for k in quiet[-REMEASURE_STEPS:]) >= 0.8 * REMEASURE_STEPS
 
@@ -267,7 +256,9 @@ def test_an_accepted_probe_prices_its_k_again_only_where_steps_are_priced_whole(
     passes: steps after a probe would price nothing, and are not run."""
     policy = AutoK(costs, prior_alpha=0.9, confidence_stops=True)
     policy.reprice(costs)
-    policy.next_k()
+    policy.next_k()  # whether it weighs each token
+    while policy._steps.trial():  # a K its steps have not priced yet, tried (`tried`): done with
+        pass
     policy.probing = PROBE_ACCEPTANCE
     policy.observe(1, 1, costs.draft_step_s, costs.verify_s[1])
     assert policy._steps.trial() == (1 if priced_again else 0)
