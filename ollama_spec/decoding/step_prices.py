@@ -51,6 +51,11 @@ FORGET_STEPS = 1024
 # draft up on what K=0 skipped) where that K's own steps are older than this: they then price it again.
 # The price K=0 is left for stays while K=0 runs, and one taken in a busy moment kept the tiny pair (K=1
 # 1.3x the target alone as it ran) at K=0 for 300-700 steps of 1,000, its probes unable to move it.
+# The wait doubles after each re-measure, up to FORGET_STEPS, until the rule drafts again: where drafting
+# does not pay (the tiny pair with its crafted EAGLE-3 head, whose catch-up reads every position K=0
+# skipped) one every 64 steps made auto 0.97x the target alone against 1.01x without (3 runs each); with
+# the back-off 1.00x against 1.02x (6 each), where the tiny draft pair kept its gain (0.855 against 0.833x
+# K=1, 8 each).
 REMEASURE_STEPS = 64
 # K=0 is tried only once this many steps ran (the policies of one pair's requests carry them on): a short
 # request keeps its drafts (a 6-token answer whose first 4 steps tried K=0 drafted nothing at all).
@@ -68,6 +73,8 @@ class StepsByK:
     _ratios: dict[int, tuple[float, int]] = field(default_factory=dict)  # K: the ratio, the step it was taken at
     _tried: dict[int, int] = field(default_factory=dict)  # Ks drafted or tried (`tried`): the step at
     _trying: tuple[int, int] | None = None  # a K being tried, and its steps still to run
+    _in_trial: bool = False  # the step under way is a try's (`trial`), not the rule's own choice
+    _remeasure_after: int = REMEASURE_STEPS  # the age of a K's steps that a probe prices again (`remeasure`)
     _scan: bool = False  # new prices: look for a K to try
 
     def observe(self, k: int, seconds: float, counted: bool = True) -> None:
@@ -76,6 +83,9 @@ class StepsByK:
         the K of the step before is kept: one at another pays that change (llama.cpp's graphs built for
         new shapes, and after K=0 the draft's catch-up on what it skipped), once, not at every step."""
         self._now += 1
+        if counted and k and not self._in_trial:  # the rule drafts by its own choice: re-measures soon again
+            self._remeasure_after = REMEASURE_STEPS
+        self._in_trial = False
         steady, self._last = k == self._last, k if counted else None
         if not (counted and steady):
             return
@@ -87,7 +97,9 @@ class StepsByK:
     def copy(self) -> StepsByK:
         """The same steps, kept on apart (a request's policy starting from the last one's)."""
         recent = {k: (deque(steps, maxlen=RECENT_STEPS), at) for k, (steps, at) in self._recent.items()}
-        return StepsByK(recent, self._now, None, dict(self._ratios), dict(self._tried))
+        return StepsByK(
+            recent, self._now, None, dict(self._ratios), dict(self._tried), _remeasure_after=self._remeasure_after
+        )
 
     def tried(self, k: int, costs: StepCosts, alphas: Callable[[], Sequence[float]], whole: bool = True) -> int:
         """The K to draft where the rule drafts `k` at `costs` (as `priced`): a K not priced by its own
@@ -117,10 +129,12 @@ class StepsByK:
 
     def remeasure(self, k: int) -> None:
         """A probe drafted `k` and had it accepted: `k` for the next TRY_STEPS steps (`trial`) where its own
-        steps are older than REMEASURE_STEPS (see there)."""
+        steps are older than REMEASURE_STEPS, twice that after each such re-measure until the rule drafts
+        again (see there)."""
         entry = self._recent.get(k)
-        if self._trying is None and (entry is None or self._now - entry[1] > REMEASURE_STEPS):
+        if self._trying is None and (entry is None or self._now - entry[1] > self._remeasure_after):
             self._trying = (k, TRY_STEPS)
+            self._remeasure_after = min(2 * self._remeasure_after, FORGET_STEPS)
 
     def trial(self) -> int:
         """The K being tried at this step (`tried`, `remeasure`); 0 where none is."""
@@ -128,6 +142,7 @@ class StepsByK:
             return 0
         k, left = self._trying
         self._trying = (k, left - 1) if left > 1 else None
+        self._in_trial = True
         return k
 
     def _untried(self, k: int) -> bool:

@@ -262,3 +262,35 @@ def test_an_accepted_probe_prices_its_k_again_only_where_steps_are_priced_whole(
     policy.probing = PROBE_ACCEPTANCE
     policy.observe(1, 1, costs.draft_step_s, costs.verify_s[1])
     assert policy._steps.trial() == (1 if priced_again else 0)
+
+
+def _at_zero(steps: StepsByK, n: int) -> None:
+    for _ in range(n):
+        steps.observe(0, MODEL.step_s(0))
+
+
+def _remeasured(steps: StepsByK, k: int) -> bool:
+    """A probe at `k` accepted: whether steps at `k` follow to price it again (each then run)."""
+    steps.remeasure(k)
+    ran = False
+    while tried := steps.trial():
+        steps.observe(tried, MODEL.step_s(tried))
+        ran = True
+    return ran
+
+
+def test_re_measures_back_off_until_the_rule_drafts_again():
+    """Where the steps after a probe find drafting still does not pay, each re-measure waits twice as long
+    as the last (a catch-up each: an EAGLE-3 head's reads every position K=0 skipped); once the rule drafts
+    by its own choice, the wait is REMEASURE_STEPS again."""
+    steps = StepsByK()
+    _steady(steps, 1, MODEL.step_s(1))
+    _at_zero(steps, REMEASURE_STEPS + 1)
+    assert _remeasured(steps, 1)
+    _at_zero(steps, REMEASURE_STEPS + 1)
+    assert not _remeasured(steps, 1)  # twice as long now
+    _at_zero(steps, REMEASURE_STEPS)
+    assert _remeasured(steps, 1)
+    _steady(steps, 1, MODEL.step_s(1))  # the rule drafts again
+    _at_zero(steps, REMEASURE_STEPS + 1)
+    assert _remeasured(steps, 1)
