@@ -71,6 +71,12 @@ REPLAN_S = 0.004
 # passing bump of the prices (the tiny draft pair, whose drafts pay 1.25x) is looked at again soon.
 REPRICE_AT_ZERO = 8
 REPRICE_AT_ZERO_MAX = 32
+# A slot alone that drafts is priced again at most this often by the clock (at once where its step before
+# drafted nothing: a probe's, a try's), as its rule works its best K out again (k_tuning.RECHOOSE_S): on
+# the tiny pair (a K=1 step of 0.21-0.23 ms) every ~5th step, 1-2 us a step less of the Python that
+# `-k auto` spends above a fixed K (14-16 us); each pass moves the prices by a step's worth. Steps of a
+# millisecond and more (the demo pair's: 30 ms) are priced at every one, as before.
+REPRICE_DRAFTING_S = 0.001
 
 
 @dataclass
@@ -87,8 +93,9 @@ class BatchK:
     _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for `_planned_for` slots
     _planned_for: int = 0  # how many
     _planned_at: float = 0.0
-    # the lone policy last priced, its K=0 steps since, and how many there are to be before the next
-    _repriced: tuple[Any, int, int] = (None, 0, REPRICE_AT_ZERO)
+    # the lone policy last priced, its K=0 steps since, how many there are to be before the next, and when
+    _repriced: tuple[Any, int, int, float] = (None, 0, REPRICE_AT_ZERO, 0.0)
+    _lone_drafted: bool = False  # the lone policy's step before drafted (the last `choose` saw)
     # beside other slots, the passes priced on a line through the loop's recent ones (decoding/pass_line.py)
     _lines: LinePrices = field(init=False)
 
@@ -117,12 +124,7 @@ class BatchK:
                 k = self._explored(len(generations), k_max)
         else:
             k, lone = None, policies[0]
-            priced, at_zero, wait = self._repriced
-            if lone.last_drafted or priced is not lone or at_zero >= wait:
-                lone.reprice(prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
-                drafted = lone.last_drafted or priced is not lone
-                at_zero, wait = -1, REPRICE_AT_ZERO if drafted else min(2 * wait, REPRICE_AT_ZERO_MAX)
-            self._repriced = (lone, at_zero + 1, wait)
+            self._reprice(lone)
             lone.explore_in = 0
             # its rule drafting (K=1 too, its draft pass priced): its passes are priced as they run
             if lone.own_drafted:
@@ -135,6 +137,22 @@ class BatchK:
             policy.shared_k, policy.exploring = k, bool(k) and not shared
         for generation in generations:
             generation.shared |= shared
+
+    def _reprice(self, lone: AutoK) -> None:
+        """Price the lone slot's rule again where it is due (REPRICE_AT_ZERO, REPRICE_DRAFTING_S)."""
+        priced, at_zero, wait, at = self._repriced
+        drafted, now = bool(lone.last_drafted), self.clock()
+        if drafted:
+            due = not self._lone_drafted or now - at >= REPRICE_DRAFTING_S
+        else:
+            due = at_zero >= wait
+        if due or priced is not lone:
+            lone.reprice(self.prices.step_costs(lone.costs.k_max, drafts=lone.confidence_stops))
+            wait = REPRICE_AT_ZERO if drafted or priced is not lone else min(2 * wait, REPRICE_AT_ZERO_MAX)
+            at_zero, at = -1, now
+        elif drafted:
+            at_zero, wait = -1, REPRICE_AT_ZERO
+        self._repriced, self._lone_drafted = (lone, at_zero + 1, wait, at), drafted
 
     def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
         """plan_step's K and rate for these slots: made again where it was K=0, they changed in number or

@@ -16,6 +16,7 @@ from ollama_spec.engine.batch_k import (
     EXPLORE_EVERY,
     EXPLORE_K,
     EXPLORE_MAX_EVERY,
+    REPRICE_DRAFTING_S,
     BatchK,
     drafting_beside,
 )
@@ -271,6 +272,27 @@ def test_a_slot_alone_is_priced_again_soon_after_a_step_that_drafted():
         lone.policy.observe(0, 0, 0.0, target(1))
         prices.observe(False, 1, target(1))
     assert asked[9] >= asked[0] + 1 and asked[-1] - asked[0] <= 3
+
+
+def test_a_lone_slot_that_drafts_is_priced_again_by_the_clock_and_at_once_after_k_zero():
+    """Priced at every step, the prices and the best K worked out again were 6-7 of the ~17 us a step
+    that `-k auto` spent above a fixed K on the tiny pair: a drafting slot is priced again once every
+    REPRICE_DRAFTING_S, and at once where its step before drafted nothing (a probe's, a try's)."""
+    prices, clock = CountedPrices(prior=DEAR), Clock()
+    batch, lone = BatchK(prices, clock=clock), Running(AutoK(DEAR, 0.9, confidence_stops=True))
+    batch.choose([lone])  # a new request's policy: at once
+    asked = prices.asked
+    for _ in range(12):
+        lone.policy.observe(1, 1, draft(1), target(2))
+        clock.now += REPRICE_DRAFTING_S / 4
+        batch.choose([lone])
+    assert prices.asked - asked == 3  # every 4th step
+    lone.policy.observe(0, 0, 0.0, target(1))
+    batch.choose([lone])
+    lone.policy.observe(1, 1, draft(1), target(2))  # drafts again after K=0
+    asked = prices.asked
+    batch.choose([lone])
+    assert prices.asked == asked + 1
 
 
 def until_explored(batch: BatchK, lone: Running) -> int:

@@ -398,6 +398,7 @@ class PassClock:
         self.now = 0.0
         for module in (step_loop, loop):  # the loop's passes, and the steps' own timing
             monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=lambda: self.now))
+        monkeypatch.setattr(engine.loop._k, "clock", lambda: self.now)  # when the lone slot is priced again
         for model, seconds in (
             (engine.draft, lambda tokens: scale * 0.0001),
             (engine.target, lambda tokens: scale * (0.001 + 0.00005 * tokens)),
