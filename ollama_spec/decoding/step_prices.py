@@ -75,6 +75,7 @@ class StepsByK:
     _trying: tuple[int, int] | None = None  # a K being tried, and its steps still to run
     _in_trial: bool = False  # the step under way is a try's (`trial`), not the rule's own choice
     _remeasure_after: int = REMEASURE_STEPS  # the age of a K's steps that a probe prices again (`remeasure`)
+    _remeasured_at: int = -FORGET_STEPS  # the step of the last re-measure
     _scan: bool = False  # new prices: look for a K to try
 
     def observe(self, k: int, seconds: float, counted: bool = True) -> None:
@@ -98,7 +99,13 @@ class StepsByK:
         """The same steps, kept on apart (a request's policy starting from the last one's)."""
         recent = {k: (deque(steps, maxlen=RECENT_STEPS), at) for k, (steps, at) in self._recent.items()}
         return StepsByK(
-            recent, self._now, None, dict(self._ratios), dict(self._tried), _remeasure_after=self._remeasure_after
+            recent,
+            self._now,
+            None,
+            dict(self._ratios),
+            dict(self._tried),
+            _remeasure_after=self._remeasure_after,
+            _remeasured_at=self._remeasured_at,
         )
 
     def tried(self, k: int, costs: StepCosts, alphas: Callable[[], Sequence[float]], whole: bool = True) -> int:
@@ -130,11 +137,20 @@ class StepsByK:
     def remeasure(self, k: int) -> None:
         """A probe drafted `k` and had it accepted: `k` for the next TRY_STEPS steps (`trial`) where its own
         steps are older than REMEASURE_STEPS, twice that after each such re-measure until the rule drafts
-        again (see there)."""
+        again (see there). Too few of them to price it (fewer than MIN_STEPS steady ones), the last
+        re-measure is what must be that old: at the tiny pair's first request two steady steps at K=1
+        were no price, K=1 was priced by K=2's ratio (graphs built anew) and K=0 ran for ~60 steps."""
         entry = self._recent.get(k)
-        if self._trying is None and (entry is None or self._now - entry[1] > self._remeasure_after):
-            self._trying = (k, TRY_STEPS)
+        # a K too few of whose steps ran for a price of their own: since the last re-measure
+        last = entry[1] if entry is not None and len(entry[0]) >= MIN_STEPS else self._remeasured_at
+        if self._trying is None and self._now - last > self._remeasure_after:
+            self._trying, self._remeasured_at = (k, TRY_STEPS), self._now
             self._remeasure_after = min(2 * self._remeasure_after, FORGET_STEPS)
+
+    @property
+    def trying(self) -> bool:
+        """A try (`tried`, `remeasure`) has steps still to run."""
+        return self._trying is not None
 
     def trial(self) -> int:
         """The K being tried at this step (`tried`, `remeasure`); 0 where none is."""

@@ -294,3 +294,14 @@ def test_re_measures_back_off_until_the_rule_drafts_again():
     _steady(steps, 1, MODEL.step_s(1))  # the rule drafts again
     _at_zero(steps, REMEASURE_STEPS + 1)
     assert _remeasured(steps, 1)
+
+
+def test_a_probe_prices_again_a_k_too_few_of_whose_steps_ran():
+    """A K with fewer than MIN_STEPS steady steps has no price of its own: a probe accepted at it runs it
+    again at once, not REMEASURE_STEPS later. At the tiny pair's first request, K=1 ran two steady steps,
+    was priced by K=2's ratio (its steps build llama.cpp's graphs anew), lost to K=0 and sat there ~60 steps."""
+    steps = StepsByK()
+    for _ in range(MIN_STEPS):  # the first pays the change of K
+        steps.observe(1, MODEL.step_s(1))
+    _at_zero(steps, 8)
+    assert _remeasured(steps, 1)
