@@ -9,9 +9,7 @@ token leads its second (the margin, p1 − p2) tells an easy token from a coin t
 under 0.02 is accepted 55 % of the time, over 0.2 always. So the draft keeps going while the next token, at the
 acceptance its margin has earned so far, still pays for its draft step and its place in the verify batch at the
 rate the steps achieve (`keep_drafting`), up to K_max: long drafts through easy text, short ones where the draft
-hesitates. Replayed on the bench pair's greedy texts in modelled time: 8 % more tokens per second than the best
-fixed K. Timed by `bench` (2-core CPU, 3 runs): 103 % of the best fixed K over the five prompts, 100-106 % on
-each, where the i.i.d. choice of one K per step gave 96-98 % (86-107 %).
+hesitates (measured in docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
+from ollama_spec.decoding.k_steady import SteadyK
 from ollama_spec.decoding.k_tuning import (
     DRAFT_GAIN_MARGIN,
     DRAFT_KEEP_MARGIN,
@@ -93,13 +92,12 @@ class AutoK:
         self.estimator = AlphaEstimator(prior_alpha)
         self.by_margin = AcceptanceByMargin()
         self.by_position = AcceptanceByPosition()
-        self._steps_without_draft, self._probe_every = 0, PROBE_EVERY
-        self._probe_paid = False  # the last probe paid for itself: probe again at once
+        self._steps_without_draft, self._probe_every, self._probe_paid = 0, PROBE_EVERY, False  # paid: probe at once
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps, self._drafting, self._unchosen_s = 0, None, 0.0  # the seconds since: RECHOOSE_S
         self._remeasuring = 0  # the K of a step that prices it again after a probe (step_prices.remeasure)
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
-        self._kept = KeptK()  # the K its rule drafted last, kept unless another clearly beats it
+        self._kept, self._steady = KeptK(), SteadyK()  # the K its rule drafted last (step_costs, k_steady)
         self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
@@ -148,11 +146,14 @@ class AutoK:
         self.quiet_steps = 0
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals = [1.0]
-        self._by_token = self._weighs_tokens(self.costs)
         self._draft_steps = 1
         self.probing, self._remeasuring = "", 0
         shared = self.shared_k
         self._ruled = not shared
+        if shared is None and (k := self._steady.same(self._drafting)) and not self._steps.trying:
+            self._drafting_steps += 1  # its choice stands (decoding/k_steady.py)
+            return self._steady.capped(k, self.alphas, self.costs)
+        self._by_token = self._weighs_tokens(self.costs)
         if shared:
             # Beside other slots: at most the batch's K, every slot drafting as deep as the others (a
             # shorter draft leaves padding in the verify pass, not time); the step loop stops them all
@@ -170,28 +171,18 @@ class AutoK:
         # at all (see DRAFT_KEEP_MARGIN)
         margin = DRAFT_KEEP_MARGIN if self._taken_up else DRAFT_GAIN_MARGIN
         self._taken_up = shared != 0 and beats_target_alone(rate, self.costs, margin)
-        if not self._taken_up:
-            k = 0
-        if k == 0:
-            self._remeasuring = self._steps.trial()  # a probe's K, priced again (step_prices.remeasure)
-            if self._remeasuring:
-                return self._remeasuring
-            # No draft step runs while K is 0: the draft reads what it missed in one batch when it
-            # drafts again (DraftModelProposer.propose), so waiting costs nothing.
-            self._steps_without_draft += 1
-            if self._steps_without_draft >= self._probe_every or self._probe_paid:
-                could_pay = could_pay_at_all(self.costs)
-                if could_pay or self._probe_every < PROBE_MAX_EVERY or self._steps_without_draft >= PROBE_CEILING_EVERY:
-                    self.probing = PROBE_ACCEPTANCE if could_pay else PROBE_COSTS
-                    return 1
-            if shared is None and not self._probe_paid:  # alone, no probe before this many steps
-                self.quiet_steps = max(0, min(self._probe_every - self._steps_without_draft, self.explore_in))
-            return 0
+        if not self._taken_up or k == 0:
+            return self._at_zero(shared)
         k = self._kept.choose(k, rate, self.alphas, self.costs)
         self._drafting_steps += 1
         if self._priced:  # a K its steps have not priced is tried (step_prices), not a neighbour; by token, K=0
-            k = self._steps.tried(k, self.costs, self.alphas, whole=not self._by_token)
-            if not (k and self._by_token):
+            ruled, k = k, self._steps.tried(k, self.costs, self.alphas, whole=not self._by_token)
+            if not self._by_token:
+                if k != ruled or self._steps.trying:  # a try
+                    return k
+                self._steady.chose(self._drafting, k)  # its own K: it stands till it is chosen again (k_steady)
+                return self._steady.capped(k, self.alphas, self.costs)
+            if not k:  # weighing each token, a try of K=0
                 return k
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0
         if self._by_token:
@@ -203,6 +194,23 @@ class AutoK:
             if 1 <= neighbour <= self.costs.k_max:
                 return neighbour
         return k
+
+    def _at_zero(self, shared: int | None) -> int:
+        """next_k where its rule drafts nothing: a re-measure's K (step_prices.remeasure), a probe's 1, or 0."""
+        self._remeasuring = self._steps.trial()  # a probe's K, priced again
+        if self._remeasuring:
+            return self._remeasuring
+        # No draft step runs while K is 0: the draft reads what it missed in one batch when it
+        # drafts again (DraftModelProposer.propose), so waiting costs nothing.
+        self._steps_without_draft += 1
+        if self._steps_without_draft >= self._probe_every or self._probe_paid:
+            could_pay = could_pay_at_all(self.costs)
+            if could_pay or self._probe_every < PROBE_MAX_EVERY or self._steps_without_draft >= PROBE_CEILING_EVERY:
+                self.probing = PROBE_ACCEPTANCE if could_pay else PROBE_COSTS
+                return 1
+        if shared is None and not self._probe_paid:  # alone, no probe before this many steps
+            self.quiet_steps = max(0, min(self._probe_every - self._steps_without_draft, self.explore_in))
+        return 0
 
     def reprice(self, costs: StepCosts) -> None:
         """Price the steps by `costs`, as the step loop learned them from its own passes (each timed
@@ -302,20 +310,14 @@ class AutoK:
         self.by_margin = AcceptanceByMargin(bands, weight=SEEDED_WEIGHT)
 
     def carry_over(self, earlier: AutoK) -> None:
-        """Start from what an earlier request's policy learned of the acceptance: by margin, overall and by position.
+        """Start from what an earlier request's policy learned: the acceptance (by margin, overall and by position), the
+        probe waits, the last pricings (a request's first steps decide by a median too) and its steps by K. The rate
+        starts afresh. Measured in docs/architecture.md (`k_policy.py`).
 
-        The acceptance by margin holds for the pair from one request to the next, and ~40 steps of one answer are too
-        few to learn it from the prior. α (overall and by position) belongs to the text as well (a list of planets after
-        a code answer) but starts from the pair's: from the prior (0.7, a handful of drafts' weight) one early rejection
-        made a pair that accepts 90 % look not worth drafting (the tiny pair, K=0 at the start of every request); the
-        text's own outweighs it within ~20 steps (ALPHA_DECAY). The rate starts afresh. Replayed on the demo pair's
-        bench prompts in turn (an earlier rule): 1.06x the best fixed K carrying the margins, α and the rate, 1.08x
-        carrying the margins alone.
-
-        The wait between probes carries too: where drafting does not pay it takes ~500 steps to back off from every 8th
-        step to every 256th, and a request of 160 tokens starting afresh each time (then backing off to every 128th)
-        spent 5 % of its time on probes (quantized pair, 0.88x of the target alone). So do the last pricings: a
-        request's first steps decide by a median too."""
+        The acceptance by margin holds for the pair; one answer's ~40 steps are too few to learn it from the prior. α
+        belongs to the text as well but starts from the pair's: from the prior, one early rejection kept the tiny pair
+        at K=0 at each request's start; the text's own outweighs it within ~20 steps (ALPHA_DECAY). Where drafting does
+        not pay, the probe waits take ~500 steps to back off."""
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
@@ -329,6 +331,7 @@ class AutoK:
             self._observe_at_zero(verify_s)
             return
         self.observed, self.last_drafted = self.observed + 1, drafted
+        self._steady.observe(drafted, accepted)
         self.own_drafted = drafted if self._ruled and not self.probing else 0
         self._alphas = None
         step_s = self.costs.step_s(min(drafted, self.costs.k_max))  # as priced: the rate's, and RECHOOSE_S's
@@ -345,19 +348,14 @@ class AutoK:
         if self.probing != PROBE_COSTS:  # a guess from the text's end is not the draft's
             self.estimator.observe(drafted, accepted)
             self.by_position.observe(drafted, accepted)
-            self.by_margin.observe(self._margins[:drafted], accepted)
+            if self._margins:
+                self.by_margin.observe(self._margins[:drafted], accepted)
         if self.probing in (PROBE_ACCEPTANCE, PROBE_COSTS):
-            # A probe that paid for itself (its tokens, at the target alone's step cost, against its draft catch-up and
-            # verify batch) says the costs or α may be off: halve the wait for the next. One that did not: wait twice as
-            # long. (Going back to every 8th step at once, a pair with α ≈ 0.5, where half the probes pay by chance,
-            # probes 8 % of its steps, each a loss: 1.5 tokens for the price of 1.7.)
+            # One that paid for itself (its tokens at the target alone's step cost, against its draft catch-up and verify
+            # batch) halves the wait for the next and is followed by another at once; one that did not doubles it (k_tuning)
             paid = (accepted + 1) * self.costs.verify_s[0] >= draft_s + verify_s
             wait = max(PROBE_EVERY, self._probe_every // 2) if paid else 2 * self._probe_every
-            self._probe_every = min(wait, PROBE_MAX_EVERY)
-            # and one that paid is followed by another at once, until one does not pay or α says draft: each costs less
-            # than the target alone would, and waiting 8 steps between them keeps K at 0 for ~40 steps after a quote the
-            # draft could not follow (the copy pair)
-            self._probe_paid = paid
+            self._probe_every, self._probe_paid = min(wait, PROBE_MAX_EVERY), paid
             if accepted and self._priced and self.shared_k is None and not self._by_token:  # its steps priced whole
                 self._steps.remeasure(drafted)
         elif drafted and self.probing != PROBE_EXPLORE and not self._remeasuring:  # nor these: no sign it pays

@@ -3,6 +3,11 @@ often it probes while the target alone wins, the margins for taking up and keepi
 draft's tokens are weighed one by one."""
 
 PROBE_EVERY = 8  # while K = 0 wins, still draft one token every few steps to keep α current
+# A probe that paid for itself halves the wait for the next, not back to PROBE_EVERY at once: a pair
+# with α ≈ 0.5, where half the probes pay by chance, then probed 8 % of its steps, each a loss (1.5
+# tokens for the price of 1.7). And it is followed by another at once, until one does not pay or α says
+# draft: each costs less than the target alone would, and waiting 8 steps between them kept K at 0 for
+# ~40 steps after a quote the draft could not follow (the copy pair).
 # Each probe that finds drafting still does not pay doubles the wait for the next, up to this: a probe
 # costs the draft a short read (proposers.PROBE_WINDOW) and a step, and a verify batch of 2, so on a
 # pair where drafting never pays (the quantized synth pair, 2-core CPU) probes every 64 steps cost
