@@ -73,10 +73,11 @@ REPRICE_AT_ZERO = 8
 REPRICE_AT_ZERO_MAX = 32
 # A slot alone that drafts is priced again at most this often by the clock (at once where its step before
 # drafted nothing: a probe's, a try's), as its rule works its best K out again (k_tuning.RECHOOSE_S): on
-# the tiny pair (a K=1 step of 0.21-0.23 ms) every ~5th step, 1-2 us a step less of the Python that
-# `-k auto` spends above a fixed K (14-16 us); each pass moves the prices by a step's worth. Steps of a
-# millisecond and more (the demo pair's: 30 ms) are priced at every one, as before.
-REPRICE_DRAFTING_S = 0.001
+# the tiny pair (a K=1 step of 0.21-0.23 ms) every ~14th step, where a pricing and the best K after it
+# took ~17 us (`-k auto` spent 14-16 us a step above a fixed K's Python). Each pass moves the prices by
+# a step's worth. Tiny pair in process, auto ÷ K=1 over 12 alternated runs: 0.901 against 0.885 at 1 ms.
+# Steps of a few milliseconds and more (the demo pair's: 30 ms) are priced at every one, as before.
+REPRICE_DRAFTING_S = 0.003
 
 
 @dataclass

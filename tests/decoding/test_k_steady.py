@@ -71,9 +71,9 @@ def test_a_standing_choice_is_not_worked_out_again_at_every_step(monkeypatch):
     asked = Counter()
     tried = StepsByK.tried
     monkeypatch.setattr(StepsByK, "tried", lambda *a, **kw: asked.update(["tried"]) or tried(*a, **kw))
-    seen = _lone(policy, [(40, True)], shallow)
+    seen = _lone(policy, [(80, True)], shallow)
     assert {k for k, _ in seen} == {3}
-    assert 5 <= asked["tried"] <= 40 * shallow.step_s(3) / RECHOOSE_S + 2
+    assert 3 <= asked["tried"] <= 80 * shallow.step_s(3) / RECHOOSE_S + 2
 
 
 def test_a_rule_weighing_each_token_keeps_no_standing_choice():
