@@ -110,12 +110,13 @@ class BatchK:
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
-        policies = [g.policy for g in generations if isinstance(g.policy, AutoK) and g.policy.learn_costs]
-        prices, shared = self.prices, len(generations) > 1
         self.weighs = False
-        if not policies or not prices.known:
-            k = None
-        elif shared:
+        if len(generations) == 1:
+            self._choose_alone(generations[0].policy)
+            return
+        policies = [g.policy for g in generations if isinstance(g.policy, AutoK) and g.policy.learn_costs]
+        k = None
+        if policies and self.prices.known:
             k_max, self.weighs = min(p.costs.k_max for p in policies), all(p.keep_drafting for p in policies)
             k, self.rate = self._planned(policies, k_max)
             if k:
@@ -123,8 +124,17 @@ class BatchK:
                 k, self._at_zero, self._explore_every, self._again = min(k + deeper, k_max), 0, EXPLORE_EVERY, 0
             else:
                 k = self._explored(len(generations), k_max)
-        else:
-            k, lone = None, policies[0]
+        for policy in policies:
+            policy.shared_k, policy.exploring = k, False
+        for generation in generations:
+            generation.shared = True
+
+    def _choose_alone(self, lone: Any) -> None:
+        """`choose` for a slot alone: its rule's own K (shared_k None), or the step loop's exploration."""
+        if not (isinstance(lone, AutoK) and lone.learn_costs):
+            return
+        k = None
+        if self.prices.known:
             self._reprice(lone)
             lone.explore_in = 0
             # its rule drafting (K=1 too, its draft pass priced): its passes are priced as they run
@@ -134,10 +144,7 @@ class BatchK:
                 k = self._explored(1, lone.costs.k_max, EXPLORE_MAX_EVERY_ALONE) or None
                 if k is None:  # the steps until the soonest exploration (_explored's count)
                     lone.explore_in = min(self._explore_every, EXPLORE_MAX_EVERY_ALONE) - self._at_zero
-        for policy in policies:
-            policy.shared_k, policy.exploring = k, bool(k) and not shared
-        for generation in generations:
-            generation.shared |= shared
+        lone.shared_k, lone.exploring = k, bool(k)
 
     def _reprice(self, lone: AutoK) -> None:
         """Price the lone slot's rule again where it is due (REPRICE_AT_ZERO, REPRICE_DRAFTING_S)."""
