@@ -63,7 +63,8 @@ EXPLORE_K = 2
 # plan of K=0 is made again at every step: its steps have nothing else to price, and a stale K=0 costs
 # the most.
 REPLAN_S = 0.004
-# A slot alone at K=0 is priced again only every so many steps (and at once after a step that drafted):
+# A slot alone at K=0 is priced again only every so many steps, counted from its last drafting step (and
+# at once after a probe's step, which drafted; while it drafts, see REPRICE_DRAFTING_S):
 # its K=0 steps change the price of the target alone, which follows ~10 passes anyway, and the prices
 # worked out again (pass_prices.step_costs, the policy's best drafting K after them) take ~40-50 us on
 # the tiny pair, a third of a K=0 step (0.12 ms): every 8th step, that was the lone rule's largest cost
