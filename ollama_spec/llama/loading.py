@@ -46,10 +46,12 @@ class LoadSettings:
     window_cache: bool = False
     # Sequences in the cache, each of n_ctx tokens (serve's slots: requests that run together)
     n_seq: int = 1
-    # With several sequences: a stream each and passes laid out so that a sequence's rows do not
-    # depend on the others (passes.py), as a target's must, whose rows are the answer. Else one
-    # unified cache and batches as they come (no padding), enough for a draft, whose rows only
-    # choose what is proposed: the target's verdict on it is the same bits either way.
+    # With several sequences each has a KV stream of its own (llama-server's -np N), so a row attends
+    # over its own sequence's cells only, not over every cell that other requests left in one unified
+    # cache. With isolated_rows the passes are laid out so that a sequence's rows do not depend on
+    # the others either (passes.py), as a target's must, whose rows are the answer. Without, a draft's:
+    # padded only as llama.cpp's streams need, as few rows as can be, whose rows only choose what is
+    # proposed (the target's verdict on it is the same bits either way).
     isolated_rows: bool = True
     # Load the model's MTP (NextN) layers too, for a draft context over them (mtp.py); llama.cpp
     # skips them otherwise
@@ -134,14 +136,16 @@ def open_model(path: Path, settings: LoadSettings, weights: Weights | None = Non
 
 def _context_params(settings: LoadSettings, threads: int):
     ctx_params = llama_cpp.llama_context_default_params()
-    # room for every sequence's n_ctx tokens; with isolated rows each in a stream of its own
-    # (llama-server's -np N): in one unified cache a sequence's cells land wherever others left
-    # room, and its rows' sums then depend on what other requests ran
+    # room for every sequence's n_ctx tokens, each in a stream of its own (llama-server's -np N). In
+    # one unified cache a sequence's cells land wherever others left room, so its rows' sums depend
+    # on what other requests ran, and each row attends over every cell held: a lone stream on the
+    # tiny pair, beside three idle slots' cached prompts, drafted at 84 us a token where its own
+    # stream took 37 (flash attention off; masked cells are computed all the same).
     ctx_params.n_ctx = settings.n_ctx * settings.n_seq
     ctx_params.n_batch = settings.n_batch
     ctx_params.n_ubatch = settings.n_batch
     ctx_params.n_seq_max = settings.n_seq
-    ctx_params.kv_unified = settings.n_seq > 1 and not settings.isolated_rows
+    ctx_params.kv_unified = False
     # A sliding-window model (Gemma, gpt-oss) with a window-sized cache reuses the cells of
     # tokens that no later token can see. A cache cut back past them would attend over a window
     # with holes: `truncate` then starts over, which a draft, cut back after every step, cannot

@@ -68,11 +68,14 @@ class LoadedModel:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self.n_seq = settings.n_seq
         self._stream = self._ctx.n_ctx() // settings.n_seq  # positions each sequence's stream holds
-        self._piece = piece_size(self.n_batch, settings.n_seq)
+        # passes laid out by plan_passes: with several streams, llama.cpp takes a pass whole only where
+        # its sequences are consecutive with equally many tokens each
+        self._plans = settings.n_seq > 1
+        self._exact = settings.isolated_rows  # each row computed as it is alone (passes.py)
+        self._piece = piece_size(self.n_batch, settings.n_seq, self._exact)
         # without flash attention, attention's own products over one row of a sequence take vec_dot
-        self._min_rows = 2 if settings.flash_attention == "off" else 1
+        self._min_rows = 2 if settings.flash_attention == "off" and self._exact else 1
         self.pass_costs = PassCosts()  # what a pass more costs, for the passes' layout
-        self._plans = settings.n_seq > 1 and settings.isolated_rows  # passes laid out by plan_passes
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._logits_at, self._logits = 0, np.empty((0, 0), np.float32)  # llama.cpp's logits, viewed (_read_logits)
         self._bind_vocabulary(Vocabulary(self._model))
@@ -154,7 +157,9 @@ class LoadedModel:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
         started = perf_counter()
-        if len(items) == 1 and (self._laid_out_alone(items[0]) if self._plans else len(items[0][1]) <= self.n_batch):
+        if len(items) == 1 and (
+            self._laid_out_alone(items[0]) if self._plans and self._exact else len(items[0][1]) <= self.n_batch
+        ):
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
             if self._plans:
@@ -184,12 +189,15 @@ class LoadedModel:
         return max(self._min_rows, 2) <= n <= min(self._piece, self.n_batch) and item[2] >= 2
 
     def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
-        """With several sequences, passes whose rows each get the kernels they get alone (passes.py);
-        else (one sequence, or no room left for padding at a context's end) n_batch chunks as they come."""
-        if self._plans:
+        """With several sequences, passes llama.cpp takes whole (passes.py), whose rows each get the
+        kernels they get alone where rows are exact; else (one sequence, a draft's side-by-side rows, or
+        no room left for padding at a context's end) n_batch chunks as they come."""
+        if self._plans and (self._exact or not _side_by_side(items, self.n_batch)):
             room = lambda seq: self._stream - len(self._cached[seq])
             pass_rows = self.pass_costs.pass_rows
-            planned = plan_passes(items, self._piece, room, self.n_batch, pass_rows=pass_rows, min_rows=self._min_rows)
+            planned = plan_passes(
+                items, self._piece, room, self.n_batch, pass_rows=pass_rows, min_rows=self._min_rows, exact=self._exact
+            )
             if planned is not None:
                 return planned
         return chunked(items, self.n_batch)
@@ -217,6 +225,18 @@ class LoadedModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _side_by_side(items: Sequence[tuple[int, Sequence[int], int]], n_batch: int) -> bool:
+    """Whether llama.cpp takes the items as they come without a pass more than their n_batch chunks:
+    one sequence's, or consecutive sequences in order with equally many tokens each, n_batch in all
+    (a draft's step across its slots: one token each)."""
+    first, width = items[0][0], len(items[0][1])
+    if len(items) == 1:
+        return True
+    return width * len(items) <= n_batch and all(
+        seq == first + i and len(tokens) == width for i, (seq, tokens, _) in enumerate(items)
+    )
 
 
 def _together(rows: list[tuple[np.ndarray, int]]) -> np.ndarray:

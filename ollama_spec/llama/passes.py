@@ -18,6 +18,10 @@ lowest to the highest in it the same number, made up with padding tokens after a
 (causal attention: nothing real sees them, and they are cut off after the pass); at least two rows
 in all, and two rows of logits whenever any is read. A row is then computed the same way alone, beside
 other slots, in a verify batch of any size or in a prompt read in pieces from a cached prefix.
+
+A draft's rows only choose what is proposed (`exact=False`): its passes keep the one rule llama.cpp's
+streams impose, the padding that makes the sequences of a pass consecutive and equally long, and
+nothing for the kernels' sake.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ class Entry(NamedTuple):  # made for every token of every pass: a tuple costs ha
     row: bool = False  # its row of logits goes to the item (else it is read only to make two rows)
 
 
-def piece_size(n_batch: int, n_seq: int) -> int:
-    """Tokens of each sequence in one pass: under the tiled kernel's threshold, all sequences in n_batch."""
-    return max(1, min(FLASH_TILE_ROWS - 1, n_batch // n_seq))
+def piece_size(n_batch: int, n_seq: int, exact: bool = True) -> int:
+    """Tokens of each sequence in one pass: all sequences in n_batch, under the tiled kernel's threshold
+    where rows are `exact`."""
+    return max(1, min(FLASH_TILE_ROWS - 1 if exact else n_batch, n_batch // n_seq))
 
 
 def plan_passes(
@@ -52,6 +57,7 @@ def plan_passes(
     pass_rows: float = DEFAULT_PASS_ROWS,
     pad_token: int = 0,
     min_rows: int = 1,
+    exact: bool = True,
 ) -> list[list[Entry]] | None:
     """The passes for (sequence, tokens, rows of logits) items, each a list of entries in the order
     llama.cpp reads them (sequence by sequence); None where no such layout exists: two items of one
@@ -59,7 +65,9 @@ def plan_passes(
     pass over `limit` tokens (the context's batch).
     `min_rows`: tokens each sequence brings to a pass at least (2 where attention runs without flash
     attention: its products over one row of a sequence take vec_dot too). `pass_rows`: what one pass
-    more costs, in rows (PassCosts): each pass takes the width that costs least (`_width`)."""
+    more costs, in rows (PassCosts): each pass takes the width that costs least (`_width`). Without
+    `exact` (a draft's rows), a pass is padded only as llama.cpp's streams need: no second row for a
+    lone one, none of logits."""
     seqs = [seq for seq, _, _ in items]
     if len(set(seqs)) != len(seqs):
         return None
@@ -69,7 +77,7 @@ def plan_passes(
     while active := sorted(seq for seq, left in queue.items() if left):
         lowest, highest = active[0], active[-1]
         width = _width([min(piece, len(queue[seq])) for seq in active], highest - lowest + 1, pass_rows)
-        width = max(width, min_rows, 2 if lowest == highest else 1)  # two rows at least: never vec_dot
+        width = max(width, min_rows, 2 if lowest == highest and exact else 1)  # two rows at least: never vec_dot
         entries: list[Entry] = []
         for seq in range(lowest, highest + 1):  # consecutive: a sequence between them takes padding only
             if room(seq) - used.get(seq, 0) < width:
@@ -79,7 +87,7 @@ def plan_passes(
                 del queue[seq][: len(own)]
                 used[seq] += len(own)
             entries += own + [Entry(seq, pad_token, False, None)] * (width - len(own))
-        if sum(entry.logits for entry in entries) == 1:  # one row of logits would go through vec_dot
+        if exact and sum(entry.logits for entry in entries) == 1:  # one row of logits would go through vec_dot
             spare = next(i for i, entry in enumerate(entries) if not entry.logits)
             entries[spare] = entries[spare]._replace(logits=True)
         if len(entries) > limit:

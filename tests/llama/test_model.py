@@ -36,3 +36,24 @@ def test_a_lone_verify_pass_among_slots_runs_as_it_comes(tiny_models, monkeypatc
         np.testing.assert_array_equal(alone, laid_out)
         model.eval([8], seq=1)
         assert passes == [2]
+
+
+def test_a_drafts_sequence_attends_over_its_own_stream_and_its_passes_go_as_they_come(tiny_models, monkeypatch):
+    """A draft (rows not isolated) with slots has a KV stream per sequence too: a row's logits are the
+    ones it gets with the other slots empty, whatever they hold. Its one token per slot in consecutive
+    slots is one pass as it comes; slots with a gap between them are laid out (padding the gap)."""
+    settings = LoadSettings(n_ctx=512, n_threads=1, n_seq=3, isolated_rows=False)
+    text = list(range(300, 340))
+    with LoadedModel(tiny_models[1].path, settings) as alone, LoadedModel(tiny_models[1].path, settings) as beside:
+        alone.eval(text, seq=0)
+        beside.eval([7] * 200, seq=1)  # another slot's cached prompt
+        beside.eval(text, seq=0)
+        np.testing.assert_allclose(beside.eval([42], seq=0), alone.eval([42], seq=0), rtol=1e-4, atol=1e-4)
+        laid_out = []
+        plan = beside._passes
+        monkeypatch.setattr(beside, "_passes", lambda items: laid_out.append(plan(items)) or laid_out[-1])
+        beside.decode_many([(0, [5], 1), (1, [6], 1)])
+        beside.decode_many([(0, [5], 1), (2, [6], 1)])
+        assert [[(e.seq, e.item) for e in entries] for entries in laid_out[0]] == [[(0, 0), (1, 1)]]
+        assert [[(e.seq, e.item) for e in entries] for entries in laid_out[1]] == [[(0, 0), (1, None), (2, 1)]]
+        assert beside.cached_of(1) == [7] * 200 + [6]  # the padding cut off again

@@ -80,3 +80,19 @@ def test_without_flash_attention_each_sequence_brings_two_rows():
 def test_pieces_fit_every_sequence_in_the_batch_under_64_rows():
     assert piece_size(512, 4) == 63
     assert piece_size(512, 16) == 32
+
+
+def test_a_drafts_rows_are_padded_only_as_llama_cpps_streams_need():
+    """Without `exact` (a draft's rows): a lone token is one row, a lone row of logits stays one, and
+    the padding that keeps a pass's sequences consecutive and equally long stays."""
+    [entries] = plan([(1, [9], 1)], exact=False)
+    assert [(e.item, e.logits, e.row) for e in entries] == [(0, True, True)]
+    catch_up = [(0, [1, 2], 1), (1, [3, 4, 5, 6], 1), (3, [7], 1)]
+    assert layout(plan(catch_up, exact=False, pass_rows=500)) == [{0: (2, 2), 1: (4, 0), 2: (0, 4), 3: (1, 3)}]
+    [entries] = plan([(0, [1], 1), (1, [2], 1)], exact=False)
+    assert sum(entry.logits for entry in entries) == 2
+
+
+def test_a_drafts_pieces_are_not_held_under_the_tiled_kernels_threshold():
+    assert piece_size(512, 4, exact=False) == 128
+    assert piece_size(512, 1, exact=False) == 512

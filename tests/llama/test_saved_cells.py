@@ -13,7 +13,7 @@ from ollama_spec.llama.saved_cells import read_saved_cells
 TOKENS = [5, 17, 3, 42, 9, 11, 23, 7]
 
 
-@pytest.fixture(params=[True, False], ids=["isolated", "unified"])
+@pytest.fixture(params=[True, False], ids=["target rows", "draft rows"])
 def pair(request, tiny_models):
     """Two contexts over one model's weights, flash attention on (V by cell) and off (V transposed)."""
     path = tiny_models[0].path
