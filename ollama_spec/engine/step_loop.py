@@ -213,10 +213,12 @@ class StepLoop:
                 self._admit_waiting()
             return
         waited = not self._slots  # the loop waits for work only with no slot running
-        self._chunks.generating = any(s.ticket.generation.result.tokens for s in self._slots.values())
-        self._admit_waiting()
-        reading = [not s.ticket.generation.result.tokens for s in self._slots.values()]
-        self._chunks.turn(time.perf_counter(), generating=not all(reading), reading=any(reading), waited=waited)
+        began = [bool(s.ticket.generation.result.tokens) for s in self._slots.values()]  # past its prompt
+        self._chunks.generating = any(began)
+        if self._waiting:
+            self._admit_waiting()
+            began = [bool(s.ticket.generation.result.tokens) for s in self._slots.values()]
+        self._chunks.turn(time.perf_counter(), generating=any(began), reading=not all(began), waited=waited)
 
     def _join(self) -> bool:
         """Before a draft or target pass of the turn: waiting requests into the free slots, so that a

@@ -162,7 +162,7 @@ class LoadedModel:
         ):
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
-            if self._plans:
+            if self._plans and self._exact:  # a draft's, mostly one token each: its laid-out passes fit it
                 self.pass_costs.observe(len(tokens), perf_counter() - started)
             read = self._read_logits(n_rows)
             self.busy_seconds += perf_counter() - started
