@@ -4,6 +4,7 @@ timed once (then cached on disk), refined by every request's AutoK, and kept for
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from ollama_spec.decoding.step_costs import StepCosts
 from ollama_spec.engine.calibration import StepCostCache, calibration_context, cost_key, measure_step_costs
 from ollama_spec.engine.cpu_wait import CpuWait
 from ollama_spec.llama.model import LoadedModel
+from ollama_spec.llama.threads import apart
 from ollama_spec.planning.placement import Placement
 
 # What the target reads while its step costs are timed: ordinary text (only its length matters).
@@ -155,8 +157,10 @@ class LearnedCosts:
             filler = self.target.tokenize(CALIBRATION_TEXT, add_bos=self.target.add_bos, special=False)
             context = calibration_context(self.target.n_ctx, k_max, filler)
             progress = _Progress(self.notice)
-            with CpuWait() as wait:
-                costs = measure_step_costs(self.target, draft, k_max, context, progress=progress)
+            with CpuWait() as wait:  # apart: no OpenMP team left behind on this thread (llama/threads.py)
+                costs = apart(
+                    lambda stop: measure_step_costs(self.target, draft, k_max, context, progress=progress.until(stop))
+                )
             progress.finish()
             self.learned.pop(key, None)
             if wait.busy:  # the spell's costs, not the pair's: the passes price alone, and the next load times again
@@ -262,6 +266,16 @@ class _Progress:
         if now - self.said_at >= NOTICE_EVERY_S:
             self.said_at, self.said = now, True
             self.notice(f"timing steps for -k auto: {done} of {total}, {now - self.start:.0f} s")
+
+    def until(self, stop: threading.Event) -> Callable[[int, int], None]:
+        """This progress, and the caller's interrupt raised between two timed steps once `stop` is set."""
+
+        def report(done: int, total: int) -> None:
+            if stop.is_set():
+                raise KeyboardInterrupt
+            self(done, total)
+
+        return report
 
     def finish(self) -> None:
         if self.said:  # a short one said its one line; a long one says it is over, and what it cost

@@ -10,6 +10,7 @@ import numpy as np
 from ollama_spec.errors import InvalidSetting
 from ollama_spec.llama.embedding import Embedder
 from ollama_spec.llama.model import LoadedModel
+from ollama_spec.llama.threads import apart
 
 
 class Embeddings:
@@ -25,8 +26,8 @@ class Embeddings:
         """The target's embedding of `text` (or of token ids), not normalized, and the tokens it read.
 
         Too long a text is cut to its first tokens when `truncate`, else refused."""
-        with self._lock:
-            return self._embed(text, truncate)
+        with self._lock:  # apart: the caller's thread keeps no OpenMP team beside the step loop's (llama/threads.py)
+            return apart(lambda stop: self._embed(text, truncate))
 
     def _embed(self, text: str | Sequence[int], truncate: bool) -> tuple[np.ndarray, int]:
         if self._embedder is None:

@@ -16,6 +16,7 @@ from ollama_spec.llama.flash_probe import time_flash_attention
 from ollama_spec.llama.load_params import MEASURE, default_threads, flash_attention_from_timings
 from ollama_spec.llama.loading import load_weights
 from ollama_spec.llama.model import LoadedModel, LoadSettings
+from ollama_spec.llama.threads import apart
 
 # What the timed batches read after: ordinary text (only its length matters).
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog while the sun sets slowly over the hills. "
@@ -64,9 +65,18 @@ def choose_by_timing(path: Path, weights, settings: LoadSettings, notice, cache:
     key = flash_key(path, settings)
     notice(f"timing flash attention on and off for {settings.n_seq} slots (once per model and setup, then cached)")
     depth = max(1, min(CALIBRATION_DEPTH, settings.n_ctx - PROBE_WIDTH))
-    with CpuWait() as wait:
-        timings = time_flash_attention(
-            path, weights, settings, PROBE_TEXT, PROBE_WIDTH, depth, PROBE_REPEATS, decide=flash_attention_from_timings
+    with CpuWait() as wait:  # apart: no OpenMP team left behind on the loading thread (llama/threads.py)
+        timings = apart(
+            lambda stop: time_flash_attention(
+                path,
+                weights,
+                settings,
+                PROBE_TEXT,
+                PROBE_WIDTH,
+                depth,
+                PROBE_REPEATS,
+                decide=flash_attention_from_timings,
+            )
         )
     kind = flash_attention_from_timings(timings["on"], timings["off"])
     if wait.busy:  # a busy spell tips a close pair (the demo target's ~1.0) either way: timed again next load
