@@ -37,10 +37,16 @@ def test_an_interrupt_waits_for_the_work_which_is_told_to_stop():
         ended.append(stopped)
         return "done"
 
+    # a run started in the background (nohup, `&` in a script) ignores SIGINT: Python's own handler here
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        apart(waits)
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            apart(waits)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, handler)
     assert ended == [True]  # told to stop, and ended before the interrupt went on
 
 
