@@ -100,7 +100,10 @@ class Eagle3Head(HeadPasses):
         # a target pass of n_batch tokens and the pending pair before it
         params.n_batch = params.n_ubatch = target.n_batch + 1
         params.n_seq_max = target.n_seq
-        params.kv_unified = target.n_seq > 1  # its rows only choose what is proposed (LoadSettings.isolated_rows)
+        # one unified cache, unlike a draft model's streams (llama/loading.py): its decoder pass hands its
+        # first rows out as outputs and its positions must rise through it, which llama.cpp's split of a
+        # pass over several streams into equal pieces would break; its rows only choose what is proposed
+        params.kv_unified = target.n_seq > 1
         params.n_threads = params.n_threads_batch = target.n_threads
         params.no_perf = True
         params.ctx_other = target.llama_context

@@ -71,7 +71,7 @@ class LoadedModel:
         # passes laid out by plan_passes: with several streams, llama.cpp takes a pass whole only where
         # its sequences are consecutive with equally many tokens each
         self._plans = settings.n_seq > 1
-        self._exact = settings.isolated_rows  # each row computed as it is alone (passes.py)
+        self._exact = self._plans and settings.isolated_rows  # each row computed as it is alone (passes.py)
         self._piece = piece_size(self.n_batch, settings.n_seq, self._exact)
         # without flash attention, attention's own products over one row of a sequence take vec_dot
         self._min_rows = 2 if settings.flash_attention == "off" and self._exact else 1
@@ -157,12 +157,10 @@ class LoadedModel:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
         its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
         started = perf_counter()
-        if len(items) == 1 and (
-            self._laid_out_alone(items[0]) if self._plans and self._exact else len(items[0][1]) <= self.n_batch
-        ):
+        if len(items) == 1 and (self._laid_out_alone(items[0]) if self._exact else len(items[0][1]) <= self.n_batch):
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
-            if self._plans and self._exact:  # a draft's, mostly one token each: its laid-out passes fit it
+            if self._exact:  # a draft's, mostly one token each: its laid-out passes fit it
                 self.pass_costs.observe(len(tokens), perf_counter() - started)
             read = self._read_logits(n_rows)
             self.busy_seconds += perf_counter() - started
