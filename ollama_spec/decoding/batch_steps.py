@@ -15,6 +15,10 @@ So beside other slots the K of a step is one for all of them: the K that maximis
 with E_i each slot's expected tokens at its own acceptance by position, t_verify the target's pass
 over that many tokens and t_draft the draft's over B rows, as the step loop's own passes timed them
 (decoding/pass_prices.py; a calibration is only their prior). K = 0 unless it beats the target alone by the margin.
+A verify pass is priced at the tokens it computes: where each sequence brings `least_width` tokens at
+least (the target's rows exact without flash attention: two, llama/passes.py), the target alone's pass
+of B tokens costs what one of 2B does, the one of K=1. Priced at B tokens instead, the tiny pair's
+batch planned K=0 at 9 steps in 10 at 2-4 slots, where a fixed K=1 made 1.3x its tokens.
 A slot alone has nothing to share a step with: with B = 1 this is the single-slot rule
 (step_costs.best_drafting_k), which a lone AutoK refines token by token by the draft's margins.
 """
@@ -56,9 +60,11 @@ def step_k(members: Sequence[Slot], prices: StepCosts | PassPrices, margin: floa
     return plan_step(members, prices, margin, k_max)[0]
 
 
-def plan_step(members: Sequence[Slot], prices: StepCosts | PassPrices, margin: float, k_max: int) -> tuple[int, float]:
+def plan_step(
+    members: Sequence[Slot], prices: StepCosts | PassPrices, margin: float, k_max: int, least_width: int = 1
+) -> tuple[int, float]:
     """step_k, and the tokens per second a step at that K is expected to make (0.0 at K=0)."""
-    return _best_shared(acceptances(members), prices, margin, k_max)
+    return _best_shared(acceptances(members), prices, margin, k_max, least_width)
 
 
 def acceptances(members: Sequence[Slot]) -> list[list[float]]:
@@ -72,15 +78,23 @@ def acceptances(members: Sequence[Slot]) -> list[list[float]]:
 
 
 def best_shared_k(
-    alphas: Sequence[Sequence[float]], prices: StepCosts | PassPrices, margin: float, k_max: int | None = None
+    alphas: Sequence[Sequence[float]],
+    prices: StepCosts | PassPrices,
+    margin: float,
+    k_max: int | None = None,
+    least_width: int = 1,
 ) -> int:
     """The one K (up to `k_max`, else the calibration's) for slots with these acceptances by position
     (the module's rule), priced by the passes as learned, or by calibrated one-sequence costs."""
-    return _best_shared(alphas, prices, margin, k_max)[0]
+    return _best_shared(alphas, prices, margin, k_max, least_width)[0]
 
 
 def _best_shared(
-    alphas: Sequence[Sequence[float]], prices: StepCosts | PassPrices, margin: float, k_max: int | None
+    alphas: Sequence[Sequence[float]],
+    prices: StepCosts | PassPrices,
+    margin: float,
+    k_max: int | None,
+    least_width: int = 1,
 ) -> tuple[int, float]:
     if isinstance(prices, StepCosts):
         k_max = prices.k_max if k_max is None else min(k_max, prices.k_max)
@@ -90,12 +104,12 @@ def _best_shared(
     # Σ over the slots of each one's expected tokens at K (step_costs.expected_tokens_for_each_k), a column
     # at a time: the search mostly stops a few columns in, and the step loop asks at every step
     expected, survivals = [float(slots)], [1.0] * slots
-    alone = prices.target_pass(slots)
+    alone = prices.target_pass(slots * least_width)
     best, best_rate, draft = 0, expected[0] / alone, prices.draft_pass(slots)
     for k in range(1, k_max + 1):
         survivals = [survival * slot[k - 1] for survival, slot in zip(survivals, alphas)]
         expected.append(expected[-1] + sum(survivals))
-        seconds = k * draft + prices.target_pass(slots * (k + 1))
+        seconds = k * draft + prices.target_pass(slots * max(k + 1, least_width))
         rate = expected[k] / seconds
         if rate > best_rate:
             best, best_rate = k, rate
@@ -108,7 +122,13 @@ def _best_shared(
 
 
 def further(
-    members: Sequence[Drafting], prices: PassPrices, rows: int, draft_rows: int, rate: float, cap: int
+    members: Sequence[Drafting],
+    prices: PassPrices,
+    rows: int,
+    draft_rows: int,
+    rate: float,
+    cap: int,
+    least_width: int = 1,
 ) -> int | None:
     """After a draft pass that gave each of `members` (slots drafting beside each other) its next token:
     None to run the next draft pass, else how many of the drafted columns the verify pass takes.
@@ -122,7 +142,7 @@ def further(
     deep through easy text, shallow where the drafts hesitate, one depth for every slot."""
     survivals = [member.survivals for member in members]
     depth = min(map(len, survivals)) - 1
-    best, best_value, total = 0, -rate * prices.target_pass(rows), 0.0
+    best, best_value, total = 0, -rate * prices.target_pass(rows * least_width), 0.0
     for width in range(1, depth + 1):
         total += sum(survival[width] for survival in survivals)
         value = total - rate * prices.target_pass(rows * (width + 1))

@@ -86,6 +86,7 @@ class BatchK:
     """The step loop's choice of K over `prices`, the passes as its loop timed them."""
 
     prices: PassPrices
+    least_width: int = 1  # tokens each sequence brings to a target pass beside others at least (batch_steps)
     rate: float = 0.0  # tokens per second the planned K makes: what a further draft column must beat
     weighs: bool = False  # the slots drafting beside each other weigh their drafts: `stop` is asked
     _at_zero: int = 0  # shared steps planned at K=0 since one drafted or explored
@@ -172,7 +173,7 @@ class BatchK:
         now = self.clock()
         if not self._plan[0] or len(policies) != self._planned_for or now - self._planned_at >= REPLAN_S:
             margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
-            self._plan = plan_step(policies, self._lines, margin, k_max)
+            self._plan = plan_step(policies, self._lines, margin, k_max, self.least_width)
             self._planned_for, self._planned_at = len(policies), now
         return self._plan
 
@@ -207,7 +208,7 @@ class BatchK:
         drafting beside each other (`policies`: each `drafting_beside`) have the verify pass of `rows`
         sequences take, their drafting stopped."""
         cap = min(policy.shared_k for policy in policies)
-        return further(policies, self._lines, rows, draft_rows, self.rate, cap)
+        return further(policies, self._lines, rows, draft_rows, self.rate, cap, self.least_width)
 
 
 def drafting_beside(policy: Any) -> bool:

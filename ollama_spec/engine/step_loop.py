@@ -81,8 +81,8 @@ class StepLoop:
     _closed: bool = False
 
     def __post_init__(self) -> None:
-        self._k = BatchK(self.engine.costs.passes)
         self._target = self.engine.target
+        self._k = BatchK(self.engine.costs.passes, self._target.min_width)
         start = lambda slot: self._advance(slot, None)  # its steps run up to their first evaluation
         self._admit_waiting = partial(
             admit_waiting, self.engine, self._waiting, self._lock, self._slots, self._chunks, start
@@ -289,7 +289,8 @@ class StepLoop:
             seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
         if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS) or reading:
             return
-        size = len(items) if draft else widest * len(items)
+        # a target pass beside others by the tokens it computes, each sequence padded (batch_steps.py)
+        size = len(items) if draft else (widest if len(items) == 1 else max(widest, model.min_width)) * len(items)
         self.engine.costs.observe(draft, size, seconds)
         self._k.observe(draft, size, seconds)
 

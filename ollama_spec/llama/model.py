@@ -126,6 +126,12 @@ class LoadedModel:
         self._cached[0] = tokens
 
     @property
+    def min_width(self) -> int:
+        """Tokens each sequence of a pass beside others brings at least, padding made up (passes.py):
+        a pass of n sequences of one token each costs what one of n × min_width tokens does."""
+        return self._min_rows
+
+    @property
     def n_past(self) -> int:
         """Tokens currently in sequence 0's cache."""
         return len(self._cached[0])

@@ -53,6 +53,15 @@ def test_more_slots_draft_less_where_every_token_of_a_pass_costs_and_as_much_whe
     assert {best_shared_k([alphas] * n, GPU, DRAFT_GAIN_MARGIN) for n in (1, 4, 8)} == {8}
 
 
+def test_a_verify_pass_is_priced_by_the_tokens_it_computes():
+    # a pass's fixed part is most of it (the tiny pair's), and each sequence brings 2 tokens at least: the
+    # target alone's pass of 4 sequences costs what K=1's does, and only the draft's pass is K=1's more
+    small = StepCosts(draft_step_s=0.00003, verify_s=tuple(0.0002 + 0.00003 * n for n in range(1, 10)))
+    slots = [[0.6] * 8] * 4
+    assert best_shared_k(slots, small, DRAFT_GAIN_MARGIN, 8) == 0  # priced at 4 tokens, K=0 looks cheap
+    assert best_shared_k(slots, small, DRAFT_GAIN_MARGIN, 8, least_width=2) == 1
+
+
 def test_a_weak_slot_lowers_the_batch_k_but_does_not_stop_it():
     good, weak = [0.9] * 8, [0.1] * 8
     both = best_shared_k([good, weak], CPU, 0.0)

@@ -10,7 +10,7 @@ from ollama_spec.decoding.loop import SpeculationSettings
 from ollama_spec.decoding.sampling import SamplingSettings
 from ollama_spec.engine.engine import Engine, Request
 from ollama_spec.engine.prompt_chunks import MIN_CHUNK
-from ollama_spec.engine.sinks import stream
+from ollama_spec.engine.sinks import Collected, stream
 from tests.conftest import engine_settings
 
 GREEDY = SamplingSettings(temperature=0)
@@ -500,3 +500,24 @@ def test_a_target_pass_that_reads_a_prompt_beside_streams_is_not_priced_as_a_ste
     verify_rows = FIXED_K.num_speculative_tokens + 1
     targets = [size for draft, size, _ in observed if not draft]
     assert targets and max(targets) <= 4 * verify_rows
+
+
+def test_a_target_pass_beside_others_is_priced_by_the_tokens_it_computes(tiny_models, monkeypatch):
+    """Without flash attention each sequence brings two tokens to an exact pass at least (llama/passes.py):
+    two streams of the target alone, a token each, make a pass of four, and it is priced as one. Priced
+    at two tokens, a pass of K=0 looked half as dear as K=1's, the same pass, and the batch stayed at 0."""
+    settings = engine_settings(parallel=2, n_ctx=512, flash_attention="off")
+    with Engine(tiny_models[0], tiny_models[1], settings) as engine:
+        assert engine.target.min_width == 2
+        observed = []
+        observe = engine.costs.observe
+        monkeypatch.setattr(engine.costs, "observe", lambda *seen: observed.append(seen) or observe(*seen))
+        asked = [request(f"Once upon a time {i}", max_tokens=8) for i in range(2)]
+        with engine.loop.together():
+            sinks = [Collected() for _ in asked]
+            for one, sink in zip(asked, sinks):
+                engine.loop.submit(one, engine.prompt_tokens(one), sink, use_draft=False)
+        for sink in sinks:
+            "".join(sink)
+    targets = [size for draft, size, _ in observed if not draft]
+    assert targets and set(targets) == {4}
