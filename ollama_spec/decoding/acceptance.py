@@ -9,6 +9,10 @@ import bisect
 PRIOR_ALPHA = 0.7
 PRIOR_WEIGHT = 4.0  # as many tried tokens as the prior counts for
 ALPHA_DECAY = 0.95  # per step: α follows the last ~20 steps (easy and hard stretches differ)
+# per step: the pair's α, over the last ~100 steps (a few answers), which a new answer starts from (`carried`).
+# The last ~20 are one text's, often its end's: on the tiny pair one answer ended at α 0.31 (0.83 over the
+# pair), and the next answers, other texts, started there at K=0, their α learned again from probes only.
+PAIR_DECAY = 0.99
 # Bands of the draft's margin (top-1 minus top-2 probability); each learns its own acceptance.
 # Measured on the bench pair (1,280 tried drafts): 0.55, 0.80, 0.92, 0.99, 1.0 and 1.0 accepted.
 MARGIN_EDGES = (0.02, 0.05, 0.1, 0.2, 0.4)
@@ -23,17 +27,28 @@ class AlphaEstimator:
 
     def __init__(self, prior: float = PRIOR_ALPHA, weight: float = PRIOR_WEIGHT, decay: float = ALPHA_DECAY):
         self.accepted, self.rejected, self.decay = prior * weight, (1 - prior) * weight, decay
+        self.pair = (self.accepted, self.rejected)  # the same counts over PAIR_DECAY's longer span
 
     def copy(self) -> AlphaEstimator:
         """The same counts, learned on apart."""
         other = AlphaEstimator.__new__(AlphaEstimator)
-        other.accepted, other.rejected, other.decay = self.accepted, self.rejected, self.decay
+        other.accepted, other.rejected, other.decay, other.pair = self.accepted, self.rejected, self.decay, self.pair
+        return other
+
+    def carried(self) -> AlphaEstimator:
+        """A new answer's start: the pair's α (PAIR_DECAY), weighed as the recent counts are."""
+        other, (accepted, rejected) = self.copy(), self.pair
+        scale = (self.accepted + self.rejected) / (accepted + rejected)
+        other.accepted, other.rejected = accepted * scale, rejected * scale
         return other
 
     def observe(self, drafted: int, accepted: int) -> None:
         if drafted:
+            rejected = accepted < drafted
             self.accepted = self.decay * self.accepted + accepted
-            self.rejected = self.decay * self.rejected + (accepted < drafted)
+            self.rejected = self.decay * self.rejected + rejected
+            pair = self.pair
+            self.pair = (PAIR_DECAY * pair[0] + accepted, PAIR_DECAY * pair[1] + rejected)
 
     @property
     def alpha(self) -> float:
@@ -89,23 +104,39 @@ class AcceptanceByPosition:
     def __init__(self, decay: float = ALPHA_DECAY, weight: float = PRIOR_WEIGHT):
         self.accepted: list[float] = []
         self.tried: list[float] = []
+        self.pair_accepted: list[float] = []  # the same counts over PAIR_DECAY's longer span
+        self.pair_tried: list[float] = []
         self.decay, self.weight = decay, weight
 
     def copy(self) -> AcceptanceByPosition:
         """The same counts, learned on apart."""
         other = AcceptanceByPosition(self.decay, self.weight)
         other.accepted, other.tried = list(self.accepted), list(self.tried)
+        other.pair_accepted, other.pair_tried = list(self.pair_accepted), list(self.pair_tried)
+        return other
+
+    def carried(self) -> AcceptanceByPosition:
+        """A new answer's start: each position's acceptance as the pair's (PAIR_DECAY), weighed as the
+        recent counts are."""
+        other = self.copy()
+        other.accepted = [a * t / pair_t for a, t, pair_t in zip(self.pair_accepted, self.tried, self.pair_tried)]
         return other
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A step drafted `drafted` tokens and the first `accepted` were accepted; the one after them
         (if drafted) was tried and rejected, later ones were never tried."""
+        decay, pair_accepted, pair_tried = self.decay, self.pair_accepted, self.pair_tried
         for position in range(min(accepted + 1, drafted)):
             if position == len(self.tried):
                 self.accepted.append(0.0)
                 self.tried.append(0.0)
-            self.accepted[position] = self.decay * self.accepted[position] + (position < accepted)
-            self.tried[position] = self.decay * self.tried[position] + 1
+                pair_accepted.append(0.0)
+                pair_tried.append(0.0)
+            hit = position < accepted
+            self.accepted[position] = decay * self.accepted[position] + hit
+            self.tried[position] = decay * self.tried[position] + 1
+            pair_accepted[position] = PAIR_DECAY * pair_accepted[position] + hit
+            pair_tried[position] = PAIR_DECAY * pair_tried[position] + 1
 
     def alpha(self, position: int, pooled: float) -> float:
         if position >= len(self.tried):

@@ -315,13 +315,13 @@ class AutoK:
         starts afresh. Measured in docs/architecture.md (`k_policy.py`).
 
         The acceptance by margin holds for the pair; one answer's ~40 steps are too few to learn it from the prior. α
-        belongs to the text as well but starts from the pair's: from the prior, one early rejection kept the tiny pair
-        at K=0 at each request's start; the text's own outweighs it within ~20 steps (ALPHA_DECAY). Where drafting does
-        not pay, the probe waits take ~500 steps to back off."""
+        belongs to the text as well but starts from the pair's (acceptance.PAIR_DECAY, not the last answer's end): from
+        the prior, one early rejection kept the tiny pair at K=0 at each request's start; the text's own outweighs it
+        within ~20 steps (ALPHA_DECAY). Where drafting does not pay, the probe waits take ~500 steps to back off."""
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
-        self.estimator, self.by_position = earlier.estimator.copy(), earlier.by_position.copy()
+        self.estimator, self.by_position = earlier.estimator.carried(), earlier.by_position.carried()
         self._steps = earlier._steps.copy()
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
