@@ -114,9 +114,9 @@ def _best_shared(
         if rate > best_rate:
             best, best_rate = k, rate
         # each later column adds at most this one's tokens (acceptance only falls along a draft) and a
-        # step only costs more: where even that cannot beat the best, no deeper K can (the step loop
-        # asks at every step; most of k_max's sizes are priced from the prior)
-        elif expected[k] + (k_max - k) * (expected[k] - expected[k - 1]) < best_rate * seconds:
+        # draft pass at least: where even that cannot beat the best, no deeper K can (the step loop asks
+        # often; most of k_max's sizes are priced from the prior, ~2 us each on the tiny pair)
+        elif expected[k] + (k_max - k) * (expected[k] - expected[k - 1]) < best_rate * (seconds + (k_max - k) * draft):
             break
     return (best, best_rate) if best_rate >= (1 + margin) * expected[0] / alone else (0, 0.0)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 RECENT = 48  # passes the line is fitted through: ~48 steps' target passes, each step's draft passes
@@ -26,8 +27,8 @@ SPREAD = 1.5  # the sizes seen must span this ratio for a slope (else the caller
 @dataclass
 class PassLine:
     """Recent passes of one model as (size, seconds), and the least-squares line through them, its sums
-    kept running (the sizes' spread is read from the RECENT passes kept once after each pass, the
-    cheapest pass only where `at` asks). Every pass of a lone slot is told and none priced here: the
+    kept running (the sizes' spread and the cheapest pass are read from the RECENT passes kept once a
+    price is asked). Every pass of a lone slot is told and none priced here: the
     passes wait in `_told` and are taken in, in order, when a price is asked (on the tiny pair taking
     each in at once was a sixth of -k auto's bookkeeping a step)."""
 
@@ -44,27 +45,25 @@ class PassLine:
         self._told.append((size, seconds))
 
     def _take_in(self) -> None:
-        told = self._told
-        while told:
-            self._take(*told.popleft())
-
-    def _take(self, size: int, seconds: float) -> None:
-        line = self._line()
-        if line is not None:
-            seconds = min(seconds, WINSORIZE * (line[0] + line[1] * size))
-        self._add(size, seconds, 1.0)
-        self._passes.append((size, seconds))
-        if len(self._passes) > RECENT:
-            self._add(*self._passes.popleft(), -1.0)
+        """The passes told since the last price, each winsorized by the line as the passes before them drew
+        it (fitted once, not after each: on the tiny pair, fitted pass by pass, the line's upkeep was half
+        of what the step loop's choice of K took, ~10 us a step at 4 slots)."""
+        line, told, passes = self._line(), self._told, self._passes
+        n, sx, sxx, sy, sxy = self._sums
+        for size, seconds in told:
+            if line is None and len(passes) == MIN_PASSES:  # a first line, once there are passes enough
+                self._sums, self._fit = [n, sx, sxx, sy, sxy], None
+                line = self._line()
+            if line is not None:
+                seconds = min(seconds, WINSORIZE * (line[0] + line[1] * size))
+            n, sx, sxx, sy, sxy = n + 1, sx + size, sxx + size * size, sy + seconds, sxy + size * seconds
+            passes.append((size, seconds))
+            if len(passes) > RECENT:
+                x, y = passes.popleft()
+                n, sx, sxx, sy, sxy = n - 1, sx - x, sxx - x * x, sy - y, sxy - x * y
+        self._sums = [n, sx, sxx, sy, sxy]
+        told.clear()
         self._fit = self._floor = None
-
-    def _add(self, x: float, y: float, sign: float) -> None:
-        sums = self._sums
-        sums[0] += sign
-        sums[1] += sign * x
-        sums[2] += sign * x * x
-        sums[3] += sign * y
-        sums[4] += sign * x * y
 
     def line(self) -> tuple[float, float] | None:
         """(a, b ≥ 0) with seconds = a + b·size, or None where the passes are too few or their sizes
@@ -95,7 +94,7 @@ class PassLine:
         if line is None:
             return None
         if self._floor is None:
-            self._floor = 0.5 * min(s for _, s in self._passes)
+            self._floor = 0.5 * min(self._passes, key=itemgetter(1))[1]
         return max(line[0] + line[1] * size, self._floor)
 
 
