@@ -100,15 +100,34 @@ class PassLine:
 
 @dataclass
 class LinePrices:
-    """Passes priced on each model's line where it has one (`at`), else by `prices` (a PassPrices)."""
+    """Passes priced on each model's line where it has one (`at`), else by `prices` (a PassPrices).
+
+    The target has a line for each number of sequences in its passes (`beside`): a pass's Python (each
+    sequence's rows read, verified, its next step begun) grows with its sequences, not its tokens. On one
+    line, at 8 slots of the tiny pair, the passes of fewer sequences as slots came and went (fewer tokens,
+    as dear or dearer) laid it flat, and K=3's 32 tokens were priced as K=1's 16: the batch drafted K=2-4
+    for whole rounds at 0.88x of K=1's tokens a second."""
 
     prices: Any
-    target: PassLine = field(default_factory=PassLine)
     draft: PassLine = field(default_factory=PassLine)
+    target: PassLine = field(init=False)  # the line of the sequences asked about (`beside`)
+    _targets: dict[int, PassLine] = field(default_factory=dict)  # by the sequences in a pass
 
-    def observe(self, draft: bool, size: int, seconds: float) -> None:
-        """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)."""
-        (self.draft if draft else self.target).observe(size, seconds)
+    def __post_init__(self) -> None:
+        self.target = self._targets.setdefault(1, PassLine())
+
+    def beside(self, sequences: int) -> LinePrices:
+        """These prices, the target's for passes of `sequences` sequences."""
+        self.target = self._targets.setdefault(sequences, PassLine())
+        return self
+
+    def observe(self, draft: bool, size: int, seconds: float, sequences: int = 1) -> None:
+        """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)
+        of `sequences` sequences."""
+        if draft:
+            self.draft.observe(size, seconds)
+        else:
+            self._targets.setdefault(sequences, PassLine()).observe(size, seconds)
 
     def target_pass(self, tokens: int) -> float:
         return self.target.at(tokens) or self.prices.target_pass(tokens)

@@ -105,10 +105,10 @@ class BatchK:
     def __post_init__(self) -> None:
         self._lines = LinePrices(self.prices)
 
-    def observe(self, draft: bool, size: int, seconds: float) -> None:
+    def observe(self, draft: bool, size: int, seconds: float, sequences: int = 1) -> None:
         """A pass the step loop priced (as told to `prices`): the draft's over `size` rows, or the
-        target's over `size` tokens."""
-        self._lines.observe(draft, size, seconds)
+        target's over `size` tokens of `sequences` sequences."""
+        self._lines.observe(draft, size, seconds, sequences)
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
@@ -173,7 +173,8 @@ class BatchK:
         now = self.clock()
         if not self._plan[0] or len(policies) != self._planned_for or now - self._planned_at >= REPLAN_S:
             margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
-            self._plan = plan_step(policies, self._lines, margin, k_max, self.least_width)
+            lines = self._lines.beside(len(policies))
+            self._plan = plan_step(policies, lines, margin, k_max, self.least_width)
             self._planned_for, self._planned_at = len(policies), now
         return self._plan
 
@@ -208,7 +209,7 @@ class BatchK:
         drafting beside each other (`policies`: each `drafting_beside`) have the verify pass of `rows`
         sequences take, their drafting stopped."""
         cap = min(policy.shared_k for policy in policies)
-        return further(policies, self._lines, rows, draft_rows, self.rate, cap, self.least_width)
+        return further(policies, self._lines.beside(rows), rows, draft_rows, self.rate, cap, self.least_width)
 
 
 def drafting_beside(policy: Any) -> bool:

@@ -292,7 +292,7 @@ class StepLoop:
         # a target pass beside others by the tokens it computes, each sequence padded (batch_steps.py)
         size = len(items) if draft else (widest if len(items) == 1 else max(widest, model.min_width)) * len(items)
         self.engine.costs.observe(draft, size, seconds)
-        self._k.observe(draft, size, seconds)
+        self._k.observe(draft, size, seconds, len(items))
 
     def _advance(self, slot: Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""

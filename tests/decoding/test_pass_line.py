@@ -57,3 +57,19 @@ def test_passes_told_without_a_price_asked_give_the_line_of_passes_taken_in_one_
         asked_once.observe(tokens, seconds)
     assert asked_once.line() == pytest.approx(asked_each_time.line())
     assert asked_once.at(20) == pytest.approx(asked_each_time.at(20))
+
+
+def test_each_number_of_sequences_in_a_pass_has_a_line_of_its_own():
+    """Passes of fewer sequences, as slots come and go, cost more a token (each sequence's Python): on one
+    line with the batch's they laid it flat, and deeper Ks looked as cheap as K=1."""
+
+    def four(tokens: int) -> float:  # 4 sequences: their passes of K=1 and K=2
+        return 0.0003 + 0.00004 * tokens
+
+    passes = [(8, four(8), 4)] * 30 + [(12, four(12), 4)] * 5 + [(4, 0.0006, 2)] * 12
+    apart, together = LinePrices(PassPrices()), LinePrices(PassPrices())
+    for tokens, seconds, sequences in passes:
+        apart.observe(False, tokens, seconds, sequences)
+        together.observe(False, tokens, seconds)
+    assert apart.beside(4).target_pass(16) == pytest.approx(four(16))
+    assert together.target_pass(16) < 0.85 * four(16)

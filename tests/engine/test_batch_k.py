@@ -380,7 +380,7 @@ def test_beside_others_noisy_passes_do_not_make_the_plan_promise_more_than_its_s
             batch.observe(True, slots, seconds)
         seconds = noise(cost(slots * (width + 1)))
         batch.prices.observe(False, slots * (width + 1), seconds)
-        batch.observe(False, slots * (width + 1), seconds)
+        batch.observe(False, slots * (width + 1), seconds, slots)
     generations = [Running(AutoK(priced, 0.8, confidence_stops=True)) for _ in range(slots)]
     batch.choose(generations)
     k = batch._plan[0]  # the planned K (the slots may draft DEEPER past it where their drafts are sure)
