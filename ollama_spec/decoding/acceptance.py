@@ -27,19 +27,19 @@ class AlphaEstimator:
 
     def __init__(self, prior: float = PRIOR_ALPHA, weight: float = PRIOR_WEIGHT, decay: float = ALPHA_DECAY):
         self.accepted, self.rejected, self.decay = prior * weight, (1 - prior) * weight, decay
-        self.pair = (self.accepted, self.rejected)  # the same counts over PAIR_DECAY's longer span
+        self.pair_accepted, self.pair_rejected = self.accepted, self.rejected  # over PAIR_DECAY's longer span
 
     def copy(self) -> AlphaEstimator:
         """The same counts, learned on apart."""
         other = AlphaEstimator.__new__(AlphaEstimator)
-        other.accepted, other.rejected, other.decay, other.pair = self.accepted, self.rejected, self.decay, self.pair
+        other.accepted, other.rejected, other.decay = self.accepted, self.rejected, self.decay
+        other.pair_accepted, other.pair_rejected = self.pair_accepted, self.pair_rejected
         return other
 
     def carried(self) -> AlphaEstimator:
         """A new answer's start: the pair's α (PAIR_DECAY), weighed as the recent counts are."""
-        other, (accepted, rejected) = self.copy(), self.pair
-        scale = (self.accepted + self.rejected) / (accepted + rejected)
-        other.accepted, other.rejected = accepted * scale, rejected * scale
+        other, scale = self.copy(), (self.accepted + self.rejected) / (self.pair_accepted + self.pair_rejected)
+        other.accepted, other.rejected = self.pair_accepted * scale, self.pair_rejected * scale
         return other
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -47,8 +47,8 @@ class AlphaEstimator:
             rejected = accepted < drafted
             self.accepted = self.decay * self.accepted + accepted
             self.rejected = self.decay * self.rejected + rejected
-            pair = self.pair
-            self.pair = (PAIR_DECAY * pair[0] + accepted, PAIR_DECAY * pair[1] + rejected)
+            self.pair_accepted = PAIR_DECAY * self.pair_accepted + accepted
+            self.pair_rejected = PAIR_DECAY * self.pair_rejected + rejected
 
     @property
     def alpha(self) -> float:
