@@ -10,7 +10,9 @@ prefix a far slot holds comes along through host RAM (saved there, restored in t
 cache the request would mostly throw away is saved first, both models' cells, to host RAM
 (bounded, least recently used first out), and a request whose prompt starts with a saved prefix
 gets it back: a chat front-end's background requests (a title, tags) between two turns of a chat
-cost the chat nothing.
+cost the chat nothing. A slot freed with a cache worth saving has each model make host memory ready
+for its save (`expect_save`, until the slot is taken: `drop_save`; llama/host_memory.py), so that
+the save, when it comes, does not wait for the system to hand that memory over.
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ class SlotModel(Protocol):
     """A loaded model with sequences: what the pool reads and saves of each."""
 
     def cached_of(self, seq: int) -> list[int]: ...
-    def save_sequence(self, seq: int) -> bytes | bytearray: ...
-    def restore_sequence(self, seq: int, state: bytes | bytearray, tokens: Sequence[int]) -> bool: ...
+    def save_sequence(self, seq: int) -> bytes | bytearray | memoryview: ...
+    def expect_save(self, seq: int, most: int) -> None: ...
+    def drop_save(self, seq: int) -> None: ...
+    def restore_sequence(self, seq: int, state: bytes | bytearray | memoryview, tokens: Sequence[int]) -> bool: ...
     def clear_sequence(self, seq: int) -> None: ...
 
 
 @dataclass
 class _Saved:
     tokens: tuple[int, ...]  # the target's
-    states: tuple[tuple[bytes, tuple[int, ...]], ...]  # each model's cells and the tokens they hold
+    states: tuple[tuple[bytes | bytearray | memoryview, tuple[int, ...]], ...]  # each model's cells and tokens
 
     @property
     def size(self) -> int:
@@ -66,6 +70,10 @@ class SlotPool:
         return self.models[0]
 
     def release(self, seq: int) -> None:
+        """Slot `seq` is free again; its cache may be saved when another prompt takes it (`acquire`)."""
+        if len(self.target.cached_of(seq)) >= MIN_SAVED_TOKENS:
+            for model in self.models:
+                model.expect_save(seq, self.budget)
         with self._lock:
             self._last_used[seq] = time.monotonic()
             self._free.append(seq)
@@ -89,6 +97,8 @@ class SlotPool:
             )
             holder = max(self._free, key=lambda s: shared[s])  # where the prompt's prefix is
             self._free.remove(seq)
+        for model in self.models:
+            model.drop_save(seq)
         if holder != seq and shared[holder] >= MIN_SAVED_TOKENS and shared[holder] > shared[seq]:
             self._save(holder, self.target.cached_of(holder))  # brought to `seq` through host RAM, below
         saved = self._best_saved(prompt)
@@ -110,6 +120,8 @@ class SlotPool:
             if seq not in self._free:
                 raise RuntimeError(f"slot {seq} is busy")
             self._free.remove(seq)
+        for model in self.models:
+            model.drop_save(seq)
         return seq
 
     def _save(self, seq: int, cached: list[int]) -> None:

@@ -75,6 +75,12 @@ class HeadSlots:
     def save_sequence(self, seq: int) -> bytes:
         return self.head.save_state(seq)
 
+    def expect_save(self, seq: int, most: int) -> None:
+        """Nothing made ready: a head's state is written to fresh memory when saved."""
+
+    def drop_save(self, seq: int) -> None:
+        """As `expect_save`."""
+
     def restore_sequence(self, seq: int, state: bytes, tokens: Sequence[int]) -> bool:
         return self.head.restore_state(seq, state)
 

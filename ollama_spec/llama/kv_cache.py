@@ -10,6 +10,7 @@ import llama_cpp
 from llama_cpp._internals import LlamaContext
 
 from ollama_spec.errors import ContextFull, InferenceError
+from ollama_spec.llama.host_memory import HostMemory
 from ollama_spec.llama.passes import Entry
 
 
@@ -22,6 +23,7 @@ class SequenceCache:
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
         self.unsettled: set[int] = set()  # sequences a decode ran on whose tokens `tokens` may not hold yet
         self.observer = None
+        self.host = HostMemory(0)  # where saves go, touched before they come: `expect_save` sets its bound
         self._ctx, self._memory = ctx.ctx, ctx.memory
         self._window = window  # a window cache's window (0: every position is kept)
         self._name = name
@@ -121,12 +123,23 @@ class SequenceCache:
         if self.observer is not None:
             self.observer.truncated(seq, 0)
 
-    def save(self, seq: int) -> bytearray:
+    def save(self, seq: int) -> bytearray | memoryview:
         """Sequence `seq`'s cells, to restore later (engine/slots.py keeps prefixes in host RAM)."""
         self.settle(seq)
-        return read_cells(self._ctx, seq)
+        return read_cells(self._ctx, seq, self.host)
 
-    def restore(self, seq: int, state: bytes | bytearray, tokens: Sequence[int]) -> bool:
+    def expect_save(self, seq: int, most: int) -> None:
+        """Sequence `seq` may be saved before it is used again, if it takes at most `most` bytes: have
+        host memory that large touched for it (llama/host_memory.py)."""
+        self.settle(seq)
+        self.host.most = most
+        self.host.expect(seq, llama_cpp.llama_state_seq_get_size(self._ctx, seq))
+
+    def drop_save(self, seq: int) -> None:
+        """Sequence `seq` is used again as it is: no save of it to make memory ready for."""
+        self.host.drop(seq)
+
+    def restore(self, seq: int, state: bytes | bytearray | memoryview, tokens: Sequence[int]) -> bool:
         """Sequence `seq` as `save` gave it when it held `tokens`; False (and the sequence empty) when
         llama.cpp cannot take it back."""
         self.clear(seq)
@@ -154,29 +167,34 @@ class SequenceCache:
         return 0 <= oldest <= max(0, len(self.tokens[seq]) - self._window)
 
     def close(self) -> None:
+        self.host.close()
         if self._batch is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
 
 
-def read_cells(ctx: llama_cpp.llama_context_p, seq: int) -> bytearray:
-    """Sequence `seq`'s cells in context `ctx`, as llama.cpp saves them (`write_cells` takes them back).
-    llama.cpp writes straight into the bytes kept, and `write_cells` reads them in place: a slot's
-    prefix is tens of MB (53 MB for the demo target's 2,000 tokens), and each copy through a ctypes
-    array of its own took 25-30 ms of the loop thread, with every slot's pass waiting."""
+def read_cells(ctx: llama_cpp.llama_context_p, seq: int, host: HostMemory | None = None) -> bytearray | memoryview:
+    """Sequence `seq`'s cells in context `ctx`, as llama.cpp saves them (`write_cells` takes them back),
+    in `host`'s memory where it has some touched (llama/host_memory.py). llama.cpp writes straight
+    into the bytes kept, and `write_cells` reads them in place: a slot's prefix is tens of MB (53 MB
+    for the demo target's 2,000 tokens), and each copy through a ctypes array of its own took 25-30 ms
+    of the loop thread, with every slot's pass waiting."""
     size = llama_cpp.llama_state_seq_get_size(ctx, seq)
-    state = bytearray(size)
+    state = host.take(size) if host is not None else bytearray(size)
     written = llama_cpp.llama_state_seq_get_data(ctx, _cells(state), size, seq)
+    if isinstance(state, memoryview):
+        return state[:written]
     del state[written:]
     return state
 
 
-def write_cells(ctx: llama_cpp.llama_context_p, seq: int, state: bytes | bytearray) -> bool:
+def write_cells(ctx: llama_cpp.llama_context_p, seq: int, state: bytes | bytearray | memoryview) -> bool:
     """`read_cells`'s bytes back into sequence `seq` of `ctx`; False where llama.cpp cannot take them."""
     return llama_cpp.llama_state_seq_set_data(ctx, _cells(state), len(state), seq) != 0
 
 
-def _cells(state: bytes | bytearray) -> ctypes.Array[ctypes.c_uint8]:
+def _cells(state: bytes | bytearray | memoryview) -> ctypes.Array[ctypes.c_uint8]:
     """`state` as the byte array llama.cpp's state calls take: in place where it can be written, else a copy."""
     array_type = ctypes.c_uint8 * len(state)
-    return array_type.from_buffer(state) if isinstance(state, bytearray) else array_type.from_buffer_copy(state)
+    writable = isinstance(state, bytearray) or (isinstance(state, memoryview) and not state.readonly)
+    return array_type.from_buffer(state) if writable else array_type.from_buffer_copy(state)

@@ -38,7 +38,7 @@ class LoadedModel:
     and `cached` mean without one); the caller tracks positions, we keep the cache.
 
     The text side (`tokenize`, `token_piece`, `detokenize`, ...) is the Vocabulary's, the cache's
-    (`truncate`, `clear_sequence`, `save_sequence`, `restore_sequence`) the SequenceCache's: their
+    (`truncate`, `clear_sequence`, `save_sequence`, `restore_sequence`, ...) the SequenceCache's: their
     methods are bound here once, so a call costs what a method of this class would.
     """
 
@@ -99,6 +99,7 @@ class LoadedModel:
         self.truncate = cache.truncate
         self.clear_sequence = cache.clear
         self.save_sequence = cache.save
+        self.expect_save, self.drop_save = cache.expect_save, cache.drop_save
         self.restore_sequence = cache.restore
         self.cached_of = cache.tokens.__getitem__  # sequence i's token ids
 

@@ -9,6 +9,7 @@ class Model:
     def __init__(self, n_seq):
         self.seqs = [[] for _ in range(n_seq)]
         self.saves = 0
+        self.expected = []  # sequences freed with a cache worth saving
 
     def cached_of(self, seq):
         return self.seqs[seq]
@@ -16,6 +17,13 @@ class Model:
     def save_sequence(self, seq):
         self.saves += 1
         return bytes(t % 256 for t in self.seqs[seq])
+
+    def expect_save(self, seq, most):
+        self.expected.append(seq)
+
+    def drop_save(self, seq):
+        if seq in self.expected:
+            self.expected.remove(seq)
 
     def restore_sequence(self, seq, state, tokens):
         self.seqs[seq] = list(tokens)
@@ -111,3 +119,16 @@ def test_a_cache_grown_past_its_saved_prefix_is_saved_again():
     model.seqs[0] = chat(0)[:-1] + [99999]  # the same length, another last token
     pool.release(pool.acquire(chat(2000)))
     assert model.saves == 2
+
+
+def test_a_slot_freed_with_a_cache_worth_saving_has_its_save_made_ready():
+    """Host memory for the save that may come is touched while the slot waits (llama/host_memory.py)."""
+    model = Model(2)
+    pool = SlotPool([model], 2)
+    short, long = pool.acquire([1, 2, 3]), pool.acquire(chat(0))
+    model.seqs[short], model.seqs[long] = [1, 2, 3], chat(0)
+    pool.release(short)
+    pool.release(long)
+    assert model.expected == [long]
+    pool.acquire(chat(0) + [7])  # taken again as it is: no save of it to be ready for
+    assert model.expected == []

@@ -1,0 +1,95 @@
+"""HostMemory: a spare region made ready for the save expected, taken by it, its unused pages given back."""
+
+import sys
+import time
+
+import psutil
+import pytest
+
+from ollama_spec.llama.host_memory import PAGE, SHRINK_PAST, HostMemory
+
+MIB = 1024 * 1024
+
+
+def settled(condition, timeout=10.0):
+    """Wait for the memory's thread to do what `condition` checks."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the memory's thread did not get there"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def memory():
+    memory = HostMemory(most=256 * MIB)
+    yield memory
+    memory.close()
+
+
+def test_a_save_takes_the_spare_made_ready_and_another_is_made(memory):
+    memory.expect(0, 3 * PAGE + 5)
+    settled(lambda: memory.spare == 3 * PAGE + 5)
+    taken = memory.take(3 * PAGE)
+    assert isinstance(taken, memoryview) and len(taken) == 3 * PAGE and not taken.readonly
+    taken[:4] = b"cell"  # llama.cpp writes the cells into it
+    settled(lambda: memory.spare == 3 * PAGE + 5)
+    again = memory.take(3 * PAGE)
+    assert bytes(again[:4]) == bytes(4)  # a region of its own: the first save's bytes stay the first's
+    assert bytes(taken[:4]) == b"cell"
+
+
+def test_a_save_larger_than_the_spare_gets_fresh_memory_and_leaves_the_spare(memory):
+    memory.expect(0, 2 * PAGE)
+    settled(lambda: memory.spare == 2 * PAGE)
+    taken = memory.take(5 * PAGE)
+    assert isinstance(taken, bytearray) and len(taken) == 5 * PAGE
+    assert memory.spare == 2 * PAGE
+
+
+def test_nothing_is_made_ready_past_the_bound_or_before_a_save_is_expected(memory):
+    assert isinstance(memory.take(PAGE), bytearray)
+    memory.expect(0, memory.most + 1)
+    time.sleep(0.05)
+    assert memory.spare == 0
+
+
+def test_the_spare_is_as_large_as_the_largest_save_that_may_come(memory):
+    memory.expect(0, 2 * PAGE)
+    memory.expect(1, 5 * PAGE)
+    memory.expect(2, 3 * PAGE)
+    settled(lambda: memory.spare == 5 * PAGE)
+    memory.drop(1)  # slot 1 taken again: its cache will not be saved as it is
+    memory.expect(2, 4 * PAGE)
+    time.sleep(0.05)
+    assert memory.spare == 5 * PAGE  # within SHRINK_PAST of the largest left: it stays
+
+
+def test_a_spare_far_larger_than_any_save_that_may_come_is_made_again_at_that_size(memory):
+    memory.expect(0, 8 * MIB)
+    memory.expect(1, 8 * MIB // (2 * SHRINK_PAST))
+    settled(lambda: memory.spare == 8 * MIB)
+    memory.drop(0)
+    settled(lambda: memory.spare == 8 * MIB // (2 * SHRINK_PAST))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="resident memory read as Linux counts it")
+def test_the_pages_past_what_a_save_uses_go_back_to_the_system(memory):
+    process = psutil.Process()
+    memory.expect(0, 128 * MIB)
+    settled(lambda: memory.spare == 128 * MIB)
+    before = process.memory_info().rss
+    memory.drop(0)
+    memory.expect(1, PAGE)
+    taken = memory.take(PAGE)  # a small save in the large spare: the rest given back
+    settled(lambda: memory.spare == PAGE)  # and the next spare a small one
+    settled(lambda: process.memory_info().rss < before - 64 * MIB)
+    assert len(taken) == PAGE
+
+
+def test_closed_it_makes_nothing_more_and_its_thread_ends(memory):
+    memory.expect(0, PAGE)
+    settled(lambda: memory.spare == PAGE)
+    thread = memory._thread
+    memory.close()
+    memory.expect(1, 2 * PAGE)
+    assert memory.spare == 0 and not thread.is_alive()
