@@ -98,7 +98,7 @@ class AutoK:
         self._remeasuring = 0  # the K of a step that prices it again after a probe (step_prices.remeasure)
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
         self._kept, self._steady = KeptK(), SteadyK()  # the K its rule drafted last (step_costs, k_steady)
-        self._by_token = confidence_stops  # this step's tokens are weighed one by one (keep_drafting)
+        self._by_token = self._weighs_tokens(self.costs)  # this step's tokens are weighed one by one (keep_drafting)
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
         k = max(1, best_k(prior_alpha, self.costs))

@@ -61,8 +61,13 @@ EXPLORE_K = 2
 # fresh slot's acceptance is the others' mean: decoding/batch_steps.SEASONED_STEPS). At 8 slots of the
 # tiny pair a step outlasted the 1 ms this was, and the plan was made at every step. A
 # plan of K=0 is made again at every step: its steps have nothing else to price, and a stale K=0 costs
-# the most.
+# the most. Each plan that comes out at the K before it, as many slots, doubles the wait before the
+# next, up to REPLAN_MAX_S; one that changes K starts again at REPLAN_S. At 8 slots of the tiny pair (a
+# step ~2 ms) a third of the steps were planned, ~120 us each in the loop, 248 of 352 plans at K=1. A
+# pair whose steps take 16 ms and more is still planned at every one: at 32 ms the demo pair (30-60 ms a
+# step at 2-4 slots) made 3-4 % less at 2 and 4 clients, in 2 runs alternated with the code before.
 REPLAN_S = 0.004
+REPLAN_MAX_S = 0.016
 # A slot alone at K=0 is priced again only every so many steps, counted from its last drafting step (and
 # at once after a probe's step, which drafted; while it drafts, see REPRICE_DRAFTING_S):
 # its K=0 steps change the price of the target alone, which follows ~10 passes anyway, and the prices
@@ -96,6 +101,7 @@ class BatchK:
     _plan: tuple[int, float] = (0, 0.0)  # the last plan_step's K and rate, for `_planned_for` slots
     _planned_for: int = 0  # how many
     _planned_at: float = 0.0
+    _replan_s: float = REPLAN_S  # the wait before the next plan (REPLAN_MAX_S)
     # the lone policy last priced, its K=0 steps since, how many there are to be before the next, and when
     _repriced: tuple[Any, int, int, float] = (None, 0, REPRICE_AT_ZERO, 0.0)
     _lone_drafted: bool = False  # the lone policy's step before drafted (the last `choose` saw)
@@ -166,16 +172,17 @@ class BatchK:
 
     def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
         """plan_step's K and rate for these slots: made again where it was K=0, they changed in number or
-        REPLAN_S went by. Drafting is taken up where it beats the target alone by DRAFT_GAIN_MARGIN, and kept
+        the wait went by (REPLAN_S, longer while the plans keep K). Drafting is taken up where it beats the target alone by DRAFT_GAIN_MARGIN, and kept
         while it beats it at all (DRAFT_KEEP_MARGIN), as a lone slot's rule does: on the tiny pair at 8
         slots the pricings put drafting at 1.0-1.1x the target alone, each one by the margin alone
         deciding, and the batch spent 60 % of its steps at K=0 where a fixed K=3 made 1.8x its tokens."""
-        now = self.clock()
-        if not self._plan[0] or len(policies) != self._planned_for or now - self._planned_at >= REPLAN_S:
+        now, slots = self.clock(), len(policies)
+        if not self._plan[0] or slots != self._planned_for or now - self._planned_at >= self._replan_s:
             margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
-            lines = self._lines.beside(len(policies))
-            self._plan = plan_step(policies, lines, margin, k_max, self.least_width)
-            self._planned_for, self._planned_at = len(policies), now
+            plan = plan_step(policies, self._lines.beside(slots), margin, k_max, self.least_width)
+            same = plan[0] == self._plan[0] and slots == self._planned_for
+            self._replan_s = min(2 * self._replan_s, REPLAN_MAX_S) if same else REPLAN_S
+            self._plan, self._planned_for, self._planned_at = plan, slots, now
         return self._plan
 
     def _explored(self, slots: int, k_max: int, most_every: int = EXPLORE_MAX_EVERY) -> int:

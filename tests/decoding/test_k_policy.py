@@ -524,6 +524,16 @@ def test_a_draft_step_too_cheap_to_weigh_each_token_drafts_the_k_chosen():
     assert dear.next_k() == CPU.k_max and dear.keep_drafting is not None
 
 
+def test_a_new_policy_weighs_its_tokens_only_where_its_draft_step_is_dear_enough_before_its_first_step():
+    """Beside other slots the batch drafts past its K only where every slot weighs its drafts
+    (engine/batch_k.py); a request's policy before its first drafting step (its prompt's step) said it
+    did whatever its costs, and every bench round's 8 requests, started together, drafted to K=16 on
+    the tiny pair for their first steps."""
+    cheap = StepCosts(40e-6, tuple(100e-6 + 20e-6 * n for n in range(17)))
+    assert AutoK(cheap, prior_alpha=0.9, confidence_stops=True).keep_drafting is None
+    assert AutoK(CPU, prior_alpha=0.9, confidence_stops=True).keep_drafting is not None
+
+
 def test_one_pricing_far_off_does_not_stop_drafting_and_one_that_pays_takes_it_up():
     """Alone, the step loop prices the steps again every few steps from a few passes of each size: on a
     shared CPU one pricing can make drafting look dear (the tiny pair: a verify line rising 38 us a

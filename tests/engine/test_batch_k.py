@@ -432,3 +432,38 @@ def test_beside_others_a_slot_in_anothers_place_leaves_the_plan_as_it_was(monkey
     clock.now += batch_k.REPLAN_S
     batch.choose(generations[1:])
     assert len(plans) == 3
+
+
+def test_beside_others_plans_that_keep_their_k_are_made_less_often_until_one_changes_it(monkeypatch):
+    """REPLAN_S doubles after each plan at the K before it, up to REPLAN_MAX_S, and starts again
+    at REPLAN_S once a plan changes K."""
+    from ollama_spec.engine import batch_k
+
+    paying = StepCosts(10e-6, tuple(100e-6 + 10e-6 * n for n in range(1, K_MAX + 2)))
+    plans, plan_step = [], batch_k.plan_step
+    forced: list[int] = []  # a K to plan instead of the rule's
+
+    def planned(*args):
+        plans.append(args)
+        k, rate = plan_step(*args)
+        return (forced[0], rate) if forced else (k, rate)
+
+    monkeypatch.setattr(batch_k, "plan_step", planned)
+    clock = Clock()
+    batch = BatchK(PassPrices(prior=paying), clock=clock)
+    generations = [Running(AutoK(paying, ALPHA, confidence_stops=True)) for _ in range(SLOTS)]
+    batch.choose(generations)
+    first = batch._plan[0]
+    assert first >= 1
+    waits = []
+    for _ in range(6):  # each plan at the same K: the wait before the next doubles, up to REPLAN_MAX_S
+        before = len(plans)
+        while len(plans) == before:
+            clock.now += batch_k.REPLAN_S / 4
+            batch.choose(generations)
+        waits.append(round(batch._replan_s / batch_k.REPLAN_S))
+    assert waits == [2, 4, 4, 4, 4, 4] and batch_k.REPLAN_MAX_S == 4 * batch_k.REPLAN_S
+    forced.append(first + 1)  # a plan that changes K: planned again soon
+    clock.now += 2 * batch_k.REPLAN_MAX_S
+    batch.choose(generations)
+    assert batch._plan[0] == first + 1 and batch._replan_s == batch_k.REPLAN_S
