@@ -4,6 +4,7 @@ import time
 
 import numpy as np
 
+from ollama_spec.llama import host_memory
 from ollama_spec.llama.model import LoadedModel, LoadSettings
 
 
@@ -22,8 +23,9 @@ def test_a_saved_sequence_restored_in_another_slot_continues_as_the_original(tin
         np.testing.assert_allclose(restored, original, rtol=1e-5, atol=1e-5)
 
 
-def test_a_save_into_host_memory_made_ready_for_it_is_restored_in_place(tiny_models):
+def test_a_save_into_host_memory_made_ready_for_it_is_restored_in_place(tiny_models, monkeypatch):
     """llama/host_memory.py: a freed slot's save goes to memory touched beforehand, read back from there."""
+    monkeypatch.setattr(host_memory, "MIN_READY_BYTES", 1)  # the tiny model's cells are a few kB
     target, _ = tiny_models
     with LoadedModel(target.path, LoadSettings(n_ctx=512, n_threads=1, n_seq=2)) as model:
         text = model.tokenize("The lighthouse keeper found a bottle on the rocks", add_bos=True, special=False)
