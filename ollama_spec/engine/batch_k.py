@@ -172,8 +172,9 @@ class BatchK:
 
     def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
         """plan_step's K and rate for these slots: made again where it was K=0, they changed in number or
-        the wait went by (REPLAN_S, longer while the plans keep K). Drafting is taken up where it beats the target alone by DRAFT_GAIN_MARGIN, and kept
-        while it beats it at all (DRAFT_KEEP_MARGIN), as a lone slot's rule does: on the tiny pair at 8
+        the wait went by (REPLAN_S, longer while the plans keep K). Drafting is taken up where it beats
+        the target alone by DRAFT_GAIN_MARGIN, and kept while it beats it at all (DRAFT_KEEP_MARGIN), as
+        a lone slot's rule does: on the tiny pair at 8
         slots the pricings put drafting at 1.0-1.1x the target alone, each one by the margin alone
         deciding, and the batch spent 60 % of its steps at K=0 where a fixed K=3 made 1.8x its tokens."""
         now, slots = self.clock(), len(policies)

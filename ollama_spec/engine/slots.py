@@ -97,8 +97,7 @@ class SlotPool:
             )
             holder = max(self._free, key=lambda s: shared[s])  # where the prompt's prefix is
             self._free.remove(seq)
-        for model in self.models:
-            model.drop_save(seq)
+        self._drop_saves(seq)
         if holder != seq and shared[holder] >= MIN_SAVED_TOKENS and shared[holder] > shared[seq]:
             self._save(holder, self.target.cached_of(holder))  # brought to `seq` through host RAM, below
         saved = self._best_saved(prompt)
@@ -120,9 +119,13 @@ class SlotPool:
             if seq not in self._free:
                 raise RuntimeError(f"slot {seq} is busy")
             self._free.remove(seq)
+        self._drop_saves(seq)
+        return seq
+
+    def _drop_saves(self, seq: int) -> None:
+        """Slot `seq` is taken: no model makes memory ready for saving its cache as it is."""
         for model in self.models:
             model.drop_save(seq)
-        return seq
 
     def _save(self, seq: int, cached: list[int]) -> None:
         key = tuple(cached)

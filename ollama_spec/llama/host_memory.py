@@ -38,10 +38,9 @@ MIN_READY_BYTES = 4 * 1024 * 1024
 
 
 class HostMemory:
-    """One model's spare region for its next save (see the module); at most `most` bytes."""
+    """One model's spare region for its next save (see the module)."""
 
-    def __init__(self, most: int):
-        self.most = most
+    def __init__(self) -> None:
         self._expected: dict[int, int] = {}  # the bytes of each save that may come, by sequence
         self._wanted = 0  # the size of spare to have ready: the largest of them
         self._spare: mmap.mmap | None = None
@@ -56,13 +55,13 @@ class HostMemory:
         spare = self._spare
         return 0 if spare is None else len(spare)
 
-    def expect(self, seq: int, size: int) -> None:
+    def expect(self, seq: int, size: int, most: int) -> None:
         """A save of sequence `seq`, `size` bytes, may come: have a spare that large ready (the thread
-        makes it), unless it is past `most` or under MIN_READY_BYTES."""
+        makes it), unless it is past `most` (what a save may take) or under MIN_READY_BYTES."""
         with self._changed:
             if self._closed or not _FLAGS:
                 return
-            if MIN_READY_BYTES <= size <= self.most:
+            if MIN_READY_BYTES <= size <= most:
                 self._expected[seq] = size
             else:
                 self._expected.pop(seq, None)
@@ -103,10 +102,12 @@ class HostMemory:
 
     def _due(self) -> bool:
         """Is there work for the thread (under the lock)?"""
-        if self._closed or self._trims:
-            return True
+        return self._closed or bool(self._trims) or bool(self._to_make())
+
+    def _to_make(self) -> int:
+        """The size of spare the thread is to make now, 0 for none (under the lock)."""
         spare, wanted = self.spare, self._wanted
-        return bool(wanted) and (spare < wanted or spare > SHRINK_PAST * wanted)
+        return wanted if spare < wanted or spare > SHRINK_PAST * wanted else 0
 
     def _run(self) -> None:
         with contextlib.suppress(AttributeError, OSError):  # Linux: a thread's own nice value
@@ -117,9 +118,7 @@ class HostMemory:
                     self._changed.wait()
                 if self._closed:
                     return
-                trims, self._trims = self._trims, []
-                spare, wanted = self.spare, self._wanted
-                size = wanted if spare < wanted or spare > SHRINK_PAST * wanted else 0
+                trims, self._trims, size = self._trims, [], self._to_make()
             for region, used in trims:  # the pages past a save's bytes go back to the system
                 start = -(-used // PAGE) * PAGE
                 if start < len(region):

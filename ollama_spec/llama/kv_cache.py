@@ -23,7 +23,7 @@ class SequenceCache:
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
         self.unsettled: set[int] = set()  # sequences a decode ran on whose tokens `tokens` may not hold yet
         self.observer = None
-        self.host = HostMemory(0)  # where saves go, touched before they come: `expect_save` sets its bound
+        self.host = HostMemory()  # where saves go, touched before they come (`expect_save`)
         self._ctx, self._memory = ctx.ctx, ctx.memory
         self._window = window  # a window cache's window (0: every position is kept)
         self._name = name
@@ -132,8 +132,7 @@ class SequenceCache:
         """Sequence `seq` may be saved before it is used again, if it takes at most `most` bytes: have
         host memory that large touched for it (llama/host_memory.py)."""
         self.settle(seq)
-        self.host.most = most
-        self.host.expect(seq, llama_cpp.llama_state_seq_get_size(self._ctx, seq))
+        self.host.expect(seq, llama_cpp.llama_state_seq_get_size(self._ctx, seq), most)
 
     def drop_save(self, seq: int) -> None:
         """Sequence `seq` is used again as it is: no save of it to make memory ready for."""
