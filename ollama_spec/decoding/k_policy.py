@@ -240,9 +240,8 @@ class AutoK:
 
     @property
     def keep_drafting(self) -> Callable[[int, float | None], bool] | None:
-        """`decide`, asked before each drafted token (KPolicy); None where a policy with confidence stops
-        drafts the K chosen this step (a draft step too cheap to weigh each token: _weighs_tokens),
-        beside other slots too (the step loop reads their margins only where they are weighed)."""
+        """`decide`, asked before each drafted token (KPolicy); None where a policy with confidence stops drafts the K
+        chosen this step (a draft step too cheap to weigh each token: _weighs_tokens), beside other slots too."""
         return None if self.confidence_stops and not self._by_token else self.decide
 
     def decide(self, drafted: int, margin: float | None) -> bool:
@@ -311,8 +310,9 @@ class AutoK:
 
     def carry_over(self, earlier: AutoK) -> None:
         """Start from what an earlier request's policy learned: the acceptance (by margin, overall and by position), the
-        probe waits, the last pricings (a request's first steps decide by a median too) and its steps by K. The rate
-        starts afresh. Measured in docs/architecture.md (`k_policy.py`).
+        probe waits, the last pricings (a request's first steps decide by a median too), its steps by K and the prices
+        it decides by (a pricing took ~60 us of a 0.4 ms step on the tiny pair). The rate starts afresh. Measured in
+        docs/architecture.md (`k_policy.py`).
 
         The acceptance by margin holds for the pair; one answer's ~40 steps are too few to learn it from the prior. α
         belongs to the text as well but starts from the pair's (acceptance.PAIR_DECAY, not the last answer's end): from
@@ -323,6 +323,10 @@ class AutoK:
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
         self.estimator, self.by_position = earlier.estimator.carried(), earlier.by_position.carried()
         self._steps = earlier._steps.copy()
+        if earlier._priced and earlier.costs.k_max == self.costs.k_max:  # and the step loop's prices (reprice)
+            self._rate_seconds *= earlier.costs.verify_s[0] / self.costs.verify_s[0]
+            self.costs, self._calibrated, self._priced_by = earlier.costs, earlier._calibrated, earlier._priced_by
+            self._priced, self._by_token = True, self._weighs_tokens(self.costs)
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
         if self._priced and self.shared_k is None:
@@ -379,10 +383,8 @@ class AutoK:
         self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=verify)
 
     def _observe_at_zero(self, verify_s: float) -> None:
-        """`observe` of a step that drafted nothing and probed nothing: the acceptance, the draft's cost
-        and the probe waits stay as they were; the rate moves, and the target alone's price where this
-        policy learns it. Most steps of a pair whose drafts do not pay are these, and on the tiny pair
-        (0.12 ms steps) the whole of `observe` was 2-3 % of one."""
+        """`observe` of a step that drafted and probed nothing: only the rate moves, and the target alone's price
+        where this policy learns it (most steps of a pair whose drafts do not pay: `observe` was 2-3 % of one)."""
         self.observed += 1
         self.last_drafted = self.own_drafted = 0
         verify = self.costs.verify_s

@@ -66,8 +66,13 @@ EXPLORE_K = 2
 # step ~2 ms) a third of the steps were planned, ~120 us each in the loop, 248 of 352 plans at K=1. A
 # pair whose steps take 16 ms and more is still planned at every one: at 32 ms the demo pair (30-60 ms a
 # step at 2-4 slots) made 3-4 % less at 2 and 4 clients, in 2 runs alternated with the code before.
+# A change in the number of slots makes the plan again where it moves past REPLAN_SLOTS times the
+# number planned for, either way (else the wait stands): at 8 clients the slots come and go one by
+# one as answers end and start (8, 7, 6 ... at each round's end), and a plan at each count was 0.26
+# plans a step (~100 us each in the loop, a twentieth of a step), nearly all at the K before.
 REPLAN_S = 0.004
 REPLAN_MAX_S = 0.016
+REPLAN_SLOTS = 1.5
 # A slot alone at K=0 is priced again only every so many steps, counted from its last drafting step (and
 # at once after a probe's step, which drafted; while it drafts, see REPRICE_DRAFTING_S):
 # its K=0 steps change the price of the target alone, which follows ~10 passes anyway, and the prices
@@ -83,7 +88,12 @@ REPRICE_AT_ZERO_MAX = 32
 # took ~17 us (`-k auto` spent 14-16 us a step above a fixed K's Python). Each pass moves the prices by
 # a step's worth. Tiny pair in process, auto ÷ K=1 over 12 alternated runs: 0.901 against 0.885 at 1 ms.
 # Steps of a few milliseconds and more (the demo pair's: 30 ms) are priced at every one, as before.
+# Each pricing at the K the one before it found doubles the wait, up to REPRICE_DRAFTING_MAX_S; one
+# at another K starts again at REPRICE_DRAFTING_S. The wait outlives the request (a new request's
+# policy takes the last one's prices: AutoK.carry_over): a K=1 step of the tiny pair takes ~0.4 ms,
+# an answer ~20 ms, and a wait begun afresh with each answer kept ~5 pricings an answer.
 REPRICE_DRAFTING_S = 0.003
+REPRICE_DRAFTING_MAX_S = 0.024
 
 
 @dataclass
@@ -105,6 +115,8 @@ class BatchK:
     # the lone policy last priced, its K=0 steps since, how many there are to be before the next, and when
     _repriced: tuple[Any, int, int, float] = (None, 0, REPRICE_AT_ZERO, 0.0)
     _lone_drafted: bool = False  # the lone policy's step before drafted (the last `choose` saw)
+    # while the lone policy drafts: the wait before it is priced again, and the K it drafted then
+    _drafting_wait: tuple[float, int] = (REPRICE_DRAFTING_S, -1)
     # beside other slots, the passes priced on a line through the loop's recent ones (decoding/pass_line.py)
     _lines: LinePrices = field(init=False)
 
@@ -159,7 +171,7 @@ class BatchK:
         priced, at_zero, wait, at = self._repriced
         drafted, now = bool(lone.last_drafted), self.clock()
         if drafted:
-            due = not self._lone_drafted or now - at >= REPRICE_DRAFTING_S
+            due = not self._lone_drafted or self._timed_due(now - at, lone.last_drafted)
         else:
             due = at_zero >= wait
         if due or priced is not lone:
@@ -170,19 +182,29 @@ class BatchK:
             at_zero, wait = -1, REPRICE_AT_ZERO
         self._repriced, self._lone_drafted = (lone, at_zero + 1, wait, at), drafted
 
+    def _timed_due(self, since: float, k: int) -> bool:
+        """Is a lone policy drafting `k` due its pricing by the clock, `since` seconds after the last?
+        Each one due at the K of the one before doubles the wait (REPRICE_DRAFTING_MAX_S); a step at
+        another K starts it again."""
+        wait, last_k = self._drafting_wait
+        wait = wait if k == last_k else REPRICE_DRAFTING_S
+        due = since >= wait
+        self._drafting_wait = (min(2 * wait, REPRICE_DRAFTING_MAX_S) if due and k == last_k else wait, k)
+        return due
+
     def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
-        """plan_step's K and rate for these slots: made again where it was K=0, they changed in number or
-        the wait went by (REPLAN_S, longer while the plans keep K). Drafting is taken up where it beats
-        the target alone by DRAFT_GAIN_MARGIN, and kept while it beats it at all (DRAFT_KEEP_MARGIN), as
-        a lone slot's rule does: on the tiny pair at 8
-        slots the pricings put drafting at 1.0-1.1x the target alone, each one by the margin alone
-        deciding, and the batch spent 60 % of its steps at K=0 where a fixed K=3 made 1.8x its tokens."""
-        now, slots = self.clock(), len(policies)
-        if not self._plan[0] or slots != self._planned_for or now - self._planned_at >= self._replan_s:
+        """plan_step's K and rate for these slots: made again where it was K=0, their number moved past
+        REPLAN_SLOTS times the one planned for, or the wait went by (REPLAN_S, longer while the plans keep
+        K). Drafting is taken up where it beats the target alone by DRAFT_GAIN_MARGIN, and kept while it
+        beats it at all (DRAFT_KEEP_MARGIN), as a lone slot's rule does: on the tiny pair at 8 slots the
+        pricings put drafting at 1.0-1.1x the target alone, each one by the margin alone deciding, and
+        the batch spent 60 % of its steps at K=0 where a fixed K=3 made 1.8x its tokens."""
+        now, slots, planned_for = self.clock(), len(policies), self._planned_for
+        moved = not planned_for / REPLAN_SLOTS < slots < planned_for * REPLAN_SLOTS
+        if not self._plan[0] or moved or now - self._planned_at >= self._replan_s:
             margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
             plan = plan_step(policies, self._lines.beside(slots), margin, k_max, self.least_width)
-            same = plan[0] == self._plan[0] and slots == self._planned_for
-            self._replan_s = min(2 * self._replan_s, REPLAN_MAX_S) if same else REPLAN_S
+            self._replan_s = min(2 * self._replan_s, REPLAN_MAX_S) if plan[0] == self._plan[0] else REPLAN_S
             self._plan, self._planned_for, self._planned_at = plan, slots, now
         return self._plan
 

@@ -192,6 +192,26 @@ def test_a_policy_carries_what_an_earlier_one_learned():
     assert later.estimator.alpha < earlier.estimator.alpha and later.alphas()[0] < earlier.alphas()[0]
 
 
+def test_a_policy_carries_the_prices_the_step_loop_gave_an_earlier_one():
+    """A pricing (step_costs, then the rule's own steps and the median of the last ones) took ~60 us of a
+    0.4 ms step on the tiny pair, and every request's policy was priced afresh: it takes the earlier one's,
+    so that the same prices again change nothing. One never priced leaves the next to price its own."""
+    priced = StepCosts(CPU.draft_step_s / 2, tuple(0.8 * v for v in CPU.verify_s))
+    earlier = AutoK(CPU, confidence_stops=True)
+    earlier.reprice(priced)
+    later = AutoK(CPU, confidence_stops=True)
+    later.carry_over(earlier)
+    assert later.costs == earlier.costs and later.costs != CPU and later._priced
+    assert later.rate == pytest.approx(AutoK(CPU).rate / 0.8, rel=0.02)  # afresh, in the new prices' seconds
+    moved = []
+    later._steps.priced = lambda costs, whole: moved.append(costs) or costs
+    later.reprice(priced)
+    assert moved == []  # the same prices: nothing worked out again
+    unpriced = AutoK(CPU, confidence_stops=True)
+    unpriced.carry_over(AutoK(CPU, confidence_stops=True))
+    assert not unpriced._priced and unpriced.costs.verify_s == AutoK(CPU).costs.verify_s
+
+
 def test_a_policy_starts_from_the_pairs_acceptance_not_the_last_texts_end():
     earlier = AutoK(CPU, confidence_stops=True)
     for step in range(120):  # an answer whose last 20 steps the draft gets wrong

@@ -5,6 +5,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import pytest
 
@@ -16,6 +17,7 @@ from ollama_spec.engine.batch_k import (
     EXPLORE_EVERY,
     EXPLORE_K,
     EXPLORE_MAX_EVERY,
+    REPRICE_DRAFTING_MAX_S,
     REPRICE_DRAFTING_S,
     BatchK,
     drafting_beside,
@@ -276,23 +278,54 @@ def test_a_slot_alone_is_priced_again_soon_after_a_step_that_drafted():
 
 def test_a_lone_slot_that_drafts_is_priced_again_by_the_clock_and_at_once_after_k_zero():
     """Priced at every step, the prices and the best K worked out again were 6-7 of the ~17 us a step
-    that `-k auto` spent above a fixed K on the tiny pair: a drafting slot is priced again once every
-    REPRICE_DRAFTING_S, and at once where its step before drafted nothing (a probe's, a try's)."""
+    that `-k auto` spent above a fixed K on the tiny pair: a drafting slot is priced again by the clock
+    (REPRICE_DRAFTING_S at first, then longer: the test below), and at once where its step before drafted
+    nothing (a probe's, a try's)."""
     prices, clock = CountedPrices(prior=DEAR), Clock()
     batch, lone = BatchK(prices, clock=clock), Running(AutoK(DEAR, 0.9, confidence_stops=True))
     batch.choose([lone])  # a new request's policy: at once
     asked = prices.asked
     for _ in range(12):
         lone.policy.observe(1, 1, draft(1), target(2))
-        clock.now += REPRICE_DRAFTING_S / 4
+        clock.now += REPRICE_DRAFTING_S / 4 * 1.001
         batch.choose([lone])
-    assert prices.asked - asked == 3  # every 4th step
+    assert prices.asked - asked == 2  # after its first step, then at the 5th (the 13th next: the test below)
     lone.policy.observe(0, 0, 0.0, target(1))
     batch.choose([lone])
     lone.policy.observe(1, 1, draft(1), target(2))  # drafts again after K=0
     asked = prices.asked
     batch.choose([lone])
     assert prices.asked == asked + 1
+
+
+def test_a_lone_slot_drafting_at_one_k_is_priced_less_often_across_requests():
+    """Each pricing by the clock at the K the one before found doubles the wait, up to
+    REPRICE_DRAFTING_MAX_S, and the wait outlives the request: a next request's policy takes the last
+    one's prices (AutoK.carry_over) and begins at the wait its last pricing left. A step at another K
+    starts the wait again at REPRICE_DRAFTING_S."""
+    clock = Clock()
+    batch = BatchK(PassPrices(prior=DEAR), clock=clock)
+
+    def pricings(lone: Running, steps: int, drafted: int = 1) -> list[int]:
+        """The steps after which the lone policy was priced."""
+        at, reprice = [], lone.policy.reprice
+        lone.policy.reprice = lambda costs: at.append(step) or reprice(costs)
+        for step in range(steps):
+            lone.policy.observe(drafted, drafted, draft(1), target(drafted + 1))
+            clock.now += REPRICE_DRAFTING_S / 4 * 1.001
+            batch.choose([lone])
+        return at
+
+    first = Running(AutoK(DEAR, 0.9, confidence_stops=True))
+    batch.choose([first])
+    at = pricings(first, 100)  # the first after the first step that drafted: at once
+    assert [b - a for a, b in pairwise(at)] == [4, 8, 16, 32, 32]
+    assert REPRICE_DRAFTING_MAX_S == 8 * REPRICE_DRAFTING_S
+    second = Running(AutoK(DEAR, 0.9, confidence_stops=True))
+    second.policy.carry_over(first.policy)
+    batch.choose([second])
+    assert pricings(second, 24) == [0]  # after its first step only: the wait stands
+    assert pricings(second, 12, drafted=2) == [0, 4]  # another K: priced at once, the wait begun again
 
 
 def until_explored(batch: BatchK, lone: Running) -> int:
@@ -410,9 +443,9 @@ def test_beside_others_drafting_is_kept_while_it_beats_the_target_alone():
 
 
 def test_beside_others_a_slot_in_anothers_place_leaves_the_plan_as_it_was(monkeypatch):
-    """A request that ends and one that comes in its place (as many slots) do not make the plan again
-    before REPLAN_S (a fresh slot's acceptance is the others' mean); a change in the number of slots,
-    or REPLAN_S gone by, does."""
+    """A request that ends and one that comes in its place (as many slots), or one slot fewer, do not
+    make the plan again before REPLAN_S (a fresh slot's acceptance is the others' mean); the number of
+    slots moved past REPLAN_SLOTS times the one planned for, or REPLAN_S gone by, does."""
     from ollama_spec.engine import batch_k
 
     paying = StepCosts(10e-6, tuple(100e-6 + 10e-6 * n for n in range(1, K_MAX + 2)))
@@ -427,11 +460,15 @@ def test_beside_others_a_slot_in_anothers_place_leaves_the_plan_as_it_was(monkey
     clock.now += batch_k.REPLAN_S / 2
     batch.choose(generations)
     assert len(plans) == 1
-    batch.choose(generations[1:])
-    assert len(plans) == 2
+    batch.choose(generations[1:])  # 3 of 4
+    assert len(plans) == 1
+    batch.choose(generations[2:])  # 2 of 4: past REPLAN_SLOTS
+    assert len(plans) == 2 and batch_k.REPLAN_SLOTS <= 2
+    batch.choose(generations)  # back to 4: past it again
+    assert len(plans) == 3
     clock.now += batch_k.REPLAN_S
     batch.choose(generations[1:])
-    assert len(plans) == 3
+    assert len(plans) == 4
 
 
 def test_beside_others_plans_that_keep_their_k_are_made_less_often_until_one_changes_it(monkeypatch):
