@@ -109,9 +109,7 @@ class AutoK:
         self._survival = 1.0  # the chance that every token drafted so far this step is accepted
         self._stopping = False  # this step drafts token by token, by margin
         self._explore = ""  # "armed", "take", "done": a step going one token past the margins' stop; "": none
-        # Beside other requests, the step's K: one for every slot, the step loop's to choose (set
-        # before each step: engine/step_loop.py, batch_steps.step_k); None: alone, its own rule.
-        self.shared_k: int | None = None
+        self.shared_k: int | None = None  # beside others, the step's K: the step loop's (batch_k); None: its own rule
         self.exploring = False  # alone, this step's shared_k is the step loop's exploration (PROBE_EXPLORE)
         self._priced = False  # the step loop prices the steps (reprice): nothing to learn from step times
         self._priced_by: StepCosts | None = None  # the costs `reprice` was last given
@@ -119,9 +117,7 @@ class AutoK:
         self._steps = StepsByK()  # priced, alone: its whole steps as timed, by K (decoding/step_prices.py)
         self.observed = 0  # steps seen (the batch's K leans on others' acceptance until there are a few)
         self.last_drafted = 0  # the tokens the last step seen drafted
-        # ... and by its own rule: 0 where the step's K was the step loop's (shared_k: beside others, or
-        # a lone slot's exploring step, engine/batch_k.py), which says nothing of what the rule chose, or a probe's
-        self.own_drafted = 0
+        self.own_drafted = 0  # ... by its own rule: 0 where the step's K was the step loop's (shared_k) or a probe's
         self._ruled = True  # the step under way drafts by its own rule
         # beside others: the chance that all of this step's drafts so far are accepted, after 0, 1, 2 ...
         # of them, each by its margin (the step loop's `further` reads every slot's)
@@ -135,6 +131,10 @@ class AutoK:
     @property
     def rate(self) -> float:
         return self._rate_tokens / self._rate_seconds
+
+    @property
+    def priced(self) -> StepCosts | None:  # the costs it decides by, where the step loop priced them (or carry_over)
+        return self.costs if self._priced else None
 
     def alphas(self) -> list[float]:
         """Each position's acceptance given the ones before it were (kept till a step is seen: the step loop asks)."""

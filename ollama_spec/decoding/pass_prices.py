@@ -147,9 +147,9 @@ class PassPrices:
     # size's price moves as it has moved since
     _scales: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=4 * STALE_PASSES))
     # step_costs by (k_max, drafts): the target pass they were worked out at, the target's seconds by
-    # then (`_target_s`), and them
+    # then (`target_s`), and them
     _costs: dict[tuple[int, bool], tuple[int, float, StepCosts]] = field(default_factory=dict)
-    _target_s: float = 0.0  # the seconds of every target pass seen
+    target_s: float = 0.0  # the seconds of every target pass seen
     # target_pass by tokens since the last target pass (a step's plan and each of its draft passes ask)
     _priced: dict[int, float] = field(default_factory=dict)
     _prior_at: dict[int, float] = field(default_factory=dict)  # _target_prior by tokens, until the prior changes
@@ -163,7 +163,7 @@ class PassPrices:
         else:
             priced = None if self.seen_lately(False, size) or not self._now else self.target_pass(size)
             self._now += 1
-            self._target_s += seconds
+            self.target_s += seconds
             self._priced.clear()
             self._rise = None
             self._target.observe(size, seconds, self._now, priced)
@@ -216,7 +216,7 @@ class PassPrices:
         RECOST_PASSES target passes ran and took RECOST_S (the first pass seen included)."""
         at, seconds, costs = self._costs.get((k_max, drafts), (-1, 0.0, None))
         if costs is not None and (
-            at == self._now or (0 < at and (self._now < at + RECOST_PASSES or self._target_s - seconds < RECOST_S))
+            at == self._now or (0 < at and (self._now < at + RECOST_PASSES or self.target_s - seconds < RECOST_S))
         ):
             return costs
         # the machine's speed now, noted for the sizes that go stale later (once a pricing: working it out
@@ -224,7 +224,7 @@ class PassPrices:
         self._target_scale()
         draft = self.draft_pass(1) if drafts else 0.0
         costs = StepCosts(draft, self._verify_line(k_max + 1))
-        self._costs[(k_max, drafts)] = (self._now, self._target_s, costs)
+        self._costs[(k_max, drafts)] = (self._now, self.target_s, costs)
         return costs
 
     def _verify_line(self, sizes: int) -> tuple[float, ...]:

@@ -169,6 +169,9 @@ class BatchK:
     def _reprice(self, lone: AutoK) -> None:
         """Price the lone slot's rule again where it is due (REPRICE_AT_ZERO, REPRICE_DRAFTING_S)."""
         priced, at_zero, wait, at = self._repriced
+        if priced is not lone and lone.priced is not None:  # a new request's, priced as the one before (carry_over)
+            self._repriced, self._lone_drafted = (lone, at_zero, wait, at), True
+            return  # its first step reads the prompt, and drafts nothing: no sign that its K moved
         drafted, now = bool(lone.last_drafted), self.clock()
         if drafted:
             due = not self._lone_drafted or self._timed_due(now - at, lone.last_drafted)

@@ -38,8 +38,12 @@ CALIBRATION_AT_MOST = 2.0
 # Within a request, the calibration the passes price from is checked against them (`_check_calibration`)
 # once this many target passes ran since: a busy one then goes within the first seconds of a long answer,
 # not at the next request. About every STALE_PASSES (decoding/pass_prices.py): each size's price follows
-# its last ~10 passes, and a check (a median over the sizes' prices) costs ~20-60 us of Python.
+# its last ~10 passes, and a check (a median over the sizes' prices) costs ~20-60 us of Python. Within a
+# request, once their time adds up to CHECK_EVERY_S as well: on the tiny pair (0.2 ms passes) a check
+# every 16 passes and at every request was ~4 us of each 0.4 ms step. A request's start checks it where
+# either is due.
 CHECK_EVERY_PASSES = 16
+CHECK_EVERY_S = 0.05
 # A calibration says how far it is this often: the demo pair's 90 timed steps take 10 s on an idle
 # 2-core VM and 3 minutes on a loaded one, where a user must tell it from a hang. Each note
 # is made between steps, outside their timing.
@@ -66,7 +70,7 @@ class LearnedCosts:
         # cost keys whose calibration was timed busy (cpu_wait.py) or the passes found too dear: not used again
         self._busy: set[str] = set()
         self._uncached: dict[str, StepCosts] = {}  # by cost key: calibrations timed busy, this process's only
-        self._unchecked = 0  # target passes since the calibration was last checked against them
+        self._unchecked, self._checked_at_s = 0, 0.0  # target passes since the last check; their seconds then
         # no timing before a request: without a calibration cached, -k auto starts from the passes'
         # prior shape and the step loop prices it from its first passes (serve: no wait at load)
         self.online = False
@@ -80,10 +84,15 @@ class LearnedCosts:
         # Greedy text does not depend on K; a seeded sample does, so K must not follow the clock.
         # A draft model reports its margin for each token, so it can stop token by token.
         learn = sampling.greedy or sampling.seed is None
-        self._check_calibration()
+        if self._unchecked >= CHECK_EVERY_PASSES or self._check_due():
+            self._check_calibration()
+        earlier = self.last_policies.get(key) if learn else None
         if learn and (key in self._busy or self.online and self.cache.get(key) is None):
-            # the step loop reprices it as it runs
-            calibrated = costs = self.passes.step_costs(k_max, drafts=draft is not None)
+            # the step loop reprices it as it runs: from the prices the request before had (carry_over)
+            priced = earlier.priced if earlier is not None else None
+            if priced is None or priced.k_max != k_max:
+                priced = self.passes.step_costs(k_max, drafts=draft is not None)
+            calibrated = costs = priced
         else:
             calibrated = self.calibrated(draft, k_max)
             costs = self._learned_or(calibrated, key) if learn else calibrated
@@ -99,7 +108,7 @@ class LearnedCosts:
         )
         if not learn:  # a seeded sample starts from the prior: its text must not depend on history
             return policy
-        if (earlier := self.last_policies.get(key)) is not None:
+        if earlier is not None:
             policy.carry_over(earlier)
         elif policy.confidence_stops and (learned := self.cache.get_acceptance(key)) is not None:
             policy.seed_acceptance(learned)  # the cache file read only where no earlier request's policy is
@@ -112,7 +121,7 @@ class LearnedCosts:
         self.passes.observe(draft, size, seconds)
         if not draft:
             self._unchecked += 1
-            if self._unchecked >= CHECK_EVERY_PASSES:
+            if self._unchecked >= CHECK_EVERY_PASSES and self._check_due():
                 self._check_calibration()
 
     def keep_learned(self, speculation: SpeculationSettings, policy: KPolicy | None, shared: bool = False) -> None:
@@ -226,6 +235,9 @@ class LearnedCosts:
         self.learned.clear()
         self.last_policies.clear()
 
+    def _check_due(self) -> bool:
+        return self.passes.target_s - self._checked_at_s >= CHECK_EVERY_S
+
     def _check_calibration(self) -> None:
         """Set the calibration the passes price from aside where they found it CALIBRATION_AT_MOST times
         too dear: the target's sizes (the median of the ratios, each size as timed lately, else as the
@@ -234,7 +246,7 @@ class LearnedCosts:
         The passes then price alone, as with no calibration (serve's way), requests start from them,
         and `save` forgets it. Before any pass they are the calibration itself."""
         prior, key = self.passes.prior, self._prior_key
-        self._unchecked = 0
+        self._unchecked, self._checked_at_s = 0, self.passes.target_s
         if prior is None or key is None:
             return
         now = self.passes.step_costs(prior.k_max, drafts=prior.draft_step_s > 0)

@@ -301,8 +301,9 @@ def test_a_lone_slot_that_drafts_is_priced_again_by_the_clock_and_at_once_after_
 def test_a_lone_slot_drafting_at_one_k_is_priced_less_often_across_requests():
     """Each pricing by the clock at the K the one before found doubles the wait, up to
     REPRICE_DRAFTING_MAX_S, and the wait outlives the request: a next request's policy takes the last
-    one's prices (AutoK.carry_over) and begins at the wait its last pricing left. A step at another K
-    starts the wait again at REPRICE_DRAFTING_S."""
+    one's prices (AutoK.carry_over) and is not priced at once, nor after its first step (the prompt's,
+    which drafts nothing), but at the wait the last pricing left. A step at another K starts the wait
+    again at REPRICE_DRAFTING_S."""
     clock = Clock()
     batch = BatchK(PassPrices(prior=DEAR), clock=clock)
 
@@ -324,7 +325,7 @@ def test_a_lone_slot_drafting_at_one_k_is_priced_less_often_across_requests():
     second = Running(AutoK(DEAR, 0.9, confidence_stops=True))
     second.policy.carry_over(first.policy)
     batch.choose([second])
-    assert pricings(second, 24) == [0]  # after its first step only: the wait stands
+    assert pricings(second, 24) == []  # priced as the one before it: the wait stands
     assert pricings(second, 12, drafted=2) == [0, 4]  # another K: priced at once, the wait begun again
 
 

@@ -355,3 +355,60 @@ def test_the_cost_key_reads_the_files_once_per_loaded_pair(tiny_models, monkeypa
         monkeypatch.setattr(calibration, "_describe", lambda path: described.append(path) or real(path))
         keys = {engine.costs.key(engine.draft) for _ in range(5)} | {engine.costs.key(None) for _ in range(5)}
     assert len(keys) == 2 and len(described) == 2 + 1  # the pair's two files, then the target alone's one
+
+
+def test_a_request_priced_by_the_loop_hands_its_prices_to_the_next(tiny_models, tmp_path):
+    """Where the loop's passes price -k auto alone (no calibration), the next request's policy starts from
+    the prices the one before it ran by, without working them out again (~55 us of a tiny-pair step of
+    0.4 ms, at every request); one that was never priced leaves the next to the passes."""
+    from ollama_spec.decoding.step_costs import StepCosts
+    from ollama_spec.engine.calibration import StepCostCache
+
+    auto = SpeculationSettings(None)
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache, engine.costs.online = StepCostCache(tmp_path / "costs.json"), True
+        asked = []
+        step_costs = engine.costs.passes.step_costs
+        engine.costs.passes.step_costs = lambda *args, **kwargs: asked.append(1) or step_costs(*args, **kwargs)
+        earlier = engine.costs.k_policy(auto, GREEDY)
+        assert asked == [1] and earlier.priced is None
+        engine.costs.keep_learned(auto, earlier)
+        assert engine.costs.k_policy(auto, GREEDY).priced is None and asked == [1, 1]  # never priced: the passes
+        k_max = earlier.costs.k_max
+        earlier.reprice(StepCosts(2e-4, tuple(1e-3 + 1e-4 * n for n in range(k_max + 1))))
+        later = engine.costs.k_policy(auto, GREEDY)
+        assert asked == [1, 1] and later.priced == earlier.priced is not None
+
+
+def test_the_calibration_is_checked_once_the_passes_add_up_to_check_every_s(tiny_models, tmp_path):
+    """Every CHECK_EVERY_PASSES target passes once their time adds up to CHECK_EVERY_S since the last check,
+    and at a request's start where either is due: on the tiny pair (0.2 ms passes, 20 ms answers) a check
+    every 16 passes and at every request was ~4 us of each 0.4 ms step. Passes of 40 ms (the demo pair's)
+    are checked every 16."""
+    from ollama_spec.engine.calibration import StepCostCache
+    from ollama_spec.engine.costs import CHECK_EVERY_S
+
+    quiet, _ = _quiet_and_busy(DEFAULT_MAX_SPECULATIVE_TOKENS + 1)
+    auto = SpeculationSettings(None)
+    with Engine(tiny_models[0], tiny_models[1], engine_settings()) as engine:
+        engine.costs.cache = cache = StepCostCache(tmp_path / "costs.json")
+        cache.put(engine.costs.key(engine.draft), quiet)
+        engine.costs.k_policy(auto, GREEDY)
+        checks = []
+        check = engine.costs._check_calibration
+        engine.costs._check_calibration = lambda: checks.append(engine.costs.passes.target_s) or check()
+        for _ in range(int(CHECK_EVERY_S / 0.0002) - 5):  # just short of CHECK_EVERY_S
+            engine.costs.observe(False, 2, 0.0002)
+        assert checks == []
+        engine.costs.k_policy(auto, GREEDY)  # a request's start, CHECK_EVERY_PASSES since: due
+        assert len(checks) == 1
+        for _ in range(CHECK_EVERY_PASSES - 1):
+            engine.costs.observe(False, 2, 0.0002)
+        engine.costs.k_policy(auto, GREEDY)
+        assert len(checks) == 1  # neither due
+        for _ in range(int(CHECK_EVERY_S / 0.0002)):
+            engine.costs.observe(False, 2, 0.0002)
+        assert len(checks) == 2  # within the passes, once they add up to CHECK_EVERY_S
+        for _ in range(2 * CHECK_EVERY_PASSES):
+            engine.costs.observe(False, 2, 0.040)
+        assert len(checks) == 4
