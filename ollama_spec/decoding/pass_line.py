@@ -8,7 +8,10 @@ and 3 % of them 3× (the demo pair, 8 slots), the target of 40 tokens was priced
 48 tokens 172 ms against 195 and 227, and the rate the plan promised (what a further column must
 beat) 20-40 % above what the steps made, so the batch stopped drafting at its first column on one
 step in five. One line through the last RECENT passes of every size learns each difference from all
-of them. A pass slower than WINSORIZE times the line (a descheduled one) counts as that much.
+of them. A pass slower than WINSORIZE times the fastest of its size's last FASTEST_OF passes (a
+descheduled one) counts as that much: capped by the line itself, the cap rose with every capped pass,
+and where passes are descheduled often the line settled at several times what they cost (a machine kept
+busy by two other processes: the tiny pair's draft passes beside 4 slots, 0.15 ms, priced 0.8-1.3 ms).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from operator import itemgetter
 from typing import Any
 
 RECENT = 48  # passes the line is fitted through: ~48 steps' target passes, each step's draft passes
-WINSORIZE = 1.5  # a pass counts as at most this many times the line's price for its size
+WINSORIZE = 1.5  # a pass counts as at most this many times the fastest of its size's last FASTEST_OF
+FASTEST_OF = 5
 MIN_PASSES = 8  # a line from fewer passes is no price
 SPREAD = 1.5  # the sizes seen must span this ratio for a slope (else the caller's prices stand)
 
@@ -37,25 +41,26 @@ class PassLine:
     _fit: tuple[tuple[float, float] | None] | None = None  # (`line`,), until a pass
     _floor: float | None = None  # `at`'s floor, until a pass
     # passes told and not taken in yet: the last RECENT (one told before those would leave the line's
-    # passes before a price was asked; all it changes is how far a later pass is winsorized)
+    # passes before a price was asked)
     _told: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=RECENT))
+    _by_size: dict[int, deque[float]] = field(default_factory=dict)  # each size's last FASTEST_OF, as timed
 
     def observe(self, size: int, seconds: float) -> None:
         """A pass of `size` (tokens or rows) took `seconds`."""
         self._told.append((size, seconds))
 
     def _take_in(self) -> None:
-        """The passes told since the last price, each winsorized by the line as the passes before them drew
-        it (fitted once, not after each: on the tiny pair, fitted pass by pass, the line's upkeep was half
-        of what the step loop's choice of K took, ~10 us a step at 4 slots)."""
-        line, told, passes = self._line(), self._told, self._passes
+        """The passes told since the last price, each winsorized (the line fitted once they are in, not
+        after each: on the tiny pair, fitted pass by pass, the line's upkeep was half of what the step
+        loop's choice of K took, ~10 us a step at 4 slots)."""
+        told, passes, by_size = self._told, self._passes, self._by_size
         n, sx, sxx, sy, sxy = self._sums
         for size, seconds in told:
-            if line is None and len(passes) == MIN_PASSES:  # a first line, once there are passes enough
-                self._sums, self._fit = [n, sx, sxx, sy, sxy], None
-                line = self._line()
-            if line is not None:
-                seconds = min(seconds, WINSORIZE * (line[0] + line[1] * size))
+            recent = by_size.get(size)
+            if recent is None:
+                recent = by_size[size] = deque(maxlen=FASTEST_OF)
+            recent.append(seconds)
+            seconds = min(seconds, WINSORIZE * min(recent))
             n, sx, sxx, sy, sxy = n + 1, sx + size, sxx + size * size, sy + seconds, sxy + size * seconds
             passes.append((size, seconds))
             if len(passes) > RECENT:
@@ -86,7 +91,10 @@ class PassLine:
         if spread <= 0 or max(self._passes)[0] < SPREAD * min(self._passes)[0]:
             return (None,)
         slope = max(0.0, (n * sxy - sx * sy) / spread)
-        return ((sy / n - slope * sx / n, slope),)
+        intercept = sy / n - slope * sx / n
+        if intercept < 0:  # no pass costs less than nothing: the least-squares line through the origin
+            intercept, slope = 0.0, sxy / sxx
+        return ((intercept, slope),)
 
     def at(self, size: int) -> float | None:
         """A pass of `size` on the line (never under half the cheapest pass seen), or None (`line`)."""
