@@ -323,9 +323,9 @@ class AutoK:
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
         self.estimator, self.by_position = earlier.estimator.carried(), earlier.by_position.carried()
         self._steps = earlier._steps.copy()
-        if earlier._priced and earlier.costs.k_max == self.costs.k_max:  # and the step loop's prices (reprice)
-            self._rate_seconds *= earlier.costs.verify_s[0] / self.costs.verify_s[0]
-            self.costs, self._calibrated, self._priced_by = earlier.costs, earlier._calibrated, earlier._priced_by
+        if (priced := earlier.priced) is not None and priced.k_max == self.costs.k_max:  # and the loop's prices
+            self._rate_seconds *= priced.verify_s[0] / self.costs.verify_s[0]
+            self.costs, self._calibrated, self._priced_by = priced, earlier._calibrated, earlier._priced_by
             self._priced, self._by_token = True, self._weighs_tokens(self.costs)
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
