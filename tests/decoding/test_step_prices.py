@@ -137,6 +137,28 @@ def test_a_k_no_longer_run_keeps_how_its_steps_compared_with_the_model():
     assert priced.step_s(3) == pytest.approx(1.4 * slower.step_s(3))
 
 
+def test_a_deeper_k_never_run_is_priced_as_the_nearest_deeper_k_not_as_k1():
+    """K=1 changes no draft pass's shape and a deeper K two a step: on the tiny pair K=1's steps ran at
+    0.44x the model and K=2, 3 and 5 at 1.03-1.15x, and K=4, priced by K=1's ratio (the median of the
+    fresh drafting Ks), looked the cheapest tokens: the rule drafted 4 deep at 0.8x K=1's tokens a second."""
+    steps = StepsByK()
+    for k, ratio in ((2, 1.03), (3, 1.15), (5, 1.06)):
+        _steady(steps, k, ratio * MODEL.step_s(k))
+        steps.priced(MODEL)
+    _steady(steps, 1, 0.7 * MODEL.step_s(1))  # the only K run lately
+    priced = steps.priced(MODEL)
+    assert priced.step_s(1) == pytest.approx(0.7 * MODEL.step_s(1))
+    assert priced.step_s(4) == pytest.approx(1.06 * MODEL.step_s(4))  # the nearest of its kind, the deeper at a tie
+    assert priced.step_s(8) == pytest.approx(1.06 * MODEL.step_s(8))
+    assert priced.step_s(0) == pytest.approx(MODEL.step_s(0))  # never another's ratio
+
+
+def test_a_deeper_k_is_priced_by_k1_where_no_deeper_one_ran():
+    steps = StepsByK()
+    _steady(steps, 1, 0.75 * MODEL.step_s(1))
+    assert steps.priced(MODEL).step_s(3) == pytest.approx(0.75 * MODEL.step_s(3))
+
+
 def _run(
     policy: AutoK, truth, steps: int, alpha: float = 0.9, seed: int = 3, model: StepCosts = MODEL, rng=None
 ) -> list[int]:
