@@ -162,6 +162,33 @@ def lookup_worth(alphas: Sequence[float], costs: StepCosts) -> int:
     return n if beats_target_alone(rate, costs, LOOKUP_GAIN_MARGIN) else 0
 
 
+def run_pays(
+    costs: StepCosts, alphas: Sequence[float], rate: float, drafted: int, first_gain: float, draft_steps: int
+) -> bool:
+    """After `drafted` tokens of a step: does some run of tokens after them, the first accepted with
+    probability `first_gain` and each next one with α given the last (`alphas`), add tokens at least
+    as fast as `rate`, counting `draft_steps` draft steps before the first (0: its row is read) and its
+    places in the verify batch? (AutoK.decide, token by token.)"""
+    expected, survival = 0.0, first_gain
+    for more in range(1, costs.k_max - drafted + 1):
+        if more > 1:
+            survival *= alphas[drafted + more - 1]
+        expected += survival
+        seconds = (more - 1 + draft_steps) * costs.draft_step_s + costs.added_verify_s(drafted + 1, more)
+        if seconds <= 0 or expected / seconds >= rate:
+            return True
+    return False
+
+
+def free_next(calibrated: Sequence[float], drafted: int) -> bool:
+    """Does a verify batch with one more token than `drafted` cost no more, as calibrated (seconds by
+    drafted tokens)? llama.cpp's CPU kernels split a batch unevenly: on the bench's 2-core CPU a batch of
+    8 costs 2.0 target steps and one of 9 costs 1.9 (10 and 11: 2.2 and 2.1), in every run. A token whose
+    draft step is already paid then costs nothing; the line a policy decides by smooths such bumps away."""
+    nxt = drafted + 1
+    return nxt < len(calibrated) and calibrated[nxt] <= calibrated[drafted]
+
+
 def could_pay_at_all(costs: StepCosts) -> bool:
     """Would drafting beat the target alone by DRAFT_GAIN_MARGIN at these costs if every draft were accepted?"""
     _, rate = best_drafting_k([1.0] * costs.k_max, costs)
@@ -183,7 +210,7 @@ class VerifyLine:
     so one size soon looks a few percent dearer than the next and reads as a cliff to stop before
     (seen on the bench pair: a third of all steps stopping at K=3). A line has no cliffs, and every
     step refines it, whatever its K. The real curve's bumps (a batch of 8 can cost more than one of
-    9) are not in the line; AutoK reads them from the calibration (`_free_next`)."""
+    9) are not in the line; AutoK reads them from the calibration (`free_next`)."""
 
     def __init__(self, verify_s: Sequence[float]):
         self.k_max = len(verify_s) - 1

@@ -624,3 +624,51 @@ def test_how_dear_a_draft_step_must_be_to_weigh_each_token_grows_with_the_vocabu
     assert 1 <= k < gpu.k_max and whole.keep_drafting is None
     weighed = AutoK(gpu, prior_alpha=0.9, confidence_stops=True, stops_min_draft_s=stops_min_draft_s(3072))
     assert weighed.next_k() == gpu.k_max and weighed.keep_drafting is not None
+
+
+def _beside(policy: AutoK, k: int) -> AutoK:
+    policy.shared_k, policy.exploring = k, False  # as the step loop's BatchK.choose sets them
+    return policy
+
+
+def test_a_step_beside_others_learns_the_acceptance_a_step_alone_does():
+    """Beside others `observe` takes a shorter way (nothing of its own is timed or chosen): the acceptance
+    by position, α and the probe wait move as they do for a step alone."""
+    cheap = StepCosts(STOPS_MIN_DRAFT_S / 4, CPU.verify_s)  # a draft step too cheap to weigh each token
+    alone, beside = AutoK(cheap, confidence_stops=True), _beside(AutoK(cheap, confidence_stops=True), 3)
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        alone.next_k()
+        assert beside.next_k() == 3 and beside.keep_drafting is None  # drafts the batch's K whole
+        accepted = int(rng.integers(0, 4))
+        alone.observe(3, accepted, 0.001, 0.004)
+        beside.observe(3, accepted, 0.001, 0.004)
+    assert beside.alphas() == pytest.approx(alone.alphas())
+    assert beside.estimator.alpha == pytest.approx(alone.estimator.alpha)
+    assert (beside.observed, beside.last_drafted, beside.own_drafted) == (40, 3, 0)
+    assert beside.costs == AutoK(cheap).costs  # nothing learned of costs: the loop prices the batch's passes
+
+
+def test_a_step_beside_others_after_a_weighed_one_learns_no_stale_margins():
+    """A step that weighed its tokens (a dear draft step) keeps their margins; the next, beside others at a
+    cheap draft step, drafts whole and must not teach the margin bands the step before's."""
+    dear = StepCosts(STOPS_MIN_DRAFT_S * 2, CPU.verify_s)
+    policy = _beside(AutoK(dear, confidence_stops=True), 2)
+    policy.next_k()
+    assert policy.keep_drafting is not None
+    policy.keep_drafting(0, 0.01)  # a drafted token in the lowest margin band
+    policy.observe(1, 0, 0.001, 0.004)
+    policy.reprice(StepCosts(STOPS_MIN_DRAFT_S / 4, CPU.verify_s))  # the draft step now cheap
+    bands = policy.by_margin.bands
+    policy.next_k()
+    policy.observe(2, 2, 0.001, 0.004)
+    assert policy.by_margin.bands == bands
+
+
+def test_whether_tokens_are_weighed_follows_a_new_pricing_at_once():
+    """`keep_drafting` (read by the step loop before a step's first draft pass) follows the draft step's
+    price as soon as it is priced, not from the policy's next `next_k`."""
+    policy = AutoK(StepCosts(STOPS_MIN_DRAFT_S / 4, CPU.verify_s), confidence_stops=True)
+    assert policy.keep_drafting is None
+    policy.reprice(StepCosts(STOPS_MIN_DRAFT_S * 2, CPU.verify_s))
+    assert policy.keep_drafting is not None
