@@ -61,10 +61,16 @@ def step_k(members: Sequence[Slot], prices: StepCosts | PassPrices, margin: floa
 
 
 def plan_step(
-    members: Sequence[Slot], prices: StepCosts | PassPrices, margin: float, k_max: int, least_width: int = 1
+    members: Sequence[Slot],
+    prices: StepCosts | PassPrices,
+    margin: float,
+    k_max: int,
+    least_width: int = 1,
+    reshape_s: float = 0.0,
 ) -> tuple[int, float]:
-    """step_k, and the tokens per second a step at that K is expected to make (0.0 at K=0)."""
-    return _best_shared(acceptances(members), prices, margin, k_max, least_width)
+    """step_k, and the tokens per second a step at that K is expected to make (0.0 at K=0); `reshape_s`:
+    what each of a step's two draft passes of another shape costs more at K >= 2 (pass_line.RESHAPED)."""
+    return _best_shared(acceptances(members), prices, margin, k_max, least_width, reshape_s)
 
 
 def acceptances(members: Sequence[Slot]) -> list[list[float]]:
@@ -95,6 +101,7 @@ def _best_shared(
     margin: float,
     k_max: int | None,
     least_width: int = 1,
+    reshape_s: float = 0.0,
 ) -> tuple[int, float]:
     if isinstance(prices, StepCosts):
         k_max = prices.k_max if k_max is None else min(k_max, prices.k_max)
@@ -109,7 +116,7 @@ def _best_shared(
     for k in range(1, k_max + 1):
         survivals = [survival * slot[k - 1] for survival, slot in zip(survivals, alphas)]
         expected.append(expected[-1] + sum(survivals))
-        seconds = k * draft + prices.target_pass(slots * max(k + 1, least_width))
+        seconds = k * draft + prices.target_pass(slots * max(k + 1, least_width)) + (2 * reshape_s if k > 1 else 0.0)
         rate = expected[k] / seconds
         if rate > best_rate:
             best, best_rate = k, rate

@@ -26,6 +26,16 @@ WINSORIZE = 1.5  # a pass counts as at most this many times the fastest of its s
 FASTEST_OF = 5
 MIN_PASSES = 8  # a line from fewer passes is no price
 SPREAD = 1.5  # the sizes seen must span this ratio for a slope (else the caller's prices stand)
+# A step at K >= 2 changes its draft passes' shape twice (the first reads each slot's bonus token beside its
+# last draft, the rest one token each) where one at K=1 keeps it, and llama.cpp builds a model's graph again
+# for a pass of another shape: on the tiny pair at 2 slots a K=1 step's draft pass took 144 us, a K=2
+# step's two 185 and 173 (llama.cpp's calls alone), and priced without it a K=2 step made a token in 97
+# us against K=1's 99 where it took 110: the plan drafted K=2-3 at 6 % of the steps of 2 clients. What a
+# pass of another shape costs more is read from the fastest of the last RESHAPED such passes of as many
+# rows (at K=1: each step that drafted one token for every slot and had all of them rejected, then the
+# next), those within RESHAPED_STALE draft passes.
+RESHAPED = 5
+RESHAPED_STALE = 4096
 
 
 @dataclass
@@ -120,6 +130,10 @@ class LinePrices:
     draft: PassLine = field(default_factory=PassLine)
     target: PassLine = field(init=False)  # the line of the sequences asked about (`beside`)
     _targets: dict[int, PassLine] = field(default_factory=dict)  # by the sequences in a pass
+    # by rows, the last RESHAPED draft passes whose shape differed from the draft pass before (`reshape_s`),
+    # each with the count of draft passes it came at
+    _reshaped: dict[int, deque[tuple[float, int]]] = field(default_factory=dict)
+    _drafts: int = 0  # draft passes seen
 
     def __post_init__(self) -> None:
         self.target = self._targets.setdefault(1, PassLine())
@@ -129,11 +143,14 @@ class LinePrices:
         self.target = self._targets.setdefault(sequences, PassLine())
         return self
 
-    def observe(self, draft: bool, size: int, seconds: float, sequences: int = 1) -> None:
-        """A pass ran: the draft's over `size` rows, or the target's over `size` tokens (padding counted)
-        of `sequences` sequences."""
+    def observe(self, draft: bool, size: int, seconds: float, sequences: int = 1, reshaped: bool = False) -> None:
+        """A pass ran: the draft's over `size` rows (`reshaped`: its shape not the draft pass's before it),
+        or the target's over `size` tokens (padding counted) of `sequences` sequences."""
         if draft:
             self.draft.observe(size, seconds)
+            self._drafts += 1
+            if reshaped:
+                self._reshaped.setdefault(size, deque(maxlen=RESHAPED)).append((seconds, self._drafts))
         else:
             self._targets.setdefault(sequences, PassLine()).observe(size, seconds)
 
@@ -142,3 +159,10 @@ class LinePrices:
 
     def draft_pass(self, rows: int) -> float:
         return self.draft.at(rows) or self.prices.draft_pass(rows)
+
+    def reshape_s(self, rows: int) -> float:
+        """What a draft pass of `rows` rows costs more where its shape is not the draft pass's before it
+        (llama.cpp builds the graph again), over its price: the fastest of its last RESHAPED such passes
+        within RESHAPED_STALE draft passes, less `draft_pass`; 0 where fewer than two ran (see RESHAPED)."""
+        recent = [seconds for seconds, at in self._reshaped.get(rows, ()) if self._drafts - at <= RESHAPED_STALE]
+        return max(0.0, min(recent) - self.draft_pass(rows)) if len(recent) >= 2 else 0.0

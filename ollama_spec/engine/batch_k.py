@@ -123,10 +123,11 @@ class BatchK:
     def __post_init__(self) -> None:
         self._lines = LinePrices(self.prices)
 
-    def observe(self, draft: bool, size: int, seconds: float, sequences: int = 1) -> None:
-        """A pass the step loop priced (as told to `prices`): the draft's over `size` rows, or the
-        target's over `size` tokens of `sequences` sequences."""
-        self._lines.observe(draft, size, seconds, sequences)
+    def observe(self, draft: bool, size: int, seconds: float, sequences: int = 1, reshaped: bool = False) -> None:
+        """A pass the step loop priced (as told to `prices`): the draft's over `size` rows (`reshaped`: of
+        another shape than the draft pass before it), or the target's over `size` tokens of `sequences`
+        sequences."""
+        self._lines.observe(draft, size, seconds, sequences, reshaped)
 
     def choose(self, generations: Sequence[Any]) -> None:
         """Before the target pass: the next step's K for every generation running (see the module)."""
@@ -206,7 +207,8 @@ class BatchK:
         moved = not planned_for / REPLAN_SLOTS < slots < planned_for * REPLAN_SLOTS
         if not self._plan[0] or moved or now - self._planned_at >= self._replan_s:
             margin = DRAFT_KEEP_MARGIN if self._plan[0] else DRAFT_GAIN_MARGIN
-            plan = plan_step(policies, self._lines.beside(slots), margin, k_max, self.least_width)
+            lines = self._lines.beside(slots)
+            plan = plan_step(policies, lines, margin, k_max, self.least_width, lines.reshape_s(slots))
             self._replan_s = min(2 * self._replan_s, REPLAN_MAX_S) if plan[0] == self._plan[0] else REPLAN_S
             self._plan, self._planned_for, self._planned_at = plan, slots, now
         return self._plan

@@ -66,6 +66,7 @@ class StepLoop:
     _mark: float = 0.0  # where the time the next pass is priced by begins (`_pass`)
     _admitted_s: float = 0.0  # this turn's Python before its first pass: the step's, priced with its target pass
     _handed_s: float = 0.0  # this turn's text handed on before its passes (`_send`): the step's, as `_admitted_s`
+    _draft_shape: tuple[int, int] = (0, 0)  # the last draft pass's sequences and tokens of the widest
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _waiting: deque[Ticket] = field(default_factory=deque)
     _slots: dict[int, Slot] = field(default_factory=dict)
@@ -259,6 +260,9 @@ class StepLoop:
         self._passes_s += seconds
         draft = model is not self._target  # a draft model's pass, or a head's
         widest = len(items[0][1]) if len(items) == 1 else max([len(tokens) for _, tokens, _ in items])
+        reshaped = False  # a draft pass of another shape than the one before it (pass_line.RESHAPED)
+        if draft and (shape := (len(items), widest)) != self._draft_shape:
+            reshaped, self._draft_shape = True, shape
         if self.passes is not None:
             tokens, n_rows = sum(len(t) for _, t, _ in items), sum(r for _, _, r in items)
             self.passes.append(Pass(int(draft), len(items), tokens, n_rows, widest, seconds))
@@ -268,6 +272,14 @@ class StepLoop:
         reading = not draft and len(slots) > 1 and any(not slot.ticket.generation.result.tokens for slot in slots)
         for slot, slot_rows in zip(slots, rows):
             self._advance(slot, slot_rows)
+        now = time.perf_counter()
+        seconds, self._mark = now - self._mark - handed, now
+        if priced:
+            self._price(model, items, widest, seconds, reshaped, ended=len(self._slots) < running or reading)
+
+    def _price(self, model: Any, items: list, widest: int, seconds: float, reshaped: bool, *, ended: bool) -> None:
+        """Tell the costs and the step's K what a pass took (`_pass`): `seconds` since the pass before it;
+        `ended`: a slot ended in it, or one read its prompt beside the others."""
         # Priced by what it took since the pass before it: the Python that led up to it, its decode, and
         # its slots reading their rows up to their next evaluations (a draft token sampled and weighed; a
         # step verified and the next one begun); a target pass, the step's Python before its first pass
@@ -281,18 +293,15 @@ class StepLoop:
         # demo pair one 63-token piece beside three verify rows of 4 among the target line's 48 passes
         # moved it from 35 ms + 6.7 ms a token to 160 + 2.0, where deep drafts look nearly free), and a
         # pass a request ended in.
-        now = time.perf_counter()
-        seconds, self._mark = now - self._mark - handed, now
-        if not priced:
-            return
+        draft = model is not self._target
         if not draft:
             seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
-        if len(self._slots) < running or (draft and widest > DRAFT_STEP_TOKENS) or reading:
+        if ended or (draft and widest > DRAFT_STEP_TOKENS):
             return
         # a target pass beside others by the tokens it computes, each sequence padded (batch_steps.py)
         size = len(items) if draft else (widest if len(items) == 1 else max(widest, model.min_width)) * len(items)
         self.engine.costs.observe(draft, size, seconds)
-        self._k.observe(draft, size, seconds, len(items))
+        self._k.observe(draft, size, seconds, len(items), reshaped)
 
     def _advance(self, slot: Slot, rows: np.ndarray | Declined | None) -> None:
         """Run the slot's steps up to its next evaluation, its text handed on; its end, or its failure."""

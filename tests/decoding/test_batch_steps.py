@@ -148,3 +148,27 @@ def test_the_batch_stops_at_its_cap():
     sure = [Drafted([1.0] * 4) for _ in range(2)]
     assert further(sure, prices, 2, 2, 1.0, cap=4) == 4
     assert further(sure, prices, 2, 2, 1.0, cap=8) is None
+
+
+class _Seasoned:
+    observed = 100
+
+    def __init__(self, alphas):
+        self._alphas = alphas
+
+    def alphas(self):
+        return self._alphas
+
+
+def test_a_deeper_k_pays_the_draft_passes_of_another_shape_its_steps_run():
+    """A step at K >= 2 runs two draft passes of another shape than the pass before each (pass_line.RESHAPED):
+    where the passes alone put K=2 just ahead of K=1, what those cost more puts K=1 ahead, and K=1 pays none."""
+    from ollama_spec.decoding.batch_steps import plan_step
+    from ollama_spec.decoding.pass_prices import PassPrices
+
+    prices = PassPrices(prior=StepCosts(draft_step_s=60e-6, verify_s=tuple(200e-6 + 25e-6 * n for n in range(9))))
+    slots = [_Seasoned([0.9] * 8), _Seasoned([0.9] * 8)]
+    assert plan_step(slots, prices, 0.0, 8)[0] >= 2
+    assert plan_step(slots, prices, 0.0, 8, reshape_s=60e-6)[0] == 1
+    one_only = [_Seasoned([0.9, 0.0, 0.0, 0.0]), _Seasoned([0.9, 0.0, 0.0, 0.0])]  # no second token pays
+    assert plan_step(one_only, prices, 0.0, 8)[0] == plan_step(one_only, prices, 0.0, 8, reshape_s=1.0)[0] == 1

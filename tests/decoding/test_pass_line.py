@@ -96,3 +96,32 @@ def test_a_busy_machine_prices_passes_near_what_they_cost_and_never_under_nothin
                 priced.append(line.at(4))
     # a 4-row pass costs 120 us: 1.2x (0.4 descheduled) and 1.7x (0.6) as the median pricing here
     assert 100e-6 <= statistics.median(priced) <= 1.8 * 120e-6 and max(priced) <= 6 * 120e-6
+
+
+def _draft_passes(lines: LinePrices, rows: int, *seconds_reshaped: tuple[float, bool]) -> None:
+    """Draft passes told to the prices (as the engine's costs are) and to the lines (as BatchK's are)."""
+    for seconds, reshaped in seconds_reshaped:
+        lines.prices.observe(True, rows, seconds)
+        lines.observe(True, rows, seconds, reshaped=reshaped)
+
+
+def test_a_draft_pass_of_another_shape_costs_what_the_fastest_such_pass_took_above_its_price():
+    """A step at K >= 2 changes its draft passes' shape twice, and llama.cpp builds its graph again for each:
+    what that costs more is read from the passes of another shape than the one before them (RESHAPED)."""
+    lines = LinePrices(PassPrices())
+    _draft_passes(lines, 2, (190e-6, True))
+    assert lines.reshape_s(2) == 0.0  # one such pass: no price of it yet
+    _draft_passes(lines, 2, (185e-6, True), (300e-6, True), *[(150e-6, False)] * 5)
+    assert lines.reshape_s(2) == pytest.approx(35e-6)  # the fastest of them, over the draft pass's price
+    assert lines.reshape_s(3) == 0.0  # none of three rows ran
+
+
+def test_passes_of_another_shape_long_ago_price_nothing():
+    from ollama_spec.decoding.pass_line import RESHAPED_STALE
+
+    lines = LinePrices(PassPrices())
+    _draft_passes(lines, 2, (190e-6, True), (185e-6, True), *[(150e-6, False)] * 3)
+    assert lines.reshape_s(2) > 0
+    for _ in range(RESHAPED_STALE):
+        lines.observe(True, 2, 150e-6)
+    assert lines.reshape_s(2) == 0.0

@@ -521,3 +521,26 @@ def test_a_target_pass_beside_others_is_priced_by_the_tokens_it_computes(tiny_mo
             "".join(sink)
     targets = [size for draft, size, _ in observed if not draft]
     assert targets and set(targets) == {4}
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_draft_pass_of_another_shape_than_the_one_before_is_told_as_such(tiny_models, monkeypatch, k):
+    """llama.cpp builds its graph again for a pass of another shape (decoding/pass_line.RESHAPED): beside
+    each other, slots at K=1 read their bonus token and last draft in every draft pass, the same shape
+    pass after pass; at K=3 a step after one whose drafts were all accepted reads two tokens a slot in its
+    first draft pass and one in the next ones, and the first two of them change shape."""
+    with Engine(tiny_models[0], tiny_models[1], engine_settings(parallel=2, n_ctx=512)) as engine:
+        told = []
+        observe = engine.loop._k.observe
+        monkeypatch.setattr(
+            engine.loop._k, "observe", lambda draft, *rest: (draft and told.append(rest[-1])) or observe(draft, *rest)
+        )
+        asked = [request(f"Once upon a time {i}", max_tokens=32, speculation=SpeculationSettings(k)) for i in range(2)]
+        with engine.loop.together():
+            sinks = [Collected() for _ in asked]
+            for one, sink in zip(asked, sinks):
+                engine.loop.submit(one, engine.prompt_tokens(one), sink)
+        for sink in sinks:
+            "".join(sink)
+    share = sum(told) / len(told)
+    assert share < 0.3 if k == 1 else 0.3 < share < 0.8  # after a rejection a first pass reads one token too
