@@ -119,6 +119,11 @@ class BatchK:
     _drafting_wait: tuple[float, int] = (REPRICE_DRAFTING_S, -1)
     # beside other slots, the passes priced on a line through the loop's recent ones (decoding/pass_line.py)
     _lines: LinePrices = field(init=False)
+    # The generations of the last `choose` beside each other, their learning AutoKs, the least k_max, whether all
+    # weigh their tokens, and the K set on them. A policy beside others changes neither its costs nor its
+    # weighing, and none but `choose` sets its K: the same generations are set only a new K (at 8 slots of
+    # the tiny pair working all of it out and setting it again was 19 of `choose`'s 31 us a step).
+    _members: tuple[list[Any], list[AutoK], int, bool, int | None] | None = None
 
     def __post_init__(self) -> None:
         self._lines = LinePrices(self.prices)
@@ -134,17 +139,27 @@ class BatchK:
         self.weighs = False
         if len(generations) == 1:
             self._choose_alone(generations[0].policy)
+            self._members = None
             return
-        policies = [g.policy for g in generations if isinstance(g.policy, AutoK) and g.policy.learn_costs]
+        members = self._members
+        if members is None or members[0] != generations:  # others than last step's (the same: as they were)
+            policies = [g.policy for g in generations if isinstance(g.policy, AutoK) and g.policy.learn_costs]
+            k_max = min([p.costs.k_max for p in policies], default=0)
+            members = (list(generations), policies, k_max, all(p.keep_drafting for p in policies), -1)
+        _, policies, k_max, weighs, k_before = members
         k = None
         if policies and self.prices.known:
-            k_max, self.weighs = min(p.costs.k_max for p in policies), all(p.keep_drafting for p in policies)
+            self.weighs = weighs
             k, self.rate = self._planned(policies, k_max)
             if k:
                 deeper = DEEPER if self.weighs else 0
                 k, self._at_zero, self._explore_every, self._again = min(k + deeper, k_max), 0, EXPLORE_EVERY, 0
             else:
                 k = self._explored(len(generations), k_max)
+        # kept only while a K is set: with none, each policy learns its own costs (its weighing may move)
+        self._members = (*members[:4], k) if k is not None else None
+        if k == k_before:
+            return
         for policy in policies:
             policy.shared_k, policy.exploring = k, False
         for generation in generations:

@@ -505,3 +505,24 @@ def test_beside_others_plans_that_keep_their_k_are_made_less_often_until_one_cha
     clock.now += 2 * batch_k.REPLAN_MAX_S
     batch.choose(generations)
     assert batch._plan[0] == first + 1 and batch._replan_s == batch_k.REPLAN_S
+
+
+def test_beside_others_what_the_plan_reads_of_the_slots_follows_each_change_of_them():
+    """The same generations as the step before are not read again (their weighing and K are as set); a
+    slot that joins or leaves makes `choose` read them all again."""
+    from ollama_spec.decoding.k_tuning import STOPS_MIN_DRAFT_S
+
+    weigh = StepCosts(2 * STOPS_MIN_DRAFT_S, DEAR.verify_s)  # a draft step dear enough to weigh each token
+    weighing = [Running(AutoK(weigh, confidence_stops=True)) for _ in range(2)]
+    whole = Running(AutoK(StepCosts(STOPS_MIN_DRAFT_S / 4, DEAR.verify_s), confidence_stops=True))
+    batch = BatchK(PassPrices(prior=DEAR))
+    batch.choose(weighing)
+    assert batch.weighs and all(g.shared and g.policy.shared_k is not None for g in weighing)
+    batch.choose([*weighing, whole])
+    assert not batch.weighs and whole.shared and whole.policy.shared_k == weighing[0].policy.shared_k
+    batch.choose(weighing)
+    assert batch.weighs
+    batch.choose([weighing[0]])  # alone: its own rule
+    assert weighing[0].policy.shared_k is None
+    batch.choose(weighing)
+    assert weighing[0].policy.shared_k == weighing[1].policy.shared_k is not None
