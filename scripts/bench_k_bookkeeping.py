@@ -5,8 +5,11 @@ llama.cpp. On a pair whose steps take a fraction of a millisecond (the tiny pair
 share of every step that a fixed K does not pay.
 
     PYTHONPATH=. python scripts/bench_k_bookkeeping.py          # thread CPU us a step, 5 rounds
-    STEPS=2001 PYTHONPATH=. valgrind --tool=callgrind python scripts/bench_k_bookkeeping.py
-        # instructions, whatever the machine's load: subtract a STEPS=1 run's, divide by 2000
+    STEPS=2001 PYTHONHASHSEED=0 PYTHONPATH=. valgrind --tool=callgrind python scripts/bench_k_bookkeeping.py
+        # instructions, whatever the machine's load: subtract a STEPS=1 run's, divide by 2000 (without
+        # PYTHONHASHSEED two runs of the same code differed by 20 %)
+    SLOTS=8 ...  # the same for 8 slots beside each other: the plan, every slot's next_k and observe
+        # (draft 20 us + 2 us a row, target 110 us + 5 us a token: the plan drafts)
 
 Thread CPU time still moves 1.5x on a busy 2-core VM; the instruction count does not.
 """
@@ -48,9 +51,40 @@ def run(steps: int = 3000, seed: int = 0) -> float:
     return (time.thread_time() - started) / max(steps, 1) * 1e6
 
 
+def run_beside(steps: int, slots: int, seed: int = 0) -> float:
+    """Thread CPU seconds a step of `steps` steps of `slots` slots beside each other, in microseconds."""
+    rng, now = random.Random(seed), [0.0]
+    prices = PassPrices(prior=MODEL)
+    choice = BatchK(prices, clock=lambda: now[0])
+    generations = [
+        SimpleNamespace(policy=AutoK(MODEL, 0.85, confidence_stops=True), shared=False) for _ in range(slots)
+    ]
+    ks = [generation.policy.next_k() for generation in generations]
+    started = time.thread_time()
+    for _ in range(steps):
+        for _ in range(max(ks)):
+            seconds = (20 + 2 * slots) * US * rng.uniform(0.95, 1.3)
+            now[0] += seconds
+            prices.observe(True, slots, seconds)
+            choice.observe(True, slots, seconds, slots)
+        choice.choose(generations)
+        tokens = slots * (max(ks) + 1)
+        seconds = (110 + 5 * tokens) * US * rng.uniform(0.95, 1.3)
+        now[0] += seconds
+        prices.observe(False, tokens, seconds)
+        choice.observe(False, tokens, seconds, slots)
+        for generation, k in zip(generations, ks):
+            accepted = next((i for i in range(k) if rng.random() > 0.85), k)
+            generation.policy.observe(k, accepted, 45 * US * k, seconds)
+        ks = [generation.policy.next_k() for generation in generations]
+    return (time.thread_time() - started) / max(steps, 1) * 1e6
+
+
 if __name__ == "__main__":
+    slots = int(os.environ.get("SLOTS", "1"))
+    one = run if slots == 1 else lambda steps=3000: run_beside(steps, slots)
     if "STEPS" in os.environ:
-        run(int(os.environ["STEPS"]))
+        one(int(os.environ["STEPS"]))
     else:
-        rounds = [run() for _ in range(5)]
+        rounds = [one() for _ in range(5)]
         print(f"{min(rounds):.1f} us a step (rounds: {' '.join(f'{r:.1f}' for r in rounds)})")
