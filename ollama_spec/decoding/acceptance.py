@@ -125,18 +125,20 @@ class AcceptanceByPosition:
     def observe(self, drafted: int, accepted: int) -> None:
         """A step drafted `drafted` tokens and the first `accepted` were accepted; the one after them
         (if drafted) was tried and rejected, later ones were never tried."""
-        decay, pair_accepted, pair_tried = self.decay, self.pair_accepted, self.pair_tried
-        for position in range(min(accepted + 1, drafted)):
-            if position == len(self.tried):
-                self.accepted.append(0.0)
-                self.tried.append(0.0)
+        # every list a local, the pair's decay too: each step of each slot runs this (the tiny pair's at 8 slots)
+        decay, pair_decay, seen = self.decay, PAIR_DECAY, self.accepted
+        tried, pair_accepted, pair_tried = self.tried, self.pair_accepted, self.pair_tried
+        for position in range(accepted + 1 if accepted < drafted else drafted):
+            if position == len(tried):
+                seen.append(0.0)
+                tried.append(0.0)
                 pair_accepted.append(0.0)
                 pair_tried.append(0.0)
             hit = position < accepted
-            self.accepted[position] = decay * self.accepted[position] + hit
-            self.tried[position] = decay * self.tried[position] + 1
-            pair_accepted[position] = PAIR_DECAY * pair_accepted[position] + hit
-            pair_tried[position] = PAIR_DECAY * pair_tried[position] + 1
+            seen[position] = decay * seen[position] + hit
+            tried[position] = decay * tried[position] + 1
+            pair_accepted[position] = pair_decay * pair_accepted[position] + hit
+            pair_tried[position] = pair_decay * pair_tried[position] + 1
 
     def alpha(self, position: int, pooled: float) -> float:
         if position >= len(self.tried):

@@ -368,8 +368,7 @@ class AutoK:
         self._by_token = self._weighs_tokens(self.costs)
 
     def _observe_beside(self, drafted: int, accepted: int) -> None:
-        """`observe` of a step that drafted the batch's K beside others: as `observe` without the cases that
-        cannot be this step's (nothing of its own is timed or chosen), a fifth less of its time in the loop."""
+        """`observe` of a step at the batch's K beside others, without the cases that cannot be its (none timed)."""
         self.observed, self.last_drafted, self.own_drafted, self._alphas = self.observed + 1, drafted, 0, None
         self._steady.observe(drafted, accepted)
         self._drafting, self._unchosen_s = None, 0.0
@@ -378,7 +377,8 @@ class AutoK:
         if self._margins:
             self.by_margin.observe(self._margins[:drafted], accepted)
         self._probe_every, self._probe_paid, self._steps_without_draft = PROBE_EVERY, False, 0
-        costs, k = self.costs, min(drafted, self.costs.k_max)
+        costs = self.costs
+        k = drafted if drafted < len(costs.verify_s) else len(costs.verify_s) - 1  # at most k_max
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
         self._rate_seconds = RATE_DECAY * self._rate_seconds + k * costs.draft_step_s + costs.verify_s[k]
 
