@@ -140,8 +140,15 @@ class LinePrices:
 
     def beside(self, sequences: int) -> LinePrices:
         """These prices, the target's for passes of `sequences` sequences."""
-        self.target = self._targets.setdefault(sequences, PassLine())
+        self.target = self._line_of(sequences)
         return self
+
+    def _line_of(self, sequences: int) -> PassLine:
+        # not setdefault: that would build a PassLine (two deques, a list) at every pass only to drop it
+        line = self._targets.get(sequences)
+        if line is None:
+            line = self._targets[sequences] = PassLine()
+        return line
 
     def observe(self, draft: bool, size: int, seconds: float, sequences: int = 1, reshaped: bool = False) -> None:
         """A pass ran: the draft's over `size` rows (`reshaped`: its shape not the draft pass's before it),
@@ -152,7 +159,7 @@ class LinePrices:
             if reshaped:
                 self._reshaped.setdefault(size, deque(maxlen=RESHAPED)).append((seconds, self._drafts))
         else:
-            self._targets.setdefault(sequences, PassLine()).observe(size, seconds)
+            self._line_of(sequences).observe(size, seconds)
 
     def target_pass(self, tokens: int) -> float:
         return self.target.at(tokens) or self.prices.target_pass(tokens)
