@@ -157,7 +157,9 @@ class LinePrices:
             self.draft.observe(size, seconds)
             self._drafts += 1
             if reshaped:
-                self._reshaped.setdefault(size, deque(maxlen=RESHAPED)).append((seconds, self._drafts))
+                if (recent := self._reshaped.get(size)) is None:
+                    recent = self._reshaped[size] = deque(maxlen=RESHAPED)
+                recent.append((seconds, self._drafts))
         else:
             self._line_of(sequences).observe(size, seconds)
 
