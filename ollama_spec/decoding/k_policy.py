@@ -377,8 +377,8 @@ class AutoK:
         if self._margins:
             self.by_margin.observe(self._margins[:drafted], accepted)
         self._probe_every, self._probe_paid, self._steps_without_draft = PROBE_EVERY, False, 0
-        costs = self.costs
-        k = drafted if drafted < len(costs.verify_s) else len(costs.verify_s) - 1  # at most k_max
+        costs = self.costs  # costs.step_s(min(drafted, k_max)) written out: its calls were 3k instructions more
+        k = drafted if drafted < len(costs.verify_s) else len(costs.verify_s) - 1
         self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
         self._rate_seconds = RATE_DECAY * self._rate_seconds + k * costs.draft_step_s + costs.verify_s[k]
 

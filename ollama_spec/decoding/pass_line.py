@@ -136,7 +136,7 @@ class LinePrices:
     _drafts: int = 0  # draft passes seen
 
     def __post_init__(self) -> None:
-        self.target = self._targets.setdefault(1, PassLine())
+        self.target = self._line_of(1)
 
     def beside(self, sequences: int) -> LinePrices:
         """These prices, the target's for passes of `sequences` sequences."""

@@ -121,8 +121,9 @@ class BatchK:
     _lines: LinePrices = field(init=False)
     # The generations of the last `choose` beside each other, their learning AutoKs, the least k_max, whether all
     # weigh their tokens, and the K set on them. A policy beside others changes neither its costs nor its
-    # weighing, and none but `choose` sets its K: the same generations are set only a new K (at 8 slots of
-    # the tiny pair working all of it out and setting it again was 19 of `choose`'s 31 us a step).
+    # weighing, and once `choose` set its K none but `choose` sets it (prompt_chunks sets K=0 only on a fresh
+    # policy, whose generation is new here): the same generations are set only a new K (at 8 slots of the
+    # tiny pair working all of it out and setting it again was 19 of `choose`'s 31 us a step).
     _members: tuple[list[Any], list[AutoK], int, bool, int | None] | None = None
 
     def __post_init__(self) -> None:
