@@ -8,14 +8,14 @@ With a draft model it does better than one K per step: α is not the same for ev
 token leads its second (the margin, p1 − p2) tells an easy token from a coin toss: on the bench pair a margin
 under 0.02 is accepted 55 % of the time, over 0.2 always. So the draft keeps going while the next token, at the
 acceptance its margin has earned so far, still pays for its draft step and its place in the verify batch at the
-rate the steps achieve (`keep_drafting`), up to K_max: long drafts through easy text, short ones where the draft
+rate the steps achieve (`keep_drafting`, decoding/k_by_token.py), up to K_max: long drafts through easy text, short ones where the draft
 hesitates (measured in docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from ollama_spec.decoding.acceptance import (
@@ -25,6 +25,7 @@ from ollama_spec.decoding.acceptance import (
     AcceptanceByPosition,
     AlphaEstimator,
 )
+from ollama_spec.decoding.k_by_token import WeighsTokens
 from ollama_spec.decoding.k_steady import SteadyK
 from ollama_spec.decoding.k_tuning import (
     DRAFT_GAIN_MARGIN,
@@ -54,15 +55,13 @@ from ollama_spec.decoding.step_costs import (
     consistent,
     could_pay_at_all,
     expected_tokens_per_step,
-    free_next,
     lookup_worth,
     median_costs,
-    run_pays,
 )
 from ollama_spec.decoding.step_prices import StepsByK
 
 
-class AutoK:
+class AutoK(WeighsTokens):
     """Picks K before each step from a live α and step costs seeded by calibration.
 
     With `confidence_stops` (a draft model, which reports each token's margin) K is only the most
@@ -100,7 +99,7 @@ class AutoK:
         self._remeasuring = 0  # the K of a step that prices it again after a probe (step_prices.remeasure)
         self._taken_up = False  # its rule drafted at the last step it chose (a probe's step is not)
         self._kept, self._steady = KeptK(), SteadyK()  # the K its rule drafted last (step_costs, k_steady)
-        self._by_token = self._weighs_tokens(self.costs)  # tokens weighed one by one (keep_drafting), as costs move
+        self._by_token = self.weighs_tokens(self.costs)  # tokens weighed one by one (keep_drafting), as costs move
         # The rate (tokens per second of modelled step cost) a further draft token must beat, seeded
         # by the best fixed K's: the ratio of decayed sums, so a slow step weighs by its length.
         k = max(1, best_k(prior_alpha, self.costs))
@@ -145,6 +144,9 @@ class AutoK:
         return self._alphas
 
     def next_k(self) -> int:
+        if self.shared_k is None and (k := self._steady.standing()):
+            return k  # its choice stands, its steps held (decoding/k_steady.py)
+        self.settle()
         self.quiet_steps, self.probing, self._remeasuring = 0, "", 0
         shared = self.shared_k
         if shared and not self.exploring and self.confidence_stops and not self._by_token:
@@ -156,8 +158,10 @@ class AutoK:
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals, self._draft_steps, self._ruled = [1.0], 1, not shared
         if shared is None and (k := self._steady.same(self._drafting)) and not self._steps.trying:
-            self._drafting_steps += 1  # its choice stands (decoding/k_steady.py)
-            return self._steady.capped(k, self.alphas, self.costs)
+            self._drafting_steps += 1  # its choice stands (decoding/k_steady.py), uncapped its steps held
+            if (capped := self._steady.capped(k, self.alphas, self.costs)) == k:
+                self._steady.stand(k)
+            return capped
         if shared:
             # Beside other slots: at most the batch's K, every slot drafting as deep as the others (a
             # shorter draft leaves padding in the verify pass, not time); the step loop stops them all
@@ -224,65 +228,20 @@ class AutoK:
         steps then price what drafting costs now). The same costs again change nothing."""
         if costs is self._priced_by or costs.k_max < self.costs.k_max:
             return
+        self.settle()  # its steps held: taken in at the prices they ran at
         self._priced_by = costs
         if not self._pricings or costs is not self._pricings[-1]:
             self._pricings.append(costs)
         if self._taken_up:
             costs = median_costs(self._pricings)
         costs = StepCosts(costs.draft_step_s, consistent(costs.verify_s[: self.costs.k_max + 1]))
-        costs = self._steps.priced(costs, whole=not self._weighs_tokens(costs))  # by its own steps (step_prices)
+        costs = self._steps.priced(costs, whole=not self.weighs_tokens(costs))  # by its own steps (step_prices)
         self._rate_seconds *= costs.verify_s[0] / self.costs.verify_s[0]  # the rate in the new costs' seconds
         self.costs, self._calibrated, self._priced = costs, costs.verify_s, True
-        self._drafting, self._by_token = None, self._weighs_tokens(costs)
+        self._drafting, self._by_token = None, self.weighs_tokens(costs)
 
     def lookup_worth(self, alphas: Sequence[float]) -> int:
         return lookup_worth(alphas, self.costs)
-
-    def _weighs_tokens(self, costs: StepCosts) -> bool:
-        """Token by token, where a draft step costs far more than weighing a token (stops_min_draft_s)."""
-        return self.confidence_stops and costs.draft_step_s >= self.stops_min_draft_s
-
-    @property
-    def keep_drafting(self) -> Callable[[int, float | None], bool] | None:
-        """`decide`, asked before each drafted token (KPolicy); None where a policy with confidence stops drafts the K
-        chosen this step (a draft step too cheap to weigh each token: _weighs_tokens), beside other slots too."""
-        return None if self.confidence_stops and not self._by_token else self.decide
-
-    def decide(self, drafted: int, margin: float | None) -> bool:
-        """After `drafted` tokens this step: take the next one, whose margin is `margin`? Or, with
-        margin None, run the draft step that shows the next token and its margin?
-
-        Yes when that token and some run of tokens after it (at the average α) add expected tokens
-        faster than the steps' rate, counting their places in the verify batch and the draft steps
-        still to run (a token whose margin is known has had its own).
-        """
-        if not self._stopping:
-            if margin is None:
-                self._draft_steps += 1
-            else:
-                self._margins.append(margin)
-                if self.shared_k:  # beside others: the step loop decides from every slot's survival
-                    self._survival *= self.by_margin.alpha(margin)
-                    self.survivals.append(self._survival)
-            return True
-        if self._explore == "done":
-            return False
-        if self._explore == "take":  # the token an exploring draft step was run for
-            self._explore = "done"
-            worth = True
-        else:  # the next token: its draft step still to run (margin None), or run
-            first_gain = self._survival if margin is None else self._survival * self.by_margin.alpha(margin)
-            worth = run_pays(self.costs, self.alphas(), self.rate, drafted, first_gain, int(margin is None))
-        if not worth and margin is not None and free_next(self._calibrated, drafted):
-            worth = True
-        if not worth and self._explore == "armed":  # one token past the stop, and no further: that batch is timed
-            self._explore, worth = ("take" if margin is None else "done"), True
-        if worth and margin is None:
-            self._draft_steps += 1
-        elif worth:
-            self._margins.append(margin)
-            self._survival *= self.by_margin.alpha(margin)
-        return worth
 
     def seed_acceptance(self, bands: tuple[float, ...]) -> None:
         """Start each margin band from the acceptance a previous run of this pair learned (the cache),
@@ -299,6 +258,7 @@ class AutoK:
         belongs to the text as well but starts from the pair's (acceptance.PAIR_DECAY, not the last answer's end): from
         the prior, one early rejection kept the tiny pair at K=0 at each request's start; the text's own outweighs it
         within ~20 steps (ALPHA_DECAY). Where drafting does not pay, the probe waits take ~500 steps to back off."""
+        earlier.settle()
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
@@ -307,9 +267,12 @@ class AutoK:
         if (priced := earlier.priced) is not None and priced.k_max == self.costs.k_max:  # and the loop's prices
             self._rate_seconds *= priced.verify_s[0] / self.costs.verify_s[0]
             self.costs, self._calibrated, self._priced_by = priced, earlier._calibrated, earlier._priced_by
-            self._priced, self._by_token = True, self._weighs_tokens(self.costs)
+            self._priced, self._by_token = True, self.weighs_tokens(self.costs)
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
+        if not (lookup or self.probing) and self._steady.hold(drafted, accepted, draft_s, verify_s):
+            return  # observed when its stand ends (settle)
+        self.settle()
         if drafted and self.shared_k and not (self.probing or lookup):
             self._observe_beside(drafted, accepted)
             return
@@ -365,7 +328,20 @@ class AutoK:
         else:
             verify = consistent((blend(verify[0], verify_s), *verify[1:]))
         self.costs = replace(self.costs, draft_step_s=draft_step, verify_s=verify)
-        self._by_token = self._weighs_tokens(self.costs)
+        self._by_token = self.weighs_tokens(self.costs)
+
+    def settle(self) -> None:
+        """Observe the steps held while its K stood (decoding/k_steady.py), in order, as the lone steps they were."""
+        if held := self._steady.settle():
+            shared, self.shared_k = self.shared_k, None
+            for step in held:
+                self.observe(*step)
+            self.shared_k = shared
+
+    @property
+    def stands(self) -> bool:
+        """Its K stands, steps held (decoding/k_steady.py): the step loop prices it again after the stand."""
+        return self._steady.holds
 
     def _observe_beside(self, drafted: int, accepted: int) -> None:
         """`observe` of a step at the batch's K beside others, without the cases that cannot be its (none timed)."""

@@ -145,6 +145,8 @@ class BatchK:
         members = self._members
         if members is None or members[0] != generations:  # others than last step's (the same: as they were)
             policies = [g.policy for g in generations if isinstance(g.policy, AutoK) and g.policy.learn_costs]
+            for policy in policies:  # a slot alone till now: its steps held while its K stood (k_steady)
+                policy.settle()
             k_max = min([p.costs.k_max for p in policies], default=0)
             members = (list(generations), policies, k_max, all(p.keep_drafting for p in policies), -1)
         _, policies, k_max, weighs, k_before = members
@@ -167,8 +169,9 @@ class BatchK:
             generation.shared = True
 
     def _choose_alone(self, lone: Any) -> None:
-        """`choose` for a slot alone: its rule's own K (shared_k None), or the step loop's exploration."""
-        if not (isinstance(lone, AutoK) and lone.learn_costs):
+        """`choose` for a slot alone: its rule's own K (shared_k None), or the step loop's exploration;
+        nothing while its K stands (decoding/k_steady.py): priced again once the stand is over."""
+        if not (isinstance(lone, AutoK) and lone.learn_costs) or lone.stands:
             return
         k = None
         if self.prices.known:

@@ -1,12 +1,16 @@
 """What a lone rule drafting whole Ks keeps between steps (decoding/k_steady.py), and what that makes it draft."""
 
+import random
 from collections import Counter
+from types import SimpleNamespace
 
 from ollama_spec.decoding.k_policy import AutoK
-from ollama_spec.decoding.k_steady import SteadyK
+from ollama_spec.decoding.k_steady import STAND_S, STAND_STEPS, SteadyK
 from ollama_spec.decoding.k_tuning import RECHOOSE_S
+from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k
 from ollama_spec.decoding.step_prices import StepsByK
+from ollama_spec.engine.batch_k import BatchK
 from tests.decoding.test_step_prices import MODEL, US
 
 SURE = [0.98] * 16  # a stretch the draft follows: deep drafts pay
@@ -85,3 +89,103 @@ def test_a_rule_weighing_each_token_keeps_no_standing_choice():
         assert policy.next_k() == slow.k_max  # at most: keep_drafting stops it
         assert policy.keep_drafting is not None
         policy.observe(2, 2, 0.01, 0.034)
+
+
+def test_steps_at_a_standing_k_are_held_in_order_until_one_could_move_it():
+    steady = SteadyK()
+    assert not steady.hold(2, 2, 40 * US, 150 * US)  # nothing stands
+    steady.stand(2)
+    assert steady.standing() == 2
+    assert steady.hold(2, 2, 40 * US, 150 * US) and steady.hold(2, 2, 41 * US, 151 * US)
+    assert steady.holds
+    assert not steady.hold(1, 1, 20 * US, 130 * US)  # a shorter draft (the answer's end): not its K
+    assert not steady.hold(2, 1, 40 * US, 150 * US)  # a rejection at K >= 2: the cap moves the next K
+    assert steady.settle() == [(2, 2, 40 * US, 150 * US), (2, 2, 41 * US, 151 * US)]
+    assert steady.standing() == 0 and not steady.holds and steady.settle() == []
+    steady.stand(1)
+    assert steady.hold(1, 0, 20 * US, 130 * US)  # at K=1 a rejection moves nothing: held
+
+
+def test_a_stand_ends_after_its_steps_or_its_time():
+    steady = SteadyK()
+    steady.stand(1)
+    for _ in range(STAND_STEPS):
+        assert steady.hold(1, 1, 20 * US, 130 * US)
+    assert steady.standing() == 0 and not steady.holds  # the rule is asked again
+    assert not steady.hold(1, 1, 20 * US, 130 * US)
+    assert len(steady.settle()) == STAND_STEPS
+    steady.stand(1)
+    assert not steady.hold(1, 1, 0.2 * STAND_S, 0.9 * STAND_S)  # a pair whose steps take milliseconds holds none
+
+
+def _script(policy: AutoK, steps: int, seed: int = 3) -> list[int]:
+    """Lone steps priced whole at MODEL (the rule stands at K=1), the draft accepted 85 % of the time, each
+    step timed as priced with a little noise: each step's K."""
+    rng = random.Random(seed)
+    ks = []
+    for _ in range(steps):
+        k = policy.next_k()
+        accepted = sum(1 for _ in range(k) if rng.random() < 0.85)
+        seconds = MODEL.step_s(k) * rng.uniform(1, 1.2)
+        policy.observe(k, accepted, 0.3 * seconds, 0.7 * seconds)
+        ks.append(k)
+    return ks
+
+
+def test_held_steps_teach_the_rule_what_each_step_observed_would(monkeypatch):
+    """Observed when its stand ends, in order, as the lone steps they were: the same acceptance, rate and
+    steps by K as a policy observing every step (no stand), where the Ks were the same."""
+    shallow = StepCosts(MODEL.draft_step_s, MODEL.verify_s[:2])  # K=1 at most: its K never moves
+    standing, observing = (AutoK(shallow, prior_alpha=0.85, confidence_stops=True) for _ in range(2))
+    standing.reprice(shallow)
+    observing.reprice(shallow)
+    ks = _script(standing, 200)
+    assert standing._steady.holds
+    monkeypatch.setattr(SteadyK, "stand", lambda self, k: None)
+    assert _script(observing, 200) == ks and set(ks[20:]) == {1}
+    standing.settle()
+    assert standing.observed == observing.observed == 200
+    assert standing.alphas() == observing.alphas()
+    assert standing.estimator.alpha == observing.estimator.alpha
+    assert standing.rate == observing.rate
+    assert standing._steps.priced(shallow) == observing._steps.priced(shallow)
+
+
+def _holding() -> AutoK:
+    """A lone policy standing at K=1 with steps held."""
+    shallow = StepCosts(MODEL.draft_step_s, MODEL.verify_s[:2])
+    policy = AutoK(shallow, prior_alpha=0.9, confidence_stops=True)
+    _lone(policy, [(30, True)], shallow)
+    for _ in range(STAND_STEPS):
+        if policy._steady.holds:
+            return policy
+        _lone(policy, [(1, True)], shallow)
+    raise AssertionError("no stand")
+
+
+def test_a_slot_joining_others_takes_its_held_steps_in_as_a_lone_slot_s():
+    policy = _holding()
+    held = len(policy._steady._held)
+    before = policy.observed
+    prices = PassPrices(prior=MODEL)
+    for _ in range(3):
+        prices.observe(True, 2, 50 * US)
+        prices.observe(False, 8, 300 * US)
+    other = AutoK(MODEL, prior_alpha=0.9, confidence_stops=True)
+    BatchK(prices).choose([SimpleNamespace(policy=policy, shared=False), SimpleNamespace(policy=other, shared=False)])
+    assert not policy._steady.holds and policy.observed == before + held
+    assert policy._steps._now == policy.observed  # its whole steps: lone steps, each timed (beside others none is)
+
+
+def test_the_step_loop_prices_a_standing_rule_again_only_after_its_stand(monkeypatch):
+    policy = _holding()
+    choice, priced = BatchK(PassPrices(prior=MODEL), clock=lambda: 1e9), []  # long past any wait
+    monkeypatch.setattr(AutoK, "reprice", lambda self, costs: priced.append(costs))
+    lone = SimpleNamespace(policy=policy, shared=False)
+    for _ in range(2):  # (the first sight of a policy priced before only takes note of it)
+        choice.choose([lone])
+    assert policy._steady.holds and priced == []
+    policy.settle()
+    for _ in range(2):
+        choice.choose([lone])
+    assert len(priced) == 1
