@@ -158,10 +158,8 @@ class AutoK(WeighsTokens):
         self._margins, self._survival, self._stopping, self._explore = [], 1.0, False, ""
         self.survivals, self._draft_steps, self._ruled = [1.0], 1, not shared
         if shared is None and (k := self._steady.same(self._drafting)) and not self._steps.trying:
-            self._drafting_steps += 1  # its choice stands (decoding/k_steady.py), uncapped its steps held
-            if (capped := self._steady.capped(k, self.alphas, self.costs)) == k:
-                self._steady.stand(k)
-            return capped
+            self._drafting_steps += 1  # its choice stands (decoding/k_steady.py)
+            return self._steady.stood(k, self.alphas, self.costs)
         if shared:
             # Beside other slots: at most the batch's K, every slot drafting as deep as the others (a
             # shorter draft leaves padding in the verify pass, not time); the step loop stops them all
@@ -189,7 +187,7 @@ class AutoK(WeighsTokens):
                 if k != ruled or self._steps.trying:  # a try
                     return k
                 self._steady.chose(self._drafting, k)  # its own K: it stands till it is chosen again (k_steady)
-                return self._steady.capped(k, self.alphas, self.costs)
+                return self._steady.stood(k, self.alphas, self.costs)
             if not k:  # weighing each token, a try of K=0
                 return k
         explore = self.learn_costs and self._drafting_steps % EXPLORE_EVERY == 0

@@ -67,8 +67,14 @@ class SteadyK:
             return k
         return max(1, best_drafting_k(alphas()[:cap], costs)[0])
 
+    def stood(self, k: int, alphas: Callable[[], Sequence[float]], costs: StepCosts) -> int:
+        """`capped(k)`; `k` uncapped, it stands: the steps at it are held (`hold`) until the stand ends."""
+        capped = self.capped(k, alphas, costs)
+        if capped == k:
+            self.stand(k)
+        return capped
+
     def stand(self, k: int) -> None:
-        """`k`, the K chosen, stands: the steps at it are held (`hold`) until the stand ends."""
         self._stand = k
 
     def standing(self) -> int:

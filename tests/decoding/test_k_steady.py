@@ -189,3 +189,15 @@ def test_the_step_loop_prices_a_standing_rule_again_only_after_its_stand(monkeyp
     for _ in range(2):
         choice.choose([lone])
     assert len(priced) == 1
+
+
+def test_a_choice_worked_out_again_stands_from_its_first_step():
+    """At new prices (or RECHOOSE_S on) the rule works its K out again; that K, its own and uncapped,
+    holds its steps at once: on the tiny pair a stand begun only at the step after left a quarter of
+    the steps to the whole rule."""
+    policy = _holding()
+    cheaper = StepCosts(0.9 * MODEL.draft_step_s, MODEL.verify_s[:2])
+    policy.reprice(cheaper)
+    assert not policy._steady.holds and policy._steady.standing() == 0
+    k = policy.next_k()
+    assert k == 1 and policy._steady.standing() == 1
