@@ -21,9 +21,10 @@ accepted (one drafted: any) can move the K, so such steps are held and observed 
 the stand ends: after STAND_STEPS of them, STAND_S of their time, or the first step that is not one
 (`hold`, `AutoK.settle`). The rule is then asked again, and the step loop's pricing of it waits for that
 (engine/batch_k.py). On the tiny pair the bookkeeping between llama.cpp's passes runs from cold caches,
-~25 us a step where the same calls in a loop take 5: held and replayed 16 steps at a time, -k auto's
-Python a step above a fixed K's halved (0.04 -> 0.02 ms), auto ÷ K=1 0.934 -> 0.954 (medians of 11
-alternated runs). A pair whose steps take milliseconds holds none (STAND_S).
+~25 us a step where the same calls in a loop take 5. Measured in one process (a bench row made auto
+with another stand, 10 processes of 8-9 rounds, auto ÷ K=1 by the medians): no stand 0.906, 16 steps
+(8 ms) 0.924; 32 (16 ms) 0.947 beside 16's 0.925; 64 (32 ms) 0.946 beside 16's 0.945. A pair whose
+steps take milliseconds holds none (STAND_STEP_S), and reacts as before.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ from dataclasses import dataclass, field
 
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k
 
-STAND_STEPS = 16  # steps held at most before the rule is asked again (see the module)
-STAND_S = 0.008  # ... and at most this much of their time: the rule reacts within it
+STAND_STEPS = 32  # steps held at most before the rule is asked again (see the module)
+STAND_S = 0.016  # ... and at most this much of their time: the rule reacts within it
+# A step this long or longer is never held: ~25 us of bookkeeping is ~1 % of it, and a held step of
+# milliseconds would keep the rule from seeing, say, that drafting does not pay for several of them
+STAND_STEP_S = 0.002
 
 
 @dataclass
@@ -88,9 +92,9 @@ class SteadyK:
 
     def hold(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> bool:
         """Hold a step, where the stand goes on and nothing in the step can move its K (see the module)."""
-        seconds = self._held_s + draft_s + verify_s
-        k = self.standing()
-        if not k or drafted != k or (accepted < drafted and k > 1) or seconds >= STAND_S:
+        step_s = draft_s + verify_s
+        seconds, k = self._held_s + step_s, self.standing()
+        if not k or drafted != k or (accepted < drafted and k > 1) or seconds >= STAND_S or step_s >= STAND_STEP_S:
             return False
         self._held.append((drafted, accepted, draft_s, verify_s))
         self._held_s = seconds

@@ -169,10 +169,17 @@ class BatchK:
             generation.shared = True
 
     def _choose_alone(self, lone: Any) -> None:
-        """`choose` for a slot alone: its rule's own K (shared_k None), or the step loop's exploration;
-        nothing while its K stands (decoding/k_steady.py): priced again once the stand is over."""
-        if not (isinstance(lone, AutoK) and lone.learn_costs) or lone.stands:
+        """`choose` for a slot alone: its rule's own K (shared_k None), or the step loop's exploration.
+        While its K stands (decoding/k_steady.py), nothing before its pricing is due by the clock: then
+        its held steps are taken in, and it is priced as it would be."""
+        if not (isinstance(lone, AutoK) and lone.learn_costs):
             return
+        if lone.stands:
+            wait, last_k = self._drafting_wait
+            since = self.clock() - self._repriced[3]
+            if self._repriced[0] is lone and since < (wait if last_k == lone.last_drafted else REPRICE_DRAFTING_S):
+                return
+            lone.settle()
         k = None
         if self.prices.known:
             self._reprice(lone)

@@ -2,6 +2,7 @@
 
 import random
 from collections import Counter
+from itertools import pairwise
 from types import SimpleNamespace
 
 from ollama_spec.decoding.k_policy import AutoK
@@ -10,7 +11,7 @@ from ollama_spec.decoding.k_tuning import RECHOOSE_S
 from ollama_spec.decoding.pass_prices import PassPrices
 from ollama_spec.decoding.step_costs import StepCosts, best_drafting_k
 from ollama_spec.decoding.step_prices import StepsByK
-from ollama_spec.engine.batch_k import BatchK
+from ollama_spec.engine.batch_k import REPRICE_DRAFTING_S, BatchK
 from tests.decoding.test_step_prices import MODEL, US
 
 SURE = [0.98] * 16  # a stretch the draft follows: deep drafts pay
@@ -77,7 +78,7 @@ def test_a_standing_choice_is_not_worked_out_again_at_every_step(monkeypatch):
     monkeypatch.setattr(StepsByK, "tried", lambda *a, **kw: asked.update(["tried"]) or tried(*a, **kw))
     seen = _lone(policy, [(80, True)], shallow)
     assert {k for k, _ in seen} == {3}
-    assert 3 <= asked["tried"] <= 80 * shallow.step_s(3) / RECHOOSE_S + 2
+    assert 80 // STAND_STEPS <= asked["tried"] <= 80 * shallow.step_s(3) / RECHOOSE_S + 2  # at each stand's end
 
 
 def test_a_rule_weighing_each_token_keeps_no_standing_choice():
@@ -177,18 +178,30 @@ def test_a_slot_joining_others_takes_its_held_steps_in_as_a_lone_slot_s():
     assert policy._steps._now == policy.observed  # its whole steps: lone steps, each timed (beside others none is)
 
 
-def test_the_step_loop_prices_a_standing_rule_again_only_after_its_stand(monkeypatch):
-    policy = _holding()
-    choice, priced = BatchK(PassPrices(prior=MODEL), clock=lambda: 1e9), []  # long past any wait
-    monkeypatch.setattr(AutoK, "reprice", lambda self, costs: priced.append(costs))
-    lone = SimpleNamespace(policy=policy, shared=False)
-    for _ in range(2):  # (the first sight of a policy priced before only takes note of it)
+def test_the_step_loop_prices_a_standing_rule_when_due_its_held_steps_taken_in_first(monkeypatch):
+    """While the K stands the step loop reads no more than the clock; a pricing due (REPRICE_DRAFTING_S,
+    doubling) comes as it would without the stand, after the held steps are observed."""
+    shallow = StepCosts(MODEL.draft_step_s, MODEL.verify_s[:2])
+    policy = AutoK(shallow, prior_alpha=0.9, confidence_stops=True)
+    now, pricings, holding = [0.0], [], []
+    choice, lone = BatchK(PassPrices(prior=MODEL), clock=lambda: now[0]), SimpleNamespace(policy=policy, shared=False)
+    reprice = AutoK.reprice
+    monkeypatch.setattr(
+        AutoK, "reprice", lambda self, costs: pricings.append((now[0], self._steady.holds)) or reprice(self, costs)
+    )
+    policy.reprice(shallow)
+    for _ in range(400):
         choice.choose([lone])
-    assert policy._steady.holds and priced == []
-    policy.settle()
-    for _ in range(2):
-        choice.choose([lone])
-    assert len(priced) == 1
+        holding.append(policy._steady.holds)
+        k = policy.next_k()
+        policy.observe(k, k, 0.3 * shallow.step_s(k), 0.7 * shallow.step_s(k))
+        now[0] += shallow.step_s(k)
+    assert sum(holding) > 300  # most steps held
+    times = [at for at, _ in pricings[1:]]
+    assert len(times) >= 4 and not any(held for _, held in pricings)  # each after the held steps went in
+    assert all(later - earlier >= REPRICE_DRAFTING_S for earlier, later in pairwise(times))
+    step = shallow.step_s(1)  # and when due, not at the stand's end (32 steps, 5.4 ms here)
+    assert times[0] < REPRICE_DRAFTING_S + 2 * step and times[1] - times[0] < 2 * REPRICE_DRAFTING_S + 2 * step
 
 
 def test_a_choice_worked_out_again_stands_from_its_first_step():
