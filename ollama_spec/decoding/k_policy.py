@@ -144,9 +144,10 @@ class AutoK(WeighsTokens):
         return self._alphas
 
     def next_k(self) -> int:
-        if self.shared_k is None and (k := self._steady.standing()):
-            return k  # its choice stands, its steps held (decoding/k_steady.py)
-        self.settle()
+        if self.shared_k is None:  # (beside others nothing is held: BatchK.choose took it in)
+            if k := self._steady.standing():
+                return k  # its choice stands, its steps held (decoding/k_steady.py)
+            self.settle()
         self.quiet_steps, self.probing, self._remeasuring = 0, "", 0
         shared = self.shared_k
         if shared and not self.exploring and self.confidence_stops and not self._by_token:
@@ -268,12 +269,16 @@ class AutoK(WeighsTokens):
             self._priced, self._by_token = True, self.weighs_tokens(self.costs)
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, *, lookup: bool = False) -> None:
-        if not (lookup or self.probing) and self._steady.hold(drafted, accepted, draft_s, verify_s):
-            return  # observed when its stand ends (settle)
-        self.settle()
         if drafted and self.shared_k and not (self.probing or lookup):
             self._observe_beside(drafted, accepted)
             return
+        if not (lookup or self.probing) and self._steady.hold(drafted, accepted, draft_s, verify_s):
+            return  # observed when its stand ends (settle)
+        self.settle()
+        self._observe(drafted, accepted, draft_s, verify_s, lookup)
+
+    def _observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, lookup: bool = False) -> None:
+        """`observe` of a step alone, or beside others but probing or looking up (not held)."""
         if self._priced and self.shared_k is None:
             self._steps.observe(drafted, draft_s + verify_s, counted=not (self.probing or lookup))
         if not drafted and not self.probing:
@@ -333,7 +338,7 @@ class AutoK(WeighsTokens):
         if held := self._steady.settle():
             shared, self.shared_k = self.shared_k, None
             for step in held:
-                self.observe(*step)
+                self._observe(*step)
             self.shared_k = shared
 
     @property

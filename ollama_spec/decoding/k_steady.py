@@ -93,7 +93,7 @@ class SteadyK:
     def hold(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> bool:
         """Hold a step, where the stand goes on and nothing in the step can move its K (see the module)."""
         step_s = draft_s + verify_s
-        seconds, k = self._held_s + step_s, self.standing()
+        seconds, k = self._held_s + step_s, self._stand if len(self._held) < STAND_STEPS else 0
         if not k or drafted != k or (accepted < drafted and k > 1) or seconds >= STAND_S or step_s >= STAND_STEP_S:
             return False
         self._held.append((drafted, accepted, draft_s, verify_s))
