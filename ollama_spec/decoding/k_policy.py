@@ -8,8 +8,8 @@ With a draft model it does better than one K per step: α is not the same for ev
 token leads its second (the margin, p1 − p2) tells an easy token from a coin toss: on the bench pair a margin
 under 0.02 is accepted 55 % of the time, over 0.2 always. So the draft keeps going while the next token, at the
 acceptance its margin has earned so far, still pays for its draft step and its place in the verify batch at the
-rate the steps achieve (`keep_drafting`, decoding/k_by_token.py), up to K_max: long drafts through easy text, short ones where the draft
-hesitates (measured in docs/architecture.md).
+rate the steps achieve (`keep_drafting`, decoding/k_by_token.py), up to K_max: long drafts through easy text,
+short ones where the draft hesitates (measured in docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -343,7 +343,7 @@ class AutoK(WeighsTokens):
 
     @property
     def stands(self) -> bool:
-        """Its K stands, steps held (decoding/k_steady.py): the step loop prices it again after the stand."""
+        """Its K stands, steps held (decoding/k_steady.py): the step loop prices it only where that is due."""
         return self._steady.holds
 
     def _observe_beside(self, drafted: int, accepted: int) -> None:

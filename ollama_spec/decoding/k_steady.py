@@ -19,8 +19,8 @@ are accepted (a step at 4 of 4 opens 10). Tiny pair in process, auto ÷ K=1 over
 Standing: while the choice stands, nothing in a step that drafts it whole and has all its drafts
 accepted (one drafted: any) can move the K, so such steps are held and observed later, in order, when
 the stand ends: after STAND_STEPS of them, STAND_S of their time, or the first step that is not one
-(`hold`, `AutoK.settle`). The rule is then asked again, and the step loop's pricing of it waits for that
-(engine/batch_k.py). On the tiny pair the bookkeeping between llama.cpp's passes runs from cold caches,
+(`hold`, `AutoK.settle`). The rule is then asked again. The step loop reads only the clock meanwhile and,
+where its pricing of the rule is due, takes the held steps in first (engine/batch_k.py). On the tiny pair the bookkeeping between llama.cpp's passes runs from cold caches,
 ~25 us a step where the same calls in a loop take 5. Measured in one process (a bench row made auto
 with another stand, 10 processes of 8-9 rounds, auto ÷ K=1 by the medians): no stand 0.906, 16 steps
 (8 ms) 0.924; 32 (16 ms) 0.947 beside 16's 0.925; 64 (32 ms) 0.946 beside 16's 0.945. A pair whose
