@@ -19,9 +19,10 @@ are accepted (a step at 4 of 4 opens 10). Tiny pair in process, auto ÷ K=1 over
 Standing: while the choice stands, nothing in a step that drafts it whole and has all its drafts
 accepted (one drafted: any) can move the K, so such steps are held and observed later, in order, when
 the stand ends: after STAND_STEPS of them, STAND_S of their time, or the first step that is not one
-(`hold`, `AutoK.settle`). The rule is then asked again. The step loop reads only the clock meanwhile and,
-where its pricing of the rule is due, takes the held steps in first (engine/batch_k.py). On the tiny pair the bookkeeping between llama.cpp's passes runs from cold caches,
-~25 us a step where the same calls in a loop take 5. Measured in one process (a bench row made auto
+(`hold`, `AutoK.settle`). The rule is then asked again. The step loop reads only the clock meanwhile
+and, where its pricing of the rule is due, takes the held steps in first (engine/batch_k.py). On the
+tiny pair the bookkeeping between llama.cpp's passes runs from cold caches, ~25 us a step where the
+same calls in a loop take 5. Measured in one process (a bench row made auto
 with another stand, 10 processes of 8-9 rounds, auto ÷ K=1 by the medians): no stand 0.906, 16 steps
 (8 ms) 0.924; 32 (16 ms) 0.947 beside 16's 0.925; 64 (32 ms) 0.946 beside 16's 0.945. A pair whose
 steps take milliseconds holds none (STAND_STEP_S), and reacts as before.
@@ -88,12 +89,12 @@ class SteadyK:
     @property
     def holds(self) -> bool:
         """Steps are held, and the stand goes on."""
-        return bool(self._held) and len(self._held) < STAND_STEPS
+        return bool(self._held) and self.standing() > 0
 
     def hold(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> bool:
         """Hold a step, where the stand goes on and nothing in the step can move its K (see the module)."""
         step_s = draft_s + verify_s
-        seconds, k = self._held_s + step_s, self._stand if len(self._held) < STAND_STEPS else 0
+        seconds, k = self._held_s + step_s, self.standing()
         if not k or drafted != k or (accepted < drafted and k > 1) or seconds >= STAND_S or step_s >= STAND_STEP_S:
             return False
         self._held.append((drafted, accepted, draft_s, verify_s))

@@ -175,9 +175,7 @@ class BatchK:
         if not (isinstance(lone, AutoK) and lone.learn_costs):
             return
         if lone.stands:
-            wait, last_k = self._drafting_wait
-            since = self.clock() - self._repriced[3]
-            if self._repriced[0] is lone and since < (wait if last_k == lone.last_drafted else REPRICE_DRAFTING_S):
+            if self._repriced[0] is lone and self.clock() - self._repriced[3] < self._wait_for(lone.last_drafted):
                 return
             lone.settle()
         k = None
@@ -216,11 +214,15 @@ class BatchK:
         """Is a lone policy drafting `k` due its pricing by the clock, `since` seconds after the last?
         Each one due at the K of the one before doubles the wait (REPRICE_DRAFTING_MAX_S); a step at
         another K starts it again."""
-        wait, last_k = self._drafting_wait
-        wait = wait if k == last_k else REPRICE_DRAFTING_S
+        wait, last_k = self._wait_for(k), self._drafting_wait[1]
         due = since >= wait
         self._drafting_wait = (min(2 * wait, REPRICE_DRAFTING_MAX_S) if due and k == last_k else wait, k)
         return due
+
+    def _wait_for(self, k: int) -> float:
+        """The wait before a lone policy drafting `k` is priced again by the clock (`_timed_due`)."""
+        wait, last_k = self._drafting_wait
+        return wait if k == last_k else REPRICE_DRAFTING_S
 
     def _planned(self, policies: list[AutoK], k_max: int) -> tuple[int, float]:
         """plan_step's K and rate for these slots: made again where it was K=0, their number moved past

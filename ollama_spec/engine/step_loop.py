@@ -275,11 +275,14 @@ class StepLoop:
         now = time.perf_counter()
         seconds, self._mark = now - self._mark - handed, now
         if priced:
-            self._price(model, items, widest, seconds, reshaped, ended=len(self._slots) < running or reading)
+            self._price(model, draft, items, widest, seconds, reshaped, ended=len(self._slots) < running or reading)
 
-    def _price(self, model: Any, items: list, widest: int, seconds: float, reshaped: bool, *, ended: bool) -> None:
-        """Tell the costs and the step's K what a pass took (`_pass`): `seconds` since the pass before it;
-        `ended`: a slot ended in it, or one read its prompt beside the others."""
+    def _price(
+        self, model: Any, draft: bool, items: list, widest: int, seconds: float, reshaped: bool, *, ended: bool
+    ) -> None:
+        """Tell the costs and the step's K what a pass took (`_pass`): `seconds` since the pass before it
+        (`draft`: the draft's, or a head's); `ended`: a slot ended in it, or one read its prompt beside the
+        others."""
         # Priced by what it took since the pass before it: the Python that led up to it, its decode, and
         # its slots reading their rows up to their next evaluations (a draft token sampled and weighed; a
         # step verified and the next one begun); a target pass, the step's Python before its first pass
@@ -293,7 +296,6 @@ class StepLoop:
         # demo pair one 63-token piece beside three verify rows of 4 among the target line's 48 passes
         # moved it from 35 ms + 6.7 ms a token to 160 + 2.0, where deep drafts look nearly free), and a
         # pass a request ended in.
-        draft = model is not self._target
         if not draft:
             seconds, self._admitted_s, self._handed_s = seconds + self._admitted_s + self._handed_s, 0.0, 0.0
         if ended or (draft and widest > DRAFT_STEP_TOKENS):
