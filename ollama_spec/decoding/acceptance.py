@@ -4,6 +4,7 @@ position in the draft, each from exponentially weighted counts of tried drafts."
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 # α before anything is seen: a well-matched pair accepts 60-85 % of tried drafts.
 PRIOR_ALPHA = 0.7
@@ -49,6 +50,16 @@ class AlphaEstimator:
             self.rejected = self.decay * self.rejected + rejected
             self.pair_accepted = PAIR_DECAY * self.pair_accepted + accepted
             self.pair_rejected = PAIR_DECAY * self.pair_rejected + rejected
+
+    def observe_run(self, drafted: int, accepted_each: Sequence[int]) -> None:
+        """`observe` of steps one after another that each drafted `drafted` (>= 1), in one loop."""
+        decay, recent_a, recent_r = self.decay, self.accepted, self.rejected
+        pair_a, pair_r = self.pair_accepted, self.pair_rejected
+        for accepted in accepted_each:
+            rejected = accepted < drafted
+            recent_a, recent_r = decay * recent_a + accepted, decay * recent_r + rejected
+            pair_a, pair_r = PAIR_DECAY * pair_a + accepted, PAIR_DECAY * pair_r + rejected
+        self.accepted, self.rejected, self.pair_accepted, self.pair_rejected = recent_a, recent_r, pair_a, pair_r
 
     @property
     def alpha(self) -> float:
@@ -139,6 +150,11 @@ class AcceptanceByPosition:
             tried[position] = decay * tried[position] + 1
             pair_accepted[position] = pair_decay * pair_accepted[position] + hit
             pair_tried[position] = pair_decay * pair_tried[position] + 1
+
+    def observe_run(self, drafted: int, accepted_each: Sequence[int]) -> None:
+        """`observe` of steps one after another that each drafted `drafted`."""
+        for accepted in accepted_each:
+            self.observe(drafted, accepted)
 
     def alpha(self, position: int, pooled: float) -> float:
         if position >= len(self.tried):

@@ -26,6 +26,7 @@ from ollama_spec.decoding.acceptance import (
     AlphaEstimator,
 )
 from ollama_spec.decoding.k_by_token import WeighsTokens
+from ollama_spec.decoding.k_short_observe import ObservesShort
 from ollama_spec.decoding.k_steady import SteadyK
 from ollama_spec.decoding.k_tuning import (
     DRAFT_GAIN_MARGIN,
@@ -61,7 +62,7 @@ from ollama_spec.decoding.step_costs import (
 from ollama_spec.decoding.step_prices import StepsByK
 
 
-class AutoK(WeighsTokens):
+class AutoK(WeighsTokens, ObservesShort):
     """Picks K before each step from a live α and step costs seeded by calibration.
 
     With `confidence_stops` (a draft model, which reports each token's margin) K is only the most
@@ -145,7 +146,7 @@ class AutoK(WeighsTokens):
 
     def next_k(self) -> int:
         if self.shared_k is None:  # (beside others nothing is held: BatchK.choose took it in)
-            if k := self._steady.standing():
+            if k := self._steady.k:
                 return k  # its choice stands, its steps held (decoding/k_steady.py)
             self.settle()
         self.quiet_steps, self.probing, self._remeasuring = 0, "", 0
@@ -337,40 +338,13 @@ class AutoK(WeighsTokens):
         """Observe the steps held while its K stood (decoding/k_steady.py), in order, as the lone steps they were."""
         if held := self._steady.settle():
             shared, self.shared_k = self.shared_k, None
-            for step in held:
-                self._observe(*step)
+            self._observe_held(held)  # (decoding/k_short_observe.py)
             self.shared_k = shared
 
     @property
     def stands(self) -> bool:
         """Its K stands, steps held (decoding/k_steady.py): the step loop prices it only where that is due."""
         return self._steady.holds
-
-    def _observe_beside(self, drafted: int, accepted: int) -> None:
-        """`observe` of a step at the batch's K beside others, without the cases that cannot be its (none timed)."""
-        self.observed, self.last_drafted, self.own_drafted, self._alphas = self.observed + 1, drafted, 0, None
-        self._steady.observe(drafted, accepted)
-        self._drafting, self._unchosen_s = None, 0.0
-        self.estimator.observe(drafted, accepted)
-        self.by_position.observe(drafted, accepted)
-        if self._margins:
-            self.by_margin.observe(self._margins[:drafted], accepted)
-        self._probe_every, self._probe_paid, self._steps_without_draft = PROBE_EVERY, False, 0
-        costs = self.costs  # costs.step_s(min(drafted, k_max)) written out: its calls were 3k instructions more
-        k = drafted if drafted < len(costs.verify_s) else len(costs.verify_s) - 1
-        self._rate_tokens = RATE_DECAY * self._rate_tokens + accepted + 1
-        self._rate_seconds = RATE_DECAY * self._rate_seconds + k * costs.draft_step_s + costs.verify_s[k]
-
-    def _observe_at_zero(self, verify_s: float) -> None:
-        """`observe` of a step that drafted and probed nothing: only the rate moves, and the target alone's price
-        where this policy learns it (most steps of a pair whose drafts do not pay: `observe` was 2-3 % of one)."""
-        self.observed += 1
-        self.last_drafted = self.own_drafted = 0
-        verify = self.costs.verify_s
-        self._rate_tokens = RATE_DECAY * self._rate_tokens + 1
-        self._rate_seconds = RATE_DECAY * self._rate_seconds + verify[0]
-        if self.learn_costs and self.shared_k is None and not self._priced:
-            self.costs = replace(self.costs, verify_s=consistent((blend(verify[0], verify_s), *verify[1:])))
 
     def _learn_verify(self, drafted: int, seconds: float) -> tuple[float, ...]:
         """The verify costs once a batch with `drafted` drafts took `seconds` (bounded, into the line)."""

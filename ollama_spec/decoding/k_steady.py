@@ -48,7 +48,7 @@ class SteadyK:
 
     _chosen: tuple[tuple[int, float] | None, int] = (None, 0)  # the best drafting K it was chosen by, and the K
     _accepted: int | None = None  # drafts accepted at the last step that drafted
-    _stand: int = 0  # the K standing (`stand`); 0: none
+    k: int = 0  # the K standing, while the stand goes on (`stand`, fewer than STAND_STEPS held); 0: none
     # the steps held at it, not observed yet (drafted, accepted, draft seconds, verify seconds), their seconds
     _held: list[tuple[int, int, float, float]] = field(default_factory=list)
     _held_s: float = 0.0
@@ -80,30 +80,29 @@ class SteadyK:
         return capped
 
     def stand(self, k: int) -> None:
-        self._stand = k
-
-    def standing(self) -> int:
-        """The K standing, where the stand goes on (fewer than STAND_STEPS held); else 0."""
-        return self._stand if len(self._held) < STAND_STEPS else 0
+        self.k = k
 
     @property
     def holds(self) -> bool:
         """Steps are held, and the stand goes on."""
-        return bool(self._held) and self.standing() > 0
+        return self.k > 0 and bool(self._held)
 
     def hold(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> bool:
         """Hold a step, where the stand goes on and nothing in the step can move its K (see the module)."""
         step_s = draft_s + verify_s
-        seconds, k = self._held_s + step_s, self.standing()
+        seconds, k = self._held_s + step_s, self.k
         if not k or drafted != k or (accepted < drafted and k > 1) or seconds >= STAND_S or step_s >= STAND_STEP_S:
             return False
-        self._held.append((drafted, accepted, draft_s, verify_s))
+        held = self._held
+        held.append((drafted, accepted, draft_s, verify_s))
         self._held_s = seconds
+        if len(held) >= STAND_STEPS:  # its last: the rule is asked again at the next step
+            self.k = 0
         return True
 
     def settle(self) -> list[tuple[int, int, float, float]]:
         """The steps held, in order, to be observed now; the stand is over."""
-        held, self._stand = self._held, 0
+        held, self.k = self._held, 0
         if held:
             self._held, self._held_s = [], 0.0
         return held

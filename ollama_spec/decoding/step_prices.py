@@ -95,6 +95,20 @@ class StepsByK:
         recent.append(seconds)
         self._recent[k] = (recent, self._now)
 
+    def observe_run(self, k: int, seconds_each: Sequence[float]) -> None:
+        """`observe` of steps one after another at `k` (>= 1), each counted and none a try's, at once."""
+        self._remeasure_after, self._in_trial = REMEASURE_STEPS, False
+        if k != self._last:  # the first pays the change of K: not kept
+            self._now, self._last, seconds_each = self._now + 1, k, seconds_each[1:]
+            if not seconds_each:
+                return
+        entry = self._recent.get(k)
+        fresh = entry is not None and self._now + 1 - entry[1] <= STALE_STEPS
+        recent = entry[0] if fresh else deque(maxlen=RECENT_STEPS)
+        recent.extend(seconds_each)
+        self._now += len(seconds_each)
+        self._recent[k] = (recent, self._now)
+
     def copy(self) -> StepsByK:
         """The same steps, kept on apart (a request's policy starting from the last one's)."""
         recent = {k: (deque(steps, maxlen=RECENT_STEPS), at) for k, (steps, at) in self._recent.items()}

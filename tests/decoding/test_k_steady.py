@@ -96,13 +96,13 @@ def test_steps_at_a_standing_k_are_held_in_order_until_one_could_move_it():
     steady = SteadyK()
     assert not steady.hold(2, 2, 40 * US, 150 * US)  # nothing stands
     steady.stand(2)
-    assert steady.standing() == 2
+    assert steady.k == 2
     assert steady.hold(2, 2, 40 * US, 150 * US) and steady.hold(2, 2, 41 * US, 151 * US)
     assert steady.holds
     assert not steady.hold(1, 1, 20 * US, 130 * US)  # a shorter draft (the answer's end): not its K
     assert not steady.hold(2, 1, 40 * US, 150 * US)  # a rejection at K >= 2: the cap moves the next K
     assert steady.settle() == [(2, 2, 40 * US, 150 * US), (2, 2, 41 * US, 151 * US)]
-    assert steady.standing() == 0 and not steady.holds and steady.settle() == []
+    assert steady.k == 0 and not steady.holds and steady.settle() == []
     steady.stand(1)
     assert steady.hold(1, 0, 20 * US, 130 * US)  # at K=1 a rejection moves nothing: held
 
@@ -112,7 +112,7 @@ def test_a_stand_ends_after_its_steps_or_its_time():
     steady.stand(1)
     for _ in range(STAND_STEPS):
         assert steady.hold(1, 1, 20 * US, 130 * US)
-    assert steady.standing() == 0 and not steady.holds  # the rule is asked again
+    assert steady.k == 0 and not steady.holds  # the rule is asked again
     assert not steady.hold(1, 1, 20 * US, 130 * US)
     assert len(steady.settle()) == STAND_STEPS
     steady.stand(1)
@@ -211,6 +211,6 @@ def test_a_choice_worked_out_again_stands_from_its_first_step():
     policy = _holding()
     cheaper = StepCosts(0.9 * MODEL.draft_step_s, MODEL.verify_s[:2])
     policy.reprice(cheaper)
-    assert not policy._steady.holds and policy._steady.standing() == 0
+    assert not policy._steady.holds and policy._steady.k == 0
     k = policy.next_k()
-    assert k == 1 and policy._steady.standing() == 1
+    assert k == 1 and policy._steady.k == 1
