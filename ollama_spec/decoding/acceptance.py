@@ -44,21 +44,17 @@ class AlphaEstimator:
         return other
 
     def observe(self, drafted: int, accepted: int) -> None:
-        if drafted:
-            rejected = accepted < drafted
-            self.accepted = self.decay * self.accepted + accepted
-            self.rejected = self.decay * self.rejected + rejected
-            self.pair_accepted = PAIR_DECAY * self.pair_accepted + accepted
-            self.pair_rejected = PAIR_DECAY * self.pair_rejected + rejected
+        self.observe_all(((drafted, accepted),))
 
-    def observe_run(self, drafted: int, accepted_each: Sequence[int]) -> None:
-        """`observe` of steps one after another that each drafted `drafted` (>= 1), in one loop."""
+    def observe_all(self, steps: Sequence[tuple[int, int]]) -> None:
+        """`observe` of each step (drafted, accepted) in turn, in one loop."""
         decay, recent_a, recent_r = self.decay, self.accepted, self.rejected
         pair_a, pair_r = self.pair_accepted, self.pair_rejected
-        for accepted in accepted_each:
-            rejected = accepted < drafted
-            recent_a, recent_r = decay * recent_a + accepted, decay * recent_r + rejected
-            pair_a, pair_r = PAIR_DECAY * pair_a + accepted, PAIR_DECAY * pair_r + rejected
+        for drafted, accepted in steps:
+            if drafted:
+                rejected = accepted < drafted
+                recent_a, recent_r = decay * recent_a + accepted, decay * recent_r + rejected
+                pair_a, pair_r = PAIR_DECAY * pair_a + accepted, PAIR_DECAY * pair_r + rejected
         self.accepted, self.rejected, self.pair_accepted, self.pair_rejected = recent_a, recent_r, pair_a, pair_r
 
     @property
@@ -136,25 +132,25 @@ class AcceptanceByPosition:
     def observe(self, drafted: int, accepted: int) -> None:
         """A step drafted `drafted` tokens and the first `accepted` were accepted; the one after them
         (if drafted) was tried and rejected, later ones were never tried."""
-        # every list a local, the pair's decay too: each step of each slot runs this (the tiny pair's at 8 slots)
+        self.observe_all(((drafted, accepted),))
+
+    def observe_all(self, steps: Sequence[tuple[int, int]]) -> None:
+        """`observe` of each step (drafted, accepted) in turn."""
+        # every list a local, the pair's decay too: each step of each slot comes here (the tiny pair's at 8 slots)
         decay, pair_decay, seen = self.decay, PAIR_DECAY, self.accepted
         tried, pair_accepted, pair_tried = self.tried, self.pair_accepted, self.pair_tried
-        for position in range(accepted + 1 if accepted < drafted else drafted):
-            if position == len(tried):
-                seen.append(0.0)
-                tried.append(0.0)
-                pair_accepted.append(0.0)
-                pair_tried.append(0.0)
-            hit = position < accepted
-            seen[position] = decay * seen[position] + hit
-            tried[position] = decay * tried[position] + 1
-            pair_accepted[position] = pair_decay * pair_accepted[position] + hit
-            pair_tried[position] = pair_decay * pair_tried[position] + 1
-
-    def observe_run(self, drafted: int, accepted_each: Sequence[int]) -> None:
-        """`observe` of steps one after another that each drafted `drafted`."""
-        for accepted in accepted_each:
-            self.observe(drafted, accepted)
+        for drafted, accepted in steps:
+            for position in range(accepted + 1 if accepted < drafted else drafted):
+                if position == len(tried):
+                    seen.append(0.0)
+                    tried.append(0.0)
+                    pair_accepted.append(0.0)
+                    pair_tried.append(0.0)
+                hit = position < accepted
+                seen[position] = decay * seen[position] + hit
+                tried[position] = decay * tried[position] + 1
+                pair_accepted[position] = pair_decay * pair_accepted[position] + hit
+                pair_tried[position] = pair_decay * pair_tried[position] + 1
 
     def alpha(self, position: int, pooled: float) -> float:
         if position >= len(self.tried):

@@ -91,9 +91,11 @@ class AutoK(WeighsTokens, ObservesShort):
         self.costs = replace(costs, verify_s=consistent((costs.verify_s[0], *self._line.verify_s())))
         self.learn_costs, self.confidence_stops = learn_costs, confidence_stops
         self.stops_min_draft_s = stops_min_draft_s  # weighs token by token from this draft step (k_tuning)
-        self.estimator = AlphaEstimator(prior_alpha)
+        self._estimator, self._by_position = AlphaEstimator(prior_alpha), AcceptanceByPosition()
         self.by_margin = AcceptanceByMargin()
-        self.by_position = AcceptanceByPosition()
+        # steps (drafted, accepted) not taken into α and the acceptance by position yet: only `alphas` reads those,
+        # beside others at each plan of the batch's K (every few steps), so they are taken in then, in one go
+        self._unseen: list[tuple[int, int]] = []
         self._steps_without_draft, self._probe_every, self._probe_paid = 0, PROBE_EVERY, False  # paid: probe at once
         self.probing = ""  # this step drafts one token only to see whether drafting pays again (KPolicy)
         self._drafting_steps, self._drafting, self._unchosen_s = 0, None, 0.0  # the seconds since: RECHOOSE_S
@@ -137,6 +139,25 @@ class AutoK(WeighsTokens, ObservesShort):
     @property
     def priced(self) -> StepCosts | None:  # the costs it decides by, where the step loop priced them (or carry_over)
         return self.costs if self._priced else None
+
+    @property
+    def estimator(self) -> AlphaEstimator:
+        """α over the recent steps, every step seen taken in."""
+        if self._unseen:
+            self._take_in_acceptance()
+        return self._estimator
+
+    @property
+    def by_position(self) -> AcceptanceByPosition:
+        """The acceptance by position, every step seen taken in."""
+        if self._unseen:
+            self._take_in_acceptance()
+        return self._by_position
+
+    def _take_in_acceptance(self) -> None:
+        unseen, self._unseen = self._unseen, []
+        self._estimator.observe_all(unseen)
+        self._by_position.observe_all(unseen)
 
     def alphas(self) -> list[float]:
         """Each position's acceptance given the ones before it were (kept till a step is seen: the step loop asks)."""
@@ -262,7 +283,7 @@ class AutoK(WeighsTokens, ObservesShort):
         self.by_margin = earlier.by_margin.copy()
         self._probe_every = earlier._probe_every
         self._pricings.extend(c for c in earlier._pricings if c.k_max >= self.costs.k_max)
-        self.estimator, self.by_position = earlier.estimator.carried(), earlier.by_position.carried()
+        self._estimator, self._by_position = earlier.estimator.carried(), earlier.by_position.carried()
         self._steps = earlier._steps.copy()
         if (priced := earlier.priced) is not None and priced.k_max == self.costs.k_max:  # and the loop's prices
             self._rate_seconds *= priced.verify_s[0] / self.costs.verify_s[0]
@@ -301,8 +322,7 @@ class AutoK(WeighsTokens, ObservesShort):
                 self.costs = replace(self.costs, verify_s=self._learn_verify(drafted, verify_s))
             return  # (nor does it count as a probe of the draft model: those still come while K=0)
         if self.probing != PROBE_COSTS:  # a guess from the text's end is not the draft's
-            self.estimator.observe(drafted, accepted)
-            self.by_position.observe(drafted, accepted)
+            self._unseen.append((drafted, accepted))
             if self._margins:
                 self.by_margin.observe(self._margins[:drafted], accepted)
         if self.probing in (PROBE_ACCEPTANCE, PROBE_COSTS):

@@ -7,10 +7,14 @@ llama.cpp's passes it runs from cold caches.
 - Alone, a step at K=0 that probed nothing: the rate, and the target alone's price where it learns it.
 - The steps held while its K stood (decoding/k_steady.py), taken in at once where the stand ends: all at
   that K, none a probe's, a try's or a lookup's, the step loop pricing them (so no cost is learned from
-  one). Their acceptance, their whole steps' times and the rate each run in a loop of their own, in the
-  order the steps came: the rule ends as observing each step would have left it. On
-  scripts/bench_k_bookkeeping.py's lone script 74.3k instructions a step against 59.7k (each held step
-  through `_observe`, against in one go).
+  one). Their whole steps' times and the rate each run in a loop of their own, in the order the steps
+  came: the rule ends as observing each step would have left it.
+
+Every way leaves a step's acceptance (α, by position) unseen till it is read (`AutoK.alphas`, at each plan
+of the batch's K beside others, every few steps; alone where the rule works its K out again), then takes
+all of them in, in order, in one loop. Counted in instructions on scripts/bench_k_bookkeeping.py's scripts:
+a lone step 74.3k (each held step through `_observe`) -> 59.9k (held steps at once) -> 57.3k (acceptance
+when read); 8 slots beside each other 274.6k -> 266.2k a step.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ollama_spec.decoding.acceptance import AcceptanceByMargin, AcceptanceByPosition, AlphaEstimator
+from ollama_spec.decoding.acceptance import AcceptanceByMargin
 from ollama_spec.decoding.k_steady import SteadyK
 from ollama_spec.decoding.k_tuning import PROBE_EVERY, RATE_DECAY, RECHOOSE_S
 from ollama_spec.decoding.step_costs import StepCosts, blend, consistent
@@ -32,8 +36,7 @@ class ObservesShort:
     learn_costs: bool
     shared_k: int | None
     probing: str
-    estimator: AlphaEstimator
-    by_position: AcceptanceByPosition
+    _unseen: list[tuple[int, int]]  # steps (drafted, accepted) not taken into the acceptance yet (AutoK.alphas)
     by_margin: AcceptanceByMargin
     observed: int
     last_drafted: int
@@ -60,8 +63,7 @@ class ObservesShort:
         self.observed, self.last_drafted, self.own_drafted, self._alphas = self.observed + 1, drafted, 0, None
         self._steady.observe(drafted, accepted)
         self._drafting, self._unchosen_s = None, 0.0
-        self.estimator.observe(drafted, accepted)
-        self.by_position.observe(drafted, accepted)
+        self._unseen.append((drafted, accepted))  # taken in where read (AutoK.alphas: at each plan, beside others)
         if self._margins:
             self.by_margin.observe(self._margins[:drafted], accepted)
         self._probe_every, self._probe_paid, self._steps_without_draft = PROBE_EVERY, False, 0
@@ -89,8 +91,7 @@ class ObservesShort:
             return
         k, accepted_each = held[0][0], [accepted for _, accepted, _, _ in held]
         self._steps.observe_run(k, [draft_s + verify_s for _, _, draft_s, verify_s in held])
-        self.estimator.observe_run(k, accepted_each)
-        self.by_position.observe_run(k, accepted_each)
+        self._unseen += [(k, accepted) for accepted in accepted_each]
         step_s = self.costs.step_s(min(k, self.costs.k_max))  # as priced: the rate's, and RECHOOSE_S's
         tokens, seconds, unchosen, drafting = self._rate_tokens, self._rate_seconds, self._unchosen_s, self._drafting
         for accepted in accepted_each:

@@ -1,6 +1,6 @@
 """AutoK's short ways to observe (decoding/k_short_observe.py): each leaves the rule as the whole of
-`_observe` would. The held steps of a stand are taken in at once; so are runs of steps by the pieces
-they move (the acceptance, the steps by K)."""
+`_observe` would. The held steps of a stand are taken in at once; the acceptance of every step where it
+is read; a run of steps at one K into the steps by K at once."""
 
 import random
 from copy import deepcopy
@@ -82,17 +82,28 @@ def test_held_steps_after_a_probe_or_unpriced_are_taken_in_one_by_one():
     assert policy.observed == 3 and policy.costs != before  # each step's time taught it the costs
 
 
-def test_runs_of_steps_teach_the_acceptance_as_each_step_would():
+def test_steps_taken_in_together_teach_the_acceptance_as_each_step_would():
     rng = random.Random(2)
-    accepted_each = [rng.choice([0, 1, 2, 2, 2]) for _ in range(50)]
+    steps = [(drafted, rng.randint(0, drafted)) for drafted in rng.choices([0, 1, 2, 4], k=80)]
     estimator, by_position = AlphaEstimator(), AcceptanceByPosition()
     estimator_each, by_position_each = deepcopy(estimator), deepcopy(by_position)
-    estimator.observe_run(2, accepted_each)
-    by_position.observe_run(2, accepted_each)
-    for accepted in accepted_each:
-        estimator_each.observe(2, accepted)
-        by_position_each.observe(2, accepted)
+    estimator.observe_all(steps)
+    by_position.observe_all(steps)
+    for drafted, accepted in steps:
+        estimator_each.observe(drafted, accepted)
+        by_position_each.observe(drafted, accepted)
     assert vars(estimator) == vars(estimator_each) and vars(by_position) == vars(by_position_each)
+    assert estimator.alpha != AlphaEstimator().alpha and len(by_position.tried) == 4
+
+
+def test_the_acceptance_is_taken_in_where_it_is_read():
+    policy = AutoK(MODEL, prior_alpha=0.5, confidence_stops=True)
+    policy.shared_k = 2
+    for _ in range(10):
+        policy.observe(2, 2, 40e-6, 300e-6)  # beside others: nothing folded yet
+    assert len(policy._unseen) == 10
+    assert policy.alphas()[0] > 0.5 and not policy._unseen
+    assert policy.estimator.alpha > 0.5
 
 
 @pytest.mark.parametrize("last", [None, 1, 2])
