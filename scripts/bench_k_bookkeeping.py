@@ -5,9 +5,9 @@ llama.cpp. On a pair whose steps take a fraction of a millisecond (the tiny pair
 share of every step that a fixed K does not pay.
 
     PYTHONPATH=. python scripts/bench_k_bookkeeping.py          # thread CPU us a step, 5 rounds
-    STEPS=2001 PYTHONHASHSEED=0 PYTHONPATH=. valgrind --tool=callgrind python scripts/bench_k_bookkeeping.py
-        # instructions, whatever the machine's load: subtract a STEPS=1 run's, divide by 2000 (without
-        # PYTHONHASHSEED two runs of the same code differed by 20 %)
+    STEPS=5001 PYTHONHASHSEED=0 PYTHONPATH=. setarch -R valgrind --tool=callgrind python scripts/bench_k_bookkeeping.py
+        # instructions, whatever the machine's load: subtract a STEPS=1001 run's, divide by 4000 (without
+        # PYTHONHASHSEED two runs of the same code differed by 20 %, without setarch -R by ±8k a step)
     SLOTS=8 ...  # the same for 8 slots beside each other: the plan, every slot's next_k and observe
         # (draft 20 us + 2 us a row, target 110 us + 5 us a token: the plan drafts)
 
@@ -29,10 +29,12 @@ MODEL = StepCosts(40 * US, tuple((110 + 20 * n) * US for n in range(17)))
 
 
 def run(steps: int = 3000, seed: int = 0) -> float:
-    """Thread CPU seconds a step of `steps` lone steps' bookkeeping, in microseconds."""
-    rng = random.Random(seed)
+    """Thread CPU seconds a step of `steps` lone steps' bookkeeping, in microseconds. The step loop's clock
+    is the script's (each pass's seconds, and 30 us of Python a step): its pricing waits then come as on
+    the pair, not as the machine (or valgrind's ~50x slower run) makes them."""
+    rng, now = random.Random(seed), [0.0]
     prices = PassPrices(prior=MODEL)
-    choice = BatchK(prices)
+    choice = BatchK(prices, clock=lambda: now[0])
     policy = AutoK(MODEL, 0.85, confidence_stops=True)
     generation = SimpleNamespace(policy=policy, shared=False)
     started = time.thread_time()
@@ -41,9 +43,11 @@ def run(steps: int = 3000, seed: int = 0) -> float:
         k = policy.next_k()
         for _ in range(k):
             seconds = 45 * US * rng.uniform(0.95, 1.3)
+            now[0] += seconds
             prices.observe(True, 1, seconds)
             choice.observe(True, 1, seconds)
         seconds = (110 + 20 * (k + 1)) * US * rng.uniform(0.95, 1.3)
+        now[0] += seconds + 30 * US
         prices.observe(False, k + 1, seconds)
         choice.observe(False, k + 1, seconds)
         accepted = next((i for i in range(k) if rng.random() > 0.85), k)

@@ -12,9 +12,10 @@ llama.cpp's passes it runs from cold caches.
 
 Every way leaves a step's acceptance (α, by position) unseen till it is read (`AutoK.alphas`, at each plan
 of the batch's K beside others, every few steps; alone where the rule works its K out again), then takes
-all of them in, in order, in one loop. Counted in instructions on scripts/bench_k_bookkeeping.py's scripts:
-a lone step 74.3k (each held step through `_observe`) -> 59.9k (held steps at once) -> 57.3k (acceptance
-when read); 8 slots beside each other 274.6k -> 266.2k a step.
+all of them in, in order, in one loop. Counted in instructions on scripts/bench_k_bookkeeping.py's scripts
+(runs of the same code differ by up to ±3k): a lone step 73.5k (each held step through `_observe`) ->
+58.9k (held steps at once) -> 58.5-59.3k (acceptance where read); 8 slots beside each other 269.7k ->
+266-273k -> 261-262k a step.
 """
 
 from __future__ import annotations
