@@ -88,12 +88,8 @@ class StepsByK:
             self._remeasure_after = REMEASURE_STEPS
         self._in_trial = False
         steady, self._last = k == self._last, k if counted else None
-        if not (counted and steady):
-            return
-        entry = self._recent.get(k)
-        recent = entry[0] if entry is not None and self._now - entry[1] <= STALE_STEPS else deque(maxlen=RECENT_STEPS)
-        recent.append(seconds)
-        self._recent[k] = (recent, self._now)
+        if counted and steady:
+            self._keep(k, (seconds,))
 
     def observe_run(self, k: int, seconds_each: Sequence[float]) -> None:
         """`observe` of steps one after another at `k` (>= 1), each counted and none a try's, at once."""
@@ -102,11 +98,16 @@ class StepsByK:
             self._now, self._last, seconds_each = self._now + 1, k, seconds_each[1:]
             if not seconds_each:
                 return
+        self._now += 1
+        self._keep(k, seconds_each)
+
+    def _keep(self, k: int, seconds_each: Sequence[float]) -> None:
+        """Keep steady steps at `k`, the first of them the step `_now` (its recent steps begun afresh where
+        the last kept is older than STALE_STEPS); `_now` ends at the last."""
         entry = self._recent.get(k)
-        fresh = entry is not None and self._now + 1 - entry[1] <= STALE_STEPS
-        recent = entry[0] if fresh else deque(maxlen=RECENT_STEPS)
+        recent = entry[0] if entry is not None and self._now - entry[1] <= STALE_STEPS else deque(maxlen=RECENT_STEPS)
         recent.extend(seconds_each)
-        self._now += len(seconds_each)
+        self._now += len(seconds_each) - 1
         self._recent[k] = (recent, self._now)
 
     def copy(self) -> StepsByK:
