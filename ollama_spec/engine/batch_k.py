@@ -197,6 +197,8 @@ class BatchK:
         if priced is not lone and lone.priced is not None:  # a new request's, priced as the one before (carry_over)
             self._repriced, self._lone_drafted = (lone, at_zero, wait, at), True
             return  # its first step reads the prompt, and drafts nothing: no sign that its K moved
+        if priced is lone and not lone.observed:
+            return  # ... nor are the steps that read it (none is observed): its first drafting step is no try's
         drafted, now = bool(lone.last_drafted), self.clock()
         if drafted:
             due = not self._lone_drafted or self._timed_due(now - at, lone.last_drafted)

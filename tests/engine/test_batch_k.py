@@ -325,6 +325,7 @@ def test_a_lone_slot_drafting_at_one_k_is_priced_less_often_across_requests():
     second = Running(AutoK(DEAR, 0.9, confidence_stops=True))
     second.policy.carry_over(first.policy)
     batch.choose([second])
+    batch.choose([second])  # after its prompt's step: nothing observed, nothing drafted
     assert pricings(second, 24) == []  # priced as the one before it: the wait stands
     assert pricings(second, 12, drafted=2) == [0, 4]  # another K: priced at once, the wait begun again
 
