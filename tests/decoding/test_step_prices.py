@@ -153,6 +153,17 @@ def test_a_deeper_k_never_run_is_priced_as_the_nearest_deeper_k_not_as_k1():
     assert priced.step_s(0) == pytest.approx(MODEL.step_s(0))  # never another's ratio
 
 
+def test_a_deeper_k_never_run_takes_the_ratio_of_the_nearest_deeper_k_below_or_above_it():
+    steps = StepsByK()
+    for k, ratio in ((3, 1.1), (6, 1.3)):
+        _steady(steps, k, ratio * MODEL.step_s(k))
+        steps.priced(MODEL)
+    _steady(steps, 1, 0.7 * MODEL.step_s(1))
+    priced = steps.priced(MODEL)
+    for k, ratio in ((2, 1.1), (4, 1.1), (5, 1.3), (7, 1.3), (16, 1.3)):
+        assert priced.step_s(k) == pytest.approx(ratio * MODEL.step_s(k)), k
+
+
 def test_a_deeper_k_is_priced_by_k1_where_no_deeper_one_ran():
     steps = StepsByK()
     _steady(steps, 1, 0.75 * MODEL.step_s(1))
