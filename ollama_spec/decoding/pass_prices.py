@@ -237,7 +237,7 @@ class PassPrices:
         a lone slot drafts 4-6 tokens the line runs through those few close sizes, and their noise
         (a rise of 10 us a token seen as 60-80) put its foot at a third of the target alone's price,
         where drafting looked no faster than the target alone."""
-        target, now, last, rise = self._target, self._now, self._target.last, None
+        target, now, last = self._target, self._now, self._target.last
         points = []
         fresh_floor = stale_floor = float("inf")
         for x in range(1, sizes + 1):
@@ -246,11 +246,9 @@ class PassPrices:
                 fresh_floor = min(fresh_floor, y)
                 points.append((x, y, 1.0))
                 continue
-            y = self._moved(target, x) if seen is not None else None
-            if y is None:  # `_unseen`, its line looked up once
-                base, slope, least = rise or (rise := self._rise_line())
-                prior = self._target_prior(x)
-                y = max(base + slope * prior, least * prior)
+            y = self._moved(target, x) if seen is not None else None  # (never run: it has not moved)
+            if y is None:
+                y = self._unseen(x)
             stale_floor = min(stale_floor, y)
             points.append((x, y, STALE_WEIGHT))
         mean_x, mean_y, slope = least_squares(points)
@@ -268,12 +266,6 @@ class PassPrices:
         about the same at every size (on the tiny pair most of a pass): scaled by a ratio, the prior's
         rise with the tokens would be that ratio too steep, and every drafting shape too dear. b stays
         within RISE_BOUNDS of the scale, so two noisy sizes do not make the rise free or a cliff."""
-        base, slope, least = self._rise_line()
-        prior = self._target_prior(tokens)
-        return max(base + slope * prior, least * prior)
-
-    def _rise_line(self) -> tuple[float, float, float]:
-        """`_unseen`'s line (a, b) and its floor's share of the prior, worked out once a target pass."""
         if self._rise is None:  # worked out once a target pass: the verify line asks for every unseen size
             scale = self._target_scale()
             self._rise = (0.0, scale, RISE_BOUNDS[0] * scale)
@@ -283,7 +275,9 @@ class PassPrices:
                 mean_x, mean_y, slope = least_squares(seen)
                 slope = min(max(slope, RISE_BOUNDS[0] * scale), RISE_BOUNDS[1] * scale)
                 self._rise = (mean_y - slope * mean_x, slope, RISE_BOUNDS[0] * scale)
-        return self._rise
+        base, slope, least = self._rise
+        prior = self._target_prior(tokens)
+        return max(base + slope * prior, least * prior)
 
     def _target_scale(self) -> float:
         """How the target's sizes seen lately compare with its prior: the machine's speed now (noted
