@@ -23,7 +23,7 @@
 # Environment, all optional:
 #   NATIVE_BIN=build/native/bin   where llama-speculative-simple and llama-server are
 #                                 (scripts/build-native-speculative.sh builds them)
-#   ROUNDS=5   K=3   TOKENS=96   RUNS=3 (the in-process bench's runs a round)
+#   ROUNDS=5   K=3   TOKENS=96   RUNS=3 (runs of the prompts a round, in process and served alike)
 #   ROUND_TIMEOUT=300             seconds each command of a round may take (the run stays bounded)
 # About 1 minute a round on a quiet 2-core machine; a busy one takes longer, and its numbers say less.
 # The checkout's own ollama_spec is the one run (put first on PYTHONPATH): BIN's venv may hold another copy.
@@ -77,11 +77,11 @@ for round in $(seq 1 "$rounds"); do
         --max-tokens "$tokens" --runs 1 --concurrency 4 --in-process
     grep -E "^ +[0-9]+  (K=|python)" "$out/loop-$round" >&2 || true
     echo "== round $round of $rounds: served, 1 and 4 clients, each server alone" >&2
-    CLIENTS="1 4" ROUNDS=1 THREADS=1 K=$k SLOT_CTX=512 LLAMA_SERVER=$native/llama-server \
+    CLIENTS="1 4" ROUNDS=1 RUNS=$runs MAX_TOKENS=$tokens THREADS=1 K=$k SLOT_CTX=512 LLAMA_SERVER=$native/llama-server \
         attempt "$out/served-$round" "$here/bench-serve.sh" "$bin" tiny-target tiny-draft
     grep -E "^[0-9] client\(s\):" "$out/served-$round" >&2 || true
     echo "== round $round of $rounds: served on one slot, 1 client" >&2
-    CLIENTS=1 PARALLEL=1 ROUNDS=1 THREADS=1 K=$k SLOT_CTX=512 LLAMA_SERVER="" \
+    CLIENTS=1 PARALLEL=1 ROUNDS=1 RUNS=$runs MAX_TOKENS=$tokens THREADS=1 K=$k SLOT_CTX=512 LLAMA_SERVER="" \
         attempt "$out/one-slot-$round" "$here/bench-serve.sh" "$bin" tiny-target tiny-draft
     grep -E "tok/s a request" "$out/one-slot-$round" >&2 || true
 done

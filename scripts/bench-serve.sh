@@ -15,6 +15,9 @@
 #   PARALLEL=4      slots: ours --parallel, llama-server -np
 #   SLOT_CTX=2048   each slot's context, for both servers (llama-server's -c is all slots' together)
 #   MAX_TOKENS=96   each request's max_tokens (fewer: a quick check that every step runs)
+#   RUNS=1          runs of the prompt set at each client count, timed as one (1 client: a request's rate,
+#                   the median over the runs; more: all the runs' tokens over their wall time). A run
+#                   of one client on a fast pair is a few tens of milliseconds: more runs time it steadily
 #   WARM=1          each server, once started, answers the prompt set by PARALLEL clients untimed first, so
 #                   that every client count is timed as the in-process rows are (their prompts in the slots'
 #                   caches or saved in host RAM, -k auto's prices learned from the passes); WARM=0 times a
@@ -42,6 +45,7 @@ parallel=${PARALLEL:-4}
 native_ks=${NATIVE_KS:-${K:-6}}
 slot_ctx=${SLOT_CTX:-2048}
 max_tokens=${MAX_TOKENS:-96}
+runs=${RUNS:-1}
 port=$("$bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 log=$(mktemp)
 measured=$(mktemp -d)
@@ -74,8 +78,8 @@ measure() {  # KEY NAME ROUND: every client count against the server on $port
     warm "$2"
     for n in $clients; do
         echo "== $2, $n client(s) at once${rounds_note}"
-        out=$("$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs 1 --max-tokens "$max_tokens" \
-            --concurrency "$n" | tail -2)
+        out=$("$bin/ollama-spec" bench "$target" --url "http://127.0.0.1:$port/v1" --runs "$runs" \
+            --max-tokens "$max_tokens" --concurrency "$n" | tail -2)
         echo "$out"
         if [ "$n" = 1 ]; then
             rate["$1 $3 $n"]=$(sed -n 's/.*median \([0-9.]*\) tok\/s a request.*/\1/p' <<<"$out" | tail -1)
