@@ -51,10 +51,13 @@ class SequenceCache:
         self.unsettled |= seqs  # until `tokens` says what llama.cpp holds now
         self._run(batch)
         positions = [batch.pos[i] for i in range(len(entries))] if self.observer is not None else []
+        cached = self.tokens
+        for entry in entries:  # in order within each sequence: one look at each, not one a sequence
+            if entry.item is not None:
+                cached[entry.seq].append(entry.token)
         for seq in seqs:
-            self.tokens[seq].extend(entry.token for entry in entries if entry.seq == seq and entry.item is not None)
-            if next_pos[seq] > len(self.tokens[seq]):  # padding: gone again before anything reads the cache
-                llama_cpp.llama_memory_seq_rm(self._memory, seq, len(self.tokens[seq]), -1)
+            if next_pos[seq] > len(cached[seq]):  # padding: gone again before anything reads the cache
+                llama_cpp.llama_memory_seq_rm(self._memory, seq, len(cached[seq]), -1)
         self.unsettled -= seqs
         if self.observer is not None:  # the head reads this pass's captured rows before the next pass
             self.observer.passed(entries, positions)

@@ -71,6 +71,8 @@ def plan_passes(
     seqs = [seq for seq, _, _ in items]
     if len(set(seqs)) != len(seqs):
         return None
+    if (whole := _one_pass(items, piece, room, limit, min_rows, exact)) is not None:
+        return [whole]
     queue = {seq: _entries(index, seq, tokens, n_rows) for index, (seq, tokens, n_rows) in enumerate(items)}
     used = dict.fromkeys(queue, 0)  # positions each sequence's passes have taken so far (padding is cut off)
     passes = []
@@ -94,6 +96,32 @@ def plan_passes(
             return None
         passes.append(entries)
     return passes
+
+
+def _one_pass(
+    items: Sequence[tuple[int, Sequence[int], int]],
+    piece: int,
+    room: Callable[[int], int],
+    limit: int,
+    min_rows: int,
+    exact: bool,
+) -> list[Entry] | None:
+    """The pass plan_passes makes of items that need nothing laid out (every step's verify batch, a
+    draft pass across its slots): consecutive sequences in order, equally many tokens each, at most a
+    piece, at least the rows a pass takes, not one row of logits alone, room for them all. Else None."""
+    first, width = items[0][0], len(items[0][1])
+    if not (max(min_rows, 2 if exact and len(items) == 1 else 1) <= width <= piece and width * len(items) <= limit):
+        return None
+    logits = 0
+    for i, (seq, tokens, n_rows) in enumerate(items):
+        if seq != first + i or len(tokens) != width or room(seq) < width:
+            return None
+        logits += n_rows
+    if exact and logits == 1:  # plan_passes reads a second row: its general way does
+        return None
+    return [
+        entry for index, (seq, tokens, n_rows) in enumerate(items) for entry in _entries(index, seq, tokens, n_rows)
+    ]
 
 
 def _width(lengths: Sequence[int], span: int, pass_rows: float) -> int:

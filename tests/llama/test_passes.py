@@ -1,7 +1,12 @@
 """The passes several sequences' evaluations are laid out in (llama/passes.py), without llama.cpp."""
 
-import pytest
+from unittest import mock
 
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from ollama_spec.llama import passes
 from ollama_spec.llama.passes import DEFAULT_PASS_ROWS, PassCosts, piece_size, plan_passes
 
 ROOM = 4096
@@ -96,3 +101,29 @@ def test_a_drafts_rows_are_padded_only_as_llama_cpps_streams_need():
 def test_a_drafts_pieces_are_not_held_under_the_tiled_kernels_threshold():
     assert piece_size(512, 4, exact=False) == 128
     assert piece_size(512, 1, exact=False) == 512
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(1, 6)), min_size=1, max_size=5),  # (tokens, rows) a sequence
+    st.integers(0, 3),  # the first sequence
+    st.integers(1, 8),  # piece
+    st.integers(1, 3),  # min_rows
+    st.booleans(),  # exact
+    st.integers(0, 8),  # room left in the last sequence's stream
+    st.integers(4, 40),  # limit
+)
+@example([(3, 1)], 0, 8, 1, True, 8, 40)  # one sequence, one row of logits: a second one read
+@example([(2, 2), (2, 2)], 1, 8, 3, True, 8, 40)  # fewer tokens than a pass takes: padded
+@example([(2, 2), (2, 2)], 0, 8, 1, True, 1, 40)  # no room for the last sequence's tokens: no layout
+def test_a_pass_that_needs_nothing_laid_out_is_the_one_the_layout_makes(
+    shapes, first, piece, min_rows, exact, last_room, limit
+):
+    """plan_passes takes items of consecutive sequences with equally many tokens each as they come, without
+    laying them out pass by pass: where it does, its pass is the one the layout makes of them."""
+    shapes = [(shapes[0][0], min(rows, shapes[0][0])) for _, rows in shapes]  # equally long, as a verify batch
+    items = [(first + i, list(range(10 * i, 10 * i + n)), rows) for i, (n, rows) in enumerate(shapes)]
+    room = lambda seq: last_room if seq == items[-1][0] else 100
+    taken = plan_passes(items, piece, room, limit, min_rows=min_rows, exact=exact)
+    with mock.patch.object(passes, "_one_pass", return_value=None):  # every pass laid out
+        laid_out = plan_passes(items, piece, room, limit, min_rows=min_rows, exact=exact)
+    assert taken == laid_out
