@@ -106,9 +106,9 @@ def _one_pass(
     min_rows: int,
     exact: bool,
 ) -> list[Entry] | None:
-    """The pass plan_passes makes of items that need nothing laid out (every step's verify batch, a
-    draft pass across its slots): consecutive sequences in order, equally many tokens each, at most a
-    piece, at least the rows a pass takes, not one row of logits alone, room for them all. Else None."""
+    """The pass plan_passes makes of items that need nothing laid out (a step's verify batch, as a rule):
+    consecutive sequences in order, equally many tokens each, at most a piece, at least the rows a pass
+    takes, not one row of logits alone, room for them all. Else None: the layout's way."""
     first, width = items[0][0], len(items[0][1])
     if not (max(min_rows, 2 if exact and len(items) == 1 else 1) <= width <= piece and width * len(items) <= limit):
         return None
@@ -117,7 +117,7 @@ def _one_pass(
         if seq != first + i or len(tokens) != width or room(seq) < width:
             return None
         logits += n_rows
-    if exact and logits == 1:  # plan_passes reads a second row: its general way does
+    if exact and logits == 1:  # one row of logits alone: the layout reads a second one
         return None
     return [
         entry for index, (seq, tokens, n_rows) in enumerate(items) for entry in _entries(index, seq, tokens, n_rows)
