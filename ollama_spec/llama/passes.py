@@ -119,9 +119,7 @@ def _one_pass(
         logits += n_rows
     if exact and logits == 1:  # one row of logits alone: the layout reads a second one
         return None
-    return [
-        entry for index, (seq, tokens, n_rows) in enumerate(items) for entry in _entries(index, seq, tokens, n_rows)
-    ]
+    return _flat(items)
 
 
 def _width(lengths: Sequence[int], span: int, pass_rows: float) -> int:
@@ -163,10 +161,15 @@ class PassCosts:
 def chunked(items: Sequence[tuple[int, Sequence[int], int]], n_batch: int) -> list[list[Entry]]:
     """The items' tokens as they come, in passes of n_batch: one sequence's layout (llama.cpp splits
     a pass over several streams as it must)."""
-    flat = [
+    flat = _flat(items)
+    return [flat[start : start + n_batch] for start in range(0, len(flat), n_batch)]
+
+
+def _flat(items: Sequence[tuple[int, Sequence[int], int]]) -> list[Entry]:
+    """Every item's entries, item after item, as they come."""
+    return [
         entry for index, (seq, tokens, n_rows) in enumerate(items) for entry in _entries(index, seq, tokens, n_rows)
     ]
-    return [flat[start : start + n_batch] for start in range(0, len(flat), n_batch)]
 
 
 def _entries(index: int, seq: int, tokens: Sequence[int], n_rows: int) -> list[Entry]:
