@@ -197,12 +197,12 @@ class PassPrices:
         if price is None:
             price = self._target.get(tokens, self._now)
             if price is None:
-                price = self._moved(self._target, tokens) or self._unseen(tokens)
+                price = self._moved(self._target.last(tokens)) or self._unseen(tokens)
             self._priced[tokens] = price
         return price
 
     def draft_pass(self, rows: int) -> float:
-        seen = self._draft.get(rows, self._now) or self._moved(self._draft, rows)
+        seen = self._draft.get(rows, self._now) or self._moved(self._draft.last(rows))
         if seen is not None:
             return seen
         # with a prior, scaled as the target's is where the draft ran nothing lately; without, its prior
@@ -237,7 +237,7 @@ class PassPrices:
         a lone slot drafts 4-6 tokens the line runs through those few close sizes, and their noise
         (a rise of 10 us a token seen as 60-80) put its foot at a third of the target alone's price,
         where drafting looked no faster than the target alone."""
-        target, now, last = self._target, self._now, self._target.last
+        now, last = self._now, self._target.last
         points = []
         fresh_floor = stale_floor = float("inf")
         for x in range(1, sizes + 1):
@@ -246,7 +246,7 @@ class PassPrices:
                 fresh_floor = min(fresh_floor, y)
                 points.append((x, y, 1.0))
                 continue
-            y = self._moved(target, x) if seen is not None else None  # (never run: it has not moved)
+            y = self._moved(seen) if seen is not None else None  # (never run: it has not moved)
             if y is None:
                 y = self._unseen(x)
             stale_floor = min(stale_floor, y)
@@ -288,10 +288,10 @@ class PassPrices:
             self._scales.append((self._now, scale))
         return scale or 1.0
 
-    def _moved(self, model: _BySize, size: int) -> float | None:
-        """A size not run lately: its price when it last ran as the machine's speed has moved since
-        (the target's scale now against then); None where it never ran, or no scale was noted by then."""
-        last = model.last(size)
+    def _moved(self, last: tuple[float, int] | None) -> float | None:
+        """A size not run lately, `last` its price when it last ran and the target pass that was
+        (`_BySize.last`): that price as the machine's speed has moved since (the target's scale now
+        against then); None where it never ran, or no scale was noted by then."""
         if last is None:
             return None
         seconds, at = last

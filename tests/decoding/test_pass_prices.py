@@ -260,7 +260,7 @@ def test_a_stale_size_moves_by_the_last_scale_noted_by_its_pass():
                 continue
             then = next((scale for noted, scale in reversed(prices._scales) if noted <= last[1]), None)
             want = last[0] * now / then if then else None
-            assert prices._moved(prices._target, seen) == (pytest.approx(want) if want else None)
+            assert prices._moved(last) == (pytest.approx(want) if want else None)
 
 
 def test_a_lone_slots_target_alone_is_its_own_price_not_the_foot_of_a_steep_line():
