@@ -67,18 +67,42 @@ class SequenceCache:
         the same pass without an Entry a token (a lone step's passes), the observer told of it as one run."""
         self.settle(seq)
         batch, cached = self._batch, self.tokens[seq]
-        batch.n_tokens = n = len(tokens)
-        token, pos, logits, seq_ids = self._token, self._pos, self._logits, self._seq_ids
-        at, first = len(cached), n - n_rows
-        for i in range(n):
-            token[i], pos[i], logits[i] = tokens[i], at + i, i >= first
-            seq_ids[i][0] = seq
+        at = len(cached)
+        batch.n_tokens = n = self._fill(0, seq, tokens, n_rows)
         self.unsettled.add(seq)
         self._run(batch)
         cached.extend(tokens)
         self.unsettled.discard(seq)
         if self.observer is not None:  # the head reads this pass's captured rows before the next pass
             self.observer.passed_run(seq, at, n)
+
+    def decode_runs(self, runs: Sequence[tuple[int, Sequence[int], int]]) -> None:
+        """`decode` of several (sequence, tokens, rows) runs' tokens as they come, one run a sequence, at
+        most a batch in all, rows of logits for each run's last `rows`: the same pass without an Entry a
+        token (a step's beside other slots that needs nothing laid out: passes.taken_whole). Not beside
+        an observer, which reads a pass of several sequences by its Entries (`decode`)."""
+        if self.observer is not None:
+            raise ValueError("a pass of several sequences beside an observer goes through decode")
+        n = 0
+        for seq, tokens, n_rows in runs:
+            self.settle(seq)
+            n = self._fill(n, seq, tokens, n_rows)
+            self.unsettled.add(seq)
+        self._batch.n_tokens = n
+        self._run(self._batch)
+        for seq, tokens, _ in runs:
+            self.tokens[seq].extend(tokens)
+            self.unsettled.discard(seq)
+
+    def _fill(self, start: int, seq: int, tokens: Sequence[int], n_rows: int) -> int:
+        """Sequence `seq`'s `tokens` into the batch from index `start`, after what `tokens[seq]` holds,
+        rows of logits for the last `n_rows`; the batch's tokens with them."""
+        token, pos, logits, seq_ids = self._token, self._pos, self._logits, self._seq_ids
+        shift, first = len(self.tokens[seq]) - start, start + len(tokens) - n_rows  # index i: position i + shift
+        for i, t in enumerate(tokens, start):
+            token[i], pos[i], logits[i] = t, i + shift, i >= first
+            seq_ids[i][0] = seq
+        return start + len(tokens)
 
     def _run(self, batch) -> None:
         code = llama_cpp.llama_decode(self._ctx, batch)

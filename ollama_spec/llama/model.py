@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from itertools import accumulate
 from pathlib import Path
 from time import perf_counter
 
@@ -24,7 +25,7 @@ import numpy as np
 from ollama_spec.errors import ContextFull
 from ollama_spec.llama.kv_cache import SequenceCache
 from ollama_spec.llama.loading import LoadSettings, Weights, open_model
-from ollama_spec.llama.passes import Entry, PassCosts, chunked, piece_size, plan_passes
+from ollama_spec.llama.pass_layout import PassLayout
 from ollama_spec.llama.sequences import SequenceView
 from ollama_spec.llama.vocabulary import Vocabulary
 
@@ -67,20 +68,18 @@ class LoadedModel:
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self.n_seq = settings.n_seq
-        self._stream = self._ctx.n_ctx() // settings.n_seq  # positions each sequence's stream holds
-        # passes laid out by plan_passes: with several streams, llama.cpp takes a pass whole only where
-        # its sequences are consecutive with equally many tokens each
-        self._plans = settings.n_seq > 1
-        self._exact = self._plans and settings.isolated_rows  # each row computed as it is alone (passes.py)
-        self._piece = piece_size(self.n_batch, settings.n_seq, self._exact)
-        # without flash attention, attention's own products over one row of a sequence take vec_dot
-        self._min_rows = 2 if settings.flash_attention == "off" and self._exact else 1
-        self.pass_costs = PassCosts()  # what a pass more costs, for the passes' layout
+        self._layout: PassLayout  # bound with the cache (`_bind_cache`): which passes an evaluation takes
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._logits_at, self._logits = 0, np.empty((0, 0), np.float32)  # llama.cpp's logits, viewed (_read_logits)
         self._bind_vocabulary(Vocabulary(self._model))
         window = llama_cpp.llama_model_n_swa(self._model.model) if settings.window_cache else 0
         self._bind_cache(SequenceCache(self._ctx, settings.n_seq, self.n_batch, window, self.path.name))
+        stream = self._ctx.n_ctx() // settings.n_seq  # positions each sequence's stream holds
+        flash_off = settings.flash_attention == "off"
+        self._layout = PassLayout(
+            self.n_batch, settings.n_seq, stream, self._cached, exact=settings.isolated_rows, flash_off=flash_off
+        )
+        self.pass_costs = self._layout.pass_costs  # what a pass more costs, for the passes' layout
 
     def _bind_vocabulary(self, vocabulary: Vocabulary) -> None:
         self.vocab = vocabulary.vocab
@@ -95,7 +94,7 @@ class LoadedModel:
     def _bind_cache(self, cache: SequenceCache) -> None:
         self._cache = cache
         self._cached = cache.tokens  # each sequence's token ids in the KV cache, in order
-        self._decode, self._decode_tokens = cache.decode, cache.decode_tokens
+        self._decode, self._decode_tokens, self._decode_runs = cache.decode, cache.decode_tokens, cache.decode_runs
         self.truncate = cache.truncate
         self.clear_sequence = cache.clear
         self.save_sequence = cache.save
@@ -130,7 +129,7 @@ class LoadedModel:
     def min_width(self) -> int:
         """Tokens each sequence of a pass beside others brings at least, padding made up (passes.py):
         a pass of n sequences of one token each costs what one of n × min_width tokens does."""
-        return self._min_rows
+        return self._layout.min_rows
 
     @property
     def n_past(self) -> int:
@@ -162,21 +161,23 @@ class LoadedModel:
 
     def decode_many(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[np.ndarray]:
         """For each (sequence, tokens, rows): the tokens appended to that sequence, and the logits of
-        its last `rows` tokens, in the passes `_passes` lays out (one llama_decode each)."""
-        started = perf_counter()
-        if len(items) == 1 and (self._laid_out_alone(items[0]) if self._exact else len(items[0][1]) <= self.n_batch):
+        its last `rows` tokens, in the passes its layout takes (one llama_decode each: pass_layout.py)."""
+        started, layout = perf_counter(), self._layout
+        if len(items) == 1 and layout.alone(items[0]):
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
-            if self._exact:  # a draft's, mostly one token each: its laid-out passes fit it
+            if layout.exact:  # a draft's, mostly one token each: its laid-out passes fit it
                 self.pass_costs.observe(len(tokens), perf_counter() - started)
             read = self._read_logits(n_rows)
             self.busy_seconds += perf_counter() - started
             return [read]
+        if self._cache.observer is None and layout.whole(items):  # a head reads a pass by its Entries
+            return self._decode_whole(items, started)  # several slots' pass as they come: a step's, as a rule
         rows: list[list[tuple[np.ndarray, int]]] = [[] for _ in items]  # each item's: (a pass's rows, which)
-        for entries in self._passes(items):
+        for entries in layout.passes(items):
             begun = perf_counter()
             self._decode(entries)
-            if self._plans:  # what a pass costs lays out the next passes (`_passes`); else unused
+            if layout.plans:  # what a pass costs lays out the next passes; else unused
                 self.pass_costs.observe(len(entries), perf_counter() - begun)
             wanted = [entry for entry in entries if entry.logits]
             if wanted:
@@ -187,25 +188,15 @@ class LoadedModel:
         self.busy_seconds += perf_counter() - started
         return [_together(item_rows) for item_rows in rows]
 
-    def _laid_out_alone(self, item: tuple[int, Sequence[int], int]) -> bool:
-        """Whether plan_passes lays one sequence's (seq, tokens, rows) out as one pass as it comes: a
-        piece at most, without padding, and not one row of logits (which it widens)."""
-        n = len(item[1])
-        return max(self._min_rows, 2) <= n <= min(self._piece, self.n_batch) and item[2] >= 2
-
-    def _passes(self, items: Sequence[tuple[int, Sequence[int], int]]) -> list[list[Entry]]:
-        """With several sequences, passes llama.cpp takes whole (passes.py), whose rows each get the
-        kernels they get alone where rows are exact; else (one sequence, a draft's side-by-side rows, or
-        no room left for padding at a context's end) n_batch chunks as they come."""
-        if self._plans and (self._exact or not _side_by_side(items, self.n_batch)):
-            room = lambda seq: self._stream - len(self._cached[seq])
-            pass_rows = self.pass_costs.pass_rows
-            planned = plan_passes(
-                items, self._piece, room, self.n_batch, pass_rows=pass_rows, min_rows=self._min_rows, exact=self._exact
-            )
-            if planned is not None:
-                return planned
-        return chunked(items, self.n_batch)
+    def _decode_whole(self, items: Sequence[tuple[int, Sequence[int], int]], started: float) -> list[np.ndarray]:
+        """decode_many's one pass of several sequences' tokens as they come (PassLayout.whole), without
+        an Entry a token: each item's rows a slice of the pass's."""
+        self._decode_runs(items)
+        self.pass_costs.observe(sum([len(tokens) for _, tokens, _ in items]), perf_counter() - started)
+        ends = list(accumulate([n_rows for _, _, n_rows in items]))
+        read = self._read_logits(ends[-1])
+        self.busy_seconds += perf_counter() - started
+        return [read[end - n_rows : end] for end, (_, _, n_rows) in zip(ends, items)]
 
     def _read_logits(self, n_rows: int) -> np.ndarray:
         """A copy of the last pass's `n_rows` rows of logits, read through a view of llama.cpp's
@@ -230,18 +221,6 @@ class LoadedModel:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _side_by_side(items: Sequence[tuple[int, Sequence[int], int]], n_batch: int) -> bool:
-    """Whether llama.cpp takes the items as they come without a pass more than their n_batch chunks:
-    one sequence's, or consecutive sequences in order with equally many tokens each, n_batch in all
-    (a draft's step across its slots: one token each)."""
-    first, width = items[0][0], len(items[0][1])
-    if len(items) == 1:
-        return True
-    return width * len(items) <= n_batch and all(
-        seq == first + i and len(tokens) == width for i, (seq, tokens, _) in enumerate(items)
-    )
 
 
 def _together(rows: list[tuple[np.ndarray, int]]) -> np.ndarray:

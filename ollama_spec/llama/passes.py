@@ -71,8 +71,8 @@ def plan_passes(
     seqs = [seq for seq, _, _ in items]
     if len(set(seqs)) != len(seqs):
         return None
-    if (whole := _one_pass(items, piece, room, limit, min_rows, exact)) is not None:
-        return [whole]
+    if taken_whole(items, piece, room, limit, min_rows, exact):
+        return [_flat(items)]
     queue = {seq: _entries(index, seq, tokens, n_rows) for index, (seq, tokens, n_rows) in enumerate(items)}
     used = dict.fromkeys(queue, 0)  # positions each sequence's passes have taken so far (padding is cut off)
     passes = []
@@ -98,28 +98,27 @@ def plan_passes(
     return passes
 
 
-def _one_pass(
+def taken_whole(
     items: Sequence[tuple[int, Sequence[int], int]],
     piece: int,
     room: Callable[[int], int],
     limit: int,
     min_rows: int,
     exact: bool,
-) -> list[Entry] | None:
-    """The pass plan_passes makes of items that need nothing laid out (a step's verify batch, as a rule):
-    consecutive sequences in order, equally many tokens each, at most a piece, at least the rows a pass
-    takes, not one row of logits alone, room for them all. Else None: the layout's way."""
+) -> bool:
+    """Whether the items need nothing laid out, their pass the one plan_passes makes of them: their
+    tokens as they come (a step's verify batch, as a rule). Consecutive sequences in order, equally
+    many tokens each, at most a piece, at least the rows a pass takes, not one row of logits alone,
+    room for them all."""
     first, width = items[0][0], len(items[0][1])
     if not (max(min_rows, 2 if exact and len(items) == 1 else 1) <= width <= piece and width * len(items) <= limit):
-        return None
+        return False
     logits = 0
     for i, (seq, tokens, n_rows) in enumerate(items):
         if seq != first + i or len(tokens) != width or room(seq) < width:
-            return None
+            return False
         logits += n_rows
-    if exact and logits == 1:  # one row of logits alone: the layout reads a second one
-        return None
-    return _flat(items)
+    return not (exact and logits == 1)  # one row of logits alone: the layout reads a second one
 
 
 def _width(lengths: Sequence[int], span: int, pass_rows: float) -> int:

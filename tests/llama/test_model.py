@@ -71,10 +71,44 @@ def test_a_drafts_sequence_attends_over_its_own_stream_and_its_passes_go_as_they
         beside.eval(text, seq=0)
         np.testing.assert_allclose(beside.eval([42], seq=0), alone.eval([42], seq=0), rtol=1e-4, atol=1e-4)
         laid_out = []
-        plan = beside._passes
-        monkeypatch.setattr(beside, "_passes", lambda items: laid_out.append(plan(items)) or laid_out[-1])
-        beside.decode_many([(0, [5], 1), (1, [6], 1)])
+        plan = beside._layout.passes
+        monkeypatch.setattr(beside._layout, "passes", lambda items: laid_out.append(plan(items)) or laid_out[-1])
+        beside.decode_many([(0, [5], 1), (1, [6], 1)])  # as they come: nothing laid out
         beside.decode_many([(0, [5], 1), (2, [6], 1)])
-        assert [[(e.seq, e.item) for e in entries] for entries in laid_out[0]] == [[(0, 0), (1, 1)]]
-        assert [[(e.seq, e.item) for e in entries] for entries in laid_out[1]] == [[(0, 0), (1, None), (2, 1)]]
+        assert [[(e.seq, e.item) for e in entries] for entries in laid_out[0]] == [[(0, 0), (1, None), (2, 1)]]
         assert beside.cached_of(1) == [7] * 200 + [6]  # the padding cut off again
+
+
+def test_one_sequence_longer_than_a_batch_is_read_in_chunks_beside_slots(tiny_models):
+    """A draft's (rows not isolated) one sequence of more tokens than a batch takes is n_batch chunks,
+    not one pass as it comes; its last row is the one the target reads alone."""
+    settings = LoadSettings(n_ctx=512, n_threads=1, n_seq=2, isolated_rows=False, n_batch=64)
+    text = list(range(300, 400))
+    with LoadedModel(tiny_models[1].path, settings) as beside, LoadedModel(tiny_models[1].path, settings) as alone:
+        (read,) = beside.decode_many([(1, text, 1)])
+        assert beside.cached_of(1) == text
+        np.testing.assert_allclose(read, alone.eval(text, seq=1), rtol=1e-4, atol=1e-4)
+
+
+def test_a_verify_batch_of_consecutive_slots_runs_as_it_comes(tiny_models, monkeypatch):
+    """Slots' verify batches of equally many tokens each are the pass the layout makes of them
+    (passes.taken_whole): it runs without an Entry a token, each slot's rows a slice of the pass's,
+    the rows the laid-out pass gives, each token cached where the layout caches it."""
+    with LoadedModel(tiny_models[0].path, LoadSettings(n_ctx=512, n_threads=1, n_seq=4)) as model:
+        for seq in (1, 2):
+            model.eval([1, 300 + seq, 301, 302], seq=seq)
+        items = [(1, [5, 6, 7], 3), (2, [8, 9, 10], 2)]
+        passes = []
+        decode = model._decode
+        monkeypatch.setattr(model, "_decode", lambda entries: (passes.append(len(entries)), decode(entries)))
+        whole = [rows.copy() for rows in model.decode_many(items)]
+        assert passes == []
+        assert [model.cached_of(seq)[4:] for seq in (1, 2)] == [[5, 6, 7], [8, 9, 10]]
+        for seq in (1, 2):
+            model.truncate(4, seq=seq)
+        monkeypatch.setattr(model._layout, "whole", lambda items: False)  # the layout's way: an Entry a token
+        laid_out = model.decode_many(items)
+        assert passes == [6]
+        assert [rows.shape[0] for rows in whole] == [3, 2]
+        for rows, expected in zip(whole, laid_out):
+            np.testing.assert_array_equal(rows, expected)
