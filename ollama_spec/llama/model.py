@@ -68,7 +68,6 @@ class LoadedModel:
         # llama.cpp may clamp the batch to the context; chunks must respect what it chose.
         self.n_batch = llama_cpp.llama_n_batch(self._ctx.ctx)
         self.n_seq = settings.n_seq
-        self._layout: PassLayout  # bound with the cache (`_bind_cache`): which passes an evaluation takes
         self.busy_seconds = 0.0  # time inside llama.cpp's decode and logits copies: the rest is our loop
         self._logits_at, self._logits = 0, np.empty((0, 0), np.float32)  # llama.cpp's logits, viewed (_read_logits)
         self._bind_vocabulary(Vocabulary(self._model))
@@ -76,10 +75,9 @@ class LoadedModel:
         self._bind_cache(SequenceCache(self._ctx, settings.n_seq, self.n_batch, window, self.path.name))
         stream = self._ctx.n_ctx() // settings.n_seq  # positions each sequence's stream holds
         flash_off = settings.flash_attention == "off"
-        self._layout = PassLayout(
+        self._layout = PassLayout(  # which passes an evaluation takes, and what a pass more costs
             self.n_batch, settings.n_seq, stream, self._cached, exact=settings.isolated_rows, flash_off=flash_off
         )
-        self.pass_costs = self._layout.pass_costs  # what a pass more costs, for the passes' layout
 
     def _bind_vocabulary(self, vocabulary: Vocabulary) -> None:
         self.vocab = vocabulary.vocab
@@ -167,7 +165,7 @@ class LoadedModel:
             seq, tokens, n_rows = items[0]  # one pass as it comes: a lone step's, most passes of all
             self._decode_tokens(seq, tokens, n_rows)
             if layout.exact:  # a draft's, mostly one token each: its laid-out passes fit it
-                self.pass_costs.observe(len(tokens), perf_counter() - started)
+                layout.pass_costs.observe(len(tokens), perf_counter() - started)
             read = self._read_logits(n_rows)
             self.busy_seconds += perf_counter() - started
             return [read]
@@ -178,7 +176,7 @@ class LoadedModel:
             begun = perf_counter()
             self._decode(entries)
             if layout.plans:  # what a pass costs lays out the next passes; else unused
-                self.pass_costs.observe(len(entries), perf_counter() - begun)
+                layout.pass_costs.observe(len(entries), perf_counter() - begun)
             wanted = [entry for entry in entries if entry.logits]
             if wanted:
                 read = self._read_logits(len(wanted))
@@ -192,7 +190,7 @@ class LoadedModel:
         """decode_many's one pass of several sequences' tokens as they come (PassLayout.whole), without
         an Entry a token: each item's rows a slice of the pass's."""
         self._decode_runs(items)
-        self.pass_costs.observe(sum([len(tokens) for _, tokens, _ in items]), perf_counter() - started)
+        self._layout.pass_costs.observe(sum([len(tokens) for _, tokens, _ in items]), perf_counter() - started)
         ends = list(accumulate([n_rows for _, _, n_rows in items]))
         read = self._read_logits(ends[-1])
         self.busy_seconds += perf_counter() - started
